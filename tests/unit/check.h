@@ -1,0 +1,44 @@
+/* A minimal test harness: CHECK records a failure with file:line and goes on; TEST_MAIN
+ * runs the listed tests and ends with the line "N passed, N failed" (exit 1 on any failure). */
+#ifndef TYCHO_TEST_CHECK_H
+#define TYCHO_TEST_CHECK_H
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static int check_failures;
+static int check_count;
+
+#define CHECK(cond) do { check_count++; if (!(cond)) { check_failures++; \
+  fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); } } while (0)
+#define CHECK_MSG(cond, ...) do { check_count++; if (!(cond)) { check_failures++; \
+  fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
+  fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
+#define CHECK_NEAR(a, b, tol) do { double a_ = (a), b_ = (b); check_count++; \
+  if (!(fabs(a_ - b_) <= (tol))) { check_failures++; fprintf(stderr, \
+  "%s:%d: CHECK_NEAR failed: %s = %.9g, %s = %.9g, tol %.3g\n", __FILE__, __LINE__, \
+  #a, a_, #b, b_, (double)(tol)); } } while (0)
+#define CHECK_STR_CONTAINS(hay, needle) do { const char *h_ = (hay); check_count++; \
+  if (!h_ || !strstr(h_, (needle))) { check_failures++; fprintf(stderr, \
+  "%s:%d: expected \"%s\" in \"%s\"\n", __FILE__, __LINE__, (needle), h_ ? h_ : "(null)"); } } while (0)
+
+typedef void (*test_fn)(void);
+struct test_case { const char *name; test_fn fn; };
+#define TEST(name) { #name, name }
+
+static inline int test_run_all(const struct test_case *tests, int n)
+{
+  int passed = 0, failed = 0;
+  for (int i = 0; i < n; i++) {
+    int before = check_failures;
+    tests[i].fn();
+    if (check_failures == before) { passed++; printf("ok   %s\n", tests[i].name); }
+    else { failed++; printf("FAIL %s\n", tests[i].name); }
+  }
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed ? 1 : 0;
+}
+#define TEST_MAIN(...) int main(void) { \
+  static const struct test_case tests_[] = { __VA_ARGS__ }; \
+  return test_run_all(tests_, (int)(sizeof tests_ / sizeof tests_[0])); }
+#endif
