@@ -1,0 +1,296 @@
+/* `tycho check`: the compiled plan as people read it (a compact summary that stays short for
+ * thousands of ranks) and as programs read it (one complete JSON document, docs/check-json.md).
+ * Later stages (layout, schedule, cost) add their sections here. */
+#include "check.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mesh/mesh.h"
+#include "plan/plan_json.h"
+
+static const char *group_text(const struct plan_mesh *m, enum plan_axis a, int rank, char *buf, size_t n)
+{
+  int members[64];
+  int size = mesh_axis_size(m, a);
+  int shown = size < 64 ? size : 64;
+  int coord[PLAN_N_AXES];
+  mesh_coords(m, rank, coord);
+  for (int i = 0; i < shown; i++) {
+    coord[a] = i;
+    members[i] = mesh_rank(m, coord);
+  }
+  size_t used = 0;
+  buf[0] = 0;
+  int contiguous = size > 2 && members[shown - 1] - members[0] == shown - 1;
+  if (contiguous || size > 8) {
+    int stride = mesh_axis_stride(m, a);
+    snprintf(buf, n, "{%d, %d, ..., %d}", members[0], members[0] + stride,
+             members[0] + stride * (size - 1));
+    if (contiguous)
+      snprintf(buf, n, "{%d..%d}", members[0], members[0] + size - 1);
+    return buf;
+  }
+  used += (size_t)snprintf(buf, n, "{");
+  for (int i = 0; i < shown && used < n; i++)
+    used += (size_t)snprintf(buf + used, n - used, "%s%d", i ? ", " : "", members[i]);
+  if (used < n)
+    snprintf(buf + used, n - used, "}");
+  return buf;
+}
+
+static const char *stage_list(const struct plan *p, int rank, char *buf, size_t n)
+{
+  int coord[PLAN_N_AXES];
+  mesh_coords(&p->mesh, rank, coord);
+  size_t used = 0;
+  buf[0] = 0;
+  for (int s = 0; s < p->n_stages && used < n; s++)
+    if (p->stages[s].pp_rank == coord[PLAN_AXIS_PP])
+      used += (size_t)snprintf(buf + used, n - used, "%s%d", used ? "," : "", s);
+  return buf;
+}
+
+static void print_rank_row(FILE *f, const struct plan *p, int rank)
+{
+  int c[PLAN_N_AXES];
+  char stages[256];
+  mesh_coords(&p->mesh, rank, c);
+  fprintf(f, "  %8d %5d %5d %5d   %s\n", rank, c[PLAN_AXIS_TP], c[PLAN_AXIS_DP], c[PLAN_AXIS_PP],
+          stage_list(p, rank, stages, sizeof stages));
+}
+
+static void print_layer_runs(FILE *f, const struct plan *p, int what /* 0 split, 1 recompute */,
+                             const char *label)
+{
+  int L = p->model.n_layers;
+  for (int l = 0; l < L;) {
+    int e = l + 1;
+    while (e < L && (what ? p->layers[e].recompute == p->layers[l].recompute
+                          : memcmp(p->layers[e].split, p->layers[l].split, sizeof p->layers[l].split) == 0))
+      e++;
+    char range[48];
+    if (e - 1 > l)
+      snprintf(range, sizeof range, "layers %d-%d", l, e - 1);
+    else
+      snprintf(range, sizeof range, "layer %d", l);
+    fprintf(f, "%-11s%-15s", l == 0 ? label : "", range);
+    if (what) {
+      char rc[96];
+      fprintf(f, "%s\n", plan_recompute_text(p->layers[l].recompute, rc, sizeof rc));
+    } else {
+      for (int m = PLAN_LAYER_MOD_FIRST; m <= PLAN_LAYER_MOD_LAST; m++)
+        fprintf(f, "%s%s %s", m == PLAN_LAYER_MOD_FIRST ? "" : ", ", plan_module_name(m),
+                plan_split_name(p->layers[l].split[m]));
+      fputc('\n', f);
+    }
+    l = e;
+  }
+}
+
+static const char *thousands(long long v, char *buf, size_t n)
+{
+  char digits[32];
+  snprintf(digits, sizeof digits, "%lld", v < 0 ? -v : v);
+  size_t len = strlen(digits), used = 0;
+  if (v < 0 && used + 1 < n)
+    buf[used++] = '-';
+  for (size_t i = 0; i < len && used + 2 < n; i++) {
+    if (i && (len - i) % 3 == 0)
+      buf[used++] = ',';
+    buf[used++] = digits[i];
+  }
+  buf[used] = 0;
+  return buf;
+}
+
+void check_print_text(const struct plan *p, FILE *f)
+{
+  const struct plan_model *m = &p->model;
+  const struct plan_mesh *me = &p->mesh;
+  char a[64], b[64], buf[256];
+
+  fprintf(f, "plan       %s (%s)\n", p->name, p->file);
+  fprintf(f, "hash       %016llx\n", (unsigned long long)plan_hash(p));
+  fprintf(f, "model      %s, %d layers, dim %d, %d heads (%d kv, head size %d), ffn %d, vocab %d, max_seq %d\n",
+          m->family, m->n_layers, m->dim, m->n_heads, m->n_kv_heads, m->head_dim, m->ffn_dim, m->vocab, m->max_seq);
+  double params = (double)plan_param_count(p);
+  fprintf(f, "           %s parameters (%.2f %s)%s, dropout %g\n", thousands(plan_param_count(p), a, sizeof a),
+          params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M",
+          m->tie_embeddings ? ", tied embeddings" : "", m->dropout);
+
+  fprintf(f, "mesh       %d ranks = tp %d × pp %d × dp %d%s; order %s, %s, %s (fastest-varying first)\n",
+          me->world, me->tp, me->pp, me->dp, me->dp_auto ? " (dp \"auto\")" : "",
+          plan_axis_name(me->order[0]), plan_axis_name(me->order[1]), plan_axis_name(me->order[2]));
+  if (me->world_assumed)
+    fprintf(f, "           (no --world given: dp \"auto\" is taken as 1; pass --world N for a real job)\n");
+  fprintf(f, "           rank = ");
+  for (int i = 0, first = 1; i < PLAN_N_AXES; i++) {
+    enum plan_axis ax = me->order[i];
+    int stride = mesh_axis_stride(me, ax);
+    if (mesh_axis_size(me, ax) == 1)
+      continue;
+    fprintf(f, "%s%d·%s", first ? "" : " + ", stride, plan_axis_name(ax));
+    first = 0;
+  }
+  if (me->world == 1)
+    fprintf(f, "0");
+  fputc('\n', f);
+  for (int ax = 0; ax < PLAN_N_AXES; ax++)
+    fprintf(f, "           %s groups: %d of %d rank%s, e.g. %s\n", plan_axis_name(ax),
+            mesh_group_count(me, ax), mesh_axis_size(me, ax), mesh_axis_size(me, ax) == 1 ? "" : "s",
+            group_text(me, ax, 0, buf, sizeof buf));
+  fprintf(f, "  %8s %5s %5s %5s   %s\n", "rank", "tp", "dp", "pp", "stages");
+  if (me->world <= 16) {
+    for (int r = 0; r < me->world; r++)
+      print_rank_row(f, p, r);
+  } else {
+    for (int r = 0; r < 8; r++)
+      print_rank_row(f, p, r);
+    fprintf(f, "  %8s   (%d more ranks; --json lists every rank)\n", "...", me->world - 12);
+    for (int r = me->world - 4; r < me->world; r++)
+      print_rank_row(f, p, r);
+  }
+
+  static const char *const stage_kinds[] = { "\"even\"", "\"balanced\"", "a list", "a function" };
+  fprintf(f, "stages     %d = pp %d × virtual_stages %d, from %s\n", p->n_stages, me->pp, p->virtual_stages,
+          stage_kinds[p->stages_kind]);
+  fprintf(f, "  %8s %7s %5s   %s\n", "stage", "pp rank", "chunk", "holds");
+  for (int s = 0; s < p->n_stages; s++) {
+    const struct plan_stage *st = &p->stages[s];
+    char layers[64] = "";
+    if (st->n_layers == 1)
+      snprintf(layers, sizeof layers, "layer %d", st->first_layer);
+    else if (st->n_layers > 1)
+      snprintf(layers, sizeof layers, "layers %d-%d", st->first_layer, st->first_layer + st->n_layers - 1);
+    fprintf(f, "  %8d %7d %5d   %s%s%s%s%s\n", s, st->pp_rank, st->chunk, st->has_embed ? "embed" : "",
+            st->has_embed && st->n_layers ? " + " : "", layers,
+            st->has_head && (st->n_layers || st->has_embed) ? " + " : "", st->has_head ? "final norm + head" : "");
+  }
+
+  fprintf(f, "tp split   embed %s, head %s", plan_split_name(p->embed_split), plan_split_name(p->head_split));
+  if (m->vocab_padded != m->vocab)
+    fprintf(f, " (vocab %d padded to %d, a multiple of tp; padding rows never reach the loss)", m->vocab,
+            m->vocab_padded);
+  fprintf(f, "%s\n", p->tp_split_is_function ? "; per layer from a function" : "");
+  print_layer_runs(f, p, 0, "");
+  fprintf(f, "           sequence parallel %s\n", p->sequence_parallel ? "on" : "off");
+  if (p->recompute_is_function)
+    fprintf(f, "recompute  per layer from a function\n");
+  print_layer_runs(f, p, 1, p->recompute_is_function ? "" : "recompute");
+  static const char *const zero_text[] = { "no sharding", "optimizer state sharded over dp",
+                                           "optimizer state and gradients sharded over dp",
+                                           "optimizer state, gradients and parameters sharded over dp" };
+  fprintf(f, "zero       %d (%s)\n", p->zero, zero_text[p->zero]);
+  fprintf(f, "schedule   %s, %d micro-batch%s per step per rank\n", plan_schedule_name(p->schedule),
+          p->batch.microbatches, p->batch.microbatches == 1 ? "" : "es");
+  fprintf(f, "batch      global %d = micro %d × %d micro-batches × dp %d; seq %d; %s tokens per step\n",
+          p->batch.global, p->batch.micro, p->batch.microbatches, me->dp, p->batch.seq,
+          thousands((long long)p->batch.global * p->batch.seq, b, sizeof b));
+  fprintf(f, "precision  compute %s, grads %s, master %s\n", plan_dtype_name(p->precision.compute),
+          plan_dtype_name(p->precision.grads), plan_dtype_name(p->precision.master));
+  fprintf(f, "optimizer  %s lr %g, betas (%g, %g), eps %g, weight_decay %g, grad_clip %g%s\n", p->optimizer.kind,
+          p->optimizer.lr, p->optimizer.beta1, p->optimizer.beta2, p->optimizer.eps, p->optimizer.weight_decay,
+          p->optimizer.grad_clip, p->optimizer.grad_clip == 0 ? " (off)" : "");
+  fprintf(f, "lr         warmup %d steps, then %s", p->lr_schedule.warmup, plan_decay_name(p->lr_schedule.decay));
+  if (p->lr_schedule.decay != PLAN_DECAY_CONSTANT)
+    fprintf(f, " to %g at step %lld", p->lr_schedule.min_lr, p->lr_schedule.decay_steps);
+  fputc('\n', f);
+  fprintf(f, "seeds      global %lld", p->seeds.global);
+  for (int s = 0; s < PLAN_N_SEEDS; s++)
+    fprintf(f, "; %s %lld (%s)", plan_seed_name(s), p->seeds.value[s],
+            p->seeds.derived[s] ? "derived from global" : "set");
+  fputc('\n', f);
+  if (p->data.synthetic[0])
+    fprintf(f, "data       synthetic \"%s\"\n", p->data.synthetic);
+  else if (p->data.train[0] || p->data.val[0])
+    fprintf(f, "data       train %s, val %s%s\n", p->data.train[0] ? p->data.train : "(none)",
+            p->data.val[0] ? p->data.val : "(none)", p->data.shuffle ? ", shuffled per epoch" : ", in order");
+  else
+    fprintf(f, "data       (none given: tycho run needs data.train or data.synthetic)\n");
+  fprintf(f, "train      %lld steps", p->train.steps);
+  if (p->train.eval_every)
+    fprintf(f, ", eval every %d steps (%d batches)", p->train.eval_every, p->train.eval_batches);
+  fputc('\n', f);
+  if (p->init.from[0])
+    fprintf(f, "init       from %s\n", p->init.from);
+  if (p->export_.path[0])
+    fprintf(f, "export     %s%s\n", p->export_.path, p->export_.every ? " (and periodically)" : " at the end");
+  if (p->checkpoint.dir[0])
+    fprintf(f, "checkpoint %s every %d steps, keep %d%s\n", p->checkpoint.dir, p->checkpoint.every,
+            p->checkpoint.keep, p->checkpoint.async ? ", async" : "");
+}
+
+void check_write_json(const struct plan *p, struct strbuf *b)
+{
+  struct json j;
+  json_init(&j, b);
+  const struct plan_mesh *me = &p->mesh;
+  char hash[32];
+  snprintf(hash, sizeof hash, "%016llx", (unsigned long long)plan_hash(p));
+  json_begin_object(&j);
+  json_key(&j, "schema"); json_int(&j, 1);
+  json_key(&j, "tycho_version"); json_string(&j, TYCHO_VERSION);
+  json_key(&j, "plan_file"); json_string(&j, p->file);
+  json_key(&j, "hash"); json_string(&j, hash);
+  json_key(&j, "world"); json_int(&j, me->world);
+  json_key(&j, "plan");
+  plan_json(p, &j);
+
+  json_key(&j, "groups");
+  json_begin_object(&j);
+  for (int ax = 0; ax < PLAN_N_AXES; ax++) {
+    json_key(&j, plan_axis_name(ax));
+    json_begin_array(&j);
+    int size = mesh_axis_size(me, ax);
+    int *members = malloc(sizeof(int) * (size_t)size);
+    if (!members) {
+      b->failed = 1;
+      return;
+    }
+    for (int r = 0; r < me->world; r++) {
+      int c[PLAN_N_AXES];
+      mesh_coords(me, r, c);
+      if (c[ax] != 0)
+        continue; /* each group once, at its lowest rank */
+      mesh_group_members(me, ax, r, members);
+      json_begin_array(&j);
+      for (int i = 0; i < size; i++)
+        json_int(&j, members[i]);
+      json_end_array(&j);
+    }
+    free(members);
+    json_end_array(&j);
+  }
+  json_end_object(&j);
+
+  json_key(&j, "ranks");
+  json_begin_array(&j);
+  for (int r = 0; r < me->world; r++) {
+    int c[PLAN_N_AXES];
+    mesh_coords(me, r, c);
+    json_begin_object(&j);
+    json_key(&j, "rank"); json_int(&j, r);
+    json_key(&j, "tp"); json_int(&j, c[PLAN_AXIS_TP]);
+    json_key(&j, "dp"); json_int(&j, c[PLAN_AXIS_DP]);
+    json_key(&j, "pp"); json_int(&j, c[PLAN_AXIS_PP]);
+    json_key(&j, "stages");
+    json_begin_array(&j);
+    for (int s = 0; s < p->n_stages; s++)
+      if (p->stages[s].pp_rank == c[PLAN_AXIS_PP])
+        json_int(&j, s);
+    json_end_array(&j);
+    json_key(&j, "groups");
+    json_begin_object(&j);
+    for (int ax = 0; ax < PLAN_N_AXES; ax++) {
+      json_key(&j, plan_axis_name(ax));
+      json_int(&j, mesh_group_index(me, ax, r));
+    }
+    json_end_object(&j);
+    json_end_object(&j);
+  }
+  json_end_array(&j);
+  json_end_object(&j);
+  sb_put(b, "\n", 1);
+}

@@ -1,0 +1,69 @@
+/* The sandboxed Lua state that plan files run in (DESIGN 3.1; Redis's scripting is the model).
+ *
+ * Plans are code users did not all write themselves, and they run on a laptop before a job
+ * and on every rank of it. The sandbox gives them the base library without dofile, loadfile
+ * or binary chunks, plus string, table, math and utf8; os cut to clock, time, date, getenv;
+ * no io, no package, no debug. `require` finds modules only in the plan search path (the
+ * plan's own folder, TYCHO_PATH, the shipped plans/), never outside it. Reading or writing an
+ * undeclared global is an error. A count hook stops a plan that runs too long and a counting
+ * allocator stops one that takes too much memory, each with a message naming the limit.
+ * `unsafe` lifts all of this for users who need io in plan code.
+ *
+ * Every chunk is loaded through srcmap_rewrite, so every table built by plan code knows on
+ * which lines its fields were written (sandbox_record_of). */
+#ifndef TYCHO_SANDBOX_H
+#define TYCHO_SANDBOX_H
+#include <lua.h>
+#include <stddef.h>
+
+#include "srcmap.h"
+
+#define SANDBOX_DEFAULT_MEMORY_LIMIT (256u << 20)
+#define SANDBOX_DEFAULT_INSTRUCTION_LIMIT 200000000LL
+
+struct sandbox_options {
+  int unsafe;
+  size_t memory_limit;          /* bytes; 0: default */
+  long long instruction_limit;  /* VM instructions; 0: default */
+  const char *plan_dir;         /* the plan's own folder, first in the search path */
+};
+
+struct sandbox {
+  lua_State *L;
+  struct srcmap map;
+  int unsafe;
+  size_t mem_used, mem_limit;
+  int mem_exceeded;
+  long long instructions, instruction_limit;
+  char last_where[512];         /* the plan line last seen by the count hook */
+  int n_search;
+  char *search[16];             /* the plan search path, in order */
+};
+
+/* Creates the state. 0 ok; -1 with a message in err. */
+int sandbox_open(struct sandbox *sb, const struct sandbox_options *opt, char *err, size_t err_size);
+void sandbox_close(struct sandbox *sb);
+
+/* The sandbox that owns L. */
+struct sandbox *sandbox_of(lua_State *L);
+
+/* Loads and runs a Lua file in the sandbox with `nargs` arguments already pushed, leaving
+ * its first result on the stack. 0 ok; otherwise nothing is pushed and err holds the
+ * one-line message ("plans/x.lua:12: attempt to index a nil value", "... exceeded the memory
+ * cap of 256 MiB"). */
+int sandbox_dofile(struct sandbox *sb, const char *path, int nargs, char *err, size_t err_size);
+
+/* Calls the function below `nargs` arguments on the stack under the sandbox's error handling,
+ * leaving `nresults` results. 0 ok; otherwise nothing is left and err holds the message. */
+int sandbox_pcall(struct sandbox *sb, int nargs, int nresults, char *err, size_t err_size);
+
+/* Source record of the table at idx (see srcmap.h), or -1 when the table has none. */
+int sandbox_record_of(lua_State *L, int idx);
+void sandbox_set_record(lua_State *L, int idx, int id);
+
+/* Writes "file:line" for key `key` (string) or `index` (key NULL) of the table at idx into buf:
+ * the line of the field itself when known, else the line of the table's constructor.
+ * Returns 1 when something was found, 0 when the table has no record. */
+int sandbox_where(lua_State *L, int idx, const char *key, long index, char *buf, size_t n);
+
+#endif

@@ -1,0 +1,217 @@
+/* tycho: the command line. Shaped like Lua's own lua.c: main() only creates a Lua state and
+ * calls pmain under lua_pcall, so every failure, even during start-up, reaches one report
+ * path: "tycho: <cause>" on stderr, detail after, and the exit code (0 ok, 1 runtime
+ * failure, 2 usage or plan error). */
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check/check.h"
+#include "plan/compile.h"
+
+#define EXIT_USAGE 2
+#define EXIT_RUNTIME 1
+
+static const char *progname = "tycho";
+static int exit_code = EXIT_RUNTIME; /* the code of the error being raised */
+
+static const char usage_text[] =
+  "usage: tycho <command> [arguments]\n"
+  "\n"
+  "commands:\n"
+  "  check PLAN.lua [--world N] [--json] [--set path=value ...]\n"
+  "        compile and validate a plan and print what it does: mesh and groups, stages,\n"
+  "        per-module tensor-parallel splits, recompute, schedule, batch arithmetic, seeds.\n"
+  "        --world N   ranks in the job (needed when mesh.dp is \"auto\")\n"
+  "        --json      one JSON document on stdout (schema: docs/check-json.md)\n"
+  "  run PLAN.lua [--set path=value ...]\n"
+  "        compile the plan and train with it (under mpirun or srun for more ranks)\n"
+  "  --help, -h      this text\n"
+  "  --version       the version\n"
+  "\n"
+  "options for check and run:\n"
+  "  --set path.to.field=value   override a plan field (numbers, true/false, strings,\n"
+  "                              comma lists); may repeat, applied in order\n"
+  "  --unsafe                    lift the plan sandbox (io, package, no limits)\n"
+  "  --max-memory MiB            the plan's Lua heap cap (default 256)\n"
+  "  --max-instructions N        the plan's Lua instruction cap (default 200000000)\n"
+  "\n"
+  "exit codes: 0 ok, 1 runtime failure, 2 usage or plan error\n";
+
+/* Raises an error that pmain's caller reports; `code` becomes the exit code. */
+static int host_fail(lua_State *L, int code, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  lua_pushvfstring(L, fmt, ap);
+  va_end(ap);
+  exit_code = code;
+  return lua_error(L);
+}
+
+struct cli {
+  const char *command;
+  const char *plan;
+  int world, json, unsafe;
+  size_t memory_limit;
+  long long instruction_limit;
+  int n_sets;
+  const char **sets;
+};
+
+static long long parse_count(lua_State *L, const char *opt, const char *value, long long min)
+{
+  char *end;
+  long long v = value ? strtoll(value, &end, 10) : 0;
+  if (!value || !*value || *end || v < min)
+    host_fail(L, EXIT_USAGE, "%s needs an integer ≥ %d (got %s); see tycho --help", opt, (int)min,
+              value ? value : "nothing");
+  return v;
+}
+
+static void parse_args(lua_State *L, int argc, char **argv, struct cli *c)
+{
+  c->command = argv[1];
+  c->sets = lua_newuserdatauv(L, sizeof(char *) * (size_t)argc, 0); /* freed by Lua */
+  for (int i = 2; i < argc; i++) {
+    const char *a = argv[i];
+    const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "--world") == 0) {
+      c->world = (int)parse_count(L, "--world", next, 1);
+      i++;
+    } else if (strncmp(a, "--world=", 8) == 0) {
+      c->world = (int)parse_count(L, "--world", a + 8, 1);
+    } else if (strcmp(a, "--json") == 0) {
+      c->json = 1;
+    } else if (strcmp(a, "--unsafe") == 0) {
+      c->unsafe = 1;
+    } else if (strcmp(a, "--set") == 0) {
+      if (!next)
+        host_fail(L, EXIT_USAGE, "--set needs path.to.field=value; see tycho --help");
+      c->sets[c->n_sets++] = next;
+      i++;
+    } else if (strncmp(a, "--set=", 6) == 0) {
+      c->sets[c->n_sets++] = a + 6;
+    } else if (strcmp(a, "--max-memory") == 0) {
+      c->memory_limit = (size_t)parse_count(L, "--max-memory", next, 1) << 20;
+      i++;
+    } else if (strcmp(a, "--max-instructions") == 0) {
+      c->instruction_limit = parse_count(L, "--max-instructions", next, 1000);
+      i++;
+    } else if (a[0] == '-' && a[1]) {
+      host_fail(L, EXIT_USAGE, "unknown option '%s' for '%s'; see tycho --help", a, c->command);
+    } else if (!c->plan) {
+      c->plan = a;
+    } else {
+      host_fail(L, EXIT_USAGE, "unexpected argument '%s' (the plan is %s); see tycho --help", a, c->plan);
+    }
+  }
+  if (!c->plan)
+    host_fail(L, EXIT_USAGE, "'%s' needs a plan file, e.g. tycho %s plans/tiny.lua", c->command, c->command);
+}
+
+/* Compiles the plan; a plan error raises with exit code 2. The plan is owned by a userdata
+ * on the stack, so it is freed even when a later step raises. */
+static int plan_gc(lua_State *L)
+{
+  plan_free(lua_touserdata(L, 1));
+  return 0;
+}
+
+static struct plan *compile_or_fail(lua_State *L, const struct cli *c, int world)
+{
+  struct plan *p = lua_newuserdatauv(L, sizeof *p, 0);
+  plan_init(p);
+  lua_newtable(L);
+  lua_pushcfunction(L, plan_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
+  struct plan_compile_options opt = { world, c->unsafe, c->memory_limit, c->instruction_limit, c->n_sets, c->sets };
+  char err[2048];
+  if (plan_compile(c->plan, &opt, p, err, sizeof err) != 0)
+    host_fail(L, EXIT_USAGE, "plan error: %s", err);
+  return p;
+}
+
+static int cmd_check(lua_State *L, const struct cli *c)
+{
+  struct plan *p = compile_or_fail(L, c, c->world);
+  if (c->json) {
+    struct strbuf b;
+    sb_init(&b);
+    check_write_json(p, &b);
+    if (b.failed) {
+      sb_free(&b);
+      return host_fail(L, EXIT_RUNTIME, "out of memory writing the JSON document");
+    }
+    fwrite(b.s, 1, b.n, stdout);
+    sb_free(&b);
+  } else {
+    check_print_text(p, stdout);
+  }
+  if (fflush(stdout) != 0)
+    return host_fail(L, EXIT_RUNTIME, "cannot write to stdout");
+  return 0;
+}
+
+static int cmd_run(lua_State *L, const struct cli *c)
+{
+  struct plan *p = compile_or_fail(L, c, 1);
+  return host_fail(L, EXIT_RUNTIME, "run: the plan %s compiles (hash %016llx), but the training "
+                   "runtime is not built into this version of tycho yet; use tycho check",
+                   p->name, (unsigned long long)plan_hash(p));
+}
+
+static int pmain(lua_State *L)
+{
+  int argc = (int)lua_tointeger(L, 1);
+  char **argv = lua_touserdata(L, 2);
+  if (argc < 2)
+    return host_fail(L, EXIT_USAGE, "no command given\n%s", usage_text);
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+    fputs(usage_text, stdout);
+    return 0;
+  }
+  if (strcmp(cmd, "--version") == 0) {
+    printf("tycho %s (Lua %s.%s)\n", TYCHO_VERSION, LUA_VERSION_MAJOR, LUA_VERSION_MINOR);
+    return 0;
+  }
+  struct cli c = { 0 };
+  if (strcmp(cmd, "check") == 0) {
+    parse_args(L, argc, argv, &c);
+    return cmd_check(L, &c);
+  }
+  if (strcmp(cmd, "run") == 0) {
+    parse_args(L, argc, argv, &c);
+    return cmd_run(L, &c);
+  }
+  return host_fail(L, EXIT_USAGE, "unknown command '%s'; the commands are check and run (tycho --help)", cmd);
+}
+
+int main(int argc, char **argv)
+{
+  if (argv[0] && argv[0][0])
+    progname = "tycho";
+  lua_State *L = luaL_newstate();
+  if (!L) {
+    fprintf(stderr, "%s: cannot create a Lua state: not enough memory\n", progname);
+    return EXIT_RUNTIME;
+  }
+  lua_pushcfunction(L, pmain);
+  lua_pushinteger(L, argc);
+  lua_pushlightuserdata(L, argv);
+  int status = lua_pcall(L, 2, 0, 0);
+  int code = 0;
+  if (status != LUA_OK) {
+    const char *msg = lua_tostring(L, -1);
+    fprintf(stderr, "%s: %s\n", progname, msg ? msg : "(error object is not a string)");
+    code = exit_code;
+  }
+  lua_close(L);
+  return code;
+}

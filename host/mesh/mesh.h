@@ -1,0 +1,24 @@
+/* The mesh (DESIGN 3.2): rank ↔ (tp, pp, dp) coordinates and the process groups along each
+ * axis, as a pure function of the compiled plan's mesh. `mesh.order` lists the axes from
+ * fastest-varying (inside a node) to slowest; with the default { tp, dp, pp } the ranks of a
+ * TP group are consecutive and pipeline stages are outermost. Every rank computes the same
+ * groups in the same order, so the comm layer can build them with MPI_Comm_split. */
+#ifndef TYCHO_MESH_H
+#define TYCHO_MESH_H
+#include "plan/plan.h"
+
+/* Coordinates of `rank`, indexed by enum plan_axis. */
+void mesh_coords(const struct plan_mesh *m, int rank, int coord[PLAN_N_AXES]);
+int mesh_rank(const struct plan_mesh *m, const int coord[PLAN_N_AXES]);
+int mesh_axis_size(const struct plan_mesh *m, enum plan_axis a);
+/* Number of groups along axis a (world / size of a). */
+int mesh_group_count(const struct plan_mesh *m, enum plan_axis a);
+/* Index (0 .. count-1) of the group along axis a that holds `rank`: groups are numbered by
+ * their lowest rank, in increasing order. */
+int mesh_group_index(const struct plan_mesh *m, enum plan_axis a, int rank);
+/* Members of the group along axis a holding `rank`, in coordinate order; returns the count. */
+int mesh_group_members(const struct plan_mesh *m, enum plan_axis a, int rank, int *members);
+/* The rank of step `stride` along axis a: e.g. rank 0's stride in tp is 1 with the default order. */
+int mesh_axis_stride(const struct plan_mesh *m, enum plan_axis a);
+
+#endif

@@ -1,0 +1,163 @@
+/* The compiled plan's plumbing: lifetime, field locations for messages, names of the
+ * enumerations, derived seeds and the parameter count. */
+#define _POSIX_C_SOURCE 200809L
+#include "plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "philox.h"
+
+void plan_init(struct plan *p)
+{
+  memset(p, 0, sizeof *p);
+}
+
+void plan_free(struct plan *p)
+{
+  free(p->stages);
+  free(p->layers);
+  free(p->locs);
+  memset(p, 0, sizeof *p);
+}
+
+int plan_set_loc(struct plan *p, const char *path, const char *where)
+{
+  for (int i = 0; i < p->n_locs; i++)
+    if (strcmp(p->locs[i].path, path) == 0) {
+      snprintf(p->locs[i].where, sizeof p->locs[i].where, "%s", where);
+      return 0;
+    }
+  if (p->n_locs == p->cap_locs) {
+    int cap = p->cap_locs ? 2 * p->cap_locs : 64;
+    struct plan_loc *locs = realloc(p->locs, (size_t)cap * sizeof *locs);
+    if (!locs)
+      return -1;
+    p->locs = locs;
+    p->cap_locs = cap;
+  }
+  struct plan_loc *l = &p->locs[p->n_locs++];
+  snprintf(l->path, sizeof l->path, "%s", path);
+  snprintf(l->where, sizeof l->where, "%s", where);
+  return 0;
+}
+
+const char *plan_where(const struct plan *p, const char *path)
+{
+  char prefix[96];
+  snprintf(prefix, sizeof prefix, "%s", path);
+  for (;;) {
+    for (int i = 0; i < p->n_locs; i++)
+      if (strcmp(p->locs[i].path, prefix) == 0)
+        return p->locs[i].where;
+    char *dot = strrchr(prefix, '.');
+    if (!dot)
+      break;
+    *dot = 0;
+  }
+  for (int i = 0; i < p->n_locs; i++)
+    if (strcmp(p->locs[i].path, "") == 0)
+      return p->locs[i].where;
+  return p->file[0] ? p->file : "plan";
+}
+
+const char *plan_module_name(enum plan_module m)
+{
+  static const char *const names[] = { "embed", "q", "k", "v", "o", "gate", "up", "down", "head" };
+  return (unsigned)m < PLAN_N_MODULES ? names[m] : "?";
+}
+
+const char *plan_split_name(enum plan_split s)
+{
+  static const char *const names[] = { "replicate", "column", "row", "vocab" };
+  return (unsigned)s < 4 ? names[s] : "?";
+}
+
+const char *plan_schedule_name(enum plan_schedule s)
+{
+  static const char *const names[] = { "gpipe", "1f1b", "interleaved" };
+  return (unsigned)s < 3 ? names[s] : "?";
+}
+
+const char *plan_dtype_name(enum plan_dtype d)
+{
+  static const char *const names[] = { "fp32", "bf16", "fp16" };
+  return (unsigned)d < 3 ? names[d] : "?";
+}
+
+const char *plan_decay_name(enum plan_decay d)
+{
+  static const char *const names[] = { "constant", "cosine", "linear" };
+  return (unsigned)d < 3 ? names[d] : "?";
+}
+
+const char *plan_axis_name(enum plan_axis a)
+{
+  static const char *const names[] = { "tp", "dp", "pp" };
+  return (unsigned)a < PLAN_N_AXES ? names[a] : "?";
+}
+
+const char *plan_seed_name(enum plan_seed s)
+{
+  static const char *const names[] = { "model", "data", "dropout" };
+  return (unsigned)s < PLAN_N_SEEDS ? names[s] : "?";
+}
+
+const char *plan_recompute_part_name(int bit_index)
+{
+  static const char *const names[] = { "attn_norm", "attn_core", "attn", "mlp_norm", "mlp_act", "mlp" };
+  return bit_index >= 0 && bit_index < PLAN_RC_N_PARTS ? names[bit_index] : "?";
+}
+
+const char *plan_recompute_text(uint8_t mask, char *buf, size_t n)
+{
+  if (mask == 0) {
+    snprintf(buf, n, "none");
+  } else if (mask == PLAN_RC_FULL) {
+    snprintf(buf, n, "full");
+  } else {
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; i < PLAN_RC_N_PARTS; i++)
+      if (mask & (1 << i)) {
+        int w = snprintf(buf + used, n - used, "%s%s", used ? "," : "", plan_recompute_part_name(i));
+        if (w < 0 || (size_t)w >= n - used)
+          break;
+        used += (size_t)w;
+      }
+  }
+  return buf;
+}
+
+long long plan_derive_seed(long long global, const char *purpose)
+{
+  uint64_t h = 1469598103934665603ull; /* FNV-1a 64 of the purpose name */
+  for (const char *c = purpose; *c; c++) {
+    h ^= (unsigned char)*c;
+    h *= 1099511628211ull;
+  }
+  uint64_t g = (uint64_t)global;
+  uint32_t key[2] = { (uint32_t)g, (uint32_t)(g >> 32) };
+  uint32_t ctr[4] = { (uint32_t)h, (uint32_t)(h >> 32), 0x5eed5eedu, 0 };
+  uint32_t out[4];
+  philox4x32_10(ctr, key, out);
+  uint64_t v = ((uint64_t)out[1] << 32) | out[0];
+  return (long long)(v & ((1ull << 53) - 1));
+}
+
+long long plan_param_count(const struct plan *p)
+{
+  const struct plan_model *m = &p->model;
+  long long C = m->dim, F = m->ffn_dim, HS = m->head_dim;
+  long long Vp = m->vocab_padded ? m->vocab_padded : m->vocab;
+  long long per_layer = C * (m->n_heads * HS)        /* q */
+                        + 2 * C * (m->n_kv_heads * HS) /* k, v */
+                        + (m->n_heads * HS) * C        /* o */
+                        + 3 * C * F                    /* gate, up, down */
+                        + 2 * C;                       /* two RMSNorm gains */
+  long long total = per_layer * m->n_layers + Vp * C /* embedding */ + C /* final norm */;
+  if (!m->tie_embeddings)
+    total += Vp * C;
+  return total;
+}

@@ -1,0 +1,158 @@
+/* The compiled plan: what a plan file says, validated, with every Lua function already
+ * evaluated (DESIGN 3.1). Pure data and pure C: nothing here includes lua.h, so the mesh,
+ * layout, schedule, cost model and runtime read plans without a Lua state.
+ *
+ * Dimension legend (as in kernels/kernels.h): C model dim, NH query heads, NKV key/value heads,
+ * HS head size, F ffn dim, V vocab, Vp padded vocab, L layers, S stages. */
+#ifndef TYCHO_PLAN_H
+#define TYCHO_PLAN_H
+#include <stddef.h>
+#include <stdint.h>
+
+#define PLAN_NAME_MAX 128
+#define PLAN_PATH_MAX 1024
+
+enum plan_module {
+  PLAN_MOD_EMBED, PLAN_MOD_Q, PLAN_MOD_K, PLAN_MOD_V, PLAN_MOD_O,
+  PLAN_MOD_GATE, PLAN_MOD_UP, PLAN_MOD_DOWN, PLAN_MOD_HEAD, PLAN_N_MODULES
+};
+/* Modules that exist once per layer: q .. down. */
+#define PLAN_LAYER_MOD_FIRST PLAN_MOD_Q
+#define PLAN_LAYER_MOD_LAST PLAN_MOD_DOWN
+
+enum plan_split { PLAN_SPLIT_REPLICATE, PLAN_SPLIT_COLUMN, PLAN_SPLIT_ROW, PLAN_SPLIT_VOCAB };
+
+/* Recompute parts, one bit each; "full" is all of them. */
+enum plan_recompute {
+  PLAN_RC_ATTN_NORM = 1 << 0, /* the RMSNorm before attention */
+  PLAN_RC_ATTN_CORE = 1 << 1, /* scores, softmax, dropout, ·v (Megatron's "selective") */
+  PLAN_RC_ATTN = 1 << 2,      /* the whole attention sub-block */
+  PLAN_RC_MLP_NORM = 1 << 3,
+  PLAN_RC_MLP_ACT = 1 << 4,   /* SwiGLU */
+  PLAN_RC_MLP = 1 << 5,       /* the whole MLP sub-block */
+  PLAN_RC_FULL = (1 << 6) - 1,
+  PLAN_RC_N_PARTS = 6
+};
+
+enum plan_schedule { PLAN_SCHED_GPIPE, PLAN_SCHED_1F1B, PLAN_SCHED_INTERLEAVED };
+enum plan_dtype { PLAN_FP32, PLAN_BF16, PLAN_FP16 };
+enum plan_decay { PLAN_DECAY_CONSTANT, PLAN_DECAY_COSINE, PLAN_DECAY_LINEAR };
+enum plan_axis { PLAN_AXIS_TP, PLAN_AXIS_DP, PLAN_AXIS_PP, PLAN_N_AXES };
+enum plan_stages_kind { PLAN_STAGES_EVEN, PLAN_STAGES_BALANCED, PLAN_STAGES_LIST, PLAN_STAGES_FUNCTION };
+enum plan_seed { PLAN_SEED_MODEL, PLAN_SEED_DATA, PLAN_SEED_DROPOUT, PLAN_N_SEEDS };
+
+struct plan_model {
+  char family[32];
+  int n_layers, dim, n_heads, n_kv_heads, ffn_dim, vocab, max_seq;
+  double norm_eps, rope_theta, dropout;
+  int tie_embeddings;
+  int head_dim;     /* derived: dim / n_heads */
+  int vocab_padded; /* derived: vocab rounded up to a multiple of tp when embed or head is vocab-split */
+};
+
+struct plan_mesh {
+  int world;        /* tp · pp · dp */
+  int tp, pp, dp;
+  int dp_auto;      /* dp was "auto": world / (tp · pp) */
+  int world_assumed; /* no world size was given: dp "auto" became 1 */
+  enum plan_axis order[PLAN_N_AXES]; /* fastest-varying first */
+};
+
+struct plan_stage {
+  int index;        /* 0 .. n_stages-1, in model order */
+  int pp_rank;      /* index mod pp (Megatron's interleaving: chunk c of rank i is stage c·pp + i) */
+  int chunk;        /* index / pp */
+  int first_layer;  /* -1 when the stage holds no layer */
+  int n_layers;
+  int has_embed, has_head; /* the final norm goes with the head */
+};
+
+struct plan_layer {
+  int stage;
+  uint8_t split[PLAN_N_MODULES]; /* enum plan_split for q .. down; embed/head unused here */
+  uint8_t recompute;             /* enum plan_recompute bits */
+};
+
+/* Where a field of the plan was written, for error messages: "plans/x.lua:12". */
+struct plan_loc {
+  char path[96];
+  char where[PLAN_PATH_MAX + 32];
+};
+
+struct plan {
+  char name[PLAN_NAME_MAX];
+  char file[PLAN_PATH_MAX];
+  struct plan_model model;
+  struct plan_mesh mesh;
+
+  enum plan_stages_kind stages_kind;
+  int virtual_stages;
+  int n_stages;               /* pp · virtual_stages */
+  struct plan_stage *stages;  /* (n_stages) */
+  struct plan_layer *layers;  /* (n_layers) */
+  uint8_t embed_split, head_split;
+  int sequence_parallel;
+  int tp_split_is_function, recompute_is_function, stages_is_function;
+
+  int zero;
+  enum plan_schedule schedule;
+  struct { int global, micro, seq, microbatches; } batch; /* microbatches per step per rank */
+  struct { enum plan_dtype compute, grads, master; } precision;
+  struct { char kind[16]; double lr, beta1, beta2, eps, weight_decay, grad_clip; } optimizer;
+  struct { int warmup; enum plan_decay decay; long long decay_steps; double min_lr; } lr_schedule;
+  struct {
+    long long global;
+    long long value[PLAN_N_SEEDS];
+    int derived[PLAN_N_SEEDS]; /* 1: derived from global and the purpose's name */
+  } seeds;
+  struct { char train[PLAN_PATH_MAX], val[PLAN_PATH_MAX], synthetic[32]; int shuffle; } data;
+  struct { char from[PLAN_PATH_MAX]; } init;
+  struct { char path[PLAN_PATH_MAX]; int every; } export_;
+  struct { long long steps; int eval_every, eval_batches; } train;
+  struct { char dir[PLAN_PATH_MAX]; int every, keep, async; } checkpoint;
+  struct { int every; char metrics[PLAN_PATH_MAX], trace[PLAN_PATH_MAX]; } log;
+
+  int n_locs, cap_locs;
+  struct plan_loc *locs;
+};
+
+void plan_init(struct plan *p);
+void plan_free(struct plan *p);
+
+/* Records where the field `path` was written. 0 ok, -1 out of memory. */
+int plan_set_loc(struct plan *p, const char *path, const char *where);
+/* Where field `path` was written: the closest known location (the path itself, else its
+ * closest recorded parent, else the plan file). Never NULL. */
+const char *plan_where(const struct plan *p, const char *path);
+
+/* Names, for messages and output. */
+const char *plan_module_name(enum plan_module m);
+const char *plan_split_name(enum plan_split s);
+const char *plan_schedule_name(enum plan_schedule s);
+const char *plan_dtype_name(enum plan_dtype d);
+const char *plan_decay_name(enum plan_decay d);
+const char *plan_axis_name(enum plan_axis a);
+const char *plan_seed_name(enum plan_seed s);
+const char *plan_recompute_part_name(int bit_index);
+/* "none", "full" or a comma list of parts, into buf. */
+const char *plan_recompute_text(uint8_t mask, char *buf, size_t n);
+
+/* The derived seed for a purpose: a Philox4x32-10 draw keyed by the global seed, with the
+ * purpose name's FNV-1a hash as the counter, kept to 53 bits so it survives JSON. */
+long long plan_derive_seed(long long global, const char *purpose);
+
+/* Parameters of the model (with the padded vocab when padded). */
+long long plan_param_count(const struct plan *p);
+
+/* Checks everything that needs the whole plan (divisibility, mesh, stages, batch, ...) and
+ * derives what follows from it. Called by the compiler after reading the fields. 0 ok; -1
+ * with a one-line message "<where>: <field> = <value>: <problem>; <hint>" in err. */
+int plan_validate(struct plan *p, char *err, size_t err_size);
+
+/* Assigns layers to stages for "even" and "balanced". */
+int plan_assign_stages(struct plan *p, char *err, size_t err_size);
+
+/* The stable hash of the compiled plan (FNV-1a 64 over its canonical JSON). */
+uint64_t plan_hash(const struct plan *p);
+
+#endif

@@ -1,0 +1,343 @@
+/* Whole-plan validation: what no single field can check alone (DESIGN 3.1). Every message
+ * names where the offending field was written, the field, its value, and what would be
+ * valid. A valid plan is never changed silently: what is derived here (dp from "auto", the
+ * padded vocab, micro-batches per step, stage ranges, derived seeds) is shown by
+ * `tycho check`. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+
+static int fail(char *err, size_t n, const struct plan *p, const char *path, const char *fmt, ...)
+{
+  int used = snprintf(err, n, "%s: ", plan_where(p, path));
+  if (used < 0 || (size_t)used >= n)
+    return -1;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err + used, n - (size_t)used, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+/* "1, 2, 4, 8" : the divisors of x up to `limit` entries, for hints. */
+static const char *divisors(int x, char *buf, size_t n)
+{
+  size_t used = 0;
+  buf[0] = 0;
+  for (int d = 1; d <= x; d++) {
+    if (x % d)
+      continue;
+    int w = snprintf(buf + used, n - used, "%s%d", used ? ", " : "", d);
+    if (w < 0 || (size_t)w >= n - used)
+      break;
+    used += (size_t)w;
+  }
+  return buf;
+}
+
+static int validate_model(struct plan *p, char *err, size_t n)
+{
+  struct plan_model *m = &p->model;
+  if (m->dim % m->n_heads)
+    return fail(err, n, p, "model.dim", "model.dim = %d: not a multiple of model.n_heads = %d "
+                "(the head size is dim / n_heads)", m->dim, m->n_heads);
+  m->head_dim = m->dim / m->n_heads;
+  if (m->head_dim % 2)
+    return fail(err, n, p, "model.dim", "model.dim = %d: head size dim / n_heads = %d is odd; "
+                "rotary embeddings need an even head size", m->dim, m->head_dim);
+  if (m->n_kv_heads > m->n_heads || m->n_heads % m->n_kv_heads) {
+    char d[256];
+    return fail(err, n, p, "model.n_kv_heads", "model.n_kv_heads = %d: must divide model.n_heads = %d "
+                "(grouped-query attention); use one of %s", m->n_kv_heads, m->n_heads,
+                divisors(m->n_heads, d, sizeof d));
+  }
+  return 0;
+}
+
+static int validate_mesh(struct plan *p, char *err, size_t n)
+{
+  struct plan_mesh *me = &p->mesh;
+  long long tp_pp = (long long)me->tp * me->pp;
+  if (me->dp_auto) {
+    if (me->world <= 0) { /* no world given: the smallest one, dp = 1 (check says so) */
+      me->world = (int)tp_pp;
+      me->world_assumed = 1;
+    }
+    if (me->world % tp_pp)
+      return fail(err, n, p, "mesh", "mesh: a world of %d ranks is not a multiple of tp × pp = %d × %d "
+                  "= %lld; use a world that is, or change tp or pp", me->world, me->tp, me->pp, tp_pp);
+    me->dp = (int)(me->world / tp_pp);
+  } else {
+    long long product = tp_pp * me->dp;
+    if (me->world > 0 && product != me->world) {
+      if (me->world % tp_pp == 0)
+        return fail(err, n, p, "mesh.dp", "mesh.dp = %d: tp %d × pp %d × dp %d = %lld ranks, but the "
+                    "world has %d; set dp = %lld or dp = \"auto\"", me->dp, me->tp, me->pp, me->dp,
+                    product, me->world, me->world / tp_pp);
+      return fail(err, n, p, "mesh", "mesh: tp %d × pp %d × dp %d = %lld ranks, but the world has %d, "
+                  "which is not a multiple of tp × pp = %lld", me->tp, me->pp, me->dp, product,
+                  me->world, tp_pp);
+    }
+    if (product > 1 << 30)
+      return fail(err, n, p, "mesh", "mesh: tp × pp × dp = %lld ranks is too many", product);
+    me->world = (int)product;
+  }
+  return 0;
+}
+
+/* The forward FLOPs per token of one layer, and of embed/head, for "balanced" stages. */
+static double layer_cost(const struct plan *p)
+{
+  const struct plan_model *m = &p->model;
+  double C = m->dim, HS = m->head_dim, F = m->ffn_dim, T = p->batch.seq;
+  return 2.0 * C * (m->n_heads + 2.0 * m->n_kv_heads) * HS + 2.0 * m->n_heads * HS * C /* q,k,v,o */
+         + 2.0 * T * m->n_heads * HS  /* scores and ·v under the causal mask: 2 · (T/2) · 2 */
+         + 6.0 * C * F;               /* gate, up, down */
+}
+
+static double head_cost(const struct plan *p)
+{
+  return 2.0 * p->model.dim * (double)p->model.vocab;
+}
+
+/* Smallest achievable maximum stage cost, splitting L equal layers into S contiguous
+ * non-empty stages where stage 0 carries `first` extra and stage S-1 `last` extra. Fills
+ * counts[s]. Exact: tries every feasible count for the two end stages. */
+static void balance(int L, int S, double unit, double first, double last, int *counts)
+{
+  if (S == 1) {
+    counts[0] = L;
+    return;
+  }
+  double best = -1;
+  int best_a = 1, best_b = 1;
+  for (int a = 1; a <= L - (S - 1); a++) {
+    for (int b = 1; a + b <= L - (S - 2); b++) {
+      int mid = L - a - b, inner = S - 2;
+      if (inner == 0 && mid != 0)
+        continue;
+      if (inner > 0 && mid < inner)
+        continue;
+      double worst = first + a * unit;
+      if (last + b * unit > worst)
+        worst = last + b * unit;
+      if (inner > 0) {
+        double m = (double)((mid + inner - 1) / inner) * unit;
+        if (m > worst)
+          worst = m;
+      }
+      /* prefer the lowest maximum; among equals, the most even split of the middle */
+      if (best < 0 || worst < best - 1e-9 * best) {
+        best = worst;
+        best_a = a;
+        best_b = b;
+      }
+    }
+  }
+  counts[0] = best_a;
+  counts[S - 1] = best_b;
+  int mid = L - best_a - best_b, inner = S - 2;
+  for (int s = 1; s < S - 1; s++)
+    counts[s] = mid / inner + ((s - 1) < mid % inner ? 1 : 0);
+}
+
+int plan_assign_stages(struct plan *p, char *err, size_t n)
+{
+  int L = p->model.n_layers, S = p->n_stages;
+  if (p->stages_kind != PLAN_STAGES_EVEN && p->stages_kind != PLAN_STAGES_BALANCED)
+    return 0;
+  const char *kind = p->stages_kind == PLAN_STAGES_EVEN ? "even" : "balanced";
+  if (L < S)
+    return fail(err, n, p, "stages", "stages = \"%s\": %d layers cannot fill %d stages "
+                "(pp %d × virtual_stages %d); use fewer stages or list them explicitly",
+                kind, L, S, p->mesh.pp, p->virtual_stages);
+  int *counts = calloc((size_t)S, sizeof *counts);
+  if (!counts)
+    return fail(err, n, p, "stages", "out of memory");
+  if (p->stages_kind == PLAN_STAGES_EVEN) {
+    for (int s = 0; s < S; s++) /* stage s holds layers [s·L/S, (s+1)·L/S) */
+      counts[s] = (int)(((long long)(s + 1) * L) / S - ((long long)s * L) / S);
+  } else {
+    balance(L, S, layer_cost(p), 0.0, head_cost(p), counts);
+  }
+  int layer = 0;
+  for (int s = 0; s < S; s++)
+    for (int i = 0; i < counts[s]; i++)
+      p->layers[layer++].stage = s;
+  free(counts);
+  return 0;
+}
+
+/* Fills p->stages from the per-layer stage indices, and checks order and coverage. */
+static int build_stages(struct plan *p, char *err, size_t n)
+{
+  int S = p->n_stages;
+  free(p->stages);
+  p->stages = calloc((size_t)S, sizeof *p->stages);
+  if (!p->stages)
+    return fail(err, n, p, "stages", "out of memory");
+  for (int s = 0; s < S; s++) {
+    p->stages[s].index = s;
+    p->stages[s].pp_rank = s % p->mesh.pp;
+    p->stages[s].chunk = s / p->mesh.pp;
+    p->stages[s].first_layer = -1;
+  }
+  p->stages[0].has_embed = 1;
+  p->stages[S - 1].has_head = 1;
+  for (int l = 0; l < p->model.n_layers; l++) {
+    int s = p->layers[l].stage;
+    if (s < 0 || s >= S)
+      return fail(err, n, p, "stages", "stages: layer %d is in stage %d, but stages are 0..%d "
+                  "(pp %d × virtual_stages %d)", l, s, S - 1, p->mesh.pp, p->virtual_stages);
+    if (l > 0 && s < p->layers[l - 1].stage)
+      return fail(err, n, p, "stages", "stages: layer %d is in stage %d after layer %d in stage %d; "
+                  "layers must go to stages in order", l, s, l - 1, p->layers[l - 1].stage);
+    if (p->stages[s].first_layer < 0)
+      p->stages[s].first_layer = l;
+    p->stages[s].n_layers++;
+  }
+  for (int s = 0; s < S; s++) {
+    struct plan_stage *st = &p->stages[s];
+    if (st->n_layers == 0 && !st->has_embed && !st->has_head)
+      return fail(err, n, p, "stages", "stages: stage %d holds no layer (pp %d × virtual_stages %d "
+                  "= %d stages for %d layers); every stage needs at least one layer",
+                  s, p->mesh.pp, p->virtual_stages, S, p->model.n_layers);
+  }
+  return 0;
+}
+
+/* Column/row splits must cut whole heads and whole ffn/dim slices. */
+static int validate_splits(struct plan *p, char *err, size_t n)
+{
+  const struct plan_model *m = &p->model;
+  int tp = p->mesh.tp;
+  char d[256];
+  const char *fpath = p->tp_split_is_function ? "tp_split" : NULL;
+  for (int l = 0; l < m->n_layers; l++) {
+    for (int mod = PLAN_LAYER_MOD_FIRST; mod <= PLAN_LAYER_MOD_LAST; mod++) {
+      enum plan_split s = p->layers[l].split[mod];
+      char path[64];
+      snprintf(path, sizeof path, "tp_split.%s", plan_module_name(mod));
+      const char *at = fpath ? fpath : path;
+      char ctx[96] = "";
+      if (fpath)
+        snprintf(ctx, sizeof ctx, " (returned by the tp_split function for layer %d)", l);
+      if (s == PLAN_SPLIT_REPLICATE || tp == 1)
+        continue;
+      int out_dim = 0, in_dim = 0; /* the dimension a column / row split cuts */
+      const char *out_what = "", *in_what = "";
+      switch (mod) {
+      case PLAN_MOD_Q: out_dim = m->n_heads; out_what = "model.n_heads"; in_dim = m->dim; in_what = "model.dim"; break;
+      case PLAN_MOD_K:
+      case PLAN_MOD_V: out_dim = m->n_kv_heads; out_what = "model.n_kv_heads"; in_dim = m->dim; in_what = "model.dim"; break;
+      case PLAN_MOD_O: out_dim = m->dim; out_what = "model.dim"; in_dim = m->n_heads; in_what = "model.n_heads"; break;
+      case PLAN_MOD_GATE:
+      case PLAN_MOD_UP: out_dim = m->ffn_dim; out_what = "model.ffn_dim"; in_dim = m->dim; in_what = "model.dim"; break;
+      case PLAN_MOD_DOWN: out_dim = m->dim; out_what = "model.dim"; in_dim = m->ffn_dim; in_what = "model.ffn_dim"; break;
+      default: break;
+      }
+      int cut = s == PLAN_SPLIT_COLUMN ? out_dim : in_dim;
+      const char *what = s == PLAN_SPLIT_COLUMN ? out_what : in_what;
+      if (cut % tp == 0)
+        continue;
+      if ((mod == PLAN_MOD_K || mod == PLAN_MOD_V) && s == PLAN_SPLIT_COLUMN)
+        return fail(err, n, p, at, "%s = \"column\"%s: mesh.tp = %d does not divide %s = %d; use tp "
+                    "in {%s} or set tp_split.k and tp_split.v to \"replicate\" (every rank then "
+                    "holds all key/value heads)", path, ctx, tp, what, cut, divisors(cut, d, sizeof d));
+      return fail(err, n, p, at, "%s = \"%s\"%s: mesh.tp = %d does not divide %s = %d; use tp in {%s} "
+                  "or another split", path, plan_split_name(s), ctx, tp, what, cut,
+                  divisors(cut, d, sizeof d));
+    }
+  }
+  return 0;
+}
+
+static int validate_batch(struct plan *p, char *err, size_t n)
+{
+  int dp = p->mesh.dp, micro = p->batch.micro;
+  long long per_step = (long long)micro * dp;
+  if (p->batch.seq > p->model.max_seq)
+    return fail(err, n, p, "batch.seq", "batch.seq = %d: longer than model.max_seq = %d",
+                p->batch.seq, p->model.max_seq);
+  if (p->batch.global % per_step)
+    return fail(err, n, p, "batch.global", "batch.global = %d: not a multiple of batch.micro × dp = "
+                "%d × %d = %lld; use a multiple of %lld (e.g. %lld) or change batch.micro",
+                p->batch.global, micro, dp, per_step, per_step,
+                ((p->batch.global + per_step - 1) / per_step) * per_step);
+  p->batch.microbatches = (int)(p->batch.global / per_step);
+  if (p->sequence_parallel && p->batch.seq % p->mesh.tp)
+    return fail(err, n, p, "sequence_parallel", "sequence_parallel = true: batch.seq = %d is not a "
+                "multiple of mesh.tp = %d (each rank holds seq / tp positions)", p->batch.seq, p->mesh.tp);
+  return 0;
+}
+
+static int validate_schedule(struct plan *p, char *err, size_t n)
+{
+  int pp = p->mesh.pp, vs = p->virtual_stages;
+  if (p->schedule == PLAN_SCHED_INTERLEAVED) {
+    if (vs < 2)
+      return fail(err, n, p, "schedule.kind", "schedule.kind = \"interleaved\": needs virtual_stages "
+                  "≥ 2 (it is %d); set virtual_stages or use \"1f1b\"", vs);
+    if (pp < 2)
+      return fail(err, n, p, "schedule.kind", "schedule.kind = \"interleaved\": needs mesh.pp ≥ 2 "
+                  "(it is %d); use \"1f1b\"", pp);
+    if (p->batch.microbatches % pp)
+      return fail(err, n, p, "batch.global", "batch.global = %d: the interleaved schedule needs the "
+                  "micro-batches per step (%d = global / (micro × dp)) to be a multiple of mesh.pp = %d",
+                  p->batch.global, p->batch.microbatches, pp);
+  } else if (vs > 1) {
+    return fail(err, n, p, "virtual_stages", "virtual_stages = %d: only the \"interleaved\" schedule "
+                "runs virtual stages (schedule.kind is \"%s\"); set schedule = { kind = \"interleaved\" } "
+                "or virtual_stages = 1", vs, plan_schedule_name(p->schedule));
+  }
+  if (p->zero >= 2 && pp > 1)
+    return fail(err, n, p, "zero", "zero = %d: ZeRO stages 2 and 3 shard gradients that pipeline "
+                "stages still accumulate across micro-batches; with mesh.pp = %d use zero = 0 or 1",
+                p->zero, pp);
+  return 0;
+}
+
+static int validate_training(struct plan *p, char *err, size_t n)
+{
+  if (p->precision.master != PLAN_FP32)
+    return fail(err, n, p, "precision.master", "precision.master = \"%s\": master weights are kept "
+                "in fp32 only", plan_dtype_name(p->precision.master));
+  if (p->precision.compute == PLAN_FP32 && p->precision.grads != PLAN_FP32)
+    return fail(err, n, p, "precision.grads", "precision.grads = \"%s\": gradients are fp32 when "
+                "compute is fp32", plan_dtype_name(p->precision.grads));
+  if (p->lr_schedule.decay_steps == 0)
+    p->lr_schedule.decay_steps = p->train.steps;
+  if (p->lr_schedule.decay != PLAN_DECAY_CONSTANT && p->lr_schedule.decay_steps < p->lr_schedule.warmup)
+    return fail(err, n, p, "lr_schedule.decay_steps", "lr_schedule.decay_steps = %lld: shorter than "
+                "lr_schedule.warmup = %d", p->lr_schedule.decay_steps, p->lr_schedule.warmup);
+  if (p->lr_schedule.min_lr > p->optimizer.lr)
+    return fail(err, n, p, "lr_schedule.min_lr", "lr_schedule.min_lr = %g: larger than optimizer.lr = %g",
+                p->lr_schedule.min_lr, p->optimizer.lr);
+  if (strcmp(p->data.synthetic, "addition") == 0 && p->model.vocab < 62)
+    return fail(err, n, p, "model.vocab", "model.vocab = %d: the byte-level \"addition\" corpus "
+                "needs vocab ≥ 62 (token id = byte value)", p->model.vocab);
+  for (int s = 0; s < PLAN_N_SEEDS; s++)
+    if (p->seeds.derived[s])
+      p->seeds.value[s] = plan_derive_seed(p->seeds.global, plan_seed_name(s));
+  return 0;
+}
+
+int plan_validate(struct plan *p, char *err, size_t n)
+{
+  if (validate_model(p, err, n) || validate_mesh(p, err, n))
+    return -1;
+  p->n_stages = p->mesh.pp * p->virtual_stages;
+  int vocab_split = p->embed_split == PLAN_SPLIT_VOCAB || p->head_split == PLAN_SPLIT_VOCAB;
+  int tp = p->mesh.tp;
+  p->model.vocab_padded = vocab_split ? (p->model.vocab + tp - 1) / tp * tp : p->model.vocab;
+  if (validate_batch(p, err, n) || validate_schedule(p, err, n))
+    return -1;
+  if (plan_assign_stages(p, err, n) || build_stages(p, err, n))
+    return -1;
+  if (validate_splits(p, err, n) || validate_training(p, err, n))
+    return -1;
+  return 0;
+}
