@@ -1,0 +1,1090 @@
+/* Hugging Face safetensors: reader, writer and sharded index.
+ *
+ * The header is untrusted input (files come from the internet), so it goes through a small
+ * strict JSON parser written for it (RFC 8259: UTF-8 checked, \uXXXX with surrogate pairs,
+ * nesting depth capped, duplicate keys refused) and every tensor entry is checked before any
+ * pointer into the data is formed: offsets ordered and inside the data area, size equal to
+ * product(shape) * dtype size with overflow checks, no two tensors overlapping, no two with
+ * one name. Gaps between tensors are accepted (the HF reader refuses them; nothing here
+ * depends on contiguity). A violation is an error message naming the file and the place.
+ *
+ * Little-endian hosts only (x86-64, aarch64), as the format's data is little-endian. */
+#define _POSIX_C_SOURCE 200809L
+#include "safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "safetensors.c assumes a little-endian host"
+#endif
+
+#define JSON_MAX_DEPTH 64
+
+__attribute__((format(printf, 3, 4)))
+static int fail(char *err, size_t err_size, const char *fmt, ...)
+{
+  if (err && err_size) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_size, fmt, ap);
+    va_end(ap);
+  }
+  return 1;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* JSON: parsed into a flat array of nodes linked first-child / next-sibling. Decoded strings
+ * go to one arena sized to the text (a decoded string plus its NUL is never longer than its
+ * quoted source), so names can point into it for the life of the file. */
+
+enum json_type { JSON_NULL, JSON_FALSE, JSON_TRUE, JSON_NUMBER, JSON_STRING, JSON_ARRAY,
+                 JSON_OBJECT };
+
+struct json_node {
+  enum json_type type;
+  int first;        /* first child, -1 if none */
+  int next;         /* next sibling, -1 if none */
+  int n_children;
+  size_t pos;       /* offset of the value in the text */
+  size_t len;       /* numbers: length of the literal */
+  const char *key;  /* object member key, or NULL */
+  const char *str;  /* string value */
+};
+
+struct json {
+  const char *text;
+  size_t n, i;
+  struct json_node *nodes;
+  int n_nodes, cap_nodes;
+  char *strings;
+  size_t n_strings;
+  const char *name; /* file name for messages */
+  size_t base;      /* file offset of text[0], for messages */
+  char *err;
+  size_t err_size;
+};
+
+__attribute__((format(printf, 3, 4)))
+static int json_fail(struct json *j, size_t pos, const char *fmt, ...)
+{
+  char what[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  return fail(j->err, j->err_size, "%s: bad JSON at byte %zu: %s", j->name, j->base + pos, what);
+}
+
+static int json_peek(const struct json *j) { return j->i < j->n ? (unsigned char)j->text[j->i] : -1; }
+
+static void json_skip_space(struct json *j)
+{
+  while (j->i < j->n && (j->text[j->i] == ' ' || j->text[j->i] == '\t' ||
+                         j->text[j->i] == '\n' || j->text[j->i] == '\r'))
+    j->i++;
+}
+
+static int json_new_node(struct json *j, enum json_type type)
+{
+  if (j->n_nodes == j->cap_nodes) {
+    int cap = j->cap_nodes ? 2 * j->cap_nodes : 64;
+    struct json_node *nodes = realloc(j->nodes, (size_t)cap * sizeof *nodes);
+    if (!nodes) return -1;
+    j->nodes = nodes;
+    j->cap_nodes = cap;
+  }
+  struct json_node *nd = &j->nodes[j->n_nodes];
+  *nd = (struct json_node){ .type = type, .first = -1, .next = -1, .pos = j->i };
+  return j->n_nodes++;
+}
+
+/* Length of the valid UTF-8 sequence at s (n bytes available), or 0 if invalid. */
+static size_t utf8_length(const unsigned char *s, size_t n)
+{
+  unsigned char c = s[0];
+  size_t len;
+  unsigned char lo = 0x80, hi = 0xbf;
+  if (c < 0x80) return 1;
+  else if (c >= 0xc2 && c <= 0xdf) len = 2;
+  else if (c >= 0xe0 && c <= 0xef) { len = 3; if (c == 0xe0) lo = 0xa0; if (c == 0xed) hi = 0x9f; }
+  else if (c >= 0xf0 && c <= 0xf4) { len = 4; if (c == 0xf0) lo = 0x90; if (c == 0xf4) hi = 0x8f; }
+  else return 0;
+  if (n < len || s[1] < lo || s[1] > hi) return 0;
+  for (size_t k = 2; k < len; k++)
+    if (s[k] < 0x80 || s[k] > 0xbf) return 0;
+  return len;
+}
+
+static int json_hex4(struct json *j, size_t at, unsigned *out)
+{
+  unsigned v = 0;
+  if (at + 4 > j->n) return json_fail(j, at, "truncated \\u escape");
+  for (int k = 0; k < 4; k++) {
+    char c = j->text[at + k];
+    v <<= 4;
+    if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
+    else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
+    else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
+    else return json_fail(j, at, "bad hex digit in \\u escape");
+  }
+  *out = v;
+  return 0;
+}
+
+static int json_string(struct json *j, const char **out)
+{
+  size_t start = j->i++;
+  char *dst = j->strings + j->n_strings;
+  *out = dst;
+  for (;;) {
+    if (j->i >= j->n) return json_fail(j, start, "unterminated string");
+    unsigned char c = (unsigned char)j->text[j->i];
+    if (c == '"') { j->i++; break; }
+    if (c < 0x20) return json_fail(j, j->i, "control character 0x%02x in string", c);
+    if (c != '\\') {
+      size_t len = utf8_length((const unsigned char *)j->text + j->i, j->n - j->i);
+      if (!len) return json_fail(j, j->i, "invalid UTF-8 in string");
+      memcpy(dst, j->text + j->i, len);
+      dst += len;
+      j->i += len;
+      continue;
+    }
+    size_t esc = j->i++;
+    if (j->i >= j->n) return json_fail(j, start, "unterminated string");
+    char e = j->text[j->i++];
+    switch (e) {
+    case '"': case '\\': case '/': *dst++ = e; continue;
+    case 'b': *dst++ = '\b'; continue;
+    case 'f': *dst++ = '\f'; continue;
+    case 'n': *dst++ = '\n'; continue;
+    case 'r': *dst++ = '\r'; continue;
+    case 't': *dst++ = '\t'; continue;
+    case 'u': break;
+    default: return json_fail(j, esc, "bad escape '\\%c'", e >= 0x20 && e < 0x7f ? e : '?');
+    }
+    unsigned cp, lo;
+    if (json_hex4(j, j->i, &cp)) return 1;
+    j->i += 4;
+    if (cp >= 0xdc00 && cp <= 0xdfff) return json_fail(j, esc, "lone low surrogate \\u%04x", cp);
+    if (cp >= 0xd800 && cp <= 0xdbff) {
+      if (j->i + 2 > j->n || j->text[j->i] != '\\' || j->text[j->i + 1] != 'u')
+        return json_fail(j, esc, "high surrogate \\u%04x without a low one", cp);
+      if (json_hex4(j, j->i + 2, &lo)) return 1;
+      if (lo < 0xdc00 || lo > 0xdfff)
+        return json_fail(j, esc, "high surrogate \\u%04x without a low one", cp);
+      j->i += 6;
+      cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+    }
+    if (cp == 0) return json_fail(j, esc, "\\u0000 in a string is not supported");
+    if (cp < 0x80) {
+      *dst++ = (char)cp;
+    } else if (cp < 0x800) {
+      *dst++ = (char)(0xc0 | (cp >> 6));
+      *dst++ = (char)(0x80 | (cp & 0x3f));
+    } else if (cp < 0x10000) {
+      *dst++ = (char)(0xe0 | (cp >> 12));
+      *dst++ = (char)(0x80 | ((cp >> 6) & 0x3f));
+      *dst++ = (char)(0x80 | (cp & 0x3f));
+    } else {
+      *dst++ = (char)(0xf0 | (cp >> 18));
+      *dst++ = (char)(0x80 | ((cp >> 12) & 0x3f));
+      *dst++ = (char)(0x80 | ((cp >> 6) & 0x3f));
+      *dst++ = (char)(0x80 | (cp & 0x3f));
+    }
+  }
+  *dst++ = '\0';
+  j->n_strings = (size_t)(dst - j->strings);
+  return 0;
+}
+
+static bool json_is_digit(int c) { return c >= '0' && c <= '9'; }
+
+static int json_number(struct json *j, int id)
+{
+  size_t start = j->i;
+  if (json_peek(j) == '-') j->i++;
+  if (json_peek(j) == '0') j->i++;
+  else if (json_is_digit(json_peek(j)) ) while (json_is_digit(json_peek(j))) j->i++;
+  else return json_fail(j, start, "bad number");
+  if (json_peek(j) == '.') {
+    j->i++;
+    if (!json_is_digit(json_peek(j))) return json_fail(j, start, "bad number");
+    while (json_is_digit(json_peek(j))) j->i++;
+  }
+  if (json_peek(j) == 'e' || json_peek(j) == 'E') {
+    j->i++;
+    if (json_peek(j) == '+' || json_peek(j) == '-') j->i++;
+    if (!json_is_digit(json_peek(j))) return json_fail(j, start, "bad number");
+    while (json_is_digit(json_peek(j))) j->i++;
+  }
+  j->nodes[id].len = j->i - start;
+  return 0;
+}
+
+static int compare_strings(const void *a, const void *b)
+{
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Refuse an object with two members of one name; O(k log k) for k members. */
+static int json_check_unique_keys(struct json *j, int id)
+{
+  int k = j->nodes[id].n_children, m = 0;
+  if (k < 2) return 0;
+  const char **keys = malloc((size_t)k * sizeof *keys);
+  if (!keys) return json_fail(j, j->nodes[id].pos, "out of memory");
+  for (int c = j->nodes[id].first; c >= 0; c = j->nodes[c].next) keys[m++] = j->nodes[c].key;
+  qsort(keys, (size_t)k, sizeof *keys, compare_strings);
+  for (int a = 1; a < k; a++) {
+    if (strcmp(keys[a - 1], keys[a]) == 0) {
+      int rc = json_fail(j, j->nodes[id].pos, "duplicate key \"%.100s\" in object", keys[a]);
+      free(keys);
+      return rc;
+    }
+  }
+  free(keys);
+  return 0;
+}
+
+static int json_value(struct json *j, int depth);
+
+static int json_container(struct json *j, int id, int depth, bool is_object)
+{
+  char close = is_object ? '}' : ']';
+  int prev = -1;
+  if (depth >= JSON_MAX_DEPTH)
+    return json_fail(j, j->i, "nesting deeper than %d levels", JSON_MAX_DEPTH);
+  j->i++;
+  json_skip_space(j);
+  if (json_peek(j) == close) { j->i++; return 0; }
+  for (;;) {
+    const char *key = NULL;
+    json_skip_space(j);
+    if (is_object) {
+      if (json_peek(j) != '"') return json_fail(j, j->i, "expected a string key in object");
+      if (json_string(j, &key)) return 1;
+      json_skip_space(j);
+      if (json_peek(j) != ':') return json_fail(j, j->i, "expected ':' after object key");
+      j->i++;
+    }
+    int child = json_value(j, depth + 1);
+    if (child < 0) return 1;
+    j->nodes[child].key = key;
+    if (prev < 0) j->nodes[id].first = child;
+    else j->nodes[prev].next = child;
+    prev = child;
+    j->nodes[id].n_children++;
+    json_skip_space(j);
+    int c = json_peek(j);
+    if (c == ',') { j->i++; continue; }
+    if (c == close) { j->i++; break; }
+    return json_fail(j, j->i, "expected ',' or '%c'", close);
+  }
+  return is_object ? json_check_unique_keys(j, id) : 0;
+}
+
+static int json_literal(struct json *j, const char *word)
+{
+  size_t len = strlen(word);
+  if (j->n - j->i < len || memcmp(j->text + j->i, word, len) != 0)
+    return json_fail(j, j->i, "unexpected character");
+  j->i += len;
+  return 0;
+}
+
+/* Parse one value; returns its node index, or -1 with the message written. */
+static int json_value(struct json *j, int depth)
+{
+  json_skip_space(j);
+  int c = json_peek(j);
+  if (c < 0) { json_fail(j, j->i, "unexpected end of JSON"); return -1; }
+  enum json_type type = c == '{' ? JSON_OBJECT : c == '[' ? JSON_ARRAY : c == '"' ? JSON_STRING
+                      : c == 't' ? JSON_TRUE : c == 'f' ? JSON_FALSE : c == 'n' ? JSON_NULL
+                      : JSON_NUMBER;
+  int id = json_new_node(j, type);
+  if (id < 0) { json_fail(j, j->i, "out of memory"); return -1; }
+  int rc;
+  switch (type) {
+  case JSON_OBJECT: rc = json_container(j, id, depth, true); break;
+  case JSON_ARRAY: rc = json_container(j, id, depth, false); break;
+  case JSON_STRING: rc = json_string(j, &j->nodes[id].str); break;
+  case JSON_TRUE: rc = json_literal(j, "true"); break;
+  case JSON_FALSE: rc = json_literal(j, "false"); break;
+  case JSON_NULL: rc = json_literal(j, "null"); break;
+  default:
+    if (c != '-' && !json_is_digit(c)) {
+      if (c >= 0x20 && c < 0x7f) json_fail(j, j->i, "unexpected character '%c'", c);
+      else json_fail(j, j->i, "unexpected byte 0x%02x", (unsigned)c);
+      return -1;
+    }
+    rc = json_number(j, id);
+  }
+  return rc ? -1 : id;
+}
+
+/* Parse text[0, n) as one JSON value; the root is node 0. */
+static int json_parse(struct json *j, const char *text, size_t n, const char *name, size_t base,
+                      char *err, size_t err_size)
+{
+  *j = (struct json){ .text = text, .n = n, .name = name, .base = base, .err = err,
+                      .err_size = err_size };
+  j->strings = malloc(n + 1);
+  if (!j->strings) return fail(err, err_size, "%s: out of memory for a %zu-byte header", name, n);
+  if (json_value(j, 0) < 0) return 1;
+  json_skip_space(j);
+  if (j->i != j->n) return json_fail(j, j->i, "trailing characters after the JSON value");
+  return 0;
+}
+
+static void json_free(struct json *j)
+{
+  free(j->nodes);
+  free(j->strings);
+  j->nodes = NULL;
+  j->strings = NULL;
+}
+
+/* A JSON number that is a non-negative integer fitting in 64 bits. */
+static bool json_uint64(const struct json *j, int id, uint64_t *out)
+{
+  const struct json_node *nd = &j->nodes[id];
+  uint64_t v = 0;
+  if (nd->type != JSON_NUMBER) return false;
+  for (size_t k = 0; k < nd->len; k++) {
+    char c = j->text[nd->pos + k];
+    if (!json_is_digit(c)) return false;
+    if (v > (UINT64_MAX - (uint64_t)(c - '0')) / 10) return false;
+    v = v * 10 + (uint64_t)(c - '0');
+  }
+  *out = v;
+  return true;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Reading */
+
+static const struct { const char *name; size_t n_bytes; } st_dtypes[ST_N_DTYPES] = {
+  [ST_BOOL] = {"BOOL", 1}, [ST_U8] = {"U8", 1}, [ST_I8] = {"I8", 1},
+  [ST_F8_E5M2] = {"F8_E5M2", 1}, [ST_F8_E4M3] = {"F8_E4M3", 1}, [ST_I16] = {"I16", 2},
+  [ST_U16] = {"U16", 2}, [ST_F16] = {"F16", 2}, [ST_BF16] = {"BF16", 2}, [ST_I32] = {"I32", 4},
+  [ST_U32] = {"U32", 4}, [ST_F32] = {"F32", 4}, [ST_F64] = {"F64", 8}, [ST_I64] = {"I64", 8},
+  [ST_U64] = {"U64", 8},
+};
+
+const char *st_dtype_name(enum st_dtype dtype)
+{
+  return (unsigned)dtype < ST_N_DTYPES ? st_dtypes[dtype].name : "?";
+}
+
+size_t st_dtype_bytes(enum st_dtype dtype)
+{
+  return (unsigned)dtype < ST_N_DTYPES ? st_dtypes[dtype].n_bytes : 0;
+}
+
+static void shape_string(char *buf, size_t size, const struct st_tensor *t)
+{
+  size_t n = (size_t)snprintf(buf, size, "[");
+  for (int d = 0; d < t->n_dims && n < size; d++)
+    n += (size_t)snprintf(buf + n, size - n, "%s%" PRId64, d ? ", " : "", t->shape[d]);
+  if (n < size) snprintf(buf + n, size - n, "]");
+}
+
+/* Check one tensor entry {"dtype", "shape", "data_offsets"} and fill t. */
+static int st_tensor_entry(struct st_file *f, struct json *j, int id, struct st_tensor *t,
+                           char *err, size_t err_size)
+{
+  const struct json_node *nd = &j->nodes[id];
+  int dtype = -1, shape = -1, offsets = -1;
+  uint64_t range[2];
+  t->name = nd->key;
+  if (!t->name[0]) return fail(err, err_size, "%s: a tensor has an empty name", f->path);
+  if (nd->type != JSON_OBJECT)
+    return fail(err, err_size, "%s: tensor '%s': expected an object with dtype, shape and "
+                "data_offsets", f->path, t->name);
+  for (int c = nd->first; c >= 0; c = j->nodes[c].next) {
+    const char *key = j->nodes[c].key;
+    if (strcmp(key, "dtype") == 0) dtype = c;
+    else if (strcmp(key, "shape") == 0) shape = c;
+    else if (strcmp(key, "data_offsets") == 0) offsets = c;
+    else return fail(err, err_size, "%s: tensor '%s': unknown field '%.100s'", f->path, t->name, key);
+  }
+  if (dtype < 0 || shape < 0 || offsets < 0)
+    return fail(err, err_size, "%s: tensor '%s': missing '%s'", f->path, t->name,
+                dtype < 0 ? "dtype" : shape < 0 ? "shape" : "data_offsets");
+  if (j->nodes[dtype].type != JSON_STRING)
+    return fail(err, err_size, "%s: tensor '%s': dtype is not a string", f->path, t->name);
+  t->dtype = ST_N_DTYPES;
+  for (int k = 0; k < ST_N_DTYPES; k++)
+    if (strcmp(j->nodes[dtype].str, st_dtypes[k].name) == 0) t->dtype = (enum st_dtype)k;
+  if (t->dtype == ST_N_DTYPES)
+    return fail(err, err_size, "%s: tensor '%s': unknown dtype '%.40s'", f->path, t->name,
+                j->nodes[dtype].str);
+  if (j->nodes[shape].type != JSON_ARRAY || j->nodes[shape].n_children > ST_MAX_DIMS)
+    return fail(err, err_size, "%s: tensor '%s': shape must be an array of at most %d integers",
+                f->path, t->name, ST_MAX_DIMS);
+  bool has_zero = false, overflow = false;
+  t->n_elems = 1;
+  for (int c = j->nodes[shape].first; c >= 0; c = j->nodes[c].next) {
+    uint64_t d;
+    if (!json_uint64(j, c, &d) || d > INT64_MAX)
+      return fail(err, err_size, "%s: tensor '%s': shape must hold non-negative integers",
+                  f->path, t->name);
+    t->shape[t->n_dims++] = (int64_t)d;
+    if (d == 0) has_zero = true;
+    else if (d > SIZE_MAX / t->n_elems) overflow = true;
+    else t->n_elems *= (size_t)d;
+  }
+  if (has_zero) t->n_elems = 0;
+  size_t unit = st_dtypes[t->dtype].n_bytes;
+  if (overflow || t->n_elems > SIZE_MAX / unit)
+    return fail(err, err_size, "%s: tensor '%s': shape overflows the address space", f->path,
+                t->name);
+  t->n_bytes = t->n_elems * unit;
+  if (j->nodes[offsets].type != JSON_ARRAY || j->nodes[offsets].n_children != 2 ||
+      !json_uint64(j, j->nodes[offsets].first, &range[0]) ||
+      !json_uint64(j, j->nodes[j->nodes[offsets].first].next, &range[1]))
+    return fail(err, err_size, "%s: tensor '%s': data_offsets must be two non-negative integers",
+                f->path, t->name);
+  if (range[0] > range[1])
+    return fail(err, err_size, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] are "
+                "out of order", f->path, t->name, range[0], range[1]);
+  if (range[1] > f->data_bytes)
+    return fail(err, err_size, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] run "
+                "past the end of the %zu-byte data area", f->path, t->name, range[0], range[1],
+                f->data_bytes);
+  if (range[1] - range[0] != t->n_bytes) {
+    char s[160];
+    shape_string(s, sizeof s, t);
+    return fail(err, err_size, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] hold "
+                "%" PRIu64 " bytes but shape %s of %s needs %zu", f->path, t->name, range[0],
+                range[1], range[1] - range[0], s, st_dtypes[t->dtype].name, t->n_bytes);
+  }
+  t->offset = (size_t)range[0];
+  t->data = f->data + t->offset;
+  return 0;
+}
+
+static int st_metadata(struct st_file *f, struct json *j, int id, char *err, size_t err_size)
+{
+  const struct json_node *nd = &j->nodes[id];
+  if (nd->type != JSON_OBJECT)
+    return fail(err, err_size, "%s: __metadata__ is not an object", f->path);
+  f->metadata_keys = calloc((size_t)nd->n_children + 1, sizeof *f->metadata_keys);
+  f->metadata_values = calloc((size_t)nd->n_children + 1, sizeof *f->metadata_values);
+  if (!f->metadata_keys || !f->metadata_values)
+    return fail(err, err_size, "%s: out of memory", f->path);
+  for (int c = nd->first; c >= 0; c = j->nodes[c].next) {
+    if (j->nodes[c].type != JSON_STRING)
+      return fail(err, err_size, "%s: __metadata__ value of '%.100s' is not a string", f->path,
+                  j->nodes[c].key);
+    f->metadata_keys[f->n_metadata] = j->nodes[c].key;
+    f->metadata_values[f->n_metadata++] = j->nodes[c].str;
+  }
+  return 0;
+}
+
+struct span { size_t begin, end; int index; };
+
+static int compare_spans(const void *a, const void *b)
+{
+  const struct span *x = a, *y = b;
+  return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : 0;
+}
+
+struct named { const char *name; int index; };
+
+static int compare_named(const void *a, const void *b)
+{
+  return strcmp(((const struct named *)a)->name, ((const struct named *)b)->name);
+}
+
+/* Fill by_name and refuse overlapping tensors; names are already unique (JSON keys). */
+static int st_index_tensors(struct st_file *f, char *err, size_t err_size)
+{
+  size_t n = (size_t)f->n_tensors;
+  struct named *names = malloc((n + 1) * sizeof *names);
+  struct span *spans = malloc((n + 1) * sizeof *spans);
+  f->by_name = malloc((n + 1) * sizeof *f->by_name);
+  int rc = 0, m = 0;
+  if (!names || !spans || !f->by_name) {
+    rc = fail(err, err_size, "%s: out of memory", f->path);
+    goto done;
+  }
+  for (int k = 0; k < f->n_tensors; k++) {
+    const struct st_tensor *t = &f->tensors[k];
+    names[k] = (struct named){ t->name, k };
+    if (t->n_bytes) spans[m++] = (struct span){ t->offset, t->offset + t->n_bytes, k };
+  }
+  qsort(names, n, sizeof *names, compare_named);
+  for (size_t k = 0; k < n; k++) f->by_name[k] = names[k].index;
+  qsort(spans, (size_t)m, sizeof *spans, compare_spans);
+  for (int k = 1; k < m; k++) {
+    if (spans[k].begin < spans[k - 1].end) {
+      const struct span *a = &spans[k - 1], *b = &spans[k];
+      rc = fail(err, err_size, "%s: tensors '%s' [%zu, %zu] and '%s' [%zu, %zu] overlap", f->path,
+                f->tensors[a->index].name, a->begin, a->end, f->tensors[b->index].name,
+                b->begin, b->end);
+      break;
+    }
+  }
+done:
+  free(names);
+  free(spans);
+  return rc;
+}
+
+/* Parse the image buf[0, n) into f, whose path is set; on error the caller closes f. */
+static int st_parse_image(struct st_file *f, const uint8_t *buf, size_t n, char *err,
+                          size_t err_size)
+{
+  uint64_t header_bytes;
+  struct json j;
+  int rc;
+  if (n < 8)
+    return fail(err, err_size, "%s: file is %zu bytes, shorter than the 8-byte header length: "
+                "not a safetensors file", f->path, n);
+  memcpy(&header_bytes, buf, 8);
+  if (header_bytes > ST_MAX_HEADER_BYTES)
+    return fail(err, err_size, "%s: header length %" PRIu64 " is over the %" PRIu64 "-byte cap: "
+                "not a safetensors file", f->path, header_bytes, ST_MAX_HEADER_BYTES);
+  if (header_bytes > n - 8)
+    return fail(err, err_size, "%s: header length %" PRIu64 " is larger than the %zu bytes after "
+                "the length prefix (file is %zu bytes)", f->path, header_bytes, n - 8, n);
+  f->data = buf + 8 + header_bytes;
+  f->data_bytes = n - 8 - (size_t)header_bytes;
+  rc = json_parse(&j, (const char *)buf + 8, (size_t)header_bytes, f->path, 8, err, err_size);
+  if (rc) goto done;
+  if (j.nodes[0].type != JSON_OBJECT) {
+    rc = fail(err, err_size, "%s: header is not a JSON object", f->path);
+    goto done;
+  }
+  f->tensors = calloc((size_t)j.nodes[0].n_children + 1, sizeof *f->tensors);
+  if (!f->tensors) {
+    rc = fail(err, err_size, "%s: out of memory", f->path);
+    goto done;
+  }
+  for (int c = j.nodes[0].first; c >= 0 && !rc; c = j.nodes[c].next) {
+    if (strcmp(j.nodes[c].key, "__metadata__") == 0)
+      rc = st_metadata(f, &j, c, err, err_size);
+    else
+      rc = st_tensor_entry(f, &j, c, &f->tensors[f->n_tensors++], err, err_size);
+  }
+  if (!rc) rc = st_index_tensors(f, err, err_size);
+done:
+  f->strings = j.strings; /* names point into it */
+  j.strings = NULL;
+  json_free(&j);
+  return rc;
+}
+
+int st_parse(struct st_file *f, const void *buf, size_t n_bytes, const char *name, char *err,
+             size_t err_size)
+{
+  memset(f, 0, sizeof *f);
+  f->path = strdup(name ? name : "<memory>");
+  if (!f->path) return fail(err, err_size, "out of memory");
+  int rc = st_parse_image(f, buf, n_bytes, err, err_size);
+  if (rc) st_close(f);
+  return rc;
+}
+
+int st_open(struct st_file *f, const char *path, char *err, size_t err_size)
+{
+  struct stat st;
+  int rc;
+  memset(f, 0, sizeof *f);
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return fail(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+  if (fstat(fd, &st) != 0) {
+    rc = fail(err, err_size, "%s: cannot stat: %s", path, strerror(errno));
+    close(fd);
+    return rc;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return fail(err, err_size, "%s: not a regular file", path);
+  }
+  f->path = strdup(path);
+  if (!f->path) {
+    close(fd);
+    return fail(err, err_size, "%s: out of memory", path);
+  }
+  if (st.st_size > 0) {
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+      rc = fail(err, err_size, "%s: cannot mmap %lld bytes: %s", path, (long long)st.st_size,
+                strerror(errno));
+      close(fd);
+      st_close(f);
+      return rc;
+    }
+    f->map = map;
+    f->map_bytes = (size_t)st.st_size;
+  }
+  close(fd);
+  rc = st_parse_image(f, f->map, f->map_bytes, err, err_size);
+  if (rc) st_close(f);
+  return rc;
+}
+
+void st_close(struct st_file *f)
+{
+  if (f->map) munmap(f->map, f->map_bytes);
+  free(f->path);
+  free(f->tensors);
+  free(f->by_name);
+  free(f->metadata_keys);
+  free(f->metadata_values);
+  free(f->strings);
+  memset(f, 0, sizeof *f);
+}
+
+const struct st_tensor *st_find(const struct st_file *f, const char *name)
+{
+  int lo = 0, hi = f->n_tensors;
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    const struct st_tensor *t = &f->tensors[f->by_name[mid]];
+    int c = strcmp(name, t->name);
+    if (c == 0) return t;
+    if (c < 0) hi = mid;
+    else lo = mid + 1;
+  }
+  return NULL;
+}
+
+/* IEEE half to single, exactly: subnormals normalised, inf and nan (payload kept) carried. */
+static float f16_to_f32(uint16_t h)
+{
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+  uint32_t bits;
+  if (exponent == 0x1f) {
+    bits = sign | 0x7f800000u | (mantissa << 13);
+  } else if (exponent) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (!mantissa) {
+    bits = sign;
+  } else {
+    uint32_t shift = 0;
+    while (!(mantissa & 0x400)) { mantissa <<= 1; shift++; }
+    bits = sign | ((113 - shift) << 23) | ((mantissa & 0x3ff) << 13);
+  }
+  float x;
+  memcpy(&x, &bits, 4);
+  return x;
+}
+
+int st_read_f32(const struct st_file *f, const struct st_tensor *t, float *out, size_t n_elems,
+                char *err, size_t err_size)
+{
+  if (n_elems != t->n_elems)
+    return fail(err, err_size, "%s: tensor '%s' has %zu elements but the buffer holds %zu",
+                f->path, t->name, t->n_elems, n_elems);
+  const uint8_t *p = t->data;
+  switch (t->dtype) {
+  case ST_F32:
+    if (n_elems) memcpy(out, p, t->n_bytes);
+    return 0;
+  case ST_F16:
+  case ST_BF16:
+    for (size_t k = 0; k < n_elems; k++) {
+      uint16_t h;
+      memcpy(&h, p + 2 * k, 2);
+      if (t->dtype == ST_F16) {
+        out[k] = f16_to_f32(h);
+      } else {
+        uint32_t bits = (uint32_t)h << 16;
+        memcpy(&out[k], &bits, 4);
+      }
+    }
+    return 0;
+  case ST_F64:
+    for (size_t k = 0; k < n_elems; k++) {
+      double d;
+      memcpy(&d, p + 8 * k, 8);
+      out[k] = (float)d;
+    }
+    return 0;
+  default:
+    return fail(err, err_size, "%s: tensor '%s' is %s; only F32, F16, BF16 and F64 convert to "
+                "float32", f->path, t->name, st_dtype_name(t->dtype));
+  }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Writing: build the header in memory, then stream it and the data to path.tmp. */
+
+struct text { char *p; size_t n, cap; bool oom; };
+
+static void text_add(struct text *s, const char *src, size_t n)
+{
+  if (s->oom) return;
+  if (s->n + n + 1 > s->cap) {
+    size_t cap = s->cap ? s->cap : 256;
+    while (cap < s->n + n + 1) cap *= 2;
+    char *p = realloc(s->p, cap);
+    if (!p) { s->oom = true; return; }
+    s->p = p;
+    s->cap = cap;
+  }
+  memcpy(s->p + s->n, src, n);
+  s->n += n;
+  s->p[s->n] = '\0';
+}
+
+static void text_puts(struct text *s, const char *str) { text_add(s, str, strlen(str)); }
+
+__attribute__((format(printf, 2, 3)))
+static void text_printf(struct text *s, const char *fmt, ...)
+{
+  char buf[256];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  text_add(s, buf, n < 0 ? 0 : (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+}
+
+static void text_json_string(struct text *s, const char *str)
+{
+  text_add(s, "\"", 1);
+  for (const unsigned char *c = (const unsigned char *)str; *c; c++) {
+    if (*c == '"' || *c == '\\') { text_add(s, "\\", 1); text_add(s, (const char *)c, 1); }
+    else if (*c < 0x20) text_printf(s, "\\u%04x", *c);
+    else text_add(s, (const char *)c, 1);
+  }
+  text_add(s, "\"", 1);
+}
+
+static bool valid_utf8(const char *s)
+{
+  size_t n = strlen(s);
+  for (size_t k = 0; k < n;) {
+    size_t len = utf8_length((const unsigned char *)s + k, n - k);
+    if (!len) return false;
+    k += len;
+  }
+  return true;
+}
+
+static int write_all(int fd, const void *buf, size_t n)
+{
+  const char *p = buf;
+  while (n) {
+    ssize_t w = write(fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+/* Crash-safe replacement of `path`: write to path.tmp, fsync, rename, fsync the folder. */
+struct atomic_file { int fd; const char *path; char *tmp; };
+
+static int atomic_begin(struct atomic_file *a, const char *path, char *err, size_t err_size)
+{
+  a->path = path;
+  a->tmp = malloc(strlen(path) + 5);
+  if (!a->tmp) return fail(err, err_size, "%s: out of memory", path);
+  sprintf(a->tmp, "%s.tmp", path);
+  a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (a->fd < 0) {
+    int rc = fail(err, err_size, "%s: cannot create: %s", a->tmp, strerror(errno));
+    free(a->tmp);
+    return rc;
+  }
+  return 0;
+}
+
+static int atomic_write(struct atomic_file *a, const void *buf, size_t n, char *err, size_t err_size)
+{
+  if (write_all(a->fd, buf, n) == 0) return 0;
+  return fail(err, err_size, "%s: write failed: %s", a->tmp, strerror(errno));
+}
+
+/* Finish (ok) or abandon (!ok, the message already written) the file. */
+static int atomic_end(struct atomic_file *a, bool ok, char *err, size_t err_size)
+{
+  int rc = ok ? 0 : 1;
+  if (ok && fsync(a->fd) != 0) rc = fail(err, err_size, "%s: fsync failed: %s", a->tmp, strerror(errno));
+  if (close(a->fd) != 0 && !rc) rc = fail(err, err_size, "%s: close failed: %s", a->tmp, strerror(errno));
+  if (!rc && rename(a->tmp, a->path) != 0)
+    rc = fail(err, err_size, "%s: cannot rename to %s: %s", a->tmp, a->path, strerror(errno));
+  if (rc) {
+    unlink(a->tmp);
+  } else {
+    const char *slash = strrchr(a->path, '/');
+    char *dir = slash ? strndup(a->path, (size_t)(slash - a->path) + 1) : strdup(".");
+    int dfd = dir ? open(dir, O_RDONLY) : -1;
+    if (dfd >= 0) { fsync(dfd); close(dfd); }
+    free(dir);
+  }
+  free(a->tmp);
+  return rc;
+}
+
+int st_write_f32(const char *path, const struct st_write_tensor *tensors, int n_tensors,
+                 char *err, size_t err_size)
+{
+  struct text h = {0};
+  struct named *names = NULL;
+  size_t offset = 0;
+  int rc = 0;
+  if (n_tensors < 0) return fail(err, err_size, "%s: negative tensor count", path);
+  text_puts(&h, "{\"__metadata__\":{\"format\":\"pt\"}");
+  for (int k = 0; k < n_tensors && !rc; k++) {
+    const struct st_write_tensor *t = &tensors[k];
+    size_t n_elems = 1;
+    bool has_zero = false, overflow = false;
+    if (!t->name || !t->name[0] || strcmp(t->name, "__metadata__") == 0 || !valid_utf8(t->name)) {
+      rc = fail(err, err_size, "%s: tensor %d: name must be non-empty UTF-8 and not "
+                "__metadata__", path, k);
+      break;
+    }
+    if (t->n_dims < 0 || t->n_dims > ST_MAX_DIMS) {
+      rc = fail(err, err_size, "%s: tensor '%s': %d dims (0 to %d allowed)", path, t->name,
+                t->n_dims, ST_MAX_DIMS);
+      break;
+    }
+    for (int d = 0; d < t->n_dims; d++) {
+      if (t->shape[d] < 0) overflow = true;
+      else if (t->shape[d] == 0) has_zero = true;
+      else if ((uint64_t)t->shape[d] > SIZE_MAX / n_elems) overflow = true;
+      else n_elems *= (size_t)t->shape[d];
+    }
+    if (has_zero) n_elems = 0;
+    if (overflow || n_elems > (SIZE_MAX - offset) / 4 || (n_elems && !t->data)) {
+      rc = fail(err, err_size, "%s: tensor '%s': bad shape or no data", path, t->name);
+      break;
+    }
+    text_puts(&h, ",");
+    text_json_string(&h, t->name);
+    text_puts(&h, ":{\"dtype\":\"F32\",\"shape\":[");
+    for (int d = 0; d < t->n_dims; d++) text_printf(&h, "%s%" PRId64, d ? "," : "", t->shape[d]);
+    text_printf(&h, "],\"data_offsets\":[%zu,", offset);
+    offset += 4 * n_elems;
+    text_printf(&h, "%zu]}", offset);
+  }
+  text_puts(&h, "}");
+  while (h.n % 8) text_puts(&h, " ");
+  if (!rc && h.oom) rc = fail(err, err_size, "%s: out of memory", path);
+  if (!rc && h.n > ST_MAX_HEADER_BYTES)
+    rc = fail(err, err_size, "%s: header of %zu bytes is over the %" PRIu64 "-byte cap", path,
+              h.n, ST_MAX_HEADER_BYTES);
+  if (!rc && n_tensors > 1) { /* duplicate names would make an unreadable file */
+    names = malloc((size_t)n_tensors * sizeof *names);
+    if (!names) rc = fail(err, err_size, "%s: out of memory", path);
+    for (int k = 0; k < n_tensors && names; k++) names[k] = (struct named){ tensors[k].name, k };
+    if (names) qsort(names, (size_t)n_tensors, sizeof *names, compare_named);
+    for (int k = 1; k < n_tensors && !rc; k++)
+      if (strcmp(names[k - 1].name, names[k].name) == 0)
+        rc = fail(err, err_size, "%s: duplicate tensor name '%s'", path, names[k].name);
+  }
+  free(names);
+  if (rc) { free(h.p); return rc; }
+
+  struct atomic_file a;
+  uint64_t header_bytes = h.n;
+  if (atomic_begin(&a, path, err, err_size)) { free(h.p); return 1; }
+  rc = atomic_write(&a, &header_bytes, 8, err, err_size) ||
+       atomic_write(&a, h.p, h.n, err, err_size);
+  for (int k = 0; k < n_tensors && !rc; k++) {
+    size_t n_elems = 1;
+    for (int d = 0; d < tensors[k].n_dims; d++) n_elems *= (size_t)tensors[k].shape[d];
+    if (n_elems) rc = atomic_write(&a, tensors[k].data, 4 * n_elems, err, err_size);
+  }
+  free(h.p);
+  return atomic_end(&a, !rc, err, err_size);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Sharded form */
+
+static int compare_entries(const void *a, const void *b)
+{
+  return strcmp(((const struct st_index_entry *)a)->name, ((const struct st_index_entry *)b)->name);
+}
+
+/* A shard name must stay inside the index's folder. */
+static bool shard_name_ok(const char *s)
+{
+  if (!s[0] || s[0] == '/') return false;
+  for (const char *p = s; *p;) {
+    size_t len = strcspn(p, "/");
+    if (len == 2 && p[0] == '.' && p[1] == '.') return false;
+    p += len;
+    if (*p) p++;
+  }
+  return true;
+}
+
+int st_index_parse(struct st_index *ix, const char *json, size_t n_bytes, const char *name,
+                   char *err, size_t err_size)
+{
+  struct json j;
+  struct named *by_shard = NULL;
+  int map = -1, rc;
+  memset(ix, 0, sizeof *ix);
+  ix->path = strdup(name ? name : "<memory>");
+  if (!ix->path) return fail(err, err_size, "out of memory");
+  rc = json_parse(&j, json, n_bytes, ix->path, 0, err, err_size);
+  if (rc) goto done;
+  if (j.nodes[0].type != JSON_OBJECT) {
+    rc = fail(err, err_size, "%s: not a JSON object", ix->path);
+    goto done;
+  }
+  for (int c = j.nodes[0].first; c >= 0 && !rc; c = j.nodes[c].next) {
+    if (strcmp(j.nodes[c].key, "weight_map") == 0) map = c;
+    else if (strcmp(j.nodes[c].key, "metadata") == 0 && j.nodes[c].type != JSON_OBJECT)
+      rc = fail(err, err_size, "%s: \"metadata\" is not an object", ix->path);
+  }
+  if (rc) goto done;
+  if (map < 0 || j.nodes[map].type != JSON_OBJECT) {
+    rc = fail(err, err_size, "%s: no \"weight_map\" object: not a safetensors index", ix->path);
+    goto done;
+  }
+  size_t n = (size_t)j.nodes[map].n_children;
+  ix->entries = calloc(n + 1, sizeof *ix->entries);
+  by_shard = malloc((n + 1) * sizeof *by_shard);
+  ix->shard_files = calloc(n + 1, sizeof *ix->shard_files);
+  if (!ix->entries || !by_shard || !ix->shard_files) {
+    rc = fail(err, err_size, "%s: out of memory", ix->path);
+    goto done;
+  }
+  for (int c = j.nodes[map].first; c >= 0; c = j.nodes[c].next) {
+    if (j.nodes[c].type != JSON_STRING || !shard_name_ok(j.nodes[c].str)) {
+      rc = fail(err, err_size, "%s: weight_map entry '%.100s' must be a file name inside the "
+                "index's folder", ix->path, j.nodes[c].key);
+      goto done;
+    }
+    by_shard[ix->n_entries] = (struct named){ j.nodes[c].str, ix->n_entries };
+    ix->entries[ix->n_entries++] = (struct st_index_entry){ j.nodes[c].key, -1 };
+  }
+  /* Shards are numbered in name order (HF names them model-0000k-of-0000n). */
+  qsort(by_shard, n, sizeof *by_shard, compare_named);
+  for (size_t k = 0; k < n; k++) {
+    if (k == 0 || strcmp(by_shard[k].name, by_shard[k - 1].name) != 0)
+      ix->shard_files[ix->n_shards++] = by_shard[k].name;
+    ix->entries[by_shard[k].index].shard = ix->n_shards - 1;
+  }
+  qsort(ix->entries, n, sizeof *ix->entries, compare_entries);
+  ix->shards = calloc((size_t)ix->n_shards + 1, sizeof *ix->shards);
+  if (!ix->shards) rc = fail(err, err_size, "%s: out of memory", ix->path);
+done:
+  free(by_shard);
+  ix->strings = j.strings;
+  j.strings = NULL;
+  json_free(&j);
+  if (rc) st_index_close(ix);
+  return rc;
+}
+
+int st_index_open(struct st_index *ix, const char *path, char *err, size_t err_size)
+{
+  struct stat st;
+  int rc = 0;
+  memset(ix, 0, sizeof *ix);
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return fail(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > ST_MAX_HEADER_BYTES) {
+    close(fd);
+    return fail(err, err_size, "%s: not a regular file under %" PRIu64 " bytes", path,
+                ST_MAX_HEADER_BYTES);
+  }
+  size_t n = (size_t)st.st_size, got = 0;
+  char *text = malloc(n + 1);
+  if (!text) { close(fd); return fail(err, err_size, "%s: out of memory", path); }
+  while (got < n) {
+    ssize_t r = read(fd, text + got, n - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  close(fd);
+  if (got != n) rc = fail(err, err_size, "%s: short read", path);
+  if (!rc) rc = st_index_parse(ix, text, n, path, err, err_size);
+  free(text);
+  if (rc) return rc;
+
+  const char *slash = strrchr(path, '/');
+  size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0;
+  for (int s = 0; s < ix->n_shards && !rc; s++) {
+    char *shard_path = malloc(dir_len + strlen(ix->shard_files[s]) + 1);
+    if (!shard_path) { rc = fail(err, err_size, "%s: out of memory", path); break; }
+    memcpy(shard_path, path, dir_len);
+    strcpy(shard_path + dir_len, ix->shard_files[s]);
+    rc = st_open(&ix->shards[s], shard_path, err, err_size);
+    free(shard_path);
+  }
+  for (int k = 0; k < ix->n_entries && !rc; k++) {
+    const struct st_file *f = &ix->shards[ix->entries[k].shard];
+    if (!st_find(f, ix->entries[k].name))
+      rc = fail(err, err_size, "%s: tensor '%s' is listed in the index but missing from shard %s",
+                path, ix->entries[k].name, f->path);
+  }
+  if (rc) st_index_close(ix);
+  return rc;
+}
+
+void st_index_close(struct st_index *ix)
+{
+  for (int s = 0; ix->shards && s < ix->n_shards; s++) st_close(&ix->shards[s]);
+  free(ix->shards);
+  free(ix->shard_files);
+  free(ix->entries);
+  free(ix->strings);
+  free(ix->path);
+  memset(ix, 0, sizeof *ix);
+}
+
+const struct st_tensor *st_index_find(const struct st_index *ix, const char *name,
+                                      const struct st_file **file)
+{
+  const struct st_index_entry key = { name, 0 };
+  const struct st_index_entry *e =
+      bsearch(&key, ix->entries, (size_t)ix->n_entries, sizeof key, compare_entries);
+  if (!e || !ix->shards[e->shard].tensors) return NULL;
+  if (file) *file = &ix->shards[e->shard];
+  return st_find(&ix->shards[e->shard], name);
+}
+
+int st_index_write(const char *path, const char *const *names, const char *const *shard_files,
+                   int n_entries, uint64_t total_bytes, char *err, size_t err_size)
+{
+  struct text s = {0};
+  struct atomic_file a;
+  text_printf(&s, "{\n  \"metadata\": {\"total_size\": %" PRIu64 "},\n  \"weight_map\": {",
+              total_bytes);
+  for (int k = 0; k < n_entries; k++) {
+    if (!valid_utf8(names[k]) || !shard_name_ok(shard_files[k]) || !valid_utf8(shard_files[k])) {
+      free(s.p);
+      return fail(err, err_size, "%s: entry %d: bad tensor or shard name", path, k);
+    }
+    text_puts(&s, k ? ",\n    " : "\n    ");
+    text_json_string(&s, names[k]);
+    text_puts(&s, ": ");
+    text_json_string(&s, shard_files[k]);
+  }
+  text_puts(&s, "\n  }\n}\n");
+  if (s.oom) {
+    free(s.p);
+    return fail(err, err_size, "%s: out of memory", path);
+  }
+  if (atomic_begin(&a, path, err, err_size)) { free(s.p); return 1; }
+  int rc = atomic_write(&a, s.p, s.n, err, err_size);
+  free(s.p);
+  return atomic_end(&a, !rc, err, err_size);
+}
