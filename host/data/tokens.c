@@ -1,0 +1,244 @@
+/* Token files (llm.c and raw uint16), memory-mapped, and the window contract: which tokens
+ * window w holds, shuffled or not. The shuffle is a keyed permutation computed per window in
+ * O(1) memory, so any rank can find any window without a shared index and a resumed run finds
+ * the same windows from the step number alone. */
+#define _POSIX_C_SOURCE 200809L
+#include "tokens.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "philox.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "tokens.c assumes a little-endian host"
+#endif
+
+#define FEISTEL_ROUNDS 6
+
+__attribute__((format(printf, 3, 4)))
+static int fail(char *err, size_t err_size, const char *fmt, ...)
+{
+  if (err && err_size) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_size, fmt, ap);
+    va_end(ap);
+  }
+  return 1;
+}
+
+/* Check the header (llm.c) or the size (raw) and set format, tokens and n_tokens. */
+static int tokens_layout(struct tokens_file *tf, char *err, size_t err_size)
+{
+  int32_t header[3] = { 0, 0, 0 };
+  size_t n = tf->map_bytes;
+  if (n >= sizeof header) memcpy(header, tf->map, sizeof header);
+  if (header[0] == TOKENS_MAGIC) {
+    tf->format = TOKENS_LLMC;
+    if (n < TOKENS_HEADER_BYTES)
+      return fail(err, err_size, "%s: %zu bytes, shorter than the %d-byte llm.c header",
+                  tf->path, n, TOKENS_HEADER_BYTES);
+    if (header[1] != TOKENS_VERSION)
+      return fail(err, err_size, "%s: llm.c header version %" PRId32 " (expected %d: uint16 "
+                  "tokens)", tf->path, header[1], TOKENS_VERSION);
+    uint64_t body = n - TOKENS_HEADER_BYTES;
+    if (header[2] < 0 || (uint64_t)header[2] * 2 != body)
+      return fail(err, err_size, "%s: header says %" PRId32 " tokens but the file holds %" PRIu64
+                  " bytes of tokens after the header (%" PRIu64 " tokens%s)", tf->path,
+                  header[2], body, body / 2, body % 2 ? " and a stray byte" : "");
+    tf->tokens = (const uint16_t *)((const char *)tf->map + TOKENS_HEADER_BYTES);
+    tf->n_tokens = (uint64_t)header[2];
+  } else {
+    tf->format = TOKENS_RAW;
+    if (n % 2)
+      return fail(err, err_size, "%s: %zu bytes is odd and the magic %d is absent: neither an "
+                  "llm.c token file nor raw uint16 tokens", tf->path, n, TOKENS_MAGIC);
+    tf->tokens = tf->map;
+    tf->n_tokens = n / 2;
+  }
+  return 0;
+}
+
+/* Every token id must be < vocab: one pass for the maximum, a second only to name the culprit. */
+static int tokens_check_vocab(const struct tokens_file *tf, int vocab, char *err, size_t err_size)
+{
+  uint16_t max = 0;
+  if (vocab > 65535) return 0;
+  for (uint64_t k = 0; k < tf->n_tokens; k++)
+    if (tf->tokens[k] > max) max = tf->tokens[k];
+  if (max < vocab) return 0;
+  uint64_t k = 0;
+  while (tf->tokens[k] < vocab) k++;
+  uint64_t offset = (uint64_t)((const char *)&tf->tokens[k] - (const char *)tf->map);
+  return fail(err, err_size, "%s: token %u at index %" PRIu64 " (byte offset %" PRIu64 ") is "
+              "not below vocab %d", tf->path, tf->tokens[k], k, offset, vocab);
+}
+
+int tokens_open(struct tokens_file *tf, const char *path, int vocab, int seq_len,
+                char *err, size_t err_size)
+{
+  struct stat st;
+  int rc = 0;
+  memset(tf, 0, sizeof *tf);
+  if (vocab < 1 || seq_len < 1)
+    return fail(err, err_size, "%s: vocab %d and seq_len %d must be positive", path, vocab,
+                seq_len);
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return fail(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    rc = fail(err, err_size, "%s: not a readable regular file", path);
+    close(fd);
+    return rc;
+  }
+  tf->path = strdup(path);
+  tf->seq_len = seq_len;
+  if (!tf->path) rc = fail(err, err_size, "%s: out of memory", path);
+  if (!rc && st.st_size > 0) {
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+      rc = fail(err, err_size, "%s: cannot mmap %lld bytes: %s", path, (long long)st.st_size,
+                strerror(errno));
+    } else {
+      tf->map = map;
+      tf->map_bytes = (size_t)st.st_size;
+    }
+  }
+  close(fd);
+  if (!rc) rc = tokens_layout(tf, err, err_size);
+  if (!rc && tf->n_tokens < (uint64_t)seq_len + 1)
+    rc = fail(err, err_size, "%s: %" PRIu64 " tokens, shorter than one window of seq_len + 1 = "
+              "%" PRIu64 " tokens", path, tf->n_tokens, (uint64_t)seq_len + 1);
+  if (!rc) {
+    posix_madvise(tf->map, tf->map_bytes, POSIX_MADV_SEQUENTIAL);
+    rc = tokens_check_vocab(tf, vocab, err, err_size);
+    posix_madvise(tf->map, tf->map_bytes, POSIX_MADV_NORMAL);
+  }
+  if (rc) tokens_close(tf);
+  return rc;
+}
+
+void tokens_close(struct tokens_file *tf)
+{
+  if (tf->map) munmap(tf->map, tf->map_bytes);
+  free(tf->path);
+  memset(tf, 0, sizeof *tf);
+}
+
+uint64_t tokens_epoch_windows(const struct tokens_file *tf)
+{
+  return (tf->n_tokens - 1) / (uint64_t)tf->seq_len;
+}
+
+/* (a · b) mod m without overflow, for any 64-bit operands (m > 0). */
+static uint64_t mul_mod(uint64_t a, uint64_t b, uint64_t m)
+{
+  uint64_t r = 0;
+  a %= m;
+  while (b) {
+    if (b & 1) r = r >= m - a ? r - (m - a) : r + a;
+    a = a >= m - a ? a - (m - a) : a + a;
+    b >>= 1;
+  }
+  return r;
+}
+
+uint64_t tokens_window_start(const struct tokens_file *tf, uint64_t window, bool shuffle,
+                             uint64_t data_seed)
+{
+  uint64_t S = (uint64_t)tf->seq_len;
+  if (!shuffle) {
+    uint64_t m = tf->n_tokens - S - 1;
+    return m ? mul_mod(window, S, m) : 0;
+  }
+  uint64_t W = tokens_epoch_windows(tf);
+  return tokens_permute(window % W, W, data_seed, window / W) * S;
+}
+
+void tokens_fill(const struct tokens_file *tf, uint64_t window, bool shuffle, uint64_t data_seed,
+                 int *inputs, int *targets)
+{
+  const uint16_t *p = tf->tokens + tokens_window_start(tf, window, shuffle, data_seed);
+  for (int t = 0; t < tf->seq_len; t++) {
+    if (inputs) inputs[t] = p[t];
+    if (targets) targets[t] = p[t + 1];
+  }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The keyed permutation. A balanced Feistel network on 2·half bits is a permutation for any
+ * round function; cycle-walking (apply again until the value is < n) restricts it to 0..n−1
+ * and stays a permutation. The domain is at most 4n, so the walk takes < 4 steps on average. */
+
+struct feistel { unsigned half; uint64_t mask; uint32_t key[2], stream[2]; };
+
+static struct feistel feistel_make(uint64_t n, uint64_t seed, uint64_t stream)
+{
+  struct feistel f;
+  unsigned bits = 0;
+  while (bits < 64 && ((uint64_t)1 << bits) < n) bits++;
+  if (bits < 2) bits = 2;
+  bits += bits & 1;
+  f.half = bits / 2;
+  f.mask = f.half == 32 ? 0xffffffffu : ((uint64_t)1 << f.half) - 1;
+  f.key[0] = (uint32_t)seed;
+  f.key[1] = (uint32_t)(seed >> 32);
+  f.stream[0] = (uint32_t)stream;
+  f.stream[1] = (uint32_t)(stream >> 32);
+  return f;
+}
+
+static uint64_t feistel_round(const struct feistel *f, int round, uint64_t half_value)
+{
+  const uint32_t ctr[4] = { (uint32_t)half_value, (uint32_t)round | f->half << 8, f->stream[0],
+                            f->stream[1] };
+  uint32_t out[4];
+  philox4x32_10(ctr, f->key, out);
+  return out[0] & f->mask;
+}
+
+static uint64_t feistel_forward(const struct feistel *f, uint64_t x)
+{
+  uint64_t left = x >> f->half, right = x & f->mask;
+  for (int r = 0; r < FEISTEL_ROUNDS; r++) {
+    uint64_t next = left ^ feistel_round(f, r, right);
+    left = right;
+    right = next;
+  }
+  return left << f->half | right;
+}
+
+static uint64_t feistel_backward(const struct feistel *f, uint64_t y)
+{
+  uint64_t left = y >> f->half, right = y & f->mask;
+  for (int r = FEISTEL_ROUNDS - 1; r >= 0; r--) {
+    uint64_t prev = right ^ feistel_round(f, r, left);
+    right = left;
+    left = prev;
+  }
+  return left << f->half | right;
+}
+
+uint64_t tokens_permute(uint64_t x, uint64_t n, uint64_t seed, uint64_t stream)
+{
+  if (n <= 1) return 0;
+  struct feistel f = feistel_make(n, seed, stream);
+  do x = feistel_forward(&f, x); while (x >= n);
+  return x;
+}
+
+uint64_t tokens_unpermute(uint64_t y, uint64_t n, uint64_t seed, uint64_t stream)
+{
+  if (n <= 1) return 0;
+  struct feistel f = feistel_make(n, seed, stream);
+  do y = feistel_backward(&f, y); while (y >= n);
+  return y;
+}
