@@ -1,0 +1,26 @@
+/* Process-wide CPU setup for the kernels: thread counts of OpenBLAS and OpenMP, and
+ * flush-to-zero. Denormal floats (which appear late in training, in tiny gradients and Adam
+ * moments) make sgemm up to ~100x slower on some x86 CPUs; FTZ/DAZ turns them into zeros, as
+ * GPUs do anyway. MXCSR is per thread and copied only into threads created afterwards, hence
+ * the order: one BLAS thread, set the mode, then grow the pools. */
+#include <cblas.h>
+#include <omp.h>
+
+#include "kernels.h"
+
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
+
+int kernels_init_cpu(int n_threads)
+{
+  if (n_threads < 1) n_threads = 1;
+  int pool_predates_mode = openblas_get_num_threads() > 1;
+  openblas_set_num_threads(1);
+#if defined(__x86_64__)
+  _mm_setcsr(_mm_getcsr() | 0x8040); /* bit 15 flush-to-zero, bit 6 denormals-are-zero */
+#endif
+  openblas_set_num_threads(n_threads);
+  omp_set_num_threads(n_threads);
+  return pool_predates_mode;
+}

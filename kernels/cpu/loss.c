@@ -1,0 +1,47 @@
+/* Softmax cross-entropy over the vocabulary. Logit rows are Vp wide (the vocabulary padded for
+ * alignment and for even sharding); only the first V columns are real tokens, the rest get
+ * probability 0 and gradient 0. Target −1 marks a position without a loss (padding, prompt). */
+#include <math.h>
+
+#include "kernels.h"
+
+void crossentropy_forward(float *losses, float *probs, const float *logits, const int *targets,
+                          int BT, int V, int Vp)
+{
+#pragma omp parallel for
+  for (int bt = 0; bt < BT; bt++) {
+    const float *l = logits + (size_t)bt * Vp;
+    float *p = probs + (size_t)bt * Vp;
+    int target = targets[bt];
+    float target_logit = target >= 0 ? l[target] : 0.0f; /* read before p overwrites l */
+    float max = -INFINITY;
+    for (int i = 0; i < V; i++) max = l[i] > max ? l[i] : max;
+    double sum = 0.0;
+    for (int i = 0; i < V; i++) {
+      p[i] = expf(l[i] - max);
+      sum += p[i];
+    }
+    float inv_sum = (float)(1.0 / sum);
+    for (int i = 0; i < V; i++) p[i] *= inv_sum;
+    for (int i = V; i < Vp; i++) p[i] = 0.0f;
+    /* −log p_target = log Σ exp(l − max) − (l_target − max), finite even where p underflows. */
+    losses[bt] = target >= 0 ? (float)(log(sum) - ((double)target_logit - max)) : 0.0f;
+  }
+}
+
+void crossentropy_backward(float *dlogits, const float *probs, const int *targets,
+                           float dloss_scale, int BT, int V, int Vp)
+{
+#pragma omp parallel for
+  for (int bt = 0; bt < BT; bt++) {
+    const float *p = probs + (size_t)bt * Vp;
+    float *d = dlogits + (size_t)bt * Vp;
+    int target = targets[bt];
+    if (target < 0) {
+      for (int i = 0; i < Vp; i++) d[i] = 0.0f;
+      continue;
+    }
+    for (int i = 0; i < V; i++) d[i] = (p[i] - (i == target ? 1.0f : 0.0f)) * dloss_scale;
+    for (int i = V; i < Vp; i++) d[i] = 0.0f;
+  }
+}
