@@ -1,0 +1,278 @@
+/* Forward kernels against numbers worked out by hand and against straightforward
+ * double-precision loops written here independently of the kernels (HF's formulas, literally).
+ * Backward passes are tested against finite differences in test_kernels_grad.c. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "check.h"
+#include "kernels.h"
+
+static float rnd(uint32_t *state) /* xorshift32, uniform in [-1, 1) */
+{
+  *state ^= *state << 13;
+  *state ^= *state >> 17;
+  *state ^= *state << 5;
+  return (float)(*state >> 8) / 8388608.0f - 1.0f;
+}
+
+static float *rand_buf(size_t n, uint32_t *state)
+{
+  float *x = malloc(n * sizeof(float));
+  for (size_t i = 0; i < n; i++) x[i] = rnd(state);
+  return x;
+}
+
+static void rmsnorm_forward_matches_hand_computed(void)
+{
+  /* Row 0: mean(x²) = 30/4 = 7.5, + eps 0.5 = 8, rstd = 1/sqrt(8) = 0.35355339;
+   * out = x · rstd · g = (0.35355339, 0.35355339, 2.12132034, −1.41421356).
+   * Row 1: zeros, rstd = 1/sqrt(0.5) = 1.41421356, out 0. */
+  const float x[8] = { 1, 2, 3, 4, 0, 0, 0, 0 }, g[4] = { 1, 0.5f, 2, -1 };
+  const float expect[4] = { 0.35355339f, 0.35355339f, 2.12132034f, -1.41421356f };
+  float out[8], rstd[2];
+  rmsnorm_forward(out, rstd, x, g, 2, 4, 0.5f);
+  CHECK_NEAR(rstd[0], 0.35355339, 1e-7);
+  CHECK_NEAR(rstd[1], 1.41421356, 1e-6);
+  for (int c = 0; c < 4; c++) {
+    CHECK_NEAR(out[c], expect[c], 1e-6);
+    CHECK(out[4 + c] == 0.0f);
+  }
+}
+
+static void rmsnorm_forward_matches_double_reference(void)
+{
+  enum { BT = 6, C = 24 };
+  uint32_t s = 1;
+  float *x = rand_buf(BT * C, &s), *g = rand_buf(C, &s), out[BT * C], rstd[BT];
+  rmsnorm_forward(out, rstd, x, g, BT, C, 1e-5f);
+  for (int bt = 0; bt < BT; bt++) {
+    double ms = 0.0;
+    for (int c = 0; c < C; c++) ms += (double)x[bt * C + c] * x[bt * C + c] / C;
+    double r = 1.0 / sqrt(ms + 1e-5);
+    CHECK_NEAR(rstd[bt], r, 1e-6 * r);
+    for (int c = 0; c < C; c++) CHECK_NEAR(out[bt * C + c], x[bt * C + c] * r * g[c], 1e-5);
+  }
+  free(x);
+  free(g);
+}
+
+static void rope_table_matches_hand_computed_angles(void)
+{
+  /* HS = 4, theta = 100: inv_freq = (100^0, 100^(−1/2)) = (1, 0.1); position 1 has angles
+   * (1, 0.1) rad. */
+  float cos_t[4], sin_t[4];
+  rope_table(cos_t, sin_t, 2, 4, 100.0, 0);
+  CHECK(cos_t[0] == 1.0f && cos_t[1] == 1.0f && sin_t[0] == 0.0f && sin_t[1] == 0.0f);
+  CHECK_NEAR(cos_t[2], 0.5403023059, 1e-7);
+  CHECK_NEAR(cos_t[3], 0.9950041653, 1e-7);
+  CHECK_NEAR(sin_t[2], 0.8414709848, 1e-7);
+  CHECK_NEAR(sin_t[3], 0.0998334166, 1e-7);
+}
+
+static void rope_table_with_pos0_equals_rows_of_full_table(void)
+{
+  enum { T = 9, HS = 8, POS0 = 4 };
+  float cf[T * HS / 2], sf[T * HS / 2], cp[(T - POS0) * HS / 2], sp[(T - POS0) * HS / 2];
+  rope_table(cf, sf, T, HS, 10000.0, 0);
+  rope_table(cp, sp, T - POS0, HS, 10000.0, POS0);
+  CHECK(memcmp(cf + POS0 * HS / 2, cp, sizeof cp) == 0);
+  CHECK(memcmp(sf + POS0 * HS / 2, sp, sizeof sp) == 0);
+}
+
+static void rope_forward_matches_hand_computed(void)
+{
+  /* x = (1, 2, 3, 4) rotates in pairs (x0, x2) = (1, 3) by 1 rad and (x1, x3) = (2, 4) by 0.1:
+   * out0 = 1 cos 1 − 3 sin 1 = −1.98411065, out2 = 3 cos 1 + 1 sin 1 = 2.46237790,
+   * out1 = 2 cos 0.1 − 4 sin 0.1 = 1.59067466, out3 = 4 cos 0.1 + 2 sin 0.1 = 4.17968349.
+   * Position 0 is unchanged. Computed in place. */
+  float cos_t[4], sin_t[4], x[8] = { 1, 2, 3, 4, 1, 2, 3, 4 };
+  const float expect[8] = { 1, 2, 3, 4, -1.98411065f, 1.59067466f, 2.46237790f, 4.17968349f };
+  rope_table(cos_t, sin_t, 2, 4, 100.0, 0);
+  rope_forward(x, x, cos_t, sin_t, 1, 2, 1, 4);
+  for (int i = 0; i < 8; i++) CHECK_NEAR(x[i], expect[i], 1e-6);
+  /* The same row at pos0 = 1, T = 1 gives the position-1 values. */
+  float y[4] = { 1, 2, 3, 4 };
+  rope_table(cos_t, sin_t, 1, 4, 100.0, 1);
+  rope_forward(y, y, cos_t, sin_t, 1, 1, 1, 4);
+  for (int i = 0; i < 4; i++) CHECK_NEAR(y[i], expect[4 + i], 1e-6);
+}
+
+static void rope_forward_matches_hf_rotate_half_reference(void)
+{
+  /* HF: out = x · cat(cos, cos) + rotate_half(x) · cat(sin, sin), rotate_half(x) = (−x2, x1). */
+  enum { B = 2, T = 5, NHX = 3, HS = 8, POS0 = 2 };
+  const int half = HS / 2;
+  const double theta = 10000.0;
+  uint32_t s = 2;
+  float *x = rand_buf(B * T * NHX * HS, &s), out[B * T * NHX * HS];
+  float cos_t[T * HS / 2], sin_t[T * HS / 2];
+  rope_table(cos_t, sin_t, T, HS, theta, POS0);
+  rope_forward(out, x, cos_t, sin_t, B, T, NHX, HS);
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (int h = 0; h < NHX; h++) {
+        const float *xv = x + ((b * T + t) * NHX + h) * HS;
+        const float *ov = out + ((b * T + t) * NHX + h) * HS;
+        for (int j = 0; j < HS; j++) {
+          double angle = (POS0 + t) * pow(theta, -2.0 * (j % half) / HS);
+          double rot = j < half ? -xv[j + half] : xv[j - half];
+          CHECK_NEAR(ov[j], xv[j] * cos(angle) + rot * sin(angle), 2e-6);
+        }
+      }
+  free(x);
+}
+
+static void attention_forward_matches_hand_computed(void)
+{
+  /* T = 2, HS = 4 (scale 1/2). Row 0 sees only key 0: out0 = v0. Row 1 scores:
+   * q1·k0/2 = (1·2 + 1·2)/2 = 2, q1·k1/2 = 0; softmax = (e²/(e²+1), 1/(e²+1))
+   * = (0.88079708, 0.11920292); out1 = 0.88079708 v0 + 0.11920292 v1. */
+  const float q[8] = { 1, 0, 0, 0, 1, 1, 0, 0 }, k[8] = { 2, 2, 0, 0, 0, 0, 0, 0 };
+  const float v[8] = { 3, 1, 0, -1, 5, 0, 2, 1 };
+  const float expect[8] = { 3, 1, 0, -1, 3.23840584f, 0.88079708f, 0.23840584f, -0.76159416f };
+  float out[8], probs[4];
+  attention_forward(out, probs, NULL, q, k, v, NULL, 1, 2, 1, 1, 4);
+  CHECK_NEAR(probs[0], 1.0, 1e-7);
+  CHECK(probs[1] == 0.0f);
+  CHECK_NEAR(probs[2], 0.88079708, 1e-7);
+  CHECK_NEAR(probs[3], 0.11920292, 1e-7);
+  for (int i = 0; i < 8; i++) CHECK_NEAR(out[i], expect[i], 1e-6);
+}
+
+/* Straightforward causal GQA attention in double, for one (b, h, t) row. */
+static void attention_reference_row(double *out_row, double *probs_row, const float *q,
+                                    const float *k, const float *v, const float *mask, int b,
+                                    int h, int t, int T, int NH, int NKV, int HS)
+{
+  int kvh = h / (NH / NKV);
+  const float *qv = q + ((size_t)(b * T + t) * NH + h) * HS;
+  double max = -INFINITY, sum = 0.0;
+  for (int j = 0; j < T; j++) {
+    if (j > t) { probs_row[j] = 0.0; continue; }
+    const float *kv = k + ((size_t)(b * T + j) * NKV + kvh) * HS;
+    double dot = 0.0;
+    for (int i = 0; i < HS; i++) dot += (double)qv[i] * kv[i];
+    probs_row[j] = dot / sqrt((double)HS);
+    if (probs_row[j] > max) max = probs_row[j];
+  }
+  for (int j = 0; j <= t; j++) sum += probs_row[j] = exp(probs_row[j] - max);
+  for (int j = 0; j <= t; j++) probs_row[j] /= sum;
+  for (int i = 0; i < HS; i++) out_row[i] = 0.0;
+  for (int j = 0; j <= t; j++) {
+    const float *vv = v + ((size_t)(b * T + j) * NKV + kvh) * HS;
+    double w = probs_row[j] * (mask ? mask[(((size_t)b * NH + h) * T + t) * T + j] : 1.0);
+    for (int i = 0; i < HS; i++) out_row[i] += w * vv[i];
+  }
+}
+
+static void check_attention_against_reference(int use_mask)
+{
+  enum { B = 2, T = 5, NH = 4, NKV = 2, HS = 4 };
+  uint32_t s = 3;
+  float *q = rand_buf(B * T * NH * HS, &s), *k = rand_buf(B * T * NKV * HS, &s);
+  float *v = rand_buf(B * T * NKV * HS, &s);
+  float out[B * T * NH * HS], probs[B * NH * T * T], mask[B * NH * T * T];
+  float *scratch = malloc(attention_scratch_n_elems(B, T, NH, NKV) * sizeof(float));
+  dropout_mask(mask, B * NH * T * T, 0.3f, 5, 0, 0, 0, 0);
+  attention_forward(out, probs, scratch, q, k, v, use_mask ? mask : NULL, B, T, NH, NKV, HS);
+  double max_err = 0.0;
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < T; t++) {
+        double out_ref[HS], probs_ref[T];
+        attention_reference_row(out_ref, probs_ref, q, k, v, use_mask ? mask : NULL, b, h, t,
+                                T, NH, NKV, HS);
+        for (int j = 0; j < T; j++)
+          max_err = fmax(max_err, fabs(probs[(((size_t)b * NH + h) * T + t) * T + j]
+                                       - probs_ref[j]));
+        for (int i = 0; i < HS; i++)
+          max_err = fmax(max_err, fabs(out[((size_t)(b * T + t) * NH + h) * HS + i]
+                                       - out_ref[i]));
+      }
+  CHECK_MSG(max_err < 1e-6, "use_mask %d: max error %g", use_mask, max_err);
+  free(q);
+  free(k);
+  free(v);
+  free(scratch);
+}
+
+static void attention_forward_gqa_matches_double_reference(void)
+{
+  check_attention_against_reference(0);
+}
+
+static void attention_forward_with_dropout_matches_double_reference(void)
+{
+  check_attention_against_reference(1);
+}
+
+static void crossentropy_forward_matches_hand_computed(void)
+{
+  /* V = 3, Vp = 4; row 0 logits (1, 2, 3 | pad 100), target 2:
+   * loss = log(e + e² + e³) − 3 = log(1 + e⁻¹ + e⁻²) = 0.40760596,
+   * probs = (0.09003057, 0.24472847, 0.66524096, 0) — the padding logit 100 is ignored.
+   * Row 1: target −1, loss 0. Row 2: logits (1000, 0, −1000), target 1: loss 1000 (stable).
+   * Computed in place (probs == logits). */
+  float logits[12] = { 1, 2, 3, 100, 1, 2, 3, 100, 1000, 0, -1000, 7 }, losses[3];
+  const int targets[3] = { 2, -1, 1 };
+  crossentropy_forward(losses, logits, logits, targets, 3, 3, 4);
+  CHECK_NEAR(losses[0], 0.40760596, 1e-6);
+  CHECK(losses[1] == 0.0f);
+  CHECK_NEAR(losses[2], 1000.0, 1e-3);
+  CHECK_NEAR(logits[0], 0.09003057, 1e-7);
+  CHECK_NEAR(logits[1], 0.24472847, 1e-7);
+  CHECK_NEAR(logits[2], 0.66524096, 1e-7);
+  CHECK(logits[3] == 0.0f && logits[7] == 0.0f && logits[11] == 0.0f);
+  CHECK_NEAR(logits[8], 1.0, 1e-7);
+}
+
+static void linear_forward_is_x_times_weight_transposed(void)
+{
+  enum { BT = 3, IC = 5, OC = 4 };
+  uint32_t s = 4;
+  float *x = rand_buf(BT * IC, &s), *w = rand_buf(OC * IC, &s), out[BT * OC];
+  linear_forward(out, x, w, BT, IC, OC);
+  for (int bt = 0; bt < BT; bt++)
+    for (int o = 0; o < OC; o++) {
+      double y = 0.0;
+      for (int i = 0; i < IC; i++) y += (double)x[bt * IC + i] * w[o * IC + i];
+      CHECK_NEAR(out[bt * OC + o], y, 1e-6);
+    }
+  free(x);
+  free(w);
+}
+
+static void pointwise_forwards_match_hand_computed(void)
+{
+  /* silu(1) · 2 = 2 / (1 + e⁻¹) = 1.46211716; silu(−2) · 0.5 = −1 / (1 + e²) = −0.11920292. */
+  const float gate[2] = { 1, -2 }, up[2] = { 2, 0.5f };
+  float out[2];
+  swiglu_forward(out, gate, up, 2);
+  CHECK_NEAR(out[0], 1.46211716, 1e-6);
+  CHECK_NEAR(out[1], -0.11920292, 1e-7);
+  const float a[3] = { 1, 2, 3 }, b[3] = { 10, 20, 30 }, mask[3] = { 0, 2, 2 };
+  float sum[3], dropped[3];
+  residual_forward(sum, a, b, 3);
+  CHECK(sum[0] == 11 && sum[1] == 22 && sum[2] == 33);
+  dropout_forward(dropped, a, mask, 3);
+  CHECK(dropped[0] == 0 && dropped[1] == 4 && dropped[2] == 6);
+  const float wte[3 * 2] = { 0, 1, 2, 3, 4, 5 };
+  const int tokens[4] = { 2, 0, 2, 1 };
+  float emb[8];
+  encoder_forward(emb, tokens, wte, 4, 2);
+  const float expect[8] = { 4, 5, 0, 1, 4, 5, 2, 3 };
+  CHECK(memcmp(emb, expect, sizeof emb) == 0);
+}
+
+TEST_MAIN(TEST(rmsnorm_forward_matches_hand_computed),
+          TEST(rmsnorm_forward_matches_double_reference),
+          TEST(rope_table_matches_hand_computed_angles),
+          TEST(rope_table_with_pos0_equals_rows_of_full_table),
+          TEST(rope_forward_matches_hand_computed),
+          TEST(rope_forward_matches_hf_rotate_half_reference),
+          TEST(attention_forward_matches_hand_computed),
+          TEST(attention_forward_gqa_matches_double_reference),
+          TEST(attention_forward_with_dropout_matches_double_reference),
+          TEST(crossentropy_forward_matches_hand_computed),
+          TEST(linear_forward_is_x_times_weight_transposed),
+          TEST(pointwise_forwards_match_hand_computed))
