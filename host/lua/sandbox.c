@@ -48,10 +48,14 @@ static void count_hook(lua_State *L, lua_Debug *ar)
   if (lua_getstack(L, 0, &here) && lua_getinfo(L, "Sl", &here) && here.currentline > 0)
     snprintf(sb->last_where, sizeof sb->last_where, "%s:%d", here.short_src, here.currentline);
   sb->instructions += HOOK_EVERY;
-  if (sb->instruction_limit && sb->instructions > sb->instruction_limit)
-    luaL_error(L, "%s: plan exceeded the instruction limit of %lld Lua instructions "
-               "(an endless loop?); raise it with --max-instructions",
-               sb->last_where[0] ? sb->last_where : "plan", sb->instruction_limit);
+  if (sb->instruction_limit && sb->instructions > sb->instruction_limit) {
+    char msg[700];
+    snprintf(msg, sizeof msg, "%s: plan exceeded the instruction limit of %lld Lua instructions "
+             "(an endless loop?); raise it with --max-instructions",
+             sb->last_where[0] ? sb->last_where : "plan", sb->instruction_limit);
+    lua_pushstring(L, msg);
+    lua_error(L);
+  }
 }
 
 struct sandbox *sandbox_of(lua_State *L)
@@ -123,7 +127,12 @@ static int tycho_tc(lua_State *L)
 
 static int strict_index(lua_State *L)
 {
+  static const char *const withheld[] = { "io", "package", "debug", "dofile", "loadfile", "coroutine", NULL };
   const char *name = lua_tostring(L, 2);
+  for (int i = 0; name && withheld[i]; i++)
+    if (strcmp(name, withheld[i]) == 0)
+      return luaL_error(L, "'%s' is not available in the plan sandbox; run tycho with --unsafe "
+                        "if the plan needs it", name);
   return luaL_error(L, "reads undeclared global '%s' (a typo? plans see only declared globals "
                     "and the names require returns)", name ? name : "?");
 }

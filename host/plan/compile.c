@@ -75,7 +75,8 @@ static void key_where(struct reader *r, const struct tbl *t, const char *key, ch
     snprintf(out, n, "%s", t->where);
 }
 
-static int levenshtein(const char *a, const char *b)
+/* Edit distance counting a swap of neighbours as one edit ("1fb1" is one away from "1f1b"). */
+static int edit_distance(const char *a, const char *b)
 {
   int la = (int)strlen(a), lb = (int)strlen(b);
   if (la > 63 || lb > 63)
@@ -92,6 +93,8 @@ static int levenshtein(const char *a, const char *b)
         c = d[i - 1][j] + 1;
       if (d[i][j - 1] + 1 < c)
         c = d[i][j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < c)
+        c = d[i - 2][j - 2] + 1;
       d[i][j] = c;
     }
   return d[la][lb];
@@ -102,7 +105,7 @@ static const char *closest(const char *word, const char *const *names)
   const char *best = NULL;
   int best_d = 99;
   for (int i = 0; names[i]; i++) {
-    int d = levenshtein(word, names[i]);
+    int d = edit_distance(word, names[i]);
     if (d < best_d) {
       best_d = d;
       best = names[i];
@@ -676,7 +679,7 @@ static int read_stages(struct reader *r, const struct tbl *root)
   if (type == LUA_TSTRING) {
     static const char *const kinds[] = { "even", "balanced", NULL };
     int k;
-    if (match_enum(r, -1, kinds, path, where, " (or a list of stages, or a function(layer) -> stage)", &k))
+    if (match_enum(r, -1, kinds, path, where, "", &k))
       return -1;
     p->stages_kind = k ? PLAN_STAGES_BALANCED : PLAN_STAGES_EVEN;
   } else if (type == LUA_TFUNCTION) {

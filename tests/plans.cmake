@@ -1,0 +1,14 @@
+# Plan tests: each malformed plan under tests/plans/bad/ (files not starting with "_") is one
+# ctest that must be refused with its expected message and line.
+file(GLOB TYCHO_BAD_PLANS CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/plans/bad/*.lua)
+foreach(plan ${TYCHO_BAD_PLANS})
+  get_filename_component(name ${plan} NAME_WE)
+  if(name MATCHES "^_")
+    continue()
+  endif()
+  file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${plan})
+  add_test(NAME bad_plan.${name}
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/plans/check_bad_plan.sh $<TARGET_FILE:tycho> ${rel}
+    WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(bad_plan.${name} PROPERTIES TIMEOUT 60)
+endforeach()
