@@ -112,26 +112,23 @@ static void balance(int L, int S, double unit, double first, double last, int *c
     counts[0] = L;
     return;
   }
-  double best = -1;
+  double best = -1, best_spread = 0;
   int best_a = 1, best_b = 1;
   for (int a = 1; a <= L - (S - 1); a++) {
     for (int b = 1; a + b <= L - (S - 2); b++) {
       int mid = L - a - b, inner = S - 2;
-      if (inner == 0 && mid != 0)
+      if ((inner == 0 && mid != 0) || (inner > 0 && mid < inner))
         continue;
-      if (inner > 0 && mid < inner)
-        continue;
-      double worst = first + a * unit;
-      if (last + b * unit > worst)
-        worst = last + b * unit;
-      if (inner > 0) {
-        double m = (double)((mid + inner - 1) / inner) * unit;
-        if (m > worst)
-          worst = m;
-      }
-      /* prefer the lowest maximum; among equals, the most even split of the middle */
-      if (best < 0 || worst < best - 1e-9 * best) {
+      double c0 = first + a * unit, cl = last + b * unit;
+      double hi = inner ? (double)((mid + inner - 1) / inner) * unit : 0, lo = inner ? (double)(mid / inner) * unit : 0;
+      double worst = c0 > cl ? c0 : cl;
+      if (hi > worst)
+        worst = hi;
+      /* among splits with the same maximum, the most even one (least sum of squares) */
+      double spread = c0 * c0 + cl * cl + (inner ? (mid % inner) * hi * hi + (inner - mid % inner) * lo * lo : 0);
+      if (best < 0 || worst < best * (1 - 1e-12) || (worst <= best * (1 + 1e-12) && spread < best_spread)) {
         best = worst;
+        best_spread = spread;
         best_a = a;
         best_b = b;
       }
