@@ -1,0 +1,134 @@
+---@meta tycho
+-- LuaLS annotations for plan files: editors that run lua-language-server complete plan fields
+-- and flag wrong types. The repository's .luarc.json adds this folder to the library; for
+-- plans elsewhere, add this folder to "workspace.library". The schema is docs/plans.md.
+
+---@alias tycho.split "column"|"row"|"replicate"|"vocab"
+---@alias tycho.module "embed"|"q"|"k"|"v"|"o"|"gate"|"up"|"down"|"head"
+---@alias tycho.recompute_part "attn_norm"|"attn_core"|"attn"|"mlp_norm"|"mlp_act"|"mlp"
+---@alias tycho.recompute "none"|"full"|tycho.recompute_part|tycho.recompute_part[]
+---@alias tycho.dtype "fp32"|"bf16"|"fp16"
+
+---@class tycho.model
+---@field family? "llama"            # default "llama"
+---@field n_layers integer
+---@field dim integer                # model width C
+---@field n_heads integer            # query heads; dim / n_heads is the head size (even)
+---@field n_kv_heads? integer        # key/value heads (grouped-query attention); default n_heads
+---@field ffn_dim integer            # SwiGLU hidden width
+---@field vocab integer
+---@field max_seq integer
+---@field norm_eps? number           # RMSNorm epsilon, default 1e-5
+---@field rope_theta? number         # default 10000
+---@field dropout? number            # on attention probabilities and residual branches, default 0
+---@field tie_embeddings? boolean    # LM head shares the embedding matrix, default false
+
+---@class tycho.mesh
+---@field tp? integer                # tensor-parallel ranks, default 1
+---@field pp? integer                # pipeline stages (ranks), default 1
+---@field dp? integer|"auto"         # data-parallel ranks; "auto" = world / (tp · pp) (default)
+---@field order? ("tp"|"dp"|"pp")[]  # fastest-varying first; default { "tp", "dp", "pp" }
+
+---@class tycho.schedule
+---@field kind? "gpipe"|"1f1b"|"interleaved"   # default "1f1b"
+
+---@class tycho.batch
+---@field global integer             # sequences per step, all ranks together
+---@field micro? integer             # sequences per micro-batch on one rank, default 1
+---@field seq integer                # tokens per sequence (≤ model.max_seq)
+
+---@class tycho.precision
+---@field compute? tycho.dtype       # default "fp32" (the CPU backend runs fp32 only)
+---@field grads? tycho.dtype         # default "fp32"
+---@field master? "fp32"             # default "fp32"
+
+---@class tycho.optimizer
+---@field kind? "adamw"
+---@field lr? number                 # default 1e-3 (torch.optim.AdamW)
+---@field beta1? number              # default 0.9
+---@field beta2? number              # default 0.999
+---@field eps? number                # default 1e-8
+---@field weight_decay? number       # default 0.01; 2-D tensors only
+---@field grad_clip? number          # global L2 norm, default 1.0; 0 = off
+
+---@class tycho.lr_schedule
+---@field warmup? integer            # linear warm-up steps, default 0
+---@field decay? "constant"|"cosine"|"linear"   # default "constant"
+---@field decay_steps? integer       # step where min_lr is reached, default train.steps
+---@field min_lr? number             # default 0
+
+---@class tycho.seeds
+---@field global? integer            # default 1234; the others derive from it unless set
+---@field model? integer
+---@field data? integer
+---@field dropout? integer
+
+---@class tycho.data
+---@field train? string              # llm.c .bin or raw uint16 token file
+---@field val? string
+---@field shuffle? boolean           # permute windows per epoch from the data seed
+---@field synthetic? "addition"      # the built-in byte-level addition corpus
+
+---@class tycho.init
+---@field from string                # Hugging Face .safetensors or model.safetensors.index.json
+
+---@class tycho.export
+---@field path string                # F32 safetensors with Hugging Face names
+---@field every? integer             # also every N steps; 0 = only at the end
+
+---@class tycho.train
+---@field steps? integer             # default 1000
+---@field eval_every? integer        # 0 = no periodic eval
+---@field eval_batches? integer      # default 10
+
+---@class tycho.checkpoint
+---@field dir string
+---@field every? integer
+---@field keep? integer              # default 3
+---@field async? boolean
+
+---@class tycho.log
+---@field every? integer             # progress line every N steps, default 10
+---@field metrics? string            # JSON lines, one record per step
+---@field trace? string              # Chrome trace-event JSON
+
+---@class tycho.plan_fields
+---@field name? string               # default: the file name without .lua
+---@field model tycho.model
+---@field mesh? tycho.mesh
+---@field stages? "even"|"balanced"|(integer|"embed"|"head")[][]|fun(layer: integer): integer
+---@field virtual_stages? integer    # > 1 with schedule.kind = "interleaved"
+---@field tp_split? table<tycho.module, tycho.split>|fun(layer: integer|nil, module: tycho.module): tycho.split|nil
+---@field sequence_parallel? boolean
+---@field recompute? tycho.recompute|fun(layer: integer): tycho.recompute|nil
+---@field zero? 0|1|2|3
+---@field schedule? tycho.schedule
+---@field batch tycho.batch
+---@field precision? tycho.precision
+---@field optimizer? tycho.optimizer
+---@field lr_schedule? tycho.lr_schedule
+---@field seeds? tycho.seeds
+---@field data? tycho.data
+---@field init? tycho.init
+---@field export? tycho.export
+---@field train? tycho.train
+---@field checkpoint? tycho.checkpoint
+---@field log? tycho.log
+
+---@class tycho
+---@field version string
+local tycho = {}
+
+---Marks a table as a plan; a plan file ends with `return tycho.plan { ... }`.
+---@param fields tycho.plan_fields
+---@return tycho.plan_fields
+function tycho.plan(fields) end
+
+---Deep-merges `overrides` into a copy of `base`: nested tables merge, lists and other values
+---replace. The result is a plan when base is one.
+---@param base table
+---@param overrides table
+---@return table
+function tycho.extend(base, overrides) end
+
+return tycho
