@@ -20,7 +20,7 @@ return tycho.plan {
   mesh = { tp = 1, pp = 1, dp = "auto" },
   zero = 0,
   schedule = { kind = "1f1b" },
-  batch = { global = 32, micro = 32, seq = 64 },
+  batch = { global = 32, micro = 8, seq = 64 },   -- micro 8: runs on 1, 2 or 4 data-parallel ranks
   precision = { compute = "fp32", grads = "fp32", master = "fp32" },
 
   optimizer = { kind = "adamw", lr = 3e-3, beta1 = 0.9, beta2 = 0.99, eps = 1e-8,

@@ -12,3 +12,8 @@ foreach(plan ${TYCHO_BAD_PLANS})
     WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(bad_plan.${name} PROPERTIES TIMEOUT 60)
 endforeach()
+
+# The command line: help, exit codes, check output for the shipped plans, --json, --set, sandbox.
+add_test(NAME cli COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli.sh $<TARGET_FILE:tycho>
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli PROPERTIES TIMEOUT 120)

@@ -325,8 +325,9 @@ static int sandbox_require(lua_State *L)
     if (sb->unsafe) { /* unsafe plans may also use Lua's own require */
       lua_getfield(L, LUA_REGISTRYINDEX, "tycho.lua_require");
       lua_pushvalue(L, 1);
-      lua_call(L, 1, 1);
-      return 1;
+      if (lua_pcall(L, 1, 1, 0) == LUA_OK)
+        return 1;
+      lua_pop(L, 1);
     }
     luaL_Buffer b;
     luaL_buffinit(L, &b);
@@ -338,7 +339,8 @@ static int sandbox_require(lua_State *L)
         luaL_addstring(&b, ", ");
       luaL_addstring(&b, sb->search[i]);
     }
-    luaL_addstring(&b, "); add a folder with TYCHO_PATH");
+    luaL_addstring(&b, sb->unsafe ? "), nor by Lua's require; add a folder with TYCHO_PATH"
+                                  : "); add a folder with TYCHO_PATH");
     luaL_pushresult(&b);
     return luaL_error(L, "%s", lua_tostring(L, -1));
   }

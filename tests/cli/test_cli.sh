@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The command line as a user meets it: help, version, exit codes, `check` output for the shipped
+# plans at several world sizes, --json, --set, --unsafe, TYCHO_PATH and the sandbox's require.
+# usage: test_cli.sh TYCHO   (run from the source folder)
+set -u
+tycho=$1
+passed=0 failed=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+ok() { passed=$((passed + 1)); echo "ok   $1"; }
+bad() { failed=$((failed + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && printf '%s\n' "$2" | head -n 20; }
+# expect NAME CODE PATTERN CMD...: CMD exits with CODE and its stdout+stderr matches PATTERN (grep -E)
+expect() {
+  local name=$1 code=$2 pattern=$3; shift 3
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [ "$rc" -ne "$code" ]; then bad "$name (exit $rc, expected $code)" "$out"; return; fi
+  if ! printf '%s\n' "$out" | grep -Eq -- "$pattern"; then bad "$name (no match for /$pattern/)" "$out"; return; fi
+  ok "$name"
+}
+
+expect help 0 '^usage: tycho <command>' "$tycho" --help
+expect version 0 '^tycho [0-9]+\.[0-9]+\.[0-9]+' "$tycho" --version
+expect no_command 2 '^tycho: no command given' "$tycho"
+expect unknown_command 2 "^tycho: unknown command 'trian'" "$tycho" trian plans/tiny.lua
+expect unknown_option 2 "^tycho: unknown option '--wrold'" "$tycho" check plans/tiny.lua --wrold 8
+expect missing_plan_arg 2 "^tycho: 'check' needs a plan file" "$tycho" check
+expect bad_world 2 '^tycho: --world needs an integer' "$tycho" check plans/tiny.lua --world zero
+expect missing_file 2 '^tycho: plan error: nothere.lua: cannot open' "$tycho" check nothere.lua
+
+# Shipped plans at several world sizes: the numbers a user would work out by hand.
+expect tiny_1 0 'batch +global 32 = micro 8 × 4 micro-batches × dp 1' "$tycho" check plans/tiny.lua
+expect tiny_4 0 'mesh +4 ranks = tp 1 × pp 1 × dp 4' "$tycho" check plans/tiny.lua --world 4
+expect 7b_8 0 'mesh +8 ranks = tp 2 × pp 1 × dp 4 \(dp "auto"\)' "$tycho" check plans/llama2_7b.lua --world 8
+expect 7b_8_params 0 '6,738,415,616 parameters' "$tycho" check plans/llama2_7b.lua --world 8
+expect 7b_1024 0 'global 1024 = micro 1 × 2 micro-batches × dp 512' "$tycho" check plans/llama2_7b.lua --world 1024
+expect 70b_64_mesh 0 'tp groups: 8 of 8 ranks, e.g. \{0\.\.7\}' "$tycho" check plans/llama2_70b.lua --world 64
+expect 70b_64_pp 0 'pp groups: 16 of 4 ranks, e.g. \{0, 16, 32, 48\}' "$tycho" check plans/llama2_70b.lua --world 64
+expect 70b_64_stage3 0 '3 +3 +0 +layers 60-79 \+ final norm \+ head' "$tycho" check plans/llama2_70b.lua --world 64
+expect 70b_64_rank63 0 '^ +63 +7 +1 +3 +3$' "$tycho" check plans/llama2_70b.lua --world 64
+expect 70b_4096 0 '52 more ranks|4084 more ranks' "$tycho" check plans/llama2_70b.lua --world 4096
+expect 70b_world_not_multiple 2 'a world of 100 ranks is not a multiple of tp × pp = 8 × 4 = 32' \
+  "$tycho" check plans/llama2_70b.lua --world 100
+
+# --json: one document on stdout, nothing else there
+if "$tycho" check plans/llama2_70b.lua --world 4096 --json >"$tmp/70b.json" 2>"$tmp/err"; then
+  n=$(grep -o '{"rank":' "$tmp/70b.json" | wc -l)
+  if [ "$n" -eq 4096 ] && [ "$(head -c 11 "$tmp/70b.json")" = '{"schema":1' ] && [ ! -s "$tmp/err" ]; then
+    ok json_4096_ranks
+  else bad "json_4096_ranks ($n rank records)"; fi
+else bad json_4096_ranks "$(cat "$tmp/err")"; fi
+if command -v lua5.4 >/dev/null; then
+  # a JSON document is also a Lua table constructor once ':' become '=' — good enough to prove
+  # it is well formed (balanced, quoted, comma-separated) without a JSON library
+  if "$tycho" check plans/tiny.lua --json | sed -e 's/"\([a-z_0-9]*\)":/["\1"]=/g' -e 's/\[/{/g; s/\]/}/g' \
+      -e 's/{"\([a-z_0-9]*\)"}=/["\1"]=/g' -e 's/null/nil/g' | sed '1s/^/return /' >"$tmp/doc.lua" &&
+     lua5.4 -e "local d = dofile('$tmp/doc.lua'); assert(d.plan.model.n_layers == 4 and d.world == 1 and #d.ranks == 1)"; then
+    ok json_parses
+  else bad json_parses "$(head -c 600 "$tmp/doc.lua")"; fi
+fi
+
+# --set: overrides change the compiled plan and its hash; bad ones are plan errors
+h1=$("$tycho" check plans/tiny.lua | sed -n 's/^hash *//p')
+h2=$("$tycho" check plans/tiny.lua --set optimizer.lr=0.002 | sed -n 's/^hash *//p')
+h3=$("$tycho" check plans/tiny.lua | sed -n 's/^hash *//p')
+if [ -n "$h1" ] && [ "$h1" = "$h3" ] && [ "$h1" != "$h2" ]; then ok hash_stable_and_sensitive
+else bad "hash_stable_and_sensitive ($h1 $h2 $h3)"; fi
+expect set_value 0 'optimizer +adamw lr 0.002' "$tycho" check plans/tiny.lua --set optimizer.lr=0.002
+expect set_list 0 'recompute +layers 0-3 +attn_core,mlp_act' "$tycho" check plans/tiny.lua --set recompute=attn_core,mlp_act
+expect set_mesh 0 'mesh +4 ranks = tp 2 × pp 2 × dp 1' "$tycho" check plans/tiny.lua --set mesh.tp=2 --set mesh.pp=2 --world 4
+expect set_bad_syntax 2 '^tycho: plan error: --set: "mesh.tp": expected path.to.field=value' "$tycho" check plans/tiny.lua --set mesh.tp
+
+# --unsafe lifts the sandbox; TYCHO_PATH extends require's search path
+mkdir -p "$tmp/lib/team"
+cat >"$tmp/lib/team/base.lua" <<'LUA'
+return { n_layers = 2, dim = 64, n_heads = 4, ffn_dim = 128, vocab = 64, max_seq = 64 }
+LUA
+cat >"$tmp/io.lua" <<'LUA'
+local tycho = require "tycho"
+local f = io.open("/dev/null")
+f:close()
+return tycho.plan { model = require("team.base"), batch = { global = 8, seq = 32 } }
+LUA
+expect unsafe_off 2 "'io' is not available in the plan sandbox" env TYCHO_PATH="$tmp/lib" "$tycho" check "$tmp/io.lua"
+expect unsafe_on 0 '^model +llama, 2 layers' env TYCHO_PATH="$tmp/lib" "$tycho" check "$tmp/io.lua" --unsafe
+expect tycho_path_missing 2 "module 'team.base' not found in the plan search path" "$tycho" check "$tmp/io.lua" --unsafe
+
+# require never leaves the search path, not even through a symlink
+mkdir -p "$tmp/plan" "$tmp/outside"
+echo 'return { secret = true }' >"$tmp/outside/secret.lua"
+ln -s "$tmp/outside/secret.lua" "$tmp/plan/escape.lua"
+echo 'local s = require "escape"' >"$tmp/plan/p.lua"
+expect symlink_escape 2 "module 'escape' not found in the plan search path" "$tycho" check "$tmp/plan/p.lua"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
