@@ -16,6 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/err.h"
+
 #include "philox.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -24,17 +26,6 @@
 
 #define FEISTEL_ROUNDS 6
 
-__attribute__((format(printf, 3, 4)))
-static int fail(char *err, size_t err_size, const char *fmt, ...)
-{
-  if (err && err_size) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-  }
-  return 1;
-}
 
 /* Check the header (llm.c) or the size (raw) and set format, tokens and n_tokens. */
 static int tokens_layout(struct tokens_file *tf, char *err, size_t err_size)
@@ -45,14 +36,14 @@ static int tokens_layout(struct tokens_file *tf, char *err, size_t err_size)
   if (header[0] == TOKENS_MAGIC) {
     tf->format = TOKENS_LLMC;
     if (n < TOKENS_HEADER_BYTES)
-      return fail(err, err_size, "%s: %zu bytes, shorter than the %d-byte llm.c header",
+      return errf(err, err_size, "%s: %zu bytes, shorter than the %d-byte llm.c header",
                   tf->path, n, TOKENS_HEADER_BYTES);
     if (header[1] != TOKENS_VERSION)
-      return fail(err, err_size, "%s: llm.c header version %" PRId32 " (expected %d: uint16 "
+      return errf(err, err_size, "%s: llm.c header version %" PRId32 " (expected %d: uint16 "
                   "tokens)", tf->path, header[1], TOKENS_VERSION);
     uint64_t body = n - TOKENS_HEADER_BYTES;
     if (header[2] < 0 || (uint64_t)header[2] * 2 != body)
-      return fail(err, err_size, "%s: header says %" PRId32 " tokens but the file holds %" PRIu64
+      return errf(err, err_size, "%s: header says %" PRId32 " tokens but the file holds %" PRIu64
                   " bytes of tokens after the header (%" PRIu64 " tokens%s)", tf->path,
                   header[2], body, body / 2, body % 2 ? " and a stray byte" : "");
     tf->tokens = (const uint16_t *)((const char *)tf->map + TOKENS_HEADER_BYTES);
@@ -60,7 +51,7 @@ static int tokens_layout(struct tokens_file *tf, char *err, size_t err_size)
   } else {
     tf->format = TOKENS_RAW;
     if (n % 2)
-      return fail(err, err_size, "%s: %zu bytes is odd and the magic %d is absent: neither an "
+      return errf(err, err_size, "%s: %zu bytes is odd and the magic %d is absent: neither an "
                   "llm.c token file nor raw uint16 tokens", tf->path, n, TOKENS_MAGIC);
     tf->tokens = tf->map;
     tf->n_tokens = n / 2;
@@ -79,7 +70,7 @@ static int tokens_check_vocab(const struct tokens_file *tf, int vocab, char *err
   uint64_t k = 0;
   while (tf->tokens[k] < vocab) k++;
   uint64_t offset = (uint64_t)((const char *)&tf->tokens[k] - (const char *)tf->map);
-  return fail(err, err_size, "%s: token %u at index %" PRIu64 " (byte offset %" PRIu64 ") is "
+  return errf(err, err_size, "%s: token %u at index %" PRIu64 " (byte offset %" PRIu64 ") is "
               "not below vocab %d", tf->path, tf->tokens[k], k, offset, vocab);
 }
 
@@ -90,22 +81,22 @@ int tokens_open(struct tokens_file *tf, const char *path, int vocab, int seq_len
   int rc = 0;
   memset(tf, 0, sizeof *tf);
   if (vocab < 1 || seq_len < 1)
-    return fail(err, err_size, "%s: vocab %d and seq_len %d must be positive", path, vocab,
+    return errf(err, err_size, "%s: vocab %d and seq_len %d must be positive", path, vocab,
                 seq_len);
   int fd = open(path, O_RDONLY);
-  if (fd < 0) return fail(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+  if (fd < 0) return errf(err, err_size, "%s: cannot open: %s", path, strerror(errno));
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    rc = fail(err, err_size, "%s: not a readable regular file", path);
+    rc = errf(err, err_size, "%s: not a readable regular file", path);
     close(fd);
     return rc;
   }
   tf->path = strdup(path);
   tf->seq_len = seq_len;
-  if (!tf->path) rc = fail(err, err_size, "%s: out of memory", path);
+  if (!tf->path) rc = errf(err, err_size, "%s: out of memory", path);
   if (!rc && st.st_size > 0) {
     void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
-      rc = fail(err, err_size, "%s: cannot mmap %lld bytes: %s", path, (long long)st.st_size,
+      rc = errf(err, err_size, "%s: cannot mmap %lld bytes: %s", path, (long long)st.st_size,
                 strerror(errno));
     } else {
       tf->map = map;
@@ -115,7 +106,7 @@ int tokens_open(struct tokens_file *tf, const char *path, int vocab, int seq_len
   close(fd);
   if (!rc) rc = tokens_layout(tf, err, err_size);
   if (!rc && tf->n_tokens < (uint64_t)seq_len + 1)
-    rc = fail(err, err_size, "%s: %" PRIu64 " tokens, shorter than one window of seq_len + 1 = "
+    rc = errf(err, err_size, "%s: %" PRIu64 " tokens, shorter than one window of seq_len + 1 = "
               "%" PRIu64 " tokens", path, tf->n_tokens, (uint64_t)seq_len + 1);
   if (!rc) {
     posix_madvise(tf->map, tf->map_bytes, POSIX_MADV_SEQUENTIAL);

@@ -25,23 +25,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/err.h"
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c assumes a little-endian host"
 #endif
 
 #define JSON_MAX_DEPTH 64
 
-__attribute__((format(printf, 3, 4)))
-static int fail(char *err, size_t err_size, const char *fmt, ...)
-{
-  if (err && err_size) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-  }
-  return 1;
-}
 
 /* ---------------------------------------------------------------------------------------- */
 /* JSON: parsed into a flat array of nodes linked first-child / next-sibling. Decoded strings
@@ -83,7 +74,7 @@ static int json_fail(struct json *j, size_t pos, const char *fmt, ...)
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
-  return fail(j->err, j->err_size, "%s: bad JSON at byte %zu: %s", j->name, j->base + pos, what);
+  return errf(j->err, j->err_size, "%s: bad JSON at byte %zu: %s", j->name, j->base + pos, what);
 }
 
 static int json_peek(const struct json *j) { return j->i < j->n ? (unsigned char)j->text[j->i] : -1; }
@@ -340,7 +331,7 @@ static int json_parse(struct json *j, const char *text, size_t n, const char *na
   *j = (struct json){ .text = text, .n = n, .name = name, .base = base, .err = err,
                       .err_size = err_size };
   j->strings = malloc(n + 1);
-  if (!j->strings) return fail(err, err_size, "%s: out of memory for a %zu-byte header", name, n);
+  if (!j->strings) return errf(err, err_size, "%s: out of memory for a %zu-byte header", name, n);
   if (json_value(j, 0) < 0) return 1;
   json_skip_space(j);
   if (j->i != j->n) return json_fail(j, j->i, "trailing characters after the JSON value");
@@ -408,37 +399,37 @@ static int st_tensor_entry(struct st_file *f, struct json *j, int id, struct st_
   int dtype = -1, shape = -1, offsets = -1;
   uint64_t range[2];
   t->name = nd->key;
-  if (!t->name[0]) return fail(err, err_size, "%s: a tensor has an empty name", f->path);
+  if (!t->name[0]) return errf(err, err_size, "%s: a tensor has an empty name", f->path);
   if (nd->type != JSON_OBJECT)
-    return fail(err, err_size, "%s: tensor '%s': expected an object with dtype, shape and "
+    return errf(err, err_size, "%s: tensor '%s': expected an object with dtype, shape and "
                 "data_offsets", f->path, t->name);
   for (int c = nd->first; c >= 0; c = j->nodes[c].next) {
     const char *key = j->nodes[c].key;
     if (strcmp(key, "dtype") == 0) dtype = c;
     else if (strcmp(key, "shape") == 0) shape = c;
     else if (strcmp(key, "data_offsets") == 0) offsets = c;
-    else return fail(err, err_size, "%s: tensor '%s': unknown field '%.100s'", f->path, t->name, key);
+    else return errf(err, err_size, "%s: tensor '%s': unknown field '%.100s'", f->path, t->name, key);
   }
   if (dtype < 0 || shape < 0 || offsets < 0)
-    return fail(err, err_size, "%s: tensor '%s': missing '%s'", f->path, t->name,
+    return errf(err, err_size, "%s: tensor '%s': missing '%s'", f->path, t->name,
                 dtype < 0 ? "dtype" : shape < 0 ? "shape" : "data_offsets");
   if (j->nodes[dtype].type != JSON_STRING)
-    return fail(err, err_size, "%s: tensor '%s': dtype is not a string", f->path, t->name);
+    return errf(err, err_size, "%s: tensor '%s': dtype is not a string", f->path, t->name);
   t->dtype = ST_N_DTYPES;
   for (int k = 0; k < ST_N_DTYPES; k++)
     if (strcmp(j->nodes[dtype].str, st_dtypes[k].name) == 0) t->dtype = (enum st_dtype)k;
   if (t->dtype == ST_N_DTYPES)
-    return fail(err, err_size, "%s: tensor '%s': unknown dtype '%.40s'", f->path, t->name,
+    return errf(err, err_size, "%s: tensor '%s': unknown dtype '%.40s'", f->path, t->name,
                 j->nodes[dtype].str);
   if (j->nodes[shape].type != JSON_ARRAY || j->nodes[shape].n_children > ST_MAX_DIMS)
-    return fail(err, err_size, "%s: tensor '%s': shape must be an array of at most %d integers",
+    return errf(err, err_size, "%s: tensor '%s': shape must be an array of at most %d integers",
                 f->path, t->name, ST_MAX_DIMS);
   bool has_zero = false, overflow = false;
   t->n_elems = 1;
   for (int c = j->nodes[shape].first; c >= 0; c = j->nodes[c].next) {
     uint64_t d;
     if (!json_uint64(j, c, &d) || d > INT64_MAX)
-      return fail(err, err_size, "%s: tensor '%s': shape must hold non-negative integers",
+      return errf(err, err_size, "%s: tensor '%s': shape must hold non-negative integers",
                   f->path, t->name);
     t->shape[t->n_dims++] = (int64_t)d;
     if (d == 0) has_zero = true;
@@ -448,25 +439,25 @@ static int st_tensor_entry(struct st_file *f, struct json *j, int id, struct st_
   if (has_zero) t->n_elems = 0;
   size_t unit = st_dtypes[t->dtype].n_bytes;
   if (overflow || t->n_elems > SIZE_MAX / unit)
-    return fail(err, err_size, "%s: tensor '%s': shape overflows the address space", f->path,
+    return errf(err, err_size, "%s: tensor '%s': shape overflows the address space", f->path,
                 t->name);
   t->n_bytes = t->n_elems * unit;
   if (j->nodes[offsets].type != JSON_ARRAY || j->nodes[offsets].n_children != 2 ||
       !json_uint64(j, j->nodes[offsets].first, &range[0]) ||
       !json_uint64(j, j->nodes[j->nodes[offsets].first].next, &range[1]))
-    return fail(err, err_size, "%s: tensor '%s': data_offsets must be two non-negative integers",
+    return errf(err, err_size, "%s: tensor '%s': data_offsets must be two non-negative integers",
                 f->path, t->name);
   if (range[0] > range[1])
-    return fail(err, err_size, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] are "
+    return errf(err, err_size, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] are "
                 "out of order", f->path, t->name, range[0], range[1]);
   if (range[1] > f->data_bytes)
-    return fail(err, err_size, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] run "
+    return errf(err, err_size, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] run "
                 "past the end of the %zu-byte data area", f->path, t->name, range[0], range[1],
                 f->data_bytes);
   if (range[1] - range[0] != t->n_bytes) {
     char s[160];
     shape_string(s, sizeof s, t);
-    return fail(err, err_size, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] hold "
+    return errf(err, err_size, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] hold "
                 "%" PRIu64 " bytes but shape %s of %s needs %zu", f->path, t->name, range[0],
                 range[1], range[1] - range[0], s, st_dtypes[t->dtype].name, t->n_bytes);
   }
@@ -479,14 +470,14 @@ static int st_metadata(struct st_file *f, struct json *j, int id, char *err, siz
 {
   const struct json_node *nd = &j->nodes[id];
   if (nd->type != JSON_OBJECT)
-    return fail(err, err_size, "%s: __metadata__ is not an object", f->path);
+    return errf(err, err_size, "%s: __metadata__ is not an object", f->path);
   f->metadata_keys = calloc((size_t)nd->n_children + 1, sizeof *f->metadata_keys);
   f->metadata_values = calloc((size_t)nd->n_children + 1, sizeof *f->metadata_values);
   if (!f->metadata_keys || !f->metadata_values)
-    return fail(err, err_size, "%s: out of memory", f->path);
+    return errf(err, err_size, "%s: out of memory", f->path);
   for (int c = nd->first; c >= 0; c = j->nodes[c].next) {
     if (j->nodes[c].type != JSON_STRING)
-      return fail(err, err_size, "%s: __metadata__ value of '%.100s' is not a string", f->path,
+      return errf(err, err_size, "%s: __metadata__ value of '%.100s' is not a string", f->path,
                   j->nodes[c].key);
     f->metadata_keys[f->n_metadata] = j->nodes[c].key;
     f->metadata_values[f->n_metadata++] = j->nodes[c].str;
@@ -518,7 +509,7 @@ static int st_index_tensors(struct st_file *f, char *err, size_t err_size)
   f->by_name = malloc((n + 1) * sizeof *f->by_name);
   int rc = 0, m = 0;
   if (!names || !spans || !f->by_name) {
-    rc = fail(err, err_size, "%s: out of memory", f->path);
+    rc = errf(err, err_size, "%s: out of memory", f->path);
     goto done;
   }
   for (int k = 0; k < f->n_tensors; k++) {
@@ -532,7 +523,7 @@ static int st_index_tensors(struct st_file *f, char *err, size_t err_size)
   for (int k = 1; k < m; k++) {
     if (spans[k].begin < spans[k - 1].end) {
       const struct span *a = &spans[k - 1], *b = &spans[k];
-      rc = fail(err, err_size, "%s: tensors '%s' [%zu, %zu] and '%s' [%zu, %zu] overlap", f->path,
+      rc = errf(err, err_size, "%s: tensors '%s' [%zu, %zu] and '%s' [%zu, %zu] overlap", f->path,
                 f->tensors[a->index].name, a->begin, a->end, f->tensors[b->index].name,
                 b->begin, b->end);
       break;
@@ -552,26 +543,26 @@ static int st_parse_image(struct st_file *f, const uint8_t *buf, size_t n, char 
   struct json j;
   int rc;
   if (n < 8)
-    return fail(err, err_size, "%s: file is %zu bytes, shorter than the 8-byte header length: "
+    return errf(err, err_size, "%s: file is %zu bytes, shorter than the 8-byte header length: "
                 "not a safetensors file", f->path, n);
   memcpy(&header_bytes, buf, 8);
   if (header_bytes > ST_MAX_HEADER_BYTES)
-    return fail(err, err_size, "%s: header length %" PRIu64 " is over the %" PRIu64 "-byte cap: "
+    return errf(err, err_size, "%s: header length %" PRIu64 " is over the %" PRIu64 "-byte cap: "
                 "not a safetensors file", f->path, header_bytes, ST_MAX_HEADER_BYTES);
   if (header_bytes > n - 8)
-    return fail(err, err_size, "%s: header length %" PRIu64 " is larger than the %zu bytes after "
+    return errf(err, err_size, "%s: header length %" PRIu64 " is larger than the %zu bytes after "
                 "the length prefix (file is %zu bytes)", f->path, header_bytes, n - 8, n);
   f->data = buf + 8 + header_bytes;
   f->data_bytes = n - 8 - (size_t)header_bytes;
   rc = json_parse(&j, (const char *)buf + 8, (size_t)header_bytes, f->path, 8, err, err_size);
   if (rc) goto done;
   if (j.nodes[0].type != JSON_OBJECT) {
-    rc = fail(err, err_size, "%s: header is not a JSON object", f->path);
+    rc = errf(err, err_size, "%s: header is not a JSON object", f->path);
     goto done;
   }
   f->tensors = calloc((size_t)j.nodes[0].n_children + 1, sizeof *f->tensors);
   if (!f->tensors) {
-    rc = fail(err, err_size, "%s: out of memory", f->path);
+    rc = errf(err, err_size, "%s: out of memory", f->path);
     goto done;
   }
   for (int c = j.nodes[0].first; c >= 0 && !rc; c = j.nodes[c].next) {
@@ -593,7 +584,7 @@ int st_parse(struct st_file *f, const void *buf, size_t n_bytes, const char *nam
 {
   memset(f, 0, sizeof *f);
   f->path = strdup(name ? name : "<memory>");
-  if (!f->path) return fail(err, err_size, "out of memory");
+  if (!f->path) return errf(err, err_size, "out of memory");
   int rc = st_parse_image(f, buf, n_bytes, err, err_size);
   if (rc) st_close(f);
   return rc;
@@ -605,25 +596,25 @@ int st_open(struct st_file *f, const char *path, char *err, size_t err_size)
   int rc;
   memset(f, 0, sizeof *f);
   int fd = open(path, O_RDONLY);
-  if (fd < 0) return fail(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+  if (fd < 0) return errf(err, err_size, "%s: cannot open: %s", path, strerror(errno));
   if (fstat(fd, &st) != 0) {
-    rc = fail(err, err_size, "%s: cannot stat: %s", path, strerror(errno));
+    rc = errf(err, err_size, "%s: cannot stat: %s", path, strerror(errno));
     close(fd);
     return rc;
   }
   if (!S_ISREG(st.st_mode)) {
     close(fd);
-    return fail(err, err_size, "%s: not a regular file", path);
+    return errf(err, err_size, "%s: not a regular file", path);
   }
   f->path = strdup(path);
   if (!f->path) {
     close(fd);
-    return fail(err, err_size, "%s: out of memory", path);
+    return errf(err, err_size, "%s: out of memory", path);
   }
   if (st.st_size > 0) {
     void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
-      rc = fail(err, err_size, "%s: cannot mmap %lld bytes: %s", path, (long long)st.st_size,
+      rc = errf(err, err_size, "%s: cannot mmap %lld bytes: %s", path, (long long)st.st_size,
                 strerror(errno));
       close(fd);
       st_close(f);
@@ -689,7 +680,7 @@ int st_read_f32(const struct st_file *f, const struct st_tensor *t, float *out, 
                 char *err, size_t err_size)
 {
   if (n_elems != t->n_elems)
-    return fail(err, err_size, "%s: tensor '%s' has %zu elements but the buffer holds %zu",
+    return errf(err, err_size, "%s: tensor '%s' has %zu elements but the buffer holds %zu",
                 f->path, t->name, t->n_elems, n_elems);
   const uint8_t *p = t->data;
   switch (t->dtype) {
@@ -717,7 +708,7 @@ int st_read_f32(const struct st_file *f, const struct st_tensor *t, float *out, 
     }
     return 0;
   default:
-    return fail(err, err_size, "%s: tensor '%s' is %s; only F32, F16, BF16 and F64 convert to "
+    return errf(err, err_size, "%s: tensor '%s' is %s; only F32, F16, BF16 and F64 convert to "
                 "float32", f->path, t->name, st_dtype_name(t->dtype));
   }
 }
@@ -798,11 +789,11 @@ static int atomic_begin(struct atomic_file *a, const char *path, char *err, size
 {
   a->path = path;
   a->tmp = malloc(strlen(path) + 5);
-  if (!a->tmp) return fail(err, err_size, "%s: out of memory", path);
+  if (!a->tmp) return errf(err, err_size, "%s: out of memory", path);
   sprintf(a->tmp, "%s.tmp", path);
   a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (a->fd < 0) {
-    int rc = fail(err, err_size, "%s: cannot create: %s", a->tmp, strerror(errno));
+    int rc = errf(err, err_size, "%s: cannot create: %s", a->tmp, strerror(errno));
     free(a->tmp);
     return rc;
   }
@@ -812,17 +803,17 @@ static int atomic_begin(struct atomic_file *a, const char *path, char *err, size
 static int atomic_write(struct atomic_file *a, const void *buf, size_t n, char *err, size_t err_size)
 {
   if (write_all(a->fd, buf, n) == 0) return 0;
-  return fail(err, err_size, "%s: write failed: %s", a->tmp, strerror(errno));
+  return errf(err, err_size, "%s: write failed: %s", a->tmp, strerror(errno));
 }
 
 /* Finish (ok) or abandon (!ok, the message already written) the file. */
 static int atomic_end(struct atomic_file *a, bool ok, char *err, size_t err_size)
 {
   int rc = ok ? 0 : 1;
-  if (ok && fsync(a->fd) != 0) rc = fail(err, err_size, "%s: fsync failed: %s", a->tmp, strerror(errno));
-  if (close(a->fd) != 0 && !rc) rc = fail(err, err_size, "%s: close failed: %s", a->tmp, strerror(errno));
+  if (ok && fsync(a->fd) != 0) rc = errf(err, err_size, "%s: fsync failed: %s", a->tmp, strerror(errno));
+  if (close(a->fd) != 0 && !rc) rc = errf(err, err_size, "%s: close failed: %s", a->tmp, strerror(errno));
   if (!rc && rename(a->tmp, a->path) != 0)
-    rc = fail(err, err_size, "%s: cannot rename to %s: %s", a->tmp, a->path, strerror(errno));
+    rc = errf(err, err_size, "%s: cannot rename to %s: %s", a->tmp, a->path, strerror(errno));
   if (rc) {
     unlink(a->tmp);
   } else {
@@ -843,19 +834,19 @@ int st_write_f32(const char *path, const struct st_write_tensor *tensors, int n_
   struct named *names = NULL;
   size_t offset = 0;
   int rc = 0;
-  if (n_tensors < 0) return fail(err, err_size, "%s: negative tensor count", path);
+  if (n_tensors < 0) return errf(err, err_size, "%s: negative tensor count", path);
   text_puts(&h, "{\"__metadata__\":{\"format\":\"pt\"}");
   for (int k = 0; k < n_tensors && !rc; k++) {
     const struct st_write_tensor *t = &tensors[k];
     size_t n_elems = 1;
     bool has_zero = false, overflow = false;
     if (!t->name || !t->name[0] || strcmp(t->name, "__metadata__") == 0 || !valid_utf8(t->name)) {
-      rc = fail(err, err_size, "%s: tensor %d: name must be non-empty UTF-8 and not "
+      rc = errf(err, err_size, "%s: tensor %d: name must be non-empty UTF-8 and not "
                 "__metadata__", path, k);
       break;
     }
     if (t->n_dims < 0 || t->n_dims > ST_MAX_DIMS) {
-      rc = fail(err, err_size, "%s: tensor '%s': %d dims (0 to %d allowed)", path, t->name,
+      rc = errf(err, err_size, "%s: tensor '%s': %d dims (0 to %d allowed)", path, t->name,
                 t->n_dims, ST_MAX_DIMS);
       break;
     }
@@ -867,7 +858,7 @@ int st_write_f32(const char *path, const struct st_write_tensor *tensors, int n_
     }
     if (has_zero) n_elems = 0;
     if (overflow || n_elems > (SIZE_MAX - offset) / 4 || (n_elems && !t->data)) {
-      rc = fail(err, err_size, "%s: tensor '%s': bad shape or no data", path, t->name);
+      rc = errf(err, err_size, "%s: tensor '%s': bad shape or no data", path, t->name);
       break;
     }
     text_puts(&h, ",");
@@ -880,18 +871,18 @@ int st_write_f32(const char *path, const struct st_write_tensor *tensors, int n_
   }
   text_puts(&h, "}");
   while (h.n % 8) text_puts(&h, " ");
-  if (!rc && h.oom) rc = fail(err, err_size, "%s: out of memory", path);
+  if (!rc && h.oom) rc = errf(err, err_size, "%s: out of memory", path);
   if (!rc && h.n > ST_MAX_HEADER_BYTES)
-    rc = fail(err, err_size, "%s: header of %zu bytes is over the %" PRIu64 "-byte cap", path,
+    rc = errf(err, err_size, "%s: header of %zu bytes is over the %" PRIu64 "-byte cap", path,
               h.n, ST_MAX_HEADER_BYTES);
   if (!rc && n_tensors > 1) { /* duplicate names would make an unreadable file */
     names = malloc((size_t)n_tensors * sizeof *names);
-    if (!names) rc = fail(err, err_size, "%s: out of memory", path);
+    if (!names) rc = errf(err, err_size, "%s: out of memory", path);
     for (int k = 0; k < n_tensors && names; k++) names[k] = (struct named){ tensors[k].name, k };
     if (names) qsort(names, (size_t)n_tensors, sizeof *names, compare_named);
     for (int k = 1; k < n_tensors && !rc; k++)
       if (strcmp(names[k - 1].name, names[k].name) == 0)
-        rc = fail(err, err_size, "%s: duplicate tensor name '%s'", path, names[k].name);
+        rc = errf(err, err_size, "%s: duplicate tensor name '%s'", path, names[k].name);
   }
   free(names);
   if (rc) { free(h.p); return rc; }
@@ -939,21 +930,21 @@ int st_index_parse(struct st_index *ix, const char *json, size_t n_bytes, const 
   int map = -1, rc;
   memset(ix, 0, sizeof *ix);
   ix->path = strdup(name ? name : "<memory>");
-  if (!ix->path) return fail(err, err_size, "out of memory");
+  if (!ix->path) return errf(err, err_size, "out of memory");
   rc = json_parse(&j, json, n_bytes, ix->path, 0, err, err_size);
   if (rc) goto done;
   if (j.nodes[0].type != JSON_OBJECT) {
-    rc = fail(err, err_size, "%s: not a JSON object", ix->path);
+    rc = errf(err, err_size, "%s: not a JSON object", ix->path);
     goto done;
   }
   for (int c = j.nodes[0].first; c >= 0 && !rc; c = j.nodes[c].next) {
     if (strcmp(j.nodes[c].key, "weight_map") == 0) map = c;
     else if (strcmp(j.nodes[c].key, "metadata") == 0 && j.nodes[c].type != JSON_OBJECT)
-      rc = fail(err, err_size, "%s: \"metadata\" is not an object", ix->path);
+      rc = errf(err, err_size, "%s: \"metadata\" is not an object", ix->path);
   }
   if (rc) goto done;
   if (map < 0 || j.nodes[map].type != JSON_OBJECT) {
-    rc = fail(err, err_size, "%s: no \"weight_map\" object: not a safetensors index", ix->path);
+    rc = errf(err, err_size, "%s: no \"weight_map\" object: not a safetensors index", ix->path);
     goto done;
   }
   size_t n = (size_t)j.nodes[map].n_children;
@@ -961,12 +952,12 @@ int st_index_parse(struct st_index *ix, const char *json, size_t n_bytes, const 
   by_shard = malloc((n + 1) * sizeof *by_shard);
   ix->shard_files = calloc(n + 1, sizeof *ix->shard_files);
   if (!ix->entries || !by_shard || !ix->shard_files) {
-    rc = fail(err, err_size, "%s: out of memory", ix->path);
+    rc = errf(err, err_size, "%s: out of memory", ix->path);
     goto done;
   }
   for (int c = j.nodes[map].first; c >= 0; c = j.nodes[c].next) {
     if (j.nodes[c].type != JSON_STRING || !shard_name_ok(j.nodes[c].str)) {
-      rc = fail(err, err_size, "%s: weight_map entry '%.100s' must be a file name inside the "
+      rc = errf(err, err_size, "%s: weight_map entry '%.100s' must be a file name inside the "
                 "index's folder", ix->path, j.nodes[c].key);
       goto done;
     }
@@ -982,7 +973,7 @@ int st_index_parse(struct st_index *ix, const char *json, size_t n_bytes, const 
   }
   qsort(ix->entries, n, sizeof *ix->entries, compare_entries);
   ix->shards = calloc((size_t)ix->n_shards + 1, sizeof *ix->shards);
-  if (!ix->shards) rc = fail(err, err_size, "%s: out of memory", ix->path);
+  if (!ix->shards) rc = errf(err, err_size, "%s: out of memory", ix->path);
 done:
   free(by_shard);
   ix->strings = j.strings;
@@ -998,15 +989,15 @@ int st_index_open(struct st_index *ix, const char *path, char *err, size_t err_s
   int rc = 0;
   memset(ix, 0, sizeof *ix);
   int fd = open(path, O_RDONLY);
-  if (fd < 0) return fail(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+  if (fd < 0) return errf(err, err_size, "%s: cannot open: %s", path, strerror(errno));
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > ST_MAX_HEADER_BYTES) {
     close(fd);
-    return fail(err, err_size, "%s: not a regular file under %" PRIu64 " bytes", path,
+    return errf(err, err_size, "%s: not a regular file under %" PRIu64 " bytes", path,
                 ST_MAX_HEADER_BYTES);
   }
   size_t n = (size_t)st.st_size, got = 0;
   char *text = malloc(n + 1);
-  if (!text) { close(fd); return fail(err, err_size, "%s: out of memory", path); }
+  if (!text) { close(fd); return errf(err, err_size, "%s: out of memory", path); }
   while (got < n) {
     ssize_t r = read(fd, text + got, n - got);
     if (r < 0 && errno == EINTR) continue;
@@ -1014,7 +1005,7 @@ int st_index_open(struct st_index *ix, const char *path, char *err, size_t err_s
     got += (size_t)r;
   }
   close(fd);
-  if (got != n) rc = fail(err, err_size, "%s: short read", path);
+  if (got != n) rc = errf(err, err_size, "%s: short read", path);
   if (!rc) rc = st_index_parse(ix, text, n, path, err, err_size);
   free(text);
   if (rc) return rc;
@@ -1023,7 +1014,7 @@ int st_index_open(struct st_index *ix, const char *path, char *err, size_t err_s
   size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0;
   for (int s = 0; s < ix->n_shards && !rc; s++) {
     char *shard_path = malloc(dir_len + strlen(ix->shard_files[s]) + 1);
-    if (!shard_path) { rc = fail(err, err_size, "%s: out of memory", path); break; }
+    if (!shard_path) { rc = errf(err, err_size, "%s: out of memory", path); break; }
     memcpy(shard_path, path, dir_len);
     strcpy(shard_path + dir_len, ix->shard_files[s]);
     rc = st_open(&ix->shards[s], shard_path, err, err_size);
@@ -1032,7 +1023,7 @@ int st_index_open(struct st_index *ix, const char *path, char *err, size_t err_s
   for (int k = 0; k < ix->n_entries && !rc; k++) {
     const struct st_file *f = &ix->shards[ix->entries[k].shard];
     if (!st_find(f, ix->entries[k].name))
-      rc = fail(err, err_size, "%s: tensor '%s' is listed in the index but missing from shard %s",
+      rc = errf(err, err_size, "%s: tensor '%s' is listed in the index but missing from shard %s",
                 path, ix->entries[k].name, f->path);
   }
   if (rc) st_index_close(ix);
@@ -1071,7 +1062,7 @@ int st_index_write(const char *path, const char *const *names, const char *const
   for (int k = 0; k < n_entries; k++) {
     if (!valid_utf8(names[k]) || !shard_name_ok(shard_files[k]) || !valid_utf8(shard_files[k])) {
       free(s.p);
-      return fail(err, err_size, "%s: entry %d: bad tensor or shard name", path, k);
+      return errf(err, err_size, "%s: entry %d: bad tensor or shard name", path, k);
     }
     text_puts(&s, k ? ",\n    " : "\n    ");
     text_json_string(&s, names[k]);
@@ -1081,7 +1072,7 @@ int st_index_write(const char *path, const char *const *names, const char *const
   text_puts(&s, "\n  }\n}\n");
   if (s.oom) {
     free(s.p);
-    return fail(err, err_size, "%s: out of memory", path);
+    return errf(err, err_size, "%s: out of memory", path);
   }
   if (atomic_begin(&a, path, err, err_size)) { free(s.p); return 1; }
   int rc = atomic_write(&a, s.p, s.n, err, err_size);

@@ -4,6 +4,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "srcmap.h"
 
+#include "util/strbuf.h"
+
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -335,31 +337,19 @@ struct ctx {
   int field_start;/* CTX_CTOR: the next token starts a field */
 };
 
-struct outbuf {
-  char *s;
-  size_t n, cap;
-  int failed;
-};
-
-static void out_put(struct outbuf *o, const char *s, size_t n)
+/* Pushes a context; -1 when out of memory. */
+static int push_ctx(struct ctx **stack, int *depth, int *cap, struct ctx c)
 {
-  if (o->failed)
-    return;
-  if (o->n + n + 1 > o->cap) {
-    size_t cap = o->cap ? o->cap : 1024;
-    while (o->n + n + 1 > cap)
-      cap *= 2;
-    char *p = realloc(o->s, cap);
-    if (!p) {
-      o->failed = 1;
-      return;
-    }
-    o->s = p;
-    o->cap = cap;
+  if (*depth == *cap) {
+    int ncap = *cap * 2;
+    struct ctx *s2 = realloc(*stack, (size_t)ncap * sizeof **stack);
+    if (!s2)
+      return -1;
+    *stack = s2;
+    *cap = ncap;
   }
-  memcpy(o->s + o->n, s, n);
-  o->n += n;
-  o->s[o->n] = 0;
+  (*stack)[(*depth)++] = c;
+  return 0;
 }
 
 static int is_punct(const struct token *t, const char *p)
@@ -393,7 +383,8 @@ char *srcmap_rewrite(struct srcmap *m, const char *where, const char *src, size_
 {
   const char *file = srcmap_intern(m, where);
   struct lexer x = { src, n, 0, 1 };
-  struct outbuf o = { 0 };
+  struct strbuf o;
+  sb_init(&o);
   int cap = 64, depth = 0;
   struct ctx *stack = malloc((size_t)cap * sizeof *stack);
   if (!file || !stack) {
@@ -464,7 +455,7 @@ char *srcmap_rewrite(struct srcmap *m, const char *where, const char *src, size_
     }
 
     /* the gap before this token (spaces, comments, newlines) goes out verbatim */
-    out_put(&o, src + copied, t.start - copied);
+    sb_put(&o, src + copied, t.start - copied);
     copied = t.end;
     if (is_punct(&t, "{")) {
       int call_arg = prev.kind == TOK_NAME || prev.kind == TOK_STRING ||
@@ -476,37 +467,26 @@ char *srcmap_rewrite(struct srcmap *m, const char *where, const char *src, size_
       }
       char head[48];
       int hl = snprintf(head, sizeof head, "%s__tycho_tc(%d,{", call_arg ? "(" : "", id);
-      out_put(&o, head, (size_t)hl);
-      if (depth == cap) {
-        cap *= 2;
-        struct ctx *s2 = realloc(stack, (size_t)cap * sizeof *stack);
-        if (!s2) {
-          ok = 0;
-          break;
-        }
-        stack = s2;
+      sb_put(&o, head, (size_t)hl);
+      if (push_ctx(&stack, &depth, &cap, (struct ctx){ CTX_CTOR, id, call_arg, 1, 1 }) < 0) {
+        ok = 0;
+        break;
       }
-      stack[depth++] = (struct ctx){ CTX_CTOR, id, call_arg, 1, 1 };
     } else if (is_punct(&t, "}")) {
       if (!depth || stack[depth - 1].kind != CTX_CTOR) {
         ok = 0; /* unbalanced: Lua will report it */
         break;
       }
-      out_put(&o, stack[depth - 1].call_arg ? "}))" : "})", stack[depth - 1].call_arg ? 3 : 2);
+      sb_put(&o, stack[depth - 1].call_arg ? "}))" : "})", stack[depth - 1].call_arg ? 3 : 2);
       depth--;
     } else {
-      out_put(&o, src + t.start, t.end - t.start);
+      sb_put(&o, src + t.start, t.end - t.start);
       if (is_punct(&t, "(") || is_punct(&t, "[")) {
-        if (depth == cap) {
-          cap *= 2;
-          struct ctx *s2 = realloc(stack, (size_t)cap * sizeof *stack);
-          if (!s2) {
-            ok = 0;
-            break;
-          }
-          stack = s2;
+        if (push_ctx(&stack, &depth, &cap,
+                     (struct ctx){ is_punct(&t, "(") ? CTX_PAREN : CTX_BRACKET, -1, 0, 0, 0 }) < 0) {
+          ok = 0;
+          break;
         }
-        stack[depth++] = (struct ctx){ is_punct(&t, "(") ? CTX_PAREN : CTX_BRACKET, -1, 0, 0, 0 };
       } else if (is_punct(&t, ")") || is_punct(&t, "]")) {
         if (depth && stack[depth - 1].kind == (is_punct(&t, ")") ? CTX_PAREN : CTX_BRACKET))
           depth--;
@@ -517,16 +497,10 @@ char *srcmap_rewrite(struct srcmap *m, const char *where, const char *src, size_
       } else if (is_kw(&t, src, "function") || is_kw(&t, src, "if") || is_kw(&t, src, "do") ||
                  is_kw(&t, src, "repeat")) {
         /* `while ... do` and `for ... do` open their block at `do` */
-        if (depth == cap) {
-          cap *= 2;
-          struct ctx *s2 = realloc(stack, (size_t)cap * sizeof *stack);
-          if (!s2) {
-            ok = 0;
-            break;
-          }
-          stack = s2;
+        if (push_ctx(&stack, &depth, &cap, (struct ctx){ CTX_BLOCK, -1, 0, 0, 0 }) < 0) {
+          ok = 0;
+          break;
         }
-        stack[depth++] = (struct ctx){ CTX_BLOCK, -1, 0, 0, 0 };
       } else if (is_kw(&t, src, "end") || is_kw(&t, src, "until")) {
         if (depth && stack[depth - 1].kind == CTX_BLOCK)
           depth--;
@@ -539,13 +513,16 @@ char *srcmap_rewrite(struct srcmap *m, const char *where, const char *src, size_
     t = lex_next(&x);
   }
   if (ok)
-    out_put(&o, src + copied, n - copied);
+    sb_put(&o, src + copied, n - copied);
   free(stack);
+  if (ok && depth != 0)
+    ok = 0; /* unbalanced: Lua will report it on the original text */
   if (!ok || o.failed) {
-    free(o.s);
+    sb_free(&o);
     return NULL;
   }
   if (!o.s) {
+    sb_free(&o);
     o.s = calloc(1, 1);
     if (!o.s)
       return NULL;
