@@ -63,18 +63,31 @@ void addition_format(int a, int b, char out[ADDITION_PROBLEM_BYTES])
   out[12] = '\n';
 }
 
-void addition_window(uint64_t window, int seq_len, uint64_t data_seed, int *inputs, int *targets)
+/* Problem i of a stream: its operands. */
+typedef void (*problem_fn)(uint64_t i, uint64_t data_seed, int *a, int *b);
+
+static void held_out_problem(uint64_t j, uint64_t data_seed, int *a, int *b)
+{
+  uint64_t n = tokens_unpermute(j % ADDITION_N_HELD_OUT, ADDITION_N_PAIRS, data_seed,
+                                ADDITION_HOLD_OUT_STREAM);
+  *a = (int)(n / 1000);
+  *b = (int)(n % 1000);
+}
+
+/* Tokens [w·S, w·S + S + 1) of the concatenation of problems 0, 1, ... of `problem`. */
+static void stream_window(problem_fn problem, uint64_t window, int seq_len, uint64_t data_seed,
+                          int *inputs, int *targets)
 {
   uint64_t start = window * (uint64_t)seq_len;
-  uint64_t problem = start / ADDITION_PROBLEM_BYTES;
+  uint64_t index = start / ADDITION_PROBLEM_BYTES;
   int at = (int)(start % ADDITION_PROBLEM_BYTES);
   char text[ADDITION_PROBLEM_BYTES];
   int a, b;
-  addition_train_problem(problem, data_seed, &a, &b);
+  problem(index, data_seed, &a, &b);
   addition_format(a, b, text);
   for (int t = 0; t <= seq_len; t++) {
     if (at == ADDITION_PROBLEM_BYTES) {
-      addition_train_problem(++problem, data_seed, &a, &b);
+      problem(++index, data_seed, &a, &b);
       addition_format(a, b, text);
       at = 0;
     }
@@ -84,13 +97,24 @@ void addition_window(uint64_t window, int seq_len, uint64_t data_seed, int *inpu
   }
 }
 
+void addition_window(uint64_t window, int seq_len, uint64_t data_seed, int *inputs, int *targets)
+{
+  stream_window(addition_train_problem, window, seq_len, data_seed, inputs, targets);
+}
+
+void addition_val_window(uint64_t window, int seq_len, uint64_t data_seed, int *inputs,
+                         int *targets)
+{
+  stream_window(held_out_problem, window, seq_len, data_seed, inputs, targets);
+}
+
 void addition_eval_problem(uint64_t j, uint64_t data_seed, int prompt_tokens[ADDITION_PROMPT_TOKENS],
                            int answer_tokens[ADDITION_ANSWER_TOKENS])
 {
-  uint64_t n = tokens_unpermute(j % ADDITION_N_HELD_OUT, ADDITION_N_PAIRS, data_seed,
-                                ADDITION_HOLD_OUT_STREAM);
+  int a, b;
+  held_out_problem(j, data_seed, &a, &b);
   char text[ADDITION_PROBLEM_BYTES];
-  addition_format((int)(n / 1000), (int)(n % 1000), text);
+  addition_format(a, b, text);
   for (int k = 0; k < ADDITION_PROMPT_TOKENS; k++) prompt_tokens[k] = (unsigned char)text[k];
   for (int k = 0; k < ADDITION_ANSWER_TOKENS; k++)
     answer_tokens[k] = (unsigned char)text[ADDITION_PROMPT_TOKENS + k];

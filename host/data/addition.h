@@ -13,7 +13,8 @@
  * 10^6 / 2^32) (uniform up to a bias below 2^-12); the first pair that is not held out is
  * problem i. A held-out draw is thus redrawn from the next word, then the next block.
  * Window w (w = step·G + k, as for token files) is stream tokens [w·S, w·S + S + 1): inputs
- * the first S, targets shifted by one; computed in O(S) (w·S + S + 1 must fit in 64 bits). */
+ * the first S, targets shifted by one; computed in O(S) (w·S + S + 1 must fit in 64 bits).
+ * Validation windows (addition_val_window) are the same slices of the held-out problems' stream. */
 #ifndef TYCHO_DATA_ADDITION_H
 #define TYCHO_DATA_ADDITION_H
 #include <stdbool.h>
@@ -38,6 +39,10 @@ void addition_train_problem(uint64_t i, uint64_t data_seed, int *a, int *b);
 void addition_format(int a, int b, char out[ADDITION_PROBLEM_BYTES]);
 /* inputs[t] = stream[w·S + t], targets[t] = stream[w·S + t + 1] for t < S; either may be NULL. */
 void addition_window(uint64_t window, int seq_len, uint64_t data_seed, int *inputs, int *targets);
+/* The validation stream: the held-out problems in the order of addition_eval_problem (j = 0,
+ * 1, ...), concatenated; window w is its tokens [w·S, w·S + S + 1), as in addition_window. */
+void addition_val_window(uint64_t window, int seq_len, uint64_t data_seed, int *inputs,
+                         int *targets);
 /* The j-th held-out problem (j taken mod ADDITION_N_HELD_OUT, each pair once per cycle):
  * prompt "ddd+ddd=" and expected answer "dddd\n", as token ids. */
 void addition_eval_problem(uint64_t j, uint64_t data_seed, int prompt_tokens[ADDITION_PROMPT_TOKENS],

@@ -1,7 +1,7 @@
 /* The addition corpus: windows are slices of one stream (any S, any window, overlaps agree,
  * targets shifted by one), the stream parses as correct sums, held-out pairs (exactly 10%)
- * never appear in training, evaluation enumerates the held-out set, and everything is a
- * function of the seed alone. */
+ * never appear in training, evaluation enumerates the held-out set, validation windows slice
+ * the held-out problems in order, and everything is a function of the seed alone. */
 #include "check.h"
 #include "data/addition.h"
 
@@ -161,8 +161,42 @@ static void vocab_too_small_is_refused_with_the_vocab_needed(void)
   CHECK_STR_CONTAINS(err, "needs vocab >= 62");
 }
 
+static void val_windows_are_slices_of_the_held_out_problems_in_order(void)
+{
+  /* The reference: held-out problems 0 .. 199 through addition_eval_problem, concatenated. */
+  enum { N = 200 };
+  static int ref[N * ADDITION_PROBLEM_BYTES];
+  for (int j = 0; j < N; j++) {
+    int *q = ref + j * ADDITION_PROBLEM_BYTES;
+    addition_eval_problem((uint64_t)j, 9, q, q + ADDITION_PROMPT_TOKENS);
+    CHECK(addition_is_held_out(digits(q, 3), digits(q + 4, 3), 9));
+  }
+  const int lengths[] = { 1, 12, 13, 64 };
+  int inputs[64], targets[64];
+  for (int c = 0; c < 4; c++) {
+    int S = lengths[c];
+    for (uint64_t w = 0; (w + 1) * (uint64_t)S + 1 <= (uint64_t)N * 13; w++) {
+      addition_val_window(w, S, 9, inputs, targets);
+      int ok = 1;
+      for (int t = 0; t < S; t++) {
+        ok &= inputs[t] == ref[w * (uint64_t)S + (uint64_t)t];
+        ok &= targets[t] == ref[w * (uint64_t)S + (uint64_t)t + 1];
+      }
+      CHECK_MSG(ok, "S = %d, window %llu", S, (unsigned long long)w);
+    }
+  }
+  /* Not the training stream, and a function of the seed. */
+  int train[64], other[64];
+  addition_window(0, 64, 9, train, NULL);
+  addition_val_window(0, 64, 10, other, NULL);
+  addition_val_window(0, 64, 9, inputs, NULL);
+  CHECK(memcmp(train, inputs, sizeof train) != 0);
+  CHECK(memcmp(other, inputs, sizeof other) != 0);
+}
+
 TEST_MAIN(TEST(windows_are_slices_of_one_stream),
           TEST(stream_parses_as_correct_zero_padded_sums),
           TEST(held_out_pairs_are_ten_percent_and_never_trained_on),
           TEST(everything_is_a_function_of_the_seed),
-          TEST(vocab_too_small_is_refused_with_the_vocab_needed))
+          TEST(vocab_too_small_is_refused_with_the_vocab_needed),
+          TEST(val_windows_are_slices_of_the_held_out_problems_in_order))
