@@ -1,0 +1,154 @@
+/* Pipeline schedules as data (DESIGN 3.5). A schedule is, for each pipeline rank, the ordered
+ * list of instructions it runs in one training step: FWD / BWD / RECOMPUTE of a (stage,
+ * micro-batch), the point-to-point SEND / RECV of activations and gradients between pipeline
+ * ranks, REDUCE_GRADS once per stage after its last backward, and OPTIMIZER last. GPipe, 1F1B
+ * and interleaved 1F1B are generators of such lists; `sched_check` proves a list complete,
+ * `sched_simulate` runs all ranks' lists together under a cost model to prove them free of
+ * deadlock and to measure the bubble. The executor runs the very same lists.
+ *
+ * Stages are global indices 0 .. S-1 in model order, S = pp · v (v virtual stages, or chunks,
+ * per rank). Stage s runs on pipeline rank s mod pp as its chunk s / pp: Megatron's
+ * interleaving, the same mapping as struct plan_stage.
+ *
+ * Messages are named by the stage that produced them. SEND_ACT(s, mb) follows FWD(s, mb) on
+ * rank(s) and sends its output to rank(s + 1), where RECV_ACT(s, mb) precedes FWD(s + 1, mb).
+ * SEND_GRAD(s, mb) follows BWD(s, mb) and sends the gradient of stage s's input to rank(s - 1),
+ * where RECV_GRAD(s, mb) precedes BWD(s - 1, mb). With pp = 1 consecutive stages share the rank
+ * and no messages exist. A (kind, stage, mb) names exactly one message, so sends and receives
+ * match by name; `peer` repeats the other rank for the executor.
+ *
+ * Pure C: no Lua, no MPI, never exits. Functions return 0 or an enum sched_status and write a
+ * one-line message into err. */
+#ifndef TYCHO_SCHED_H
+#define TYCHO_SCHED_H
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "plan/plan.h"
+#include "util/strbuf.h"
+
+enum sched_op {
+  SCHED_FWD, SCHED_BWD, SCHED_RECOMPUTE,
+  SCHED_SEND_ACT, SCHED_RECV_ACT, SCHED_SEND_GRAD, SCHED_RECV_GRAD,
+  SCHED_REDUCE_GRADS, /* the stage's gradients are complete: data-parallel reduction (buckets later) */
+  SCHED_OPTIMIZER,    /* last on every rank */
+  SCHED_N_OPS
+};
+
+enum sched_status {
+  SCHED_OK = 0,
+  SCHED_INVALID,    /* bad arguments to a generator or a plan the generators cannot serve */
+  SCHED_INCOMPLETE, /* an instruction list misses, repeats or misorders something */
+  SCHED_DEADLOCK,   /* the lists are complete but some receive can never be satisfied */
+  SCHED_NOMEM
+};
+
+struct sched_instr {
+  uint8_t op;  /* enum sched_op */
+  int stage;   /* global stage; -1 for OPTIMIZER */
+  int mb;      /* micro-batch 0 .. m-1; -1 for REDUCE_GRADS and OPTIMIZER */
+  int peer;    /* SEND_*: the rank sent to; RECV_*: the rank received from; else -1 */
+};
+
+struct sched_list {
+  int n, cap;
+  struct sched_instr *instr; /* (n) in execution order */
+};
+
+/* The cost model, in arbitrary time units. Per stage so that uneven stages cost what they are. */
+struct sched_costs {
+  double *fwd;       /* (S) default 1 */
+  double *bwd;       /* (S) default 2 */
+  double *recompute; /* (S) default = fwd; used where the stage recomputes */
+  double comm;       /* from a send to its message being receivable; default 0 */
+  double reduce_grads, optimizer; /* per instruction; default 0 */
+};
+
+struct sched {
+  enum plan_schedule kind;
+  int pp;                /* pipeline ranks */
+  int v;                 /* virtual stages (chunks) per rank */
+  int m;                 /* micro-batches per step */
+  int n_stages;          /* pp · v */
+  uint8_t *recompute;    /* (S) 1: RECOMPUTE(s, mb) runs just before BWD(s, mb) */
+  struct sched_list *ranks; /* (pp) */
+  struct sched_costs costs;
+};
+
+/* Result of a simulation. Times are in the cost model's units, from 0 at the step's start. */
+struct sched_sim_rank {
+  double busy;        /* time spent in FWD, BWD, RECOMPUTE, REDUCE_GRADS, OPTIMIZER */
+  double finish;      /* when its last instruction ended */
+  int peak_inflight;  /* most (stage, mb) whose FWD ran and whose BWD has not finished */
+  int stuck_at;       /* after a deadlock: the index of its first stuck instruction, else -1 */
+  double *start, *end; /* (n instructions of the rank); a RECV's span is its wait */
+};
+
+struct sched_sim {
+  int pp;
+  double makespan;          /* the latest finish over all ranks */
+  double idle;              /* pp · makespan − Σ busy */
+  double bubble_fraction;   /* idle / (pp · makespan): GPipe, 1F1B: (p−1)/(m+p−1) */
+  double bubble_over_ideal; /* idle / Σ busy: Megatron's bubble time / ideal time,
+                             * (p−1)/m for 1F1B, (p−1)/(v·m) for interleaved */
+  struct sched_sim_rank *ranks; /* (pp) */
+};
+
+/* Generators. Each fills *s (free with sched_free, also after a failure) for pipeline size pp,
+ * m micro-batches and v virtual stages per rank, with the default costs. `recompute` is (pp·v)
+ * flags or NULL for none.
+ * sched_gpipe: every forward, then every backward (chunk by chunk when v > 1).
+ * sched_1f1b: PipeDream-flush / Megatron's non-interleaved schedule (v must be 1): rank r runs
+ *   min(pp − r − 1, m) warm-up forwards, then alternates one forward and one backward, then
+ *   the remaining backwards.
+ * sched_interleaved: Megatron-LM's interleaved 1F1B (v ≥ 2, m a multiple of pp): micro-batches
+ *   go through each chunk in groups of pp; warm-up of (pp − r − 1)·2 + (v − 1)·pp forwards capped
+ *   at m·v (all of them when m = pp), then 1F1B, then the remaining backwards. */
+int sched_gpipe(struct sched *s, int pp, int m, int v, const uint8_t *recompute, char *err, size_t err_size);
+int sched_1f1b(struct sched *s, int pp, int m, int v, const uint8_t *recompute, char *err, size_t err_size);
+int sched_interleaved(struct sched *s, int pp, int m, int v, const uint8_t *recompute, char *err, size_t err_size);
+/* The generator of `kind`. */
+int sched_build(struct sched *s, enum plan_schedule kind, int pp, int m, int v, const uint8_t *recompute,
+                char *err, size_t err_size);
+
+/* The schedule a compiled plan asks for (p->schedule, p->mesh.pp, p->virtual_stages,
+ * p->batch.microbatches), with RECOMPUTE on stages where any layer recomputes, and costs from
+ * forward FLOPs per token: a stage's forward is its layers' FLOPs plus the LM head's on the
+ * stage that holds it (the embedding lookup counts nothing), scaled so that the mean stage's
+ * forward is 1; backward is twice the forward; recompute is the FLOPs of the recomputed parts.
+ * Communication, gradient reduction and the optimizer cost 0 here: the cost model adds them. */
+int sched_from_plan(const struct plan *p, struct sched *out, char *err, size_t err_size);
+
+void sched_free(struct sched *s);
+
+/* Every (stage, mb) forward once and backward once after it, RECOMPUTE (exactly where the
+ * stage recomputes) between them, every message sent once after it was produced and received
+ * once before it is used, by the right ranks, REDUCE_GRADS once per stage after its last
+ * backward, OPTIMIZER last. 0, or SCHED_INCOMPLETE naming the rank, index and instruction. */
+int sched_check(const struct sched *s, char *err, size_t err_size);
+
+/* Runs all ranks' lists together: a rank executes its list in order; compute advances its
+ * clock by the cost; a send is buffered (never blocks, takes no time on the sender) and its
+ * message becomes receivable `costs.comm` later; a receive blocks until then. Checks the
+ * lists first (sched_check). 0 with *out filled (free with sched_sim_free); SCHED_INCOMPLETE;
+ * or SCHED_DEADLOCK with *out filled up to the stuck instructions and a message naming each
+ * stuck rank's first stuck instruction. */
+int sched_simulate(const struct sched *s, struct sched_sim *out, char *err, size_t err_size);
+void sched_sim_free(struct sched_sim *r);
+
+/* One step as a per-rank text timeline, one column per time quantum (the shortest compute
+ * instruction): "F3" forward and "B3" backward of micro-batch 3 (continued by "--" while it
+ * lasts), "R3" its recompute, "." idle; with virtual stages the chunk follows as a letter
+ * ("F3b": chunk 1). Wider than max_width characters (0: 120), the middle is cut and the cut
+ * said. Then the bubble and the peak in-flight micro-batches per rank. */
+void sched_print_timeline(FILE *f, const struct sched *s, const struct sched_sim *r, int max_width);
+/* The same as one JSON object: shape, makespan, bubble, and per rank its busy time, peak
+ * in-flight count and the ordered compute instructions with simulated start and end. */
+void sched_json(struct json *j, const struct sched *s, const struct sched_sim *r);
+
+const char *sched_op_name(enum sched_op op); /* "FWD", "SEND_ACT", ... */
+/* "RECV_GRAD(stage 1, mb 0) from rank 1", into buf. */
+const char *sched_instr_text(const struct sched_instr *in, char *buf, size_t n);
+
+#endif

@@ -1,0 +1,87 @@
+/* sched_from_plan (sched.h): the schedule a compiled plan asks for, with per-stage costs from
+ * forward FLOPs per token so that uneven stages (and the LM head's extra work) show in the
+ * simulated bubble. The FLOP counts follow the "balanced" stage assignment's in
+ * plan/plan_validate.c; the two should become one function when the plan module exports it. */
+#include "sched.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/err.h"
+
+/* Forward FLOPs per token of the parts of one layer (multiply-adds count 2). Norms and the
+ * SwiGLU product are counted as free. */
+struct layer_flops {
+  double attn_proj; /* q, k, v, o */
+  double attn_core; /* scores and ·v under the causal mask */
+  double mlp;       /* gate, up, down */
+};
+
+static struct layer_flops layer_flops(const struct plan *p)
+{
+  const struct plan_model *m = &p->model;
+  double C = m->dim, HS = m->head_dim, F = m->ffn_dim, T = p->batch.seq;
+  struct layer_flops lf;
+  lf.attn_proj = 2.0 * C * (m->n_heads + 2.0 * m->n_kv_heads) * HS + 2.0 * m->n_heads * HS * C;
+  lf.attn_core = 2.0 * T * m->n_heads * HS;
+  lf.mlp = 6.0 * C * F;
+  return lf;
+}
+
+/* What recomputing `mask` costs in FLOPs: the whole attention block includes its core. */
+static double recompute_flops(const struct layer_flops *lf, uint8_t mask)
+{
+  double f = 0;
+  if (mask & PLAN_RC_ATTN)
+    f += lf->attn_proj + lf->attn_core;
+  else if (mask & PLAN_RC_ATTN_CORE)
+    f += lf->attn_core;
+  if (mask & PLAN_RC_MLP)
+    f += lf->mlp;
+  return f;
+}
+
+int sched_from_plan(const struct plan *p, struct sched *out, char *err, size_t n)
+{
+  int S = p->n_stages;
+  if (!p->stages || S != p->mesh.pp * p->virtual_stages) {
+    memset(out, 0, sizeof *out);
+    errf(err, n, "schedule: the plan has %d stages for pp %d × virtual stages %d; compile it first",
+         S, p->mesh.pp, p->virtual_stages);
+    return SCHED_INVALID;
+  }
+  uint8_t *recompute = calloc((size_t)S, 1);
+  double *rc_flops = calloc((size_t)S, sizeof *rc_flops), *fwd_flops = calloc((size_t)S, sizeof *fwd_flops);
+  if (!recompute || !rc_flops || !fwd_flops) {
+    free(recompute);
+    free(rc_flops);
+    free(fwd_flops);
+    memset(out, 0, sizeof *out);
+    errf(err, n, "schedule: out of memory");
+    return SCHED_NOMEM;
+  }
+  struct layer_flops lf = layer_flops(p);
+  double per_layer = lf.attn_proj + lf.attn_core + lf.mlp, total = 0;
+  for (int s = 0; s < S; s++) {
+    const struct plan_stage *st = &p->stages[s];
+    fwd_flops[s] = st->n_layers * per_layer + (st->has_head ? 2.0 * p->model.dim * (double)p->model.vocab : 0);
+    for (int l = st->first_layer; st->first_layer >= 0 && l < st->first_layer + st->n_layers; l++) {
+      rc_flops[s] += recompute_flops(&lf, p->layers[l].recompute);
+      recompute[s] |= p->layers[l].recompute != 0;
+    }
+    total += fwd_flops[s];
+  }
+  int rc = sched_build(out, p->schedule, p->mesh.pp, p->batch.microbatches, p->virtual_stages, recompute, err, n);
+  if (!rc && total > 0) {
+    double unit = total / S; /* the mean stage's forward */
+    for (int s = 0; s < S; s++) {
+      out->costs.fwd[s] = fwd_flops[s] / unit;
+      out->costs.bwd[s] = 2 * fwd_flops[s] / unit;
+      out->costs.recompute[s] = rc_flops[s] / unit;
+    }
+  }
+  free(recompute);
+  free(rc_flops);
+  free(fwd_flops);
+  return rc;
+}
