@@ -9,6 +9,7 @@
 
 #include "mesh/mesh.h"
 #include "plan/plan_json.h"
+#include "sched/sched.h"
 
 static const char *group_text(const struct plan_mesh *m, enum plan_axis a, int rank, char *buf, size_t n)
 {
@@ -87,6 +88,27 @@ static void print_layer_runs(FILE *f, const struct plan *p, int what /* 0 split,
     }
     l = e;
   }
+}
+
+/* One step of the pipeline schedule as a per-rank timeline, simulated with the plan's costs. */
+static void print_schedule(FILE *f, const struct plan *p)
+{
+  struct sched s;
+  struct sched_sim sim;
+  char err[512];
+  if (sched_from_plan(p, &s, err, sizeof err) != 0) {
+    fprintf(f, "           (no schedule: %s)\n", err);
+    sched_free(&s);
+    return;
+  }
+  if (sched_simulate(&s, &sim, err, sizeof err) != 0) {
+    fprintf(f, "           (schedule does not simulate: %s)\n", err);
+  } else {
+    if (p->mesh.pp > 1)
+      sched_print_timeline(f, &s, &sim, 0);
+    sched_sim_free(&sim);
+  }
+  sched_free(&s);
 }
 
 static const char *thousands(long long v, char *buf, size_t n)
@@ -185,6 +207,7 @@ void check_print_text(const struct plan *p, FILE *f)
   fprintf(f, "zero       %d (%s)\n", p->zero, zero_text[p->zero]);
   fprintf(f, "schedule   %s, %d micro-batch%s per step per rank\n", plan_schedule_name(p->schedule),
           p->batch.microbatches, p->batch.microbatches == 1 ? "" : "es");
+  print_schedule(f, p);
   fprintf(f, "batch      global %d = micro %d × %d micro-batches × dp %d; seq %d; %s tokens per step\n",
           p->batch.global, p->batch.micro, p->batch.microbatches, me->dp, p->batch.seq,
           thousands((long long)p->batch.global * p->batch.seq, b, sizeof b));
@@ -237,6 +260,21 @@ void check_write_json(const struct plan *p, struct strbuf *b)
   json_key(&j, "world"); json_int(&j, me->world);
   json_key(&j, "plan");
   plan_json(p, &j);
+
+  struct sched sch;
+  struct sched_sim sim;
+  char err[512];
+  json_key(&j, "schedule");
+  if (sched_from_plan(p, &sch, err, sizeof err) == 0 && sched_simulate(&sch, &sim, err, sizeof err) == 0) {
+    sched_json(&j, &sch, &sim);
+    sched_sim_free(&sim);
+  } else {
+    json_begin_object(&j);
+    json_key(&j, "error");
+    json_string(&j, err);
+    json_end_object(&j);
+  }
+  sched_free(&sch);
 
   json_key(&j, "groups");
   json_begin_object(&j);

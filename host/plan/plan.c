@@ -146,6 +146,22 @@ long long plan_derive_seed(long long global, const char *purpose)
   return (long long)(v & ((1ull << 53) - 1));
 }
 
+struct plan_layer_flops plan_layer_flops(const struct plan *p)
+{
+  const struct plan_model *m = &p->model;
+  double C = m->dim, HS = m->head_dim, F = m->ffn_dim, T = p->batch.seq;
+  struct plan_layer_flops lf;
+  lf.attn_proj = 2.0 * C * (m->n_heads + 2.0 * m->n_kv_heads) * HS + 2.0 * m->n_heads * HS * C;
+  lf.attn_core = 2.0 * T * m->n_heads * HS;
+  lf.mlp = 6.0 * C * F;
+  return lf;
+}
+
+double plan_head_flops(const struct plan *p)
+{
+  return 2.0 * p->model.dim * (double)p->model.vocab;
+}
+
 long long plan_param_count(const struct plan *p)
 {
   const struct plan_model *m = &p->model;

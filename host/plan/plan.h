@@ -141,6 +141,16 @@ const char *plan_recompute_text(uint8_t mask, char *buf, size_t n);
  * purpose name's FNV-1a hash as the counter, kept to 53 bits so it survives JSON. */
 long long plan_derive_seed(long long global, const char *purpose);
 
+/* Forward FLOPs per token of the parts of one layer (a multiply-add counts 2; norms and the
+ * SwiGLU product are free). The cost model behind "balanced" stages and the schedule. */
+struct plan_layer_flops {
+  double attn_proj; /* q, k, v, o */
+  double attn_core; /* scores and ·v under the causal mask: 2 · (T/2) · 2 per head dim */
+  double mlp;       /* gate, up, down */
+};
+struct plan_layer_flops plan_layer_flops(const struct plan *p);
+double plan_head_flops(const struct plan *p); /* the LM head: 2 · dim · vocab */
+
 /* Parameters of the model (with the padded vocab when padded). */
 long long plan_param_count(const struct plan *p);
 

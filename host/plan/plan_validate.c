@@ -88,21 +88,6 @@ static int validate_mesh(struct plan *p, char *err, size_t n)
   return 0;
 }
 
-/* The forward FLOPs per token of one layer, and of embed/head, for "balanced" stages. */
-static double layer_cost(const struct plan *p)
-{
-  const struct plan_model *m = &p->model;
-  double C = m->dim, HS = m->head_dim, F = m->ffn_dim, T = p->batch.seq;
-  return 2.0 * C * (m->n_heads + 2.0 * m->n_kv_heads) * HS + 2.0 * m->n_heads * HS * C /* q,k,v,o */
-         + 2.0 * T * m->n_heads * HS  /* scores and ·v under the causal mask: 2 · (T/2) · 2 */
-         + 6.0 * C * F;               /* gate, up, down */
-}
-
-static double head_cost(const struct plan *p)
-{
-  return 2.0 * p->model.dim * (double)p->model.vocab;
-}
-
 /* Smallest achievable maximum stage cost, splitting L equal layers into S contiguous
  * non-empty stages where stage 0 carries `first` extra and stage S-1 `last` extra. Fills
  * counts[s]. Exact: tries every feasible count for the two end stages. */
@@ -158,7 +143,8 @@ int plan_assign_stages(struct plan *p, char *err, size_t n)
     for (int s = 0; s < S; s++) /* stage s holds layers [s·L/S, (s+1)·L/S) */
       counts[s] = (int)(((long long)(s + 1) * L) / S - ((long long)s * L) / S);
   } else {
-    balance(L, S, layer_cost(p), 0.0, head_cost(p), counts);
+    struct plan_layer_flops lf = plan_layer_flops(p);
+    balance(L, S, lf.attn_proj + lf.attn_core + lf.mlp, 0.0, plan_head_flops(p), counts);
   }
   int layer = 0;
   for (int s = 0; s < S; s++)

@@ -1,7 +1,7 @@
 /* sched_from_plan (sched.h): the schedule a compiled plan asks for, with per-stage costs from
  * forward FLOPs per token so that uneven stages (and the LM head's extra work) show in the
- * simulated bubble. The FLOP counts follow the "balanced" stage assignment's in
- * plan/plan_validate.c; the two should become one function when the plan module exports it. */
+ * simulated bubble. The FLOP counts are the plan's own (plan_layer_flops), the same that
+ * "balanced" stages use. */
 #include "sched.h"
 
 #include <stdlib.h>
@@ -9,27 +9,8 @@
 
 #include "util/err.h"
 
-/* Forward FLOPs per token of the parts of one layer (multiply-adds count 2). Norms and the
- * SwiGLU product are counted as free. */
-struct layer_flops {
-  double attn_proj; /* q, k, v, o */
-  double attn_core; /* scores and ·v under the causal mask */
-  double mlp;       /* gate, up, down */
-};
-
-static struct layer_flops layer_flops(const struct plan *p)
-{
-  const struct plan_model *m = &p->model;
-  double C = m->dim, HS = m->head_dim, F = m->ffn_dim, T = p->batch.seq;
-  struct layer_flops lf;
-  lf.attn_proj = 2.0 * C * (m->n_heads + 2.0 * m->n_kv_heads) * HS + 2.0 * m->n_heads * HS * C;
-  lf.attn_core = 2.0 * T * m->n_heads * HS;
-  lf.mlp = 6.0 * C * F;
-  return lf;
-}
-
 /* What recomputing `mask` costs in FLOPs: the whole attention block includes its core. */
-static double recompute_flops(const struct layer_flops *lf, uint8_t mask)
+static double recompute_flops(const struct plan_layer_flops *lf, uint8_t mask)
 {
   double f = 0;
   if (mask & PLAN_RC_ATTN)
@@ -60,11 +41,11 @@ int sched_from_plan(const struct plan *p, struct sched *out, char *err, size_t n
     errf(err, n, "schedule: out of memory");
     return SCHED_NOMEM;
   }
-  struct layer_flops lf = layer_flops(p);
+  struct plan_layer_flops lf = plan_layer_flops(p);
   double per_layer = lf.attn_proj + lf.attn_core + lf.mlp, total = 0;
   for (int s = 0; s < S; s++) {
     const struct plan_stage *st = &p->stages[s];
-    fwd_flops[s] = st->n_layers * per_layer + (st->has_head ? 2.0 * p->model.dim * (double)p->model.vocab : 0);
+    fwd_flops[s] = st->n_layers * per_layer + (st->has_head ? plan_head_flops(p) : 0);
     for (int l = st->first_layer; st->first_layer >= 0 && l < st->first_layer + st->n_layers; l++) {
       rc_flops[s] += recompute_flops(&lf, p->layers[l].recompute);
       recompute[s] |= p->layers[l].recompute != 0;

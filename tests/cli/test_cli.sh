@@ -39,13 +39,15 @@ expect 70b_64_mesh 0 'tp groups: 8 of 8 ranks, e.g. \{0\.\.7\}' "$tycho" check p
 expect 70b_64_pp 0 'pp groups: 16 of 4 ranks, e.g. \{0, 16, 32, 48\}' "$tycho" check plans/llama2_70b.lua --world 64
 expect 70b_64_stage3 0 '3 +3 +0 +layers 60-79 \+ final norm \+ head' "$tycho" check plans/llama2_70b.lua --world 64
 expect 70b_64_rank63 0 '^ +63 +7 +1 +3 +3$' "$tycho" check plans/llama2_70b.lua --world 64
-expect 70b_4096 0 '52 more ranks|4084 more ranks' "$tycho" check plans/llama2_70b.lua --world 4096
+expect 70b_4096 0 '4084 more ranks' "$tycho" check plans/llama2_70b.lua --world 4096
+expect 70b_timeline 0 'rank 3 \| \.    \.    \.    F0   B0' "$tycho" check plans/llama2_70b.lua --world 64
+expect 70b_bubble 0 'peak in-flight micro-batches per rank: 4 3 2 1' "$tycho" check plans/llama2_70b.lua --world 64
 expect 70b_world_not_multiple 2 'a world of 100 ranks is not a multiple of tp × pp = 8 × 4 = 32' \
   "$tycho" check plans/llama2_70b.lua --world 100
 
 # --json: one document on stdout, nothing else there
 if "$tycho" check plans/llama2_70b.lua --world 4096 --json >"$tmp/70b.json" 2>"$tmp/err"; then
-  n=$(grep -o '{"rank":' "$tmp/70b.json" | wc -l)
+  n=$(sed 's/.*"ranks":\[//' "$tmp/70b.json" | grep -o '{"rank":' | wc -l)
   if [ "$n" -eq 4096 ] && [ "$(head -c 11 "$tmp/70b.json")" = '{"schema":1' ] && [ ! -s "$tmp/err" ]; then
     ok json_4096_ranks
   else bad "json_4096_ranks ($n rank records)"; fi
