@@ -1,0 +1,106 @@
+/* The runtime allocator: a 64-byte header in front of each block records its size and category,
+ * so alloc_free can take it off the bill without the caller repeating either. */
+#include "alloc.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { ALLOC_ALIGN = 64 };
+
+struct block_header {
+  size_t n_bytes;
+  int category;
+  uint32_t magic;
+};
+#define BLOCK_MAGIC 0x7479636fu /* "tyco" */
+
+static struct alloc_bill bill;
+
+const char *alloc_category_name(enum alloc_category category)
+{
+  static const char *const names[] = { "params", "grads", "optimizer", "activations", "comm",
+                                       "workspace" };
+  return (unsigned)category < ALLOC_N_CATEGORIES ? names[category] : "?";
+}
+
+void *alloc_bytes(enum alloc_category category, size_t n_bytes)
+{
+  if ((unsigned)category >= ALLOC_N_CATEGORIES || n_bytes > SIZE_MAX - 2 * ALLOC_ALIGN)
+    return NULL;
+  size_t rounded = (n_bytes + ALLOC_ALIGN - 1) / ALLOC_ALIGN * ALLOC_ALIGN;
+  unsigned char *base = aligned_alloc(ALLOC_ALIGN, ALLOC_ALIGN + rounded);
+  if (!base)
+    return NULL;
+  memset(base + ALLOC_ALIGN, 0, rounded);
+  struct block_header *h = (struct block_header *)base;
+  h->n_bytes = n_bytes;
+  h->category = (int)category;
+  h->magic = BLOCK_MAGIC;
+  bill.n_bytes[category] += n_bytes;
+  if (bill.n_bytes[category] > bill.peak_bytes[category])
+    bill.peak_bytes[category] = bill.n_bytes[category];
+  bill.total_bytes += n_bytes;
+  if (bill.total_bytes > bill.total_peak_bytes)
+    bill.total_peak_bytes = bill.total_bytes;
+  bill.n_live++;
+  return base + ALLOC_ALIGN;
+}
+
+float *alloc_floats(enum alloc_category category, size_t n_elems)
+{
+  if (n_elems > SIZE_MAX / sizeof(float))
+    return NULL;
+  return alloc_bytes(category, n_elems * sizeof(float));
+}
+
+void alloc_free(void *block)
+{
+  if (!block)
+    return;
+  unsigned char *base = (unsigned char *)block - ALLOC_ALIGN;
+  struct block_header *h = (struct block_header *)base;
+  if (h->magic != BLOCK_MAGIC)
+    abort(); /* not ours, or freed twice: a bug that must not pass silently */
+  h->magic = 0;
+  bill.n_bytes[h->category] -= h->n_bytes;
+  bill.total_bytes -= h->n_bytes;
+  bill.n_live--;
+  free(base);
+}
+
+const struct alloc_bill *alloc_bill(void)
+{
+  return &bill;
+}
+
+void alloc_reset_peaks(void)
+{
+  for (int c = 0; c < ALLOC_N_CATEGORIES; c++)
+    bill.peak_bytes[c] = bill.n_bytes[c];
+  bill.total_peak_bytes = bill.total_bytes;
+}
+
+static void print_bytes(FILE *out, size_t n_bytes)
+{
+  if (n_bytes < 1024)
+    fprintf(out, "%zu B", n_bytes);
+  else if (n_bytes < (size_t)1 << 20)
+    fprintf(out, "%.1f KiB", (double)n_bytes / 1024.0);
+  else if (n_bytes < (size_t)1 << 30)
+    fprintf(out, "%.1f MiB", (double)n_bytes / (1024.0 * 1024.0));
+  else
+    fprintf(out, "%.2f GiB", (double)n_bytes / (1024.0 * 1024.0 * 1024.0));
+}
+
+void alloc_print_peaks(FILE *out)
+{
+  fputs("memory peak:", out);
+  for (int c = 0; c < ALLOC_N_CATEGORIES; c++) {
+    fprintf(out, "%s %s ", c ? "," : "", alloc_category_name(c));
+    print_bytes(out, bill.peak_bytes[c]);
+  }
+  fputs("; total ", out);
+  print_bytes(out, bill.total_peak_bytes);
+  fputc('\n', out);
+}

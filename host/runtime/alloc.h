@@ -1,0 +1,40 @@
+/* The one allocator of the runtime, and the memory bill it keeps (DESIGN 3.6). Every buffer the
+ * trainer owns — parameters, gradients, optimizer state, activations, comm buffers, workspace —
+ * comes from alloc_bytes with its category, so the bytes in use and the high-water mark of each
+ * category are known exactly and can be held against the cost model's prediction.
+ *
+ * One bill per process (one device per process). Not thread-safe: allocate from the thread that
+ * drives the run, never from inside a parallel region. */
+#ifndef TYCHO_RUNTIME_ALLOC_H
+#define TYCHO_RUNTIME_ALLOC_H
+#include <stddef.h>
+#include <stdio.h>
+
+enum alloc_category {
+  ALLOC_PARAMS, ALLOC_GRADS, ALLOC_OPTIMIZER, ALLOC_ACTIVATIONS, ALLOC_COMM, ALLOC_WORKSPACE,
+  ALLOC_N_CATEGORIES
+};
+
+struct alloc_bill {
+  size_t n_bytes[ALLOC_N_CATEGORIES];    /* in use now */
+  size_t peak_bytes[ALLOC_N_CATEGORIES]; /* high-water mark of each category */
+  size_t total_bytes, total_peak_bytes;  /* all categories together (the total's own peak) */
+  size_t n_live;                         /* blocks not yet freed */
+};
+
+/* n_bytes of zeroed memory, 64-byte aligned, billed to `category`; NULL when out of memory
+ * (n_bytes 0 gives a valid, unique block). */
+void *alloc_bytes(enum alloc_category category, size_t n_bytes);
+/* n_elems floats: alloc_bytes(category, n_elems · sizeof(float)), with the product checked. */
+float *alloc_floats(enum alloc_category category, size_t n_elems);
+/* Frees a block from alloc_bytes and takes it off the bill; NULL is ignored. */
+void alloc_free(void *block);
+
+const struct alloc_bill *alloc_bill(void);
+/* Sets every peak to the bytes in use now (to measure one phase). */
+void alloc_reset_peaks(void);
+const char *alloc_category_name(enum alloc_category category);
+/* One line: "memory peak: params 3.1 MiB, grads ..., total ... MiB". */
+void alloc_print_peaks(FILE *out);
+
+#endif
