@@ -1,0 +1,161 @@
+/* The model: Hugging Face LlamaForCausalLM in fp32 on the kernels of kernels/kernels.h — its
+ * parameter table (HF names and shapes), the initialization every rank agrees on, the saved
+ * activations, and forward/backward split into embedding, one layer, and head, so that a
+ * pipeline stage can run any subset of layers. The model computes on "B, T" given by the caller;
+ * windows, micro-batches and the loss scale belong to the training loop (train.h).
+ *
+ * Block l: x += drop(o(attn(rope(q(n1)), rope(k(n1)), v(n1)))), n1 = rmsnorm(x);
+ *          x += drop(down(silu(gate(n2)) ⊙ up(n2))),           n2 = rmsnorm(x).
+ * Head:    logits = rmsnorm(x) · headᵀ, head = lm_head.weight or, tied, the embedding.
+ *
+ * Dimension legend (as kernels.h): B batch, T sequence, C model dim, NH query heads, NKV
+ * key/value heads, HS head size, F ffn dim, V vocab, Vp padded vocab (rows stored for the
+ * embedding and the head; rows V..Vp−1 are zero and never reach the loss), L layers. */
+#ifndef TYCHO_RUNTIME_MODEL_H
+#define TYCHO_RUNTIME_MODEL_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "plan/plan.h"
+
+#define MODEL_NAME_MAX 64
+
+enum model_param_kind {
+  MODEL_EMBED, MODEL_ATTN_NORM, MODEL_Q, MODEL_K, MODEL_V, MODEL_O, MODEL_MLP_NORM,
+  MODEL_GATE, MODEL_UP, MODEL_DOWN, MODEL_FINAL_NORM, MODEL_HEAD, MODEL_N_KINDS
+};
+
+/* Dropout sites, the low byte of the Philox counter c3 = (layer << 8) | site. */
+enum model_dropout_site { MODEL_DROP_ATTN_PROBS, MODEL_DROP_ATTN_OUT, MODEL_DROP_MLP_OUT };
+
+struct model_param {
+  char name[MODEL_NAME_MAX]; /* Hugging Face name, e.g. "model.layers.0.mlp.up_proj.weight" */
+  enum model_param_kind kind;
+  int layer;                 /* −1 outside the blocks */
+  int n_dims;                /* 1 (norm gains) or 2 */
+  int64_t shape[2];          /* Hugging Face shape: unpadded */
+  int64_t rows;              /* rows stored: shape[0], or Vp for the embedding and the head */
+  size_t n_elems;            /* stored elements: rows · shape[1] (2-D) or shape[0] */
+  size_t offset;             /* into param_memory and grad_memory, 16-float aligned */
+  float *data;               /* (rows, shape[1]) or (shape[0]) */
+  float *grad;               /* same shape; accumulates over micro-batches */
+  int weight_decay;          /* 1 for 2-D tensors (embedding, linear, head), 0 for norm gains */
+  float init_std;            /* 0.02, scaled by 1/sqrt(2L) for o_proj and down_proj; 0: gain 1 */
+};
+
+struct model_layer_weights {
+  float *attn_norm;          /* (C) */
+  float *wq;                 /* (NH·HS, C) */
+  float *wk, *wv;            /* (NKV·HS, C) */
+  float *wo;                 /* (C, NH·HS) */
+  float *mlp_norm;           /* (C) */
+  float *wgate, *wup;        /* (F, C) */
+  float *wdown;              /* (C, F) */
+};
+
+struct model {
+  struct plan_model config;  /* head_dim and vocab_padded filled in */
+  int n_params;
+  struct model_param *params; /* (n_params) in Hugging Face order: embedding, layers, norm, head */
+  size_t n_elems;            /* floats in param_memory (and grad_memory), padding included */
+  float *param_memory;       /* every parameter, contiguous: one norm, one all-reduce */
+  float *grad_memory;
+  struct model_layer_weights *layers, *layer_grads; /* (L) views into the memories */
+  float *wte, *dwte;         /* (Vp, C) */
+  float *final_norm, *dfinal_norm; /* (C) */
+  float *head, *dhead;       /* (Vp, C); the embedding's when tie_embeddings */
+};
+
+/* Activations of one forward, kept for backward, for up to B_max × T_max tokens. */
+struct model_layer_acts {
+  float *ln1;                /* (B, T, C) input of q, k, v */
+  float *ln1_rstd;           /* (B, T) */
+  float *q;                  /* (B, T, NH, HS) after RoPE */
+  float *k;                  /* (B, T, NKV, HS) after RoPE */
+  float *v;                  /* (B, T, NKV, HS) */
+  float *probs;              /* (B, NH, T, T) softmax before dropout */
+  float *probs_mask;         /* (B, NH, T, T) dropout mask, NULL when the model has no dropout */
+  float *atty;               /* (B, T, NH·HS) input of o_proj */
+  float *attn_mask;          /* (B, T, C) dropout mask on the attention branch, or NULL */
+  float *mid;                /* (B, T, C) the residual stream between attention and MLP */
+  float *ln2;                /* (B, T, C) input of gate and up */
+  float *ln2_rstd;           /* (B, T) */
+  float *gate, *up;          /* (B, T, F) */
+  float *hidden;             /* (B, T, F) silu(gate) ⊙ up, input of down_proj */
+  float *mlp_mask;           /* (B, T, C) dropout mask on the MLP branch, or NULL */
+};
+
+struct model_acts {
+  int B_max, T_max;
+  int B, T;                  /* of the last forward */
+  int dropout_on;            /* the last forward applied dropout */
+  int *tokens;               /* (B, T) inputs of the last forward */
+  float *residual;           /* (L + 1, B_max·T_max, C): [0] embeddings, [l + 1] output of layer l */
+  struct model_layer_acts *layers; /* (L) */
+  float *lnf;                /* (B, T, C) final RMSNorm output */
+  float *lnf_rstd;           /* (B, T) */
+  float *logits;             /* (B, T, Vp): logits, then probabilities (in place), then dlogits */
+  float *losses;             /* (B, T) */
+  float *rope_cos, *rope_sin; /* (T_max, HS/2) */
+  /* workspace, forward and backward */
+  float *dresidual;          /* (B, T, C) gradient of the residual stream */
+  float *work_c1, *work_c2;  /* (B, T, C) */
+  float *dq;                 /* (B, T, NH, HS) */
+  float *dk, *dv;            /* (B, T, NKV, HS) */
+  float *dhidden, *dgate, *dup; /* (B, T, F) */
+  float *attn_scratch;       /* attention_scratch_n_elems(B_max, T_max, NH, NKV) */
+};
+
+/* The dropout of one forward: masks are drawn from (seed, c1 = step, c2 = sample index,
+ * c3 = (layer << 8) | site, element index in that sample's full logical tensor). */
+struct model_dropout {
+  float p;                   /* 0: no dropout (evaluation) */
+  uint64_t seed;
+  uint32_t step;
+  const uint64_t *samples;   /* (B) global sample (window) index of each row */
+};
+
+/* Builds the parameter table and allocates parameters and gradients (zeroed; call model_init
+ * or weights_load next). cfg->head_dim and cfg->vocab_padded may be 0 (then C/NH and V).
+ * 0 ok; nonzero with a message. */
+int model_create(struct model *m, const struct plan_model *cfg, char *err, size_t err_size);
+void model_free(struct model *m);
+/* Element i of parameter `name` = init_std · philox_normal(seed, stream = FNV-1a 64 of name,
+ * i) for 2-D tensors (i over the unpadded tensor; padding rows stay 0); norm gains = 1. A
+ * function of (seed, name, i) only. */
+void model_init(struct model *m, uint64_t seed);
+const struct model_param *model_find(const struct model *m, const char *name);
+void model_zero_grads(struct model *m);
+/* Parameters in the Hugging Face sense (unpadded, the tied head not counted twice). */
+long long model_n_params(const struct model *m);
+
+int model_acts_create(struct model_acts *a, const struct model *m, int B_max, int T_max,
+                      char *err, size_t err_size);
+void model_acts_free(struct model_acts *a);
+
+/* ---- forward and backward (model_passes.c), B ≤ B_max, T ≤ T_max --------------------------- */
+/* residual[0] = embedding of tokens (B, T). Starts a forward: records B, T and dropout. */
+void model_embed_forward(const struct model *m, struct model_acts *a, const int *tokens,
+                         const struct model_dropout *dropout, int B, int T);
+/* residual[layer + 1] = block `layer` applied to residual[layer]. */
+void model_layer_forward(const struct model *m, struct model_acts *a, int layer,
+                         const struct model_dropout *dropout);
+/* logits from residual[L]; with targets (B, T) also the losses: returns Σ losses (the sum over
+ * the B·T tokens, targets −1 excluded), else 0 and logits stay readable in a->logits. */
+double model_head_forward(const struct model *m, struct model_acts *a, const int *targets);
+/* All of the above: Σ losses of the batch. dropout may be NULL (none). */
+double model_forward(const struct model *m, struct model_acts *a, const int *tokens,
+                     const int *targets, const struct model_dropout *dropout, int B, int T);
+
+/* dresidual = d(loss_scale · Σ losses)/d residual[L]; head gradients accumulate. Needs the
+ * forward's targets. */
+void model_head_backward(struct model *m, struct model_acts *a, const int *targets,
+                         float loss_scale);
+/* dresidual: from d/d residual[layer + 1] to d/d residual[layer]; layer gradients accumulate. */
+void model_layer_backward(struct model *m, struct model_acts *a, int layer);
+/* Embedding gradient += dresidual at the forward's tokens. */
+void model_embed_backward(struct model *m, struct model_acts *a);
+/* All of the above, after model_forward with the same targets. */
+void model_backward(struct model *m, struct model_acts *a, const int *targets, float loss_scale);
+
+#endif

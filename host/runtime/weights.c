@@ -1,0 +1,127 @@
+/* Hugging Face safetensors in and out of the parameter table. Loading is strict: the model's
+ * parameter set and the file's tensor set must be equal, with equal shapes, so a checkpoint of
+ * another configuration fails at once with the name of the first tensor that disagrees. */
+#define _POSIX_C_SOURCE 200809L
+#include "runtime/weights.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/safetensors.h"
+#include "util/err.h"
+#include "util/path.h"
+
+/* A tensor source: one file or a sharded index. */
+struct source {
+  int sharded;
+  struct st_file file;
+  struct st_index index;
+};
+
+static int ends_with(const char *s, const char *suffix)
+{
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static const struct st_tensor *source_find(const struct source *s, const char *name,
+                                           const struct st_file **file)
+{
+  if (s->sharded)
+    return st_index_find(&s->index, name, file);
+  *file = &s->file;
+  return st_find(&s->file, name);
+}
+
+static int source_count(const struct source *s)
+{
+  return s->sharded ? s->index.n_entries : s->file.n_tensors;
+}
+
+static const char *source_name(const struct source *s, int i)
+{
+  return s->sharded ? s->index.entries[i].name : s->file.tensors[i].name;
+}
+
+static void format_shape(char *buf, size_t n, int n_dims, const int64_t *shape)
+{
+  size_t used = (size_t)snprintf(buf, n, "[");
+  for (int d = 0; d < n_dims && used < n; d++)
+    used += (size_t)snprintf(buf + used, n - used, "%s%lld", d ? ", " : "", (long long)shape[d]);
+  if (used < n)
+    snprintf(buf + used, n - used, "]");
+}
+
+static int load_tensors(struct model *m, const struct source *s, const char *path, char *err,
+                        size_t err_size)
+{
+  for (int i = 0; i < source_count(s); i++) {
+    const char *name = source_name(s, i);
+    if (!model_find(m, name) && !ends_with(name, ".rotary_emb.inv_freq"))
+      return errf(err, err_size, "init.from %s: tensor '%s' is not a parameter of this model "
+                  "(check model.n_layers and model.tie_embeddings)", path, name);
+  }
+  for (int i = 0; i < m->n_params; i++) {
+    struct model_param *p = &m->params[i];
+    const struct st_file *file;
+    const struct st_tensor *t = source_find(s, p->name, &file);
+    if (!t)
+      return errf(err, err_size, "init.from %s: tensor '%s' is missing", path, p->name);
+    int same = t->n_dims == p->n_dims;
+    for (int d = 0; same && d < p->n_dims; d++) same = t->shape[d] == p->shape[d];
+    if (!same) {
+      char want[64], found[128];
+      format_shape(want, sizeof want, p->n_dims, p->shape);
+      format_shape(found, sizeof found, t->n_dims, t->shape);
+      return errf(err, err_size, "init.from %s: tensor '%s' has shape %s, the model expects %s",
+                  path, p->name, found, want);
+    }
+    if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16)
+      return errf(err, err_size, "init.from %s: tensor '%s' is %s; F32, F16 and BF16 are read",
+                  path, p->name, st_dtype_name(t->dtype));
+    if (st_read_f32(file, t, p->data, t->n_elems, err, err_size))
+      return 1;
+    memset(p->data + t->n_elems, 0, (p->n_elems - t->n_elems) * sizeof(float)); /* padding */
+  }
+  return 0;
+}
+
+int weights_load(struct model *m, const char *path, char *err, size_t err_size)
+{
+  struct source s;
+  memset(&s, 0, sizeof s);
+  s.sharded = ends_with(path, ".json");
+  char why[768];
+  int rc = s.sharded ? st_index_open(&s.index, path, why, sizeof why)
+                     : st_open(&s.file, path, why, sizeof why);
+  if (rc != 0)
+    errf(err, err_size, "init.from: %s", why);
+  else
+    rc = load_tensors(m, &s, path, err, err_size);
+  if (s.sharded)
+    st_index_close(&s.index);
+  else
+    st_close(&s.file);
+  return rc;
+}
+
+int weights_export(const struct model *m, const char *path, char *err, size_t err_size)
+{
+  if (path_make_parent_dirs(path, err, err_size))
+    return 1;
+  struct st_write_tensor *w = calloc((size_t)m->n_params, sizeof *w);
+  if (!w)
+    return errf(err, err_size, "export %s: out of memory", path);
+  for (int i = 0; i < m->n_params; i++) {
+    const struct model_param *p = &m->params[i];
+    w[i].name = p->name;
+    w[i].n_dims = p->n_dims;
+    w[i].shape[0] = p->shape[0];
+    w[i].shape[1] = p->shape[1];
+    w[i].data = p->data; /* padding rows come last, so the first rows are the HF tensor */
+  }
+  int rc = st_write_f32(path, w, m->n_params, err, err_size);
+  free(w);
+  return rc;
+}
