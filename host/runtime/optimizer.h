@@ -1,0 +1,38 @@
+/* The optimizer step over the model's parameter table: torch.optim.AdamW with weight decay on
+ * 2-D tensors only (embedding, linear, head; none on norm gains), gradient clipping by the
+ * global L2 norm as torch.nn.utils.clip_grad_norm_, and the learning-rate schedule. State (m, v)
+ * mirrors the gradient memory: one contiguous block each, same offsets, fp32. */
+#ifndef TYCHO_RUNTIME_OPTIMIZER_H
+#define TYCHO_RUNTIME_OPTIMIZER_H
+#include <stddef.h>
+
+#include "plan/plan.h"
+#include "runtime/model.h"
+
+struct optimizer {
+  double lr, beta1, beta2, eps, weight_decay, grad_clip; /* from plan->optimizer */
+  size_t n_elems;
+  float *m, *v; /* (n_elems) first and second moments, billed to "optimizer" */
+};
+
+int optimizer_create(struct optimizer *o, const struct plan *p, const struct model *m,
+                     char *err, size_t err_size);
+void optimizer_free(struct optimizer *o);
+
+/* The learning rate at 0-based step s (plan->lr_schedule, peak plan->optimizer.lr):
+ *   s < warmup:            lr · (s + 1) / warmup
+ *   "constant":            lr
+ *   s ≥ decay_steps:       min_lr
+ *   "cosine":              min_lr + ½(1 + cos(π·(s − warmup)/(decay_steps − warmup)))·(lr − min_lr)
+ *   "linear":              min_lr + (1 − (s − warmup)/(decay_steps − warmup))·(lr − min_lr) */
+double optimizer_lr(const struct plan *p, long long step);
+
+/* The global L2 norm of all gradients (summed in double, the same bits for any thread count). */
+double optimizer_grad_norm(const struct model *m);
+/* Scales all gradients by max_norm / (norm + 1e-6) when that is < 1 (max_norm 0: never), as
+ * torch.nn.utils.clip_grad_norm_. Returns the pre-clip norm. */
+double optimizer_clip(struct model *m, double max_norm);
+/* One AdamW update of every parameter at 0-based step (bias corrections use step + 1). */
+void optimizer_update(struct optimizer *o, struct model *m, long long step, double lr);
+
+#endif
