@@ -11,7 +11,10 @@
 #include <string.h>
 
 #include "check/check.h"
+#include "kernels.h"
 #include "plan/compile.h"
+#include "runtime/threads.h"
+#include "runtime/train.h"
 
 #define EXIT_USAGE 2
 #define EXIT_RUNTIME 1
@@ -161,9 +164,13 @@ static int cmd_check(lua_State *L, const struct cli *c)
 static int cmd_run(lua_State *L, const struct cli *c)
 {
   struct plan *p = compile_or_fail(L, c, 1);
-  return host_fail(L, EXIT_RUNTIME, "run: the plan %s compiles (hash %016llx), but the training "
-                   "runtime is not built into this version of tycho yet; use tycho check",
-                   p->name, (unsigned long long)plan_hash(p));
+  char err[2048];
+  int rc = train_run(p, stdout, err, sizeof err);
+  if (rc == TRAIN_PLAN_ERROR)
+    return host_fail(L, EXIT_USAGE, "plan error: %s", err);
+  if (rc != TRAIN_OK)
+    return host_fail(L, EXIT_RUNTIME, "%s", err);
+  return 0;
 }
 
 static int pmain(lua_State *L)
@@ -195,6 +202,9 @@ static int pmain(lua_State *L)
 
 int main(int argc, char **argv)
 {
+  if (argc >= 2 && strcmp(argv[1], "run") == 0)
+    threads_exec_with_settings(argv);   /* before any thread exists */
+  kernels_init_cpu(threads_count());    /* worker threads inherit flush-to-zero */
   if (argv[0] && argv[0][0])
     progname = "tycho";
   lua_State *L = luaL_newstate();

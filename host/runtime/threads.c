@@ -1,0 +1,32 @@
+/* Thread count and thread-library environment (threads.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "runtime/threads.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+int threads_count(void)
+{
+  const char *env = getenv("OMP_NUM_THREADS");
+  if (env && *env) {
+    char *end;
+    long n = strtol(env, &end, 10);
+    if (n > 0 && n <= 4096)
+      return (int)n;
+  }
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
+void threads_exec_with_settings(char **argv)
+{
+  if (getenv("TYCHO_THREAD_SETTINGS"))
+    return; /* already re-executed, or the user opted out */
+  int changed = 0;
+  if (!getenv("OMP_WAIT_POLICY"))
+    changed |= setenv("OMP_WAIT_POLICY", "passive", 1) == 0;
+  if (!getenv("OPENBLAS_NUM_THREADS"))
+    changed |= setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0;
+  if (changed && setenv("TYCHO_THREAD_SETTINGS", "1", 1) == 0)
+    execv("/proc/self/exe", argv);
+}

@@ -1,0 +1,19 @@
+/* How many threads the kernels get, and the environment their libraries need to use them well.
+ * Shared by the CLI and the benchmarks so both run the way `tycho run` does. */
+#ifndef TYCHO_RUNTIME_THREADS_H
+#define TYCHO_RUNTIME_THREADS_H
+
+/* OMP_NUM_THREADS when set to a positive number, else the number of online CPUs. */
+int threads_count(void);
+
+/* libgomp and OpenBLAS read their settings from the environment when they load, before main
+ * runs, and two defaults hurt training: OpenMP threads spin after each parallel region and take
+ * the cores OpenBLAS's threads need next (4x slower than one thread on 2 cores), and OpenBLAS
+ * starts its pool before kernels_init_cpu can give it flush-to-zero. Where OMP_WAIT_POLICY or
+ * OPENBLAS_NUM_THREADS is unset, this sets it (passive; 1 — kernels_init_cpu then grows
+ * OpenBLAS to the thread count) and re-executes the program once with the same arguments.
+ * Call first thing in main, before any thread exists. Returns only when nothing needed doing or
+ * exec failed (then the program goes on as it is). */
+void threads_exec_with_settings(char **argv);
+
+#endif

@@ -1,0 +1,216 @@
+/* The trainer object (train.h): set-up from a compiled plan, one training step, evaluation. */
+#include "runtime/train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "data/addition.h"
+#include "runtime/alloc.h"
+#include "runtime/weights.h"
+#include "util/err.h"
+
+/* What this build cannot run yet, as plan errors naming the field. */
+static int check_supported(const struct plan *p, char *err, size_t n)
+{
+  if (p->precision.compute != PLAN_FP32)
+    return errf(err, n, "%s: precision.compute = \"%s\": the CPU backend computes in fp32 only; "
+                "set precision = { compute = \"fp32\", grads = \"fp32\", master = \"fp32\" }",
+                plan_where(p, "precision.compute"), plan_dtype_name(p->precision.compute));
+  if (p->mesh.world != 1)
+    return errf(err, n, "%s: mesh: world = tp × pp × dp = %d × %d × %d = %d: this version of "
+                "tycho trains on one rank; use tp = 1, pp = 1, dp = 1", plan_where(p, "mesh"),
+                p->mesh.tp, p->mesh.pp, p->mesh.dp, p->mesh.world);
+  if (strcmp(p->optimizer.kind, "adamw") != 0)
+    return errf(err, n, "%s: optimizer.kind = \"%s\": only \"adamw\" is implemented",
+                plan_where(p, "optimizer.kind"), p->optimizer.kind);
+  if (!p->data.train[0] && strcmp(p->data.synthetic, "addition") != 0)
+    return errf(err, n, "%s: data: nothing to train on; give data.train (a token file) or "
+                "data.synthetic = \"addition\"", plan_where(p, "data"));
+  return 0;
+}
+
+static int open_data(struct trainer *t, char *err, size_t n)
+{
+  const struct plan *p = t->plan;
+  char why[768];
+  if (t->addition)
+    return addition_check_vocab(p->model.vocab, err, n);
+  if (tokens_open(&t->train_tokens, p->data.train, p->model.vocab, p->batch.seq, why, sizeof why))
+    return errf(err, n, "data.train: %s", why);
+  if (p->data.val[0] &&
+      tokens_open(&t->val_tokens, p->data.val, p->model.vocab, p->batch.seq, why, sizeof why))
+    return errf(err, n, "data.val: %s", why);
+  return 0;
+}
+
+int trainer_open(struct trainer *t, const struct plan *p, char *err, size_t err_size)
+{
+  memset(t, 0, sizeof *t);
+  t->plan = p;
+  if (check_supported(p, err, err_size))
+    return TRAIN_PLAN_ERROR;
+  t->addition = strcmp(p->data.synthetic, "addition") == 0;
+  t->data_seed = (uint64_t)p->seeds.value[PLAN_SEED_DATA];
+  t->dropout_seed = (uint64_t)p->seeds.value[PLAN_SEED_DROPOUT];
+  t->dp = p->mesh.dp;
+  t->dp_rank = 0;
+  const int micro = p->batch.micro, S = p->batch.seq;
+
+  if (model_create(&t->model, &p->model, err, err_size))
+    goto fail;
+  if (p->init.from[0]) {
+    if (weights_load(&t->model, p->init.from, err, err_size))
+      goto fail;
+  } else {
+    model_init(&t->model, (uint64_t)p->seeds.value[PLAN_SEED_MODEL]);
+  }
+  if (model_acts_create(&t->acts, &t->model, micro, S, err, err_size) ||
+      optimizer_create(&t->opt, p, &t->model, err, err_size) || open_data(t, err, err_size))
+    goto fail;
+  t->inputs = alloc_bytes(ALLOC_WORKSPACE, (size_t)micro * S * sizeof(int));
+  t->targets = alloc_bytes(ALLOC_WORKSPACE, (size_t)micro * S * sizeof(int));
+  t->samples = alloc_bytes(ALLOC_WORKSPACE, (size_t)micro * sizeof(uint64_t));
+  if (!t->inputs || !t->targets || !t->samples) {
+    errf(err, err_size, "out of memory for the batch buffers");
+    goto fail;
+  }
+  return TRAIN_OK;
+
+fail:
+  trainer_close(t);
+  return TRAIN_RUNTIME_ERROR;
+}
+
+void trainer_close(struct trainer *t)
+{
+  alloc_free(t->inputs);
+  alloc_free(t->targets);
+  alloc_free(t->samples);
+  tokens_close(&t->train_tokens);
+  tokens_close(&t->val_tokens);
+  optimizer_free(&t->opt);
+  model_acts_free(&t->acts);
+  model_free(&t->model);
+  memset(t, 0, sizeof *t);
+}
+
+static void fill_train_window(const struct trainer *t, uint64_t w, int *inputs, int *targets)
+{
+  const struct plan *p = t->plan;
+  if (t->addition)
+    addition_window(w, p->batch.seq, t->data_seed, inputs, targets);
+  else
+    tokens_fill(&t->train_tokens, w, p->data.shuffle != 0, t->data_seed, inputs, targets);
+}
+
+static void fill_val_window(const struct trainer *t, uint64_t w, int *inputs, int *targets)
+{
+  if (t->addition)
+    addition_val_window(w, t->plan->batch.seq, t->data_seed, inputs, targets);
+  else
+    tokens_fill(&t->val_tokens, w, false, 0, inputs, targets);
+}
+
+double trainer_forward_backward(struct trainer *t)
+{
+  const struct plan *p = t->plan;
+  const int G = p->batch.global, micro = p->batch.micro, S = p->batch.seq;
+  const int first = t->dp_rank * (G / t->dp); /* this rank's slice of the step's windows */
+  const float loss_scale = (float)(1.0 / ((double)G * S));
+  struct model_dropout dropout = { (float)p->model.dropout, t->dropout_seed, (uint32_t)t->step,
+                                   t->samples };
+  model_zero_grads(&t->model);
+  double loss_sum = 0.0;
+  for (int mb = 0; mb < p->batch.microbatches; mb++) {
+    for (int b = 0; b < micro; b++) {
+      t->samples[b] = (uint64_t)t->step * (uint64_t)G + (uint64_t)(first + mb * micro + b);
+      fill_train_window(t, t->samples[b], t->inputs + (size_t)b * S, t->targets + (size_t)b * S);
+    }
+    loss_sum += model_forward(&t->model, &t->acts, t->inputs, t->targets, &dropout, micro, S);
+    model_backward(&t->model, &t->acts, t->targets, loss_scale);
+  }
+  return loss_sum / ((double)G * S);
+}
+
+int trainer_step(struct trainer *t, struct train_step_stats *stats, char *err, size_t err_size)
+{
+  const struct plan *p = t->plan;
+  stats->step = t->step;
+  stats->loss = trainer_forward_backward(t);
+  stats->lr = optimizer_lr(p, t->step);
+  stats->grad_norm = optimizer_clip(&t->model, p->optimizer.grad_clip);
+  if (!isfinite(stats->loss) || !isfinite(stats->grad_norm))
+    return errf(err, err_size, "step %lld: the loss (%g) or the gradient norm (%g) is not finite; "
+                "lower optimizer.lr or set optimizer.grad_clip", t->step, stats->loss,
+                stats->grad_norm);
+  optimizer_update(&t->opt, &t->model, t->step, stats->lr);
+  t->step++;
+  return 0;
+}
+
+static double val_loss(struct trainer *t)
+{
+  const struct plan *p = t->plan;
+  const int G = p->batch.global, micro = p->batch.micro, S = p->batch.seq;
+  double sum = 0.0;
+  for (int e = 0; e < p->train.eval_batches; e++)
+    for (int k0 = 0; k0 < G; k0 += micro) {
+      for (int b = 0; b < micro; b++)
+        fill_val_window(t, (uint64_t)e * G + (uint64_t)(k0 + b), t->inputs + (size_t)b * S,
+                        t->targets + (size_t)b * S);
+      sum += model_forward(&t->model, &t->acts, t->inputs, t->targets, NULL, micro, S);
+    }
+  return sum / ((double)p->train.eval_batches * G * S);
+}
+
+/* Greedy decoding of held-out problems [first, first + B): how many come out exactly right.
+ * The forward reruns on the growing sequence (the model keeps no KV cache). */
+static int solve_problems(struct trainer *t, uint64_t first, int B)
+{
+  enum { P = ADDITION_PROMPT_TOKENS, A = ADDITION_ANSWER_TOKENS };
+  const int V = t->model.config.vocab, Vp = t->model.config.vocab_padded;
+  int text[TRAIN_MIN_EVAL_PROBLEMS][P + A], answer[TRAIN_MIN_EVAL_PROBLEMS][A];
+  for (int b = 0; b < B; b++) addition_eval_problem(first + (uint64_t)b, t->data_seed, text[b], answer[b]);
+  for (int g = 0; g < A; g++) {
+    const int T = P + g;
+    for (int b = 0; b < B; b++) memcpy(t->inputs + (size_t)b * T, text[b], (size_t)T * sizeof(int));
+    model_forward(&t->model, &t->acts, t->inputs, NULL, NULL, B, T);
+    for (int b = 0; b < B; b++) {
+      const float *row = t->acts.logits + ((size_t)b * T + (size_t)(T - 1)) * Vp;
+      int best = 0;
+      for (int v = 1; v < V; v++) best = row[v] > row[best] ? v : best;
+      text[b][T] = best;
+    }
+  }
+  int right = 0;
+  for (int b = 0; b < B; b++) right += memcmp(text[b] + P, answer[b], sizeof answer[b]) == 0;
+  return right;
+}
+
+void trainer_eval(struct trainer *t, struct train_eval_stats *stats)
+{
+  const struct plan *p = t->plan;
+  memset(stats, 0, sizeof *stats);
+  stats->step = t->step;
+  if (p->train.eval_batches <= 0)
+    return;
+  if (t->addition || t->val_tokens.map) {
+    stats->has_val_loss = 1;
+    stats->val_loss = val_loss(t);
+  }
+  /* Accuracy needs the prompt and 4 generated tokens in one window. */
+  if (!t->addition || p->batch.seq < ADDITION_PROMPT_TOKENS + ADDITION_ANSWER_TOKENS - 1)
+    return;
+  long long n = (long long)p->train.eval_batches * p->batch.global;
+  n = n < TRAIN_MIN_EVAL_PROBLEMS ? TRAIN_MIN_EVAL_PROBLEMS : n;
+  int chunk = p->batch.micro < TRAIN_MIN_EVAL_PROBLEMS ? p->batch.micro : TRAIN_MIN_EVAL_PROBLEMS;
+  long long right = 0;
+  for (long long first = 0; first < n; first += chunk) {
+    int B = n - first < chunk ? (int)(n - first) : chunk;
+    right += solve_problems(t, (uint64_t)first, B);
+  }
+  stats->has_accuracy = 1;
+  stats->n_problems = (int)n;
+  stats->accuracy = (double)right / (double)n;
+}

@@ -1,0 +1,204 @@
+/* `tycho run` on one rank: the loop around the trainer, with what a user watches — a progress
+ * line every log.every steps, evaluation lines, JSON-lines metrics (log.metrics), exports
+ * (export.path) and, at the end, the memory bill. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/alloc.h"
+#include "runtime/train.h"
+#include "runtime/weights.h"
+#include "util/err.h"
+#include "util/path.h"
+
+static double now_seconds(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* "42.3s", "3m07s", "1h02m". */
+static const char *format_duration(char *buf, size_t n, double seconds)
+{
+  long s = (long)(seconds + 0.5);
+  if (seconds < 60.0)
+    snprintf(buf, n, "%.1fs", seconds);
+  else if (s < 3600)
+    snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
+  else
+    snprintf(buf, n, "%ldh%02ldm", s / 3600, (s % 3600) / 60);
+  return buf;
+}
+
+struct run_log {
+  FILE *out;                 /* progress lines; may be NULL */
+  FILE *metrics;             /* JSON lines; NULL when log.metrics is unset */
+  const char *metrics_path;
+};
+
+static int open_metrics(struct run_log *log, const char *path, char *err, size_t n)
+{
+  log->metrics_path = path;
+  if (!path[0])
+    return 0;
+  if (path_make_parent_dirs(path, err, n))
+    return 1;
+  log->metrics = fopen(path, "a");
+  if (!log->metrics)
+    return errf(err, n, "log.metrics: cannot open %s for appending", path);
+  return 0;
+}
+
+static int write_metrics_line(struct run_log *log, const char *line, char *err, size_t n)
+{
+  if (!log->metrics)
+    return 0;
+  if (fputs(line, log->metrics) < 0 || fflush(log->metrics) != 0)
+    return errf(err, n, "log.metrics: cannot write to %s", log->metrics_path);
+  return 0;
+}
+
+static int log_step(struct run_log *log, const struct plan *p, const struct train_step_stats *s,
+                    long long tokens, double step_seconds, double elapsed, char *err, size_t n)
+{
+  char line[512];
+  const double tokens_per_sec = (double)p->batch.global * p->batch.seq / step_seconds;
+  snprintf(line, sizeof line, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+           "\"tokens\": %lld, \"tokens_per_sec\": %.1f, \"elapsed_s\": %.3f}\n", s->step, s->loss,
+           s->lr, s->grad_norm, tokens, tokens_per_sec, elapsed);
+  return write_metrics_line(log, line, err, n);
+}
+
+static void print_progress(FILE *out, const struct plan *p, const struct train_step_stats *s,
+                           double tokens_per_sec, double elapsed)
+{
+  if (!out)
+    return;
+  const long long done = s->step + 1, total = p->train.steps;
+  char took[32], eta[32];
+  fprintf(out, "step %*lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | %s | ETA %s\n",
+          (int)snprintf(NULL, 0, "%lld", total), done, total, s->loss, s->lr, s->grad_norm,
+          tokens_per_sec, format_duration(took, sizeof took, elapsed),
+          format_duration(eta, sizeof eta, elapsed / (double)done * (double)(total - done)));
+  fflush(out);
+}
+
+static int log_eval(struct run_log *log, const struct train_eval_stats *e, char *err, size_t n)
+{
+  if (!e->has_val_loss && !e->has_accuracy)
+    return 0;
+  char line[256], text[256];
+  int used = snprintf(line, sizeof line, "{\"step\": %lld", e->step);
+  int shown = snprintf(text, sizeof text, "eval at step %lld:", e->step);
+  if (e->has_val_loss) {
+    used += snprintf(line + used, sizeof line - (size_t)used, ", \"val_loss\": %.9g", e->val_loss);
+    shown += snprintf(text + shown, sizeof text - (size_t)shown, " val loss %.4f", e->val_loss);
+  }
+  if (e->has_accuracy) {
+    used += snprintf(line + used, sizeof line - (size_t)used, ", \"accuracy\": %.6g", e->accuracy);
+    snprintf(text + shown, sizeof text - (size_t)shown, "%s accuracy %.1f%% (%d held-out problems)",
+             e->has_val_loss ? "," : "", 100.0 * e->accuracy, e->n_problems);
+  }
+  snprintf(line + used, sizeof line - (size_t)used, "}\n");
+  if (log->out) {
+    fprintf(log->out, "%s\n", text);
+    fflush(log->out);
+  }
+  return write_metrics_line(log, line, err, n);
+}
+
+static void print_header(FILE *out, const struct plan *p, const struct trainer *t)
+{
+  if (!out)
+    return;
+  const struct plan_model *m = &p->model;
+  long long n_params = model_n_params(&t->model);
+  fprintf(out, "run %s: %lld parameters (%d layers, dim %d, %d heads / %d kv, ffn %d, vocab %d), "
+          "%lld steps of %d × %d tokens (%d micro-batch%s of %d), %d thread%s\n",
+          p->name[0] ? p->name : p->file, n_params, m->n_layers, m->dim, m->n_heads, m->n_kv_heads,
+          m->ffn_dim, m->vocab, p->train.steps, p->batch.global, p->batch.seq, p->batch.microbatches,
+          p->batch.microbatches == 1 ? "" : "es", p->batch.micro, omp_get_max_threads(),
+          omp_get_max_threads() == 1 ? "" : "s");
+  fprintf(out, "data: %s; init: %s\n", t->addition ? "synthetic addition" : p->data.train,
+          p->init.from[0] ? p->init.from : "random (seeds.model)");
+  fflush(out);
+}
+
+static int export_weights(const struct trainer *t, FILE *out, long long step, char *err, size_t n)
+{
+  const char *path = t->plan->export_.path;
+  if (weights_export(&t->model, path, err, n))
+    return 1;
+  if (out) {
+    fprintf(out, "exported %s after step %lld\n", path, step);
+    fflush(out);
+  }
+  return 0;
+}
+
+static int run_loop(struct trainer *t, struct run_log *log, char *err, size_t n)
+{
+  const struct plan *p = t->plan;
+  const long long steps = p->train.steps;
+  const double start = now_seconds();
+  double interval_seconds = 0.0;
+  long long tokens = 0, interval_tokens = 0;
+  for (long long s = 0; s < steps; s++) {
+    struct train_step_stats st;
+    double t0 = now_seconds();
+    if (trainer_step(t, &st, err, n))
+      return 1;
+    double t1 = now_seconds();
+    long long step_tokens = (long long)p->batch.global * p->batch.seq;
+    tokens += step_tokens;
+    interval_tokens += step_tokens;
+    interval_seconds += t1 - t0;
+    if (log_step(log, p, &st, tokens, t1 - t0, t1 - start, err, n))
+      return 1;
+    int last = s + 1 == steps;
+    if ((s + 1) % p->log.every == 0 || last || s == 0) {
+      print_progress(log->out, p, &st, (double)interval_tokens / interval_seconds, t1 - start);
+      interval_tokens = 0;
+      interval_seconds = 0.0;
+    }
+    if ((p->train.eval_every > 0 && (s + 1) % p->train.eval_every == 0) || last) {
+      struct train_eval_stats ev;
+      trainer_eval(t, &ev);
+      if (log_eval(log, &ev, err, n))
+        return 1;
+    }
+    if (p->export_.path[0] && ((p->export_.every > 0 && (s + 1) % p->export_.every == 0) || last))
+      if (export_weights(t, log->out, s, err, n))
+        return 1;
+  }
+  if (log->out) {
+    char took[32];
+    fprintf(log->out, "done: %lld steps, %lld tokens in %s\n", steps, tokens,
+            format_duration(took, sizeof took, now_seconds() - start));
+  }
+  return 0;
+}
+
+int train_run(const struct plan *p, FILE *out, char *err, size_t err_size)
+{
+  struct trainer t;
+  int rc = trainer_open(&t, p, err, err_size);
+  if (rc != TRAIN_OK)
+    return rc;
+  struct run_log log = { out, NULL, "" };
+  print_header(out, p, &t);
+  rc = open_metrics(&log, p->log.metrics, err, err_size) || run_loop(&t, &log, err, err_size)
+         ? TRAIN_RUNTIME_ERROR : TRAIN_OK;
+  if (out && rc == TRAIN_OK) {
+    alloc_print_peaks(out);
+    fflush(out);
+  }
+  if (log.metrics)
+    fclose(log.metrics);
+  trainer_close(&t);
+  return rc;
+}
