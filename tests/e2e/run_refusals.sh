@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# `tycho run` refuses what it cannot do, with one clear first line and the documented exit
+# code: a plan asking for bf16 compute on the CPU (2, naming the field), a token file that is not
+# there (1, naming it), init.from a file that is not there (1, naming it).
+# usage: run_refusals.sh TYCHO   (run from the source folder)
+set -u
+tycho=$1
+expect() { # expect CODE TEXT ARGS...: exit code CODE and TEXT in the first stderr line
+  local code=$1 text=$2
+  shift 2
+  local stderr rc first
+  stderr=$("$tycho" run "$@" 2>&1 >/dev/null)
+  rc=$?
+  first=$(printf '%s\n' "$stderr" | head -n 1)
+  [ "$rc" -eq "$code" ] || { echo "FAIL: $* exited $rc, expected $code; stderr: $stderr"; exit 1; }
+  case "$first" in
+    *"$text"*) ;;
+    *) echo "FAIL: $*: first stderr line '$first' lacks '$text'"; exit 1 ;;
+  esac
+}
+expect 2 'tycho: plan error: --set precision.compute=bf16: precision.compute = "bf16": the CPU backend computes in fp32 only' \
+  tests/plans/good/train_small.lua --set precision.compute=bf16
+expect 1 'tycho: data.train: /nonexistent/train.bin' \
+  tests/golden/llama_ref_plan.lua --set data.train=/nonexistent/train.bin
+expect 1 'tycho: init.from: /nonexistent/model.safetensors' tests/plans/good/train_small.lua --set init.from=/nonexistent/model.safetensors
+echo "ok: refusals"

@@ -1,0 +1,210 @@
+/* Hugging Face weights out and in: export → init.from gives bitwise the same parameters and the
+ * same loss (one file, and a sharded index); a tied model exports no lm_head; a file with a
+ * missing, an extra or a mis-shaped tensor, or an integer dtype, is refused with a message
+ * naming the tensor (and, for a shape, both shapes). */
+#define _POSIX_C_SOURCE 200809L
+#include "check.h"
+#include "io/safetensors.h"
+#include "runtime/train.h"
+#include "runtime/weights.h"
+#include "runtime_fixture.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static char err[1024];
+static char dir[64];
+
+static const struct fixture_shape shape = { 2, 32, 4, 2, 64, 64, 16, 4, 2 };
+
+static const char *temp_path(const char *name)
+{
+  static char path[8][256];
+  static int next;
+  if (!dir[0]) {
+    strcpy(dir, "/tmp/test_weights.XXXXXX");
+    if (!mkdtemp(dir))
+      return "/nonexistent";
+  }
+  char *p = path[next++ % 8];
+  snprintf(p, sizeof path[0], "%s/%s", dir, name);
+  return p;
+}
+
+static void export_then_init_from_round_trips_bitwise(void)
+{
+  struct plan p;
+  fixture_plan(&p, shape);
+  struct trainer a, b;
+  struct train_step_stats st;
+  CHECK_MSG(trainer_open(&a, &p, err, sizeof err) == TRAIN_OK, "%s", err);
+  for (int s = 0; s < 3; s++) CHECK(trainer_step(&a, &st, err, sizeof err) == 0);
+  /* Into a folder that does not exist yet. */
+  const char *path = temp_path("sub/dir/model.safetensors");
+  CHECK_MSG(weights_export(&a.model, path, err, sizeof err) == 0, "%s", err);
+
+  struct st_file f;
+  CHECK_MSG(st_open(&f, path, err, sizeof err) == 0, "%s", err);
+  CHECK(f.n_tensors == a.model.n_params);
+  const struct st_tensor *q = st_find(&f, "model.layers.1.self_attn.k_proj.weight");
+  CHECK(q && q->dtype == ST_F32 && q->n_dims == 2 && q->shape[0] == 16 && q->shape[1] == 32);
+  st_close(&f);
+
+  struct plan pl = p;
+  snprintf(pl.init.from, sizeof pl.init.from, "%s", path);
+  pl.seeds.value[PLAN_SEED_MODEL] = 999; /* ignored: the weights come from the file */
+  CHECK_MSG(trainer_open(&b, &pl, err, sizeof err) == TRAIN_OK, "%s", err);
+  CHECK(fixture_params_equal(&a.model, &b.model));
+  b.step = a.step;
+  CHECK(trainer_forward_backward(&a) == trainer_forward_backward(&b));
+
+  /* The same through a sharded index: the embedding in one shard, everything else in another. */
+  int n = a.model.n_params;
+  struct st_write_tensor *w = calloc((size_t)n, sizeof *w);
+  const char **names = calloc((size_t)n, sizeof *names), **files = calloc((size_t)n, sizeof *files);
+  for (int i = 0; i < n; i++) {
+    const struct model_param *mp = &a.model.params[i];
+    w[i] = (struct st_write_tensor){ mp->name, mp->n_dims, { mp->shape[0], mp->shape[1] }, mp->data };
+    names[i] = mp->name;
+    files[i] = i == 0 ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  }
+  CHECK(st_write_f32(temp_path("model-00001-of-00002.safetensors"), w, 1, err, sizeof err) == 0);
+  CHECK(st_write_f32(temp_path("model-00002-of-00002.safetensors"), w + 1, n - 1, err, sizeof err) == 0);
+  CHECK(st_index_write(temp_path("model.safetensors.index.json"), names, files, n, 0, err, sizeof err) == 0);
+  struct model c;
+  CHECK(model_create(&c, &p.model, err, sizeof err) == 0);
+  CHECK_MSG(weights_load(&c, temp_path("model.safetensors.index.json"), err, sizeof err) == 0, "%s", err);
+  CHECK(fixture_params_equal(&a.model, &c));
+  model_free(&c);
+  free(w);
+  free(names);
+  free(files);
+  trainer_close(&a);
+  trainer_close(&b);
+}
+
+static void tied_model_exports_no_head_and_padding_stays_internal(void)
+{
+  struct plan p;
+  fixture_plan(&p, shape);
+  p.model.tie_embeddings = 1;
+  p.model.vocab_padded = 72;
+  struct model m, back;
+  CHECK(model_create(&m, &p.model, err, sizeof err) == 0);
+  model_init(&m, 3);
+  const char *path = temp_path("tied.safetensors");
+  CHECK_MSG(weights_export(&m, path, err, sizeof err) == 0, "%s", err);
+  struct st_file f;
+  CHECK(st_open(&f, path, err, sizeof err) == 0);
+  CHECK(st_find(&f, "lm_head.weight") == NULL);
+  const struct st_tensor *e = st_find(&f, "model.embed_tokens.weight");
+  CHECK(e && e->shape[0] == 64 && e->shape[1] == 32); /* unpadded */
+  st_close(&f);
+  CHECK(model_create(&back, &p.model, err, sizeof err) == 0);
+  CHECK_MSG(weights_load(&back, path, err, sizeof err) == 0, "%s", err);
+  CHECK(fixture_params_equal(&m, &back));
+  model_free(&back);
+  model_free(&m);
+}
+
+/* Writes the model's tensors, changed by `edit`, and returns weights_load's message. */
+enum edit { DROP_ONE, ADD_ONE, RESHAPE_ONE, ADD_ROTARY_BUFFER };
+
+static int load_edited(enum edit edit, const char *name)
+{
+  struct plan p;
+  fixture_plan(&p, shape);
+  struct model m;
+  CHECK(model_create(&m, &p.model, err, sizeof err) == 0);
+  model_init(&m, 1);
+  struct st_write_tensor w[64];
+  int n = 0;
+  static float extra[64 * 32];
+  for (int i = 0; i < m.n_params; i++) {
+    const struct model_param *mp = &m.params[i];
+    if (edit == DROP_ONE && strcmp(mp->name, "model.layers.1.mlp.up_proj.weight") == 0)
+      continue;
+    w[n] = (struct st_write_tensor){ mp->name, mp->n_dims, { mp->shape[0], mp->shape[1] }, mp->data };
+    if (edit == RESHAPE_ONE && strcmp(mp->name, "model.layers.0.self_attn.k_proj.weight") == 0)
+      w[n] = (struct st_write_tensor){ mp->name, 2, { 32, 32 }, extra }; /* (16, 32) belongs */
+    n++;
+  }
+  if (edit == ADD_ONE)
+    w[n++] = (struct st_write_tensor){ "model.layers.2.mlp.up_proj.weight", 2, { 64, 32 }, extra };
+  if (edit == ADD_ROTARY_BUFFER)
+    w[n++] = (struct st_write_tensor){ "model.layers.0.self_attn.rotary_emb.inv_freq", 1, { 4 }, extra };
+  const char *path = temp_path(name);
+  CHECK_MSG(st_write_f32(path, w, n, err, sizeof err) == 0, "%s", err);
+  err[0] = '\0';
+  int rc = weights_load(&m, path, err, sizeof err);
+  model_free(&m);
+  return rc;
+}
+
+static void missing_extra_and_misshaped_tensors_are_refused_by_name(void)
+{
+  CHECK(load_edited(DROP_ONE, "missing.safetensors") != 0);
+  CHECK_STR_CONTAINS(err, "tensor 'model.layers.1.mlp.up_proj.weight' is missing");
+  CHECK_STR_CONTAINS(err, "missing.safetensors");
+
+  CHECK(load_edited(ADD_ONE, "extra.safetensors") != 0);
+  CHECK_STR_CONTAINS(err, "tensor 'model.layers.2.mlp.up_proj.weight' is not a parameter of this model");
+
+  CHECK(load_edited(RESHAPE_ONE, "shape.safetensors") != 0);
+  CHECK_STR_CONTAINS(err, "tensor 'model.layers.0.self_attn.k_proj.weight' has shape [32, 32], "
+                          "the model expects [16, 32]");
+
+  CHECK(load_edited(ADD_ROTARY_BUFFER, "rotary.safetensors") == 0); /* a buffer, not a weight */
+
+  /* A file that is not there: the safetensors module's message, with the path. */
+  struct plan p;
+  fixture_plan(&p, shape);
+  snprintf(p.init.from, sizeof p.init.from, "%s", temp_path("absent.safetensors"));
+  struct trainer t;
+  CHECK(trainer_open(&t, &p, err, sizeof err) == TRAIN_RUNTIME_ERROR);
+  CHECK_STR_CONTAINS(err, "absent.safetensors");
+}
+
+static void integer_tensors_are_refused(void)
+{
+  /* A hand-made file: the final norm stored as I32. */
+  struct plan p;
+  fixture_plan(&p, (struct fixture_shape){ 1, 4, 2, 1, 4, 64, 4, 1, 1 });
+  struct model m;
+  CHECK(model_create(&m, &p.model, err, sizeof err) == 0);
+  char header[4096];
+  size_t off = 0;
+  int used = snprintf(header, sizeof header, "{");
+  for (int i = 0; i < m.n_params; i++) {
+    const struct model_param *mp = &m.params[i];
+    size_t bytes = (mp->n_dims == 2 ? (size_t)mp->shape[0] * mp->shape[1] : (size_t)mp->shape[0]) * 4;
+    const char *dtype = strcmp(mp->name, "model.norm.weight") == 0 ? "I32" : "F32";
+    if (mp->n_dims == 2)
+      used += snprintf(header + used, sizeof header - (size_t)used,
+                       "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%lld,%lld],\"data_offsets\":[%zu,%zu]}",
+                       i ? "," : "", mp->name, dtype, (long long)mp->shape[0], (long long)mp->shape[1],
+                       off, off + bytes);
+    else
+      used += snprintf(header + used, sizeof header - (size_t)used,
+                       "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%lld],\"data_offsets\":[%zu,%zu]}",
+                       i ? "," : "", mp->name, dtype, (long long)mp->shape[0], off, off + bytes);
+    off += bytes;
+  }
+  used += snprintf(header + used, sizeof header - (size_t)used, "}");
+  const char *path = temp_path("int.safetensors");
+  FILE *f = fopen(path, "wb");
+  uint64_t n = (uint64_t)used;
+  fwrite(&n, 8, 1, f);
+  fwrite(header, 1, (size_t)used, f);
+  for (size_t k = 0; k < off; k++) fputc(0, f);
+  fclose(f);
+  CHECK(weights_load(&m, path, err, sizeof err) != 0);
+  CHECK_STR_CONTAINS(err, "tensor 'model.norm.weight' is I32");
+  model_free(&m);
+}
+
+TEST_MAIN(TEST(export_then_init_from_round_trips_bitwise),
+          TEST(tied_model_exports_no_head_and_padding_stays_internal),
+          TEST(missing_extra_and_misshaped_tensors_are_refused_by_name),
+          TEST(integer_tensors_are_refused))
