@@ -1,0 +1,160 @@
+/* The comm layer: process groups and collectives, one interface for every backend (DESIGN 3.2,
+ * 3.7). MPI carries CPU buffers now; an NCCL backend will carry GPU buffers behind the same
+ * functions, so nothing here names an MPI type.
+ *
+ * Conventions.
+ * - Counts are elements (`n_elems`, of `enum comm_dtype`); sizes are bytes (`n_bytes`).
+ * - Ranks passed to an operation (root, peer) are ranks in the group, not world ranks.
+ * - Every operation takes `struct comm_request **req` last. NULL: the operation has completed
+ *   when the call returns (blocking). Non-NULL: the call starts it, stores a handle in *req and
+ *   returns at once; the buffers belong to the comm layer until comm_wait or comm_test says the
+ *   operation is done. Either way the operation runs on this rank's comm thread, which keeps it
+ *   progressing while the caller computes, and operations run in the order they were issued.
+ * - Operations return 0, or -1 with the reason in comm_error(). Set-up functions (init, groups,
+ *   plan hash, trace) write their reason into `err` instead.
+ * - Every operation is counted and recorded, size-1 groups included (where it is a copy or
+ *   nothing). The comm layer's own control traffic (plan-hash check, check mode, trace
+ *   gathering, watchdog queries) is neither: the counters hold model traffic only.
+ * - The API is called from one thread per rank.
+ *
+ * What n_bytes counts, per call (nccl-tests' "size"): all-reduce and broadcast, the buffer;
+ * all-gather, the gathered buffer (size · n_elems elements); reduce-scatter, the buffer before
+ * scattering (size · n_elems); all-to-all, the send buffer (size · n_elems); send and recv, the
+ * message.
+ *
+ * Environment: TYCHO_COMM_TIMEOUT (seconds, default 300, 0 = never) for the watchdog;
+ * TYCHO_COMM_CHECK=1 for check mode; TYCHO_COMM_RECORDS for the flight recorder's length. */
+#ifndef TYCHO_COMM_H
+#define TYCHO_COMM_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "plan/plan.h"
+
+#define COMM_NAME_MAX 16
+#define COMM_RECORDS_DEFAULT 4096
+#define COMM_TIMEOUT_DEFAULT 300.0
+
+enum comm_dtype { COMM_FP32, COMM_BF16, COMM_FP16, COMM_INT32, COMM_INT64, COMM_UINT8, COMM_N_DTYPES };
+enum comm_reduce { COMM_SUM, COMM_MAX, COMM_N_REDUCES };
+enum comm_op {
+  COMM_ALL_REDUCE, COMM_ALL_GATHER, COMM_REDUCE_SCATTER, COMM_BROADCAST,
+  COMM_SEND, COMM_RECV, COMM_ALL_TO_ALL, COMM_N_OPS
+};
+
+/* One process group: the world, or the ranks along one mesh axis. */
+struct comm_group {
+  char name[COMM_NAME_MAX];       /* "world", "tp", "dp", "pp" */
+  int rank;                       /* this rank's index in the group */
+  int size;
+  int *ranks;                     /* (size) world rank of each member, in group order */
+  struct comm_group_state *state; /* backend handles, sequence numbers, counters */
+};
+
+struct comm_request; /* a started operation; comm_wait or comm_test ends it */
+
+/* One operation in the flight recorder. Times are seconds since the job's start barrier
+ * (comparable across ranks on one node): issued by the caller, started on the comm thread,
+ * ended (0 while in flight). */
+struct comm_record {
+  uint64_t seq;  /* per group for collectives; per (group, peer, direction) for send and recv */
+  enum comm_op op;
+  char group[COMM_NAME_MAX];
+  int peer;      /* group rank of the root (broadcast) or the peer (send, recv); -1 otherwise */
+  size_t n_bytes;
+  long long step;
+  int mb;
+  int status;    /* 0 ok, -1 failed */
+  double t_issue, t_start, t_end;
+};
+
+struct comm_counter {
+  uint64_t calls;
+  uint64_t n_bytes;
+};
+
+/* Set-up. comm_init starts MPI with MPI_THREAD_MULTIPLE (refusing less), builds the world group,
+ * aligns clocks with a barrier and starts the comm thread and the watchdog. */
+int comm_init(int *argc, char ***argv, char *err, size_t err_size);
+/* Waits for every started operation, stops the threads, frees the groups, ends MPI. */
+int comm_finalize(char *err, size_t err_size);
+struct comm_group *comm_world(void);
+int comm_local_rank(void); /* from OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID, else MPI */
+int comm_local_size(void);
+const char *comm_backend_name(void);
+
+/* Builds this rank's tp, dp and pp groups (indexed by enum plan_axis) with MPI_Comm_split in
+ * the same order on every rank, and checks their members against mesh_group_members. The
+ * mesh's world must equal the job's. Collective over the world. */
+int comm_build_mesh_groups(const struct plan_mesh *m, struct comm_group *groups[PLAN_N_AXES],
+                           char *err, size_t err_size);
+/* Splits `parent` by color (ranks with equal colors form one group), ordered by key.
+ * Collective over the parent; waits for the parent's started operations first. */
+int comm_group_split(struct comm_group *parent, int color, int key, const char *name,
+                     struct comm_group **out, char *err, size_t err_size);
+
+/* Gathers every rank's plan hash; on a mismatch every rank returns -1 with a message naming
+ * which ranks have which hash. Collective over the world. */
+int comm_check_plan_hash(uint64_t hash, char *err, size_t err_size);
+
+/* Operations. n_elems per rank as in MPI and NCCL: all-gather, the contribution of each rank;
+ * reduce-scatter, the share each rank receives; all-to-all, the block sent to each peer.
+ * In place: all-reduce with send == recv; all-gather with send == recv + rank · n_elems.
+ * Other overlapping buffers are refused. */
+int comm_all_reduce(struct comm_group *g, const void *send, void *recv, size_t n_elems,
+                    enum comm_dtype dtype, enum comm_reduce reduce, struct comm_request **req);
+int comm_all_gather(struct comm_group *g, const void *send, void *recv, size_t n_elems,
+                    enum comm_dtype dtype, struct comm_request **req);
+int comm_reduce_scatter(struct comm_group *g, const void *send, void *recv, size_t n_elems,
+                        enum comm_dtype dtype, enum comm_reduce reduce, struct comm_request **req);
+int comm_broadcast(struct comm_group *g, void *buf, size_t n_elems, enum comm_dtype dtype, int root,
+                   struct comm_request **req);
+int comm_send(struct comm_group *g, const void *buf, size_t n_elems, enum comm_dtype dtype, int peer,
+              struct comm_request **req);
+int comm_recv(struct comm_group *g, void *buf, size_t n_elems, enum comm_dtype dtype, int peer,
+              struct comm_request **req);
+int comm_all_to_all(struct comm_group *g, const void *send, void *recv, size_t n_elems,
+                    enum comm_dtype dtype, struct comm_request **req);
+
+/* Ends a started operation: waits for it, frees the handle, sets *req to NULL and returns the
+ * operation's status. NULL *req is a no-op. */
+int comm_wait(struct comm_request **req);
+/* Waits for all n; returns -1 if any failed (comm_error() holds the first failure). */
+int comm_wait_all(struct comm_request **reqs, int n);
+/* *done = 1 when the operation has completed; then as comm_wait. Otherwise returns 0. */
+int comm_test(struct comm_request **req, int *done);
+
+/* The last operation error on this rank. */
+const char *comm_error(void);
+
+/* Records. The step and micro-batch go into every following record. */
+void comm_set_step(long long step, int mb);
+struct comm_counter comm_counter_get(const struct comm_group *g, enum comm_op op);
+void comm_counters_reset(void); /* all groups, all ops; sequence numbers go on */
+uint64_t comm_group_seq(const struct comm_group *g); /* collectives issued on g so far */
+/* Copies the last (up to) max records, oldest first; returns how many. */
+int comm_records(struct comm_record *out, int max);
+
+/* Checks and limits. */
+void comm_set_check(int on);           /* cross-check (seq, op, n_bytes) before each collective */
+void comm_set_timeout(double seconds); /* watchdog; 0 disables */
+
+/* Trace. comm_now is the clock of the records; comm_trace_span adds a span of the caller's
+ * (e.g. "compute") to the trace. comm_trace_write gathers every rank's records and spans and
+ * rank 0 writes one Chrome trace-event JSON file (open it in Perfetto): one process per rank,
+ * one track per group. Collective over the world. */
+double comm_now(void);
+void comm_trace_span(const char *name, double t_begin, double t_end);
+int comm_trace_write(const char *path, char *err, size_t err_size);
+
+/* Names for messages. */
+const char *comm_op_name(enum comm_op op);
+const char *comm_dtype_name(enum comm_dtype dtype);
+const char *comm_reduce_name(enum comm_reduce reduce);
+size_t comm_dtype_size(enum comm_dtype dtype);
+
+/* For the command line: prints "tycho: rank R: <message>" to stderr and ends the whole job
+ * with MPI_Abort (exit code 1); plain exit(1) when MPI is not running. */
+void comm_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+#endif

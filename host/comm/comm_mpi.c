@@ -1,0 +1,396 @@
+/* The MPI side of the comm layer: start-up (MPI_THREAD_MULTIPLE, errors returned as codes
+ * rather than fatal), groups over MPI communicators, and the data-plane backend for CPU
+ * buffers. The backend starts MPI's non-blocking calls on the comm thread, in issue order, and
+ * MPI_Tests them there; MPI matches collectives by the order they are started on a
+ * communicator, so one thread starting them all keeps every rank in step. */
+#define _POSIX_C_SOURCE 200809L
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_internal.h"
+
+#define ctx comm_ctx
+
+static int watch_created;
+
+int comm_mpi_fail(int code, const char *call, const char *file, int line, char *err, size_t err_size)
+{
+  char msg[MPI_MAX_ERROR_STRING] = "";
+  int len = 0;
+  if (MPI_Error_string(code, msg, &len) != MPI_SUCCESS)
+    snprintf(msg, sizeof msg, "MPI error code %d", code);
+  const char *where = strstr(file, "host/");
+  snprintf(err, err_size, "rank %d: %s:%d: %.*s failed: %s", ctx.rank, where ? where : file, line,
+           (int)strcspn(call, "("), call, msg);
+  return -1;
+}
+
+static int env_int(const char *name, int *out)
+{
+  const char *v = getenv(name);
+  char *end;
+  if (!v || !*v)
+    return 0;
+  long x = strtol(v, &end, 10);
+  if (*end || x < 0 || x > INT_MAX)
+    return 0;
+  *out = (int)x;
+  return 1;
+}
+
+static const char *thread_level_name(int level)
+{
+  return level == MPI_THREAD_SINGLE ? "MPI_THREAD_SINGLE" : level == MPI_THREAD_FUNNELED ? "MPI_THREAD_FUNNELED"
+       : level == MPI_THREAD_SERIALIZED ? "MPI_THREAD_SERIALIZED" : "MPI_THREAD_MULTIPLE";
+}
+
+/* Local rank and size: from the launcher's environment (Open MPI, Slurm), else from the ranks
+ * that share this node's memory. */
+static int find_local_rank(char *err, size_t n)
+{
+  int have_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", &ctx.local_rank) ||
+                  env_int("SLURM_LOCALID", &ctx.local_rank);
+  int have_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", &ctx.local_size);
+  if (have_rank && have_size)
+    return 0;
+  MPI_Comm node;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, ctx.rank, MPI_INFO_NULL, &node), err, n);
+  if (!have_rank)
+    MPI_CHECK(MPI_Comm_rank(node, &ctx.local_rank), err, n);
+  if (!have_size)
+    MPI_CHECK(MPI_Comm_size(node, &ctx.local_size), err, n);
+  MPI_CHECK(MPI_Comm_free(&node), err, n);
+  return 0;
+}
+
+int comm_mpi_init(int *argc, char ***argv, char *err, size_t n)
+{
+  int initialized = 0, finalized = 0, provided = MPI_THREAD_SINGLE;
+  MPI_Finalized(&finalized);
+  if (finalized)
+    return snprintf(err, n, "comm_init: MPI has already been finalized"), -1;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+    if (rc != MPI_SUCCESS)
+      return comm_mpi_fail(rc, "MPI_Init_thread", __FILE__, __LINE__, err, n);
+    ctx.mpi_owned = 1;
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), err, n);
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &ctx.rank), err, n);
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &ctx.size), err, n);
+  if (provided < MPI_THREAD_MULTIPLE)
+    return snprintf(err, n, "rank %d: MPI provides %s; tycho needs MPI_THREAD_MULTIPLE (its comm "
+                    "thread calls MPI while the caller computes)", ctx.rank, thread_level_name(provided)), -1;
+  if (find_local_rank(err, n))
+    return -1;
+  MPI_Comm ctl;
+  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &ctl), err, n);
+  if (comm_mpi_group_new(ctl, "world", &ctx.world, err, n))
+    return -1;
+  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &ctx.watch), err, n);
+  watch_created = 1;
+  MPI_CHECK(MPI_Barrier(ctx.world->state->ctl), err, n);
+  ctx.t0 = comm_clock(); /* every rank leaves the barrier within microseconds: a shared zero */
+  return 0;
+}
+
+static int group_fill(struct comm_group *g, char *err, size_t n)
+{
+  struct comm_group_state *s = g->state;
+  MPI_Group world_group, group;
+  MPI_CHECK(MPI_Comm_set_errhandler(s->ctl, MPI_ERRORS_RETURN), err, n);
+  MPI_CHECK(MPI_Comm_rank(s->ctl, &g->rank), err, n);
+  MPI_CHECK(MPI_Comm_size(s->ctl, &g->size), err, n);
+  g->ranks = malloc((size_t)g->size * sizeof *g->ranks);
+  int *index = malloc((size_t)g->size * sizeof *index);
+  s->send_seq = calloc((size_t)g->size, sizeof *s->send_seq);
+  s->recv_seq = calloc((size_t)g->size, sizeof *s->recv_seq);
+  if (!g->ranks || !index || !s->send_seq || !s->recv_seq) {
+    free(index);
+    return snprintf(err, n, "rank %d: out of memory for group %s", ctx.rank, g->name), -1;
+  }
+  for (int i = 0; i < g->size; i++)
+    index[i] = i;
+  int rc = MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  if (rc == MPI_SUCCESS && (rc = MPI_Comm_group(s->ctl, &group)) != MPI_SUCCESS)
+    MPI_Group_free(&world_group);
+  if (rc == MPI_SUCCESS) {
+    rc = MPI_Group_translate_ranks(group, g->size, index, world_group, g->ranks);
+    MPI_Group_free(&group);
+    MPI_Group_free(&world_group);
+  }
+  free(index);
+  if (rc != MPI_SUCCESS)
+    return comm_mpi_fail(rc, "MPI_Comm_group or MPI_Group_translate_ranks", __FILE__, __LINE__, err, n);
+  MPI_CHECK(MPI_Comm_dup(s->ctl, &s->comm), err, n);
+  MPI_CHECK(MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN), err, n);
+  return 0;
+}
+
+int comm_mpi_group_new(MPI_Comm ctl, const char *name, struct comm_group **out, char *err, size_t n)
+{
+  struct comm_group *g = calloc(1, sizeof *g);
+  struct comm_group_state *s = calloc(1, sizeof *s);
+  *out = NULL;
+  if (!g || !s) {
+    free(g);
+    free(s);
+    MPI_Comm_free(&ctl);
+    return snprintf(err, n, "rank %d: out of memory for group %s", ctx.rank, name), -1;
+  }
+  snprintf(g->name, sizeof g->name, "%s", name);
+  g->state = s;
+  s->ctl = ctl;
+  s->comm = MPI_COMM_NULL;
+  if (group_fill(g, err, n)) {
+    comm_mpi_group_free(g);
+    return -1;
+  }
+  if (comm_group_add(g)) {
+    comm_mpi_group_free(g);
+    return snprintf(err, n, "rank %d: out of memory for group %s", ctx.rank, name), -1;
+  }
+  *out = g;
+  return 0;
+}
+
+void comm_mpi_group_free(struct comm_group *g)
+{
+  if (!g)
+    return;
+  if (g->state) {
+    if (g->state->comm != MPI_COMM_NULL)
+      MPI_Comm_free(&g->state->comm);
+    if (g->state->ctl != MPI_COMM_NULL)
+      MPI_Comm_free(&g->state->ctl);
+    free(g->state->send_seq);
+    free(g->state->recv_seq);
+    free(g->state);
+  }
+  free(g->ranks);
+  free(g);
+}
+
+int comm_group_split(struct comm_group *parent, int color, int key, const char *name,
+                     struct comm_group **out, char *err, size_t n)
+{
+  *out = NULL;
+  if (!comm_ctx.initialized || !parent || !parent->state)
+    return snprintf(err, n, "comm_group_split: %s", comm_ctx.initialized ? "no parent group" : "comm_init has not run"), -1;
+  if (color < 0)
+    return snprintf(err, n, "comm_group_split %s: color %d must be ≥ 0", name, color), -1;
+  MPI_Comm ctl;
+  comm_control_begin("group split");
+  int rc = MPI_Comm_split(parent->state->ctl, color, key, &ctl);
+  int status = rc == MPI_SUCCESS ? comm_mpi_group_new(ctl, name, out, err, n)
+                                 : comm_mpi_fail(rc, "MPI_Comm_split", __FILE__, __LINE__, err, n);
+  comm_control_end();
+  return status;
+}
+
+int comm_mpi_finalize(char *err, size_t n)
+{
+  for (int i = ctx.n_groups - 1; i >= 0; i--)
+    comm_mpi_group_free(ctx.groups[i]);
+  free(ctx.groups);
+  ctx.groups = NULL;
+  ctx.n_groups = ctx.cap_groups = 0;
+  ctx.world = NULL;
+  if (watch_created)
+    MPI_Comm_free(&ctx.watch);
+  watch_created = 0;
+  if (ctx.mpi_owned) {
+    ctx.mpi_owned = 0;
+    MPI_CHECK(MPI_Finalize(), err, n);
+  }
+  return 0;
+}
+
+void comm_fatal(const char *fmt, ...)
+{
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "tycho: rank %d: %s\n", ctx.rank, msg);
+  fflush(stderr);
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized)
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  exit(1);
+}
+
+/* ---- the data plane ---- */
+
+static MPI_Datatype mpi_type(enum comm_dtype dtype)
+{
+  switch (dtype) {
+  case COMM_FP32: return MPI_FLOAT;
+  case COMM_BF16: case COMM_FP16: return MPI_UINT16_T; /* moved, never reduced here */
+  case COMM_INT32: return MPI_INT32_T;
+  case COMM_INT64: return MPI_INT64_T;
+  default: return MPI_UINT8_T;
+  }
+}
+
+static int mpi_validate(const struct comm_request *r, char *err, size_t n)
+{
+  if ((r->op == COMM_ALL_REDUCE || r->op == COMM_REDUCE_SCATTER) &&
+      (r->dtype == COMM_BF16 || r->dtype == COMM_FP16))
+    return snprintf(err, n, "comm %s on %s: the MPI backend does not reduce %s (CPU buffers are fp32)",
+                    comm_op_name(r->op), r->group->name, comm_dtype_name(r->dtype)), -1;
+  if (r->n_elems > INT_MAX)
+    return snprintf(err, n, "comm %s on %s: n_elems %zu exceeds MPI's int count", comm_op_name(r->op),
+                    r->group->name, r->n_elems), -1;
+  return 0;
+}
+
+/* Appends which operation failed to r->err. */
+static void fail_context(struct comm_request *r)
+{
+  size_t len = strlen(r->err);
+  snprintf(r->err + len, sizeof r->err - len, " (%s %s seq %llu)", r->group->name, comm_op_name(r->op),
+           (unsigned long long)r->rec.seq);
+}
+
+static int post(struct comm_request *r)
+{
+  MPI_Comm comm = r->group->state->comm;
+  int count = (int)r->n_elems;
+  MPI_Datatype type = mpi_type(r->dtype);
+  MPI_Op op = r->reduce == COMM_MAX ? MPI_MAX : MPI_SUM;
+  size_t one = r->n_elems * comm_dtype_size(r->dtype);
+  char *err = r->err;
+  size_t n = sizeof r->err;
+  r->n_mpi = 1;
+  switch (r->op) {
+  case COMM_ALL_REDUCE:
+    MPI_CHECK(MPI_Iallreduce(r->send == r->recv ? MPI_IN_PLACE : r->send, r->recv, count, type, op, comm,
+                             &r->mpi[0]), err, n);
+    break;
+  case COMM_ALL_GATHER: {
+    int in_place = (const char *)r->send == (const char *)r->recv + (size_t)r->group->rank * one;
+    MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : r->send, count, type, r->recv, count, type, comm,
+                             &r->mpi[0]), err, n);
+    break;
+  }
+  case COMM_REDUCE_SCATTER:
+    MPI_CHECK(MPI_Ireduce_scatter_block(r->send, r->recv, count, type, op, comm, &r->mpi[0]), err, n);
+    break;
+  case COMM_BROADCAST:
+    MPI_CHECK(MPI_Ibcast(r->recv, count, type, r->peer, comm, &r->mpi[0]), err, n);
+    break;
+  case COMM_ALL_TO_ALL:
+    MPI_CHECK(MPI_Ialltoall(r->send, count, type, r->recv, count, type, comm, &r->mpi[0]), err, n);
+    break;
+  case COMM_SEND: /* the check message first: the receiver reads it before the data */
+    r->n_mpi = r->checked ? 2 : 1;
+    if (r->checked)
+      MPI_CHECK(MPI_Isend(r->check_key, COMM_CHECK_FIELDS, MPI_INT64_T, r->peer, COMM_TAG_CHECK, comm,
+                          &r->mpi[1]), err, n);
+    MPI_CHECK(MPI_Isend(r->send, count, type, r->peer, COMM_TAG_DATA, comm, &r->mpi[0]), err, n);
+    break;
+  case COMM_RECV:
+    r->n_mpi = r->checked ? 2 : 1;
+    if (r->checked)
+      MPI_CHECK(MPI_Irecv(r->peer_key, COMM_CHECK_FIELDS, MPI_INT64_T, r->peer, COMM_TAG_CHECK, comm,
+                          &r->mpi[1]), err, n);
+    MPI_CHECK(MPI_Irecv(r->recv, count, type, r->peer, COMM_TAG_DATA, comm, &r->mpi[0]), err, n);
+    break;
+  default:
+    return snprintf(err, n, "comm: unknown operation %d", (int)r->op), -1;
+  }
+  return 0;
+}
+
+/* Gives up on r's outstanding MPI requests after a failure. */
+static void abandon(struct comm_request *r)
+{
+  for (int i = 0; i < r->n_mpi; i++)
+    if (r->mpi[i] != MPI_REQUEST_NULL) {
+      if (r->op == COMM_RECV)
+        MPI_Cancel(&r->mpi[i]);
+      MPI_Request_free(&r->mpi[i]);
+    }
+}
+
+static void mpi_start(struct comm_request *r)
+{
+  r->mpi[0] = r->mpi[1] = MPI_REQUEST_NULL;
+  r->n_mpi = 0;
+  if (r->group->size == 1 && r->op != COMM_SEND && r->op != COMM_RECV) {
+    /* A group of one: the result is the input; a copy unless in place. */
+    size_t n_bytes = r->n_elems * comm_dtype_size(r->dtype);
+    if (r->op != COMM_BROADCAST && r->send != r->recv && n_bytes)
+      memmove(r->recv, r->send, n_bytes);
+    return;
+  }
+  if (post(r)) {
+    r->status = -1;
+    fail_context(r);
+    abandon(r);
+  }
+}
+
+static void mpi_progress(struct comm_request *r, int *done)
+{
+  int pending = 0;
+  for (int i = 0; i < r->n_mpi; i++) {
+    if (r->mpi[i] == MPI_REQUEST_NULL)
+      continue;
+    int flag = 0;
+    MPI_Status st;
+    int rc = MPI_Test(&r->mpi[i], &flag, &st);
+    if (rc != MPI_SUCCESS) {
+      comm_mpi_fail(rc, "MPI_Test", __FILE__, __LINE__, r->err, sizeof r->err);
+      r->mpi[i] = MPI_REQUEST_NULL;
+      r->status = -1;
+      break;
+    }
+    if (!flag) {
+      pending = 1;
+    } else if (i == 0 && r->op == COMM_RECV) {
+      int got = 0;
+      MPI_Get_count(&st, MPI_BYTE, &got);
+      size_t want = r->n_elems * comm_dtype_size(r->dtype);
+      if ((size_t)got != want) {
+        snprintf(r->err, sizeof r->err, "rank %d: received %d bytes from group rank %d (world rank %d), "
+                 "expected %zu", ctx.rank, got, r->peer, r->group->ranks[r->peer], want);
+        r->status = -1;
+      }
+    }
+  }
+  if (r->status == 0 && pending) {
+    *done = 0;
+    return;
+  }
+  /* A checked recv: the sender's view of the message says more than a size mismatch. */
+  if (r->status && r->op == COMM_RECV && r->checked && r->mpi[1] != MPI_REQUEST_NULL) {
+    int flag = 0;
+    MPI_Test(&r->mpi[1], &flag, MPI_STATUS_IGNORE);
+  }
+  if (r->op == COMM_RECV && r->checked && r->mpi[1] == MPI_REQUEST_NULL &&
+      comm_check_p2p(r, r->err, sizeof r->err))
+    r->status = -1;
+  if (r->status) {
+    fail_context(r);
+    abandon(r);
+  }
+  *done = 1;
+}
+
+const struct comm_backend comm_mpi_backend = {
+  .name = "mpi",
+  .validate = mpi_validate,
+  .start = mpi_start,
+  .progress = mpi_progress,
+};

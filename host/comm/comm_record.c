@@ -1,0 +1,112 @@
+/* The flight recorder (DESIGN 3.7): the last N operation records and caller spans in rings,
+ * and the per-(group, op) counters. Rings keep a fixed amount of memory however long a run
+ * is; the counters never forget, so counted traffic can be compared with predicted traffic. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_internal.h"
+
+#define ctx comm_ctx
+
+int comm_recorder_init(int capacity)
+{
+  ctx.records = calloc((size_t)capacity, sizeof *ctx.records);
+  ctx.spans = calloc((size_t)capacity, sizeof *ctx.spans);
+  if (!ctx.records || !ctx.spans) {
+    comm_recorder_free();
+    return -1;
+  }
+  ctx.n_records_cap = capacity;
+  ctx.n_records = ctx.n_spans = 0;
+  return 0;
+}
+
+void comm_recorder_free(void)
+{
+  free(ctx.records);
+  free(ctx.spans);
+  ctx.records = NULL;
+  ctx.spans = NULL;
+  ctx.n_records_cap = 0;
+}
+
+uint64_t comm_recorder_add(const struct comm_record *rec)
+{
+  uint64_t id = ctx.n_records++;
+  ctx.records[id % (uint64_t)ctx.n_records_cap] = *rec;
+  return id;
+}
+
+void comm_recorder_update(uint64_t id, const struct comm_record *rec)
+{
+  if (ctx.n_records - id <= (uint64_t)ctx.n_records_cap) /* not yet overwritten */
+    ctx.records[id % (uint64_t)ctx.n_records_cap] = *rec;
+}
+
+int comm_recorder_last(struct comm_record *out, int max)
+{
+  uint64_t cap = (uint64_t)ctx.n_records_cap, have = ctx.n_records < cap ? ctx.n_records : cap;
+  int k = max < 0 ? 0 : (uint64_t)max < have ? max : (int)have;
+  for (int i = 0; i < k; i++)
+    out[i] = ctx.records[(ctx.n_records - (uint64_t)k + (uint64_t)i) % cap];
+  return k;
+}
+
+int comm_recorder_spans(struct comm_span *out, int max)
+{
+  uint64_t cap = (uint64_t)ctx.n_records_cap, have = ctx.n_spans < cap ? ctx.n_spans : cap;
+  int k = max < 0 ? 0 : (uint64_t)max < have ? max : (int)have;
+  for (int i = 0; i < k; i++)
+    out[i] = ctx.spans[(ctx.n_spans - (uint64_t)k + (uint64_t)i) % cap];
+  return k;
+}
+
+int comm_records(struct comm_record *out, int max)
+{
+  pthread_mutex_lock(&ctx.lock);
+  int k = ctx.records ? comm_recorder_last(out, max) : 0;
+  pthread_mutex_unlock(&ctx.lock);
+  return k;
+}
+
+void comm_trace_span(const char *name, double t_begin, double t_end)
+{
+  pthread_mutex_lock(&ctx.lock);
+  if (ctx.spans) {
+    struct comm_span *s = &ctx.spans[ctx.n_spans++ % (uint64_t)ctx.n_records_cap];
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->t_begin = t_begin;
+    s->t_end = t_end;
+  }
+  pthread_mutex_unlock(&ctx.lock);
+}
+
+struct comm_counter comm_counter_get(const struct comm_group *g, enum comm_op op)
+{
+  struct comm_counter c = { 0, 0 };
+  if (!g || !g->state || (unsigned)op >= COMM_N_OPS)
+    return c;
+  pthread_mutex_lock(&ctx.lock);
+  c = g->state->counters[op];
+  pthread_mutex_unlock(&ctx.lock);
+  return c;
+}
+
+void comm_counters_reset(void)
+{
+  pthread_mutex_lock(&ctx.lock);
+  for (int i = 0; i < ctx.n_groups; i++)
+    memset(ctx.groups[i]->state->counters, 0, sizeof ctx.groups[i]->state->counters);
+  pthread_mutex_unlock(&ctx.lock);
+}
+
+uint64_t comm_group_seq(const struct comm_group *g)
+{
+  if (!g || !g->state)
+    return 0;
+  pthread_mutex_lock(&ctx.lock);
+  uint64_t seq = g->state->seq;
+  pthread_mutex_unlock(&ctx.lock);
+  return seq;
+}
