@@ -1,0 +1,53 @@
+# Multi-rank tests under mpirun (tests/mpi/). Each runs a few seconds on oversubscribed cores:
+# ranks share memory (btl self,vader) and yield when idle, and `timeout` turns a hang into a
+# failure rather than a stuck CI job. Included from tests/CMakeLists.txt.
+set(TYCHO_MPIEXEC ${MPIEXEC_EXECUTABLE})
+if(NOT TYCHO_MPIEXEC)
+  find_program(TYCHO_MPIEXEC NAMES mpirun mpiexec)
+endif()
+find_program(TYCHO_TIMEOUT timeout)
+if(NOT TYCHO_MPIEXEC OR NOT TYCHO_TIMEOUT)
+  message(STATUS "tycho: MPI tests off (mpirun: ${TYCHO_MPIEXEC}, timeout: ${TYCHO_TIMEOUT})")
+  return()
+endif()
+set(TYCHO_NP_FLAG ${MPIEXEC_NUMPROC_FLAG})
+if(NOT TYCHO_NP_FLAG)
+  set(TYCHO_NP_FLAG -np)
+endif()
+# Open MPI reads these; other MPIs ignore them.
+set(TYCHO_MPI_ENV
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+  OMPI_MCA_btl=self,vader OMPI_MCA_mpi_yield_when_idle=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1)
+
+foreach(name mpi_collectives mpi_overlap mpi_errors mpi_watchdog)
+  add_executable(${name} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${name}.c)
+  target_include_directories(${name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/unit ${CMAKE_CURRENT_SOURCE_DIR}/mpi)
+  target_compile_options(${name} PRIVATE ${TYCHO_WARNINGS})
+  target_link_libraries(${name} PRIVATE tycho_core)
+endforeach()
+
+# tycho_mpi_test(NAME RANKS [ENV var=value...] COMMAND exe args...)
+function(tycho_mpi_test name ranks)
+  cmake_parse_arguments(T "" "" "ENV;COMMAND" ${ARGN})
+  add_test(NAME ${name} COMMAND ${TYCHO_TIMEOUT} 60 ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} ${ranks}
+    ${MPIEXEC_PREFLAGS} ${T_COMMAND} ${MPIEXEC_POSTFLAGS})
+  set_tests_properties(${name} PROPERTIES TIMEOUT 90 PROCESSORS ${ranks} LABELS mpi
+    ENVIRONMENT "${TYCHO_MPI_ENV};${T_ENV}")
+endfunction()
+
+tycho_mpi_test(mpi_collectives.tp2_dp2 4 COMMAND $<TARGET_FILE:mpi_collectives> 2 2 1)
+tycho_mpi_test(mpi_collectives.tp2_dp2_pp2 8 COMMAND $<TARGET_FILE:mpi_collectives> 2 2 2)
+tycho_mpi_test(mpi_collectives.pp2_tp2_dp2_checked 8 ENV TYCHO_COMM_CHECK=1
+  COMMAND $<TARGET_FILE:mpi_collectives> 2 2 2 pp,tp,dp)
+tycho_mpi_test(mpi_collectives.dp3 3 COMMAND $<TARGET_FILE:mpi_collectives> 1 3 1)
+tycho_mpi_test(mpi_overlap 2 COMMAND $<TARGET_FILE:mpi_overlap> ${CMAKE_CURRENT_BINARY_DIR}/mpi_overlap_trace.json)
+set_tests_properties(mpi_overlap PROPERTIES RUN_SERIAL TRUE)
+tycho_mpi_test(mpi_errors 4 COMMAND $<TARGET_FILE:mpi_errors>)
+
+# The watchdog: a rank that sleeps past TYCHO_COMM_TIMEOUT, leaves early, or dies, before a collective.
+foreach(mode sleep finalize exit)
+  add_test(NAME mpi_watchdog.${mode} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/watchdog.sh
+    ${mode} ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} $<TARGET_FILE:mpi_watchdog>)
+  set_tests_properties(mpi_watchdog.${mode} PROPERTIES TIMEOUT 90 PROCESSORS 4 LABELS mpi
+    ENVIRONMENT "${TYCHO_MPI_ENV}")
+endforeach()
