@@ -89,7 +89,8 @@ const char *comm_backend_name(void);
 int comm_build_mesh_groups(const struct plan_mesh *m, struct comm_group *groups[PLAN_N_AXES],
                            char *err, size_t err_size);
 /* Splits `parent` by color (ranks with equal colors form one group), ordered by key.
- * Collective over the parent; waits for the parent's started operations first. */
+ * Collective over the parent. It runs on the parent's control communicator, so operations
+ * in flight on the parent need not finish first. */
 int comm_group_split(struct comm_group *parent, int color, int key, const char *name,
                      struct comm_group **out, char *err, size_t err_size);
 

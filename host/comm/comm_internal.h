@@ -129,7 +129,8 @@ int comm_mpi_fail(int code, const char *call, const char *file, int line, char *
   return comm_mpi_fail(mpi_rc_, #call, __FILE__, __LINE__, (err), (err_size)); } while (0)
 int comm_mpi_init(int *argc, char ***argv, char *err, size_t err_size);
 int comm_mpi_finalize(char *err, size_t err_size);
-/* A group over `comm` (which it takes over) and a duplicate for control. */
+/* A group whose control communicator is `ctl` (taken over, freed on failure) and whose data
+ * communicator is a duplicate of it; added to the context. */
 int comm_mpi_group_new(MPI_Comm ctl, const char *name, struct comm_group **out, char *err, size_t err_size);
 void comm_mpi_group_free(struct comm_group *g);
 
