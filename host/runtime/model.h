@@ -106,8 +106,9 @@ struct model_acts {
   float *attn_scratch;       /* attention_scratch_n_elems(B_max, T_max, NH, NKV) */
 };
 
-/* The dropout of one forward: masks are drawn from (seed, c1 = step, c2 = sample index,
- * c3 = (layer << 8) | site, element index in that sample's full logical tensor). */
+/* The dropout of one forward: masks are drawn from (seed, c1 = step, c2 = sample index (its low
+ * 32 bits), c3 = (layer << 8) | site, element index in that sample's full logical tensor: (NH, T,
+ * T) for the attention probabilities, (T, C) for a branch). */
 struct model_dropout {
   float p;                   /* 0: no dropout (evaluation) */
   uint64_t seed;
