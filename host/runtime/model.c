@@ -279,6 +279,8 @@ int model_acts_create(struct model_acts *a, const struct model *m, int B_max, in
     goto out_of_memory;
   }
   act.used = work.used = 0;
+  a->activation_memory = act.base;
+  a->workspace_memory = work.base;
   layout_acts(a, &m->config, &act, &work);
   rope_table(a->rope_cos, a->rope_sin, T_max, m->config.head_dim, m->config.rope_theta, 0);
   return 0;
@@ -292,8 +294,8 @@ out_of_memory:
 
 void model_acts_free(struct model_acts *a)
 {
-  alloc_free(a->residual);  /* the start of the activation block */
-  alloc_free(a->dresidual); /* the start of the workspace block */
+  alloc_free(a->activation_memory);
+  alloc_free(a->workspace_memory);
   free(a->layers);
   memset(a, 0, sizeof *a);
 }

@@ -104,6 +104,8 @@ struct model_acts {
   float *dk, *dv;            /* (B, T, NKV, HS) */
   float *dhidden, *dgate, *dup; /* (B, T, F) */
   float *attn_scratch;       /* attention_scratch_n_elems(B_max, T_max, NH, NKV) */
+  float *activation_memory;  /* the one block tokens .. rope_sin live in (billed "activations") */
+  float *workspace_memory;   /* the one block dresidual .. attn_scratch live in ("workspace") */
 };
 
 /* The dropout of one forward: masks are drawn from (seed, c1 = step, c2 = sample index (its low
