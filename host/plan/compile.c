@@ -1065,7 +1065,7 @@ static int apply_set(struct reader *r, int plan_idx, const char *set)
 static int read_plan(struct reader *r, struct tbl *root, int world)
 {
   static const char *const known[] = { "name", "model", "mesh", "stages", "virtual_stages", "tp_split",
-                                       "sequence_parallel", "recompute", "zero", "schedule", "batch",
+                                       "sequence_parallel", "recompute", "zero", "bucket_mb", "schedule", "batch",
                                        "precision", "optimizer", "lr_schedule", "seeds", "data", "init",
                                        "export", "train", "checkpoint", "log", NULL };
   struct plan *p = r->p;
@@ -1074,7 +1074,8 @@ static int read_plan(struct reader *r, struct tbl *root, int world)
       read_mesh(r, root, world) ||
       read_int(r, root, "virtual_stages", 1, 1 << 16, 0, &p->virtual_stages) ||
       read_bool(r, root, "sequence_parallel", &p->sequence_parallel) ||
-      read_int(r, root, "zero", 0, 3, 0, &p->zero) || read_simple_sections(r, root))
+      read_int(r, root, "zero", 0, 3, 0, &p->zero) ||
+      read_num(r, root, "bucket_mb", 0, 1 << 20, 1, 0, 0, &p->bucket_mb) || read_simple_sections(r, root))
     return -1;
   p->layers = calloc((size_t)p->model.n_layers, sizeof *p->layers);
   if (!p->layers)
@@ -1134,6 +1135,7 @@ int plan_compile(const char *path, const struct plan_compile_options *opt, struc
       goto done;
   default_name(out, path);
   out->virtual_stages = 1;
+  out->bucket_mb = 25;
   if (read_plan(&r, &root, opt->world))
     goto done;
   rc = plan_validate(out, err, n);

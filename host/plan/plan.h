@@ -95,6 +95,7 @@ struct plan {
   int tp_split_is_function, recompute_is_function, stages_is_function;
 
   int zero;
+  double bucket_mb;           /* data-parallel gradient bucket size in MiB (DDP's default 25) */
   enum plan_schedule schedule;
   struct { int global, micro, seq, microbatches; } batch; /* microbatches per step per rank */
   struct { enum plan_dtype compute, grads, master; } precision;

@@ -126,6 +126,7 @@ void plan_json(const struct plan *p, struct json *j)
   layer_ranges_json(p, j);
   json_key(j, "sequence_parallel"); json_bool(j, p->sequence_parallel);
   json_key(j, "zero"); json_int(j, p->zero);
+  json_key(j, "bucket_mb"); json_number(j, p->bucket_mb);
 
   json_key(j, "schedule");
   json_begin_object(j);

@@ -102,6 +102,7 @@
 ---@field sequence_parallel? boolean
 ---@field recompute? tycho.recompute|fun(layer: integer): tycho.recompute|nil
 ---@field zero? 0|1|2|3
+---@field bucket_mb? number           # data-parallel gradient bucket size in MiB, default 25
 ---@field schedule? tycho.schedule
 ---@field batch tycho.batch
 ---@field precision? tycho.precision
