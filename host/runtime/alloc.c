@@ -93,14 +93,19 @@ static void print_bytes(FILE *out, size_t n_bytes)
     fprintf(out, "%.2f GiB", (double)n_bytes / (1024.0 * 1024.0 * 1024.0));
 }
 
-void alloc_print_peaks(FILE *out)
+void alloc_print_bill_peaks(FILE *out, const char *label, const struct alloc_bill *b)
 {
-  fputs("memory peak:", out);
+  fprintf(out, "%s:", label);
   for (int c = 0; c < ALLOC_N_CATEGORIES; c++) {
     fprintf(out, "%s %s ", c ? "," : "", alloc_category_name(c));
-    print_bytes(out, bill.peak_bytes[c]);
+    print_bytes(out, b->peak_bytes[c]);
   }
   fputs("; total ", out);
-  print_bytes(out, bill.total_peak_bytes);
+  print_bytes(out, b->total_peak_bytes);
   fputc('\n', out);
+}
+
+void alloc_print_peaks(FILE *out)
+{
+  alloc_print_bill_peaks(out, "memory peak", &bill);
 }

@@ -36,5 +36,7 @@ void alloc_reset_peaks(void);
 const char *alloc_category_name(enum alloc_category category);
 /* One line: "memory peak: params 3.1 MiB, grads ..., total ... MiB". */
 void alloc_print_peaks(FILE *out);
+/* The same line for any bill (another rank's), after `label` instead of "memory peak". */
+void alloc_print_bill_peaks(FILE *out, const char *label, const struct alloc_bill *b);
 
 #endif

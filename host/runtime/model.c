@@ -1,7 +1,8 @@
 /* The model's parameter table, its initialization, and the activation buffers. Parameters live
  * in one contiguous block (and gradients in another, with the same offsets), so the gradient
- * norm, zeroing and, later, the data-parallel all-reduce are one call each; each tensor starts
- * on a 64-byte boundary. */
+ * norm and zeroing are one call each; each tensor starts on a 64-byte boundary. The data-parallel
+ * layer (dp.h) lays the same table out in buckets instead and points each parameter where its
+ * values and gradient live on this rank. */
 #include "model.h"
 
 #include <math.h>
@@ -54,7 +55,7 @@ static int check_config(struct plan_model *c, char *err, size_t n)
   return 0;
 }
 
-int model_create(struct model *m, const struct plan_model *cfg, char *err, size_t err_size)
+int model_create_table(struct model *m, const struct plan_model *cfg, char *err, size_t err_size)
 {
   memset(m, 0, sizeof *m);
   m->config = *cfg;
@@ -67,8 +68,11 @@ int model_create(struct model *m, const struct plan_model *cfg, char *err, size_
   m->params = calloc((size_t)L * 9 + 3, sizeof *m->params);
   m->layers = calloc((size_t)L, sizeof *m->layers);
   m->layer_grads = calloc((size_t)L, sizeof *m->layer_grads);
-  if (!m->params || !m->layers || !m->layer_grads)
-    goto out_of_memory;
+  if (!m->params || !m->layers || !m->layer_grads) {
+    snprintf(err, err_size, "out of memory for the parameter table of a %d-layer model", L);
+    model_free(m);
+    return 1;
+  }
 
   size_t offset = 0;
   char name[MODEL_NAME_MAX];
@@ -102,16 +106,41 @@ int model_create(struct model *m, const struct plan_model *cfg, char *err, size_
   add_param(m, MODEL_FINAL_NORM, -1, "model.norm.weight", 1, C, 0, C, 0.0f, &offset);
   if (!c->tie_embeddings)
     add_param(m, MODEL_HEAD, -1, "lm_head.weight", 2, V, C, Vp, std, &offset);
-
   m->n_elems = offset;
-  m->param_memory = alloc_floats(ALLOC_PARAMS, offset);
-  m->grad_memory = alloc_floats(ALLOC_GRADS, offset);
-  if (!m->param_memory || !m->grad_memory)
-    goto out_of_memory;
+  return 0;
+}
+
+int model_create(struct model *m, const struct plan_model *cfg, char *err, size_t err_size)
+{
+  if (model_create_table(m, cfg, err, err_size))
+    return 1;
+  m->param_memory = alloc_floats(ALLOC_PARAMS, m->n_elems);
+  m->grad_memory = alloc_floats(ALLOC_GRADS, m->n_elems);
+  if (!m->param_memory || !m->grad_memory) {
+    snprintf(err, err_size, "out of memory for the parameters of a %d-layer model of dim %d",
+             m->config.n_layers, m->config.dim);
+    model_free(m);
+    return 1;
+  }
+  model_bind_memory(m, m->param_memory, m->grad_memory);
+  return 0;
+}
+
+void model_bind_memory(struct model *m, float *params, float *grads)
+{
   for (int i = 0; i < m->n_params; i++) {
     struct model_param *p = &m->params[i];
-    p->data = m->param_memory + p->offset;
-    p->grad = m->grad_memory + p->offset;
+    p->data = params ? params + p->offset : NULL;
+    p->grad = grads ? grads + p->offset : NULL;
+  }
+  model_bind_views(m);
+}
+
+void model_bind_views(struct model *m)
+{
+  m->wte = m->dwte = m->final_norm = m->dfinal_norm = m->head = m->dhead = NULL;
+  for (int i = 0; i < m->n_params; i++) {
+    struct model_param *p = &m->params[i];
     struct model_layer_weights *w = p->layer >= 0 ? &m->layers[p->layer] : NULL;
     struct model_layer_weights *g = p->layer >= 0 ? &m->layer_grads[p->layer] : NULL;
     switch (p->kind) {
@@ -130,17 +159,10 @@ int model_create(struct model *m, const struct plan_model *cfg, char *err, size_
     default: break;
     }
   }
-  if (c->tie_embeddings) {
+  if (m->config.tie_embeddings) {
     m->head = m->wte; /* the head's gradient adds into the embedding's */
     m->dhead = m->dwte;
   }
-  return 0;
-
-out_of_memory:
-  snprintf(err, err_size, "out of memory for the parameters of a %d-layer model of dim %d",
-           c->n_layers, c->dim);
-  model_free(m);
-  return 1;
 }
 
 void model_free(struct model *m)
@@ -157,6 +179,8 @@ void model_init(struct model *m, uint64_t seed)
 {
   for (int i = 0; i < m->n_params; i++) {
     struct model_param *p = &m->params[i];
+    if (!p->data)
+      continue; /* not held here (a ZeRO-3 rank initializes one bucket at a time) */
     if (p->n_dims == 1) {
       for (size_t e = 0; e < p->n_elems; e++) p->data[e] = 1.0f;
       continue;
@@ -182,7 +206,8 @@ const struct model_param *model_find(const struct model *m, const char *name)
 
 void model_zero_grads(struct model *m)
 {
-  memset(m->grad_memory, 0, m->n_elems * sizeof(float));
+  if (m->grad_memory)
+    memset(m->grad_memory, 0, m->n_elems * sizeof(float));
 }
 
 long long model_n_params(const struct model *m)

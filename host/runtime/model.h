@@ -36,9 +36,10 @@ struct model_param {
   int64_t shape[2];          /* Hugging Face shape: unpadded */
   int64_t rows;              /* rows stored: shape[0], or Vp for the embedding and the head */
   size_t n_elems;            /* stored elements: rows · shape[1] (2-D) or shape[0] */
-  size_t offset;             /* into param_memory and grad_memory, 16-float aligned */
-  float *data;               /* (rows, shape[1]) or (shape[0]) */
-  float *grad;               /* same shape; accumulates over micro-batches */
+  size_t offset;             /* in the flat layout (param_memory, grad_memory), 16-float aligned */
+  float *data;               /* (rows, shape[1]) or (shape[0]); NULL where this rank does not hold
+                              * it (ZeRO-3 between gathers) */
+  float *grad;               /* same shape; accumulates over micro-batches; NULL where not held */
   int weight_decay;          /* 1 for 2-D tensors (embedding, linear, head), 0 for norm gains */
   float init_std;            /* 0.02, scaled by 1/sqrt(2L) for o_proj and down_proj; 0: gain 1 */
 };
@@ -57,9 +58,10 @@ struct model {
   struct plan_model config;  /* head_dim and vocab_padded filled in */
   int n_params;
   struct model_param *params; /* (n_params) in Hugging Face order: embedding, layers, norm, head */
-  size_t n_elems;            /* floats in param_memory (and grad_memory), padding included */
-  float *param_memory;       /* every parameter, contiguous: one norm, one all-reduce */
-  float *grad_memory;
+  size_t n_elems;            /* floats in the flat layout, padding included */
+  float *param_memory;       /* every parameter, contiguous: one norm, one all-reduce; NULL when
+                              * the data-parallel layer keeps only a shard (ZeRO-3) */
+  float *grad_memory;        /* likewise; NULL under ZeRO-2 and 3 */
   struct model_layer_weights *layers, *layer_grads; /* (L) views into the memories */
   float *wte, *dwte;         /* (Vp, C) */
   float *final_norm, *dfinal_norm; /* (C) */
@@ -122,10 +124,19 @@ struct model_dropout {
  * or weights_load next). cfg->head_dim and cfg->vocab_padded may be 0 (then C/NH and V).
  * 0 ok; nonzero with a message. */
 int model_create(struct model *m, const struct plan_model *cfg, char *err, size_t err_size);
+/* The parameter table alone: offsets packed as model_create packs them, n_elems set, no memory,
+ * every data and grad pointer NULL. The caller lays out and binds the memory (dp.h). */
+int model_create_table(struct model *m, const struct plan_model *cfg, char *err, size_t err_size);
+/* Points every parameter at params + offset and grads + offset (NULL gives NULL), then the views. */
+void model_bind_memory(struct model *m, float *params, float *grads);
+/* Refreshes the views (layers, layer_grads, wte, head, ...) from the parameters' data and grad
+ * pointers; call after changing any of them. */
+void model_bind_views(struct model *m);
+/* Frees what model_create allocated (param_memory, grad_memory) and the table. */
 void model_free(struct model *m);
 /* Element i of parameter `name` = init_std · philox_normal(seed, stream = FNV-1a 64 of name,
  * i) for 2-D tensors (i over the unpadded tensor; padding rows stay 0); norm gains = 1. A
- * function of (seed, name, i) only. */
+ * function of (seed, name, i) only. Parameters whose data is NULL are skipped. */
 void model_init(struct model *m, uint64_t seed);
 const struct model_param *model_find(const struct model *m, const char *name);
 void model_zero_grads(struct model *m);

@@ -11,6 +11,12 @@
 int optimizer_create(struct optimizer *o, const struct plan *p, const struct model *m,
                      char *err, size_t err_size)
 {
+  return optimizer_create_sized(o, p, m->n_elems, err, err_size);
+}
+
+int optimizer_create_sized(struct optimizer *o, const struct plan *p, size_t n_elems,
+                           char *err, size_t err_size)
+{
   memset(o, 0, sizeof *o);
   o->lr = p->optimizer.lr;
   o->beta1 = p->optimizer.beta1;
@@ -18,12 +24,12 @@ int optimizer_create(struct optimizer *o, const struct plan *p, const struct mod
   o->eps = p->optimizer.eps;
   o->weight_decay = p->optimizer.weight_decay;
   o->grad_clip = p->optimizer.grad_clip;
-  o->n_elems = m->n_elems;
-  o->m = alloc_floats(ALLOC_OPTIMIZER, m->n_elems);
-  o->v = alloc_floats(ALLOC_OPTIMIZER, m->n_elems);
+  o->n_elems = n_elems;
+  o->m = alloc_floats(ALLOC_OPTIMIZER, n_elems);
+  o->v = alloc_floats(ALLOC_OPTIMIZER, n_elems);
   if (!o->m || !o->v) {
     optimizer_free(o);
-    return errf(err, err_size, "out of memory for the optimizer state (%zu floats)", m->n_elems);
+    return errf(err, err_size, "out of memory for the optimizer state (%zu floats)", n_elems);
   }
   return 0;
 }
@@ -56,22 +62,42 @@ double optimizer_grad_norm(const struct model *m)
   return sqrt(sumsq(m->grad_memory, m->n_elems)); /* the alignment gaps hold zeros */
 }
 
+double optimizer_clip_coef(double norm, double max_norm)
+{
+  if (!(max_norm > 0.0))
+    return 1.0;
+  double coef = max_norm / (norm + 1e-6);
+  return coef < 1.0 ? coef : 1.0;
+}
+
 double optimizer_clip(struct model *m, double max_norm)
 {
   double norm = optimizer_grad_norm(m);
-  if (max_norm > 0.0) {
-    double coef = max_norm / (norm + 1e-6);
-    if (coef < 1.0)
-      scale_inplace(m->grad_memory, m->n_elems, (float)coef);
-  }
+  double coef = optimizer_clip_coef(norm, max_norm);
+  if (coef < 1.0)
+    scale_inplace(m->grad_memory, m->n_elems, (float)coef);
   return norm;
 }
 
 void optimizer_update(struct optimizer *o, struct model *m, long long step, double lr)
 {
+  optimizer_update_range(o, m, 0, m->n_elems, m->param_memory, m->grad_memory, 0, step, lr);
+}
+
+void optimizer_update_range(struct optimizer *o, const struct model *m, size_t flat,
+                            size_t n_elems, float *params, const float *grads,
+                            size_t state_offset, long long step, double lr)
+{
+  const size_t end = flat + n_elems;
   for (int i = 0; i < m->n_params; i++) {
-    struct model_param *p = &m->params[i];
-    adamw_update(p->data, p->grad, o->m + p->offset, o->v + p->offset, p->n_elems, lr, o->beta1,
-                 o->beta2, o->eps, p->weight_decay ? o->weight_decay : 0.0, (int)(step + 1));
+    const struct model_param *p = &m->params[i];
+    size_t lo = p->offset > flat ? p->offset : flat;
+    size_t hi = p->offset + p->n_elems < end ? p->offset + p->n_elems : end;
+    if (lo >= hi)
+      continue;
+    size_t at = lo - flat;
+    adamw_update(params + at, grads + at, o->m + state_offset + at, o->v + state_offset + at,
+                 hi - lo, lr, o->beta1, o->beta2, o->eps, p->weight_decay ? o->weight_decay : 0.0,
+                 (int)(step + 1));
   }
 }

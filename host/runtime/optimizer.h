@@ -1,7 +1,9 @@
 /* The optimizer step over the model's parameter table: torch.optim.AdamW with weight decay on
  * 2-D tensors only (embedding, linear, head; none on norm gains), gradient clipping by the
  * global L2 norm as torch.nn.utils.clip_grad_norm_, and the learning-rate schedule. State (m, v)
- * mirrors the gradient memory: one contiguous block each, same offsets, fp32. */
+ * is one contiguous block each, fp32: on one rank it mirrors the gradient memory (same offsets);
+ * under ZeRO it holds only the ranges of the flat layout this rank owns, packed in order
+ * (optimizer_update_range). */
 #ifndef TYCHO_RUNTIME_OPTIMIZER_H
 #define TYCHO_RUNTIME_OPTIMIZER_H
 #include <stddef.h>
@@ -15,8 +17,12 @@ struct optimizer {
   float *m, *v; /* (n_elems) first and second moments, billed to "optimizer" */
 };
 
+/* State for every element of the model's flat layout. */
 int optimizer_create(struct optimizer *o, const struct plan *p, const struct model *m,
                      char *err, size_t err_size);
+/* State for n_elems elements (the ranges a ZeRO rank owns). */
+int optimizer_create_sized(struct optimizer *o, const struct plan *p, size_t n_elems,
+                           char *err, size_t err_size);
 void optimizer_free(struct optimizer *o);
 
 /* The learning rate at 0-based step s (plan->lr_schedule, peak plan->optimizer.lr):
@@ -29,10 +35,19 @@ double optimizer_lr(const struct plan *p, long long step);
 
 /* The global L2 norm of all gradients (summed in double, the same bits for any thread count). */
 double optimizer_grad_norm(const struct model *m);
-/* Scales all gradients by max_norm / (norm + 1e-6) when that is < 1 (max_norm 0: never), as
- * torch.nn.utils.clip_grad_norm_. Returns the pre-clip norm. */
+/* The factor clipping scales gradients by: max_norm / (norm + 1e-6) when that is < 1, else 1
+ * (max_norm 0: always 1), as torch.nn.utils.clip_grad_norm_. */
+double optimizer_clip_coef(double norm, double max_norm);
+/* Scales all gradients by optimizer_clip_coef. Returns the pre-clip norm. */
 double optimizer_clip(struct model *m, double max_norm);
 /* One AdamW update of every parameter at 0-based step (bias corrections use step + 1). */
 void optimizer_update(struct optimizer *o, struct model *m, long long step, double lr);
+/* The same update on the flat-layout range [flat, flat + n_elems): params and grads point at
+ * that range's first element, the state at o->m + state_offset. Each parameter overlapping the
+ * range is updated over the overlap with its own weight decay; gaps between parameters are
+ * left alone. */
+void optimizer_update_range(struct optimizer *o, const struct model *m, size_t flat,
+                            size_t n_elems, float *params, const float *grads,
+                            size_t state_offset, long long step, double lr);
 
 #endif

@@ -80,6 +80,8 @@ static int load_tensors(struct model *m, const struct source *s, const char *pat
     if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16)
       return errf(err, err_size, "init.from %s: tensor '%s' is %s; F32, F16 and BF16 are read",
                   path, p->name, st_dtype_name(t->dtype));
+    if (!p->data)
+      continue; /* not held here now */
     if (st_read_f32(file, t, p->data, t->n_elems, err, err_size))
       return 1;
     memset(p->data + t->n_elems, 0, (p->n_elems - t->n_elems) * sizeof(float)); /* padding */
