@@ -98,6 +98,16 @@ int comm_group_split(struct comm_group *parent, int color, int key, const char *
  * which ranks have which hash. Collective over the world. */
 int comm_check_plan_hash(uint64_t hash, char *err, size_t err_size);
 
+/* Agreement after work each rank does on its own (set-up, opening files, writing output): every
+ * member passes its status (0 ok, else a positive code) and message; every member gets back the
+ * status of the lowest group rank that failed (0 when none did), that rank's message in msg
+ * (up to COMM_AGREE_MSG_MAX bytes) and its world rank in *failed_rank (-1 when none). So a
+ * failure only one rank saw stops every rank at the same point, with one message. Control
+ * traffic (not counted); -1 with the MPI error in msg when the agreement itself fails.
+ * Collective over g. */
+#define COMM_AGREE_MSG_MAX 2048
+int comm_agree(struct comm_group *g, int status, char *msg, size_t msg_size, int *failed_rank);
+
 /* Operations. n_elems per rank as in MPI and NCCL: all-gather, the contribution of each rank;
  * reduce-scatter, the share each rank receives; all-to-all, the block sent to each peer.
  * In place: all-reduce with send == recv; all-gather with send == recv + rank · n_elems.

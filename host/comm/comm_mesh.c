@@ -1,5 +1,5 @@
-/* From the mesh to process groups (DESIGN 3.2), and the start-of-run plan-hash check (3.1).
- * Both are collective over the world; both end with every rank holding the same verdict, so a
+/* From the mesh to process groups (DESIGN 3.2), the start-of-run plan-hash check (3.1), and the
+ * status agreement. All are collective; all end with every rank holding the same verdict, so a
  * failure on one rank cannot leave the others waiting in a later collective. */
 #include <inttypes.h>
 #include <limits.h>
@@ -140,4 +140,29 @@ int comm_check_plan_hash(uint64_t hash, char *err, size_t n)
     snprintf(err + len, n - len, ", and %d other hashes", distinct - shown);
   free(all);
   return -1;
+}
+
+int comm_agree(struct comm_group *g, int status, char *msg, size_t msg_size, int *failed_rank)
+{
+  *failed_rank = -1;
+  if (!ctx.initialized || !g || !g->state)
+    return snprintf(msg, msg_size, "comm_agree: %s", ctx.initialized ? "no group" : "comm_init has not run"), -1;
+  int mine = status ? g->rank : INT_MAX, first = INT_MAX;
+  comm_control_begin("status agreement");
+  int rc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, g->state->ctl);
+  if (rc == MPI_SUCCESS && first != INT_MAX) {
+    struct { int status; char msg[COMM_AGREE_MSG_MAX]; } verdict = { status, "" };
+    if (first == g->rank)
+      snprintf(verdict.msg, sizeof verdict.msg, "%s", msg);
+    rc = MPI_Bcast(&verdict, (int)sizeof verdict, MPI_BYTE, first, g->state->ctl);
+    if (rc == MPI_SUCCESS) {
+      snprintf(msg, msg_size, "%s", verdict.msg);
+      status = verdict.status;
+      *failed_rank = g->ranks[first];
+    }
+  }
+  comm_control_end();
+  if (rc != MPI_SUCCESS)
+    return comm_mpi_fail(rc, "MPI_Allreduce or MPI_Bcast", __FILE__, __LINE__, msg, msg_size);
+  return first == INT_MAX ? 0 : status;
 }

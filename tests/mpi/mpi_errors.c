@@ -32,6 +32,26 @@ static void test_plan_hash_mismatch_names_the_ranks(void)
                          "rank 3 has 000000000000000c"), "rank %d: %s", rank, err);
 }
 
+/* comm_agree: everyone gets the lowest failing rank's status, message and world rank; on a
+ * sub-group, the group's own verdict; all ok gives 0; nothing is counted. */
+static void test_agreement_names_the_first_failing_rank(void)
+{
+  char msg[COMM_AGREE_MSG_MAX];
+  int failed = 7;
+  uint64_t seq = comm_group_seq(comm_world());
+  snprintf(msg, sizeof msg, "%s", "all fine");
+  CHECK(comm_agree(comm_world(), 0, msg, sizeof msg, &failed) == 0 && failed == -1);
+  snprintf(msg, sizeof msg, "rank %d cannot open data.bin", rank);
+  int status = rank >= 2 ? 1 + rank : 0; /* ranks 2 and 3 fail, with 3 and 4 */
+  CHECK(comm_agree(comm_world(), status, msg, sizeof msg, &failed) == 3);
+  CHECK_MSG(failed == 2 && !strcmp(msg, "rank 2 cannot open data.bin"), "rank %d: %d %s", rank, failed, msg);
+  /* dp groups are {0, 2} and {1, 3}: rank 3 fails alone in its group */
+  snprintf(msg, sizeof msg, "rank %d", rank);
+  CHECK(comm_agree(groups[PLAN_AXIS_DP], rank == 3 ? 1 : 0, msg, sizeof msg, &failed) == (rank % 2 ? 1 : 0));
+  CHECK(rank % 2 ? failed == 3 && !strcmp(msg, "rank 3") : failed == -1);
+  CHECK(comm_group_seq(comm_world()) == seq);
+}
+
 /* A correct all-reduce on every group: the layer is still usable after a failure. */
 static void still_works(void)
 {
@@ -145,7 +165,7 @@ int main(int argc, char **argv)
     TEST(test_equal_plan_hashes_pass), TEST(test_plan_hash_mismatch_names_the_ranks),
     TEST(test_check_mode_names_n_bytes_mismatch), TEST(test_check_mode_names_op_mismatch),
     TEST(test_check_mode_names_root_mismatch), TEST(test_check_mode_names_send_recv_mismatch),
-    TEST(test_mpi_errors_come_back_with_rank_and_line),
+    TEST(test_mpi_errors_come_back_with_rank_and_line), TEST(test_agreement_names_the_first_failing_rank),
   };
   int status = mpi_test_run_all(tests, (int)(sizeof tests / sizeof tests[0]));
   if (comm_finalize(err, sizeof err))
