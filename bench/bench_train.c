@@ -38,7 +38,7 @@ static int bench(const char *label, const struct plan *p, double seconds)
 {
   char err[1024];
   struct trainer t;
-  if (trainer_open(&t, p, err, sizeof err) != TRAIN_OK) {
+  if (trainer_open(&t, p, NULL, err, sizeof err) != TRAIN_OK) {
     fprintf(stderr, "bench_train: %s: %s\n", label, err);
     return 1;
   }

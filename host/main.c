@@ -1,7 +1,9 @@
 /* tycho: the command line. Shaped like Lua's own lua.c: main() only creates a Lua state and
  * calls pmain under lua_pcall, so every failure, even during start-up, reaches one report
  * path: "tycho: <cause>" on stderr, detail after, and the exit code (0 ok, 1 runtime
- * failure, 2 usage or plan error). */
+ * failure, 2 usage or plan error). `run` starts the comm layer first (MPI: a world of one
+ * without mpirun); its failures are agreed by every rank, so rank 0 alone reports them and
+ * every rank exits with the same code. */
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
@@ -11,6 +13,7 @@
 #include <string.h>
 
 #include "check/check.h"
+#include "comm/comm.h"
 #include "kernels.h"
 #include "plan/compile.h"
 #include "runtime/threads.h"
@@ -21,6 +24,7 @@
 
 static const char *progname = "tycho";
 static int exit_code = EXIT_RUNTIME; /* the code of the error being raised */
+static int quiet_error;              /* rank 0 reports this error (the same on every rank) */
 
 static const char usage_text[] =
   "usage: tycho <command> [arguments]\n"
@@ -125,7 +129,9 @@ static int plan_gc(lua_State *L)
   return 0;
 }
 
-static struct plan *compile_or_fail(lua_State *L, const struct cli *c, int world)
+/* Compiles the plan into a userdata left on the stack; 0 ok, else -1 with the message in err. */
+static int compile_plan(lua_State *L, const struct cli *c, int world, struct plan **out, char *err,
+                        size_t err_size)
 {
   struct plan *p = lua_newuserdatauv(L, sizeof *p, 0);
   plan_init(p);
@@ -134,8 +140,15 @@ static struct plan *compile_or_fail(lua_State *L, const struct cli *c, int world
   lua_setfield(L, -2, "__gc");
   lua_setmetatable(L, -2);
   struct plan_compile_options opt = { world, c->unsafe, c->memory_limit, c->instruction_limit, c->n_sets, c->sets };
+  *out = p;
+  return plan_compile(c->plan, &opt, p, err, err_size) != 0 ? -1 : 0;
+}
+
+static struct plan *compile_or_fail(lua_State *L, const struct cli *c, int world)
+{
+  struct plan *p;
   char err[2048];
-  if (plan_compile(c->plan, &opt, p, err, sizeof err) != 0)
+  if (compile_plan(L, c, world, &p, err, sizeof err))
     host_fail(L, EXIT_USAGE, "plan error: %s", err);
   return p;
 }
@@ -161,11 +174,37 @@ static int cmd_check(lua_State *L, const struct cli *c)
   return 0;
 }
 
+/* Agrees over the world on a status (0 ok) and message; on failure raises the agreed error on
+ * every rank, reported by rank 0 only. The message names the failing rank when it is not 0. */
+static void agree_or_fail(lua_State *L, int code, const char *prefix, const char *err)
+{
+  struct comm_group *w = comm_world();
+  char msg[COMM_AGREE_MSG_MAX];
+  snprintf(msg, sizeof msg, "%s", code ? err : "");
+  int failed_rank, agreed = comm_agree(w, code, msg, sizeof msg, &failed_rank);
+  if (agreed == 0)
+    return;
+  if (agreed < 0)
+    host_fail(L, EXIT_RUNTIME, "%s", msg);
+  if (failed_rank > 0)
+    host_fail(L, agreed, "%srank %d: %s", prefix, failed_rank, msg);
+  host_fail(L, agreed, "%s%s", prefix, msg);
+}
+
 static int cmd_run(lua_State *L, const struct cli *c)
 {
-  struct plan *p = compile_or_fail(L, c, 1);
-  char err[2048];
-  int rc = train_run(p, stdout, err, sizeof err);
+  struct comm_group *world = comm_world();
+  struct plan *p;
+  char err[COMM_AGREE_MSG_MAX];
+  int bad = compile_plan(L, c, world->size, &p, err, sizeof err);
+  agree_or_fail(L, bad ? EXIT_USAGE : 0, "plan error: ", err);
+  if (comm_check_plan_hash(plan_hash(p), err, sizeof err))
+    return host_fail(L, EXIT_USAGE, "plan error: %s (compiled from %s on each rank: the plan "
+                     "file and --set arguments must be the same everywhere)", err, c->plan);
+  struct comm_group *groups[PLAN_N_AXES];
+  if (comm_build_mesh_groups(&p->mesh, groups, err, sizeof err))
+    return host_fail(L, EXIT_RUNTIME, "%s", err);
+  int rc = train_run(p, groups[PLAN_AXIS_DP], stdout, err, sizeof err);
   if (rc == TRAIN_PLAN_ERROR)
     return host_fail(L, EXIT_USAGE, "plan error: %s", err);
   if (rc != TRAIN_OK)
@@ -194,6 +233,9 @@ static int pmain(lua_State *L)
     return cmd_check(L, &c);
   }
   if (strcmp(cmd, "run") == 0) {
+    /* Every failure of `run` is the same on every rank (the arguments are, and the rest is
+     * agreed over the ranks before it is raised), so rank 0 alone reports it. */
+    quiet_error = comm_world()->rank != 0;
     parse_args(L, argc, argv, &c);
     return cmd_run(L, &c);
   }
@@ -202,9 +244,18 @@ static int pmain(lua_State *L)
 
 int main(int argc, char **argv)
 {
-  if (argc >= 2 && strcmp(argv[1], "run") == 0)
+  const int run = argc >= 2 && strcmp(argv[1], "run") == 0;
+  int ranks_on_node = 1;
+  if (run) {
     threads_exec_with_settings(argv);   /* before any thread exists */
-  kernels_init_cpu(threads_count());    /* worker threads inherit flush-to-zero */
+    char err[1024];
+    if (comm_init(&argc, &argv, err, sizeof err)) {
+      fprintf(stderr, "%s: cannot start the comm layer (MPI): %s\n", progname, err);
+      return EXIT_RUNTIME;
+    }
+    ranks_on_node = comm_local_size();
+  }
+  kernels_init_cpu(threads_per_rank(ranks_on_node)); /* worker threads inherit flush-to-zero */
   if (argv[0] && argv[0][0])
     progname = "tycho";
   lua_State *L = luaL_newstate();
@@ -219,9 +270,18 @@ int main(int argc, char **argv)
   int code = 0;
   if (status != LUA_OK) {
     const char *msg = lua_tostring(L, -1);
-    fprintf(stderr, "%s: %s\n", progname, msg ? msg : "(error object is not a string)");
+    if (!quiet_error)
+      fprintf(stderr, "%s: %s\n", progname, msg ? msg : "(error object is not a string)");
     code = exit_code;
   }
   lua_close(L);
+  if (run) {
+    char err[1024];
+    fflush(stdout);
+    if (comm_finalize(err, sizeof err)) {
+      fprintf(stderr, "%s: %s\n", progname, err);
+      code = code ? code : EXIT_RUNTIME;
+    }
+  }
   return code;
 }

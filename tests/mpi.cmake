@@ -19,7 +19,7 @@ set(TYCHO_MPI_ENV
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
   OMPI_MCA_btl=self,vader OMPI_MCA_mpi_yield_when_idle=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1)
 
-foreach(name mpi_collectives mpi_overlap mpi_errors mpi_watchdog)
+foreach(name mpi_collectives mpi_overlap mpi_errors mpi_watchdog mpi_dp_equiv)
   add_executable(${name} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${name}.c)
   target_include_directories(${name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/unit ${CMAKE_CURRENT_SOURCE_DIR}/mpi)
   target_compile_options(${name} PRIVATE ${TYCHO_WARNINGS})
@@ -49,5 +49,45 @@ foreach(mode sleep finalize exit)
   add_test(NAME mpi_watchdog.${mode} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/watchdog.sh
     ${mode} ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} $<TARGET_FILE:mpi_watchdog>)
   set_tests_properties(mpi_watchdog.${mode} PROPERTIES TIMEOUT 90 PROCESSORS 4 LABELS mpi
+    ENVIRONMENT "${TYCHO_MPI_ENV}")
+endforeach()
+
+# Data parallelism and ZeRO against the serial run (tests/plans/good/dp_small.lua: 2 layers of
+# dim 32, dropout 0.1, 20 steps): losses, norms, evaluation and final parameters within 1e-5,
+# initial parameters bitwise. NAME RANKS [--both ...] [--set ...].
+function(tycho_dp_equiv name ranks)
+  tycho_mpi_test(mpi_dp_equiv.${name} ${ranks} COMMAND $<TARGET_FILE:mpi_dp_equiv>
+    ${PROJECT_SOURCE_DIR}/tests/plans/good/dp_small.lua ${ARGN})
+endfunction()
+tycho_dp_equiv(dp2 2)
+tycho_dp_equiv(dp4 4)
+tycho_dp_equiv(dp2_micro2 2 --set batch.micro=2)           # 4 micro-batches per rank
+tycho_dp_equiv(dp3_global24 3 --both batch.global=24)       # padding to a multiple of 3
+tycho_dp_equiv(dp2_zero1 2 --set zero=1)
+tycho_dp_equiv(dp4_zero1 4 --set zero=1)
+tycho_dp_equiv(dp2_zero2 2 --set zero=2)
+tycho_dp_equiv(dp4_zero2 4 --set zero=2)
+tycho_dp_equiv(dp2_zero2_micro2 2 --set zero=2 --set batch.micro=2)
+tycho_dp_equiv(dp2_zero3 2 --set zero=3)
+tycho_dp_equiv(dp4_zero3 4 --set zero=3)
+tycho_dp_equiv(dp2_zero3_micro1_tied 2 --set zero=3 --set batch.micro=1 --both model.tie_embeddings=true)
+tycho_dp_equiv(dp4_zero3_8_layers 4 --set zero=3 --both model.n_layers=8 --both bucket_mb=25 --memory-falls)
+tycho_dp_equiv(dp4_zero2_8_layers 4 --set zero=2 --both model.n_layers=8 --both bucket_mb=25 --memory-falls)
+
+# `tycho run` itself under mpirun: rank 0 writes once, the metrics match the serial run's.
+foreach(config "2;0" "4;1" "2;3")
+  list(GET config 0 ranks)
+  list(GET config 1 zero)
+  add_test(NAME mpi_run.dp${ranks}_zero${zero} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_dp.sh
+    ${ranks} ${zero} ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} $<TARGET_FILE:tycho> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(mpi_run.dp${ranks}_zero${zero} PROPERTIES TIMEOUT 90 PROCESSORS ${ranks} LABELS mpi
+    ENVIRONMENT "${TYCHO_MPI_ENV}")
+endforeach()
+
+# `tycho run` under mpirun when something is wrong: every rank stops within seconds, one message.
+foreach(mode world_mismatch hash_mismatch data_one_rank export_fails leave_early)
+  add_test(NAME mpi_run_errors.${mode} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_errors.sh
+    ${mode} ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} $<TARGET_FILE:tycho> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(mpi_run_errors.${mode} PROPERTIES TIMEOUT 90 PROCESSORS 2 LABELS mpi
     ENVIRONMENT "${TYCHO_MPI_ENV}")
 endforeach()

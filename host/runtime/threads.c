@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-int threads_count(void)
+static int threads_from_env(void)
 {
   const char *env = getenv("OMP_NUM_THREADS");
   if (env && *env) {
@@ -14,8 +14,22 @@ int threads_count(void)
     if (n > 0 && n <= 4096)
       return (int)n;
   }
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (int)n : 1;
+  return 0;
+}
+
+int threads_count(void)
+{
+  return threads_per_rank(1);
+}
+
+int threads_per_rank(int ranks_on_node)
+{
+  int n = threads_from_env();
+  if (n > 0)
+    return n;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  n = (int)(cpus > 0 ? cpus : 1) / (ranks_on_node > 1 ? ranks_on_node : 1);
+  return n > 0 ? n : 1;
 }
 
 void threads_exec_with_settings(char **argv)

@@ -5,6 +5,9 @@
 
 /* OMP_NUM_THREADS when set to a positive number, else the number of online CPUs. */
 int threads_count(void);
+/* The same for one of `ranks_on_node` ranks sharing the node: OMP_NUM_THREADS when set, else
+ * the online CPUs divided among the ranks (at least 1). */
+int threads_per_rank(int ranks_on_node);
 
 /* libgomp and OpenBLAS read their settings from the environment when they load, before main
  * runs, and two defaults hurt training: OpenMP threads spin after each parallel region and take

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "comm/comm.h"
 #include "data/addition.h"
 #include "runtime/alloc.h"
 #include "runtime/weights.h"
@@ -17,10 +18,10 @@ static int check_supported(const struct plan *p, char *err, size_t n)
     return errf(err, n, "%s: precision.compute = \"%s\": the CPU backend computes in fp32 only; "
                 "set precision = { compute = \"fp32\", grads = \"fp32\", master = \"fp32\" }",
                 plan_where(p, "precision.compute"), plan_dtype_name(p->precision.compute));
-  if (p->mesh.world != 1)
-    return errf(err, n, "%s: mesh: world = tp × pp × dp = %d × %d × %d = %d: this version of "
-                "tycho trains on one rank; use tp = 1, pp = 1, dp = 1", plan_where(p, "mesh"),
-                p->mesh.tp, p->mesh.pp, p->mesh.dp, p->mesh.world);
+  if (p->mesh.tp != 1 || p->mesh.pp != 1)
+    return errf(err, n, "%s: mesh: tp = %d, pp = %d: this version of tycho parallelizes over data "
+                "only (tensor and pipeline parallelism are not implemented yet); use tp = 1, pp = 1 "
+                "and dp = \"auto\"", plan_where(p, "mesh"), p->mesh.tp, p->mesh.pp);
   if (strcmp(p->optimizer.kind, "adamw") != 0)
     return errf(err, n, "%s: optimizer.kind = \"%s\": only \"adamw\" is implemented",
                 plan_where(p, "optimizer.kind"), p->optimizer.kind);
@@ -44,29 +45,29 @@ static int open_data(struct trainer *t, char *err, size_t n)
   return 0;
 }
 
-int trainer_open(struct trainer *t, const struct plan *p, char *err, size_t err_size)
+int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *dp, char *err,
+                 size_t err_size)
 {
   memset(t, 0, sizeof *t);
   t->plan = p;
   if (check_supported(p, err, err_size))
     return TRAIN_PLAN_ERROR;
+  if ((dp ? dp->size : 1) != p->mesh.dp)
+    return errf(err, err_size, "%s: mesh.dp = %d, but the data-parallel group has %d rank%s",
+                plan_where(p, "mesh.dp"), p->mesh.dp, dp ? dp->size : 1,
+                (dp ? dp->size : 1) == 1 ? "" : "s"), TRAIN_PLAN_ERROR;
   t->addition = strcmp(p->data.synthetic, "addition") == 0;
   t->data_seed = (uint64_t)p->seeds.value[PLAN_SEED_DATA];
   t->dropout_seed = (uint64_t)p->seeds.value[PLAN_SEED_DROPOUT];
-  t->dp = p->mesh.dp;
-  t->dp_rank = 0;
   const int micro = p->batch.micro, S = p->batch.seq;
 
-  if (model_create(&t->model, &p->model, err, err_size))
+  if (model_create_table(&t->model, &p->model, err, err_size))
     goto fail;
-  if (p->init.from[0]) {
-    if (weights_load(&t->model, p->init.from, err, err_size))
-      goto fail;
-  } else {
-    model_init(&t->model, (uint64_t)p->seeds.value[PLAN_SEED_MODEL]);
-  }
-  if (model_acts_create(&t->acts, &t->model, micro, S, err, err_size) ||
-      optimizer_create(&t->opt, p, &t->model, err, err_size) || open_data(t, err, err_size))
+  if (dp_open(&t->dp, &t->model, dp, p->zero, p->bucket_mb, err, err_size) ||
+      dp_init_params(&t->dp, p, err, err_size) ||
+      model_acts_create(&t->acts, &t->model, micro, S, err, err_size) ||
+      optimizer_create_sized(&t->opt, p, dp_state_elems(&t->dp), err, err_size) ||
+      open_data(t, err, err_size))
     goto fail;
   t->inputs = alloc_bytes(ALLOC_WORKSPACE, (size_t)micro * S * sizeof(int));
   t->targets = alloc_bytes(ALLOC_WORKSPACE, (size_t)micro * S * sizeof(int));
@@ -91,6 +92,7 @@ void trainer_close(struct trainer *t)
   tokens_close(&t->val_tokens);
   optimizer_free(&t->opt);
   model_acts_free(&t->acts);
+  dp_close(&t->dp);
   model_free(&t->model);
   memset(t, 0, sizeof *t);
 }
@@ -116,21 +118,24 @@ double trainer_forward_backward(struct trainer *t)
 {
   const struct plan *p = t->plan;
   const int G = p->batch.global, micro = p->batch.micro, S = p->batch.seq;
-  const int first = t->dp_rank * (G / t->dp); /* this rank's slice of the step's windows */
+  const int M = p->batch.microbatches;
+  const int first = t->dp.rank * (G / t->dp.size); /* this rank's slice of the step's windows */
   const float loss_scale = (float)(1.0 / ((double)G * S));
   struct model_dropout dropout = { (float)p->model.dropout, t->dropout_seed, (uint32_t)t->step,
                                    t->samples };
-  model_zero_grads(&t->model);
-  double loss_sum = 0.0;
-  for (int mb = 0; mb < p->batch.microbatches; mb++) {
+  dp_step_begin(&t->dp, t->step);
+  double loss_sum = 0.0, total = 0.0;
+  for (int mb = 0; mb < M; mb++) {
     for (int b = 0; b < micro; b++) {
       t->samples[b] = (uint64_t)t->step * (uint64_t)G + (uint64_t)(first + mb * micro + b);
       fill_train_window(t, t->samples[b], t->inputs + (size_t)b * S, t->targets + (size_t)b * S);
     }
-    loss_sum += model_forward(&t->model, &t->acts, t->inputs, t->targets, &dropout, micro, S);
-    model_backward(&t->model, &t->acts, t->targets, loss_scale);
+    loss_sum += dp_forward_backward(&t->dp, &t->acts, t->inputs, t->targets, &dropout, micro, S,
+                                    loss_scale, mb == M - 1, mb);
   }
-  return loss_sum / ((double)G * S);
+  dp_finish_grads(&t->dp);
+  dp_sum(&t->dp, &loss_sum, &total, 1);
+  return total / ((double)G * S);
 }
 
 int trainer_step(struct trainer *t, struct train_step_stats *stats, char *err, size_t err_size)
@@ -139,29 +144,51 @@ int trainer_step(struct trainer *t, struct train_step_stats *stats, char *err, s
   stats->step = t->step;
   stats->loss = trainer_forward_backward(t);
   stats->lr = optimizer_lr(p, t->step);
-  stats->grad_norm = optimizer_clip(&t->model, p->optimizer.grad_clip);
+  stats->grad_norm = dp_grad_norm(&t->dp);
+  if (t->dp.failed)
+    return errf(err, err_size, "step %lld: %s", t->step, t->dp.err);
   if (!isfinite(stats->loss) || !isfinite(stats->grad_norm))
     return errf(err, err_size, "step %lld: the loss (%g) or the gradient norm (%g) is not finite; "
                 "lower optimizer.lr or set optimizer.grad_clip", t->step, stats->loss,
                 stats->grad_norm);
-  optimizer_update(&t->opt, &t->model, t->step, stats->lr);
+  double coef = optimizer_clip_coef(stats->grad_norm, p->optimizer.grad_clip);
+  if (coef < 1.0)
+    dp_scale_grads(&t->dp, (float)coef);
+  if (dp_update(&t->dp, &t->opt, t->step, stats->lr))
+    return errf(err, err_size, "step %lld: %s", t->step, t->dp.err);
   t->step++;
   return 0;
 }
 
-static double val_loss(struct trainer *t)
+/* Round k of the rank's share of n chunks: chunk k·dp + rank, or −1 past the end (the rank then
+ * repeats chunk 0 and drops the result, so every rank runs as many forwards). */
+static long long chunk_of_round(const struct trainer *t, long long k, long long n_chunks)
+{
+  long long c = k * t->dp.size + t->dp.rank;
+  return c < n_chunks ? c : -1;
+}
+
+static long long rounds(const struct trainer *t, long long n_chunks)
+{
+  return (n_chunks + t->dp.size - 1) / t->dp.size;
+}
+
+/* Σ losses of this rank's share of the validation windows: chunks of `micro` windows. */
+static double val_loss_sum(struct trainer *t)
 {
   const struct plan *p = t->plan;
   const int G = p->batch.global, micro = p->batch.micro, S = p->batch.seq;
+  const long long n_chunks = (long long)p->train.eval_batches * G / micro;
   double sum = 0.0;
-  for (int e = 0; e < p->train.eval_batches; e++)
-    for (int k0 = 0; k0 < G; k0 += micro) {
-      for (int b = 0; b < micro; b++)
-        fill_val_window(t, (uint64_t)e * G + (uint64_t)(k0 + b), t->inputs + (size_t)b * S,
-                        t->targets + (size_t)b * S);
-      sum += model_forward(&t->model, &t->acts, t->inputs, t->targets, NULL, micro, S);
-    }
-  return sum / ((double)p->train.eval_batches * G * S);
+  for (long long k = 0; k < rounds(t, n_chunks); k++) {
+    long long c = chunk_of_round(t, k, n_chunks);
+    for (int b = 0; b < micro; b++)
+      fill_val_window(t, (uint64_t)(c < 0 ? 0 : c) * (uint64_t)micro + (uint64_t)b,
+                      t->inputs + (size_t)b * S, t->targets + (size_t)b * S);
+    double loss = dp_forward(&t->dp, &t->acts, t->inputs, t->targets, micro, S);
+    sum += c < 0 ? 0.0 : loss;
+  }
+  return sum;
 }
 
 /* Greedy decoding of held-out problems [first, first + B): how many come out exactly right.
@@ -175,7 +202,7 @@ static int solve_problems(struct trainer *t, uint64_t first, int B)
   for (int g = 0; g < A; g++) {
     const int T = P + g;
     for (int b = 0; b < B; b++) memcpy(t->inputs + (size_t)b * T, text[b], (size_t)T * sizeof(int));
-    model_forward(&t->model, &t->acts, t->inputs, NULL, NULL, B, T);
+    dp_forward(&t->dp, &t->acts, t->inputs, NULL, B, T);
     for (int b = 0; b < B; b++) {
       const float *row = t->acts.logits + ((size_t)b * T + (size_t)(T - 1)) * Vp;
       int best = 0;
@@ -195,22 +222,29 @@ void trainer_eval(struct trainer *t, struct train_eval_stats *stats)
   stats->step = t->step;
   if (p->train.eval_batches <= 0)
     return;
-  if (t->addition || t->val_tokens.map) {
-    stats->has_val_loss = 1;
-    stats->val_loss = val_loss(t);
-  }
+  /* sums[0]: Σ validation losses, sums[1]: problems solved; summed over the group. */
+  double sums[2] = { 0.0, 0.0 }, total[2];
+  stats->has_val_loss = t->addition || t->val_tokens.map;
+  if (stats->has_val_loss)
+    sums[0] = val_loss_sum(t);
   /* Accuracy needs the prompt and 4 generated tokens in one window. */
-  if (!t->addition || p->batch.seq < ADDITION_PROMPT_TOKENS + ADDITION_ANSWER_TOKENS - 1)
-    return;
+  stats->has_accuracy = t->addition && p->batch.seq >= ADDITION_PROMPT_TOKENS + ADDITION_ANSWER_TOKENS - 1;
   long long n = (long long)p->train.eval_batches * p->batch.global;
   n = n < TRAIN_MIN_EVAL_PROBLEMS ? TRAIN_MIN_EVAL_PROBLEMS : n;
-  int chunk = p->batch.micro < TRAIN_MIN_EVAL_PROBLEMS ? p->batch.micro : TRAIN_MIN_EVAL_PROBLEMS;
-  long long right = 0;
-  for (long long first = 0; first < n; first += chunk) {
+  const int chunk = p->batch.micro < TRAIN_MIN_EVAL_PROBLEMS ? p->batch.micro : TRAIN_MIN_EVAL_PROBLEMS;
+  const long long n_chunks = (n + chunk - 1) / chunk;
+  for (long long k = 0; stats->has_accuracy && k < rounds(t, n_chunks); k++) {
+    long long c = chunk_of_round(t, k, n_chunks);
+    long long first = (c < 0 ? 0 : c) * chunk;
     int B = n - first < chunk ? (int)(n - first) : chunk;
-    right += solve_problems(t, (uint64_t)first, B);
+    int right = solve_problems(t, (uint64_t)first, B);
+    sums[1] += c < 0 ? 0 : right;
   }
-  stats->has_accuracy = 1;
-  stats->n_problems = (int)n;
-  stats->accuracy = (double)right / (double)n;
+  if (dp_sum(&t->dp, sums, total, 2))
+    return;
+  stats->val_loss = total[0] / ((double)p->train.eval_batches * p->batch.global * p->batch.seq);
+  if (stats->has_accuracy) {
+    stats->n_problems = (int)n;
+    stats->accuracy = total[1] / (double)n;
+  }
 }

@@ -1,18 +1,24 @@
-/* The single-rank trainer: `tycho run`. It owns what the model does not — data windows,
- * micro-batches, the loss scale, the optimizer step, evaluation, metrics, export — and drives
- * the model piece by piece, so data, tensor and pipeline parallelism slot in here later.
+/* The trainer: `tycho run`. It owns what the model does not — data windows, micro-batches, the
+ * loss scale, the optimizer step, evaluation, metrics, export — and drives the model through the
+ * data-parallel layer (dp.h), which adds the reductions, gathers and sharding of mesh.dp and
+ * zero; tensor and pipeline parallelism slot in here later.
  *
- * Step s (0-based) trains on windows w = s·G + k, k = 0..G−1 (G = batch.global), processed
- * batch.micro at a time; a data-parallel rank r of dp would take k in [r·G/dp, (r+1)·G/dp).
- * The loss is the mean cross-entropy over every target token of the global batch: each
- * micro-batch's backward is scaled by 1/(G·S), so the accumulated gradient is the full batch's.
+ * Step s (0-based) trains on windows w = s·G + k (G = batch.global): data-parallel rank r of dp
+ * takes k in [r·G/dp, (r+1)·G/dp), batch.micro at a time, so the windows of a step are the
+ * serial run's whatever dp is. The loss is the mean cross-entropy over every target token of the
+ * global batch: each micro-batch's backward is scaled by 1/(G·S), so the gradients summed over
+ * micro-batches and ranks are the full batch's. Loss and gradient norm are sums over the group,
+ * the same bits on every rank.
  *
  * Evaluation runs after step s when (s + 1) is a multiple of train.eval_every, and after the
  * last step; its records carry "step": s + 1 (optimizer steps done, as llm.c labels them). It
  * computes the mean loss over train.eval_batches batches of G validation windows (data.val from
  * window 0, unshuffled; for "addition", the held-out problems in order), and for "addition" the
  * exact-match accuracy of greedy decoding on the first max(256, eval_batches·G) held-out
- * problems: prompt "ddd+ddd=", 5 generated tokens compared with "dddd\n". */
+ * problems: prompt "ddd+ddd=", 5 generated tokens compared with "dddd\n". Evaluation is shared
+ * out over the dp group: its chunks of batch.micro windows (or problems) go round-robin to the
+ * ranks and the sums are added up; every rank runs the same number of forwards (a rank short of
+ * work repeats chunk 0 and drops the result), as ZeRO-3's gathers need. */
 #ifndef TYCHO_RUNTIME_TRAIN_H
 #define TYCHO_RUNTIME_TRAIN_H
 #include <stddef.h>
@@ -21,8 +27,11 @@
 
 #include "data/tokens.h"
 #include "plan/plan.h"
+#include "runtime/dp.h"
 #include "runtime/model.h"
 #include "runtime/optimizer.h"
+
+struct comm_group;
 
 /* Return codes of trainer_open and train_run: the CLI's exit codes. */
 enum train_status { TRAIN_OK = 0, TRAIN_RUNTIME_ERROR = 1, TRAIN_PLAN_ERROR = 2 };
@@ -32,12 +41,12 @@ enum train_status { TRAIN_OK = 0, TRAIN_RUNTIME_ERROR = 1, TRAIN_PLAN_ERROR = 2 
 struct trainer {
   const struct plan *plan;
   struct model model;
+  struct dp dp;              /* the data-parallel layer: layout, shards, reductions */
   struct model_acts acts;    /* for batch.micro × batch.seq tokens */
-  struct optimizer opt;
+  struct optimizer opt;      /* AdamW state for the elements this rank owns */
   int addition;              /* data.synthetic = "addition" */
   uint64_t data_seed, dropout_seed;
   struct tokens_file train_tokens, val_tokens; /* token files; val_tokens.map NULL when none */
-  int dp, dp_rank;           /* this rank's slice of each step's windows */
   int *inputs, *targets;     /* (micro, S) */
   uint64_t *samples;         /* (micro) window index of each row */
   long long step;            /* the next step to run, 0-based */
@@ -59,14 +68,17 @@ struct train_eval_stats {
   int n_problems;
 };
 
-/* Checks that this build can run the plan (fp32 compute, one rank, a data source), builds the
- * model (initialized from seeds.model, or loaded from init.from), the optimizer and the data.
- * Returns an enum train_status with a one-line message; plan errors start with the field's
- * location. On failure nothing is left to free. */
-int trainer_open(struct trainer *t, const struct plan *p, char *err, size_t err_size);
+/* Checks that this build can run the plan (fp32 compute, tp = pp = 1, a data source), builds
+ * the model (initialized from seeds.model, or loaded from init.from) laid out for the dp group
+ * (NULL: a group of one without the comm layer), the optimizer and the data. Returns an enum
+ * train_status with a one-line message; plan errors start with the field's location. On failure
+ * nothing is left to free. Local: no collective (train_run agrees on the outcome). */
+int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *dp, char *err,
+                 size_t err_size);
 void trainer_close(struct trainer *t);
-/* Gradients of step t->step (zeroed first, accumulated over the micro-batches); returns the
- * loss. The step counter does not move. */
+/* Gradients of step t->step (zeroed first, accumulated over the micro-batches, summed over the
+ * group); returns the loss of the global batch. The step counter does not move. A failed
+ * collective shows in t->dp.failed. */
 double trainer_forward_backward(struct trainer *t);
 /* One training step: gradients, clipping, learning rate, AdamW; then t->step++. Fails (runtime
  * error) when the loss or the gradient norm is not finite. */
@@ -76,7 +88,11 @@ void trainer_eval(struct trainer *t, struct train_eval_stats *stats);
 
 /* The whole run: trainer_open, train.steps steps with progress lines on `out` every log.every
  * steps, evaluation, log.metrics JSON lines, export.path every export.every steps and at the
- * end, the memory bill's peaks. Returns an enum train_status with a message in err. */
-int train_run(const struct plan *p, FILE *out, char *err, size_t err_size);
+ * end, the memory bill's peaks. Rank 0 of the group writes (progress, metrics, export); `out`
+ * is ignored elsewhere. Every failure, even one only a single rank saw (a data file it cannot
+ * open, a metrics file it cannot write), is agreed over the group (comm_agree) where it happens,
+ * so every rank returns the same status with the failing rank's message ("rank R: ..." when the
+ * group is larger than one). Returns an enum train_status with a message in err. */
+int train_run(const struct plan *p, struct comm_group *dp, FILE *out, char *err, size_t err_size);
 
 #endif

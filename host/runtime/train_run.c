@@ -1,13 +1,17 @@
-/* `tycho run` on one rank: the loop around the trainer, with what a user watches — a progress
- * line every log.every steps, evaluation lines, JSON-lines metrics (log.metrics), exports
- * (export.path) and, at the end, the memory bill. */
+/* `tycho run`: the loop around the trainer, with what a user watches — a progress line every
+ * log.every steps, evaluation lines, JSON-lines metrics (log.metrics), exports (export.path)
+ * and, at the end, every rank's memory bill. Rank 0 of the dp group writes all of it. Work that
+ * can fail on one rank alone (set-up, writing) is followed by an agreement over the group, so
+ * every rank stops at the same point with the same message. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "comm/comm.h"
 #include "runtime/alloc.h"
 #include "runtime/train.h"
 #include "runtime/weights.h"
@@ -111,6 +115,25 @@ static int log_eval(struct run_log *log, const struct train_eval_stats *e, char 
   return write_metrics_line(log, line, err, n);
 }
 
+/* Every rank's status → the lowest failing rank's, with its message; runtime failures are
+ * prefixed "rank R: " when the group has more than one rank. Plan errors are the same on every
+ * rank and keep their form. Without a group, the status as it is. */
+static int agree(struct comm_group *g, int status, char *err, size_t n)
+{
+  if (!g)
+    return status;
+  char msg[COMM_AGREE_MSG_MAX];
+  snprintf(msg, sizeof msg, "%s", status ? err : "");
+  int failed_rank, agreed = comm_agree(g, status, msg, sizeof msg, &failed_rank);
+  if (agreed < 0)
+    return errf(err, n, "%s", msg), TRAIN_RUNTIME_ERROR;
+  if (agreed == TRAIN_PLAN_ERROR || (agreed && g->size == 1))
+    snprintf(err, n, "%s", msg);
+  else if (agreed)
+    snprintf(err, n, "rank %d: %s", failed_rank, msg);
+  return agreed;
+}
+
 static void print_header(FILE *out, const struct plan *p, const struct trainer *t)
 {
   if (!out)
@@ -125,13 +148,53 @@ static void print_header(FILE *out, const struct plan *p, const struct trainer *
           omp_get_max_threads() == 1 ? "" : "s");
   fprintf(out, "data: %s; init: %s\n", t->addition ? "synthetic addition" : p->data.train,
           p->init.from[0] ? p->init.from : "random (seeds.model)");
+  const struct dp_layout *l = &t->dp.layout;
+  if (t->dp.size > 1 || t->dp.zero > 0)
+    fprintf(out, "data parallel: %d rank%s, zero %d, %d bucket%s (bucket_mb %g), %.2f MiB of "
+            "parameters, shard %.2f MiB per rank\n", t->dp.size, t->dp.size == 1 ? "" : "s",
+            t->dp.zero, l->n_buckets, l->n_buckets == 1 ? "" : "s", p->bucket_mb,
+            (double)l->n_elems * sizeof(float) / 1048576.0,
+            (double)l->n_shard * sizeof(float) / 1048576.0);
   fflush(out);
 }
 
-static int export_weights(const struct trainer *t, FILE *out, long long step, char *err, size_t n)
+/* Rank 0 prints every rank's peaks: one line alone, one per rank in a group. Collective. */
+static int print_peaks(struct comm_group *g, FILE *out, char *err, size_t n)
+{
+  const struct alloc_bill *mine = alloc_bill();
+  if (!g || g->size == 1) {
+    if (out)
+      alloc_print_peaks(out);
+    return 0;
+  }
+  enum { K = ALLOC_N_CATEGORIES + 1 };
+  int64_t send[K], *all = malloc((size_t)g->size * K * sizeof *all);
+  if (!all)
+    return errf(err, n, "out of memory gathering the memory bills");
+  for (int c = 0; c < ALLOC_N_CATEGORIES; c++)
+    send[c] = (int64_t)mine->peak_bytes[c];
+  send[ALLOC_N_CATEGORIES] = (int64_t)mine->total_peak_bytes;
+  int rc = comm_all_gather(g, send, all, K, COMM_INT64, NULL);
+  if (rc)
+    errf(err, n, "gathering the memory bills: %s", comm_error());
+  for (int r = 0; out && !rc && r < g->size; r++) {
+    struct alloc_bill b = { 0 };
+    for (int c = 0; c < ALLOC_N_CATEGORIES; c++)
+      b.peak_bytes[c] = (size_t)all[(size_t)r * K + (size_t)c];
+    b.total_peak_bytes = (size_t)all[(size_t)r * K + ALLOC_N_CATEGORIES];
+    char label[64];
+    snprintf(label, sizeof label, "memory peak, rank %d", r);
+    alloc_print_bill_peaks(out, label, &b);
+  }
+  free(all);
+  return rc ? 1 : 0;
+}
+
+/* Collective (ZeRO-3 gathers); rank 0 writes. */
+static int export_weights(struct trainer *t, FILE *out, long long step, char *err, size_t n)
 {
   const char *path = t->plan->export_.path;
-  if (weights_export(&t->model, path, err, n))
+  if (dp_export(&t->dp, path, err, n))
     return 1;
   if (out) {
     fprintf(out, "exported %s after step %lld\n", path, step);
@@ -140,25 +203,38 @@ static int export_weights(const struct trainer *t, FILE *out, long long step, ch
   return 0;
 }
 
-static int run_loop(struct trainer *t, struct run_log *log, char *err, size_t n)
+/* Test hook: TYCHO_TEST_LEAVE_AFTER_STEP=s makes this rank stop after step s (0-based) as if
+ * the run were over, without a word to the others: a rank that exits early, which the comm
+ * watchdog must turn into a diagnosis and the end of the job. -1 when unset. */
+static long long leave_after_step(void)
+{
+  const char *v = getenv("TYCHO_TEST_LEAVE_AFTER_STEP");
+  char *end;
+  long long s = v && *v ? strtoll(v, &end, 10) : -1;
+  return v && *v && !*end ? s : -1;
+}
+
+static int run_loop(struct trainer *t, struct run_log *log, int *left, char *err, size_t n)
 {
   const struct plan *p = t->plan;
-  const long long steps = p->train.steps;
+  struct comm_group *g = t->dp.group;
+  const long long steps = p->train.steps, leave_after = leave_after_step();
   const double start = now_seconds();
   double interval_seconds = 0.0;
   long long tokens = 0, interval_tokens = 0;
   for (long long s = 0; s < steps; s++) {
     struct train_step_stats st;
     double t0 = now_seconds();
-    if (trainer_step(t, &st, err, n))
-      return 1;
+    if (trainer_step(t, &st, err, n)) /* the same verdict on every rank: loss and norm are */
+      return TRAIN_RUNTIME_ERROR;
     double t1 = now_seconds();
     long long step_tokens = (long long)p->batch.global * p->batch.seq;
     tokens += step_tokens;
     interval_tokens += step_tokens;
     interval_seconds += t1 - t0;
-    if (log_step(log, p, &st, tokens, t1 - t0, t1 - start, err, n))
-      return 1;
+    /* From here each rank goes on through the collectives (evaluation, export) even after a
+     * failure of its own, and the agreement at the end of the step stops them all. */
+    int failed = log_step(log, p, &st, tokens, t1 - t0, t1 - start, err, n);
     int last = s + 1 == steps;
     if ((s + 1) % p->log.every == 0 || last || s == 0) {
       print_progress(log->out, p, &st, (double)interval_tokens / interval_seconds, t1 - start);
@@ -168,34 +244,56 @@ static int run_loop(struct trainer *t, struct run_log *log, char *err, size_t n)
     if ((p->train.eval_every > 0 && (s + 1) % p->train.eval_every == 0) || last) {
       struct train_eval_stats ev;
       trainer_eval(t, &ev);
-      if (log_eval(log, &ev, err, n))
-        return 1;
+      if (t->dp.failed)
+        return errf(err, n, "evaluation after step %lld: %s", s, t->dp.err), TRAIN_RUNTIME_ERROR;
+      char why[1024];
+      if (log_eval(log, &ev, why, sizeof why) && !failed)
+        failed = errf(err, n, "%s", why);
     }
-    if (p->export_.path[0] && ((p->export_.every > 0 && (s + 1) % p->export_.every == 0) || last))
-      if (export_weights(t, log->out, s, err, n))
-        return 1;
+    if (p->export_.path[0] && ((p->export_.every > 0 && (s + 1) % p->export_.every == 0) || last)) {
+      char why[1024];
+      if (export_weights(t, log->out, s, why, sizeof why) && !failed)
+        failed = errf(err, n, "%s", why);
+    }
+    if (agree(g, failed ? TRAIN_RUNTIME_ERROR : TRAIN_OK, err, n))
+      return TRAIN_RUNTIME_ERROR;
+    if (s == leave_after) {
+      fprintf(stderr, "tycho: rank %d: leaving after step %lld (TYCHO_TEST_LEAVE_AFTER_STEP)\n",
+              g ? g->ranks[g->rank] : 0, s);
+      *left = 1;
+      return TRAIN_OK;
+    }
   }
   if (log->out) {
     char took[32];
     fprintf(log->out, "done: %lld steps, %lld tokens in %s\n", steps, tokens,
             format_duration(took, sizeof took, now_seconds() - start));
   }
-  return 0;
+  return TRAIN_OK;
 }
 
-int train_run(const struct plan *p, FILE *out, char *err, size_t err_size)
+int train_run(const struct plan *p, struct comm_group *dp, FILE *out, char *err, size_t err_size)
 {
+  const int rank0 = !dp || dp->rank == 0;
   struct trainer t;
-  int rc = trainer_open(&t, p, err, err_size);
-  if (rc != TRAIN_OK)
+  int opened = trainer_open(&t, p, dp, err, err_size);
+  int rc = agree(dp, opened, err, err_size);
+  if (rc != TRAIN_OK) {
+    if (opened == TRAIN_OK)
+      trainer_close(&t);
     return rc;
-  struct run_log log = { out, NULL, "" };
-  print_header(out, p, &t);
-  rc = open_metrics(&log, p->log.metrics, err, err_size) || run_loop(&t, &log, err, err_size)
-         ? TRAIN_RUNTIME_ERROR : TRAIN_OK;
-  if (out && rc == TRAIN_OK) {
-    alloc_print_peaks(out);
-    fflush(out);
+  }
+  struct run_log log = { rank0 ? out : NULL, NULL, "" };
+  print_header(log.out, p, &t);
+  rc = rank0 && open_metrics(&log, p->log.metrics, err, err_size) ? TRAIN_RUNTIME_ERROR : TRAIN_OK;
+  rc = agree(dp, rc, err, err_size);
+  int left = 0;
+  if (rc == TRAIN_OK)
+    rc = run_loop(&t, &log, &left, err, err_size);
+  if (rc == TRAIN_OK && !left) {
+    rc = print_peaks(dp, log.out, err, err_size) ? TRAIN_RUNTIME_ERROR : TRAIN_OK;
+    if (log.out)
+      fflush(log.out);
   }
   if (log.metrics)
     fclose(log.metrics);

@@ -70,7 +70,7 @@ static void eight_steps_match_the_pytorch_reference(void)
   struct plan_compile_options opt = { 1, 0, 0, 0, 0, NULL };
   CHECK_MSG(plan_compile("tests/golden/llama_ref_plan.lua", &opt, &p, err, sizeof err) == 0, "%s", err);
   struct trainer t;
-  CHECK_MSG(trainer_open(&t, &p, err, sizeof err) == TRAIN_OK, "%s", err);
+  CHECK_MSG(trainer_open(&t, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
   if (t.plan == NULL)
     return;
   CHECK(p.train.steps == STEPS);

@@ -18,8 +18,8 @@ static void compare_micro(double dropout)
   fixture_plan(&split, s);
   whole.model.dropout = split.model.dropout = dropout;
   struct trainer a, b;
-  CHECK_MSG(trainer_open(&a, &whole, err, sizeof err) == TRAIN_OK, "%s", err);
-  CHECK_MSG(trainer_open(&b, &split, err, sizeof err) == TRAIN_OK, "%s", err);
+  CHECK_MSG(trainer_open(&a, &whole, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
+  CHECK_MSG(trainer_open(&b, &split, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
   CHECK(whole.batch.microbatches == 1 && split.batch.microbatches == 4);
   CHECK(fixture_params_equal(&a.model, &b.model));
   a.step = b.step = 5; /* any step: windows 40..47 */

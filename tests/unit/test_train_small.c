@@ -37,7 +37,7 @@ struct run {
 /* Opens a trainer for the plan, keeps a copy of the initial parameters, runs `steps` steps. */
 static int run_steps(struct run *r, const struct plan *p, int steps)
 {
-  if (trainer_open(&r->t, p, err, sizeof err) != TRAIN_OK) {
+  if (trainer_open(&r->t, p, NULL, err, sizeof err) != TRAIN_OK) {
     CHECK_MSG(0, "%s", err);
     return 1;
   }
@@ -119,7 +119,7 @@ static void unsupported_plans_and_missing_data_are_refused(void)
   struct trainer t;
   const char *bf16[] = { "precision.compute=bf16", "precision.grads=fp32" };
   if (compile(&p, 2, bf16) == 0) {
-    CHECK(trainer_open(&t, &p, err, sizeof err) == TRAIN_PLAN_ERROR);
+    CHECK(trainer_open(&t, &p, NULL, err, sizeof err) == TRAIN_PLAN_ERROR);
     CHECK_STR_CONTAINS(err, "precision.compute = \"bf16\"");
     CHECK_STR_CONTAINS(err, "--set precision.compute=bf16: "); /* where it was written */
     CHECK_STR_CONTAINS(err, "fp32 only");
@@ -129,15 +129,19 @@ static void unsupported_plans_and_missing_data_are_refused(void)
   fixture_plan(&q, (struct fixture_shape){ 1, 16, 2, 2, 32, 64, 8, 2, 2 });
   q.data.synthetic[0] = '\0';
   snprintf(q.data.train, sizeof q.data.train, "/nonexistent/tokens.bin");
-  CHECK(trainer_open(&t, &q, err, sizeof err) == TRAIN_RUNTIME_ERROR);
+  CHECK(trainer_open(&t, &q, NULL, err, sizeof err) == TRAIN_RUNTIME_ERROR);
   CHECK_STR_CONTAINS(err, "/nonexistent/tokens.bin");
   q.data.train[0] = '\0';
-  CHECK(trainer_open(&t, &q, err, sizeof err) == TRAIN_PLAN_ERROR);
+  CHECK(trainer_open(&t, &q, NULL, err, sizeof err) == TRAIN_PLAN_ERROR);
   CHECK_STR_CONTAINS(err, "data.synthetic");
   snprintf(q.data.synthetic, sizeof q.data.synthetic, "addition");
-  q.mesh.dp = q.mesh.world = 2;
-  CHECK(trainer_open(&t, &q, err, sizeof err) == TRAIN_PLAN_ERROR);
-  CHECK_STR_CONTAINS(err, "one rank");
+  q.mesh.dp = q.mesh.world = 2; /* and no group of two to run it on */
+  CHECK(trainer_open(&t, &q, NULL, err, sizeof err) == TRAIN_PLAN_ERROR);
+  CHECK_STR_CONTAINS(err, "mesh.dp = 2, but the data-parallel group has 1 rank");
+  q.mesh.dp = 1;
+  q.mesh.tp = 2;
+  CHECK(trainer_open(&t, &q, NULL, err, sizeof err) == TRAIN_PLAN_ERROR);
+  CHECK_STR_CONTAINS(err, "mesh: tp = 2, pp = 1: this version of tycho parallelizes over data only");
   plan_free(&q);
 }
 

@@ -38,7 +38,7 @@ static void export_then_init_from_round_trips_bitwise(void)
   fixture_plan(&p, shape);
   struct trainer a, b;
   struct train_step_stats st;
-  CHECK_MSG(trainer_open(&a, &p, err, sizeof err) == TRAIN_OK, "%s", err);
+  CHECK_MSG(trainer_open(&a, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
   for (int s = 0; s < 3; s++) CHECK(trainer_step(&a, &st, err, sizeof err) == 0);
   /* Into a folder that does not exist yet. */
   const char *path = temp_path("sub/dir/model.safetensors");
@@ -54,7 +54,7 @@ static void export_then_init_from_round_trips_bitwise(void)
   struct plan pl = p;
   snprintf(pl.init.from, sizeof pl.init.from, "%s", path);
   pl.seeds.value[PLAN_SEED_MODEL] = 999; /* ignored: the weights come from the file */
-  CHECK_MSG(trainer_open(&b, &pl, err, sizeof err) == TRAIN_OK, "%s", err);
+  CHECK_MSG(trainer_open(&b, &pl, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
   CHECK(fixture_params_equal(&a.model, &b.model));
   b.step = a.step;
   CHECK(trainer_forward_backward(&a) == trainer_forward_backward(&b));
@@ -162,7 +162,7 @@ static void missing_extra_and_misshaped_tensors_are_refused_by_name(void)
   fixture_plan(&p, shape);
   snprintf(p.init.from, sizeof p.init.from, "%s", temp_path("absent.safetensors"));
   struct trainer t;
-  CHECK(trainer_open(&t, &p, err, sizeof err) == TRAIN_RUNTIME_ERROR);
+  CHECK(trainer_open(&t, &p, NULL, err, sizeof err) == TRAIN_RUNTIME_ERROR);
   CHECK_STR_CONTAINS(err, "absent.safetensors");
 }
 

@@ -1,0 +1,232 @@
+/* The data-parallel layer's set-up and the memory it keeps (dp.h): what each ZeRO stage
+ * allocates, initialization one bucket at a time under ZeRO-3, gathering every parameter on
+ * rank 0 for export, and the collectives with their one-rank stand-ins. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "runtime/alloc.h"
+#include "runtime/dp.h"
+#include "runtime/weights.h"
+#include "util/err.h"
+
+int dp_fail(struct dp *d, const char *what)
+{
+  if (!d->failed)
+    snprintf(d->err, sizeof d->err, "%s: %s", what, comm_error());
+  d->failed = 1;
+  return -1;
+}
+
+int dp_all_reduce(struct dp *d, float *buf, size_t n_elems, struct comm_request **req)
+{
+  *req = NULL;
+  if (!d->group)
+    return 0;
+  return comm_all_reduce(d->group, buf, buf, n_elems, COMM_FP32, COMM_SUM, req)
+           ? dp_fail(d, "gradient all-reduce") : 0;
+}
+
+int dp_all_gather(struct dp *d, const float *send, float *recv, size_t n_elems,
+                  struct comm_request **req)
+{
+  *req = NULL;
+  if (!d->group) {
+    if (send != recv)
+      memcpy(recv, send, n_elems * sizeof(float));
+    return 0;
+  }
+  return comm_all_gather(d->group, send, recv, n_elems, COMM_FP32, req)
+           ? dp_fail(d, "parameter all-gather") : 0;
+}
+
+int dp_reduce_scatter(struct dp *d, const float *send, float *recv, size_t n_elems,
+                      struct comm_request **req)
+{
+  *req = NULL;
+  if (!d->group) {
+    memcpy(recv, send, n_elems * sizeof(float));
+    return 0;
+  }
+  return comm_reduce_scatter(d->group, send, recv, n_elems, COMM_FP32, COMM_SUM, req)
+           ? dp_fail(d, "gradient reduce-scatter") : 0;
+}
+
+void dp_bind_bucket(struct dp *d, int b, float *base, int grads)
+{
+  const struct dp_bucket *k = &d->layout.buckets[b];
+  for (int i = k->first_param; i <= k->last_param; i++) {
+    struct model_param *p = &d->model->params[i];
+    float *at = base ? base + (p->offset - k->start) : NULL;
+    if (grads)
+      p->grad = at;
+    else
+      p->data = at;
+  }
+}
+
+int dp_open(struct dp *d, struct model *m, struct comm_group *group, int zero, double bucket_mb,
+            char *err, size_t err_size)
+{
+  memset(d, 0, sizeof *d);
+  d->group = group;
+  d->size = group ? group->size : 1;
+  d->rank = group ? group->rank : 0;
+  d->zero = zero;
+  d->model = m;
+  if (dp_layout_build(&d->layout, m, d->size, zero, bucket_mb, err, err_size))
+    return 1;
+  const struct dp_layout *l = &d->layout;
+  d->buckets = calloc((size_t)l->n_buckets, sizeof *d->buckets);
+  d->units = calloc((size_t)l->n_units, sizeof *d->units);
+  d->inflight = calloc((size_t)l->n_buckets, sizeof *d->inflight);
+  int ok = d->buckets && d->units && d->inflight;
+  for (int u = 0; ok && u < l->n_units; u++) {
+    const struct dp_unit *unit = &l->units[u];
+    d->units[u].hold = zero == 3 ? DP_UNIT_FREE : DP_UNIT_HELD;
+    d->units[u].reqs = calloc((size_t)(unit->last_bucket - unit->first_bucket + 1),
+                              sizeof *d->units[u].reqs);
+    ok = d->units[u].reqs != NULL;
+  }
+  if (ok && zero < 3)
+    ok = (m->param_memory = alloc_floats(ALLOC_PARAMS, l->n_elems)) != NULL;
+  if (ok && zero < 2)
+    ok = (m->grad_memory = alloc_floats(ALLOC_GRADS, l->n_elems)) != NULL;
+  if (ok && zero == 3)
+    ok = (d->shard_params = alloc_floats(ALLOC_PARAMS, l->n_shard)) != NULL;
+  if (ok && zero >= 2)
+    ok = (d->shard_grads = alloc_floats(ALLOC_GRADS, l->n_shard)) != NULL;
+  if (!ok) {
+    dp_close(d);
+    return errf(err, err_size, "out of memory for the parameters and gradients (%zu floats, "
+                "zero %d over %d ranks)", l->n_elems, zero, d->size);
+  }
+  model_bind_memory(m, m->param_memory, m->grad_memory);
+  return 0;
+}
+
+void dp_close(struct dp *d)
+{
+  if (!d->model)
+    return;
+  for (int b = 0; b < d->layout.n_buckets && d->buckets; b++) {
+    comm_wait(&d->buckets[b].req);
+    alloc_free(d->buckets[b].grads);
+    alloc_free(d->buckets[b].recv);
+  }
+  for (int u = 0; u < d->layout.n_units && d->units; u++) {
+    const struct dp_unit *unit = &d->layout.units[u];
+    if (d->units[u].reqs)
+      comm_wait_all(d->units[u].reqs, unit->last_bucket - unit->first_bucket + 1);
+    if (d->zero == 3)
+      alloc_free(d->units[u].params);
+    free(d->units[u].reqs);
+  }
+  struct model *m = d->model;
+  alloc_free(m->param_memory);
+  alloc_free(m->grad_memory);
+  m->param_memory = m->grad_memory = NULL;
+  model_bind_memory(m, NULL, NULL);
+  alloc_free(d->shard_params);
+  alloc_free(d->shard_grads);
+  free(d->buckets);
+  free(d->units);
+  free(d->inflight);
+  dp_layout_free(&d->layout);
+  memset(d, 0, sizeof *d);
+}
+
+size_t dp_state_elems(const struct dp *d)
+{
+  return d->zero == 0 ? d->layout.n_elems : d->layout.n_shard;
+}
+
+static int fill_params(struct model *m, const struct plan *p, char *err, size_t err_size)
+{
+  if (p->init.from[0])
+    return weights_load(m, p->init.from, err, err_size);
+  model_init(m, (uint64_t)p->seeds.value[PLAN_SEED_MODEL]);
+  return 0;
+}
+
+int dp_init_params(struct dp *d, const struct plan *p, char *err, size_t err_size)
+{
+  if (d->zero < 3)
+    return fill_params(d->model, p, err, err_size);
+  /* ZeRO-3: one bucket at a time in a staging block, keeping this rank's share. */
+  int rc = 0;
+  model_bind_memory(d->model, NULL, NULL);
+  for (int b = 0; b < d->layout.n_buckets && !rc; b++) {
+    const struct dp_bucket *k = &d->layout.buckets[b];
+    float *staging = alloc_floats(ALLOC_PARAMS, k->n_elems);
+    if (!staging)
+      return errf(err, err_size, "out of memory initializing a bucket of %zu floats", k->n_elems);
+    dp_bind_bucket(d, b, staging, 0);
+    rc = fill_params(d->model, p, err, err_size);
+    memcpy(d->shard_params + k->shard_offset, staging + (size_t)d->rank * k->share,
+           k->share * sizeof(float));
+    dp_bind_bucket(d, b, NULL, 0);
+    alloc_free(staging);
+  }
+  model_bind_views(d->model);
+  return rc;
+}
+
+int dp_gather_params(struct dp *d, float **full)
+{
+  *full = NULL;
+  if (d->zero < 3) {
+    *full = d->rank == 0 ? d->model->param_memory : NULL;
+    return 0;
+  }
+  const struct dp_layout *l = &d->layout;
+  float *out = d->rank == 0 ? alloc_floats(ALLOC_WORKSPACE, l->n_elems)
+                            : alloc_floats(ALLOC_WORKSPACE, l->max_bucket_elems);
+  if (!out) /* every rank must still take part in the gathers: this one cannot, so it aborts */
+    comm_fatal("out of memory gathering the parameters (%zu floats)", l->n_elems);
+  int rc = 0;
+  for (int b = 0; b < l->n_buckets && !rc; b++) {
+    const struct dp_bucket *k = &l->buckets[b];
+    struct comm_request *req;
+    rc = dp_all_gather(d, d->shard_params + k->shard_offset, d->rank == 0 ? out + k->start : out,
+                       k->share, &req);
+    rc = rc ? rc : comm_wait(&req) ? dp_fail(d, "parameter all-gather") : 0;
+  }
+  if (d->rank == 0 && !rc)
+    *full = out;
+  else
+    alloc_free(out);
+  return rc;
+}
+
+void dp_gather_params_free(struct dp *d, float *full)
+{
+  if (d->zero == 3)
+    alloc_free(full);
+}
+
+int dp_export(struct dp *d, const char *path, char *err, size_t err_size)
+{
+  float *full;
+  if (dp_gather_params(d, &full))
+    return errf(err, err_size, "%s", d->err);
+  if (d->rank != 0)
+    return 0;
+  struct model *m = d->model;
+  float **saved = malloc((size_t)m->n_params * sizeof *saved);
+  if (!saved) {
+    dp_gather_params_free(d, full);
+    return errf(err, err_size, "export %s: out of memory", path);
+  }
+  for (int i = 0; i < m->n_params; i++) {
+    saved[i] = m->params[i].data;
+    m->params[i].data = full + m->params[i].offset;
+  }
+  int rc = weights_export(m, path, err, err_size);
+  for (int i = 0; i < m->n_params; i++)
+    m->params[i].data = saved[i];
+  free(saved);
+  dp_gather_params_free(d, full);
+  return rc;
+}

@@ -1,0 +1,179 @@
+/* Data parallelism and ZeRO stages 1, 2 and 3 (plan fields mesh.dp, zero, bucket_mb) over the
+ * dp group. Every rank of the group holds the same model; each trains on its slice of the
+ * step's windows; gradients are summed over the group in buckets while backward still runs.
+ *
+ * The flat layout. The parameters are laid out in buckets: consecutive parameters, in the
+ * order backward finishes their gradients (head first, embedding last), until a bucket holds
+ * bucket_mb MiB; under ZeRO 2 and 3 a bucket also never spans two units (the embedding, one
+ * layer, the head with the final norm), so a unit's gradients are reduced, and under ZeRO-3
+ * its parameters gathered, on their own. Each bucket is padded to size · share elements, and
+ * rank r owns the slice [start + r·share, start + (r+1)·share) of every bucket: its shard is
+ * those slices, packed in bucket order (Megatron's distributed-optimizer layout; with one bucket
+ * it is one contiguous range of the flattened parameters).
+ *
+ * What each rank keeps, by stage (size = dp):
+ *   zero 0  params, grads and AdamW state for every element; all-reduce per bucket.
+ *   zero 1  AdamW state for its shard only; all-reduce per bucket; each rank updates its
+ *           shard, then all-gather per bucket brings every rank the new parameters.
+ *   zero 2  + gradients for its shard only: a bucket's full gradients exist from the backward
+ *           that first writes them until its reduce-scatter ends (at most DP_MAX_INFLIGHT
+ *           reductions in flight), then are added into the shard.
+ *   zero 3  + parameters for its shard only: a unit's parameters are all-gathered just before
+ *           its forward and again before its backward and freed after, the next unit's gather
+ *           started (non-blocking) before computing the current one.
+ * Under zero 0 and 1 only the last micro-batch's backward reduces (gradients accumulate locally
+ * before); under zero 2 and 3 every micro-batch's backward reduce-scatters and the shard
+ * accumulates, so no rank ever holds the whole gradient (DeepSpeed's choice).
+ *
+ * Memory comes from the runtime allocator: parameters (full, shard, gathered units, the bucket
+ * being initialized) as "params", gradients (full, shard, buckets in flight) as "grads", AdamW
+ * state as "optimizer", reduce-scatter outputs as "comm", the export's gathered copy on rank 0
+ * as "workspace".
+ *
+ * A NULL group is a group of one without the comm layer (unit tests, benchmarks): collectives
+ * become the copies they are on one rank; everything else runs the same code. */
+#ifndef TYCHO_RUNTIME_DP_H
+#define TYCHO_RUNTIME_DP_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "plan/plan.h"
+#include "runtime/model.h"
+#include "runtime/optimizer.h"
+
+struct comm_group;
+struct comm_request;
+
+#define DP_MAX_INFLIGHT 2 /* zero 2, 3: reductions in flight before the oldest is waited for */
+
+/* Consecutive parameters reduced (and under ZeRO-3 gathered) with one collective. */
+struct dp_bucket {
+  int first_param, last_param; /* parameter indices, inclusive */
+  size_t start;                /* flat offset of its first element */
+  size_t n_elems;              /* size · share: its parameters, aligned, plus padding */
+  size_t share;                /* elements each rank owns (16-float aligned) */
+  size_t shard_offset;         /* where a rank's share of it sits in the shard: Σ earlier shares */
+};
+
+/* The parameters one piece of the passes reads: 0 the embedding, 1 + l layer l, L + 1 the
+ * final norm and the head. */
+struct dp_unit {
+  int first_param, last_param;
+  int first_bucket, last_bucket; /* the buckets holding its parameters */
+};
+
+struct dp_layout {
+  int size, zero;
+  int n_buckets, n_units;
+  struct dp_bucket *buckets;   /* (n_buckets) in flat order */
+  struct dp_unit *units;       /* (n_units) */
+  int *param_bucket;           /* (n_params) the bucket of each parameter */
+  size_t n_elems;              /* the flat layout's length: Σ bucket n_elems */
+  size_t n_shard;              /* one rank's shard: Σ shares */
+  size_t max_bucket_elems;
+};
+
+/* Lays m's parameter table out in buckets for a group of `size` (sets every p->offset and
+ * m->n_elems). 0 ok; nonzero (out of memory) with a message. */
+int dp_layout_build(struct dp_layout *l, struct model *m, int size, int zero, double bucket_mb,
+                    char *err, size_t err_size);
+void dp_layout_free(struct dp_layout *l);
+
+/* A bucket during a step. */
+struct dp_bucket_state {
+  float *grads;               /* zero 2, 3: its full gradients while it fills and reduces */
+  float *recv;                /* zero 2, 3: its reduce-scatter output */
+  struct comm_request *req;   /* its reduction in flight */
+};
+
+enum dp_unit_hold { DP_UNIT_FREE, DP_UNIT_GATHERING, DP_UNIT_HELD };
+
+/* A unit's parameters on this rank: always held under zero 0-2; gathered on demand under 3. */
+struct dp_unit_state {
+  enum dp_unit_hold hold;
+  float *params;              /* zero 3: its buckets' parameters, gathered */
+  struct comm_request **reqs; /* (its buckets) gathers in flight */
+};
+
+struct dp {
+  struct dp_layout layout;
+  struct comm_group *group;   /* the dp group; NULL: a group of one without the comm layer */
+  int size, rank, zero;
+  struct model *model;
+  float *shard_params;        /* (n_shard) zero 3: this rank's parameters, the fp32 master */
+  float *shard_grads;         /* (n_shard) zero 2, 3: this rank's summed gradients */
+  struct dp_bucket_state *buckets;
+  struct dp_unit_state *units;
+  int reducing;               /* this backward reduces its buckets as they become final */
+  int next_bucket;            /* the next bucket to reduce (they go from the last to the first) */
+  int *inflight;              /* (n_buckets) buckets whose reduction is started, oldest first */
+  int n_inflight;
+  long long step;             /* for the comm records */
+  int failed;                 /* a collective failed; the message is in err */
+  char err[512];
+};
+
+/* Takes m from model_create_table, lays it out for the group (NULL: a group of one), allocates
+ * what this rank keeps for `zero` and points the parameters there. 0 ok; nonzero with a message. */
+int dp_open(struct dp *d, struct model *m, struct comm_group *group, int zero, double bucket_mb,
+            char *err, size_t err_size);
+/* Frees what dp_open allocated (the model's memory included; the table stays with the model). */
+void dp_close(struct dp *d);
+/* Fills the parameters: from init.from when set, else model_init with seeds.model. Under ZeRO-3
+ * one bucket at a time, keeping this rank's share. Every rank gets the values of a serial run,
+ * bit for bit. 0 ok; nonzero with a message. */
+int dp_init_params(struct dp *d, const struct plan *p, char *err, size_t err_size);
+/* AdamW state elements this rank keeps: the flat layout (zero 0) or the shard. */
+size_t dp_state_elems(const struct dp *d);
+
+/* ---- one step (dp_passes.c) ---- */
+/* Zeroes the gradients this rank keeps and records the step for the comm records. */
+void dp_step_begin(struct dp *d, long long step);
+/* One micro-batch's forward and backward (model_forward + model_backward with the gathers and
+ * reductions the stage needs); `reduce`: this backward reduces its buckets as they become final
+ * (the last micro-batch; ignored under zero 2 and 3, which always do). Returns Σ losses. */
+double dp_forward_backward(struct dp *d, struct model_acts *a, const int *tokens,
+                           const int *targets, const struct model_dropout *dropout, int B, int T,
+                           float loss_scale, int reduce, int mb);
+/* A forward alone (evaluation): model_forward with the ZeRO-3 gathers. */
+double dp_forward(struct dp *d, struct model_acts *a, const int *tokens, const int *targets,
+                  int B, int T);
+/* Waits for every reduction started; then each rank holds the summed gradients it keeps.
+ * 0 ok; -1 when a collective failed (d->err). */
+int dp_finish_grads(struct dp *d);
+
+/* ---- after backward (dp_optim.c) ---- */
+/* out[i] = Σ over the group of local[i], summed in rank order: the same bits on every rank.
+ * 0 ok; -1 (d->err). n ≤ 8. */
+int dp_sum(struct dp *d, const double *local, double *out, int n);
+/* The global gradient norm: every rank sums the squares of its share of each bucket, then
+ * dp_sum. The same value on every rank. Negative when a collective failed. */
+double dp_grad_norm(struct dp *d);
+/* Scales the gradients the update reads by coef. */
+void dp_scale_grads(struct dp *d, float coef);
+/* AdamW on the elements this rank owns (all of them under zero 0), then under zero 1 and 2 the
+ * all-gather that gives every rank every new parameter. 0 ok; -1 (d->err). */
+int dp_update(struct dp *d, struct optimizer *o, long long step, double lr);
+/* Collective: every parameter in the flat layout on rank 0 of the group (*full; NULL on the
+ * others), for export and tests. Under zero 0-2 that is the model's own memory; under zero 3 a
+ * gathered copy that dp_gather_params_free releases. 0 ok; -1 (d->err). */
+int dp_gather_params(struct dp *d, float **full);
+void dp_gather_params_free(struct dp *d, float *full);
+/* Collective: exports every parameter from rank 0 (weights_export). 0 ok; nonzero with a
+ * message on the rank that failed. */
+int dp_export(struct dp *d, const char *path, char *err, size_t err_size);
+
+/* ---- inside the dp module ---- */
+/* Records the first failed collective (comm_error()) in d->err; returns -1. */
+int dp_fail(struct dp *d, const char *what);
+/* Points bucket b's parameters' data (or grad) at base + (offset − bucket start); NULL unbinds.
+ * The views are refreshed by the caller (model_bind_views). */
+void dp_bind_bucket(struct dp *d, int b, float *base, int grads);
+/* Collectives on the group, or their one-rank copies without it. */
+int dp_all_reduce(struct dp *d, float *buf, size_t n_elems, struct comm_request **req);
+int dp_all_gather(struct dp *d, const float *send, float *recv, size_t n_elems,
+                  struct comm_request **req);
+int dp_reduce_scatter(struct dp *d, const float *send, float *recv, size_t n_elems,
+                      struct comm_request **req);
+
+#endif

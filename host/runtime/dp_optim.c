@@ -1,0 +1,104 @@
+/* After backward under data parallelism (dp.h): sums of doubles over the group that come out
+ * the same on every rank, the global gradient norm, clipping, and the AdamW update on the
+ * elements this rank owns followed (zero 1, 2) by the parameter all-gather. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "kernels.h"
+#include "runtime/dp.h"
+
+int dp_sum(struct dp *d, const double *local, double *out, int n)
+{
+  if (!d->group || d->size == 1) {
+    memcpy(out, local, (size_t)n * sizeof *out);
+    return 0;
+  }
+  /* All-gathered as 64-bit words (moved, never reduced by MPI), then summed here in rank
+   * order: every rank adds the same numbers in the same order. */
+  int64_t mine[8];
+  int64_t *all = malloc((size_t)d->size * (size_t)n * sizeof *all);
+  if (!all || n > 8) {
+    free(all);
+    snprintf(d->err, sizeof d->err, "dp_sum: out of memory");
+    d->failed = 1;
+    return -1;
+  }
+  memcpy(mine, local, (size_t)n * sizeof(double));
+  if (comm_all_gather(d->group, mine, all, (size_t)n, COMM_INT64, NULL)) {
+    free(all);
+    return dp_fail(d, "all-gather of the loss and norm");
+  }
+  for (int i = 0; i < n; i++) {
+    double sum = 0.0;
+    for (int r = 0; r < d->size; r++) {
+      double x;
+      memcpy(&x, &all[(size_t)r * (size_t)n + (size_t)i], sizeof x);
+      sum += x;
+    }
+    out[i] = sum;
+  }
+  free(all);
+  return 0;
+}
+
+/* This rank's share of bucket b's gradients (valid after dp_finish_grads). */
+static float *share_grads(struct dp *d, int b)
+{
+  const struct dp_bucket *k = &d->layout.buckets[b];
+  if (d->zero >= 2)
+    return d->shard_grads + k->shard_offset;
+  return d->model->grad_memory + k->start + (size_t)d->rank * k->share;
+}
+
+double dp_grad_norm(struct dp *d)
+{
+  double local = 0.0, total;
+  for (int b = 0; b < d->layout.n_buckets; b++) /* the padding holds zeros */
+    local += sumsq(share_grads(d, b), d->layout.buckets[b].share);
+  if (dp_sum(d, &local, &total, 1))
+    return -1.0;
+  return sqrt(total);
+}
+
+void dp_scale_grads(struct dp *d, float coef)
+{
+  if (d->zero == 0) {
+    scale_inplace(d->model->grad_memory, d->layout.n_elems, coef);
+    return;
+  }
+  for (int b = 0; b < d->layout.n_buckets; b++)
+    scale_inplace(share_grads(d, b), d->layout.buckets[b].share, coef);
+}
+
+int dp_update(struct dp *d, struct optimizer *o, long long step, double lr)
+{
+  struct model *m = d->model;
+  if (d->zero == 0) {
+    optimizer_update_range(o, m, 0, d->layout.n_elems, m->param_memory, m->grad_memory, 0, step, lr);
+    return d->failed ? -1 : 0;
+  }
+  for (int b = 0; b < d->layout.n_buckets; b++) {
+    const struct dp_bucket *k = &d->layout.buckets[b];
+    size_t flat = k->start + (size_t)d->rank * k->share;
+    float *params = d->zero == 3 ? d->shard_params + k->shard_offset : m->param_memory + flat;
+    optimizer_update_range(o, m, flat, k->share, params, share_grads(d, b), k->shard_offset, step, lr);
+  }
+  if (d->zero == 3)
+    return d->failed ? -1 : 0;
+  /* Zero 1, 2: every rank gets every bucket's new parameters, in place. */
+  struct comm_request **reqs = calloc((size_t)d->layout.n_buckets, sizeof *reqs);
+  if (!reqs)
+    comm_fatal("out of memory for %d requests", d->layout.n_buckets);
+  for (int b = 0; b < d->layout.n_buckets; b++) {
+    const struct dp_bucket *k = &d->layout.buckets[b];
+    float *bucket = m->param_memory + k->start;
+    dp_all_gather(d, bucket + (size_t)d->rank * k->share, bucket, k->share, &reqs[b]);
+  }
+  if (comm_wait_all(reqs, d->layout.n_buckets))
+    dp_fail(d, "parameter all-gather");
+  free(reqs);
+  return d->failed ? -1 : 0;
+}

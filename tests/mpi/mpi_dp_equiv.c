@@ -1,0 +1,293 @@
+/* Data parallelism and ZeRO reproduce the serial run. Every rank trains PLAN through the same
+ * trainer `tycho run` uses, on the dp group of the job (dp = the number of ranks) with the
+ * --set overrides; then rank 0 trains the plan alone (one rank, zero 0, the plan's own
+ * batch.micro; only the --both overrides) and compares:
+ *   - initial parameters: bitwise equal (under ZeRO-3 gathered from the shards);
+ *   - the loss and the gradient norm of every step: within 1e-5 relative;
+ *   - the evaluation (validation loss within 1e-5 relative, the same accuracy);
+ *   - final parameters: max |parallel − serial| ≤ 1e-5 · max |serial| (the relative L2 norm of
+ *     the difference is printed too);
+ * and on every rank: the loss and norm of every step bitwise the same on every rank; under
+ * zero 0-2 the parameters bitwise the same on every rank; the reductions of the last step were
+ * issued bucket by bucket during backward (last bucket first) and, under zero 0 and 1, only in
+ * the last micro-batch; the memory bill holds what the stage keeps (AdamW state for the shard
+ * under zero ≥ 1, whole gradients under zero 0 and 1 only, parameters falling under zero 3).
+ * usage: mpi_dp_equiv PLAN [--both path=value]... [--set path=value]... [--memory-falls]
+ *   --memory-falls  also require the gradient (zero ≥ 2) and parameter (zero 3) peaks below
+ *                   3/4 of the whole model's */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "mpi_check.h"
+#include "plan/compile.h"
+#include "runtime/alloc.h"
+#include "runtime/train.h"
+
+#define MAX_STEPS 64
+#define MAX_SETS 16
+
+static const char *plan_path;
+static const char *both[MAX_SETS], *all_sets[2 * MAX_SETS];
+static int n_both, n_all, memory_falls;
+static int rank, world;
+static char err[4096];
+
+static struct comm_group *groups[PLAN_N_AXES];
+static struct plan parallel_plan;
+static struct train_step_stats parallel_stats[MAX_STEPS];
+static struct train_eval_stats parallel_eval;
+static float *initial, *final; /* rank 0: the parallel run's parameters in serial order */
+static size_t n_logical;       /* Σ parameter elements */
+static double rel_tol = 1e-5;
+
+static int compile(struct plan *p, int world_size, const char *const *sets, int n_sets)
+{
+  struct plan_compile_options opt = { world_size, 0, 0, 0, n_sets, sets };
+  plan_init(p);
+  int rc = plan_compile(plan_path, &opt, p, err, sizeof err);
+  CHECK_MSG(rc == 0, "%s", err);
+  return rc;
+}
+
+static uint64_t hash_bytes(const void *data, size_t n)
+{
+  const unsigned char *b = data;
+  uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64 */
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+/* The parameters of t in the model's parameter order, packed (rank 0; collective). */
+static float *gather_packed(struct trainer *t)
+{
+  float *full;
+  CHECK_MSG(dp_gather_params(&t->dp, &full) == 0, "%s", t->dp.err);
+  if (rank != 0)
+    return NULL;
+  float *out = malloc(n_logical * sizeof *out);
+  size_t at = 0;
+  for (int i = 0; i < t->model.n_params; i++) {
+    const struct model_param *p = &t->model.params[i];
+    memcpy(out + at, full + p->offset, p->n_elems * sizeof(float));
+    at += p->n_elems;
+  }
+  dp_gather_params_free(&t->dp, full);
+  return out;
+}
+
+static float *packed_serial(const struct model *m)
+{
+  float *out = malloc(n_logical * sizeof *out);
+  size_t at = 0;
+  for (int i = 0; i < m->n_params; i++) {
+    memcpy(out + at, m->params[i].data, m->params[i].n_elems * sizeof(float));
+    at += m->params[i].n_elems;
+  }
+  return out;
+}
+
+/* Every rank holds the same value: all-gather and compare bitwise. */
+static int same_everywhere(const void *value, size_t n_bytes)
+{
+  char *all = malloc(n_bytes * (size_t)world);
+  MPI_Allgather(value, (int)n_bytes, MPI_BYTE, all, (int)n_bytes, MPI_BYTE, MPI_COMM_WORLD);
+  int same = 1;
+  for (int r = 1; r < world; r++)
+    same &= memcmp(all, all + (size_t)r * n_bytes, n_bytes) == 0;
+  free(all);
+  return same;
+}
+
+/* The last step's reductions on the dp group: issued one bucket at a time, from the last bucket
+ * to the first, in the last micro-batch only (zero 0, 1) or in every one (zero 2, 3). */
+static void check_reductions(const struct trainer *t, long long step)
+{
+  enum { MAX_RECORDS = 4096 };
+  static struct comm_record recs[MAX_RECORDS];
+  const int zero = t->dp.zero, M = t->plan->batch.microbatches, n_buckets = t->dp.layout.n_buckets;
+  enum comm_op op = zero >= 2 ? COMM_REDUCE_SCATTER : COMM_ALL_REDUCE;
+  int n = comm_records(recs, MAX_RECORDS), count = 0, wrong_mb = 0, finished_early = 0;
+  const struct comm_record *first = NULL, *last = NULL;
+  for (int i = 0; i < n; i++) {
+    const struct comm_record *r = &recs[i];
+    if (r->step != step || r->op != op || strcmp(r->group, "dp") != 0)
+      continue;
+    count++;
+    wrong_mb += zero < 2 && r->mb != M - 1;
+    if (r->mb == M - 1) {
+      first = first ? first : r;
+      last = r;
+    }
+  }
+  for (int i = 0; i < n && last; i++) {
+    const struct comm_record *r = &recs[i];
+    finished_early += r->step == step && r->op == op && !strcmp(r->group, "dp") && r->mb == M - 1 &&
+                      r->t_end > 0 && r->t_end <= last->t_issue;
+  }
+  CHECK_MSG(count == n_buckets * (zero >= 2 ? M : 1), "rank %d: %d %s on dp in step %lld, expected %d",
+            rank, count, comm_op_name(op), step, n_buckets * (zero >= 2 ? M : 1));
+  CHECK_MSG(wrong_mb == 0, "rank %d: %d reductions outside the last micro-batch", rank, wrong_mb);
+  CHECK(n_buckets < 2 || (first && last && first->t_issue < last->t_issue));
+  if (rank == 0 && first && last)
+    printf("last step: %d %s of %d buckets issued over %.3f ms of backward; %d of them done before "
+           "the last was issued\n", n_buckets, comm_op_name(op), n_buckets,
+           1e3 * (last->t_issue - first->t_issue), finished_early);
+}
+
+static void check_memory(const struct trainer *t)
+{
+  const struct alloc_bill *b = alloc_bill();
+  const size_t full = t->dp.layout.n_elems * sizeof(float), shard = t->dp.layout.n_shard * sizeof(float);
+  const int zero = t->dp.zero;
+  CHECK_MSG(b->peak_bytes[ALLOC_OPTIMIZER] == 2 * (zero ? shard : full), "rank %d: optimizer peak %zu, "
+            "expected %zu", rank, b->peak_bytes[ALLOC_OPTIMIZER], 2 * (zero ? shard : full));
+  if (zero < 2)
+    CHECK(b->peak_bytes[ALLOC_GRADS] == full);
+  if (zero < 3)
+    CHECK(b->peak_bytes[ALLOC_PARAMS] == full);
+  if (memory_falls && zero >= 2)
+    CHECK_MSG(b->peak_bytes[ALLOC_GRADS] < full * 3 / 4, "rank %d: gradient peak %zu of %zu", rank,
+              b->peak_bytes[ALLOC_GRADS], full);
+  if (memory_falls && zero == 3)
+    CHECK_MSG(b->peak_bytes[ALLOC_PARAMS] < full * 3 / 4, "rank %d: parameter peak %zu of %zu", rank,
+              b->peak_bytes[ALLOC_PARAMS], full);
+  if (rank == world - 1) {
+    char label[64];
+    snprintf(label, sizeof label, "rank %d, zero %d, dp %d: memory peak", rank, zero, world);
+    alloc_print_bill_peaks(stdout, label, b);
+    fflush(stdout);
+  }
+}
+
+static void test_parallel_run(void)
+{
+  if (compile(&parallel_plan, world, all_sets, n_all))
+    comm_fatal("the plan does not compile: %s", err);
+  CHECK(parallel_plan.train.steps <= MAX_STEPS);
+  CHECK_MSG(comm_build_mesh_groups(&parallel_plan.mesh, groups, err, sizeof err) == 0, "%s", err);
+  struct trainer t;
+  alloc_reset_peaks();
+  if (trainer_open(&t, &parallel_plan, groups[PLAN_AXIS_DP], err, sizeof err) != TRAIN_OK)
+    comm_fatal("%s", err);
+  n_logical = 0;
+  for (int i = 0; i < t.model.n_params; i++)
+    n_logical += t.model.params[i].n_elems;
+  initial = gather_packed(&t);
+  for (long long s = 0; s < parallel_plan.train.steps; s++) {
+    CHECK_MSG(trainer_step(&t, &parallel_stats[s], err, sizeof err) == 0, "%s", err);
+    CHECK_MSG(same_everywhere(&parallel_stats[s], sizeof parallel_stats[s]),
+              "step %lld: loss or norm differs between ranks", s);
+  }
+  check_reductions(&t, parallel_plan.train.steps - 1);
+  trainer_eval(&t, &parallel_eval);
+  CHECK(same_everywhere(&parallel_eval, sizeof parallel_eval));
+  if (t.dp.zero < 3) {
+    uint64_t h = hash_bytes(t.model.param_memory, t.dp.layout.n_elems * sizeof(float));
+    CHECK_MSG(same_everywhere(&h, sizeof h), "the parameters differ between ranks");
+  }
+  final = gather_packed(&t);
+  check_memory(&t);
+  trainer_close(&t);
+}
+
+/* max |a − b| / max |b| and ‖a − b‖ / ‖b‖. */
+static void compare(const float *a, const float *b, size_t n, double *max_rel, double *l2_rel)
+{
+  double max_diff = 0, max_abs = 0, num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - b[i]);
+    max_diff = d > max_diff ? d : max_diff;
+    max_abs = fabs(b[i]) > max_abs ? fabs(b[i]) : max_abs;
+    num += d * d;
+    den += (double)b[i] * b[i];
+  }
+  *max_rel = max_diff / max_abs;
+  *l2_rel = sqrt(num / den);
+}
+
+static double rel(double a, double b) { return fabs(a - b) / fabs(b); }
+
+static void test_serial_run_agrees(void)
+{
+  if (rank != 0)
+    return;
+  struct plan p;
+  const char *sets[MAX_SETS + 2];
+  for (int i = 0; i < n_both; i++)
+    sets[i] = both[i];
+  sets[n_both] = "zero=0";
+  if (compile(&p, 1, sets, n_both + 1))
+    return;
+  struct trainer t;
+  if (trainer_open(&t, &p, NULL, err, sizeof err) != TRAIN_OK) {
+    CHECK_MSG(0, "%s", err);
+    return;
+  }
+  float *serial_initial = packed_serial(&t.model);
+  CHECK_MSG(memcmp(serial_initial, initial, n_logical * sizeof(float)) == 0,
+            "initial parameters differ from the serial run's");
+  double worst_loss = 0, worst_norm = 0;
+  for (long long s = 0; s < p.train.steps; s++) {
+    struct train_step_stats st;
+    CHECK_MSG(trainer_step(&t, &st, err, sizeof err) == 0, "%s", err);
+    double el = rel(parallel_stats[s].loss, st.loss), en = rel(parallel_stats[s].grad_norm, st.grad_norm);
+    worst_loss = el > worst_loss ? el : worst_loss;
+    worst_norm = en > worst_norm ? en : worst_norm;
+    CHECK_MSG(el <= rel_tol, "step %lld: loss %.9g, serial %.9g", s, parallel_stats[s].loss, st.loss);
+    CHECK_MSG(en <= rel_tol, "step %lld: grad norm %.9g, serial %.9g", s, parallel_stats[s].grad_norm,
+              st.grad_norm);
+  }
+  struct train_eval_stats e;
+  trainer_eval(&t, &e);
+  CHECK_MSG(rel(parallel_eval.val_loss, e.val_loss) <= rel_tol, "val loss %.9g, serial %.9g",
+            parallel_eval.val_loss, e.val_loss);
+  CHECK(parallel_eval.accuracy == e.accuracy && parallel_eval.n_problems == e.n_problems);
+  float *serial_final = packed_serial(&t.model);
+  double max_rel, l2_rel;
+  compare(final, serial_final, n_logical, &max_rel, &l2_rel);
+  CHECK_MSG(max_rel <= rel_tol, "final parameters: max |parallel − serial| / max |serial| = %.3g", max_rel);
+  printf("%lld steps: initial parameters bitwise equal; worst relative error: loss %.3g, grad norm "
+         "%.3g, val loss %.3g; accuracy %.4f both; final parameters: max |diff| / max |p| = %.3g, "
+         "relative L2 %.3g\n", p.train.steps, worst_loss, worst_norm, rel(parallel_eval.val_loss, e.val_loss),
+         e.accuracy, max_rel, l2_rel);
+  free(serial_initial);
+  free(serial_final);
+  trainer_close(&t);
+  plan_free(&p);
+}
+
+int main(int argc, char **argv)
+{
+  if (comm_init(&argc, &argv, err, sizeof err))
+    comm_fatal("%s", err);
+  rank = comm_world()->rank;
+  world = comm_world()->size;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--both") && i + 1 < argc && n_both < MAX_SETS) {
+      both[n_both++] = argv[++i];
+      all_sets[n_all++] = argv[i];
+    } else if (!strcmp(argv[i], "--set") && i + 1 < argc && n_all < 2 * MAX_SETS) {
+      all_sets[n_all++] = argv[++i];
+    } else if (!strcmp(argv[i], "--memory-falls")) {
+      memory_falls = 1;
+    } else if (!plan_path) {
+      plan_path = argv[i];
+    } else {
+      comm_fatal("usage: mpi_dp_equiv PLAN [--both path=value]... [--set path=value]... [--memory-falls]");
+    }
+  }
+  if (!plan_path)
+    comm_fatal("usage: mpi_dp_equiv PLAN [--both path=value]... [--set path=value]... [--memory-falls]");
+  static const struct test_case tests[] = { TEST(test_parallel_run), TEST(test_serial_run_agrees) };
+  int rc = mpi_test_run_all(tests, 2);
+  free(initial);
+  free(final);
+  plan_free(&parallel_plan);
+  comm_finalize(err, sizeof err);
+  return rc;
+}

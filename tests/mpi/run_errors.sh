@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# `tycho run` under mpirun when something is wrong: every rank stops, within seconds, with one
+# message (printed by rank 0 alone) and the documented exit code. Modes:
+#   world_mismatch  --set mesh.dp=4 on 2 ranks: the plan error naming the world size (exit 2)
+#   hash_mismatch   two ranks compiled with different --set: the plan-hash error naming both (2)
+#   data_one_rank   data.train is relative and only rank 0's working folder has it: every rank
+#                   stops after set-up with "rank 1: data.train: ..." (1)
+#   export_fails    export.path cannot be written, at step 5 of 20 under zero 3: every rank
+#                   stops after that step with rank 0's message (1)
+#   leave_early     rank 1 leaves after step 3 (TYCHO_TEST_LEAVE_AFTER_STEP): the comm watchdog
+#                   (TYCHO_COMM_TIMEOUT=3) ends the job with its diagnosis (1)
+# usage: run_errors.sh MODE MPIEXEC NUMPROC_FLAG TYCHO   (run from the source folder)
+set -u
+mode=$1 mpiexec=$2 np=$3 tycho=$4
+src=$PWD
+plan=$src/tests/plans/good/dp_small.lua
+tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
+fail() { echo "--- stdout"; cat "$tmp/out"; echo "--- stderr"; cat "$tmp/err"; echo "FAIL: $*"; exit 1; }
+
+start=$(date +%s%N)
+case $mode in
+  world_mismatch)
+    timeout 60 "$mpiexec" "$np" 2 "$tycho" run "$plan" --set mesh.dp=4 ;;
+  hash_mismatch)
+    timeout 60 "$mpiexec" "$np" 1 "$tycho" run "$plan" --set seeds.global=1 : \
+      "$np" 1 "$tycho" run "$plan" --set seeds.global=2 ;;
+  data_one_rank)
+    mkdir -p "$tmp/a" "$tmp/b" && cp tests/golden/llama_ref_tokens.bin "$tmp/a/train.bin"
+    sets=(--set data.train=train.bin --set init.from="$src/tests/golden/llama_ref_init.safetensors"
+          --set batch.micro=2)
+    ref=$src/tests/golden/llama_ref_plan.lua
+    timeout 60 "$mpiexec" "$np" 1 -wdir "$tmp/a" "$tycho" run "$ref" "${sets[@]}" : \
+      "$np" 1 -wdir "$tmp/b" "$tycho" run "$ref" "${sets[@]}" ;;
+  export_fails)
+    timeout 60 "$mpiexec" "$np" 2 "$tycho" run "$plan" --set zero=3 --set export.every=5 \
+      --set export.path=/proc/tycho-test/model.safetensors ;;
+  leave_early)
+    TYCHO_COMM_TIMEOUT=3 timeout 60 "$mpiexec" "$np" 1 "$tycho" run "$plan" --set train.steps=1000 : \
+      "$np" 1 env TYCHO_TEST_LEAVE_AFTER_STEP=3 "$tycho" run "$plan" --set train.steps=1000 ;;
+  *) echo "unknown mode $mode"; exit 2 ;;
+esac >"$tmp/out" 2>"$tmp/err"
+rc=$?
+elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+echo "--- mode $mode: exit code $rc after $elapsed_ms ms"
+[ "$rc" -ne 124 ] || fail "the job hung until timeout 60 killed it"
+[ "$elapsed_ms" -lt 20000 ] || fail "the job took $elapsed_ms ms"
+
+# The first line of stderr is tycho's (mpirun's own report comes after), and it comes once.
+first=$(head -n 1 "$tmp/err")
+expect_first() {
+  case "$first" in "$1"*) ;; *) fail "first stderr line '$first', expected '$1...'" ;; esac
+  [ "$(grep -c '^tycho: ' "$tmp/err")" -eq 1 ] || fail "expected one 'tycho:' line on stderr"
+}
+expect_rc() { [ "$rc" -eq "$1" ] || fail "exit code $rc, expected $1"; }
+expect_err() { grep -qF -- "$1" "$tmp/err" || fail "expected on stderr: $1"; }
+
+case $mode in
+  world_mismatch)
+    expect_rc 2
+    expect_first 'tycho: plan error: --set mesh.dp=4: mesh.dp = 4: tp 1 × pp 1 × dp 4 = 4 ranks, but the world has 2; set dp = 2 or dp = "auto"' ;;
+  hash_mismatch)
+    expect_rc 2
+    expect_first 'tycho: plan error: plan hash differs: rank 0 has '
+    grep -qE '^tycho: plan error: plan hash differs: rank 0 has [0-9a-f]{16}, rank 1 has [0-9a-f]{16} \(compiled from ' "$tmp/err" ||
+      fail "expected both ranks' hashes" ;;
+  data_one_rank)
+    expect_rc 1
+    expect_first 'tycho: rank 1: data.train: train.bin: cannot open: No such file or directory'
+    grep -q '^step' "$tmp/out" && fail "a step ran" ;;
+  export_fails)
+    expect_rc 1
+    expect_first 'tycho: rank 0: cannot create the folder /proc/tycho-test'
+    grep -q '^step  5/20' "$tmp/out" || fail "no progress line for step 5"
+    grep -q '^step 10/20' "$tmp/out" && fail "the run went on past the failed export" ;;
+  leave_early)
+    expect_rc 1
+    expect_err 'tycho: rank 1: leaving after step 3 (TYCHO_TEST_LEAVE_AFTER_STEP)'
+    grep -qE '^tycho: rank 0: comm watchdog: [a-z-]+ on dp \(seq [0-9]+, [0-9]+ bytes, step 4, mb [0-9]+\) has not finished after 3\.[0-9] s \(TYCHO_COMM_TIMEOUT=3\); aborting the job' "$tmp/err" ||
+      fail "expected the watchdog's diagnosis of step 4 on rank 0"
+    expect_err 'rank 1: no answer within 2 s (exited, dead, or its watchdog is blocked)' ;;
+esac
+echo "ok: $mode"
