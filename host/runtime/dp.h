@@ -16,8 +16,9 @@
  *   zero 1  AdamW state for its shard only; all-reduce per bucket; each rank updates its
  *           shard, then all-gather per bucket brings every rank the new parameters.
  *   zero 2  + gradients for its shard only: a bucket's full gradients exist from the backward
- *           that first writes them until its reduce-scatter ends (at most DP_MAX_INFLIGHT
- *           reductions in flight), then are added into the shard.
+ *           that first writes them until its reduce-scatter ends, then are added into the
+ *           shard. One unit's reductions are in flight at a time, overlapping the next unit's
+ *           backward: at most two units' gradients besides the shard.
  *   zero 3  + parameters for its shard only: a unit's parameters are all-gathered just before
  *           its forward and again before its backward and freed after, the next unit's gather
  *           started (non-blocking) before computing the current one.
@@ -43,8 +44,6 @@
 
 struct comm_group;
 struct comm_request;
-
-#define DP_MAX_INFLIGHT 2 /* zero 2, 3: reductions in flight before the oldest is waited for */
 
 /* Consecutive parameters reduced (and under ZeRO-3 gathered) with one collective. */
 struct dp_bucket {

@@ -155,25 +155,17 @@ static void bucket_start(struct dp *d, int b)
     dp_reduce_scatter(d, s->grads, s->recv, k->share, &s->req);
   }
   d->inflight[d->n_inflight++] = b;
-  if (d->zero < 2)
-    return;
-  /* Bound the gradients held: finish the oldest beyond the limit, and any already done. */
-  while (d->n_inflight > DP_MAX_INFLIGHT)
-    inflight_finish_oldest(d);
-  int done = 1;
-  while (d->n_inflight > 1 && done) {
-    if (comm_test(&d->buckets[d->inflight[0]].req, &done))
-      dp_fail(d, "gradient reduce-scatter");
-    if (done)
-      inflight_finish_oldest(d);
-  }
 }
 
 /* The gradients of parameters from `first_final` on are final: reduce every bucket that now is. */
 static void grads_final_from(struct dp *d, int first_final)
 {
-  if (!d->reducing)
+  if (!d->reducing || d->next_bucket < 0 || d->layout.buckets[d->next_bucket].first_param < first_final)
     return;
+  /* Zero 2, 3: one unit's reductions in flight, overlapping the next unit's backward; the
+   * earlier unit's have had that backward's time and are finished now, freeing its gradients. */
+  while (d->zero >= 2 && d->n_inflight > 0)
+    inflight_finish_oldest(d);
   while (d->next_bucket >= 0 && d->layout.buckets[d->next_bucket].first_param >= first_final)
     bucket_start(d, d->next_bucket--);
 }
