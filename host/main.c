@@ -194,6 +194,10 @@ static void agree_or_fail(lua_State *L, int code, const char *prefix, const char
 static int cmd_run(lua_State *L, const struct cli *c)
 {
   struct comm_group *world = comm_world();
+  if (c->world && c->world != world->size)
+    return host_fail(L, EXIT_USAGE, "--world %d: tycho run takes the world from MPI (%d rank%s "
+                     "here); start %d ranks with mpirun -np %d", c->world, world->size,
+                     world->size == 1 ? "" : "s", c->world, c->world);
   struct plan *p;
   char err[COMM_AGREE_MSG_MAX];
   int bad = compile_plan(L, c, world->size, &p, err, sizeof err);
