@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "philox.h"
+#include "util/hash.h"
 
 void plan_init(struct plan *p)
 {
@@ -132,11 +133,7 @@ const char *plan_recompute_text(uint8_t mask, char *buf, size_t n)
 
 long long plan_derive_seed(long long global, const char *purpose)
 {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a 64 of the purpose name */
-  for (const char *c = purpose; *c; c++) {
-    h ^= (unsigned char)*c;
-    h *= 1099511628211ull;
-  }
+  uint64_t h = hash_fnv1a64(purpose);
   uint64_t g = (uint64_t)global;
   uint32_t key[2] = { (uint32_t)g, (uint32_t)(g >> 32) };
   uint32_t ctr[4] = { (uint32_t)h, (uint32_t)(h >> 32), 0x5eed5eedu, 0 };

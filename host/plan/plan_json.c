@@ -7,6 +7,7 @@
 
 #include "plan.h"
 #include "plan_json.h"
+#include "util/hash.h"
 
 static void layer_ranges_json(const struct plan *p, struct json *j)
 {
@@ -232,11 +233,7 @@ uint64_t plan_hash(const struct plan *p)
   sb_init(&b);
   json_init(&j, &b);
   plan_json(p, &j);
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < b.n; i++) {
-    h ^= (unsigned char)b.s[i];
-    h *= 1099511628211ull;
-  }
+  uint64_t h = hash_fnv1a64_bytes(b.s, b.n);
   if (b.failed)
     h = 0; /* out of memory: a hash no real plan has */
   sb_free(&b);
