@@ -22,7 +22,7 @@
 #define EXIT_USAGE 2
 #define EXIT_RUNTIME 1
 
-static const char *progname = "tycho";
+static const char *const progname = "tycho";
 static int exit_code = EXIT_RUNTIME; /* the code of the error being raised */
 static int quiet_error;              /* rank 0 reports this error (the same on every rank) */
 
@@ -260,8 +260,6 @@ int main(int argc, char **argv)
     ranks_on_node = comm_local_size();
   }
   kernels_init_cpu(threads_per_rank(ranks_on_node)); /* worker threads inherit flush-to-zero */
-  if (argv[0] && argv[0][0])
-    progname = "tycho";
   lua_State *L = luaL_newstate();
   if (!L) {
     fprintf(stderr, "%s: cannot create a Lua state: not enough memory\n", progname);
