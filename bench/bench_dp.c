@@ -69,7 +69,7 @@ int main(int argc, char **argv)
   if (comm_build_mesh_groups(&p.mesh, groups, err, sizeof err))
     comm_fatal("%s", err);
   struct trainer t;
-  if (trainer_open(&t, &p, groups[PLAN_AXIS_DP], err, sizeof err) != TRAIN_OK)
+  if (trainer_open(&t, &p, groups, err, sizeof err) != TRAIN_OK)
     comm_fatal("%s", err);
 
   struct train_step_stats st;

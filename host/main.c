@@ -208,7 +208,7 @@ static int cmd_run(lua_State *L, const struct cli *c)
   struct comm_group *groups[PLAN_N_AXES];
   if (comm_build_mesh_groups(&p->mesh, groups, err, sizeof err))
     return host_fail(L, EXIT_RUNTIME, "%s", err);
-  int rc = train_run(p, groups[PLAN_AXIS_DP], stdout, err, sizeof err);
+  int rc = train_run(p, groups, stdout, err, sizeof err);
   if (rc == TRAIN_PLAN_ERROR)
     return host_fail(L, EXIT_USAGE, "plan error: %s", err);
   if (rc != TRAIN_OK)

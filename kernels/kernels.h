@@ -37,6 +37,13 @@ int kernels_init_cpu(int n_threads);
 void encoder_forward(float *out, const int *tokens, const float *wte, int BT, int C);
 /* dwte[tokens[bt], :] += dout[bt, :]. */
 void encoder_backward(float *dwte, const float *dout, const int *tokens, int BT, int C);
+/* A vocabulary shard: wte holds rows [v0, v0 + Vl) of the table. out[bt, :] = that row for
+ * tokens inside the shard, 0 for the others (partial sums over the shards). */
+void encoder_forward_shard(float *out, const int *tokens, const float *wte, int v0, int Vl,
+                           int BT, int C);
+/* dwte[tokens[bt] − v0, :] += dout[bt, :] for tokens inside the shard. */
+void encoder_backward_shard(float *dwte, const float *dout, const int *tokens, int v0, int Vl,
+                            int BT, int C);
 
 /* ---- RMSNorm ------------------------------------------------------------------------------ */
 /* out = inp · rsqrt(mean(inp²) + eps) · weight, per row. out (BT, C), rstd (BT), inp (BT, C),
@@ -120,6 +127,23 @@ void crossentropy_forward(float *losses, float *probs, const float *logits, cons
  * (e.g. 1 / number of counted tokens). dlogits may equal probs. */
 void crossentropy_backward(float *dlogits, const float *probs, const int *targets,
                            float dloss_scale, int BT, int V, int Vp);
+
+/* Cross-entropy over a vocabulary split in column shards (Megatron's vocab-parallel loss):
+ * logits (BT, Vl) hold columns [v0, v0 + Vl) of the padded vocabulary, of which the first
+ * Vvalid = clamp(V − v0, 0, Vl) are real tokens. The caller reduces over the shards between the
+ * calls: stats (3, BT) = [max | Σ exp | target logit].
+ * 1. stats[0] = the shard's max (−inf when it has no real token); reduce with max.
+ * 2. stats[1] = Σ exp(logit − max) over the shard, stats[2] = the target's logit when the
+ *    target is in the shard, else 0; reduce both with sum.
+ * 3. losses (as crossentropy_forward) and probs = exp(logit − max) / Σ (0 in padding columns). */
+void crossentropy_shard_max(float *stats, const float *logits, int BT, int Vvalid, int Vl);
+void crossentropy_shard_sums(float *stats, const float *logits, const int *targets, int v0,
+                             int BT, int Vvalid, int Vl);
+void crossentropy_shard_finish(float *losses, float *probs, const float *logits,
+                               const float *stats, const int *targets, int BT, int Vvalid, int Vl);
+/* dlogits = (probs − onehot(target − v0)) · dloss_scale on the shard, as crossentropy_backward. */
+void crossentropy_shard_backward(float *dlogits, const float *probs, const int *targets, int v0,
+                                 float dloss_scale, int BT, int Vvalid, int Vl);
 
 /* ---- optimizer and gradient utilities ----------------------------------------------------- */
 /* One step of torch.optim.AdamW (defaults: no amsgrad, no maximize), t the 1-based step:

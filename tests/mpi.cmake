@@ -85,9 +85,26 @@ foreach(config "2;0" "4;1" "2;3")
 endforeach()
 
 # `tycho run` under mpirun when something is wrong: every rank stops within seconds, one message.
-foreach(mode world_mismatch hash_mismatch tp_refused data_one_rank export_fails leave_early)
+foreach(mode world_mismatch hash_mismatch pp_refused data_one_rank export_fails leave_early)
   add_test(NAME mpi_run_errors.${mode} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_errors.sh
     ${mode} ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} $<TARGET_FILE:tycho> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(mpi_run_errors.${mode} PROPERTIES TIMEOUT 90 PROCESSORS 2 LABELS mpi
     ENVIRONMENT "${TYCHO_MPI_ENV}")
 endforeach()
+
+# Tensor parallelism against the serial run (the same executable and tolerances; it also holds
+# the tp group's counters to tp_comm_list, the figures `tycho check` prints). NAME RANKS PLAN ARGS.
+function(tycho_tp_equiv name ranks plan)
+  tycho_mpi_test(mpi_tp_equiv.${name} ${ranks} COMMAND $<TARGET_FILE:mpi_dp_equiv>
+    ${PROJECT_SOURCE_DIR}/tests/plans/good/${plan} ${ARGN})
+endfunction()
+tycho_tp_equiv(tp2 2 dp_small.lua --set mesh.tp=2)
+tycho_tp_equiv(tp4_kv4 4 dp_small.lua --set mesh.tp=4 --both model.n_kv_heads=4)
+tycho_tp_equiv(tp4_kv_expanded 4 dp_small.lua --set mesh.tp=4 --set tp_split.k=replicate --set tp_split.v=replicate)
+tycho_tp_equiv(tp2_sp 2 dp_small.lua --set mesh.tp=2 --set sequence_parallel=true)
+tycho_tp_equiv(tp4_sp 4 dp_small.lua --set mesh.tp=4 --set sequence_parallel=true --both model.n_kv_heads=4)
+tycho_tp_equiv(tp2_mixed 2 tp_mixed.lua --set mesh.tp=2)
+tycho_tp_equiv(tp2_mixed_sp 2 tp_mixed.lua --set mesh.tp=2 --set sequence_parallel=true)
+tycho_tp_equiv(tp2_vocab63_tied 2 dp_small.lua --set mesh.tp=2 --both model.vocab=63 --both model.tie_embeddings=true)
+tycho_tp_equiv(tp2_dp2_zero1 4 dp_small.lua --set mesh.tp=2 --set zero=1)
+tycho_tp_equiv(tp2_dp2_zero3_sp 4 dp_small.lua --set mesh.tp=2 --set zero=3 --set sequence_parallel=true)

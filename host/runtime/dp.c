@@ -206,8 +206,65 @@ void dp_gather_params_free(struct dp *d, float *full)
     alloc_free(full);
 }
 
+int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, size_t err_size)
+{
+  const struct model *m = d->model;
+  *have = 0;
+  memset(whole, 0, sizeof *whole);
+  float *full;
+  if (dp_gather_params(d, &full))
+    return errf(err, err_size, "%s", d->err);
+  if (d->rank != 0)
+    return 0;
+  const int tp = m->tp.size;
+  float *all = NULL;
+  int rc = 0;
+  if (tp > 1) {
+    all = alloc_floats(ALLOC_WORKSPACE, (size_t)tp * m->n_elems);
+    if (!all) /* the others are in the gather already: this rank cannot stay */
+      comm_fatal("out of memory gathering the tensor-parallel shards (%zu floats)", (size_t)tp * m->n_elems);
+    if (comm_all_gather(m->tp.group, full, all, m->n_elems, COMM_FP32, NULL))
+      rc = errf(err, err_size, "all-gather of the tensor-parallel shards: %s", comm_error());
+  }
+  if (!rc && m->tp.rank == 0) {
+    rc = model_create_table(whole, &m->config, err, err_size);
+    if (!rc) { /* a copy for export and tests: billed as workspace, as the ZeRO-3 gather is */
+      whole->param_memory = alloc_floats(ALLOC_WORKSPACE, whole->n_elems);
+      if (!whole->param_memory)
+        rc = errf(err, err_size, "out of memory for the whole model (%zu floats)", whole->n_elems);
+      else
+        model_bind_memory(whole, whole->param_memory, NULL);
+    }
+    for (int i = 0; !rc && i < m->n_params; i++) {
+      const struct model_param *p = &m->params[i];
+      if (tp == 1 || p->tp_dim < 0) {
+        memcpy(whole->params[i].data, full + p->offset, p->n_elems * sizeof(float));
+        continue;
+      }
+      for (int r = 0; r < tp; r++)
+        model_param_put_block(p, tp, r, all + (size_t)r * m->n_elems + p->offset, whole->params[i].data);
+    }
+    *have = !rc;
+    if (rc)
+      model_free(whole);
+  }
+  alloc_free(all);
+  dp_gather_params_free(d, full);
+  return rc;
+}
+
 int dp_export(struct dp *d, const char *path, char *err, size_t err_size)
 {
+  if (d->model->tp.size > 1) { /* the shards put together on one rank first */
+    struct model whole;
+    int have;
+    if (dp_gather_whole(d, &whole, &have, err, err_size))
+      return 1;
+    int rc = have ? weights_export(&whole, path, err, err_size) : 0;
+    if (have)
+      model_free(&whole);
+    return rc;
+  }
   float *full;
   if (dp_gather_params(d, &full))
     return errf(err, err_size, "%s", d->err);

@@ -158,6 +158,10 @@ int dp_update(struct dp *d, struct optimizer *o, long long step, double lr);
  * gathered copy that dp_gather_params_free releases. 0 ok; -1 (d->err). */
 int dp_gather_params(struct dp *d, float **full);
 void dp_gather_params_free(struct dp *d, float *full);
+/* Collective over the dp and TP groups: the whole model (every parameter unsplit, in a model
+ * of its own with a group of one) on rank 0 of both; *have says where. Free with model_free.
+ * 0 ok; nonzero with a message. */
+int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, size_t err_size);
 /* Collective: exports every parameter from rank 0 (weights_export). 0 ok; nonzero with a
  * message on the rank that failed. */
 int dp_export(struct dp *d, const char *path, char *err, size_t err_size);

@@ -10,16 +10,25 @@
 #include "kernels.h"
 #include "runtime/dp.h"
 
+/* out = Σ over group g of local, in rank order (the same bits everywhere). */
+static int ordered_sum(struct dp *d, struct comm_group *g, const double *local, double *out, int n);
+
 int dp_sum(struct dp *d, const double *local, double *out, int n)
 {
-  if (!d->group || d->size == 1) {
+  return ordered_sum(d, d->group, local, out, n);
+}
+
+static int ordered_sum(struct dp *d, struct comm_group *g, const double *local, double *out, int n)
+{
+  const int size = g ? g->size : 1;
+  if (size == 1) {
     memcpy(out, local, (size_t)n * sizeof *out);
     return 0;
   }
   /* All-gathered as 64-bit words (moved, never reduced by MPI), then summed here in rank
    * order: every rank adds the same numbers in the same order. */
   int64_t mine[8];
-  int64_t *all = malloc((size_t)d->size * (size_t)n * sizeof *all);
+  int64_t *all = malloc((size_t)size * (size_t)n * sizeof *all);
   if (!all || n > 8) {
     free(all);
     snprintf(d->err, sizeof d->err, "dp_sum: out of memory");
@@ -27,13 +36,13 @@ int dp_sum(struct dp *d, const double *local, double *out, int n)
     return -1;
   }
   memcpy(mine, local, (size_t)n * sizeof(double));
-  if (comm_all_gather(d->group, mine, all, (size_t)n, COMM_INT64, NULL)) {
+  if (comm_all_gather(g, mine, all, (size_t)n, COMM_INT64, NULL)) {
     free(all);
     return dp_fail(d, "all-gather of the loss and norm");
   }
   for (int i = 0; i < n; i++) {
     double sum = 0.0;
-    for (int r = 0; r < d->size; r++) {
+    for (int r = 0; r < size; r++) {
       double x;
       memcpy(&x, &all[(size_t)r * (size_t)n + (size_t)i], sizeof x);
       sum += x;
@@ -56,10 +65,34 @@ static float *share_grads(struct dp *d, int b)
 double dp_grad_norm(struct dp *d)
 {
   double local = 0.0, total;
-  for (int b = 0; b < d->layout.n_buckets; b++) /* the padding holds zeros */
-    local += sumsq(share_grads(d, b), d->layout.buckets[b].share);
+  const struct model *m = d->model;
+  if (m->tp.size == 1) {
+    for (int b = 0; b < d->layout.n_buckets; b++) /* the padding holds zeros */
+      local += sumsq(share_grads(d, b), d->layout.buckets[b].share);
+  } else {
+    /* Split parameters count on every TP rank, whole ones on TP rank 0 only. */
+    for (int b = 0; b < d->layout.n_buckets; b++) {
+      const struct dp_bucket *k = &d->layout.buckets[b];
+      const size_t s0 = k->start + (size_t)d->rank * k->share, s1 = s0 + k->share;
+      const float *g = share_grads(d, b);
+      for (int i = k->first_param; i <= k->last_param; i++) {
+        const struct model_param *p = &m->params[i];
+        if (p->tp_dim < 0 && m->tp.rank != 0)
+          continue;
+        size_t lo = p->offset > s0 ? p->offset : s0;
+        size_t hi = p->offset + p->n_elems < s1 ? p->offset + p->n_elems : s1;
+        if (lo < hi)
+          local += sumsq(g + (lo - s0), hi - lo);
+      }
+    }
+  }
   if (dp_sum(d, &local, &total, 1))
     return -1.0;
+  if (m->tp.size > 1) {
+    double over_dp = total;
+    if (ordered_sum(d, m->tp.group, &over_dp, &total, 1))
+      return -1.0;
+  }
   return sqrt(total);
 }
 

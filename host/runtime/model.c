@@ -12,14 +12,16 @@
 
 #include "kernels.h"
 #include "philox.h"
+#include "comm/comm.h"
 #include "runtime/alloc.h"
+#include "util/err.h"
 #include "util/hash.h"
 
 enum { PARAM_ALIGN_FLOATS = 16 };
 
 static void add_param(struct model *m, enum model_param_kind kind, int layer, const char *name,
                       int n_dims, int64_t d0, int64_t d1, int64_t rows, float init_std,
-                      size_t *offset)
+                      int tp_dim, size_t *offset)
 {
   struct model_param *p = &m->params[m->n_params++];
   snprintf(p->name, sizeof p->name, "%s", name);
@@ -29,11 +31,53 @@ static void add_param(struct model *m, enum model_param_kind kind, int layer, co
   p->shape[0] = d0;
   p->shape[1] = n_dims == 2 ? d1 : 0;
   p->rows = rows;
-  p->n_elems = n_dims == 2 ? (size_t)rows * (size_t)d1 : (size_t)d0;
+  p->tp_dim = m->tp.size > 1 && n_dims == 2 ? tp_dim : -1;
+  p->local[0] = rows;
+  p->local[1] = p->shape[1];
+  p->start[0] = p->start[1] = 0;
+  if (p->tp_dim >= 0) {
+    p->local[p->tp_dim] /= m->tp.size;
+    p->start[p->tp_dim] = p->local[p->tp_dim] * m->tp.rank;
+  }
+  p->n_elems = n_dims == 2 ? (size_t)p->local[0] * (size_t)p->local[1] : (size_t)d0;
   p->offset = *offset;
   p->weight_decay = n_dims == 2;
   p->init_std = init_std;
   *offset += (p->n_elems + PARAM_ALIGN_FLOATS - 1) / PARAM_ALIGN_FLOATS * PARAM_ALIGN_FLOATS;
+}
+
+/* The dimension of the weight (OC, IC) a split cuts: rows for column and vocab, columns for row. */
+static int split_dim(uint8_t split)
+{
+  return split == PLAN_SPLIT_COLUMN || split == PLAN_SPLIT_VOCAB ? 0
+       : split == PLAN_SPLIT_ROW ? 1 : -1;
+}
+
+void model_param_take_block(const struct model_param *p, const float *whole, float *block)
+{
+  if (p->n_dims == 1 || p->tp_dim < 0) {
+    memcpy(block, whole, p->n_elems * sizeof(float));
+    return;
+  }
+  const int64_t cols = p->shape[1];
+  for (int64_t r = 0; r < p->local[0]; r++)
+    memcpy(block + r * p->local[1], whole + (p->start[0] + r) * cols + p->start[1],
+           (size_t)p->local[1] * sizeof(float));
+}
+
+void model_param_put_block(const struct model_param *p, int tp_size, int tp_rank,
+                           const float *block, float *whole)
+{
+  if (p->n_dims == 1 || p->tp_dim < 0) {
+    memcpy(whole, block, p->n_elems * sizeof(float));
+    return;
+  }
+  (void)tp_size;
+  const int64_t cols = p->shape[1];
+  int64_t r0 = p->tp_dim == 0 ? p->local[0] * tp_rank : 0;
+  int64_t c0 = p->tp_dim == 1 ? p->local[1] * tp_rank : 0;
+  for (int64_t r = 0; r < p->local[0]; r++)
+    memcpy(whole + (r0 + r) * cols + c0, block + r * p->local[1], (size_t)p->local[1] * sizeof(float));
 }
 
 static int check_config(struct plan_model *c, char *err, size_t n)
@@ -55,10 +99,8 @@ static int check_config(struct plan_model *c, char *err, size_t n)
   return 0;
 }
 
-int model_create_table(struct model *m, const struct plan_model *cfg, char *err, size_t err_size)
+static int create_table(struct model *m, char *err, size_t err_size)
 {
-  memset(m, 0, sizeof *m);
-  m->config = *cfg;
   struct plan_model *c = &m->config;
   if (check_config(c, err, err_size))
     return 1;
@@ -68,7 +110,9 @@ int model_create_table(struct model *m, const struct plan_model *cfg, char *err,
   m->params = calloc((size_t)L * 9 + 3, sizeof *m->params);
   m->layers = calloc((size_t)L, sizeof *m->layers);
   m->layer_grads = calloc((size_t)L, sizeof *m->layer_grads);
-  if (!m->params || !m->layers || !m->layer_grads) {
+  if (!m->tp.layers)
+    m->tp.layers = calloc((size_t)L, sizeof *m->tp.layers);
+  if (!m->params || !m->layers || !m->layer_grads || !m->tp.layers) {
     snprintf(err, err_size, "out of memory for the parameter table of a %d-layer model", L);
     model_free(m);
     return 1;
@@ -76,14 +120,15 @@ int model_create_table(struct model *m, const struct plan_model *cfg, char *err,
 
   size_t offset = 0;
   char name[MODEL_NAME_MAX];
-  add_param(m, MODEL_EMBED, -1, "model.embed_tokens.weight", 2, V, C, Vp, std, &offset);
+  add_param(m, MODEL_EMBED, -1, "model.embed_tokens.weight", 2, V, C, Vp, std,
+            split_dim(m->tp.io.split[PLAN_MOD_EMBED]), &offset);
   for (int l = 0; l < L; l++) {
-    static const struct { enum model_param_kind kind; const char *suffix; } table[] = {
-      { MODEL_Q, "self_attn.q_proj.weight" }, { MODEL_K, "self_attn.k_proj.weight" },
-      { MODEL_V, "self_attn.v_proj.weight" }, { MODEL_O, "self_attn.o_proj.weight" },
-      { MODEL_GATE, "mlp.gate_proj.weight" }, { MODEL_UP, "mlp.up_proj.weight" },
-      { MODEL_DOWN, "mlp.down_proj.weight" }, { MODEL_ATTN_NORM, "input_layernorm.weight" },
-      { MODEL_MLP_NORM, "post_attention_layernorm.weight" },
+    static const struct { enum model_param_kind kind; const char *suffix; int module; } table[] = {
+      { MODEL_Q, "self_attn.q_proj.weight", PLAN_MOD_Q }, { MODEL_K, "self_attn.k_proj.weight", PLAN_MOD_K },
+      { MODEL_V, "self_attn.v_proj.weight", PLAN_MOD_V }, { MODEL_O, "self_attn.o_proj.weight", PLAN_MOD_O },
+      { MODEL_GATE, "mlp.gate_proj.weight", PLAN_MOD_GATE }, { MODEL_UP, "mlp.up_proj.weight", PLAN_MOD_UP },
+      { MODEL_DOWN, "mlp.down_proj.weight", PLAN_MOD_DOWN }, { MODEL_ATTN_NORM, "input_layernorm.weight", -1 },
+      { MODEL_MLP_NORM, "post_attention_layernorm.weight", -1 },
     };
     for (int j = 0; j < 9; j++) {
       int64_t out = 0, in = 0;
@@ -98,16 +143,60 @@ int model_create_table(struct model *m, const struct plan_model *cfg, char *err,
       snprintf(name, sizeof name, "model.layers.%d.%s", l, table[j].suffix);
       if (out)
         add_param(m, table[j].kind, l, name, 2, out, in, out,
-                  table[j].kind == MODEL_O || table[j].kind == MODEL_DOWN ? std_out : std, &offset);
+                  table[j].kind == MODEL_O || table[j].kind == MODEL_DOWN ? std_out : std,
+                  split_dim(m->tp.layers[l].split[table[j].module]), &offset);
       else
-        add_param(m, table[j].kind, l, name, 1, C, 0, C, 0.0f, &offset);
+        add_param(m, table[j].kind, l, name, 1, C, 0, C, 0.0f, -1, &offset);
     }
   }
-  add_param(m, MODEL_FINAL_NORM, -1, "model.norm.weight", 1, C, 0, C, 0.0f, &offset);
+  add_param(m, MODEL_FINAL_NORM, -1, "model.norm.weight", 1, C, 0, C, 0.0f, -1, &offset);
   if (!c->tie_embeddings)
-    add_param(m, MODEL_HEAD, -1, "lm_head.weight", 2, V, C, Vp, std, &offset);
+    add_param(m, MODEL_HEAD, -1, "lm_head.weight", 2, V, C, Vp, std,
+              split_dim(m->tp.io.split[PLAN_MOD_HEAD]), &offset);
   m->n_elems = offset;
   return 0;
+}
+
+static void replicated_layout(struct tp_layer_layout *y)
+{
+  memset(y, 0, sizeof *y);
+  for (int k = 0; k < PLAN_N_MODULES; k++) y->split[k] = PLAN_SPLIT_REPLICATE;
+  y->home = TP_R;
+  y->kv = TP_R;
+}
+
+int model_create_table(struct model *m, const struct plan_model *cfg, char *err, size_t err_size)
+{
+  memset(m, 0, sizeof *m);
+  m->config = *cfg;
+  m->tp.size = 1;
+  replicated_layout(&m->tp.io);
+  if (cfg->n_layers > 0) {
+    m->tp.layers = calloc((size_t)cfg->n_layers, sizeof *m->tp.layers);
+    if (!m->tp.layers)
+      return errf(err, err_size, "out of memory for the layer layouts");
+    for (int l = 0; l < cfg->n_layers; l++) replicated_layout(&m->tp.layers[l]);
+  }
+  return create_table(m, err, err_size);
+}
+
+int model_create_table_tp(struct model *m, const struct plan *p, struct comm_group *tp,
+                          char *err, size_t err_size)
+{
+  memset(m, 0, sizeof *m);
+  m->config = p->model;
+  m->tp.group = tp;
+  m->tp.size = tp ? tp->size : 1;
+  m->tp.rank = tp ? tp->rank : 0;
+  if (m->tp.size != p->mesh.tp)
+    return errf(err, err_size, "mesh.tp = %d, but the tensor-parallel group has %d ranks",
+                p->mesh.tp, m->tp.size);
+  tp_layer_layout(p, -1, &m->tp.io);
+  m->tp.layers = calloc((size_t)p->model.n_layers, sizeof *m->tp.layers);
+  if (!m->tp.layers)
+    return errf(err, err_size, "out of memory for the layer layouts");
+  for (int l = 0; l < p->model.n_layers; l++) tp_layer_layout(p, l, &m->tp.layers[l]);
+  return create_table(m, err, err_size);
 }
 
 int model_create(struct model *m, const struct plan_model *cfg, char *err, size_t err_size)
@@ -170,6 +259,7 @@ void model_free(struct model *m)
   alloc_free(m->param_memory);
   alloc_free(m->grad_memory);
   free(m->params);
+  free(m->tp.layers);
   free(m->layers);
   free(m->layer_grads);
   memset(m, 0, sizeof *m);
@@ -187,12 +277,17 @@ void model_init(struct model *m, uint64_t seed)
     }
     uint64_t stream = hash_fnv1a64(p->name);
     const uint32_t lo = (uint32_t)stream, hi = (uint32_t)(stream >> 32);
-    const size_t n_logical = (size_t)p->shape[0] * (size_t)p->shape[1];
+    const int64_t cols = p->shape[1], rows = p->local[0], lcols = p->local[1];
     const float std = p->init_std;
     float *data = p->data;
 #pragma omp parallel for
-    for (size_t e = 0; e < n_logical; e++) data[e] = std * philox_normal(seed, lo, hi, e);
-    memset(data + n_logical, 0, (p->n_elems - n_logical) * sizeof(float)); /* padding rows */
+    for (int64_t r = 0; r < rows; r++) {
+      const int64_t row = p->start[0] + r; /* in the whole tensor; rows ≥ shape[0] are padding */
+      for (int64_t c = 0; c < lcols; c++) {
+        uint64_t e = (uint64_t)(row * cols + p->start[1] + c);
+        data[r * lcols + c] = row < p->shape[0] ? std * philox_normal(seed, lo, hi, e) : 0.0f;
+      }
+    }
   }
 }
 
@@ -235,53 +330,99 @@ static float *carve(struct carve *c, size_t n_elems)
   return p;
 }
 
+void model_layer_dims(const struct model *m, int layer, struct model_layer_dims *d)
+{
+  const struct plan_model *c = &m->config;
+  const struct tp_layer_layout *y = &m->tp.layers[layer];
+  const int tp = m->tp.size, HS = c->head_dim;
+  const int full_out[PLAN_N_MODULES] = { 0, c->n_heads * HS, c->n_kv_heads * HS, c->n_kv_heads * HS,
+                                         c->dim, c->ffn_dim, c->ffn_dim, c->dim, 0 };
+  const int full_in[PLAN_N_MODULES] = { 0, c->dim, c->dim, c->dim, c->n_heads * HS, c->dim, c->dim,
+                                        c->ffn_dim, 0 };
+  memset(d, 0, sizeof *d);
+  for (int k = PLAN_LAYER_MOD_FIRST; k <= PLAN_LAYER_MOD_LAST; k++) {
+    d->w_out[k] = full_out[k] / (y->split[k] == PLAN_SPLIT_COLUMN ? tp : 1);
+    d->w_in[k] = full_in[k] / (y->split[k] == PLAN_SPLIT_ROW ? tp : 1);
+  }
+  d->NHl = y->attn_sharded ? c->n_heads / tp : c->n_heads;
+  d->NKVl = y->kv == TP_FEAT ? c->n_kv_heads / tp : y->kv == TP_KV ? d->NHl : c->n_kv_heads;
+  d->A = d->NHl * HS;
+  d->Fl = y->mlp_sharded ? c->ffn_dim / tp : c->ffn_dim;
+}
+
+int model_home_T(const struct model *m, int T)
+{
+  return m->tp.io.home == TP_SEQ ? T / m->tp.size : T;
+}
+
 /* Lays out every buffer; with base NULL it only counts. */
-static void layout_acts(struct model_acts *a, const struct plan_model *c, struct carve *act,
+static void layout_acts(struct model_acts *a, const struct model *m, struct carve *act,
                         struct carve *work)
 {
+  const struct plan_model *c = &m->config;
   const size_t BT = (size_t)a->B_max * a->T_max, C = (size_t)c->dim, F = (size_t)c->ffn_dim;
-  const size_t HS = (size_t)c->head_dim, NH = (size_t)c->n_heads, NKV = (size_t)c->n_kv_heads;
-  const size_t TT = (size_t)a->T_max * a->T_max;
+  const size_t BTh = (size_t)a->B_max * model_home_T(m, a->T_max);
+  const size_t TT = (size_t)a->T_max * a->T_max, HS = (size_t)c->head_dim;
+  const size_t Vl = (size_t)c->vocab_padded / (m->tp.io.split[PLAN_MOD_HEAD] == PLAN_SPLIT_VOCAB ? m->tp.size : 1);
   const int drop = c->dropout > 0.0;
-  a->residual = carve(act, (size_t)(c->n_layers + 1) * BT * C);
+  int NH_max = 1;
+  a->residual = carve(act, (size_t)(c->n_layers + 1) * BTh * C);
   for (int l = 0; l < c->n_layers; l++) {
     struct model_layer_acts *la = &a->layers[l];
-    la->ln1 = carve(act, BT * C);
-    la->ln1_rstd = carve(act, BT);
-    la->q = carve(act, BT * NH * HS);
-    la->k = carve(act, BT * NKV * HS);
-    la->v = carve(act, BT * NKV * HS);
-    la->probs = carve(act, a->B_max * NH * TT);
-    la->probs_mask = drop ? carve(act, a->B_max * NH * TT) : NULL;
-    la->atty = carve(act, BT * NH * HS);
-    la->attn_mask = drop ? carve(act, BT * C) : NULL;
-    la->mid = carve(act, BT * C);
-    la->ln2 = carve(act, BT * C);
-    la->ln2_rstd = carve(act, BT);
-    la->gate = carve(act, BT * F);
-    la->up = carve(act, BT * F);
-    la->hidden = carve(act, BT * F);
-    la->mlp_mask = drop ? carve(act, BT * C) : NULL;
+    struct model_layer_dims d;
+    model_layer_dims(m, l, &d);
+    NH_max = d.NHl > NH_max ? d.NHl : NH_max;
+    la->ln1 = carve(act, BTh * C);
+    la->ln1_rstd = carve(act, BTh);
+    la->q = carve(act, BT * (size_t)d.NHl * HS);
+    la->k = carve(act, BT * (size_t)d.NKVl * HS);
+    la->v = carve(act, BT * (size_t)d.NKVl * HS);
+    la->probs = carve(act, a->B_max * (size_t)d.NHl * TT);
+    la->probs_mask = drop ? carve(act, a->B_max * (size_t)d.NHl * TT) : NULL;
+    la->atty = carve(act, BT * (size_t)d.A);
+    la->o_in = d.w_in[PLAN_MOD_O] == d.A && !(m->tp.layers[l].attn_sharded ^ (m->tp.layers[l].split[PLAN_MOD_O] == PLAN_SPLIT_ROW))
+                 ? la->atty : carve(act, BT * (size_t)d.w_in[PLAN_MOD_O]);
+    la->attn_mask = drop ? carve(act, BTh * C) : NULL;
+    la->mid = carve(act, BTh * C);
+    la->ln2 = carve(act, BTh * C);
+    la->ln2_rstd = carve(act, BTh);
+    la->gate = carve(act, BT * (size_t)d.Fl);
+    la->up = carve(act, BT * (size_t)d.Fl);
+    la->hidden = carve(act, BT * (size_t)d.Fl);
+    la->down_in = (m->tp.layers[l].mlp_sharded == (m->tp.layers[l].split[PLAN_MOD_DOWN] == PLAN_SPLIT_ROW))
+                    ? la->hidden : carve(act, BT * (size_t)d.w_in[PLAN_MOD_DOWN]);
+    la->mlp_mask = drop ? carve(act, BTh * C) : NULL;
   }
-  a->lnf = carve(act, BT * C);
-  a->lnf_rstd = carve(act, BT);
-  a->logits = carve(act, BT * (size_t)c->vocab_padded);
+  a->lnf = carve(act, BTh * C);
+  a->lnf_rstd = carve(act, BTh);
+  a->head_in = m->tp.io.home == TP_R ? a->lnf : carve(act, BT * C);
+  a->logits = carve(act, BT * Vl);
   a->losses = carve(act, BT);
+  a->ce_stats = carve(act, BT * 3);
   a->rope_cos = carve(act, (size_t)a->T_max * HS / 2);
   a->rope_sin = carve(act, (size_t)a->T_max * HS / 2);
   a->tokens = (int *)carve(act, BT); /* sizeof(int) == sizeof(float) */
 
-  a->dresidual = carve(work, BT * C);
+  size_t widest = C > F ? C : F;
+  widest = widest > (size_t)c->vocab_padded ? widest : (size_t)c->vocab_padded;
+  a->dresidual = carve(work, BTh * C);
   a->work_c1 = carve(work, BT * C);
   a->work_c2 = carve(work, BT * C);
-  a->dq = carve(work, BT * NH * HS);
-  a->dk = carve(work, BT * NKV * HS);
-  a->dv = carve(work, BT * NKV * HS);
+  a->work_c3 = carve(work, BT * C);
+  a->work_c4 = carve(work, BT * C);
+  a->in_r = carve(work, BT * C);
+  a->in_f = carve(work, BT * C);
+  a->dq = carve(work, BT * C);
+  a->dk = carve(work, BT * C);
+  a->dv = carve(work, BT * C);
   a->dhidden = carve(work, BT * F);
   a->dgate = carve(work, BT * F);
   a->dup = carve(work, BT * F);
-  a->attn_scratch = carve(work, attention_scratch_n_elems(a->B_max, a->T_max, c->n_heads,
-                                                          c->n_kv_heads));
+  a->work_f1 = carve(work, BT * F);
+  a->work_f2 = carve(work, BT * F);
+  a->pack = m->tp.size > 1 ? carve(work, BT * widest) : NULL;
+  a->gains = carve(work, 2 * C);
+  a->attn_scratch = carve(work, attention_scratch_n_elems(a->B_max, a->T_max, NH_max, NH_max));
 }
 
 int model_acts_create(struct model_acts *a, const struct model *m, int B_max, int T_max,
@@ -295,7 +436,7 @@ int model_acts_create(struct model_acts *a, const struct model *m, int B_max, in
   if (!a->layers)
     goto out_of_memory;
   struct carve act = { 0 }, work = { 0 };
-  layout_acts(a, &m->config, &act, &work);
+  layout_acts(a, m, &act, &work);
   act.base = alloc_floats(ALLOC_ACTIVATIONS, act.used);
   work.base = alloc_floats(ALLOC_WORKSPACE, work.used);
   if (!act.base || !work.base) {
@@ -306,7 +447,7 @@ int model_acts_create(struct model_acts *a, const struct model *m, int B_max, in
   act.used = work.used = 0;
   a->activation_memory = act.base;
   a->workspace_memory = work.base;
-  layout_acts(a, &m->config, &act, &work);
+  layout_acts(a, m, &act, &work);
   rope_table(a->rope_cos, a->rope_sin, T_max, m->config.head_dim, m->config.rope_theta, 0);
   return 0;
 

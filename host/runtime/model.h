@@ -17,8 +17,11 @@
 #include <stdint.h>
 
 #include "plan/plan.h"
+#include "plan/tp_layout.h"
 
 #define MODEL_NAME_MAX 64
+
+struct comm_group;
 
 enum model_param_kind {
   MODEL_EMBED, MODEL_ATTN_NORM, MODEL_Q, MODEL_K, MODEL_V, MODEL_O, MODEL_MLP_NORM,
@@ -35,7 +38,11 @@ struct model_param {
   int n_dims;                /* 1 (norm gains) or 2 */
   int64_t shape[2];          /* Hugging Face shape: unpadded */
   int64_t rows;              /* rows stored: shape[0], or Vp for the embedding and the head */
-  size_t n_elems;            /* stored elements: rows · shape[1] (2-D) or shape[0] */
+  size_t n_elems;            /* elements stored on this rank: local[0] · local[1] (2-D) or shape[0] */
+  int tp_dim;                /* −1 whole on every TP rank; 0 rows or 1 columns split over the TP group */
+  int64_t local[2];          /* the stored (rows, columns) on this rank: (rows, shape[1]) cut by tp
+                              * along tp_dim; (shape[0], 0) for a norm gain */
+  int64_t start[2];          /* where this rank's block starts in the stored (rows, shape[1]) */
   size_t offset;             /* in the flat layout (param_memory, grad_memory), 16-float aligned */
   float *data;               /* (rows, shape[1]) or (shape[0]); NULL where this rank does not hold
                               * it (ZeRO-3 between gathers) */
@@ -54,8 +61,20 @@ struct model_layer_weights {
   float *wdown;              /* (C, F) */
 };
 
+/* Tensor parallelism (plan/tp_layout.h): the TP group and each layer's layouts. A model made
+ * without a plan (model_create_table) has a group of one and every layout replicated. */
+struct model_tp {
+  struct comm_group *group;  /* NULL: a group of one */
+  int size, rank;
+  struct tp_layer_layout *layers; /* (L) */
+  struct tp_layer_layout io;      /* embedding and head splits, home layout */
+  int failed;                /* a collective failed; the message is in err */
+  char err[256];
+};
+
 struct model {
   struct plan_model config;  /* head_dim and vocab_padded filled in */
+  struct model_tp tp;
   int n_params;
   struct model_param *params; /* (n_params) in Hugging Face order: embedding, layers, norm, head */
   size_t n_elems;            /* floats in the flat layout, padding included */
@@ -68,23 +87,39 @@ struct model {
   float *head, *dhead;       /* (Vp, C); the embedding's when tie_embeddings */
 };
 
+/* This rank's widths in layer l (features per token), from the layer's layouts. */
+struct model_layer_dims {
+  int NHl, NKVl;             /* heads the attention runs on here (KV heads after expansion) */
+  int w_out[PLAN_N_MODULES]; /* output width of each linear q .. down as stored here */
+  int w_in[PLAN_N_MODULES];  /* input width each linear reads */
+  int A;                     /* attention output width: NHl · HS */
+  int Fl;                    /* SwiGLU width */
+};
+void model_layer_dims(const struct model *m, int layer, struct model_layer_dims *d);
+/* Tokens per sample in the home layout: T, or T / tp under sequence parallelism. */
+int model_home_T(const struct model *m, int T);
+
 /* Activations of one forward, kept for backward, for up to B_max × T_max tokens. */
+/* Sizes are this rank's: "Th" is T, or T/tp in the home layout under sequence parallelism;
+ * NHl, NKVl the heads the attention runs on here; Fl the ffn columns SwiGLU runs on here. */
 struct model_layer_acts {
-  float *ln1;                /* (B, T, C) input of q, k, v */
-  float *ln1_rstd;           /* (B, T) */
-  float *q;                  /* (B, T, NH, HS) after RoPE */
-  float *k;                  /* (B, T, NKV, HS) after RoPE */
-  float *v;                  /* (B, T, NKV, HS) */
-  float *probs;              /* (B, NH, T, T) softmax before dropout */
-  float *probs_mask;         /* (B, NH, T, T) dropout mask, NULL when the model has no dropout */
-  float *atty;               /* (B, T, NH·HS) input of o_proj */
-  float *attn_mask;          /* (B, T, C) dropout mask on the attention branch, or NULL */
-  float *mid;                /* (B, T, C) the residual stream between attention and MLP */
-  float *ln2;                /* (B, T, C) input of gate and up */
-  float *ln2_rstd;           /* (B, T) */
-  float *gate, *up;          /* (B, T, F) */
-  float *hidden;             /* (B, T, F) silu(gate) ⊙ up, input of down_proj */
-  float *mlp_mask;           /* (B, T, C) dropout mask on the MLP branch, or NULL */
+  float *ln1;                /* (B, Th, C) output of the attention norm */
+  float *ln1_rstd;           /* (B, Th) */
+  float *q;                  /* (B, T, NHl, HS) after RoPE */
+  float *k;                  /* (B, T, NKVl, HS) after RoPE */
+  float *v;                  /* (B, T, NKVl, HS) */
+  float *probs;              /* (B, NHl, T, T) softmax before dropout */
+  float *probs_mask;         /* (B, NHl, T, T) dropout mask, NULL when the model has no dropout */
+  float *atty;               /* (B, T, NHl·HS) the attention's output */
+  float *o_in;               /* input of o_proj in the layout its split needs (atty when equal) */
+  float *attn_mask;          /* (B, Th, C) dropout mask on the attention branch, or NULL */
+  float *mid;                /* (B, Th, C) the residual stream between attention and MLP */
+  float *ln2;                /* (B, Th, C) output of the MLP norm */
+  float *ln2_rstd;           /* (B, Th) */
+  float *gate, *up;          /* (B, T, Fl) in SwiGLU's layout */
+  float *hidden;             /* (B, T, Fl) silu(gate) ⊙ up */
+  float *down_in;            /* input of down_proj in the layout its split needs (hidden when equal) */
+  float *mlp_mask;           /* (B, Th, C) dropout mask on the MLP branch, or NULL */
 };
 
 struct model_acts {
@@ -92,20 +127,27 @@ struct model_acts {
   int B, T;                  /* of the last forward */
   int dropout_on;            /* the last forward applied dropout */
   int *tokens;               /* (B, T) inputs of the last forward */
-  float *residual;           /* (L + 1, B_max·T_max, C): [0] embeddings, [l + 1] output of layer l */
+  float *residual;           /* (L + 1, B_max·Th_max, C): [0] embeddings, [l + 1] output of layer l */
   struct model_layer_acts *layers; /* (L) */
-  float *lnf;                /* (B, T, C) final RMSNorm output */
-  float *lnf_rstd;           /* (B, T) */
-  float *logits;             /* (B, T, Vp): logits, then probabilities (in place), then dlogits */
+  float *lnf;                /* (B, Th, C) final RMSNorm output */
+  float *lnf_rstd;           /* (B, Th) */
+  float *head_in;            /* (B, T, C) the head's input, gathered (lnf when equal) */
+  float *logits;             /* (B, T, Vl): logits, then probabilities (in place), then dlogits;
+                              * Vl = Vp, or Vp/tp columns of the vocabulary when the head is split */
   float *losses;             /* (B, T) */
+  float *ce_stats;           /* (B, T, 3) vocab-parallel cross-entropy: max, Σ exp, target logit */
   float *rope_cos, *rope_sin; /* (T_max, HS/2) */
-  /* workspace, forward and backward */
-  float *dresidual;          /* (B, T, C) gradient of the residual stream */
-  float *work_c1, *work_c2;  /* (B, T, C) */
-  float *dq;                 /* (B, T, NH, HS) */
-  float *dk, *dv;            /* (B, T, NKV, HS) */
+  /* workspace, forward and backward (all (B, T, ·) with the full width unless said) */
+  float *dresidual;          /* (B, Th, C) gradient of the residual stream */
+  float *work_c1, *work_c2, *work_c3, *work_c4; /* (B, T, C) */
+  float *in_r, *in_f;        /* (B, T, C) a norm's output brought to R and to FEAT */
+  float *dq;                 /* (B, T, C) */
+  float *dk, *dv;            /* (B, T, C) */
   float *dhidden, *dgate, *dup; /* (B, T, F) */
-  float *attn_scratch;       /* attention_scratch_n_elems(B_max, T_max, NH, NKV) */
+  float *work_f1, *work_f2;  /* (B, T, F) */
+  float *pack;               /* (B, T, max(C, F, Vp)) staging for gathers and reduce-scatters */
+  float *gains;              /* (2C) norm-gain gradients of sequence-parallel norms */
+  float *attn_scratch;       /* attention_scratch_n_elems(B_max, T_max, NH, NH) */
   float *activation_memory;  /* the one block tokens .. rope_sin live in (billed "activations") */
   float *workspace_memory;   /* the one block dresidual .. attn_scratch live in ("workspace") */
 };
@@ -127,6 +169,15 @@ int model_create(struct model *m, const struct plan_model *cfg, char *err, size_
 /* The parameter table alone: offsets packed as model_create packs them, n_elems set, no memory,
  * every data and grad pointer NULL. The caller lays out and binds the memory (dp.h). */
 int model_create_table(struct model *m, const struct plan_model *cfg, char *err, size_t err_size);
+/* The same for this rank of the plan's TP group (tp: NULL for a group of one, else of size
+ * mesh.tp): split parameters hold this rank's block, and the layers follow the plan's layouts. */
+int model_create_table_tp(struct model *m, const struct plan *p, struct comm_group *tp,
+                          char *err, size_t err_size);
+/* Copies this rank's block of parameter p out of its whole stored tensor (rows, shape[1]). */
+void model_param_take_block(const struct model_param *p, const float *whole, float *block);
+/* The inverse: writes the block of TP rank `tp_rank` into the whole stored tensor. */
+void model_param_put_block(const struct model_param *p, int tp_size, int tp_rank,
+                           const float *block, float *whole);
 /* Points every parameter at params + offset and grads + offset (NULL gives NULL), then the views. */
 void model_bind_memory(struct model *m, float *params, float *grads);
 /* Refreshes the views (layers, layer_grads, wte, head, ...) from the parameters' data and grad
@@ -136,7 +187,8 @@ void model_bind_views(struct model *m);
 void model_free(struct model *m);
 /* Element i of parameter `name` = init_std · philox_normal(seed, stream = FNV-1a 64 of name,
  * i) for 2-D tensors (i over the unpadded tensor; padding rows stay 0); norm gains = 1. A
- * function of (seed, name, i) only. Parameters whose data is NULL are skipped. */
+ * function of (seed, name, i) only: a TP rank computes its block of the same values.
+ * Parameters whose data is NULL are skipped. */
 void model_init(struct model *m, uint64_t seed);
 const struct model_param *model_find(const struct model *m, const char *name);
 void model_zero_grads(struct model *m);
@@ -157,6 +209,10 @@ void model_layer_forward(const struct model *m, struct model_acts *a, int layer,
 /* logits from residual[L]; with targets (B, T) also the losses: returns Σ losses (the sum over
  * the B·T tokens, targets −1 excluded), else 0 and logits stay readable in a->logits. */
 double model_head_forward(const struct model *m, struct model_acts *a, const int *targets);
+/* After model_head_forward: out[i] = the token with the largest logit in row rows[i] (of the
+ * B·T rows; the first such token on ties), over the whole vocabulary when the head is split.
+ * Collective on the TP group. n ≤ B·T. */
+void model_head_argmax(struct model *m, struct model_acts *a, const int *rows, int n, int *out);
 /* All of the above: Σ losses of the batch. dropout may be NULL (none). */
 double model_forward(const struct model *m, struct model_acts *a, const int *tokens,
                      const int *targets, const struct model_dropout *dropout, int B, int T);

@@ -1,94 +1,548 @@
 /* Forward and backward of the model, piece by piece: embedding, one block, head. Each piece
  * reads and writes the activations of struct model_acts only, so a pipeline stage runs the
  * pieces it owns and a recompute can rerun one. Dropout masks are drawn per sample from its
- * logical coordinates (DESIGN 3.4), never from the batch row, so micro-batching, data
- * parallelism and recompute all see the same masks. */
+ * logical coordinates (DESIGN 3.4), never from the batch row or the rank, so micro-batching,
+ * data and tensor parallelism and recompute all see the serial run's masks.
+ *
+ * Tensor parallelism follows plan/tp_layout.h: each linear computes on the layout its split
+ * needs, and `convert` turns one layout into another with the collective the algebra names
+ * (a group of one makes every conversion a copy). The order of conversions here is the order
+ * tp_comm_list lists them in; mpi_tp_equiv holds the two together. */
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "comm/comm.h"
 #include "kernels.h"
 #include "runtime/model.h"
 
 static float *residual_at(const struct model_acts *a, const struct model *m, int index)
 {
-  return a->residual + (size_t)index * a->B_max * a->T_max * m->config.dim;
+  return a->residual + (size_t)index * a->B_max * model_home_T(m, a->T_max) * m->config.dim;
 }
 
-/* One mask per sample: the sample's tensor has per_sample elements, counted from 0. */
-static void draw_masks(float *mask, size_t per_sample, const struct model_dropout *d, int B,
-                       int layer, enum model_dropout_site site)
+/* ---- collectives on the TP group ---- */
+
+static void tp_failed(struct model *m, const char *what)
+{
+  if (!m->tp.failed)
+    snprintf(m->tp.err, sizeof m->tp.err, "tensor-parallel %s: %s", what, comm_error());
+  m->tp.failed = 1;
+}
+
+static void tp_all_reduce(struct model *m, float *buf, size_t n, enum comm_reduce op)
+{
+  if (comm_all_reduce(m->tp.group, buf, buf, n, COMM_FP32, op, NULL))
+    tp_failed(m, "all-reduce");
+}
+
+/* A tensor in a sharded layout seen as (outer, tp, inner): rank r holds [:, r, :]. */
+struct chunks {
+  size_t outer, inner;
+};
+
+static struct chunks chunks_of(enum tp_layout l, int B, int T, int X, int tp)
+{
+  struct chunks c = { (size_t)B * T, (size_t)X / tp }; /* FEAT */
+  if (l == TP_SEQ) {
+    c.outer = (size_t)B;
+    c.inner = (size_t)(T / tp) * X;
+  }
+  return c;
+}
+
+/* full (outer, tp, inner) → this rank's part (outer, inner). */
+static void take_chunk(float *part, const float *full, struct chunks c, int tp, int rank)
+{
+  for (size_t o = 0; o < c.outer; o++)
+    memcpy(part + o * c.inner, full + (o * tp + rank) * c.inner, c.inner * sizeof(float));
+}
+
+/* Every rank's part → full (outer, tp, inner), through the staging buffer. */
+static void all_gather_chunks(struct model *m, float *full, const float *part, struct chunks c,
+                              float *pack)
+{
+  const int tp = m->tp.size;
+  if (comm_all_gather(m->tp.group, part, pack, c.outer * c.inner, COMM_FP32, NULL))
+    tp_failed(m, "all-gather");
+  for (int r = 0; r < tp; r++)
+    for (size_t o = 0; o < c.outer; o++)
+      memcpy(full + (o * tp + r) * c.inner, pack + ((size_t)r * c.outer + o) * c.inner,
+             c.inner * sizeof(float));
+}
+
+static void reduce_scatter_chunks(struct model *m, float *part, const float *full,
+                                  struct chunks c, float *pack)
+{
+  const int tp = m->tp.size;
+  for (int r = 0; r < tp; r++)
+    for (size_t o = 0; o < c.outer; o++)
+      memcpy(pack + ((size_t)r * c.outer + o) * c.inner, full + (o * tp + r) * c.inner,
+             c.inner * sizeof(float));
+  if (comm_reduce_scatter(m->tp.group, pack, part, c.outer * c.inner, COMM_FP32, COMM_SUM, NULL))
+    tp_failed(m, "reduce-scatter");
+}
+
+static size_t local_elems(enum tp_layout l, int B, int T, int X, int tp)
+{
+  return l == TP_SEQ || l == TP_FEAT ? (size_t)B * T * X / tp : (size_t)B * T * X;
+}
+
+/* out ← in converted from `from` to `to` (never KV; see expand_kv), for a (B, T, X) tensor.
+ * out may equal in only when the conversion keeps the size (none, all-reduce, keep-rank0).
+ * tmp: a (B, T, X) buffer, used by SEQ ↔ FEAT. Returns out. */
+static float *convert(struct model *m, struct model_acts *a, float *out, float *in,
+                      enum tp_layout from, enum tp_layout to, int B, int T, int X, float *tmp)
+{
+  const int tp = m->tp.size, rank = m->tp.rank;
+  enum tp_op op = tp == 1 ? TP_OP_NONE : tp_convert_op(from, to);
+  switch (op) {
+  case TP_OP_NONE:
+    if (out != in)
+      memcpy(out, in, local_elems(from, B, T, X, tp) * sizeof(float));
+    break;
+  case TP_OP_SLICE:
+    take_chunk(out, in, chunks_of(to, B, T, X, tp), tp, rank);
+    break;
+  case TP_OP_ALL_REDUCE:
+    if (out != in)
+      memcpy(out, in, (size_t)B * T * X * sizeof(float));
+    tp_all_reduce(m, out, (size_t)B * T * X, COMM_SUM);
+    break;
+  case TP_OP_ALL_GATHER:
+    all_gather_chunks(m, out, in, chunks_of(from, B, T, X, tp), a->pack);
+    break;
+  case TP_OP_REDUCE_SCATTER:
+    reduce_scatter_chunks(m, out, in, chunks_of(to, B, T, X, tp), a->pack);
+    break;
+  case TP_OP_ALL_GATHER_SLICE:
+    all_gather_chunks(m, tmp, in, chunks_of(from, B, T, X, tp), a->pack);
+    take_chunk(out, tmp, chunks_of(to, B, T, X, tp), tp, rank);
+    break;
+  case TP_OP_KEEP_RANK0:
+    if (rank != 0)
+      memset(out, 0, (size_t)B * T * X * sizeof(float));
+    else if (out != in)
+      memcpy(out, in, (size_t)B * T * X * sizeof(float));
+    break;
+  default:
+    comm_fatal("tensor parallelism: no conversion from %s to %s", tp_layout_name(from),
+               tp_layout_name(to));
+  }
+  return out;
+}
+
+/* KV heads (B, T, NKV, HS), replicated → (B, T, NHl, HS): query head h0 + i's KV head. */
+static void expand_kv(const struct model *m, float *out, const float *in, int BT, int NHl)
+{
+  const struct plan_model *c = &m->config;
+  const int HS = c->head_dim, group = c->n_heads / c->n_kv_heads, h0 = m->tp.rank * NHl;
+  for (int bt = 0; bt < BT; bt++)
+    for (int i = 0; i < NHl; i++)
+      memcpy(out + ((size_t)bt * NHl + i) * HS,
+             in + ((size_t)bt * c->n_kv_heads + (h0 + i) / group) * HS, (size_t)HS * sizeof(float));
+}
+
+/* Its adjoint: out (B, T, NKV, HS) = zeros plus each expanded head's gradient added in (partial
+ * sums over the group). */
+static void expand_kv_backward(const struct model *m, float *out, const float *in, int BT, int NHl)
+{
+  const struct plan_model *c = &m->config;
+  const int HS = c->head_dim, NKV = c->n_kv_heads, group = c->n_heads / NKV, h0 = m->tp.rank * NHl;
+  memset(out, 0, (size_t)BT * NKV * HS * sizeof(float));
+  for (int bt = 0; bt < BT; bt++)
+    for (int i = 0; i < NHl; i++) {
+      float *o = out + ((size_t)bt * NKV + (h0 + i) / group) * HS;
+      const float *g = in + ((size_t)bt * NHl + i) * HS;
+      for (int e = 0; e < HS; e++) o[e] += g[e];
+    }
+}
+
+/* One mask per sample: the rank holds elements [first, first + per_sample) of the sample's
+ * logical tensor. */
+static void draw_masks(float *mask, size_t per_sample, uint64_t first, const struct model_dropout *d,
+                       int B, int layer, enum model_dropout_site site)
 {
   for (int b = 0; b < B; b++)
     dropout_mask(mask + (size_t)b * per_sample, per_sample, d->p, d->seed, d->step,
-                 (uint32_t)d->samples[b], ((uint32_t)layer << 8) | (uint32_t)site, 0);
+                 (uint32_t)d->samples[b], ((uint32_t)layer << 8) | (uint32_t)site, first);
 }
 
-void model_embed_forward(const struct model *m, struct model_acts *a, const int *tokens,
+/* Where this rank's part of a (T, C) branch starts in the sample: row r·Th under SP. */
+static uint64_t home_first(const struct model *m, int T)
+{
+  const int C = m->config.dim;
+  return m->tp.io.home == TP_SEQ ? (uint64_t)m->tp.rank * (uint64_t)(T / m->tp.size) * C : 0;
+}
+
+/* A norm's output (home layout) brought to what the linears first..last need: in[k] for each. */
+static void norm_inputs(struct model *m, struct model_acts *a, const struct tp_layer_layout *y,
+                        float *n, int first, int last, const float *in[PLAN_N_MODULES])
+{
+  const int B = a->B, T = a->T, C = m->config.dim;
+  int need_r = 0, need_f = 0;
+  for (int k = first; k <= last; k++) {
+    need_r |= tp_split_input(y->split[k]) == TP_R;
+    need_f |= tp_split_input(y->split[k]) == TP_FEAT;
+  }
+  float *r = y->home == TP_R ? n : a->in_r;
+  if (need_r)
+    convert(m, a, r, n, y->home, TP_R, B, T, C, a->work_c4);
+  if (need_f)
+    convert(m, a, a->in_f, n, y->home, TP_FEAT, B, T, C, a->work_c4);
+  for (int k = first; k <= last; k++) in[k] = tp_split_input(y->split[k]) == TP_R ? r : a->in_f;
+}
+
+/* The input gradients of linears first..last (dins[k], in the layout each arrives in) summed
+ * per forward conversion, brought to the home layout and added: out (B, Th, C). The dins
+ * buffers are overwritten. tmp: a (B, T, C) buffer. */
+static void norm_input_grads(struct model *m, struct model_acts *a, const struct tp_layer_layout *y,
+                             float *dins[PLAN_N_MODULES], int first, int last, float *out, float *tmp)
+{
+  const int B = a->B, T = a->T, C = m->config.dim, tp = m->tp.size;
+  int wrote = 0;
+  static const enum tp_layout needs[2] = { TP_R, TP_FEAT };
+  for (int g = 0; g < 2; g++) {
+    int partial = 0, any = 0;
+    for (int k = first; k <= last; k++)
+      if (tp_split_input(y->split[k]) == needs[g]) {
+        any = 1;
+        partial |= tp_split_input_grad(y->split[k]) == TP_P;
+      }
+    if (!any)
+      continue;
+    enum tp_layout arrival = needs[g] == TP_FEAT ? TP_FEAT : partial ? TP_P : TP_R;
+    float *sum = NULL;
+    for (int k = first; k <= last; k++) {
+      if (tp_split_input(y->split[k]) != needs[g])
+        continue;
+      float *d = dins[k];
+      size_t n = local_elems(tp_split_input_grad(y->split[k]), B, T, C, tp);
+      if (arrival == TP_P && tp_split_input_grad(y->split[k]) == TP_R)
+        convert(m, a, d, d, TP_R, TP_P, B, T, C, NULL);
+      if (!sum)
+        sum = d;
+      else
+        residual_forward(sum, sum, d, n);
+    }
+    float *dst = wrote ? tmp : out;
+    convert(m, a, dst, sum, arrival, y->home, B, T, C, a->work_c4);
+    if (wrote)
+      residual_forward(out, out, tmp, local_elems(y->home, B, T, C, tp));
+    wrote = 1;
+  }
+}
+
+/* ---- embedding ---- */
+
+void model_embed_forward(const struct model *mc, struct model_acts *a, const int *tokens,
                          const struct model_dropout *dropout, int B, int T)
 {
+  struct model *m = (struct model *)mc; /* the TP state records failures */
+  const int C = m->config.dim, N = B * T;
   a->B = B;
   a->T = T;
   a->dropout_on = dropout && dropout->p > 0.0f && m->config.dropout > 0.0;
-  memcpy(a->tokens, tokens, (size_t)B * T * sizeof(int));
-  encoder_forward(residual_at(a, m, 0), tokens, m->wte, B * T, m->config.dim);
+  memcpy(a->tokens, tokens, (size_t)N * sizeof(int));
+  if (m->tp.size == 1) {
+    encoder_forward(residual_at(a, m, 0), tokens, m->wte, N, C);
+    return;
+  }
+  const struct model_param *e = &m->params[0];
+  enum tp_layout out = tp_embed_output(m->tp.io.split[PLAN_MOD_EMBED]);
+  if (e->tp_dim == 0)
+    encoder_forward_shard(a->work_c1, tokens, m->wte, (int)e->start[0], (int)e->local[0], N, C);
+  else
+    encoder_forward(a->work_c1, tokens, m->wte, N, C);
+  convert(m, a, residual_at(a, m, 0), a->work_c1, out, m->tp.io.home, B, T, C, a->work_c4);
 }
 
-void model_layer_forward(const struct model *m, struct model_acts *a, int layer,
+void model_embed_backward(struct model *m, struct model_acts *a)
+{
+  const int B = a->B, T = a->T, C = m->config.dim, N = B * T;
+  if (m->tp.size == 1) {
+    encoder_backward(m->dwte, a->dresidual, a->tokens, N, C);
+    return;
+  }
+  const struct model_param *e = &m->params[0];
+  float *d = convert(m, a, a->work_c1, a->dresidual, m->tp.io.home, TP_R, B, T, C, a->work_c4);
+  if (e->tp_dim == 0)
+    encoder_backward_shard(m->dwte, d, a->tokens, (int)e->start[0], (int)e->local[0], N, C);
+  else
+    encoder_backward(m->dwte, d, a->tokens, N, C);
+}
+
+/* ---- one block ---- */
+
+void model_layer_forward(const struct model *mc, struct model_acts *a, int layer,
                          const struct model_dropout *dropout)
 {
+  struct model *m = (struct model *)mc;
   const struct plan_model *c = &m->config;
-  const int B = a->B, T = a->T, BT = B * T, C = c->dim, F = c->ffn_dim, HS = c->head_dim;
-  const int NH = c->n_heads, NKV = c->n_kv_heads;
-  const size_t n_c = (size_t)BT * C;
+  const struct tp_layer_layout *y = &m->tp.layers[layer];
+  struct model_layer_dims d;
+  model_layer_dims(m, layer, &d);
+  const int B = a->B, T = a->T, N = B * T, Th = model_home_T(m, T), Nh = B * Th;
+  const int C = c->dim, F = c->ffn_dim, HS = c->head_dim, KVD = c->n_kv_heads * HS;
+  const size_t n_home = (size_t)Nh * C;
   const struct model_layer_weights *w = &m->layers[layer];
   struct model_layer_acts *la = &a->layers[layer];
   const float *x = residual_at(a, m, layer);
-  float *out = residual_at(a, m, layer + 1), *branch = a->work_c1;
+  float *out = residual_at(a, m, layer + 1);
   const float eps = (float)c->norm_eps;
   const int drop = a->dropout_on;
+  const enum tp_layout A = y->attn_sharded ? TP_FEAT : TP_R, M = y->mlp_sharded ? TP_FEAT : TP_R;
+  const uint8_t *s = y->split;
+  const float *in[PLAN_N_MODULES];
 
-  rmsnorm_forward(la->ln1, la->ln1_rstd, x, w->attn_norm, BT, C, eps);
-  linear_forward(la->q, la->ln1, w->wq, BT, C, NH * HS);
-  linear_forward(la->k, la->ln1, w->wk, BT, C, NKV * HS);
-  linear_forward(la->v, la->ln1, w->wv, BT, C, NKV * HS);
-  rope_forward(la->q, la->q, a->rope_cos, a->rope_sin, B, T, NH, HS);
-  rope_forward(la->k, la->k, a->rope_cos, a->rope_sin, B, T, NKV, HS);
+  /* attention */
+  rmsnorm_forward(la->ln1, la->ln1_rstd, x, w->attn_norm, Nh, C, eps);
+  norm_inputs(m, a, y, la->ln1, PLAN_MOD_Q, PLAN_MOD_V, in);
+  float *raw[3] = { a->work_c1, a->work_c2, a->work_c3 }, *att[3] = { la->q, la->k, la->v };
+  const float *wqkv[3] = { w->wq, w->wk, w->wv };
+  for (int j = 0; j < 3; j++)
+    linear_forward(raw[j], in[PLAN_MOD_Q + j], wqkv[j], N, d.w_in[PLAN_MOD_Q + j], d.w_out[PLAN_MOD_Q + j]);
+  for (int j = 0; j < 3; j++) {
+    enum tp_layout have = tp_split_output(s[PLAN_MOD_Q + j]), want = j == 0 ? A : y->kv;
+    int X = j == 0 ? C : KVD;
+    if (want == TP_KV) {
+      convert(m, a, raw[j], raw[j], have, TP_R, B, T, X, NULL);
+      expand_kv(m, att[j], raw[j], N, d.NHl);
+    } else {
+      convert(m, a, att[j], raw[j], have, want, B, T, X, a->work_c4);
+    }
+  }
+  rope_forward(la->q, la->q, a->rope_cos, a->rope_sin, B, T, d.NHl, HS);
+  rope_forward(la->k, la->k, a->rope_cos, a->rope_sin, B, T, d.NKVl, HS);
   if (drop)
-    draw_masks(la->probs_mask, (size_t)NH * T * T, dropout, B, layer, MODEL_DROP_ATTN_PROBS);
+    draw_masks(la->probs_mask, (size_t)d.NHl * T * T,
+               (uint64_t)(y->attn_sharded ? m->tp.rank * d.NHl : 0) * T * T, dropout, B, layer,
+               MODEL_DROP_ATTN_PROBS);
   attention_forward(la->atty, la->probs, a->attn_scratch, la->q, la->k, la->v,
-                    drop ? la->probs_mask : NULL, B, T, NH, NKV, HS);
-  linear_forward(branch, la->atty, w->wo, BT, NH * HS, C);
+                    drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
+  convert(m, a, la->o_in, la->atty, A, tp_split_input(s[PLAN_MOD_O]), B, T, C, a->work_c4);
+  linear_forward(a->work_c1, la->o_in, w->wo, N, d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
+  float *branch = convert(m, a, a->work_c2, a->work_c1, tp_split_output(s[PLAN_MOD_O]), y->home,
+                          B, T, C, a->work_c3);
   if (drop) {
-    draw_masks(la->attn_mask, (size_t)T * C, dropout, B, layer, MODEL_DROP_ATTN_OUT);
-    dropout_forward(branch, branch, la->attn_mask, n_c);
+    draw_masks(la->attn_mask, (size_t)Th * C, home_first(m, T), dropout, B, layer, MODEL_DROP_ATTN_OUT);
+    dropout_forward(branch, branch, la->attn_mask, n_home);
   }
-  residual_forward(la->mid, x, branch, n_c);
+  residual_forward(la->mid, x, branch, n_home);
 
-  rmsnorm_forward(la->ln2, la->ln2_rstd, la->mid, w->mlp_norm, BT, C, eps);
-  linear_forward(la->gate, la->ln2, w->wgate, BT, C, F);
-  linear_forward(la->up, la->ln2, w->wup, BT, C, F);
-  swiglu_forward(la->hidden, la->gate, la->up, (size_t)BT * F);
-  linear_forward(branch, la->hidden, w->wdown, BT, F, C);
+  /* MLP */
+  rmsnorm_forward(la->ln2, la->ln2_rstd, la->mid, w->mlp_norm, Nh, C, eps);
+  norm_inputs(m, a, y, la->ln2, PLAN_MOD_GATE, PLAN_MOD_UP, in);
+  linear_forward(a->work_f1, in[PLAN_MOD_GATE], w->wgate, N, d.w_in[PLAN_MOD_GATE], d.w_out[PLAN_MOD_GATE]);
+  linear_forward(a->work_f2, in[PLAN_MOD_UP], w->wup, N, d.w_in[PLAN_MOD_UP], d.w_out[PLAN_MOD_UP]);
+  convert(m, a, la->gate, a->work_f1, tp_split_output(s[PLAN_MOD_GATE]), M, B, T, F, NULL);
+  convert(m, a, la->up, a->work_f2, tp_split_output(s[PLAN_MOD_UP]), M, B, T, F, NULL);
+  swiglu_forward(la->hidden, la->gate, la->up, (size_t)N * d.Fl);
+  convert(m, a, la->down_in, la->hidden, M, tp_split_input(s[PLAN_MOD_DOWN]), B, T, F, NULL);
+  linear_forward(a->work_c1, la->down_in, w->wdown, N, d.w_in[PLAN_MOD_DOWN], d.w_out[PLAN_MOD_DOWN]);
+  branch = convert(m, a, a->work_c2, a->work_c1, tp_split_output(s[PLAN_MOD_DOWN]), y->home, B, T,
+                   C, a->work_c3);
   if (drop) {
-    draw_masks(la->mlp_mask, (size_t)T * C, dropout, B, layer, MODEL_DROP_MLP_OUT);
-    dropout_forward(branch, branch, la->mlp_mask, n_c);
+    draw_masks(la->mlp_mask, (size_t)Th * C, home_first(m, T), dropout, B, layer, MODEL_DROP_MLP_OUT);
+    dropout_forward(branch, branch, la->mlp_mask, n_home);
   }
-  residual_forward(out, la->mid, branch, n_c);
+  residual_forward(out, la->mid, branch, n_home);
 }
 
-double model_head_forward(const struct model *m, struct model_acts *a, const int *targets)
+void model_layer_backward(struct model *m, struct model_acts *a, int layer)
 {
   const struct plan_model *c = &m->config;
-  const int BT = a->B * a->T, C = c->dim;
-  rmsnorm_forward(a->lnf, a->lnf_rstd, residual_at(a, m, c->n_layers), m->final_norm, BT, C,
+  const struct tp_layer_layout *y = &m->tp.layers[layer];
+  struct model_layer_dims d;
+  model_layer_dims(m, layer, &d);
+  const int B = a->B, T = a->T, N = B * T, Th = model_home_T(m, T), Nh = B * Th;
+  const int C = c->dim, F = c->ffn_dim, HS = c->head_dim, KVD = c->n_kv_heads * HS;
+  const size_t n_home = (size_t)Nh * C;
+  const struct model_layer_weights *w = &m->layers[layer];
+  struct model_layer_weights *g = &m->layer_grads[layer];
+  const struct model_layer_acts *la = &a->layers[layer];
+  const float *x = residual_at(a, m, layer);
+  float *dres = a->dresidual;
+  const int drop = a->dropout_on, sp = y->home == TP_SEQ;
+  const enum tp_layout A = y->attn_sharded ? TP_FEAT : TP_R, M = y->mlp_sharded ? TP_FEAT : TP_R;
+  const uint8_t *s = y->split;
+  const float *in[PLAN_N_MODULES];
+  float *dins[PLAN_N_MODULES];
+  if (sp)
+    memset(a->gains, 0, 2 * (size_t)C * sizeof(float));
+
+  /* MLP branch: out = mid + drop(down(hidden)). */
+  float *dh = a->work_c1;
+  if (drop)
+    dropout_backward(dh, dres, la->mlp_mask, n_home);
+  else
+    memcpy(dh, dres, n_home * sizeof(float));
+  float *dout = convert(m, a, a->work_c2, dh, y->home, tp_dual(tp_split_output(s[PLAN_MOD_DOWN])),
+                        B, T, C, a->work_c3);
+  linear_backward(a->dhidden, g->wdown, dout, la->down_in, w->wdown, N, d.w_in[PLAN_MOD_DOWN],
+                  d.w_out[PLAN_MOD_DOWN]);
+  float *dhid = convert(m, a, a->work_f1, a->dhidden, tp_split_input_grad(s[PLAN_MOD_DOWN]), M, B,
+                        T, F, NULL);
+  swiglu_backward(a->dgate, a->dup, dhid, la->gate, la->up, (size_t)N * d.Fl);
+  float *dgate = convert(m, a, a->work_f1, a->dgate, M, tp_dual(tp_split_output(s[PLAN_MOD_GATE])),
+                         B, T, F, NULL);
+  float *dup = convert(m, a, a->work_f2, a->dup, M, tp_dual(tp_split_output(s[PLAN_MOD_UP])), B, T,
+                       F, NULL);
+  norm_inputs(m, a, y, la->ln2, PLAN_MOD_GATE, PLAN_MOD_UP, in);
+  dins[PLAN_MOD_GATE] = a->dq;
+  dins[PLAN_MOD_UP] = a->dk;
+  linear_backward(a->dq, g->wgate, dgate, in[PLAN_MOD_GATE], w->wgate, N, d.w_in[PLAN_MOD_GATE],
+                  d.w_out[PLAN_MOD_GATE]);
+  linear_backward(a->dk, g->wup, dup, in[PLAN_MOD_UP], w->wup, N, d.w_in[PLAN_MOD_UP],
+                  d.w_out[PLAN_MOD_UP]);
+  norm_input_grads(m, a, y, dins, PLAN_MOD_GATE, PLAN_MOD_UP, a->work_c1, a->work_c2);
+  rmsnorm_backward(a->work_c1, sp ? a->gains + C : g->mlp_norm, a->work_c1, la->mid, w->mlp_norm,
+                   la->ln2_rstd, Nh, C);
+  residual_forward(dres, dres, a->work_c1, n_home);
+
+  /* Attention branch: mid = x + drop(o(atty)). */
+  dh = a->work_c1;
+  if (drop)
+    dropout_backward(dh, dres, la->attn_mask, n_home);
+  else
+    memcpy(dh, dres, n_home * sizeof(float));
+  dout = convert(m, a, a->work_c2, dh, y->home, tp_dual(tp_split_output(s[PLAN_MOD_O])), B, T, C,
+                 a->work_c3);
+  linear_backward(a->dq, g->wo, dout, la->o_in, w->wo, N, d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
+  float *datt = convert(m, a, a->work_c3, a->dq, tp_split_input_grad(s[PLAN_MOD_O]), A, B, T, C, NULL);
+  attention_backward(a->dq, a->dk, a->dv, a->attn_scratch, datt, la->q, la->k, la->v, la->probs,
+                     drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
+  rope_backward(a->dq, a->dq, a->rope_cos, a->rope_sin, B, T, d.NHl, HS);
+  rope_backward(a->dk, a->dk, a->rope_cos, a->rope_sin, B, T, d.NKVl, HS);
+  float *datt_in[3] = { a->dq, a->dk, a->dv }, *dqkv[3] = { a->work_c1, a->work_c2, a->work_c3 };
+  for (int j = 0; j < 3; j++) {
+    enum tp_layout have = j == 0 ? A : y->kv, to = tp_dual(tp_split_output(s[PLAN_MOD_Q + j]));
+    int X = j == 0 ? C : KVD;
+    if (have == TP_KV) {
+      expand_kv_backward(m, dqkv[j], datt_in[j], N, d.NHl);
+      convert(m, a, dqkv[j], dqkv[j], TP_P, to, B, T, X, NULL);
+    } else {
+      convert(m, a, dqkv[j], datt_in[j], have, to, B, T, X, NULL);
+    }
+  }
+  norm_inputs(m, a, y, la->ln1, PLAN_MOD_Q, PLAN_MOD_V, in);
+  float *wg[3] = { g->wq, g->wk, g->wv };
+  const float *wt[3] = { w->wq, w->wk, w->wv };
+  for (int j = 0; j < 3; j++) {
+    dins[PLAN_MOD_Q + j] = datt_in[j];
+    linear_backward(datt_in[j], wg[j], dqkv[j], in[PLAN_MOD_Q + j], wt[j], N,
+                    d.w_in[PLAN_MOD_Q + j], d.w_out[PLAN_MOD_Q + j]);
+  }
+  norm_input_grads(m, a, y, dins, PLAN_MOD_Q, PLAN_MOD_V, a->work_c1, a->work_c2);
+  rmsnorm_backward(a->work_c1, sp ? a->gains : g->attn_norm, a->work_c1, x, w->attn_norm,
+                   la->ln1_rstd, Nh, C);
+  residual_forward(dres, dres, a->work_c1, n_home);
+
+  if (sp) { /* each rank saw its positions only: the gains' gradients are partial sums */
+    tp_all_reduce(m, a->gains, 2 * (size_t)C, COMM_SUM);
+    residual_forward(g->attn_norm, g->attn_norm, a->gains, (size_t)C);
+    residual_forward(g->mlp_norm, g->mlp_norm, a->gains + C, (size_t)C);
+  }
+}
+
+/* ---- head ---- */
+
+static int head_sharded(const struct model *m)
+{
+  return m->tp.size > 1 && m->tp.io.split[PLAN_MOD_HEAD] == PLAN_SPLIT_VOCAB;
+}
+
+/* The head's columns here: Vl, the first v0 of them in the padded vocabulary, Vvalid real. */
+static void head_columns(const struct model *m, int *v0, int *Vl, int *Vvalid)
+{
+  const struct plan_model *c = &m->config;
+  *Vl = head_sharded(m) ? c->vocab_padded / m->tp.size : c->vocab_padded;
+  *v0 = head_sharded(m) ? m->tp.rank * *Vl : 0;
+  int valid = c->vocab - *v0;
+  *Vvalid = valid < 0 ? 0 : valid > *Vl ? *Vl : valid;
+}
+
+double model_head_forward(const struct model *mc, struct model_acts *a, const int *targets)
+{
+  struct model *m = (struct model *)mc;
+  const struct plan_model *c = &m->config;
+  const int B = a->B, T = a->T, N = B * T, Nh = B * model_home_T(m, T), C = c->dim;
+  int v0, Vl, Vvalid;
+  head_columns(m, &v0, &Vl, &Vvalid);
+  rmsnorm_forward(a->lnf, a->lnf_rstd, residual_at(a, m, c->n_layers), m->final_norm, Nh, C,
                   (float)c->norm_eps);
-  linear_forward(a->logits, a->lnf, m->head, BT, C, c->vocab_padded);
+  convert(m, a, a->head_in, a->lnf, m->tp.io.home, TP_R, B, T, C, NULL);
+  linear_forward(a->logits, a->head_in, m->head, N, C, Vl);
   if (!targets)
     return 0.0;
-  crossentropy_forward(a->losses, a->logits, a->logits, targets, BT, c->vocab, c->vocab_padded);
+  if (head_sharded(m)) {
+    crossentropy_shard_max(a->ce_stats, a->logits, N, Vvalid, Vl);
+    tp_all_reduce(m, a->ce_stats, (size_t)N, COMM_MAX);
+    crossentropy_shard_sums(a->ce_stats, a->logits, targets, v0, N, Vvalid, Vl);
+    tp_all_reduce(m, a->ce_stats + N, 2 * (size_t)N, COMM_SUM);
+    crossentropy_shard_finish(a->losses, a->logits, a->logits, a->ce_stats, targets, N, Vvalid, Vl);
+  } else {
+    crossentropy_forward(a->losses, a->logits, a->logits, targets, N, c->vocab, Vl);
+  }
   double sum = 0.0; /* in token order: the same bits for any thread count */
-  for (int i = 0; i < BT; i++) sum += a->losses[i];
+  for (int i = 0; i < N; i++) sum += a->losses[i];
   return sum;
 }
+
+void model_head_backward(struct model *m, struct model_acts *a, const int *targets,
+                         float loss_scale)
+{
+  const struct plan_model *c = &m->config;
+  const int B = a->B, T = a->T, N = B * T, Nh = B * model_home_T(m, T), C = c->dim;
+  const int sp = m->tp.io.home == TP_SEQ;
+  int v0, Vl, Vvalid;
+  head_columns(m, &v0, &Vl, &Vvalid);
+  if (head_sharded(m))
+    crossentropy_shard_backward(a->logits, a->logits, targets, v0, loss_scale, N, Vvalid, Vl);
+  else
+    crossentropy_backward(a->logits, a->logits, targets, loss_scale, N, c->vocab, Vl);
+  linear_backward(a->work_c1, m->dhead, a->logits, a->head_in, m->head, N, C, Vl);
+  enum tp_layout arrival = m->tp.size > 1 ? tp_split_input_grad(m->tp.io.split[PLAN_MOD_HEAD]) : TP_R;
+  float *dn = convert(m, a, a->work_c2, a->work_c1, arrival, m->tp.io.home, B, T, C, NULL);
+  if (sp)
+    memset(a->gains, 0, (size_t)C * sizeof(float));
+  rmsnorm_backward(a->dresidual, sp ? a->gains : m->dfinal_norm, dn, residual_at(a, m, c->n_layers),
+                   m->final_norm, a->lnf_rstd, Nh, C);
+  if (sp) {
+    tp_all_reduce(m, a->gains, (size_t)C, COMM_SUM);
+    residual_forward(m->dfinal_norm, m->dfinal_norm, a->gains, (size_t)C);
+  }
+}
+
+void model_head_argmax(struct model *m, struct model_acts *a, const int *rows, int n, int *out)
+{
+  int v0, Vl, Vvalid;
+  head_columns(m, &v0, &Vl, &Vvalid);
+  /* (value, index) of each row's first maximum here; then the first maximum over the group */
+  float *mine = a->ce_stats, *all = a->pack;
+  for (int i = 0; i < n; i++) {
+    const float *row = a->logits + (size_t)rows[i] * Vl;
+    int best = 0;
+    for (int v = 1; v < Vvalid; v++) best = row[v] > row[best] ? v : best;
+    mine[2 * i] = Vvalid > 0 ? row[best] : -INFINITY;
+    mine[2 * i + 1] = (float)(v0 + best);
+  }
+  if (!head_sharded(m)) {
+    for (int i = 0; i < n; i++) out[i] = (int)mine[2 * i + 1];
+    return;
+  }
+  if (comm_all_gather(m->tp.group, mine, all, 2 * (size_t)n, COMM_FP32, NULL))
+    tp_failed(m, "all-gather of the argmax");
+  for (int i = 0; i < n; i++) {
+    int best = 0; /* ranks hold increasing vocabulary columns: ties keep the lowest token */
+    for (int r = 1; r < m->tp.size; r++)
+      if (all[(size_t)r * 2 * n + 2 * i] > all[(size_t)best * 2 * n + 2 * i])
+        best = r;
+    out[i] = (int)all[(size_t)best * 2 * n + 2 * i + 1];
+  }
+}
+
+/* ---- all of it ---- */
 
 double model_forward(const struct model *m, struct model_acts *a, const int *tokens,
                      const int *targets, const struct model_dropout *dropout, int B, int T)
@@ -96,69 +550,6 @@ double model_forward(const struct model *m, struct model_acts *a, const int *tok
   model_embed_forward(m, a, tokens, dropout, B, T);
   for (int l = 0; l < m->config.n_layers; l++) model_layer_forward(m, a, l, dropout);
   return model_head_forward(m, a, targets);
-}
-
-void model_head_backward(struct model *m, struct model_acts *a, const int *targets,
-                         float loss_scale)
-{
-  const struct plan_model *c = &m->config;
-  const int BT = a->B * a->T, C = c->dim;
-  crossentropy_backward(a->logits, a->logits, targets, loss_scale, BT, c->vocab, c->vocab_padded);
-  linear_backward(a->work_c1, m->dhead, a->logits, a->lnf, m->head, BT, C, c->vocab_padded);
-  rmsnorm_backward(a->dresidual, m->dfinal_norm, a->work_c1, residual_at(a, m, c->n_layers),
-                   m->final_norm, a->lnf_rstd, BT, C);
-}
-
-void model_layer_backward(struct model *m, struct model_acts *a, int layer)
-{
-  const struct plan_model *c = &m->config;
-  const int B = a->B, T = a->T, BT = B * T, C = c->dim, F = c->ffn_dim, HS = c->head_dim;
-  const int NH = c->n_heads, NKV = c->n_kv_heads;
-  const size_t n_c = (size_t)BT * C;
-  const struct model_layer_weights *w = &m->layers[layer];
-  struct model_layer_weights *g = &m->layer_grads[layer];
-  const struct model_layer_acts *la = &a->layers[layer];
-  const float *x = residual_at(a, m, layer);
-  float *dres = a->dresidual, *d1 = a->work_c1, *d2 = a->work_c2;
-  const int drop = a->dropout_on;
-
-  /* MLP branch: out = mid + drop(down(hidden)); d mid = d out + (branch path). */
-  const float *dbranch = dres;
-  if (drop) {
-    dropout_backward(d2, dres, la->mlp_mask, n_c);
-    dbranch = d2;
-  }
-  linear_backward(a->dhidden, g->wdown, dbranch, la->hidden, w->wdown, BT, F, C);
-  swiglu_backward(a->dgate, a->dup, a->dhidden, la->gate, la->up, (size_t)BT * F);
-  linear_backward(d1, g->wgate, a->dgate, la->ln2, w->wgate, BT, C, F);
-  linear_backward(d2, g->wup, a->dup, la->ln2, w->wup, BT, C, F);
-  residual_forward(d1, d1, d2, n_c);
-  rmsnorm_backward(d1, g->mlp_norm, d1, la->mid, w->mlp_norm, la->ln2_rstd, BT, C);
-  residual_forward(dres, dres, d1, n_c);
-
-  /* Attention branch: mid = x + drop(o(atty)). */
-  dbranch = dres;
-  if (drop) {
-    dropout_backward(d2, dres, la->attn_mask, n_c);
-    dbranch = d2;
-  }
-  linear_backward(d1, g->wo, dbranch, la->atty, w->wo, BT, NH * HS, C);
-  attention_backward(a->dq, a->dk, a->dv, a->attn_scratch, d1, la->q, la->k, la->v, la->probs,
-                     drop ? la->probs_mask : NULL, B, T, NH, NKV, HS);
-  rope_backward(a->dq, a->dq, a->rope_cos, a->rope_sin, B, T, NH, HS);
-  rope_backward(a->dk, a->dk, a->rope_cos, a->rope_sin, B, T, NKV, HS);
-  linear_backward(d1, g->wq, a->dq, la->ln1, w->wq, BT, C, NH * HS);
-  linear_backward(d2, g->wk, a->dk, la->ln1, w->wk, BT, C, NKV * HS);
-  residual_forward(d1, d1, d2, n_c);
-  linear_backward(d2, g->wv, a->dv, la->ln1, w->wv, BT, C, NKV * HS);
-  residual_forward(d1, d1, d2, n_c);
-  rmsnorm_backward(d1, g->attn_norm, d1, x, w->attn_norm, la->ln1_rstd, BT, C);
-  residual_forward(dres, dres, d1, n_c);
-}
-
-void model_embed_backward(struct model *m, struct model_acts *a)
-{
-  encoder_backward(m->dwte, a->dresidual, a->tokens, a->B * a->T, m->config.dim);
 }
 
 void model_backward(struct model *m, struct model_acts *a, const int *targets, float loss_scale)

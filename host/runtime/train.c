@@ -18,10 +18,10 @@ static int check_supported(const struct plan *p, char *err, size_t n)
     return errf(err, n, "%s: precision.compute = \"%s\": the CPU backend computes in fp32 only; "
                 "set precision = { compute = \"fp32\", grads = \"fp32\", master = \"fp32\" }",
                 plan_where(p, "precision.compute"), plan_dtype_name(p->precision.compute));
-  if (p->mesh.tp != 1 || p->mesh.pp != 1)
-    return errf(err, n, "%s: mesh: tp = %d, pp = %d: this version of tycho parallelizes over data "
-                "only (tensor and pipeline parallelism are not implemented yet); use tp = 1, pp = 1 "
-                "and dp = \"auto\"", plan_where(p, "mesh"), p->mesh.tp, p->mesh.pp);
+  if (p->mesh.pp != 1)
+    return errf(err, n, "%s: mesh.pp = %d: this version of tycho runs no pipeline stages yet "
+                "(pipeline parallelism is not implemented); use pp = 1 with tp and dp",
+                plan_where(p, "mesh.pp"), p->mesh.pp);
   if (strcmp(p->optimizer.kind, "adamw") != 0)
     return errf(err, n, "%s: optimizer.kind = \"%s\": only \"adamw\" is implemented",
                 plan_where(p, "optimizer.kind"), p->optimizer.kind);
@@ -45,11 +45,14 @@ static int open_data(struct trainer *t, char *err, size_t n)
   return 0;
 }
 
-int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *dp, char *err,
-                 size_t err_size)
+int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *const *groups,
+                 char *err, size_t err_size)
 {
   memset(t, 0, sizeof *t);
   t->plan = p;
+  struct comm_group *dp = groups ? groups[PLAN_AXIS_DP] : NULL;
+  struct comm_group *tp = groups ? groups[PLAN_AXIS_TP] : NULL;
+  t->world = groups ? comm_world() : NULL;
   if (check_supported(p, err, err_size))
     return TRAIN_PLAN_ERROR;
   if ((dp ? dp->size : 1) != p->mesh.dp)
@@ -61,7 +64,11 @@ int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *dp,
   t->dropout_seed = (uint64_t)p->seeds.value[PLAN_SEED_DROPOUT];
   const int micro = p->batch.micro, S = p->batch.seq;
 
-  if (model_create_table(&t->model, &p->model, err, err_size))
+  if ((tp ? tp->size : 1) != p->mesh.tp)
+    return errf(err, err_size, "%s: mesh.tp = %d, but the tensor-parallel group has %d rank%s",
+                plan_where(p, "mesh.tp"), p->mesh.tp, tp ? tp->size : 1,
+                (tp ? tp->size : 1) == 1 ? "" : "s"), TRAIN_PLAN_ERROR;
+  if (model_create_table_tp(&t->model, p, tp, err, err_size))
     goto fail;
   if (dp_open(&t->dp, &t->model, dp, p->zero, p->bucket_mb, err, err_size) ||
       dp_init_params(&t->dp, p, err, err_size) ||
@@ -81,6 +88,11 @@ int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *dp,
 fail:
   trainer_close(t);
   return TRAIN_RUNTIME_ERROR;
+}
+
+const char *trainer_failed(const struct trainer *t)
+{
+  return t->dp.failed ? t->dp.err : t->model.tp.failed ? t->model.tp.err : NULL;
 }
 
 void trainer_close(struct trainer *t)
@@ -145,8 +157,8 @@ int trainer_step(struct trainer *t, struct train_step_stats *stats, char *err, s
   stats->loss = trainer_forward_backward(t);
   stats->lr = optimizer_lr(p, t->step);
   stats->grad_norm = dp_grad_norm(&t->dp);
-  if (t->dp.failed)
-    return errf(err, err_size, "step %lld: %s", t->step, t->dp.err);
+  if (trainer_failed(t))
+    return errf(err, err_size, "step %lld: %s", t->step, trainer_failed(t));
   if (!isfinite(stats->loss) || !isfinite(stats->grad_norm))
     return errf(err, err_size, "step %lld: the loss (%g) or the gradient norm (%g) is not finite; "
                 "lower optimizer.lr or set optimizer.grad_clip", t->step, stats->loss,
@@ -196,19 +208,22 @@ static double val_loss_sum(struct trainer *t)
 static int solve_problems(struct trainer *t, uint64_t first, int B)
 {
   enum { P = ADDITION_PROMPT_TOKENS, A = ADDITION_ANSWER_TOKENS };
-  const int V = t->model.config.vocab, Vp = t->model.config.vocab_padded;
   int text[TRAIN_MIN_EVAL_PROBLEMS][P + A], answer[TRAIN_MIN_EVAL_PROBLEMS][A];
   for (int b = 0; b < B; b++) addition_eval_problem(first + (uint64_t)b, t->data_seed, text[b], answer[b]);
+  /* Under sequence parallelism the forward needs whole shards: the sequence is padded at the end
+   * (the causal mask keeps padding out of the positions read). */
+  const int tp = t->model.tp.size, sp = t->model.tp.io.home == TP_SEQ;
+  int rows[TRAIN_MIN_EVAL_PROBLEMS], best[TRAIN_MIN_EVAL_PROBLEMS];
   for (int g = 0; g < A; g++) {
-    const int T = P + g;
-    for (int b = 0; b < B; b++) memcpy(t->inputs + (size_t)b * T, text[b], (size_t)T * sizeof(int));
-    dp_forward(&t->dp, &t->acts, t->inputs, NULL, B, T);
+    const int T = P + g, Tr = sp ? (T + tp - 1) / tp * tp : T;
     for (int b = 0; b < B; b++) {
-      const float *row = t->acts.logits + ((size_t)b * T + (size_t)(T - 1)) * Vp;
-      int best = 0;
-      for (int v = 1; v < V; v++) best = row[v] > row[best] ? v : best;
-      text[b][T] = best;
+      memcpy(t->inputs + (size_t)b * Tr, text[b], (size_t)T * sizeof(int));
+      for (int i = T; i < Tr; i++) t->inputs[(size_t)b * Tr + i] = 0;
+      rows[b] = b * Tr + T - 1;
     }
+    dp_forward(&t->dp, &t->acts, t->inputs, NULL, B, Tr);
+    model_head_argmax(&t->model, &t->acts, rows, B, best);
+    for (int b = 0; b < B; b++) text[b][T] = best[b];
   }
   int right = 0;
   for (int b = 0; b < B; b++) right += memcmp(text[b] + P, answer[b], sizeof answer[b]) == 0;

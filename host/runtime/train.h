@@ -42,6 +42,7 @@ struct trainer {
   const struct plan *plan;
   struct model model;
   struct dp dp;              /* the data-parallel layer: layout, shards, reductions */
+  struct comm_group *world;  /* every rank of the job (agreements, the memory bill), or NULL */
   struct model_acts acts;    /* for batch.micro × batch.seq tokens */
   struct optimizer opt;      /* AdamW state for the elements this rank owns */
   int addition;              /* data.synthetic = "addition" */
@@ -68,17 +69,20 @@ struct train_eval_stats {
   int n_problems;
 };
 
-/* Checks that this build can run the plan (fp32 compute, tp = pp = 1, a data source), builds
- * the model (initialized from seeds.model, or loaded from init.from) laid out for the dp group
- * (NULL: a group of one without the comm layer), the optimizer and the data. Returns an enum
+/* Checks that this build can run the plan (fp32 compute, pp = 1, a data source), builds the
+ * model (initialized from seeds.model, or loaded from init.from) split for the tp group and laid
+ * out for the dp group (groups: the mesh groups by enum plan_axis, from comm_build_mesh_groups;
+ * NULL: one rank without the comm layer), the optimizer and the data. Returns an enum
  * train_status with a one-line message; plan errors start with the field's location. On failure
  * nothing is left to free. Local: no collective (train_run agrees on the outcome). */
-int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *dp, char *err,
-                 size_t err_size);
+int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *const *groups,
+                 char *err, size_t err_size);
 void trainer_close(struct trainer *t);
+/* The first failed collective's message (data-parallel or tensor-parallel), or NULL. */
+const char *trainer_failed(const struct trainer *t);
 /* Gradients of step t->step (zeroed first, accumulated over the micro-batches, summed over the
  * group); returns the loss of the global batch. The step counter does not move. A failed
- * collective shows in t->dp.failed. */
+ * collective shows in t->dp.failed or t->model.tp.failed (trainer_failed). */
 double trainer_forward_backward(struct trainer *t);
 /* One training step: gradients, clipping, learning rate, AdamW; then t->step++. Fails (runtime
  * error) when the loss or the gradient norm is not finite. */
@@ -93,6 +97,7 @@ void trainer_eval(struct trainer *t, struct train_eval_stats *stats);
  * open, a metrics file it cannot write), is agreed over the group (comm_agree) where it happens,
  * so every rank returns the same status with the failing rank's message ("rank R: ..." when the
  * group is larger than one). Returns an enum train_status with a message in err. */
-int train_run(const struct plan *p, struct comm_group *dp, FILE *out, char *err, size_t err_size);
+int train_run(const struct plan *p, struct comm_group *const *groups, FILE *out, char *err,
+              size_t err_size);
 
 #endif

@@ -217,7 +217,7 @@ static long long leave_after_step(void)
 static int run_loop(struct trainer *t, struct run_log *log, int *left, char *err, size_t n)
 {
   const struct plan *p = t->plan;
-  struct comm_group *g = t->dp.group;
+  struct comm_group *g = t->world;
   const long long steps = p->train.steps, leave_after = leave_after_step();
   const double start = now_seconds();
   double interval_seconds = 0.0;
@@ -244,8 +244,8 @@ static int run_loop(struct trainer *t, struct run_log *log, int *left, char *err
     if ((p->train.eval_every > 0 && (s + 1) % p->train.eval_every == 0) || last) {
       struct train_eval_stats ev;
       trainer_eval(t, &ev);
-      if (t->dp.failed)
-        return errf(err, n, "evaluation after step %lld: %s", s, t->dp.err), TRAIN_RUNTIME_ERROR;
+      if (trainer_failed(t))
+        return errf(err, n, "evaluation after step %lld: %s", s, trainer_failed(t)), TRAIN_RUNTIME_ERROR;
       char why[1024];
       if (log_eval(log, &ev, why, sizeof why) && !failed)
         failed = errf(err, n, "%s", why);
@@ -272,12 +272,14 @@ static int run_loop(struct trainer *t, struct run_log *log, int *left, char *err
   return TRAIN_OK;
 }
 
-int train_run(const struct plan *p, struct comm_group *dp, FILE *out, char *err, size_t err_size)
+int train_run(const struct plan *p, struct comm_group *const *groups, FILE *out, char *err,
+              size_t err_size)
 {
-  const int rank0 = !dp || dp->rank == 0;
+  struct comm_group *all = groups ? comm_world() : NULL;
+  const int rank0 = !all || all->rank == 0;
   struct trainer t;
-  int opened = trainer_open(&t, p, dp, err, err_size);
-  int rc = agree(dp, opened, err, err_size);
+  int opened = trainer_open(&t, p, groups, err, err_size);
+  int rc = agree(all, opened, err, err_size);
   if (rc != TRAIN_OK) {
     if (opened == TRAIN_OK)
       trainer_close(&t);
@@ -286,12 +288,12 @@ int train_run(const struct plan *p, struct comm_group *dp, FILE *out, char *err,
   struct run_log log = { rank0 ? out : NULL, NULL, "" };
   print_header(log.out, p, &t);
   rc = rank0 && open_metrics(&log, p->log.metrics, err, err_size) ? TRAIN_RUNTIME_ERROR : TRAIN_OK;
-  rc = agree(dp, rc, err, err_size);
+  rc = agree(all, rc, err, err_size);
   int left = 0;
   if (rc == TRAIN_OK)
     rc = run_loop(&t, &log, &left, err, err_size);
   if (rc == TRAIN_OK && !left) {
-    rc = print_peaks(dp, log.out, err, err_size) ? TRAIN_RUNTIME_ERROR : TRAIN_OK;
+    rc = print_peaks(all, log.out, err, err_size) ? TRAIN_RUNTIME_ERROR : TRAIN_OK;
     if (log.out)
       fflush(log.out);
   }

@@ -19,6 +19,40 @@ void encoder_forward(float *out, const int *tokens, const float *wte, int BT, in
   }
 }
 
+void encoder_forward_shard(float *out, const int *tokens, const float *wte, int v0, int Vl,
+                           int BT, int C)
+{
+#pragma omp parallel for
+  for (int bt = 0; bt < BT; bt++) {
+    const int row = tokens[bt] - v0;
+    float *o = out + (size_t)bt * C;
+    if (row < 0 || row >= Vl) {
+      for (int c = 0; c < C; c++) o[c] = 0.0f;
+      continue;
+    }
+    const float *w = wte + (size_t)row * C;
+    for (int c = 0; c < C; c++) o[c] = w[c];
+  }
+}
+
+void encoder_backward_shard(float *dwte, const float *dout, const int *tokens, int v0, int Vl,
+                            int BT, int C)
+{
+  int n_blocks = (C + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
+#pragma omp parallel for
+  for (int blk = 0; blk < n_blocks; blk++) {
+    int c0 = blk * COLUMN_BLOCK, c1 = c0 + COLUMN_BLOCK < C ? c0 + COLUMN_BLOCK : C;
+    for (int bt = 0; bt < BT; bt++) {
+      const int row = tokens[bt] - v0;
+      if (row < 0 || row >= Vl)
+        continue;
+      float *drow = dwte + (size_t)row * C;
+      const float *d = dout + (size_t)bt * C;
+      for (int c = c0; c < c1; c++) drow[c] += d[c];
+    }
+  }
+}
+
 void encoder_backward(float *dwte, const float *dout, const int *tokens, int BT, int C)
 {
   /* Several tokens may share a row of dwte: threads split columns, not tokens. */

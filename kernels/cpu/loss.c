@@ -45,3 +45,64 @@ void crossentropy_backward(float *dlogits, const float *probs, const int *target
     for (int i = V; i < Vp; i++) d[i] = 0.0f;
   }
 }
+
+/* ---- the vocabulary split over ranks: the same arithmetic, with the reductions between ---- */
+
+void crossentropy_shard_max(float *stats, const float *logits, int BT, int Vvalid, int Vl)
+{
+#pragma omp parallel for
+  for (int bt = 0; bt < BT; bt++) {
+    const float *l = logits + (size_t)bt * Vl;
+    float max = -INFINITY;
+    for (int i = 0; i < Vvalid; i++) max = l[i] > max ? l[i] : max;
+    stats[bt] = max;
+  }
+}
+
+void crossentropy_shard_sums(float *stats, const float *logits, const int *targets, int v0,
+                             int BT, int Vvalid, int Vl)
+{
+#pragma omp parallel for
+  for (int bt = 0; bt < BT; bt++) {
+    const float *l = logits + (size_t)bt * Vl;
+    const float max = stats[bt];
+    double sum = 0.0;
+    for (int i = 0; i < Vvalid; i++) sum += expf(l[i] - max);
+    stats[BT + bt] = (float)sum;
+    int t = targets[bt] - v0;
+    stats[2 * BT + bt] = targets[bt] >= 0 && t >= 0 && t < Vvalid ? l[t] : 0.0f;
+  }
+}
+
+void crossentropy_shard_finish(float *losses, float *probs, const float *logits,
+                               const float *stats, const int *targets, int BT, int Vvalid, int Vl)
+{
+#pragma omp parallel for
+  for (int bt = 0; bt < BT; bt++) {
+    const float *l = logits + (size_t)bt * Vl;
+    float *p = probs + (size_t)bt * Vl;
+    const float max = stats[bt];
+    const double sum = stats[BT + bt];
+    const float inv_sum = (float)(1.0 / sum);
+    for (int i = 0; i < Vvalid; i++) p[i] = expf(l[i] - max) * inv_sum;
+    for (int i = Vvalid; i < Vl; i++) p[i] = 0.0f;
+    losses[bt] = targets[bt] >= 0 ? (float)(log(sum) - ((double)stats[2 * BT + bt] - max)) : 0.0f;
+  }
+}
+
+void crossentropy_shard_backward(float *dlogits, const float *probs, const int *targets, int v0,
+                                 float dloss_scale, int BT, int Vvalid, int Vl)
+{
+#pragma omp parallel for
+  for (int bt = 0; bt < BT; bt++) {
+    const float *p = probs + (size_t)bt * Vl;
+    float *d = dlogits + (size_t)bt * Vl;
+    if (targets[bt] < 0) {
+      for (int i = 0; i < Vl; i++) d[i] = 0.0f;
+      continue;
+    }
+    const int t = targets[bt] - v0;
+    for (int i = 0; i < Vvalid; i++) d[i] = (p[i] - (i == t ? 1.0f : 0.0f)) * dloss_scale;
+    for (int i = Vvalid; i < Vl; i++) d[i] = 0.0f;
+  }
+}

@@ -1,14 +1,18 @@
-/* Data parallelism and ZeRO reproduce the serial run. Every rank trains PLAN through the same
- * trainer `tycho run` uses, on the dp group of the job (dp = the number of ranks) with the
- * --set overrides; then rank 0 trains the plan alone (one rank, zero 0, the plan's own
- * batch.micro; only the --both overrides) and compares:
- *   - initial parameters: bitwise equal (under ZeRO-3 gathered from the shards);
+/* Data and tensor parallelism and ZeRO reproduce the serial run. Every rank trains PLAN through
+ * the same trainer `tycho run` uses, on the mesh groups of the job (dp "auto" takes the ranks
+ * tp leaves) with the --set overrides; then rank 0 trains the plan alone (one rank, zero 0, the
+ * plan's own batch.micro; only the --both overrides) and compares:
+ *   - initial parameters: bitwise equal (under ZeRO-3 gathered from the shards, under TP put
+ *     together from the TP ranks' blocks; padding rows of the vocabulary left out);
  *   - the loss and the gradient norm of every step: within 1e-5 relative;
  *   - the evaluation (validation loss within 1e-5 relative, the same accuracy);
  *   - final parameters: max |parallel − serial| ≤ 1e-5 · max |serial| (the relative L2 norm of
  *     the difference is printed too);
  * and on every rank: the loss and norm of every step bitwise the same on every rank; under
- * zero 0-2 the parameters bitwise the same on every rank; the reductions of the last step were
+ * zero 0-2 the parameters bitwise the same on every rank of a dp group; under TP, the comm
+ * layer's counters on the tp group over the last step equal what tp_comm_list predicts (the
+ * figures `tycho check` prints) times the micro-batches, plus the norm's one all-gather; the
+ * reductions of the last step were
  * issued bucket by bucket during backward (last bucket first) and, under zero 0 and 1, only in
  * the last micro-batch; the memory bill holds what the stage keeps (AdamW state for the shard
  * under zero ≥ 1, whole gradients under zero 0 and 1 only, parameters falling under zero 3).
@@ -24,6 +28,7 @@
 #include "comm/comm.h"
 #include "mpi_check.h"
 #include "plan/compile.h"
+#include "plan/tp_layout.h"
 #include "runtime/alloc.h"
 #include "runtime/train.h"
 
@@ -62,19 +67,38 @@ static uint64_t hash_bytes(const void *data, size_t n)
   return h;
 }
 
+/* Elements of a parameter as Hugging Face has it (no padding rows). */
+static size_t logical_elems(const struct model_param *p)
+{
+  return p->n_dims == 2 ? (size_t)p->shape[0] * (size_t)p->shape[1] : (size_t)p->shape[0];
+}
+
 /* The parameters of t in the model's parameter order, packed (rank 0; collective). */
 static float *gather_packed(struct trainer *t)
 {
+  float *out = rank == 0 ? malloc(n_logical * sizeof *out) : NULL;
+  size_t at = 0;
+  if (t->model.tp.size > 1) {
+    struct model whole;
+    int have;
+    CHECK_MSG(dp_gather_whole(&t->dp, &whole, &have, err, sizeof err) == 0, "%s", err);
+    CHECK(have == (rank == 0));
+    for (int i = 0; have && i < whole.n_params; i++) {
+      memcpy(out + at, whole.params[i].data, logical_elems(&whole.params[i]) * sizeof(float));
+      at += logical_elems(&whole.params[i]);
+    }
+    if (have)
+      model_free(&whole);
+    return out;
+  }
   float *full;
   CHECK_MSG(dp_gather_params(&t->dp, &full) == 0, "%s", t->dp.err);
   if (rank != 0)
     return NULL;
-  float *out = malloc(n_logical * sizeof *out);
-  size_t at = 0;
   for (int i = 0; i < t->model.n_params; i++) {
     const struct model_param *p = &t->model.params[i];
-    memcpy(out + at, full + p->offset, p->n_elems * sizeof(float));
-    at += p->n_elems;
+    memcpy(out + at, full + p->offset, logical_elems(p) * sizeof(float));
+    at += logical_elems(p);
   }
   dp_gather_params_free(&t->dp, full);
   return out;
@@ -85,10 +109,55 @@ static float *packed_serial(const struct model *m)
   float *out = malloc(n_logical * sizeof *out);
   size_t at = 0;
   for (int i = 0; i < m->n_params; i++) {
-    memcpy(out + at, m->params[i].data, m->params[i].n_elems * sizeof(float));
-    at += m->params[i].n_elems;
+    memcpy(out + at, m->params[i].data, logical_elems(&m->params[i]) * sizeof(float));
+    at += logical_elems(&m->params[i]);
   }
   return out;
+}
+
+/* Every rank's value, compared between ranks of the same key (e.g. the tp coordinate). */
+static int same_within(uint64_t key, uint64_t value)
+{
+  uint64_t mine[2] = { key, value }, *all = malloc(2 * sizeof *all * (size_t)world);
+  MPI_Allgather(mine, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, MPI_COMM_WORLD);
+  int same = 1;
+  for (int r = 0; r < world; r++)
+    for (int q = 0; q < r; q++)
+      same &= all[2 * r] != all[2 * q] || all[2 * r + 1] == all[2 * q + 1];
+  free(all);
+  return same;
+}
+
+/* The tp group's counters over one step against tp_comm_list: exact calls and bytes per op. */
+static void check_tp_counters(const struct trainer *t, const struct comm_counter before[COMM_N_OPS])
+{
+  const struct plan *p = t->plan;
+  struct comm_group *tp = groups[PLAN_AXIS_TP];
+  if (p->mesh.tp == 1)
+    return;
+  int n = tp_comm_list(p, p->batch.micro, p->batch.seq, NULL, 0);
+  struct tp_comm *list = malloc((size_t)n * sizeof *list);
+  tp_comm_list(p, p->batch.micro, p->batch.seq, list, n);
+  unsigned long long calls[COMM_N_OPS] = { 0 }, bytes[COMM_N_OPS] = { 0 };
+  for (int i = 0; i < n; i++) {
+    calls[list[i].comm] += (unsigned long long)p->batch.microbatches;
+    bytes[list[i].comm] += (unsigned long long)p->batch.microbatches * (unsigned long long)list[i].n_elems * 4u;
+  }
+  calls[COMM_ALL_GATHER] += 1; /* the gradient norm's partial sums, one double per rank */
+  bytes[COMM_ALL_GATHER] += 8u * (unsigned long long)p->mesh.tp;
+  for (int op = 0; op < COMM_N_OPS; op++) {
+    struct comm_counter c = comm_counter_get(tp, (enum comm_op)op);
+    unsigned long long dc = c.calls - before[op].calls, db = c.n_bytes - before[op].n_bytes;
+    CHECK_MSG(dc == calls[op] && db == bytes[op], "rank %d: tp %s: %llu calls, %llu bytes in the last "
+              "step; tp_comm_list predicts %llu calls, %llu bytes", rank, comm_op_name((enum comm_op)op),
+              dc, db, calls[op], bytes[op]);
+  }
+  if (rank == 0)
+    printf("tp counters of the last step match the prediction: %llu all-reduce (%llu B), %llu "
+           "all-gather (%llu B), %llu reduce-scatter (%llu B)\n", calls[COMM_ALL_REDUCE],
+           bytes[COMM_ALL_REDUCE], calls[COMM_ALL_GATHER], bytes[COMM_ALL_GATHER],
+           calls[COMM_REDUCE_SCATTER], bytes[COMM_REDUCE_SCATTER]);
+  free(list);
 }
 
 /* Every rank holds the same value: all-gather and compare bitwise. */
@@ -172,23 +241,27 @@ static void test_parallel_run(void)
   CHECK_MSG(comm_build_mesh_groups(&parallel_plan.mesh, groups, err, sizeof err) == 0, "%s", err);
   struct trainer t;
   alloc_reset_peaks();
-  if (trainer_open(&t, &parallel_plan, groups[PLAN_AXIS_DP], err, sizeof err) != TRAIN_OK)
+  if (trainer_open(&t, &parallel_plan, groups, err, sizeof err) != TRAIN_OK)
     comm_fatal("%s", err);
   n_logical = 0;
   for (int i = 0; i < t.model.n_params; i++)
-    n_logical += t.model.params[i].n_elems;
+    n_logical += logical_elems(&t.model.params[i]);
   initial = gather_packed(&t);
+  struct comm_counter before[COMM_N_OPS];
   for (long long s = 0; s < parallel_plan.train.steps; s++) {
+    for (int op = 0; op < COMM_N_OPS && groups[PLAN_AXIS_TP]; op++)
+      before[op] = comm_counter_get(groups[PLAN_AXIS_TP], (enum comm_op)op);
     CHECK_MSG(trainer_step(&t, &parallel_stats[s], err, sizeof err) == 0, "%s", err);
     CHECK_MSG(same_everywhere(&parallel_stats[s], sizeof parallel_stats[s]),
               "step %lld: loss or norm differs between ranks", s);
   }
   check_reductions(&t, parallel_plan.train.steps - 1);
+  check_tp_counters(&t, before);
   trainer_eval(&t, &parallel_eval);
   CHECK(same_everywhere(&parallel_eval, sizeof parallel_eval));
   if (t.dp.zero < 3) {
     uint64_t h = hash_bytes(t.model.param_memory, t.dp.layout.n_elems * sizeof(float));
-    CHECK_MSG(same_everywhere(&h, sizeof h), "the parameters differ between ranks");
+    CHECK_MSG(same_within((uint64_t)t.model.tp.rank, h), "the parameters differ between the ranks of a dp group");
   }
   final = gather_packed(&t);
   check_memory(&t);

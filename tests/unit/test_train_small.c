@@ -141,7 +141,11 @@ static void unsupported_plans_and_missing_data_are_refused(void)
   q.mesh.dp = 1;
   q.mesh.tp = 2;
   CHECK(trainer_open(&t, &q, NULL, err, sizeof err) == TRAIN_PLAN_ERROR);
-  CHECK_STR_CONTAINS(err, "mesh: tp = 2, pp = 1: this version of tycho parallelizes over data only");
+  CHECK_STR_CONTAINS(err, "mesh.tp = 2, but the tensor-parallel group has 1 rank");
+  q.mesh.tp = 1;
+  q.mesh.pp = 2;
+  CHECK(trainer_open(&t, &q, NULL, err, sizeof err) == TRAIN_PLAN_ERROR);
+  CHECK_STR_CONTAINS(err, "mesh.pp = 2: this version of tycho runs no pipeline stages yet");
   plan_free(&q);
 }
 
