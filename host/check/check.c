@@ -9,6 +9,7 @@
 
 #include "mesh/mesh.h"
 #include "plan/plan_json.h"
+#include "plan/tp_layout.h"
 #include "sched/sched.h"
 
 static const char *group_text(const struct plan_mesh *m, enum plan_axis a, int rank, char *buf, size_t n)
@@ -111,6 +112,152 @@ static void print_schedule(FILE *f, const struct plan *p)
   sched_free(&s);
 }
 
+static const char *const comm_op_names[] = { "all-reduce", "all-gather", "reduce-scatter" };
+
+static int dtype_bytes(enum plan_dtype d)
+{
+  return d == PLAN_FP32 ? 4 : 2;
+}
+
+static const char *format_bytes(double v, char *buf, size_t n)
+{
+  static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    u++;
+  }
+  snprintf(buf, n, u ? "%.1f %s" : "%.0f %s", v, units[u]);
+  return buf;
+}
+
+/* The collectives of one micro-batch (tp_comm_list), or NULL with *n = 0 (tp = 1, no memory). */
+static struct tp_comm *tp_comms(const struct plan *p, int *n)
+{
+  *n = tp_comm_list(p, p->batch.micro, p->batch.seq, NULL, 0);
+  struct tp_comm *list = *n ? malloc((size_t)*n * sizeof *list) : NULL;
+  if (!list) {
+    *n = 0;
+    return NULL;
+  }
+  tp_comm_list(p, p->batch.micro, p->batch.seq, list, *n);
+  return list;
+}
+
+/* Whether units a and b (layers; −1 the embedding, L the head) have the same entries. */
+static int same_layer_comms(const struct tp_comm *list, int n, int a, int b)
+{
+  int i = 0, j = 0;
+  for (;;) {
+    while (i < n && list[i].layer != a) i++;
+    while (j < n && list[j].layer != b) j++;
+    if (i == n || j == n)
+      return i == n && j == n;
+    if (list[i].backward != list[j].backward || list[i].op != list[j].op ||
+        list[i].n_elems != list[j].n_elems || strcmp(list[i].what, list[j].what) != 0)
+      return 0;
+    i++;
+    j++;
+  }
+}
+
+static void print_unit_comms(FILE *f, const struct tp_comm *list, int n, int layer, const char *label,
+                             int bytes_per_elem)
+{
+  int first = 1;
+  for (int dir = 0; dir < 2; dir++)
+    for (int i = 0; i < n; i++) {
+      if (list[i].layer != layer || list[i].backward != dir)
+        continue;
+      char size[32];
+      fprintf(f, "           %-17s %s  %-15s %10s  %s\n", first ? label : "", dir ? "bwd" : "fwd",
+              comm_op_names[list[i].comm],
+              format_bytes((double)list[i].n_elems * bytes_per_elem, size, sizeof size), list[i].what);
+      first = 0;
+    }
+  if (first)
+    fprintf(f, "           %-17s (none)\n", label);
+}
+
+/* Per module, the collectives the layout algebra inserts on each tp group, per micro-batch. */
+static void print_tp_comms(FILE *f, const struct plan *p)
+{
+  int n;
+  struct tp_comm *list = tp_comms(p, &n);
+  if (!list)
+    return;
+  const int eb = dtype_bytes(p->precision.compute), L = p->model.n_layers;
+  double bytes[2] = { 0, 0 };
+  int calls[2] = { 0, 0 };
+  for (int i = 0; i < n; i++) {
+    calls[list[i].backward]++;
+    bytes[list[i].backward] += (double)list[i].n_elems * eb;
+  }
+  char fb[32], bb[32];
+  fprintf(f, "tp comm    per micro-batch of %d × %d tokens on each tp group (%d-byte elements): "
+          "forward %d collectives, %s; backward %d, %s\n", p->batch.micro, p->batch.seq, eb,
+          calls[0], format_bytes(bytes[0], fb, sizeof fb), calls[1], format_bytes(bytes[1], bb, sizeof bb));
+  print_unit_comms(f, list, n, -1, "embedding", eb);
+  for (int l = 0; l < L;) {
+    int e = l + 1;
+    while (e < L && same_layer_comms(list, n, l, e)) e++;
+    char range[48];
+    if (e - 1 > l)
+      snprintf(range, sizeof range, "layers %d-%d, each", l, e - 1);
+    else
+      snprintf(range, sizeof range, "layer %d", l);
+    print_unit_comms(f, list, n, l, range, eb);
+    l = e;
+  }
+  print_unit_comms(f, list, n, L, "head", eb);
+  free(list);
+}
+
+static void write_tp_comms_json(struct json *j, const struct plan *p)
+{
+  int n;
+  struct tp_comm *list = tp_comms(p, &n);
+  const int eb = dtype_bytes(p->precision.compute);
+  json_begin_object(j);
+  json_key(j, "micro_batch"); json_int(j, p->batch.micro);
+  json_key(j, "seq"); json_int(j, p->batch.seq);
+  json_key(j, "bytes_per_element"); json_int(j, eb);
+  long long calls[2] = { 0, 0 }, bytes[2] = { 0, 0 };
+  for (int i = 0; i < n; i++) {
+    calls[list[i].backward]++;
+    bytes[list[i].backward] += list[i].n_elems * eb;
+  }
+  static const char *const dir[2] = { "forward", "backward" };
+  for (int d = 0; d < 2; d++) {
+    json_key(j, dir[d]);
+    json_begin_object(j);
+    json_key(j, "calls"); json_int(j, calls[d]);
+    json_key(j, "bytes"); json_int(j, bytes[d]);
+    json_end_object(j);
+  }
+  json_key(j, "collectives");
+  json_begin_array(j);
+  for (int i = 0; i < n; i++) {
+    json_begin_object(j);
+    json_key(j, "layer");
+    if (list[i].layer < 0)
+      json_string(j, "embed");
+    else if (list[i].layer >= p->model.n_layers)
+      json_string(j, "head");
+    else
+      json_int(j, list[i].layer);
+    json_key(j, "what"); json_string(j, list[i].what);
+    json_key(j, "direction"); json_string(j, dir[list[i].backward]);
+    json_key(j, "op"); json_string(j, comm_op_names[list[i].comm]);
+    json_key(j, "elements"); json_int(j, list[i].n_elems);
+    json_key(j, "bytes"); json_int(j, list[i].n_elems * eb);
+    json_end_object(j);
+  }
+  json_end_array(j);
+  json_end_object(j);
+  free(list);
+}
+
 static const char *thousands(long long v, char *buf, size_t n)
 {
   char digits[32];
@@ -198,6 +345,7 @@ void check_print_text(const struct plan *p, FILE *f)
   fprintf(f, "%s\n", p->tp_split_is_function ? "; per layer from a function" : "");
   print_layer_runs(f, p, 0, "");
   fprintf(f, "           sequence parallel %s\n", p->sequence_parallel ? "on" : "off");
+  print_tp_comms(f, p);
   if (p->recompute_is_function)
     fprintf(f, "recompute  per layer from a function\n");
   print_layer_runs(f, p, 1, p->recompute_is_function ? "" : "recompute");
@@ -275,6 +423,9 @@ void check_write_json(const struct plan *p, struct strbuf *b)
     json_end_object(&j);
   }
   sched_free(&sch);
+
+  json_key(&j, "tp_comm");
+  write_tp_comms_json(&j, p);
 
   json_key(&j, "groups");
   json_begin_object(&j);

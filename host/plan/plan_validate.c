@@ -199,6 +199,11 @@ static int validate_splits(struct plan *p, char *err, size_t n)
   int tp = p->mesh.tp;
   char d[256];
   const char *fpath = p->tp_split_is_function ? "tp_split" : NULL;
+  if (tp > 1 && m->tie_embeddings && p->embed_split != p->head_split)
+    return fail(err, n, p, fpath ? fpath : "tp_split.head", "tp_split.head = \"%s\" with tp_split.embed = "
+                "\"%s\": model.tie_embeddings = true makes them one tensor, split one way; give both "
+                "\"vocab\" or both \"replicate\"", plan_split_name(p->head_split),
+                plan_split_name(p->embed_split));
   for (int l = 0; l < m->n_layers; l++) {
     for (int mod = PLAN_LAYER_MOD_FIRST; mod <= PLAN_LAYER_MOD_LAST; mod++) {
       enum plan_split s = p->layers[l].split[mod];

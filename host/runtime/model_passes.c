@@ -15,147 +15,11 @@
 #include "comm/comm.h"
 #include "kernels.h"
 #include "runtime/model.h"
+#include "runtime/tp.h"
 
 static float *residual_at(const struct model_acts *a, const struct model *m, int index)
 {
   return a->residual + (size_t)index * a->B_max * model_home_T(m, a->T_max) * m->config.dim;
-}
-
-/* ---- collectives on the TP group ---- */
-
-static void tp_failed(struct model *m, const char *what)
-{
-  if (!m->tp.failed)
-    snprintf(m->tp.err, sizeof m->tp.err, "tensor-parallel %s: %s", what, comm_error());
-  m->tp.failed = 1;
-}
-
-static void tp_all_reduce(struct model *m, float *buf, size_t n, enum comm_reduce op)
-{
-  if (comm_all_reduce(m->tp.group, buf, buf, n, COMM_FP32, op, NULL))
-    tp_failed(m, "all-reduce");
-}
-
-/* A tensor in a sharded layout seen as (outer, tp, inner): rank r holds [:, r, :]. */
-struct chunks {
-  size_t outer, inner;
-};
-
-static struct chunks chunks_of(enum tp_layout l, int B, int T, int X, int tp)
-{
-  struct chunks c = { (size_t)B * T, (size_t)X / tp }; /* FEAT */
-  if (l == TP_SEQ) {
-    c.outer = (size_t)B;
-    c.inner = (size_t)(T / tp) * X;
-  }
-  return c;
-}
-
-/* full (outer, tp, inner) → this rank's part (outer, inner). */
-static void take_chunk(float *part, const float *full, struct chunks c, int tp, int rank)
-{
-  for (size_t o = 0; o < c.outer; o++)
-    memcpy(part + o * c.inner, full + (o * tp + rank) * c.inner, c.inner * sizeof(float));
-}
-
-/* Every rank's part → full (outer, tp, inner), through the staging buffer. */
-static void all_gather_chunks(struct model *m, float *full, const float *part, struct chunks c,
-                              float *pack)
-{
-  const int tp = m->tp.size;
-  if (comm_all_gather(m->tp.group, part, pack, c.outer * c.inner, COMM_FP32, NULL))
-    tp_failed(m, "all-gather");
-  for (int r = 0; r < tp; r++)
-    for (size_t o = 0; o < c.outer; o++)
-      memcpy(full + (o * tp + r) * c.inner, pack + ((size_t)r * c.outer + o) * c.inner,
-             c.inner * sizeof(float));
-}
-
-static void reduce_scatter_chunks(struct model *m, float *part, const float *full,
-                                  struct chunks c, float *pack)
-{
-  const int tp = m->tp.size;
-  for (int r = 0; r < tp; r++)
-    for (size_t o = 0; o < c.outer; o++)
-      memcpy(pack + ((size_t)r * c.outer + o) * c.inner, full + (o * tp + r) * c.inner,
-             c.inner * sizeof(float));
-  if (comm_reduce_scatter(m->tp.group, pack, part, c.outer * c.inner, COMM_FP32, COMM_SUM, NULL))
-    tp_failed(m, "reduce-scatter");
-}
-
-static size_t local_elems(enum tp_layout l, int B, int T, int X, int tp)
-{
-  return l == TP_SEQ || l == TP_FEAT ? (size_t)B * T * X / tp : (size_t)B * T * X;
-}
-
-/* out ← in converted from `from` to `to` (never KV; see expand_kv), for a (B, T, X) tensor.
- * out may equal in only when the conversion keeps the size (none, all-reduce, keep-rank0).
- * tmp: a (B, T, X) buffer, used by SEQ ↔ FEAT. Returns out. */
-static float *convert(struct model *m, struct model_acts *a, float *out, float *in,
-                      enum tp_layout from, enum tp_layout to, int B, int T, int X, float *tmp)
-{
-  const int tp = m->tp.size, rank = m->tp.rank;
-  enum tp_op op = tp == 1 ? TP_OP_NONE : tp_convert_op(from, to);
-  switch (op) {
-  case TP_OP_NONE:
-    if (out != in)
-      memcpy(out, in, local_elems(from, B, T, X, tp) * sizeof(float));
-    break;
-  case TP_OP_SLICE:
-    take_chunk(out, in, chunks_of(to, B, T, X, tp), tp, rank);
-    break;
-  case TP_OP_ALL_REDUCE:
-    if (out != in)
-      memcpy(out, in, (size_t)B * T * X * sizeof(float));
-    tp_all_reduce(m, out, (size_t)B * T * X, COMM_SUM);
-    break;
-  case TP_OP_ALL_GATHER:
-    all_gather_chunks(m, out, in, chunks_of(from, B, T, X, tp), a->pack);
-    break;
-  case TP_OP_REDUCE_SCATTER:
-    reduce_scatter_chunks(m, out, in, chunks_of(to, B, T, X, tp), a->pack);
-    break;
-  case TP_OP_ALL_GATHER_SLICE:
-    all_gather_chunks(m, tmp, in, chunks_of(from, B, T, X, tp), a->pack);
-    take_chunk(out, tmp, chunks_of(to, B, T, X, tp), tp, rank);
-    break;
-  case TP_OP_KEEP_RANK0:
-    if (rank != 0)
-      memset(out, 0, (size_t)B * T * X * sizeof(float));
-    else if (out != in)
-      memcpy(out, in, (size_t)B * T * X * sizeof(float));
-    break;
-  default:
-    comm_fatal("tensor parallelism: no conversion from %s to %s", tp_layout_name(from),
-               tp_layout_name(to));
-  }
-  return out;
-}
-
-/* KV heads (B, T, NKV, HS), replicated → (B, T, NHl, HS): query head h0 + i's KV head. */
-static void expand_kv(const struct model *m, float *out, const float *in, int BT, int NHl)
-{
-  const struct plan_model *c = &m->config;
-  const int HS = c->head_dim, group = c->n_heads / c->n_kv_heads, h0 = m->tp.rank * NHl;
-  for (int bt = 0; bt < BT; bt++)
-    for (int i = 0; i < NHl; i++)
-      memcpy(out + ((size_t)bt * NHl + i) * HS,
-             in + ((size_t)bt * c->n_kv_heads + (h0 + i) / group) * HS, (size_t)HS * sizeof(float));
-}
-
-/* Its adjoint: out (B, T, NKV, HS) = zeros plus each expanded head's gradient added in (partial
- * sums over the group). */
-static void expand_kv_backward(const struct model *m, float *out, const float *in, int BT, int NHl)
-{
-  const struct plan_model *c = &m->config;
-  const int HS = c->head_dim, NKV = c->n_kv_heads, group = c->n_heads / NKV, h0 = m->tp.rank * NHl;
-  memset(out, 0, (size_t)BT * NKV * HS * sizeof(float));
-  for (int bt = 0; bt < BT; bt++)
-    for (int i = 0; i < NHl; i++) {
-      float *o = out + ((size_t)bt * NKV + (h0 + i) / group) * HS;
-      const float *g = in + ((size_t)bt * NHl + i) * HS;
-      for (int e = 0; e < HS; e++) o[e] += g[e];
-    }
 }
 
 /* One mask per sample: the rank holds elements [first, first + per_sample) of the sample's
@@ -187,9 +51,9 @@ static void norm_inputs(struct model *m, struct model_acts *a, const struct tp_l
   }
   float *r = y->home == TP_R ? n : a->in_r;
   if (need_r)
-    convert(m, a, r, n, y->home, TP_R, B, T, C, a->work_c4);
+    tp_convert(&m->tp, a->pack, r, n, y->home, TP_R, B, T, C, a->work_c4);
   if (need_f)
-    convert(m, a, a->in_f, n, y->home, TP_FEAT, B, T, C, a->work_c4);
+    tp_convert(&m->tp, a->pack, a->in_f, n, y->home, TP_FEAT, B, T, C, a->work_c4);
   for (int k = first; k <= last; k++) in[k] = tp_split_input(y->split[k]) == TP_R ? r : a->in_f;
 }
 
@@ -217,18 +81,18 @@ static void norm_input_grads(struct model *m, struct model_acts *a, const struct
       if (tp_split_input(y->split[k]) != needs[g])
         continue;
       float *d = dins[k];
-      size_t n = local_elems(tp_split_input_grad(y->split[k]), B, T, C, tp);
+      size_t n = tp_local_elems(tp_split_input_grad(y->split[k]), B, T, C, tp);
       if (arrival == TP_P && tp_split_input_grad(y->split[k]) == TP_R)
-        convert(m, a, d, d, TP_R, TP_P, B, T, C, NULL);
+        tp_convert(&m->tp, a->pack, d, d, TP_R, TP_P, B, T, C, NULL);
       if (!sum)
         sum = d;
       else
         residual_forward(sum, sum, d, n);
     }
     float *dst = wrote ? tmp : out;
-    convert(m, a, dst, sum, arrival, y->home, B, T, C, a->work_c4);
+    tp_convert(&m->tp, a->pack, dst, sum, arrival, y->home, B, T, C, a->work_c4);
     if (wrote)
-      residual_forward(out, out, tmp, local_elems(y->home, B, T, C, tp));
+      residual_forward(out, out, tmp, tp_local_elems(y->home, B, T, C, tp));
     wrote = 1;
   }
 }
@@ -254,7 +118,7 @@ void model_embed_forward(const struct model *mc, struct model_acts *a, const int
     encoder_forward_shard(a->work_c1, tokens, m->wte, (int)e->start[0], (int)e->local[0], N, C);
   else
     encoder_forward(a->work_c1, tokens, m->wte, N, C);
-  convert(m, a, residual_at(a, m, 0), a->work_c1, out, m->tp.io.home, B, T, C, a->work_c4);
+  tp_convert(&m->tp, a->pack, residual_at(a, m, 0), a->work_c1, out, m->tp.io.home, B, T, C, a->work_c4);
 }
 
 void model_embed_backward(struct model *m, struct model_acts *a)
@@ -265,7 +129,7 @@ void model_embed_backward(struct model *m, struct model_acts *a)
     return;
   }
   const struct model_param *e = &m->params[0];
-  float *d = convert(m, a, a->work_c1, a->dresidual, m->tp.io.home, TP_R, B, T, C, a->work_c4);
+  float *d = tp_convert(&m->tp, a->pack, a->work_c1, a->dresidual, m->tp.io.home, TP_R, B, T, C, a->work_c4);
   if (e->tp_dim == 0)
     encoder_backward_shard(m->dwte, d, a->tokens, (int)e->start[0], (int)e->local[0], N, C);
   else
@@ -306,10 +170,10 @@ void model_layer_forward(const struct model *mc, struct model_acts *a, int layer
     enum tp_layout have = tp_split_output(s[PLAN_MOD_Q + j]), want = j == 0 ? A : y->kv;
     int X = j == 0 ? C : KVD;
     if (want == TP_KV) {
-      convert(m, a, raw[j], raw[j], have, TP_R, B, T, X, NULL);
-      expand_kv(m, att[j], raw[j], N, d.NHl);
+      tp_convert(&m->tp, a->pack, raw[j], raw[j], have, TP_R, B, T, X, NULL);
+      tp_expand_kv(&m->tp, &m->config, att[j], raw[j], N, d.NHl);
     } else {
-      convert(m, a, att[j], raw[j], have, want, B, T, X, a->work_c4);
+      tp_convert(&m->tp, a->pack, att[j], raw[j], have, want, B, T, X, a->work_c4);
     }
   }
   rope_forward(la->q, la->q, a->rope_cos, a->rope_sin, B, T, d.NHl, HS);
@@ -320,9 +184,9 @@ void model_layer_forward(const struct model *mc, struct model_acts *a, int layer
                MODEL_DROP_ATTN_PROBS);
   attention_forward(la->atty, la->probs, a->attn_scratch, la->q, la->k, la->v,
                     drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
-  convert(m, a, la->o_in, la->atty, A, tp_split_input(s[PLAN_MOD_O]), B, T, C, a->work_c4);
+  tp_convert(&m->tp, a->pack, la->o_in, la->atty, A, tp_split_input(s[PLAN_MOD_O]), B, T, C, a->work_c4);
   linear_forward(a->work_c1, la->o_in, w->wo, N, d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
-  float *branch = convert(m, a, a->work_c2, a->work_c1, tp_split_output(s[PLAN_MOD_O]), y->home,
+  float *branch = tp_convert(&m->tp, a->pack, a->work_c2, a->work_c1, tp_split_output(s[PLAN_MOD_O]), y->home,
                           B, T, C, a->work_c3);
   if (drop) {
     draw_masks(la->attn_mask, (size_t)Th * C, home_first(m, T), dropout, B, layer, MODEL_DROP_ATTN_OUT);
@@ -335,12 +199,12 @@ void model_layer_forward(const struct model *mc, struct model_acts *a, int layer
   norm_inputs(m, a, y, la->ln2, PLAN_MOD_GATE, PLAN_MOD_UP, in);
   linear_forward(a->work_f1, in[PLAN_MOD_GATE], w->wgate, N, d.w_in[PLAN_MOD_GATE], d.w_out[PLAN_MOD_GATE]);
   linear_forward(a->work_f2, in[PLAN_MOD_UP], w->wup, N, d.w_in[PLAN_MOD_UP], d.w_out[PLAN_MOD_UP]);
-  convert(m, a, la->gate, a->work_f1, tp_split_output(s[PLAN_MOD_GATE]), M, B, T, F, NULL);
-  convert(m, a, la->up, a->work_f2, tp_split_output(s[PLAN_MOD_UP]), M, B, T, F, NULL);
+  tp_convert(&m->tp, a->pack, la->gate, a->work_f1, tp_split_output(s[PLAN_MOD_GATE]), M, B, T, F, NULL);
+  tp_convert(&m->tp, a->pack, la->up, a->work_f2, tp_split_output(s[PLAN_MOD_UP]), M, B, T, F, NULL);
   swiglu_forward(la->hidden, la->gate, la->up, (size_t)N * d.Fl);
-  convert(m, a, la->down_in, la->hidden, M, tp_split_input(s[PLAN_MOD_DOWN]), B, T, F, NULL);
+  tp_convert(&m->tp, a->pack, la->down_in, la->hidden, M, tp_split_input(s[PLAN_MOD_DOWN]), B, T, F, NULL);
   linear_forward(a->work_c1, la->down_in, w->wdown, N, d.w_in[PLAN_MOD_DOWN], d.w_out[PLAN_MOD_DOWN]);
-  branch = convert(m, a, a->work_c2, a->work_c1, tp_split_output(s[PLAN_MOD_DOWN]), y->home, B, T,
+  branch = tp_convert(&m->tp, a->pack, a->work_c2, a->work_c1, tp_split_output(s[PLAN_MOD_DOWN]), y->home, B, T,
                    C, a->work_c3);
   if (drop) {
     draw_masks(la->mlp_mask, (size_t)Th * C, home_first(m, T), dropout, B, layer, MODEL_DROP_MLP_OUT);
@@ -377,16 +241,16 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
     dropout_backward(dh, dres, la->mlp_mask, n_home);
   else
     memcpy(dh, dres, n_home * sizeof(float));
-  float *dout = convert(m, a, a->work_c2, dh, y->home, tp_dual(tp_split_output(s[PLAN_MOD_DOWN])),
+  float *dout = tp_convert(&m->tp, a->pack, a->work_c2, dh, y->home, tp_dual(tp_split_output(s[PLAN_MOD_DOWN])),
                         B, T, C, a->work_c3);
   linear_backward(a->dhidden, g->wdown, dout, la->down_in, w->wdown, N, d.w_in[PLAN_MOD_DOWN],
                   d.w_out[PLAN_MOD_DOWN]);
-  float *dhid = convert(m, a, a->work_f1, a->dhidden, tp_split_input_grad(s[PLAN_MOD_DOWN]), M, B,
+  float *dhid = tp_convert(&m->tp, a->pack, a->work_f1, a->dhidden, tp_split_input_grad(s[PLAN_MOD_DOWN]), M, B,
                         T, F, NULL);
   swiglu_backward(a->dgate, a->dup, dhid, la->gate, la->up, (size_t)N * d.Fl);
-  float *dgate = convert(m, a, a->work_f1, a->dgate, M, tp_dual(tp_split_output(s[PLAN_MOD_GATE])),
+  float *dgate = tp_convert(&m->tp, a->pack, a->work_f1, a->dgate, M, tp_dual(tp_split_output(s[PLAN_MOD_GATE])),
                          B, T, F, NULL);
-  float *dup = convert(m, a, a->work_f2, a->dup, M, tp_dual(tp_split_output(s[PLAN_MOD_UP])), B, T,
+  float *dup = tp_convert(&m->tp, a->pack, a->work_f2, a->dup, M, tp_dual(tp_split_output(s[PLAN_MOD_UP])), B, T,
                        F, NULL);
   norm_inputs(m, a, y, la->ln2, PLAN_MOD_GATE, PLAN_MOD_UP, in);
   dins[PLAN_MOD_GATE] = a->dq;
@@ -406,10 +270,10 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
     dropout_backward(dh, dres, la->attn_mask, n_home);
   else
     memcpy(dh, dres, n_home * sizeof(float));
-  dout = convert(m, a, a->work_c2, dh, y->home, tp_dual(tp_split_output(s[PLAN_MOD_O])), B, T, C,
+  dout = tp_convert(&m->tp, a->pack, a->work_c2, dh, y->home, tp_dual(tp_split_output(s[PLAN_MOD_O])), B, T, C,
                  a->work_c3);
   linear_backward(a->dq, g->wo, dout, la->o_in, w->wo, N, d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
-  float *datt = convert(m, a, a->work_c3, a->dq, tp_split_input_grad(s[PLAN_MOD_O]), A, B, T, C, NULL);
+  float *datt = tp_convert(&m->tp, a->pack, a->work_c3, a->dq, tp_split_input_grad(s[PLAN_MOD_O]), A, B, T, C, NULL);
   attention_backward(a->dq, a->dk, a->dv, a->attn_scratch, datt, la->q, la->k, la->v, la->probs,
                      drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
   rope_backward(a->dq, a->dq, a->rope_cos, a->rope_sin, B, T, d.NHl, HS);
@@ -419,10 +283,10 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
     enum tp_layout have = j == 0 ? A : y->kv, to = tp_dual(tp_split_output(s[PLAN_MOD_Q + j]));
     int X = j == 0 ? C : KVD;
     if (have == TP_KV) {
-      expand_kv_backward(m, dqkv[j], datt_in[j], N, d.NHl);
-      convert(m, a, dqkv[j], dqkv[j], TP_P, to, B, T, X, NULL);
+      tp_expand_kv_backward(&m->tp, &m->config, dqkv[j], datt_in[j], N, d.NHl);
+      tp_convert(&m->tp, a->pack, dqkv[j], dqkv[j], TP_P, to, B, T, X, NULL);
     } else {
-      convert(m, a, dqkv[j], datt_in[j], have, to, B, T, X, NULL);
+      tp_convert(&m->tp, a->pack, dqkv[j], datt_in[j], have, to, B, T, X, NULL);
     }
   }
   norm_inputs(m, a, y, la->ln1, PLAN_MOD_Q, PLAN_MOD_V, in);
@@ -439,7 +303,7 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
   residual_forward(dres, dres, a->work_c1, n_home);
 
   if (sp) { /* each rank saw its positions only: the gains' gradients are partial sums */
-    tp_all_reduce(m, a->gains, 2 * (size_t)C, COMM_SUM);
+    tp_all_reduce(&m->tp, a->gains, 2 * (size_t)C, COMM_SUM);
     residual_forward(g->attn_norm, g->attn_norm, a->gains, (size_t)C);
     residual_forward(g->mlp_norm, g->mlp_norm, a->gains + C, (size_t)C);
   }
@@ -471,15 +335,15 @@ double model_head_forward(const struct model *mc, struct model_acts *a, const in
   head_columns(m, &v0, &Vl, &Vvalid);
   rmsnorm_forward(a->lnf, a->lnf_rstd, residual_at(a, m, c->n_layers), m->final_norm, Nh, C,
                   (float)c->norm_eps);
-  convert(m, a, a->head_in, a->lnf, m->tp.io.home, TP_R, B, T, C, NULL);
+  tp_convert(&m->tp, a->pack, a->head_in, a->lnf, m->tp.io.home, TP_R, B, T, C, NULL);
   linear_forward(a->logits, a->head_in, m->head, N, C, Vl);
   if (!targets)
     return 0.0;
   if (head_sharded(m)) {
     crossentropy_shard_max(a->ce_stats, a->logits, N, Vvalid, Vl);
-    tp_all_reduce(m, a->ce_stats, (size_t)N, COMM_MAX);
+    tp_all_reduce(&m->tp, a->ce_stats, (size_t)N, COMM_MAX);
     crossentropy_shard_sums(a->ce_stats, a->logits, targets, v0, N, Vvalid, Vl);
-    tp_all_reduce(m, a->ce_stats + N, 2 * (size_t)N, COMM_SUM);
+    tp_all_reduce(&m->tp, a->ce_stats + N, 2 * (size_t)N, COMM_SUM);
     crossentropy_shard_finish(a->losses, a->logits, a->logits, a->ce_stats, targets, N, Vvalid, Vl);
   } else {
     crossentropy_forward(a->losses, a->logits, a->logits, targets, N, c->vocab, Vl);
@@ -503,13 +367,13 @@ void model_head_backward(struct model *m, struct model_acts *a, const int *targe
     crossentropy_backward(a->logits, a->logits, targets, loss_scale, N, c->vocab, Vl);
   linear_backward(a->work_c1, m->dhead, a->logits, a->head_in, m->head, N, C, Vl);
   enum tp_layout arrival = m->tp.size > 1 ? tp_split_input_grad(m->tp.io.split[PLAN_MOD_HEAD]) : TP_R;
-  float *dn = convert(m, a, a->work_c2, a->work_c1, arrival, m->tp.io.home, B, T, C, NULL);
+  float *dn = tp_convert(&m->tp, a->pack, a->work_c2, a->work_c1, arrival, m->tp.io.home, B, T, C, NULL);
   if (sp)
     memset(a->gains, 0, (size_t)C * sizeof(float));
   rmsnorm_backward(a->dresidual, sp ? a->gains : m->dfinal_norm, dn, residual_at(a, m, c->n_layers),
                    m->final_norm, a->lnf_rstd, Nh, C);
   if (sp) {
-    tp_all_reduce(m, a->gains, (size_t)C, COMM_SUM);
+    tp_all_reduce(&m->tp, a->gains, (size_t)C, COMM_SUM);
     residual_forward(m->dfinal_norm, m->dfinal_norm, a->gains, (size_t)C);
   }
 }
@@ -532,7 +396,7 @@ void model_head_argmax(struct model *m, struct model_acts *a, const int *rows, i
     return;
   }
   if (comm_all_gather(m->tp.group, mine, all, 2 * (size_t)n, COMM_FP32, NULL))
-    tp_failed(m, "all-gather of the argmax");
+    tp_failed(&m->tp, "all-gather of the argmax");
   for (int i = 0; i < n; i++) {
     int best = 0; /* ranks hold increasing vocabulary columns: ties keep the lowest token */
     for (int r = 1; r < m->tp.size; r++)
