@@ -19,7 +19,7 @@ set(TYCHO_MPI_ENV
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
   OMPI_MCA_btl=self,vader OMPI_MCA_mpi_yield_when_idle=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1)
 
-foreach(name mpi_collectives mpi_overlap mpi_errors mpi_watchdog mpi_dp_equiv)
+foreach(name mpi_collectives mpi_overlap mpi_errors mpi_watchdog mpi_dp_equiv mpi_tp_convert)
   add_executable(${name} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${name}.c)
   target_include_directories(${name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/unit ${CMAKE_CURRENT_SOURCE_DIR}/mpi)
   target_compile_options(${name} PRIVATE ${TYCHO_WARNINGS})
@@ -90,6 +90,11 @@ foreach(mode world_mismatch hash_mismatch pp_refused data_one_rank export_fails 
     ${mode} ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} $<TARGET_FILE:tycho> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(mpi_run_errors.${mode} PROPERTIES TIMEOUT 90 PROCESSORS 2 LABELS mpi
     ENVIRONMENT "${TYCHO_MPI_ENV}")
+endforeach()
+
+# Each layout conversion against the unsharded tensor, and the KV expansion against its adjoint.
+foreach(ranks 2 3 4)
+  tycho_mpi_test(mpi_tp_convert.tp${ranks} ${ranks} COMMAND $<TARGET_FILE:mpi_tp_convert>)
 endforeach()
 
 # Tensor parallelism against the serial run (the same executable and tolerances; it also holds

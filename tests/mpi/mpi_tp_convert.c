@@ -1,0 +1,179 @@
+/* Every tensor-parallel layout conversion (runtime/tp.h) against the unsharded tensor, on a TP
+ * group of all ranks. A (B, T, X) tensor of small integers (so every sum is exact) is put in
+ * each layout — R: the whole on every rank; P: parts that sum to it; S(seq): this rank's
+ * positions; S(feat): this rank's columns — and converted into every layout tp_convert_op
+ * allows; the result must be, bit for bit, the target layout's form of the same tensor (R → P
+ * keeps it on rank 0 and zeroes the others). Since the backward of a conversion is the conversion
+ * of the gradient from the layout it arrives in to the dual of the source layout, these pairs
+ * cover the backward duals too. Each conversion must issue exactly the collective
+ * tp_op_comm names (the counters move by one call of it and nothing else): what `tycho check`
+ * bills is what runs. The KV-head expansion is checked against the whole tensor and against its
+ * adjoint: Σ_r ⟨expand(x), y_r⟩ = ⟨x, Σ_r expand_backward(y_r)⟩.
+ *
+ * Usage: mpi_tp_convert   (any number of ranks ≥ 2: they form one TP group) */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "mpi_check.h"
+#include "plan/tp_layout.h"
+#include "runtime/tp.h"
+
+static int rank, tp;
+static struct model_tp group;
+static char err[1024];
+
+enum { B = 2 };
+static int T, X; /* multiples of tp */
+
+static float whole(size_t i) { return (float)((int)(i % 17) - 8) + 0.25f * (float)(i % 4); }
+static float part(size_t i) { return (float)((int)(i % 5) - 2); }
+
+/* The tensor in layout l as rank `rank` holds it. */
+static void form(float *out, enum tp_layout l)
+{
+  const size_t n = (size_t)B * T * X;
+  switch (l) {
+  case TP_R:
+    for (size_t i = 0; i < n; i++) out[i] = whole(i);
+    break;
+  case TP_P: /* rank 0: whole − (tp − 1)·part, the others: part */
+    for (size_t i = 0; i < n; i++) out[i] = rank == 0 ? whole(i) - (float)(tp - 1) * part(i) : part(i);
+    break;
+  case TP_SEQ: {
+    const int Tl = T / tp;
+    for (int b = 0; b < B; b++)
+      for (int t = 0; t < Tl; t++)
+        for (int x = 0; x < X; x++)
+          out[((size_t)b * Tl + t) * X + x] = whole(((size_t)b * T + (size_t)(rank * Tl + t)) * X + x);
+    break;
+  }
+  case TP_FEAT: {
+    const int Xl = X / tp;
+    for (size_t bt = 0; bt < (size_t)B * T; bt++)
+      for (int x = 0; x < Xl; x++) out[bt * Xl + x] = whole(bt * X + (size_t)(rank * Xl + x));
+    break;
+  }
+  default:
+    break;
+  }
+}
+
+static void test_every_conversion(void)
+{
+  const size_t n = (size_t)B * T * X;
+  float *in = malloc(n * sizeof *in), *out = malloc(n * sizeof *out), *want = malloc(n * sizeof *want);
+  float *pack = malloc(n * sizeof *pack), *tmp = malloc(n * sizeof *tmp);
+  static const enum tp_layout layouts[] = { TP_R, TP_P, TP_SEQ, TP_FEAT };
+  int tried = 0;
+  for (int a = 0; a < 4; a++)
+    for (int c = 0; c < 4; c++) {
+      enum tp_layout from = layouts[a], to = layouts[c];
+      enum tp_op op = tp_convert_op(from, to);
+      if (op == TP_OP_INVALID)
+        continue;
+      tried++;
+      form(in, from);
+      memset(out, 0xff, n * sizeof *out); /* NaNs: what the conversion does not write shows */
+      struct comm_counter before[COMM_N_OPS];
+      for (int k = 0; k < COMM_N_OPS; k++) before[k] = comm_counter_get(group.group, (enum comm_op)k);
+      tp_convert(&group, pack, out, in, from, to, B, T, X, tmp);
+      CHECK_MSG(!group.failed, "%s", group.err);
+      if (op == TP_OP_KEEP_RANK0) {
+        if (rank == 0)
+          form(want, TP_R);
+        else
+          memset(want, 0, n * sizeof *want);
+      } else {
+        form(want, to);
+      }
+      size_t n_out = tp_local_elems(to, B, T, X, tp);
+      CHECK_MSG(memcmp(out, want, n_out * sizeof *out) == 0, "rank %d: %s -> %s (%s) differs from the "
+                "target layout's form", rank, tp_layout_name(from), tp_layout_name(to), tp_op_name(op));
+      for (int k = 0; k < COMM_N_OPS; k++) {
+        uint64_t calls = comm_counter_get(group.group, (enum comm_op)k).calls - before[k].calls;
+        uint64_t expect = k == tp_op_comm(op) ? 1 : 0;
+        CHECK_MSG(calls == expect, "%s -> %s: %llu %s calls, expected %llu", tp_layout_name(from),
+                  tp_layout_name(to), (unsigned long long)calls, comm_op_name((enum comm_op)k),
+                  (unsigned long long)expect);
+      }
+      /* in place, where the sizes allow */
+      if (op == TP_OP_ALL_REDUCE || op == TP_OP_KEEP_RANK0 || op == TP_OP_NONE) {
+        form(in, from);
+        tp_convert(&group, pack, in, in, from, to, B, T, X, tmp);
+        CHECK_MSG(memcmp(in, want, n_out * sizeof *in) == 0, "%s -> %s in place", tp_layout_name(from),
+                  tp_layout_name(to));
+      }
+    }
+  CHECK(tried == 14); /* 16 pairs less S(seq) → P and S(feat) → P */
+  if (rank == 0)
+    printf("%d conversions on %d ranks, each equal to the target layout's form bit for bit\n", tried, tp);
+  free(in);
+  free(out);
+  free(want);
+  free(pack);
+  free(tmp);
+}
+
+static void test_kv_expansion_and_its_adjoint(void)
+{
+  /* query heads 2·tp (two per rank) over KV heads that do not split evenly into the shards */
+  struct plan_model c;
+  memset(&c, 0, sizeof c);
+  c.head_dim = 4;
+  c.n_heads = 2 * tp;
+  c.n_kv_heads = tp == 2 ? 1 : 2;
+  if (tp == 2) { /* 6 query heads over 3 KV heads: rank 0 reads KV 0, 0, 1; rank 1 reads 1, 2, 2 */
+    c.n_heads = 6;
+    c.n_kv_heads = 3;
+  }
+  const int NH = c.n_heads, NKV = c.n_kv_heads, HS = c.head_dim, NHl = NH / tp, BT = 5;
+  const size_t n_kv = (size_t)BT * NKV * HS, n_exp = (size_t)BT * NHl * HS;
+  float *x = malloc(n_kv * sizeof *x), *e = malloc(n_exp * sizeof *e), *y = malloc(n_exp * sizeof *y);
+  float *g = malloc(n_kv * sizeof *g);
+  for (size_t i = 0; i < n_kv; i++) x[i] = whole(i * 7 + 3);
+  tp_expand_kv(&group, &c, e, x, BT, NHl);
+  for (int bt = 0; bt < BT; bt++)
+    for (int i = 0; i < NHl; i++) {
+      int kv = (rank * NHl + i) / (NH / NKV);
+      CHECK(memcmp(e + ((size_t)bt * NHl + i) * HS, x + ((size_t)bt * NKV + kv) * HS, HS * sizeof(float)) == 0);
+    }
+  for (size_t i = 0; i < n_exp; i++) y[i] = part(i + (size_t)rank * 11);
+  double lhs = 0.0, rhs = 0.0;
+  for (size_t i = 0; i < n_exp; i++) lhs += (double)e[i] * y[i];
+  tp_expand_kv_backward(&group, &c, g, y, BT, NHl);
+  tp_all_reduce(&group, g, n_kv, COMM_SUM);
+  for (size_t i = 0; i < n_kv; i++) rhs += (double)x[i] * g[i];
+  double lhs_all;
+  MPI_Allreduce(&lhs, &lhs_all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  CHECK_MSG(lhs_all == rhs, "adjoint: sum of <expand(x), y> = %.17g, <x, sum of expand_backward(y)> = %.17g",
+            lhs_all, rhs);
+  if (rank == 0)
+    printf("KV expansion: %d query heads over %d KV heads on %d ranks; adjoint identity %.6g = %.6g\n", NH,
+           NKV, tp, lhs_all, rhs);
+  free(x);
+  free(e);
+  free(y);
+  free(g);
+}
+
+int main(int argc, char **argv)
+{
+  if (comm_init(&argc, &argv, err, sizeof err))
+    comm_fatal("%s", err);
+  struct comm_group *w = comm_world();
+  rank = w->rank;
+  tp = w->size;
+  group.group = w;
+  group.size = tp;
+  group.rank = rank;
+  T = 3 * tp;
+  X = 2 * tp;
+  static const struct test_case tests[] = { TEST(test_every_conversion),
+                                            TEST(test_kv_expansion_and_its_adjoint) };
+  int rc = mpi_test_run_all(tests, 2);
+  comm_finalize(err, sizeof err);
+  return rc;
+}
