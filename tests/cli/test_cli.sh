@@ -73,6 +73,26 @@ expect set_list 0 'recompute +layers 0-3 +attn_core,mlp_act' "$tycho" check plan
 expect set_mesh 0 'mesh +4 ranks = tp 2 × pp 2 × dp 1' "$tycho" check plans/tiny.lua --set mesh.tp=2 --set mesh.pp=2 --world 4
 expect set_bad_syntax 2 '^tycho: plan error: --set: "mesh.tp": expected path.to.field=value' "$tycho" check plans/tiny.lua --set mesh.tp
 
+# The collectives tensor parallelism inserts, per module and micro-batch (tiny: 8 × 32 tokens of
+# dim 128 in fp32 = 128 KiB per activation). Megatron's pairing: one all-reduce per attention
+# and one per MLP forward, their duals in backward; sequence parallelism turns each into a
+# reduce-scatter and an all-gather.
+out=$("$tycho" check plans/tiny.lua --set mesh.tp=2 --world 2 2>&1)
+layer=$(printf '%s\n' "$out" | sed -n '/layers 0-3, each/,/^ *head /p' | sed '$d')
+fwd_ar=$(printf '%s\n' "$layer" | grep -c 'fwd  all-reduce')
+bwd_ar=$(printf '%s\n' "$layer" | grep -c 'bwd  all-reduce')
+if [ "$fwd_ar" -eq 2 ] && [ "$bwd_ar" -eq 2 ] && [ "$(printf '%s\n' "$layer" | grep -c 'fwd  all-gather\|reduce-scatter')" -eq 0 ] &&
+   printf '%s\n' "$layer" | grep -Eq 'fwd  all-reduce +128\.0 KiB  o -> residual' &&
+   printf '%s\n' "$layer" | grep -Eq 'fwd  all-reduce +128\.0 KiB  down -> residual'; then ok tp_comm_megatron_pairing
+else bad "tp_comm_megatron_pairing (fwd $fwd_ar, bwd $bwd_ar all-reduces per layer)" "$out"; fi
+expect tp_comm_total 0 'tp comm +per micro-batch of 8 × 32 tokens on each tp group \(4-byte elements\): forward 11 collectives' \
+  "$tycho" check plans/tiny.lua --set mesh.tp=2 --world 2
+expect tp_comm_sp 0 'fwd  reduce-scatter +128\.0 KiB  o -> residual' "$tycho" check plans/tiny.lua --set mesh.tp=2 --set sequence_parallel=true --world 2
+expect tp_comm_none 0 '^seeds' "$tycho" check plans/tiny.lua
+if "$tycho" check plans/tiny.lua 2>&1 | grep -q '^tp comm'; then bad "tp_comm_absent_at_tp1"; else ok tp_comm_absent_at_tp1; fi
+expect tp_comm_json 0 '"tp_comm":\{"micro_batch":8,"seq":32,"bytes_per_element":4,"forward":\{"calls":11,"bytes":1182720\}' \
+  "$tycho" check plans/tiny.lua --set mesh.tp=2 --world 2 --json
+
 # --unsafe lifts the sandbox; TYCHO_PATH extends require's search path
 mkdir -p "$tmp/lib/team"
 cat >"$tmp/lib/team/base.lua" <<'LUA'

@@ -265,7 +265,27 @@ static void test_parallel_run(void)
   }
   final = gather_packed(&t);
   check_memory(&t);
+  size_t sp_activations = alloc_bill()->peak_bytes[ALLOC_ACTIVATIONS];
   trainer_close(&t);
+  if (parallel_plan.sequence_parallel && parallel_plan.mesh.tp > 1) {
+    /* The same plan without sequence parallelism holds more activations per rank. */
+    const char *sets[2 * MAX_SETS + 1];
+    for (int i = 0; i < n_all; i++) sets[i] = all_sets[i];
+    sets[n_all] = "sequence_parallel=false";
+    struct plan q;
+    if (compile(&q, world, sets, n_all + 1))
+      return;
+    alloc_reset_peaks();
+    CHECK_MSG(trainer_open(&t, &q, groups, err, sizeof err) == TRAIN_OK, "%s", err);
+    size_t plain = alloc_bill()->peak_bytes[ALLOC_ACTIVATIONS];
+    trainer_close(&t);
+    plan_free(&q);
+    CHECK_MSG(sp_activations < plain, "activations with sequence parallelism %zu B, without %zu B",
+              sp_activations, plain);
+    if (rank == 0)
+      printf("activations per rank: %.1f KiB with sequence parallelism, %.1f KiB without (%.0f%%)\n",
+             sp_activations / 1024.0, plain / 1024.0, 100.0 * sp_activations / plain);
+  }
 }
 
 /* max |a − b| / max |b| and ‖a − b‖ / ‖b‖. */
