@@ -1,7 +1,8 @@
 /* The trainer: `tycho run`. It owns what the model does not — data windows, micro-batches, the
  * loss scale, the optimizer step, evaluation, metrics, export — and drives the model through the
  * data-parallel layer (dp.h), which adds the reductions, gathers and sharding of mesh.dp and
- * zero; tensor and pipeline parallelism slot in here later.
+ * zero, on a model split over the tp group (model.h, plan/tp_layout.h); pipeline stages come
+ * later.
  *
  * Step s (0-based) trains on windows w = s·G + k (G = batch.global): data-parallel rank r of dp
  * takes k in [r·G/dp, (r+1)·G/dp), batch.micro at a time, so the windows of a step are the
