@@ -22,6 +22,13 @@ static float *residual_at(const struct model_acts *a, const struct model *m, int
   return a->residual + (size_t)index * a->B_max * model_home_T(m, a->T_max) * m->config.dim;
 }
 
+/* The conversion from → to is no work here (a group of one, or the same layout): the producer
+ * can write straight into the consumer's buffer. */
+static int no_conversion(const struct model *m, enum tp_layout from, enum tp_layout to)
+{
+  return m->tp.size == 1 || tp_convert_op(from, to) == TP_OP_NONE;
+}
+
 /* One mask per sample: the rank holds elements [first, first + per_sample) of the sample's
  * logical tensor. */
 static void draw_masks(float *mask, size_t per_sample, uint64_t first, const struct model_dropout *d,
@@ -164,11 +171,18 @@ void model_layer_forward(const struct model *mc, struct model_acts *a, int layer
   norm_inputs(m, a, y, la->ln1, PLAN_MOD_Q, PLAN_MOD_V, in);
   float *raw[3] = { a->work_c1, a->work_c2, a->work_c3 }, *att[3] = { la->q, la->k, la->v };
   const float *wqkv[3] = { w->wq, w->wk, w->wv };
-  for (int j = 0; j < 3; j++)
-    linear_forward(raw[j], in[PLAN_MOD_Q + j], wqkv[j], N, d.w_in[PLAN_MOD_Q + j], d.w_out[PLAN_MOD_Q + j]);
+  int direct[3];
+  for (int j = 0; j < 3; j++) {
+    enum tp_layout have = tp_split_output(s[PLAN_MOD_Q + j]), want = j == 0 ? A : y->kv;
+    direct[j] = want != TP_KV && no_conversion(m, have, want);
+    linear_forward(direct[j] ? att[j] : raw[j], in[PLAN_MOD_Q + j], wqkv[j], N,
+                   d.w_in[PLAN_MOD_Q + j], d.w_out[PLAN_MOD_Q + j]);
+  }
   for (int j = 0; j < 3; j++) {
     enum tp_layout have = tp_split_output(s[PLAN_MOD_Q + j]), want = j == 0 ? A : y->kv;
     int X = j == 0 ? C : KVD;
+    if (direct[j])
+      continue;
     if (want == TP_KV) {
       tp_convert(&m->tp, a->pack, raw[j], raw[j], have, TP_R, B, T, X, NULL);
       tp_expand_kv(&m->tp, &m->config, att[j], raw[j], N, d.NHl);
@@ -185,9 +199,12 @@ void model_layer_forward(const struct model *mc, struct model_acts *a, int layer
   attention_forward(la->atty, la->probs, a->attn_scratch, la->q, la->k, la->v,
                     drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
   tp_convert(&m->tp, a->pack, la->o_in, la->atty, A, tp_split_input(s[PLAN_MOD_O]), B, T, C, a->work_c4);
-  linear_forward(a->work_c1, la->o_in, w->wo, N, d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
-  float *branch = tp_convert(&m->tp, a->pack, a->work_c2, a->work_c1, tp_split_output(s[PLAN_MOD_O]), y->home,
-                          B, T, C, a->work_c3);
+  const int o_direct = no_conversion(m, tp_split_output(s[PLAN_MOD_O]), y->home);
+  float *branch = a->work_c2;
+  linear_forward(o_direct ? branch : a->work_c1, la->o_in, w->wo, N, d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
+  if (!o_direct)
+    tp_convert(&m->tp, a->pack, branch, a->work_c1, tp_split_output(s[PLAN_MOD_O]), y->home, B, T, C,
+               a->work_c3);
   if (drop) {
     draw_masks(la->attn_mask, (size_t)Th * C, home_first(m, T), dropout, B, layer, MODEL_DROP_ATTN_OUT);
     dropout_forward(branch, branch, la->attn_mask, n_home);
@@ -197,15 +214,24 @@ void model_layer_forward(const struct model *mc, struct model_acts *a, int layer
   /* MLP */
   rmsnorm_forward(la->ln2, la->ln2_rstd, la->mid, w->mlp_norm, Nh, C, eps);
   norm_inputs(m, a, y, la->ln2, PLAN_MOD_GATE, PLAN_MOD_UP, in);
-  linear_forward(a->work_f1, in[PLAN_MOD_GATE], w->wgate, N, d.w_in[PLAN_MOD_GATE], d.w_out[PLAN_MOD_GATE]);
-  linear_forward(a->work_f2, in[PLAN_MOD_UP], w->wup, N, d.w_in[PLAN_MOD_UP], d.w_out[PLAN_MOD_UP]);
-  tp_convert(&m->tp, a->pack, la->gate, a->work_f1, tp_split_output(s[PLAN_MOD_GATE]), M, B, T, F, NULL);
-  tp_convert(&m->tp, a->pack, la->up, a->work_f2, tp_split_output(s[PLAN_MOD_UP]), M, B, T, F, NULL);
+  const int g_direct = no_conversion(m, tp_split_output(s[PLAN_MOD_GATE]), M);
+  const int u_direct = no_conversion(m, tp_split_output(s[PLAN_MOD_UP]), M);
+  linear_forward(g_direct ? la->gate : a->work_f1, in[PLAN_MOD_GATE], w->wgate, N,
+                 d.w_in[PLAN_MOD_GATE], d.w_out[PLAN_MOD_GATE]);
+  linear_forward(u_direct ? la->up : a->work_f2, in[PLAN_MOD_UP], w->wup, N, d.w_in[PLAN_MOD_UP],
+                 d.w_out[PLAN_MOD_UP]);
+  if (!g_direct)
+    tp_convert(&m->tp, a->pack, la->gate, a->work_f1, tp_split_output(s[PLAN_MOD_GATE]), M, B, T, F, NULL);
+  if (!u_direct)
+    tp_convert(&m->tp, a->pack, la->up, a->work_f2, tp_split_output(s[PLAN_MOD_UP]), M, B, T, F, NULL);
   swiglu_forward(la->hidden, la->gate, la->up, (size_t)N * d.Fl);
   tp_convert(&m->tp, a->pack, la->down_in, la->hidden, M, tp_split_input(s[PLAN_MOD_DOWN]), B, T, F, NULL);
-  linear_forward(a->work_c1, la->down_in, w->wdown, N, d.w_in[PLAN_MOD_DOWN], d.w_out[PLAN_MOD_DOWN]);
-  branch = tp_convert(&m->tp, a->pack, a->work_c2, a->work_c1, tp_split_output(s[PLAN_MOD_DOWN]), y->home, B, T,
-                   C, a->work_c3);
+  const int d_direct = no_conversion(m, tp_split_output(s[PLAN_MOD_DOWN]), y->home);
+  linear_forward(d_direct ? branch : a->work_c1, la->down_in, w->wdown, N, d.w_in[PLAN_MOD_DOWN],
+                 d.w_out[PLAN_MOD_DOWN]);
+  if (!d_direct)
+    tp_convert(&m->tp, a->pack, branch, a->work_c1, tp_split_output(s[PLAN_MOD_DOWN]), y->home, B, T, C,
+               a->work_c3);
   if (drop) {
     draw_masks(la->mlp_mask, (size_t)Th * C, home_first(m, T), dropout, B, layer, MODEL_DROP_MLP_OUT);
     dropout_forward(branch, branch, la->mlp_mask, n_home);
@@ -235,23 +261,28 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
   if (sp)
     memset(a->gains, 0, 2 * (size_t)C * sizeof(float));
 
-  /* MLP branch: out = mid + drop(down(hidden)). */
-  float *dh = a->work_c1;
-  if (drop)
+  /* MLP branch: out = mid + drop(down(hidden)). Gradients that need no conversion are read
+   * where they are. */
+  float *dh = dres;
+  if (drop) {
+    dh = a->work_c1;
     dropout_backward(dh, dres, la->mlp_mask, n_home);
-  else
-    memcpy(dh, dres, n_home * sizeof(float));
-  float *dout = tp_convert(&m->tp, a->pack, a->work_c2, dh, y->home, tp_dual(tp_split_output(s[PLAN_MOD_DOWN])),
-                        B, T, C, a->work_c3);
+  }
+  enum tp_layout want = tp_dual(tp_split_output(s[PLAN_MOD_DOWN]));
+  float *dout = no_conversion(m, y->home, want) ? dh
+              : tp_convert(&m->tp, a->pack, a->work_c2, dh, y->home, want, B, T, C, a->work_c3);
   linear_backward(a->dhidden, g->wdown, dout, la->down_in, w->wdown, N, d.w_in[PLAN_MOD_DOWN],
                   d.w_out[PLAN_MOD_DOWN]);
-  float *dhid = tp_convert(&m->tp, a->pack, a->work_f1, a->dhidden, tp_split_input_grad(s[PLAN_MOD_DOWN]), M, B,
-                        T, F, NULL);
+  enum tp_layout arrival = tp_split_input_grad(s[PLAN_MOD_DOWN]);
+  float *dhid = no_conversion(m, arrival, M) ? a->dhidden
+              : tp_convert(&m->tp, a->pack, a->work_f1, a->dhidden, arrival, M, B, T, F, NULL);
   swiglu_backward(a->dgate, a->dup, dhid, la->gate, la->up, (size_t)N * d.Fl);
-  float *dgate = tp_convert(&m->tp, a->pack, a->work_f1, a->dgate, M, tp_dual(tp_split_output(s[PLAN_MOD_GATE])),
-                         B, T, F, NULL);
-  float *dup = tp_convert(&m->tp, a->pack, a->work_f2, a->dup, M, tp_dual(tp_split_output(s[PLAN_MOD_UP])), B, T,
-                       F, NULL);
+  want = tp_dual(tp_split_output(s[PLAN_MOD_GATE]));
+  float *dgate = no_conversion(m, M, want) ? a->dgate
+               : tp_convert(&m->tp, a->pack, a->work_f1, a->dgate, M, want, B, T, F, NULL);
+  want = tp_dual(tp_split_output(s[PLAN_MOD_UP]));
+  float *dup = no_conversion(m, M, want) ? a->dup
+             : tp_convert(&m->tp, a->pack, a->work_f2, a->dup, M, want, B, T, F, NULL);
   norm_inputs(m, a, y, la->ln2, PLAN_MOD_GATE, PLAN_MOD_UP, in);
   dins[PLAN_MOD_GATE] = a->dq;
   dins[PLAN_MOD_UP] = a->dk;
@@ -265,15 +296,20 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
   residual_forward(dres, dres, a->work_c1, n_home);
 
   /* Attention branch: mid = x + drop(o(atty)). */
-  dh = a->work_c1;
-  if (drop)
+  dh = dres;
+  if (drop) {
+    dh = a->work_c1;
     dropout_backward(dh, dres, la->attn_mask, n_home);
-  else
-    memcpy(dh, dres, n_home * sizeof(float));
-  dout = tp_convert(&m->tp, a->pack, a->work_c2, dh, y->home, tp_dual(tp_split_output(s[PLAN_MOD_O])), B, T, C,
-                 a->work_c3);
-  linear_backward(a->dq, g->wo, dout, la->o_in, w->wo, N, d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
-  float *datt = tp_convert(&m->tp, a->pack, a->work_c3, a->dq, tp_split_input_grad(s[PLAN_MOD_O]), A, B, T, C, NULL);
+  }
+  want = tp_dual(tp_split_output(s[PLAN_MOD_O]));
+  dout = no_conversion(m, y->home, want) ? dh
+       : tp_convert(&m->tp, a->pack, a->work_c2, dh, y->home, want, B, T, C, a->work_c3);
+  arrival = tp_split_input_grad(s[PLAN_MOD_O]);
+  const int att_direct = no_conversion(m, arrival, A); /* attention_backward must not read dq */
+  linear_backward(att_direct ? a->work_c3 : a->dq, g->wo, dout, la->o_in, w->wo, N, d.w_in[PLAN_MOD_O],
+                  d.w_out[PLAN_MOD_O]);
+  float *datt = att_direct ? a->work_c3
+              : tp_convert(&m->tp, a->pack, a->work_c3, a->dq, arrival, A, B, T, C, NULL);
   attention_backward(a->dq, a->dk, a->dv, a->attn_scratch, datt, la->q, la->k, la->v, la->probs,
                      drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
   rope_backward(a->dq, a->dq, a->rope_cos, a->rope_sin, B, T, d.NHl, HS);

@@ -41,7 +41,7 @@ static struct chunks chunks_of(enum tp_layout l, int B, int T, int X, int tp)
 static void take_chunk(float *part, const float *full, struct chunks c, int tp, int rank)
 {
   for (size_t o = 0; o < c.outer; o++)
-    memcpy(part + o * c.inner, full + (o * tp + rank) * c.inner, c.inner * sizeof(float));
+    memmove(part + o * c.inner, full + (o * tp + rank) * c.inner, c.inner * sizeof(float));
 }
 
 /* Every rank's part → full (outer, tp, inner), through the staging buffer. */
