@@ -113,3 +113,11 @@ tycho_tp_equiv(tp2_mixed_sp 2 tp_mixed.lua --set mesh.tp=2 --set sequence_parall
 tycho_tp_equiv(tp2_vocab63_tied 2 dp_small.lua --set mesh.tp=2 --both model.vocab=63 --both model.tie_embeddings=true)
 tycho_tp_equiv(tp2_dp2_zero1 4 dp_small.lua --set mesh.tp=2 --set zero=1)
 tycho_tp_equiv(tp2_dp2_zero3_sp 4 dp_small.lua --set mesh.tp=2 --set zero=3 --set sequence_parallel=true)
+
+# Recompute policies against the serial run without recompute (dropout 0.1: the masks drawn
+# again must be the forward's): full, Megatron's selective, norms and SwiGLU, whole sub-blocks,
+# under data and tensor parallelism; each also holds fewer activations than recompute = "none".
+tycho_tp_equiv(recompute_full_dp2 2 dp_small.lua --set recompute=full)
+tycho_tp_equiv(recompute_selective_tp2 2 dp_small.lua --set mesh.tp=2 --set recompute=attn_core)
+tycho_tp_equiv(recompute_parts_tp2_sp 2 dp_small.lua --set mesh.tp=2 --set sequence_parallel=true --set recompute=attn_norm,mlp_norm,mlp_act)
+tycho_tp_equiv(recompute_blocks_tp2_mixed 2 tp_mixed.lua --set mesh.tp=2 --set recompute=attn,mlp)

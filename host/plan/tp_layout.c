@@ -186,7 +186,28 @@ static void norm_input_grads(struct lister *ls, const char *what, const struct t
   }
 }
 
-static void layer_comms(struct lister *ls, const struct plan *p, int l, long long N)
+/* Pieces of a layer's forward, as runtime/model_passes.c runs them (and reruns them to
+ * recompute): P_QKV norm output to q, k, v and on to the attention; P_CORE the attention's
+ * output to o; P_ATTN_OUT o's output to the residual; P_MLP_IN to gate, up and SwiGLU; P_MLP_ACT
+ * SwiGLU to down; P_MLP_OUT down's output to the residual. */
+enum { P_QKV = 1, P_CORE = 2, P_ATTN_OUT = 4, P_MLP_IN = 8, P_MLP_ACT = 16, P_MLP_OUT = 32, P_ALL = 63 };
+
+static int recompute_pieces(uint8_t rc)
+{
+  int f = 0;
+  if (rc & PLAN_RC_ATTN)
+    f |= P_QKV | P_CORE | P_ATTN_OUT;
+  if (rc & PLAN_RC_ATTN_CORE)
+    f |= P_CORE;
+  if (rc & PLAN_RC_MLP)
+    f |= P_MLP_IN | P_MLP_ACT;
+  if (rc & PLAN_RC_MLP_ACT)
+    f |= P_MLP_ACT;
+  return f;
+}
+
+static void forward_pieces(struct lister *ls, const struct plan *p, int l, long long N, int pieces,
+                           const char *prefix)
 {
   struct tp_layer_layout y;
   tp_layer_layout(p, l, &y);
@@ -196,28 +217,50 @@ static void layer_comms(struct lister *ls, const struct plan *p, int l, long lon
   const enum tp_layout A = y.attn_sharded ? TP_FEAT : TP_R;
   const enum tp_layout M = y.mlp_sharded ? TP_FEAT : TP_R;
   static const char *const names[] = { "q", "k", "v" };
-  char label[48];
+  char label[48], what[40];
 
   ls->layer = l;
-  ls->backward = 0;
-  norm_inputs(ls, "attn_norm", &y, PLAN_MOD_Q, PLAN_MOD_V, N * C);
-  for (int j = 0; j < 3; j++) {
-    enum tp_layout out = tp_split_output(s[PLAN_MOD_Q + j]);
-    long long n = (j == 0 ? C : KVD) * N;
-    enum tp_layout want = j == 0 ? A : y.kv;
-    snprintf(label, sizeof label, "%s -> attention", names[j]);
-    if (want == TP_KV) /* through R */
-      conv(ls, label, out, TP_R, n);
-    else
-      conv(ls, label, out, want, n);
+  if (pieces & P_QKV) {
+    snprintf(what, sizeof what, "%sattn_norm", prefix);
+    norm_inputs(ls, what, &y, PLAN_MOD_Q, PLAN_MOD_V, N * C);
+    for (int j = 0; j < 3; j++) {
+      enum tp_layout out = tp_split_output(s[PLAN_MOD_Q + j]);
+      long long n = (j == 0 ? C : KVD) * N;
+      enum tp_layout want = j == 0 ? A : y.kv;
+      snprintf(label, sizeof label, "%s%s -> attention", prefix, names[j]);
+      conv(ls, label, out, want == TP_KV ? TP_R : want, n); /* KV: through R */
+    }
   }
-  conv(ls, "attention -> o", A, tp_split_input(s[PLAN_MOD_O]), N * C);
-  conv(ls, "o -> residual", tp_split_output(s[PLAN_MOD_O]), y.home, N * C);
-  norm_inputs(ls, "mlp_norm", &y, PLAN_MOD_GATE, PLAN_MOD_UP, N * C);
-  conv(ls, "gate -> swiglu", tp_split_output(s[PLAN_MOD_GATE]), M, N * F);
-  conv(ls, "up -> swiglu", tp_split_output(s[PLAN_MOD_UP]), M, N * F);
-  conv(ls, "swiglu -> down", M, tp_split_input(s[PLAN_MOD_DOWN]), N * F);
-  conv(ls, "down -> residual", tp_split_output(s[PLAN_MOD_DOWN]), y.home, N * C);
+  if (pieces & P_CORE) {
+    snprintf(label, sizeof label, "%sattention -> o", prefix);
+    conv(ls, label, A, tp_split_input(s[PLAN_MOD_O]), N * C);
+  }
+  if (pieces & P_ATTN_OUT) {
+    snprintf(label, sizeof label, "%so -> residual", prefix);
+    conv(ls, label, tp_split_output(s[PLAN_MOD_O]), y.home, N * C);
+  }
+  if (pieces & P_MLP_IN) {
+    snprintf(what, sizeof what, "%smlp_norm", prefix);
+    norm_inputs(ls, what, &y, PLAN_MOD_GATE, PLAN_MOD_UP, N * C);
+    snprintf(label, sizeof label, "%sgate -> swiglu", prefix);
+    conv(ls, label, tp_split_output(s[PLAN_MOD_GATE]), M, N * F);
+    snprintf(label, sizeof label, "%sup -> swiglu", prefix);
+    conv(ls, label, tp_split_output(s[PLAN_MOD_UP]), M, N * F);
+  }
+  if (pieces & P_MLP_ACT) {
+    snprintf(label, sizeof label, "%sswiglu -> down", prefix);
+    conv(ls, label, M, tp_split_input(s[PLAN_MOD_DOWN]), N * F);
+  }
+  if (pieces & P_MLP_OUT) {
+    snprintf(label, sizeof label, "%sdown -> residual", prefix);
+    conv(ls, label, tp_split_output(s[PLAN_MOD_DOWN]), y.home, N * C);
+  }
+}
+
+static void layer_comms(struct lister *ls, const struct plan *p, int l, long long N)
+{
+  ls->backward = 0;
+  forward_pieces(ls, p, l, N, P_ALL, "");
 }
 
 static void layer_grad_comms(struct lister *ls, const struct plan *p, int l, long long N)
@@ -232,8 +275,10 @@ static void layer_grad_comms(struct lister *ls, const struct plan *p, int l, lon
   static const char *const names[] = { "q", "k", "v" };
   char label[48];
 
-  ls->layer = l;
   ls->backward = 1;
+  if (p->layers[l].recompute) /* what the policy discarded, computed again first */
+    forward_pieces(ls, p, l, N, recompute_pieces(p->layers[l].recompute), "recompute: ");
+  ls->layer = l;
   conv(ls, "d down output", y.home, tp_dual(tp_split_output(s[PLAN_MOD_DOWN])), N * C);
   conv(ls, "d swiglu output", tp_split_input_grad(s[PLAN_MOD_DOWN]), M, N * F);
   conv(ls, "d gate output", M, tp_dual(tp_split_output(s[PLAN_MOD_GATE])), N * F);

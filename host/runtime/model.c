@@ -21,7 +21,7 @@ enum { PARAM_ALIGN_FLOATS = 16 };
 
 static void add_param(struct model *m, enum model_param_kind kind, int layer, const char *name,
                       int n_dims, int64_t d0, int64_t d1, int64_t rows, float init_std,
-                      int tp_dim, size_t *offset)
+                      int tp_dim, int here, size_t *offset)
 {
   struct model_param *p = &m->params[m->n_params++];
   snprintf(p->name, sizeof p->name, "%s", name);
@@ -39,7 +39,10 @@ static void add_param(struct model *m, enum model_param_kind kind, int layer, co
     p->local[p->tp_dim] /= m->tp.size;
     p->start[p->tp_dim] = p->local[p->tp_dim] * m->tp.rank;
   }
-  p->n_elems = n_dims == 2 ? (size_t)p->local[0] * (size_t)p->local[1] : (size_t)d0;
+  p->here = here;
+  if (!here)
+    p->local[0] = 0;
+  p->n_elems = n_dims == 2 ? (size_t)p->local[0] * (size_t)p->local[1] : (size_t)p->local[0];
   p->offset = *offset;
   p->weight_decay = n_dims == 2;
   p->init_std = init_std;
@@ -110,9 +113,7 @@ static int create_table(struct model *m, char *err, size_t err_size)
   m->params = calloc((size_t)L * 9 + 3, sizeof *m->params);
   m->layers = calloc((size_t)L, sizeof *m->layers);
   m->layer_grads = calloc((size_t)L, sizeof *m->layer_grads);
-  if (!m->tp.layers)
-    m->tp.layers = calloc((size_t)L, sizeof *m->tp.layers);
-  if (!m->params || !m->layers || !m->layer_grads || !m->tp.layers) {
+  if (!m->params || !m->layers || !m->layer_grads || !m->tp.layers || !m->layer_here) {
     snprintf(err, err_size, "out of memory for the parameter table of a %d-layer model", L);
     model_free(m);
     return 1;
@@ -121,7 +122,8 @@ static int create_table(struct model *m, char *err, size_t err_size)
   size_t offset = 0;
   char name[MODEL_NAME_MAX];
   add_param(m, MODEL_EMBED, -1, "model.embed_tokens.weight", 2, V, C, Vp, std,
-            split_dim(m->tp.io.split[PLAN_MOD_EMBED]), &offset);
+            split_dim(m->tp.io.split[PLAN_MOD_EMBED]),
+            m->embed_here || (c->tie_embeddings && m->head_here), &offset);
   for (int l = 0; l < L; l++) {
     static const struct { enum model_param_kind kind; const char *suffix; int module; } table[] = {
       { MODEL_Q, "self_attn.q_proj.weight", PLAN_MOD_Q }, { MODEL_K, "self_attn.k_proj.weight", PLAN_MOD_K },
@@ -144,15 +146,15 @@ static int create_table(struct model *m, char *err, size_t err_size)
       if (out)
         add_param(m, table[j].kind, l, name, 2, out, in, out,
                   table[j].kind == MODEL_O || table[j].kind == MODEL_DOWN ? std_out : std,
-                  split_dim(m->tp.layers[l].split[table[j].module]), &offset);
+                  split_dim(m->tp.layers[l].split[table[j].module]), m->layer_here[l], &offset);
       else
-        add_param(m, table[j].kind, l, name, 1, C, 0, C, 0.0f, -1, &offset);
+        add_param(m, table[j].kind, l, name, 1, C, 0, C, 0.0f, -1, m->layer_here[l], &offset);
     }
   }
-  add_param(m, MODEL_FINAL_NORM, -1, "model.norm.weight", 1, C, 0, C, 0.0f, -1, &offset);
+  add_param(m, MODEL_FINAL_NORM, -1, "model.norm.weight", 1, C, 0, C, 0.0f, -1, m->head_here, &offset);
   if (!c->tie_embeddings)
     add_param(m, MODEL_HEAD, -1, "lm_head.weight", 2, V, C, Vp, std,
-              split_dim(m->tp.io.split[PLAN_MOD_HEAD]), &offset);
+              split_dim(m->tp.io.split[PLAN_MOD_HEAD]), m->head_here, &offset);
   m->n_elems = offset;
   return 0;
 }
@@ -171,17 +173,22 @@ int model_create_table(struct model *m, const struct plan_model *cfg, char *err,
   m->config = *cfg;
   m->tp.size = 1;
   replicated_layout(&m->tp.io);
+  m->embed_here = m->head_here = 1;
   if (cfg->n_layers > 0) {
     m->tp.layers = calloc((size_t)cfg->n_layers, sizeof *m->tp.layers);
-    if (!m->tp.layers)
+    m->layer_here = malloc((size_t)cfg->n_layers);
+    if (!m->tp.layers || !m->layer_here) {
+      model_free(m);
       return errf(err, err_size, "out of memory for the layer layouts");
+    }
     for (int l = 0; l < cfg->n_layers; l++) replicated_layout(&m->tp.layers[l]);
+    memset(m->layer_here, 1, (size_t)cfg->n_layers);
   }
   return create_table(m, err, err_size);
 }
 
 int model_create_table_tp(struct model *m, const struct plan *p, struct comm_group *tp,
-                          char *err, size_t err_size)
+                          int pp_rank, char *err, size_t err_size)
 {
   memset(m, 0, sizeof *m);
   m->config = p->model;
@@ -192,10 +199,30 @@ int model_create_table_tp(struct model *m, const struct plan *p, struct comm_gro
     return errf(err, err_size, "mesh.tp = %d, but the tensor-parallel group has %d ranks",
                 p->mesh.tp, m->tp.size);
   tp_layer_layout(p, -1, &m->tp.io);
-  m->tp.layers = calloc((size_t)p->model.n_layers, sizeof *m->tp.layers);
-  if (!m->tp.layers)
+  const int L = p->model.n_layers;
+  m->tp.layers = calloc((size_t)L, sizeof *m->tp.layers);
+  m->layer_here = calloc((size_t)L, 1);
+  m->recompute = calloc((size_t)L, 1);
+  if (!m->tp.layers || !m->layer_here || !m->recompute) {
+    model_free(m);
     return errf(err, err_size, "out of memory for the layer layouts");
-  for (int l = 0; l < p->model.n_layers; l++) tp_layer_layout(p, l, &m->tp.layers[l]);
+  }
+  for (int l = 0; l < L; l++) {
+    tp_layer_layout(p, l, &m->tp.layers[l]);
+    m->recompute[l] = p->layers ? p->layers[l].recompute : 0;
+  }
+  if (!p->stages || p->n_stages == 0) { /* a plan made by hand, without stages: all of it here */
+    memset(m->layer_here, 1, (size_t)L);
+    m->embed_here = m->head_here = 1;
+  }
+  for (int s = 0; p->stages && s < p->n_stages; s++) {
+    const struct plan_stage *st = &p->stages[s];
+    if (st->pp_rank != pp_rank)
+      continue;
+    m->embed_here |= st->has_embed;
+    m->head_here |= st->has_head;
+    for (int l = st->first_layer; l >= 0 && l < st->first_layer + st->n_layers; l++) m->layer_here[l] = 1;
+  }
   return create_table(m, err, err_size);
 }
 
@@ -260,6 +287,8 @@ void model_free(struct model *m)
   alloc_free(m->grad_memory);
   free(m->params);
   free(m->tp.layers);
+  free(m->layer_here);
+  free(m->recompute);
   free(m->layers);
   free(m->layer_grads);
   memset(m, 0, sizeof *m);
@@ -355,54 +384,84 @@ int model_home_T(const struct model *m, int T)
   return m->tp.io.home == TP_SEQ ? T / m->tp.size : T;
 }
 
-/* Lays out every buffer; with base NULL it only counts. */
+/* What the layer's recompute policy discards after forward (and its backward recomputes): the
+ * buffers of each part. */
+static int discarded(uint8_t rc, uint8_t parts)
+{
+  return (rc & parts) != 0;
+}
+
+/* Lays out every buffer; with base NULL it only counts. act: this slot's saved activations;
+ * rec: what recomputed parts write (every layer starts it again from 0: one layer's worth);
+ * work: the workspace. rec and work are skipped (left as they are) when a->shares. */
 static void layout_acts(struct model_acts *a, const struct model *m, struct carve *act,
-                        struct carve *work)
+                        struct carve *rec, struct carve *work)
 {
   const struct plan_model *c = &m->config;
+  const int L = c->n_layers;
   const size_t BT = (size_t)a->B_max * a->T_max, C = (size_t)c->dim, F = (size_t)c->ffn_dim;
   const size_t BTh = (size_t)a->B_max * model_home_T(m, a->T_max);
   const size_t TT = (size_t)a->T_max * a->T_max, HS = (size_t)c->head_dim;
   const size_t Vl = (size_t)c->vocab_padded / (m->tp.io.split[PLAN_MOD_HEAD] == PLAN_SPLIT_VOCAB ? m->tp.size : 1);
   const int drop = c->dropout > 0.0;
   int NH_max = 1;
-  a->residual = carve(act, (size_t)(c->n_layers + 1) * BTh * C);
-  for (int l = 0; l < c->n_layers; l++) {
+  size_t rec_max = 0;
+  for (int i = 0; i <= L; i++) { /* residual[i]: the input of layer i, the output of layer i − 1 */
+    int needed = (i < L && m->layer_here[i]) || (i > 0 && m->layer_here[i - 1]) ||
+                 (i == 0 && m->embed_here) || (i == L && m->head_here);
+    a->residual[i] = needed ? carve(act, BTh * C) : NULL;
+  }
+  for (int l = 0; l < L; l++) {
     struct model_layer_acts *la = &a->layers[l];
+    memset(la, 0, sizeof *la);
+    if (!m->layer_here[l])
+      continue;
     struct model_layer_dims d;
     model_layer_dims(m, l, &d);
+    const uint8_t rc = m->recompute ? m->recompute[l] : 0;
+    const size_t rec_start = rec->used;
+#define BUF(parts, n) (discarded(rc, (parts)) ? carve(rec, (n)) : carve(act, (n)))
     NH_max = d.NHl > NH_max ? d.NHl : NH_max;
-    la->ln1 = carve(act, BTh * C);
-    la->ln1_rstd = carve(act, BTh);
-    la->q = carve(act, BT * (size_t)d.NHl * HS);
-    la->k = carve(act, BT * (size_t)d.NKVl * HS);
-    la->v = carve(act, BT * (size_t)d.NKVl * HS);
-    la->probs = carve(act, a->B_max * (size_t)d.NHl * TT);
-    la->probs_mask = drop ? carve(act, a->B_max * (size_t)d.NHl * TT) : NULL;
-    la->atty = carve(act, BT * (size_t)d.A);
-    la->o_in = d.w_in[PLAN_MOD_O] == d.A && !(m->tp.layers[l].attn_sharded ^ (m->tp.layers[l].split[PLAN_MOD_O] == PLAN_SPLIT_ROW))
-                 ? la->atty : carve(act, BT * (size_t)d.w_in[PLAN_MOD_O]);
-    la->attn_mask = drop ? carve(act, BTh * C) : NULL;
-    la->mid = carve(act, BTh * C);
-    la->ln2 = carve(act, BTh * C);
-    la->ln2_rstd = carve(act, BTh);
-    la->gate = carve(act, BT * (size_t)d.Fl);
-    la->up = carve(act, BT * (size_t)d.Fl);
-    la->hidden = carve(act, BT * (size_t)d.Fl);
+    la->ln1 = BUF(PLAN_RC_ATTN_NORM | PLAN_RC_ATTN, BTh * C);
+    la->ln1_rstd = BUF(PLAN_RC_ATTN_NORM | PLAN_RC_ATTN, BTh);
+    la->q = BUF(PLAN_RC_ATTN, BT * (size_t)d.NHl * HS);
+    la->k = BUF(PLAN_RC_ATTN, BT * (size_t)d.NKVl * HS);
+    la->v = BUF(PLAN_RC_ATTN, BT * (size_t)d.NKVl * HS);
+    la->probs = BUF(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, a->B_max * (size_t)d.NHl * TT);
+    la->probs_mask = drop ? BUF(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, a->B_max * (size_t)d.NHl * TT) : NULL;
+    la->atty = BUF(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, BT * (size_t)d.A);
+    la->o_in = m->tp.layers[l].attn_sharded == (m->tp.layers[l].split[PLAN_MOD_O] == PLAN_SPLIT_ROW)
+                 ? la->atty : BUF(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, BT * (size_t)d.w_in[PLAN_MOD_O]);
+    la->attn_mask = drop ? BUF(PLAN_RC_ATTN, BTh * C) : NULL;
+    la->mid = BUF(PLAN_RC_ATTN, BTh * C);
+    la->ln2 = BUF(PLAN_RC_MLP_NORM | PLAN_RC_MLP, BTh * C);
+    la->ln2_rstd = BUF(PLAN_RC_MLP_NORM | PLAN_RC_MLP, BTh);
+    la->gate = BUF(PLAN_RC_MLP, BT * (size_t)d.Fl);
+    la->up = BUF(PLAN_RC_MLP, BT * (size_t)d.Fl);
+    la->hidden = BUF(PLAN_RC_MLP_ACT | PLAN_RC_MLP, BT * (size_t)d.Fl);
     la->down_in = (m->tp.layers[l].mlp_sharded == (m->tp.layers[l].split[PLAN_MOD_DOWN] == PLAN_SPLIT_ROW))
-                    ? la->hidden : carve(act, BT * (size_t)d.w_in[PLAN_MOD_DOWN]);
-    la->mlp_mask = drop ? carve(act, BTh * C) : NULL;
+                    ? la->hidden : BUF(PLAN_RC_MLP_ACT | PLAN_RC_MLP, BT * (size_t)d.w_in[PLAN_MOD_DOWN]);
+    la->mlp_mask = drop ? BUF(PLAN_RC_MLP, BTh * C) : NULL;
+#undef BUF
+    rec_max = rec->used - rec_start > rec_max ? rec->used - rec_start : rec_max;
+    rec->used = rec_start; /* the next layer writes over this one's */
   }
-  a->lnf = carve(act, BTh * C);
-  a->lnf_rstd = carve(act, BTh);
-  a->head_in = m->tp.io.home == TP_R ? a->lnf : carve(act, BT * C);
-  a->logits = carve(act, BT * Vl);
-  a->losses = carve(act, BT);
+  rec->used += rec_max;
+  if (m->head_here) {
+    a->lnf = carve(act, BTh * C);
+    a->lnf_rstd = carve(act, BTh);
+    a->head_in = m->tp.io.home == TP_R ? a->lnf : carve(act, BT * C);
+    a->logits = carve(act, BT * Vl);
+    a->losses = carve(act, BT);
+  }
   a->ce_stats = carve(act, BT * 3);
   a->rope_cos = carve(act, (size_t)a->T_max * HS / 2);
   a->rope_sin = carve(act, (size_t)a->T_max * HS / 2);
   a->tokens = (int *)carve(act, BT); /* sizeof(int) == sizeof(float) */
+  a->drop.samples = (uint64_t *)carve(act, 2 * (size_t)a->B_max); /* two floats per uint64_t */
 
+  if (a->shares)
+    return;
   size_t widest = C > F ? C : F;
   widest = widest > (size_t)c->vocab_padded ? widest : (size_t)c->vocab_padded;
   a->dresidual = carve(work, BTh * C);
@@ -425,43 +484,81 @@ static void layout_acts(struct model_acts *a, const struct model *m, struct carv
   a->attn_scratch = carve(work, attention_scratch_n_elems(a->B_max, a->T_max, NH_max, NH_max));
 }
 
-int model_acts_create(struct model_acts *a, const struct model *m, int B_max, int T_max,
-                      char *err, size_t err_size)
+static int acts_create(struct model_acts *a, const struct model *m, int B_max, int T_max,
+                       const struct model_acts *first, char *err, size_t err_size)
 {
   _Static_assert(sizeof(int) == sizeof(float), "tokens are carved from a float buffer");
   memset(a, 0, sizeof *a);
   a->B_max = B_max;
   a->T_max = T_max;
-  a->layers = calloc((size_t)m->config.n_layers, sizeof *a->layers);
-  if (!a->layers)
+  a->shares = first != NULL;
+  const int L = m->config.n_layers;
+  a->layers = calloc((size_t)L, sizeof *a->layers);
+  a->residual = calloc((size_t)L + 1, sizeof *a->residual);
+  if (!a->layers || !a->residual)
     goto out_of_memory;
-  struct carve act = { 0 }, work = { 0 };
-  layout_acts(a, m, &act, &work);
+  struct carve act = { 0 }, rec = { 0 }, work = { 0 };
+  layout_acts(a, m, &act, &rec, &work);
   act.base = alloc_floats(ALLOC_ACTIVATIONS, act.used);
-  work.base = alloc_floats(ALLOC_WORKSPACE, work.used);
-  if (!act.base || !work.base) {
+  if (first) {
+    rec.base = first->recompute_memory;
+    work.base = first->workspace_memory;
+  } else {
+    rec.base = rec.used ? alloc_floats(ALLOC_ACTIVATIONS, rec.used) : NULL;
+    work.base = alloc_floats(ALLOC_WORKSPACE, work.used);
+  }
+  if (!act.base || (!first && ((rec.used && !rec.base) || !work.base))) {
     alloc_free(act.base);
-    alloc_free(work.base);
+    if (!first) {
+      alloc_free(rec.base);
+      alloc_free(work.base);
+    }
     goto out_of_memory;
   }
-  act.used = work.used = 0;
+  act.used = rec.used = work.used = 0;
   a->activation_memory = act.base;
+  a->recompute_memory = rec.base;
   a->workspace_memory = work.base;
-  layout_acts(a, m, &act, &work);
+  if (first) { /* the workspace pointers are first's */
+    struct model_acts mine = *a;
+    *a = *first;
+    a->layers = mine.layers;
+    a->residual = mine.residual;
+    a->activation_memory = mine.activation_memory;
+    a->shares = 1;
+  }
+  layout_acts(a, m, &act, &rec, &work);
   rope_table(a->rope_cos, a->rope_sin, T_max, m->config.head_dim, m->config.rope_theta, 0);
   return 0;
 
 out_of_memory:
   snprintf(err, err_size, "out of memory for the activations of %d × %d tokens", B_max, T_max);
   free(a->layers);
+  free(a->residual);
   memset(a, 0, sizeof *a);
   return 1;
+}
+
+int model_acts_create(struct model_acts *a, const struct model *m, int B_max, int T_max,
+                      char *err, size_t err_size)
+{
+  return acts_create(a, m, B_max, T_max, NULL, err, err_size);
+}
+
+int model_acts_create_slot(struct model_acts *a, const struct model *m, const struct model_acts *first,
+                           char *err, size_t err_size)
+{
+  return acts_create(a, m, first->B_max, first->T_max, first, err, err_size);
 }
 
 void model_acts_free(struct model_acts *a)
 {
   alloc_free(a->activation_memory);
-  alloc_free(a->workspace_memory);
+  if (!a->shares) {
+    alloc_free(a->recompute_memory);
+    alloc_free(a->workspace_memory);
+  }
   free(a->layers);
+  free(a->residual);
   memset(a, 0, sizeof *a);
 }

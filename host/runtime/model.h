@@ -39,6 +39,7 @@ struct model_param {
   int64_t shape[2];          /* Hugging Face shape: unpadded */
   int64_t rows;              /* rows stored: shape[0], or Vp for the embedding and the head */
   size_t n_elems;            /* elements stored on this rank: local[0] · local[1] (2-D) or shape[0] */
+  int here;                  /* 1: held on this pipeline rank (else n_elems = 0) */
   int tp_dim;                /* −1 whole on every TP rank; 0 rows or 1 columns split over the TP group */
   int64_t local[2];          /* the stored (rows, columns) on this rank: (rows, shape[1]) cut by tp
                               * along tp_dim; (shape[0], 0) for a norm gain */
@@ -75,6 +76,11 @@ struct model_tp {
 struct model {
   struct plan_model config;  /* head_dim and vocab_padded filled in */
   struct model_tp tp;
+  /* Pipeline stages: what this pipeline rank holds. Parameters elsewhere have no elements here
+   * (n_elems 0, `here` 0) and activations are only laid out for what is here. */
+  uint8_t *layer_here;       /* (L) 1: layer l runs on this rank */
+  int embed_here, head_here; /* the embedding (first stage); the final norm and head (last) */
+  uint8_t *recompute;        /* (L) enum plan_recompute bits: what layer l's backward recomputes */
   int n_params;
   struct model_param *params; /* (n_params) in Hugging Face order: embedding, layers, norm, head */
   size_t n_elems;            /* floats in the flat layout, padding included */
@@ -126,8 +132,15 @@ struct model_acts {
   int B_max, T_max;
   int B, T;                  /* of the last forward */
   int dropout_on;            /* the last forward applied dropout */
+  struct model_dropout_state { /* the last forward's dropout, for recompute */
+    float p;
+    uint64_t seed;
+    uint32_t step;
+    uint64_t *samples;       /* (B_max) */
+  } drop;
   int *tokens;               /* (B, T) inputs of the last forward */
-  float *residual;           /* (L + 1, B_max·Th_max, C): [0] embeddings, [l + 1] output of layer l */
+  float **residual;          /* (L + 1) of (B_max·Th_max, C): [0] embeddings, [l + 1] output of layer l;
+                              * NULL where neither side of it is on this pipeline rank */
   struct model_layer_acts *layers; /* (L) */
   float *lnf;                /* (B, Th, C) final RMSNorm output */
   float *lnf_rstd;           /* (B, Th) */
@@ -149,7 +162,10 @@ struct model_acts {
   float *gains;              /* (2C) norm-gain gradients of sequence-parallel norms */
   float *attn_scratch;       /* attention_scratch_n_elems(B_max, T_max, NH, NH) */
   float *activation_memory;  /* the one block tokens .. rope_sin live in (billed "activations") */
+  float *recompute_memory;   /* what recomputed parts write: one layer's worth, shared by every
+                              * layer and every slot (billed "activations") */
   float *workspace_memory;   /* the one block dresidual .. attn_scratch live in ("workspace") */
+  int shares;                /* 1: recompute and workspace memory belong to another model_acts */
 };
 
 /* The dropout of one forward: masks are drawn from (seed, c1 = step, c2 = sample index (its low
@@ -170,9 +186,10 @@ int model_create(struct model *m, const struct plan_model *cfg, char *err, size_
  * every data and grad pointer NULL. The caller lays out and binds the memory (dp.h). */
 int model_create_table(struct model *m, const struct plan_model *cfg, char *err, size_t err_size);
 /* The same for this rank of the plan's TP group (tp: NULL for a group of one, else of size
- * mesh.tp): split parameters hold this rank's block, and the layers follow the plan's layouts. */
+ * mesh.tp) and pipeline rank pp_rank: split parameters hold this rank's block, parameters of
+ * stages on other pipeline ranks none, the layers follow the plan's layouts and recompute. */
 int model_create_table_tp(struct model *m, const struct plan *p, struct comm_group *tp,
-                          char *err, size_t err_size);
+                          int pp_rank, char *err, size_t err_size);
 /* Copies this rank's block of parameter p out of its whole stored tensor (rows, shape[1]). */
 void model_param_take_block(const struct model_param *p, const float *whole, float *block);
 /* The inverse: writes the block of TP rank `tp_rank` into the whole stored tensor. */
@@ -197,10 +214,18 @@ long long model_n_params(const struct model *m);
 
 int model_acts_create(struct model_acts *a, const struct model *m, int B_max, int T_max,
                       char *err, size_t err_size);
+/* Another set of saved activations (a pipeline slot for one more micro-batch in flight) that
+ * shares `first`'s workspace and recompute area. */
+int model_acts_create_slot(struct model_acts *a, const struct model *m, const struct model_acts *first,
+                           char *err, size_t err_size);
 void model_acts_free(struct model_acts *a);
 
 /* ---- forward and backward (model_passes.c), B ≤ B_max, T ≤ T_max --------------------------- */
-/* residual[0] = embedding of tokens (B, T). Starts a forward: records B, T and dropout. */
+/* Starts a forward of B × T tokens: records B, T and the dropout (for recompute). The embedding's
+ * forward calls it; a pipeline stage without the embedding calls it itself. */
+void model_forward_begin(const struct model *m, struct model_acts *a,
+                         const struct model_dropout *dropout, int B, int T);
+/* residual[0] = embedding of tokens (B, T). Starts a forward (model_forward_begin). */
 void model_embed_forward(const struct model *m, struct model_acts *a, const int *tokens,
                          const struct model_dropout *dropout, int B, int T);
 /* residual[layer + 1] = block `layer` applied to residual[layer]. */
@@ -221,7 +246,8 @@ double model_forward(const struct model *m, struct model_acts *a, const int *tok
  * forward's targets. */
 void model_head_backward(struct model *m, struct model_acts *a, const int *targets,
                          float loss_scale);
-/* dresidual: from d/d residual[layer + 1] to d/d residual[layer]; layer gradients accumulate. */
+/* dresidual: from d/d residual[layer + 1] to d/d residual[layer]; layer gradients accumulate.
+ * First recomputes what the layer's recompute policy discarded in forward. */
 void model_layer_backward(struct model *m, struct model_acts *a, int layer);
 /* Embedding gradient += dresidual at the forward's tokens. */
 void model_embed_backward(struct model *m, struct model_acts *a);

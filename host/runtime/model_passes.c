@@ -19,7 +19,8 @@
 
 static float *residual_at(const struct model_acts *a, const struct model *m, int index)
 {
-  return a->residual + (size_t)index * a->B_max * model_home_T(m, a->T_max) * m->config.dim;
+  (void)m;
+  return a->residual[index];
 }
 
 /* The conversion from → to is no work here (a group of one, or the same layout): the producer
@@ -106,14 +107,26 @@ static void norm_input_grads(struct model *m, struct model_acts *a, const struct
 
 /* ---- embedding ---- */
 
+void model_forward_begin(const struct model *m, struct model_acts *a,
+                         const struct model_dropout *dropout, int B, int T)
+{
+  a->B = B;
+  a->T = T;
+  a->dropout_on = dropout && dropout->p > 0.0f && m->config.dropout > 0.0;
+  if (a->dropout_on) {
+    a->drop.p = dropout->p;
+    a->drop.seed = dropout->seed;
+    a->drop.step = dropout->step;
+    memcpy(a->drop.samples, dropout->samples, (size_t)B * sizeof *dropout->samples);
+  }
+}
+
 void model_embed_forward(const struct model *mc, struct model_acts *a, const int *tokens,
                          const struct model_dropout *dropout, int B, int T)
 {
   struct model *m = (struct model *)mc; /* the TP state records failures */
   const int C = m->config.dim, N = B * T;
-  a->B = B;
-  a->T = T;
-  a->dropout_on = dropout && dropout->p > 0.0f && m->config.dropout > 0.0;
+  model_forward_begin(m, a, dropout, B, T);
   memcpy(a->tokens, tokens, (size_t)N * sizeof(int));
   if (m->tp.size == 1) {
     encoder_forward(residual_at(a, m, 0), tokens, m->wte, N, C);
@@ -145,10 +158,42 @@ void model_embed_backward(struct model *m, struct model_acts *a)
 
 /* ---- one block ---- */
 
-void model_layer_forward(const struct model *mc, struct model_acts *a, int layer,
-                         const struct model_dropout *dropout)
+/* The pieces of a block's forward, so a recompute can rerun some of them. */
+enum {
+  F_ATTN_NORM = 1 << 0, /* ln1 */
+  F_QKV = 1 << 1,       /* q, k, v brought to the attention, RoPE */
+  F_CORE = 1 << 2,      /* probability mask, attention, o's input */
+  F_ATTN_OUT = 1 << 3,  /* o, its branch, dropout, mid */
+  F_MLP_NORM = 1 << 4,  /* ln2 */
+  F_MLP_IN = 1 << 5,    /* gate and up brought to SwiGLU */
+  F_MLP_ACT = 1 << 6,   /* SwiGLU, down's input */
+  F_MLP_MASK = 1 << 7,  /* the MLP branch's dropout mask */
+  F_MLP_OUT = 1 << 8,   /* down, its branch, dropout, the block's output */
+  F_ALL = (1 << 9) - 1
+};
+
+/* The pieces that rebuild what recompute policy rc discarded (model.c lays them out). */
+static int recompute_pieces(uint8_t rc)
 {
-  struct model *m = (struct model *)mc;
+  int f = 0;
+  if (rc & PLAN_RC_ATTN)
+    f |= F_ATTN_NORM | F_QKV | F_CORE | F_ATTN_OUT;
+  if (rc & PLAN_RC_ATTN_NORM)
+    f |= F_ATTN_NORM;
+  if (rc & PLAN_RC_ATTN_CORE)
+    f |= F_CORE;
+  if (rc & PLAN_RC_MLP)
+    f |= F_MLP_NORM | F_MLP_IN | F_MLP_ACT | F_MLP_MASK;
+  if (rc & PLAN_RC_MLP_NORM)
+    f |= F_MLP_NORM;
+  if (rc & PLAN_RC_MLP_ACT)
+    f |= F_MLP_ACT;
+  return f;
+}
+
+static void layer_forward_pieces(struct model *m, struct model_acts *a, int layer,
+                                 const struct model_dropout *dropout, int pieces)
+{
   const struct plan_model *c = &m->config;
   const struct tp_layer_layout *y = &m->tp.layers[layer];
   struct model_layer_dims d;
@@ -165,78 +210,109 @@ void model_layer_forward(const struct model *mc, struct model_acts *a, int layer
   const enum tp_layout A = y->attn_sharded ? TP_FEAT : TP_R, M = y->mlp_sharded ? TP_FEAT : TP_R;
   const uint8_t *s = y->split;
   const float *in[PLAN_N_MODULES];
+  float *branch = a->work_c2;
 
   /* attention */
-  rmsnorm_forward(la->ln1, la->ln1_rstd, x, w->attn_norm, Nh, C, eps);
-  norm_inputs(m, a, y, la->ln1, PLAN_MOD_Q, PLAN_MOD_V, in);
-  float *raw[3] = { a->work_c1, a->work_c2, a->work_c3 }, *att[3] = { la->q, la->k, la->v };
-  const float *wqkv[3] = { w->wq, w->wk, w->wv };
-  int direct[3];
-  for (int j = 0; j < 3; j++) {
-    enum tp_layout have = tp_split_output(s[PLAN_MOD_Q + j]), want = j == 0 ? A : y->kv;
-    direct[j] = want != TP_KV && no_conversion(m, have, want);
-    linear_forward(direct[j] ? att[j] : raw[j], in[PLAN_MOD_Q + j], wqkv[j], N,
-                   d.w_in[PLAN_MOD_Q + j], d.w_out[PLAN_MOD_Q + j]);
-  }
-  for (int j = 0; j < 3; j++) {
-    enum tp_layout have = tp_split_output(s[PLAN_MOD_Q + j]), want = j == 0 ? A : y->kv;
-    int X = j == 0 ? C : KVD;
-    if (direct[j])
-      continue;
-    if (want == TP_KV) {
-      tp_convert(&m->tp, a->pack, raw[j], raw[j], have, TP_R, B, T, X, NULL);
-      tp_expand_kv(&m->tp, &m->config, att[j], raw[j], N, d.NHl);
-    } else {
-      tp_convert(&m->tp, a->pack, att[j], raw[j], have, want, B, T, X, a->work_c4);
+  if (pieces & F_ATTN_NORM)
+    rmsnorm_forward(la->ln1, la->ln1_rstd, x, w->attn_norm, Nh, C, eps);
+  if (pieces & F_QKV) {
+    norm_inputs(m, a, y, la->ln1, PLAN_MOD_Q, PLAN_MOD_V, in);
+    float *raw[3] = { a->work_c1, a->work_c2, a->work_c3 }, *att[3] = { la->q, la->k, la->v };
+    const float *wqkv[3] = { w->wq, w->wk, w->wv };
+    int direct[3];
+    for (int j = 0; j < 3; j++) {
+      enum tp_layout have = tp_split_output(s[PLAN_MOD_Q + j]), want = j == 0 ? A : y->kv;
+      direct[j] = want != TP_KV && no_conversion(m, have, want);
+      linear_forward(direct[j] ? att[j] : raw[j], in[PLAN_MOD_Q + j], wqkv[j], N,
+                     d.w_in[PLAN_MOD_Q + j], d.w_out[PLAN_MOD_Q + j]);
     }
+    for (int j = 0; j < 3; j++) {
+      enum tp_layout have = tp_split_output(s[PLAN_MOD_Q + j]), want = j == 0 ? A : y->kv;
+      int X = j == 0 ? C : KVD;
+      if (direct[j])
+        continue;
+      if (want == TP_KV) {
+        tp_convert(&m->tp, a->pack, raw[j], raw[j], have, TP_R, B, T, X, NULL);
+        tp_expand_kv(&m->tp, &m->config, att[j], raw[j], N, d.NHl);
+      } else {
+        tp_convert(&m->tp, a->pack, att[j], raw[j], have, want, B, T, X, a->work_c4);
+      }
+    }
+    rope_forward(la->q, la->q, a->rope_cos, a->rope_sin, B, T, d.NHl, HS);
+    rope_forward(la->k, la->k, a->rope_cos, a->rope_sin, B, T, d.NKVl, HS);
   }
-  rope_forward(la->q, la->q, a->rope_cos, a->rope_sin, B, T, d.NHl, HS);
-  rope_forward(la->k, la->k, a->rope_cos, a->rope_sin, B, T, d.NKVl, HS);
-  if (drop)
-    draw_masks(la->probs_mask, (size_t)d.NHl * T * T,
-               (uint64_t)(y->attn_sharded ? m->tp.rank * d.NHl : 0) * T * T, dropout, B, layer,
-               MODEL_DROP_ATTN_PROBS);
-  attention_forward(la->atty, la->probs, a->attn_scratch, la->q, la->k, la->v,
-                    drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
-  tp_convert(&m->tp, a->pack, la->o_in, la->atty, A, tp_split_input(s[PLAN_MOD_O]), B, T, C, a->work_c4);
-  const int o_direct = no_conversion(m, tp_split_output(s[PLAN_MOD_O]), y->home);
-  float *branch = a->work_c2;
-  linear_forward(o_direct ? branch : a->work_c1, la->o_in, w->wo, N, d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
-  if (!o_direct)
-    tp_convert(&m->tp, a->pack, branch, a->work_c1, tp_split_output(s[PLAN_MOD_O]), y->home, B, T, C,
-               a->work_c3);
-  if (drop) {
-    draw_masks(la->attn_mask, (size_t)Th * C, home_first(m, T), dropout, B, layer, MODEL_DROP_ATTN_OUT);
-    dropout_forward(branch, branch, la->attn_mask, n_home);
+  if (pieces & F_CORE) {
+    if (drop)
+      draw_masks(la->probs_mask, (size_t)d.NHl * T * T,
+                 (uint64_t)(y->attn_sharded ? m->tp.rank * d.NHl : 0) * T * T, dropout, B, layer,
+                 MODEL_DROP_ATTN_PROBS);
+    attention_forward(la->atty, la->probs, a->attn_scratch, la->q, la->k, la->v,
+                      drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
+    tp_convert(&m->tp, a->pack, la->o_in, la->atty, A, tp_split_input(s[PLAN_MOD_O]), B, T, C, a->work_c4);
   }
-  residual_forward(la->mid, x, branch, n_home);
+  if (pieces & F_ATTN_OUT) {
+    const int o_direct = no_conversion(m, tp_split_output(s[PLAN_MOD_O]), y->home);
+    linear_forward(o_direct ? branch : a->work_c1, la->o_in, w->wo, N, d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
+    if (!o_direct)
+      tp_convert(&m->tp, a->pack, branch, a->work_c1, tp_split_output(s[PLAN_MOD_O]), y->home, B, T, C,
+                 a->work_c3);
+    if (drop) {
+      draw_masks(la->attn_mask, (size_t)Th * C, home_first(m, T), dropout, B, layer, MODEL_DROP_ATTN_OUT);
+      dropout_forward(branch, branch, la->attn_mask, n_home);
+    }
+    residual_forward(la->mid, x, branch, n_home);
+  }
 
   /* MLP */
-  rmsnorm_forward(la->ln2, la->ln2_rstd, la->mid, w->mlp_norm, Nh, C, eps);
-  norm_inputs(m, a, y, la->ln2, PLAN_MOD_GATE, PLAN_MOD_UP, in);
-  const int g_direct = no_conversion(m, tp_split_output(s[PLAN_MOD_GATE]), M);
-  const int u_direct = no_conversion(m, tp_split_output(s[PLAN_MOD_UP]), M);
-  linear_forward(g_direct ? la->gate : a->work_f1, in[PLAN_MOD_GATE], w->wgate, N,
-                 d.w_in[PLAN_MOD_GATE], d.w_out[PLAN_MOD_GATE]);
-  linear_forward(u_direct ? la->up : a->work_f2, in[PLAN_MOD_UP], w->wup, N, d.w_in[PLAN_MOD_UP],
-                 d.w_out[PLAN_MOD_UP]);
-  if (!g_direct)
-    tp_convert(&m->tp, a->pack, la->gate, a->work_f1, tp_split_output(s[PLAN_MOD_GATE]), M, B, T, F, NULL);
-  if (!u_direct)
-    tp_convert(&m->tp, a->pack, la->up, a->work_f2, tp_split_output(s[PLAN_MOD_UP]), M, B, T, F, NULL);
-  swiglu_forward(la->hidden, la->gate, la->up, (size_t)N * d.Fl);
-  tp_convert(&m->tp, a->pack, la->down_in, la->hidden, M, tp_split_input(s[PLAN_MOD_DOWN]), B, T, F, NULL);
-  const int d_direct = no_conversion(m, tp_split_output(s[PLAN_MOD_DOWN]), y->home);
-  linear_forward(d_direct ? branch : a->work_c1, la->down_in, w->wdown, N, d.w_in[PLAN_MOD_DOWN],
-                 d.w_out[PLAN_MOD_DOWN]);
-  if (!d_direct)
-    tp_convert(&m->tp, a->pack, branch, a->work_c1, tp_split_output(s[PLAN_MOD_DOWN]), y->home, B, T, C,
-               a->work_c3);
-  if (drop) {
-    draw_masks(la->mlp_mask, (size_t)Th * C, home_first(m, T), dropout, B, layer, MODEL_DROP_MLP_OUT);
-    dropout_forward(branch, branch, la->mlp_mask, n_home);
+  if (pieces & F_MLP_NORM)
+    rmsnorm_forward(la->ln2, la->ln2_rstd, la->mid, w->mlp_norm, Nh, C, eps);
+  if (pieces & F_MLP_IN) {
+    norm_inputs(m, a, y, la->ln2, PLAN_MOD_GATE, PLAN_MOD_UP, in);
+    const int g_direct = no_conversion(m, tp_split_output(s[PLAN_MOD_GATE]), M);
+    const int u_direct = no_conversion(m, tp_split_output(s[PLAN_MOD_UP]), M);
+    linear_forward(g_direct ? la->gate : a->work_f1, in[PLAN_MOD_GATE], w->wgate, N,
+                   d.w_in[PLAN_MOD_GATE], d.w_out[PLAN_MOD_GATE]);
+    linear_forward(u_direct ? la->up : a->work_f2, in[PLAN_MOD_UP], w->wup, N, d.w_in[PLAN_MOD_UP],
+                   d.w_out[PLAN_MOD_UP]);
+    if (!g_direct)
+      tp_convert(&m->tp, a->pack, la->gate, a->work_f1, tp_split_output(s[PLAN_MOD_GATE]), M, B, T, F, NULL);
+    if (!u_direct)
+      tp_convert(&m->tp, a->pack, la->up, a->work_f2, tp_split_output(s[PLAN_MOD_UP]), M, B, T, F, NULL);
   }
-  residual_forward(out, la->mid, branch, n_home);
+  if (pieces & F_MLP_ACT) {
+    swiglu_forward(la->hidden, la->gate, la->up, (size_t)N * d.Fl);
+    tp_convert(&m->tp, a->pack, la->down_in, la->hidden, M, tp_split_input(s[PLAN_MOD_DOWN]), B, T, F, NULL);
+  }
+  if ((pieces & F_MLP_MASK) && drop)
+    draw_masks(la->mlp_mask, (size_t)Th * C, home_first(m, T), dropout, B, layer, MODEL_DROP_MLP_OUT);
+  if (pieces & F_MLP_OUT) {
+    const int d_direct = no_conversion(m, tp_split_output(s[PLAN_MOD_DOWN]), y->home);
+    linear_forward(d_direct ? branch : a->work_c1, la->down_in, w->wdown, N, d.w_in[PLAN_MOD_DOWN],
+                   d.w_out[PLAN_MOD_DOWN]);
+    if (!d_direct)
+      tp_convert(&m->tp, a->pack, branch, a->work_c1, tp_split_output(s[PLAN_MOD_DOWN]), y->home, B, T, C,
+                 a->work_c3);
+    if (drop)
+      dropout_forward(branch, branch, la->mlp_mask, n_home);
+    residual_forward(out, la->mid, branch, n_home);
+  }
+}
+
+void model_layer_forward(const struct model *mc, struct model_acts *a, int layer,
+                         const struct model_dropout *dropout)
+{
+  layer_forward_pieces((struct model *)mc, a, layer, dropout, F_ALL);
+}
+
+/* Before layer `layer`'s backward: what its recompute policy discarded, computed again from what
+ * was kept, with the forward's dropout masks (drawn again from the same coordinates). */
+static void layer_recompute(struct model *m, struct model_acts *a, int layer)
+{
+  const uint8_t rc = m->recompute ? m->recompute[layer] : 0;
+  if (!rc)
+    return;
+  struct model_dropout d = { a->drop.p, a->drop.seed, a->drop.step, a->drop.samples };
+  layer_forward_pieces(m, a, layer, a->dropout_on ? &d : NULL, recompute_pieces(rc));
 }
 
 void model_layer_backward(struct model *m, struct model_acts *a, int layer)
@@ -258,6 +334,7 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
   const uint8_t *s = y->split;
   const float *in[PLAN_N_MODULES];
   float *dins[PLAN_N_MODULES];
+  layer_recompute(m, a, layer);
   if (sp)
     memset(a->gains, 0, 2 * (size_t)C * sizeof(float));
 

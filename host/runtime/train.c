@@ -68,7 +68,7 @@ int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *con
     return errf(err, err_size, "%s: mesh.tp = %d, but the tensor-parallel group has %d rank%s",
                 plan_where(p, "mesh.tp"), p->mesh.tp, tp ? tp->size : 1,
                 (tp ? tp->size : 1) == 1 ? "" : "s"), TRAIN_PLAN_ERROR;
-  if (model_create_table_tp(&t->model, p, tp, err, err_size))
+  if (model_create_table_tp(&t->model, p, tp, 0, err, err_size))
     goto fail;
   if (dp_open(&t->dp, &t->model, dp, p->zero, p->bucket_mb, err, err_size) ||
       dp_init_params(&t->dp, p, err, err_size) ||
