@@ -85,7 +85,7 @@ foreach(config "2;0" "4;1" "2;3")
 endforeach()
 
 # `tycho run` under mpirun when something is wrong: every rank stops within seconds, one message.
-foreach(mode world_mismatch hash_mismatch pp_refused data_one_rank export_fails leave_early)
+foreach(mode world_mismatch hash_mismatch bf16_refused data_one_rank export_fails leave_early)
   add_test(NAME mpi_run_errors.${mode} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_errors.sh
     ${mode} ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} $<TARGET_FILE:tycho> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(mpi_run_errors.${mode} PROPERTIES TIMEOUT 90 PROCESSORS 2 LABELS mpi
@@ -121,3 +121,20 @@ tycho_tp_equiv(recompute_full_dp2 2 dp_small.lua --set recompute=full)
 tycho_tp_equiv(recompute_selective_tp2 2 dp_small.lua --set mesh.tp=2 --set recompute=attn_core)
 tycho_tp_equiv(recompute_parts_tp2_sp 2 dp_small.lua --set mesh.tp=2 --set sequence_parallel=true --set recompute=attn_norm,mlp_norm,mlp_act)
 tycho_tp_equiv(recompute_blocks_tp2_mixed 2 tp_mixed.lua --set mesh.tp=2 --set recompute=attn,mlp)
+
+# Pipeline stages against the serial run: every schedule, uneven stages, interleaved virtual
+# stages, tied embeddings across the first and last stage, recompute under the pipeline, and
+# pipeline × tensor × data parallelism with ZeRO 1 on 8 ranks.
+tycho_tp_equiv(pp2_1f1b 2 dp_small.lua --set mesh.pp=2)
+tycho_tp_equiv(pp2_gpipe 2 dp_small.lua --set mesh.pp=2 --set schedule.kind=gpipe)
+tycho_tp_equiv(pp4_1f1b 4 dp_small.lua --set mesh.pp=4 --both model.n_layers=4)
+tycho_tp_equiv(pp4_gpipe 4 dp_small.lua --set mesh.pp=4 --set schedule.kind=gpipe --both model.n_layers=4)
+tycho_tp_equiv(pp2_interleaved_v2 2 dp_small.lua --set mesh.pp=2 --set virtual_stages=2 --set schedule.kind=interleaved --both model.n_layers=4)
+tycho_tp_equiv(pp4_interleaved_v2 4 dp_small.lua --set mesh.pp=4 --set virtual_stages=2 --set schedule.kind=interleaved --both model.n_layers=8)
+tycho_tp_equiv(pp2_uneven 2 pp_uneven.lua)
+tycho_tp_equiv(pp2_tied 2 dp_small.lua --set mesh.pp=2 --both model.tie_embeddings=true)
+tycho_tp_equiv(pp4_tied_gpipe 4 dp_small.lua --set mesh.pp=4 --set schedule.kind=gpipe --both model.n_layers=4 --both model.tie_embeddings=true)
+tycho_tp_equiv(pp2_recompute_full 2 dp_small.lua --set mesh.pp=2 --set recompute=full)
+tycho_tp_equiv(pp2_recompute_selective 2 dp_small.lua --set mesh.pp=2 --set recompute=attn_core,mlp_act)
+tycho_tp_equiv(pp2_dp2_zero1 4 dp_small.lua --set mesh.pp=2 --set zero=1)
+tycho_tp_equiv(tp2_pp2_dp2_zero1 8 dp_small.lua --set mesh.tp=2 --set mesh.pp=2 --set zero=1)

@@ -226,6 +226,7 @@ int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, siz
     if (comm_all_gather(m->tp.group, full, all, m->n_elems, COMM_FP32, NULL))
       rc = errf(err, err_size, "all-gather of the tensor-parallel shards: %s", comm_error());
   }
+  const int pp = d->pp_group ? d->pp_group->size : 1;
   if (!rc && m->tp.rank == 0) {
     rc = model_create_table(whole, &m->config, err, err_size);
     if (!rc) { /* a copy for export and tests: billed as workspace, as the ZeRO-3 gather is */
@@ -235,8 +236,12 @@ int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, siz
       else
         model_bind_memory(whole, whole->param_memory, NULL);
     }
+    if (!rc)
+      memset(whole->param_memory, 0, whole->n_elems * sizeof(float));
     for (int i = 0; !rc && i < m->n_params; i++) {
       const struct model_param *p = &m->params[i];
+      if (!p->here || (p->kind == MODEL_EMBED && !m->embed_here))
+        continue; /* another pipeline stage's (the first stage's, for a tied embedding) */
       if (tp == 1 || p->tp_dim < 0) {
         memcpy(whole->params[i].data, full + p->offset, p->n_elems * sizeof(float));
         continue;
@@ -244,8 +249,13 @@ int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, siz
       for (int r = 0; r < tp; r++)
         model_param_put_block(p, tp, r, all + (size_t)r * m->n_elems + p->offset, whole->params[i].data);
     }
-    *have = !rc;
-    if (rc)
+    if (!rc && pp > 1) { /* each stage's parameters, zero elsewhere: summed, they are the model */
+      if (comm_all_reduce(d->pp_group, whole->param_memory, whole->param_memory, whole->n_elems,
+                          COMM_FP32, COMM_SUM, NULL))
+        rc = errf(err, err_size, "all-reduce of the pipeline stages' parameters: %s", comm_error());
+    }
+    *have = !rc && (pp == 1 || d->pp_group->rank == 0);
+    if (rc || !*have)
       model_free(whole);
   }
   alloc_free(all);
@@ -255,7 +265,7 @@ int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, siz
 
 int dp_export(struct dp *d, const char *path, char *err, size_t err_size)
 {
-  if (d->model->tp.size > 1) { /* the shards put together on one rank first */
+  if (d->model->tp.size > 1 || (d->pp_group && d->pp_group->size > 1)) { /* put together first */
     struct model whole;
     int have;
     if (dp_gather_whole(d, &whole, &have, err, err_size))

@@ -97,6 +97,7 @@ struct dp_unit_state {
 struct dp {
   struct dp_layout layout;
   struct comm_group *group;   /* the dp group; NULL: a group of one without the comm layer */
+  struct comm_group *pp_group; /* the pipeline group (gradient norm, export), or NULL */
   int size, rank, zero;
   struct model *model;
   float *shard_params;        /* (n_shard) zero 3: this rank's parameters, the fp32 master */
@@ -137,6 +138,9 @@ double dp_forward_backward(struct dp *d, struct model_acts *a, const int *tokens
 /* A forward alone (evaluation): model_forward with the ZeRO-3 gathers. */
 double dp_forward(struct dp *d, struct model_acts *a, const int *tokens, const int *targets,
                   int B, int T);
+/* Zero 0 and 1: all-reduces every bucket now (last first) and waits: the reduction of a step
+ * whose backward ran outside dp_forward_backward (pipeline stages). 0 ok; -1 (d->err). */
+int dp_reduce_all(struct dp *d);
 /* Waits for every reduction started; then each rank holds the summed gradients it keeps.
  * 0 ok; -1 when a collective failed (d->err). */
 int dp_finish_grads(struct dp *d);

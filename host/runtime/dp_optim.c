@@ -66,18 +66,20 @@ double dp_grad_norm(struct dp *d)
 {
   double local = 0.0, total;
   const struct model *m = d->model;
-  if (m->tp.size == 1) {
+  const int pp = d->pp_group ? d->pp_group->size : 1;
+  if (m->tp.size == 1 && pp == 1) {
     for (int b = 0; b < d->layout.n_buckets; b++) /* the padding holds zeros */
       local += sumsq(share_grads(d, b), d->layout.buckets[b].share);
   } else {
-    /* Split parameters count on every TP rank, whole ones on TP rank 0 only. */
+    /* Split parameters count on every TP rank, whole ones on TP rank 0 only; a tied embedding
+     * held by the last pipeline stage as its head counts on the first stage only. */
     for (int b = 0; b < d->layout.n_buckets; b++) {
       const struct dp_bucket *k = &d->layout.buckets[b];
       const size_t s0 = k->start + (size_t)d->rank * k->share, s1 = s0 + k->share;
       const float *g = share_grads(d, b);
       for (int i = k->first_param; i <= k->last_param; i++) {
         const struct model_param *p = &m->params[i];
-        if (p->tp_dim < 0 && m->tp.rank != 0)
+        if ((p->tp_dim < 0 && m->tp.rank != 0) || (p->kind == MODEL_EMBED && !m->embed_here))
           continue;
         size_t lo = p->offset > s0 ? p->offset : s0;
         size_t hi = p->offset + p->n_elems < s1 ? p->offset + p->n_elems : s1;
@@ -91,6 +93,11 @@ double dp_grad_norm(struct dp *d)
   if (m->tp.size > 1) {
     double over_dp = total;
     if (ordered_sum(d, m->tp.group, &over_dp, &total, 1))
+      return -1.0;
+  }
+  if (pp > 1) {
+    double over_tp = total;
+    if (ordered_sum(d, d->pp_group, &over_tp, &total, 1))
       return -1.0;
   }
   return sqrt(total);

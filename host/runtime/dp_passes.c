@@ -295,6 +295,12 @@ double dp_forward(struct dp *d, struct model_acts *a, const int *tokens, const i
   return p.loss;
 }
 
+int dp_reduce_all(struct dp *d)
+{
+  for (int b = d->layout.n_buckets - 1; b >= 0; b--) bucket_start(d, b);
+  return dp_finish_grads(d);
+}
+
 int dp_finish_grads(struct dp *d)
 {
   while (d->n_inflight > 0)

@@ -18,10 +18,6 @@ static int check_supported(const struct plan *p, char *err, size_t n)
     return errf(err, n, "%s: precision.compute = \"%s\": the CPU backend computes in fp32 only; "
                 "set precision = { compute = \"fp32\", grads = \"fp32\", master = \"fp32\" }",
                 plan_where(p, "precision.compute"), plan_dtype_name(p->precision.compute));
-  if (p->mesh.pp != 1)
-    return errf(err, n, "%s: mesh.pp = %d: this version of tycho runs no pipeline stages yet "
-                "(pipeline parallelism is not implemented); use pp = 1 with tp and dp",
-                plan_where(p, "mesh.pp"), p->mesh.pp);
   if (strcmp(p->optimizer.kind, "adamw") != 0)
     return errf(err, n, "%s: optimizer.kind = \"%s\": only \"adamw\" is implemented",
                 plan_where(p, "optimizer.kind"), p->optimizer.kind);
@@ -52,6 +48,7 @@ int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *con
   t->plan = p;
   struct comm_group *dp = groups ? groups[PLAN_AXIS_DP] : NULL;
   struct comm_group *tp = groups ? groups[PLAN_AXIS_TP] : NULL;
+  struct comm_group *pp = groups ? groups[PLAN_AXIS_PP] : NULL;
   t->world = groups ? comm_world() : NULL;
   if (check_supported(p, err, err_size))
     return TRAIN_PLAN_ERROR;
@@ -68,7 +65,11 @@ int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *con
     return errf(err, err_size, "%s: mesh.tp = %d, but the tensor-parallel group has %d rank%s",
                 plan_where(p, "mesh.tp"), p->mesh.tp, tp ? tp->size : 1,
                 (tp ? tp->size : 1) == 1 ? "" : "s"), TRAIN_PLAN_ERROR;
-  if (model_create_table_tp(&t->model, p, tp, 0, err, err_size))
+  if ((pp ? pp->size : 1) != p->mesh.pp)
+    return errf(err, err_size, "%s: mesh.pp = %d, but the pipeline group has %d rank%s",
+                plan_where(p, "mesh.pp"), p->mesh.pp, pp ? pp->size : 1,
+                (pp ? pp->size : 1) == 1 ? "" : "s"), TRAIN_PLAN_ERROR;
+  if (model_create_table_tp(&t->model, p, tp, pp ? pp->rank : 0, err, err_size))
     goto fail;
   if (dp_open(&t->dp, &t->model, dp, p->zero, p->bucket_mb, err, err_size) ||
       dp_init_params(&t->dp, p, err, err_size) ||
@@ -76,6 +77,7 @@ int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *con
       optimizer_create_sized(&t->opt, p, dp_state_elems(&t->dp), err, err_size) ||
       open_data(t, err, err_size))
     goto fail;
+  t->dp.pp_group = pp;
   t->inputs = alloc_bytes(ALLOC_WORKSPACE, (size_t)micro * S * sizeof(int));
   t->targets = alloc_bytes(ALLOC_WORKSPACE, (size_t)micro * S * sizeof(int));
   t->samples = alloc_bytes(ALLOC_WORKSPACE, (size_t)micro * sizeof(uint64_t));
@@ -83,6 +85,9 @@ int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *con
     errf(err, err_size, "out of memory for the batch buffers");
     goto fail;
   }
+  t->piped = p->mesh.pp > 1;
+  if (t->piped && pipe_open(&t->pipe, t, pp, err, err_size))
+    goto fail;
   return TRAIN_OK;
 
 fail:
@@ -97,6 +102,8 @@ const char *trainer_failed(const struct trainer *t)
 
 void trainer_close(struct trainer *t)
 {
+  if (t->piped)
+    pipe_close(&t->pipe);
   alloc_free(t->inputs);
   alloc_free(t->targets);
   alloc_free(t->samples);
@@ -126,6 +133,25 @@ static void fill_val_window(const struct trainer *t, uint64_t w, int *inputs, in
     tokens_fill(&t->val_tokens, w, false, 0, inputs, targets);
 }
 
+void trainer_micro_batch(struct trainer *t, int mb, int *inputs, int *targets, uint64_t *samples)
+{
+  const struct plan *p = t->plan;
+  const int G = p->batch.global, micro = p->batch.micro, S = p->batch.seq;
+  const int first = t->dp.rank * (G / t->dp.size); /* this rank's slice of the step's windows */
+  for (int b = 0; b < micro; b++) {
+    samples[b] = (uint64_t)t->step * (uint64_t)G + (uint64_t)(first + mb * micro + b);
+    fill_train_window(t, samples[b], inputs + (size_t)b * S, targets + (size_t)b * S);
+  }
+}
+
+/* A forward alone: through the dp layer, or stage after stage. */
+static double eval_forward(struct trainer *t, const int *tokens, const int *targets, int B, int T)
+{
+  if (t->piped)
+    return pipe_forward(&t->pipe, t, tokens, targets, B, T);
+  return dp_forward(&t->dp, &t->acts, tokens, targets, B, T);
+}
+
 double trainer_forward_backward(struct trainer *t)
 {
   const struct plan *p = t->plan;
@@ -135,8 +161,13 @@ double trainer_forward_backward(struct trainer *t)
   const float loss_scale = (float)(1.0 / ((double)G * S));
   struct model_dropout dropout = { (float)p->model.dropout, t->dropout_seed, (uint32_t)t->step,
                                    t->samples };
-  dp_step_begin(&t->dp, t->step);
   double loss_sum = 0.0, total = 0.0;
+  if (t->piped) {
+    loss_sum = pipe_forward_backward(&t->pipe, t);
+    dp_sum(&t->dp, &loss_sum, &total, 1);
+    return total / ((double)G * S);
+  }
+  dp_step_begin(&t->dp, t->step);
   for (int mb = 0; mb < M; mb++) {
     for (int b = 0; b < micro; b++) {
       t->samples[b] = (uint64_t)t->step * (uint64_t)G + (uint64_t)(first + mb * micro + b);
@@ -197,7 +228,7 @@ static double val_loss_sum(struct trainer *t)
     for (int b = 0; b < micro; b++)
       fill_val_window(t, (uint64_t)(c < 0 ? 0 : c) * (uint64_t)micro + (uint64_t)b,
                       t->inputs + (size_t)b * S, t->targets + (size_t)b * S);
-    double loss = dp_forward(&t->dp, &t->acts, t->inputs, t->targets, micro, S);
+    double loss = eval_forward(t, t->inputs, t->targets, micro, S);
     sum += c < 0 ? 0.0 : loss;
   }
   return sum;
@@ -221,8 +252,11 @@ static int solve_problems(struct trainer *t, uint64_t first, int B)
       for (int i = T; i < Tr; i++) t->inputs[(size_t)b * Tr + i] = 0;
       rows[b] = b * Tr + T - 1;
     }
-    dp_forward(&t->dp, &t->acts, t->inputs, NULL, B, Tr);
-    model_head_argmax(&t->model, &t->acts, rows, B, best);
+    eval_forward(t, t->inputs, NULL, B, Tr);
+    if (t->piped)
+      pipe_argmax(&t->pipe, t, rows, B, best);
+    else
+      model_head_argmax(&t->model, &t->acts, rows, B, best);
     for (int b = 0; b < B; b++) text[b][T] = best[b];
   }
   int right = 0;

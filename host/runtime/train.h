@@ -31,6 +31,7 @@
 #include "runtime/dp.h"
 #include "runtime/model.h"
 #include "runtime/optimizer.h"
+#include "runtime/pipe.h"
 
 struct comm_group;
 
@@ -44,6 +45,8 @@ struct trainer {
   struct model model;
   struct dp dp;              /* the data-parallel layer: layout, shards, reductions */
   struct comm_group *world;  /* every rank of the job (agreements, the memory bill), or NULL */
+  struct pipe pipe;          /* pipeline stages (mesh.pp > 1): the schedule's executor */
+  int piped;                 /* mesh.pp > 1 */
   struct model_acts acts;    /* for batch.micro × batch.seq tokens */
   struct optimizer opt;      /* AdamW state for the elements this rank owns */
   int addition;              /* data.synthetic = "addition" */
@@ -79,6 +82,9 @@ struct train_eval_stats {
 int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *const *groups,
                  char *err, size_t err_size);
 void trainer_close(struct trainer *t);
+/* Fills the windows of micro-batch mb of step t->step for this data-parallel rank: inputs and
+ * targets (micro, seq) and each row's window index. */
+void trainer_micro_batch(struct trainer *t, int mb, int *inputs, int *targets, uint64_t *samples);
 /* The first failed collective's message (data-parallel or tensor-parallel), or NULL. */
 const char *trainer_failed(const struct trainer *t);
 /* Gradients of step t->step (zeroed first, accumulated over the micro-batches, summed over the

@@ -80,8 +80,8 @@ static int load_tensors(struct model *m, const struct source *s, const char *pat
     if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16)
       return errf(err, err_size, "init.from %s: tensor '%s' is %s; F32, F16 and BF16 are read",
                   path, p->name, st_dtype_name(t->dtype));
-    if (!p->data)
-      continue; /* not held here now */
+    if (!p->data || !p->here)
+      continue; /* not held here now, or on another pipeline stage */
     if (p->tp_dim < 0) {
       if (st_read_f32(file, t, p->data, t->n_elems, err, err_size))
         return 1;

@@ -1,7 +1,7 @@
-/* Data and tensor parallelism and ZeRO reproduce the serial run. Every rank trains PLAN through
+/* Data, tensor and pipeline parallelism, ZeRO and recompute reproduce the serial run. Every rank trains PLAN through
  * the same trainer `tycho run` uses, on the mesh groups of the job (dp "auto" takes the ranks
  * tp leaves) with the --set overrides; then rank 0 trains the plan alone (one rank, zero 0, the
- * plan's own batch.micro; only the --both overrides) and compares:
+ * plan's own batch.micro; only the --both overrides; tp, pp 1, stages "even") and compares:
  *   - initial parameters: bitwise equal (under ZeRO-3 gathered from the shards, under TP put
  *     together from the TP ranks' blocks; padding rows of the vocabulary left out);
  *   - the loss and the gradient norm of every step: within 1e-5 relative;
@@ -78,7 +78,7 @@ static float *gather_packed(struct trainer *t)
 {
   float *out = rank == 0 ? malloc(n_logical * sizeof *out) : NULL;
   size_t at = 0;
-  if (t->model.tp.size > 1) {
+  if (t->model.tp.size > 1 || t->plan->mesh.pp > 1) {
     struct model whole;
     int have;
     CHECK_MSG(dp_gather_whole(&t->dp, &whole, &have, err, sizeof err) == 0, "%s", err);
@@ -139,7 +139,11 @@ static void check_tp_counters(const struct trainer *t, const struct comm_counter
   struct tp_comm *list = malloc((size_t)n * sizeof *list);
   tp_comm_list(p, p->batch.micro, p->batch.seq, list, n);
   unsigned long long calls[COMM_N_OPS] = { 0 }, bytes[COMM_N_OPS] = { 0 };
+  const struct model *m = &t->model;
   for (int i = 0; i < n; i++) {
+    int l = list[i].layer; /* only this pipeline rank's stages */
+    if (l < 0 ? !m->embed_here : l >= p->model.n_layers ? !m->head_here : !m->layer_here[l])
+      continue;
     calls[list[i].comm] += (unsigned long long)p->batch.microbatches;
     bytes[list[i].comm] += (unsigned long long)p->batch.microbatches * (unsigned long long)list[i].n_elems * 4u;
   }
@@ -182,6 +186,13 @@ static void check_reductions(const struct trainer *t, long long step)
   enum comm_op op = zero >= 2 ? COMM_REDUCE_SCATTER : COMM_ALL_REDUCE;
   int n = comm_records(recs, MAX_RECORDS), count = 0, wrong_mb = 0, finished_early = 0;
   const struct comm_record *first = NULL, *last = NULL;
+  if (t->piped) { /* pipeline stages reduce once, after the rank's last backward (mb −1) */
+    for (int i = 0; i < n; i++)
+      count += recs[i].step == step && recs[i].op == op && !strcmp(recs[i].group, "dp") && recs[i].mb == -1;
+    CHECK_MSG(count == n_buckets, "rank %d: %d %s on dp in step %lld, expected %d", rank, count,
+              comm_op_name(op), step, n_buckets);
+    return;
+  }
   for (int i = 0; i < n; i++) {
     const struct comm_record *r = &recs[i];
     if (r->step != step || r->op != op || strcmp(r->group, "dp") != 0)
@@ -227,7 +238,8 @@ static void check_memory(const struct trainer *t)
               b->peak_bytes[ALLOC_PARAMS], full);
   if (rank == world - 1) {
     char label[64];
-    snprintf(label, sizeof label, "rank %d, zero %d, dp %d: memory peak", rank, zero, world);
+    snprintf(label, sizeof label, "rank %d, zero %d, tp %d pp %d dp %d: memory peak", rank, zero,
+             t->plan->mesh.tp, t->plan->mesh.pp, t->plan->mesh.dp);
     alloc_print_bill_peaks(stdout, label, b);
     fflush(stdout);
   }
@@ -284,7 +296,8 @@ static void test_parallel_run(void)
   CHECK(same_everywhere(&parallel_eval, sizeof parallel_eval));
   if (t.dp.zero < 3) {
     uint64_t h = hash_bytes(t.model.param_memory, t.dp.layout.n_elems * sizeof(float));
-    CHECK_MSG(same_within((uint64_t)t.model.tp.rank, h), "the parameters differ between the ranks of a dp group");
+    uint64_t coord = (uint64_t)t.model.tp.rank + 1000u * (uint64_t)(t.piped ? t.pipe.rank : 0);
+    CHECK_MSG(same_within(coord, h), "the parameters differ between the ranks of a dp group");
   }
   final = gather_packed(&t);
   check_memory(&t);
@@ -320,11 +333,16 @@ static void test_serial_run_agrees(void)
   if (rank != 0)
     return;
   struct plan p;
-  const char *sets[MAX_SETS + 2];
+  /* one rank: whatever the plan file says about the mesh, stages and schedule */
+  static const char *const serial[] = { "zero=0", "mesh.tp=1", "mesh.pp=1", "virtual_stages=1",
+                                        "stages=even", "schedule.kind=1f1b", "sequence_parallel=false" };
+  const int n_serial = (int)(sizeof serial / sizeof serial[0]);
+  const char *sets[MAX_SETS + 8];
   for (int i = 0; i < n_both; i++)
     sets[i] = both[i];
-  sets[n_both] = "zero=0";
-  if (compile(&p, 1, sets, n_both + 1))
+  for (int i = 0; i < n_serial; i++)
+    sets[n_both + i] = serial[i];
+  if (compile(&p, 1, sets, n_both + n_serial))
     return;
   struct trainer t;
   if (trainer_open(&t, &p, NULL, err, sizeof err) != TRAIN_OK) {

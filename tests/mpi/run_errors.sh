@@ -3,7 +3,7 @@
 # message (printed by rank 0 alone) and the documented exit code. Modes:
 #   world_mismatch  --set mesh.dp=4 on 2 ranks: the plan error naming the world size (exit 2)
 #   hash_mismatch   two ranks compiled with different --set: the plan-hash error naming both (2)
-#   pp_refused      --set mesh.pp=2 on 2 ranks: pipeline stages are not there yet (2)
+#   bf16_refused    --set precision.compute=bf16 on 2 ranks: the CPU backend computes in fp32 (2)
 #   data_one_rank   data.train is relative and only rank 0's working folder has it: every rank
 #                   stops after set-up with "rank 1: data.train: ..." (1)
 #   export_fails    export.path cannot be written, at step 5 of 20 under zero 3: every rank
@@ -25,8 +25,8 @@ case $mode in
   hash_mismatch)
     timeout 60 "$mpiexec" "$np" 1 "$tycho" run "$plan" --set seeds.global=1 : \
       "$np" 1 "$tycho" run "$plan" --set seeds.global=2 ;;
-  pp_refused)
-    timeout 60 "$mpiexec" "$np" 2 "$tycho" run "$plan" --set mesh.pp=2 ;;
+  bf16_refused)
+    timeout 60 "$mpiexec" "$np" 2 "$tycho" run "$plan" --set precision.compute=bf16 ;;
   data_one_rank)
     mkdir -p "$tmp/a" "$tmp/b" && cp tests/golden/llama_ref_tokens.bin "$tmp/a/train.bin"
     sets=(--set data.train=train.bin --set init.from="$src/tests/golden/llama_ref_init.safetensors"
@@ -66,9 +66,9 @@ case $mode in
     expect_first 'tycho: plan error: plan hash differs: rank 0 has '
     grep -qE '^tycho: plan error: plan hash differs: rank 0 has [0-9a-f]{16}, rank 1 has [0-9a-f]{16} \(compiled from ' "$tmp/err" ||
       fail "expected both ranks' hashes" ;;
-  pp_refused)
+  bf16_refused)
     expect_rc 2
-    expect_first 'tycho: plan error: --set mesh.pp=2: mesh.pp = 2: this version of tycho runs no pipeline stages yet' ;;
+    expect_first 'tycho: plan error: --set precision.compute=bf16: precision.compute = "bf16": the CPU backend computes in fp32 only' ;;
   data_one_rank)
     expect_rc 1
     expect_first 'tycho: rank 1: data.train: train.bin: cannot open: No such file or directory'

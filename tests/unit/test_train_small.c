@@ -145,7 +145,7 @@ static void unsupported_plans_and_missing_data_are_refused(void)
   q.mesh.tp = 1;
   q.mesh.pp = 2;
   CHECK(trainer_open(&t, &q, NULL, err, sizeof err) == TRAIN_PLAN_ERROR);
-  CHECK_STR_CONTAINS(err, "mesh.pp = 2: this version of tycho runs no pipeline stages yet");
+  CHECK_STR_CONTAINS(err, "mesh.pp = 2, but the pipeline group has 1 rank");
   plan_free(&q);
 }
 

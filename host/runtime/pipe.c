@@ -1,0 +1,297 @@
+/* The pipeline executor (pipe.h): runs this rank's list of the plan's schedule. */
+#include "runtime/pipe.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "runtime/alloc.h"
+#include "runtime/train.h"
+#include "util/err.h"
+
+static void failed(struct trainer *t, const char *what)
+{
+  struct model_tp *tp = &t->model.tp;
+  if (!tp->failed)
+    snprintf(tp->err, sizeof tp->err, "pipeline %s: %s", what, comm_error());
+  tp->failed = 1;
+}
+
+/* Floats of a stage boundary's activation (or its gradient): B × Th × C. */
+static size_t boundary_elems(const struct trainer *t, int B, int T)
+{
+  return (size_t)B * model_home_T(&t->model, T) * t->model.config.dim;
+}
+
+int pipe_open(struct pipe *pp, struct trainer *t, struct comm_group *group, char *err, size_t err_size)
+{
+  const struct plan *p = t->plan;
+  memset(pp, 0, sizeof *pp);
+  pp->group = group;
+  pp->size = group ? group->size : 1;
+  pp->rank = group ? group->rank : 0;
+  if (pp->size != p->mesh.pp)
+    return errf(err, err_size, "mesh.pp = %d, but the pipeline group has %d ranks", p->mesh.pp, pp->size);
+  if (sched_from_plan(p, &pp->sched, err, err_size))
+    return 1;
+  struct sched_sim sim;
+  if (sched_simulate(&pp->sched, &sim, err, err_size))
+    return 1;
+  pp->n_slots = sim.ranks[pp->rank].peak_inflight + 1;
+  sched_sim_free(&sim);
+  const struct sched_list *list = &pp->sched.ranks[pp->rank];
+  for (int i = 0; i < list->n; i++) pp->n_reduce += list->instr[i].op == SCHED_REDUCE_GRADS;
+
+  const int S = p->n_stages;
+  pp->in_index = calloc((size_t)S, sizeof *pp->in_index);
+  pp->slots = calloc((size_t)pp->n_slots, sizeof *pp->slots);
+  if (!pp->in_index || !pp->slots)
+    return errf(err, err_size, "out of memory for the pipeline");
+  for (int s = 1; s < S; s++) pp->in_index[s] = pp->in_index[s - 1] + p->stages[s - 1].n_layers;
+
+  const int micro = p->batch.micro, seq = p->batch.seq;
+  for (int k = 0; k < pp->n_slots; k++) {
+    struct pipe_slot *sl = &pp->slots[k];
+    sl->stage = sl->mb = -1;
+    if (k == 0) {
+      sl->acts = &t->acts;
+    } else {
+      sl->acts = calloc(1, sizeof *sl->acts);
+      if (!sl->acts || model_acts_create_slot(sl->acts, &t->model, &t->acts, err, err_size)) {
+        free(sl->acts);
+        sl->acts = NULL;
+        return err[0] ? 1 : errf(err, err_size, "out of memory for a pipeline slot");
+      }
+    }
+    sl->grad = alloc_floats(ALLOC_COMM, boundary_elems(t, micro, seq));
+    sl->targets = t->model.head_here ? alloc_bytes(ALLOC_ACTIVATIONS, (size_t)micro * seq * sizeof(int)) : NULL;
+    if (!sl->grad || (t->model.head_here && !sl->targets))
+      return errf(err, err_size, "out of memory for a pipeline slot");
+  }
+
+  if (p->model.tie_embeddings && pp->size > 1) {
+    /* The embedding lives on the first stage and, as the head, on the last: their gradients are
+     * summed between the two (every pp rank takes part in the split). */
+    const int first = p->stages[0].pp_rank, last = p->stages[S - 1].pp_rank;
+    int member = pp->rank == first || pp->rank == last;
+    struct comm_group *g = NULL;
+    if (comm_group_split(group, member ? 0 : 1, pp->rank, "embed", &g, err, err_size))
+      return 1;
+    pp->embed = member ? g : NULL;
+  }
+  return 0;
+}
+
+void pipe_close(struct pipe *pp)
+{
+  for (int k = 0; pp->slots && k < pp->n_slots; k++) {
+    struct pipe_slot *sl = &pp->slots[k];
+    if (k > 0 && sl->acts) {
+      model_acts_free(sl->acts);
+      free(sl->acts);
+    }
+    alloc_free(sl->grad);
+    alloc_free(sl->targets);
+  }
+  free(pp->slots);
+  free(pp->in_index);
+  sched_free(&pp->sched);
+  memset(pp, 0, sizeof *pp);
+}
+
+static struct pipe_slot *slot_of(struct pipe *pp, int stage, int mb)
+{
+  for (int k = 0; k < pp->n_slots; k++)
+    if (pp->slots[k].stage == stage && pp->slots[k].mb == mb)
+      return &pp->slots[k];
+  return NULL;
+}
+
+/* A free slot for (stage, mb): one whose sends are done if there is one, else the first free one
+ * once its sends are. */
+static struct pipe_slot *slot_take(struct pipe *pp, struct trainer *t, int stage, int mb)
+{
+  struct pipe_slot *pick = NULL;
+  int used = 0;
+  for (int k = 0; k < pp->n_slots; k++) {
+    struct pipe_slot *sl = &pp->slots[k];
+    if (sl->stage >= 0) {
+      used++;
+      continue;
+    }
+    int done_act = 1, done_grad = 1;
+    if (sl->send_act && comm_test(&sl->send_act, &done_act))
+      failed(t, "send");
+    if (sl->send_grad && comm_test(&sl->send_grad, &done_grad))
+      failed(t, "send");
+    if (!pick || (done_act && done_grad && (pick->send_act || pick->send_grad)))
+      pick = sl;
+  }
+  if (!pick)
+    comm_fatal("pipeline: all %d activation slots are in use at (stage %d, micro-batch %d)", pp->n_slots,
+               stage, mb);
+  if (pick->send_act && comm_wait(&pick->send_act))
+    failed(t, "send of activations");
+  if (pick->send_grad && comm_wait(&pick->send_grad))
+    failed(t, "send of gradients");
+  pick->stage = stage;
+  pick->mb = mb;
+  used++;
+  pp->peak_slots = used > pp->peak_slots ? used : pp->peak_slots;
+  return pick;
+}
+
+static void slot_wait_recv(struct trainer *t, struct pipe_slot *sl)
+{
+  if (sl->recv && comm_wait(&sl->recv))
+    failed(t, "receive");
+}
+
+static double stage_forward(struct pipe *pp, struct trainer *t, int stage, struct model_acts *a,
+                            const int *tokens, const int *targets, const struct model_dropout *dropout,
+                            int B, int T)
+{
+  const struct plan_stage *st = &t->plan->stages[stage];
+  struct model *m = &t->model;
+  (void)pp;
+  if (st->has_embed)
+    model_embed_forward(m, a, tokens, dropout, B, T);
+  else
+    model_forward_begin(m, a, dropout, B, T);
+  for (int l = st->first_layer; st->first_layer >= 0 && l < st->first_layer + st->n_layers; l++)
+    model_layer_forward(m, a, l, dropout);
+  return st->has_head ? model_head_forward(m, a, targets) : 0.0;
+}
+
+double pipe_forward_backward(struct pipe *pp, struct trainer *t)
+{
+  const struct plan *p = t->plan;
+  struct model *m = &t->model;
+  const int B = p->batch.micro, T = p->batch.seq, S = p->n_stages;
+  const size_t n_boundary = boundary_elems(t, B, T);
+  const float loss_scale = (float)(1.0 / ((double)p->batch.global * T));
+  const struct sched_list *list = &pp->sched.ranks[pp->rank];
+  double loss = 0.0;
+  int reduced = 0;
+  pp->peak_slots = 0;
+  dp_step_begin(&t->dp, t->step);
+  for (int i = 0; i < list->n; i++) {
+    const struct sched_instr *in = &list->instr[i];
+    struct pipe_slot *sl;
+    comm_set_step(t->step, in->mb);
+    switch ((enum sched_op)in->op) {
+    case SCHED_FWD: {
+      sl = slot_of(pp, in->stage, in->mb);
+      if (!sl)
+        sl = slot_take(pp, t, in->stage, in->mb);
+      slot_wait_recv(t, sl);
+      trainer_micro_batch(t, in->mb, t->inputs, sl->targets ? sl->targets : t->targets, t->samples);
+      struct model_dropout dropout = { (float)p->model.dropout, t->dropout_seed, (uint32_t)t->step, t->samples };
+      loss += stage_forward(pp, t, in->stage, sl->acts, t->inputs, sl->targets, &dropout, B, T);
+      break;
+    }
+    case SCHED_BWD: {
+      const struct plan_stage *st = &p->stages[in->stage];
+      sl = slot_of(pp, in->stage, in->mb);
+      struct model_acts *a = sl->acts;
+      if (st->has_head) {
+        model_head_backward(m, a, sl->targets, loss_scale);
+      } else {
+        slot_wait_recv(t, sl);
+        memcpy(a->dresidual, sl->grad, n_boundary * sizeof(float));
+      }
+      for (int l = st->first_layer + st->n_layers - 1; st->first_layer >= 0 && l >= st->first_layer; l--)
+        model_layer_backward(m, a, l);
+      if (st->has_embed) {
+        model_embed_backward(m, a);
+        sl->stage = sl->mb = -1; /* nothing to send back */
+      } else {
+        memcpy(sl->grad, a->dresidual, n_boundary * sizeof(float));
+      }
+      break;
+    }
+    case SCHED_RECOMPUTE: /* done layer by layer inside the BWD that follows */
+      break;
+    case SCHED_SEND_ACT:
+      sl = slot_of(pp, in->stage, in->mb);
+      if (comm_send(pp->group, sl->acts->residual[pp->in_index[in->stage] + p->stages[in->stage].n_layers],
+                    n_boundary, COMM_FP32, in->peer, &sl->send_act))
+        failed(t, "send of activations");
+      break;
+    case SCHED_RECV_ACT:
+      sl = slot_take(pp, t, in->stage + 1, in->mb);
+      if (comm_recv(pp->group, sl->acts->residual[pp->in_index[in->stage + 1]], n_boundary, COMM_FP32,
+                    in->peer, &sl->recv))
+        failed(t, "receive of activations");
+      break;
+    case SCHED_SEND_GRAD:
+      sl = slot_of(pp, in->stage, in->mb);
+      if (comm_send(pp->group, sl->grad, n_boundary, COMM_FP32, in->peer, &sl->send_grad))
+        failed(t, "send of gradients");
+      sl->stage = sl->mb = -1;
+      break;
+    case SCHED_RECV_GRAD:
+      sl = slot_of(pp, in->stage - 1, in->mb);
+      if (comm_recv(pp->group, sl->grad, n_boundary, COMM_FP32, in->peer, &sl->recv))
+        failed(t, "receive of gradients");
+      break;
+    case SCHED_REDUCE_GRADS:
+      if (++reduced < pp->n_reduce)
+        break;
+      if (pp->embed) {
+        const struct model_param *e = &m->params[0];
+        if (comm_all_reduce(pp->embed, e->grad, e->grad, e->n_elems, COMM_FP32, COMM_SUM, NULL))
+          failed(t, "all-reduce of the tied embedding's gradient");
+      }
+      dp_reduce_all(&t->dp);
+      break;
+    case SCHED_OPTIMIZER:
+    case SCHED_N_OPS:
+      break;
+    }
+  }
+  for (int k = 0; k < pp->n_slots; k++) {
+    struct pipe_slot *sl = &pp->slots[k];
+    if ((sl->send_act && comm_wait(&sl->send_act)) || (sl->send_grad && comm_wait(&sl->send_grad)) ||
+        (sl->recv && comm_wait(&sl->recv)))
+      failed(t, "send or receive");
+    sl->stage = sl->mb = -1;
+  }
+  /* The loss from the rank holding the last stage, as the same bits everywhere. */
+  if (comm_broadcast(pp->group, &loss, 1, COMM_INT64, p->stages[S - 1].pp_rank, NULL))
+    failed(t, "broadcast of the loss");
+  return loss;
+}
+
+double pipe_forward(struct pipe *pp, struct trainer *t, const int *tokens, const int *targets, int B, int T)
+{
+  const struct plan *p = t->plan;
+  const int S = p->n_stages;
+  const size_t n = boundary_elems(t, B, T);
+  struct model_acts *a = &t->acts;
+  double loss = 0.0;
+  for (int s = 0; s < S; s++) {
+    const struct plan_stage *st = &p->stages[s];
+    if (st->pp_rank != pp->rank)
+      continue;
+    if (s > 0 && comm_recv(pp->group, a->residual[pp->in_index[s]], n, COMM_FP32, p->stages[s - 1].pp_rank, NULL))
+      failed(t, "receive of activations");
+    loss += stage_forward(pp, t, s, a, tokens, targets, NULL, B, T);
+    if (s + 1 < S && comm_send(pp->group, a->residual[pp->in_index[s] + st->n_layers], n, COMM_FP32,
+                               p->stages[s + 1].pp_rank, NULL))
+      failed(t, "send of activations");
+  }
+  if (targets && comm_broadcast(pp->group, &loss, 1, COMM_INT64, p->stages[S - 1].pp_rank, NULL))
+    failed(t, "broadcast of the loss");
+  return loss;
+}
+
+void pipe_argmax(struct pipe *pp, struct trainer *t, const int *rows, int n, int *out)
+{
+  const struct plan *p = t->plan;
+  const int last = p->stages[p->n_stages - 1].pp_rank;
+  if (pp->rank == last)
+    model_head_argmax(&t->model, &t->acts, rows, n, out);
+  if (comm_broadcast(pp->group, out, (size_t)n, COMM_INT32, last, NULL))
+    failed(t, "broadcast of the decoded tokens");
+}

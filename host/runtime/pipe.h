@@ -1,0 +1,65 @@
+/* Pipeline stages (mesh.pp > 1): the executor of host/sched's instruction lists. Each pipeline
+ * rank runs its own list of the plan's schedule (GPipe, 1F1B or interleaved 1F1B) in order:
+ * FWD and BWD of a (stage, micro-batch) on its own activation slot, SEND_ACT / RECV_ACT and
+ * SEND_GRAD / RECV_GRAD as non-blocking sends and receives on the pp group (a send overlaps what
+ * follows; a receive is waited for by the FWD or BWD that reads it), RECOMPUTE as a marker (the
+ * layers recompute what their policy discarded one at a time inside the BWD that follows,
+ * model_layer_backward), REDUCE_GRADS — after the rank's last one — the tied embedding's
+ * gradient summed between the first and last stage and the data-parallel all-reduce, and
+ * OPTIMIZER left to the trainer.
+ *
+ * Slots: one struct model_acts per (stage, micro-batch) in flight, as many as the schedule's
+ * simulated peak on this rank plus one for a receive posted before its forward: the memory of
+ * activations follows the schedule (GPipe holds all m micro-batches, 1F1B at most pp). Slots
+ * share the workspace and the recompute area (model_acts_create_slot).
+ *
+ * Every pipeline rank computes the windows of any micro-batch itself (the data is a function of
+ * the step and window), so only activations and gradients travel. The loss is computed on the
+ * last stage and broadcast over the pp group: every rank reports the same numbers. */
+#ifndef TYCHO_RUNTIME_PIPE_H
+#define TYCHO_RUNTIME_PIPE_H
+#include <stddef.h>
+
+#include "sched/sched.h"
+
+struct trainer;
+struct comm_group;
+struct comm_request;
+struct model_acts;
+
+struct pipe_slot {
+  int stage, mb;               /* −1: free */
+  struct model_acts *acts;
+  int *targets;                /* (micro · seq) on the rank holding the head */
+  float *grad;                 /* (micro · Th · C) the gradient received before, and sent after, BWD */
+  struct comm_request *recv, *send_act, *send_grad;
+};
+
+struct pipe {
+  struct comm_group *group;    /* the pp group */
+  struct comm_group *embed;    /* tied embeddings: the first and last stage's ranks, else NULL */
+  int size, rank;
+  struct sched sched;
+  int n_slots, n_reduce;       /* slots; REDUCE_GRADS instructions in this rank's list */
+  struct pipe_slot *slots;     /* slots[0].acts is the trainer's acts */
+  int *in_index;               /* (n_stages) the residual index a stage reads: its first layer */
+  int peak_slots;              /* most slots in use at once in the last step */
+};
+
+/* Builds the schedule, the slots and the embedding group for trainer t (whose model, dp layer
+ * and acts exist). Collective over the pp group (the embedding group is split from it). 0 ok;
+ * nonzero with a message. */
+int pipe_open(struct pipe *pp, struct trainer *t, struct comm_group *group, char *err, size_t err_size);
+void pipe_close(struct pipe *pp);
+/* One step's forward and backward over this rank's schedule, the tied embedding's and the
+ * data-parallel gradient reduction included. Returns Σ losses of this data-parallel rank's
+ * windows (the same on every pipeline rank). Failures show in trainer_failed. */
+double pipe_forward_backward(struct pipe *pp, struct trainer *t);
+/* A forward alone through every stage, stage after stage (evaluation), on slot 0: Σ losses
+ * (targets given) on every pipeline rank. */
+double pipe_forward(struct pipe *pp, struct trainer *t, const int *tokens, const int *targets, int B, int T);
+/* After pipe_forward without targets: model_head_argmax on the last stage, the tokens sent to
+ * every pipeline rank. */
+void pipe_argmax(struct pipe *pp, struct trainer *t, const int *rows, int n, int *out);
+
+#endif
