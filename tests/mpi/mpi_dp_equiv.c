@@ -292,6 +292,25 @@ static void test_parallel_run(void)
   }
   check_reductions(&t, parallel_plan.train.steps - 1);
   check_tp_counters(&t, before);
+  if (t.piped) { /* activations in flight follow the schedule: GPipe all m, 1F1B pp − rank */
+    const int pr = t.pipe.rank, pp = parallel_plan.mesh.pp, M = parallel_plan.batch.microbatches;
+    const int v = parallel_plan.virtual_stages;
+    if (parallel_plan.schedule == PLAN_SCHED_GPIPE)
+      CHECK_MSG(t.pipe.peak_slots >= M * v, "rank %d: GPipe held %d micro-batches, expected all %d",
+                rank, t.pipe.peak_slots, M * v);
+    if (parallel_plan.schedule == PLAN_SCHED_1F1B)
+      CHECK_MSG(t.pipe.peak_slots <= (pp - pr < M ? pp - pr : M) + 1, "rank %d (pipeline rank %d): 1F1B "
+                "held %d micro-batches, expected at most %d and one being received", rank, pr,
+                t.pipe.peak_slots, pp - pr < M ? pp - pr : M);
+    int peaks[64] = { 0 }, mine[64] = { 0 };
+    mine[rank < 64 ? rank : 63] = t.pipe.peak_slots;
+    MPI_Reduce(mine, peaks, 64, MPI_INT, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+      printf("%s: activation slots in use at most, per rank:", plan_schedule_name(parallel_plan.schedule));
+      for (int r = 0; r < world && r < 64; r++) printf(" %d", peaks[r]);
+      printf(" (micro-batches %d, virtual stages %d)\n", M, v);
+    }
+  }
   trainer_eval(&t, &parallel_eval);
   CHECK(same_everywhere(&parallel_eval, sizeof parallel_eval));
   if (t.dp.zero < 3) {
