@@ -1,8 +1,8 @@
 /* The trainer: `tycho run`. It owns what the model does not — data windows, micro-batches, the
  * loss scale, the optimizer step, evaluation, metrics, export — and drives the model through the
  * data-parallel layer (dp.h), which adds the reductions, gathers and sharding of mesh.dp and
- * zero, on a model split over the tp group (model.h, plan/tp_layout.h); pipeline stages come
- * later.
+ * zero, on a model split over the tp group (model.h, plan/tp_layout.h), and with mesh.pp > 1
+ * through the pipeline executor (pipe.h).
  *
  * Step s (0-based) trains on windows w = s·G + k (G = batch.global): data-parallel rank r of dp
  * takes k in [r·G/dp, (r+1)·G/dp), batch.micro at a time, so the windows of a step are the
@@ -73,7 +73,7 @@ struct train_eval_stats {
   int n_problems;
 };
 
-/* Checks that this build can run the plan (fp32 compute, pp = 1, a data source), builds the
+/* Checks that this build can run the plan (fp32 compute, a data source), builds the
  * model (initialized from seeds.model, or loaded from init.from) split for the tp group and laid
  * out for the dp group (groups: the mesh groups by enum plan_axis, from comm_build_mesh_groups;
  * NULL: one rank without the comm layer), the optimizer and the data. Returns an enum
