@@ -190,14 +190,23 @@ int model_create_table(struct model *m, const struct plan_model *cfg, char *err,
 int model_create_table_tp(struct model *m, const struct plan *p, struct comm_group *tp,
                           int pp_rank, char *err, size_t err_size)
 {
+  if ((tp ? tp->size : 1) != p->mesh.tp) {
+    memset(m, 0, sizeof *m);
+    return errf(err, err_size, "mesh.tp = %d, but the tensor-parallel group has %d ranks",
+                p->mesh.tp, tp ? tp->size : 1);
+  }
+  int rc = model_create_table_at(m, p, tp ? tp->rank : 0, pp_rank, err, err_size);
+  m->tp.group = tp;
+  return rc;
+}
+
+int model_create_table_at(struct model *m, const struct plan *p, int tp_rank, int pp_rank,
+                          char *err, size_t err_size)
+{
   memset(m, 0, sizeof *m);
   m->config = p->model;
-  m->tp.group = tp;
-  m->tp.size = tp ? tp->size : 1;
-  m->tp.rank = tp ? tp->rank : 0;
-  if (m->tp.size != p->mesh.tp)
-    return errf(err, err_size, "mesh.tp = %d, but the tensor-parallel group has %d ranks",
-                p->mesh.tp, m->tp.size);
+  m->tp.size = p->mesh.tp;
+  m->tp.rank = tp_rank;
   tp_layer_layout(p, -1, &m->tp.io);
   const int L = p->model.n_layers;
   m->tp.layers = calloc((size_t)L, sizeof *m->tp.layers);
@@ -537,6 +546,29 @@ out_of_memory:
   free(a->residual);
   memset(a, 0, sizeof *a);
   return 1;
+}
+
+int model_acts_count(const struct model *m, int B_max, int T_max, size_t counts[3])
+{
+  struct model_acts a;
+  memset(&a, 0, sizeof a);
+  a.B_max = B_max;
+  a.T_max = T_max;
+  a.layers = calloc((size_t)m->config.n_layers, sizeof *a.layers);
+  a.residual = calloc((size_t)m->config.n_layers + 1, sizeof *a.residual);
+  if (!a.layers || !a.residual) {
+    free(a.layers);
+    free(a.residual);
+    return -1;
+  }
+  struct carve act = { 0 }, rec = { 0 }, work = { 0 };
+  layout_acts(&a, m, &act, &rec, &work);
+  counts[0] = act.used;
+  counts[1] = rec.used;
+  counts[2] = work.used;
+  free(a.layers);
+  free(a.residual);
+  return 0;
 }
 
 int model_acts_create(struct model_acts *a, const struct model *m, int B_max, int T_max,

@@ -190,6 +190,10 @@ int model_create_table(struct model *m, const struct plan_model *cfg, char *err,
  * stages on other pipeline ranks none, the layers follow the plan's layouts and recompute. */
 int model_create_table_tp(struct model *m, const struct plan *p, struct comm_group *tp,
                           int pp_rank, char *err, size_t err_size);
+/* The same without a group: the table TP rank tp_rank of mesh.tp would build (for the memory
+ * bill; the group pointer stays NULL). */
+int model_create_table_at(struct model *m, const struct plan *p, int tp_rank, int pp_rank,
+                          char *err, size_t err_size);
 /* Copies this rank's block of parameter p out of its whole stored tensor (rows, shape[1]). */
 void model_param_take_block(const struct model_param *p, const float *whole, float *block);
 /* The inverse: writes the block of TP rank `tp_rank` into the whole stored tensor. */
@@ -214,6 +218,9 @@ long long model_n_params(const struct model *m);
 
 int model_acts_create(struct model_acts *a, const struct model *m, int B_max, int T_max,
                       char *err, size_t err_size);
+/* Floats model_acts_create would allocate for B_max × T_max tokens: counts[0] saved
+ * activations (one slot), [1] the recompute area, [2] the workspace. 0, or −1 out of memory. */
+int model_acts_count(const struct model *m, int B_max, int T_max, size_t counts[3]);
 /* Another set of saved activations (a pipeline slot for one more micro-batch in flight) that
  * shares `first`'s workspace and recompute area. */
 int model_acts_create_slot(struct model_acts *a, const struct model *m, const struct model_acts *first,

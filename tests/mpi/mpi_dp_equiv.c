@@ -30,6 +30,7 @@
 #include "plan/compile.h"
 #include "plan/tp_layout.h"
 #include "runtime/alloc.h"
+#include "runtime/bill.h"
 #include "runtime/train.h"
 
 #define MAX_STEPS 64
@@ -126,6 +127,34 @@ static int same_within(uint64_t key, uint64_t value)
       same &= all[2 * r] != all[2 * q] || all[2 * r + 1] == all[2 * q + 1];
   free(all);
   return same;
+}
+
+/* The memory bill `tycho check` predicts (bill_predict) against the allocator's peaks of this run:
+ * every category within 5% or 64 KiB. */
+static void check_bill(const struct trainer *t)
+{
+  struct bill b;
+  char why[512];
+  CHECK_MSG(bill_predict(t->plan, t->piped ? t->pipe.rank : 0, &b, why, sizeof why) == 0, "%s", why);
+  const struct alloc_bill *a = alloc_bill();
+  double worst = 0.0;
+  for (int c = 0; c < ALLOC_N_CATEGORIES; c++) {
+    double measured = (double)a->peak_bytes[c], predicted = b.bytes[c], diff = measured - predicted;
+    diff = diff < 0 ? -diff : diff;
+    CHECK_MSG(diff <= 65536.0 || diff <= 0.05 * measured, "rank %d: %s peak %.0f B, predicted %.0f B",
+              rank, alloc_category_name((enum alloc_category)c), measured, predicted);
+    double rel = measured > 0 ? diff / measured : 0.0;
+    worst = rel > worst ? rel : worst;
+  }
+  double worst_all;
+  MPI_Reduce(&worst, &worst_all, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  if (rank == 0) {
+    printf("memory bill of rank 0, predicted/measured KiB:");
+    for (int c = 0; c < ALLOC_N_CATEGORIES; c++)
+      printf(" %s %.1f/%.1f", alloc_category_name((enum alloc_category)c), b.bytes[c] / 1024.0,
+             a->peak_bytes[c] / 1024.0);
+    printf("; worst category of any rank off by %.2f%%\n", 100.0 * worst_all);
+  }
 }
 
 /* The tp group's counters over one step against tp_comm_list: exact calls and bytes per op. */
@@ -282,6 +311,7 @@ static void test_parallel_run(void)
   for (int i = 0; i < t.model.n_params; i++)
     n_logical += logical_elems(&t.model.params[i]);
   initial = gather_packed(&t);
+  alloc_reset_peaks(); /* the gather's copy is the test's, not the run's */
   struct comm_counter before[COMM_N_OPS];
   for (long long s = 0; s < parallel_plan.train.steps; s++) {
     for (int op = 0; op < COMM_N_OPS && groups[PLAN_AXIS_TP]; op++)
@@ -290,6 +320,7 @@ static void test_parallel_run(void)
     CHECK_MSG(same_everywhere(&parallel_stats[s], sizeof parallel_stats[s]),
               "step %lld: loss or norm differs between ranks", s);
   }
+  check_bill(&t);
   check_reductions(&t, parallel_plan.train.steps - 1);
   check_tp_counters(&t, before);
   if (t.piped) { /* activations in flight follow the schedule: GPipe all m, 1F1B pp − rank */

@@ -1,0 +1,36 @@
+/* The memory bill, predicted (DESIGN 3.6): what the runtime allocates on a rank, by the
+ * categories of runtime/alloc.h, for any plan and world, without allocating it. It is computed
+ * by the runtime's own layout code — the parameter table this rank would build (model.c: TP
+ * blocks, pipeline stages), the data-parallel buckets and shards (dp_layout.c), the activation
+ * and workspace layout (model_acts_count, with the recompute area), the pipeline's slots (the
+ * schedule simulator's peak in flight) — and, for what ZeRO 2 and 3 allocate and free during a
+ * step, the high-water mark of the passes' order (dp_passes.c): under zero ≥ 2 the gradients of
+ * the unit computing and of the one still reducing, under zero 3 the parameters of the step
+ * computing and of the one prefetched.
+ *
+ * Element sizes follow the plan's precision: params in precision.compute, grads in
+ * precision.grads, optimizer state as AdamW's m and v in fp32 plus an fp32 master copy when the
+ * compute type is not fp32, activations, comm buffers and workspace in precision.compute. For
+ * fp32 plans (all the CPU backend runs) this is byte for byte what the allocator bills; the tests
+ * hold runs to it. Assumptions the numbers carry: attention keeps its probabilities (B·heads·T²
+ * per layer; no fused attention yet), evaluation and export add nothing beyond training (export
+ * gathers the model on one rank: workspace there, not billed here). */
+#ifndef TYCHO_RUNTIME_BILL_H
+#define TYCHO_RUNTIME_BILL_H
+#include <stddef.h>
+
+#include "plan/plan.h"
+#include "runtime/alloc.h"
+
+struct bill {
+  double bytes[ALLOC_N_CATEGORIES];
+  double total;              /* Σ of the categories' peaks (each category's high-water mark) */
+  int n_slots;               /* activation slots (1 without pipeline stages) */
+  long long n_params;        /* parameters held (this rank's blocks, padding included) */
+};
+
+/* The bill of pipeline rank pp_rank (every tp and dp rank of a stage gets the same one: shards
+ * are equal by construction). 0 ok; nonzero with a message. */
+int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err, size_t err_size);
+
+#endif
