@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "check/check.h"
+#include "plan/cluster.h"
 #include "comm/comm.h"
 #include "kernels.h"
 #include "plan/compile.h"
@@ -36,6 +37,8 @@ static const char usage_text[] =
   "        schedule, batch arithmetic, seeds.\n"
   "        --world N   ranks in the job (needed when mesh.dp is \"auto\")\n"
   "        --json      one JSON document on stdout (schema: docs/check-json.md)\n"
+  "        --cluster C.lua  price the plan on a cluster (plans/clusters/): headroom of the\n"
+  "                    memory bill, predicted step time and MFU\n"
   "  run PLAN.lua [--set path=value ...]\n"
   "        compile the plan and train with it (under mpirun or srun for more ranks: data,\n"
   "        tensor and pipeline parallelism, ZeRO 1-3, recompute)\n"
@@ -65,6 +68,7 @@ static int host_fail(lua_State *L, int code, const char *fmt, ...)
 struct cli {
   const char *command;
   const char *plan;
+  const char *cluster;
   int world, json, unsafe;
   size_t memory_limit;
   long long instruction_limit;
@@ -96,6 +100,11 @@ static void parse_args(lua_State *L, int argc, char **argv, struct cli *c)
       c->world = (int)parse_count(L, "--world", a + 8, 1);
     } else if (strcmp(a, "--json") == 0) {
       c->json = 1;
+    } else if (strcmp(a, "--cluster") == 0) {
+      if (!next)
+        host_fail(L, EXIT_USAGE, "--cluster needs a cluster file, e.g. plans/clusters/h100_80g_ib.lua");
+      c->cluster = next;
+      i++;
     } else if (strcmp(a, "--unsafe") == 0) {
       c->unsafe = 1;
     } else if (strcmp(a, "--set") == 0) {
@@ -155,13 +164,26 @@ static struct plan *compile_or_fail(lua_State *L, const struct cli *c, int world
   return p;
 }
 
+/* The --cluster file, or NULL; a bad file is a usage error (exit 2). */
+static const struct cluster *load_cluster(lua_State *L, const struct cli *c)
+{
+  if (!c->cluster)
+    return NULL;
+  struct cluster *cl = lua_newuserdatauv(L, sizeof *cl, 0);
+  char err[2048];
+  if (cluster_load(c->cluster, c->unsafe, cl, err, sizeof err))
+    host_fail(L, EXIT_USAGE, "cluster error: %s", err);
+  return cl;
+}
+
 static int cmd_check(lua_State *L, const struct cli *c)
 {
   struct plan *p = compile_or_fail(L, c, c->world);
+  const struct cluster *cl = load_cluster(L, c);
   if (c->json) {
     struct strbuf b;
     sb_init(&b);
-    check_write_json(p, &b);
+    check_write_json(p, cl, &b);
     if (b.failed) {
       sb_free(&b);
       return host_fail(L, EXIT_RUNTIME, "out of memory writing the JSON document");
@@ -169,7 +191,7 @@ static int cmd_check(lua_State *L, const struct cli *c)
     fwrite(b.s, 1, b.n, stdout);
     sb_free(&b);
   } else {
-    check_print_text(p, stdout);
+    check_print_text(p, cl, stdout);
   }
   if (fflush(stdout) != 0)
     return host_fail(L, EXIT_RUNTIME, "cannot write to stdout");

@@ -3,13 +3,16 @@
  * Later stages (layout, schedule, cost) add their sections here. */
 #include "check.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mesh/mesh.h"
 #include "plan/plan_json.h"
+#include "check/cost.h"
 #include "plan/tp_layout.h"
+#include "runtime/bill.h"
 #include "sched/sched.h"
 
 static const char *group_text(const struct plan_mesh *m, enum plan_axis a, int rank, char *buf, size_t n)
@@ -258,6 +261,144 @@ static void write_tp_comms_json(struct json *j, const struct plan *p)
   free(list);
 }
 
+/* ---- the memory bill and the cost on a cluster ---- */
+
+static const enum alloc_category bill_order[ALLOC_N_CATEGORIES] = {
+  ALLOC_PARAMS, ALLOC_GRADS, ALLOC_OPTIMIZER, ALLOC_ACTIVATIONS, ALLOC_COMM, ALLOC_WORKSPACE
+};
+
+/* The bill of each pipeline rank (every tp and dp rank of a stage has its stage's), or NULL
+ * with the reason in err. */
+static struct bill *bills_of(const struct plan *p, char *err, size_t n)
+{
+  struct bill *b = calloc((size_t)p->mesh.pp, sizeof *b);
+  if (!b) {
+    snprintf(err, n, "out of memory");
+    return NULL;
+  }
+  for (int r = 0; r < p->mesh.pp; r++)
+    if (bill_predict(p, r, &b[r], err, n)) {
+      free(b);
+      return NULL;
+    }
+  return b;
+}
+
+static void print_memory(FILE *f, const struct plan *p, const struct cluster *c)
+{
+  char err[512];
+  struct bill *b = bills_of(p, err, sizeof err);
+  if (!b) {
+    fprintf(f, "memory     (no bill: %s)\n", err);
+    return;
+  }
+  fprintf(f, "memory     per rank, the peak of each category as the runtime allocates it (params %s, "
+          "grads %s, optimizer AdamW m and v%s; attention keeps its probabilities)\n",
+          plan_dtype_name(p->precision.compute), plan_dtype_name(p->precision.grads),
+          p->precision.compute == PLAN_FP32 ? "" : " + fp32 master");
+  fprintf(f, "   pp rank  stages    ");
+  for (int k = 0; k < ALLOC_N_CATEGORIES; k++) fprintf(f, " %11s", alloc_category_name(bill_order[k]));
+  fprintf(f, "       total%s\n", c ? "   on the device" : "");
+  double worst = 1.0;
+  for (int r = 0; r < p->mesh.pp; r++) {
+    char stages[64], v[32];
+    int world_rank = 0; /* a rank of this pipeline rank, for its stage list */
+    for (int w = 0; w < p->mesh.world; w++) {
+      int co[PLAN_N_AXES];
+      mesh_coords(&p->mesh, w, co);
+      if (co[PLAN_AXIS_PP] == r) {
+        world_rank = w;
+        break;
+      }
+    }
+    fprintf(f, "  %8d  %-9s ", r, stage_list(p, world_rank, stages, sizeof stages));
+    for (int k = 0; k < ALLOC_N_CATEGORIES; k++) fprintf(f, " %11s", format_bytes(b[r].bytes[bill_order[k]], v, sizeof v));
+    fprintf(f, " %11s", format_bytes(b[r].total, v, sizeof v));
+    if (c) {
+      double head = 1.0 - b[r].total / c->device_memory;
+      worst = head < worst ? head : worst;
+      if (head >= 0)
+        fprintf(f, "   fits, %.0f%% headroom", 100.0 * head);
+      else
+        fprintf(f, "   DOES NOT FIT (%s over)", format_bytes(-head * c->device_memory, v, sizeof v));
+    }
+    fputc('\n', f);
+  }
+  if (c) {
+    char dm[32];
+    fprintf(f, "           device memory %s (%s): %s\n", format_bytes(c->device_memory, dm, sizeof dm), c->name,
+            worst >= 0.10 ? "every rank fits with at least 10% headroom"
+            : worst >= 0 ? "every rank fits, some with less than 10% headroom"
+                         : "some ranks do not fit: more tp or pp, recompute, a higher zero stage, a smaller micro-batch");
+  }
+  free(b);
+}
+
+static void print_cost(FILE *f, const struct plan *p, const struct cluster *c)
+{
+  struct cost k;
+  char err[512];
+  if (cost_predict(p, c, &k, err, sizeof err)) {
+    fprintf(f, "time       (no prediction: %s)\n", err);
+    return;
+  }
+  fprintf(f, "time       on %s: %.3f s per step, %.0f tokens/s, MFU %.1f%% of %.0f TFLOPS dense bf16 per GPU\n",
+          c->name, k.step, k.tokens_per_s, 100.0 * k.mfu, c->peak_flops / 1e12);
+  fprintf(f, "           compute %.3f s (busiest pipeline rank, recompute included, at %.0f%% of peak)\n",
+          k.compute, 100.0 * c->compute_efficiency);
+  fprintf(f, "           tp comm %.3f s exposed (%s link, not overlapped)\n", k.tp.exposed,
+          k.tp.intra ? "intra-node" : "inter-node");
+  fprintf(f, "           pipeline bubble %.3f s (stage sends on the %s link inside it)\n", k.bubble,
+          k.pp.intra ? "intra-node" : "inter-node");
+  fprintf(f, "           dp comm %.3f s exposed of %.3f s (%s link)\n", k.dp.exposed, k.dp.total,
+          k.dp.intra ? "intra-node" : "inter-node");
+  fprintf(f, "           model: ring collectives at %.0f%% of link bandwidth; optimizer and embedding free; "
+          "see host/check/cost.h\n", 100.0 * c->comm_efficiency);
+}
+
+static void write_memory_json(struct json *j, const struct bill *b)
+{
+  json_begin_object(j);
+  for (int k = 0; k < ALLOC_N_CATEGORIES; k++) {
+    json_key(j, alloc_category_name(bill_order[k]));
+    json_int(j, (long long)b->bytes[bill_order[k]]);
+  }
+  json_key(j, "total"); json_int(j, (long long)b->total);
+  json_end_object(j);
+}
+
+static void write_cost_json(struct json *j, const struct plan *p, const struct cluster *c)
+{
+  struct cost k;
+  char err[512];
+  json_begin_object(j);
+  json_key(j, "cluster"); json_string(j, c->name);
+  json_key(j, "cluster_file"); json_string(j, c->file);
+  if (cost_predict(p, c, &k, err, sizeof err)) {
+    json_key(j, "error"); json_string(j, err);
+    json_end_object(j);
+    return;
+  }
+  json_key(j, "step_seconds"); json_number(j, k.step);
+  json_key(j, "tokens_per_second"); json_number(j, k.tokens_per_s);
+  json_key(j, "mfu"); json_number(j, k.mfu);
+  json_key(j, "compute_seconds"); json_number(j, k.compute);
+  json_key(j, "bubble_seconds"); json_number(j, k.bubble);
+  static const char *const names[3] = { "tp", "dp", "pp" };
+  const struct cost_group *g[3] = { &k.tp, &k.dp, &k.pp };
+  for (int i = 0; i < 3; i++) {
+    json_key(j, names[i]);
+    json_begin_object(j);
+    json_key(j, "intra_node"); json_bool(j, g[i]->intra);
+    json_key(j, "seconds"); json_number(j, g[i]->total);
+    json_key(j, "exposed_seconds"); json_number(j, g[i]->exposed);
+    json_key(j, "bytes_per_rank"); json_number(j, g[i]->bytes);
+    json_end_object(j);
+  }
+  json_key(j, "model_flops"); json_number(j, k.model_flops);
+  json_end_object(j);
+}
+
 static const char *thousands(long long v, char *buf, size_t n)
 {
   char digits[32];
@@ -274,7 +415,7 @@ static const char *thousands(long long v, char *buf, size_t n)
   return buf;
 }
 
-void check_print_text(const struct plan *p, FILE *f)
+void check_print_text(const struct plan *p, const struct cluster *cluster, FILE *f)
 {
   const struct plan_model *m = &p->model;
   const struct plan_mesh *me = &p->mesh;
@@ -356,6 +497,9 @@ void check_print_text(const struct plan *p, FILE *f)
   fprintf(f, "schedule   %s, %d micro-batch%s per step per rank\n", plan_schedule_name(p->schedule),
           p->batch.microbatches, p->batch.microbatches == 1 ? "" : "es");
   print_schedule(f, p);
+  print_memory(f, p, cluster);
+  if (cluster)
+    print_cost(f, p, cluster);
   fprintf(f, "batch      global %d = micro %d × %d micro-batches × dp %d; seq %d; %s tokens per step\n",
           p->batch.global, p->batch.micro, p->batch.microbatches, me->dp, p->batch.seq,
           thousands((long long)p->batch.global * p->batch.seq, b, sizeof b));
@@ -393,7 +537,7 @@ void check_print_text(const struct plan *p, FILE *f)
             p->checkpoint.keep, p->checkpoint.async ? ", async" : "");
 }
 
-void check_write_json(const struct plan *p, struct strbuf *b)
+void check_write_json(const struct plan *p, const struct cluster *cluster, struct strbuf *b)
 {
   struct json j;
   json_init(&j, b);
@@ -426,6 +570,30 @@ void check_write_json(const struct plan *p, struct strbuf *b)
 
   json_key(&j, "tp_comm");
   write_tp_comms_json(&j, p);
+  char berr[512];
+  struct bill *bills = bills_of(p, berr, sizeof berr);
+  json_key(&j, "memory");
+  json_begin_object(&j);
+  if (!bills) {
+    json_key(&j, "error"); json_string(&j, berr);
+  } else {
+    json_key(&j, "per_pp_rank");
+    json_begin_array(&j);
+    for (int r = 0; r < me->pp; r++) write_memory_json(&j, &bills[r]);
+    json_end_array(&j);
+    if (cluster) {
+      double worst = 1.0;
+      for (int r = 0; r < me->pp; r++) worst = fmin(worst, 1.0 - bills[r].total / cluster->device_memory);
+      json_key(&j, "device_memory"); json_number(&j, cluster->device_memory);
+      json_key(&j, "fits"); json_bool(&j, worst >= 0);
+      json_key(&j, "min_headroom"); json_number(&j, worst);
+    }
+  }
+  json_end_object(&j);
+  if (cluster) {
+    json_key(&j, "cost");
+    write_cost_json(&j, p, cluster);
+  }
 
   json_key(&j, "groups");
   json_begin_object(&j);
@@ -477,9 +645,14 @@ void check_write_json(const struct plan *p, struct strbuf *b)
       json_int(&j, mesh_group_index(me, ax, r));
     }
     json_end_object(&j);
+    if (bills) {
+      json_key(&j, "memory");
+      write_memory_json(&j, &bills[c[PLAN_AXIS_PP]]);
+    }
     json_end_object(&j);
   }
   json_end_array(&j);
   json_end_object(&j);
+  free(bills);
   sb_put(b, "\n", 1);
 }

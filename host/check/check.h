@@ -4,10 +4,12 @@
 #define TYCHO_CHECK_H
 #include <stdio.h>
 
+#include "plan/cluster.h"
 #include "plan/plan.h"
 #include "util/strbuf.h"
 
-void check_print_text(const struct plan *p, FILE *f);
-void check_write_json(const struct plan *p, struct strbuf *b);
+/* cluster: NULL, or the cluster to price the plan on (memory headroom, step time, MFU). */
+void check_print_text(const struct plan *p, const struct cluster *cluster, FILE *f);
+void check_write_json(const struct plan *p, const struct cluster *cluster, struct strbuf *b);
 
 #endif

@@ -1,0 +1,196 @@
+/* The step-time model (cost.h). */
+#include "check/cost.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/tp_layout.h"
+#include "runtime/model.h"
+#include "sched/sched.h"
+#include "util/err.h"
+
+static double dtype_bytes(enum plan_dtype d)
+{
+  return d == PLAN_FP32 ? 4.0 : 2.0;
+}
+
+/* Whether the group of axis `a` fits in one node: its members are stride apart, stride the
+ * product of the sizes of the axes before it in the mesh order. */
+static int group_intra(const struct plan_mesh *m, enum plan_axis a, int gpus_per_node)
+{
+  const int size[PLAN_N_AXES] = { m->tp, m->dp, m->pp };
+  long long stride = 1;
+  for (int k = 0; k < PLAN_N_AXES && m->order[k] != a; k++) stride *= size[m->order[k]];
+  return stride * size[a] <= gpus_per_node;
+}
+
+static const struct cluster_link *link_of(const struct cluster *c, int intra)
+{
+  return intra ? &c->intra : &c->inter;
+}
+
+/* Ring cost of one collective of `bytes` (the whole buffer) over n ranks. */
+static double ring(int comm, double bytes, int n, const struct cluster_link *l, double eff)
+{
+  if (n <= 1)
+    return 0.0;
+  const double bw = l->bandwidth * eff, steps = comm == 0 ? 2.0 * (n - 1) : (double)(n - 1);
+  return steps / n * bytes / bw + steps * l->latency;
+}
+
+static double recompute_flops(const struct plan_layer_flops *lf, uint8_t mask)
+{
+  double f = 0;
+  if (mask & PLAN_RC_ATTN)
+    f += lf->attn_proj + lf->attn_core;
+  else if (mask & PLAN_RC_ATTN_CORE)
+    f += lf->attn_core;
+  if (mask & PLAN_RC_MLP)
+    f += lf->mlp;
+  return f;
+}
+
+int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out, char *err, size_t err_size)
+{
+  memset(out, 0, sizeof *out);
+  const struct plan_mesh *me = &p->mesh;
+  const int S = p->n_stages, L = p->model.n_layers, M = p->batch.microbatches, tp = me->tp;
+  const double tokens = (double)p->batch.micro * p->batch.seq; /* per micro-batch */
+  const double rate = c->peak_flops * c->compute_efficiency, eb = dtype_bytes(p->precision.compute);
+  out->tp.intra = group_intra(me, PLAN_AXIS_TP, c->gpus_per_node);
+  out->dp.intra = group_intra(me, PLAN_AXIS_DP, c->gpus_per_node);
+  out->pp.intra = group_intra(me, PLAN_AXIS_PP, c->gpus_per_node);
+
+  /* per stage: forward, backward and recompute seconds of one micro-batch, TP comm included */
+  double *fwd = calloc((size_t)S, sizeof *fwd), *bwd = calloc((size_t)S, sizeof *bwd);
+  double *rec = calloc((size_t)S, sizeof *rec), *tpc = calloc((size_t)S, sizeof *tpc);
+  int *stage_of_layer = calloc((size_t)L + 2, sizeof *stage_of_layer);
+  int n_tp = tp_comm_list(p, p->batch.micro, p->batch.seq, NULL, 0);
+  struct tp_comm *list = n_tp ? calloc((size_t)n_tp, sizeof *list) : NULL;
+  if (!fwd || !bwd || !rec || !tpc || !stage_of_layer || (n_tp && !list)) {
+    free(fwd); free(bwd); free(rec); free(tpc); free(stage_of_layer); free(list);
+    return errf(err, err_size, "out of memory for the cost model");
+  }
+  tp_comm_list(p, p->batch.micro, p->batch.seq, list, n_tp);
+  const struct plan_layer_flops lf = plan_layer_flops(p);
+  const double layer_fwd = lf.attn_proj + lf.attn_core + lf.mlp;
+  double model_fwd_per_token = L * layer_fwd + plan_head_flops(p);
+  for (int s = 0; s < S; s++) {
+    const struct plan_stage *st = &p->stages[s];
+    double f = st->n_layers * layer_fwd + (st->has_head ? plan_head_flops(p) : 0), r = 0;
+    for (int l = st->first_layer; st->first_layer >= 0 && l < st->first_layer + st->n_layers; l++) {
+      r += recompute_flops(&lf, p->layers[l].recompute);
+      stage_of_layer[l + 1] = s;
+    }
+    if (st->has_embed)
+      stage_of_layer[0] = s;
+    if (st->has_head)
+      stage_of_layer[L + 1] = s;
+    fwd[s] = f * tokens / tp / rate;
+    bwd[s] = 2 * fwd[s];
+    rec[s] = r * tokens / tp / rate;
+  }
+  const struct cluster_link *tpl = link_of(c, out->tp.intra);
+  for (int i = 0; i < n_tp; i++) {
+    int s = stage_of_layer[list[i].layer + 1];
+    double bytes = (double)list[i].n_elems * eb, t = ring(list[i].comm, bytes, tp, tpl, c->comm_efficiency);
+    if (list[i].backward)
+      bwd[s] += t;
+    else
+      fwd[s] += t;
+    tpc[s] += t;
+    out->tp.bytes += list[i].comm == 0 ? 2.0 * (tp - 1) / tp * bytes * M : (double)(tp - 1) / tp * bytes * M;
+  }
+
+  /* the pipeline: the simulator with these costs, sends at the pp link's cost */
+  struct sched sch;
+  struct sched_sim sim;
+  if (sched_from_plan(p, &sch, err, err_size)) {
+    sched_free(&sch);
+    free(fwd); free(bwd); free(rec); free(tpc); free(stage_of_layer); free(list);
+    return 1;
+  }
+  for (int s = 0; s < S; s++) {
+    sch.costs.fwd[s] = fwd[s];
+    sch.costs.bwd[s] = bwd[s];
+    sch.costs.recompute[s] = rec[s];
+  }
+  const double boundary = tokens / (tp > 1 && p->sequence_parallel ? tp : 1) * p->model.dim * eb;
+  const struct cluster_link *ppl = link_of(c, out->pp.intra);
+  sch.costs.comm = me->pp > 1 ? boundary / (ppl->bandwidth * c->comm_efficiency) + ppl->latency : 0.0;
+  if (sched_simulate(&sch, &sim, err, err_size)) {
+    sched_free(&sch);
+    free(fwd); free(bwd); free(rec); free(tpc); free(stage_of_layer); free(list);
+    return 1;
+  }
+  double busiest = 0, makespan = sim.makespan, tp_time = 0;
+  int busy_rank = 0;
+  for (int r = 0; r < me->pp; r++)
+    if (sim.ranks[r].busy > busiest) {
+      busiest = sim.ranks[r].busy;
+      busy_rank = r;
+    }
+  for (int s = 0; s < S; s++)
+    if (p->stages[s].pp_rank == busy_rank)
+      tp_time += tpc[s] * M;
+  out->tp.total = out->tp.exposed = tp_time;
+  out->compute = busiest - tp_time;
+  out->bubble = makespan - busiest;
+  out->pp.bytes = me->pp > 1 ? 2.0 * boundary * M : 0.0; /* activations out, gradients back */
+  out->pp.total = me->pp > 1 ? 2.0 * M * sch.costs.comm : 0.0;
+  out->pp.exposed = 0.0; /* inside the makespan: the simulator waits for them */
+  sched_sim_free(&sim);
+  sched_free(&sch);
+
+  /* data parallel, for the rank with the most parameters */
+  double n_local = 0;
+  for (int r = 0; r < me->pp; r++) {
+    struct model m;
+    if (model_create_table_at(&m, p, 0, r, err, err_size))
+      break;
+    double n = 0;
+    for (int i = 0; i < m.n_params; i++) n += (double)m.params[i].n_elems;
+    n_local = n > n_local ? n : n_local;
+    model_free(&m);
+  }
+  const int dp = me->dp;
+  if (dp > 1) {
+    const struct cluster_link *dpl = link_of(c, out->dp.intra);
+    const double gbytes = n_local * dtype_bytes(p->precision.grads), pbytes = n_local * eb;
+    const double buckets = fmax(1.0, ceil(n_local * 4.0 / (p->bucket_mb * 1048576.0)));
+    const double bwd_mb = busiest > 0 ? 2.0 / 3.0 * (out->compute / M) : 0.0; /* one micro-batch's backward */
+    double t_reduce, exposed;
+    if (p->zero < 2) {
+      t_reduce = ring(0, gbytes, dp, dpl, c->comm_efficiency) + (buckets - 1) * 2.0 * (dp - 1) * dpl->latency;
+      exposed = me->pp > 1 ? t_reduce : fmax(0.0, t_reduce - bwd_mb);
+      out->dp.bytes = 2.0 * (dp - 1) / dp * gbytes;
+    } else {
+      double rs = ring(2, gbytes, dp, dpl, c->comm_efficiency) + (buckets - 1) * (dp - 1) * dpl->latency;
+      t_reduce = rs * M;
+      exposed = M * fmax(0.0, rs - bwd_mb);
+      out->dp.bytes = (double)(dp - 1) / dp * gbytes * M;
+    }
+    double t_gather = 0;
+    if (p->zero >= 1 && p->zero < 3) { /* the new parameters after the update */
+      t_gather = ring(1, pbytes, dp, dpl, c->comm_efficiency);
+      exposed += t_gather;
+      out->dp.bytes += (double)(dp - 1) / dp * pbytes;
+    }
+    if (p->zero == 3) { /* gathered before each forward and backward, prefetched */
+      double ag = ring(1, pbytes, dp, dpl, c->comm_efficiency);
+      t_gather = 2.0 * M * ag;
+      exposed += fmax(0.0, t_gather - out->compute);
+      out->dp.bytes += 2.0 * M * (double)(dp - 1) / dp * pbytes;
+    }
+    out->dp.total = t_reduce + t_gather;
+    out->dp.exposed = exposed;
+  }
+  out->step = makespan + out->dp.exposed;
+  const double global_tokens = (double)p->batch.global * p->batch.seq;
+  out->model_flops = 3.0 * model_fwd_per_token * global_tokens;
+  out->tokens_per_s = out->step > 0 ? global_tokens / out->step : 0;
+  out->mfu = out->step > 0 ? out->model_flops / (out->step * me->world * c->peak_flops) : 0;
+  free(fwd); free(bwd); free(rec); free(tpc); free(stage_of_layer); free(list);
+  return 0;
+}

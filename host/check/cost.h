@@ -1,0 +1,48 @@
+/* Predicted step time and MFU of a plan on a cluster (plan/cluster.h), for `tycho check
+ * --cluster` and `tycho tune`. The model, stated in the output too:
+ *   - compute: the plan's forward FLOPs per token (plan_layer_flops: q, k, v, o, the causal
+ *     attention core, SwiGLU; the LM head on the last stage), divided by tp, times micro·seq
+ *     tokens per micro-batch; backward twice the forward; recompute what its parts cost again;
+ *     at peak_tflops × efficiency.compute;
+ *   - tensor-parallel collectives: tp_comm_list's, each with the ring cost (all-reduce
+ *     2(n−1)/n·bytes/bw + 2(n−1)·latency, all-gather and reduce-scatter (n−1)/n·bytes/bw +
+ *     (n−1)·latency) at bandwidth × efficiency.comm, on the intra-node link when the group fits
+ *     in a node under the mesh order, else the inter-node one; not overlapped (the executor
+ *     blocks on them);
+ *   - pipeline: the schedule simulator runs the rank lists with these per-stage times and each
+ *     stage boundary's send at its link's cost: makespan = compute + TP comm + bubble;
+ *   - data parallel: the gradient all-reduce (zero 0, 1) or reduce-scatters (zero 2, 3) of a
+ *     rank's parameters and, from zero 1, the parameter all-gather after the update; without
+ *     pipeline stages the reduction overlaps the last micro-batch's backward (zero 2, 3: every
+ *     micro-batch's), with stages it follows the last backward; ZeRO-3's parameter gathers
+ *     overlap compute (prefetch) and are exposed only where longer;
+ *   - the optimizer step and the embedding lookup cost nothing; MFU = model FLOPs (3 × forward
+ *     FLOPs × tokens, recompute not counted) / (step time × world × peak). */
+#ifndef TYCHO_CHECK_COST_H
+#define TYCHO_CHECK_COST_H
+#include <stddef.h>
+
+#include "plan/cluster.h"
+#include "plan/plan.h"
+
+struct cost_group {
+  int intra;            /* the group fits in a node */
+  double total;         /* seconds of communication per step on it */
+  double exposed;       /* of which not hidden behind compute */
+  double bytes;         /* per step, per rank */
+};
+
+struct cost {
+  double compute;       /* seconds of compute per step on the busiest pipeline rank (recompute in) */
+  double bubble;        /* pipeline idle time of that rank per step */
+  struct cost_group tp, dp, pp;
+  double step;          /* predicted seconds per step */
+  double tokens_per_s;
+  double model_flops;   /* per step, the whole job */
+  double mfu;
+};
+
+/* 0 ok; nonzero with a message. */
+int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out, char *err, size_t err_size);
+
+#endif

@@ -1,0 +1,161 @@
+/* Cluster files (cluster.h), read in the plan sandbox. */
+#include "plan/cluster.h"
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lua/sandbox.h"
+
+struct creader {
+  lua_State *L;
+  const char *path;
+  char *err;
+  size_t n;
+};
+
+static int cfail(struct creader *r, int idx, const char *key, const char *field, const char *problem)
+{
+  char where[600];
+  if (!sandbox_where(r->L, idx, key, 0, where, sizeof where))
+    snprintf(where, sizeof where, "%s", r->path);
+  snprintf(r->err, r->n, "%s: %s: %s", where, field, problem);
+  return -1;
+}
+
+/* The known keys of the table at idx: anything else is refused. */
+static int only_keys(struct creader *r, int idx, const char *prefix, const char *const *keys)
+{
+  lua_pushnil(r->L);
+  while (lua_next(r->L, idx)) {
+    lua_pop(r->L, 1);
+    int known = 0;
+    if (lua_type(r->L, -1) == LUA_TSTRING)
+      for (int k = 0; keys[k] && !known; k++) known = strcmp(keys[k], lua_tostring(r->L, -1)) == 0;
+    if (!known) {
+      char field[128], list[256] = "";
+      snprintf(field, sizeof field, "%s%s", prefix,
+               lua_type(r->L, -1) == LUA_TSTRING ? lua_tostring(r->L, -1) : "(a non-string key)");
+      for (int k = 0; keys[k]; k++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? ", " : "", keys[k]);
+      char problem[400];
+      snprintf(problem, sizeof problem, "not a cluster field; the fields here are %s", list);
+      const char *key = lua_type(r->L, -1) == LUA_TSTRING ? lua_tostring(r->L, -1) : NULL;
+      int rc = cfail(r, idx, key, field, problem);
+      lua_pop(r->L, 1);
+      return rc;
+    }
+  }
+  return 0;
+}
+
+/* A positive number at idx.key. */
+static int number(struct creader *r, int idx, const char *prefix, const char *key, double *out)
+{
+  char field[128];
+  snprintf(field, sizeof field, "%s%s", prefix, key);
+  lua_getfield(r->L, idx, key);
+  int ok = lua_type(r->L, -1) == LUA_TNUMBER;
+  double v = ok ? lua_tonumber(r->L, -1) : 0;
+  lua_pop(r->L, 1);
+  if (!ok)
+    return cfail(r, idx, key, field, "missing or not a number");
+  if (!(v > 0))
+    return cfail(r, idx, key, field, "must be positive");
+  *out = v;
+  return 0;
+}
+
+static int subtable(struct creader *r, int idx, const char *key)
+{
+  lua_getfield(r->L, idx, key);
+  if (lua_type(r->L, -1) == LUA_TTABLE)
+    return lua_gettop(r->L);
+  lua_pop(r->L, 1);
+  return cfail(r, idx, key, key, "missing or not a table");
+}
+
+static int read_link(struct creader *r, int idx, const char *key, struct cluster_link *l)
+{
+  int t = subtable(r, idx, key);
+  if (t < 0)
+    return -1;
+  static const char *const keys[] = { "bandwidth_gbs", "latency_us", NULL };
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "%s.", key);
+  double bw, lat;
+  int rc = only_keys(r, t, prefix, keys) || number(r, t, prefix, "bandwidth_gbs", &bw) ||
+           number(r, t, prefix, "latency_us", &lat);
+  lua_pop(r->L, 1);
+  l->bandwidth = bw * 1e9;
+  l->latency = lat * 1e-6;
+  return rc ? -1 : 0;
+}
+
+int cluster_load(const char *path, int unsafe, struct cluster *out, char *err, size_t err_size)
+{
+  memset(out, 0, sizeof *out);
+  snprintf(out->file, sizeof out->file, "%s", path);
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash)
+    *slash = 0;
+  else
+    snprintf(dir, sizeof dir, ".");
+  struct sandbox_options so = { unsafe, 0, 0, dir };
+  struct sandbox sb;
+  if (sandbox_open(&sb, &so, err, err_size))
+    return -1;
+  struct creader r = { sb.L, path, err, err_size };
+  int rc = -1;
+  if (sandbox_dofile(&sb, path, 0, err, err_size))
+    goto done;
+  if (!lua_istable(sb.L, -1)) {
+    snprintf(err, err_size, "%s: the cluster file returned a %s; it must return a table { name = ..., "
+             "gpus_per_node = ..., ... }", path, luaL_typename(sb.L, -1));
+    goto done;
+  }
+  int t = lua_gettop(sb.L);
+  static const char *const keys[] = { "name", "gpus_per_node", "device_memory_gb", "peak_tflops",
+                                      "intra_node", "inter_node", "efficiency", NULL };
+  if (only_keys(&r, t, "", keys))
+    goto done;
+  lua_getfield(sb.L, t, "name");
+  if (lua_type(sb.L, -1) != LUA_TSTRING) {
+    lua_pop(sb.L, 1);
+    cfail(&r, t, "name", "name", "missing or not a string");
+    goto done;
+  }
+  snprintf(out->name, sizeof out->name, "%s", lua_tostring(sb.L, -1));
+  lua_pop(sb.L, 1);
+  double gpn, mem, peak;
+  if (number(&r, t, "", "gpus_per_node", &gpn) || number(&r, t, "", "device_memory_gb", &mem) ||
+      number(&r, t, "", "peak_tflops", &peak) || read_link(&r, t, "intra_node", &out->intra) ||
+      read_link(&r, t, "inter_node", &out->inter))
+    goto done;
+  if (gpn != (int)gpn) {
+    cfail(&r, t, "gpus_per_node", "gpus_per_node", "must be a whole number");
+    goto done;
+  }
+  out->gpus_per_node = (int)gpn;
+  out->device_memory = mem * 1e9;
+  out->peak_flops = peak * 1e12;
+  int e = subtable(&r, t, "efficiency");
+  if (e < 0)
+    goto done;
+  static const char *const ekeys[] = { "compute", "comm", NULL };
+  if (only_keys(&r, e, "efficiency.", ekeys) ||
+      number(&r, e, "efficiency.", "compute", &out->compute_efficiency) ||
+      number(&r, e, "efficiency.", "comm", &out->comm_efficiency))
+    goto done;
+  if (out->compute_efficiency > 1 || out->comm_efficiency > 1) {
+    cfail(&r, e, out->compute_efficiency > 1 ? "compute" : "comm", "efficiency", "a fraction must be at most 1");
+    goto done;
+  }
+  rc = 0;
+done:
+  sandbox_close(&sb);
+  return rc;
+}
