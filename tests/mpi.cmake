@@ -138,3 +138,17 @@ tycho_tp_equiv(pp2_recompute_full 2 dp_small.lua --set mesh.pp=2 --set recompute
 tycho_tp_equiv(pp2_recompute_selective 2 dp_small.lua --set mesh.pp=2 --set recompute=attn_core,mlp_act)
 tycho_tp_equiv(pp2_dp2_zero1 4 dp_small.lua --set mesh.pp=2 --set zero=1)
 tycho_tp_equiv(tp2_pp2_dp2_zero1 8 dp_small.lua --set mesh.tp=2 --set mesh.pp=2 --set zero=1)
+
+# The memory bill `tycho check` predicts against the per-rank memory records of `tycho run`.
+function(tycho_bill name ranks plan)
+  add_test(NAME mpi_bill.${name} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_bill.sh ${ranks}
+    ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} $<TARGET_FILE:tycho> ${PROJECT_SOURCE_DIR}/tests/plans/good/${plan} ${ARGN})
+  set_tests_properties(mpi_bill.${name} PROPERTIES TIMEOUT 90 PROCESSORS ${ranks} LABELS mpi
+    ENVIRONMENT "${TYCHO_MPI_ENV}")
+endfunction()
+tycho_bill(serial 1 dp_small.lua)
+tycho_bill(dp2_zero3 2 dp_small.lua --set zero=3)
+tycho_bill(dp2_zero2_micro2 2 dp_small.lua --set zero=2 --set batch.micro=2)
+tycho_bill(tp2_sp_recompute 2 dp_small.lua --set mesh.tp=2 --set sequence_parallel=true --set recompute=full)
+tycho_bill(tp2_pp2 4 dp_small.lua --set mesh.tp=2 --set mesh.pp=2)
+tycho_bill(pp2_gpipe_dp2_zero1 4 dp_small.lua --set mesh.pp=2 --set schedule.kind=gpipe --set zero=1)

@@ -159,32 +159,54 @@ static void print_header(FILE *out, const struct plan *p, const struct trainer *
 }
 
 /* Rank 0 prints every rank's peaks: one line alone, one per rank in a group. Collective. */
-static int print_peaks(struct comm_group *g, FILE *out, char *err, size_t n)
+/* One metrics record per rank: {"event": "memory", "rank": r, "peak": {category: bytes, ...,
+ * "total": Σ of the categories' peaks}} — the figures `tycho check` predicts. */
+static int memory_record(struct run_log *log, int rank, const int64_t *peaks, char *err, size_t n)
+{
+  char line[512];
+  int used = snprintf(line, sizeof line, "{\"event\": \"memory\", \"rank\": %d, \"peak\": {", rank);
+  int64_t total = 0;
+  for (int c = 0; c < ALLOC_N_CATEGORIES; c++) {
+    used += snprintf(line + used, sizeof line - (size_t)used, "%s\"%s\": %lld", c ? ", " : "",
+                     alloc_category_name((enum alloc_category)c), (long long)peaks[c]);
+    total += peaks[c];
+  }
+  snprintf(line + used, sizeof line - (size_t)used, ", \"total\": %lld}}\n", (long long)total);
+  return write_metrics_line(log, line, err, n);
+}
+
+/* Every rank's peaks on rank 0's output and metrics. */
+static int print_peaks(struct comm_group *g, struct run_log *log, char *err, size_t n)
 {
   const struct alloc_bill *mine = alloc_bill();
-  if (!g || g->size == 1) {
-    if (out)
-      alloc_print_peaks(out);
-    return 0;
-  }
+  FILE *out = log->out;
   enum { K = ALLOC_N_CATEGORIES + 1 };
-  int64_t send[K], *all = malloc((size_t)g->size * K * sizeof *all);
+  const int size = g ? g->size : 1;
+  int64_t send[K], *all = malloc((size_t)size * K * sizeof *all);
   if (!all)
     return errf(err, n, "out of memory gathering the memory bills");
   for (int c = 0; c < ALLOC_N_CATEGORIES; c++)
     send[c] = (int64_t)mine->peak_bytes[c];
   send[ALLOC_N_CATEGORIES] = (int64_t)mine->total_peak_bytes;
-  int rc = comm_all_gather(g, send, all, K, COMM_INT64, NULL);
-  if (rc)
-    errf(err, n, "gathering the memory bills: %s", comm_error());
-  for (int r = 0; out && !rc && r < g->size; r++) {
+  int rc = 0;
+  if (size == 1)
+    memcpy(all, send, sizeof send);
+  else if (comm_all_gather(g, send, all, K, COMM_INT64, NULL))
+    rc = errf(err, n, "gathering the memory bills: %s", comm_error());
+  for (int r = 0; out && !rc && r < size; r++) {
     struct alloc_bill b = { 0 };
     for (int c = 0; c < ALLOC_N_CATEGORIES; c++)
       b.peak_bytes[c] = (size_t)all[(size_t)r * K + (size_t)c];
     b.total_peak_bytes = (size_t)all[(size_t)r * K + ALLOC_N_CATEGORIES];
-    char label[64];
-    snprintf(label, sizeof label, "memory peak, rank %d", r);
-    alloc_print_bill_peaks(out, label, &b);
+    if (size == 1) {
+      alloc_print_peaks(out);
+    } else {
+      char label[64];
+      snprintf(label, sizeof label, "memory peak, rank %d", r);
+      alloc_print_bill_peaks(out, label, &b);
+    }
+    if (memory_record(log, r, all + (size_t)r * K, err, n))
+      rc = 1;
   }
   free(all);
   return rc ? 1 : 0;
@@ -293,7 +315,7 @@ int train_run(const struct plan *p, struct comm_group *const *groups, FILE *out,
   if (rc == TRAIN_OK)
     rc = run_loop(&t, &log, &left, err, err_size);
   if (rc == TRAIN_OK && !left) {
-    rc = print_peaks(all, log.out, err, err_size) ? TRAIN_RUNTIME_ERROR : TRAIN_OK;
+    rc = print_peaks(all, &log, err, err_size) ? TRAIN_RUNTIME_ERROR : TRAIN_OK;
     if (log.out)
       fflush(log.out);
   }

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The memory bill `tycho check` predicts is the bill `tycho run` measures. Runs PLAN on RANKS
+# ranks with the --set arguments (metrics on), reads the per-rank {"event": "memory"} records rank
+# 0 wrote, and compares each rank's every category with ranks[r].memory of `tycho check --json
+# --world RANKS` for the same plan and arguments: within 5% or 64 KiB.
+# usage: run_bill.sh RANKS MPIEXEC NUMPROC_FLAG TYCHO PLAN [--set path=value]...
+set -u
+ranks=$1 mpiexec=$2 np=$3 tycho=$4 plan=$5
+shift 5
+tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
+fail() { echo "--- stdout"; cat "$tmp/out" 2>/dev/null; echo "--- stderr"; cat "$tmp/err" 2>/dev/null; echo "FAIL: $*"; exit 1; }
+
+timeout 60 "$mpiexec" "$np" "$ranks" "$tycho" run "$plan" "$@" --set log.metrics="$tmp/m.jsonl" \
+  >"$tmp/out" 2>"$tmp/err" || fail "tycho run failed"
+"$tycho" check "$plan" --world "$ranks" --json "$@" >"$tmp/check.json" 2>"$tmp/err" || fail "tycho check failed"
+[ "$(grep -c '"event": "memory"' "$tmp/m.jsonl")" -eq "$ranks" ] || fail "expected $ranks memory records"
+worst=0
+for ((r = 0; r < ranks; r++)); do
+  measured=$(grep -o "\"event\": \"memory\", \"rank\": $r, \"peak\": {[^}]*}" "$tmp/m.jsonl")
+  predicted=$(grep -o "\"rank\":$r,\"tp\":[^]]*\],\"groups\":{[^}]*},\"memory\":{[^}]*}" "$tmp/check.json")
+  [ -n "$measured" ] && [ -n "$predicted" ] || fail "rank $r: no measured or predicted bill"
+  for c in params grads optimizer activations comm workspace total; do
+    m=$(printf '%s' "$measured" | grep -o "\"$c\": [0-9]*" | grep -o '[0-9]*$')
+    p=$(printf '%s' "$predicted" | grep -o "\"memory\":{.*" | grep -o "\"$c\":[0-9]*" | grep -o '[0-9]*$')
+    [ -n "$m" ] && [ -n "$p" ] || fail "rank $r: $c missing (measured '$m', predicted '$p')"
+    verdict=$(awk -v m="$m" -v p="$p" 'BEGIN { d = m - p; if (d < 0) d = -d;
+      r = m > 0 ? d / m : 0; printf "%s %.6f", (d <= 65536 || d <= 0.05 * m) ? "ok" : "bad", r }')
+    set -- $verdict
+    [ "$1" = ok ] || fail "rank $r: $c measured $m B, predicted $p B"
+    worst=$(awk -v a="$worst" -v b="$2" 'BEGIN { print (b > a ? b : a) }')
+  done
+done
+echo "memory bill of $ranks ranks: every category within 5% or 64 KiB of the prediction (worst $(awk -v w="$worst" 'BEGIN { printf "%.3f%%", 100 * w }'))"
