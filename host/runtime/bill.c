@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm.h"
+#include "plan/tp_layout.h"
 #include "runtime/dp.h"
 #include "runtime/model.h"
 #include "sched/sched.h"
@@ -157,6 +159,141 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
   for (int k = 0; k < ALLOC_N_CATEGORIES; k++) out->total += out->bytes[k];
   out->n_slots = slots;
   for (int i = 0; i < m.n_params; i++) out->n_params += (long long)m.params[i].n_elems;
+  dp_layout_free(&l);
+  model_free(&m);
+  return 0;
+}
+
+/* ---- the traffic of a step ---- */
+
+const char *traffic_group_name(enum traffic_group g)
+{
+  static const char *const names[] = { "tp", "dp", "pp", "embed" };
+  return g < TRAFFIC_N_GROUPS ? names[g] : "?";
+}
+
+static void count(struct traffic *t, enum traffic_group g, enum comm_op op, unsigned long long calls,
+                  unsigned long long bytes)
+{
+  t->calls[g][op] += calls;
+  t->bytes[g][op] += bytes;
+}
+
+/* ZeRO-3: the buckets gathered in one micro-batch's forward and backward (dp_passes.c: each
+ * step holds its units and prefetches the next step's; a unit no step after needs is freed). */
+static void zero3_gathers(const struct dp_layout *l, const struct model *m, unsigned long long *calls,
+                          unsigned long long *elems)
+{
+  const int L = m->config.n_layers, tied = m->config.tie_embeddings, U = L + 2;
+  int steps[512][2], ns = 0;
+  if (2 * L + 4 > 512)
+    return;
+  steps[ns][0] = 0, steps[ns++][1] = -1;
+  for (int u = 1; u <= L; u++) steps[ns][0] = u, steps[ns++][1] = -1;
+  for (int k = 0; k < 2; k++) steps[ns][0] = L + 1, steps[ns++][1] = tied ? 0 : -1;
+  for (int u = L; u >= 1; u--) steps[ns][0] = u, steps[ns++][1] = -1;
+  steps[ns][0] = -1, steps[ns++][1] = -1; /* the embedding's backward reads no parameter */
+  char held[514] = { 0 };
+  for (int k = 0; k < ns; k++) {
+    for (int j = 0; j < 2; j++) { /* this step's units, then the next step's (prefetch) */
+      for (int i = 0; i < 2; i++) {
+        int u = k + j < ns ? steps[k + j][i] : -1;
+        if (u < 0 || held[u])
+          continue;
+        held[u] = 1;
+        const struct dp_unit *un = &l->units[u];
+        for (int b = un->first_bucket; un->first_bucket >= 0 && b <= un->last_bucket; b++) {
+          (*calls)++;
+          *elems += l->buckets[b].n_elems;
+        }
+      }
+    }
+    for (int u = 0; u < U; u++) { /* freed unless the next step needs it */
+      int needed = k + 1 < ns && (steps[k + 1][0] == u || steps[k + 1][1] == u);
+      if (!needed)
+        held[u] = 0;
+    }
+  }
+}
+
+int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char *err, size_t err_size)
+{
+  memset(out, 0, sizeof *out);
+  struct model m;
+  if (model_create_table_at(&m, p, 0, pp_rank, err, err_size))
+    return 1;
+  struct dp_layout l;
+  if (dp_layout_build(&l, &m, p->mesh.dp, p->zero, p->bucket_mb, err, err_size)) {
+    model_free(&m);
+    return 1;
+  }
+  const int tp = p->mesh.tp, dp = p->mesh.dp, pp = p->mesh.pp, M = p->batch.microbatches;
+  const int L = p->model.n_layers;
+  /* tp: the conversions of this rank's layers, per micro-batch; the norm's partial sums */
+  if (tp > 1) {
+    int n = tp_comm_list(p, p->batch.micro, p->batch.seq, NULL, 0);
+    struct tp_comm *list = calloc((size_t)n, sizeof *list);
+    if (!list) {
+      dp_layout_free(&l);
+      model_free(&m);
+      return errf(err, err_size, "out of memory");
+    }
+    tp_comm_list(p, p->batch.micro, p->batch.seq, list, n);
+    for (int i = 0; i < n; i++) {
+      int ly = list[i].layer;
+      if (ly < 0 ? !m.embed_here : ly >= L ? !m.head_here : !m.layer_here[ly])
+        continue;
+      count(out, TRAFFIC_TP, (enum comm_op)list[i].comm, (unsigned long long)M,
+            (unsigned long long)M * (unsigned long long)list[i].n_elems * 4u);
+    }
+    free(list);
+    count(out, TRAFFIC_TP, COMM_ALL_GATHER, 1, 8u * (unsigned long long)tp);
+  }
+  /* dp: the buckets, ZeRO's gathers, the loss and norm sums (doubles gathered) */
+  if (dp > 1) {
+    unsigned long long nb = (unsigned long long)l.n_buckets, all = 0;
+    for (int b = 0; b < l.n_buckets; b++) all += l.buckets[b].n_elems;
+    if (p->zero < 2) {
+      count(out, TRAFFIC_DP, COMM_ALL_REDUCE, nb, all * 4u);
+    } else {
+      count(out, TRAFFIC_DP, COMM_REDUCE_SCATTER, nb * (unsigned long long)M, all * 4u * (unsigned long long)M);
+    }
+    if (p->zero == 1 || p->zero == 2)
+      count(out, TRAFFIC_DP, COMM_ALL_GATHER, nb, all * 4u);
+    if (p->zero == 3) {
+      unsigned long long calls = 0, elems = 0;
+      zero3_gathers(&l, &m, &calls, &elems);
+      count(out, TRAFFIC_DP, COMM_ALL_GATHER, calls * (unsigned long long)M, elems * 4u * (unsigned long long)M);
+    }
+    count(out, TRAFFIC_DP, COMM_ALL_GATHER, 2, 2u * 8u * (unsigned long long)dp);
+  }
+  /* pp: the schedule's messages, the loss from the last stage, the norm's sums */
+  if (pp > 1) {
+    struct sched s;
+    if (sched_from_plan(p, &s, err, err_size)) {
+      sched_free(&s);
+      dp_layout_free(&l);
+      model_free(&m);
+      return 1;
+    }
+    const unsigned long long boundary = (unsigned long long)p->batch.micro *
+      (unsigned long long)(tp > 1 && p->sequence_parallel ? p->batch.seq / tp : p->batch.seq) *
+      (unsigned long long)p->model.dim * 4u;
+    const struct sched_list *list = &s.ranks[pp_rank];
+    for (int i = 0; i < list->n; i++) {
+      int op = list->instr[i].op;
+      if (op == SCHED_SEND_ACT || op == SCHED_SEND_GRAD)
+        count(out, TRAFFIC_PP, COMM_SEND, 1, boundary);
+      else if (op == SCHED_RECV_ACT || op == SCHED_RECV_GRAD)
+        count(out, TRAFFIC_PP, COMM_RECV, 1, boundary);
+    }
+    sched_free(&s);
+    count(out, TRAFFIC_PP, COMM_BROADCAST, 1, 8);
+    count(out, TRAFFIC_PP, COMM_ALL_GATHER, 1, 8u * (unsigned long long)pp);
+    const int first = p->stages[0].pp_rank, last = p->stages[p->n_stages - 1].pp_rank;
+    if (p->model.tie_embeddings && (pp_rank == first || pp_rank == last))
+      count(out, TRAFFIC_EMBED, COMM_ALL_REDUCE, 1, (unsigned long long)m.params[0].n_elems * 4u);
+  }
   dp_layout_free(&l);
   model_free(&m);
   return 0;

@@ -29,6 +29,21 @@ struct bill {
   long long n_params;        /* parameters held (this rank's blocks, padding included) */
 };
 
+/* The collectives of one training step on a rank's groups, as the comm layer counts them (calls
+ * and bytes per group and enum comm_op): tp (tp_comm_list per micro-batch on the stage's layers,
+ * the norm's partial sums), dp (bucket reductions, ZeRO's gathers, the loss and norm sums), pp
+ * (the schedule's sends and receives, the loss broadcast, the norm's sums) and the tied
+ * embedding's group (its gradient). Groups of one move nothing. Evaluation is not in a step. */
+enum traffic_group { TRAFFIC_TP, TRAFFIC_DP, TRAFFIC_PP, TRAFFIC_EMBED, TRAFFIC_N_GROUPS };
+#define TRAFFIC_N_OPS 7 /* enum comm_op */
+struct traffic {
+  unsigned long long calls[TRAFFIC_N_GROUPS][TRAFFIC_N_OPS];
+  unsigned long long bytes[TRAFFIC_N_GROUPS][TRAFFIC_N_OPS];
+};
+const char *traffic_group_name(enum traffic_group g);
+/* The traffic of pipeline rank pp_rank (dp and tp ranks alike). 0 ok; nonzero with a message. */
+int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char *err, size_t err_size);
+
 /* The bill of pipeline rank pp_rank (every tp and dp rank of a stage gets the same one: shards
  * are equal by construction). 0 ok; nonzero with a message. */
 int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err, size_t err_size);

@@ -22,7 +22,7 @@ int dp_fail(struct dp *d, const char *what)
 int dp_all_reduce(struct dp *d, float *buf, size_t n_elems, struct comm_request **req)
 {
   *req = NULL;
-  if (!d->group)
+  if (!d->group || d->size == 1) /* a group of one: nothing to move */
     return 0;
   return comm_all_reduce(d->group, buf, buf, n_elems, COMM_FP32, COMM_SUM, req)
            ? dp_fail(d, "gradient all-reduce") : 0;
@@ -32,7 +32,7 @@ int dp_all_gather(struct dp *d, const float *send, float *recv, size_t n_elems,
                   struct comm_request **req)
 {
   *req = NULL;
-  if (!d->group) {
+  if (!d->group || d->size == 1) {
     if (send != recv)
       memcpy(recv, send, n_elems * sizeof(float));
     return 0;
@@ -45,7 +45,7 @@ int dp_reduce_scatter(struct dp *d, const float *send, float *recv, size_t n_ele
                       struct comm_request **req)
 {
   *req = NULL;
-  if (!d->group) {
+  if (!d->group || d->size == 1) {
     memcpy(recv, send, n_elems * sizeof(float));
     return 0;
   }

@@ -9,9 +9,9 @@
  *   - final parameters: max |parallel − serial| ≤ 1e-5 · max |serial| (the relative L2 norm of
  *     the difference is printed too);
  * and on every rank: the loss and norm of every step bitwise the same on every rank; under
- * zero 0-2 the parameters bitwise the same on every rank of a dp group; under TP, the comm
- * layer's counters on the tp group over the last step equal what tp_comm_list predicts (the
- * figures `tycho check` prints) times the micro-batches, plus the norm's one all-gather; the
+ * zero 0-2 the parameters bitwise the same on every rank of a dp group; the comm layer's counters
+ * on every group (tp, dp, pp, the tied embedding's) over the last step equal traffic_predict's
+ * calls and bytes (the figures `tycho check` prints); the memory peaks equal bill_predict's; the
  * reductions of the last step were
  * issued bucket by bucket during backward (last bucket first) and, under zero 0 and 1, only in
  * the last micro-batch; the memory bill holds what the stage keeps (AdamW state for the shard
@@ -157,40 +157,43 @@ static void check_bill(const struct trainer *t)
   }
 }
 
-/* The tp group's counters over one step against tp_comm_list: exact calls and bytes per op. */
-static void check_tp_counters(const struct trainer *t, const struct comm_counter before[COMM_N_OPS])
+/* The groups a step uses: tp, dp, pp and the tied embedding's (NULL where there is none). */
+static struct comm_group *traffic_group(const struct trainer *t, int g)
 {
-  const struct plan *p = t->plan;
-  struct comm_group *tp = groups[PLAN_AXIS_TP];
-  if (p->mesh.tp == 1)
-    return;
-  int n = tp_comm_list(p, p->batch.micro, p->batch.seq, NULL, 0);
-  struct tp_comm *list = malloc((size_t)n * sizeof *list);
-  tp_comm_list(p, p->batch.micro, p->batch.seq, list, n);
-  unsigned long long calls[COMM_N_OPS] = { 0 }, bytes[COMM_N_OPS] = { 0 };
-  const struct model *m = &t->model;
-  for (int i = 0; i < n; i++) {
-    int l = list[i].layer; /* only this pipeline rank's stages */
-    if (l < 0 ? !m->embed_here : l >= p->model.n_layers ? !m->head_here : !m->layer_here[l])
-      continue;
-    calls[list[i].comm] += (unsigned long long)p->batch.microbatches;
-    bytes[list[i].comm] += (unsigned long long)p->batch.microbatches * (unsigned long long)list[i].n_elems * 4u;
+  switch (g) {
+  case TRAFFIC_TP: return groups[PLAN_AXIS_TP];
+  case TRAFFIC_DP: return groups[PLAN_AXIS_DP];
+  case TRAFFIC_PP: return groups[PLAN_AXIS_PP];
+  default: return t->piped ? t->pipe.embed : NULL;
   }
-  calls[COMM_ALL_GATHER] += 1; /* the gradient norm's partial sums, one double per rank */
-  bytes[COMM_ALL_GATHER] += 8u * (unsigned long long)p->mesh.tp;
-  for (int op = 0; op < COMM_N_OPS; op++) {
-    struct comm_counter c = comm_counter_get(tp, (enum comm_op)op);
-    unsigned long long dc = c.calls - before[op].calls, db = c.n_bytes - before[op].n_bytes;
-    CHECK_MSG(dc == calls[op] && db == bytes[op], "rank %d: tp %s: %llu calls, %llu bytes in the last "
-              "step; tp_comm_list predicts %llu calls, %llu bytes", rank, comm_op_name((enum comm_op)op),
-              dc, db, calls[op], bytes[op]);
+}
+
+/* Every group's counters over one step against traffic_predict (the figures `tycho check`
+ * prints): exact calls and bytes per group and op. */
+static void check_traffic(const struct trainer *t, const struct comm_counter before[TRAFFIC_N_GROUPS][COMM_N_OPS])
+{
+  struct traffic want;
+  char why[512];
+  CHECK_MSG(traffic_predict(t->plan, t->piped ? t->pipe.rank : 0, &want, why, sizeof why) == 0, "%s", why);
+  unsigned long long total_calls = 0;
+  for (int g = 0; g < TRAFFIC_N_GROUPS; g++) {
+    struct comm_group *grp = traffic_group(t, g);
+    for (int op = 0; op < COMM_N_OPS; op++) {
+      unsigned long long dc = 0, db = 0;
+      if (grp) {
+        struct comm_counter c = comm_counter_get(grp, (enum comm_op)op);
+        dc = c.calls - before[g][op].calls;
+        db = c.n_bytes - before[g][op].n_bytes;
+      }
+      CHECK_MSG(dc == want.calls[g][op] && db == want.bytes[g][op], "rank %d: %s %s: %llu calls, %llu "
+                "bytes in the last step; predicted %llu calls, %llu bytes", rank, traffic_group_name(g),
+                comm_op_name((enum comm_op)op), dc, db, want.calls[g][op], want.bytes[g][op]);
+      total_calls += dc;
+    }
   }
   if (rank == 0)
-    printf("tp counters of the last step match the prediction: %llu all-reduce (%llu B), %llu "
-           "all-gather (%llu B), %llu reduce-scatter (%llu B)\n", calls[COMM_ALL_REDUCE],
-           bytes[COMM_ALL_REDUCE], calls[COMM_ALL_GATHER], bytes[COMM_ALL_GATHER],
-           calls[COMM_REDUCE_SCATTER], bytes[COMM_REDUCE_SCATTER]);
-  free(list);
+    printf("comm counters of the last step equal the prediction on every group (%llu collectives and "
+           "messages on rank 0)\n", total_calls);
 }
 
 /* Every rank holds the same value: all-gather and compare bitwise. */
@@ -215,6 +218,8 @@ static void check_reductions(const struct trainer *t, long long step)
   enum comm_op op = zero >= 2 ? COMM_REDUCE_SCATTER : COMM_ALL_REDUCE;
   int n = comm_records(recs, MAX_RECORDS), count = 0, wrong_mb = 0, finished_early = 0;
   const struct comm_record *first = NULL, *last = NULL;
+  if (t->dp.size == 1) /* a group of one moves nothing */
+    return;
   if (t->piped) { /* pipeline stages reduce once, after the rank's last backward (mb −1) */
     for (int i = 0; i < n; i++)
       count += recs[i].step == step && recs[i].op == op && !strcmp(recs[i].group, "dp") && recs[i].mb == -1;
@@ -312,17 +317,19 @@ static void test_parallel_run(void)
     n_logical += logical_elems(&t.model.params[i]);
   initial = gather_packed(&t);
   alloc_reset_peaks(); /* the gather's copy is the test's, not the run's */
-  struct comm_counter before[COMM_N_OPS];
+  struct comm_counter before[TRAFFIC_N_GROUPS][COMM_N_OPS];
   for (long long s = 0; s < parallel_plan.train.steps; s++) {
-    for (int op = 0; op < COMM_N_OPS && groups[PLAN_AXIS_TP]; op++)
-      before[op] = comm_counter_get(groups[PLAN_AXIS_TP], (enum comm_op)op);
+    for (int g = 0; g < TRAFFIC_N_GROUPS; g++)
+      for (int op = 0; op < COMM_N_OPS; op++)
+        if (traffic_group(&t, g))
+          before[g][op] = comm_counter_get(traffic_group(&t, g), (enum comm_op)op);
     CHECK_MSG(trainer_step(&t, &parallel_stats[s], err, sizeof err) == 0, "%s", err);
     CHECK_MSG(same_everywhere(&parallel_stats[s], sizeof parallel_stats[s]),
               "step %lld: loss or norm differs between ranks", s);
   }
   check_bill(&t);
   check_reductions(&t, parallel_plan.train.steps - 1);
-  check_tp_counters(&t, before);
+  check_traffic(&t, before);
   if (t.piped) { /* activations in flight follow the schedule: GPipe all m, 1F1B pp − rank */
     const int pr = t.pipe.rank, pp = parallel_plan.mesh.pp, M = parallel_plan.batch.microbatches;
     const int v = parallel_plan.virtual_stages;

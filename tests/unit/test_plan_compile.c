@@ -89,7 +89,7 @@ static void test_shipped_plans_at_world_sizes(void)
     /* the JSON lists every rank and every group exactly once */
     struct strbuf b;
     sb_init(&b);
-    check_write_json(&p, &b);
+    check_write_json(&p, NULL, &b);
     CHECK(!b.failed);
     int ranks = 0;
     const char *list = NULL; /* the top-level "ranks" is the document's last (schedule has its own) */
