@@ -334,6 +334,75 @@ static void print_memory(FILE *f, const struct plan *p, const struct cluster *c)
   free(b);
 }
 
+static const char *const comm_names[TRAFFIC_N_OPS] = { "all-reduce", "all-gather", "reduce-scatter",
+                                                       "broadcast", "send", "recv", "all-to-all" };
+
+/* Per pipeline rank and group, the collectives and messages of one training step. */
+static void print_traffic(FILE *f, const struct plan *p)
+{
+  int any = 0;
+  for (int r = 0; r < p->mesh.pp; r++) {
+    struct traffic t;
+    char err[256];
+    if (traffic_predict(p, r, &t, err, sizeof err)) {
+      fprintf(f, "traffic    (no prediction: %s)\n", err);
+      return;
+    }
+    for (int g = 0; g < TRAFFIC_N_GROUPS; g++) {
+      int used = 0;
+      for (int op = 0; op < TRAFFIC_N_OPS; op++) used |= t.calls[g][op] != 0;
+      if (!used)
+        continue;
+      if (!any)
+        fprintf(f, "traffic    per training step and rank, as the comm layer counts it (fp32, this runtime's):\n");
+      any = 1;
+      fprintf(f, "           pp rank %d, %-5s", r, traffic_group_name(g));
+      int first = 1;
+      for (int op = 0; op < TRAFFIC_N_OPS; op++) {
+        if (!t.calls[g][op])
+          continue;
+        char v[32];
+        fprintf(f, "%s%llu %s %s", first ? " " : "; ", t.calls[g][op], comm_names[op],
+                format_bytes((double)t.bytes[g][op], v, sizeof v));
+        first = 0;
+      }
+      fputc('\n', f);
+    }
+  }
+}
+
+static void write_traffic_json(struct json *j, const struct plan *p)
+{
+  json_begin_array(j);
+  for (int r = 0; r < p->mesh.pp; r++) {
+    struct traffic t;
+    char err[256];
+    json_begin_object(j);
+    json_key(j, "pp_rank"); json_int(j, r);
+    if (traffic_predict(p, r, &t, err, sizeof err)) {
+      json_key(j, "error"); json_string(j, err);
+      json_end_object(j);
+      continue;
+    }
+    for (int g = 0; g < TRAFFIC_N_GROUPS; g++) {
+      json_key(j, traffic_group_name(g));
+      json_begin_object(j);
+      for (int op = 0; op < TRAFFIC_N_OPS; op++) {
+        if (!t.calls[g][op])
+          continue;
+        json_key(j, comm_names[op]);
+        json_begin_object(j);
+        json_key(j, "calls"); json_int(j, (long long)t.calls[g][op]);
+        json_key(j, "bytes"); json_int(j, (long long)t.bytes[g][op]);
+        json_end_object(j);
+      }
+      json_end_object(j);
+    }
+    json_end_object(j);
+  }
+  json_end_array(j);
+}
+
 static void print_cost(FILE *f, const struct plan *p, const struct cluster *c)
 {
   struct cost k;
@@ -498,6 +567,7 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
           p->batch.microbatches, p->batch.microbatches == 1 ? "" : "es");
   print_schedule(f, p);
   print_memory(f, p, cluster);
+  print_traffic(f, p);
   if (cluster)
     print_cost(f, p, cluster);
   fprintf(f, "batch      global %d = micro %d × %d micro-batches × dp %d; seq %d; %s tokens per step\n",
@@ -570,6 +640,8 @@ void check_write_json(const struct plan *p, const struct cluster *cluster, struc
 
   json_key(&j, "tp_comm");
   write_tp_comms_json(&j, p);
+  json_key(&j, "traffic_per_step");
+  write_traffic_json(&j, p);
   char berr[512];
   struct bill *bills = bills_of(p, berr, sizeof berr);
   json_key(&j, "memory");
