@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "check/check.h"
+#include "check/tune.h"
 #include "plan/cluster.h"
 #include "comm/comm.h"
 #include "kernels.h"
@@ -39,6 +40,10 @@ static const char usage_text[] =
   "        --json      one JSON document on stdout (schema: docs/check-json.md)\n"
   "        --cluster C.lua  price the plan on a cluster (plans/clusters/): headroom of the\n"
   "                    memory bill, predicted step time and MFU\n"
+  "  tune PLAN.lua --world N --cluster C.lua [--top K] [--headroom PCT] [--out FILE]\n"
+  "        rank the layouts of the plan's model for N ranks of the cluster by predicted step\n"
+  "        time among those whose memory bill fits with PCT%% spare (default 10), print the K\n"
+  "        best (default 5) and write the best as a plan file (default PLAN_tuned_N.lua)\n"
   "  run PLAN.lua [--set path=value ...]\n"
   "        compile the plan and train with it (under mpirun or srun for more ranks: data,\n"
   "        tensor and pipeline parallelism, ZeRO 1-3, recompute)\n"
@@ -68,8 +73,9 @@ static int host_fail(lua_State *L, int code, const char *fmt, ...)
 struct cli {
   const char *command;
   const char *plan;
-  const char *cluster;
-  int world, json, unsafe;
+  const char *cluster, *out;
+  int world, json, unsafe, top;
+  double headroom;
   size_t memory_limit;
   long long instruction_limit;
   int n_sets;
@@ -100,6 +106,17 @@ static void parse_args(lua_State *L, int argc, char **argv, struct cli *c)
       c->world = (int)parse_count(L, "--world", a + 8, 1);
     } else if (strcmp(a, "--json") == 0) {
       c->json = 1;
+    } else if (strcmp(a, "--out") == 0 && next) {
+      c->out = next;
+      i++;
+    } else if (strcmp(a, "--top") == 0) {
+      c->top = (int)parse_count(L, "--top", next, 1);
+      i++;
+    } else if (strcmp(a, "--headroom") == 0) {
+      c->headroom = (double)parse_count(L, "--headroom", next, 0) / 100.0;
+      if (c->headroom >= 1.0)
+        host_fail(L, EXIT_USAGE, "--headroom is a percentage below 100");
+      i++;
     } else if (strcmp(a, "--cluster") == 0) {
       if (!next)
         host_fail(L, EXIT_USAGE, "--cluster needs a cluster file, e.g. plans/clusters/h100_80g_ib.lua");
@@ -174,6 +191,62 @@ static const struct cluster *load_cluster(lua_State *L, const struct cli *c)
   if (cluster_load(c->cluster, c->unsafe, cl, err, sizeof err))
     host_fail(L, EXIT_USAGE, "cluster error: %s", err);
   return cl;
+}
+
+/* The best layouts of a model for a world and a cluster; the best written as a plan file. */
+static int cmd_tune(lua_State *L, const struct cli *c)
+{
+  if (!c->world)
+    return host_fail(L, EXIT_USAGE, "tune needs --world N (the ranks to plan for)");
+  if (!c->cluster)
+    return host_fail(L, EXIT_USAGE, "tune needs --cluster C.lua (e.g. plans/clusters/h100_80g_ib.lua)");
+  struct plan *p = compile_or_fail(L, c, 0); /* the model and batch; tune picks the mesh */
+  const struct cluster *cl = load_cluster(L, c);
+  const double headroom = c->headroom > 0 ? c->headroom : 0.10;
+  const int top = c->top > 0 ? c->top : 5;
+  struct tune_result r;
+  char err[1024];
+  if (tune_search(p, c->world, cl, headroom, top, &r, err, sizeof err))
+    return host_fail(L, EXIT_RUNTIME, "%s", err);
+  printf("tune %s for %d ranks on %s: %d layouts tried, %d valid, %d fit with %.0f%% headroom (%.2f s)\n",
+         p->name[0] ? p->name : c->plan, c->world, cl->name, r.n_tried, r.n_valid, r.n_fit,
+         100.0 * headroom, r.seconds);
+  if (r.n_best == 0) {
+    tune_result_free(&r);
+    return host_fail(L, EXIT_USAGE, "no layout of %s fits %d ranks of %s with %.0f%% headroom; more ranks, "
+                     "a larger device or a smaller micro-batch", c->plan, c->world, cl->name, 100.0 * headroom);
+  }
+  for (int i = 0; i < r.n_best; i++) {
+    const struct tune_choice *t = &r.best[i];
+    char rc[96];
+    printf("%2d. tp %d pp %d v %d dp %d, micro %d, zero %d, recompute %s, sequence parallel %s%s: "
+           "%.3f s/step, %.0f tokens/s, MFU %.1f%%, %.1f GiB on the fullest rank (%.0f%% spare)\n", i + 1,
+           t->tp, t->pp, t->v, t->dp, t->micro, t->zero, plan_recompute_text(t->recompute, rc, sizeof rc),
+           t->sp ? "on" : "off", t->kv_replicate ? ", k and v replicated" : "", t->step, t->tokens_per_s,
+           100.0 * t->mfu, t->max_bytes / (1024.0 * 1024.0 * 1024.0), 100.0 * t->headroom);
+  }
+  /* the best as a plan file next to the model's, so that it can require it */
+  char module[256], path[1200], command[1600];
+  const char *base = strrchr(c->plan, '/');
+  base = base ? base + 1 : c->plan;
+  snprintf(module, sizeof module, "%s", base);
+  char *dot = strrchr(module, '.');
+  if (dot && strcmp(dot, ".lua") == 0)
+    *dot = 0;
+  if (c->out)
+    snprintf(path, sizeof path, "%s", c->out);
+  else
+    snprintf(path, sizeof path, "%.*s%s_tuned_%d.lua", (int)(base - c->plan), c->plan, module, c->world);
+  snprintf(command, sizeof command, "tycho tune %s --world %d --cluster %s", c->plan, c->world, c->cluster);
+  FILE *f = fopen(path, "w");
+  int bad = !f || tune_write_plan(f, module, &r.best[0], command);
+  if (f && fclose(f))
+    bad = 1;
+  tune_result_free(&r);
+  if (bad)
+    return host_fail(L, EXIT_RUNTIME, "cannot write %s", path);
+  printf("wrote %s (check it: tycho check %s --world %d --cluster %s)\n", path, path, c->world, c->cluster);
+  return 0;
 }
 
 static int cmd_check(lua_State *L, const struct cli *c)
@@ -260,6 +333,10 @@ static int pmain(lua_State *L)
     parse_args(L, argc, argv, &c);
     return cmd_check(L, &c);
   }
+  if (strcmp(cmd, "tune") == 0) {
+    parse_args(L, argc, argv, &c);
+    return cmd_tune(L, &c);
+  }
   if (strcmp(cmd, "run") == 0) {
     /* Every failure of `run` is the same on every rank (the arguments are, and the rest is
      * agreed over the ranks before it is raised), so rank 0 alone reports it. */
@@ -267,7 +344,7 @@ static int pmain(lua_State *L)
     parse_args(L, argc, argv, &c);
     return cmd_run(L, &c);
   }
-  return host_fail(L, EXIT_USAGE, "unknown command '%s'; the commands are check and run (tycho --help)", cmd);
+  return host_fail(L, EXIT_USAGE, "unknown command '%s'; the commands are check, tune and run (tycho --help)", cmd);
 }
 
 int main(int argc, char **argv)

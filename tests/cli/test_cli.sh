@@ -93,6 +93,33 @@ if "$tycho" check plans/tiny.lua 2>&1 | grep -q '^tp comm'; then bad "tp_comm_ab
 expect tp_comm_json 0 '"tp_comm":\{"micro_batch":8,"seq":32,"bytes_per_element":4,"forward":\{"calls":11,"bytes":1182720\}' \
   "$tycho" check plans/tiny.lua --set mesh.tp=2 --world 2 --json
 
+# The memory bill, the cost on a cluster, tune.
+expect bill_table 0 '^ +0 +0 +3\.1 MiB +3\.1 MiB +6\.1 MiB ' "$tycho" check plans/tiny.lua
+expect bill_json 0 '"ranks":\[\{"rank":0,[^]]*\],"groups":\{[^}]*\},"memory":\{"params":[0-9]+,"grads":[0-9]+,"optimizer":[0-9]+,"activations":[0-9]+,"comm":[0-9]+,"workspace":[0-9]+,"total":[0-9]+\}' \
+  "$tycho" check plans/tiny.lua --json
+expect bill_70b_fits 0 'every rank fits with at least 10% headroom' "$tycho" check plans/llama2_70b.lua --world 64 --cluster plans/clusters/h100_80g_ib.lua
+expect bill_7b_fits 0 'every rank fits with at least 10% headroom' "$tycho" check plans/llama2_7b.lua --world 8 --cluster plans/clusters/a100_80g_ib.lua
+expect bill_too_big 0 'DOES NOT FIT' "$tycho" check plans/llama2_70b.lua --world 64 --set mesh.tp=1 --set mesh.pp=1 --set mesh.dp=64 --set sequence_parallel=false --cluster plans/clusters/h100_80g_ib.lua
+expect cost_70b 0 '^time +on 8x H100-80G .*: [0-9.]+ s per step, [0-9]+ tokens/s, MFU [0-9.]+% of 989 TFLOPS' \
+  "$tycho" check plans/llama2_70b.lua --world 64 --cluster plans/clusters/h100_80g_ib.lua
+expect cost_json 0 '"cost":\{"cluster":"8x H200-141G[^"]*","cluster_file":"[^"]*","step_seconds":[0-9.e+-]+' \
+  "$tycho" check plans/llama2_70b.lua --world 64 --json --cluster plans/clusters/h200_141g_ib.lua
+expect traffic_pp 0 'pp rank 1, pp +1 all-gather 32 B; 1 broadcast 8 B; [0-9]+ send' "$tycho" check plans/llama2_70b.lua --world 64
+printf 'return { name = "x", gpus_per_node = 8, device_memory_gb = 80, peak_tflops = 1,\n  intra_node = { bandwidth_gbs = 1, latency_us = 1 },\n  inter_node = { bandwith_gbs = 1, latency_us = 1 },\n  efficiency = { compute = 0.5, comm = 0.5 } }\n' >"$tmp/bad_cluster.lua"
+expect cluster_bad_field 2 "^tycho: cluster error: .*bad_cluster.lua:3: inter_node.bandwith_gbs: not a cluster field" \
+  "$tycho" check plans/tiny.lua --cluster "$tmp/bad_cluster.lua"
+expect tune_needs_cluster 2 '^tycho: tune needs --cluster' "$tycho" tune plans/tiny.lua --world 8
+expect tune_tiny 0 '^ 1\. tp [0-9] pp [0-9] v [12] dp [0-9]+' "$tycho" tune plans/tiny.lua --world 8 --cluster plans/clusters/a100_80g_ib.lua --out "$tmp/tiny_tuned.lua"
+if [ -s "$tmp/tiny_tuned.lua" ] && best=$("$tycho" tune plans/tiny.lua --world 8 --cluster plans/clusters/a100_80g_ib.lua --out "$tmp/tiny_tuned.lua" | sed -n 's/^ 1\. tp \([0-9]*\) pp \([0-9]*\) .*/tp \1 × pp \2/p') &&
+   "$tycho" check "$tmp/tiny_tuned.lua" --world 8 | grep -q "^mesh .*= $best × dp"; then ok tune_writes_a_plan_that_checks
+else bad tune_writes_a_plan_that_checks "$(cat "$tmp/tiny_tuned.lua" 2>&1)"; fi
+start=$(date +%s%N)
+out=$("$tycho" tune plans/llama2_70b.lua --world 1024 --cluster plans/clusters/h100_80g_ib.lua --out "$tmp/70b_tuned.lua" 2>&1)
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+if printf '%s\n' "$out" | grep -q '^ 1\. tp' && "$tycho" check "$tmp/70b_tuned.lua" --world 1024 --cluster plans/clusters/h100_80g_ib.lua | grep -q 'every rank fits'; then
+  ok "tune_70b_1024 (${ms} ms)"
+else bad tune_70b_1024 "$out"; fi
+
 # --unsafe lifts the sandbox; TYCHO_PATH extends require's search path
 mkdir -p "$tmp/lib/team"
 cat >"$tmp/lib/team/base.lua" <<'LUA'

@@ -1,0 +1,41 @@
+/* `tycho tune`: the layouts of a model for a world and a cluster, ranked by predicted step time.
+ * From a compiled plan (its model, batch, precision and the rest kept), every combination of
+ *   tp in the divisors of n_heads up to a node's GPUs, pp in the divisors of n_layers, virtual
+ *   stages 1 or 2 (interleaved 1F1B when 2, 1F1B otherwise), dp = world / (tp·pp), batch.micro in
+ *   1, 2, 4, 8, zero 1 (and 2, 3 without pipeline stages), recompute none / attn_core / full,
+ *   sequence parallelism on whenever tp > 1 (the same bytes as without, less memory), key/value
+ *   heads replicated when tp exceeds n_kv_heads, stages "balanced"
+ * that compiles (plan_validate) is billed (bill_predict, every pipeline rank) and priced
+ * (cost_predict); those whose every rank fits the device with the asked headroom are ranked by
+ * step time. */
+#ifndef TYCHO_CHECK_TUNE_H
+#define TYCHO_CHECK_TUNE_H
+#include <stddef.h>
+#include <stdio.h>
+
+#include "plan/cluster.h"
+#include "plan/plan.h"
+
+struct tune_choice {
+  int tp, pp, v, dp, micro, zero, sp, kv_replicate;
+  uint8_t recompute;       /* enum plan_recompute bits, the same for every layer */
+  double step, mfu, tokens_per_s, max_bytes, headroom;
+};
+
+struct tune_result {
+  int n_tried, n_valid, n_fit;
+  struct tune_choice *best; /* (n_best) the fastest that fit, fastest first */
+  int n_best;
+  double seconds;          /* the search's own time */
+};
+
+/* Searches the layouts of `base` for `world` ranks on `c`, keeping the `keep` fastest that fit
+ * with at least `headroom` (a fraction of device memory) to spare. 0 ok; nonzero with a message. */
+int tune_search(const struct plan *base, int world, const struct cluster *c, double headroom, int keep,
+                struct tune_result *out, char *err, size_t err_size);
+void tune_result_free(struct tune_result *r);
+/* The plan file of a choice: tycho.extend of the module `base_module` (the tuned plan's file
+ * name without .lua, found next to it) with the layout fields. */
+int tune_write_plan(FILE *f, const char *base_module, const struct tune_choice *t, const char *command);
+
+#endif
