@@ -8,6 +8,7 @@
 #include "plan/tp_layout.h"
 #include "runtime/dp.h"
 #include "runtime/model.h"
+#include "runtime/pipe.h"
 #include "sched/sched.h"
 #include "util/err.h"
 
@@ -101,24 +102,48 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
   }
   const int micro = p->batch.micro, seq = p->batch.seq, zero = p->zero;
   size_t acts[3];
-  if (model_acts_count(&m, micro, seq, acts)) {
+  if (model_acts_count(&m, micro, seq, NULL, acts)) {
     dp_layout_free(&l);
     model_free(&m);
     return errf(err, err_size, "out of memory counting activations");
   }
-  int slots = 1;
+  /* pipeline slots: the trainer's set (all of this rank's layers) is the first stage's first;
+   * every other slot has room for its stage only (pipe.c) */
+  int slots = 1, head_slots = 0;
+  double slot_floats = 0;
   if (p->mesh.pp > 1) {
     struct sched s;
-    struct sched_sim sim;
-    if (sched_from_plan(p, &s, err, err_size) || sched_simulate(&s, &sim, err, err_size)) {
-      sched_free(&s);
+    int *per_stage = calloc((size_t)p->n_stages, sizeof *per_stage);
+    if (!per_stage || sched_from_plan(p, &s, err, err_size)) {
+      if (per_stage)
+        sched_free(&s);
+      free(per_stage);
       dp_layout_free(&l);
       model_free(&m);
-      return 1;
+      return per_stage ? 1 : errf(err, err_size, "out of memory");
     }
-    slots = sim.ranks[pp_rank].peak_inflight + 1;
-    sched_sim_free(&sim);
+    pipe_stage_slots(p, &s, pp_rank, per_stage);
     sched_free(&s);
+    slots = 0;
+    int first_here = 1;
+    for (int k = 0; k < p->n_stages; k++) {
+      if (!per_stage[k])
+        continue;
+      const struct plan_stage *st = &p->stages[k];
+      struct model_acts_scope scope = { st->first_layer, st->n_layers, st->has_embed, st->has_head };
+      size_t c[3];
+      if (model_acts_count(&m, micro, seq, &scope, c)) {
+        free(per_stage);
+        dp_layout_free(&l);
+        model_free(&m);
+        return errf(err, err_size, "out of memory counting activations");
+      }
+      slot_floats += (double)c[0] * (per_stage[k] - first_here);
+      first_here = 0;
+      slots += per_stage[k];
+      head_slots += st->has_head ? per_stage[k] : 0;
+    }
+    free(per_stage);
   }
 
   /* elements (floats) as the fp32 runtime allocates them */
@@ -136,14 +161,13 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
       params = (double)(l.n_shard + pz);
   }
   const double state = (double)(zero == 0 ? l.n_elems : l.n_shard);
-  activations = (double)acts[0] * slots + (double)acts[1];
+  activations = (double)acts[0] + slot_floats + (double)acts[1];
   workspace = (double)acts[2];
   const double boundary = (double)micro * (p->sequence_parallel && p->mesh.tp > 1 ? seq / p->mesh.tp : seq) *
                           p->model.dim;
   if (p->mesh.pp > 1) {
     comm += boundary * slots;                       /* a gradient buffer per slot */
-    if (m.head_here)
-      activations += (double)micro * seq * slots;   /* the targets each slot keeps */
+    activations += (double)micro * seq * head_slots; /* the targets each head slot keeps */
   }
   /* the trainer's batch: inputs and targets (ints), each row's window index (8 bytes) */
   const double batch_bytes = 2.0 * micro * seq * sizeof(int) + (double)micro * sizeof(uint64_t);

@@ -403,8 +403,8 @@ static int discarded(uint8_t rc, uint8_t parts)
 /* Lays out every buffer; with base NULL it only counts. act: this slot's saved activations;
  * rec: what recomputed parts write (every layer starts it again from 0: one layer's worth);
  * work: the workspace. rec and work are skipped (left as they are) when a->shares. */
-static void layout_acts(struct model_acts *a, const struct model *m, struct carve *act,
-                        struct carve *rec, struct carve *work)
+static void layout_acts(struct model_acts *a, const struct model *m, const struct model_acts_scope *sc,
+                        struct carve *act, struct carve *rec, struct carve *work)
 {
   const struct plan_model *c = &m->config;
   const int L = c->n_layers;
@@ -415,15 +415,17 @@ static void layout_acts(struct model_acts *a, const struct model *m, struct carv
   const int drop = c->dropout > 0.0;
   int NH_max = 1;
   size_t rec_max = 0;
+  /* what this set covers: the model's, cut to the scope */
+#define IN_SCOPE(l) (m->layer_here[l] && (!sc || ((l) >= sc->first && (l) < sc->first + sc->n)))
+  const int embed = m->embed_here && (!sc || sc->embed), head = m->head_here && (!sc || sc->head);
   for (int i = 0; i <= L; i++) { /* residual[i]: the input of layer i, the output of layer i − 1 */
-    int needed = (i < L && m->layer_here[i]) || (i > 0 && m->layer_here[i - 1]) ||
-                 (i == 0 && m->embed_here) || (i == L && m->head_here);
+    int needed = (i < L && IN_SCOPE(i)) || (i > 0 && IN_SCOPE(i - 1)) || (i == 0 && embed) || (i == L && head);
     a->residual[i] = needed ? carve(act, BTh * C) : NULL;
   }
   for (int l = 0; l < L; l++) {
     struct model_layer_acts *la = &a->layers[l];
     memset(la, 0, sizeof *la);
-    if (!m->layer_here[l])
+    if (!IN_SCOPE(l))
       continue;
     struct model_layer_dims d;
     model_layer_dims(m, l, &d);
@@ -455,8 +457,9 @@ static void layout_acts(struct model_acts *a, const struct model *m, struct carv
     rec_max = rec->used - rec_start > rec_max ? rec->used - rec_start : rec_max;
     rec->used = rec_start; /* the next layer writes over this one's */
   }
+#undef IN_SCOPE
   rec->used += rec_max;
-  if (m->head_here) {
+  if (head) {
     a->lnf = carve(act, BTh * C);
     a->lnf_rstd = carve(act, BTh);
     a->head_in = m->tp.io.home == TP_R ? a->lnf : carve(act, BT * C);
@@ -494,7 +497,8 @@ static void layout_acts(struct model_acts *a, const struct model *m, struct carv
 }
 
 static int acts_create(struct model_acts *a, const struct model *m, int B_max, int T_max,
-                       const struct model_acts *first, char *err, size_t err_size)
+                       const struct model_acts *first, const struct model_acts_scope *scope, char *err,
+                       size_t err_size)
 {
   _Static_assert(sizeof(int) == sizeof(float), "tokens are carved from a float buffer");
   memset(a, 0, sizeof *a);
@@ -507,7 +511,7 @@ static int acts_create(struct model_acts *a, const struct model *m, int B_max, i
   if (!a->layers || !a->residual)
     goto out_of_memory;
   struct carve act = { 0 }, rec = { 0 }, work = { 0 };
-  layout_acts(a, m, &act, &rec, &work);
+  layout_acts(a, m, scope, &act, &rec, &work);
   act.base = alloc_floats(ALLOC_ACTIVATIONS, act.used);
   if (first) {
     rec.base = first->recompute_memory;
@@ -536,7 +540,7 @@ static int acts_create(struct model_acts *a, const struct model *m, int B_max, i
     a->activation_memory = mine.activation_memory;
     a->shares = 1;
   }
-  layout_acts(a, m, &act, &rec, &work);
+  layout_acts(a, m, scope, &act, &rec, &work);
   rope_table(a->rope_cos, a->rope_sin, T_max, m->config.head_dim, m->config.rope_theta, 0);
   return 0;
 
@@ -548,7 +552,8 @@ out_of_memory:
   return 1;
 }
 
-int model_acts_count(const struct model *m, int B_max, int T_max, size_t counts[3])
+int model_acts_count(const struct model *m, int B_max, int T_max, const struct model_acts_scope *scope,
+                     size_t counts[3])
 {
   struct model_acts a;
   memset(&a, 0, sizeof a);
@@ -562,7 +567,7 @@ int model_acts_count(const struct model *m, int B_max, int T_max, size_t counts[
     return -1;
   }
   struct carve act = { 0 }, rec = { 0 }, work = { 0 };
-  layout_acts(&a, m, &act, &rec, &work);
+  layout_acts(&a, m, scope, &act, &rec, &work);
   counts[0] = act.used;
   counts[1] = rec.used;
   counts[2] = work.used;
@@ -574,13 +579,13 @@ int model_acts_count(const struct model *m, int B_max, int T_max, size_t counts[
 int model_acts_create(struct model_acts *a, const struct model *m, int B_max, int T_max,
                       char *err, size_t err_size)
 {
-  return acts_create(a, m, B_max, T_max, NULL, err, err_size);
+  return acts_create(a, m, B_max, T_max, NULL, NULL, err, err_size);
 }
 
 int model_acts_create_slot(struct model_acts *a, const struct model *m, const struct model_acts *first,
-                           char *err, size_t err_size)
+                           const struct model_acts_scope *scope, char *err, size_t err_size)
 {
-  return acts_create(a, m, first->B_max, first->T_max, first, err, err_size);
+  return acts_create(a, m, first->B_max, first->T_max, first, scope, err, err_size);
 }
 
 void model_acts_free(struct model_acts *a)

@@ -218,13 +218,20 @@ long long model_n_params(const struct model *m);
 
 int model_acts_create(struct model_acts *a, const struct model *m, int B_max, int T_max,
                       char *err, size_t err_size);
-/* Floats model_acts_create would allocate for B_max × T_max tokens: counts[0] saved
- * activations (one slot), [1] the recompute area, [2] the workspace. 0, or −1 out of memory. */
-int model_acts_count(const struct model *m, int B_max, int T_max, size_t counts[3]);
-/* Another set of saved activations (a pipeline slot for one more micro-batch in flight) that
- * shares `first`'s workspace and recompute area. */
+/* What a set of saved activations covers: layers [first, first + n) and the embedding and head
+ * as flagged (all of them only where the model holds them). NULL: everything the model holds. */
+struct model_acts_scope {
+  int first, n, embed, head;
+};
+/* Floats model_acts_create would allocate for B_max × T_max tokens over `scope` (NULL: all):
+ * counts[0] saved activations (one slot), [1] the recompute area, [2] the workspace. 0, or −1
+ * out of memory. */
+int model_acts_count(const struct model *m, int B_max, int T_max, const struct model_acts_scope *scope,
+                     size_t counts[3]);
+/* Another set of saved activations (a pipeline slot for one more micro-batch in flight of one
+ * stage: `scope`, NULL for everything) that shares `first`'s workspace and recompute area. */
 int model_acts_create_slot(struct model_acts *a, const struct model *m, const struct model_acts *first,
-                           char *err, size_t err_size);
+                           const struct model_acts_scope *scope, char *err, size_t err_size);
 void model_acts_free(struct model_acts *a);
 
 /* ---- forward and backward (model_passes.c), B ≤ B_max, T ≤ T_max --------------------------- */

@@ -23,6 +23,48 @@ static size_t boundary_elems(const struct trainer *t, int B, int T)
   return (size_t)B * model_home_T(&t->model, T) * t->model.config.dim;
 }
 
+void pipe_stage_slots(const struct plan *p, const struct sched *s, int pp_rank, int *slots)
+{
+  const int S = p->n_stages;
+  int *used = calloc((size_t)S * ((size_t)s->m + 1), sizeof *used); /* (stage, mb) holds a slot */
+  int *now = calloc((size_t)S, sizeof *now);
+  for (int k = 0; k < S; k++) slots[k] = 0;
+  if (!used || !now) { /* no memory to count: one slot per micro-batch, always enough */
+    for (int k = 0; k < S; k++) slots[k] = p->stages[k].pp_rank == pp_rank ? s->m + 1 : 0;
+    free(used);
+    free(now);
+    return;
+  }
+  const struct sched_list *list = &s->ranks[pp_rank];
+  for (int i = 0; i < list->n; i++) {
+    const struct sched_instr *in = &list->instr[i];
+    int st = -1, take = 0;
+    switch ((enum sched_op)in->op) {
+    case SCHED_RECV_ACT: st = in->stage + 1; take = 1; break;
+    case SCHED_FWD: st = in->stage; take = 1; break;
+    case SCHED_SEND_GRAD: st = in->stage; take = -1; break;
+    case SCHED_BWD: st = in->stage; take = p->stages[in->stage].has_embed ? -1 : 0; break;
+    default: break;
+    }
+    if (st < 0 || !take)
+      continue;
+    int *u = &used[(size_t)st * ((size_t)s->m + 1) + (size_t)in->mb];
+    if (take > 0 && !*u) {
+      *u = 1;
+      if (++now[st] > slots[st])
+        slots[st] = now[st];
+    } else if (take < 0 && *u) {
+      *u = 0;
+      now[st]--;
+    }
+  }
+  for (int k = 0; k < S; k++)
+    if (p->stages[k].pp_rank == pp_rank)
+      slots[k] += 1; /* room while a given-back slot's send is still in flight */
+  free(used);
+  free(now);
+}
+
 int pipe_open(struct pipe *pp, struct trainer *t, struct comm_group *group, char *err, size_t err_size)
 {
   const struct plan *p = t->plan;
@@ -34,40 +76,54 @@ int pipe_open(struct pipe *pp, struct trainer *t, struct comm_group *group, char
     return errf(err, err_size, "mesh.pp = %d, but the pipeline group has %d ranks", p->mesh.pp, pp->size);
   if (sched_from_plan(p, &pp->sched, err, err_size))
     return 1;
-  struct sched_sim sim;
-  if (sched_simulate(&pp->sched, &sim, err, err_size))
-    return 1;
-  pp->n_slots = sim.ranks[pp->rank].peak_inflight + 1;
-  sched_sim_free(&sim);
   const struct sched_list *list = &pp->sched.ranks[pp->rank];
   for (int i = 0; i < list->n; i++) pp->n_reduce += list->instr[i].op == SCHED_REDUCE_GRADS;
 
   const int S = p->n_stages;
   pp->in_index = calloc((size_t)S, sizeof *pp->in_index);
-  pp->slots = calloc((size_t)pp->n_slots, sizeof *pp->slots);
-  if (!pp->in_index || !pp->slots)
+  int *per_stage = calloc((size_t)S, sizeof *per_stage);
+  if (!pp->in_index || !per_stage) {
+    free(per_stage);
     return errf(err, err_size, "out of memory for the pipeline");
+  }
   for (int s = 1; s < S; s++) pp->in_index[s] = pp->in_index[s - 1] + p->stages[s - 1].n_layers;
+  pipe_stage_slots(p, &pp->sched, pp->rank, per_stage);
+  for (int s = 0; s < S; s++) pp->n_slots += per_stage[s];
+  pp->slots = calloc((size_t)pp->n_slots, sizeof *pp->slots);
+  if (!pp->slots) {
+    free(per_stage);
+    return errf(err, err_size, "out of memory for the pipeline");
+  }
 
   const int micro = p->batch.micro, seq = p->batch.seq;
-  for (int k = 0; k < pp->n_slots; k++) {
+  int k = 0, first_here = 1;
+  for (int s = 0; s < S; s++)
+    for (int j = 0; j < per_stage[s]; j++, k++) {
     struct pipe_slot *sl = &pp->slots[k];
+    sl->pool = s;
     sl->stage = sl->mb = -1;
-    if (k == 0) {
+    const struct plan_stage *st = &p->stages[s];
+    struct model_acts_scope scope = { st->first_layer, st->n_layers, st->has_embed, st->has_head };
+    if (first_here) { /* the trainer's own set: all of this rank's layers */
+      first_here = 0;
       sl->acts = &t->acts;
     } else {
       sl->acts = calloc(1, sizeof *sl->acts);
-      if (!sl->acts || model_acts_create_slot(sl->acts, &t->model, &t->acts, err, err_size)) {
+      if (!sl->acts || model_acts_create_slot(sl->acts, &t->model, &t->acts, &scope, err, err_size)) {
+        free(per_stage);
         free(sl->acts);
         sl->acts = NULL;
         return err[0] ? 1 : errf(err, err_size, "out of memory for a pipeline slot");
       }
     }
     sl->grad = alloc_floats(ALLOC_COMM, boundary_elems(t, micro, seq));
-    sl->targets = t->model.head_here ? alloc_bytes(ALLOC_ACTIVATIONS, (size_t)micro * seq * sizeof(int)) : NULL;
-    if (!sl->grad || (t->model.head_here && !sl->targets))
+    sl->targets = st->has_head ? alloc_bytes(ALLOC_ACTIVATIONS, (size_t)micro * seq * sizeof(int)) : NULL;
+    if (!sl->grad || (st->has_head && !sl->targets)) {
+      free(per_stage);
       return errf(err, err_size, "out of memory for a pipeline slot");
+    }
   }
+  free(per_stage);
 
   if (p->model.tie_embeddings && pp->size > 1) {
     /* The embedding lives on the first stage and, as the head, on the last: their gradients are
@@ -119,6 +175,8 @@ static struct pipe_slot *slot_take(struct pipe *pp, struct trainer *t, int stage
       used++;
       continue;
     }
+    if (sl->pool != stage)
+      continue;
     int done_act = 1, done_grad = 1;
     if (sl->send_act && comm_test(&sl->send_act, &done_act))
       failed(t, "send");
@@ -128,8 +186,7 @@ static struct pipe_slot *slot_take(struct pipe *pp, struct trainer *t, int stage
       pick = sl;
   }
   if (!pick)
-    comm_fatal("pipeline: all %d activation slots are in use at (stage %d, micro-batch %d)", pp->n_slots,
-               stage, mb);
+    comm_fatal("pipeline: every activation slot of stage %d is in use at micro-batch %d", stage, mb);
   if (pick->send_act && comm_wait(&pick->send_act))
     failed(t, "send of activations");
   if (pick->send_grad && comm_wait(&pick->send_grad))

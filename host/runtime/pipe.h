@@ -8,10 +8,14 @@
  * gradient summed between the first and last stage and the data-parallel all-reduce, and
  * OPTIMIZER left to the trainer.
  *
- * Slots: one struct model_acts per (stage, micro-batch) in flight, as many as the schedule's
- * simulated peak on this rank plus one for a receive posted before its forward: the memory of
- * activations follows the schedule (GPipe holds all m micro-batches, 1F1B at most pp). Slots
- * share the workspace and the recompute area (model_acts_create_slot).
+ * Slots: one struct model_acts per (stage, micro-batch) in flight, each with room for its stage's
+ * layers only, as many per stage as this rank's list ever has in flight (a slot is taken by the
+ * receive of a stage's input, or its forward, and given back by the send of its input's
+ * gradient, or its backward on the first stage) plus one, so that a slot whose send is still in
+ * flight need not be waited for: the memory of activations follows the schedule (GPipe holds all
+ * m micro-batches, 1F1B at most pp − rank). Slots share the workspace and the recompute area
+ * (model_acts_create_slot); the first slot of the rank's first stage is the trainer's own set,
+ * with room for all of the rank's layers (evaluation runs them on it).
  *
  * Every pipeline rank computes the windows of any micro-batch itself (the data is a function of
  * the step and window), so only activations and gradients travel. The loss is computed on the
@@ -28,6 +32,7 @@ struct comm_request;
 struct model_acts;
 
 struct pipe_slot {
+  int pool;                    /* the stage whose slot it is */
   int stage, mb;               /* −1: free */
   struct model_acts *acts;
   int *targets;                /* (micro · seq) on the rank holding the head */
@@ -46,6 +51,9 @@ struct pipe {
   int peak_slots;              /* most slots in use at once in the last step */
 };
 
+/* Slots per stage of pipeline rank pp_rank under schedule s: (n_stages) entries, 0 for the
+ * stages elsewhere. The memory bill uses it too. */
+void pipe_stage_slots(const struct plan *p, const struct sched *s, int pp_rank, int *slots);
 /* Builds the schedule, the slots and the embedding group for trainer t (whose model, dp layer
  * and acts exist). Collective over the pp group (the embedding group is split from it). 0 ok;
  * nonzero with a message. */
