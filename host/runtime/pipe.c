@@ -99,30 +99,30 @@ int pipe_open(struct pipe *pp, struct trainer *t, struct comm_group *group, char
   int k = 0, first_here = 1;
   for (int s = 0; s < S; s++)
     for (int j = 0; j < per_stage[s]; j++, k++) {
-    struct pipe_slot *sl = &pp->slots[k];
-    sl->pool = s;
-    sl->stage = sl->mb = -1;
-    const struct plan_stage *st = &p->stages[s];
-    struct model_acts_scope scope = { st->first_layer, st->n_layers, st->has_embed, st->has_head };
-    if (first_here) { /* the trainer's own set: all of this rank's layers */
-      first_here = 0;
-      sl->acts = &t->acts;
-    } else {
-      sl->acts = calloc(1, sizeof *sl->acts);
-      if (!sl->acts || model_acts_create_slot(sl->acts, &t->model, &t->acts, &scope, err, err_size)) {
+      struct pipe_slot *sl = &pp->slots[k];
+      sl->pool = s;
+      sl->stage = sl->mb = -1;
+      const struct plan_stage *st = &p->stages[s];
+      struct model_acts_scope scope = { st->first_layer, st->n_layers, st->has_embed, st->has_head };
+      if (first_here) { /* the trainer's own set: all of this rank's layers */
+        first_here = 0;
+        sl->acts = &t->acts;
+      } else {
+        sl->acts = calloc(1, sizeof *sl->acts);
+        if (!sl->acts || model_acts_create_slot(sl->acts, &t->model, &t->acts, &scope, err, err_size)) {
+          free(per_stage);
+          free(sl->acts);
+          sl->acts = NULL;
+          return err[0] ? 1 : errf(err, err_size, "out of memory for a pipeline slot");
+        }
+      }
+      sl->grad = alloc_floats(ALLOC_COMM, boundary_elems(t, micro, seq));
+      sl->targets = st->has_head ? alloc_bytes(ALLOC_ACTIVATIONS, (size_t)micro * seq * sizeof(int)) : NULL;
+      if (!sl->grad || (st->has_head && !sl->targets)) {
         free(per_stage);
-        free(sl->acts);
-        sl->acts = NULL;
-        return err[0] ? 1 : errf(err, err_size, "out of memory for a pipeline slot");
+        return errf(err, err_size, "out of memory for a pipeline slot");
       }
     }
-    sl->grad = alloc_floats(ALLOC_COMM, boundary_elems(t, micro, seq));
-    sl->targets = st->has_head ? alloc_bytes(ALLOC_ACTIVATIONS, (size_t)micro * seq * sizeof(int)) : NULL;
-    if (!sl->grad || (st->has_head && !sl->targets)) {
-      free(per_stage);
-      return errf(err, err_size, "out of memory for a pipeline slot");
-    }
-  }
   free(per_stage);
 
   if (p->model.tie_embeddings && pp->size > 1) {
