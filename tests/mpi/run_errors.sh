@@ -10,6 +10,8 @@
 #                   stops after that step with rank 0's message (1)
 #   leave_early     rank 1 leaves after step 3 (TYCHO_TEST_LEAVE_AFTER_STEP): the comm watchdog
 #                   (TYCHO_COMM_TIMEOUT=3) ends the job with its diagnosis (1)
+#   leave_early_pp  the same with two pipeline stages: rank 0's sends and receives to the stage
+#                   that left are diagnosed (1)
 # usage: run_errors.sh MODE MPIEXEC NUMPROC_FLAG TYCHO   (run from the source folder)
 set -u
 mode=$1 mpiexec=$2 np=$3 tycho=$4
@@ -40,6 +42,9 @@ case $mode in
   leave_early)
     TYCHO_COMM_TIMEOUT=3 timeout 60 "$mpiexec" "$np" 1 "$tycho" run "$plan" --set train.steps=1000 : \
       "$np" 1 env TYCHO_TEST_LEAVE_AFTER_STEP=3 "$tycho" run "$plan" --set train.steps=1000 ;;
+  leave_early_pp)
+    TYCHO_COMM_TIMEOUT=3 timeout 60 "$mpiexec" "$np" 1 "$tycho" run "$plan" --set train.steps=1000 --set mesh.pp=2 : \
+      "$np" 1 env TYCHO_TEST_LEAVE_AFTER_STEP=3 "$tycho" run "$plan" --set train.steps=1000 --set mesh.pp=2 ;;
   *) echo "unknown mode $mode"; exit 2 ;;
 esac >"$tmp/out" 2>"$tmp/err"
 rc=$?
@@ -83,6 +88,12 @@ case $mode in
     expect_err 'tycho: rank 1: leaving after step 3 (TYCHO_TEST_LEAVE_AFTER_STEP)'
     grep -qE '^tycho: rank 0: comm watchdog: [a-z-]+ on dp \(seq [0-9]+, [0-9]+ bytes, step 4, mb [0-9]+\) has not finished after 3\.[0-9] s \(TYCHO_COMM_TIMEOUT=3\); aborting the job' "$tmp/err" ||
       fail "expected the watchdog's diagnosis of step 4 on rank 0"
+    expect_err 'rank 1: no answer within 2 s (exited, dead, or its watchdog is blocked)' ;;
+  leave_early_pp)
+    expect_rc 1
+    expect_err 'tycho: rank 1: leaving after step 3 (TYCHO_TEST_LEAVE_AFTER_STEP)'
+    grep -qE '^tycho: rank 0: comm watchdog: (send|recv|broadcast|all-gather) on pp \(seq [0-9]+, [0-9]+ bytes, step 4, mb -?[0-9]+\) has not finished after 3\.[0-9] s' "$tmp/err" ||
+      fail "expected the watchdog's diagnosis of step 4 on the pp group"
     expect_err 'rank 1: no answer within 2 s (exited, dead, or its watchdog is blocked)' ;;
 esac
 echo "ok: $mode"
