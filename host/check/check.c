@@ -421,8 +421,15 @@ static void print_cost(FILE *f, const struct plan *p, const struct cluster *c)
           k.pp.intra ? "intra-node" : "inter-node");
   fprintf(f, "           dp comm %.3f s exposed of %.3f s (%s link)\n", k.dp.exposed, k.dp.total,
           k.dp.intra ? "intra-node" : "inter-node");
-  fprintf(f, "           model: ring collectives at %.0f%% of link bandwidth; optimizer and embedding free; "
-          "see host/check/cost.h\n", 100.0 * c->comm_efficiency);
+  fprintf(f, "           assumptions: compute = the plan's FLOP model (matmuls and the causal attention core) "
+          "at %.0f%% of peak;\n", 100.0 * c->compute_efficiency);
+  fprintf(f, "             ring collectives at %.0f%% of link bandwidth plus per-step latency, a group on "
+          "the intra-node link when it fits in %d GPUs under mesh.order;\n", 100.0 * c->comm_efficiency,
+          c->gpus_per_node);
+  fprintf(f, "             tp collectives block, dp reduction hides behind the last backward only without "
+          "stages, ZeRO-3 gathers behind compute;\n");
+  fprintf(f, "             optimizer step, embedding lookup and kernel launch costs left out "
+          "(host/check/cost.h)\n");
 }
 
 static void write_memory_json(struct json *j, const struct bill *b)
