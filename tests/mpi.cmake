@@ -152,3 +152,15 @@ tycho_bill(dp2_zero2_micro2 2 dp_small.lua --set zero=2 --set batch.micro=2)
 tycho_bill(tp2_sp_recompute 2 dp_small.lua --set mesh.tp=2 --set sequence_parallel=true --set recompute=full)
 tycho_bill(tp2_pp2 4 dp_small.lua --set mesh.tp=2 --set mesh.pp=2)
 tycho_bill(pp2_gpipe_dp2_zero1 4 dp_small.lua --set mesh.pp=2 --set schedule.kind=gpipe --set zero=1)
+
+# init.from read block by block and export put together under tensor and pipeline parallelism.
+foreach(config "tp2;2;--set;mesh.tp=2" "tp2_pp2;4;--set;mesh.tp=2;--set;mesh.pp=2"
+               "tp2_pp2_tied_vocab63;4;--both;model.vocab=63;--both;model.tie_embeddings=true;--set;mesh.tp=2;--set;mesh.pp=2")
+  list(GET config 0 name)
+  list(GET config 1 ranks)
+  list(SUBLIST config 2 -1 sets)
+  add_test(NAME mpi_init_export.${name} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_init_export.sh ${ranks}
+    ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} $<TARGET_FILE:tycho> ${sets} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(mpi_init_export.${name} PROPERTIES TIMEOUT 90 PROCESSORS ${ranks} LABELS mpi
+    ENVIRONMENT "${TYCHO_MPI_ENV}")
+endforeach()

@@ -1,6 +1,6 @@
 /* `tycho run`: the loop around the trainer, with what a user watches — a progress line every
  * log.every steps, evaluation lines, JSON-lines metrics (log.metrics), exports (export.path)
- * and, at the end, every rank's memory bill. Rank 0 of the dp group writes all of it. Work that
+ * and, at the end, every rank's memory bill. Rank 0 of the job writes all of it. Work that
  * can fail on one rank alone (set-up, writing) is followed by an agreement over the group, so
  * every rank stops at the same point with the same message. */
 #define _POSIX_C_SOURCE 200809L

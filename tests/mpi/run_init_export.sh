@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Weights in and out under tensor and pipeline parallelism. A serial run of the dp_small plan
+# exports its weights (A); then the same plan starts from A (init.from) once on one rank and once
+# on RANKS ranks with the --set layout arguments, both exporting after 5 steps (S, P). The
+# parallel run must read A block by block (its losses equal the serial run's within 1e-5), and
+# its export, put together from every tp and pp rank, must be the model: a serial run started
+# from P has the same losses, within 1e-5, as one started from S.
+# usage: run_init_export.sh RANKS MPIEXEC NUMPROC_FLAG TYCHO [--both path=value]... [--set path=value]...
+#   --both: for every run (the model), --set: for the parallel run (the layout)
+set -u
+ranks=$1 mpiexec=$2 np=$3 tycho=$4
+shift 4
+both=()
+while [ "${1:-}" = --both ]; do both+=(--set "$2"); shift 2; done
+plan=tests/plans/good/dp_small.lua
+tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
+fail() { echo "--- stdout"; cat "$tmp/out" 2>/dev/null; echo "--- stderr"; cat "$tmp/err" 2>/dev/null; echo "FAIL: $*"; exit 1; }
+field() { grep -o "\"$2\": [-0-9.eE+]*" "$1" | awk '{ print $2 }'; }
+same() { # same FILE_A FILE_B WHAT: every step's loss within 1e-5 relative
+  local v
+  v=$(paste <(field "$1" loss) <(field "$2" loss) | awk '{ d = ($2 - $1) / $1; d = d < 0 ? -d : d;
+    w = d > w ? d : w; n++ } END { if (n == 0 || w > 1e-5) print "FAIL " n " " w; else printf "ok %d %.3g", n, w }')
+  echo "$3: $v"
+  case "$v" in ok*) ;; *) fail "$3: losses differ: $v" ;; esac
+}
+run1() { "$tycho" run "$plan" --set train.steps=5 --set train.eval_every=0 "${both[@]}" "$@" >"$tmp/out" 2>"$tmp/err" || fail "serial run $*"; }
+
+run1 --set export.path="$tmp/a.safetensors"
+run1 --set init.from="$tmp/a.safetensors" --set export.path="$tmp/s.safetensors" --set log.metrics="$tmp/s.jsonl"
+timeout 60 "$mpiexec" "$np" "$ranks" "$tycho" run "$plan" --set train.steps=5 --set train.eval_every=0 "${both[@]}" "$@" \
+  --set init.from="$tmp/a.safetensors" --set export.path="$tmp/p.safetensors" --set log.metrics="$tmp/p.jsonl" \
+  >"$tmp/out" 2>"$tmp/err" || fail "the parallel run"
+same "$tmp/s.jsonl" "$tmp/p.jsonl" "started from A, serial against $*"
+run1 --set init.from="$tmp/s.safetensors" --set log.metrics="$tmp/from_s.jsonl"
+run1 --set init.from="$tmp/p.safetensors" --set log.metrics="$tmp/from_p.jsonl"
+same "$tmp/from_s.jsonl" "$tmp/from_p.jsonl" "started from the serial and from the parallel export"
