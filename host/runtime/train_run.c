@@ -148,6 +148,16 @@ static void print_header(FILE *out, const struct plan *p, const struct trainer *
           omp_get_max_threads() == 1 ? "" : "s");
   fprintf(out, "data: %s; init: %s\n", t->addition ? "synthetic addition" : p->data.train,
           p->init.from[0] ? p->init.from : "random (seeds.model)");
+  const struct plan_mesh *me = &p->mesh;
+  if (me->tp > 1 || me->pp > 1) {
+    fprintf(out, "mesh: tp %d × pp %d × dp %d", me->tp, me->pp, me->dp);
+    if (me->tp > 1)
+      fprintf(out, "; tensor parallel%s", p->sequence_parallel ? " with sequence parallelism" : "");
+    if (me->pp > 1)
+      fprintf(out, "; %d stages, %s schedule, %d activation slots on this rank", p->n_stages,
+              plan_schedule_name(p->schedule), t->pipe.n_slots);
+    fputc('\n', out);
+  }
   const struct dp_layout *l = &t->dp.layout;
   if (t->dp.size > 1 || t->dp.zero > 0)
     fprintf(out, "data parallel: %d rank%s, zero %d, %d bucket%s (bucket_mb %g), %.2f MiB of "
