@@ -426,8 +426,8 @@ static void print_cost(FILE *f, const struct plan *p, const struct cluster *c)
   fprintf(f, "             ring collectives at %.0f%% of link bandwidth plus per-step latency, a group on "
           "the intra-node link when it fits in %d GPUs under mesh.order;\n", 100.0 * c->comm_efficiency,
           c->gpus_per_node);
-  fprintf(f, "             tp collectives block, dp reduction hides behind the last backward only without "
-          "stages, ZeRO-3 gathers behind compute;\n");
+  fprintf(f, "             tp collectives block, the dp reduction hides behind the last micro-batch's "
+          "backward, ZeRO-3 gathers behind compute;\n");
   fprintf(f, "             optimizer step, embedding lookup and kernel launch costs left out "
           "(host/check/cost.h)\n");
 }

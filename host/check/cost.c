@@ -163,7 +163,7 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
     double t_reduce, exposed;
     if (p->zero < 2) {
       t_reduce = ring(0, gbytes, dp, dpl, c->comm_efficiency) + (buckets - 1) * 2.0 * (dp - 1) * dpl->latency;
-      exposed = me->pp > 1 ? t_reduce : fmax(0.0, t_reduce - bwd_mb);
+      exposed = fmax(0.0, t_reduce - bwd_mb); /* buckets start during the last backward */
       out->dp.bytes = 2.0 * (dp - 1) / dp * gbytes;
     } else {
       double rs = ring(2, gbytes, dp, dpl, c->comm_efficiency) + (buckets - 1) * (dp - 1) * dpl->latency;

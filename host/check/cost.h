@@ -12,10 +12,10 @@
  *   - pipeline: the schedule simulator runs the rank lists with these per-stage times and each
  *     stage boundary's send at its link's cost: makespan = compute + TP comm + bubble;
  *   - data parallel: the gradient all-reduce (zero 0, 1) or reduce-scatters (zero 2, 3) of a
- *     rank's parameters and, from zero 1, the parameter all-gather after the update; without
- *     pipeline stages the reduction overlaps the last micro-batch's backward (zero 2, 3: every
- *     micro-batch's), with stages it follows the last backward; ZeRO-3's parameter gathers
- *     overlap compute (prefetch) and are exposed only where longer;
+ *     rank's parameters and, from zero 1, the parameter all-gather after the update; the
+ *     reduction overlaps the last micro-batch's backward (with pipeline stages, each stage's
+ *     last; zero 2, 3: every micro-batch's), the all-gather is exposed; ZeRO-3's parameter
+ *     gathers overlap compute (prefetch) and are exposed only where longer;
  *   - the optimizer step and the embedding lookup cost nothing; MFU = model FLOPs (3 × forward
  *     FLOPs × tokens, recompute not counted) / (step time × world × peak). */
 #ifndef TYCHO_CHECK_COST_H

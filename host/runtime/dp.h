@@ -48,6 +48,8 @@ struct comm_request;
 /* Consecutive parameters reduced (and under ZeRO-3 gathered) with one collective. */
 struct dp_bucket {
   int first_param, last_param; /* parameter indices, inclusive */
+  int first_held;              /* the first of them with elements on this rank (pipeline stages
+                                * hold only theirs): its gradients are final once that one's are */
   size_t start;                /* flat offset of its first element */
   size_t n_elems;              /* size · share: its parameters, aligned, plus padding */
   size_t share;                /* elements each rank owns (16-float aligned) */
@@ -139,8 +141,16 @@ double dp_forward_backward(struct dp *d, struct model_acts *a, const int *tokens
 double dp_forward(struct dp *d, struct model_acts *a, const int *tokens, const int *targets,
                   int B, int T);
 /* Zero 0 and 1: all-reduces every bucket now (last first) and waits: the reduction of a step
- * whose backward ran outside dp_forward_backward (pipeline stages). 0 ok; -1 (d->err). */
+ * whose backward ran outside dp_forward_backward. 0 ok; -1 (d->err). */
 int dp_reduce_all(struct dp *d);
+/* The same, overlapped with a backward that runs outside dp_forward_backward (pipeline stages):
+ * dp_reduce_begin before the step's last backwards, dp_grads_final_from(first) whenever the
+ * gradients of parameters first.. are final (every bucket that now is starts, last first),
+ * dp_reduce_rest to start the others and wait for all. Every rank of the group makes the same
+ * calls in the same order. Zero 0 and 1. */
+void dp_reduce_begin(struct dp *d);
+void dp_grads_final_from(struct dp *d, int first_param);
+int dp_reduce_rest(struct dp *d);
 /* Waits for every reduction started; then each rank holds the summed gradients it keeps.
  * 0 ok; -1 when a collective failed (d->err). */
 int dp_finish_grads(struct dp *d);

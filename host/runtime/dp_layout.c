@@ -63,6 +63,8 @@ int dp_layout_build(struct dp_layout *l, struct model *m, int size, int zero, do
   for (int b = 0; b < l->n_buckets; b++) {
     struct dp_bucket *k = &l->buckets[b];
     k->start = pos;
+    k->first_held = k->first_param;
+    while (k->first_held < k->last_param && m->params[k->first_held].n_elems == 0) k->first_held++;
     for (int i = k->first_param; i <= k->last_param; i++) {
       m->params[i].offset = pos;
       pos += align_up(m->params[i].n_elems, ALIGN_FLOATS);

@@ -160,13 +160,13 @@ static void bucket_start(struct dp *d, int b)
 /* The gradients of parameters from `first_final` on are final: reduce every bucket that now is. */
 static void grads_final_from(struct dp *d, int first_final)
 {
-  if (!d->reducing || d->next_bucket < 0 || d->layout.buckets[d->next_bucket].first_param < first_final)
+  if (!d->reducing || d->next_bucket < 0 || d->layout.buckets[d->next_bucket].first_held < first_final)
     return;
   /* Zero 2, 3: one unit's reductions in flight, overlapping the next unit's backward; the
    * earlier unit's have had that backward's time and are finished now, freeing its gradients. */
   while (d->zero >= 2 && d->n_inflight > 0)
     inflight_finish_oldest(d);
-  while (d->next_bucket >= 0 && d->layout.buckets[d->next_bucket].first_param >= first_final)
+  while (d->next_bucket >= 0 && d->layout.buckets[d->next_bucket].first_held >= first_final)
     bucket_start(d, d->next_bucket--);
 }
 
@@ -298,6 +298,25 @@ double dp_forward(struct dp *d, struct model_acts *a, const int *tokens, const i
 int dp_reduce_all(struct dp *d)
 {
   for (int b = d->layout.n_buckets - 1; b >= 0; b--) bucket_start(d, b);
+  return dp_finish_grads(d);
+}
+
+void dp_reduce_begin(struct dp *d)
+{
+  d->reducing = 1;
+  d->next_bucket = d->layout.n_buckets - 1;
+}
+
+void dp_grads_final_from(struct dp *d, int first_param)
+{
+  grads_final_from(d, first_param);
+}
+
+int dp_reduce_rest(struct dp *d)
+{
+  while (d->next_bucket >= 0)
+    bucket_start(d, d->next_bucket--);
+  d->reducing = 0;
   return dp_finish_grads(d);
 }
 

@@ -77,9 +77,17 @@ int pipe_open(struct pipe *pp, struct trainer *t, struct comm_group *group, char
   if (sched_from_plan(p, &pp->sched, err, err_size))
     return 1;
   const struct sched_list *list = &pp->sched.ranks[pp->rank];
-  for (int i = 0; i < list->n; i++) pp->n_reduce += list->instr[i].op == SCHED_REDUCE_GRADS;
-
   const int S = p->n_stages;
+  pp->last_bwd = malloc((size_t)S * sizeof *pp->last_bwd);
+  if (!pp->last_bwd)
+    return errf(err, err_size, "out of memory for the pipeline");
+  for (int s = 0; s < S; s++) pp->last_bwd[s] = -1;
+  for (int i = 0; i < list->n; i++) {
+    pp->n_reduce += list->instr[i].op == SCHED_REDUCE_GRADS;
+    if (list->instr[i].op == SCHED_BWD)
+      pp->last_bwd[list->instr[i].stage] = list->instr[i].mb;
+  }
+
   pp->in_index = calloc((size_t)S, sizeof *pp->in_index);
   int *per_stage = calloc((size_t)S, sizeof *per_stage);
   if (!pp->in_index || !per_stage) {
@@ -151,6 +159,7 @@ void pipe_close(struct pipe *pp)
   }
   free(pp->slots);
   free(pp->in_index);
+  free(pp->last_bwd);
   sched_free(&pp->sched);
   memset(pp, 0, sizeof *pp);
 }
@@ -232,6 +241,7 @@ double pipe_forward_backward(struct pipe *pp, struct trainer *t)
   int reduced = 0;
   pp->peak_slots = 0;
   dp_step_begin(&t->dp, t->step);
+  dp_reduce_begin(&t->dp);
   for (int i = 0; i < list->n; i++) {
     const struct sched_instr *in = &list->instr[i];
     struct pipe_slot *sl;
@@ -249,18 +259,28 @@ double pipe_forward_backward(struct pipe *pp, struct trainer *t)
     }
     case SCHED_BWD: {
       const struct plan_stage *st = &p->stages[in->stage];
+      const struct dp_layout *dl = &t->dp.layout;
+      /* the stage's last backward: buckets whose gradients are final start reducing */
+      const int final = in->mb == pp->last_bwd[in->stage] && t->dp.size > 1;
       sl = slot_of(pp, in->stage, in->mb);
       struct model_acts *a = sl->acts;
       if (st->has_head) {
         model_head_backward(m, a, sl->targets, loss_scale);
+        if (final)
+          dp_grads_final_from(&t->dp, dl->units[p->model.n_layers + 1].first_param);
       } else {
         slot_wait_recv(t, sl);
         memcpy(a->dresidual, sl->grad, n_boundary * sizeof(float));
       }
-      for (int l = st->first_layer + st->n_layers - 1; st->first_layer >= 0 && l >= st->first_layer; l--)
+      for (int l = st->first_layer + st->n_layers - 1; st->first_layer >= 0 && l >= st->first_layer; l--) {
         model_layer_backward(m, a, l);
+        if (final)
+          dp_grads_final_from(&t->dp, dl->units[1 + l].first_param);
+      }
       if (st->has_embed) {
         model_embed_backward(m, a);
+        if (final && !pp->embed) /* a tied embedding is summed between the stages first */
+          dp_grads_final_from(&t->dp, 0);
         sl->stage = sl->mb = -1; /* nothing to send back */
       } else {
         memcpy(sl->grad, a->dresidual, n_boundary * sizeof(float));
@@ -300,7 +320,7 @@ double pipe_forward_backward(struct pipe *pp, struct trainer *t)
         if (comm_all_reduce(pp->embed, e->grad, e->grad, e->n_elems, COMM_FP32, COMM_SUM, NULL))
           failed(t, "all-reduce of the tied embedding's gradient");
       }
-      dp_reduce_all(&t->dp);
+      dp_reduce_rest(&t->dp);
       break;
     case SCHED_OPTIMIZER:
     case SCHED_N_OPS:

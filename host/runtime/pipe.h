@@ -5,8 +5,10 @@
  * follows; a receive is waited for by the FWD or BWD that reads it), RECOMPUTE as a marker (the
  * layers recompute what their policy discarded one at a time inside the BWD that follows,
  * model_layer_backward), REDUCE_GRADS — after the rank's last one — the tied embedding's
- * gradient summed between the first and last stage and the data-parallel all-reduce, and
- * OPTIMIZER left to the trainer.
+ * gradient summed between the first and last stage and the rest of the data-parallel
+ * all-reduce, and OPTIMIZER left to the trainer. The data-parallel buckets start as soon as their
+ * gradients are final: during each stage's last backward, after the head and after each layer
+ * (a tied embedding's bucket waits for its sum between the stages).
  *
  * Slots: one struct model_acts per (stage, micro-batch) in flight, each with room for its stage's
  * layers only, as many per stage as this rank's list ever has in flight (a slot is taken by the
@@ -49,6 +51,7 @@ struct pipe {
   struct pipe_slot *slots;     /* slots[0].acts is the trainer's acts */
   int *in_index;               /* (n_stages) the residual index a stage reads: its first layer */
   int peak_slots;              /* most slots in use at once in the last step */
+  int *last_bwd;               /* (n_stages) the micro-batch of each stage's last BWD on this rank */
 };
 
 /* Slots per stage of pipeline rank pp_rank under schedule s: (n_stages) entries, 0 for the
