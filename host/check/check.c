@@ -117,11 +117,6 @@ static void print_schedule(FILE *f, const struct plan *p)
 
 static const char *const comm_op_names[] = { "all-reduce", "all-gather", "reduce-scatter" };
 
-static int dtype_bytes(enum plan_dtype d)
-{
-  return d == PLAN_FP32 ? 4 : 2;
-}
-
 static const char *format_bytes(double v, char *buf, size_t n)
 {
   static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
@@ -189,7 +184,7 @@ static void print_tp_comms(FILE *f, const struct plan *p)
   struct tp_comm *list = tp_comms(p, &n);
   if (!list)
     return;
-  const int eb = dtype_bytes(p->precision.compute), L = p->model.n_layers;
+  const int eb = (int)plan_dtype_bytes(p->precision.compute), L = p->model.n_layers;
   double bytes[2] = { 0, 0 };
   int calls[2] = { 0, 0 };
   for (int i = 0; i < n; i++) {
@@ -220,7 +215,7 @@ static void write_tp_comms_json(struct json *j, const struct plan *p)
 {
   int n;
   struct tp_comm *list = tp_comms(p, &n);
-  const int eb = dtype_bytes(p->precision.compute);
+  const int eb = (int)plan_dtype_bytes(p->precision.compute);
   json_begin_object(j);
   json_key(j, "micro_batch"); json_int(j, p->batch.micro);
   json_key(j, "seq"); json_int(j, p->batch.seq);

@@ -10,11 +10,6 @@
 #include "sched/sched.h"
 #include "util/err.h"
 
-static double dtype_bytes(enum plan_dtype d)
-{
-  return d == PLAN_FP32 ? 4.0 : 2.0;
-}
-
 /* Whether the group of axis `a` fits in one node: its members are stride apart, stride the
  * product of the sizes of the axes before it in the mesh order. */
 static int group_intra(const struct plan_mesh *m, enum plan_axis a, int gpus_per_node)
@@ -39,25 +34,13 @@ static double ring(int comm, double bytes, int n, const struct cluster_link *l, 
   return steps / n * bytes / bw + steps * l->latency;
 }
 
-static double recompute_flops(const struct plan_layer_flops *lf, uint8_t mask)
-{
-  double f = 0;
-  if (mask & PLAN_RC_ATTN)
-    f += lf->attn_proj + lf->attn_core;
-  else if (mask & PLAN_RC_ATTN_CORE)
-    f += lf->attn_core;
-  if (mask & PLAN_RC_MLP)
-    f += lf->mlp;
-  return f;
-}
-
 int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out, char *err, size_t err_size)
 {
   memset(out, 0, sizeof *out);
   const struct plan_mesh *me = &p->mesh;
   const int S = p->n_stages, L = p->model.n_layers, M = p->batch.microbatches, tp = me->tp;
   const double tokens = (double)p->batch.micro * p->batch.seq; /* per micro-batch */
-  const double rate = c->peak_flops * c->compute_efficiency, eb = dtype_bytes(p->precision.compute);
+  const double rate = c->peak_flops * c->compute_efficiency, eb = plan_dtype_bytes(p->precision.compute);
   out->tp.intra = group_intra(me, PLAN_AXIS_TP, c->gpus_per_node);
   out->dp.intra = group_intra(me, PLAN_AXIS_DP, c->gpus_per_node);
   out->pp.intra = group_intra(me, PLAN_AXIS_PP, c->gpus_per_node);
@@ -80,7 +63,7 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
     const struct plan_stage *st = &p->stages[s];
     double f = st->n_layers * layer_fwd + (st->has_head ? plan_head_flops(p) : 0), r = 0;
     for (int l = st->first_layer; st->first_layer >= 0 && l < st->first_layer + st->n_layers; l++) {
-      r += recompute_flops(&lf, p->layers[l].recompute);
+      r += plan_recompute_flops(&lf, p->layers[l].recompute);
       stage_of_layer[l + 1] = s;
     }
     if (st->has_embed)
@@ -157,7 +140,7 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   const int dp = me->dp;
   if (dp > 1) {
     const struct cluster_link *dpl = link_of(c, out->dp.intra);
-    const double gbytes = n_local * dtype_bytes(p->precision.grads), pbytes = n_local * eb;
+    const double gbytes = n_local * plan_dtype_bytes(p->precision.grads), pbytes = n_local * eb;
     const double buckets = fmax(1.0, ceil(n_local * 4.0 / (p->bucket_mb * 1048576.0)));
     const double bwd_mb = busiest > 0 ? 2.0 / 3.0 * (out->compute / M) : 0.0; /* one micro-batch's backward */
     double t_reduce, exposed;

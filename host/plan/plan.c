@@ -154,6 +154,23 @@ struct plan_layer_flops plan_layer_flops(const struct plan *p)
   return lf;
 }
 
+double plan_recompute_flops(const struct plan_layer_flops *lf, uint8_t mask)
+{
+  double f = 0;
+  if (mask & PLAN_RC_ATTN)
+    f += lf->attn_proj + lf->attn_core;
+  else if (mask & PLAN_RC_ATTN_CORE)
+    f += lf->attn_core;
+  if (mask & PLAN_RC_MLP)
+    f += lf->mlp;
+  return f;
+}
+
+double plan_dtype_bytes(enum plan_dtype d)
+{
+  return d == PLAN_FP32 ? 4.0 : 2.0;
+}
+
 double plan_head_flops(const struct plan *p)
 {
   return 2.0 * p->model.dim * (double)p->model.vocab;

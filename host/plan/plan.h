@@ -151,6 +151,11 @@ struct plan_layer_flops {
 };
 struct plan_layer_flops plan_layer_flops(const struct plan *p);
 double plan_head_flops(const struct plan *p); /* the LM head: 2 · dim · vocab */
+/* What recomputing the parts in `mask` costs per token (the whole attention block includes its
+ * core; norms and SwiGLU are free). */
+double plan_recompute_flops(const struct plan_layer_flops *lf, uint8_t mask);
+/* Bytes of one element of a dtype: 4 for fp32, 2 for bf16 and fp16. */
+double plan_dtype_bytes(enum plan_dtype d);
 
 /* Parameters of the model (with the padded vocab when padded). */
 long long plan_param_count(const struct plan *p);

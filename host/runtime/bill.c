@@ -12,11 +12,6 @@
 #include "sched/sched.h"
 #include "util/err.h"
 
-static double dtype_bytes(enum plan_dtype d)
-{
-  return d == PLAN_FP32 ? 4.0 : 2.0;
-}
-
 /* Floats of unit u's buckets. */
 static size_t unit_elems(const struct dp_layout *l, int u)
 {
@@ -33,6 +28,21 @@ static size_t unit_shares(const struct dp_layout *l, int u)
   size_t n = 0;
   for (int b = k->first_bucket; k->first_bucket >= 0 && b <= k->last_bucket; b++) n += l->buckets[b].share;
   return n;
+}
+
+/* The units each step of a micro-batch reads, as dp_passes.c runs them: the embedding, the
+ * layers, the head (with the embedding when tied) forward and backward, the layers back, the
+ * embedding's backward (no parameter: −1). steps has room for 2L + 5. Returns how many. */
+static int micro_batch_steps(const struct model *m, int (*steps)[2])
+{
+  const int L = m->config.n_layers, tied = m->config.tie_embeddings;
+  int ns = 0;
+  steps[ns][0] = 0, steps[ns++][1] = -1;
+  for (int u = 1; u <= L; u++) steps[ns][0] = u, steps[ns++][1] = -1;
+  for (int k = 0; k < 2; k++) steps[ns][0] = L + 1, steps[ns++][1] = tied ? 0 : -1;
+  for (int u = L; u >= 1; u--) steps[ns][0] = u, steps[ns++][1] = -1;
+  steps[ns][0] = -1, steps[ns++][1] = -1;
+  return ns;
 }
 
 /* Zero ≥ 2: gradients of the unit in backward and of the one reducing (backward goes head,
@@ -61,17 +71,13 @@ static void zero_peaks(const struct dp_layout *l, const struct model *m, int mic
   }
   *grads = g;
   *comm = c;
-  /* Zero 3: the steps' units: embed; layers; head (+ embedding when tied) twice; layers back. */
-  int (*steps)[2] = malloc((size_t)(2 * L + 4) * sizeof *steps);
+  /* Zero 3: the units of two consecutive steps held at once */
+  int (*steps)[2] = malloc((size_t)(2 * L + 5) * sizeof *steps);
   if (!steps) {
     free(order);
     return;
   }
-  int ns = 0;
-  steps[ns][0] = 0, steps[ns++][1] = -1;
-  for (int u = 1; u <= L; u++) steps[ns][0] = u, steps[ns++][1] = -1;
-  for (int k = 0; k < 2; k++) steps[ns][0] = L + 1, steps[ns++][1] = tied ? 0 : -1;
-  for (int u = L; u >= 1; u--) steps[ns][0] = u, steps[ns++][1] = -1;
+  const int ns = micro_batch_steps(m, steps);
   size_t pmax = 0;
   for (int j = 0; j < ns; j++) {
     int units[4] = { steps[j][0], steps[j][1], j + 1 < ns ? steps[j + 1][0] : -1, j + 1 < ns ? steps[j + 1][1] : -1 };
@@ -89,17 +95,26 @@ static void zero_peaks(const struct dp_layout *l, const struct model *m, int mic
   free(order);
 }
 
+/* The parameter table and data-parallel layout pipeline rank pp_rank builds. 0 ok. */
+static int rank_layout(const struct plan *p, int pp_rank, struct model *m, struct dp_layout *l, char *err,
+                       size_t err_size)
+{
+  if (model_create_table_at(m, p, 0, pp_rank, err, err_size))
+    return 1;
+  if (dp_layout_build(l, m, p->mesh.dp, p->zero, p->bucket_mb, err, err_size)) {
+    model_free(m);
+    return 1;
+  }
+  return 0;
+}
+
 int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err, size_t err_size)
 {
   memset(out, 0, sizeof *out);
   struct model m;
-  if (model_create_table_at(&m, p, 0, pp_rank, err, err_size))
-    return 1;
   struct dp_layout l;
-  if (dp_layout_build(&l, &m, p->mesh.dp, p->zero, p->bucket_mb, err, err_size)) {
-    model_free(&m);
+  if (rank_layout(p, pp_rank, &m, &l, err, err_size))
     return 1;
-  }
   const int micro = p->batch.micro, seq = p->batch.seq, zero = p->zero;
   size_t acts[3];
   if (model_acts_count(&m, micro, seq, NULL, acts)) {
@@ -172,7 +187,7 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
   /* the trainer's batch: inputs and targets (ints), each row's window index (8 bytes) */
   const double batch_bytes = 2.0 * micro * seq * sizeof(int) + (double)micro * sizeof(uint64_t);
 
-  const double c = dtype_bytes(p->precision.compute), g = dtype_bytes(p->precision.grads);
+  const double c = plan_dtype_bytes(p->precision.compute), g = plan_dtype_bytes(p->precision.grads);
   const double master = p->precision.compute == PLAN_FP32 ? 0.0 : 4.0;
   out->bytes[ALLOC_PARAMS] = params * c;
   out->bytes[ALLOC_GRADS] = grads * g;
@@ -208,16 +223,15 @@ static void count(struct traffic *t, enum traffic_group g, enum comm_op op, unsi
 static void zero3_gathers(const struct dp_layout *l, const struct model *m, unsigned long long *calls,
                           unsigned long long *elems)
 {
-  const int L = m->config.n_layers, tied = m->config.tie_embeddings, U = L + 2;
-  int steps[512][2], ns = 0;
-  if (2 * L + 4 > 512)
+  const int L = m->config.n_layers, U = L + 2;
+  int (*steps)[2] = malloc((size_t)(2 * L + 5) * sizeof *steps);
+  char *held = calloc((size_t)U, 1);
+  if (!steps || !held) {
+    free(steps);
+    free(held);
     return;
-  steps[ns][0] = 0, steps[ns++][1] = -1;
-  for (int u = 1; u <= L; u++) steps[ns][0] = u, steps[ns++][1] = -1;
-  for (int k = 0; k < 2; k++) steps[ns][0] = L + 1, steps[ns++][1] = tied ? 0 : -1;
-  for (int u = L; u >= 1; u--) steps[ns][0] = u, steps[ns++][1] = -1;
-  steps[ns][0] = -1, steps[ns++][1] = -1; /* the embedding's backward reads no parameter */
-  char held[514] = { 0 };
+  }
+  const int ns = micro_batch_steps(m, steps);
   for (int k = 0; k < ns; k++) {
     for (int j = 0; j < 2; j++) { /* this step's units, then the next step's (prefetch) */
       for (int i = 0; i < 2; i++) {
@@ -238,19 +252,17 @@ static void zero3_gathers(const struct dp_layout *l, const struct model *m, unsi
         held[u] = 0;
     }
   }
+  free(steps);
+  free(held);
 }
 
 int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char *err, size_t err_size)
 {
   memset(out, 0, sizeof *out);
   struct model m;
-  if (model_create_table_at(&m, p, 0, pp_rank, err, err_size))
-    return 1;
   struct dp_layout l;
-  if (dp_layout_build(&l, &m, p->mesh.dp, p->zero, p->bucket_mb, err, err_size)) {
-    model_free(&m);
+  if (rank_layout(p, pp_rank, &m, &l, err, err_size))
     return 1;
-  }
   const int tp = p->mesh.tp, dp = p->mesh.dp, pp = p->mesh.pp, M = p->batch.microbatches;
   const int L = p->model.n_layers;
   /* tp: the conversions of this rank's layers, per micro-batch; the norm's partial sums */

@@ -9,19 +9,6 @@
 
 #include "util/err.h"
 
-/* What recomputing `mask` costs in FLOPs: the whole attention block includes its core. */
-static double recompute_flops(const struct plan_layer_flops *lf, uint8_t mask)
-{
-  double f = 0;
-  if (mask & PLAN_RC_ATTN)
-    f += lf->attn_proj + lf->attn_core;
-  else if (mask & PLAN_RC_ATTN_CORE)
-    f += lf->attn_core;
-  if (mask & PLAN_RC_MLP)
-    f += lf->mlp;
-  return f;
-}
-
 int sched_from_plan(const struct plan *p, struct sched *out, char *err, size_t n)
 {
   int S = p->n_stages;
@@ -47,7 +34,7 @@ int sched_from_plan(const struct plan *p, struct sched *out, char *err, size_t n
     const struct plan_stage *st = &p->stages[s];
     fwd_flops[s] = st->n_layers * per_layer + (st->has_head ? plan_head_flops(p) : 0);
     for (int l = st->first_layer; st->first_layer >= 0 && l < st->first_layer + st->n_layers; l++) {
-      rc_flops[s] += recompute_flops(&lf, p->layers[l].recompute);
+      rc_flops[s] += plan_recompute_flops(&lf, p->layers[l].recompute);
       recompute[s] |= p->layers[l].recompute != 0;
     }
     total += fwd_flops[s];
