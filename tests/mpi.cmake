@@ -132,6 +132,8 @@ tycho_tp_equiv(pp4_gpipe 4 dp_small.lua --set mesh.pp=4 --set schedule.kind=gpip
 tycho_tp_equiv(pp2_interleaved_v2 2 dp_small.lua --set mesh.pp=2 --set virtual_stages=2 --set schedule.kind=interleaved --both model.n_layers=4)
 tycho_tp_equiv(pp4_interleaved_v2 4 dp_small.lua --set mesh.pp=4 --set virtual_stages=2 --set schedule.kind=interleaved --both model.n_layers=8)
 tycho_tp_equiv(pp2_uneven 2 pp_uneven.lua)
+tycho_tp_equiv(pp2_function 2 pp_function.lua)
+tycho_tp_equiv(pp2_balanced 2 dp_small.lua --set mesh.pp=2 --set stages=balanced --both model.n_layers=5)
 tycho_tp_equiv(pp2_tied 2 dp_small.lua --set mesh.pp=2 --both model.tie_embeddings=true)
 tycho_tp_equiv(pp4_tied_gpipe 4 dp_small.lua --set mesh.pp=4 --set schedule.kind=gpipe --both model.n_layers=4 --both model.tie_embeddings=true)
 tycho_tp_equiv(pp2_recompute_full 2 dp_small.lua --set mesh.pp=2 --set recompute=full)
