@@ -44,8 +44,9 @@ tycho_mpi_test(mpi_overlap 2 COMMAND $<TARGET_FILE:mpi_overlap> ${CMAKE_CURRENT_
 set_tests_properties(mpi_overlap PROPERTIES RUN_SERIAL TRUE)
 tycho_mpi_test(mpi_errors 4 COMMAND $<TARGET_FILE:mpi_errors>)
 
-# The watchdog: a rank that sleeps past TYCHO_COMM_TIMEOUT, leaves early, or dies, before a collective.
-foreach(mode sleep finalize exit)
+# The watchdog: a rank that sleeps past TYCHO_COMM_TIMEOUT, leaves early, is frozen, or dies, before
+# a collective.
+foreach(mode sleep finalize stopped exit)
   add_test(NAME mpi_watchdog.${mode} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/watchdog.sh
     ${mode} ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} $<TARGET_FILE:mpi_watchdog>)
   set_tests_properties(mpi_watchdog.${mode} PROPERTIES TIMEOUT 90 PROCESSORS 4 LABELS mpi

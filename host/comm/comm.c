@@ -502,10 +502,23 @@ int comm_finalize(char *err, size_t err_size)
   pthread_mutex_lock(&ctx.lock);
   while (ctx.inflight)
     pthread_cond_wait(&ctx.finished, &ctx.lock);
+  pthread_mutex_unlock(&ctx.lock);
+  comm_control_end();
+  /* Every rank leaves together: a rank that finalizes while others still wait in a collective
+   * stays alive here, answers the watchdog's questions ("it waits in comm_finalize ...") and is
+   * diagnosed with the rest, instead of vanishing and leaving its peers to hang or abort next to
+   * a finalized process. */
+  if (ctx.size > 1) {
+    comm_control_begin_on("comm_finalize waiting for every rank to leave", ctx.world);
+    int left = comm_mpi_leave_barrier(err, err_size);
+    comm_control_end();
+    if (left)
+      return -1;
+  }
+  pthread_mutex_lock(&ctx.lock);
   ctx.stop_thread = 1;
   pthread_cond_signal(&ctx.work);
   pthread_mutex_unlock(&ctx.lock);
-  comm_control_end();
   pthread_join(ctx.thread, NULL);
   comm_watchdog_stop();
   ctx.threads_started = 0;

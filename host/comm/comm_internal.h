@@ -91,7 +91,7 @@ struct comm_context {
   atomic_int work_queued;     /* the queue is not empty: lets an idle comm thread spin briefly */
   struct comm_request *queue_head, *queue_tail; /* issued, not yet started */
   struct comm_request *inflight;                /* issued, not finished */
-  struct { const char *what; double t_begin; int active; } control; /* a control-plane call */
+  struct { const char *what; double t_begin; int active; const struct comm_group *group; } control; /* a control-plane call */
 
   long long step;
   int mb;
@@ -129,6 +129,8 @@ int comm_mpi_fail(int code, const char *call, const char *file, int line, char *
   return comm_mpi_fail(mpi_rc_, #call, __FILE__, __LINE__, (err), (err_size)); } while (0)
 int comm_mpi_init(int *argc, char ***argv, char *err, size_t err_size);
 int comm_mpi_finalize(char *err, size_t err_size);
+/* A barrier over the world's control communicator that polls, so the watchdog can time it. */
+int comm_mpi_leave_barrier(char *err, size_t err_size);
 /* A group whose control communicator is `ctl` (taken over, freed on failure) and whose data
  * communicator is a duplicate of it; added to the context. */
 int comm_mpi_group_new(MPI_Comm ctl, const char *name, struct comm_group **out, char *err, size_t err_size);
@@ -145,6 +147,8 @@ int comm_watchdog_start(char *err, size_t err_size);
 void comm_watchdog_stop(void);
 /* Brackets a blocking control-plane call so the watchdog also times it. */
 void comm_control_begin(const char *what);
+/* The same for a call that waits for every member of `group`: a diagnosis asks them where they are. */
+void comm_control_begin_on(const char *what, const struct comm_group *group);
 void comm_control_end(void);
 
 #endif

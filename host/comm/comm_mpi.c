@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm_internal.h"
 
@@ -192,6 +193,20 @@ int comm_group_split(struct comm_group *parent, int color, int key, const char *
                                  : comm_mpi_fail(rc, "MPI_Comm_split", __FILE__, __LINE__, err, n);
   comm_control_end();
   return status;
+}
+
+int comm_mpi_leave_barrier(char *err, size_t n)
+{
+  MPI_Request req;
+  MPI_CHECK(MPI_Ibarrier(ctx.world->state->ctl, &req), err, n);
+  for (;;) {
+    int done = 0;
+    MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE), err, n);
+    if (done)
+      return 0;
+    struct timespec ts = { 0, 1000000 };
+    nanosleep(&ts, NULL);
+  }
 }
 
 int comm_mpi_finalize(char *err, size_t n)

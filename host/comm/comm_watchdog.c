@@ -20,11 +20,18 @@
 #define TICK_SECONDS 0.1
 #define ANSWER_SECONDS 2.0 /* how long a stuck rank waits for its peers' answers */
 #define LAST_RECORDS 8
+#define DEFER_SECONDS 10.0 /* how long a rank waits for a lower stuck peer's abort before its own */
 
 void comm_control_begin(const char *what)
 {
+  comm_control_begin_on(what, NULL);
+}
+
+void comm_control_begin_on(const char *what, const struct comm_group *group)
+{
   pthread_mutex_lock(&ctx.lock);
   ctx.control.what = what;
+  ctx.control.group = group;
   ctx.control.t_begin = comm_now();
   ctx.control.active = 1;
   pthread_mutex_unlock(&ctx.lock);
@@ -104,9 +111,12 @@ static void sleep_seconds(double s)
   while (nanosleep(&ts, &ts) && errno == EINTR) {}
 }
 
-/* Asks every other member of g where it is and appends the answers to out. */
-static size_t ask_peers(const struct comm_group *g, char *out, size_t n)
+/* Asks every other member of g where it is and appends the answers to out. *lower_stuck is set
+ * when a peer with a lower world rank answered that it waits too, in an operation on g or
+ * elsewhere in comm: its own watchdog will abort the job. */
+static size_t ask_peers(const struct comm_group *g, char *out, size_t n, int *lower_stuck)
 {
+  *lower_stuck = 0;
   size_t len = (size_t)snprintf(out, n, "  %s group: world ranks", g->name);
   for (int i = 0; i < g->size && len < n; i++)
     len += (size_t)snprintf(out + len, n - len, " %d", g->ranks[i]);
@@ -139,10 +149,15 @@ static size_t ask_peers(const struct comm_group *g, char *out, size_t n)
     char reply[REPLY_MAX] = "";
     MPI_Recv(reply, REPLY_MAX, MPI_CHAR, st.MPI_SOURCE, TAG_REPLY, ctx.watch, MPI_STATUS_IGNORE);
     reply[REPLY_MAX - 1] = 0;
+    char stuck_alike[COMM_NAME_MAX + 64];
+    snprintf(stuck_alike, sizeof stuck_alike, "rank %d: in %s ", st.MPI_SOURCE, name);
     for (int i = 0; i < g->size; i++)
       if (g->ranks[i] == st.MPI_SOURCE && !replies[i][0] && i != g->rank) {
         snprintf(replies[i], REPLY_MAX, "%s", reply);
         waiting--;
+        if (st.MPI_SOURCE < ctx.rank &&
+            (!strncmp(reply, stuck_alike, strlen(stuck_alike)) || strstr(reply, "; it waits in ")))
+          *lower_stuck = 1;
       }
   }
   for (int i = 0; i < g->size && len < n; i++)
@@ -175,7 +190,11 @@ static size_t last_records(char *out, size_t n)
   return len;
 }
 
-/* Prints the diagnosis in one write, so ranks' reports do not interleave, and ends the job. */
+/* Prints the diagnosis in one write, so ranks' reports do not interleave, and ends the job.
+ * When a lower-ranked peer is stuck in the same group it will abort too; this rank then leaves the
+ * abort to it and only aborts itself if still alive DEFER_SECONDS later. One MPI_Abort per job
+ * instead of one per stuck rank: Open MPI 4.1's launcher can crash or hang in its own teardown
+ * (PMIx_server_finalize) when several ranks abort at once next to a rank that already finalized. */
 static void diagnose_and_abort(const struct comm_record *stuck, const struct comm_group *g,
                                const char *control, double age, double timeout)
 {
@@ -194,12 +213,22 @@ static void diagnose_and_abort(const struct comm_record *stuck, const struct com
   else
     len = (size_t)snprintf(out, n, "tycho: rank %d: comm watchdog: %s has not finished after %.1f s "
                            "(TYCHO_COMM_TIMEOUT=%g); aborting the job\n", ctx.rank, control, age, timeout);
+  int lower_stuck = 0;
   if (g && g->size > 1 && len < n)
-    len += ask_peers(g, out + len, n - len);
+    len += ask_peers(g, out + len, n - len, &lower_stuck);
   if (len < n)
     len += last_records(out + len, n - len);
   fputs(out, stderr);
   fflush(stderr);
+  if (lower_stuck) {
+    double until = comm_now() + DEFER_SECONDS;
+    while (comm_now() < until) {
+      answer_queries();
+      sleep_seconds(0.05);
+    }
+    fprintf(stderr, "tycho: rank %d: comm watchdog: the job did not end %.0f s after the diagnosis; aborting\n",
+            ctx.rank, DEFER_SECONDS);
+  }
   MPI_Abort(MPI_COMM_WORLD, 1);
   abort(); /* MPI_Abort does not return */
 }
@@ -224,6 +253,7 @@ static void *watchdog_main(void *arg)
     struct comm_record stuck = r ? r->rec : (struct comm_record){ 0 };
     const struct comm_group *g = r ? r->group : NULL;
     const char *control = ctx.control.active ? ctx.control.what : NULL;
+    const struct comm_group *control_group = ctx.control.group;
     double control_age = now - ctx.control.t_begin;
     pthread_mutex_unlock(&ctx.lock);
 
@@ -231,7 +261,7 @@ static void *watchdog_main(void *arg)
     if (timeout > 0 && r && now - stuck.t_issue > timeout)
       diagnose_and_abort(&stuck, g, NULL, now - stuck.t_issue, timeout);
     if (timeout > 0 && control && control_age > timeout)
-      diagnose_and_abort(NULL, NULL, control, control_age, timeout);
+      diagnose_and_abort(NULL, control_group, control, control_age, timeout);
     pthread_mutex_lock(&ctx.lock);
   }
   pthread_mutex_unlock(&ctx.lock);

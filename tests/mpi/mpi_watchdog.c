@@ -1,9 +1,11 @@
 /* A rank that never arrives. Four ranks run two all-reduces on the world; then rank 1, by
- * `mode`, sleeps for 30 s ("sleep"), leaves cleanly through comm_finalize ("finalize") or
- * dies without a word ("exit"), while the others start a third all-reduce. With
- * TYCHO_COMM_TIMEOUT=3 the job must end in seconds, not hang: by the watchdog's diagnosis and
- * MPI_Abort, or (exit) by mpirun noticing the dead rank. watchdog.sh checks what is printed. */
+ * `mode`, sleeps for 30 s ("sleep"), leaves through comm_finalize ("finalize": it waits there for
+ * the others), freezes with SIGSTOP ("stopped": its watchdog cannot answer) or dies without a
+ * word ("exit"), while the others start a third all-reduce. With TYCHO_COMM_TIMEOUT=3 the job
+ * must end in seconds, not hang: by the watchdog's diagnosis and MPI_Abort, or (exit) by mpirun
+ * noticing the dead rank. watchdog.sh checks what is printed. */
 #define _POSIX_C_SOURCE 200809L
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +32,8 @@ int main(int argc, char **argv)
   if (w->rank == 1) {
     if (!strcmp(mode, "exit"))
       _exit(3);
+    if (!strcmp(mode, "stopped"))
+      raise(SIGSTOP);
     if (!strcmp(mode, "finalize")) {
       if (comm_finalize(err, sizeof err))
         comm_fatal("%s", err);
