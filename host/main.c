@@ -19,6 +19,7 @@
 #include "kernels.h"
 #include "plan/compile.h"
 #include "runtime/threads.h"
+#include "runtime/ckpt.h"
 #include "runtime/train.h"
 
 #define EXIT_USAGE 2
@@ -47,6 +48,10 @@ static const char usage_text[] =
   "  run PLAN.lua [--set path=value ...]\n"
   "        compile the plan and train with it (under mpirun or srun for more ranks: data,\n"
   "        tensor and pipeline parallelism, ZeRO 1-3, recompute)\n"
+  "  ckpt inspect|verify DIR\n"
+  "        a checkpoint (checkpoint.dir/step_N, or checkpoint.dir for its newest): inspect\n"
+  "        prints its step, model, mesh and files; verify also checks every piece's checksum\n"
+  "        and that every tensor is covered exactly once (exit 1 when not)\n"
   "  --help, -h      this text\n"
   "  --version       the version\n"
   "\n"
@@ -344,7 +349,17 @@ static int pmain(lua_State *L)
     parse_args(L, argc, argv, &c);
     return cmd_run(L, &c);
   }
-  return host_fail(L, EXIT_USAGE, "unknown command '%s'; the commands are check, tune and run (tycho --help)", cmd);
+  if (strcmp(cmd, "ckpt") == 0) {
+    if (argc != 4 || (strcmp(argv[2], "inspect") && strcmp(argv[2], "verify")))
+      return host_fail(L, EXIT_USAGE, "usage: tycho ckpt inspect|verify DIR");
+    char err[1024];
+    int bad = strcmp(argv[2], "verify") == 0 ? ckpt_verify(argv[3], stdout, err, sizeof err)
+                                              : ckpt_inspect(argv[3], stdout, err, sizeof err);
+    if (bad)
+      return host_fail(L, EXIT_RUNTIME, "%s", err);
+    return 0;
+  }
+  return host_fail(L, EXIT_USAGE, "unknown command '%s'; the commands are check, tune, run and ckpt (tycho --help)", cmd);
 }
 
 int main(int argc, char **argv)

@@ -62,7 +62,7 @@ static void shape_string(char *buf, size_t size, const struct st_tensor *t)
 }
 
 /* Check one tensor entry {"dtype", "shape", "data_offsets"} and fill t. */
-static int st_tensor_entry(struct st_file *f, struct json *j, int id, struct st_tensor *t,
+static int st_tensor_entry(struct st_file *f, struct json_doc *j, int id, struct st_tensor *t,
                            char *err, size_t err_size)
 {
   const struct json_node *nd = &j->nodes[id];
@@ -136,7 +136,7 @@ static int st_tensor_entry(struct st_file *f, struct json *j, int id, struct st_
   return 0;
 }
 
-static int st_metadata(struct st_file *f, struct json *j, int id, char *err, size_t err_size)
+static int st_metadata(struct st_file *f, struct json_doc *j, int id, char *err, size_t err_size)
 {
   const struct json_node *nd = &j->nodes[id];
   if (nd->type != JSON_OBJECT)
@@ -210,7 +210,7 @@ static int st_parse_image(struct st_file *f, const uint8_t *buf, size_t n, char 
                           size_t err_size)
 {
   uint64_t header_bytes;
-  struct json j;
+  struct json_doc j;
   int rc;
   if (n < 8)
     return errf(err, err_size, "%s: file is %zu bytes, shorter than the 8-byte header length: "
@@ -595,7 +595,7 @@ static bool shard_name_ok(const char *s)
 int st_index_parse(struct st_index *ix, const char *json, size_t n_bytes, const char *name,
                    char *err, size_t err_size)
 {
-  struct json j;
+  struct json_doc j;
   struct named *by_shard = NULL;
   int map = -1, rc;
   memset(ix, 0, sizeof *ix);

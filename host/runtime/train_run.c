@@ -13,6 +13,7 @@
 
 #include "comm/comm.h"
 #include "runtime/alloc.h"
+#include "runtime/ckpt.h"
 #include "runtime/train.h"
 #include "runtime/weights.h"
 #include "util/err.h"
@@ -250,11 +251,11 @@ static int run_loop(struct trainer *t, struct run_log *log, int *left, char *err
 {
   const struct plan *p = t->plan;
   struct comm_group *g = t->world;
-  const long long steps = p->train.steps, leave_after = leave_after_step();
+  const long long steps = p->train.steps, leave_after = leave_after_step(), first = t->step;
   const double start = now_seconds();
   double interval_seconds = 0.0;
-  long long tokens = 0, interval_tokens = 0;
-  for (long long s = 0; s < steps; s++) {
+  long long tokens = first * p->batch.global * p->batch.seq, interval_tokens = 0;
+  for (long long s = first; s < steps; s++) {
     struct train_step_stats st;
     double t0 = now_seconds();
     if (trainer_step(t, &st, err, n)) /* the same verdict on every rank: loss and norm are */
@@ -268,7 +269,7 @@ static int run_loop(struct trainer *t, struct run_log *log, int *left, char *err
      * failure of its own, and the agreement at the end of the step stops them all. */
     int failed = log_step(log, p, &st, tokens, t1 - t0, t1 - start, err, n);
     int last = s + 1 == steps;
-    if ((s + 1) % p->log.every == 0 || last || s == 0) {
+    if ((s + 1) % p->log.every == 0 || last || s == first) {
       print_progress(log->out, p, &st, (double)interval_tokens / interval_seconds, t1 - start);
       interval_tokens = 0;
       interval_seconds = 0.0;
@@ -289,6 +290,16 @@ static int run_loop(struct trainer *t, struct run_log *log, int *left, char *err
     }
     if (agree(g, failed ? TRAIN_RUNTIME_ERROR : TRAIN_OK, err, n))
       return TRAIN_RUNTIME_ERROR;
+    const char *ckdir = p->checkpoint.dir;
+    if (ckdir[0] && ((p->checkpoint.every > 0 && (s + 1) % p->checkpoint.every == 0) || last)) {
+      double c0 = now_seconds();
+      if (ckpt_save(t, ckdir, s + 1, p->checkpoint.keep, err, n))
+        return TRAIN_RUNTIME_ERROR;
+      if (log->out) {
+        fprintf(log->out, "checkpoint %s/step_%08lld written in %.2f s\n", ckdir, s + 1, now_seconds() - c0);
+        fflush(log->out);
+      }
+    }
     if (s == leave_after) {
       fprintf(stderr, "tycho: rank %d: leaving after step %lld (TYCHO_TEST_LEAVE_AFTER_STEP)\n",
               g ? g->ranks[g->rank] : 0, s);
@@ -296,12 +307,33 @@ static int run_loop(struct trainer *t, struct run_log *log, int *left, char *err
       return TRAIN_OK;
     }
   }
-  if (log->out) {
+  if (log->out && first >= steps)
+    fprintf(log->out, "nothing to train: the checkpoint is at step %lld, train.steps is %lld\n", first, steps);
+  else if (log->out) {
     char took[32];
     fprintf(log->out, "done: %lld steps, %lld tokens in %s\n", steps, tokens,
             format_duration(took, sizeof took, now_seconds() - start));
   }
   return TRAIN_OK;
+}
+
+/* checkpoint.dir holding a checkpoint: every rank loads its blocks and shards of the newest
+ * (on any mesh) and the run goes on from its step. Agreed over the job. */
+static int resume(struct trainer *t, struct comm_group *all, FILE *out, char *err, size_t n)
+{
+  char path[4096];
+  long long step;
+  int found = ckpt_find_latest(t->plan->checkpoint.dir, path, sizeof path, &step, err, n);
+  int rc = found < 0 ? TRAIN_RUNTIME_ERROR : TRAIN_OK;
+  if (found == 0 && ckpt_load(t, path, err, n))
+    rc = TRAIN_RUNTIME_ERROR;
+  rc = agree(all, rc, err, n);
+  if (rc == TRAIN_OK && found == 0 && out) {
+    fprintf(out, "resumed from %s: step %lld%s\n", path, step,
+            t->plan->init.from[0] ? " (init.from is not read when resuming)" : "");
+    fflush(out);
+  }
+  return rc;
 }
 
 int train_run(const struct plan *p, struct comm_group *const *groups, FILE *out, char *err,
@@ -321,6 +353,8 @@ int train_run(const struct plan *p, struct comm_group *const *groups, FILE *out,
   print_header(log.out, p, &t);
   rc = rank0 && open_metrics(&log, p->log.metrics, err, err_size) ? TRAIN_RUNTIME_ERROR : TRAIN_OK;
   rc = agree(all, rc, err, err_size);
+  if (rc == TRAIN_OK && p->checkpoint.dir[0])
+    rc = resume(&t, all, log.out, err, err_size);
   int left = 0;
   if (rc == TRAIN_OK)
     rc = run_loop(&t, &log, &left, err, err_size);

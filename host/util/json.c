@@ -10,7 +10,7 @@
 #include "util/err.h"
 
 __attribute__((format(printf, 3, 4)))
-static int json_fail(struct json *j, size_t pos, const char *fmt, ...)
+static int json_fail(struct json_doc *j, size_t pos, const char *fmt, ...)
 {
   char what[256];
   va_list ap;
@@ -20,16 +20,16 @@ static int json_fail(struct json *j, size_t pos, const char *fmt, ...)
   return errf(j->err, j->err_size, "%s: bad JSON at byte %zu: %s", j->name, j->base + pos, what);
 }
 
-static int json_peek(const struct json *j) { return j->i < j->n ? (unsigned char)j->text[j->i] : -1; }
+static int json_peek(const struct json_doc *j) { return j->i < j->n ? (unsigned char)j->text[j->i] : -1; }
 
-static void json_skip_space(struct json *j)
+static void json_skip_space(struct json_doc *j)
 {
   while (j->i < j->n && (j->text[j->i] == ' ' || j->text[j->i] == '\t' ||
                          j->text[j->i] == '\n' || j->text[j->i] == '\r'))
     j->i++;
 }
 
-static int json_new_node(struct json *j, enum json_type type)
+static int json_new_node(struct json_doc *j, enum json_type type)
 {
   if (j->n_nodes == j->cap_nodes) {
     int cap = j->cap_nodes ? 2 * j->cap_nodes : 64;
@@ -59,7 +59,7 @@ size_t json_utf8_length(const unsigned char *s, size_t n)
   return len;
 }
 
-static int json_hex4(struct json *j, size_t at, unsigned *out)
+static int json_hex4(struct json_doc *j, size_t at, unsigned *out)
 {
   unsigned v = 0;
   if (at + 4 > j->n) return json_fail(j, at, "truncated \\u escape");
@@ -75,7 +75,7 @@ static int json_hex4(struct json *j, size_t at, unsigned *out)
   return 0;
 }
 
-static int json_string(struct json *j, const char **out)
+static int json_string(struct json_doc *j, const char **out)
 {
   size_t start = j->i++;
   char *dst = j->strings + j->n_strings;
@@ -143,7 +143,7 @@ static int json_string(struct json *j, const char **out)
 
 static bool json_is_digit(int c) { return c >= '0' && c <= '9'; }
 
-static int json_number(struct json *j, int id)
+static int json_number(struct json_doc *j, int id)
 {
   size_t start = j->i;
   if (json_peek(j) == '-') j->i++;
@@ -171,7 +171,7 @@ static int compare_strings(const void *a, const void *b)
 }
 
 /* Refuse an object with two members of one name; O(k log k) for k members. */
-static int json_check_unique_keys(struct json *j, int id)
+static int json_check_unique_keys(struct json_doc *j, int id)
 {
   int k = j->nodes[id].n_children, m = 0;
   if (k < 2) return 0;
@@ -190,9 +190,9 @@ static int json_check_unique_keys(struct json *j, int id)
   return 0;
 }
 
-static int json_value(struct json *j, int depth);
+static int json_value(struct json_doc *j, int depth);
 
-static int json_container(struct json *j, int id, int depth, bool is_object)
+static int json_container(struct json_doc *j, int id, int depth, bool is_object)
 {
   char close = is_object ? '}' : ']';
   int prev = -1;
@@ -227,7 +227,7 @@ static int json_container(struct json *j, int id, int depth, bool is_object)
   return is_object ? json_check_unique_keys(j, id) : 0;
 }
 
-static int json_literal(struct json *j, const char *word)
+static int json_literal(struct json_doc *j, const char *word)
 {
   size_t len = strlen(word);
   if (j->n - j->i < len || memcmp(j->text + j->i, word, len) != 0)
@@ -237,7 +237,7 @@ static int json_literal(struct json *j, const char *word)
 }
 
 /* Parse one value; returns its node index, or -1 with the message written. */
-static int json_value(struct json *j, int depth)
+static int json_value(struct json_doc *j, int depth)
 {
   json_skip_space(j);
   int c = json_peek(j);
@@ -266,10 +266,10 @@ static int json_value(struct json *j, int depth)
   return rc ? -1 : id;
 }
 
-int json_parse(struct json *j, const char *text, size_t n, const char *name, size_t base,
+int json_parse(struct json_doc *j, const char *text, size_t n, const char *name, size_t base,
                       char *err, size_t err_size)
 {
-  *j = (struct json){ .text = text, .n = n, .name = name, .base = base, .err = err,
+  *j = (struct json_doc){ .text = text, .n = n, .name = name, .base = base, .err = err,
                       .err_size = err_size };
   j->strings = malloc(n + 1);
   if (!j->strings) return errf(err, err_size, "%s: out of memory for a %zu-byte header", name, n);
@@ -279,7 +279,7 @@ int json_parse(struct json *j, const char *text, size_t n, const char *name, siz
   return 0;
 }
 
-void json_free(struct json *j)
+void json_free(struct json_doc *j)
 {
   free(j->nodes);
   free(j->strings);
@@ -287,7 +287,7 @@ void json_free(struct json *j)
   j->strings = NULL;
 }
 
-bool json_uint64(const struct json *j, int id, uint64_t *out)
+bool json_uint64(const struct json_doc *j, int id, uint64_t *out)
 {
   const struct json_node *nd = &j->nodes[id];
   uint64_t v = 0;
@@ -302,7 +302,7 @@ bool json_uint64(const struct json *j, int id, uint64_t *out)
   return true;
 }
 
-bool json_double(const struct json *j, int id, double *out)
+bool json_double(const struct json_doc *j, int id, double *out)
 {
   const struct json_node *nd = &j->nodes[id];
   char buf[64];
@@ -314,7 +314,7 @@ bool json_double(const struct json *j, int id, double *out)
   return *end == 0;
 }
 
-int json_member(const struct json *j, int id, const char *key)
+int json_member(const struct json_doc *j, int id, const char *key)
 {
   if (id < 0 || j->nodes[id].type != JSON_OBJECT) return -1;
   for (int c = j->nodes[id].first; c >= 0; c = j->nodes[c].next)

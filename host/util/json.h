@@ -26,7 +26,7 @@ struct json_node {
   const char *str;  /* string value */
 };
 
-struct json {
+struct json_doc {
   const char *text;
   size_t n, i;
   struct json_node *nodes;
@@ -41,16 +41,16 @@ struct json {
 
 /* Parses text[0, n) as one JSON value; the root is node 0. `name` and `base` (the file offset of
  * text[0]) are for messages. 0 ok; nonzero with the message in err. */
-int json_parse(struct json *j, const char *text, size_t n, const char *name, size_t base,
+int json_parse(struct json_doc *j, const char *text, size_t n, const char *name, size_t base,
                char *err, size_t err_size);
-void json_free(struct json *j);
+void json_free(struct json_doc *j);
 /* A number node that is a non-negative integer fitting in 64 bits. */
-bool json_uint64(const struct json *j, int id, uint64_t *out);
+bool json_uint64(const struct json_doc *j, int id, uint64_t *out);
 /* A number node as a double (strtod of its literal). */
-bool json_double(const struct json *j, int id, double *out);
+bool json_double(const struct json_doc *j, int id, double *out);
 /* The length of the valid UTF-8 sequence at s (n bytes available), or 0 if invalid. */
 size_t json_utf8_length(const unsigned char *s, size_t n);
 /* The member `key` of object node id, or -1. */
-int json_member(const struct json *j, int id, const char *key);
+int json_member(const struct json_doc *j, int id, const char *key);
 
 #endif

@@ -1,0 +1,928 @@
+/* Sharded checkpoints: see ckpt.h for the format and its guarantees. */
+#define _POSIX_C_SOURCE 200809L
+#include "runtime/ckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "comm/comm.h"
+#include "runtime/train.h"
+#include "util/err.h"
+#include "util/hash.h"
+#include "util/json.h"
+#include "util/path.h"
+#include "util/strbuf.h"
+
+enum ckpt_kind { CKPT_PARAM, CKPT_EXP_AVG, CKPT_EXP_AVG_SQ, CKPT_N_KINDS };
+static const char *const kind_names[CKPT_N_KINDS] = { "param", "exp_avg", "exp_avg_sq" };
+
+/* A piece: elements [lo, hi) (row-major) of the block (r0, c0, rows, cols) of one tensor. */
+struct piece {
+  int64_t param, kind, r0, c0, rows, cols, lo, hi, offset, hash, rank;
+};
+#define PIECE_WORDS 11
+
+/* The block a parameter holds on this rank, in the stored tensor's (rows, columns). */
+static void param_block(const struct model_param *p, int64_t *r0, int64_t *c0, int64_t *rows,
+                        int64_t *cols)
+{
+  *r0 = p->start[0];
+  *rows = p->local[0];
+  *c0 = p->n_dims == 2 ? p->start[1] : 0;
+  *cols = p->n_dims == 2 ? p->local[1] : 1;
+}
+
+/* Calls fn for every (parameter, kind, element range of its block) this rank holds, with the
+ * memory of the range's first element. owner_only: only the ranges this rank writes (each
+ * element of the model once over the job). */
+typedef int (*piece_fn)(void *ctx, const struct model_param *p, int index, int kind, size_t lo,
+                        size_t hi, float *mem);
+
+static int for_each_piece(struct trainer *t, int owner_only, piece_fn fn, void *ctx)
+{
+  struct model *m = &t->model;
+  struct dp *d = &t->dp;
+  float *state[CKPT_N_KINDS] = { NULL, t->opt.m, t->opt.v };
+  for (int i = 0; i < m->n_params; i++) {
+    const struct model_param *p = &m->params[i];
+    if (!p->here || p->n_elems == 0)
+      continue;
+    if (owner_only && ((p->tp_dim < 0 && m->tp.rank != 0) || (p->kind == MODEL_EMBED && !m->embed_here)))
+      continue;
+    for (int kind = 0; kind < CKPT_N_KINDS; kind++) {
+      const int sharded = kind == CKPT_PARAM ? d->zero == 3 : d->zero >= 1;
+      if (!sharded) {
+        if (owner_only && d->rank != 0)
+          continue;
+        float *mem = kind == CKPT_PARAM ? p->data : state[kind] + p->offset;
+        if (fn(ctx, p, i, kind, 0, p->n_elems, mem))
+          return 1;
+        continue;
+      }
+      const struct dp_bucket *k = &d->layout.buckets[d->layout.param_bucket[i]];
+      const size_t s0 = k->start + (size_t)d->rank * k->share, s1 = s0 + k->share;
+      const size_t lo = p->offset > s0 ? p->offset : s0;
+      const size_t hi = p->offset + p->n_elems < s1 ? p->offset + p->n_elems : s1;
+      if (lo >= hi)
+        continue;
+      float *base = kind == CKPT_PARAM ? d->shard_params : state[kind];
+      if (fn(ctx, p, i, kind, lo - p->offset, hi - p->offset, base + k->shard_offset + (lo - s0)))
+        return 1;
+    }
+  }
+  return 0;
+}
+
+/* ---- saving ---------------------------------------------------------------------------- */
+
+struct writer {
+  int fd;
+  const char *path;
+  int64_t offset, rank;
+  struct piece *pieces;
+  int n, cap;
+  char *err;
+  size_t err_size;
+};
+
+static int write_all(int fd, const void *buf, size_t n)
+{
+  const char *p = buf;
+  while (n > 0) {
+    ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      return -1;
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+static int write_piece(void *ctx, const struct model_param *p, int index, int kind, size_t lo,
+                       size_t hi, float *mem)
+{
+  struct writer *w = ctx;
+  if (w->n == w->cap) {
+    int cap = w->cap ? 2 * w->cap : 64;
+    struct piece *pieces = realloc(w->pieces, (size_t)cap * sizeof *pieces);
+    if (!pieces)
+      return errf(w->err, w->err_size, "out of memory listing checkpoint pieces");
+    w->pieces = pieces;
+    w->cap = cap;
+  }
+  const size_t bytes = (hi - lo) * sizeof(float);
+  struct piece *q = &w->pieces[w->n++];
+  param_block(p, &q->r0, &q->c0, &q->rows, &q->cols);
+  q->param = index;
+  q->kind = kind;
+  q->lo = (int64_t)lo;
+  q->hi = (int64_t)hi;
+  q->offset = w->offset;
+  q->hash = (int64_t)hash_fnv1a64_bytes(mem, bytes);
+  q->rank = w->rank;
+  if (write_all(w->fd, mem, bytes))
+    return errf(w->err, w->err_size, "cannot write %s: %s", w->path, strerror(errno));
+  w->offset += (int64_t)bytes;
+  return 0;
+}
+
+static int fsync_path(const char *path, int directory)
+{
+  int fd = open(path, directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0)
+    return -1;
+  int rc = fsync(fd);
+  close(fd);
+  return rc;
+}
+
+static void step_folder(char *out, size_t n, const char *dir, long long step, int tmp)
+{
+  snprintf(out, n, "%s/step_%08lld%s", dir, step, tmp ? ".tmp" : "");
+}
+
+/* rm -r of a folder of plain files (a checkpoint). */
+static int remove_folder(const char *path)
+{
+  DIR *dh = opendir(path);
+  if (!dh)
+    return errno == ENOENT ? 0 : -1;
+  struct dirent *e;
+  char file[4096];
+  int rc = 0;
+  while ((e = readdir(dh))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+      continue;
+    snprintf(file, sizeof file, "%s/%s", path, e->d_name);
+    if (unlink(file))
+      rc = -1;
+  }
+  closedir(dh);
+  return rmdir(path) || rc ? -1 : 0;
+}
+
+/* Steps of the complete checkpoints in dir (step_N folders with a manifest), ascending. */
+static int list_steps(const char *dir, long long **steps, int *n)
+{
+  *steps = NULL;
+  *n = 0;
+  DIR *dh = opendir(dir);
+  if (!dh)
+    return errno == ENOENT ? 0 : -1;
+  int cap = 0;
+  struct dirent *e;
+  while ((e = readdir(dh))) {
+    char *end;
+    if (strncmp(e->d_name, "step_", 5))
+      continue;
+    long long s = strtoll(e->d_name + 5, &end, 10);
+    if (end == e->d_name + 5 || *end || s < 0)
+      continue; /* step_N.tmp and anything else */
+    char manifest[4096];
+    struct stat st;
+    snprintf(manifest, sizeof manifest, "%s/%s/manifest.json", dir, e->d_name);
+    if (stat(manifest, &st))
+      continue;
+    if (*n == cap) {
+      cap = cap ? 2 * cap : 16;
+      long long *more = realloc(*steps, (size_t)cap * sizeof *more);
+      if (!more) {
+        closedir(dh);
+        return -1;
+      }
+      *steps = more;
+    }
+    (*steps)[(*n)++] = s;
+  }
+  closedir(dh);
+  for (int a = 1; a < *n; a++) /* insertion sort: a handful of entries */
+    for (int b = a; b > 0 && (*steps)[b - 1] > (*steps)[b]; b--) {
+      long long x = (*steps)[b];
+      (*steps)[b] = (*steps)[b - 1];
+      (*steps)[b - 1] = x;
+    }
+  return 0;
+}
+
+int ckpt_find_latest(const char *dir, char *path, size_t path_size, long long *step, char *err,
+                     size_t err_size)
+{
+  long long *steps;
+  int n;
+  if (list_steps(dir, &steps, &n))
+    return errf(err, err_size, "checkpoint.dir %s: cannot list it: %s", dir, strerror(errno)), -1;
+  if (n == 0)
+    return free(steps), 1;
+  *step = steps[n - 1];
+  step_folder(path, path_size, dir, *step, 0);
+  free(steps);
+  return 0;
+}
+
+static void manifest_text(struct strbuf *b, const struct trainer *t, long long steps_done,
+                          const struct piece *all, int n_all, int world)
+{
+  const struct plan *p = t->plan;
+  const struct model *m = &t->model;
+  struct json j;
+  json_init(&j, b);
+  json_begin_object(&j);
+  json_key(&j, "format");
+  json_string(&j, "tycho-checkpoint");
+  json_key(&j, "version");
+  json_int(&j, CKPT_FORMAT_VERSION);
+  json_key(&j, "step");
+  json_int(&j, steps_done);
+  char hash[32];
+  snprintf(hash, sizeof hash, "%016" PRIx64, plan_hash(p));
+  json_key(&j, "plan_hash");
+  json_string(&j, hash);
+  json_key(&j, "plan");
+  json_string(&j, p->name[0] ? p->name : p->file);
+  json_key(&j, "model");
+  json_begin_object(&j);
+  const struct plan_model *c = &p->model;
+  const char *keys[] = { "n_layers", "dim", "n_heads", "n_kv_heads", "ffn_dim", "vocab", "tie_embeddings" };
+  const int vals[] = { c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->ffn_dim, c->vocab, c->tie_embeddings };
+  for (int i = 0; i < 7; i++) {
+    json_key(&j, keys[i]);
+    json_int(&j, vals[i]);
+  }
+  json_end_object(&j);
+  json_key(&j, "mesh");
+  json_begin_object(&j);
+  const char *mkeys[] = { "world", "tp", "pp", "dp", "zero" };
+  const int mvals[] = { world, p->mesh.tp, p->mesh.pp, p->mesh.dp, p->zero };
+  for (int i = 0; i < 5; i++) {
+    json_key(&j, mkeys[i]);
+    json_int(&j, mvals[i]);
+  }
+  json_end_object(&j);
+  /* The rest of the training state: windows, dropout masks, learning rate and bias correction
+   * are functions of these and the step. */
+  json_key(&j, "state");
+  json_begin_object(&j);
+  json_key(&j, "windows_done");
+  json_int(&j, steps_done * p->batch.global);
+  for (int s = 0; s < PLAN_N_SEEDS; s++) {
+    char key[48];
+    snprintf(key, sizeof key, "seed_%s", plan_seed_name((enum plan_seed)s));
+    json_key(&j, key);
+    json_int(&j, p->seeds.value[s]);
+  }
+  json_end_object(&j);
+  json_key(&j, "checksum");
+  json_string(&j, "fnv1a64");
+  json_key(&j, "files");
+  json_begin_array(&j);
+  for (int r = 0; r < world; r++) {
+    char name[32];
+    snprintf(name, sizeof name, "rank_%05d.bin", r);
+    json_string(&j, name);
+  }
+  json_end_array(&j);
+  json_key(&j, "tensors");
+  json_begin_array(&j);
+  for (int i = 0; i < m->n_params; i++) {
+    const struct model_param *q = &m->params[i];
+    json_begin_object(&j);
+    json_key(&j, "name");
+    json_string(&j, q->name);
+    json_key(&j, "dtype");
+    json_string(&j, "F32");
+    json_key(&j, "shape");
+    json_begin_array(&j);
+    for (int d = 0; d < q->n_dims; d++)
+      json_int(&j, q->shape[d]);
+    json_end_array(&j);
+    json_key(&j, "pieces");
+    json_begin_array(&j);
+    for (int kind = 0; kind < CKPT_N_KINDS; kind++)
+      for (int k = 0; k < n_all; k++) {
+        const struct piece *e = &all[k];
+        if (e->param != i || e->kind != kind)
+          continue;
+        json_begin_object(&j);
+        json_key(&j, "kind");
+        json_string(&j, kind_names[kind]);
+        json_key(&j, "file");
+        json_int(&j, e->rank);
+        json_key(&j, "offset");
+        json_int(&j, e->offset);
+        json_key(&j, "block");
+        json_begin_array(&j);
+        json_int(&j, e->r0);
+        json_int(&j, e->c0);
+        json_int(&j, e->rows);
+        json_int(&j, e->cols);
+        json_end_array(&j);
+        json_key(&j, "range");
+        json_begin_array(&j);
+        json_int(&j, e->lo);
+        json_int(&j, e->hi);
+        json_end_array(&j);
+        char h[32];
+        snprintf(h, sizeof h, "%016" PRIx64, (uint64_t)e->hash);
+        json_key(&j, "fnv1a64");
+        json_string(&j, h);
+        json_end_object(&j);
+      }
+    json_end_array(&j);
+    json_end_object(&j);
+  }
+  json_end_array(&j);
+  json_end_object(&j);
+  sb_puts(b, "\n");
+}
+
+static int write_file_synced(const char *path, const char *text, size_t n, char *err, size_t err_size)
+{
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0)
+    return errf(err, err_size, "cannot create %s: %s", path, strerror(errno));
+  if (write_all(fd, text, n) || fsync(fd)) {
+    int e = errno;
+    close(fd);
+    return errf(err, err_size, "cannot write %s: %s", path, strerror(e));
+  }
+  if (close(fd))
+    return errf(err, err_size, "cannot write %s: %s", path, strerror(errno));
+  return 0;
+}
+
+/* The lowest failing rank's status and message on every rank. */
+static int agree(struct comm_group *g, int status, char *err, size_t n)
+{
+  if (!g || g->size == 1)
+    return status;
+  char msg[COMM_AGREE_MSG_MAX];
+  snprintf(msg, sizeof msg, "%s", status ? err : "");
+  int failed_rank, agreed = comm_agree(g, status, msg, sizeof msg, &failed_rank);
+  if (agreed < 0)
+    return errf(err, n, "%s", msg);
+  if (agreed)
+    snprintf(err, n, "rank %d: %s", failed_rank, msg);
+  return agreed;
+}
+
+int ckpt_save(struct trainer *t, const char *dir, long long steps_done, int keep, char *err,
+              size_t err_size)
+{
+  struct comm_group *g = t->world;
+  const int rank = g ? g->rank : 0, world = g ? g->size : 1;
+  char tmp[4096], final[4096], file[4200];
+  err[0] = 0;
+  step_folder(tmp, sizeof tmp, dir, steps_done, 1);
+  step_folder(final, sizeof final, dir, steps_done, 0);
+  int rc = 0;
+  if (rank == 0) {
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/x", tmp);
+    if (remove_folder(tmp) || path_make_parent_dirs(probe, err, err_size))
+      rc = err[0] ? 1 : errf(err, err_size, "checkpoint: cannot prepare %s: %s", tmp, strerror(errno));
+  }
+  if ((rc = agree(g, rc, err, err_size)))
+    return rc;
+
+  /* Every rank its shard file. */
+  struct writer w = { .fd = -1, .path = file, .rank = rank, .err = err, .err_size = err_size };
+  snprintf(file, sizeof file, "%s/rank_%05d.bin", tmp, rank);
+  w.fd = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (w.fd < 0)
+    rc = errf(err, err_size, "checkpoint: cannot create %s: %s", file, strerror(errno));
+  else {
+    rc = for_each_piece(t, 1, write_piece, &w);
+    if (!rc && fsync(w.fd))
+      rc = errf(err, err_size, "checkpoint: cannot sync %s: %s", file, strerror(errno));
+    if (close(w.fd) && !rc)
+      rc = errf(err, err_size, "checkpoint: cannot write %s: %s", file, strerror(errno));
+  }
+  if ((rc = agree(g, rc, err, err_size))) {
+    free(w.pieces);
+    return rc;
+  }
+
+  /* Every rank's piece list to every rank (rank 0 writes the manifest). */
+  int64_t mine = w.n, most = w.n, *counts = malloc((size_t)world * sizeof *counts);
+  struct piece *all = NULL;
+  if (!counts)
+    comm_fatal("out of memory for %d counts", world);
+  if (world > 1) {
+    if (comm_all_gather(g, &mine, counts, 1, COMM_INT64, NULL))
+      rc = errf(err, err_size, "checkpoint: gathering the piece counts: %s", comm_error());
+    for (int r = 0; !rc && r < world; r++)
+      most = counts[r] > most ? counts[r] : most;
+  } else {
+    counts[0] = mine;
+  }
+  size_t words = (size_t)most * PIECE_WORDS;
+  int64_t *send = calloc(words ? words : 1, sizeof *send), *recv = calloc(words * (size_t)world + 1, sizeof *recv);
+  if (!send || !recv)
+    comm_fatal("out of memory gathering %lld checkpoint pieces", (long long)most * world);
+  memcpy(send, w.pieces, (size_t)w.n * sizeof *w.pieces);
+  if (!rc && world > 1 && words > 0 && comm_all_gather(g, send, recv, words, COMM_INT64, NULL))
+    rc = errf(err, err_size, "checkpoint: gathering the piece lists: %s", comm_error());
+  if (world == 1)
+    memcpy(recv, send, words * sizeof *send);
+  int n_all = 0;
+  all = malloc(((size_t)most * (size_t)world + 1) * sizeof *all);
+  if (!all)
+    comm_fatal("out of memory gathering checkpoint pieces");
+  for (int r = 0; !rc && r < world; r++)
+    for (int64_t k = 0; k < counts[r]; k++)
+      memcpy(&all[n_all++], recv + ((size_t)r * (size_t)most + (size_t)k) * PIECE_WORDS, sizeof *all);
+  free(send);
+  free(recv);
+  free(counts);
+  free(w.pieces);
+
+  if (!rc && rank == 0) {
+    struct strbuf b;
+    sb_init(&b);
+    manifest_text(&b, t, steps_done, all, n_all, world);
+    snprintf(file, sizeof file, "%s/manifest.json", tmp);
+    if (b.failed)
+      rc = errf(err, err_size, "checkpoint: out of memory writing the manifest");
+    else if (write_file_synced(file, b.s, b.n, err, err_size))
+      rc = 1;
+    else if (fsync_path(tmp, 1))
+      rc = errf(err, err_size, "checkpoint: cannot sync %s: %s", tmp, strerror(errno));
+    else if ((remove_folder(final), rename(tmp, final)))
+      rc = errf(err, err_size, "checkpoint: cannot rename %s to %s: %s", tmp, final, strerror(errno));
+    else if (fsync_path(dir, 1))
+      rc = errf(err, err_size, "checkpoint: cannot sync %s: %s", dir, strerror(errno));
+    sb_free(&b);
+    /* Keep the newest `keep`. */
+    long long *steps;
+    int n;
+    if (!rc && keep > 0 && !list_steps(dir, &steps, &n)) {
+      for (int i = 0; i + keep < n; i++) {
+        char old[4096];
+        step_folder(old, sizeof old, dir, steps[i], 0);
+        if (remove_folder(old) && !rc)
+          rc = errf(err, err_size, "checkpoint: cannot remove the old checkpoint %s: %s", old, strerror(errno));
+      }
+      free(steps);
+    }
+  }
+  free(all);
+  return agree(g, rc, err, err_size);
+}
+
+/* ---- reading ---------------------------------------------------------------------------- */
+
+struct src_piece {
+  int kind, file;
+  int64_t offset, r0, c0, rows, cols, lo, hi;
+  uint64_t hash;
+  int checked;
+};
+
+struct src_tensor {
+  const char *name;
+  int n_dims;
+  int64_t shape[2];
+  int n_pieces;
+  struct src_piece *pieces;
+};
+
+struct mapping {
+  void *map;
+  size_t bytes;
+  int opened; /* 1 mapped, -1 failed */
+};
+
+struct manifest {
+  char path[4096];     /* the checkpoint folder */
+  char *text;
+  struct json_doc j;
+  int parsed;
+  long long step, world, mesh[4]; /* tp, pp, dp, zero */
+  long long model[7];
+  char plan_hash[32], plan[256];
+  int n_files;
+  const char **files;
+  struct mapping *maps;
+  int n_tensors;
+  struct src_tensor *tensors;
+};
+
+static const char *const model_keys[7] = { "n_layers", "dim", "n_heads", "n_kv_heads", "ffn_dim",
+                                           "vocab", "tie_embeddings" };
+
+static void manifest_free(struct manifest *mf)
+{
+  for (int f = 0; f < mf->n_files && mf->maps; f++)
+    if (mf->maps[f].opened == 1 && mf->maps[f].bytes)
+      munmap(mf->maps[f].map, mf->maps[f].bytes);
+  for (int i = 0; i < mf->n_tensors; i++)
+    free(mf->tensors[i].pieces);
+  free(mf->tensors);
+  free(mf->maps);
+  free(mf->files);
+  if (mf->parsed)
+    json_free(&mf->j);
+  free(mf->text);
+  memset(mf, 0, sizeof *mf);
+}
+
+static int get_int(const struct json_doc *j, int obj, const char *key, long long *out)
+{
+  int id = json_member(j, obj, key);
+  uint64_t v;
+  if (id < 0 || !json_uint64(j, id, &v) || v > (uint64_t)INT64_MAX)
+    return -1;
+  *out = (long long)v;
+  return 0;
+}
+
+static int get_ints(const struct json_doc *j, int arr, int64_t *out, int n)
+{
+  if (arr < 0 || j->nodes[arr].type != JSON_ARRAY || j->nodes[arr].n_children != n)
+    return -1;
+  int k = 0;
+  for (int c = j->nodes[arr].first; c >= 0; c = j->nodes[c].next) {
+    uint64_t v;
+    if (!json_uint64(j, c, &v) || v > (uint64_t)INT64_MAX)
+      return -1;
+    out[k++] = (int64_t)v;
+  }
+  return 0;
+}
+
+/* Reads and checks path/manifest.json (or, when path holds step_N folders, the newest). */
+static int manifest_open(struct manifest *mf, const char *path, char *err, size_t err_size)
+{
+  memset(mf, 0, sizeof *mf);
+  char file[4200];
+  snprintf(mf->path, sizeof mf->path, "%s", path);
+  snprintf(file, sizeof file, "%s/manifest.json", path);
+  struct stat st;
+  if (stat(file, &st) && errno == ENOENT) {
+    long long step;
+    char latest[4096];
+    int found = ckpt_find_latest(path, latest, sizeof latest, &step, err, err_size);
+    if (found < 0)
+      return 1;
+    if (found > 0)
+      return errf(err, err_size, "%s: not a checkpoint (no manifest.json) and holds no step_N checkpoint", path);
+    snprintf(mf->path, sizeof mf->path, "%s", latest);
+    snprintf(file, sizeof file, "%s/manifest.json", latest);
+  }
+  FILE *f = fopen(file, "rb");
+  if (!f)
+    return errf(err, err_size, "%s: cannot open: %s", file, strerror(errno));
+  if (fseek(f, 0, SEEK_END) || ftell(f) < 0) {
+    fclose(f);
+    return errf(err, err_size, "%s: cannot read", file);
+  }
+  size_t n = (size_t)ftell(f);
+  rewind(f);
+  mf->text = malloc(n + 1);
+  if (!mf->text || fread(mf->text, 1, n, f) != n) {
+    fclose(f);
+    return errf(err, err_size, "%s: cannot read", file);
+  }
+  fclose(f);
+  mf->text[n] = 0;
+  if (json_parse(&mf->j, mf->text, n, file, 0, err, err_size))
+    return 1;
+  mf->parsed = 1;
+  const struct json_doc *j = &mf->j;
+  int fmt = json_member(j, 0, "format"), ver = json_member(j, 0, "version");
+  uint64_t version;
+  if (fmt < 0 || j->nodes[fmt].type != JSON_STRING || strcmp(j->nodes[fmt].str, "tycho-checkpoint"))
+    return errf(err, err_size, "%s: not a tycho checkpoint manifest (\"format\" is not \"tycho-checkpoint\")", file);
+  if (ver < 0 || !json_uint64(j, ver, &version) || version != CKPT_FORMAT_VERSION)
+    return errf(err, err_size, "%s: format version is not %d", file, CKPT_FORMAT_VERSION);
+  int model = json_member(j, 0, "model"), mesh = json_member(j, 0, "mesh");
+  const char *mesh_keys[4] = { "tp", "pp", "dp", "zero" };
+  if (get_int(j, 0, "step", &mf->step) || get_int(j, mesh, "world", &mf->world))
+    return errf(err, err_size, "%s: \"step\" or \"mesh.world\" missing or not a count", file);
+  for (int i = 0; i < 4; i++)
+    if (get_int(j, mesh, mesh_keys[i], &mf->mesh[i]))
+      return errf(err, err_size, "%s: \"mesh.%s\" missing or not a count", file, mesh_keys[i]);
+  for (int i = 0; i < 7; i++)
+    if (get_int(j, model, model_keys[i], &mf->model[i]))
+      return errf(err, err_size, "%s: \"model.%s\" missing or not a count", file, model_keys[i]);
+  int h = json_member(j, 0, "plan_hash"), pl = json_member(j, 0, "plan");
+  snprintf(mf->plan_hash, sizeof mf->plan_hash, "%s", h >= 0 && j->nodes[h].type == JSON_STRING ? j->nodes[h].str : "?");
+  snprintf(mf->plan, sizeof mf->plan, "%s", pl >= 0 && j->nodes[pl].type == JSON_STRING ? j->nodes[pl].str : "?");
+  int files = json_member(j, 0, "files"), tensors = json_member(j, 0, "tensors");
+  if (files < 0 || j->nodes[files].type != JSON_ARRAY || tensors < 0 || j->nodes[tensors].type != JSON_ARRAY)
+    return errf(err, err_size, "%s: \"files\" and \"tensors\" must be arrays", file);
+  mf->n_files = j->nodes[files].n_children;
+  mf->files = calloc((size_t)mf->n_files + 1, sizeof *mf->files);
+  mf->maps = calloc((size_t)mf->n_files + 1, sizeof *mf->maps);
+  mf->n_tensors = j->nodes[tensors].n_children;
+  mf->tensors = calloc((size_t)mf->n_tensors + 1, sizeof *mf->tensors);
+  if (!mf->files || !mf->maps || !mf->tensors)
+    return errf(err, err_size, "%s: out of memory", file);
+  int k = 0;
+  for (int c = j->nodes[files].first; c >= 0; c = j->nodes[c].next, k++) {
+    const char *s = j->nodes[c].type == JSON_STRING ? j->nodes[c].str : NULL;
+    if (!s || !s[0] || strchr(s, '/') || !strcmp(s, "..") || !strcmp(s, "."))
+      return errf(err, err_size, "%s: files[%d] is not a plain file name", file, k);
+    mf->files[k] = s;
+  }
+  k = 0;
+  for (int c = j->nodes[tensors].first; c >= 0; c = j->nodes[c].next, k++) {
+    struct src_tensor *tt = &mf->tensors[k];
+    int name = json_member(j, c, "name"), shape = json_member(j, c, "shape"), pieces = json_member(j, c, "pieces");
+    int dtype = json_member(j, c, "dtype");
+    if (name < 0 || j->nodes[name].type != JSON_STRING || shape < 0 || j->nodes[shape].type != JSON_ARRAY ||
+        pieces < 0 || j->nodes[pieces].type != JSON_ARRAY)
+      return errf(err, err_size, "%s: tensors[%d] needs \"name\", \"shape\" and \"pieces\"", file, k);
+    tt->name = j->nodes[name].str;
+    if (dtype < 0 || j->nodes[dtype].type != JSON_STRING || strcmp(j->nodes[dtype].str, "F32"))
+      return errf(err, err_size, "%s: tensor %s: dtype must be \"F32\"", file, tt->name);
+    tt->n_dims = j->nodes[shape].n_children;
+    if (tt->n_dims < 1 || tt->n_dims > 2 || get_ints(j, shape, tt->shape, tt->n_dims))
+      return errf(err, err_size, "%s: tensor %s: shape must be 1 or 2 counts", file, tt->name);
+    if (tt->n_dims == 1)
+      tt->shape[1] = 1;
+    tt->n_pieces = j->nodes[pieces].n_children;
+    tt->pieces = calloc((size_t)tt->n_pieces + 1, sizeof *tt->pieces);
+    if (!tt->pieces)
+      return errf(err, err_size, "%s: out of memory", file);
+    int q = 0;
+    for (int e = j->nodes[pieces].first; e >= 0; e = j->nodes[e].next, q++) {
+      struct src_piece *sp = &tt->pieces[q];
+      int kind = json_member(j, e, "kind"), hash = json_member(j, e, "fnv1a64");
+      long long fileno, offset;
+      int64_t block[4], range[2];
+      sp->kind = -1;
+      for (int kk = 0; kind >= 0 && j->nodes[kind].type == JSON_STRING && kk < CKPT_N_KINDS; kk++)
+        if (!strcmp(j->nodes[kind].str, kind_names[kk]))
+          sp->kind = kk;
+      char *end = NULL;
+      if (hash >= 0 && j->nodes[hash].type == JSON_STRING)
+        sp->hash = strtoull(j->nodes[hash].str, &end, 16);
+      if (sp->kind < 0 || !end || *end || get_int(j, e, "file", &fileno) || get_int(j, e, "offset", &offset) ||
+          get_ints(j, json_member(j, e, "block"), block, 4) || get_ints(j, json_member(j, e, "range"), range, 2))
+        return errf(err, err_size, "%s: tensor %s, piece %d: needs \"kind\" (param, exp_avg or exp_avg_sq), "
+                    "\"file\", \"offset\", \"block\" [4 counts], \"range\" [2 counts] and \"fnv1a64\"", file, tt->name, q);
+      sp->file = (int)fileno;
+      sp->offset = offset;
+      sp->r0 = block[0], sp->c0 = block[1], sp->rows = block[2], sp->cols = block[3];
+      sp->lo = range[0], sp->hi = range[1];
+      if (fileno >= mf->n_files || sp->cols < 1 || sp->rows < 1 || sp->lo > sp->hi ||
+          sp->hi > sp->rows * sp->cols || sp->c0 + sp->cols > tt->shape[1])
+        return errf(err, err_size, "%s: tensor %s, piece %d: file, block or range out of bounds", file, tt->name, q);
+    }
+  }
+  return 0;
+}
+
+/* The bytes of piece sp, mapped, its checksum checked once. NULL with a message. */
+static const float *piece_data(struct manifest *mf, const struct src_tensor *tt, struct src_piece *sp,
+                               char *err, size_t err_size)
+{
+  struct mapping *mp = &mf->maps[sp->file];
+  char file[4400];
+  snprintf(file, sizeof file, "%s/%s", mf->path, mf->files[sp->file]);
+  if (mp->opened == 0) {
+    mp->opened = -1;
+    int fd = open(file, O_RDONLY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st)) {
+      errf(err, err_size, "checkpoint %s: cannot open %s: %s", mf->path, file, strerror(errno));
+      if (fd >= 0)
+        close(fd);
+      return NULL;
+    }
+    mp->bytes = (size_t)st.st_size;
+    mp->map = mp->bytes ? mmap(NULL, mp->bytes, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    close(fd);
+    if (mp->bytes && mp->map == MAP_FAILED) {
+      errf(err, err_size, "checkpoint %s: cannot map %s: %s", mf->path, file, strerror(errno));
+      return NULL;
+    }
+    mp->opened = 1;
+  }
+  if (mp->opened < 0) {
+    errf(err, err_size, "checkpoint %s: cannot read %s", mf->path, file);
+    return NULL;
+  }
+  const size_t bytes = (size_t)(sp->hi - sp->lo) * sizeof(float);
+  if ((size_t)sp->offset > mp->bytes || bytes > mp->bytes - (size_t)sp->offset || sp->offset % 4) {
+    errf(err, err_size, "checkpoint %s: %s is truncated: %s's %s piece needs bytes [%lld, %lld) of %zu",
+         mf->path, file, tt->name, kind_names[sp->kind], (long long)sp->offset,
+         (long long)sp->offset + (long long)bytes, mp->bytes);
+    return NULL;
+  }
+  const float *data = (const float *)((const char *)mp->map + sp->offset);
+  if (!sp->checked) {
+    if (hash_fnv1a64_bytes(data, bytes) != sp->hash) {
+      errf(err, err_size, "checkpoint %s: %s is corrupt: %s's %s piece at byte %lld fails its checksum",
+           mf->path, file, tt->name, kind_names[sp->kind], (long long)sp->offset);
+      return NULL;
+    }
+    sp->checked = 1;
+  }
+  return data;
+}
+
+/* Elements with row < limit of the block (rows, cols) range [lo, hi). */
+static int64_t range_count(int64_t r0, int64_t rows, int64_t cols, int64_t lo, int64_t hi, int64_t limit)
+{
+  int64_t n = 0;
+  for (int64_t a = lo / cols; a < rows && a * cols < hi; a++) {
+    if (r0 + a >= limit)
+      break;
+    int64_t x0 = lo - a * cols > 0 ? lo - a * cols : 0, x1 = hi - a * cols < cols ? hi - a * cols : cols;
+    n += x1 - x0;
+  }
+  return n;
+}
+
+/* Copies into dst (elements [tlo, thi) of the block (tr0, tc0, trows, tcols)) what source piece
+ * sp holds of it, over rows below `limit`. Returns the elements copied. */
+static int64_t copy_overlap(float *dst, int64_t tr0, int64_t tc0, int64_t trows, int64_t tcols,
+                            int64_t tlo, int64_t thi, const struct src_piece *sp, const float *src,
+                            int64_t limit)
+{
+  int64_t g0 = tr0 > sp->r0 ? tr0 : sp->r0;
+  int64_t g1 = tr0 + trows < sp->r0 + sp->rows ? tr0 + trows : sp->r0 + sp->rows;
+  g1 = g1 < limit ? g1 : limit;
+  int64_t copied = 0;
+  for (int64_t g = g0; g < g1; g++) {
+    const int64_t a = g - tr0, b = g - sp->r0;
+    int64_t ta0 = tlo - a * tcols > 0 ? tlo - a * tcols : 0, ta1 = thi - a * tcols < tcols ? thi - a * tcols : tcols;
+    int64_t sb0 = sp->lo - b * sp->cols > 0 ? sp->lo - b * sp->cols : 0;
+    int64_t sb1 = sp->hi - b * sp->cols < sp->cols ? sp->hi - b * sp->cols : sp->cols;
+    if (ta0 >= ta1 || sb0 >= sb1)
+      continue;
+    int64_t x0 = tc0 + ta0 > sp->c0 + sb0 ? tc0 + ta0 : sp->c0 + sb0; /* global columns */
+    int64_t x1 = tc0 + ta1 < sp->c0 + sb1 ? tc0 + ta1 : sp->c0 + sb1;
+    if (x0 >= x1)
+      continue;
+    memcpy(dst + (a * tcols + (x0 - tc0) - tlo), src + (b * sp->cols + (x0 - sp->c0) - sp->lo),
+           (size_t)(x1 - x0) * sizeof(float));
+    copied += x1 - x0;
+  }
+  return copied;
+}
+
+struct loader {
+  struct manifest *mf;
+  char *err;
+  size_t err_size;
+};
+
+static struct src_tensor *find_tensor(struct manifest *mf, const char *name)
+{
+  for (int i = 0; i < mf->n_tensors; i++)
+    if (!strcmp(mf->tensors[i].name, name))
+      return &mf->tensors[i];
+  return NULL;
+}
+
+static int load_piece(void *ctx, const struct model_param *p, int index, int kind, size_t lo,
+                      size_t hi, float *mem)
+{
+  (void)index;
+  struct loader *ld = ctx;
+  struct manifest *mf = ld->mf;
+  struct src_tensor *tt = find_tensor(mf, p->name);
+  if (!tt)
+    return errf(ld->err, ld->err_size, "checkpoint %s: has no tensor %s", mf->path, p->name);
+  const int64_t s1 = p->n_dims == 2 ? p->shape[1] : 1;
+  if (tt->n_dims != p->n_dims || tt->shape[0] != p->shape[0] || tt->shape[1] != s1)
+    return errf(ld->err, ld->err_size, "checkpoint %s: tensor %s has shape [%lld, %lld], the plan's model [%lld, %lld]",
+                mf->path, p->name, (long long)tt->shape[0], (long long)tt->shape[1], (long long)p->shape[0], (long long)s1);
+  int64_t r0, c0, rows, cols;
+  param_block(p, &r0, &c0, &rows, &cols);
+  memset(mem, 0, (hi - lo) * sizeof *mem); /* vocabulary padding stays zero */
+  int64_t copied = 0;
+  for (int k = 0; k < tt->n_pieces; k++) {
+    struct src_piece *sp = &tt->pieces[k];
+    if (sp->kind != kind || sp->r0 >= r0 + rows || sp->r0 + sp->rows <= r0)
+      continue;
+    if (sp->c0 >= c0 + cols || sp->c0 + sp->cols <= c0)
+      continue;
+    const float *src = piece_data(mf, tt, sp, ld->err, ld->err_size);
+    if (!src)
+      return 1;
+    copied += copy_overlap(mem, r0, c0, rows, cols, (int64_t)lo, (int64_t)hi, sp, src, p->shape[0]);
+  }
+  const int64_t want = range_count(r0, rows, cols, (int64_t)lo, (int64_t)hi, p->shape[0]);
+  if (copied != want)
+    return errf(ld->err, ld->err_size, "checkpoint %s: the %s pieces of %s cover %lld of the %lld elements "
+                "this rank needs", mf->path, kind_names[kind], p->name, (long long)copied, (long long)want);
+  return 0;
+}
+
+int ckpt_load(struct trainer *t, const char *path, char *err, size_t err_size)
+{
+  struct manifest mf;
+  int rc = manifest_open(&mf, path, err, err_size);
+  const struct plan_model *c = &t->plan->model;
+  const int vals[7] = { c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->ffn_dim, c->vocab, c->tie_embeddings };
+  for (int i = 0; !rc && i < 7; i++)
+    if (mf.model[i] != vals[i])
+      rc = errf(err, err_size, "checkpoint %s: its model has %s = %lld, the plan's %d", mf.path,
+                model_keys[i], mf.model[i], vals[i]);
+  if (!rc) {
+    struct loader ld = { &mf, err, err_size };
+    rc = for_each_piece(t, 0, load_piece, &ld);
+  }
+  if (!rc)
+    t->step = mf.step;
+  manifest_free(&mf);
+  return rc;
+}
+
+/* ---- the ckpt command ------------------------------------------------------------------- */
+
+int ckpt_inspect(const char *path, FILE *out, char *err, size_t err_size)
+{
+  struct manifest mf;
+  if (manifest_open(&mf, path, err, err_size))
+    return manifest_free(&mf), 1;
+  fprintf(out, "checkpoint %s: step %lld of plan %s (hash %s)\n", mf.path, mf.step, mf.plan, mf.plan_hash);
+  fprintf(out, "model:");
+  for (int i = 0; i < 7; i++)
+    fprintf(out, " %s %lld", model_keys[i], mf.model[i]);
+  fprintf(out, "\nsaved on %lld ranks: tp %lld, pp %lld, dp %lld, zero %lld\n", mf.world, mf.mesh[0],
+          mf.mesh[1], mf.mesh[2], mf.mesh[3]);
+  long long *bytes = calloc((size_t)mf.n_files + 1, sizeof *bytes), pieces = 0, total = 0;
+  for (int i = 0; bytes && i < mf.n_tensors; i++)
+    for (int k = 0; k < mf.tensors[i].n_pieces; k++) {
+      const struct src_piece *sp = &mf.tensors[i].pieces[k];
+      bytes[sp->file] += (sp->hi - sp->lo) * 4;
+      total += (sp->hi - sp->lo) * 4;
+      pieces++;
+    }
+  fprintf(out, "%d tensors, %lld pieces, %.2f MiB in %d files:\n", mf.n_tensors, pieces, (double)total / 1048576.0, mf.n_files);
+  for (int f = 0; bytes && f < mf.n_files; f++)
+    fprintf(out, "  %s  %lld bytes\n", mf.files[f], bytes[f]);
+  free(bytes);
+  manifest_free(&mf);
+  return 0;
+}
+
+int ckpt_verify(const char *path, FILE *out, char *err, size_t err_size)
+{
+  struct manifest mf;
+  if (manifest_open(&mf, path, err, err_size))
+    return manifest_free(&mf), 1;
+  long long pieces = 0, total = 0;
+  for (int i = 0; i < mf.n_tensors; i++) {
+    struct src_tensor *tt = &mf.tensors[i];
+    const int64_t n = tt->shape[0] * tt->shape[1];
+    for (int kind = 0; kind < CKPT_N_KINDS; kind++) {
+      /* Every element of the tensor exactly once: counted per element, so an overlap and a
+       * gap cannot cancel out. */
+      unsigned char *seen = calloc((size_t)n + 1, 1);
+      if (!seen)
+        return manifest_free(&mf), errf(err, err_size, "out of memory verifying %s", tt->name);
+      for (int k = 0; k < tt->n_pieces; k++) {
+        struct src_piece *sp = &tt->pieces[k];
+        if (sp->kind != kind)
+          continue;
+        if (!piece_data(&mf, tt, sp, err, err_size)) {
+          free(seen);
+          return manifest_free(&mf), 1;
+        }
+        pieces++;
+        total += (sp->hi - sp->lo) * 4;
+        for (int64_t e = sp->lo; e < sp->hi; e++) {
+          const int64_t row = sp->r0 + e / sp->cols, col = sp->c0 + e % sp->cols;
+          if (row >= tt->shape[0])
+            continue; /* vocabulary padding */
+          if (seen[row * tt->shape[1] + col]++) {
+            free(seen);
+            errf(err, err_size, "checkpoint %s: element [%lld, %lld] of %s (%s) is in two pieces", mf.path,
+                 (long long)row, (long long)col, tt->name, kind_names[kind]);
+            return manifest_free(&mf), 1;
+          }
+        }
+      }
+      for (int64_t e = 0; e < n; e++)
+        if (!seen[e]) {
+          free(seen);
+          errf(err, err_size, "checkpoint %s: element [%lld, %lld] of %s (%s) is in no piece", mf.path,
+               (long long)(e / tt->shape[1]), (long long)(e % tt->shape[1]), tt->name, kind_names[kind]);
+          return manifest_free(&mf), 1;
+        }
+      free(seen);
+    }
+  }
+  fprintf(out, "ok: checkpoint %s, step %lld: %d tensors × %d kinds covered exactly once, %lld pieces "
+          "(%.2f MiB in %d files) match their checksums\n", mf.path, mf.step, mf.n_tensors, CKPT_N_KINDS,
+          pieces, (double)total / 1048576.0, mf.n_files);
+  manifest_free(&mf);
+  return 0;
+}

@@ -1,0 +1,53 @@
+/* Sharded checkpoints (DESIGN 3.8; plan field `checkpoint`).
+ *
+ * A checkpoint is a folder DIR/step_NNNNNNNN (N = optimizer steps done) holding manifest.json and
+ * one shard file per rank, rank_RRRRR.bin: float32 pieces written by the rank that owns them,
+ * back to back. The manifest names, for every tensor (Hugging Face name, unpadded shape) and
+ * every kind (param: the fp32 master weights; exp_avg, exp_avg_sq: AdamW's moments), each piece:
+ * its file and byte offset, the block of the stored tensor it lies in (first row and column,
+ * rows, columns: a tensor-parallel rank's block) and the range of that block's row-major
+ * elements it holds (a ZeRO shard's slice; the whole block otherwise), with an FNV-1a 64
+ * checksum of its bytes. Each element is written once: a replicated parameter by tensor-parallel
+ * rank 0, whole (unsharded) state by data-parallel rank 0, a tied embedding by the first stage.
+ * Vocabulary padding rows are not part of the tensor; they load as zeros.
+ *
+ * Saving writes into step_N.tmp (every rank its file, fsync), then rank 0 the manifest (fsync),
+ * renames the folder to step_N and syncs DIR, then removes the oldest beyond checkpoint.keep:
+ * a crash leaves the last good checkpoint and at worst a .tmp folder, which loading ignores.
+ *
+ * Loading works on any other mesh, tp / pp / dp / zero (resharding): each rank reads, from the
+ * memory-mapped shard files, only the pieces that overlap the blocks and ranges it holds,
+ * checks each such piece's checksum, and requires every element it holds to be covered. The
+ * data order, learning rate, dropout masks and AdamW's bias correction are functions of the step
+ * and the seeds, so the step is the whole rest of the state; the manifest records the seeds too.
+ *
+ * Every function returns 0 ok, nonzero with a one-line message naming the checkpoint. */
+#ifndef TYCHO_RUNTIME_CKPT_H
+#define TYCHO_RUNTIME_CKPT_H
+#include <stddef.h>
+#include <stdio.h>
+
+struct trainer;
+
+#define CKPT_FORMAT_VERSION 1
+
+/* The newest complete checkpoint in dir (a step_N folder with a manifest): its path and step.
+ * 0 found; 1 none (dir missing or empty: not an error); -1 with a message. Local. */
+int ckpt_find_latest(const char *dir, char *path, size_t path_size, long long *step,
+                     char *err, size_t err_size);
+/* Collective over the job: saves t (its parameters and optimizer state after `steps_done`
+ * steps) as dir/step_N, then keeps the newest `keep`. Every rank returns the same status
+ * (agreed). */
+int ckpt_save(struct trainer *t, const char *dir, long long steps_done, int keep, char *err,
+              size_t err_size);
+/* Loads the checkpoint folder `path` into t's parameters and optimizer state (this rank's
+ * blocks and shards) and sets t->step. Local (the caller agrees on the outcome). */
+int ckpt_load(struct trainer *t, const char *path, char *err, size_t err_size);
+/* `tycho ckpt verify`: every file present, every piece's checksum, every tensor and kind
+ * covered exactly once. Prints a summary on out. */
+int ckpt_verify(const char *path, FILE *out, char *err, size_t err_size);
+/* `tycho ckpt inspect`: the manifest's step, model, mesh, seeds, files and tensors, without
+ * reading the shards. */
+int ckpt_inspect(const char *path, FILE *out, char *err, size_t err_size);
+
+#endif
