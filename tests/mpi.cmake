@@ -167,3 +167,28 @@ foreach(config "tp2;2;--set;mesh.tp=2" "tp2_pp2;4;--set;mesh.tp=2;--set;mesh.pp=
   set_tests_properties(mpi_init_export.${name} PROPERTIES TIMEOUT 90 PROCESSORS ${ranks} LABELS mpi
     ENVIRONMENT "${TYCHO_MPI_ENV}")
 endforeach()
+
+# Checkpoints saved on one layout and resumed on another (resharding), against the uninterrupted
+# serial run. config: name; ranks saving; ranks resuming; arguments (--both/--save/--load f=v).
+foreach(config "serial;1;1"
+               "serial_to_tp2_sp_dp2_zero3;1;4;--load;mesh.tp=2;--load;sequence_parallel=true;--load;zero=3"
+               "tp2_pp2_dp2_zero1_to_serial;8;1;--save;mesh.tp=2;--save;mesh.pp=2;--save;zero=1"
+               "dp4_zero3_to_tp2_pp2;4;4;--save;zero=3;--load;mesh.tp=2;--load;mesh.pp=2"
+               "tied_vocab63_tp2_to_pp2_dp2_zero1;2;4;--both;model.vocab=63;--both;model.tie_embeddings=true;--save;mesh.tp=2;--load;mesh.pp=2;--load;zero=1")
+  list(GET config 0 name)
+  list(GET config 1 save_ranks)
+  list(GET config 2 load_ranks)
+  set(sets "")
+  list(LENGTH config n)
+  if(n GREATER 3)
+    list(SUBLIST config 3 -1 sets)
+  endif()
+  set(most ${save_ranks})
+  if(load_ranks GREATER most)
+    set(most ${load_ranks})
+  endif()
+  add_test(NAME mpi_ckpt.${name} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_ckpt.sh ${save_ranks} ${load_ranks}
+    ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} $<TARGET_FILE:tycho> ${sets} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(mpi_ckpt.${name} PROPERTIES TIMEOUT 120 PROCESSORS ${most} LABELS mpi
+    ENVIRONMENT "${TYCHO_MPI_ENV}")
+endforeach()

@@ -17,3 +17,8 @@ endforeach()
 add_test(NAME cli COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli.sh $<TARGET_FILE:tycho>
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli PROPERTIES TIMEOUT 120)
+
+# Checkpoints that go wrong: corrupt, truncated, cut short, another model, a crash's leftover.
+add_test(NAME cli_ckpt_errors COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/ckpt_errors.sh $<TARGET_FILE:tycho>
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_ckpt_errors PROPERTIES TIMEOUT 120)
