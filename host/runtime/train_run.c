@@ -149,6 +149,13 @@ static void print_header(FILE *out, const struct plan *p, const struct trainer *
           omp_get_max_threads() == 1 ? "" : "s");
   fprintf(out, "data: %s; init: %s\n", t->addition ? "synthetic addition" : p->data.train,
           p->init.from[0] ? p->init.from : "random (seeds.model)");
+  if (p->checkpoint.dir[0]) {
+    fprintf(out, "checkpoints: %s, ", p->checkpoint.dir);
+    if (p->checkpoint.every > 0)
+      fprintf(out, "every %d steps and ", p->checkpoint.every);
+    fprintf(out, "after the last, keeping %d%s\n", p->checkpoint.keep,
+            p->checkpoint.async ? " (async: written synchronously by this CPU runtime)" : "");
+  }
   const struct plan_mesh *me = &p->mesh;
   if (me->tp > 1 || me->pp > 1) {
     fprintf(out, "mesh: tp %d × pp %d × dp %d", me->tp, me->pp, me->dp);
