@@ -605,8 +605,10 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
   if (p->export_.path[0])
     fprintf(f, "export     %s%s\n", p->export_.path, p->export_.every ? " (and periodically)" : " at the end");
   if (p->checkpoint.dir[0])
-    fprintf(f, "checkpoint %s every %d steps, keep %d%s\n", p->checkpoint.dir, p->checkpoint.every,
-            p->checkpoint.keep, p->checkpoint.async ? ", async" : "");
+    fprintf(f, "checkpoint %s every %d steps, keep %d%s: %.2f GiB each (fp32 weights and AdamW "
+            "moments, one shard file per rank)\n", p->checkpoint.dir, p->checkpoint.every,
+            p->checkpoint.keep, p->checkpoint.async ? ", async" : "",
+            12.0 * (double)plan_param_count(p) / 1073741824.0);
 }
 
 void check_write_json(const struct plan *p, const struct cluster *cluster, struct strbuf *b)

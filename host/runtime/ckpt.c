@@ -43,7 +43,7 @@ static void param_block(const struct model_param *p, int64_t *r0, int64_t *c0, i
 
 /* Calls fn for every (parameter, kind, element range of its block) this rank holds, with the
  * memory of the range's first element. owner_only: only the ranges this rank writes (each
- * element of the model once over the job). */
+ * element of the model once over the job, padding rows left out). */
 typedef int (*piece_fn)(void *ctx, const struct model_param *p, int index, int kind, size_t lo,
                         size_t hi, float *mem);
 
@@ -58,20 +58,29 @@ static int for_each_piece(struct trainer *t, int owner_only, piece_fn fn, void *
       continue;
     if (owner_only && ((p->tp_dim < 0 && m->tp.rank != 0) || (p->kind == MODEL_EMBED && !m->embed_here)))
       continue;
+    /* Saving stops at the tensor's last row: vocabulary padding rows (at the end of the last
+     * vocab-split block) are not written. */
+    int64_t r0, c0, rows, cols;
+    param_block(p, &r0, &c0, &rows, &cols);
+    const int64_t real_rows = p->shape[0] - r0 < rows ? p->shape[0] - r0 : rows;
+    const size_t tensor_end = real_rows > 0 ? (size_t)(real_rows * cols) : 0;
     for (int kind = 0; kind < CKPT_N_KINDS; kind++) {
       const int sharded = kind == CKPT_PARAM ? d->zero == 3 : d->zero >= 1;
       if (!sharded) {
         if (owner_only && d->rank != 0)
           continue;
         float *mem = kind == CKPT_PARAM ? p->data : state[kind] + p->offset;
-        if (fn(ctx, p, i, kind, 0, p->n_elems, mem))
+        const size_t hi = owner_only ? tensor_end : p->n_elems;
+        if (hi > 0 && fn(ctx, p, i, kind, 0, hi, mem))
           return 1;
         continue;
       }
       const struct dp_bucket *k = &d->layout.buckets[d->layout.param_bucket[i]];
       const size_t s0 = k->start + (size_t)d->rank * k->share, s1 = s0 + k->share;
       const size_t lo = p->offset > s0 ? p->offset : s0;
-      const size_t hi = p->offset + p->n_elems < s1 ? p->offset + p->n_elems : s1;
+      size_t hi = p->offset + p->n_elems < s1 ? p->offset + p->n_elems : s1;
+      if (owner_only && hi > p->offset + tensor_end)
+        hi = p->offset + tensor_end;
       if (lo >= hi)
         continue;
       float *base = kind == CKPT_PARAM ? d->shard_params : state[kind];

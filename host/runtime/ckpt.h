@@ -9,7 +9,8 @@
  * elements it holds (a ZeRO shard's slice; the whole block otherwise), with an FNV-1a 64
  * checksum of its bytes. Each element is written once: a replicated parameter by tensor-parallel
  * rank 0, whole (unsharded) state by data-parallel rank 0, a tied embedding by the first stage.
- * Vocabulary padding rows are not part of the tensor; they load as zeros.
+ * Vocabulary padding rows are not part of the tensor: not written, loaded as zeros. So a
+ * checkpoint holds exactly 3 × 4 bytes per model parameter (plus the manifest), whatever the mesh.
  *
  * Saving writes into step_N.tmp (every rank its file, fsync), then rank 0 the manifest (fsync),
  * renames the folder to step_N and syncs DIR, then removes the oldest beyond checkpoint.keep:

@@ -35,6 +35,12 @@ launch 1 --set train.steps=10 "${common[@]}" --set log.metrics="$tmp/ref.jsonl" 
 launch "$save_ranks" --set train.steps=5 "${common[@]}" "${save[@]}" --set checkpoint.dir="$tmp/ck" \
   >"$tmp/out" 2>"$tmp/err" || fail "the run that saves"
 grep -q "checkpoint $tmp/ck/step_00000005 written" "$tmp/out" || fail "no checkpoint line"
+# every element once and no padding: 3 × 4 bytes per parameter over all shard files
+n_params=$(sed -n 's/^run [^:]*: \([0-9]*\) parameters.*/\1/p' "$tmp/out")
+bytes=$(cat "$tmp"/ck/step_00000005/rank_*.bin | wc -c)
+[ -n "$n_params" ] && [ "$bytes" -eq $((12 * n_params)) ] ||
+  fail "shard files hold $bytes bytes, expected 12 × ${n_params:-?} parameters"
+echo "shard files: $bytes bytes = 12 × $n_params parameters"
 "$tycho" ckpt verify "$tmp/ck" >"$tmp/out" 2>"$tmp/err" || fail "ckpt verify of the saved checkpoint"
 grep -q "^ok: checkpoint $tmp/ck/step_00000005, step 5: " "$tmp/out" || fail "ckpt verify said no ok"
 cat "$tmp/out"
