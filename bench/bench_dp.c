@@ -88,8 +88,8 @@ int main(int argc, char **argv)
     if (comm_broadcast(world, &more, 1, COMM_INT32, 0, NULL))
       comm_fatal("%s", comm_error());
   }
-  float elapsed = (float)(now_seconds() - start), slowest;
-  if (comm_all_reduce(world, &elapsed, &slowest, 1, COMM_FP32, COMM_MAX, NULL))
+  real elapsed = (real)(now_seconds() - start), slowest;
+  if (comm_all_reduce(world, &elapsed, &slowest, 1, COMM_REAL, COMM_MAX, NULL))
     comm_fatal("%s", comm_error());
   const enum comm_op ops[] = { COMM_ALL_REDUCE, COMM_REDUCE_SCATTER, COMM_ALL_GATHER };
   double dp_bytes = 0.0;

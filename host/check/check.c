@@ -184,7 +184,7 @@ static void print_tp_comms(FILE *f, const struct plan *p)
   struct tp_comm *list = tp_comms(p, &n);
   if (!list)
     return;
-  const int eb = (int)plan_dtype_bytes(p->precision.compute), L = p->model.n_layers;
+  const int eb = (int)bill_element_bytes(p->precision.compute), L = p->model.n_layers;
   double bytes[2] = { 0, 0 };
   int calls[2] = { 0, 0 };
   for (int i = 0; i < n; i++) {
@@ -215,7 +215,7 @@ static void write_tp_comms_json(struct json *j, const struct plan *p)
 {
   int n;
   struct tp_comm *list = tp_comms(p, &n);
-  const int eb = (int)plan_dtype_bytes(p->precision.compute);
+  const int eb = (int)bill_element_bytes(p->precision.compute);
   json_begin_object(j);
   json_key(j, "micro_batch"); json_int(j, p->batch.micro);
   json_key(j, "seq"); json_int(j, p->batch.seq);
@@ -349,7 +349,7 @@ static void print_traffic(FILE *f, const struct plan *p)
       if (!used)
         continue;
       if (!any)
-        fprintf(f, "traffic    per training step and rank, as the comm layer counts it (fp32, this runtime's):\n");
+        fprintf(f, "traffic    per training step and rank, as the comm layer counts it (" REAL_NAME ", this runtime's):\n");
       any = 1;
       fprintf(f, "           pp rank %d, %-5s", r, traffic_group_name(g));
       int first = 1;
@@ -605,10 +605,10 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
   if (p->export_.path[0])
     fprintf(f, "export     %s%s\n", p->export_.path, p->export_.every ? " (and periodically)" : " at the end");
   if (p->checkpoint.dir[0])
-    fprintf(f, "checkpoint %s every %d steps, keep %d%s: %.2f GiB each (fp32 weights and AdamW "
+    fprintf(f, "checkpoint %s every %d steps, keep %d%s: %.2f GiB each (" REAL_NAME " weights and AdamW "
             "moments, one shard file per rank)\n", p->checkpoint.dir, p->checkpoint.every,
             p->checkpoint.keep, p->checkpoint.async ? ", async" : "",
-            12.0 * (double)plan_param_count(p) / 1073741824.0);
+            3.0 * sizeof(real) * (double)plan_param_count(p) / 1073741824.0);
 }
 
 void check_write_json(const struct plan *p, const struct cluster *cluster, struct strbuf *b)

@@ -53,7 +53,7 @@ const char *comm_op_name(enum comm_op op)
 
 const char *comm_dtype_name(enum comm_dtype dtype)
 {
-  static const char *const names[] = { "fp32", "bf16", "fp16", "int32", "int64", "uint8" };
+  static const char *const names[] = { "fp32", "bf16", "fp16", "int32", "int64", "uint8", "fp64" };
   return (unsigned)dtype < COMM_N_DTYPES ? names[dtype] : "?";
 }
 
@@ -65,7 +65,7 @@ const char *comm_reduce_name(enum comm_reduce reduce)
 
 size_t comm_dtype_size(enum comm_dtype dtype)
 {
-  static const size_t sizes[] = { 4, 2, 2, 4, 8, 1 };
+  static const size_t sizes[] = { 4, 2, 2, 4, 8, 1, 8 };
   return (unsigned)dtype < COMM_N_DTYPES ? sizes[dtype] : 0;
 }
 

@@ -30,12 +30,17 @@
 #include <stdint.h>
 
 #include "plan/plan.h"
+#include "real.h"
 
 #define COMM_NAME_MAX 16
 #define COMM_RECORDS_DEFAULT 4096
 #define COMM_TIMEOUT_DEFAULT 300.0
 
-enum comm_dtype { COMM_FP32, COMM_BF16, COMM_FP16, COMM_INT32, COMM_INT64, COMM_UINT8, COMM_N_DTYPES };
+enum comm_dtype {
+  COMM_FP32, COMM_BF16, COMM_FP16, COMM_INT32, COMM_INT64, COMM_UINT8, COMM_FP64, COMM_N_DTYPES
+};
+/* The runtime's tensors move as `real` (kernels/real.h): fp32, or fp64 in the float64 build. */
+#define COMM_REAL (REAL_IS_DOUBLE ? COMM_FP64 : COMM_FP32)
 enum comm_reduce { COMM_SUM, COMM_MAX, COMM_N_REDUCES };
 enum comm_op {
   COMM_ALL_REDUCE, COMM_ALL_GATHER, COMM_REDUCE_SCATTER, COMM_BROADCAST,

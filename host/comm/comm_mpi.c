@@ -250,6 +250,7 @@ static MPI_Datatype mpi_type(enum comm_dtype dtype)
 {
   switch (dtype) {
   case COMM_FP32: return MPI_FLOAT;
+  case COMM_FP64: return MPI_DOUBLE;
   case COMM_BF16: case COMM_FP16: return MPI_UINT16_T; /* moved, never reduced here */
   case COMM_INT32: return MPI_INT32_T;
   case COMM_INT64: return MPI_INT64_T;
@@ -261,7 +262,7 @@ static int mpi_validate(const struct comm_request *r, char *err, size_t n)
 {
   if ((r->op == COMM_ALL_REDUCE || r->op == COMM_REDUCE_SCATTER) &&
       (r->dtype == COMM_BF16 || r->dtype == COMM_FP16))
-    return snprintf(err, n, "comm %s on %s: the MPI backend does not reduce %s (CPU buffers are fp32)",
+    return snprintf(err, n, "comm %s on %s: the MPI backend does not reduce %s (CPU buffers are " REAL_NAME ")",
                     comm_op_name(r->op), r->group->name, comm_dtype_name(r->dtype)), -1;
   if (r->n_elems > INT_MAX)
     return snprintf(err, n, "comm %s on %s: n_elems %zu exceeds MPI's int count", comm_op_name(r->op),

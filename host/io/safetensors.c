@@ -346,8 +346,8 @@ static float f16_to_f32(uint16_t h)
   return x;
 }
 
-int st_read_f32(const struct st_file *f, const struct st_tensor *t, float *out, size_t n_elems,
-                char *err, size_t err_size)
+int st_read_real(const struct st_file *f, const struct st_tensor *t, real *out, size_t n_elems,
+                 char *err, size_t err_size)
 {
   if (n_elems != t->n_elems)
     return errf(err, err_size, "%s: tensor '%s' has %zu elements but the buffer holds %zu",
@@ -355,7 +355,11 @@ int st_read_f32(const struct st_file *f, const struct st_tensor *t, float *out, 
   const uint8_t *p = t->data;
   switch (t->dtype) {
   case ST_F32:
-    if (n_elems) memcpy(out, p, t->n_bytes);
+    for (size_t k = 0; k < n_elems; k++) {
+      float x;
+      memcpy(&x, p + 4 * k, 4);
+      out[k] = x;
+    }
     return 0;
   case ST_F16:
   case ST_BF16:
@@ -366,7 +370,9 @@ int st_read_f32(const struct st_file *f, const struct st_tensor *t, float *out, 
         out[k] = f16_to_f32(h);
       } else {
         uint32_t bits = (uint32_t)h << 16;
-        memcpy(&out[k], &bits, 4);
+        float x;
+        memcpy(&x, &bits, 4);
+        out[k] = x;
       }
     }
     return 0;
@@ -374,12 +380,12 @@ int st_read_f32(const struct st_file *f, const struct st_tensor *t, float *out, 
     for (size_t k = 0; k < n_elems; k++) {
       double d;
       memcpy(&d, p + 8 * k, 8);
-      out[k] = (float)d;
+      out[k] = (real)d;
     }
     return 0;
   default:
     return errf(err, err_size, "%s: tensor '%s' is %s; only F32, F16, BF16 and F64 convert to "
-                "float32", f->path, t->name, st_dtype_name(t->dtype));
+                "%s", f->path, t->name, st_dtype_name(t->dtype), REAL_NAME);
   }
 }
 
@@ -497,6 +503,24 @@ static int atomic_end(struct atomic_file *a, bool ok, char *err, size_t err_size
   return rc;
 }
 
+/* n_elems reals as F32: as they are in the fp32 build, rounded from double through a small
+ * buffer in the float64 build. */
+static int write_f32(struct atomic_file *a, const real *data, size_t n_elems, char *err, size_t err_size)
+{
+#if REAL_IS_DOUBLE
+  enum { CHUNK = 4096 };
+  float buf[CHUNK];
+  for (size_t at = 0; at < n_elems; at += CHUNK) {
+    size_t n = n_elems - at < CHUNK ? n_elems - at : CHUNK;
+    for (size_t i = 0; i < n; i++) buf[i] = (float)data[at + i];
+    if (atomic_write(a, buf, 4 * n, err, err_size)) return 1;
+  }
+  return 0;
+#else
+  return n_elems ? atomic_write(a, data, 4 * n_elems, err, err_size) : 0;
+#endif
+}
+
 int st_write_f32(const char *path, const struct st_write_tensor *tensors, int n_tensors,
                  char *err, size_t err_size)
 {
@@ -565,7 +589,7 @@ int st_write_f32(const char *path, const struct st_write_tensor *tensors, int n_
   for (int k = 0; k < n_tensors && !rc; k++) {
     size_t n_elems = 1;
     for (int d = 0; d < tensors[k].n_dims; d++) n_elems *= (size_t)tensors[k].shape[d];
-    if (n_elems) rc = atomic_write(&a, tensors[k].data, 4 * n_elems, err, err_size);
+    rc = write_f32(&a, tensors[k].data, n_elems, err, err_size);
   }
   free(h.p);
   return atomic_end(&a, !rc, err, err_size);

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "real.h"
+
 #define ST_MAX_DIMS 8
 #define ST_MAX_HEADER_BYTES ((uint64_t)100 << 20) /* the cap the HF reader uses too */
 
@@ -44,12 +46,13 @@ struct st_file {
   char *strings;                /* storage for every name, key and value above */
 };
 
-/* A tensor to write: float32 data, row-major, n_elems = product(shape). */
+/* A tensor to write: the runtime's `real` data (kernels/real.h), row-major, n_elems =
+ * product(shape); written as F32 (rounded from double in the float64 build). */
 struct st_write_tensor {
   const char *name;
   int n_dims;
   int64_t shape[ST_MAX_DIMS];
-  const float *data;
+  const real *data;
 };
 
 /* The sharded form: an index file naming, for each tensor, the shard file that holds it. */
@@ -76,12 +79,13 @@ int st_open(struct st_file *f, const char *path, char *err, size_t err_size);
 void st_close(struct st_file *f);
 /* The tensor called `name`, or NULL (binary search). */
 const struct st_tensor *st_find(const struct st_file *f, const char *name);
-/* Convert tensor t (F32, F16, BF16 or F64) to float32; out holds n_elems floats and n_elems
- * must equal t->n_elems. */
-int st_read_f32(const struct st_file *f, const struct st_tensor *t, float *out, size_t n_elems,
-                char *err, size_t err_size);
+/* Convert tensor t (F32, F16, BF16 or F64) to `real` (float, or double in the float64 build:
+ * every F32, F16 and BF16 value exactly; F64 rounded to float in the fp32 build); out holds
+ * n_elems elements and n_elems must equal t->n_elems. */
+int st_read_real(const struct st_file *f, const struct st_tensor *t, real *out, size_t n_elems,
+                 char *err, size_t err_size);
 
-/* Write an F32 safetensors file: header keys in the order given, `{"__metadata__":{"format":
+/* Write an F32 safetensors file (whatever `real` is): header keys in the order given, `{"__metadata__":{"format":
  * "pt"}}` first, header padded with spaces to a multiple of 8, data contiguous in the order
  * given. Written to `path.tmp`, fsynced, then renamed over `path`. */
 int st_write_f32(const char *path, const struct st_write_tensor *tensors, int n_tensors,

@@ -47,11 +47,11 @@ void *alloc_bytes(enum alloc_category category, size_t n_bytes)
   return base + ALLOC_ALIGN;
 }
 
-float *alloc_floats(enum alloc_category category, size_t n_elems)
+real *alloc_reals(enum alloc_category category, size_t n_elems)
 {
-  if (n_elems > SIZE_MAX / sizeof(float))
+  if (n_elems > SIZE_MAX / sizeof(real))
     return NULL;
-  return alloc_bytes(category, n_elems * sizeof(float));
+  return alloc_bytes(category, n_elems * sizeof(real));
 }
 
 void alloc_free(void *block)

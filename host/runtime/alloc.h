@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "real.h"
+
 enum alloc_category {
   ALLOC_PARAMS, ALLOC_GRADS, ALLOC_OPTIMIZER, ALLOC_ACTIVATIONS, ALLOC_COMM, ALLOC_WORKSPACE,
   ALLOC_N_CATEGORIES
@@ -25,8 +27,8 @@ struct alloc_bill {
 /* n_bytes of zeroed memory, 64-byte aligned, billed to `category`; NULL when out of memory
  * (n_bytes 0 gives a valid, unique block). */
 void *alloc_bytes(enum alloc_category category, size_t n_bytes);
-/* n_elems floats: alloc_bytes(category, n_elems · sizeof(float)), with the product checked. */
-float *alloc_floats(enum alloc_category category, size_t n_elems);
+/* n_elems reals: alloc_bytes(category, n_elems · sizeof(real)), with the product checked. */
+real *alloc_reals(enum alloc_category category, size_t n_elems);
 /* Frees a block from alloc_bytes and takes it off the bill; NULL is ignored. */
 void alloc_free(void *block);
 

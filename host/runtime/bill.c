@@ -161,7 +161,7 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
     free(per_stage);
   }
 
-  /* elements (floats) as the fp32 runtime allocates them */
+  /* elements (reals) as the runtime allocates them */
   double params = 0, grads = 0, comm = 0, activations, workspace;
   if (zero < 3)
     params = (double)l.n_elems;
@@ -187,11 +187,12 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
   /* the trainer's batch: inputs and targets (ints), each row's window index (8 bytes) */
   const double batch_bytes = 2.0 * micro * seq * sizeof(int) + (double)micro * sizeof(uint64_t);
 
-  const double c = plan_dtype_bytes(p->precision.compute), g = plan_dtype_bytes(p->precision.grads);
-  const double master = p->precision.compute == PLAN_FP32 ? 0.0 : 4.0;
+  const double c = bill_element_bytes(p->precision.compute), g = bill_element_bytes(p->precision.grads);
+  const double fp32 = bill_element_bytes(PLAN_FP32); /* AdamW's moments, the master copy */
+  const double master = p->precision.compute == PLAN_FP32 ? 0.0 : fp32;
   out->bytes[ALLOC_PARAMS] = params * c;
   out->bytes[ALLOC_GRADS] = grads * g;
-  out->bytes[ALLOC_OPTIMIZER] = state * (8.0 + master);
+  out->bytes[ALLOC_OPTIMIZER] = state * (2.0 * fp32 + master);
   out->bytes[ALLOC_ACTIVATIONS] = activations * c;
   out->bytes[ALLOC_COMM] = comm * c;
   out->bytes[ALLOC_WORKSPACE] = workspace * c + batch_bytes;
@@ -256,8 +257,14 @@ static void zero3_gathers(const struct dp_layout *l, const struct model *m, unsi
   free(held);
 }
 
+double bill_element_bytes(enum plan_dtype d)
+{
+  return d == PLAN_FP32 ? (double)sizeof(real) : plan_dtype_bytes(d);
+}
+
 int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char *err, size_t err_size)
 {
+  const unsigned long long eb = sizeof(real); /* the runtime moves reals (COMM_REAL) */
   memset(out, 0, sizeof *out);
   struct model m;
   struct dp_layout l;
@@ -280,7 +287,7 @@ int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char
       if (ly < 0 ? !m.embed_here : ly >= L ? !m.head_here : !m.layer_here[ly])
         continue;
       count(out, TRAFFIC_TP, (enum comm_op)list[i].comm, (unsigned long long)M,
-            (unsigned long long)M * (unsigned long long)list[i].n_elems * 4u);
+            (unsigned long long)M * (unsigned long long)list[i].n_elems * eb);
     }
     free(list);
     count(out, TRAFFIC_TP, COMM_ALL_GATHER, 1, 8u * (unsigned long long)tp);
@@ -290,16 +297,16 @@ int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char
     unsigned long long nb = (unsigned long long)l.n_buckets, all = 0;
     for (int b = 0; b < l.n_buckets; b++) all += l.buckets[b].n_elems;
     if (p->zero < 2) {
-      count(out, TRAFFIC_DP, COMM_ALL_REDUCE, nb, all * 4u);
+      count(out, TRAFFIC_DP, COMM_ALL_REDUCE, nb, all * eb);
     } else {
-      count(out, TRAFFIC_DP, COMM_REDUCE_SCATTER, nb * (unsigned long long)M, all * 4u * (unsigned long long)M);
+      count(out, TRAFFIC_DP, COMM_REDUCE_SCATTER, nb * (unsigned long long)M, all * eb * (unsigned long long)M);
     }
     if (p->zero == 1 || p->zero == 2)
-      count(out, TRAFFIC_DP, COMM_ALL_GATHER, nb, all * 4u);
+      count(out, TRAFFIC_DP, COMM_ALL_GATHER, nb, all * eb);
     if (p->zero == 3) {
       unsigned long long calls = 0, elems = 0;
       zero3_gathers(&l, &m, &calls, &elems);
-      count(out, TRAFFIC_DP, COMM_ALL_GATHER, calls * (unsigned long long)M, elems * 4u * (unsigned long long)M);
+      count(out, TRAFFIC_DP, COMM_ALL_GATHER, calls * (unsigned long long)M, elems * eb * (unsigned long long)M);
     }
     count(out, TRAFFIC_DP, COMM_ALL_GATHER, 2, 2u * 8u * (unsigned long long)dp);
   }
@@ -314,7 +321,7 @@ int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char
     }
     const unsigned long long boundary = (unsigned long long)p->batch.micro *
       (unsigned long long)(tp > 1 && p->sequence_parallel ? p->batch.seq / tp : p->batch.seq) *
-      (unsigned long long)p->model.dim * 4u;
+      (unsigned long long)p->model.dim * eb;
     const struct sched_list *list = &s.ranks[pp_rank];
     for (int i = 0; i < list->n; i++) {
       int op = list->instr[i].op;
@@ -328,7 +335,7 @@ int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char
     count(out, TRAFFIC_PP, COMM_ALL_GATHER, 1, 8u * (unsigned long long)pp);
     const int first = p->stages[0].pp_rank, last = p->stages[p->n_stages - 1].pp_rank;
     if (p->model.tie_embeddings && (pp_rank == first || pp_rank == last))
-      count(out, TRAFFIC_EMBED, COMM_ALL_REDUCE, 1, (unsigned long long)m.params[0].n_elems * 4u);
+      count(out, TRAFFIC_EMBED, COMM_ALL_REDUCE, 1, (unsigned long long)m.params[0].n_elems * eb);
   }
   dp_layout_free(&l);
   model_free(&m);

@@ -11,7 +11,8 @@
  * Element sizes follow the plan's precision: params in precision.compute, grads in
  * precision.grads, optimizer state as AdamW's m and v in fp32 plus an fp32 master copy when the
  * compute type is not fp32, activations, comm buffers and workspace in precision.compute. For
- * fp32 plans (all the CPU backend runs) this is byte for byte what the allocator bills; the tests
+ * fp32 plans (all the CPU backend runs) an element is the runtime's `real`: 4 bytes, 8 in the
+ * float64 proof build (bill_element_bytes), and this is byte for byte what the allocator bills; the tests
  * hold runs to it. Assumptions the numbers carry: attention keeps its probabilities (B·heads·T²
  * per layer; no fused attention yet), evaluation and export add nothing beyond training (export
  * gathers the model on one rank: workspace there, not billed here). */
@@ -43,6 +44,10 @@ struct traffic {
 const char *traffic_group_name(enum traffic_group g);
 /* The traffic of pipeline rank pp_rank (dp and tp ranks alike). 0 ok; nonzero with a message. */
 int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char *err, size_t err_size);
+
+/* Bytes of one element of dtype d as this build's runtime holds and sends it: sizeof(real) for
+ * fp32 (8 in the float64 build, kernels/real.h), plan_dtype_bytes otherwise. */
+double bill_element_bytes(enum plan_dtype d);
 
 /* The bill of pipeline rank pp_rank (every tp and dp rank of a stage gets the same one: shards
  * are equal by construction). 0 ok; nonzero with a message. */

@@ -45,13 +45,13 @@ static void param_block(const struct model_param *p, int64_t *r0, int64_t *c0, i
  * memory of the range's first element. owner_only: only the ranges this rank writes (each
  * element of the model once over the job, padding rows left out). */
 typedef int (*piece_fn)(void *ctx, const struct model_param *p, int index, int kind, size_t lo,
-                        size_t hi, float *mem);
+                        size_t hi, real *mem);
 
 static int for_each_piece(struct trainer *t, int owner_only, piece_fn fn, void *ctx)
 {
   struct model *m = &t->model;
   struct dp *d = &t->dp;
-  float *state[CKPT_N_KINDS] = { NULL, t->opt.m, t->opt.v };
+  real *state[CKPT_N_KINDS] = { NULL, t->opt.m, t->opt.v };
   for (int i = 0; i < m->n_params; i++) {
     const struct model_param *p = &m->params[i];
     if (!p->here || p->n_elems == 0)
@@ -69,7 +69,7 @@ static int for_each_piece(struct trainer *t, int owner_only, piece_fn fn, void *
       if (!sharded) {
         if (owner_only && d->rank != 0)
           continue;
-        float *mem = kind == CKPT_PARAM ? p->data : state[kind] + p->offset;
+        real *mem = kind == CKPT_PARAM ? p->data : state[kind] + p->offset;
         const size_t hi = owner_only ? tensor_end : p->n_elems;
         if (hi > 0 && fn(ctx, p, i, kind, 0, hi, mem))
           return 1;
@@ -83,7 +83,7 @@ static int for_each_piece(struct trainer *t, int owner_only, piece_fn fn, void *
         hi = p->offset + tensor_end;
       if (lo >= hi)
         continue;
-      float *base = kind == CKPT_PARAM ? d->shard_params : state[kind];
+      real *base = kind == CKPT_PARAM ? d->shard_params : state[kind];
       if (fn(ctx, p, i, kind, lo - p->offset, hi - p->offset, base + k->shard_offset + (lo - s0)))
         return 1;
     }
@@ -119,7 +119,7 @@ static int write_all(int fd, const void *buf, size_t n)
 }
 
 static int write_piece(void *ctx, const struct model_param *p, int index, int kind, size_t lo,
-                       size_t hi, float *mem)
+                       size_t hi, real *mem)
 {
   struct writer *w = ctx;
   if (w->n == w->cap) {
@@ -130,7 +130,7 @@ static int write_piece(void *ctx, const struct model_param *p, int index, int ki
     w->pieces = pieces;
     w->cap = cap;
   }
-  const size_t bytes = (hi - lo) * sizeof(float);
+  const size_t bytes = (hi - lo) * sizeof(real);
   struct piece *q = &w->pieces[w->n++];
   param_block(p, &q->r0, &q->c0, &q->rows, &q->cols);
   q->param = index;
@@ -309,7 +309,7 @@ static void manifest_text(struct strbuf *b, const struct trainer *t, long long s
     json_key(&j, "name");
     json_string(&j, q->name);
     json_key(&j, "dtype");
-    json_string(&j, "F32");
+    json_string(&j, REAL_DTYPE);
     json_key(&j, "shape");
     json_begin_array(&j);
     for (int d = 0; d < q->n_dims; d++)
@@ -654,8 +654,12 @@ static int manifest_open(struct manifest *mf, const char *path, char *err, size_
         pieces < 0 || j->nodes[pieces].type != JSON_ARRAY)
       return errf(err, err_size, "%s: tensors[%d] needs \"name\", \"shape\" and \"pieces\"", file, k);
     tt->name = j->nodes[name].str;
-    if (dtype < 0 || j->nodes[dtype].type != JSON_STRING || strcmp(j->nodes[dtype].str, "F32"))
-      return errf(err, err_size, "%s: tensor %s: dtype must be \"F32\"", file, tt->name);
+    if (dtype < 0 || j->nodes[dtype].type != JSON_STRING)
+      return errf(err, err_size, "%s: tensor %s: dtype must be \"%s\"", file, tt->name, REAL_DTYPE);
+    if (strcmp(j->nodes[dtype].str, REAL_DTYPE))
+      return errf(err, err_size, "%s: tensor %s is %s, and this build of tycho computes in %s (%s): a "
+                  "checkpoint resumes in a build of its own element type (F64: -DTYCHO_FLOAT64=ON)", file,
+                  tt->name, j->nodes[dtype].str, REAL_NAME, REAL_DTYPE);
     tt->n_dims = j->nodes[shape].n_children;
     if (tt->n_dims < 1 || tt->n_dims > 2 || get_ints(j, shape, tt->shape, tt->n_dims))
       return errf(err, err_size, "%s: tensor %s: shape must be 1 or 2 counts", file, tt->name);
@@ -695,7 +699,7 @@ static int manifest_open(struct manifest *mf, const char *path, char *err, size_
 }
 
 /* The bytes of piece sp, mapped, its checksum checked once. NULL with a message. */
-static const float *piece_data(struct manifest *mf, const struct src_tensor *tt, struct src_piece *sp,
+static const real *piece_data(struct manifest *mf, const struct src_tensor *tt, struct src_piece *sp,
                                char *err, size_t err_size)
 {
   struct mapping *mp = &mf->maps[sp->file];
@@ -724,14 +728,14 @@ static const float *piece_data(struct manifest *mf, const struct src_tensor *tt,
     errf(err, err_size, "checkpoint %s: cannot read %s", mf->path, file);
     return NULL;
   }
-  const size_t bytes = (size_t)(sp->hi - sp->lo) * sizeof(float);
-  if ((size_t)sp->offset > mp->bytes || bytes > mp->bytes - (size_t)sp->offset || sp->offset % 4) {
+  const size_t bytes = (size_t)(sp->hi - sp->lo) * sizeof(real);
+  if ((size_t)sp->offset > mp->bytes || bytes > mp->bytes - (size_t)sp->offset || sp->offset % sizeof(real)) {
     errf(err, err_size, "checkpoint %s: %s is truncated: %s's %s piece needs bytes [%lld, %lld) of %zu",
          mf->path, file, tt->name, kind_names[sp->kind], (long long)sp->offset,
          (long long)sp->offset + (long long)bytes, mp->bytes);
     return NULL;
   }
-  const float *data = (const float *)((const char *)mp->map + sp->offset);
+  const real *data = (const real *)((const char *)mp->map + sp->offset);
   if (!sp->checked) {
     if (hash_fnv1a64_bytes(data, bytes) != sp->hash) {
       errf(err, err_size, "checkpoint %s: %s is corrupt: %s's %s piece at byte %lld fails its checksum",
@@ -758,8 +762,8 @@ static int64_t range_count(int64_t r0, int64_t rows, int64_t cols, int64_t lo, i
 
 /* Copies into dst (elements [tlo, thi) of the block (tr0, tc0, trows, tcols)) what source piece
  * sp holds of it, over rows below `limit`. Returns the elements copied. */
-static int64_t copy_overlap(float *dst, int64_t tr0, int64_t tc0, int64_t trows, int64_t tcols,
-                            int64_t tlo, int64_t thi, const struct src_piece *sp, const float *src,
+static int64_t copy_overlap(real *dst, int64_t tr0, int64_t tc0, int64_t trows, int64_t tcols,
+                            int64_t tlo, int64_t thi, const struct src_piece *sp, const real *src,
                             int64_t limit)
 {
   int64_t g0 = tr0 > sp->r0 ? tr0 : sp->r0;
@@ -778,7 +782,7 @@ static int64_t copy_overlap(float *dst, int64_t tr0, int64_t tc0, int64_t trows,
     if (x0 >= x1)
       continue;
     memcpy(dst + (a * tcols + (x0 - tc0) - tlo), src + (b * sp->cols + (x0 - sp->c0) - sp->lo),
-           (size_t)(x1 - x0) * sizeof(float));
+           (size_t)(x1 - x0) * sizeof(real));
     copied += x1 - x0;
   }
   return copied;
@@ -799,7 +803,7 @@ static struct src_tensor *find_tensor(struct manifest *mf, const char *name)
 }
 
 static int load_piece(void *ctx, const struct model_param *p, int index, int kind, size_t lo,
-                      size_t hi, float *mem)
+                      size_t hi, real *mem)
 {
   (void)index;
   struct loader *ld = ctx;
@@ -821,7 +825,7 @@ static int load_piece(void *ctx, const struct model_param *p, int index, int kin
       continue;
     if (sp->c0 >= c0 + cols || sp->c0 + sp->cols <= c0)
       continue;
-    const float *src = piece_data(mf, tt, sp, ld->err, ld->err_size);
+    const real *src = piece_data(mf, tt, sp, ld->err, ld->err_size);
     if (!src)
       return 1;
     copied += copy_overlap(mem, r0, c0, rows, cols, (int64_t)lo, (int64_t)hi, sp, src, p->shape[0]);
@@ -870,8 +874,8 @@ int ckpt_inspect(const char *path, FILE *out, char *err, size_t err_size)
   for (int i = 0; bytes && i < mf.n_tensors; i++)
     for (int k = 0; k < mf.tensors[i].n_pieces; k++) {
       const struct src_piece *sp = &mf.tensors[i].pieces[k];
-      bytes[sp->file] += (sp->hi - sp->lo) * 4;
-      total += (sp->hi - sp->lo) * 4;
+      bytes[sp->file] += (sp->hi - sp->lo) * (int64_t)sizeof(real);
+      total += (sp->hi - sp->lo) * (int64_t)sizeof(real);
       pieces++;
     }
   fprintf(out, "%d tensors, %lld pieces, %.2f MiB in %d files:\n", mf.n_tensors, pieces, (double)total / 1048576.0, mf.n_files);
@@ -906,7 +910,7 @@ int ckpt_verify(const char *path, FILE *out, char *err, size_t err_size)
           return manifest_free(&mf), 1;
         }
         pieces++;
-        total += (sp->hi - sp->lo) * 4;
+        total += (sp->hi - sp->lo) * (int64_t)sizeof(real);
         for (int64_t e = sp->lo; e < sp->hi; e++) {
           const int64_t row = sp->r0 + e / sp->cols, col = sp->c0 + e % sp->cols;
           if (row >= tt->shape[0])

@@ -19,46 +19,46 @@ int dp_fail(struct dp *d, const char *what)
   return -1;
 }
 
-int dp_all_reduce(struct dp *d, float *buf, size_t n_elems, struct comm_request **req)
+int dp_all_reduce(struct dp *d, real *buf, size_t n_elems, struct comm_request **req)
 {
   *req = NULL;
   if (!d->group || d->size == 1) /* a group of one: nothing to move */
     return 0;
-  return comm_all_reduce(d->group, buf, buf, n_elems, COMM_FP32, COMM_SUM, req)
+  return comm_all_reduce(d->group, buf, buf, n_elems, COMM_REAL, COMM_SUM, req)
            ? dp_fail(d, "gradient all-reduce") : 0;
 }
 
-int dp_all_gather(struct dp *d, const float *send, float *recv, size_t n_elems,
+int dp_all_gather(struct dp *d, const real *send, real *recv, size_t n_elems,
                   struct comm_request **req)
 {
   *req = NULL;
   if (!d->group || d->size == 1) {
     if (send != recv)
-      memcpy(recv, send, n_elems * sizeof(float));
+      memcpy(recv, send, n_elems * sizeof(real));
     return 0;
   }
-  return comm_all_gather(d->group, send, recv, n_elems, COMM_FP32, req)
+  return comm_all_gather(d->group, send, recv, n_elems, COMM_REAL, req)
            ? dp_fail(d, "parameter all-gather") : 0;
 }
 
-int dp_reduce_scatter(struct dp *d, const float *send, float *recv, size_t n_elems,
+int dp_reduce_scatter(struct dp *d, const real *send, real *recv, size_t n_elems,
                       struct comm_request **req)
 {
   *req = NULL;
   if (!d->group || d->size == 1) {
-    memcpy(recv, send, n_elems * sizeof(float));
+    memcpy(recv, send, n_elems * sizeof(real));
     return 0;
   }
-  return comm_reduce_scatter(d->group, send, recv, n_elems, COMM_FP32, COMM_SUM, req)
+  return comm_reduce_scatter(d->group, send, recv, n_elems, COMM_REAL, COMM_SUM, req)
            ? dp_fail(d, "gradient reduce-scatter") : 0;
 }
 
-void dp_bind_bucket(struct dp *d, int b, float *base, int grads)
+void dp_bind_bucket(struct dp *d, int b, real *base, int grads)
 {
   const struct dp_bucket *k = &d->layout.buckets[b];
   for (int i = k->first_param; i <= k->last_param; i++) {
     struct model_param *p = &d->model->params[i];
-    float *at = base ? base + (p->offset - k->start) : NULL;
+    real *at = base ? base + (p->offset - k->start) : NULL;
     if (grads)
       p->grad = at;
     else
@@ -90,13 +90,13 @@ int dp_open(struct dp *d, struct model *m, struct comm_group *group, int zero, d
     ok = d->units[u].reqs != NULL;
   }
   if (ok && zero < 3)
-    ok = (m->param_memory = alloc_floats(ALLOC_PARAMS, l->n_elems)) != NULL;
+    ok = (m->param_memory = alloc_reals(ALLOC_PARAMS, l->n_elems)) != NULL;
   if (ok && zero < 2)
-    ok = (m->grad_memory = alloc_floats(ALLOC_GRADS, l->n_elems)) != NULL;
+    ok = (m->grad_memory = alloc_reals(ALLOC_GRADS, l->n_elems)) != NULL;
   if (ok && zero == 3)
-    ok = (d->shard_params = alloc_floats(ALLOC_PARAMS, l->n_shard)) != NULL;
+    ok = (d->shard_params = alloc_reals(ALLOC_PARAMS, l->n_shard)) != NULL;
   if (ok && zero >= 2)
-    ok = (d->shard_grads = alloc_floats(ALLOC_GRADS, l->n_shard)) != NULL;
+    ok = (d->shard_grads = alloc_reals(ALLOC_GRADS, l->n_shard)) != NULL;
   if (!ok) {
     dp_close(d);
     return errf(err, err_size, "out of memory for the parameters and gradients (%zu floats, "
@@ -159,13 +159,13 @@ int dp_init_params(struct dp *d, const struct plan *p, char *err, size_t err_siz
   model_bind_memory(d->model, NULL, NULL);
   for (int b = 0; b < d->layout.n_buckets && !rc; b++) {
     const struct dp_bucket *k = &d->layout.buckets[b];
-    float *staging = alloc_floats(ALLOC_PARAMS, k->n_elems);
+    real *staging = alloc_reals(ALLOC_PARAMS, k->n_elems);
     if (!staging)
       return errf(err, err_size, "out of memory initializing a bucket of %zu floats", k->n_elems);
     dp_bind_bucket(d, b, staging, 0);
     rc = fill_params(d->model, p, err, err_size);
     memcpy(d->shard_params + k->shard_offset, staging + (size_t)d->rank * k->share,
-           k->share * sizeof(float));
+           k->share * sizeof(real));
     dp_bind_bucket(d, b, NULL, 0);
     alloc_free(staging);
   }
@@ -173,7 +173,7 @@ int dp_init_params(struct dp *d, const struct plan *p, char *err, size_t err_siz
   return rc;
 }
 
-int dp_gather_params(struct dp *d, float **full)
+int dp_gather_params(struct dp *d, real **full)
 {
   *full = NULL;
   if (d->zero < 3) {
@@ -181,8 +181,8 @@ int dp_gather_params(struct dp *d, float **full)
     return 0;
   }
   const struct dp_layout *l = &d->layout;
-  float *out = d->rank == 0 ? alloc_floats(ALLOC_WORKSPACE, l->n_elems)
-                            : alloc_floats(ALLOC_WORKSPACE, l->max_bucket_elems);
+  real *out = d->rank == 0 ? alloc_reals(ALLOC_WORKSPACE, l->n_elems)
+                            : alloc_reals(ALLOC_WORKSPACE, l->max_bucket_elems);
   if (!out) /* every rank must still take part in the gathers: this one cannot, so it aborts */
     comm_fatal("out of memory gathering the parameters (%zu floats)", l->n_elems);
   int rc = 0;
@@ -200,7 +200,7 @@ int dp_gather_params(struct dp *d, float **full)
   return rc;
 }
 
-void dp_gather_params_free(struct dp *d, float *full)
+void dp_gather_params_free(struct dp *d, real *full)
 {
   if (d->zero == 3)
     alloc_free(full);
@@ -211,39 +211,39 @@ int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, siz
   const struct model *m = d->model;
   *have = 0;
   memset(whole, 0, sizeof *whole);
-  float *full;
+  real *full;
   if (dp_gather_params(d, &full))
     return errf(err, err_size, "%s", d->err);
   if (d->rank != 0)
     return 0;
   const int tp = m->tp.size;
-  float *all = NULL;
+  real *all = NULL;
   int rc = 0;
   if (tp > 1) {
-    all = alloc_floats(ALLOC_WORKSPACE, (size_t)tp * m->n_elems);
+    all = alloc_reals(ALLOC_WORKSPACE, (size_t)tp * m->n_elems);
     if (!all) /* the others are in the gather already: this rank cannot stay */
       comm_fatal("out of memory gathering the tensor-parallel shards (%zu floats)", (size_t)tp * m->n_elems);
-    if (comm_all_gather(m->tp.group, full, all, m->n_elems, COMM_FP32, NULL))
+    if (comm_all_gather(m->tp.group, full, all, m->n_elems, COMM_REAL, NULL))
       rc = errf(err, err_size, "all-gather of the tensor-parallel shards: %s", comm_error());
   }
   const int pp = d->pp_group ? d->pp_group->size : 1;
   if (!rc && m->tp.rank == 0) {
     rc = model_create_table(whole, &m->config, err, err_size);
     if (!rc) { /* a copy for export and tests: billed as workspace, as the ZeRO-3 gather is */
-      whole->param_memory = alloc_floats(ALLOC_WORKSPACE, whole->n_elems);
+      whole->param_memory = alloc_reals(ALLOC_WORKSPACE, whole->n_elems);
       if (!whole->param_memory)
         rc = errf(err, err_size, "out of memory for the whole model (%zu floats)", whole->n_elems);
       else
         model_bind_memory(whole, whole->param_memory, NULL);
     }
     if (!rc)
-      memset(whole->param_memory, 0, whole->n_elems * sizeof(float));
+      memset(whole->param_memory, 0, whole->n_elems * sizeof(real));
     for (int i = 0; !rc && i < m->n_params; i++) {
       const struct model_param *p = &m->params[i];
       if (!p->here || (p->kind == MODEL_EMBED && !m->embed_here))
         continue; /* another pipeline stage's (the first stage's, for a tied embedding) */
       if (tp == 1 || p->tp_dim < 0) {
-        memcpy(whole->params[i].data, full + p->offset, p->n_elems * sizeof(float));
+        memcpy(whole->params[i].data, full + p->offset, p->n_elems * sizeof(real));
         continue;
       }
       for (int r = 0; r < tp; r++)
@@ -251,7 +251,7 @@ int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, siz
     }
     if (!rc && pp > 1) { /* each stage's parameters, zero elsewhere: summed, they are the model */
       if (comm_all_reduce(d->pp_group, whole->param_memory, whole->param_memory, whole->n_elems,
-                          COMM_FP32, COMM_SUM, NULL))
+                          COMM_REAL, COMM_SUM, NULL))
         rc = errf(err, err_size, "all-reduce of the pipeline stages' parameters: %s", comm_error());
     }
     *have = !rc && (pp == 1 || d->pp_group->rank == 0);
@@ -275,13 +275,13 @@ int dp_export(struct dp *d, const char *path, char *err, size_t err_size)
       model_free(&whole);
     return rc;
   }
-  float *full;
+  real *full;
   if (dp_gather_params(d, &full))
     return errf(err, err_size, "%s", d->err);
   if (d->rank != 0)
     return 0;
   struct model *m = d->model;
-  float **saved = malloc((size_t)m->n_params * sizeof *saved);
+  real **saved = malloc((size_t)m->n_params * sizeof *saved);
   if (!saved) {
     dp_gather_params_free(d, full);
     return errf(err, err_size, "export %s: out of memory", path);

@@ -52,7 +52,7 @@ struct dp_bucket {
                                 * hold only theirs): its gradients are final once that one's are */
   size_t start;                /* flat offset of its first element */
   size_t n_elems;              /* size · share: its parameters, aligned, plus padding */
-  size_t share;                /* elements each rank owns (16-float aligned) */
+  size_t share;                /* elements each rank owns (16-real aligned) */
   size_t shard_offset;         /* where a rank's share of it sits in the shard: Σ earlier shares */
 };
 
@@ -82,8 +82,8 @@ void dp_layout_free(struct dp_layout *l);
 
 /* A bucket during a step. */
 struct dp_bucket_state {
-  float *grads;               /* zero 2, 3: its full gradients while it fills and reduces */
-  float *recv;                /* zero 2, 3: its reduce-scatter output */
+  real *grads;               /* zero 2, 3: its full gradients while it fills and reduces */
+  real *recv;                /* zero 2, 3: its reduce-scatter output */
   struct comm_request *req;   /* its reduction in flight */
 };
 
@@ -92,7 +92,7 @@ enum dp_unit_hold { DP_UNIT_FREE, DP_UNIT_GATHERING, DP_UNIT_HELD };
 /* A unit's parameters on this rank: always held under zero 0-2; gathered on demand under 3. */
 struct dp_unit_state {
   enum dp_unit_hold hold;
-  float *params;              /* zero 3: its buckets' parameters, gathered */
+  real *params;              /* zero 3: its buckets' parameters, gathered */
   struct comm_request **reqs; /* (its buckets) gathers in flight */
 };
 
@@ -102,8 +102,8 @@ struct dp {
   struct comm_group *pp_group; /* the pipeline group (gradient norm, export), or NULL */
   int size, rank, zero;
   struct model *model;
-  float *shard_params;        /* (n_shard) zero 3: this rank's parameters, the fp32 master */
-  float *shard_grads;         /* (n_shard) zero 2, 3: this rank's summed gradients */
+  real *shard_params;        /* (n_shard) zero 3: this rank's parameters, the fp32 master */
+  real *shard_grads;         /* (n_shard) zero 2, 3: this rank's summed gradients */
   struct dp_bucket_state *buckets;
   struct dp_unit_state *units;
   int reducing;               /* this backward reduces its buckets as they become final */
@@ -136,7 +136,7 @@ void dp_step_begin(struct dp *d, long long step);
  * (the last micro-batch; ignored under zero 2 and 3, which always do). Returns Σ losses. */
 double dp_forward_backward(struct dp *d, struct model_acts *a, const int *tokens,
                            const int *targets, const struct model_dropout *dropout, int B, int T,
-                           float loss_scale, int reduce, int mb);
+                           real loss_scale, int reduce, int mb);
 /* A forward alone (evaluation): model_forward with the ZeRO-3 gathers. */
 double dp_forward(struct dp *d, struct model_acts *a, const int *tokens, const int *targets,
                   int B, int T);
@@ -163,15 +163,15 @@ int dp_sum(struct dp *d, const double *local, double *out, int n);
  * dp_sum. The same value on every rank. Negative when a collective failed. */
 double dp_grad_norm(struct dp *d);
 /* Scales the gradients the update reads by coef. */
-void dp_scale_grads(struct dp *d, float coef);
+void dp_scale_grads(struct dp *d, real coef);
 /* AdamW on the elements this rank owns (all of them under zero 0), then under zero 1 and 2 the
  * all-gather that gives every rank every new parameter. 0 ok; -1 (d->err). */
 int dp_update(struct dp *d, struct optimizer *o, long long step, double lr);
 /* Collective: every parameter in the flat layout on rank 0 of the group (*full; NULL on the
  * others), for export and tests. Under zero 0-2 that is the model's own memory; under zero 3 a
  * gathered copy that dp_gather_params_free releases. 0 ok; -1 (d->err). */
-int dp_gather_params(struct dp *d, float **full);
-void dp_gather_params_free(struct dp *d, float *full);
+int dp_gather_params(struct dp *d, real **full);
+void dp_gather_params_free(struct dp *d, real *full);
 /* Collective over the dp and TP groups: the whole model (every parameter unsplit, in a model
  * of its own with a group of one) on rank 0 of both; *have says where. Free with model_free.
  * 0 ok; nonzero with a message. */
@@ -185,12 +185,12 @@ int dp_export(struct dp *d, const char *path, char *err, size_t err_size);
 int dp_fail(struct dp *d, const char *what);
 /* Points bucket b's parameters' data (or grad) at base + (offset − bucket start); NULL unbinds.
  * The views are refreshed by the caller (model_bind_views). */
-void dp_bind_bucket(struct dp *d, int b, float *base, int grads);
+void dp_bind_bucket(struct dp *d, int b, real *base, int grads);
 /* Collectives on the group, or their one-rank copies without it. */
-int dp_all_reduce(struct dp *d, float *buf, size_t n_elems, struct comm_request **req);
-int dp_all_gather(struct dp *d, const float *send, float *recv, size_t n_elems,
+int dp_all_reduce(struct dp *d, real *buf, size_t n_elems, struct comm_request **req);
+int dp_all_gather(struct dp *d, const real *send, real *recv, size_t n_elems,
                   struct comm_request **req);
-int dp_reduce_scatter(struct dp *d, const float *send, float *recv, size_t n_elems,
+int dp_reduce_scatter(struct dp *d, const real *send, real *recv, size_t n_elems,
                       struct comm_request **req);
 
 #endif

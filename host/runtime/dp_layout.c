@@ -1,5 +1,5 @@
 /* The data-parallel flat layout (dp.h): buckets in the order backward finishes gradients, each
- * padded so that every rank owns an equal, 16-float aligned share of it; and the units the
+ * padded so that every rank owns an equal, 16-real aligned share of it; and the units the
  * passes read. A pure function of the parameter table, the group size, the stage and the
  * bucket size, so every rank computes the same layout. */
 #include <stdlib.h>
@@ -36,7 +36,7 @@ int dp_layout_build(struct dp_layout *l, struct model *m, int size, int zero, do
     dp_layout_free(l);
     return errf(err, err_size, "out of memory for the data-parallel layout");
   }
-  double cap = bucket_mb * 1024.0 * 1024.0 / sizeof(float);
+  double cap = bucket_mb * 1024.0 * 1024.0 / sizeof(real);
   size_t cap_elems = cap < 1.0 ? 1 : cap > 1e18 ? (size_t)1e18 : (size_t)cap;
 
   /* Walk from the last parameter (whose gradient backward finishes first) to the first. The

@@ -54,7 +54,7 @@ static int ordered_sum(struct dp *d, struct comm_group *g, const double *local, 
 }
 
 /* This rank's share of bucket b's gradients (valid after dp_finish_grads). */
-static float *share_grads(struct dp *d, int b)
+static real *share_grads(struct dp *d, int b)
 {
   const struct dp_bucket *k = &d->layout.buckets[b];
   if (d->zero >= 2)
@@ -76,7 +76,7 @@ double dp_grad_norm(struct dp *d)
     for (int b = 0; b < d->layout.n_buckets; b++) {
       const struct dp_bucket *k = &d->layout.buckets[b];
       const size_t s0 = k->start + (size_t)d->rank * k->share, s1 = s0 + k->share;
-      const float *g = share_grads(d, b);
+      const real *g = share_grads(d, b);
       for (int i = k->first_param; i <= k->last_param; i++) {
         const struct model_param *p = &m->params[i];
         if ((p->tp_dim < 0 && m->tp.rank != 0) || (p->kind == MODEL_EMBED && !m->embed_here))
@@ -103,7 +103,7 @@ double dp_grad_norm(struct dp *d)
   return sqrt(total);
 }
 
-void dp_scale_grads(struct dp *d, float coef)
+void dp_scale_grads(struct dp *d, real coef)
 {
   if (d->zero == 0) {
     scale_inplace(d->model->grad_memory, d->layout.n_elems, coef);
@@ -123,7 +123,7 @@ int dp_update(struct dp *d, struct optimizer *o, long long step, double lr)
   for (int b = 0; b < d->layout.n_buckets; b++) {
     const struct dp_bucket *k = &d->layout.buckets[b];
     size_t flat = k->start + (size_t)d->rank * k->share;
-    float *params = d->zero == 3 ? d->shard_params + k->shard_offset : m->param_memory + flat;
+    real *params = d->zero == 3 ? d->shard_params + k->shard_offset : m->param_memory + flat;
     optimizer_update_range(o, m, flat, k->share, params, share_grads(d, b), k->shard_offset, step, lr);
   }
   if (d->zero == 3)
@@ -134,7 +134,7 @@ int dp_update(struct dp *d, struct optimizer *o, long long step, double lr)
     comm_fatal("out of memory for %d requests", d->layout.n_buckets);
   for (int b = 0; b < d->layout.n_buckets; b++) {
     const struct dp_bucket *k = &d->layout.buckets[b];
-    float *bucket = m->param_memory + k->start;
+    real *bucket = m->param_memory + k->start;
     dp_all_gather(d, bucket + (size_t)d->rank * k->share, bucket, k->share, &reqs[b]);
   }
   if (comm_wait_all(reqs, d->layout.n_buckets))

@@ -52,12 +52,12 @@ static void unit_gather_start(struct dp *d, int u)
   const struct dp_unit *unit = &d->layout.units[u];
   const struct dp_bucket *first = &d->layout.buckets[unit->first_bucket];
   const struct dp_bucket *last = &d->layout.buckets[unit->last_bucket];
-  s->params = alloc_floats(ALLOC_PARAMS, last->start + last->n_elems - first->start);
+  s->params = alloc_reals(ALLOC_PARAMS, last->start + last->n_elems - first->start);
   if (!s->params)
     comm_fatal("out of memory gathering the parameters of unit %d", u);
   for (int b = unit->first_bucket; b <= unit->last_bucket; b++) {
     const struct dp_bucket *k = &d->layout.buckets[b];
-    float *at = s->params + (k->start - first->start);
+    real *at = s->params + (k->start - first->start);
     dp_all_gather(d, d->shard_params + k->shard_offset, at, k->share, &s->reqs[b - unit->first_bucket]);
     dp_bind_bucket(d, b, at, 0);
   }
@@ -103,7 +103,7 @@ static void bucket_finish(struct dp *d, int b)
     return;
   const struct dp_bucket *k = &d->layout.buckets[b];
   if (s->recv) {
-    float *shard = d->shard_grads + k->shard_offset;
+    real *shard = d->shard_grads + k->shard_offset;
     residual_forward(shard, shard, s->recv, k->share);
   }
   dp_bind_bucket(d, b, NULL, 1);
@@ -135,7 +135,7 @@ static void buckets_ready_for(struct dp *d, int first, int last)
       }
     if (s->grads)
       continue; /* already filling in this backward */
-    s->grads = alloc_floats(ALLOC_GRADS, d->layout.buckets[b].n_elems);
+    s->grads = alloc_reals(ALLOC_GRADS, d->layout.buckets[b].n_elems);
     if (!s->grads)
       comm_fatal("out of memory for a gradient bucket of %zu floats", d->layout.buckets[b].n_elems);
     dp_bind_bucket(d, b, s->grads, 1);
@@ -149,7 +149,7 @@ static void bucket_start(struct dp *d, int b)
   if (d->zero < 2) {
     dp_all_reduce(d, d->model->grad_memory + k->start, k->n_elems, &s->req);
   } else {
-    s->recv = alloc_floats(ALLOC_COMM, k->share);
+    s->recv = alloc_reals(ALLOC_COMM, k->share);
     if (!s->recv)
       comm_fatal("out of memory for a reduce-scatter output of %zu floats", k->share);
     dp_reduce_scatter(d, s->grads, s->recv, k->share, &s->req);
@@ -177,7 +177,7 @@ struct pass {
   const int *tokens, *targets;
   const struct model_dropout *dropout;
   int B, T;
-  float loss_scale;
+  real loss_scale;
   double loss;
 };
 
@@ -253,14 +253,14 @@ void dp_step_begin(struct dp *d, long long step)
 {
   d->step = step;
   if (d->model->grad_memory)
-    memset(d->model->grad_memory, 0, d->layout.n_elems * sizeof(float));
+    memset(d->model->grad_memory, 0, d->layout.n_elems * sizeof(real));
   if (d->shard_grads)
-    memset(d->shard_grads, 0, d->layout.n_shard * sizeof(float));
+    memset(d->shard_grads, 0, d->layout.n_shard * sizeof(real));
 }
 
 double dp_forward_backward(struct dp *d, struct model_acts *a, const int *tokens,
                            const int *targets, const struct model_dropout *dropout, int B, int T,
-                           float loss_scale, int reduce, int mb)
+                           real loss_scale, int reduce, int mb)
 {
   const int L = d->model->config.n_layers;
   struct step *steps = malloc((size_t)(2 * L + 4) * sizeof *steps);

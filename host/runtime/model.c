@@ -56,23 +56,23 @@ static int split_dim(uint8_t split)
        : split == PLAN_SPLIT_ROW ? 1 : -1;
 }
 
-void model_param_take_block(const struct model_param *p, const float *whole, float *block)
+void model_param_take_block(const struct model_param *p, const real *whole, real *block)
 {
   if (p->n_dims == 1 || p->tp_dim < 0) {
-    memcpy(block, whole, p->n_elems * sizeof(float));
+    memcpy(block, whole, p->n_elems * sizeof(real));
     return;
   }
   const int64_t cols = p->shape[1];
   for (int64_t r = 0; r < p->local[0]; r++)
     memcpy(block + r * p->local[1], whole + (p->start[0] + r) * cols + p->start[1],
-           (size_t)p->local[1] * sizeof(float));
+           (size_t)p->local[1] * sizeof(real));
 }
 
 void model_param_put_block(const struct model_param *p, int tp_size, int tp_rank,
-                           const float *block, float *whole)
+                           const real *block, real *whole)
 {
   if (p->n_dims == 1 || p->tp_dim < 0) {
-    memcpy(whole, block, p->n_elems * sizeof(float));
+    memcpy(whole, block, p->n_elems * sizeof(real));
     return;
   }
   (void)tp_size;
@@ -80,7 +80,7 @@ void model_param_put_block(const struct model_param *p, int tp_size, int tp_rank
   int64_t r0 = p->tp_dim == 0 ? p->local[0] * tp_rank : 0;
   int64_t c0 = p->tp_dim == 1 ? p->local[1] * tp_rank : 0;
   for (int64_t r = 0; r < p->local[0]; r++)
-    memcpy(whole + (r0 + r) * cols + c0, block + r * p->local[1], (size_t)p->local[1] * sizeof(float));
+    memcpy(whole + (r0 + r) * cols + c0, block + r * p->local[1], (size_t)p->local[1] * sizeof(real));
 }
 
 static int check_config(struct plan_model *c, char *err, size_t n)
@@ -239,8 +239,8 @@ int model_create(struct model *m, const struct plan_model *cfg, char *err, size_
 {
   if (model_create_table(m, cfg, err, err_size))
     return 1;
-  m->param_memory = alloc_floats(ALLOC_PARAMS, m->n_elems);
-  m->grad_memory = alloc_floats(ALLOC_GRADS, m->n_elems);
+  m->param_memory = alloc_reals(ALLOC_PARAMS, m->n_elems);
+  m->grad_memory = alloc_reals(ALLOC_GRADS, m->n_elems);
   if (!m->param_memory || !m->grad_memory) {
     snprintf(err, err_size, "out of memory for the parameters of a %d-layer model of dim %d",
              m->config.n_layers, m->config.dim);
@@ -251,7 +251,7 @@ int model_create(struct model *m, const struct plan_model *cfg, char *err, size_
   return 0;
 }
 
-void model_bind_memory(struct model *m, float *params, float *grads)
+void model_bind_memory(struct model *m, real *params, real *grads)
 {
   for (int i = 0; i < m->n_params; i++) {
     struct model_param *p = &m->params[i];
@@ -316,14 +316,14 @@ void model_init(struct model *m, uint64_t seed)
     uint64_t stream = hash_fnv1a64(p->name);
     const uint32_t lo = (uint32_t)stream, hi = (uint32_t)(stream >> 32);
     const int64_t cols = p->shape[1], rows = p->local[0], lcols = p->local[1];
-    const float std = p->init_std;
-    float *data = p->data;
+    const float std = p->init_std; /* the product in float: the same weights in the float64 build */
+    real *data = p->data;
 #pragma omp parallel for
     for (int64_t r = 0; r < rows; r++) {
       const int64_t row = p->start[0] + r; /* in the whole tensor; rows ≥ shape[0] are padding */
       for (int64_t c = 0; c < lcols; c++) {
         uint64_t e = (uint64_t)(row * cols + p->start[1] + c);
-        data[r * lcols + c] = row < p->shape[0] ? std * philox_normal(seed, lo, hi, e) : 0.0f;
+        data[r * lcols + c] = row < p->shape[0] ? (real)(std * philox_normal(seed, lo, hi, e)) : 0;
       }
     }
   }
@@ -340,7 +340,7 @@ const struct model_param *model_find(const struct model *m, const char *name)
 void model_zero_grads(struct model *m)
 {
   if (m->grad_memory)
-    memset(m->grad_memory, 0, m->n_elems * sizeof(float));
+    memset(m->grad_memory, 0, m->n_elems * sizeof(real));
 }
 
 long long model_n_params(const struct model *m)
@@ -357,15 +357,21 @@ long long model_n_params(const struct model *m)
 
 /* Hands out consecutive slices of one allocation, so a category is one block on the bill. */
 struct carve {
-  float *base;
+  real *base;
   size_t used;
 };
 
-static float *carve(struct carve *c, size_t n_elems)
+static real *carve(struct carve *c, size_t n_elems)
 {
-  float *p = c->base ? c->base + c->used : NULL;
+  real *p = c->base ? c->base + c->used : NULL;
   c->used += (n_elems + PARAM_ALIGN_FLOATS - 1) / PARAM_ALIGN_FLOATS * PARAM_ALIGN_FLOATS;
   return p;
+}
+
+/* n_bytes of another type (token ids, sample indices) carved as whole reals. */
+static void *carve_bytes(struct carve *c, size_t n_bytes)
+{
+  return carve(c, (n_bytes + sizeof(real) - 1) / sizeof(real));
 }
 
 void model_layer_dims(const struct model *m, int layer, struct model_layer_dims *d)
@@ -469,8 +475,8 @@ static void layout_acts(struct model_acts *a, const struct model *m, const struc
   a->ce_stats = carve(act, BT * 3);
   a->rope_cos = carve(act, (size_t)a->T_max * HS / 2);
   a->rope_sin = carve(act, (size_t)a->T_max * HS / 2);
-  a->tokens = (int *)carve(act, BT); /* sizeof(int) == sizeof(float) */
-  a->drop.samples = (uint64_t *)carve(act, 2 * (size_t)a->B_max); /* two floats per uint64_t */
+  a->tokens = carve_bytes(act, BT * sizeof(int));
+  a->drop.samples = carve_bytes(act, (size_t)a->B_max * sizeof(uint64_t));
 
   if (a->shares)
     return;
@@ -500,7 +506,6 @@ static int acts_create(struct model_acts *a, const struct model *m, int B_max, i
                        const struct model_acts *first, const struct model_acts_scope *scope, char *err,
                        size_t err_size)
 {
-  _Static_assert(sizeof(int) == sizeof(float), "tokens are carved from a float buffer");
   memset(a, 0, sizeof *a);
   a->B_max = B_max;
   a->T_max = T_max;
@@ -512,13 +517,13 @@ static int acts_create(struct model_acts *a, const struct model *m, int B_max, i
     goto out_of_memory;
   struct carve act = { 0 }, rec = { 0 }, work = { 0 };
   layout_acts(a, m, scope, &act, &rec, &work);
-  act.base = alloc_floats(ALLOC_ACTIVATIONS, act.used);
+  act.base = alloc_reals(ALLOC_ACTIVATIONS, act.used);
   if (first) {
     rec.base = first->recompute_memory;
     work.base = first->workspace_memory;
   } else {
-    rec.base = rec.used ? alloc_floats(ALLOC_ACTIVATIONS, rec.used) : NULL;
-    work.base = alloc_floats(ALLOC_WORKSPACE, work.used);
+    rec.base = rec.used ? alloc_reals(ALLOC_ACTIVATIONS, rec.used) : NULL;
+    work.base = alloc_reals(ALLOC_WORKSPACE, work.used);
   }
   if (!act.base || (!first && ((rec.used && !rec.base) || !work.base))) {
     alloc_free(act.base);

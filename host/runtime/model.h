@@ -18,6 +18,7 @@
 
 #include "plan/plan.h"
 #include "plan/tp_layout.h"
+#include "real.h"
 
 #define MODEL_NAME_MAX 64
 
@@ -44,22 +45,23 @@ struct model_param {
   int64_t local[2];          /* the stored (rows, columns) on this rank: (rows, shape[1]) cut by tp
                               * along tp_dim; (shape[0], 0) for a norm gain */
   int64_t start[2];          /* where this rank's block starts in the stored (rows, shape[1]) */
-  size_t offset;             /* in the flat layout (param_memory, grad_memory), 16-float aligned */
-  float *data;               /* (rows, shape[1]) or (shape[0]); NULL where this rank does not hold
+  size_t offset;             /* in the flat layout (param_memory, grad_memory), 16-real aligned */
+  real *data;               /* (rows, shape[1]) or (shape[0]); NULL where this rank does not hold
                               * it (ZeRO-3 between gathers) */
-  float *grad;               /* same shape; accumulates over micro-batches; NULL where not held */
+  real *grad;               /* same shape; accumulates over micro-batches; NULL where not held */
   int weight_decay;          /* 1 for 2-D tensors (embedding, linear, head), 0 for norm gains */
-  float init_std;            /* 0.02, scaled by 1/sqrt(2L) for o_proj and down_proj; 0: gain 1 */
+  float init_std;           /* 0.02, scaled by 1/sqrt(2L) for o_proj and down_proj; 0: gain 1.
+                             * float in both builds: initial weights are fp32 numbers */
 };
 
 struct model_layer_weights {
-  float *attn_norm;          /* (C) */
-  float *wq;                 /* (NH·HS, C) */
-  float *wk, *wv;            /* (NKV·HS, C) */
-  float *wo;                 /* (C, NH·HS) */
-  float *mlp_norm;           /* (C) */
-  float *wgate, *wup;        /* (F, C) */
-  float *wdown;              /* (C, F) */
+  real *attn_norm;          /* (C) */
+  real *wq;                 /* (NH·HS, C) */
+  real *wk, *wv;            /* (NKV·HS, C) */
+  real *wo;                 /* (C, NH·HS) */
+  real *mlp_norm;           /* (C) */
+  real *wgate, *wup;        /* (F, C) */
+  real *wdown;              /* (C, F) */
 };
 
 /* Tensor parallelism (plan/tp_layout.h): the TP group and each layer's layouts. A model made
@@ -84,13 +86,13 @@ struct model {
   int n_params;
   struct model_param *params; /* (n_params) in Hugging Face order: embedding, layers, norm, head */
   size_t n_elems;            /* floats in the flat layout, padding included */
-  float *param_memory;       /* every parameter, contiguous: one norm, one all-reduce; NULL when
+  real *param_memory;       /* every parameter, contiguous: one norm, one all-reduce; NULL when
                               * the data-parallel layer keeps only a shard (ZeRO-3) */
-  float *grad_memory;        /* likewise; NULL under ZeRO-2 and 3 */
+  real *grad_memory;        /* likewise; NULL under ZeRO-2 and 3 */
   struct model_layer_weights *layers, *layer_grads; /* (L) views into the memories */
-  float *wte, *dwte;         /* (Vp, C) */
-  float *final_norm, *dfinal_norm; /* (C) */
-  float *head, *dhead;       /* (Vp, C); the embedding's when tie_embeddings */
+  real *wte, *dwte;         /* (Vp, C) */
+  real *final_norm, *dfinal_norm; /* (C) */
+  real *head, *dhead;       /* (Vp, C); the embedding's when tie_embeddings */
 };
 
 /* This rank's widths in layer l (features per token), from the layer's layouts. */
@@ -109,23 +111,23 @@ int model_home_T(const struct model *m, int T);
 /* Sizes are this rank's: "Th" is T, or T/tp in the home layout under sequence parallelism;
  * NHl, NKVl the heads the attention runs on here; Fl the ffn columns SwiGLU runs on here. */
 struct model_layer_acts {
-  float *ln1;                /* (B, Th, C) output of the attention norm */
-  float *ln1_rstd;           /* (B, Th) */
-  float *q;                  /* (B, T, NHl, HS) after RoPE */
-  float *k;                  /* (B, T, NKVl, HS) after RoPE */
-  float *v;                  /* (B, T, NKVl, HS) */
-  float *probs;              /* (B, NHl, T, T) softmax before dropout */
-  float *probs_mask;         /* (B, NHl, T, T) dropout mask, NULL when the model has no dropout */
-  float *atty;               /* (B, T, NHl·HS) the attention's output */
-  float *o_in;               /* input of o_proj in the layout its split needs (atty when equal) */
-  float *attn_mask;          /* (B, Th, C) dropout mask on the attention branch, or NULL */
-  float *mid;                /* (B, Th, C) the residual stream between attention and MLP */
-  float *ln2;                /* (B, Th, C) output of the MLP norm */
-  float *ln2_rstd;           /* (B, Th) */
-  float *gate, *up;          /* (B, T, Fl) in SwiGLU's layout */
-  float *hidden;             /* (B, T, Fl) silu(gate) ⊙ up */
-  float *down_in;            /* input of down_proj in the layout its split needs (hidden when equal) */
-  float *mlp_mask;           /* (B, Th, C) dropout mask on the MLP branch, or NULL */
+  real *ln1;                /* (B, Th, C) output of the attention norm */
+  real *ln1_rstd;           /* (B, Th) */
+  real *q;                  /* (B, T, NHl, HS) after RoPE */
+  real *k;                  /* (B, T, NKVl, HS) after RoPE */
+  real *v;                  /* (B, T, NKVl, HS) */
+  real *probs;              /* (B, NHl, T, T) softmax before dropout */
+  real *probs_mask;         /* (B, NHl, T, T) dropout mask, NULL when the model has no dropout */
+  real *atty;               /* (B, T, NHl·HS) the attention's output */
+  real *o_in;               /* input of o_proj in the layout its split needs (atty when equal) */
+  real *attn_mask;          /* (B, Th, C) dropout mask on the attention branch, or NULL */
+  real *mid;                /* (B, Th, C) the residual stream between attention and MLP */
+  real *ln2;                /* (B, Th, C) output of the MLP norm */
+  real *ln2_rstd;           /* (B, Th) */
+  real *gate, *up;          /* (B, T, Fl) in SwiGLU's layout */
+  real *hidden;             /* (B, T, Fl) silu(gate) ⊙ up */
+  real *down_in;            /* input of down_proj in the layout its split needs (hidden when equal) */
+  real *mlp_mask;           /* (B, Th, C) dropout mask on the MLP branch, or NULL */
 };
 
 struct model_acts {
@@ -133,38 +135,38 @@ struct model_acts {
   int B, T;                  /* of the last forward */
   int dropout_on;            /* the last forward applied dropout */
   struct model_dropout_state { /* the last forward's dropout, for recompute */
-    float p;
+    real p;
     uint64_t seed;
     uint32_t step;
     uint64_t *samples;       /* (B_max) */
   } drop;
   int *tokens;               /* (B, T) inputs of the last forward */
-  float **residual;          /* (L + 1) of (B_max·Th_max, C): [0] embeddings, [l + 1] output of layer l;
+  real **residual;          /* (L + 1) of (B_max·Th_max, C): [0] embeddings, [l + 1] output of layer l;
                               * NULL where neither side of it is on this pipeline rank */
   struct model_layer_acts *layers; /* (L) */
-  float *lnf;                /* (B, Th, C) final RMSNorm output */
-  float *lnf_rstd;           /* (B, Th) */
-  float *head_in;            /* (B, T, C) the head's input, gathered (lnf when equal) */
-  float *logits;             /* (B, T, Vl): logits, then probabilities (in place), then dlogits;
+  real *lnf;                /* (B, Th, C) final RMSNorm output */
+  real *lnf_rstd;           /* (B, Th) */
+  real *head_in;            /* (B, T, C) the head's input, gathered (lnf when equal) */
+  real *logits;             /* (B, T, Vl): logits, then probabilities (in place), then dlogits;
                               * Vl = Vp, or Vp/tp columns of the vocabulary when the head is split */
-  float *losses;             /* (B, T) */
-  float *ce_stats;           /* (B, T, 3) vocab-parallel cross-entropy: max, Σ exp, target logit */
-  float *rope_cos, *rope_sin; /* (T_max, HS/2) */
+  real *losses;             /* (B, T) */
+  real *ce_stats;           /* (B, T, 3) vocab-parallel cross-entropy: max, Σ exp, target logit */
+  real *rope_cos, *rope_sin; /* (T_max, HS/2) */
   /* workspace, forward and backward (all (B, T, ·) with the full width unless said) */
-  float *dresidual;          /* (B, Th, C) gradient of the residual stream */
-  float *work_c1, *work_c2, *work_c3, *work_c4; /* (B, T, C) */
-  float *in_r, *in_f;        /* (B, T, C) a norm's output brought to R and to FEAT */
-  float *dq;                 /* (B, T, C) */
-  float *dk, *dv;            /* (B, T, C) */
-  float *dhidden, *dgate, *dup; /* (B, T, F) */
-  float *work_f1, *work_f2;  /* (B, T, F) */
-  float *pack;               /* (B, T, max(C, F, Vp)) staging for gathers and reduce-scatters */
-  float *gains;              /* (2C) norm-gain gradients of sequence-parallel norms */
-  float *attn_scratch;       /* attention_scratch_n_elems(B_max, T_max, NH, NH) */
-  float *activation_memory;  /* the one block tokens .. rope_sin live in (billed "activations") */
-  float *recompute_memory;   /* what recomputed parts write: one layer's worth, shared by every
+  real *dresidual;          /* (B, Th, C) gradient of the residual stream */
+  real *work_c1, *work_c2, *work_c3, *work_c4; /* (B, T, C) */
+  real *in_r, *in_f;        /* (B, T, C) a norm's output brought to R and to FEAT */
+  real *dq;                 /* (B, T, C) */
+  real *dk, *dv;            /* (B, T, C) */
+  real *dhidden, *dgate, *dup; /* (B, T, F) */
+  real *work_f1, *work_f2;  /* (B, T, F) */
+  real *pack;               /* (B, T, max(C, F, Vp)) staging for gathers and reduce-scatters */
+  real *gains;              /* (2C) norm-gain gradients of sequence-parallel norms */
+  real *attn_scratch;       /* attention_scratch_n_elems(B_max, T_max, NH, NH) */
+  real *activation_memory;  /* the one block tokens .. rope_sin live in (billed "activations") */
+  real *recompute_memory;   /* what recomputed parts write: one layer's worth, shared by every
                               * layer and every slot (billed "activations") */
-  float *workspace_memory;   /* the one block dresidual .. attn_scratch live in ("workspace") */
+  real *workspace_memory;   /* the one block dresidual .. attn_scratch live in ("workspace") */
   int shares;                /* 1: recompute and workspace memory belong to another model_acts */
 };
 
@@ -172,7 +174,7 @@ struct model_acts {
  * 32 bits), c3 = (layer << 8) | site, element index in that sample's full logical tensor: (NH, T,
  * T) for the attention probabilities, (T, C) for a branch). */
 struct model_dropout {
-  float p;                   /* 0: no dropout (evaluation) */
+  real p;                   /* 0: no dropout (evaluation) */
   uint64_t seed;
   uint32_t step;
   const uint64_t *samples;   /* (B) global sample (window) index of each row */
@@ -195,12 +197,12 @@ int model_create_table_tp(struct model *m, const struct plan *p, struct comm_gro
 int model_create_table_at(struct model *m, const struct plan *p, int tp_rank, int pp_rank,
                           char *err, size_t err_size);
 /* Copies this rank's block of parameter p out of its whole stored tensor (rows, shape[1]). */
-void model_param_take_block(const struct model_param *p, const float *whole, float *block);
+void model_param_take_block(const struct model_param *p, const real *whole, real *block);
 /* The inverse: writes the block of TP rank `tp_rank` into the whole stored tensor. */
 void model_param_put_block(const struct model_param *p, int tp_size, int tp_rank,
-                           const float *block, float *whole);
+                           const real *block, real *whole);
 /* Points every parameter at params + offset and grads + offset (NULL gives NULL), then the views. */
-void model_bind_memory(struct model *m, float *params, float *grads);
+void model_bind_memory(struct model *m, real *params, real *grads);
 /* Refreshes the views (layers, layer_grads, wte, head, ...) from the parameters' data and grad
  * pointers; call after changing any of them. */
 void model_bind_views(struct model *m);
@@ -259,13 +261,13 @@ double model_forward(const struct model *m, struct model_acts *a, const int *tok
 /* dresidual = d(loss_scale · Σ losses)/d residual[L]; head gradients accumulate. Needs the
  * forward's targets. */
 void model_head_backward(struct model *m, struct model_acts *a, const int *targets,
-                         float loss_scale);
+                         real loss_scale);
 /* dresidual: from d/d residual[layer + 1] to d/d residual[layer]; layer gradients accumulate.
  * First recomputes what the layer's recompute policy discarded in forward. */
 void model_layer_backward(struct model *m, struct model_acts *a, int layer);
 /* Embedding gradient += dresidual at the forward's tokens. */
 void model_embed_backward(struct model *m, struct model_acts *a);
 /* All of the above, after model_forward with the same targets. */
-void model_backward(struct model *m, struct model_acts *a, const int *targets, float loss_scale);
+void model_backward(struct model *m, struct model_acts *a, const int *targets, real loss_scale);
 
 #endif

@@ -17,7 +17,7 @@
 #include "runtime/model.h"
 #include "runtime/tp.h"
 
-static float *residual_at(const struct model_acts *a, const struct model *m, int index)
+static real *residual_at(const struct model_acts *a, const struct model *m, int index)
 {
   (void)m;
   return a->residual[index];
@@ -32,7 +32,7 @@ static int no_conversion(const struct model *m, enum tp_layout from, enum tp_lay
 
 /* One mask per sample: the rank holds elements [first, first + per_sample) of the sample's
  * logical tensor. */
-static void draw_masks(float *mask, size_t per_sample, uint64_t first, const struct model_dropout *d,
+static void draw_masks(real *mask, size_t per_sample, uint64_t first, const struct model_dropout *d,
                        int B, int layer, enum model_dropout_site site)
 {
   for (int b = 0; b < B; b++)
@@ -49,7 +49,7 @@ static uint64_t home_first(const struct model *m, int T)
 
 /* A norm's output (home layout) brought to what the linears first..last need: in[k] for each. */
 static void norm_inputs(struct model *m, struct model_acts *a, const struct tp_layer_layout *y,
-                        float *n, int first, int last, const float *in[PLAN_N_MODULES])
+                        real *n, int first, int last, const real *in[PLAN_N_MODULES])
 {
   const int B = a->B, T = a->T, C = m->config.dim;
   int need_r = 0, need_f = 0;
@@ -57,7 +57,7 @@ static void norm_inputs(struct model *m, struct model_acts *a, const struct tp_l
     need_r |= tp_split_input(y->split[k]) == TP_R;
     need_f |= tp_split_input(y->split[k]) == TP_FEAT;
   }
-  float *r = y->home == TP_R ? n : a->in_r;
+  real *r = y->home == TP_R ? n : a->in_r;
   if (need_r)
     tp_convert(&m->tp, a->pack, r, n, y->home, TP_R, B, T, C, a->work_c4);
   if (need_f)
@@ -69,7 +69,7 @@ static void norm_inputs(struct model *m, struct model_acts *a, const struct tp_l
  * per forward conversion, brought to the home layout and added: out (B, Th, C). The dins
  * buffers are overwritten. tmp: a (B, T, C) buffer. */
 static void norm_input_grads(struct model *m, struct model_acts *a, const struct tp_layer_layout *y,
-                             float *dins[PLAN_N_MODULES], int first, int last, float *out, float *tmp)
+                             real *dins[PLAN_N_MODULES], int first, int last, real *out, real *tmp)
 {
   const int B = a->B, T = a->T, C = m->config.dim, tp = m->tp.size;
   int wrote = 0;
@@ -84,11 +84,11 @@ static void norm_input_grads(struct model *m, struct model_acts *a, const struct
     if (!any)
       continue;
     enum tp_layout arrival = needs[g] == TP_FEAT ? TP_FEAT : partial ? TP_P : TP_R;
-    float *sum = NULL;
+    real *sum = NULL;
     for (int k = first; k <= last; k++) {
       if (tp_split_input(y->split[k]) != needs[g])
         continue;
-      float *d = dins[k];
+      real *d = dins[k];
       size_t n = tp_local_elems(tp_split_input_grad(y->split[k]), B, T, C, tp);
       if (arrival == TP_P && tp_split_input_grad(y->split[k]) == TP_R)
         tp_convert(&m->tp, a->pack, d, d, TP_R, TP_P, B, T, C, NULL);
@@ -97,7 +97,7 @@ static void norm_input_grads(struct model *m, struct model_acts *a, const struct
       else
         residual_forward(sum, sum, d, n);
     }
-    float *dst = wrote ? tmp : out;
+    real *dst = wrote ? tmp : out;
     tp_convert(&m->tp, a->pack, dst, sum, arrival, y->home, B, T, C, a->work_c4);
     if (wrote)
       residual_forward(out, out, tmp, tp_local_elems(y->home, B, T, C, tp));
@@ -149,7 +149,7 @@ void model_embed_backward(struct model *m, struct model_acts *a)
     return;
   }
   const struct model_param *e = &m->params[0];
-  float *d = tp_convert(&m->tp, a->pack, a->work_c1, a->dresidual, m->tp.io.home, TP_R, B, T, C, a->work_c4);
+  real *d = tp_convert(&m->tp, a->pack, a->work_c1, a->dresidual, m->tp.io.home, TP_R, B, T, C, a->work_c4);
   if (e->tp_dim == 0)
     encoder_backward_shard(m->dwte, d, a->tokens, (int)e->start[0], (int)e->local[0], N, C);
   else
@@ -203,22 +203,22 @@ static void layer_forward_pieces(struct model *m, struct model_acts *a, int laye
   const size_t n_home = (size_t)Nh * C;
   const struct model_layer_weights *w = &m->layers[layer];
   struct model_layer_acts *la = &a->layers[layer];
-  const float *x = residual_at(a, m, layer);
-  float *out = residual_at(a, m, layer + 1);
-  const float eps = (float)c->norm_eps;
+  const real *x = residual_at(a, m, layer);
+  real *out = residual_at(a, m, layer + 1);
+  const real eps = (real)c->norm_eps;
   const int drop = a->dropout_on;
   const enum tp_layout A = y->attn_sharded ? TP_FEAT : TP_R, M = y->mlp_sharded ? TP_FEAT : TP_R;
   const uint8_t *s = y->split;
-  const float *in[PLAN_N_MODULES];
-  float *branch = a->work_c2;
+  const real *in[PLAN_N_MODULES];
+  real *branch = a->work_c2;
 
   /* attention */
   if (pieces & F_ATTN_NORM)
     rmsnorm_forward(la->ln1, la->ln1_rstd, x, w->attn_norm, Nh, C, eps);
   if (pieces & F_QKV) {
     norm_inputs(m, a, y, la->ln1, PLAN_MOD_Q, PLAN_MOD_V, in);
-    float *raw[3] = { a->work_c1, a->work_c2, a->work_c3 }, *att[3] = { la->q, la->k, la->v };
-    const float *wqkv[3] = { w->wq, w->wk, w->wv };
+    real *raw[3] = { a->work_c1, a->work_c2, a->work_c3 }, *att[3] = { la->q, la->k, la->v };
+    const real *wqkv[3] = { w->wq, w->wk, w->wv };
     int direct[3];
     for (int j = 0; j < 3; j++) {
       enum tp_layout have = tp_split_output(s[PLAN_MOD_Q + j]), want = j == 0 ? A : y->kv;
@@ -327,38 +327,38 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
   const struct model_layer_weights *w = &m->layers[layer];
   struct model_layer_weights *g = &m->layer_grads[layer];
   const struct model_layer_acts *la = &a->layers[layer];
-  const float *x = residual_at(a, m, layer);
-  float *dres = a->dresidual;
+  const real *x = residual_at(a, m, layer);
+  real *dres = a->dresidual;
   const int drop = a->dropout_on, sp = y->home == TP_SEQ;
   const enum tp_layout A = y->attn_sharded ? TP_FEAT : TP_R, M = y->mlp_sharded ? TP_FEAT : TP_R;
   const uint8_t *s = y->split;
-  const float *in[PLAN_N_MODULES];
-  float *dins[PLAN_N_MODULES];
+  const real *in[PLAN_N_MODULES];
+  real *dins[PLAN_N_MODULES];
   layer_recompute(m, a, layer);
   if (sp)
-    memset(a->gains, 0, 2 * (size_t)C * sizeof(float));
+    memset(a->gains, 0, 2 * (size_t)C * sizeof(real));
 
   /* MLP branch: out = mid + drop(down(hidden)). Gradients that need no conversion are read
    * where they are. */
-  float *dh = dres;
+  real *dh = dres;
   if (drop) {
     dh = a->work_c1;
     dropout_backward(dh, dres, la->mlp_mask, n_home);
   }
   enum tp_layout want = tp_dual(tp_split_output(s[PLAN_MOD_DOWN]));
-  float *dout = no_conversion(m, y->home, want) ? dh
+  real *dout = no_conversion(m, y->home, want) ? dh
               : tp_convert(&m->tp, a->pack, a->work_c2, dh, y->home, want, B, T, C, a->work_c3);
   linear_backward(a->dhidden, g->wdown, dout, la->down_in, w->wdown, N, d.w_in[PLAN_MOD_DOWN],
                   d.w_out[PLAN_MOD_DOWN]);
   enum tp_layout arrival = tp_split_input_grad(s[PLAN_MOD_DOWN]);
-  float *dhid = no_conversion(m, arrival, M) ? a->dhidden
+  real *dhid = no_conversion(m, arrival, M) ? a->dhidden
               : tp_convert(&m->tp, a->pack, a->work_f1, a->dhidden, arrival, M, B, T, F, NULL);
   swiglu_backward(a->dgate, a->dup, dhid, la->gate, la->up, (size_t)N * d.Fl);
   want = tp_dual(tp_split_output(s[PLAN_MOD_GATE]));
-  float *dgate = no_conversion(m, M, want) ? a->dgate
+  real *dgate = no_conversion(m, M, want) ? a->dgate
                : tp_convert(&m->tp, a->pack, a->work_f1, a->dgate, M, want, B, T, F, NULL);
   want = tp_dual(tp_split_output(s[PLAN_MOD_UP]));
-  float *dup = no_conversion(m, M, want) ? a->dup
+  real *dup = no_conversion(m, M, want) ? a->dup
              : tp_convert(&m->tp, a->pack, a->work_f2, a->dup, M, want, B, T, F, NULL);
   norm_inputs(m, a, y, la->ln2, PLAN_MOD_GATE, PLAN_MOD_UP, in);
   dins[PLAN_MOD_GATE] = a->dq;
@@ -385,13 +385,13 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
   const int att_direct = no_conversion(m, arrival, A); /* attention_backward must not read dq */
   linear_backward(att_direct ? a->work_c3 : a->dq, g->wo, dout, la->o_in, w->wo, N, d.w_in[PLAN_MOD_O],
                   d.w_out[PLAN_MOD_O]);
-  float *datt = att_direct ? a->work_c3
+  real *datt = att_direct ? a->work_c3
               : tp_convert(&m->tp, a->pack, a->work_c3, a->dq, arrival, A, B, T, C, NULL);
   attention_backward(a->dq, a->dk, a->dv, a->attn_scratch, datt, la->q, la->k, la->v, la->probs,
                      drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
   rope_backward(a->dq, a->dq, a->rope_cos, a->rope_sin, B, T, d.NHl, HS);
   rope_backward(a->dk, a->dk, a->rope_cos, a->rope_sin, B, T, d.NKVl, HS);
-  float *datt_in[3] = { a->dq, a->dk, a->dv }, *dqkv[3] = { a->work_c1, a->work_c2, a->work_c3 };
+  real *datt_in[3] = { a->dq, a->dk, a->dv }, *dqkv[3] = { a->work_c1, a->work_c2, a->work_c3 };
   for (int j = 0; j < 3; j++) {
     enum tp_layout have = j == 0 ? A : y->kv, to = tp_dual(tp_split_output(s[PLAN_MOD_Q + j]));
     int X = j == 0 ? C : KVD;
@@ -403,8 +403,8 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
     }
   }
   norm_inputs(m, a, y, la->ln1, PLAN_MOD_Q, PLAN_MOD_V, in);
-  float *wg[3] = { g->wq, g->wk, g->wv };
-  const float *wt[3] = { w->wq, w->wk, w->wv };
+  real *wg[3] = { g->wq, g->wk, g->wv };
+  const real *wt[3] = { w->wq, w->wk, w->wv };
   for (int j = 0; j < 3; j++) {
     dins[PLAN_MOD_Q + j] = datt_in[j];
     linear_backward(datt_in[j], wg[j], dqkv[j], in[PLAN_MOD_Q + j], wt[j], N,
@@ -447,7 +447,7 @@ double model_head_forward(const struct model *mc, struct model_acts *a, const in
   int v0, Vl, Vvalid;
   head_columns(m, &v0, &Vl, &Vvalid);
   rmsnorm_forward(a->lnf, a->lnf_rstd, residual_at(a, m, c->n_layers), m->final_norm, Nh, C,
-                  (float)c->norm_eps);
+                  (real)c->norm_eps);
   tp_convert(&m->tp, a->pack, a->head_in, a->lnf, m->tp.io.home, TP_R, B, T, C, NULL);
   linear_forward(a->logits, a->head_in, m->head, N, C, Vl);
   if (!targets)
@@ -467,7 +467,7 @@ double model_head_forward(const struct model *mc, struct model_acts *a, const in
 }
 
 void model_head_backward(struct model *m, struct model_acts *a, const int *targets,
-                         float loss_scale)
+                         real loss_scale)
 {
   const struct plan_model *c = &m->config;
   const int B = a->B, T = a->T, N = B * T, Nh = B * model_home_T(m, T), C = c->dim;
@@ -480,9 +480,9 @@ void model_head_backward(struct model *m, struct model_acts *a, const int *targe
     crossentropy_backward(a->logits, a->logits, targets, loss_scale, N, c->vocab, Vl);
   linear_backward(a->work_c1, m->dhead, a->logits, a->head_in, m->head, N, C, Vl);
   enum tp_layout arrival = m->tp.size > 1 ? tp_split_input_grad(m->tp.io.split[PLAN_MOD_HEAD]) : TP_R;
-  float *dn = tp_convert(&m->tp, a->pack, a->work_c2, a->work_c1, arrival, m->tp.io.home, B, T, C, NULL);
+  real *dn = tp_convert(&m->tp, a->pack, a->work_c2, a->work_c1, arrival, m->tp.io.home, B, T, C, NULL);
   if (sp)
-    memset(a->gains, 0, (size_t)C * sizeof(float));
+    memset(a->gains, 0, (size_t)C * sizeof(real));
   rmsnorm_backward(a->dresidual, sp ? a->gains : m->dfinal_norm, dn, residual_at(a, m, c->n_layers),
                    m->final_norm, a->lnf_rstd, Nh, C);
   if (sp) {
@@ -496,19 +496,19 @@ void model_head_argmax(struct model *m, struct model_acts *a, const int *rows, i
   int v0, Vl, Vvalid;
   head_columns(m, &v0, &Vl, &Vvalid);
   /* (value, index) of each row's first maximum here; then the first maximum over the group */
-  float *mine = a->ce_stats, *all = a->pack;
+  real *mine = a->ce_stats, *all = a->pack;
   for (int i = 0; i < n; i++) {
-    const float *row = a->logits + (size_t)rows[i] * Vl;
+    const real *row = a->logits + (size_t)rows[i] * Vl;
     int best = 0;
     for (int v = 1; v < Vvalid; v++) best = row[v] > row[best] ? v : best;
     mine[2 * i] = Vvalid > 0 ? row[best] : -INFINITY;
-    mine[2 * i + 1] = (float)(v0 + best);
+    mine[2 * i + 1] = (real)(v0 + best);
   }
   if (!head_sharded(m)) {
     for (int i = 0; i < n; i++) out[i] = (int)mine[2 * i + 1];
     return;
   }
-  if (comm_all_gather(m->tp.group, mine, all, 2 * (size_t)n, COMM_FP32, NULL))
+  if (comm_all_gather(m->tp.group, mine, all, 2 * (size_t)n, COMM_REAL, NULL))
     tp_failed(&m->tp, "all-gather of the argmax");
   for (int i = 0; i < n; i++) {
     int best = 0; /* ranks hold increasing vocabulary columns: ties keep the lowest token */
@@ -529,7 +529,7 @@ double model_forward(const struct model *m, struct model_acts *a, const int *tok
   return model_head_forward(m, a, targets);
 }
 
-void model_backward(struct model *m, struct model_acts *a, const int *targets, float loss_scale)
+void model_backward(struct model *m, struct model_acts *a, const int *targets, real loss_scale)
 {
   model_head_backward(m, a, targets, loss_scale);
   for (int l = m->config.n_layers - 1; l >= 0; l--) model_layer_backward(m, a, l);

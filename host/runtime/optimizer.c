@@ -25,8 +25,8 @@ int optimizer_create_sized(struct optimizer *o, const struct plan *p, size_t n_e
   o->weight_decay = p->optimizer.weight_decay;
   o->grad_clip = p->optimizer.grad_clip;
   o->n_elems = n_elems;
-  o->m = alloc_floats(ALLOC_OPTIMIZER, n_elems);
-  o->v = alloc_floats(ALLOC_OPTIMIZER, n_elems);
+  o->m = alloc_reals(ALLOC_OPTIMIZER, n_elems);
+  o->v = alloc_reals(ALLOC_OPTIMIZER, n_elems);
   if (!o->m || !o->v) {
     optimizer_free(o);
     return errf(err, err_size, "out of memory for the optimizer state (%zu floats)", n_elems);
@@ -75,7 +75,7 @@ double optimizer_clip(struct model *m, double max_norm)
   double norm = optimizer_grad_norm(m);
   double coef = optimizer_clip_coef(norm, max_norm);
   if (coef < 1.0)
-    scale_inplace(m->grad_memory, m->n_elems, (float)coef);
+    scale_inplace(m->grad_memory, m->n_elems, (real)coef);
   return norm;
 }
 
@@ -85,7 +85,7 @@ void optimizer_update(struct optimizer *o, struct model *m, long long step, doub
 }
 
 void optimizer_update_range(struct optimizer *o, const struct model *m, size_t flat,
-                            size_t n_elems, float *params, const float *grads,
+                            size_t n_elems, real *params, const real *grads,
                             size_t state_offset, long long step, double lr)
 {
   const size_t end = flat + n_elems;

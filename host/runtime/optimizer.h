@@ -14,7 +14,7 @@
 struct optimizer {
   double lr, beta1, beta2, eps, weight_decay, grad_clip; /* from plan->optimizer */
   size_t n_elems;
-  float *m, *v; /* (n_elems) first and second moments, billed to "optimizer" */
+  real *m, *v; /* (n_elems) first and second moments, billed to "optimizer" */
 };
 
 /* State for every element of the model's flat layout. */
@@ -47,7 +47,7 @@ void optimizer_update(struct optimizer *o, struct model *m, long long step, doub
  * range is updated over the overlap with its own weight decay; gaps between parameters are
  * left alone. */
 void optimizer_update_range(struct optimizer *o, const struct model *m, size_t flat,
-                            size_t n_elems, float *params, const float *grads,
+                            size_t n_elems, real *params, const real *grads,
                             size_t state_offset, long long step, double lr);
 
 #endif

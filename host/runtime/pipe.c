@@ -124,7 +124,7 @@ int pipe_open(struct pipe *pp, struct trainer *t, struct comm_group *group, char
           return err[0] ? 1 : errf(err, err_size, "out of memory for a pipeline slot");
         }
       }
-      sl->grad = alloc_floats(ALLOC_COMM, boundary_elems(t, micro, seq));
+      sl->grad = alloc_reals(ALLOC_COMM, boundary_elems(t, micro, seq));
       sl->targets = st->has_head ? alloc_bytes(ALLOC_ACTIVATIONS, (size_t)micro * seq * sizeof(int)) : NULL;
       if (!sl->grad || (st->has_head && !sl->targets)) {
         free(per_stage);
@@ -235,7 +235,7 @@ double pipe_forward_backward(struct pipe *pp, struct trainer *t)
   struct model *m = &t->model;
   const int B = p->batch.micro, T = p->batch.seq, S = p->n_stages;
   const size_t n_boundary = boundary_elems(t, B, T);
-  const float loss_scale = (float)(1.0 / ((double)p->batch.global * T));
+  const real loss_scale = (real)(1.0 / ((double)p->batch.global * T));
   const struct sched_list *list = &pp->sched.ranks[pp->rank];
   double loss = 0.0;
   int reduced = 0;
@@ -253,7 +253,7 @@ double pipe_forward_backward(struct pipe *pp, struct trainer *t)
         sl = slot_take(pp, t, in->stage, in->mb);
       slot_wait_recv(t, sl);
       trainer_micro_batch(t, in->mb, t->inputs, sl->targets ? sl->targets : t->targets, t->samples);
-      struct model_dropout dropout = { (float)p->model.dropout, t->dropout_seed, (uint32_t)t->step, t->samples };
+      struct model_dropout dropout = { (real)p->model.dropout, t->dropout_seed, (uint32_t)t->step, t->samples };
       loss += stage_forward(pp, t, in->stage, sl->acts, t->inputs, sl->targets, &dropout, B, T);
       break;
     }
@@ -270,7 +270,7 @@ double pipe_forward_backward(struct pipe *pp, struct trainer *t)
           dp_grads_final_from(&t->dp, dl->units[p->model.n_layers + 1].first_param);
       } else {
         slot_wait_recv(t, sl);
-        memcpy(a->dresidual, sl->grad, n_boundary * sizeof(float));
+        memcpy(a->dresidual, sl->grad, n_boundary * sizeof(real));
       }
       for (int l = st->first_layer + st->n_layers - 1; st->first_layer >= 0 && l >= st->first_layer; l--) {
         model_layer_backward(m, a, l);
@@ -283,7 +283,7 @@ double pipe_forward_backward(struct pipe *pp, struct trainer *t)
           dp_grads_final_from(&t->dp, 0);
         sl->stage = sl->mb = -1; /* nothing to send back */
       } else {
-        memcpy(sl->grad, a->dresidual, n_boundary * sizeof(float));
+        memcpy(sl->grad, a->dresidual, n_boundary * sizeof(real));
       }
       break;
     }
@@ -292,24 +292,24 @@ double pipe_forward_backward(struct pipe *pp, struct trainer *t)
     case SCHED_SEND_ACT:
       sl = slot_of(pp, in->stage, in->mb);
       if (comm_send(pp->group, sl->acts->residual[pp->in_index[in->stage] + p->stages[in->stage].n_layers],
-                    n_boundary, COMM_FP32, in->peer, &sl->send_act))
+                    n_boundary, COMM_REAL, in->peer, &sl->send_act))
         failed(t, "send of activations");
       break;
     case SCHED_RECV_ACT:
       sl = slot_take(pp, t, in->stage + 1, in->mb);
-      if (comm_recv(pp->group, sl->acts->residual[pp->in_index[in->stage + 1]], n_boundary, COMM_FP32,
+      if (comm_recv(pp->group, sl->acts->residual[pp->in_index[in->stage + 1]], n_boundary, COMM_REAL,
                     in->peer, &sl->recv))
         failed(t, "receive of activations");
       break;
     case SCHED_SEND_GRAD:
       sl = slot_of(pp, in->stage, in->mb);
-      if (comm_send(pp->group, sl->grad, n_boundary, COMM_FP32, in->peer, &sl->send_grad))
+      if (comm_send(pp->group, sl->grad, n_boundary, COMM_REAL, in->peer, &sl->send_grad))
         failed(t, "send of gradients");
       sl->stage = sl->mb = -1;
       break;
     case SCHED_RECV_GRAD:
       sl = slot_of(pp, in->stage - 1, in->mb);
-      if (comm_recv(pp->group, sl->grad, n_boundary, COMM_FP32, in->peer, &sl->recv))
+      if (comm_recv(pp->group, sl->grad, n_boundary, COMM_REAL, in->peer, &sl->recv))
         failed(t, "receive of gradients");
       break;
     case SCHED_REDUCE_GRADS:
@@ -317,7 +317,7 @@ double pipe_forward_backward(struct pipe *pp, struct trainer *t)
         break;
       if (pp->embed) {
         const struct model_param *e = &m->params[0];
-        if (comm_all_reduce(pp->embed, e->grad, e->grad, e->n_elems, COMM_FP32, COMM_SUM, NULL))
+        if (comm_all_reduce(pp->embed, e->grad, e->grad, e->n_elems, COMM_REAL, COMM_SUM, NULL))
           failed(t, "all-reduce of the tied embedding's gradient");
       }
       dp_reduce_rest(&t->dp);
@@ -351,10 +351,10 @@ double pipe_forward(struct pipe *pp, struct trainer *t, const int *tokens, const
     const struct plan_stage *st = &p->stages[s];
     if (st->pp_rank != pp->rank)
       continue;
-    if (s > 0 && comm_recv(pp->group, a->residual[pp->in_index[s]], n, COMM_FP32, p->stages[s - 1].pp_rank, NULL))
+    if (s > 0 && comm_recv(pp->group, a->residual[pp->in_index[s]], n, COMM_REAL, p->stages[s - 1].pp_rank, NULL))
       failed(t, "receive of activations");
     loss += stage_forward(pp, t, s, a, tokens, targets, NULL, B, T);
-    if (s + 1 < S && comm_send(pp->group, a->residual[pp->in_index[s] + st->n_layers], n, COMM_FP32,
+    if (s + 1 < S && comm_send(pp->group, a->residual[pp->in_index[s] + st->n_layers], n, COMM_REAL,
                                p->stages[s + 1].pp_rank, NULL))
       failed(t, "send of activations");
   }

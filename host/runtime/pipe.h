@@ -27,6 +27,7 @@
 #include <stddef.h>
 
 #include "sched/sched.h"
+#include "real.h"
 
 struct trainer;
 struct comm_group;
@@ -38,7 +39,7 @@ struct pipe_slot {
   int stage, mb;               /* −1: free */
   struct model_acts *acts;
   int *targets;                /* (micro · seq) on the rank holding the head */
-  float *grad;                 /* (micro · Th · C) the gradient received before, and sent after, BWD */
+  real *grad;                 /* (micro · Th · C) the gradient received before, and sent after, BWD */
   struct comm_request *recv, *send_act, *send_grad;
 };
 

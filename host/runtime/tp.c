@@ -16,9 +16,9 @@ void tp_failed(struct model_tp *t, const char *what)
   t->failed = 1;
 }
 
-void tp_all_reduce(struct model_tp *t, float *buf, size_t n, enum comm_reduce op)
+void tp_all_reduce(struct model_tp *t, real *buf, size_t n, enum comm_reduce op)
 {
-  if (comm_all_reduce(t->group, buf, buf, n, COMM_FP32, op, NULL))
+  if (comm_all_reduce(t->group, buf, buf, n, COMM_REAL, op, NULL))
     tp_failed(t, "all-reduce");
 }
 
@@ -38,34 +38,34 @@ static struct chunks chunks_of(enum tp_layout l, int B, int T, int X, int tp)
 }
 
 /* full (outer, tp, inner) → this rank's part (outer, inner). */
-static void take_chunk(float *part, const float *full, struct chunks c, int tp, int rank)
+static void take_chunk(real *part, const real *full, struct chunks c, int tp, int rank)
 {
   for (size_t o = 0; o < c.outer; o++)
-    memmove(part + o * c.inner, full + (o * tp + rank) * c.inner, c.inner * sizeof(float));
+    memmove(part + o * c.inner, full + (o * tp + rank) * c.inner, c.inner * sizeof(real));
 }
 
 /* Every rank's part → full (outer, tp, inner), through the staging buffer. */
-static void all_gather_chunks(struct model_tp *t, float *full, const float *part, struct chunks c,
-                              float *pack)
+static void all_gather_chunks(struct model_tp *t, real *full, const real *part, struct chunks c,
+                              real *pack)
 {
   const int tp = t->size;
-  if (comm_all_gather(t->group, part, pack, c.outer * c.inner, COMM_FP32, NULL))
+  if (comm_all_gather(t->group, part, pack, c.outer * c.inner, COMM_REAL, NULL))
     tp_failed(t, "all-gather");
   for (int r = 0; r < tp; r++)
     for (size_t o = 0; o < c.outer; o++)
       memcpy(full + (o * tp + r) * c.inner, pack + ((size_t)r * c.outer + o) * c.inner,
-             c.inner * sizeof(float));
+             c.inner * sizeof(real));
 }
 
-static void reduce_scatter_chunks(struct model_tp *t, float *part, const float *full,
-                                  struct chunks c, float *pack)
+static void reduce_scatter_chunks(struct model_tp *t, real *part, const real *full,
+                                  struct chunks c, real *pack)
 {
   const int tp = t->size;
   for (int r = 0; r < tp; r++)
     for (size_t o = 0; o < c.outer; o++)
       memcpy(pack + ((size_t)r * c.outer + o) * c.inner, full + (o * tp + r) * c.inner,
-             c.inner * sizeof(float));
-  if (comm_reduce_scatter(t->group, pack, part, c.outer * c.inner, COMM_FP32, COMM_SUM, NULL))
+             c.inner * sizeof(real));
+  if (comm_reduce_scatter(t->group, pack, part, c.outer * c.inner, COMM_REAL, COMM_SUM, NULL))
     tp_failed(t, "reduce-scatter");
 }
 
@@ -74,22 +74,22 @@ size_t tp_local_elems(enum tp_layout l, int B, int T, int X, int tp)
   return l == TP_SEQ || l == TP_FEAT ? (size_t)B * T * X / tp : (size_t)B * T * X;
 }
 
-float *tp_convert(struct model_tp *t, float *pack, float *out, float *in, enum tp_layout from,
-                  enum tp_layout to, int B, int T, int X, float *tmp)
+real *tp_convert(struct model_tp *t, real *pack, real *out, real *in, enum tp_layout from,
+                  enum tp_layout to, int B, int T, int X, real *tmp)
 {
   const int tp = t->size, rank = t->rank;
   enum tp_op op = tp == 1 ? TP_OP_NONE : tp_convert_op(from, to);
   switch (op) {
   case TP_OP_NONE:
     if (out != in)
-      memcpy(out, in, tp_local_elems(from, B, T, X, tp) * sizeof(float));
+      memcpy(out, in, tp_local_elems(from, B, T, X, tp) * sizeof(real));
     break;
   case TP_OP_SLICE:
     take_chunk(out, in, chunks_of(to, B, T, X, tp), tp, rank);
     break;
   case TP_OP_ALL_REDUCE:
     if (out != in)
-      memcpy(out, in, (size_t)B * T * X * sizeof(float));
+      memcpy(out, in, (size_t)B * T * X * sizeof(real));
     tp_all_reduce(t, out, (size_t)B * T * X, COMM_SUM);
     break;
   case TP_OP_ALL_GATHER:
@@ -104,9 +104,9 @@ float *tp_convert(struct model_tp *t, float *pack, float *out, float *in, enum t
     break;
   case TP_OP_KEEP_RANK0:
     if (rank != 0)
-      memset(out, 0, (size_t)B * T * X * sizeof(float));
+      memset(out, 0, (size_t)B * T * X * sizeof(real));
     else if (out != in)
-      memcpy(out, in, (size_t)B * T * X * sizeof(float));
+      memcpy(out, in, (size_t)B * T * X * sizeof(real));
     break;
   default:
     comm_fatal("tensor parallelism: no conversion from %s to %s", tp_layout_name(from),
@@ -115,25 +115,25 @@ float *tp_convert(struct model_tp *t, float *pack, float *out, float *in, enum t
   return out;
 }
 
-void tp_expand_kv(const struct model_tp *t, const struct plan_model *c, float *out, const float *in,
+void tp_expand_kv(const struct model_tp *t, const struct plan_model *c, real *out, const real *in,
                   int BT, int NHl)
 {
   const int HS = c->head_dim, group = c->n_heads / c->n_kv_heads, h0 = t->rank * NHl;
   for (int bt = 0; bt < BT; bt++)
     for (int i = 0; i < NHl; i++)
       memcpy(out + ((size_t)bt * NHl + i) * HS,
-             in + ((size_t)bt * c->n_kv_heads + (h0 + i) / group) * HS, (size_t)HS * sizeof(float));
+             in + ((size_t)bt * c->n_kv_heads + (h0 + i) / group) * HS, (size_t)HS * sizeof(real));
 }
 
-void tp_expand_kv_backward(const struct model_tp *t, const struct plan_model *c, float *out,
-                           const float *in, int BT, int NHl)
+void tp_expand_kv_backward(const struct model_tp *t, const struct plan_model *c, real *out,
+                           const real *in, int BT, int NHl)
 {
   const int HS = c->head_dim, NKV = c->n_kv_heads, group = c->n_heads / NKV, h0 = t->rank * NHl;
-  memset(out, 0, (size_t)BT * NKV * HS * sizeof(float));
+  memset(out, 0, (size_t)BT * NKV * HS * sizeof(real));
   for (int bt = 0; bt < BT; bt++)
     for (int i = 0; i < NHl; i++) {
-      float *o = out + ((size_t)bt * NKV + (h0 + i) / group) * HS;
-      const float *g = in + ((size_t)bt * NHl + i) * HS;
+      real *o = out + ((size_t)bt * NKV + (h0 + i) / group) * HS;
+      const real *g = in + ((size_t)bt * NHl + i) * HS;
       for (int e = 0; e < HS; e++) o[e] += g[e];
     }
 }

@@ -10,21 +10,21 @@
 /* Records the first failed collective ("tensor-parallel <what>: <comm error>"). */
 void tp_failed(struct model_tp *t, const char *what);
 /* In-place all-reduce of n floats over the group. */
-void tp_all_reduce(struct model_tp *t, float *buf, size_t n, enum comm_reduce op);
+void tp_all_reduce(struct model_tp *t, real *buf, size_t n, enum comm_reduce op);
 /* Floats a rank holds of a (B, T, X) tensor in layout l. */
 size_t tp_local_elems(enum tp_layout l, int B, int T, int X, int tp);
 /* out ← in converted from `from` to `to` (tp_convert_op; not KV, see tp_expand_kv). out may
  * equal in only when the conversion keeps the size (none, all-reduce, keep-rank0). pack: a
  * (B, T, X) staging buffer for gathers and reduce-scatters; tmp: another, for SEQ ↔ FEAT.
  * Returns out. */
-float *tp_convert(struct model_tp *t, float *pack, float *out, float *in, enum tp_layout from,
-                  enum tp_layout to, int B, int T, int X, float *tmp);
+real *tp_convert(struct model_tp *t, real *pack, real *out, real *in, enum tp_layout from,
+                  enum tp_layout to, int B, int T, int X, real *tmp);
 /* KV heads (BT, NKV, HS), replicated → (BT, NHl, HS): each of this rank's query heads' KV head. */
-void tp_expand_kv(const struct model_tp *t, const struct plan_model *c, float *out, const float *in,
+void tp_expand_kv(const struct model_tp *t, const struct plan_model *c, real *out, const real *in,
                   int BT, int NHl);
 /* Its adjoint: out (BT, NKV, HS) = zero plus each expanded head's gradient added in (partial
  * sums over the group). */
-void tp_expand_kv_backward(const struct model_tp *t, const struct plan_model *c, float *out,
-                           const float *in, int BT, int NHl);
+void tp_expand_kv_backward(const struct model_tp *t, const struct plan_model *c, real *out,
+                           const real *in, int BT, int NHl);
 
 #endif

@@ -158,8 +158,8 @@ double trainer_forward_backward(struct trainer *t)
   const int G = p->batch.global, micro = p->batch.micro, S = p->batch.seq;
   const int M = p->batch.microbatches;
   const int first = t->dp.rank * (G / t->dp.size); /* this rank's slice of the step's windows */
-  const float loss_scale = (float)(1.0 / ((double)G * S));
-  struct model_dropout dropout = { (float)p->model.dropout, t->dropout_seed, (uint32_t)t->step,
+  const real loss_scale = (real)(1.0 / ((double)G * S));
+  struct model_dropout dropout = { (real)p->model.dropout, t->dropout_seed, (uint32_t)t->step,
                                    t->samples };
   double loss_sum = 0.0, total = 0.0;
   if (t->piped) {
@@ -196,7 +196,7 @@ int trainer_step(struct trainer *t, struct train_step_stats *stats, char *err, s
                 stats->grad_norm);
   double coef = optimizer_clip_coef(stats->grad_norm, p->optimizer.grad_clip);
   if (coef < 1.0)
-    dp_scale_grads(&t->dp, (float)coef);
+    dp_scale_grads(&t->dp, (real)coef);
   if (dp_update(&t->dp, &t->opt, t->step, stats->lr))
     return errf(err, err_size, "step %lld: %s", t->step, t->dp.err);
   t->step++;

@@ -171,8 +171,8 @@ static void print_header(FILE *out, const struct plan *p, const struct trainer *
     fprintf(out, "data parallel: %d rank%s, zero %d, %d bucket%s (bucket_mb %g), %.2f MiB of "
             "parameters, shard %.2f MiB per rank\n", t->dp.size, t->dp.size == 1 ? "" : "s",
             t->dp.zero, l->n_buckets, l->n_buckets == 1 ? "" : "s", p->bucket_mb,
-            (double)l->n_elems * sizeof(float) / 1048576.0,
-            (double)l->n_shard * sizeof(float) / 1048576.0);
+            (double)l->n_elems * sizeof(real) / 1048576.0,
+            (double)l->n_shard * sizeof(real) / 1048576.0);
   fflush(out);
 }
 

@@ -83,17 +83,17 @@ static int load_tensors(struct model *m, const struct source *s, const char *pat
     if (!p->data || !p->here)
       continue; /* not held here now, or on another pipeline stage */
     if (p->tp_dim < 0) {
-      if (st_read_f32(file, t, p->data, t->n_elems, err, err_size))
+      if (st_read_real(file, t, p->data, t->n_elems, err, err_size))
         return 1;
-      memset(p->data + t->n_elems, 0, (p->n_elems - t->n_elems) * sizeof(float)); /* padding */
+      memset(p->data + t->n_elems, 0, (p->n_elems - t->n_elems) * sizeof(real)); /* padding */
       continue;
     }
     /* split over the TP group: the whole stored tensor, then this rank's block of it */
     size_t whole_elems = (size_t)p->rows * (size_t)p->shape[1];
-    float *whole = calloc(whole_elems, sizeof *whole);
+    real *whole = calloc(whole_elems, sizeof *whole);
     if (!whole)
       return errf(err, err_size, "init.from %s: out of memory reading '%s'", path, p->name);
-    int rc = st_read_f32(file, t, whole, t->n_elems, err, err_size);
+    int rc = st_read_real(file, t, whole, t->n_elems, err, err_size);
     if (!rc)
       model_param_take_block(p, whole, p->data);
     free(whole);

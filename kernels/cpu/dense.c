@@ -1,41 +1,41 @@
-/* Token-wise layers: embedding lookup, RMSNorm, linear (through cblas_sgemm) and the residual
- * add. Each row (token) is independent, so rows are split across OpenMP threads; gradients of
+/* Token-wise layers: embedding lookup, RMSNorm, linear (through real_gemm: sgemm, or dgemm in
+ * the float64 build) and the residual add. Each row (token) is independent, so rows are split across OpenMP threads; gradients of
  * parameters shared by all rows are reduced over column blocks instead, so every thread owns
  * whole columns and the sum order is the same for any thread count. */
-#include <cblas.h>
+#include "blas.h"
 #include <math.h>
 
 #include "kernels.h"
 
 enum { COLUMN_BLOCK = 64 };
 
-void encoder_forward(float *out, const int *tokens, const float *wte, int BT, int C)
+void encoder_forward(real *out, const int *tokens, const real *wte, int BT, int C)
 {
 #pragma omp parallel for
   for (int bt = 0; bt < BT; bt++) {
-    const float *row = wte + (size_t)tokens[bt] * C;
-    float *o = out + (size_t)bt * C;
+    const real *row = wte + (size_t)tokens[bt] * C;
+    real *o = out + (size_t)bt * C;
     for (int c = 0; c < C; c++) o[c] = row[c];
   }
 }
 
-void encoder_forward_shard(float *out, const int *tokens, const float *wte, int v0, int Vl,
+void encoder_forward_shard(real *out, const int *tokens, const real *wte, int v0, int Vl,
                            int BT, int C)
 {
 #pragma omp parallel for
   for (int bt = 0; bt < BT; bt++) {
     const int row = tokens[bt] - v0;
-    float *o = out + (size_t)bt * C;
+    real *o = out + (size_t)bt * C;
     if (row < 0 || row >= Vl) {
       for (int c = 0; c < C; c++) o[c] = 0.0f;
       continue;
     }
-    const float *w = wte + (size_t)row * C;
+    const real *w = wte + (size_t)row * C;
     for (int c = 0; c < C; c++) o[c] = w[c];
   }
 }
 
-void encoder_backward_shard(float *dwte, const float *dout, const int *tokens, int v0, int Vl,
+void encoder_backward_shard(real *dwte, const real *dout, const int *tokens, int v0, int Vl,
                             int BT, int C)
 {
   int n_blocks = (C + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
@@ -46,14 +46,14 @@ void encoder_backward_shard(float *dwte, const float *dout, const int *tokens, i
       const int row = tokens[bt] - v0;
       if (row < 0 || row >= Vl)
         continue;
-      float *drow = dwte + (size_t)row * C;
-      const float *d = dout + (size_t)bt * C;
+      real *drow = dwte + (size_t)row * C;
+      const real *d = dout + (size_t)bt * C;
       for (int c = c0; c < c1; c++) drow[c] += d[c];
     }
   }
 }
 
-void encoder_backward(float *dwte, const float *dout, const int *tokens, int BT, int C)
+void encoder_backward(real *dwte, const real *dout, const int *tokens, int BT, int C)
 {
   /* Several tokens may share a row of dwte: threads split columns, not tokens. */
   int n_blocks = (C + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
@@ -61,30 +61,30 @@ void encoder_backward(float *dwte, const float *dout, const int *tokens, int BT,
   for (int blk = 0; blk < n_blocks; blk++) {
     int c0 = blk * COLUMN_BLOCK, c1 = c0 + COLUMN_BLOCK < C ? c0 + COLUMN_BLOCK : C;
     for (int bt = 0; bt < BT; bt++) {
-      float *drow = dwte + (size_t)tokens[bt] * C;
-      const float *d = dout + (size_t)bt * C;
+      real *drow = dwte + (size_t)tokens[bt] * C;
+      const real *d = dout + (size_t)bt * C;
       for (int c = c0; c < c1; c++) drow[c] += d[c];
     }
   }
 }
 
-void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight,
-                     int BT, int C, float eps)
+void rmsnorm_forward(real *out, real *rstd, const real *inp, const real *weight,
+                     int BT, int C, real eps)
 {
 #pragma omp parallel for
   for (int bt = 0; bt < BT; bt++) {
-    const float *x = inp + (size_t)bt * C;
-    float *o = out + (size_t)bt * C;
+    const real *x = inp + (size_t)bt * C;
+    real *o = out + (size_t)bt * C;
     double ss = 0.0;
     for (int c = 0; c < C; c++) ss += (double)x[c] * x[c];
-    float r = (float)(1.0 / sqrt(ss / C + eps));
+    real r = (real)(1.0 / sqrt(ss / C + eps));
     for (int c = 0; c < C; c++) o[c] = x[c] * r * weight[c];
     rstd[bt] = r;
   }
 }
 
-void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
-                      const float *weight, const float *rstd, int BT, int C)
+void rmsnorm_backward(real *dinp, real *dweight, const real *dout, const real *inp,
+                      const real *weight, const real *rstd, int BT, int C)
 {
   /* dweight first: dinp may overwrite dout. dweight[c] += Σ_bt dout · x · rstd. */
   int n_blocks = (C + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
@@ -93,43 +93,43 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const floa
     int c0 = blk * COLUMN_BLOCK, c1 = c0 + COLUMN_BLOCK < C ? c0 + COLUMN_BLOCK : C;
     double acc[COLUMN_BLOCK] = { 0 };
     for (int bt = 0; bt < BT; bt++) {
-      const float *x = inp + (size_t)bt * C, *d = dout + (size_t)bt * C;
+      const real *x = inp + (size_t)bt * C, *d = dout + (size_t)bt * C;
       for (int c = c0; c < c1; c++) acc[c - c0] += (double)d[c] * x[c] * rstd[bt];
     }
-    for (int c = c0; c < c1; c++) dweight[c] += (float)acc[c - c0];
+    for (int c = c0; c < c1; c++) dweight[c] += (real)acc[c - c0];
   }
   /* y_c = g_c x_c r with r = (mean(x²) + eps)^(-1/2), dr/dx_j = −r³ x_j / C:
    * dx_j = r g_j dy_j − (r³ / C) x_j Σ_c dy_c g_c x_c. */
 #pragma omp parallel for
   for (int bt = 0; bt < BT; bt++) {
-    const float *x = inp + (size_t)bt * C, *d = dout + (size_t)bt * C;
-    float *dx = dinp + (size_t)bt * C;
+    const real *x = inp + (size_t)bt * C, *d = dout + (size_t)bt * C;
+    real *dx = dinp + (size_t)bt * C;
     double r = rstd[bt], dot = 0.0;
     for (int c = 0; c < C; c++) dot += (double)d[c] * weight[c] * x[c];
-    float k = (float)(r * r * r * dot / C);
-    for (int c = 0; c < C; c++) dx[c] = (float)r * weight[c] * d[c] - k * x[c];
+    real k = (real)(r * r * r * dot / C);
+    for (int c = 0; c < C; c++) dx[c] = (real)r * weight[c] * d[c] - k * x[c];
   }
 }
 
-void linear_forward(float *out, const float *inp, const float *weight, int BT, int IC, int OC)
+void linear_forward(real *out, const real *inp, const real *weight, int BT, int IC, int OC)
 {
   if (BT == 0 || OC == 0) return;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, OC, IC,
+  real_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, OC, IC,
               1.0f, inp, IC, weight, IC, 0.0f, out, OC);
 }
 
-void linear_backward(float *dinp, float *dweight, const float *dout, const float *inp,
-                     const float *weight, int BT, int IC, int OC)
+void linear_backward(real *dinp, real *dweight, const real *dout, const real *inp,
+                     const real *weight, int BT, int IC, int OC)
 {
   if (BT == 0) return;
   if (dinp)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, IC, OC,
+    real_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, IC, OC,
                 1.0f, dout, OC, weight, IC, 0.0f, dinp, IC);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, BT,
+  real_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, BT,
               1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
 }
 
-void residual_forward(float *out, const float *a, const float *b, size_t n_elems)
+void residual_forward(real *out, const real *a, const real *b, size_t n_elems)
 {
 #pragma omp parallel for
   for (size_t i = 0; i < n_elems; i++) out[i] = a[i] + b[i];

@@ -5,37 +5,37 @@
 
 #include "kernels.h"
 
-void crossentropy_forward(float *losses, float *probs, const float *logits, const int *targets,
+void crossentropy_forward(real *losses, real *probs, const real *logits, const int *targets,
                           int BT, int V, int Vp)
 {
 #pragma omp parallel for
   for (int bt = 0; bt < BT; bt++) {
-    const float *l = logits + (size_t)bt * Vp;
-    float *p = probs + (size_t)bt * Vp;
+    const real *l = logits + (size_t)bt * Vp;
+    real *p = probs + (size_t)bt * Vp;
     int target = targets[bt];
-    float target_logit = target >= 0 ? l[target] : 0.0f; /* read before p overwrites l */
-    float max = -INFINITY;
+    real target_logit = target >= 0 ? l[target] : 0.0f; /* read before p overwrites l */
+    real max = -INFINITY;
     for (int i = 0; i < V; i++) max = l[i] > max ? l[i] : max;
     double sum = 0.0;
     for (int i = 0; i < V; i++) {
-      p[i] = expf(l[i] - max);
+      p[i] = real_exp(l[i] - max);
       sum += p[i];
     }
-    float inv_sum = (float)(1.0 / sum);
+    real inv_sum = (real)(1.0 / sum);
     for (int i = 0; i < V; i++) p[i] *= inv_sum;
     for (int i = V; i < Vp; i++) p[i] = 0.0f;
     /* −log p_target = log Σ exp(l − max) − (l_target − max), finite even where p underflows. */
-    losses[bt] = target >= 0 ? (float)(log(sum) - ((double)target_logit - max)) : 0.0f;
+    losses[bt] = target >= 0 ? (real)(log(sum) - ((double)target_logit - max)) : 0.0f;
   }
 }
 
-void crossentropy_backward(float *dlogits, const float *probs, const int *targets,
-                           float dloss_scale, int BT, int V, int Vp)
+void crossentropy_backward(real *dlogits, const real *probs, const int *targets,
+                           real dloss_scale, int BT, int V, int Vp)
 {
 #pragma omp parallel for
   for (int bt = 0; bt < BT; bt++) {
-    const float *p = probs + (size_t)bt * Vp;
-    float *d = dlogits + (size_t)bt * Vp;
+    const real *p = probs + (size_t)bt * Vp;
+    real *d = dlogits + (size_t)bt * Vp;
     int target = targets[bt];
     if (target < 0) {
       for (int i = 0; i < Vp; i++) d[i] = 0.0f;
@@ -48,55 +48,55 @@ void crossentropy_backward(float *dlogits, const float *probs, const int *target
 
 /* ---- the vocabulary split over ranks: the same arithmetic, with the reductions between ---- */
 
-void crossentropy_shard_max(float *stats, const float *logits, int BT, int Vvalid, int Vl)
+void crossentropy_shard_max(real *stats, const real *logits, int BT, int Vvalid, int Vl)
 {
 #pragma omp parallel for
   for (int bt = 0; bt < BT; bt++) {
-    const float *l = logits + (size_t)bt * Vl;
-    float max = -INFINITY;
+    const real *l = logits + (size_t)bt * Vl;
+    real max = -INFINITY;
     for (int i = 0; i < Vvalid; i++) max = l[i] > max ? l[i] : max;
     stats[bt] = max;
   }
 }
 
-void crossentropy_shard_sums(float *stats, const float *logits, const int *targets, int v0,
+void crossentropy_shard_sums(real *stats, const real *logits, const int *targets, int v0,
                              int BT, int Vvalid, int Vl)
 {
 #pragma omp parallel for
   for (int bt = 0; bt < BT; bt++) {
-    const float *l = logits + (size_t)bt * Vl;
-    const float max = stats[bt];
+    const real *l = logits + (size_t)bt * Vl;
+    const real max = stats[bt];
     double sum = 0.0;
-    for (int i = 0; i < Vvalid; i++) sum += expf(l[i] - max);
-    stats[BT + bt] = (float)sum;
+    for (int i = 0; i < Vvalid; i++) sum += real_exp(l[i] - max);
+    stats[BT + bt] = (real)sum;
     int t = targets[bt] - v0;
     stats[2 * BT + bt] = targets[bt] >= 0 && t >= 0 && t < Vvalid ? l[t] : 0.0f;
   }
 }
 
-void crossentropy_shard_finish(float *losses, float *probs, const float *logits,
-                               const float *stats, const int *targets, int BT, int Vvalid, int Vl)
+void crossentropy_shard_finish(real *losses, real *probs, const real *logits,
+                               const real *stats, const int *targets, int BT, int Vvalid, int Vl)
 {
 #pragma omp parallel for
   for (int bt = 0; bt < BT; bt++) {
-    const float *l = logits + (size_t)bt * Vl;
-    float *p = probs + (size_t)bt * Vl;
-    const float max = stats[bt];
+    const real *l = logits + (size_t)bt * Vl;
+    real *p = probs + (size_t)bt * Vl;
+    const real max = stats[bt];
     const double sum = stats[BT + bt];
-    const float inv_sum = (float)(1.0 / sum);
-    for (int i = 0; i < Vvalid; i++) p[i] = expf(l[i] - max) * inv_sum;
+    const real inv_sum = (real)(1.0 / sum);
+    for (int i = 0; i < Vvalid; i++) p[i] = real_exp(l[i] - max) * inv_sum;
     for (int i = Vvalid; i < Vl; i++) p[i] = 0.0f;
-    losses[bt] = targets[bt] >= 0 ? (float)(log(sum) - ((double)stats[2 * BT + bt] - max)) : 0.0f;
+    losses[bt] = targets[bt] >= 0 ? (real)(log(sum) - ((double)stats[2 * BT + bt] - max)) : 0.0f;
   }
 }
 
-void crossentropy_shard_backward(float *dlogits, const float *probs, const int *targets, int v0,
-                                 float dloss_scale, int BT, int Vvalid, int Vl)
+void crossentropy_shard_backward(real *dlogits, const real *probs, const int *targets, int v0,
+                                 real dloss_scale, int BT, int Vvalid, int Vl)
 {
 #pragma omp parallel for
   for (int bt = 0; bt < BT; bt++) {
-    const float *p = probs + (size_t)bt * Vl;
-    float *d = dlogits + (size_t)bt * Vl;
+    const real *p = probs + (size_t)bt * Vl;
+    real *d = dlogits + (size_t)bt * Vl;
     if (targets[bt] < 0) {
       for (int i = 0; i < Vl; i++) d[i] = 0.0f;
       continue;

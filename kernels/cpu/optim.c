@@ -1,36 +1,36 @@
 /* The optimizer step and the gradient utilities around it (global norm, clipping scale).
  * adamw_update follows torch.optim.AdamW's single-tensor code operation by operation (the
- * scalars computed in double, as Python does, then rounded to float for the tensor ops), so a
+ * scalars computed in double, as Python does, then rounded to real for the tensor ops), so a
  * run here can be compared with a PyTorch run to rounding. */
 #include <math.h>
 
 #include "kernels.h"
 
-void adamw_update(float *param, const float *grad, float *m, float *v, size_t n_elems,
+void adamw_update(real *param, const real *grad, real *m, real *v, size_t n_elems,
                   double lr, double beta1, double beta2, double eps, double weight_decay, int t)
 {
   const double bias_correction1 = 1.0 - pow(beta1, t);
   const double bias_correction2 = 1.0 - pow(beta2, t);
-  const float decay = (float)(1.0 - lr * weight_decay);        /* param.mul_(1 - lr*wd)     */
-  const float m_weight = (float)(1.0 - beta1);                  /* exp_avg.lerp_(g, 1-b1)    */
-  const float v_decay = (float)beta2, v_weight = (float)(1.0 - beta2);
-  const float step_size = (float)(lr / bias_correction1);
-  const float bias_correction2_sqrt = (float)sqrt(bias_correction2);
-  const float eps_f = (float)eps;
+  const real decay = (real)(1.0 - lr * weight_decay);        /* param.mul_(1 - lr*wd)     */
+  const real m_weight = (real)(1.0 - beta1);                  /* exp_avg.lerp_(g, 1-b1)    */
+  const real v_decay = (real)beta2, v_weight = (real)(1.0 - beta2);
+  const real step_size = (real)(lr / bias_correction1);
+  const real bias_correction2_sqrt = (real)sqrt(bias_correction2);
+  const real eps_f = (real)eps;
 #pragma omp parallel for
   for (size_t i = 0; i < n_elems; i++) {
-    float g = grad[i];
-    float p = param[i] * decay;
-    float mi = m[i] + m_weight * (g - m[i]);
-    float vi = v[i] * v_decay + v_weight * g * g;
-    float denom = sqrtf(vi) / bias_correction2_sqrt + eps_f;
+    real g = grad[i];
+    real p = param[i] * decay;
+    real mi = m[i] + m_weight * (g - m[i]);
+    real vi = v[i] * v_decay + v_weight * g * g;
+    real denom = real_sqrt(vi) / bias_correction2_sqrt + eps_f;
     param[i] = p - step_size * mi / denom;
     m[i] = mi;
     v[i] = vi;
   }
 }
 
-double sumsq(const float *x, size_t n_elems)
+double sumsq(const real *x, size_t n_elems)
 {
   /* A fixed split into SUMSQ_PARTS parts, summed in order: the same bits for any thread
    * count, so a gradient norm (and clipping) does not depend on how many threads ran. */
@@ -49,7 +49,7 @@ double sumsq(const float *x, size_t n_elems)
   return total;
 }
 
-void scale_inplace(float *x, size_t n_elems, float s)
+void scale_inplace(real *x, size_t n_elems, real s)
 {
 #pragma omp parallel for
   for (size_t i = 0; i < n_elems; i++) x[i] *= s;

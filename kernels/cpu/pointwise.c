@@ -6,45 +6,45 @@
 #include "kernels.h"
 #include "philox.h"
 
-void swiglu_forward(float *out, const float *gate, const float *up, size_t n_elems)
+void swiglu_forward(real *out, const real *gate, const real *up, size_t n_elems)
 {
 #pragma omp parallel for
   for (size_t i = 0; i < n_elems; i++) {
-    float g = gate[i];
-    out[i] = g / (1.0f + expf(-g)) * up[i];
+    real g = gate[i];
+    out[i] = g / (1.0f + real_exp(-g)) * up[i];
   }
 }
 
-void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
-                     const float *up, size_t n_elems)
+void swiglu_backward(real *dgate, real *dup, const real *dout, const real *gate,
+                     const real *up, size_t n_elems)
 {
   /* silu'(g) = s (1 + g (1 − s)), s = sigmoid(g). */
 #pragma omp parallel for
   for (size_t i = 0; i < n_elems; i++) {
-    float g = gate[i], d = dout[i];
-    float s = 1.0f / (1.0f + expf(-g));
-    float dg = d * up[i] * s * (1.0f + g * (1.0f - s));
+    real g = gate[i], d = dout[i];
+    real s = 1.0f / (1.0f + real_exp(-g));
+    real dg = d * up[i] * s * (1.0f + g * (1.0f - s));
     dup[i] = d * g * s;
     dgate[i] = dg;
   }
 }
 
-void dropout_mask(float *mask, size_t n_elems, float p, uint64_t seed, uint32_t c1,
+void dropout_mask(real *mask, size_t n_elems, float p, uint64_t seed, uint32_t c1,
                   uint32_t c2, uint32_t c3, uint64_t first_elem)
 {
-  const float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+  const real keep_scale = p < 1.0f ? (real)1 / (1 - (real)p) : 0;
 #pragma omp parallel for
   for (size_t i = 0; i < n_elems; i++)
     mask[i] = philox_uniform(seed, c1, c2, c3, first_elem + i) < p ? 0.0f : keep_scale;
 }
 
-void dropout_forward(float *out, const float *inp, const float *mask, size_t n_elems)
+void dropout_forward(real *out, const real *inp, const real *mask, size_t n_elems)
 {
 #pragma omp parallel for
   for (size_t i = 0; i < n_elems; i++) out[i] = inp[i] * mask[i];
 }
 
-void dropout_backward(float *dinp, const float *dout, const float *mask, size_t n_elems)
+void dropout_backward(real *dinp, const real *dout, const real *mask, size_t n_elems)
 {
 #pragma omp parallel for
   for (size_t i = 0; i < n_elems; i++) dinp[i] = dout[i] * mask[i];

@@ -40,7 +40,7 @@ static struct seed written(void)
 {
   char path[] = "/tmp/fuzz_safetensors.XXXXXX";
   struct seed s = { NULL, 0 };
-  float a[6] = { 1, -2, 3.5f, 0, 1e-40f, 7 };
+  real a[6] = { 1, -2, 3.5f, 0, 1e-40f, 7 };
   struct st_write_tensor w[] = { { "model.embed_tokens.weight", 2, {2, 3}, a },
                                  { "norm\"\\x", 1, {2}, a }, { "s", 0, {0}, a } };
   char err[256];

@@ -30,8 +30,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
       require(t->n_bytes == t->n_elems * st_dtype_bytes(t->dtype));
       require(st_find(&f, t->name) == t);
       if (t->dtype == ST_F32 || t->dtype == ST_F16 || t->dtype == ST_BF16 || t->dtype == ST_F64) {
-        float *out = malloc((t->n_elems ? t->n_elems : 1) * sizeof *out);
-        require(out && st_read_f32(&f, t, out, t->n_elems, err, sizeof err) == 0);
+        real *out = malloc((t->n_elems ? t->n_elems : 1) * sizeof *out);
+        require(out && st_read_real(&f, t, out, t->n_elems, err, sizeof err) == 0);
         free(out);
       }
     }

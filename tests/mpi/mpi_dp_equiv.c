@@ -46,7 +46,7 @@ static struct comm_group *groups[PLAN_N_AXES];
 static struct plan parallel_plan;
 static struct train_step_stats parallel_stats[MAX_STEPS];
 static struct train_eval_stats parallel_eval;
-static float *initial, *final; /* rank 0: the parallel run's parameters in serial order */
+static real *initial, *final; /* rank 0: the parallel run's parameters in serial order */
 static size_t n_logical;       /* Σ parameter elements */
 static double rel_tol = 1e-5;
 
@@ -75,9 +75,9 @@ static size_t logical_elems(const struct model_param *p)
 }
 
 /* The parameters of t in the model's parameter order, packed (rank 0; collective). */
-static float *gather_packed(struct trainer *t)
+static real *gather_packed(struct trainer *t)
 {
-  float *out = rank == 0 ? malloc(n_logical * sizeof *out) : NULL;
+  real *out = rank == 0 ? malloc(n_logical * sizeof *out) : NULL;
   size_t at = 0;
   if (t->model.tp.size > 1 || t->plan->mesh.pp > 1) {
     struct model whole;
@@ -85,32 +85,32 @@ static float *gather_packed(struct trainer *t)
     CHECK_MSG(dp_gather_whole(&t->dp, &whole, &have, err, sizeof err) == 0, "%s", err);
     CHECK(have == (rank == 0));
     for (int i = 0; have && i < whole.n_params; i++) {
-      memcpy(out + at, whole.params[i].data, logical_elems(&whole.params[i]) * sizeof(float));
+      memcpy(out + at, whole.params[i].data, logical_elems(&whole.params[i]) * sizeof(real));
       at += logical_elems(&whole.params[i]);
     }
     if (have)
       model_free(&whole);
     return out;
   }
-  float *full;
+  real *full;
   CHECK_MSG(dp_gather_params(&t->dp, &full) == 0, "%s", t->dp.err);
   if (rank != 0)
     return NULL;
   for (int i = 0; i < t->model.n_params; i++) {
     const struct model_param *p = &t->model.params[i];
-    memcpy(out + at, full + p->offset, logical_elems(p) * sizeof(float));
+    memcpy(out + at, full + p->offset, logical_elems(p) * sizeof(real));
     at += logical_elems(p);
   }
   dp_gather_params_free(&t->dp, full);
   return out;
 }
 
-static float *packed_serial(const struct model *m)
+static real *packed_serial(const struct model *m)
 {
-  float *out = malloc(n_logical * sizeof *out);
+  real *out = malloc(n_logical * sizeof *out);
   size_t at = 0;
   for (int i = 0; i < m->n_params; i++) {
-    memcpy(out + at, m->params[i].data, logical_elems(&m->params[i]) * sizeof(float));
+    memcpy(out + at, m->params[i].data, logical_elems(&m->params[i]) * sizeof(real));
     at += logical_elems(&m->params[i]);
   }
   return out;
@@ -263,7 +263,7 @@ static void check_reductions(const struct trainer *t, long long step)
 static void check_memory(const struct trainer *t)
 {
   const struct alloc_bill *b = alloc_bill();
-  const size_t full = t->dp.layout.n_elems * sizeof(float), shard = t->dp.layout.n_shard * sizeof(float);
+  const size_t full = t->dp.layout.n_elems * sizeof(real), shard = t->dp.layout.n_shard * sizeof(real);
   const int zero = t->dp.zero;
   CHECK_MSG(b->peak_bytes[ALLOC_OPTIMIZER] == 2 * (zero ? shard : full), "rank %d: optimizer peak %zu, "
             "expected %zu", rank, b->peak_bytes[ALLOC_OPTIMIZER], 2 * (zero ? shard : full));
@@ -359,7 +359,7 @@ static void test_parallel_run(void)
   trainer_eval(&t, &parallel_eval);
   CHECK(same_everywhere(&parallel_eval, sizeof parallel_eval));
   if (t.dp.zero < 3) {
-    uint64_t h = hash_bytes(t.model.param_memory, t.dp.layout.n_elems * sizeof(float));
+    uint64_t h = hash_bytes(t.model.param_memory, t.dp.layout.n_elems * sizeof(real));
     uint64_t coord = (uint64_t)t.model.tp.rank + 1000u * (uint64_t)(t.piped ? t.pipe.rank : 0);
     CHECK_MSG(same_within(coord, h), "the parameters differ between the ranks of a dp group");
   }
@@ -376,7 +376,7 @@ static void test_parallel_run(void)
 }
 
 /* max |a − b| / max |b| and ‖a − b‖ / ‖b‖. */
-static void compare(const float *a, const float *b, size_t n, double *max_rel, double *l2_rel)
+static void compare(const real *a, const real *b, size_t n, double *max_rel, double *l2_rel)
 {
   double max_diff = 0, max_abs = 0, num = 0, den = 0;
   for (size_t i = 0; i < n; i++) {
@@ -413,8 +413,8 @@ static void test_serial_run_agrees(void)
     CHECK_MSG(0, "%s", err);
     return;
   }
-  float *serial_initial = packed_serial(&t.model);
-  CHECK_MSG(memcmp(serial_initial, initial, n_logical * sizeof(float)) == 0,
+  real *serial_initial = packed_serial(&t.model);
+  CHECK_MSG(memcmp(serial_initial, initial, n_logical * sizeof(real)) == 0,
             "initial parameters differ from the serial run's");
   double worst_loss = 0, worst_norm = 0;
   for (long long s = 0; s < p.train.steps; s++) {
@@ -432,7 +432,7 @@ static void test_serial_run_agrees(void)
   CHECK_MSG(rel(parallel_eval.val_loss, e.val_loss) <= rel_tol, "val loss %.9g, serial %.9g",
             parallel_eval.val_loss, e.val_loss);
   CHECK(parallel_eval.accuracy == e.accuracy && parallel_eval.n_problems == e.n_problems);
-  float *serial_final = packed_serial(&t.model);
+  real *serial_final = packed_serial(&t.model);
   double max_rel, l2_rel;
   compare(final, serial_final, n_logical, &max_rel, &l2_rel);
   CHECK_MSG(max_rel <= rel_tol, "final parameters: max |parallel − serial| / max |serial| = %.3g", max_rel);

@@ -28,11 +28,11 @@ static char err[1024];
 enum { B = 2 };
 static int T, X; /* multiples of tp */
 
-static float whole(size_t i) { return (float)((int)(i % 17) - 8) + 0.25f * (float)(i % 4); }
-static float part(size_t i) { return (float)((int)(i % 5) - 2); }
+static real whole(size_t i) { return (real)((int)(i % 17) - 8) + 0.25f * (real)(i % 4); }
+static real part(size_t i) { return (real)((int)(i % 5) - 2); }
 
 /* The tensor in layout l as rank `rank` holds it. */
-static void form(float *out, enum tp_layout l)
+static void form(real *out, enum tp_layout l)
 {
   const size_t n = (size_t)B * T * X;
   switch (l) {
@@ -40,7 +40,7 @@ static void form(float *out, enum tp_layout l)
     for (size_t i = 0; i < n; i++) out[i] = whole(i);
     break;
   case TP_P: /* rank 0: whole − (tp − 1)·part, the others: part */
-    for (size_t i = 0; i < n; i++) out[i] = rank == 0 ? whole(i) - (float)(tp - 1) * part(i) : part(i);
+    for (size_t i = 0; i < n; i++) out[i] = rank == 0 ? whole(i) - (real)(tp - 1) * part(i) : part(i);
     break;
   case TP_SEQ: {
     const int Tl = T / tp;
@@ -64,8 +64,8 @@ static void form(float *out, enum tp_layout l)
 static void test_every_conversion(void)
 {
   const size_t n = (size_t)B * T * X;
-  float *in = malloc(n * sizeof *in), *out = malloc(n * sizeof *out), *want = malloc(n * sizeof *want);
-  float *pack = malloc(n * sizeof *pack), *tmp = malloc(n * sizeof *tmp);
+  real *in = malloc(n * sizeof *in), *out = malloc(n * sizeof *out), *want = malloc(n * sizeof *want);
+  real *pack = malloc(n * sizeof *pack), *tmp = malloc(n * sizeof *tmp);
   static const enum tp_layout layouts[] = { TP_R, TP_P, TP_SEQ, TP_FEAT };
   int tried = 0;
   for (int a = 0; a < 4; a++)
@@ -131,14 +131,14 @@ static void test_kv_expansion_and_its_adjoint(void)
   }
   const int NH = c.n_heads, NKV = c.n_kv_heads, HS = c.head_dim, NHl = NH / tp, BT = 5;
   const size_t n_kv = (size_t)BT * NKV * HS, n_exp = (size_t)BT * NHl * HS;
-  float *x = malloc(n_kv * sizeof *x), *e = malloc(n_exp * sizeof *e), *y = malloc(n_exp * sizeof *y);
-  float *g = malloc(n_kv * sizeof *g);
+  real *x = malloc(n_kv * sizeof *x), *e = malloc(n_exp * sizeof *e), *y = malloc(n_exp * sizeof *y);
+  real *g = malloc(n_kv * sizeof *g);
   for (size_t i = 0; i < n_kv; i++) x[i] = whole(i * 7 + 3);
   tp_expand_kv(&group, &c, e, x, BT, NHl);
   for (int bt = 0; bt < BT; bt++)
     for (int i = 0; i < NHl; i++) {
       int kv = (rank * NHl + i) / (NH / NKV);
-      CHECK(memcmp(e + ((size_t)bt * NHl + i) * HS, x + ((size_t)bt * NKV + kv) * HS, HS * sizeof(float)) == 0);
+      CHECK(memcmp(e + ((size_t)bt * NHl + i) * HS, x + ((size_t)bt * NKV + kv) * HS, HS * sizeof(real)) == 0);
     }
   for (size_t i = 0; i < n_exp; i++) y[i] = part(i + (size_t)rank * 11);
   double lhs = 0.0, rhs = 0.0;

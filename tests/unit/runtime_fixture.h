@@ -62,7 +62,7 @@ static inline void fixture_plan(struct plan *p, struct fixture_shape s)
 }
 
 /* ‖a − b‖ / ‖b‖ over n floats. */
-static inline double fixture_rel_l2(const float *a, const float *b, size_t n)
+static inline double fixture_rel_l2(const real *a, const real *b, size_t n)
 {
   double num = 0.0, den = 0.0;
   for (size_t i = 0; i < n; i++) {
@@ -80,7 +80,7 @@ static inline int fixture_params_equal(const struct model *a, const struct model
     return 0;
   for (int i = 0; i < a->n_params; i++)
     if (a->params[i].n_elems != b->params[i].n_elems ||
-        memcmp(a->params[i].data, b->params[i].data, a->params[i].n_elems * sizeof(float)) != 0)
+        memcmp(a->params[i].data, b->params[i].data, a->params[i].n_elems * sizeof(real)) != 0)
       return 0;
   return 1;
 }

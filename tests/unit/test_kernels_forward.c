@@ -7,17 +7,17 @@
 #include "check.h"
 #include "kernels.h"
 
-static float rnd(uint32_t *state) /* xorshift32, uniform in [-1, 1) */
+static real rnd(uint32_t *state) /* xorshift32, uniform in [-1, 1) */
 {
   *state ^= *state << 13;
   *state ^= *state >> 17;
   *state ^= *state << 5;
-  return (float)(*state >> 8) / 8388608.0f - 1.0f;
+  return (real)(*state >> 8) / 8388608.0f - 1.0f;
 }
 
-static float *rand_buf(size_t n, uint32_t *state)
+static real *rand_buf(size_t n, uint32_t *state)
 {
-  float *x = malloc(n * sizeof(float));
+  real *x = malloc(n * sizeof(real));
   for (size_t i = 0; i < n; i++) x[i] = rnd(state);
   return x;
 }
@@ -27,9 +27,9 @@ static void rmsnorm_forward_matches_hand_computed(void)
   /* Row 0: mean(x²) = 30/4 = 7.5, + eps 0.5 = 8, rstd = 1/sqrt(8) = 0.35355339;
    * out = x · rstd · g = (0.35355339, 0.35355339, 2.12132034, −1.41421356).
    * Row 1: zeros, rstd = 1/sqrt(0.5) = 1.41421356, out 0. */
-  const float x[8] = { 1, 2, 3, 4, 0, 0, 0, 0 }, g[4] = { 1, 0.5f, 2, -1 };
-  const float expect[4] = { 0.35355339f, 0.35355339f, 2.12132034f, -1.41421356f };
-  float out[8], rstd[2];
+  const real x[8] = { 1, 2, 3, 4, 0, 0, 0, 0 }, g[4] = { 1, 0.5f, 2, -1 };
+  const real expect[4] = { 0.35355339f, 0.35355339f, 2.12132034f, -1.41421356f };
+  real out[8], rstd[2];
   rmsnorm_forward(out, rstd, x, g, 2, 4, 0.5f);
   CHECK_NEAR(rstd[0], 0.35355339, 1e-7);
   CHECK_NEAR(rstd[1], 1.41421356, 1e-6);
@@ -43,7 +43,7 @@ static void rmsnorm_forward_matches_double_reference(void)
 {
   enum { BT = 6, C = 24 };
   uint32_t s = 1;
-  float *x = rand_buf(BT * C, &s), *g = rand_buf(C, &s), out[BT * C], rstd[BT];
+  real *x = rand_buf(BT * C, &s), *g = rand_buf(C, &s), out[BT * C], rstd[BT];
   rmsnorm_forward(out, rstd, x, g, BT, C, 1e-5f);
   for (int bt = 0; bt < BT; bt++) {
     double ms = 0.0;
@@ -60,7 +60,7 @@ static void rope_table_matches_hand_computed_angles(void)
 {
   /* HS = 4, theta = 100: inv_freq = (100^0, 100^(−1/2)) = (1, 0.1); position 1 has angles
    * (1, 0.1) rad. */
-  float cos_t[4], sin_t[4];
+  real cos_t[4], sin_t[4];
   rope_table(cos_t, sin_t, 2, 4, 100.0, 0);
   CHECK(cos_t[0] == 1.0f && cos_t[1] == 1.0f && sin_t[0] == 0.0f && sin_t[1] == 0.0f);
   CHECK_NEAR(cos_t[2], 0.5403023059, 1e-7);
@@ -72,7 +72,7 @@ static void rope_table_matches_hand_computed_angles(void)
 static void rope_table_with_pos0_equals_rows_of_full_table(void)
 {
   enum { T = 9, HS = 8, POS0 = 4 };
-  float cf[T * HS / 2], sf[T * HS / 2], cp[(T - POS0) * HS / 2], sp[(T - POS0) * HS / 2];
+  real cf[T * HS / 2], sf[T * HS / 2], cp[(T - POS0) * HS / 2], sp[(T - POS0) * HS / 2];
   rope_table(cf, sf, T, HS, 10000.0, 0);
   rope_table(cp, sp, T - POS0, HS, 10000.0, POS0);
   CHECK(memcmp(cf + POS0 * HS / 2, cp, sizeof cp) == 0);
@@ -85,13 +85,13 @@ static void rope_forward_matches_hand_computed(void)
    * out0 = 1 cos 1 − 3 sin 1 = −1.98411065, out2 = 3 cos 1 + 1 sin 1 = 2.46237790,
    * out1 = 2 cos 0.1 − 4 sin 0.1 = 1.59067466, out3 = 4 cos 0.1 + 2 sin 0.1 = 4.17968349.
    * Position 0 is unchanged. Computed in place. */
-  float cos_t[4], sin_t[4], x[8] = { 1, 2, 3, 4, 1, 2, 3, 4 };
-  const float expect[8] = { 1, 2, 3, 4, -1.98411065f, 1.59067466f, 2.46237790f, 4.17968349f };
+  real cos_t[4], sin_t[4], x[8] = { 1, 2, 3, 4, 1, 2, 3, 4 };
+  const real expect[8] = { 1, 2, 3, 4, -1.98411065f, 1.59067466f, 2.46237790f, 4.17968349f };
   rope_table(cos_t, sin_t, 2, 4, 100.0, 0);
   rope_forward(x, x, cos_t, sin_t, 1, 2, 1, 4);
   for (int i = 0; i < 8; i++) CHECK_NEAR(x[i], expect[i], 1e-6);
   /* The same row at pos0 = 1, T = 1 gives the position-1 values. */
-  float y[4] = { 1, 2, 3, 4 };
+  real y[4] = { 1, 2, 3, 4 };
   rope_table(cos_t, sin_t, 1, 4, 100.0, 1);
   rope_forward(y, y, cos_t, sin_t, 1, 1, 1, 4);
   for (int i = 0; i < 4; i++) CHECK_NEAR(y[i], expect[4 + i], 1e-6);
@@ -104,15 +104,15 @@ static void rope_forward_matches_hf_rotate_half_reference(void)
   const int half = HS / 2;
   const double theta = 10000.0;
   uint32_t s = 2;
-  float *x = rand_buf(B * T * NHX * HS, &s), out[B * T * NHX * HS];
-  float cos_t[T * HS / 2], sin_t[T * HS / 2];
+  real *x = rand_buf(B * T * NHX * HS, &s), out[B * T * NHX * HS];
+  real cos_t[T * HS / 2], sin_t[T * HS / 2];
   rope_table(cos_t, sin_t, T, HS, theta, POS0);
   rope_forward(out, x, cos_t, sin_t, B, T, NHX, HS);
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++)
       for (int h = 0; h < NHX; h++) {
-        const float *xv = x + ((b * T + t) * NHX + h) * HS;
-        const float *ov = out + ((b * T + t) * NHX + h) * HS;
+        const real *xv = x + ((b * T + t) * NHX + h) * HS;
+        const real *ov = out + ((b * T + t) * NHX + h) * HS;
         for (int j = 0; j < HS; j++) {
           double angle = (POS0 + t) * pow(theta, -2.0 * (j % half) / HS);
           double rot = j < half ? -xv[j + half] : xv[j - half];
@@ -127,10 +127,10 @@ static void attention_forward_matches_hand_computed(void)
   /* T = 2, HS = 4 (scale 1/2). Row 0 sees only key 0: out0 = v0. Row 1 scores:
    * q1·k0/2 = (1·2 + 1·2)/2 = 2, q1·k1/2 = 0; softmax = (e²/(e²+1), 1/(e²+1))
    * = (0.88079708, 0.11920292); out1 = 0.88079708 v0 + 0.11920292 v1. */
-  const float q[8] = { 1, 0, 0, 0, 1, 1, 0, 0 }, k[8] = { 2, 2, 0, 0, 0, 0, 0, 0 };
-  const float v[8] = { 3, 1, 0, -1, 5, 0, 2, 1 };
-  const float expect[8] = { 3, 1, 0, -1, 3.23840584f, 0.88079708f, 0.23840584f, -0.76159416f };
-  float out[8], probs[4];
+  const real q[8] = { 1, 0, 0, 0, 1, 1, 0, 0 }, k[8] = { 2, 2, 0, 0, 0, 0, 0, 0 };
+  const real v[8] = { 3, 1, 0, -1, 5, 0, 2, 1 };
+  const real expect[8] = { 3, 1, 0, -1, 3.23840584f, 0.88079708f, 0.23840584f, -0.76159416f };
+  real out[8], probs[4];
   attention_forward(out, probs, NULL, q, k, v, NULL, 1, 2, 1, 1, 4);
   CHECK_NEAR(probs[0], 1.0, 1e-7);
   CHECK(probs[1] == 0.0f);
@@ -140,16 +140,16 @@ static void attention_forward_matches_hand_computed(void)
 }
 
 /* Straightforward causal GQA attention in double, for one (b, h, t) row. */
-static void attention_reference_row(double *out_row, double *probs_row, const float *q,
-                                    const float *k, const float *v, const float *mask, int b,
+static void attention_reference_row(double *out_row, double *probs_row, const real *q,
+                                    const real *k, const real *v, const real *mask, int b,
                                     int h, int t, int T, int NH, int NKV, int HS)
 {
   int kvh = h / (NH / NKV);
-  const float *qv = q + ((size_t)(b * T + t) * NH + h) * HS;
+  const real *qv = q + ((size_t)(b * T + t) * NH + h) * HS;
   double max = -INFINITY, sum = 0.0;
   for (int j = 0; j < T; j++) {
     if (j > t) { probs_row[j] = 0.0; continue; }
-    const float *kv = k + ((size_t)(b * T + j) * NKV + kvh) * HS;
+    const real *kv = k + ((size_t)(b * T + j) * NKV + kvh) * HS;
     double dot = 0.0;
     for (int i = 0; i < HS; i++) dot += (double)qv[i] * kv[i];
     probs_row[j] = dot / sqrt((double)HS);
@@ -159,7 +159,7 @@ static void attention_reference_row(double *out_row, double *probs_row, const fl
   for (int j = 0; j <= t; j++) probs_row[j] /= sum;
   for (int i = 0; i < HS; i++) out_row[i] = 0.0;
   for (int j = 0; j <= t; j++) {
-    const float *vv = v + ((size_t)(b * T + j) * NKV + kvh) * HS;
+    const real *vv = v + ((size_t)(b * T + j) * NKV + kvh) * HS;
     double w = probs_row[j] * (mask ? mask[(((size_t)b * NH + h) * T + t) * T + j] : 1.0);
     for (int i = 0; i < HS; i++) out_row[i] += w * vv[i];
   }
@@ -169,10 +169,10 @@ static void check_attention_against_reference(int use_mask)
 {
   enum { B = 2, T = 5, NH = 4, NKV = 2, HS = 4 };
   uint32_t s = 3;
-  float *q = rand_buf(B * T * NH * HS, &s), *k = rand_buf(B * T * NKV * HS, &s);
-  float *v = rand_buf(B * T * NKV * HS, &s);
-  float out[B * T * NH * HS], probs[B * NH * T * T], mask[B * NH * T * T];
-  float *scratch = malloc(attention_scratch_n_elems(B, T, NH, NKV) * sizeof(float));
+  real *q = rand_buf(B * T * NH * HS, &s), *k = rand_buf(B * T * NKV * HS, &s);
+  real *v = rand_buf(B * T * NKV * HS, &s);
+  real out[B * T * NH * HS], probs[B * NH * T * T], mask[B * NH * T * T];
+  real *scratch = malloc(attention_scratch_n_elems(B, T, NH, NKV) * sizeof(real));
   dropout_mask(mask, B * NH * T * T, 0.3f, 5, 0, 0, 0, 0);
   attention_forward(out, probs, scratch, q, k, v, use_mask ? mask : NULL, B, T, NH, NKV, HS);
   double max_err = 0.0;
@@ -213,7 +213,7 @@ static void crossentropy_forward_matches_hand_computed(void)
    * probs = (0.09003057, 0.24472847, 0.66524096, 0) — the padding logit 100 is ignored.
    * Row 1: target −1, loss 0. Row 2: logits (1000, 0, −1000), target 1: loss 1000 (stable).
    * Computed in place (probs == logits). */
-  float logits[12] = { 1, 2, 3, 100, 1, 2, 3, 100, 1000, 0, -1000, 7 }, losses[3];
+  real logits[12] = { 1, 2, 3, 100, 1, 2, 3, 100, 1000, 0, -1000, 7 }, losses[3];
   const int targets[3] = { 2, -1, 1 };
   crossentropy_forward(losses, logits, logits, targets, 3, 3, 4);
   CHECK_NEAR(losses[0], 0.40760596, 1e-6);
@@ -230,7 +230,7 @@ static void linear_forward_is_x_times_weight_transposed(void)
 {
   enum { BT = 3, IC = 5, OC = 4 };
   uint32_t s = 4;
-  float *x = rand_buf(BT * IC, &s), *w = rand_buf(OC * IC, &s), out[BT * OC];
+  real *x = rand_buf(BT * IC, &s), *w = rand_buf(OC * IC, &s), out[BT * OC];
   linear_forward(out, x, w, BT, IC, OC);
   for (int bt = 0; bt < BT; bt++)
     for (int o = 0; o < OC; o++) {
@@ -245,22 +245,22 @@ static void linear_forward_is_x_times_weight_transposed(void)
 static void pointwise_forwards_match_hand_computed(void)
 {
   /* silu(1) · 2 = 2 / (1 + e⁻¹) = 1.46211716; silu(−2) · 0.5 = −1 / (1 + e²) = −0.11920292. */
-  const float gate[2] = { 1, -2 }, up[2] = { 2, 0.5f };
-  float out[2];
+  const real gate[2] = { 1, -2 }, up[2] = { 2, 0.5f };
+  real out[2];
   swiglu_forward(out, gate, up, 2);
   CHECK_NEAR(out[0], 1.46211716, 1e-6);
   CHECK_NEAR(out[1], -0.11920292, 1e-7);
-  const float a[3] = { 1, 2, 3 }, b[3] = { 10, 20, 30 }, mask[3] = { 0, 2, 2 };
-  float sum[3], dropped[3];
+  const real a[3] = { 1, 2, 3 }, b[3] = { 10, 20, 30 }, mask[3] = { 0, 2, 2 };
+  real sum[3], dropped[3];
   residual_forward(sum, a, b, 3);
   CHECK(sum[0] == 11 && sum[1] == 22 && sum[2] == 33);
   dropout_forward(dropped, a, mask, 3);
   CHECK(dropped[0] == 0 && dropped[1] == 4 && dropped[2] == 6);
-  const float wte[3 * 2] = { 0, 1, 2, 3, 4, 5 };
+  const real wte[3 * 2] = { 0, 1, 2, 3, 4, 5 };
   const int tokens[4] = { 2, 0, 2, 1 };
-  float emb[8];
+  real emb[8];
   encoder_forward(emb, tokens, wte, 4, 2);
-  const float expect[8] = { 4, 5, 0, 1, 4, 5, 2, 3 };
+  const real expect[8] = { 4, 5, 0, 1, 4, 5, 2, 3 };
   CHECK(memcmp(emb, expect, sizeof emb) == 0);
 }
 

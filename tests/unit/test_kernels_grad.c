@@ -2,7 +2,7 @@
  * The objective is L = Σ out ⊙ R for a fixed random R (or the weighted loss sum for
  * cross-entropy); each element of each input and parameter is nudged by ±FD_EPS and
  * (L+ − L−) / (x+ − x−) is compared with the analytic gradient.
- * Tolerance: with FD_EPS = 1e-2, float rounding of the outputs contributes about
+ * Tolerance: with FD_EPS = 1e-2, real rounding of the outputs contributes about
  * 1e-7 · |out| / 2e-2 ≈ 1e-5 and the truncation error (FD_EPS² / 6) · L''' about 2e-5; the
  * largest deviation seen on these cases is ~1e-5, so |analytic − fd| ≤ 1e-4 + 1e-3 · |fd|
  * passes a correct kernel with a 10x margin, while a missing or wrong term (its size is that
@@ -20,29 +20,29 @@
 #define FD_REL_TOL 1e-3
 #define GARBAGE 1e3f
 
-static float rnd(uint32_t *state) /* xorshift32, uniform in [-1, 1) */
+static real rnd(uint32_t *state) /* xorshift32, uniform in [-1, 1) */
 {
   *state ^= *state << 13;
   *state ^= *state >> 17;
   *state ^= *state << 5;
-  return (float)(*state >> 8) / 8388608.0f - 1.0f;
+  return (real)(*state >> 8) / 8388608.0f - 1.0f;
 }
 
-static float *rand_buf(size_t n, float scale, uint32_t *state)
+static real *rand_buf(size_t n, real scale, uint32_t *state)
 {
-  float *x = malloc(n * sizeof(float));
+  real *x = malloc(n * sizeof(real));
   for (size_t i = 0; i < n; i++) x[i] = scale * rnd(state);
   return x;
 }
 
-static float *filled(size_t n, float value)
+static real *filled(size_t n, real value)
 {
-  float *x = malloc(n * sizeof(float));
+  real *x = malloc(n * sizeof(real));
   for (size_t i = 0; i < n; i++) x[i] = value;
   return x;
 }
 
-static double dot(const float *a, const float *b, size_t n)
+static double dot(const real *a, const real *b, size_t n)
 {
   double s = 0.0;
   for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
@@ -53,18 +53,18 @@ typedef double (*objective_fn)(void *ctx);
 
 /* Checks grad (n) against central differences of objective with respect to x (n);
  * base, when not NULL, is the value grad held before the backward call (parameter grads). */
-static void check_grad(const char *what, float *x, size_t n, const float *grad,
-                       const float *base, objective_fn objective, void *ctx)
+static void check_grad(const char *what, real *x, size_t n, const real *grad,
+                       const real *base, objective_fn objective, void *ctx)
 {
   double worst = 0.0, worst_fd = 0.0, worst_an = 0.0;
   size_t worst_i = 0;
   for (size_t i = 0; i < n; i++) {
-    float saved = x[i];
+    real saved = x[i];
     x[i] = saved + FD_EPS;
-    float up = x[i];
+    real up = x[i];
     double l_up = objective(ctx);
     x[i] = saved - FD_EPS;
-    float down = x[i];
+    real down = x[i];
     double l_down = objective(ctx);
     x[i] = saved;
     double fd = (l_up - l_down) / ((double)up - down);
@@ -79,7 +79,7 @@ static void check_grad(const char *what, float *x, size_t n, const float *grad,
 
 /* ---- embedding ---- */
 enum { EMB_BT = 6, EMB_C = 3, EMB_VP = 5 };
-struct emb_ctx { float *out, *wte, *R; const int *tokens; };
+struct emb_ctx { real *out, *wte, *R; const int *tokens; };
 static double emb_objective(void *p)
 {
   struct emb_ctx *c = p;
@@ -91,10 +91,10 @@ static void encoder_backward_matches_finite_differences(void)
 {
   static const int tokens[EMB_BT] = { 1, 3, 1, 0, 4, 1 }; /* token 1 three times, 2 never */
   uint32_t s = 11;
-  struct emb_ctx c = { malloc(EMB_BT * EMB_C * sizeof(float)),
+  struct emb_ctx c = { malloc(EMB_BT * EMB_C * sizeof(real)),
                        rand_buf(EMB_VP * EMB_C, 1, &s), rand_buf(EMB_BT * EMB_C, 1, &s), tokens };
-  float *base = rand_buf(EMB_VP * EMB_C, 1, &s), *dwte = malloc(EMB_VP * EMB_C * sizeof(float));
-  memcpy(dwte, base, EMB_VP * EMB_C * sizeof(float));
+  real *base = rand_buf(EMB_VP * EMB_C, 1, &s), *dwte = malloc(EMB_VP * EMB_C * sizeof(real));
+  memcpy(dwte, base, EMB_VP * EMB_C * sizeof(real));
   emb_objective(&c);
   encoder_backward(dwte, c.R, tokens, EMB_BT, EMB_C);
   check_grad("dwte", c.wte, EMB_VP * EMB_C, dwte, base, emb_objective, &c);
@@ -103,7 +103,7 @@ static void encoder_backward_matches_finite_differences(void)
 
 /* ---- RMSNorm ---- */
 enum { RMS_BT = 4, RMS_C = 8 };
-struct rms_ctx { float *out, *rstd, *x, *g, *R; };
+struct rms_ctx { real *out, *rstd, *x, *g, *R; };
 static double rms_objective(void *p)
 {
   struct rms_ctx *c = p;
@@ -115,28 +115,28 @@ static void rmsnorm_backward_matches_finite_differences(void)
 {
   const size_t n = RMS_BT * RMS_C;
   uint32_t s = 12;
-  struct rms_ctx c = { malloc(n * sizeof(float)), malloc(RMS_BT * sizeof(float)),
+  struct rms_ctx c = { malloc(n * sizeof(real)), malloc(RMS_BT * sizeof(real)),
                        rand_buf(n, 1, &s), rand_buf(RMS_C, 1, &s), rand_buf(n, 1, &s) };
-  float *dx = filled(n, GARBAGE), *base = rand_buf(RMS_C, 1, &s);
-  float *dg = malloc(RMS_C * sizeof(float));
-  memcpy(dg, base, RMS_C * sizeof(float));
+  real *dx = filled(n, GARBAGE), *base = rand_buf(RMS_C, 1, &s);
+  real *dg = malloc(RMS_C * sizeof(real));
+  memcpy(dg, base, RMS_C * sizeof(real));
   rms_objective(&c);
   rmsnorm_backward(dx, dg, c.R, c.x, c.g, c.rstd, RMS_BT, RMS_C);
   check_grad("rmsnorm dinp", c.x, n, dx, NULL, rms_objective, &c);
   check_grad("rmsnorm dweight", c.g, RMS_C, dg, base, rms_objective, &c);
   /* dinp may equal dout. */
-  float *inplace = malloc(n * sizeof(float));
-  memcpy(inplace, c.R, n * sizeof(float));
-  memcpy(dg, base, RMS_C * sizeof(float));
+  real *inplace = malloc(n * sizeof(real));
+  memcpy(inplace, c.R, n * sizeof(real));
+  memcpy(dg, base, RMS_C * sizeof(real));
   rmsnorm_backward(inplace, dg, inplace, c.x, c.g, c.rstd, RMS_BT, RMS_C);
-  CHECK(memcmp(inplace, dx, n * sizeof(float)) == 0);
+  CHECK(memcmp(inplace, dx, n * sizeof(real)) == 0);
   free(c.out); free(c.rstd); free(c.x); free(c.g); free(c.R);
   free(dx); free(base); free(dg); free(inplace);
 }
 
 /* ---- linear ---- */
 enum { LIN_BT = 6, LIN_IC = 5, LIN_OC = 7 };
-struct lin_ctx { float *out, *x, *w, *R; };
+struct lin_ctx { real *out, *x, *w, *R; };
 static double lin_objective(void *p)
 {
   struct lin_ctx *c = p;
@@ -148,26 +148,26 @@ static void linear_backward_matches_finite_differences(void)
 {
   const size_t nx = LIN_BT * LIN_IC, nw = LIN_OC * LIN_IC;
   uint32_t s = 13;
-  struct lin_ctx c = { malloc(LIN_BT * LIN_OC * sizeof(float)), rand_buf(nx, 1, &s),
+  struct lin_ctx c = { malloc(LIN_BT * LIN_OC * sizeof(real)), rand_buf(nx, 1, &s),
                        rand_buf(nw, 1, &s), rand_buf(LIN_BT * LIN_OC, 1, &s) };
-  float *dx = filled(nx, GARBAGE), *base = rand_buf(nw, 1, &s), *dw = malloc(nw * sizeof(float));
-  memcpy(dw, base, nw * sizeof(float));
+  real *dx = filled(nx, GARBAGE), *base = rand_buf(nw, 1, &s), *dw = malloc(nw * sizeof(real));
+  memcpy(dw, base, nw * sizeof(real));
   lin_objective(&c);
   linear_backward(dx, dw, c.R, c.x, c.w, LIN_BT, LIN_IC, LIN_OC);
   check_grad("linear dinp", c.x, nx, dx, NULL, lin_objective, &c);
   check_grad("linear dweight", c.w, nw, dw, base, lin_objective, &c);
   /* dinp NULL: only dweight, the same values. */
-  float *dw2 = malloc(nw * sizeof(float));
-  memcpy(dw2, base, nw * sizeof(float));
+  real *dw2 = malloc(nw * sizeof(real));
+  memcpy(dw2, base, nw * sizeof(real));
   linear_backward(NULL, dw2, c.R, c.x, c.w, LIN_BT, LIN_IC, LIN_OC);
-  CHECK(memcmp(dw, dw2, nw * sizeof(float)) == 0);
+  CHECK(memcmp(dw, dw2, nw * sizeof(real)) == 0);
   free(c.out); free(c.x); free(c.w); free(c.R); free(dx); free(base); free(dw); free(dw2);
 }
 
 /* ---- RoPE ---- */
 enum { ROPE_B = 2, ROPE_T = 5, ROPE_NHX = 3, ROPE_HS = 8 };
 #define ROPE_N (ROPE_B * ROPE_T * ROPE_NHX * ROPE_HS)
-struct rope_ctx { float *out, *x, *cos_t, *sin_t, *R; };
+struct rope_ctx { real *out, *x, *cos_t, *sin_t, *R; };
 static double rope_objective(void *p)
 {
   struct rope_ctx *c = p;
@@ -178,24 +178,24 @@ static double rope_objective(void *p)
 static void rope_backward_matches_finite_differences(void)
 {
   uint32_t s = 14;
-  float cos_t[ROPE_T * ROPE_HS / 2], sin_t[ROPE_T * ROPE_HS / 2];
+  real cos_t[ROPE_T * ROPE_HS / 2], sin_t[ROPE_T * ROPE_HS / 2];
   rope_table(cos_t, sin_t, ROPE_T, ROPE_HS, 10.0, 3); /* small theta: every pair turns */
-  struct rope_ctx c = { malloc(ROPE_N * sizeof(float)), rand_buf(ROPE_N, 1, &s), cos_t, sin_t,
+  struct rope_ctx c = { malloc(ROPE_N * sizeof(real)), rand_buf(ROPE_N, 1, &s), cos_t, sin_t,
                         rand_buf(ROPE_N, 1, &s) };
-  float *dx = filled(ROPE_N, GARBAGE);
+  real *dx = filled(ROPE_N, GARBAGE);
   rope_backward(dx, c.R, cos_t, sin_t, ROPE_B, ROPE_T, ROPE_NHX, ROPE_HS);
   check_grad("rope dinp", c.x, ROPE_N, dx, NULL, rope_objective, &c);
-  float *inplace = malloc(ROPE_N * sizeof(float));
-  memcpy(inplace, c.R, ROPE_N * sizeof(float));
+  real *inplace = malloc(ROPE_N * sizeof(real));
+  memcpy(inplace, c.R, ROPE_N * sizeof(real));
   rope_backward(inplace, inplace, cos_t, sin_t, ROPE_B, ROPE_T, ROPE_NHX, ROPE_HS);
-  CHECK(memcmp(inplace, dx, ROPE_N * sizeof(float)) == 0);
+  CHECK(memcmp(inplace, dx, ROPE_N * sizeof(real)) == 0);
   free(c.out); free(c.x); free(c.R); free(dx); free(inplace);
 }
 
 /* ---- attention ---- */
 struct attn_ctx {
   int B, T, NH, NKV, HS;
-  float *out, *probs, *scratch, *q, *k, *v, *mask, *R;
+  real *out, *probs, *scratch, *q, *k, *v, *mask, *R;
 };
 static double attn_objective(void *p)
 {
@@ -211,16 +211,16 @@ static void check_attention_grad(int NH, int NKV, int use_mask)
   const size_t nq = (size_t)B * T * NH * HS, nkv = (size_t)B * T * NKV * HS;
   const size_t nprobs = (size_t)B * NH * T * T;
   uint32_t s = 15 + NKV + 10 * use_mask;
-  struct attn_ctx c = { B, T, NH, NKV, HS, malloc(nq * sizeof(float)),
-                        malloc(nprobs * sizeof(float)),
-                        malloc(attention_scratch_n_elems(B, T, NH, NKV) * sizeof(float)),
+  struct attn_ctx c = { B, T, NH, NKV, HS, malloc(nq * sizeof(real)),
+                        malloc(nprobs * sizeof(real)),
+                        malloc(attention_scratch_n_elems(B, T, NH, NKV) * sizeof(real)),
                         rand_buf(nq, 2, &s), rand_buf(nkv, 2, &s), rand_buf(nkv, 1, &s), NULL,
                         rand_buf(nq, 1, &s) };
   if (use_mask) {
-    c.mask = malloc(nprobs * sizeof(float));
+    c.mask = malloc(nprobs * sizeof(real));
     dropout_mask(c.mask, nprobs, 0.3f, 77, 1, 2, 3, 0);
   }
-  float *dq = filled(nq, GARBAGE), *dk = filled(nkv, GARBAGE), *dv = filled(nkv, GARBAGE);
+  real *dq = filled(nq, GARBAGE), *dk = filled(nkv, GARBAGE), *dv = filled(nkv, GARBAGE);
   attn_objective(&c);
   attention_backward(dq, dk, dv, c.scratch, c.R, c.q, c.k, c.v, c.probs, c.mask, B, T, NH, NKV,
                      HS);
@@ -253,7 +253,7 @@ static void attention_backward_mha_and_mqa_match_finite_differences(void)
 
 /* ---- SwiGLU and dropout ---- */
 enum { PW_N = 40 };
-struct pw_ctx { float *out, *a, *b, *R; int dropout; };
+struct pw_ctx { real *out, *a, *b, *R; int dropout; };
 static double pw_objective(void *p)
 {
   struct pw_ctx *c = p;
@@ -265,9 +265,9 @@ static double pw_objective(void *p)
 static void swiglu_backward_matches_finite_differences(void)
 {
   uint32_t s = 16;
-  struct pw_ctx c = { malloc(PW_N * sizeof(float)), rand_buf(PW_N, 4, &s), rand_buf(PW_N, 1, &s),
+  struct pw_ctx c = { malloc(PW_N * sizeof(real)), rand_buf(PW_N, 4, &s), rand_buf(PW_N, 1, &s),
                       rand_buf(PW_N, 1, &s), 0 };
-  float *dgate = filled(PW_N, GARBAGE), *dup = filled(PW_N, GARBAGE);
+  real *dgate = filled(PW_N, GARBAGE), *dup = filled(PW_N, GARBAGE);
   swiglu_backward(dgate, dup, c.R, c.a, c.b, PW_N);
   check_grad("swiglu dgate", c.a, PW_N, dgate, NULL, pw_objective, &c);
   check_grad("swiglu dup", c.b, PW_N, dup, NULL, pw_objective, &c);
@@ -277,10 +277,10 @@ static void swiglu_backward_matches_finite_differences(void)
 static void dropout_backward_matches_finite_differences(void)
 {
   uint32_t s = 17;
-  struct pw_ctx c = { malloc(PW_N * sizeof(float)), rand_buf(PW_N, 1, &s),
-                      malloc(PW_N * sizeof(float)), rand_buf(PW_N, 1, &s), 1 };
+  struct pw_ctx c = { malloc(PW_N * sizeof(real)), rand_buf(PW_N, 1, &s),
+                      malloc(PW_N * sizeof(real)), rand_buf(PW_N, 1, &s), 1 };
   dropout_mask(c.b, PW_N, 0.5f, 3, 0, 0, 0, 0);
-  float *dx = filled(PW_N, GARBAGE);
+  real *dx = filled(PW_N, GARBAGE);
   dropout_backward(dx, c.R, c.b, PW_N);
   check_grad("dropout dinp", c.a, PW_N, dx, NULL, pw_objective, &c);
   free(c.out); free(c.a); free(c.b); free(c.R); free(dx);
@@ -288,7 +288,7 @@ static void dropout_backward_matches_finite_differences(void)
 
 /* ---- cross-entropy ---- */
 enum { CE_BT = 6, CE_V = 7, CE_VP = 9 };
-struct ce_ctx { float *losses, *probs, *logits; const int *targets; float scale; };
+struct ce_ctx { real *losses, *probs, *logits; const int *targets; real scale; };
 static double ce_objective(void *p)
 {
   struct ce_ctx *c = p;
@@ -305,9 +305,9 @@ static void crossentropy_backward_matches_finite_differences(void)
   static const int targets[CE_BT] = { 3, -1, 0, 6, 6, 2 };
   const size_t n = CE_BT * CE_VP;
   uint32_t s = 18;
-  struct ce_ctx c = { malloc(CE_BT * sizeof(float)), malloc(n * sizeof(float)),
+  struct ce_ctx c = { malloc(CE_BT * sizeof(real)), malloc(n * sizeof(real)),
                       rand_buf(n, 3, &s), targets, 1.0f / 5 };
-  float *dlogits = filled(n, GARBAGE);
+  real *dlogits = filled(n, GARBAGE);
   ce_objective(&c);
   CHECK(c.losses[1] == 0.0f);
   crossentropy_backward(dlogits, c.probs, targets, c.scale, CE_BT, CE_V, CE_VP);
@@ -319,7 +319,7 @@ static void crossentropy_backward_matches_finite_differences(void)
   CHECK(zero_where_expected);
   /* dlogits may equal probs. */
   crossentropy_backward(c.probs, c.probs, targets, c.scale, CE_BT, CE_V, CE_VP);
-  CHECK(memcmp(c.probs, dlogits, n * sizeof(float)) == 0);
+  CHECK(memcmp(c.probs, dlogits, n * sizeof(real)) == 0);
   free(c.losses); free(c.probs); free(c.logits); free(dlogits);
 }
 

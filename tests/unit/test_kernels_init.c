@@ -33,11 +33,19 @@ static void init_sets_flush_to_zero_in_all_threads(void)
   int nonzero = 0;
   for (int i = 0; i < M * N; i++) nonzero += c[i] != 0.0f;
   CHECK_MSG(nonzero == 0, "%d of %d sgemm outputs kept denormal inputs", nonzero, M * N);
-  /* An OpenMP loop: x · 1 with x denormal is 0 under denormals-are-zero. */
-  for (int i = 0; i < M * N; i++) c[i] = 1e-39f;
-  scale_inplace(c, M * N, 1.0f);
+  /* An OpenMP loop: x · 1 with x denormal (of the build's real type) is 0 under
+   * denormals-are-zero. */
+#if REAL_IS_DOUBLE
+  const real denormal = 1e-310;
+#else
+  const real denormal = 1e-39f;
+#endif
+  real *x = malloc(M * N * sizeof(real));
+  for (int i = 0; i < M * N; i++) x[i] = denormal;
+  scale_inplace(x, M * N, 1.0f);
   nonzero = 0;
-  for (int i = 0; i < M * N; i++) nonzero += c[i] != 0.0f;
+  for (int i = 0; i < M * N; i++) nonzero += x[i] != 0;
+  free(x);
   CHECK_MSG(nonzero == 0, "%d of %d OpenMP outputs kept denormals", nonzero, M * N);
   free(a);
   free(b);

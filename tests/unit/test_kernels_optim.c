@@ -22,8 +22,8 @@ static void adamw_matches_hand_computed_three_steps(void)
    * Element 1 starts at −2 with zero gradients: only the decay acts, p = −2 · 0.99^t.
    * Element 2 starts at 0 with gradient 1e-3 every step: then m̂ = 1e-3 and v̂ = 1e-6 at every
    * t, so after the decay each step moves by 0.1 · 1e-3/(1e-3 + 1e-8). */
-  float p[3] = { 1.0f, -2.0f, 0.0f }, m[3] = { 0 }, v[3] = { 0 };
-  const float grads[3][3] = { { 0.5f, 0, 1e-3f }, { -0.25f, 0, 1e-3f }, { 1.0f, 0, 1e-3f } };
+  real p[3] = { 1.0f, -2.0f, 0.0f }, m[3] = { 0 }, v[3] = { 0 };
+  const real grads[3][3] = { { 0.5f, 0, 1e-3f }, { -0.25f, 0, 1e-3f }, { 1.0f, 0, 1e-3f } };
   const double expect_p0[3] = { 0.890000002, 0.8544662986878463, 0.7801104766702113 };
   const double expect_m0[3] = { 0.05, 0.02, 0.118 };
   const double expect_v0[3] = { 0.00025, 0.00031225, 0.00131193775 };
@@ -42,11 +42,11 @@ static void adamw_matches_hand_computed_three_steps(void)
 
 static void sumsq_accumulates_in_double(void)
 {
-  const float x[4] = { 1, -2, 3, 0.5f };
+  const real x[4] = { 1, -2, 3, 0.5f };
   CHECK(sumsq(x, 4) == 14.25);
-  /* A million 0.1f: a float accumulator drifts by ~1e-4 relative, a double one does not. */
+  /* A million 0.1f: a real accumulator drifts by ~1e-4 relative, a double one does not. */
   const size_t n = 1000000;
-  float *y = malloc(n * sizeof(float));
+  real *y = malloc(n * sizeof(real));
   for (size_t i = 0; i < n; i++) y[i] = 0.1f;
   double expect = (double)n * (0.1f * (double)0.1f);
   CHECK_NEAR(sumsq(y, n), expect, 1e-9 * expect);
@@ -55,17 +55,17 @@ static void sumsq_accumulates_in_double(void)
 
 static void scale_inplace_multiplies_every_element(void)
 {
-  float x[5] = { 1, -2, 4, 0, 8 };
+  real x[5] = { 1, -2, 4, 0, 8 };
   scale_inplace(x, 5, 0.5f);
   CHECK(x[0] == 0.5f && x[1] == -1 && x[2] == 2 && x[3] == 0 && x[4] == 4);
 }
 
-static float rnd(uint32_t *state) /* xorshift32, uniform in [-1, 1) */
+static real rnd(uint32_t *state) /* xorshift32, uniform in [-1, 1) */
 {
   *state ^= *state << 13;
   *state ^= *state >> 17;
   *state ^= *state << 5;
-  return (float)(*state >> 8) / 8388608.0f - 1.0f;
+  return (real)(*state >> 8) / 8388608.0f - 1.0f;
 }
 
 /* Two backward calls into zeroed parameter grads give twice one call's gradient, while the
@@ -74,21 +74,21 @@ static void parameter_grads_accumulate_activation_grads_assign(void)
 {
   enum { BT = 5, C = 6, OC = 4, VP = 7 };
   uint32_t s = 21;
-  float x[BT * C], w[OC * C], g[C], dout[BT * OC], dnorm[BT * C], rstd[BT], y[BT * C];
+  real x[BT * C], w[OC * C], g[C], dout[BT * OC], dnorm[BT * C], rstd[BT], y[BT * C];
   for (int i = 0; i < BT * C; i++) x[i] = rnd(&s), dnorm[i] = rnd(&s);
   for (int i = 0; i < OC * C; i++) w[i] = rnd(&s);
   for (int i = 0; i < C; i++) g[i] = rnd(&s);
   for (int i = 0; i < BT * OC; i++) dout[i] = rnd(&s);
   const int tokens[BT] = { 3, 3, 0, 6, 3 };
 
-  float dw1[OC * C] = { 0 }, dw2[OC * C] = { 0 }, dx1[BT * C], dx2[BT * C];
+  real dw1[OC * C] = { 0 }, dw2[OC * C] = { 0 }, dx1[BT * C], dx2[BT * C];
   linear_backward(dx1, dw1, dout, x, w, BT, C, OC);
   linear_backward(dx2, dw2, dout, x, w, BT, C, OC);
   linear_backward(dx2, dw2, dout, x, w, BT, C, OC);
   for (int i = 0; i < OC * C; i++) CHECK_NEAR(dw2[i], 2.0f * dw1[i], 1e-6);
   CHECK(memcmp(dx1, dx2, sizeof dx1) == 0);
 
-  float dg1[C] = { 0 }, dg2[C] = { 0 };
+  real dg1[C] = { 0 }, dg2[C] = { 0 };
   rmsnorm_forward(y, rstd, x, g, BT, C, 1e-5f);
   rmsnorm_backward(dx1, dg1, dnorm, x, g, rstd, BT, C);
   rmsnorm_backward(dx2, dg2, dnorm, x, g, rstd, BT, C);
@@ -96,7 +96,7 @@ static void parameter_grads_accumulate_activation_grads_assign(void)
   for (int i = 0; i < C; i++) CHECK_NEAR(dg2[i], 2.0f * dg1[i], 1e-6);
   CHECK(memcmp(dx1, dx2, sizeof dx1) == 0);
 
-  float dwte1[VP * C] = { 0 }, dwte2[VP * C] = { 0 };
+  real dwte1[VP * C] = { 0 }, dwte2[VP * C] = { 0 };
   encoder_backward(dwte1, dnorm, tokens, BT, C);
   encoder_backward(dwte2, dnorm, tokens, BT, C);
   encoder_backward(dwte2, dnorm, tokens, BT, C);

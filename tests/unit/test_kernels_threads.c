@@ -11,34 +11,34 @@
 #include "check.h"
 #include "kernels.h"
 
-static float rnd(uint32_t *state) /* xorshift32, uniform in [-1, 1) */
+static real rnd(uint32_t *state) /* xorshift32, uniform in [-1, 1) */
 {
   *state ^= *state << 13;
   *state ^= *state >> 17;
   *state ^= *state << 5;
-  return (float)(*state >> 8) / 8388608.0f - 1.0f;
+  return (real)(*state >> 8) / 8388608.0f - 1.0f;
 }
 
-static float *rand_buf(size_t n, uint32_t *state)
+static real *rand_buf(size_t n, uint32_t *state)
 {
-  float *x = malloc(n * sizeof(float));
+  real *x = malloc(n * sizeof(real));
   for (size_t i = 0; i < n; i++) x[i] = rnd(state);
   return x;
 }
 
-struct attn_run { float *out, *probs, *dq, *dk, *dv; };
+struct attn_run { real *out, *probs, *dq, *dk, *dv; };
 
 static struct attn_run attention_run(int n_threads, int B, int T, int NH, int NKV, int HS)
 {
   const size_t nq = (size_t)B * T * NH * HS, nkv = (size_t)B * T * NKV * HS;
   const size_t nprobs = (size_t)B * NH * T * T;
   uint32_t s = 31;
-  float *q = rand_buf(nq, &s), *k = rand_buf(nkv, &s), *v = rand_buf(nkv, &s);
-  float *dout = rand_buf(nq, &s), *mask = malloc(nprobs * sizeof(float));
-  float *scratch = malloc(attention_scratch_n_elems(B, T, NH, NKV) * sizeof(float));
-  struct attn_run r = { malloc(nq * sizeof(float)), malloc(nprobs * sizeof(float)),
-                        malloc(nq * sizeof(float)), malloc(nkv * sizeof(float)),
-                        malloc(nkv * sizeof(float)) };
+  real *q = rand_buf(nq, &s), *k = rand_buf(nkv, &s), *v = rand_buf(nkv, &s);
+  real *dout = rand_buf(nq, &s), *mask = malloc(nprobs * sizeof(real));
+  real *scratch = malloc(attention_scratch_n_elems(B, T, NH, NKV) * sizeof(real));
+  struct attn_run r = { malloc(nq * sizeof(real)), malloc(nprobs * sizeof(real)),
+                        malloc(nq * sizeof(real)), malloc(nkv * sizeof(real)),
+                        malloc(nkv * sizeof(real)) };
   dropout_mask(mask, nprobs, 0.1f, 1, 2, 3, 4, 0);
   kernels_init_cpu(n_threads);
   attention_forward(r.out, r.probs, scratch, q, k, v, mask, B, T, NH, NKV, HS);
@@ -48,7 +48,7 @@ static struct attn_run attention_run(int n_threads, int B, int T, int NH, int NK
   return r;
 }
 
-static double max_diff(const float *a, const float *b, size_t n)
+static double max_diff(const real *a, const real *b, size_t n)
 {
   double worst = 0.0;
   for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)a[i] - b[i]));
@@ -67,16 +67,16 @@ static void check_attention_threads(int B, int T, int NH, int NKV, int HS, doubl
   const size_t nprobs = (size_t)B * NH * T * T;
   struct attn_run a = attention_run(1, B, T, NH, NKV, HS), b = attention_run(4, B, T, NH, NKV, HS);
   struct attn_run c = attention_run(4, B, T, NH, NKV, HS);
-  const float *a_bufs[5] = { a.out, a.probs, a.dq, a.dk, a.dv };
-  const float *b_bufs[5] = { b.out, b.probs, b.dq, b.dk, b.dv };
-  const float *c_bufs[5] = { c.out, c.probs, c.dq, c.dk, c.dv };
+  const real *a_bufs[5] = { a.out, a.probs, a.dq, a.dk, a.dv };
+  const real *b_bufs[5] = { b.out, b.probs, b.dq, b.dk, b.dv };
+  const real *c_bufs[5] = { c.out, c.probs, c.dq, c.dk, c.dv };
   const size_t sizes[5] = { nq, nprobs, nq, nkv, nkv };
   static const char *names[5] = { "out", "probs", "dq", "dk", "dv" };
   for (int i = 0; i < 5; i++) {
     double diff = max_diff(a_bufs[i], b_bufs[i], sizes[i]);
     CHECK_MSG(tol == 0.0 ? diff == 0.0 : diff <= tol, "%s: 1 vs 4 threads differ by %g",
               names[i], diff);
-    CHECK_MSG(memcmp(b_bufs[i], c_bufs[i], sizes[i] * sizeof(float)) == 0,
+    CHECK_MSG(memcmp(b_bufs[i], c_bufs[i], sizes[i] * sizeof(real)) == 0,
               "%s: two runs with 4 threads differ", names[i]);
   }
   free_run(&a);
@@ -98,16 +98,16 @@ static void token_kernels_same_bits_with_4_threads_as_1(void)
 {
   enum { BT = 64, C = 200, V = 50 };
   uint32_t s = 32;
-  float *x = rand_buf(BT * C, &s), *g = rand_buf(C, &s), *dy = rand_buf(BT * C, &s);
-  float *logits = rand_buf(BT * V, &s);
+  real *x = rand_buf(BT * C, &s), *g = rand_buf(C, &s), *dy = rand_buf(BT * C, &s);
+  real *logits = rand_buf(BT * V, &s);
   int tokens[BT];
   for (int i = 0; i < BT; i++) tokens[i] = (int)((rnd(&s) + 1.0f) * 4.0f); /* many repeats */
-  float *res[2][6];
+  real *res[2][6];
   for (int run = 0; run < 2; run++) {
-    float *y = malloc(BT * C * sizeof(float)), *rstd = malloc(BT * sizeof(float));
-    float *dx = malloc(BT * C * sizeof(float)), *dg = calloc(C, sizeof(float));
-    float *dwte = calloc(8 * C, sizeof(float)), *probs = malloc(BT * V * sizeof(float));
-    float losses[BT];
+    real *y = malloc(BT * C * sizeof(real)), *rstd = malloc(BT * sizeof(real));
+    real *dx = malloc(BT * C * sizeof(real)), *dg = calloc(C, sizeof(real));
+    real *dwte = calloc(8 * C, sizeof(real)), *probs = malloc(BT * V * sizeof(real));
+    real losses[BT];
     kernels_init_cpu(run ? 4 : 1);
     rmsnorm_forward(y, rstd, x, g, BT, C, 1e-5f);
     rmsnorm_backward(dx, dg, dy, x, g, rstd, BT, C);
@@ -120,7 +120,7 @@ static void token_kernels_same_bits_with_4_threads_as_1(void)
   }
   const size_t sizes[6] = { BT * C, BT, BT * C, C, 8 * C, BT * V };
   for (int i = 0; i < 6; i++) {
-    CHECK_MSG(memcmp(res[0][i], res[1][i], sizes[i] * sizeof(float)) == 0, "output %d", i);
+    CHECK_MSG(memcmp(res[0][i], res[1][i], sizes[i] * sizeof(real)) == 0, "output %d", i);
     free(res[0][i]);
     free(res[1][i]);
   }
@@ -131,7 +131,7 @@ static void sumsq_same_bits_with_4_threads_as_1(void)
 {
   const size_t n = 100003;
   uint32_t s = 33;
-  float *x = rand_buf(n, &s);
+  real *x = rand_buf(n, &s);
   kernels_init_cpu(1);
   double one = sumsq(x, n);
   kernels_init_cpu(4);

@@ -19,12 +19,12 @@
 #include "check.h"
 #include "kernels.h"
 
-static float rnd(uint32_t *state) /* xorshift32, uniform in [-1, 1) */
+static real rnd(uint32_t *state) /* xorshift32, uniform in [-1, 1) */
 {
   *state ^= *state << 13;
   *state ^= *state >> 17;
   *state ^= *state << 5;
-  return (float)(*state >> 8) / 8388608.0f - 1.0f;
+  return (real)(*state >> 8) / 8388608.0f - 1.0f;
 }
 
 static int rnd_int(uint32_t *state, int n) /* in [0, n) */
@@ -70,24 +70,24 @@ static void make_targets(int *targets, const struct vocab_case *k, uint32_t *s)
 }
 
 /* Full logits (BT, Vp): real columns uniform in [−8, 8), padding columns 50. */
-static void make_logits(float *logits, const struct vocab_case *k, uint32_t *s)
+static void make_logits(real *logits, const struct vocab_case *k, uint32_t *s)
 {
   for (int bt = 0; bt < BT; bt++)
     for (int v = 0; v < k->Vp; v++)
       logits[bt * k->Vp + v] = v < k->V ? 8.0f * rnd(s) : 50.0f;
 }
 
-static void copy_columns(float *dst, const float *src, int v0, int Vl, int Vp)
+static void copy_columns(real *dst, const real *src, int v0, int Vl, int Vp)
 {
   for (int bt = 0; bt < BT; bt++)
-    memcpy(dst + (size_t)bt * Vl, src + (size_t)bt * Vp + v0, (size_t)Vl * sizeof(float));
+    memcpy(dst + (size_t)bt * Vl, src + (size_t)bt * Vp + v0, (size_t)Vl * sizeof(real));
 }
 
-/* Tolerances, in units of U = 2^-24 (float rounding). The shard path rounds each shard's Σ exp to
- * float (stats is float: the allreduce payload) and adds tp of them in float, where
+/* Tolerances, in units of U = 2^-24 (real rounding). The shard path rounds each shard's Σ exp to
+ * real (stats is real: the allreduce payload) and adds tp of them in real, where
  * crossentropy_forward keeps Σ in double: Σ is off by up to tp·U relative, so the loss by up to
  * ~tp·U absolute (log Σ), however small the loss, and each prob by (tp + 4)·U relative (Σ, the
- * two casts of 1/Σ, the two products). The bounds take twice those. With Σ in float a loss of
+ * two casts of 1/Σ, the two products). The bounds take twice those. With Σ in real a loss of
  * 0.01 can be 1e-5 off relatively and a prob near 1 two ulps (1.2e-7) off: the test's seeds
  * happen to stay under "relative 1e-6, absolute 1e-7", most other seeds do not. */
 #define U 5.9604644775390625e-8 /* 2^-24 */
@@ -96,12 +96,12 @@ static double max_prob_err, max_prob_rel, max_dlogit_err;
 
 /* Runs the three shard calls with the reductions in between; local_max_only skips the max
  * reduction (the deliberate bug). losses (tp, BT), probs (tp, BT, Vl). */
-static void shard_forward(float *losses, float *probs, const float *logits_full,
+static void shard_forward(real *losses, real *probs, const real *logits_full,
                           const int *targets, const struct vocab_case *k, int local_max_only)
 {
   const int tp = k->tp, Vl = k->Vp / tp;
-  float *shard_logits = malloc((size_t)tp * BT * Vl * sizeof(float));
-  float *stats = malloc((size_t)tp * 3 * BT * sizeof(float));
+  real *shard_logits = malloc((size_t)tp * BT * Vl * sizeof(real));
+  real *stats = malloc((size_t)tp * 3 * BT * sizeof(real));
   for (int r = 0; r < tp; r++) {
     copy_columns(shard_logits + (size_t)r * BT * Vl, logits_full, r * Vl, Vl, k->Vp);
     crossentropy_shard_max(stats + r * 3 * BT, shard_logits + (size_t)r * BT * Vl, BT,
@@ -109,15 +109,15 @@ static void shard_forward(float *losses, float *probs, const float *logits_full,
   }
   if (!local_max_only)
     for (int bt = 0; bt < BT; bt++) {
-      float m = -INFINITY;
+      real m = -INFINITY;
       for (int r = 0; r < tp; r++) m = stats[r * 3 * BT + bt] > m ? stats[r * 3 * BT + bt] : m;
       for (int r = 0; r < tp; r++) stats[r * 3 * BT + bt] = m;
     }
   for (int r = 0; r < tp; r++)
     crossentropy_shard_sums(stats + r * 3 * BT, shard_logits + (size_t)r * BT * Vl, targets,
                             r * Vl, BT, shard_valid(k->V, r * Vl, Vl), Vl);
-  for (int i = BT; i < 3 * BT; i++) { /* sum-reduce Σ exp and the target logit, in float */
-    float sum = 0.0f;
+  for (int i = BT; i < 3 * BT; i++) { /* sum-reduce Σ exp and the target logit, in real */
+    real sum = 0.0f;
     for (int r = 0; r < tp; r++) sum += stats[r * 3 * BT + i];
     for (int r = 0; r < tp; r++) stats[r * 3 * BT + i] = sum;
   }
@@ -137,13 +137,13 @@ static void crossentropy_shards_match_full_vocabulary(void)
     CHECK(Vl * tp == Vp);
     uint32_t s = 0x9e3779b9u + (uint32_t)ci;
     int targets[BT];
-    float *logits = malloc((size_t)BT * Vp * sizeof(float));
-    float *probs_full = malloc((size_t)BT * Vp * sizeof(float));
-    float *dlogits_full = malloc((size_t)BT * Vp * sizeof(float));
-    float *probs = malloc((size_t)tp * BT * Vl * sizeof(float));
-    float *dlogits = malloc((size_t)BT * Vl * sizeof(float));
-    float *probs_slice = malloc((size_t)BT * Vl * sizeof(float));
-    float losses_full[BT], losses[16 * BT];
+    real *logits = malloc((size_t)BT * Vp * sizeof(real));
+    real *probs_full = malloc((size_t)BT * Vp * sizeof(real));
+    real *dlogits_full = malloc((size_t)BT * Vp * sizeof(real));
+    real *probs = malloc((size_t)tp * BT * Vl * sizeof(real));
+    real *dlogits = malloc((size_t)BT * Vl * sizeof(real));
+    real *probs_slice = malloc((size_t)BT * Vl * sizeof(real));
+    real losses_full[BT], losses[16 * BT];
     make_targets(targets, k, &s);
     make_logits(logits, k, &s);
 
@@ -153,7 +153,7 @@ static void crossentropy_shards_match_full_vocabulary(void)
     /* 1. losses: the same on every shard, equal to the full ones; probs column by column. */
     for (int r = 0; r < tp; r++)
       for (int bt = 0; bt < BT; bt++) {
-        float l = losses[r * BT + bt], lf = losses_full[bt];
+        real l = losses[r * BT + bt], lf = losses_full[bt];
         if (targets[bt] < 0) {
           CHECK_MSG(l == 0.0f, "case %d shard %d row %d: ignored row loss %g", ci, r, bt, l);
           continue;
@@ -169,7 +169,7 @@ static void crossentropy_shards_match_full_vocabulary(void)
       const int v0 = r * Vl, valid = shard_valid(V, v0, Vl);
       for (int bt = 0; bt < BT; bt++)
         for (int i = 0; i < Vl; i++) {
-          float p = probs[((size_t)r * BT + bt) * Vl + i], pf = probs_full[bt * Vp + v0 + i];
+          real p = probs[((size_t)r * BT + bt) * Vl + i], pf = probs_full[bt * Vp + v0 + i];
           if (i >= valid) {
             CHECK_MSG(p == 0.0f, "case %d shard %d: padding prob %g", ci, r, p);
             continue;
@@ -183,20 +183,20 @@ static void crossentropy_shards_match_full_vocabulary(void)
     }
 
     /* 2. backward: on the same probabilities exactly, on the shard's own probs within bounds. */
-    const float scale = 1.0f / (BT - 2); /* two rows are ignored */
+    const real scale = 1.0f / (BT - 2); /* two rows are ignored */
     crossentropy_backward(dlogits_full, probs_full, targets, scale, BT, V, Vp);
     for (int r = 0; r < tp; r++) {
       const int v0 = r * Vl, valid = shard_valid(V, v0, Vl);
       copy_columns(probs_slice, probs_full, v0, Vl, Vp);
       crossentropy_shard_backward(dlogits, probs_slice, targets, v0, scale, BT, valid, Vl);
       for (int bt = 0; bt < BT; bt++)
-        CHECK_MSG(memcmp(dlogits + bt * Vl, dlogits_full + bt * Vp + v0, Vl * sizeof(float)) == 0,
+        CHECK_MSG(memcmp(dlogits + bt * Vl, dlogits_full + bt * Vp + v0, Vl * sizeof(real)) == 0,
                   "case %d shard %d row %d: dlogits differ from the full ones", ci, r, bt);
       crossentropy_shard_backward(dlogits, probs + (size_t)r * BT * Vl, targets, v0, scale, BT,
                                   valid, Vl);
       for (int bt = 0; bt < BT; bt++)
         for (int i = 0; i < Vl; i++) {
-          float d = dlogits[bt * Vl + i], df = dlogits_full[bt * Vp + v0 + i];
+          real d = dlogits[bt * Vl + i], df = dlogits_full[bt * Vp + v0 + i];
           if (i >= valid || targets[bt] < 0) {
             CHECK_MSG(d == 0.0f, "case %d shard %d [%d, %d]: dlogit %g, want 0", ci, r, bt,
                       v0 + i, d);
@@ -246,12 +246,12 @@ static void encoder_shards_match_full_table(void)
     for (int bt = 0; bt < BT; bt++) tokens[bt] = (bt % tp) * Vl + rnd_int(&s, Vl);
     tokens[BT - 2] = tokens[1];
     tokens[BT - 1] = Vp - 1;
-    float *wte = malloc((size_t)Vp * C * sizeof(float));
-    float *dwte_full = malloc((size_t)Vp * C * sizeof(float));
-    float *dwte_init = malloc((size_t)Vp * C * sizeof(float));
-    float *dwte = malloc((size_t)(Vl + 2 * GUARD) * C * sizeof(float));
-    float *dout = malloc((size_t)BT * C * sizeof(float));
-    float out_full[BT * C], out[BT * C], out_sum[BT * C];
+    real *wte = malloc((size_t)Vp * C * sizeof(real));
+    real *dwte_full = malloc((size_t)Vp * C * sizeof(real));
+    real *dwte_init = malloc((size_t)Vp * C * sizeof(real));
+    real *dwte = malloc((size_t)(Vl + 2 * GUARD) * C * sizeof(real));
+    real *dout = malloc((size_t)BT * C * sizeof(real));
+    real out_full[BT * C], out[BT * C], out_sum[BT * C];
     for (int i = 0; i < Vp * C; i++) wte[i] = rnd(&s);
     for (int i = 0; i < Vp * C; i++) dwte_init[i] = dwte_full[i] = rnd(&s);
     for (int i = 0; i < BT * C; i++) dout[i] = rnd(&s);
@@ -266,7 +266,7 @@ static void encoder_shards_match_full_table(void)
       for (int bt = 0; bt < BT; bt++) {
         int mine = tokens[bt] >= v0 && tokens[bt] < v0 + Vl;
         for (int c = 0; c < C; c++) {
-          float o = out[bt * C + c];
+          real o = out[bt * C + c];
           CHECK_MSG(mine ? o == out_full[bt * C + c] : o == 0.0f,
                     "case %d shard %d row %d col %d: %g", ci, r, bt, c, o);
         }
@@ -280,10 +280,10 @@ static void encoder_shards_match_full_table(void)
     for (int r = 0; r < tp; r++) {
       const int v0 = r * Vl;
       for (int i = 0; i < (Vl + 2 * GUARD) * C; i++) dwte[i] = -777.0f;
-      float *mine = dwte + GUARD * C;
-      memcpy(mine, dwte_init + (size_t)v0 * C, (size_t)Vl * C * sizeof(float));
+      real *mine = dwte + GUARD * C;
+      memcpy(mine, dwte_init + (size_t)v0 * C, (size_t)Vl * C * sizeof(real));
       encoder_backward_shard(mine, dout, tokens, v0, Vl, BT, C);
-      CHECK_MSG(memcmp(mine, dwte_full + (size_t)v0 * C, (size_t)Vl * C * sizeof(float)) == 0,
+      CHECK_MSG(memcmp(mine, dwte_full + (size_t)v0 * C, (size_t)Vl * C * sizeof(real)) == 0,
                 "case %d shard %d: dwte rows differ from the full gradient's", ci, r);
       int guards_intact = 1;
       for (int i = 0; i < GUARD * C; i++)
@@ -291,7 +291,7 @@ static void encoder_shards_match_full_table(void)
       CHECK_MSG(guards_intact, "case %d shard %d: wrote outside its rows", ci, r);
     }
     /* Teeth: the full gradient did change the rows (so the comparison above means something). */
-    CHECK(memcmp(dwte_full, dwte_init, (size_t)Vp * C * sizeof(float)) != 0);
+    CHECK(memcmp(dwte_full, dwte_init, (size_t)Vp * C * sizeof(real)) != 0);
 
     free(wte);
     free(dwte_full);

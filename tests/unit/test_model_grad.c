@@ -41,7 +41,7 @@ static void randomize(struct model *m)
     struct model_param *p = &m->params[i];
     size_t n = p->n_dims == 2 ? (size_t)p->shape[0] * (size_t)p->shape[1] : p->n_elems;
     for (size_t e = 0; e < n; e++) {
-      float z = philox_normal(99, (uint32_t)i, 7, e);
+      real z = philox_normal(99, (uint32_t)i, 7, e);
       p->data[e] = p->n_dims == 2 ? 0.3f * z : 1.0f + 0.2f * z;
     }
   }
@@ -80,14 +80,14 @@ static int check_gradients(double dropout, int tie, int vocab_padded, const char
   }
   pr.samples[0] = 41;
   pr.samples[1] = 7;
-  pr.dropout = (struct model_dropout){ (float)dropout, 1234, 3, pr.samples };
+  pr.dropout = (struct model_dropout){ (real)dropout, 1234, 3, pr.samples };
 
   model_zero_grads(&m);
   double loss0 = loss_of(&m, &a, &pr);
   model_backward(&m, &a, pr.targets, 1.0f / (B * T));
   CHECK(isfinite(loss0) && loss0 > 0.5);
 
-  const float h = 3e-3f;
+  const real h = 3e-3f;
   int n_bad = 0, n_checked = 0;
   double worst = 0.0;
   for (int i = 0; i < m.n_params; i++) {
@@ -98,8 +98,8 @@ static int check_gradients(double dropout, int tie, int vocab_padded, const char
       if (p->kind == MODEL_EMBED && s < 4) /* rows of tokens in the batch carry gradient */
         e = (size_t)pr.tokens[(s * 5) % (B * T)] * c.dim + (size_t)(s * 3) % c.dim;
       else
-        e = (size_t)(philox_uniform(8, (uint32_t)i, (uint32_t)s, 0, 0) * (float)n_logical);
-      float saved = p->data[e];
+        e = (size_t)(philox_uniform(8, (uint32_t)i, (uint32_t)s, 0, 0) * (real)n_logical);
+      real saved = p->data[e];
       p->data[e] = saved + h;
       double up = loss_of(&m, &a, &pr);
       p->data[e] = saved - h;
@@ -164,8 +164,8 @@ static void a_corrupted_gradient_is_detected(void)
   uint64_t samples[B] = { 1, 2 };
   struct model_dropout d = { 0.5f, 1, 1, samples };
   CHECK(model_forward(&m, &a, tokens, targets, &d, B, T) == l0);
-  const float h = 3e-3f;
-  float *w = &m.layers[1].wup[17], saved = *w;
+  const real h = 3e-3f;
+  real *w = &m.layers[1].wup[17], saved = *w;
   *w = saved + h;
   double up = model_forward(&m, &a, tokens, targets, NULL, B, T);
   *w = saved - h;

@@ -28,7 +28,7 @@ static int tensors_equal(const struct model *a, const struct model *b, const cha
   if (!x || !y || x->shape[0] != y->shape[0] || x->shape[1] != y->shape[1])
     return 0;
   size_t n = x->n_dims == 2 ? (size_t)x->shape[0] * (size_t)x->shape[1] : x->n_elems;
-  return memcmp(x->data, y->data, n * sizeof(float)) == 0;
+  return memcmp(x->data, y->data, n * sizeof(real)) == 0;
 }
 
 static void init_depends_only_on_seed_and_name(void)
@@ -52,8 +52,8 @@ static void init_depends_only_on_seed_and_name(void)
       CHECK_MSG(!tensors_equal(&a, &c, same[i]), "%s is the same for seeds 77 and 78", same[i]);
   }
   /* Within one model, no two tensors share values (the name picks the stream). */
-  CHECK(memcmp(a.layers[0].wq, a.layers[1].wq, 16 * sizeof(float)) != 0);
-  CHECK(memcmp(a.layers[0].wk, a.layers[0].wv, 16 * sizeof(float)) != 0);
+  CHECK(memcmp(a.layers[0].wq, a.layers[1].wq, 16 * sizeof(real)) != 0);
+  CHECK(memcmp(a.layers[0].wk, a.layers[0].wv, 16 * sizeof(real)) != 0);
   /* The residual projections are scaled by 1/sqrt(2·n_layers): the same draw, another scale. */
   const struct model_param *o2 = model_find(&a, "model.layers.0.self_attn.o_proj.weight");
   const struct model_param *o3 = model_find(&b, "model.layers.0.self_attn.o_proj.weight");
@@ -71,7 +71,7 @@ static void init_is_the_stated_formula(void)
   model_init(&m, 0x123456789abcull);
   static const char *const names[] = { "model.layers.1.mlp.up_proj.weight",
                                        "model.layers.1.mlp.down_proj.weight" };
-  const float scale[] = { 0.02f, (float)(0.02 / sqrt(4.0)) };
+  const real scale[] = { 0.02f, (real)(0.02 / sqrt(4.0)) };
   for (int k = 0; k < 2; k++) {
     const struct model_param *p = model_find(&m, names[k]);
     uint64_t h = hash_fnv1a64(names[k]);
@@ -158,12 +158,12 @@ static void the_bill_counts_parameters_gradients_and_activations(void)
   struct model m;
   struct model_acts a;
   CHECK(model_create(&m, &cfg, err, sizeof err) == 0);
-  CHECK(bill->n_bytes[ALLOC_PARAMS] - params0 == m.n_elems * sizeof(float));
-  CHECK(bill->n_bytes[ALLOC_GRADS] >= m.n_elems * sizeof(float));
+  CHECK(bill->n_bytes[ALLOC_PARAMS] - params0 == m.n_elems * sizeof(real));
+  CHECK(bill->n_bytes[ALLOC_GRADS] >= m.n_elems * sizeof(real));
   CHECK(m.n_elems >= (size_t)model_n_params(&m) && m.n_elems < (size_t)model_n_params(&m) + 16 * 21);
   CHECK(model_acts_create(&a, &m, 4, 16, err, sizeof err) == 0);
   /* At least the residual stream, 3 layers' worth of (4·16, 32) floats. */
-  CHECK(bill->n_bytes[ALLOC_ACTIVATIONS] - acts0 >= 3 * 4 * 16 * 32 * sizeof(float));
+  CHECK(bill->n_bytes[ALLOC_ACTIVATIONS] - acts0 >= 3 * 4 * 16 * 32 * sizeof(real));
   CHECK(bill->n_bytes[ALLOC_WORKSPACE] > 0);
   size_t peak = bill->peak_bytes[ALLOC_ACTIVATIONS];
   model_acts_free(&a);

@@ -71,7 +71,7 @@ static void clipping_scales_to_max_norm_and_reports_the_pre_clip_norm(void)
 
   double norm = optimizer_clip(&m, 1.0);
   CHECK_NEAR(norm, 5.0, 1e-12);
-  float coef = (float)(1.0 / (5.0 + 1e-6));
+  real coef = (real)(1.0 / (5.0 + 1e-6));
   CHECK(m.layer_grads[0].wq[0] == 3.0f * coef);
   CHECK(m.dfinal_norm[1] == 4.0f * coef);
   CHECK_NEAR(optimizer_grad_norm(&m), 1.0, 1e-6);
@@ -84,7 +84,7 @@ static void clipping_scales_to_max_norm_and_reports_the_pre_clip_norm(void)
   CHECK(m.layer_grads[0].wq[0] == 3.0f && m.dfinal_norm[1] == 4.0f);
   set_grads_3_4(&m);                                /* exactly at the limit: coef < 1 by 1e-6 */
   optimizer_clip(&m, 5.0);
-  CHECK(m.layer_grads[0].wq[0] == 3.0f * (float)(5.0 / (5.0 + 1e-6)));
+  CHECK(m.layer_grads[0].wq[0] == 3.0f * (real)(5.0 / (5.0 + 1e-6)));
   model_free(&m);
 }
 
@@ -101,15 +101,15 @@ static void weight_decay_applies_to_2d_tensors_only(void)
   for (int i = 0; i < m.n_params; i++) /* gains away from 1, so decay would show */
     if (m.params[i].n_dims == 1)
       for (size_t e = 0; e < m.params[i].n_elems; e++) m.params[i].data[e] = 2.0f;
-  float before[4096];
+  real before[4096];
   struct model_param *q = &m.params[1]; /* model.layers.0.self_attn.q_proj.weight */
   CHECK(strcmp(q->name, "model.layers.0.self_attn.q_proj.weight") == 0);
-  memcpy(before, q->data, q->n_elems * sizeof(float));
-  float embed0 = m.wte[0], head0 = m.head[5];
+  memcpy(before, q->data, q->n_elems * sizeof(real));
+  real embed0 = m.wte[0], head0 = m.head[5];
 
   model_zero_grads(&m); /* zero gradient: AdamW moves nothing but the decay */
   optimizer_update(&o, &m, 0, 0.1);
-  const float decay = (float)(1.0 - 0.1 * 0.5);
+  const real decay = (real)(1.0 - 0.1 * 0.5);
   int bad_2d = 0, bad_1d = 0, n_2d = 0, n_1d = 0;
   for (size_t e = 0; e < q->n_elems; e++) bad_2d += q->data[e] != before[e] * decay;
   CHECK(m.wte[0] == embed0 * decay);

@@ -98,8 +98,9 @@ static void normal_has_mean_zero_variance_one(void)
 static void dropout_mask_keeps_one_minus_p_scaled(void)
 {
   const size_t n = 100000;
-  const float p = 0.1f, keep = 1.0f / (1.0f - p);
-  float *mask = malloc(n * sizeof(float)), *again = malloc(n * sizeof(float));
+  const float p = 0.1f;
+  const real keep = (real)1 / (1 - (real)p);
+  real *mask = malloc(n * sizeof(real)), *again = malloc(n * sizeof(real));
   dropout_mask(mask, n, p, 99, 1, 2, 3, 0);
   size_t kept = 0, bad = 0;
   for (size_t i = 0; i < n; i++) {
@@ -109,11 +110,11 @@ static void dropout_mask_keeps_one_minus_p_scaled(void)
   CHECK(bad == 0);
   CHECK_NEAR((double)kept / n, 1.0 - p, 0.006); /* standard error 0.001 */
   dropout_mask(again, n, p, 99, 1, 2, 3, 0);
-  CHECK(memcmp(mask, again, n * sizeof(float)) == 0);
+  CHECK(memcmp(mask, again, n * sizeof(real)) == 0);
   dropout_mask(again, n, p, 99, 1, 2, 4, 0);
-  CHECK(memcmp(mask, again, n * sizeof(float)) != 0);
+  CHECK(memcmp(mask, again, n * sizeof(real)) != 0);
   dropout_mask(again, n, p, 100, 1, 2, 3, 0);
-  CHECK(memcmp(mask, again, n * sizeof(float)) != 0);
+  CHECK(memcmp(mask, again, n * sizeof(real)) != 0);
   dropout_mask(again, n, 0.0f, 99, 1, 2, 3, 0);
   size_t ones = 0;
   for (size_t i = 0; i < n; i++) ones += again[i] == 1.0f;
@@ -125,10 +126,10 @@ static void dropout_mask_keeps_one_minus_p_scaled(void)
 static void dropout_mask_of_a_slice_equals_slice_of_full_mask(void)
 {
   const size_t n = 50000, a = 12345, b = 31001; /* a not a multiple of 4: starts mid-block */
-  float *full = malloc(n * sizeof(float)), *part = malloc((b - a) * sizeof(float));
+  real *full = malloc(n * sizeof(real)), *part = malloc((b - a) * sizeof(real));
   dropout_mask(full, n, 0.3f, 7, 11, 12, 13, 0);
   dropout_mask(part, b - a, 0.3f, 7, 11, 12, 13, a);
-  CHECK(memcmp(full + a, part, (b - a) * sizeof(float)) == 0);
+  CHECK(memcmp(full + a, part, (b - a) * sizeof(real)) == 0);
   free(full);
   free(part);
 }

@@ -93,8 +93,8 @@ static void eight_steps_match_the_pytorch_reference(void)
     CHECK_MSG(ref != NULL, "%s missing from the reference", mp->name);
     if (!ref)
       continue;
-    float *w = malloc(ref->n_elems * sizeof(float));
-    CHECK(st_read_f32(&f, ref, w, ref->n_elems, err, sizeof err) == 0);
+    real *w = malloc(ref->n_elems * sizeof(real));
+    CHECK(st_read_real(&f, ref, w, ref->n_elems, err, sizeof err) == 0);
     double max_diff = 0.0;
     for (size_t e = 0; e < ref->n_elems; e++) {
       double d = fabs((double)mp->data[e] - w[e]);

@@ -46,11 +46,14 @@ static void write_then_read_round_trips_names_shapes_and_bits(void)
   char *dir = temp_dir(), path[128];
   CHECK(dir != NULL);
   snprintf(path, sizeof path, "%s/model.safetensors", dir);
-  float a[6], b[3] = { 0.0f, -0.0f, 1e-42f /* subnormal */ }, c = 3.5f;
+  real a[6], b[3] = { 0.0f, -0.0f, 1e-42f /* subnormal */ }, c = 3.5f;
   uint32_t nan_bits = 0x7fc12345u, inf_bits = 0xff800000u;
+  float nan_value, inf_value; /* F32 values, so they come back exactly in either build */
+  memcpy(&nan_value, &nan_bits, 4);
+  memcpy(&inf_value, &inf_bits, 4);
   for (int k = 0; k < 6; k++) a[k] = (float)k * 0.1f - 0.2f;
-  memcpy(&a[4], &nan_bits, 4);
-  memcpy(&a[5], &inf_bits, 4);
+  a[4] = nan_value;
+  a[5] = inf_value;
   struct st_write_tensor w[] = {
     { "model.layers.0.self_attn.q_proj.weight", 2, {2, 3}, a },
     { "b\"quoted\\name\n", 1, {3}, b },
@@ -80,18 +83,18 @@ static void write_then_read_round_trips_names_shapes_and_bits(void)
     CHECK(st_find(&f, w[k].name) == t);
   }
   CHECK(st_find(&f, "missing") == NULL);
-  float out[6];
+  real out[6];
   const struct st_tensor *t = st_find(&f, w[0].name);
-  CHECK(t && t->n_elems == 6 && st_read_f32(&f, t, out, 6, err, sizeof err) == 0);
+  CHECK(t && t->n_elems == 6 && st_read_real(&f, t, out, 6, err, sizeof err) == 0);
   CHECK(memcmp(out, a, sizeof a) == 0);
   t = st_find(&f, w[1].name);
-  CHECK(t && st_read_f32(&f, t, out, 3, err, sizeof err) == 0 && memcmp(out, b, sizeof b) == 0);
+  CHECK(t && st_read_real(&f, t, out, 3, err, sizeof err) == 0 && memcmp(out, b, sizeof b) == 0);
   t = st_find(&f, "scalar");
-  CHECK(t && t->n_elems == 1 && st_read_f32(&f, t, out, 1, err, sizeof err) == 0 && out[0] == c);
+  CHECK(t && t->n_elems == 1 && st_read_real(&f, t, out, 1, err, sizeof err) == 0 && out[0] == c);
   t = st_find(&f, "empty");
-  CHECK(t && t->n_elems == 0 && t->n_bytes == 0 && st_read_f32(&f, t, out, 0, err, sizeof err) == 0);
+  CHECK(t && t->n_elems == 0 && t->n_bytes == 0 && st_read_real(&f, t, out, 0, err, sizeof err) == 0);
   t = st_find(&f, w[0].name);
-  CHECK(t && st_read_f32(&f, t, out, 5, err, sizeof err) != 0);
+  CHECK(t && st_read_real(&f, t, out, 5, err, sizeof err) != 0);
   CHECK_STR_CONTAINS(err, "has 6 elements but the buffer holds 5");
   st_close(&f);
   st_close(&f); /* idempotent */
@@ -110,7 +113,7 @@ static void write_then_read_round_trips_names_shapes_and_bits(void)
 
 static void writer_refuses_duplicate_and_reserved_names(void)
 {
-  float x = 1.0f;
+  real x = 1.0f;
   struct st_write_tensor w[] = { { "a", 1, {1}, &x }, { "a", 1, {1}, &x } };
   CHECK(st_write_f32("/tmp/test_safetensors_dup.safetensors", w, 2, err, sizeof err) != 0);
   CHECK_STR_CONTAINS(err, "duplicate tensor name 'a'");
@@ -153,15 +156,15 @@ static void f16_and_bf16_decode_known_bit_patterns(void)
   size_t n = make_image(buf, header, data, sizeof data);
   struct st_file f;
   CHECK_MSG(st_parse(&f, buf, n, "known.safetensors", err, sizeof err) == 0, "%s", err);
-  float out[11];
+  real out[11];
   const struct st_tensor *t = st_find(&f, "h");
-  CHECK(t && t->dtype == ST_F16 && st_read_f32(&f, t, out, 11, err, sizeof err) == 0);
+  CHECK(t && t->dtype == ST_F16 && st_read_real(&f, t, out, 11, err, sizeof err) == 0);
   for (int k = 0; k < 11; k++)
     CHECK_MSG(to_bits(out[k]) == half_expect[k], "half 0x%04x -> 0x%08x, expected 0x%08x",
               half[k], to_bits(out[k]), half_expect[k]);
   CHECK(out[3] == 5.9604644775390625e-8f && out[2] == 65504.0f);
   t = st_find(&f, "b");
-  CHECK(t && t->dtype == ST_BF16 && t->n_dims == 2 && st_read_f32(&f, t, out, 6, err, sizeof err) == 0);
+  CHECK(t && t->dtype == ST_BF16 && t->n_dims == 2 && st_read_real(&f, t, out, 6, err, sizeof err) == 0);
   CHECK(out[0] == 1.0f && out[1] == -3.0f && out[2] == 3.140625f);
   CHECK(to_bits(out[3]) == 0x7f800000 && to_bits(out[4]) == 0x00010000 && to_bits(out[5]) == 0x7fc10000);
   CHECK(from_bits(0x00010000) == out[4]);
@@ -174,10 +177,10 @@ static void integer_dtypes_parse_but_do_not_convert(void)
   size_t n = make_image(buf, "{\"i\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,16]}}",
                         data, 16);
   struct st_file f;
-  float out[2];
+  real out[2];
   CHECK_MSG(st_parse(&f, buf, n, "ints.safetensors", err, sizeof err) == 0, "%s", err);
   CHECK(f.n_tensors == 1 && f.tensors[0].dtype == ST_I64 && f.tensors[0].n_bytes == 16);
-  CHECK(st_read_f32(&f, &f.tensors[0], out, 2, err, sizeof err) != 0);
+  CHECK(st_read_real(&f, &f.tensors[0], out, 2, err, sizeof err) != 0);
   CHECK_STR_CONTAINS(err, "ints.safetensors: tensor 'i' is I64; only F32, F16, BF16 and F64");
   st_close(&f);
 }
@@ -287,7 +290,7 @@ static void sharded_index_round_trips_and_finds_tensors_across_shards(void)
   snprintf(p1, sizeof p1, "%s/model-00001-of-00002.safetensors", dir);
   snprintf(p2, sizeof p2, "%s/model-00002-of-00002.safetensors", dir);
   snprintf(pi, sizeof pi, "%s/model.safetensors.index.json", dir);
-  float a[4] = { 1, 2, 3, 4 }, b[2] = { 5, 6 }, c[3] = { 7, 8, 9 };
+  real a[4] = { 1, 2, 3, 4 }, b[2] = { 5, 6 }, c[3] = { 7, 8, 9 };
   struct st_write_tensor s1[] = { { "a", 2, {2, 2}, a }, { "b", 1, {2}, b } };
   struct st_write_tensor s2[] = { { "c", 1, {3}, c } };
   CHECK_MSG(st_write_f32(p1, s1, 2, err, sizeof err) == 0, "%s", err);
@@ -301,13 +304,13 @@ static void sharded_index_round_trips_and_finds_tensors_across_shards(void)
   CHECK_MSG(st_index_open(&ix, pi, err, sizeof err) == 0, "%s", err);
   CHECK(ix.n_shards == 2 && ix.n_entries == 3);
   const struct st_file *file = NULL;
-  float out[4];
+  real out[4];
   const struct st_tensor *t = st_index_find(&ix, "a", &file);
   CHECK(t && file == &ix.shards[0] && t->n_dims == 2 && t->shape[1] == 2);
-  CHECK(t && st_read_f32(file, t, out, 4, err, sizeof err) == 0 && memcmp(out, a, sizeof a) == 0);
+  CHECK(t && st_read_real(file, t, out, 4, err, sizeof err) == 0 && memcmp(out, a, sizeof a) == 0);
   t = st_index_find(&ix, "c", &file);
   CHECK(t && file == &ix.shards[1]);
-  CHECK(t && st_read_f32(file, t, out, 3, err, sizeof err) == 0 && memcmp(out, c, sizeof c) == 0);
+  CHECK(t && st_read_real(file, t, out, 3, err, sizeof err) == 0 && memcmp(out, c, sizeof c) == 0);
   t = st_index_find(&ix, "b", NULL);
   CHECK(t && t->n_elems == 2);
   CHECK(st_index_find(&ix, "d", &file) == NULL);

@@ -42,7 +42,7 @@ static int run_steps(struct run *r, const struct plan *p, int steps)
     return 1;
   }
   CHECK(model_create(&r->initial, &p->model, err, sizeof err) == 0);
-  memcpy(r->initial.param_memory, r->t.model.param_memory, r->t.model.n_elems * sizeof(float));
+  memcpy(r->initial.param_memory, r->t.model.param_memory, r->t.model.n_elems * sizeof(real));
   for (int s = 0; s < steps; s++)
     if (trainer_step(&r->t, &r->stats[s], err, sizeof err) != 0) {
       CHECK_MSG(0, "%s", err);

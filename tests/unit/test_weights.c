@@ -120,7 +120,7 @@ static int load_edited(enum edit edit, const char *name)
   model_init(&m, 1);
   struct st_write_tensor w[64];
   int n = 0;
-  static float extra[64 * 32];
+  static real extra[64 * 32];
   for (int i = 0; i < m.n_params; i++) {
     const struct model_param *mp = &m.params[i];
     if (edit == DROP_ONE && strcmp(mp->name, "model.layers.1.mlp.up_proj.weight") == 0)

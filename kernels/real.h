@@ -1,0 +1,31 @@
+/* The element type of every tensor the CPU kernels and the runtime compute on: `real`.
+ *
+ * It is float, and double in the float64 proof build (cmake -DTYCHO_FLOAT64=ON). That build
+ * exists to tell a layout bug from rounding: in fp32 two layouts of one plan differ by rounding
+ * (1e-9 to 1e-5 after a few AdamW steps), in float64 by about 1e-15, so a layout that is right
+ * reproduces the serial run to 1e-10 there and one that is wrong does not. This header is the
+ * one place the type is chosen; kernels, runtime buffers, the optimizer and the messages the
+ * runtime sends (COMM_REAL, host/comm/comm.h) all follow it. What stays float in both builds:
+ * Philox's draws (kernels/philox.h), so masks and initial weights are the same numbers, and
+ * the files tycho reads and writes (safetensors F32/F16/BF16, converted at the edge). */
+#ifndef TYCHO_REAL_H
+#define TYCHO_REAL_H
+#include <math.h>
+
+#ifdef TYCHO_FLOAT64
+typedef double real;
+#define REAL_IS_DOUBLE 1
+#define REAL_NAME "float64"
+#define REAL_DTYPE "F64" /* as safetensors and checkpoint manifests name it */
+#define real_exp exp
+#define real_sqrt sqrt
+#else
+typedef float real;
+#define REAL_IS_DOUBLE 0
+#define REAL_NAME "fp32"
+#define REAL_DTYPE "F32"
+#define real_exp expf
+#define real_sqrt sqrtf
+#endif
+
+#endif
