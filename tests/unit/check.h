@@ -1,10 +1,26 @@
 /* A minimal test harness: CHECK records a failure with file:line and goes on; TEST_MAIN
- * runs the listed tests and ends with the line "N passed, N failed" (exit 1 on any failure). */
+ * runs the listed tests and ends with the line "N passed, N failed" (exit 1 on any failure).
+ *
+ * Tolerances are argued, not fitted: each comparison says in a comment what it measures, its
+ * bound and why that bound. Where the only error is the rounding of `real`, the bound is a
+ * multiple of REAL_U, the unit roundoff of the build's type, so the float64 build (the proof
+ * build, kernels/real.h) holds the same comparison 2^29 times tighter; where something else
+ * sets the error (a finite-difference step, a file stored in fp32), TOL(fp32, float64) gives
+ * the bound of each build. */
 #ifndef TYCHO_TEST_CHECK_H
 #define TYCHO_TEST_CHECK_H
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "real.h"
+
+/* Unit roundoff of `real`: 2^-24 = 6.0e-8 (fp32), 2^-53 = 1.1e-16 (float64). */
+#define REAL_U (REAL_IS_DOUBLE ? 0x1p-53 : 0x1p-24)
+/* Unit roundoff of fp32, for what is fp32 in both builds (Philox draws, init, safetensors). */
+#define FP32_U 0x1p-24
+/* The bound of this build: fp32 or float64. */
+#define TOL(fp32, float64) (REAL_IS_DOUBLE ? (float64) : (fp32))
 
 static int check_failures;
 static int check_count;
