@@ -19,6 +19,9 @@
 #define REAL_U (REAL_IS_DOUBLE ? 0x1p-53 : 0x1p-24)
 /* Unit roundoff of fp32, for what is fp32 in both builds (Philox draws, init, safetensors). */
 #define FP32_U 0x1p-24
+/* Unit roundoff of double, in which the tests compute their references (and the kernels some
+ * sums): k roundings on each side of a comparison are bounded by k · (REAL_U + DOUBLE_U). */
+#define DOUBLE_U 0x1p-53
 /* The bound of this build: fp32 or float64. */
 #define TOL(fp32, float64) (REAL_IS_DOUBLE ? (float64) : (fp32))
 
