@@ -53,7 +53,8 @@ static const char usage_text[] =
   "        prints its step, model, mesh and files; verify also checks every piece's checksum\n"
   "        and that every tensor is covered exactly once (exit 1 when not)\n"
   "  --help, -h      this text\n"
-  "  --version       the version\n"
+  "  --version       the version, and what the kernels compute in (fp32, or float64 in\n"
+  "                  the proof build: cmake -DTYCHO_FLOAT64=ON)\n"
   "\n"
   "options for check, tune and run:\n"
   "  --set path.to.field=value   override a plan field (numbers, true/false, strings,\n"
@@ -330,7 +331,8 @@ static int pmain(lua_State *L)
     return 0;
   }
   if (strcmp(cmd, "--version") == 0) {
-    printf("tycho %s (Lua %s.%s)\n", TYCHO_VERSION, LUA_VERSION_MAJOR, LUA_VERSION_MINOR);
+    printf("tycho %s (Lua %s.%s, %s kernels)\n", TYCHO_VERSION, LUA_VERSION_MAJOR, LUA_VERSION_MINOR,
+           REAL_NAME);
     return 0;
   }
   struct cli c = { 0 };

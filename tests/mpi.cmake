@@ -75,6 +75,21 @@ tycho_dp_equiv(dp2_zero3_micro1_tied 2 --set zero=3 --set batch.micro=1 --both m
 tycho_dp_equiv(dp4_zero3_8_layers 4 --set zero=3 --both model.n_layers=8 --both bucket_mb=25 --memory-falls)
 tycho_dp_equiv(dp4_zero2_8_layers 4 --set zero=2 --both model.n_layers=8 --both bucket_mb=25 --memory-falls)
 
+# The comparison fails a run that is wrong (so the bounds above are not too loose to see a bug):
+# dropout masks drawn from other coordinates (a wrong seed on the parallel side) in either
+# build; in the float64 build also a learning rate off by one part in a million, which moves the
+# losses by 5e-9 to 2e-7 relative — inside fp32's bound, 50× and more over float64's. Each must fail
+# with the message that names the step's loss.
+function(tycho_equiv_must_fail name ranks)
+  tycho_dp_equiv(${name} ${ranks} ${ARGN})
+  set_tests_properties(mpi_dp_equiv.${name} PROPERTIES
+    PASS_REGULAR_EXPRESSION "CHECK failed: [^\n]*step [0-9]+: loss")
+endfunction()
+tycho_equiv_must_fail(broken_dropout_seed 2 --set seeds.dropout=5)
+if(TYCHO_FLOAT64)
+  tycho_equiv_must_fail(broken_lr_1e-6 2 --set optimizer.lr=0.003000003)
+endif()
+
 # `tycho run` itself under mpirun: rank 0 writes once, the metrics match the serial run's.
 foreach(config "2;0" "4;1" "2;3")
   list(GET config 0 ranks)

@@ -184,7 +184,7 @@ static void print_tp_comms(FILE *f, const struct plan *p)
   struct tp_comm *list = tp_comms(p, &n);
   if (!list)
     return;
-  const int eb = (int)bill_element_bytes(p->precision.compute), L = p->model.n_layers;
+  const int eb = (int)bill_element_bytes(p, p->precision.compute), L = p->model.n_layers;
   double bytes[2] = { 0, 0 };
   int calls[2] = { 0, 0 };
   for (int i = 0; i < n; i++) {
@@ -215,7 +215,7 @@ static void write_tp_comms_json(struct json *j, const struct plan *p)
 {
   int n;
   struct tp_comm *list = tp_comms(p, &n);
-  const int eb = (int)bill_element_bytes(p->precision.compute);
+  const int eb = (int)bill_element_bytes(p, p->precision.compute);
   json_begin_object(j);
   json_key(j, "micro_batch"); json_int(j, p->batch.micro);
   json_key(j, "seq"); json_int(j, p->batch.seq);

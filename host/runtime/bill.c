@@ -187,8 +187,8 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
   /* the trainer's batch: inputs and targets (ints), each row's window index (8 bytes) */
   const double batch_bytes = 2.0 * micro * seq * sizeof(int) + (double)micro * sizeof(uint64_t);
 
-  const double c = bill_element_bytes(p->precision.compute), g = bill_element_bytes(p->precision.grads);
-  const double fp32 = bill_element_bytes(PLAN_FP32); /* AdamW's moments, the master copy */
+  const double c = bill_element_bytes(p, p->precision.compute), g = bill_element_bytes(p, p->precision.grads);
+  const double fp32 = bill_element_bytes(p, PLAN_FP32); /* AdamW's moments, the master copy */
   const double master = p->precision.compute == PLAN_FP32 ? 0.0 : fp32;
   out->bytes[ALLOC_PARAMS] = params * c;
   out->bytes[ALLOC_GRADS] = grads * g;
@@ -257,9 +257,10 @@ static void zero3_gathers(const struct dp_layout *l, const struct model *m, unsi
   free(held);
 }
 
-double bill_element_bytes(enum plan_dtype d)
+double bill_element_bytes(const struct plan *p, enum plan_dtype d)
 {
-  return d == PLAN_FP32 ? (double)sizeof(real) : plan_dtype_bytes(d);
+  const int this_runtime = p->precision.compute == PLAN_FP32;
+  return d == PLAN_FP32 && this_runtime ? (double)sizeof(real) : plan_dtype_bytes(d);
 }
 
 int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char *err, size_t err_size)

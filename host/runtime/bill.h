@@ -45,9 +45,10 @@ const char *traffic_group_name(enum traffic_group g);
 /* The traffic of pipeline rank pp_rank (dp and tp ranks alike). 0 ok; nonzero with a message. */
 int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char *err, size_t err_size);
 
-/* Bytes of one element of dtype d as this build's runtime holds and sends it: sizeof(real) for
- * fp32 (8 in the float64 build, kernels/real.h), plan_dtype_bytes otherwise. */
-double bill_element_bytes(enum plan_dtype d);
+/* Bytes of one element of dtype d in plan p's runtime: for an fp32 plan (this build's CPU
+ * runtime) sizeof(real), 8 in the float64 build (kernels/real.h); otherwise plan_dtype_bytes
+ * (a bf16 plan's fp32 gradients and AdamW state are 4 bytes whatever this build computes in). */
+double bill_element_bytes(const struct plan *p, enum plan_dtype d);
 
 /* The bill of pipeline rank pp_rank (every tp and dp rank of a stage gets the same one: shards
  * are equal by construction). 0 ok; nonzero with a message. */

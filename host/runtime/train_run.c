@@ -72,7 +72,8 @@ static int log_step(struct run_log *log, const struct plan *p, const struct trai
 {
   char line[512];
   const double tokens_per_sec = (double)p->batch.global * p->batch.seq / step_seconds;
-  snprintf(line, sizeof line, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+  /* %.17g: every digit of the double, so runs can be compared to 1e-10 (the float64 build) */
+  snprintf(line, sizeof line, "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, "
            "\"tokens\": %lld, \"tokens_per_sec\": %.1f, \"elapsed_s\": %.3f}\n", s->step, s->loss,
            s->lr, s->grad_norm, tokens, tokens_per_sec, elapsed);
   return write_metrics_line(log, line, err, n);
@@ -100,7 +101,7 @@ static int log_eval(struct run_log *log, const struct train_eval_stats *e, char 
   int used = snprintf(line, sizeof line, "{\"step\": %lld", e->step);
   int shown = snprintf(text, sizeof text, "eval at step %lld:", e->step);
   if (e->has_val_loss) {
-    used += snprintf(line + used, sizeof line - (size_t)used, ", \"val_loss\": %.9g", e->val_loss);
+    used += snprintf(line + used, sizeof line - (size_t)used, ", \"val_loss\": %.17g", e->val_loss);
     shown += snprintf(text + shown, sizeof text - (size_t)shown, " val loss %.4f", e->val_loss);
   }
   if (e->has_accuracy) {

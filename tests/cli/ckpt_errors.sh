@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # What goes wrong with checkpoints is said, not survived silently: on one rank, the dp_small plan
 # checkpoints every 2 steps keeping 2; then a corrupt byte, a truncated shard file, a broken
-# manifest, another model, and a crash's leftover .tmp folder.
+# manifest, another model, a checkpoint of the other build's element type, and a crash's
+# leftover .tmp folder.
 # usage: ckpt_errors.sh TYCHO   (run from the source folder)
 set -u
 tycho=$1
+. "$(dirname "$0")/../lib/build.sh" "$tycho"
 plan=tests/plans/good/dp_small.lua
 tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
 fail() { echo "--- stdout"; cat "$tmp/out" 2>/dev/null; echo "--- stderr"; cat "$tmp/err" 2>/dev/null; echo "FAIL: $*"; exit 1; }
@@ -67,4 +69,13 @@ mkdir -p "$tmp/gap" && cp -r "$tmp/ck/step_00000010" "$tmp/gap/" && cp "$tmp/m.j
 rc=$?; expect_fail 1 "element [0, 0] of model.embed_tokens.weight (exp_avg) is in no piece"
 run --set train.steps=12 --set checkpoint.dir="$tmp/gap"
 rc=$?; expect_fail 1 "the exp_avg pieces of model.embed_tokens.weight cover 0 of the 2048 elements this rank needs"
+# a checkpoint the other build wrote (F32 in the float64 build, F64 in the fp32 one): refused,
+# naming the tensor, both types and the build that reads it
+if [ "$REAL_BYTES" -eq 8 ]; then mine=F64 other=F32; else mine=F32 other=F64; fi
+mkdir -p "$tmp/other" && cp -r "$tmp/ck/step_00000010" "$tmp/other/"
+sed "s/\"dtype\":\"$mine\"/\"dtype\":\"$other\"/g" "$tmp/ck/step_00000010/manifest.json" \
+  >"$tmp/other/step_00000010/manifest.json"
+cmp -s "$tmp/other/step_00000010/manifest.json" "$tmp/ck/step_00000010/manifest.json" && fail "the sed changed no dtype"
+run --set train.steps=12 --set checkpoint.dir="$tmp/other"
+rc=$?; expect_fail 1 "tensor model.embed_tokens.weight is $other, and this build of tycho computes in $REAL_NAME ($mine)"
 echo ok

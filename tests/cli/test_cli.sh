@@ -4,6 +4,9 @@
 # usage: test_cli.sh TYCHO   (run from the source folder)
 set -u
 tycho=$1
+. "$(dirname "$0")/../lib/build.sh" "$tycho"
+# Figures that scale with the element size (the float64 build holds and sends 8-byte reals).
+if [ "$REAL_BYTES" -eq 8 ]; then act=256.0 bill='6\.1 MiB +6\.1 MiB +12\.3 MiB'; else act=128.0 bill='3\.1 MiB +3\.1 MiB +6\.1 MiB'; fi
 passed=0 failed=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -74,27 +77,27 @@ expect set_mesh 0 'mesh +4 ranks = tp 2 × pp 2 × dp 1' "$tycho" check plans/ti
 expect set_bad_syntax 2 '^tycho: plan error: --set: "mesh.tp": expected path.to.field=value' "$tycho" check plans/tiny.lua --set mesh.tp
 
 # The collectives tensor parallelism inserts, per module and micro-batch (tiny: 8 × 32 tokens of
-# dim 128 in fp32 = 128 KiB per activation). Megatron's pairing: one all-reduce per attention
-# and one per MLP forward, their duals in backward; sequence parallelism turns each into a
-# reduce-scatter and an all-gather.
+# dim 128 in fp32 = 128 KiB per activation, 256 KiB in the float64 build). Megatron's pairing:
+# one all-reduce per attention and one per MLP forward, their duals in backward; sequence
+# parallelism turns each into a reduce-scatter and an all-gather.
 out=$("$tycho" check plans/tiny.lua --set mesh.tp=2 --world 2 2>&1)
 layer=$(printf '%s\n' "$out" | sed -n '/layers 0-3, each/,/^ *head /p' | sed '$d')
 fwd_ar=$(printf '%s\n' "$layer" | grep -c 'fwd  all-reduce')
 bwd_ar=$(printf '%s\n' "$layer" | grep -c 'bwd  all-reduce')
 if [ "$fwd_ar" -eq 2 ] && [ "$bwd_ar" -eq 2 ] && [ "$(printf '%s\n' "$layer" | grep -c 'fwd  all-gather\|reduce-scatter')" -eq 0 ] &&
-   printf '%s\n' "$layer" | grep -Eq 'fwd  all-reduce +128\.0 KiB  o -> residual' &&
-   printf '%s\n' "$layer" | grep -Eq 'fwd  all-reduce +128\.0 KiB  down -> residual'; then ok tp_comm_megatron_pairing
+   printf '%s\n' "$layer" | grep -Eq "fwd  all-reduce +$act KiB  o -> residual" &&
+   printf '%s\n' "$layer" | grep -Eq "fwd  all-reduce +$act KiB  down -> residual"; then ok tp_comm_megatron_pairing
 else bad "tp_comm_megatron_pairing (fwd $fwd_ar, bwd $bwd_ar all-reduces per layer)" "$out"; fi
-expect tp_comm_total 0 'tp comm +per micro-batch of 8 × 32 tokens on each tp group \(4-byte elements\): forward 11 collectives' \
+expect tp_comm_total 0 "tp comm +per micro-batch of 8 × 32 tokens on each tp group \\($REAL_BYTES-byte elements\\): forward 11 collectives" \
   "$tycho" check plans/tiny.lua --set mesh.tp=2 --world 2
-expect tp_comm_sp 0 'fwd  reduce-scatter +128\.0 KiB  o -> residual' "$tycho" check plans/tiny.lua --set mesh.tp=2 --set sequence_parallel=true --world 2
+expect tp_comm_sp 0 "fwd  reduce-scatter +$act KiB  o -> residual" "$tycho" check plans/tiny.lua --set mesh.tp=2 --set sequence_parallel=true --world 2
 expect tp_comm_none 0 '^seeds' "$tycho" check plans/tiny.lua
 if "$tycho" check plans/tiny.lua 2>&1 | grep -q '^tp comm'; then bad "tp_comm_absent_at_tp1"; else ok tp_comm_absent_at_tp1; fi
-expect tp_comm_json 0 '"tp_comm":\{"micro_batch":8,"seq":32,"bytes_per_element":4,"forward":\{"calls":11,"bytes":1182720\}' \
+expect tp_comm_json 0 "\"tp_comm\":\\{\"micro_batch\":8,\"seq\":32,\"bytes_per_element\":$REAL_BYTES,\"forward\":\\{\"calls\":11,\"bytes\":$((1182720 / 4 * REAL_BYTES))\\}" \
   "$tycho" check plans/tiny.lua --set mesh.tp=2 --world 2 --json
 
 # The memory bill, the cost on a cluster, tune.
-expect bill_table 0 '^ +0 +0 +3\.1 MiB +3\.1 MiB +6\.1 MiB ' "$tycho" check plans/tiny.lua
+expect bill_table 0 "^ +0 +0 +$bill " "$tycho" check plans/tiny.lua
 expect bill_json 0 '"ranks":\[\{"rank":0,[^]]*\],"groups":\{[^}]*\},"memory":\{"params":[0-9]+,"grads":[0-9]+,"optimizer":[0-9]+,"activations":[0-9]+,"comm":[0-9]+,"workspace":[0-9]+,"total":[0-9]+\}' \
   "$tycho" check plans/tiny.lua --json
 expect bill_70b_fits 0 'every rank fits with at least 10% headroom' "$tycho" check plans/llama2_70b.lua --world 64 --cluster plans/clusters/h100_80g_ib.lua

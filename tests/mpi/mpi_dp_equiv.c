@@ -4,10 +4,10 @@
  * plan's own batch.micro; only the --both overrides; tp, pp 1, stages "even") and compares:
  *   - initial parameters: bitwise equal (under ZeRO-3 gathered from the shards, under TP put
  *     together from the TP ranks' blocks; padding rows of the vocabulary left out);
- *   - the loss and the gradient norm of every step: within 1e-5 relative;
- *   - the evaluation (validation loss within 1e-5 relative, the same accuracy);
- *   - final parameters: max |parallel − serial| ≤ 1e-5 · max |serial| (the relative L2 norm of
- *     the difference is printed too);
+ *   - the loss and the gradient norm of every step, the evaluation (validation loss, the same
+ *     accuracy) and the final parameters (relative L2 of the difference), within the bounds
+ *     argued at loss_tol below: rounding-sized in fp32, 1e-10 in the float64 build, where a
+ *     serial run with another micro-batch size is held to the same 1e-10;
  * and on every rank: the loss and norm of every step bitwise the same on every rank; under
  * zero 0-2 the parameters bitwise the same on every rank of a dp group; the comm layer's counters
  * on every group (tp, dp, pp, the tied embedding's) over the last step equal traffic_predict's
@@ -48,7 +48,6 @@ static struct train_step_stats parallel_stats[MAX_STEPS];
 static struct train_eval_stats parallel_eval;
 static real *initial, *final; /* rank 0: the parallel run's parameters in serial order */
 static size_t n_logical;       /* Σ parameter elements */
-static double rel_tol = 1e-5;
 
 static int compile(struct plan *p, int world_size, const char *const *sets, int n_sets)
 {
@@ -392,58 +391,138 @@ static void compare(const real *a, const real *b, size_t n, double *max_rel, dou
 
 static double rel(double a, double b) { return fabs(a - b) / fabs(b); }
 
+/* The bounds, per build (kernels/real.h).
+ * fp32: a layout changes only the order of sums (GEMM blocking, the all-reduce's order, which
+ *   micro-batch a sample is in), so the runs differ by rounding: fp32's unit roundoff is 6e-8,
+ *   the loss is a mean of positive per-token terms (condition 1), and 20 AdamW steps of this
+ *   small model carry the gradients' rounding into the weights (final relative L2 ~1e-7,
+ *   measured 1e-9 to 2e-7 across OpenBLAS's Haswell, SkylakeX and Cooperlake kernels).
+ *   - loss and validation loss per step: relative error ≤ 1e-5, over 100× the rounding measured
+ *     (≤ 1e-8) and far under what a layout bug does (a dropped micro-batch, a mask drawn from
+ *     the wrong coordinates, a shard summed twice: ≥ 1e-3; see mpi_dp_equiv.broken_*);
+ *   - gradient norm per step: relative error ≤ 1e-3. The norm is the loss's derivative: where
+ *     the loss bends sharply (the 8-layer ZeRO runs' step 17, where the norm jumps from 0.64 to
+ *     0.80) a weight difference of 1e-7 relative moves it by up to 1e-4 (measured 8.8e-5 on the
+ *     AVX-512 kernel, 5e-9 on Haswell's): a bound of 1e-5 held on one kernel only. 1e-3 still
+ *     fails a gradient that misses or doubles a micro-batch or a shard; the exact test of the
+ *     norm is the float64 build's;
+ *   - final parameters: relative L2 of the difference ≤ 1e-5 (not max |diff|: AdamW turns the
+ *     rounding of a near-zero gradient into a step of up to lr in that one element).
+ * float64: the same runs differ by about 1e-15 (unit roundoff 1.1e-16), so every layout is held
+ *   to its serial run at 1e-10 relative in losses, norms and final weights (relative L2 and max
+ *   |diff| / max |p|), and so is a serial run with another micro-batch size: at that level the
+ *   order of accumulation no longer shows, and what remains is a layout bug. */
+#if REAL_IS_DOUBLE
+static const double loss_tol = 1e-10, norm_tol = 1e-10, param_tol = 1e-10;
+#else
+static const double loss_tol = 1e-5, norm_tol = 1e-3, param_tol = 1e-5;
+#endif
+
+struct serial_run {
+  struct train_step_stats stats[MAX_STEPS];
+  struct train_eval_stats eval;
+  real *initial, *final;
+  long long steps;
+  int micro;
+};
+
+/* Rank 0 trains the plan alone: one rank, zero 0, no tp or pp, the --both overrides, and the
+ * plan's own batch.micro (micro 0) or the one given. */
+static int serial_train(int micro, struct serial_run *out)
+{
+  struct plan p;
+  static const char *const serial[] = { "zero=0", "mesh.tp=1", "mesh.pp=1", "virtual_stages=1",
+                                        "stages=even", "schedule.kind=1f1b", "sequence_parallel=false" };
+  const int n_serial = (int)(sizeof serial / sizeof serial[0]);
+  const char *sets[MAX_SETS + 9];
+  char micro_set[48];
+  int n = 0;
+  for (int i = 0; i < n_both; i++) sets[n++] = both[i];
+  for (int i = 0; i < n_serial; i++) sets[n++] = serial[i];
+  if (micro > 0) {
+    snprintf(micro_set, sizeof micro_set, "batch.micro=%d", micro);
+    sets[n++] = micro_set;
+  }
+  if (compile(&p, 1, sets, n))
+    return 1;
+  struct trainer t;
+  if (trainer_open(&t, &p, NULL, err, sizeof err) != TRAIN_OK) {
+    CHECK_MSG(0, "%s", err);
+    plan_free(&p);
+    return 1;
+  }
+  out->micro = p.batch.micro;
+  out->steps = p.train.steps;
+  out->initial = packed_serial(&t.model);
+  for (long long s = 0; s < p.train.steps; s++)
+    CHECK_MSG(trainer_step(&t, &out->stats[s], err, sizeof err) == 0, "%s", err);
+  trainer_eval(&t, &out->eval);
+  out->final = packed_serial(&t.model);
+  trainer_close(&t);
+  plan_free(&p);
+  return 0;
+}
+
+/* Holds a run (its per-step stats, evaluation and final parameters) to the serial run `ref`
+ * within this build's bounds; prints the worst errors. */
+static void hold_to(const char *what, const struct train_step_stats *stats, const struct train_eval_stats *ev,
+                    const real *fin, const struct serial_run *ref)
+{
+  double worst_loss = 0, worst_norm = 0;
+  for (long long s = 0; s < ref->steps; s++) {
+    double el = rel(stats[s].loss, ref->stats[s].loss), en = rel(stats[s].grad_norm, ref->stats[s].grad_norm);
+    worst_loss = el > worst_loss ? el : worst_loss;
+    worst_norm = en > worst_norm ? en : worst_norm;
+    CHECK_MSG(el <= loss_tol, "%s: step %lld: loss %.17g, serial %.17g (relative %.3g > %g)", what, s,
+              stats[s].loss, ref->stats[s].loss, el, loss_tol);
+    CHECK_MSG(en <= norm_tol, "%s: step %lld: grad norm %.17g, serial %.17g (relative %.3g > %g)", what, s,
+              stats[s].grad_norm, ref->stats[s].grad_norm, en, norm_tol);
+  }
+  const double ev_rel = rel(ev->val_loss, ref->eval.val_loss);
+  CHECK_MSG(ev_rel <= loss_tol, "%s: val loss %.17g, serial %.17g", what, ev->val_loss, ref->eval.val_loss);
+  CHECK(ev->accuracy == ref->eval.accuracy && ev->n_problems == ref->eval.n_problems);
+  double max_rel, l2_rel;
+  compare(fin, ref->final, n_logical, &max_rel, &l2_rel);
+  CHECK_MSG(l2_rel <= param_tol, "%s: final parameters: ‖parallel − serial‖ / ‖serial‖ = %.3g > %g", what,
+            l2_rel, param_tol);
+  if (REAL_IS_DOUBLE)
+    CHECK_MSG(max_rel <= param_tol, "%s: final parameters: max |parallel − serial| / max |serial| = %.3g > %g",
+              what, max_rel, param_tol);
+  printf("%s (%s): %lld steps; worst relative error: loss %.3g, grad norm %.3g, val loss %.3g; accuracy "
+         "%.4f both; final parameters: relative L2 %.3g, max |diff| / max |p| %.3g\n", what, REAL_NAME,
+         ref->steps, worst_loss, worst_norm, ev_rel, ev->accuracy, l2_rel, max_rel);
+}
+
+static void serial_run_free(struct serial_run *r)
+{
+  free(r->initial);
+  free(r->final);
+}
+
 static void test_serial_run_agrees(void)
 {
   if (rank != 0)
     return;
-  struct plan p;
-  /* one rank: whatever the plan file says about the mesh, stages and schedule */
-  static const char *const serial[] = { "zero=0", "mesh.tp=1", "mesh.pp=1", "virtual_stages=1",
-                                        "stages=even", "schedule.kind=1f1b", "sequence_parallel=false" };
-  const int n_serial = (int)(sizeof serial / sizeof serial[0]);
-  const char *sets[MAX_SETS + 8];
-  for (int i = 0; i < n_both; i++)
-    sets[i] = both[i];
-  for (int i = 0; i < n_serial; i++)
-    sets[n_both + i] = serial[i];
-  if (compile(&p, 1, sets, n_both + n_serial))
+  static struct serial_run serial;
+  if (serial_train(0, &serial))
     return;
-  struct trainer t;
-  if (trainer_open(&t, &p, NULL, err, sizeof err) != TRAIN_OK) {
-    CHECK_MSG(0, "%s", err);
-    return;
-  }
-  real *serial_initial = packed_serial(&t.model);
-  CHECK_MSG(memcmp(serial_initial, initial, n_logical * sizeof(real)) == 0,
+  CHECK_MSG(memcmp(serial.initial, initial, n_logical * sizeof(real)) == 0,
             "initial parameters differ from the serial run's");
-  double worst_loss = 0, worst_norm = 0;
-  for (long long s = 0; s < p.train.steps; s++) {
-    struct train_step_stats st;
-    CHECK_MSG(trainer_step(&t, &st, err, sizeof err) == 0, "%s", err);
-    double el = rel(parallel_stats[s].loss, st.loss), en = rel(parallel_stats[s].grad_norm, st.grad_norm);
-    worst_loss = el > worst_loss ? el : worst_loss;
-    worst_norm = en > worst_norm ? en : worst_norm;
-    CHECK_MSG(el <= rel_tol, "step %lld: loss %.9g, serial %.9g", s, parallel_stats[s].loss, st.loss);
-    CHECK_MSG(en <= rel_tol, "step %lld: grad norm %.9g, serial %.9g", s, parallel_stats[s].grad_norm,
-              st.grad_norm);
+  printf("initial parameters bitwise equal to the serial run's\n");
+  hold_to("parallel run against the serial run", parallel_stats, &parallel_eval, final, &serial);
+  /* float64: the serial run with another micro-batch size (1, or 2 when the plan's is 1) agrees
+   * with it at the same 1e-10. In fp32 the two differ by rounding of the accumulation as much
+   * as two layouts do, which the test above already bounds. */
+  if (REAL_IS_DOUBLE) {
+    static struct serial_run other;
+    if (serial_train(serial.micro > 1 ? 1 : 2, &other) == 0) {
+      char what[96];
+      snprintf(what, sizeof what, "serial run with micro %d against micro %d", other.micro, serial.micro);
+      hold_to(what, other.stats, &other.eval, other.final, &serial);
+      serial_run_free(&other);
+    }
   }
-  struct train_eval_stats e;
-  trainer_eval(&t, &e);
-  CHECK_MSG(rel(parallel_eval.val_loss, e.val_loss) <= rel_tol, "val loss %.9g, serial %.9g",
-            parallel_eval.val_loss, e.val_loss);
-  CHECK(parallel_eval.accuracy == e.accuracy && parallel_eval.n_problems == e.n_problems);
-  real *serial_final = packed_serial(&t.model);
-  double max_rel, l2_rel;
-  compare(final, serial_final, n_logical, &max_rel, &l2_rel);
-  CHECK_MSG(max_rel <= rel_tol, "final parameters: max |parallel − serial| / max |serial| = %.3g", max_rel);
-  printf("%lld steps: initial parameters bitwise equal; worst relative error: loss %.3g, grad norm "
-         "%.3g, val loss %.3g; accuracy %.4f both; final parameters: max |diff| / max |p| = %.3g, "
-         "relative L2 %.3g\n", p.train.steps, worst_loss, worst_norm, rel(parallel_eval.val_loss, e.val_loss),
-         e.accuracy, max_rel, l2_rel);
-  free(serial_initial);
-  free(serial_final);
-  trainer_close(&t);
-  plan_free(&p);
+  serial_run_free(&serial);
 }
 
 int main(int argc, char **argv)
