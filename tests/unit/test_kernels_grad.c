@@ -1,23 +1,28 @@
 /* Every backward kernel against central finite differences of its own forward.
  * The objective is L = Σ out ⊙ R for a fixed random R (or the weighted loss sum for
- * cross-entropy); each element of each input and parameter is nudged by ±FD_EPS and
- * (L+ − L−) / (x+ − x−) is compared with the analytic gradient.
- * Tolerance: with FD_EPS = 1e-2, real rounding of the outputs contributes about
- * 1e-7 · |out| / 2e-2 ≈ 1e-5 and the truncation error (FD_EPS² / 6) · L''' about 2e-5; the
- * largest deviation seen on these cases is ~1e-5, so |analytic − fd| ≤ 1e-4 + 1e-3 · |fd|
- * passes a correct kernel with a 10x margin, while a missing or wrong term (its size is that
- * of a gradient, 1e-2..1 with inputs in [−1, 1]) fails it. Parameter gradients start from
- * random values and must grow by exactly the gradient (+=); activation gradients start from
- * 1e3 garbage and must be overwritten (=). */
+ * cross-entropy); each element of each input and parameter is nudged by ±h (FD_EPS) and
+ * (L+ − L−) / (x+ − x−) is compared with the analytic gradient: |analytic − fd| ≤ FD_ABS_TOL +
+ * FD_REL_TOL · |fd|. The finite difference carries two errors: truncation, (h² / 6) · L''', and
+ * rounding, ≈ u · S / (2h), with u the unit roundoff of the outputs and S = Σ |out ⊙ R| over the
+ * outputs the nudged element moves (the others round alike in L+ and L− and cancel): S ≈ 1..10.
+ *   fp32, h = 1e-2: rounding 6e-8 · ~5 / 2e-2 ≈ 1e-5, truncation 1.7e-5 · L''' ≲ 2e-5; bound
+ *     1e-4 + 1e-3 · |fd|. The largest deviation seen is 1.5e-5 (a tenth of the bound).
+ *   float64, h = 1e-5 (near the optimum (3u·S / L''')^(1/3)): rounding 1.1e-16 · ~5 / 2e-5 ≈
+ *     3e-11, truncation 1.7e-11 · L''' ≲ 2e-10 (attention, inputs up to ±2); bound 2e-9 + 1e-8 ·
+ *     |fd|. The largest deviation seen is 2.5e-10 (an eighth of the bound).
+ * A missing or wrong term has the size of a gradient (1e-3..1 with these inputs) and fails
+ * either bound by orders of magnitude. Parameter gradients start from random values and must
+ * grow by exactly the gradient (+=); activation gradients start from 1e3 garbage and must be
+ * overwritten (=). */
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "check.h"
 #include "kernels.h"
 
-#define FD_EPS 1e-2f
-#define FD_ABS_TOL 1e-4
-#define FD_REL_TOL 1e-3
+#define FD_EPS TOL(1e-2f, 1e-5)
+#define FD_ABS_TOL TOL(1e-4, 2e-9)
+#define FD_REL_TOL TOL(1e-3, 1e-8)
 #define GARBAGE 1e3f
 
 static real rnd(uint32_t *state) /* xorshift32, uniform in [-1, 1) */
@@ -124,7 +129,8 @@ static void rmsnorm_backward_matches_finite_differences(void)
   rmsnorm_backward(dx, dg, c.R, c.x, c.g, c.rstd, RMS_BT, RMS_C);
   check_grad("rmsnorm dinp", c.x, n, dx, NULL, rms_objective, &c);
   check_grad("rmsnorm dweight", c.g, RMS_C, dg, base, rms_objective, &c);
-  /* dinp may equal dout. */
+  /* dinp may equal dout: each row reads dout before it writes dinp, the same operations in
+   * the same order, so bitwise the same. */
   real *inplace = malloc(n * sizeof(real));
   memcpy(inplace, c.R, n * sizeof(real));
   memcpy(dg, base, RMS_C * sizeof(real));
@@ -156,7 +162,7 @@ static void linear_backward_matches_finite_differences(void)
   linear_backward(dx, dw, c.R, c.x, c.w, LIN_BT, LIN_IC, LIN_OC);
   check_grad("linear dinp", c.x, nx, dx, NULL, lin_objective, &c);
   check_grad("linear dweight", c.w, nw, dw, base, lin_objective, &c);
-  /* dinp NULL: only dweight, the same values. */
+  /* dinp NULL: only dweight, bitwise the same values (the same gemm call on the same data). */
   real *dw2 = malloc(nw * sizeof(real));
   memcpy(dw2, base, nw * sizeof(real));
   linear_backward(NULL, dw2, c.R, c.x, c.w, LIN_BT, LIN_IC, LIN_OC);
@@ -188,7 +194,7 @@ static void rope_backward_matches_finite_differences(void)
   real *inplace = malloc(ROPE_N * sizeof(real));
   memcpy(inplace, c.R, ROPE_N * sizeof(real));
   rope_backward(inplace, inplace, cos_t, sin_t, ROPE_B, ROPE_T, ROPE_NHX, ROPE_HS);
-  CHECK(memcmp(inplace, dx, ROPE_N * sizeof(real)) == 0);
+  CHECK(memcmp(inplace, dx, ROPE_N * sizeof(real)) == 0); /* in place: the same operations */
   free(c.out); free(c.x); free(c.R); free(dx); free(inplace);
 }
 
@@ -316,8 +322,8 @@ static void crossentropy_backward_matches_finite_differences(void)
   for (int i = 0; i < CE_VP; i++) zero_where_expected &= dlogits[1 * CE_VP + i] == 0.0f;
   for (int bt = 0; bt < CE_BT; bt++)
     for (int i = CE_V; i < CE_VP; i++) zero_where_expected &= dlogits[bt * CE_VP + i] == 0.0f;
-  CHECK(zero_where_expected);
-  /* dlogits may equal probs. */
+  CHECK(zero_where_expected); /* exactly 0: written as 0, never computed */
+  /* dlogits may equal probs: element-wise, the same operations, so bitwise the same. */
   crossentropy_backward(c.probs, c.probs, targets, c.scale, CE_BT, CE_V, CE_VP);
   CHECK(memcmp(c.probs, dlogits, n * sizeof(real)) == 0);
   free(c.losses); free(c.probs); free(c.logits); free(dlogits);
