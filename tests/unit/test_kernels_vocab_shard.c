@@ -83,14 +83,18 @@ static void copy_columns(real *dst, const real *src, int v0, int Vl, int Vp)
     memcpy(dst + (size_t)bt * Vl, src + (size_t)bt * Vp + v0, (size_t)Vl * sizeof(real));
 }
 
-/* Tolerances, in units of U = 2^-24 (real rounding). The shard path rounds each shard's Σ exp to
- * real (stats is real: the allreduce payload) and adds tp of them in real, where
- * crossentropy_forward keeps Σ in double: Σ is off by up to tp·U relative, so the loss by up to
- * ~tp·U absolute (log Σ), however small the loss, and each prob by (tp + 4)·U relative (Σ, the
- * two casts of 1/Σ, the two products). The bounds take twice those. With Σ in real a loss of
- * 0.01 can be 1e-5 off relatively and a prob near 1 two ulps (1.2e-7) off: the test's seeds
- * happen to stay under "relative 1e-6, absolute 1e-7", most other seeds do not. */
-#define U 5.9604644775390625e-8 /* 2^-24 */
+/* Tolerances, in units of U = REAL_U (real rounding: 2^-24 in fp32, 2^-53 in float64). The shard
+ * path rounds each shard's Σ exp to real (stats is real: the allreduce payload) and adds tp of
+ * them in real, where crossentropy_forward keeps Σ in double: Σ is off by up to tp·U relative,
+ * so the loss by up to ~tp·U absolute (log Σ), however small the loss, and each prob by
+ * (tp + 4)·U relative (Σ, the two casts of 1/Σ, the two products); each loss is also rounded to
+ * real once on each path (U·|loss| each). Both paths sum ≤ V exps in double, ≤ V·DOUBLE_U
+ * relative each (SUM_U: nothing in fp32, as much as the rest in float64). The bounds take twice
+ * those. With Σ in real a loss of 0.01 can be 1e-5 off relatively and a prob near 1 two ulps
+ * (1.2e-7) off: the test's seeds happen to stay under "relative 1e-6, absolute 1e-7", most
+ * other seeds do not. A wrong reduction is off by O(1) (the teeth below). */
+#define U REAL_U
+#define SUM_U(V) (2 * (V) * DOUBLE_U)
 static double max_loss_rel, max_loss_abs; /* measured maxima over all cases, printed at the end */
 static double max_prob_err, max_prob_rel, max_dlogit_err;
 
@@ -162,8 +166,8 @@ static void crossentropy_shards_match_full_vocabulary(void)
         double err = fabs((double)l - lf), rel = err / fabs((double)lf);
         if (rel > max_loss_rel) max_loss_rel = rel;
         if (err > max_loss_abs) max_loss_abs = err;
-        CHECK_MSG(err <= 1e-6 * fabs((double)lf) + tp * 2 * U, "case %d row %d: loss %.9g vs "
-                  "%.9g (rel %.3g)", ci, bt, l, lf, rel);
+        CHECK_MSG(err <= 2 * (2 * U * fabs((double)lf) + tp * U + SUM_U(V)) + 16 * DOUBLE_U,
+                  "case %d row %d: loss %.17g vs %.17g (rel %.3g)", ci, bt, l, lf, rel);
       }
     for (int r = 0; r < tp; r++) {
       const int v0 = r * Vl, valid = shard_valid(V, v0, Vl);
@@ -177,12 +181,13 @@ static void crossentropy_shards_match_full_vocabulary(void)
           double err = fabs((double)p - pf);
           if (err > max_prob_err) max_prob_err = err;
           if (pf > 0.0f && err / pf > max_prob_rel) max_prob_rel = err / pf;
-          CHECK_MSG(err <= (tp + 4) * 2 * U * pf, "case %d shard %d [%d, %d]: prob %.9g vs %.9g",
-                    ci, r, bt, v0 + i, p, pf);
+          CHECK_MSG(err <= 2 * ((tp + 4) * U + SUM_U(V)) * pf, "case %d shard %d [%d, %d]: prob "
+                    "%.17g vs %.17g", ci, r, bt, v0 + i, p, pf);
         }
     }
 
-    /* 2. backward: on the same probabilities exactly, on the shard's own probs within bounds. */
+    /* 2. backward: on the same probabilities exactly (the same element-wise operations on the
+     * same numbers), on the shard's own probs within bounds. */
     const real scale = 1.0f / (BT - 2); /* two rows are ignored */
     crossentropy_backward(dlogits_full, probs_full, targets, scale, BT, V, Vp);
     for (int r = 0; r < tp; r++) {
@@ -205,7 +210,7 @@ static void crossentropy_shards_match_full_vocabulary(void)
           double err = fabs((double)d - df);
           if (err > max_dlogit_err) max_dlogit_err = err;
           double pf = probs_full[bt * Vp + v0 + i];
-          CHECK_MSG(err <= scale * (tp + 4) * 2 * U * pf + 2 * U * fabs((double)df),
+          CHECK_MSG(err <= scale * 2 * ((tp + 4) * U + SUM_U(V)) * pf + 2 * U * fabs((double)df),
                     "case %d shard %d [%d, %d]: dlogit %.9g vs %.9g", ci, r, bt,
                     v0 + i, d, df);
         }
@@ -230,8 +235,9 @@ static void crossentropy_shards_match_full_vocabulary(void)
     free(dlogits);
     free(probs_slice);
   }
-  printf("max errors: loss rel %.3g (abs %.3g), prob abs %.3g (rel %.3g), dlogit abs %.3g\n",
-         max_loss_rel, max_loss_abs, max_prob_err, max_prob_rel, max_dlogit_err);
+  printf("max errors: loss rel %.3g (abs %.3g = %.3g U), prob abs %.3g (rel %.3g = %.3g U), "
+         "dlogit abs %.3g\n", max_loss_rel, max_loss_abs, max_loss_abs / U, max_prob_err,
+         max_prob_rel, max_prob_rel / U, max_dlogit_err);
 }
 
 static void encoder_shards_match_full_table(void)
@@ -256,7 +262,8 @@ static void encoder_shards_match_full_table(void)
     for (int i = 0; i < Vp * C; i++) dwte_init[i] = dwte_full[i] = rnd(&s);
     for (int i = 0; i < BT * C; i++) dout[i] = rnd(&s);
 
-    /* 3a. forward: each shard fills its own tokens' rows and zeros; the sum is the full. */
+    /* 3a. forward: each shard fills its own tokens' rows and zeros; the sum is the full.
+     * Bitwise: copies, and x + 0 = x. */
     encoder_forward(out_full, tokens, wte, BT, C);
     memset(out_sum, 0, sizeof out_sum);
     for (int r = 0; r < tp; r++) {
@@ -275,7 +282,8 @@ static void encoder_shards_match_full_table(void)
     }
     CHECK_MSG(memcmp(out_sum, out_full, sizeof out_sum) == 0, "case %d: Σ shards ≠ full", ci);
 
-    /* 3b. backward: each shard accumulates exactly its rows of the full gradient. */
+    /* 3b. backward: each shard accumulates exactly its rows of the full gradient (bitwise: the
+     * same additions into the same rows in the same token order). */
     encoder_backward(dwte_full, dout, tokens, BT, C);
     for (int r = 0; r < tp; r++) {
       const int v0 = r * Vl;
