@@ -47,10 +47,21 @@ static void randomize(struct model *m)
   }
 }
 
-/* Finite differences in fp32 with h = 3e-3 are good to about 1e-5 absolute and 0.5% here. */
+/* Central differences of the mean loss (L ≈ 3): truncation (h² / 6) · L''' (L''' reaches ~200
+ * here, weights ~0.3), rounding ≈ k · u · L / (2h), k a few roundings of the loss that do not
+ * cancel between L+ and L−.
+ *   fp32, h = 3e-3: rounding 6e-8 · 3 / 6e-3 · k ≈ 3e-5 · k, truncation 1.5e-6 · L''' (1e-4 on
+ *     the largest gradients); bound 1e-4 + 1e-2 · |fd|. Seen: up to 6.5e-5 where |fd| < 0.01,
+ *     0.46 of the bound at worst.
+ *   float64, h = 3e-6 (near the optimum (3 k u L / L''')^(1/3)): truncation 1.5e-12 · 200 =
+ *     3e-10, rounding 1.1e-16 · 3 / 6e-6 · k ≈ 5e-11 · k; bound 2e-9 + 1e-8 · |fd|. Seen: 4.2e-10,
+ *     0.11 of the bound at worst.
+ * A wrong term is the size of a gradient (1e-3..1): a_corrupted_gradient_is_detected shows 5%
+ * off is refused. */
+#define FD_H TOL(3e-3f, 3e-6)
 static double tolerance(double fd)
 {
-  return 1e-4 + 1e-2 * fabs(fd);
+  return TOL(1e-4 + 1e-2 * fabs(fd), 2e-9 + 1e-8 * fabs(fd));
 }
 
 struct problem {
@@ -84,10 +95,10 @@ static int check_gradients(double dropout, int tie, int vocab_padded, const char
 
   model_zero_grads(&m);
   double loss0 = loss_of(&m, &a, &pr);
-  model_backward(&m, &a, pr.targets, 1.0f / (B * T));
+  model_backward(&m, &a, pr.targets, (real)1 / (B * T)); /* 1/12 in real, as loss_of divides */
   CHECK(isfinite(loss0) && loss0 > 0.5);
 
-  const real h = 3e-3f;
+  const real h = FD_H;
   int n_bad = 0, n_checked = 0;
   double worst = 0.0;
   for (int i = 0; i < m.n_params; i++) {
@@ -164,7 +175,7 @@ static void a_corrupted_gradient_is_detected(void)
   uint64_t samples[B] = { 1, 2 };
   struct model_dropout d = { 0.5f, 1, 1, samples };
   CHECK(model_forward(&m, &a, tokens, targets, &d, B, T) == l0);
-  const real h = 3e-3f;
+  const real h = FD_H;
   real *w = &m.layers[1].wup[17], saved = *w;
   *w = saved + h;
   double up = model_forward(&m, &a, tokens, targets, NULL, B, T);
