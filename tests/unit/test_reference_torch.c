@@ -2,12 +2,15 @@
  * written from the Hugging Face Llama equations): tests/golden/llama_ref_plan.lua loads the
  * reference's initial weights and token file and trains 8 steps; every step's loss, pre-clip
  * gradient norm and learning rate, and the final weights, must agree with the golden files to
- * fp32 accuracy. */
+ * fp32 accuracy — and, in the float64 build, to float64 accuracy: both sides then compute in
+ * float64 from the same fp32 initial weights and tokens. The final weights are stored F32, so
+ * there the float64 build's weights must round to them, element by element. */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
 #include "io/safetensors.h"
 #include "plan/compile.h"
 #include "runtime/train.h"
+#include "runtime_fixture.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -77,8 +80,14 @@ static void eight_steps_match_the_pytorch_reference(void)
   for (int s = 0; s < STEPS; s++) {
     struct train_step_stats st;
     CHECK(trainer_step(&t, &st, err, sizeof err) == 0);
-    CHECK_NEAR(st.loss, want[s].loss, 2e-6 * want[s].loss);
-    CHECK_NEAR(st.grad_norm, want[s].grad_norm, 2e-6 * want[s].grad_norm);
+    /* Relative bounds. fp32: the loss and the norm come through two layers of ≤ 64-term fp32
+     * sums, ~sqrt(64) · few · 6e-8 ≲ 1e-6 relative, 8 steps of AdamW keep it relative: 2e-6
+     * (seen: 1.3e-8 loss, 1.8e-7 norm). float64: the same with u = 1.1e-16 on both sides:
+     * ≲ 1e-14, bound 1e-12 (seen: 6e-16). A wrong term or step moves them by ≥ 1e-4. The lr is
+     * double arithmetic on both sides (a few roundings of 1e-2): 1e-15 absolute. */
+    const double rel = TOL(2e-6, 1e-12);
+    CHECK_NEAR(st.loss, want[s].loss, rel * want[s].loss);
+    CHECK_NEAR(st.grad_norm, want[s].grad_norm, rel * want[s].grad_norm);
     CHECK_NEAR(st.lr, want[s].lr, 1e-15);
     printf("step %d: loss %.9f (reference %.9f), grad norm %.7f (reference %.7f)\n", s, st.loss,
            want[s].loss, st.grad_norm, want[s].grad_norm);
@@ -86,7 +95,18 @@ static void eight_steps_match_the_pytorch_reference(void)
 
   struct st_file f;
   CHECK_MSG(st_open(&f, "tests/golden/llama_ref_final.safetensors", err, sizeof err) == 0, "%s", err);
-  double worst = 0.0;
+  /* Final weights, per tensor. fp32: relative L2 ‖tycho − reference‖ / ‖reference‖ ≤ 1e-5. The
+   * gradients are good to ~1e-6 relative (the norm agrees to 2e-7); AdamW's update carries that
+   * relative error into steps of size ≤ lr, which add up to Σ lr = 0.052 over the 8 steps;
+   * against weights of rms ≥ 0.02 that is ≤ 3e-6 relative; bound 1e-5 (seen: 5e-7). This was
+   * max |tycho − reference| < 2e-5: Adam turns the rounding of a near-zero gradient into a
+   * whole step of lr (1e-2), so one element may move a whole step while the tensor agrees; the
+   * relative L2 does not hinge on one element. float64: every element within FP32_U · |ref| +
+   * 1e-12 · |ref| of the file: the file is the float64 reference rounded to fp32 (≤ 2^-24
+   * relative), and float64 against float64 adds ~1e-15 (seen: no element rounds to another
+   * fp32 number). A wrong update (decay on gains, no bias correction) moves weights by ≥ 1e-2
+   * relative. */
+  double worst = 0.0, worst_abs = 0.0;
   for (int i = 0; i < t.model.n_params; i++) {
     const struct model_param *mp = &t.model.params[i];
     const struct st_tensor *ref = st_find(&f, mp->name);
@@ -96,16 +116,25 @@ static void eight_steps_match_the_pytorch_reference(void)
     real *w = malloc(ref->n_elems * sizeof(real));
     CHECK(st_read_real(&f, ref, w, ref->n_elems, err, sizeof err) == 0);
     double max_diff = 0.0;
+    size_t n_far = 0;
     for (size_t e = 0; e < ref->n_elems; e++) {
       double d = fabs((double)mp->data[e] - w[e]);
       max_diff = d > max_diff ? d : max_diff;
+      n_far += !(d <= (FP32_U + 1e-12) * fabs((double)w[e]));
     }
-    worst = max_diff > worst ? max_diff : worst;
-    /* Measured 1.5e-6 (fp32 against fp64 after 8 Adam steps of ~1e-2 each). */
-    CHECK_MSG(max_diff < 2e-5, "%s: max |tycho − reference| = %.3g", mp->name, max_diff);
+    double rel_l2 = fixture_rel_l2(mp->data, w, ref->n_elems);
+    worst = rel_l2 > worst ? rel_l2 : worst;
+    worst_abs = max_diff > worst_abs ? max_diff : worst_abs;
+#if REAL_IS_DOUBLE
+    CHECK_MSG(n_far == 0, "%s: %zu elements are not the reference to fp32 rounding", mp->name, n_far);
+#else
+    (void)n_far;
+    CHECK_MSG(rel_l2 <= 1e-5, "%s: relative L2 |tycho − reference| = %.3g", mp->name, rel_l2);
+#endif
     free(w);
   }
-  printf("final weights: max |tycho − reference| = %.3g\n", worst);
+  printf("final weights: relative L2 |tycho − reference| ≤ %.3g per tensor, max |diff| %.3g\n",
+         worst, worst_abs);
   st_close(&f);
   trainer_close(&t);
   plan_free(&p);
