@@ -2,7 +2,10 @@
  * a mesh, against values every rank can compute for every other (rank r contributes
  * r·1000 + i at element i), plus hand-written tables for tp2×dp2 and tp2×dp2×pp2; the mesh
  * groups equal mesh_group_members; the counters hold exactly the calls and bytes issued; many
- * operations in flight at once on several groups, pipeline sends both ways included, finish.
+ * operations in flight at once on several groups, pipeline sends both ways included, finish;
+ * COMM_REAL carries the build's type. Every value is an integer (or, for COMM_REAL, a number
+ * with few significant bits), so every sum is exact in any order and the comparisons are
+ * bitwise.
  *
  * Usage: mpi_collectives TP DP PP [ORDER]   (ORDER like "tp,dp,pp", fastest-varying first) */
 #define _POSIX_C_SOURCE 200809L
@@ -302,6 +305,36 @@ static void test_many_in_flight_across_groups(void)
   free(bwd_in);
 }
 
+/* COMM_REAL, the type the runtime sends (fp32, or fp64 in the float64 build), on every group:
+ * rank r contributes 1 + i + r·2^-40 (2^-12 in fp32), which an fp32 message could not carry in
+ * the float64 build. Every sum has ≤ 49 significant bits (≤ 21 in fp32), so it is exact in any
+ * order and the comparisons are bitwise. */
+static void test_real_all_reduce_and_all_gather_carry_the_build_type(void)
+{
+  const real eps = REAL_IS_DOUBLE ? (real)0x1p-40 : (real)0x1p-12;
+  for (int k = 0; k < 4; k++) {
+    struct comm_group *g = group_at(k);
+    real x[N], y[N], *all = malloc((size_t)g->size * N * sizeof *all);
+    for (int i = 0; i < N; i++) x[i] = (real)(1 + i) + (real)rank * eps;
+    CHECK(comm_all_reduce(g, x, y, N, COMM_REAL, COMM_SUM, NULL) == 0);
+    CHECK(comm_all_gather(g, x, all, N, COMM_REAL, NULL) == 0);
+    expect(k, COMM_ALL_REDUCE, sizeof x);
+    expect(k, COMM_ALL_GATHER, (size_t)g->size * sizeof x);
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+      real want = 0;
+      for (int j = 0; j < g->size; j++) {
+        real mine = (real)(1 + i) + (real)g->ranks[j] * eps;
+        want += mine;
+        bad += all[(size_t)j * N + i] != mine;
+      }
+      bad += y[i] != want;
+    }
+    CHECK_MSG(bad == 0, "rank %d %s: %d %s elements differ", rank, g->name, bad, REAL_NAME);
+    free(all);
+  }
+}
+
 static void test_counters_are_exact(void)
 {
   for (int k = 0; k < 4; k++)
@@ -353,7 +386,8 @@ int main(int argc, char **argv)
   static const struct test_case tests[] = {
     TEST(test_mesh_groups_equal_mesh_members), TEST(test_all_reduce_matches_hand_table),
     TEST(test_every_op_on_every_group_blocking), TEST(test_every_op_on_every_group_non_blocking),
-    TEST(test_many_in_flight_across_groups), TEST(test_counters_are_exact),
+    TEST(test_many_in_flight_across_groups), TEST(test_real_all_reduce_and_all_gather_carry_the_build_type),
+    TEST(test_counters_are_exact),
   };
   int status = mpi_test_run_all(tests, (int)(sizeof tests / sizeof tests[0]));
   if (comm_finalize(err, sizeof err))
