@@ -1,5 +1,6 @@
 /* Every tensor-parallel layout conversion (runtime/tp.h) against the unsharded tensor, on a TP
- * group of all ranks. A (B, T, X) tensor of small integers (so every sum is exact) is put in
+ * group of all ranks. A (B, T, X) tensor of small multiples of 1/4 (so every sum, in real or in
+ * double, is exact in any order, and the comparisons are bitwise in both builds) is put in
  * each layout — R: the whole on every rank; P: parts that sum to it; S(seq): this rank's
  * positions; S(feat): this rank's columns — and converted into every layout tp_convert_op
  * allows; the result must be, bit for bit, the target layout's form of the same tensor (R → P
@@ -148,6 +149,8 @@ static void test_kv_expansion_and_its_adjoint(void)
   for (size_t i = 0; i < n_kv; i++) rhs += (double)x[i] * g[i];
   double lhs_all;
   MPI_Allreduce(&lhs, &lhs_all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  /* Exactly equal: products of multiples of 1/4 (|x| ≤ 9) and small integers, summed in real
+   * and in double, are all exact, whatever order each side sums in. */
   CHECK_MSG(lhs_all == rhs, "adjoint: sum of <expand(x), y> = %.17g, <x, sum of expand_backward(y)> = %.17g",
             lhs_all, rhs);
   if (rank == 0)
