@@ -61,11 +61,10 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   double model_fwd_per_token = L * layer_fwd + plan_head_flops(p);
   for (int s = 0; s < S; s++) {
     const struct plan_stage *st = &p->stages[s];
-    double f = st->n_layers * layer_fwd + (st->has_head ? plan_head_flops(p) : 0), r = 0;
-    for (int l = st->first_layer; st->first_layer >= 0 && l < st->first_layer + st->n_layers; l++) {
-      r += plan_recompute_flops(&lf, p->layers[l].recompute);
+    const struct plan_stage_flops sf = plan_stage_flops(p, s);
+    const double f = sf.forward, r = sf.recompute;
+    for (int l = st->first_layer; st->first_layer >= 0 && l < st->first_layer + st->n_layers; l++)
       stage_of_layer[l + 1] = s;
-    }
     if (st->has_embed)
       stage_of_layer[0] = s;
     if (st->has_head)

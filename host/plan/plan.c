@@ -166,6 +166,25 @@ double plan_recompute_flops(const struct plan_layer_flops *lf, uint8_t mask)
   return f;
 }
 
+struct plan_stage_flops plan_stage_flops(const struct plan *p, int s)
+{
+  const struct plan_stage *st = &p->stages[s];
+  const struct plan_layer_flops lf = plan_layer_flops(p);
+  struct plan_stage_flops f = { st->n_layers * (lf.attn_proj + lf.attn_core + lf.mlp), 0.0 };
+  if (st->has_head)
+    f.forward += plan_head_flops(p);
+  for (int l = st->first_layer; st->first_layer >= 0 && l < st->first_layer + st->n_layers; l++)
+    f.recompute += plan_recompute_flops(&lf, p->layers[l].recompute);
+  return f;
+}
+
+double plan_stage_micro_batch_flops(const struct plan *p, int s, int backward)
+{
+  const struct plan_stage_flops f = plan_stage_flops(p, s);
+  const double tokens = (double)p->batch.micro * p->batch.seq / p->mesh.tp;
+  return tokens * (backward ? 2.0 * f.forward + f.recompute : f.forward);
+}
+
 double plan_dtype_bytes(enum plan_dtype d)
 {
   return d == PLAN_FP32 ? 4.0 : 2.0;

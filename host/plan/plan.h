@@ -111,7 +111,11 @@ struct plan {
   struct { char path[PLAN_PATH_MAX]; int every; } export_;
   struct { long long steps; int eval_every, eval_batches; } train;
   struct { char dir[PLAN_PATH_MAX]; int every, keep, async; } checkpoint;
-  struct { int every; char metrics[PLAN_PATH_MAX], trace[PLAN_PATH_MAX]; } log;
+  struct {
+    int every;
+    char metrics[PLAN_PATH_MAX], trace[PLAN_PATH_MAX];
+    int trace_steps; /* the trace holds the run's first trace_steps steps */
+  } log;
 
   int n_locs, cap_locs;
   struct plan_loc *locs;
@@ -154,6 +158,14 @@ double plan_head_flops(const struct plan *p); /* the LM head: 2 · dim · vocab 
 /* What recomputing the parts in `mask` costs per token (the whole attention block includes its
  * core; norms and SwiGLU are free). */
 double plan_recompute_flops(const struct plan_layer_flops *lf, uint8_t mask);
+/* Forward FLOPs per token of pipeline stage s (its layers and, on the last, the head) and what
+ * its recompute policy adds in backward, for the whole tp group (divide by tp for a rank). The
+ * one count behind the schedule's costs, the step-time model and the trace's compute spans. */
+struct plan_stage_flops { double forward, recompute; };
+struct plan_stage_flops plan_stage_flops(const struct plan *p, int s);
+/* FLOPs of one micro-batch (batch.micro × batch.seq tokens) through stage s on one rank of its
+ * tp group: the forward, or the backward (twice the forward plus what recompute reruns). */
+double plan_stage_micro_batch_flops(const struct plan *p, int s, int backward);
 /* Bytes of one element of a dtype: 4 for fp32, 2 for bf16 and fp16. */
 double plan_dtype_bytes(enum plan_dtype d);
 

@@ -1,6 +1,6 @@
 /* sched_from_plan (sched.h): the schedule a compiled plan asks for, with per-stage costs from
  * forward FLOPs per token so that uneven stages (and the LM head's extra work) show in the
- * simulated bubble. The FLOP counts are the plan's own (plan_layer_flops), the same that
+ * simulated bubble. The FLOP counts are the plan's own (plan_stage_flops), the same that
  * "balanced" stages use. */
 #include "sched.h"
 
@@ -28,15 +28,14 @@ int sched_from_plan(const struct plan *p, struct sched *out, char *err, size_t n
     errf(err, n, "schedule: out of memory");
     return SCHED_NOMEM;
   }
-  struct plan_layer_flops lf = plan_layer_flops(p);
-  double per_layer = lf.attn_proj + lf.attn_core + lf.mlp, total = 0;
+  double total = 0;
   for (int s = 0; s < S; s++) {
     const struct plan_stage *st = &p->stages[s];
-    fwd_flops[s] = st->n_layers * per_layer + (st->has_head ? plan_head_flops(p) : 0);
-    for (int l = st->first_layer; st->first_layer >= 0 && l < st->first_layer + st->n_layers; l++) {
-      rc_flops[s] += plan_recompute_flops(&lf, p->layers[l].recompute);
+    const struct plan_stage_flops f = plan_stage_flops(p, s);
+    fwd_flops[s] = f.forward;
+    rc_flops[s] = f.recompute;
+    for (int l = st->first_layer; st->first_layer >= 0 && l < st->first_layer + st->n_layers; l++)
       recompute[s] |= p->layers[l].recompute != 0;
-    }
     total += fwd_flops[s];
   }
   int rc = sched_build(out, p->schedule, p->mesh.pp, p->batch.microbatches, p->virtual_stages, recompute, err, n);
