@@ -19,7 +19,7 @@ set(TYCHO_MPI_ENV
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
   OMPI_MCA_btl=self,vader OMPI_MCA_mpi_yield_when_idle=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1)
 
-foreach(name mpi_collectives mpi_overlap mpi_errors mpi_watchdog mpi_dp_equiv mpi_tp_convert)
+foreach(name mpi_collectives mpi_overlap mpi_errors mpi_watchdog mpi_dp_equiv mpi_tp_convert mpi_trace)
   add_executable(${name} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${name}.c)
   target_include_directories(${name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/unit ${CMAKE_CURRENT_SOURCE_DIR}/mpi)
   target_compile_options(${name} PRIVATE ${TYCHO_WARNINGS})
@@ -156,6 +156,18 @@ tycho_tp_equiv(pp2_recompute_full 2 dp_small.lua --set mesh.pp=2 --set recompute
 tycho_tp_equiv(pp2_recompute_selective 2 dp_small.lua --set mesh.pp=2 --set recompute=attn_core,mlp_act)
 tycho_tp_equiv(pp2_dp2_zero1 4 dp_small.lua --set mesh.pp=2 --set zero=1)
 tycho_tp_equiv(tp2_pp2_dp2_zero1 8 dp_small.lua --set mesh.tp=2 --set mesh.pp=2 --set zero=1)
+
+# log.trace of a tp 2 × pp 2 run (1F1B and interleaved): spans where the schedule says, the
+# first trace_steps steps only, every collective with its group, bytes and seq.
+tycho_mpi_test(mpi_trace.tp2_pp2_1f1b 4 COMMAND $<TARGET_FILE:mpi_trace> ${PROJECT_SOURCE_DIR}/tests/plans/good/dp_small.lua
+  ${CMAKE_CURRENT_BINARY_DIR}/mpi_trace_tp2_pp2_1f1b.json --set mesh.tp=2 --set mesh.pp=2 --set train.steps=3
+  --set log.trace_steps=2 --set train.eval_every=1)
+tycho_mpi_test(mpi_trace.pp2_interleaved_dp2 4 COMMAND $<TARGET_FILE:mpi_trace> ${PROJECT_SOURCE_DIR}/tests/plans/good/dp_small.lua
+  ${CMAKE_CURRENT_BINARY_DIR}/mpi_trace_pp2_interleaved.json --set mesh.pp=2 --set virtual_stages=2
+  --set schedule.kind=interleaved --set model.n_layers=4 --set train.steps=3 --set log.trace_steps=2
+  --set train.eval_every=1)
+tycho_mpi_test(mpi_trace.serial 1 COMMAND $<TARGET_FILE:mpi_trace> ${PROJECT_SOURCE_DIR}/tests/plans/good/dp_small.lua
+  ${CMAKE_CURRENT_BINARY_DIR}/mpi_trace_serial.json --set train.steps=3 --set log.trace_steps=2 --set train.eval_every=1)
 
 # The memory bill `tycho check` predicts against the per-rank memory records of `tycho run`.
 function(tycho_bill name ranks plan)

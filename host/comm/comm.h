@@ -150,18 +150,27 @@ void comm_counters_reset(void); /* all groups, all ops; sequence numbers go on *
 uint64_t comm_group_seq(const struct comm_group *g); /* collectives issued on g so far */
 /* Copies the last (up to) max records, oldest first; returns how many. */
 int comm_records(struct comm_record *out, int max);
+/* Grows the flight recorder's rings (records and trace spans) to at least `capacity` each,
+ * keeping what they hold; 0, or -1 when out of memory (the old rings stay). */
+int comm_reserve_records(int capacity);
 
 /* Checks and limits. */
 void comm_set_check(int on);           /* cross-check (seq, op, n_bytes) before each collective */
 void comm_set_timeout(double seconds); /* watchdog; 0 disables */
 
 /* Trace. comm_now is the clock of the records; comm_trace_span adds a span of the caller's
- * (e.g. "compute") to the trace. comm_trace_write gathers every rank's records and spans and
- * rank 0 writes one Chrome trace-event JSON file (open it in Perfetto): one process per rank,
- * one track per group. Collective over the world. */
+ * (e.g. "compute") to the trace, comm_trace_work one that belongs to a pipeline stage and
+ * micro-batch (-1: none) and did `flops` FLOPs (0: not counted); both carry the step of
+ * comm_set_step and share the flight recorder's ring (TYCHO_COMM_RECORDS long).
+ * comm_trace_write gathers every rank's records and spans and rank 0 writes one Chrome
+ * trace-event JSON file (open it in Perfetto): one process per rank, track 0 the caller's
+ * spans, one track per group; comm_trace_write_steps keeps only steps first..last.
+ * Collective over the world. */
 double comm_now(void);
 void comm_trace_span(const char *name, double t_begin, double t_end);
+void comm_trace_work(const char *name, int stage, int mb, double flops, double t_begin, double t_end);
 int comm_trace_write(const char *path, char *err, size_t err_size);
+int comm_trace_write_steps(const char *path, long long first, long long last, char *err, size_t err_size);
 
 /* Names for messages. */
 const char *comm_op_name(enum comm_op op);

@@ -70,6 +70,9 @@ struct comm_backend {
 struct comm_span {
   char name[32];
   double t_begin, t_end;
+  long long step;  /* comm_set_step's when the span was added */
+  int stage, mb;   /* pipeline stage and micro-batch, -1 for none */
+  double flops;    /* 0 when not counted */
 };
 
 struct comm_context {

@@ -22,6 +22,42 @@ int comm_recorder_init(int capacity)
   return 0;
 }
 
+int comm_reserve_records(int capacity)
+{
+  pthread_mutex_lock(&ctx.lock);
+  const int have = ctx.n_records_cap;
+  pthread_mutex_unlock(&ctx.lock);
+  if (capacity <= have)
+    return 0;
+  struct comm_record *records = calloc((size_t)capacity, sizeof *records);
+  struct comm_span *spans = calloc((size_t)capacity, sizeof *spans);
+  if (!records || !spans) {
+    free(records);
+    free(spans);
+    return -1;
+  }
+  pthread_mutex_lock(&ctx.lock);
+  /* every record and span stays at its id modulo the capacity: a record still in flight is
+   * updated by its id */
+  if (ctx.records) {
+    uint64_t cap = (uint64_t)ctx.n_records_cap, keep = ctx.n_records < cap ? ctx.n_records : cap;
+    keep = keep < (uint64_t)capacity ? keep : (uint64_t)capacity;
+    for (uint64_t id = ctx.n_records - keep; id < ctx.n_records; id++)
+      records[id % (uint64_t)capacity] = ctx.records[id % cap];
+    uint64_t keep_spans = ctx.n_spans < cap ? ctx.n_spans : cap;
+    keep_spans = keep_spans < (uint64_t)capacity ? keep_spans : (uint64_t)capacity;
+    for (uint64_t k = ctx.n_spans - keep_spans; k < ctx.n_spans; k++)
+      spans[k % (uint64_t)capacity] = ctx.spans[k % cap];
+  }
+  free(ctx.records);
+  free(ctx.spans);
+  ctx.records = records;
+  ctx.spans = spans;
+  ctx.n_records_cap = capacity;
+  pthread_mutex_unlock(&ctx.lock);
+  return 0;
+}
+
 void comm_recorder_free(void)
 {
   free(ctx.records);
@@ -70,7 +106,7 @@ int comm_records(struct comm_record *out, int max)
   return k;
 }
 
-void comm_trace_span(const char *name, double t_begin, double t_end)
+void comm_trace_work(const char *name, int stage, int mb, double flops, double t_begin, double t_end)
 {
   pthread_mutex_lock(&ctx.lock);
   if (ctx.spans) {
@@ -78,8 +114,17 @@ void comm_trace_span(const char *name, double t_begin, double t_end)
     snprintf(s->name, sizeof s->name, "%s", name);
     s->t_begin = t_begin;
     s->t_end = t_end;
+    s->step = ctx.step;
+    s->stage = stage;
+    s->mb = mb;
+    s->flops = flops;
   }
   pthread_mutex_unlock(&ctx.lock);
+}
+
+void comm_trace_span(const char *name, double t_begin, double t_end)
+{
+  comm_trace_work(name, -1, -1, 0.0, t_begin, t_end);
 }
 
 struct comm_counter comm_counter_get(const struct comm_group *g, enum comm_op op)

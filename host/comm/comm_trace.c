@@ -3,6 +3,7 @@
  * process per rank; track 0 holds the caller's spans ("compute"), then one track per group.
  * A slice runs from the operation's start on the comm thread to its end; how long it waited
  * in the queue before that is in its args. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,7 +47,12 @@ static void json_slice(struct json *j, const char *name, const char *cat, int pi
   json_key(j, "dur"); json_number(j, trace_us(t1 - t0));
 }
 
-static void trace_rank_events(struct json *j, int pid, const struct trace_rank *t)
+/* The steps a trace keeps. */
+struct trace_steps { long long first, last; };
+
+static int in_steps(const struct trace_steps *k, long long step) { return step >= k->first && step <= k->last; }
+
+static void trace_rank_events(struct json *j, int pid, const struct trace_rank *t, const struct trace_steps *keep)
 {
   char tracks[TRACK_NAMES_MAX][COMM_NAME_MAX];
   int n_tracks = 0;
@@ -55,14 +61,24 @@ static void trace_rank_events(struct json *j, int pid, const struct trace_rank *
   json_meta(j, "process_name", pid, 0, label);
   json_meta(j, "thread_name", pid, 0, "caller");
   for (int i = 0; i < t->n_spans; i++) {
+    const struct comm_span *sp = &t->spans[i];
+    if (!in_steps(keep, sp->step))
+      continue;
     json_begin_object(j);
-    json_slice(j, t->spans[i].name, "caller", pid, 0, t->spans[i].t_begin, t->spans[i].t_end);
+    json_slice(j, sp->name, "caller", pid, 0, sp->t_begin, sp->t_end);
+    json_key(j, "args");
+    json_begin_object(j);
+    json_key(j, "step"); json_int(j, sp->step);
+    if (sp->stage >= 0) { json_key(j, "stage"); json_int(j, sp->stage); }
+    if (sp->mb >= 0) { json_key(j, "mb"); json_int(j, sp->mb); }
+    if (sp->flops > 0) { json_key(j, "flops"); json_number(j, sp->flops); }
+    json_end_object(j);
     json_end_object(j);
   }
   for (int i = 0; i < t->n_records; i++) {
     const struct comm_record *r = &t->records[i];
-    if (r->t_end <= 0)
-      continue; /* still in flight */
+    if (r->t_end <= 0 || !in_steps(keep, r->step))
+      continue; /* still in flight, or outside the steps kept */
     int track = 0;
     while (track < n_tracks && strcmp(tracks[track], r->group))
       track++;
@@ -88,7 +104,8 @@ static void trace_rank_events(struct json *j, int pid, const struct trace_rank *
   }
 }
 
-static int write_json(const char *path, const struct trace_rank *ranks, int n_ranks, char *err, size_t n)
+static int write_json(const char *path, const struct trace_rank *ranks, int n_ranks, const struct trace_steps *keep,
+                      char *err, size_t n)
 {
   struct strbuf b;
   struct json j;
@@ -98,7 +115,7 @@ static int write_json(const char *path, const struct trace_rank *ranks, int n_ra
   json_key(&j, "traceEvents");
   json_begin_array(&j);
   for (int r = 0; r < n_ranks; r++)
-    trace_rank_events(&j, r, &ranks[r]);
+    trace_rank_events(&j, r, &ranks[r], keep);
   json_end_array(&j);
   json_key(&j, "displayTimeUnit"); json_string(&j, "ms");
   json_end_object(&j);
@@ -152,6 +169,12 @@ static int gather(const struct trace_rank *mine, struct trace_rank *all, void **
 
 int comm_trace_write(const char *path, char *err, size_t n)
 {
+  return comm_trace_write_steps(path, LLONG_MIN, LLONG_MAX, err, n);
+}
+
+int comm_trace_write_steps(const char *path, long long first, long long last, char *err, size_t n)
+{
+  const struct trace_steps keep = { first, last };
   if (!ctx.initialized)
     return snprintf(err, n, "comm_trace_write: comm_init has not run"), -1;
   int root = ctx.rank == 0;
@@ -181,7 +204,7 @@ int comm_trace_write(const char *path, char *err, size_t n)
   if (!status)
     status = gathered;
   if (root && !status)
-    status = write_json(path, all, ctx.size, err, n);
+    status = write_json(path, all, ctx.size, &keep, err, n);
   int verdict = status;
   int rc = MPI_Bcast(&verdict, 1, MPI_INT, 0, ctx.world->state->ctl);
   comm_control_end();

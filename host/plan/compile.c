@@ -649,14 +649,16 @@ static int read_simple_sections(struct reader *r, const struct tbl *root)
     lua_pop(r->L, 1);
   }
 
-  static const char *const log_known[] = { "every", "metrics", "trace", NULL };
+  static const char *const log_known[] = { "every", "metrics", "trace", "trace_steps", NULL };
   p->log.every = 10;
+  p->log.trace_steps = 5;
   if (open_section(r, root, "log", &t, &present))
     return -1;
   if (present) {
     if (check_fields(r, &t, log_known, "log") || read_int(r, &t, "every", 1, 1 << 30, 0, &p->log.every) ||
         read_str(r, &t, "metrics", 0, p->log.metrics, sizeof p->log.metrics) ||
-        read_str(r, &t, "trace", 0, p->log.trace, sizeof p->log.trace))
+        read_str(r, &t, "trace", 0, p->log.trace, sizeof p->log.trace) ||
+        read_int(r, &t, "trace_steps", 1, 1 << 20, 0, &p->log.trace_steps))
       return -1;
     lua_pop(r->L, 1);
   }

@@ -222,6 +222,9 @@ void plan_json(const struct plan *p, struct json *j)
   json_key(j, "every"); json_int(j, p->log.every);
   opt_string(j, "metrics", p->log.metrics);
   opt_string(j, "trace", p->log.trace);
+  if (p->log.trace[0]) { /* only with a trace: plans without one keep their hash */
+    json_key(j, "trace_steps"); json_int(j, p->log.trace_steps);
+  }
   json_end_object(j);
   json_end_object(j);
 }

@@ -111,6 +111,7 @@ struct dp {
   int *inflight;              /* (n_buckets) buckets whose reduction is started, oldest first */
   int n_inflight;
   long long step;             /* for the comm records */
+  double mb_flops[2];         /* a micro-batch's forward and backward FLOPs here (trace spans) */
   int failed;                 /* a collective failed; the message is in err */
   char err[512];
 };

@@ -179,6 +179,7 @@ struct pass {
   int B, T;
   real loss_scale;
   double loss;
+  int mb, n_forward; /* a training micro-batch (trace spans "forward" and "backward"); -1, 0: none */
 };
 
 static void compute(struct dp *d, struct step s, struct pass *p)
@@ -219,6 +220,7 @@ static void compute(struct dp *d, struct step s, struct pass *p)
 
 static void run_steps(struct dp *d, const struct step *steps, int n, struct pass *p)
 {
+  double t_mark = comm_now();
   for (int k = 0; k < n; k++) {
     const struct step *next = k + 1 < n ? &steps[k + 1] : NULL;
     int units[2], n_units = step_units(d, steps[k], units);
@@ -234,6 +236,12 @@ static void run_steps(struct dp *d, const struct step *steps, int n, struct pass
     for (int u = 0; u < d->layout.n_units; u++)
       if (!step_needs(d, next, u))
         unit_release(d, u);
+    if (p->n_forward > 0 && (k + 1 == p->n_forward || k + 1 == n)) { /* the one stage, 0 */
+      const double t = comm_now();
+      const int backward = k + 1 == n;
+      comm_trace_work(backward ? "backward" : "forward", 0, p->mb, d->mb_flops[backward], t_mark, t);
+      t_mark = t;
+    }
   }
   model_bind_views(d->model);
 }
@@ -269,13 +277,14 @@ double dp_forward_backward(struct dp *d, struct model_acts *a, const int *tokens
   if (d->group)
     comm_set_step(d->step, mb);
   int n = forward_steps(d, steps);
+  const int n_forward = n;
   steps[n++] = (struct step){ HEAD_BWD, -1 };
   for (int l = L - 1; l >= 0; l--)
     steps[n++] = (struct step){ LAYER_BWD, l };
   steps[n++] = (struct step){ EMBED_BWD, -1 };
   d->reducing = reduce || d->zero >= 2;
   d->next_bucket = d->layout.n_buckets - 1;
-  struct pass p = { a, tokens, targets, dropout, B, T, loss_scale, 0.0 };
+  struct pass p = { a, tokens, targets, dropout, B, T, loss_scale, 0.0, mb, n_forward };
   run_steps(d, steps, n, &p);
   d->reducing = 0;
   free(steps);
@@ -289,7 +298,7 @@ double dp_forward(struct dp *d, struct model_acts *a, const int *tokens, const i
   if (!steps)
     comm_fatal("out of memory for the step list of %d layers", d->model->config.n_layers);
   int n = forward_steps(d, steps);
-  struct pass p = { a, tokens, targets, NULL, B, T, 0.0f, 0.0 };
+  struct pass p = { a, tokens, targets, NULL, B, T, 0.0f, 0.0, -1, 0 };
   run_steps(d, steps, n, &p);
   free(steps);
   return p.loss;

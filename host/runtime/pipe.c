@@ -254,7 +254,9 @@ double pipe_forward_backward(struct pipe *pp, struct trainer *t)
       slot_wait_recv(t, sl);
       trainer_micro_batch(t, in->mb, t->inputs, sl->targets ? sl->targets : t->targets, t->samples);
       struct model_dropout dropout = { (real)p->model.dropout, t->dropout_seed, (uint32_t)t->step, t->samples };
+      const double t0 = comm_now();
       loss += stage_forward(pp, t, in->stage, sl->acts, t->inputs, sl->targets, &dropout, B, T);
+      comm_trace_work("forward", in->stage, in->mb, plan_stage_micro_batch_flops(p, in->stage, 0), t0, comm_now());
       break;
     }
     case SCHED_BWD: {
@@ -264,12 +266,14 @@ double pipe_forward_backward(struct pipe *pp, struct trainer *t)
       const int final = in->mb == pp->last_bwd[in->stage] && t->dp.size > 1;
       sl = slot_of(pp, in->stage, in->mb);
       struct model_acts *a = sl->acts;
+      if (!st->has_head)
+        slot_wait_recv(t, sl);
+      const double t0 = comm_now();
       if (st->has_head) {
         model_head_backward(m, a, sl->targets, loss_scale);
         if (final)
           dp_grads_final_from(&t->dp, dl->units[p->model.n_layers + 1].first_param);
       } else {
-        slot_wait_recv(t, sl);
         memcpy(a->dresidual, sl->grad, n_boundary * sizeof(real));
       }
       for (int l = st->first_layer + st->n_layers - 1; st->first_layer >= 0 && l >= st->first_layer; l--) {
@@ -285,6 +289,7 @@ double pipe_forward_backward(struct pipe *pp, struct trainer *t)
       } else {
         memcpy(sl->grad, a->dresidual, n_boundary * sizeof(real));
       }
+      comm_trace_work("backward", in->stage, in->mb, plan_stage_micro_batch_flops(p, in->stage, 1), t0, comm_now());
       break;
     }
     case SCHED_RECOMPUTE: /* done layer by layer inside the BWD that follows */

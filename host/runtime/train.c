@@ -78,6 +78,8 @@ int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *con
       open_data(t, err, err_size))
     goto fail;
   t->dp.pp_group = pp;
+  t->dp.mb_flops[0] = plan_stage_micro_batch_flops(p, 0, 0); /* one stage: the whole model */
+  t->dp.mb_flops[1] = plan_stage_micro_batch_flops(p, 0, 1);
   t->inputs = alloc_bytes(ALLOC_WORKSPACE, (size_t)micro * S * sizeof(int));
   t->targets = alloc_bytes(ALLOC_WORKSPACE, (size_t)micro * S * sizeof(int));
   t->samples = alloc_bytes(ALLOC_WORKSPACE, (size_t)micro * sizeof(uint64_t));
@@ -194,11 +196,14 @@ int trainer_step(struct trainer *t, struct train_step_stats *stats, char *err, s
     return errf(err, err_size, "step %lld: the loss (%g) or the gradient norm (%g) is not finite; "
                 "lower optimizer.lr or set optimizer.grad_clip", t->step, stats->loss,
                 stats->grad_norm);
+  const double t0 = comm_now();
   double coef = optimizer_clip_coef(stats->grad_norm, p->optimizer.grad_clip);
   if (coef < 1.0)
     dp_scale_grads(&t->dp, (real)coef);
   if (dp_update(&t->dp, &t->opt, t->step, stats->lr))
     return errf(err, err_size, "step %lld: %s", t->step, t->dp.err);
+  comm_set_step(t->step, -1);
+  comm_trace_work("optimizer", -1, -1, 0.0, t0, comm_now());
   t->step++;
   return 0;
 }

@@ -58,6 +58,22 @@ static int open_metrics(struct run_log *log, const char *path, char *err, size_t
   return 0;
 }
 
+/* log.trace is written after the traced steps; a path that cannot be written is found now,
+ * before any training (its folders are made, as for log.metrics). Rank 0. */
+static int check_trace_path(const char *path, char *err, size_t n)
+{
+  char why[1024];
+  if (!path[0])
+    return 0;
+  if (path_make_parent_dirs(path, why, sizeof why))
+    return errf(err, n, "log.trace: %s", why);
+  FILE *f = fopen(path, "w");
+  if (!f)
+    return errf(err, n, "log.trace: cannot write %s", path);
+  fclose(f);
+  return 0;
+}
+
 static int write_metrics_line(struct run_log *log, const char *line, char *err, size_t n)
 {
   if (!log->metrics)
@@ -255,6 +271,23 @@ static long long leave_after_step(void)
   return v && *v && !*end ? s : -1;
 }
 
+enum { TRACE_RECORDS = 1 << 16 };
+
+/* log.trace: every rank's spans and comm records of steps first..last, gathered and written by
+ * rank 0 as one Chrome trace-event file. Collective over the world; the same verdict everywhere. */
+static int write_trace(const struct plan *p, FILE *out, long long first, long long last, char *err, size_t n)
+{
+  char why[512];
+  if (comm_trace_write_steps(p->log.trace, first, last, why, sizeof why))
+    return errf(err, n, "log.trace: %s", why);
+  if (out) {
+    fprintf(out, "trace %s: steps %lld-%lld (Chrome trace-event JSON; open it in Perfetto)\n", p->log.trace,
+            first + 1, last + 1);
+    fflush(out);
+  }
+  return 0;
+}
+
 static int run_loop(struct trainer *t, struct run_log *log, int *left, char *err, size_t n)
 {
   const struct plan *p = t->plan;
@@ -284,7 +317,9 @@ static int run_loop(struct trainer *t, struct run_log *log, int *left, char *err
     }
     if ((p->train.eval_every > 0 && (s + 1) % p->train.eval_every == 0) || last) {
       struct train_eval_stats ev;
+      const double e0 = comm_now();
       trainer_eval(t, &ev);
+      comm_trace_work("evaluation", -1, -1, 0.0, e0, comm_now());
       if (trainer_failed(t))
         return errf(err, n, "evaluation after step %lld: %s", s, trainer_failed(t)), TRAIN_RUNTIME_ERROR;
       char why[1024];
@@ -293,21 +328,27 @@ static int run_loop(struct trainer *t, struct run_log *log, int *left, char *err
     }
     if (p->export_.path[0] && ((p->export_.every > 0 && (s + 1) % p->export_.every == 0) || last)) {
       char why[1024];
+      const double x0 = comm_now();
       if (export_weights(t, log->out, s, why, sizeof why) && !failed)
         failed = errf(err, n, "%s", why);
+      comm_trace_work("export", -1, -1, 0.0, x0, comm_now());
     }
     if (agree(g, failed ? TRAIN_RUNTIME_ERROR : TRAIN_OK, err, n))
       return TRAIN_RUNTIME_ERROR;
     const char *ckdir = p->checkpoint.dir;
     if (ckdir[0] && ((p->checkpoint.every > 0 && (s + 1) % p->checkpoint.every == 0) || last)) {
-      double c0 = now_seconds();
+      double c0 = now_seconds(), k0 = comm_now();
       if (ckpt_save(t, ckdir, s + 1, p->checkpoint.keep, err, n))
         return TRAIN_RUNTIME_ERROR;
+      comm_trace_work("checkpoint", -1, -1, 0.0, k0, comm_now());
       if (log->out) {
         fprintf(log->out, "checkpoint %s/step_%08lld written in %.2f s\n", ckdir, s + 1, now_seconds() - c0);
         fflush(log->out);
       }
     }
+    if (p->log.trace[0] && (s + 1 == first + p->log.trace_steps || (last && s + 1 < first + p->log.trace_steps)) &&
+        write_trace(p, log->out, first, s, err, n))
+      return TRAIN_RUNTIME_ERROR;
     if (s == leave_after) {
       fprintf(stderr, "tycho: rank %d: leaving after step %lld (TYCHO_TEST_LEAVE_AFTER_STEP)\n",
               g ? g->ranks[g->rank] : 0, s);
@@ -359,10 +400,17 @@ int train_run(const struct plan *p, struct comm_group *const *groups, FILE *out,
   }
   struct run_log log = { rank0 ? out : NULL, NULL, "" };
   print_header(log.out, p, &t);
-  rc = rank0 && open_metrics(&log, p->log.metrics, err, err_size) ? TRAIN_RUNTIME_ERROR : TRAIN_OK;
+  rc = rank0 && (open_metrics(&log, p->log.metrics, err, err_size) || check_trace_path(p->log.trace, err, err_size))
+         ? TRAIN_RUNTIME_ERROR : TRAIN_OK;
   rc = agree(all, rc, err, err_size);
   if (rc == TRAIN_OK && p->checkpoint.dir[0])
     rc = resume(&t, all, log.out, err, err_size);
+  /* log.trace: room for the traced steps' records and spans (some MiB per rank), not 4096 */
+  if (rc == TRAIN_OK && p->log.trace[0] && all && comm_reserve_records(TRACE_RECORDS)) {
+    errf(err, err_size, "log.trace: out of memory for %d trace records", TRACE_RECORDS);
+    rc = TRAIN_RUNTIME_ERROR;
+  }
+  rc = agree(all, rc, err, err_size);
   int left = 0;
   if (rc == TRAIN_OK)
     rc = run_loop(&t, &log, &left, err, err_size);

@@ -91,6 +91,7 @@
 ---@field every? integer             # progress line every N steps, default 10
 ---@field metrics? string            # JSON lines, one record per step
 ---@field trace? string              # Chrome trace-event JSON
+---@field trace_steps? integer       # steps the trace keeps (default 5)
 
 ---@class tycho.plan_fields
 ---@field name? string               # default: the file name without .lua

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `tycho run` refuses what it cannot do, with one clear first line and the documented exit
 # code: a plan asking for bf16 compute on the CPU (2, naming the field), a token file that is not
-# there (1, naming it), init.from a file that is not there (1, naming it), --world that is not
-# the MPI world (2).
+# there (1, naming it), init.from a file that is not there (1, naming it), a log.trace that
+# cannot be written (1, before any step), --world that is not the MPI world (2).
 # usage: run_refusals.sh TYCHO   (run from the source folder)
 set -u
 tycho=$1
@@ -24,6 +24,8 @@ expect 2 'tycho: plan error: --set precision.compute=bf16: precision.compute = "
 expect 1 'tycho: data.train: /nonexistent/train.bin' \
   tests/golden/llama_ref_plan.lua --set data.train=/nonexistent/train.bin
 expect 1 'tycho: init.from: /nonexistent/model.safetensors' tests/plans/good/train_small.lua --set init.from=/nonexistent/model.safetensors
+expect 1 'tycho: log.trace: cannot create the folder /proc/nope' tests/plans/good/train_small.lua \
+  --set log.trace=/proc/nope/trace.json
 expect 2 'tycho: --world 4: tycho run takes the world from MPI (1 rank here); start 4 ranks with mpirun -np 4' \
   tests/plans/good/train_small.lua --world 4
 echo "ok: refusals"
