@@ -33,6 +33,21 @@ static void init_sets_flush_to_zero_in_all_threads(void)
   int nonzero = 0;
   for (int i = 0; i < M * N; i++) nonzero += c[i] != 0.0f;
   CHECK_MSG(nonzero == 0, "%d of %d sgemm outputs kept denormal inputs", nonzero, M * N);
+#if REAL_IS_DOUBLE
+  /* The float64 build multiplies with dgemm: the same for a denormal double, 1e-309 summed 64
+   * times being 6.4e-308, a normal double. */
+  double *da = malloc(M * K * sizeof(double)), *db = malloc(K * N * sizeof(double));
+  double *dc = malloc(M * N * sizeof(double));
+  for (int i = 0; i < M * K; i++) da[i] = 1e-309;
+  for (int i = 0; i < K * N; i++) db[i] = 1.0;
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0, da, K, db, N, 0.0, dc, N);
+  nonzero = 0;
+  for (int i = 0; i < M * N; i++) nonzero += dc[i] != 0.0;
+  CHECK_MSG(nonzero == 0, "%d of %d dgemm outputs kept denormal inputs", nonzero, M * N);
+  free(da);
+  free(db);
+  free(dc);
+#endif
   /* An OpenMP loop: x · 1 with x denormal (of the build's real type) is 0 under
    * denormals-are-zero. */
 #if REAL_IS_DOUBLE
