@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "comm/comm.h"
-#include "data/addition.h"
 #include "runtime/alloc.h"
 #include "runtime/weights.h"
 #include "util/err.h"
@@ -21,23 +20,9 @@ static int check_supported(const struct plan *p, char *err, size_t n)
   if (strcmp(p->optimizer.kind, "adamw") != 0)
     return errf(err, n, "%s: optimizer.kind = \"%s\": only \"adamw\" is implemented",
                 plan_where(p, "optimizer.kind"), p->optimizer.kind);
-  if (!p->data.train[0] && strcmp(p->data.synthetic, "addition") != 0)
+  if (!p->data.train[0] && !p->data.synthetic[0])
     return errf(err, n, "%s: data: nothing to train on; give data.train (a token file) or "
                 "data.synthetic = \"addition\"", plan_where(p, "data"));
-  return 0;
-}
-
-static int open_data(struct trainer *t, char *err, size_t n)
-{
-  const struct plan *p = t->plan;
-  char why[768];
-  if (t->addition)
-    return addition_check_vocab(p->model.vocab, err, n);
-  if (tokens_open(&t->train_tokens, p->data.train, p->model.vocab, p->batch.seq, why, sizeof why))
-    return errf(err, n, "data.train: %s", why);
-  if (p->data.val[0] &&
-      tokens_open(&t->val_tokens, p->data.val, p->model.vocab, p->batch.seq, why, sizeof why))
-    return errf(err, n, "data.val: %s", why);
   return 0;
 }
 
@@ -56,8 +41,6 @@ int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *con
     return errf(err, err_size, "%s: mesh.dp = %d, but the data-parallel group has %d rank%s",
                 plan_where(p, "mesh.dp"), p->mesh.dp, dp ? dp->size : 1,
                 (dp ? dp->size : 1) == 1 ? "" : "s"), TRAIN_PLAN_ERROR;
-  t->addition = strcmp(p->data.synthetic, "addition") == 0;
-  t->data_seed = (uint64_t)p->seeds.value[PLAN_SEED_DATA];
   t->dropout_seed = (uint64_t)p->seeds.value[PLAN_SEED_DROPOUT];
   const int micro = p->batch.micro, S = p->batch.seq;
 
@@ -75,11 +58,18 @@ int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *con
       dp_init_params(&t->dp, p, err, err_size) ||
       model_acts_create(&t->acts, &t->model, micro, S, err, err_size) ||
       optimizer_create_sized(&t->opt, p, dp_state_elems(&t->dp), err, err_size) ||
-      open_data(t, err, err_size))
+      data_source_open(&t->data, p, err, err_size))
     goto fail;
+  if (t->data.prompt_tokens + t->data.answer_tokens > TRAIN_MAX_PROBLEM_TOKENS) {
+    errf(err, err_size, "data (%s): held-out problems of %d tokens; the evaluator takes at most %d",
+         t->data.ops->kind, t->data.prompt_tokens + t->data.answer_tokens, TRAIN_MAX_PROBLEM_TOKENS);
+    goto fail;
+  }
   t->dp.pp_group = pp;
-  t->dp.mb_flops[0] = plan_stage_micro_batch_flops(p, 0, 0); /* one stage: the whole model */
-  t->dp.mb_flops[1] = plan_stage_micro_batch_flops(p, 0, 1);
+  if (p->n_stages > 0) { /* one stage: the whole model (plans made by hand may list none) */
+    t->dp.mb_flops[0] = plan_stage_micro_batch_flops(p, 0, 0);
+    t->dp.mb_flops[1] = plan_stage_micro_batch_flops(p, 0, 1);
+  }
   t->inputs = alloc_bytes(ALLOC_WORKSPACE, (size_t)micro * S * sizeof(int));
   t->targets = alloc_bytes(ALLOC_WORKSPACE, (size_t)micro * S * sizeof(int));
   t->samples = alloc_bytes(ALLOC_WORKSPACE, (size_t)micro * sizeof(uint64_t));
@@ -109,8 +99,7 @@ void trainer_close(struct trainer *t)
   alloc_free(t->inputs);
   alloc_free(t->targets);
   alloc_free(t->samples);
-  tokens_close(&t->train_tokens);
-  tokens_close(&t->val_tokens);
+  data_source_close(&t->data);
   optimizer_free(&t->opt);
   model_acts_free(&t->acts);
   dp_close(&t->dp);
@@ -120,19 +109,7 @@ void trainer_close(struct trainer *t)
 
 static void fill_train_window(const struct trainer *t, uint64_t w, int *inputs, int *targets)
 {
-  const struct plan *p = t->plan;
-  if (t->addition)
-    addition_window(w, p->batch.seq, t->data_seed, inputs, targets);
-  else
-    tokens_fill(&t->train_tokens, w, p->data.shuffle != 0, t->data_seed, inputs, targets);
-}
-
-static void fill_val_window(const struct trainer *t, uint64_t w, int *inputs, int *targets)
-{
-  if (t->addition)
-    addition_val_window(w, t->plan->batch.seq, t->data_seed, inputs, targets);
-  else
-    tokens_fill(&t->val_tokens, w, false, 0, inputs, targets);
+  t->data.ops->train_window(&t->data, w, inputs, targets);
 }
 
 void trainer_micro_batch(struct trainer *t, int mb, int *inputs, int *targets, uint64_t *samples)
@@ -231,21 +208,21 @@ static double val_loss_sum(struct trainer *t)
   for (long long k = 0; k < rounds(t, n_chunks); k++) {
     long long c = chunk_of_round(t, k, n_chunks);
     for (int b = 0; b < micro; b++)
-      fill_val_window(t, (uint64_t)(c < 0 ? 0 : c) * (uint64_t)micro + (uint64_t)b,
-                      t->inputs + (size_t)b * S, t->targets + (size_t)b * S);
+      t->data.ops->val_window(&t->data, (uint64_t)(c < 0 ? 0 : c) * (uint64_t)micro + (uint64_t)b,
+                              t->inputs + (size_t)b * S, t->targets + (size_t)b * S);
     double loss = eval_forward(t, t->inputs, t->targets, micro, S);
     sum += c < 0 ? 0.0 : loss;
   }
   return sum;
 }
 
-/* Greedy decoding of held-out problems [first, first + B): how many come out exactly right.
- * The forward reruns on the growing sequence (the model keeps no KV cache). */
+/* Greedy decoding of the data source's held-out problems [first, first + B): how many come out
+ * exactly right. The forward reruns on the growing sequence (the model keeps no KV cache). */
 static int solve_problems(struct trainer *t, uint64_t first, int B)
 {
-  enum { P = ADDITION_PROMPT_TOKENS, A = ADDITION_ANSWER_TOKENS };
-  int text[TRAIN_MIN_EVAL_PROBLEMS][P + A], answer[TRAIN_MIN_EVAL_PROBLEMS][A];
-  for (int b = 0; b < B; b++) addition_eval_problem(first + (uint64_t)b, t->data_seed, text[b], answer[b]);
+  const int P = t->data.prompt_tokens, A = t->data.answer_tokens;
+  int text[TRAIN_MIN_EVAL_PROBLEMS][TRAIN_MAX_PROBLEM_TOKENS], answer[TRAIN_MIN_EVAL_PROBLEMS][TRAIN_MAX_PROBLEM_TOKENS];
+  for (int b = 0; b < B; b++) t->data.ops->eval_problem(&t->data, first + (uint64_t)b, text[b], answer[b]);
   /* Under sequence parallelism the forward needs whole shards: the sequence is padded at the end
    * (the causal mask keeps padding out of the positions read). */
   const int tp = t->model.tp.size, sp = t->model.tp.io.home == TP_SEQ;
@@ -265,7 +242,7 @@ static int solve_problems(struct trainer *t, uint64_t first, int B)
     for (int b = 0; b < B; b++) text[b][T] = best[b];
   }
   int right = 0;
-  for (int b = 0; b < B; b++) right += memcmp(text[b] + P, answer[b], sizeof answer[b]) == 0;
+  for (int b = 0; b < B; b++) right += memcmp(text[b] + P, answer[b], (size_t)A * sizeof(int)) == 0;
   return right;
 }
 
@@ -278,11 +255,11 @@ void trainer_eval(struct trainer *t, struct train_eval_stats *stats)
     return;
   /* sums[0]: Σ validation losses, sums[1]: problems solved; summed over the group. */
   double sums[2] = { 0.0, 0.0 }, total[2];
-  stats->has_val_loss = t->addition || t->val_tokens.map;
+  stats->has_val_loss = t->data.ops->val_window != NULL;
   if (stats->has_val_loss)
     sums[0] = val_loss_sum(t);
-  /* Accuracy needs the prompt and 4 generated tokens in one window. */
-  stats->has_accuracy = t->addition && p->batch.seq >= ADDITION_PROMPT_TOKENS + ADDITION_ANSWER_TOKENS - 1;
+  /* Accuracy needs the prompt and all but the last answer token in one window. */
+  stats->has_accuracy = t->data.ops->eval_problem && p->batch.seq >= t->data.prompt_tokens + t->data.answer_tokens - 1;
   long long n = (long long)p->train.eval_batches * p->batch.global;
   n = n < TRAIN_MIN_EVAL_PROBLEMS ? TRAIN_MIN_EVAL_PROBLEMS : n;
   const int chunk = p->batch.micro < TRAIN_MIN_EVAL_PROBLEMS ? p->batch.micro : TRAIN_MIN_EVAL_PROBLEMS;

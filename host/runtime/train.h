@@ -13,10 +13,11 @@
  *
  * Evaluation runs after step s when (s + 1) is a multiple of train.eval_every, and after the
  * last step; its records carry "step": s + 1 (optimizer steps done, as llm.c labels them). It
- * computes the mean loss over train.eval_batches batches of G validation windows (data.val from
- * window 0, unshuffled; for "addition", the held-out problems in order), and for "addition" the
- * exact-match accuracy of greedy decoding on the first max(256, eval_batches·G) held-out
- * problems: prompt "ddd+ddd=", 5 generated tokens compared with "dddd\n". Evaluation is shared
+ * computes the mean loss over train.eval_batches batches of G validation windows of the data
+ * source (data/source.h: data.val from window 0, unshuffled; for "addition", the held-out
+ * problems in order), and when the source has held-out problems, the exact-match accuracy of
+ * greedy decoding on the first max(256, eval_batches·G) of them (for "addition": prompt
+ * "ddd+ddd=", 5 generated tokens compared with "dddd\n"). Evaluation is shared
  * out over the dp group: its chunks of batch.micro windows (or problems) go round-robin to the
  * ranks and the sums are added up; every rank runs the same number of forwards (a rank short of
  * work repeats chunk 0 and drops the result), as ZeRO-3's gathers need. */
@@ -26,7 +27,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "data/tokens.h"
+#include "data/source.h"
 #include "plan/plan.h"
 #include "runtime/dp.h"
 #include "runtime/model.h"
@@ -39,6 +40,7 @@ struct comm_group;
 enum train_status { TRAIN_OK = 0, TRAIN_RUNTIME_ERROR = 1, TRAIN_PLAN_ERROR = 2 };
 
 #define TRAIN_MIN_EVAL_PROBLEMS 256
+#define TRAIN_MAX_PROBLEM_TOKENS 64 /* prompt plus answer of a held-out problem */
 
 struct trainer {
   const struct plan *plan;
@@ -49,9 +51,8 @@ struct trainer {
   int piped;                 /* mesh.pp > 1 */
   struct model_acts acts;    /* for batch.micro × batch.seq tokens */
   struct optimizer opt;      /* AdamW state for the elements this rank owns */
-  int addition;              /* data.synthetic = "addition" */
-  uint64_t data_seed, dropout_seed;
-  struct tokens_file train_tokens, val_tokens; /* token files; val_tokens.map NULL when none */
+  struct data_source data;   /* token files, the synthetic corpus: windows and held-out problems */
+  uint64_t dropout_seed;
   int *inputs, *targets;     /* (micro, S) */
   uint64_t *samples;         /* (micro) window index of each row */
   long long step;            /* the next step to run, 0-based */

@@ -164,7 +164,7 @@ static void print_header(FILE *out, const struct plan *p, const struct trainer *
           m->ffn_dim, m->vocab, p->train.steps, p->batch.global, p->batch.seq, p->batch.microbatches,
           p->batch.microbatches == 1 ? "" : "es", p->batch.micro, omp_get_max_threads(),
           omp_get_max_threads() == 1 ? "" : "s");
-  fprintf(out, "data: %s; init: %s\n", t->addition ? "synthetic addition" : p->data.train,
+  fprintf(out, "data: %s; init: %s\n", t->data.description,
           p->init.from[0] ? p->init.from : "random (seeds.model)");
   if (p->checkpoint.dir[0]) {
     fprintf(out, "checkpoints: %s, ", p->checkpoint.dir);
