@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "plan/tp_layout.h"
-#include "runtime/model.h"
+#include "runtime/bill.h"
 #include "sched/sched.h"
 #include "util/err.h"
 
@@ -128,13 +128,10 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   /* data parallel, for the rank with the most parameters */
   double n_local = 0;
   for (int r = 0; r < me->pp; r++) {
-    struct model m;
-    if (model_create_table_at(&m, p, 0, r, err, err_size))
+    double n;
+    if (bill_rank_params(p, r, &n, err, err_size))
       break;
-    double n = 0;
-    for (int i = 0; i < m.n_params; i++) n += (double)m.params[i].n_elems;
     n_local = n > n_local ? n : n_local;
-    model_free(&m);
   }
   const int dp = me->dp;
   if (dp > 1) {

@@ -11,7 +11,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "tycho_module.h"
 
 #define SANDBOX_KEY "tycho.sandbox"
 #define PROV_KEY "tycho.prov"
@@ -304,11 +303,13 @@ static int sandbox_require(lua_State *L)
   if (!lua_isnil(L, -1))
     return 1;
   lua_pop(L, 1);
-  if (strcmp(name, "tycho") == 0) {
-    luaopen_tycho(L);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, -3, name);
-    return 1;
+  for (int i = 0; i < sb->n_modules; i++) {
+    if (strcmp(name, sb->modules[i].name) == 0) {
+      sb->modules[i].open(L);
+      lua_pushvalue(L, -1);
+      lua_setfield(L, -3, name);
+      return 1;
+    }
   }
   if (!valid_module_name(name))
     return luaL_error(L, "require '%s': a plan module name is a dotted name like 'models.llama2' "
@@ -456,6 +457,8 @@ int sandbox_open(struct sandbox *sb, const struct sandbox_options *opt, char *er
   memset(sb, 0, sizeof *sb);
   srcmap_init(&sb->map);
   sb->unsafe = opt->unsafe;
+  sb->modules = opt->modules;
+  sb->n_modules = opt->n_modules;
   sb->mem_limit = opt->unsafe ? 0 : (opt->memory_limit ? opt->memory_limit : SANDBOX_DEFAULT_MEMORY_LIMIT);
   sb->instruction_limit = opt->unsafe ? 0
                           : (opt->instruction_limit ? opt->instruction_limit : SANDBOX_DEFAULT_INSTRUCTION_LIMIT);

@@ -21,11 +21,20 @@
 #define SANDBOX_DEFAULT_MEMORY_LIMIT (256u << 20)
 #define SANDBOX_DEFAULT_INSTRUCTION_LIMIT 200000000LL
 
+/* A module written in C that `require name` opens (the caller's: the sandbox knows no module
+ * of its own, so the bindings above it can use it without a cycle). */
+struct sandbox_module {
+  const char *name;
+  lua_CFunction open;
+};
+
 struct sandbox_options {
   int unsafe;
   size_t memory_limit;          /* bytes; 0: default */
   long long instruction_limit;  /* VM instructions; 0: default */
   const char *plan_dir;         /* the plan's own folder, first in the search path */
+  const struct sandbox_module *modules; /* (n_modules) opened by require before the search path */
+  int n_modules;
 };
 
 struct sandbox {
@@ -38,6 +47,8 @@ struct sandbox {
   char last_where[512];         /* the plan line last seen by the count hook */
   int n_search;
   char *search[16];             /* the plan search path, in order */
+  const struct sandbox_module *modules;
+  int n_modules;
 };
 
 /* Creates the state. 0 ok; -1 with a message in err. */

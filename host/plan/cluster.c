@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "lua/sandbox.h"
+#include "tycho_module.h"
 
 struct creader {
   lua_State *L;
@@ -104,7 +105,8 @@ int cluster_load(const char *path, int unsafe, struct cluster *out, char *err, s
     *slash = 0;
   else
     snprintf(dir, sizeof dir, ".");
-  struct sandbox_options so = { unsafe, 0, 0, dir };
+  static const struct sandbox_module modules[] = { { "tycho", luaopen_tycho } };
+  struct sandbox_options so = { unsafe, 0, 0, dir, modules, 1 };
   struct sandbox sb;
   if (sandbox_open(&sb, &so, err, err_size))
     return -1;

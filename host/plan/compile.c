@@ -1108,7 +1108,8 @@ int plan_compile(const char *path, const struct plan_compile_options *opt, struc
     *slash = 0;
   else
     snprintf(dir, sizeof dir, ".");
-  struct sandbox_options so = { opt->unsafe, opt->memory_limit, opt->instruction_limit, dir };
+  static const struct sandbox_module modules[] = { { "tycho", luaopen_tycho } };
+  struct sandbox_options so = { opt->unsafe, opt->memory_limit, opt->instruction_limit, dir, modules, 1 };
   struct sandbox sb;
   if (sandbox_open(&sb, &so, err, n))
     return -1;

@@ -257,6 +257,17 @@ static void zero3_gathers(const struct dp_layout *l, const struct model *m, unsi
   free(held);
 }
 
+int bill_rank_params(const struct plan *p, int pp_rank, double *n_elems, char *err, size_t err_size)
+{
+  struct model m;
+  *n_elems = 0;
+  if (model_create_table_at(&m, p, 0, pp_rank, err, err_size))
+    return 1;
+  for (int i = 0; i < m.n_params; i++) *n_elems += (double)m.params[i].n_elems;
+  model_free(&m);
+  return 0;
+}
+
 double bill_element_bytes(const struct plan *p, enum plan_dtype d)
 {
   const int this_runtime = p->precision.compute == PLAN_FP32;

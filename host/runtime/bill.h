@@ -45,6 +45,10 @@ const char *traffic_group_name(enum traffic_group g);
 /* The traffic of pipeline rank pp_rank (dp and tp ranks alike). 0 ok; nonzero with a message. */
 int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char *err, size_t err_size);
 
+/* Parameter elements pipeline rank pp_rank holds (its stages' blocks, vocabulary padding
+ * included), from the runtime's parameter table. 0 ok; nonzero with a message. */
+int bill_rank_params(const struct plan *p, int pp_rank, double *n_elems, char *err, size_t err_size);
+
 /* Bytes of one element of dtype d in plan p's runtime: for an fp32 plan (this build's CPU
  * runtime) sizeof(real), 8 in the float64 build (kernels/real.h); otherwise plan_dtype_bytes
  * (a bf16 plan's fp32 gradients and AdamW state are 4 bytes whatever this build computes in). */

@@ -141,10 +141,8 @@ double dp_forward_backward(struct dp *d, struct model_acts *a, const int *tokens
 /* A forward alone (evaluation): model_forward with the ZeRO-3 gathers. */
 double dp_forward(struct dp *d, struct model_acts *a, const int *tokens, const int *targets,
                   int B, int T);
-/* Zero 0 and 1: all-reduces every bucket now (last first) and waits: the reduction of a step
- * whose backward ran outside dp_forward_backward. 0 ok; -1 (d->err). */
-int dp_reduce_all(struct dp *d);
-/* The same, overlapped with a backward that runs outside dp_forward_backward (pipeline stages):
+/* The bucket reductions of a backward that runs outside dp_forward_backward (pipeline stages),
+ * overlapped with it:
  * dp_reduce_begin before the step's last backwards, dp_grads_final_from(first) whenever the
  * gradients of parameters first.. are final (every bucket that now is starts, last first),
  * dp_reduce_rest to start the others and wait for all. Every rank of the group makes the same

@@ -304,12 +304,6 @@ double dp_forward(struct dp *d, struct model_acts *a, const int *tokens, const i
   return p.loss;
 }
 
-int dp_reduce_all(struct dp *d)
-{
-  for (int b = d->layout.n_buckets - 1; b >= 0; b--) bucket_start(d, b);
-  return dp_finish_grads(d);
-}
-
 void dp_reduce_begin(struct dp *d)
 {
   d->reducing = 1;
