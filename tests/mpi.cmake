@@ -19,7 +19,7 @@ set(TYCHO_MPI_ENV
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
   OMPI_MCA_btl=self,vader OMPI_MCA_mpi_yield_when_idle=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1)
 
-foreach(name mpi_collectives mpi_overlap mpi_errors mpi_watchdog mpi_dp_equiv mpi_tp_convert mpi_trace)
+foreach(name mpi_collectives mpi_overlap mpi_errors mpi_watchdog mpi_dp_equiv mpi_tp_convert mpi_trace mpi_groups)
   add_executable(${name} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${name}.c)
   target_include_directories(${name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/unit ${CMAKE_CURRENT_SOURCE_DIR}/mpi)
   target_compile_options(${name} PRIVATE ${TYCHO_WARNINGS})
@@ -43,6 +43,8 @@ tycho_mpi_test(mpi_collectives.dp3 3 COMMAND $<TARGET_FILE:mpi_collectives> 1 3 
 tycho_mpi_test(mpi_overlap 2 COMMAND $<TARGET_FILE:mpi_overlap> ${CMAKE_CURRENT_BINARY_DIR}/mpi_overlap_trace.json)
 set_tests_properties(mpi_overlap PROPERTIES RUN_SERIAL TRUE)
 tycho_mpi_test(mpi_errors 4 COMMAND $<TARGET_FILE:mpi_errors>)
+# Mesh groups built, used and freed, and built again for another layout, in one process.
+tycho_mpi_test(mpi_groups 4 COMMAND $<TARGET_FILE:mpi_groups>)
 
 # The watchdog: a rank that sleeps past TYCHO_COMM_TIMEOUT, leaves early, is frozen, or dies, before
 # a collective.

@@ -99,6 +99,16 @@ int comm_build_mesh_groups(const struct plan_mesh *m, struct comm_group *groups[
 int comm_group_split(struct comm_group *parent, int color, int key, const char *name,
                      struct comm_group **out, char *err, size_t err_size);
 
+/* Frees a group from comm_group_split or comm_build_mesh_groups: its communicators (MPI_Comm_free,
+ * collective over g), counters and sequence numbers; NULL is a no-op. Refused (-1 with the reason)
+ * for the world and while an operation on g is in flight. Records of it stay in the recorder. */
+int comm_group_free(struct comm_group *g, char *err, size_t err_size);
+/* comm_group_free of every axis group (NULL entries skipped), which are NULL after; the first
+ * failure's message in err. Collective over the world. */
+int comm_free_mesh_groups(struct comm_group *groups[PLAN_N_AXES], char *err, size_t err_size);
+/* Groups this rank holds now, the world included (1 after comm_init). */
+int comm_groups_held(void);
+
 /* Gathers every rank's plan hash; on a mismatch every rank returns -1 with a message naming
  * which ranks have which hash. Collective over the world. */
 int comm_check_plan_hash(uint64_t hash, char *err, size_t err_size);

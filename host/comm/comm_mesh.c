@@ -76,6 +76,19 @@ int comm_build_mesh_groups(const struct plan_mesh *m, struct comm_group *groups[
 }
 
 /* "0-2 5 7-9" */
+int comm_free_mesh_groups(struct comm_group *groups[PLAN_N_AXES], char *err, size_t n)
+{
+  int status = 0;
+  char why[COMM_ERR_MAX];
+  for (int a = 0; a < PLAN_N_AXES; a++) { /* the same order on every rank */
+    if (comm_group_free(groups[a], why, sizeof why) && !status)
+      status = (snprintf(err, n, "%s", why), -1);
+    else
+      groups[a] = NULL;
+  }
+  return status;
+}
+
 static size_t format_rank_ranges(const uint64_t *all, int size, uint64_t hash, int *count, char *out, size_t n)
 {
   size_t len = 0;

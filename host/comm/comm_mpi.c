@@ -195,6 +195,41 @@ int comm_group_split(struct comm_group *parent, int color, int key, const char *
   return status;
 }
 
+int comm_group_free(struct comm_group *g, char *err, size_t n)
+{
+  if (!g)
+    return 0;
+  if (!comm_ctx.initialized || g == comm_ctx.world)
+    return snprintf(err, n, "comm_group_free: %s", comm_ctx.initialized ? "the world group lives until comm_finalize"
+                                                                      : "comm_init has not run"), -1;
+  pthread_mutex_lock(&ctx.lock);
+  int busy = 0, at = -1;
+  for (const struct comm_request *r = ctx.inflight; r; r = r->next_inflight)
+    busy += r->group == g;
+  for (int i = 0; i < ctx.n_groups; i++)
+    at = ctx.groups[i] == g ? i : at;
+  if (!busy && at >= 0) { /* off the list the watchdog and the counters walk */
+    memmove(&ctx.groups[at], &ctx.groups[at + 1], (size_t)(ctx.n_groups - at - 1) * sizeof *ctx.groups);
+    ctx.n_groups--;
+  }
+  pthread_mutex_unlock(&ctx.lock);
+  if (at < 0)
+    return snprintf(err, n, "comm_group_free: rank %d holds no such group", ctx.rank), -1;
+  if (busy)
+    return snprintf(err, n, "comm_group_free %s: %d operation%s in flight; wait for them first", g->name, busy,
+                    busy == 1 ? "" : "s"), -1;
+  comm_mpi_group_free(g);
+  return 0;
+}
+
+int comm_groups_held(void)
+{
+  pthread_mutex_lock(&ctx.lock);
+  int k = ctx.n_groups;
+  pthread_mutex_unlock(&ctx.lock);
+  return k;
+}
+
 int comm_mpi_leave_barrier(char *err, size_t n)
 {
   MPI_Request req;
