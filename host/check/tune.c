@@ -16,20 +16,6 @@ static double now(void)
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* A deep copy of a compiled plan (its arrays duplicated). */
-static int plan_copy(struct plan *dst, const struct plan *src)
-{
-  *dst = *src;
-  dst->stages = NULL;
-  dst->locs = NULL;
-  dst->n_locs = dst->cap_locs = 0;
-  dst->layers = malloc((size_t)src->model.n_layers * sizeof *dst->layers);
-  if (!dst->layers)
-    return -1;
-  memcpy(dst->layers, src->layers, (size_t)src->model.n_layers * sizeof *dst->layers);
-  return 0;
-}
-
 static void insert(struct tune_result *r, int keep, const struct tune_choice *c)
 {
   int at = r->n_best;

@@ -23,6 +23,30 @@ void plan_free(struct plan *p)
   memset(p, 0, sizeof *p);
 }
 
+int plan_copy(struct plan *dst, const struct plan *src)
+{
+  *dst = *src;
+  dst->stages = NULL;
+  dst->layers = NULL;
+  dst->locs = NULL;
+  const size_t n_layers = src->layers ? (size_t)src->model.n_layers : 0;
+  const size_t n_stages = src->stages ? (size_t)src->n_stages : 0, n_locs = src->locs ? (size_t)src->n_locs : 0;
+  if ((n_stages && !(dst->stages = malloc(n_stages * sizeof *dst->stages))) ||
+      (n_layers && !(dst->layers = malloc(n_layers * sizeof *dst->layers))) ||
+      (n_locs && !(dst->locs = malloc(n_locs * sizeof *dst->locs)))) {
+    plan_free(dst);
+    return -1;
+  }
+  if (n_stages)
+    memcpy(dst->stages, src->stages, n_stages * sizeof *dst->stages);
+  if (n_layers)
+    memcpy(dst->layers, src->layers, n_layers * sizeof *dst->layers);
+  if (n_locs)
+    memcpy(dst->locs, src->locs, n_locs * sizeof *dst->locs);
+  dst->cap_locs = dst->n_locs = (int)n_locs;
+  return 0;
+}
+
 int plan_set_loc(struct plan *p, const char *path, const char *where)
 {
   for (int i = 0; i < p->n_locs; i++)

@@ -123,6 +123,9 @@ struct plan {
 
 void plan_init(struct plan *p);
 void plan_free(struct plan *p);
+/* A deep copy (stages, layers, field locations), to be plan_free'd; 0, or -1 out of memory
+ * (dst then empty). */
+int plan_copy(struct plan *dst, const struct plan *src);
 
 /* Records where the field `path` was written. 0 ok, -1 out of memory. */
 int plan_set_loc(struct plan *p, const char *path, const char *where);

@@ -30,28 +30,34 @@ int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *con
                  char *err, size_t err_size)
 {
   memset(t, 0, sizeof *t);
-  t->plan = p;
+  if (plan_copy(&t->own_plan, p))
+    return errf(err, err_size, "out of memory for a copy of the plan"), TRAIN_RUNTIME_ERROR;
+  t->plan = p = &t->own_plan; /* the trainer's own: the caller's may go */
   struct comm_group *dp = groups ? groups[PLAN_AXIS_DP] : NULL;
   struct comm_group *tp = groups ? groups[PLAN_AXIS_TP] : NULL;
   struct comm_group *pp = groups ? groups[PLAN_AXIS_PP] : NULL;
   t->world = groups ? comm_world() : NULL;
-  if (check_supported(p, err, err_size))
-    return TRAIN_PLAN_ERROR;
-  if ((dp ? dp->size : 1) != p->mesh.dp)
-    return errf(err, err_size, "%s: mesh.dp = %d, but the data-parallel group has %d rank%s",
-                plan_where(p, "mesh.dp"), p->mesh.dp, dp ? dp->size : 1,
-                (dp ? dp->size : 1) == 1 ? "" : "s"), TRAIN_PLAN_ERROR;
   t->dropout_seed = (uint64_t)p->seeds.value[PLAN_SEED_DROPOUT];
   const int micro = p->batch.micro, S = p->batch.seq;
-
-  if ((tp ? tp->size : 1) != p->mesh.tp)
-    return errf(err, err_size, "%s: mesh.tp = %d, but the tensor-parallel group has %d rank%s",
-                plan_where(p, "mesh.tp"), p->mesh.tp, tp ? tp->size : 1,
-                (tp ? tp->size : 1) == 1 ? "" : "s"), TRAIN_PLAN_ERROR;
-  if ((pp ? pp->size : 1) != p->mesh.pp)
-    return errf(err, err_size, "%s: mesh.pp = %d, but the pipeline group has %d rank%s",
-                plan_where(p, "mesh.pp"), p->mesh.pp, pp ? pp->size : 1,
-                (pp ? pp->size : 1) == 1 ? "" : "s"), TRAIN_PLAN_ERROR;
+  /* refusals of the plan: what this build cannot run, groups that are not the plan's mesh */
+  static const char *const axis_what[PLAN_N_AXES] = { "tensor-parallel", "data-parallel", "pipeline" };
+  const int have[PLAN_N_AXES] = { tp ? tp->size : 1, dp ? dp->size : 1, pp ? pp->size : 1 };
+  const int want[PLAN_N_AXES] = { p->mesh.tp, p->mesh.dp, p->mesh.pp };
+  int refused = check_supported(p, err, err_size);
+  for (int a = 0; a < PLAN_N_AXES && !refused; a++) {
+    static const int order[PLAN_N_AXES] = { PLAN_AXIS_DP, PLAN_AXIS_TP, PLAN_AXIS_PP };
+    const int x = order[a];
+    char field[16];
+    snprintf(field, sizeof field, "mesh.%s", plan_axis_name((enum plan_axis)x));
+    if (have[x] != want[x])
+      refused = errf(err, err_size, "%s: %s = %d, but the %s group has %d rank%s", plan_where(p, field), field,
+                     want[x], axis_what[x], have[x], have[x] == 1 ? "" : "s");
+  }
+  if (refused) {
+    plan_free(&t->own_plan);
+    memset(t, 0, sizeof *t);
+    return TRAIN_PLAN_ERROR;
+  }
   if (model_create_table_tp(&t->model, p, tp, pp ? pp->rank : 0, err, err_size))
     goto fail;
   if (dp_open(&t->dp, &t->model, dp, p->zero, p->bucket_mb, err, err_size) ||
@@ -104,6 +110,7 @@ void trainer_close(struct trainer *t)
   model_acts_free(&t->acts);
   dp_close(&t->dp);
   model_free(&t->model);
+  plan_free(&t->own_plan);
   memset(t, 0, sizeof *t);
 }
 

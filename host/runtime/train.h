@@ -43,7 +43,8 @@ enum train_status { TRAIN_OK = 0, TRAIN_RUNTIME_ERROR = 1, TRAIN_PLAN_ERROR = 2 
 #define TRAIN_MAX_PROBLEM_TOKENS 64 /* prompt plus answer of a held-out problem */
 
 struct trainer {
-  const struct plan *plan;
+  const struct plan *plan;   /* &own_plan */
+  struct plan own_plan;      /* the trainer's copy of the plan it was opened with */
   struct model model;
   struct dp dp;              /* the data-parallel layer: layout, shards, reductions */
   struct comm_group *world;  /* every rank of the job (agreements, the memory bill), or NULL */
