@@ -1,4 +1,5 @@
-/* The kernel interface: forward and backward of every op a Llama-style model needs, in fp32.
+/* The kernel interface: forward and backward of every op a Llama-style model needs, on `real`
+ * (real.h: fp32, or double in the float64 proof build).
  * kernels/cpu/ implements it with OpenBLAS and OpenMP and is the reference; a CUDA backend
  * implements the same signatures. Semantics follow Hugging Face LlamaForCausalLM.
  *
