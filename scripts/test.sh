@@ -4,12 +4,12 @@
 # -DTYCHO_FLOAT64=ON) runs every test whose result depends on the element type — kernels,
 # model, training, optimizer, weights and checkpoints, the CLI, and every layout against its
 # serial run, held there to 1e-10 — and leaves out those that do not (the plan compiler and
-# its malformed plans, schedules, the cost model, tokens, the corpus, the comm layer's own
-# tests, the watchdog, the fuzzer). Arguments go to both ctest runs (e.g. -R mpi_tp_equiv).
+# its malformed plans, schedules, the cost model, tokens, the corpus, the comm layer's error and
+# overlap tests, the watchdog, the fuzzer; the collectives run in both, COMM_REAL included). Arguments go to both ctest runs (e.g. -R mpi_tp_equiv).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh || exit 1
-element_independent='^(bad_plan|mpi_watchdog|mpi_run_errors|mpi_collectives|mpi_overlap|mpi_errors|fuzz_safetensors|test_sched_|test_plan_compile|test_tokens|test_addition|test_cost|test_comm_world_of_one)'
+element_independent='^(bad_plan|mpi_watchdog|mpi_run_errors|mpi_overlap|mpi_errors|fuzz_safetensors|test_sched_|test_plan_compile|test_tokens|test_addition|test_cost|test_comm_world_of_one)'
 rc=0
 for build in build build-f64; do
   flags=(-DTYCHO_WERROR=ON -DTYCHO_FLOAT64=OFF)

@@ -70,13 +70,17 @@ static void test_mesh_groups_equal_mesh_members(void)
 }
 
 /* Rank r contributes r + 1; the sums and maxima below were worked out on paper. */
+/* The hand tables below are for tp2 × dp2 and tp2 × dp2 × pp2 in the default order. */
+static int has_hand_table(void)
+{
+  return default_order && mesh.tp == 2 && mesh.dp == 2 && (world == 4 || world == 8);
+}
+
 static void test_all_reduce_matches_hand_table(void)
 {
   static const float world_sum[2] = { 10, 36 }, world_max[2] = { 4, 8 };
   static const float tp_sum[8] = { 3, 3, 7, 7, 11, 11, 15, 15 }, dp_sum[8] = { 4, 6, 4, 6, 12, 14, 12, 14 };
   static const float pp_sum[8] = { 6, 8, 10, 12, 6, 8, 10, 12 }, tp_max[8] = { 2, 2, 4, 4, 6, 6, 8, 8 };
-  if (!default_order || mesh.tp != 2 || mesh.dp != 2 || (world != 4 && world != 8))
-    return;
   int w = world == 8;
   float x[3], y[3];
   for (int k = 0; k < 4; k++) {
@@ -383,13 +387,19 @@ int main(int argc, char **argv)
   default_order = order[0] == PLAN_AXIS_TP && order[1] == PLAN_AXIS_DP;
   if (mesh.world != world)
     comm_fatal("mesh tp %d dp %d pp %d is not the world of %d", mesh.tp, mesh.dp, mesh.pp, world);
-  static const struct test_case tests[] = {
+  /* the hand table only where there is one (a test that checks nothing fails) */
+  const struct test_case all[] = {
     TEST(test_mesh_groups_equal_mesh_members), TEST(test_all_reduce_matches_hand_table),
     TEST(test_every_op_on_every_group_blocking), TEST(test_every_op_on_every_group_non_blocking),
     TEST(test_many_in_flight_across_groups), TEST(test_real_all_reduce_and_all_gather_carry_the_build_type),
     TEST(test_counters_are_exact),
   };
-  int status = mpi_test_run_all(tests, (int)(sizeof tests / sizeof tests[0]));
+  struct test_case tests[sizeof all / sizeof all[0]];
+  int n = 0;
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (all[i].fn != test_all_reduce_matches_hand_table || has_hand_table())
+      tests[n++] = all[i];
+  int status = mpi_test_run_all(tests, n);
   if (comm_finalize(err, sizeof err))
     comm_fatal("%s", err);
   return status;

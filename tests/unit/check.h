@@ -1,5 +1,6 @@
 /* A minimal test harness: CHECK records a failure with file:line and goes on; TEST_MAIN
- * runs the listed tests and ends with the line "N passed, N failed" (exit 1 on any failure).
+ * runs the listed tests and ends with the line "N passed, N failed" (exit 1 on any failure, and
+ * a test that ran no CHECK at all is a failure).
  *
  * Tolerances are argued, not fitted: each comparison says in a comment what it measures, its
  * bound and why that bound. Where the only error is the rounding of `real`, the bound is a
@@ -45,13 +46,16 @@ typedef void (*test_fn)(void);
 struct test_case { const char *name; test_fn fn; };
 #define TEST(name) { #name, name }
 
+/* A test passes when it ran at least one CHECK and none failed: a test that checks nothing
+ * (an early return, a loop over nothing) proves nothing and fails. */
 static inline int test_run_all(const struct test_case *tests, int n)
 {
   int passed = 0, failed = 0;
   for (int i = 0; i < n; i++) {
-    int before = check_failures;
+    int before = check_failures, ran = check_count;
     tests[i].fn();
-    if (check_failures == before) { passed++; printf("ok   %s\n", tests[i].name); }
+    if (check_count == ran) { failed++; printf("FAIL %s (ran no CHECK)\n", tests[i].name); }
+    else if (check_failures == before) { passed++; printf("ok   %s\n", tests[i].name); }
     else { failed++; printf("FAIL %s\n", tests[i].name); }
   }
   printf("%d passed, %d failed\n", passed, failed);

@@ -53,12 +53,13 @@ static struct cluster easy(void)
 
 static double rel(double a, double b) { return fabs(a - b) / fabs(b); }
 
-/* Forward FLOPs per token of the whole model, the cost model's way. */
-static double fwd_per_token(const struct plan *p)
-{
-  struct plan_layer_flops lf = plan_layer_flops(p);
-  return p->model.n_layers * (lf.attn_proj + lf.attn_core + lf.mlp) + plan_head_flops(p);
-}
+/* Forward FLOPs per token of tests/plans/good/dp_small.lua, worked by hand (a multiply-add is
+ * 2 FLOPs; C = 32, 4 heads and 2 KV heads of HS = 8, F = 64, V = 64, T = 32, 2 layers):
+ *   q, k, v: 2 · C · (4 + 2 + 2) · HS = 4096;  o: 2 · (4 · HS) · C = 2048       → 6144
+ *   attention core, causal (half of T·T): q·kᵀ and ·v, 2 · 2 · (T/2) · 4 · HS  → 2048
+ *   gate, up, down: 3 · 2 · C · F                                              → 12288
+ *   a layer 20480; two layers and the head (2 · C · V = 4096): 45056. */
+enum { LAYER_FLOPS = 6144 + 2048 + 12288, MODEL_FLOPS = 2 * LAYER_FLOPS + 4096 };
 
 static void test_one_rank_is_three_forwards(void)
 {
@@ -70,7 +71,8 @@ static void test_one_rank_is_three_forwards(void)
   char err[256];
   CHECK(cost_predict(&p, &c, &k, err, sizeof err) == 0);
   double tokens = (double)p.batch.global * p.batch.seq;
-  double want = 3.0 * fwd_per_token(&p) * tokens / c.peak_flops;
+  CHECK(p.model.n_layers == 2 && p.model.dim == 32 && p.model.ffn_dim == 64 && p.batch.seq == 32);
+  double want = 3.0 * MODEL_FLOPS * tokens / c.peak_flops;
   CHECK_MSG(rel(k.step, want) < 1e-9, "step %.9g s, by hand %.9g s", k.step, want);
   CHECK_MSG(rel(k.mfu, 1.0) < 1e-9, "MFU %.9g", k.mfu);
   CHECK(k.bubble < 1e-12 && k.tp.total == 0 && k.dp.total == 0);
@@ -80,8 +82,7 @@ static void test_one_rank_is_three_forwards(void)
   if (compile(&q, 1, rc, 1) == 0) {
     struct cost r;
     CHECK(cost_predict(&q, &c, &r, err, sizeof err) == 0);
-    struct plan_layer_flops lf = plan_layer_flops(&q);
-    double extra = q.model.n_layers * (lf.attn_proj + lf.attn_core + lf.mlp) * tokens / c.peak_flops;
+    double extra = 2.0 * LAYER_FLOPS * tokens / c.peak_flops; /* full: both layers' forward again */
     CHECK_MSG(rel(r.step, want + extra) < 1e-9, "recompute full: %.9g s, by hand %.9g s", r.step, want + extra);
     CHECK(r.mfu < 1.0 && rel(r.model_flops, k.model_flops) < 1e-12);
     plan_free(&q);
