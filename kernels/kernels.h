@@ -154,7 +154,7 @@ void crossentropy_shard_backward(real *dlogits, const real *probs, const int *ta
  *   param ← param · (1 − lr·weight_decay)                       (decoupled, applied first)
  *   m ← β1·m + (1 − β1)·grad;   v ← β2·v + (1 − β2)·grad²
  *   param ← param − lr/(1 − β1^t) · m / (sqrt(v)/sqrt(1 − β2^t) + eps)
- * The settings are double, as torch's Python floats are (1 − β2 taken from a real 0.999f is off
+ * The settings are double, as torch's Python floats are (1 − β2 taken from a float 0.999f is off
  * by 1e-5), and so are the bias corrections. */
 void adamw_update(real *param, const real *grad, real *m, real *v, size_t n_elems,
                   double lr, double beta1, double beta2, double eps, double weight_decay, int t);

@@ -52,7 +52,7 @@ struct dp_bucket {
                                 * hold only theirs): its gradients are final once that one's are */
   size_t start;                /* flat offset of its first element */
   size_t n_elems;              /* size · share: its parameters, aligned, plus padding */
-  size_t share;                /* elements each rank owns (16-real aligned) */
+  size_t share;                /* elements each rank owns (16-element aligned) */
   size_t shard_offset;         /* where a rank's share of it sits in the shard: Σ earlier shares */
 };
 

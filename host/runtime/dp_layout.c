@@ -1,5 +1,5 @@
 /* The data-parallel flat layout (dp.h): buckets in the order backward finishes gradients, each
- * padded so that every rank owns an equal, 16-real aligned share of it; and the units the
+ * padded so that every rank owns an equal, 16-element aligned share of it; and the units the
  * passes read. A pure function of the parameter table, the group size, the stage and the
  * bucket size, so every rank computes the same layout. */
 #include <stdlib.h>

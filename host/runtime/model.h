@@ -45,7 +45,7 @@ struct model_param {
   int64_t local[2];          /* the stored (rows, columns) on this rank: (rows, shape[1]) cut by tp
                               * along tp_dim; (shape[0], 0) for a norm gain */
   int64_t start[2];          /* where this rank's block starts in the stored (rows, shape[1]) */
-  size_t offset;             /* in the flat layout (param_memory, grad_memory), 16-real aligned */
+  size_t offset;             /* in the flat layout (param_memory, grad_memory), 16-element aligned */
   real *data;               /* (rows, shape[1]) or (shape[0]); NULL where this rank does not hold
                               * it (ZeRO-3 between gathers) */
   real *grad;               /* same shape; accumulates over micro-batches; NULL where not held */
