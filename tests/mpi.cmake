@@ -26,13 +26,21 @@ foreach(name mpi_collectives mpi_overlap mpi_errors mpi_watchdog mpi_dp_equiv mp
   target_link_libraries(${name} PRIVATE tycho_core)
 endforeach()
 
+# The environment of multi-rank test NAME: TYCHO_MPI_ENV and its own Open MPI session folder
+# (tycho_session_env, tests/CMakeLists.txt).
+function(tycho_mpi_env name out)
+  tycho_session_env(${name} session)
+  set(${out} "${TYCHO_MPI_ENV};${session}" PARENT_SCOPE)
+endfunction()
+
 # tycho_mpi_test(NAME RANKS [ENV var=value...] COMMAND exe args...)
 function(tycho_mpi_test name ranks)
   cmake_parse_arguments(T "" "" "ENV;COMMAND" ${ARGN})
   add_test(NAME ${name} COMMAND ${TYCHO_TIMEOUT} 60 ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} ${ranks}
     ${MPIEXEC_PREFLAGS} ${T_COMMAND} ${MPIEXEC_POSTFLAGS})
+  tycho_mpi_env(${name} env)
   set_tests_properties(${name} PROPERTIES TIMEOUT 90 PROCESSORS ${ranks} LABELS mpi
-    ENVIRONMENT "${TYCHO_MPI_ENV};${T_ENV}")
+    ENVIRONMENT "${env};${T_ENV}")
 endfunction()
 
 tycho_mpi_test(mpi_collectives.tp2_dp2 4 COMMAND $<TARGET_FILE:mpi_collectives> 2 2 1)
@@ -51,8 +59,9 @@ tycho_mpi_test(mpi_groups 4 COMMAND $<TARGET_FILE:mpi_groups>)
 foreach(mode sleep finalize stopped exit)
   add_test(NAME mpi_watchdog.${mode} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/watchdog.sh
     ${mode} ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} $<TARGET_FILE:mpi_watchdog>)
+  tycho_mpi_env(mpi_watchdog.${mode} env)
   set_tests_properties(mpi_watchdog.${mode} PROPERTIES TIMEOUT 90 PROCESSORS 4 LABELS mpi
-    ENVIRONMENT "${TYCHO_MPI_ENV}")
+    ENVIRONMENT "${env}")
 endforeach()
 
 # Data parallelism and ZeRO against the serial run (tests/plans/good/dp_small.lua: 2 layers of
@@ -98,16 +107,18 @@ foreach(config "2;0" "4;1" "2;3")
   list(GET config 1 zero)
   add_test(NAME mpi_run.dp${ranks}_zero${zero} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_dp.sh
     ${ranks} ${zero} ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} $<TARGET_FILE:tycho> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  tycho_mpi_env(mpi_run.dp${ranks}_zero${zero} env)
   set_tests_properties(mpi_run.dp${ranks}_zero${zero} PROPERTIES TIMEOUT 90 PROCESSORS ${ranks} LABELS mpi
-    ENVIRONMENT "${TYCHO_MPI_ENV}")
+    ENVIRONMENT "${env}")
 endforeach()
 
 # `tycho run` under mpirun when something is wrong: every rank stops within seconds, one message.
 foreach(mode world_mismatch hash_mismatch bf16_refused leave_early_pp data_one_rank export_fails leave_early)
   add_test(NAME mpi_run_errors.${mode} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_errors.sh
     ${mode} ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} $<TARGET_FILE:tycho> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  tycho_mpi_env(mpi_run_errors.${mode} env)
   set_tests_properties(mpi_run_errors.${mode} PROPERTIES TIMEOUT 90 PROCESSORS 2 LABELS mpi
-    ENVIRONMENT "${TYCHO_MPI_ENV}")
+    ENVIRONMENT "${env}")
 endforeach()
 
 # Each layout conversion against the unsharded tensor, and the KV expansion against its adjoint.
@@ -175,8 +186,9 @@ tycho_mpi_test(mpi_trace.serial 1 COMMAND $<TARGET_FILE:mpi_trace> ${PROJECT_SOU
 function(tycho_bill name ranks plan)
   add_test(NAME mpi_bill.${name} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_bill.sh ${ranks}
     ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} $<TARGET_FILE:tycho> ${PROJECT_SOURCE_DIR}/tests/plans/good/${plan} ${ARGN})
+  tycho_mpi_env(mpi_bill.${name} env)
   set_tests_properties(mpi_bill.${name} PROPERTIES TIMEOUT 90 PROCESSORS ${ranks} LABELS mpi
-    ENVIRONMENT "${TYCHO_MPI_ENV}")
+    ENVIRONMENT "${env}")
 endfunction()
 tycho_bill(serial 1 dp_small.lua)
 tycho_bill(dp2_zero3 2 dp_small.lua --set zero=3)
@@ -193,8 +205,9 @@ foreach(config "tp2;2;--set;mesh.tp=2" "tp2_pp2;4;--set;mesh.tp=2;--set;mesh.pp=
   list(SUBLIST config 2 -1 sets)
   add_test(NAME mpi_init_export.${name} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_init_export.sh ${ranks}
     ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} $<TARGET_FILE:tycho> ${sets} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  tycho_mpi_env(mpi_init_export.${name} env)
   set_tests_properties(mpi_init_export.${name} PROPERTIES TIMEOUT 90 PROCESSORS ${ranks} LABELS mpi
-    ENVIRONMENT "${TYCHO_MPI_ENV}")
+    ENVIRONMENT "${env}")
 endforeach()
 
 # Checkpoints saved on one layout and resumed on another (resharding), against the uninterrupted
@@ -218,6 +231,7 @@ foreach(config "serial;1;1"
   endif()
   add_test(NAME mpi_ckpt.${name} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_ckpt.sh ${save_ranks} ${load_ranks}
     ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} $<TARGET_FILE:tycho> ${sets} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  tycho_mpi_env(mpi_ckpt.${name} env)
   set_tests_properties(mpi_ckpt.${name} PROPERTIES TIMEOUT 120 PROCESSORS ${most} LABELS mpi
-    ENVIRONMENT "${TYCHO_MPI_ENV}")
+    ENVIRONMENT "${env}")
 endforeach()

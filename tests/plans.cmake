@@ -16,9 +16,11 @@ endforeach()
 # The command line: help, exit codes, check output for the shipped plans, --json, --set, sandbox.
 add_test(NAME cli COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli.sh $<TARGET_FILE:tycho>
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-set_tests_properties(cli PROPERTIES TIMEOUT 120)
+tycho_session_env(cli session)
+set_tests_properties(cli PROPERTIES TIMEOUT 120 ENVIRONMENT "${session}")
 
 # Checkpoints that go wrong: corrupt, truncated, cut short, another model, a crash's leftover.
 add_test(NAME cli_ckpt_errors COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/ckpt_errors.sh $<TARGET_FILE:tycho>
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-set_tests_properties(cli_ckpt_errors PROPERTIES TIMEOUT 120)
+tycho_session_env(cli_ckpt_errors session)
+set_tests_properties(cli_ckpt_errors PROPERTIES TIMEOUT 120 ENVIRONMENT "${session}")
