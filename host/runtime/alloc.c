@@ -16,6 +16,12 @@ struct block_header {
 #define BLOCK_MAGIC 0x7479636fu /* "tyco" */
 
 static struct alloc_bill bill;
+static size_t limit_bytes; /* 0: none */
+
+void alloc_set_limit(size_t n_bytes)
+{
+  limit_bytes = n_bytes;
+}
 
 const char *alloc_category_name(enum alloc_category category)
 {
@@ -28,6 +34,8 @@ void *alloc_bytes(enum alloc_category category, size_t n_bytes)
 {
   if ((unsigned)category >= ALLOC_N_CATEGORIES || n_bytes > SIZE_MAX - 2 * ALLOC_ALIGN)
     return NULL;
+  if (limit_bytes && (bill.total_bytes > limit_bytes || n_bytes > limit_bytes - bill.total_bytes))
+    return NULL; /* over the cap: as the system's allocator would fail */
   size_t rounded = (n_bytes + ALLOC_ALIGN - 1) / ALLOC_ALIGN * ALLOC_ALIGN;
   unsigned char *base = aligned_alloc(ALLOC_ALIGN, ALLOC_ALIGN + rounded);
   if (!base)

@@ -24,11 +24,15 @@ struct alloc_bill {
   size_t n_live;                         /* blocks not yet freed */
 };
 
-/* n_bytes of zeroed memory, 64-byte aligned, billed to `category`; NULL when out of memory
- * (n_bytes 0 gives a valid, unique block). */
+/* n_bytes of zeroed memory, 64-byte aligned, billed to `category`; NULL when out of memory or
+ * over the cap of alloc_set_limit (n_bytes 0 gives a valid, unique block). */
 void *alloc_bytes(enum alloc_category category, size_t n_bytes);
 /* n_elems reals: alloc_bytes(category, n_elems · sizeof(real)), with the product checked. */
 real *alloc_reals(enum alloc_category category, size_t n_elems);
+/* Caps the bytes in use over every category (0: no cap): a block that would go over it is
+ * refused as if memory had run out. For the tests of what runs out of memory, and for callers
+ * that want a budget. */
+void alloc_set_limit(size_t n_bytes);
 /* Frees a block from alloc_bytes and takes it off the bill; NULL is ignored. */
 void alloc_free(void *block);
 

@@ -98,9 +98,11 @@ int dp_open(struct dp *d, struct model *m, struct comm_group *group, int zero, d
   if (ok && zero >= 2)
     ok = (d->shard_grads = alloc_reals(ALLOC_GRADS, l->n_shard)) != NULL;
   if (!ok) {
+    const size_t n_elems = l->n_elems; /* dp_close clears the layout */
+    const int size = d->size;
     dp_close(d);
-    return errf(err, err_size, "out of memory for the parameters and gradients (%zu floats, "
-                "zero %d over %d ranks)", l->n_elems, zero, d->size);
+    return errf(err, err_size, "out of memory for the parameters and gradients (%zu elements, "
+                "zero %d over %d rank%s)", n_elems, zero, size, size == 1 ? "" : "s");
   }
   model_bind_memory(m, m->param_memory, m->grad_memory);
   return 0;
@@ -161,7 +163,7 @@ int dp_init_params(struct dp *d, const struct plan *p, char *err, size_t err_siz
     const struct dp_bucket *k = &d->layout.buckets[b];
     real *staging = alloc_reals(ALLOC_PARAMS, k->n_elems);
     if (!staging)
-      return errf(err, err_size, "out of memory initializing a bucket of %zu floats", k->n_elems);
+      return errf(err, err_size, "out of memory initializing a bucket of %zu elements", k->n_elems);
     dp_bind_bucket(d, b, staging, 0);
     rc = fill_params(d->model, p, err, err_size);
     memcpy(d->shard_params + k->shard_offset, staging + (size_t)d->rank * k->share,
@@ -184,7 +186,7 @@ int dp_gather_params(struct dp *d, real **full)
   real *out = d->rank == 0 ? alloc_reals(ALLOC_WORKSPACE, l->n_elems)
                             : alloc_reals(ALLOC_WORKSPACE, l->max_bucket_elems);
   if (!out) /* every rank must still take part in the gathers: this one cannot, so it aborts */
-    comm_fatal("out of memory gathering the parameters (%zu floats)", l->n_elems);
+    comm_fatal("out of memory gathering the parameters (%zu elements)", l->n_elems);
   int rc = 0;
   for (int b = 0; b < l->n_buckets && !rc; b++) {
     const struct dp_bucket *k = &l->buckets[b];
@@ -222,7 +224,7 @@ int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, siz
   if (tp > 1) {
     all = alloc_reals(ALLOC_WORKSPACE, (size_t)tp * m->n_elems);
     if (!all) /* the others are in the gather already: this rank cannot stay */
-      comm_fatal("out of memory gathering the tensor-parallel shards (%zu floats)", (size_t)tp * m->n_elems);
+      comm_fatal("out of memory gathering the tensor-parallel shards (%zu elements)", (size_t)tp * m->n_elems);
     if (comm_all_gather(m->tp.group, full, all, m->n_elems, COMM_REAL, NULL))
       rc = errf(err, err_size, "all-gather of the tensor-parallel shards: %s", comm_error());
   }
@@ -232,7 +234,7 @@ int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, siz
     if (!rc) { /* a copy for export and tests: billed as workspace, as the ZeRO-3 gather is */
       whole->param_memory = alloc_reals(ALLOC_WORKSPACE, whole->n_elems);
       if (!whole->param_memory)
-        rc = errf(err, err_size, "out of memory for the whole model (%zu floats)", whole->n_elems);
+        rc = errf(err, err_size, "out of memory for the whole model (%zu elements)", whole->n_elems);
       else
         model_bind_memory(whole, whole->param_memory, NULL);
     }

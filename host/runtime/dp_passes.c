@@ -137,7 +137,7 @@ static void buckets_ready_for(struct dp *d, int first, int last)
       continue; /* already filling in this backward */
     s->grads = alloc_reals(ALLOC_GRADS, d->layout.buckets[b].n_elems);
     if (!s->grads)
-      comm_fatal("out of memory for a gradient bucket of %zu floats", d->layout.buckets[b].n_elems);
+      comm_fatal("out of memory for a gradient bucket of %zu elements", d->layout.buckets[b].n_elems);
     dp_bind_bucket(d, b, s->grads, 1);
   }
 }
@@ -151,7 +151,7 @@ static void bucket_start(struct dp *d, int b)
   } else {
     s->recv = alloc_reals(ALLOC_COMM, k->share);
     if (!s->recv)
-      comm_fatal("out of memory for a reduce-scatter output of %zu floats", k->share);
+      comm_fatal("out of memory for a reduce-scatter output of %zu elements", k->share);
     dp_reduce_scatter(d, s->grads, s->recv, k->share, &s->req);
   }
   d->inflight[d->n_inflight++] = b;

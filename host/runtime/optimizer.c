@@ -29,7 +29,7 @@ int optimizer_create_sized(struct optimizer *o, const struct plan *p, size_t n_e
   o->v = alloc_reals(ALLOC_OPTIMIZER, n_elems);
   if (!o->m || !o->v) {
     optimizer_free(o);
-    return errf(err, err_size, "out of memory for the optimizer state (%zu floats)", n_elems);
+    return errf(err, err_size, "out of memory for the optimizer state (%zu elements)", n_elems);
   }
   return 0;
 }

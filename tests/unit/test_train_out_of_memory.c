@@ -1,0 +1,90 @@
+/* Running out of memory is an error the caller gets, not the end of the process (DESIGN 3.10).
+ * With the allocator capped (alloc_set_limit) at fractions of what tests/plans/good/dp_small.lua
+ * needs to open, trainer_open returns TRAIN_RUNTIME_ERROR with a message that names what it was
+ * allocating, and leaves nothing behind (the allocator's live blocks and bytes back where they
+ * were). Then the same process, cap lifted, opens a smaller plan and trains it, and opens the
+ * first plan again and trains it to the same losses as a trainer that never saw a failure. */
+#include "check.h"
+#include "plan/compile.h"
+#include "runtime/alloc.h"
+#include "runtime/train.h"
+
+#include <stdlib.h>
+
+static char err[2048];
+
+static int compile(struct plan *p, int n_sets, const char *const *sets)
+{
+  const char *src = getenv("TYCHO_SOURCE_DIR");
+  char path[1024];
+  snprintf(path, sizeof path, "%s/tests/plans/good/dp_small.lua", src ? src : ".");
+  struct plan_compile_options opt = { 1, 0, 0, 0, n_sets, sets };
+  plan_init(p);
+  int rc = plan_compile(path, &opt, p, err, sizeof err);
+  CHECK_MSG(rc == 0, "%s", err);
+  return rc;
+}
+
+/* Opens, trains `steps` steps (losses into out), closes. 0 ok. */
+static int train(const struct plan *p, int steps, double *out)
+{
+  struct trainer t;
+  if (trainer_open(&t, p, NULL, err, sizeof err) != TRAIN_OK) {
+    CHECK_MSG(0, "%s", err);
+    return 1;
+  }
+  for (int s = 0; s < steps; s++) {
+    struct train_step_stats st;
+    CHECK_MSG(trainer_step(&t, &st, err, sizeof err) == 0, "%s", err);
+    out[s] = st.loss;
+  }
+  trainer_close(&t);
+  return 0;
+}
+
+static void open_fails_cleanly_and_the_process_goes_on(void)
+{
+  struct plan p, small;
+  const char *smaller[] = { "model.n_layers=1", "model.dim=16", "model.ffn_dim=32", "batch.micro=2" };
+  if (compile(&p, 0, NULL) || compile(&small, 4, smaller))
+    return;
+  double reference[3];
+  if (train(&p, 3, reference))
+    return;
+  const struct alloc_bill *b = alloc_bill();
+  const size_t live = b->n_live, in_use = b->total_bytes;
+  /* what the open needs at its peak */
+  struct trainer t;
+  alloc_reset_peaks();
+  CHECK(trainer_open(&t, &p, NULL, err, sizeof err) == TRAIN_OK);
+  const size_t need = b->total_peak_bytes - in_use;
+  trainer_close(&t);
+  int failures = 0;
+  for (int k = 1; k <= 9; k++) {
+    const size_t cap = in_use + need * (size_t)k / 10;
+    alloc_set_limit(cap);
+    err[0] = 0;
+    const int rc = trainer_open(&t, &p, NULL, err, sizeof err);
+    alloc_set_limit(0);
+    CHECK_MSG(rc == TRAIN_RUNTIME_ERROR, "open under a cap of %d/10 of what it needs: %d", k, rc);
+    CHECK_STR_CONTAINS(err, "out of memory for ");
+    CHECK_MSG(b->n_live == live && b->total_bytes == in_use, "cap %d/10: %zu blocks and %zu bytes left, "
+              "%zu and %zu before", k, b->n_live, b->total_bytes, live, in_use);
+    failures += rc == TRAIN_RUNTIME_ERROR;
+    if (k == 1 || k == 9)
+      printf("cap at %d0%% of the open's %zu bytes: \"%s\"\n", k, need, err);
+  }
+  CHECK(failures == 9);
+  double small_losses[3], again[3];
+  if (train(&small, 3, small_losses) == 0)
+    CHECK(isfinite(small_losses[2]) && small_losses[2] < small_losses[0] + 1.0);
+  if (train(&p, 3, again) == 0)
+    for (int s = 0; s < 3; s++)
+      CHECK_MSG(again[s] == reference[s], "step %d: loss %.17g after the failures, %.17g before", s, again[s],
+                reference[s]); /* the same operations on the same data: bitwise */
+  CHECK(b->n_live == live && b->total_bytes == in_use);
+  plan_free(&p);
+  plan_free(&small);
+}
+
+TEST_MAIN(TEST(open_fails_cleanly_and_the_process_goes_on))
