@@ -425,8 +425,12 @@ int ckpt_save(struct trainer *t, const char *dir, long long steps_done, int keep
   /* Every rank's piece list to every rank (rank 0 writes the manifest). */
   int64_t mine = w.n, most = w.n, *counts = malloc((size_t)world * sizeof *counts);
   struct piece *all = NULL;
-  if (!counts)
-    comm_fatal("out of memory for %d counts", world);
+  if ((rc = agree(g, counts ? 0 : errf(err, err_size, "checkpoint: out of memory for %d counts", world), err,
+                  err_size))) { /* before the gathers: no rank waits in one alone */
+    free(counts);
+    free(w.pieces);
+    return rc;
+  }
   if (world > 1) {
     if (comm_all_gather(g, &mine, counts, 1, COMM_INT64, NULL))
       rc = errf(err, err_size, "checkpoint: gathering the piece counts: %s", comm_error());
@@ -437,17 +441,24 @@ int ckpt_save(struct trainer *t, const char *dir, long long steps_done, int keep
   }
   size_t words = (size_t)most * PIECE_WORDS;
   int64_t *send = calloc(words ? words : 1, sizeof *send), *recv = calloc(words * (size_t)world + 1, sizeof *recv);
-  if (!send || !recv)
-    comm_fatal("out of memory gathering %lld checkpoint pieces", (long long)most * world);
+  all = malloc(((size_t)most * (size_t)world + 1) * sizeof *all);
+  int oom = !send || !recv || !all;
+  if (oom)
+    errf(err, err_size, "checkpoint: out of memory gathering %lld pieces", (long long)most * world);
+  if (agree(g, oom, err, err_size)) {
+    free(send);
+    free(recv);
+    free(all);
+    free(counts);
+    free(w.pieces);
+    return 1;
+  }
   memcpy(send, w.pieces, (size_t)w.n * sizeof *w.pieces);
   if (!rc && world > 1 && words > 0 && comm_all_gather(g, send, recv, words, COMM_INT64, NULL))
     rc = errf(err, err_size, "checkpoint: gathering the piece lists: %s", comm_error());
   if (world == 1)
     memcpy(recv, send, words * sizeof *send);
   int n_all = 0;
-  all = malloc(((size_t)most * (size_t)world + 1) * sizeof *all);
-  if (!all)
-    comm_fatal("out of memory gathering checkpoint pieces");
   for (int r = 0; !rc && r < world; r++)
     for (int64_t k = 0; k < counts[r]; k++)
       memcpy(&all[n_all++], recv + ((size_t)r * (size_t)most + (size_t)k) * PIECE_WORDS, sizeof *all);

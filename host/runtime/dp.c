@@ -11,6 +11,28 @@
 #include "runtime/weights.h"
 #include "util/err.h"
 
+/* Every rank of g passes whether its allocation went through; all return the same verdict, with
+ * the failing rank's message in d->err, before any collective that needs the memory is issued.
+ * A group of one, or none, only looks at its own. */
+static int agree_allocated(struct dp *d, struct comm_group *g, int ok, const char *what)
+{
+  char msg[COMM_AGREE_MSG_MAX];
+  snprintf(msg, sizeof msg, "%s", ok ? "" : what);
+  int failed_rank = -1, verdict = !ok;
+  if (g && g->size > 1)
+    verdict = comm_agree(g, ok ? 0 : 1, msg, sizeof msg, &failed_rank);
+  if (!verdict)
+    return 0;
+  if (!d->failed) {
+    if (failed_rank >= 0)
+      snprintf(d->err, sizeof d->err, "rank %d: %.480s", failed_rank, msg);
+    else
+      snprintf(d->err, sizeof d->err, "%.500s", msg);
+  }
+  d->failed = 1;
+  return -1;
+}
+
 int dp_fail(struct dp *d, const char *what)
 {
   if (!d->failed)
@@ -81,7 +103,8 @@ int dp_open(struct dp *d, struct model *m, struct comm_group *group, int zero, d
   d->buckets = calloc((size_t)l->n_buckets, sizeof *d->buckets);
   d->units = calloc((size_t)l->n_units, sizeof *d->units);
   d->inflight = calloc((size_t)l->n_buckets, sizeof *d->inflight);
-  int ok = d->buckets && d->units && d->inflight;
+  d->gather_reqs = calloc((size_t)l->n_buckets, sizeof *d->gather_reqs);
+  int ok = d->buckets && d->units && d->inflight && d->gather_reqs && dp_steps_alloc(d) == 0;
   for (int u = 0; ok && u < l->n_units; u++) {
     const struct dp_unit *unit = &l->units[u];
     d->units[u].hold = zero == 3 ? DP_UNIT_FREE : DP_UNIT_HELD;
@@ -135,6 +158,8 @@ void dp_close(struct dp *d)
   free(d->buckets);
   free(d->units);
   free(d->inflight);
+  free(d->gather_reqs);
+  free(d->steps);
   dp_layout_free(&d->layout);
   memset(d, 0, sizeof *d);
 }
@@ -185,8 +210,13 @@ int dp_gather_params(struct dp *d, real **full)
   const struct dp_layout *l = &d->layout;
   real *out = d->rank == 0 ? alloc_reals(ALLOC_WORKSPACE, l->n_elems)
                             : alloc_reals(ALLOC_WORKSPACE, l->max_bucket_elems);
-  if (!out) /* every rank must still take part in the gathers: this one cannot, so it aborts */
-    comm_fatal("out of memory gathering the parameters (%zu elements)", l->n_elems);
+  char what[128];
+  snprintf(what, sizeof what, "out of memory gathering the parameters (%zu elements)",
+           d->rank == 0 ? l->n_elems : l->max_bucket_elems);
+  if (agree_allocated(d, d->group, out != NULL, what)) { /* before any gather: no rank waits alone */
+    alloc_free(out);
+    return -1;
+  }
   int rc = 0;
   for (int b = 0; b < l->n_buckets && !rc; b++) {
     const struct dp_bucket *k = &l->buckets[b];
@@ -223,9 +253,12 @@ int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, siz
   int rc = 0;
   if (tp > 1) {
     all = alloc_reals(ALLOC_WORKSPACE, (size_t)tp * m->n_elems);
-    if (!all) /* the others are in the gather already: this rank cannot stay */
-      comm_fatal("out of memory gathering the tensor-parallel shards (%zu elements)", (size_t)tp * m->n_elems);
-    if (comm_all_gather(m->tp.group, full, all, m->n_elems, COMM_REAL, NULL))
+    char what[128];
+    snprintf(what, sizeof what, "out of memory gathering the tensor-parallel shards (%zu elements)",
+             (size_t)tp * m->n_elems);
+    if (agree_allocated(d, m->tp.group, all != NULL, what)) /* before the gather, over the tp group */
+      rc = errf(err, err_size, "%s", d->err);
+    else if (comm_all_gather(m->tp.group, full, all, m->n_elems, COMM_REAL, NULL))
       rc = errf(err, err_size, "all-gather of the tensor-parallel shards: %s", comm_error());
   }
   const int pp = d->pp_group ? d->pp_group->size : 1;

@@ -96,6 +96,8 @@ struct dp_unit_state {
   struct comm_request **reqs; /* (its buckets) gathers in flight */
 };
 
+struct dp_step;
+
 struct dp {
   struct dp_layout layout;
   struct comm_group *group;   /* the dp group; NULL: a group of one without the comm layer */
@@ -109,6 +111,8 @@ struct dp {
   int reducing;               /* this backward reduces its buckets as they become final */
   int next_bucket;            /* the next bucket to reduce (they go from the last to the first) */
   int *inflight;              /* (n_buckets) buckets whose reduction is started, oldest first */
+  struct comm_request **gather_reqs; /* (n_buckets) zero 1, 2: the update's all-gathers */
+  struct dp_step *steps;      /* (2 · n_layers + 4) a micro-batch's step list (dp_passes.c) */
   int n_inflight;
   long long step;             /* for the comm records */
   double mb_flops[2];         /* a micro-batch's forward and backward FLOPs here (trace spans) */
@@ -130,6 +134,8 @@ int dp_init_params(struct dp *d, const struct plan *p, char *err, size_t err_siz
 size_t dp_state_elems(const struct dp *d);
 
 /* ---- one step (dp_passes.c) ---- */
+/* Room for the step list of a micro-batch (d->steps), so a step allocates no list. 0, or -1. */
+int dp_steps_alloc(struct dp *d);
 /* Zeroes the gradients this rank keeps and records the step for the comm records. */
 void dp_step_begin(struct dp *d, long long step);
 /* One micro-batch's forward and backward (model_forward + model_backward with the gathers and

@@ -129,9 +129,7 @@ int dp_update(struct dp *d, struct optimizer *o, long long step, double lr)
   if (d->zero == 3)
     return d->failed ? -1 : 0;
   /* Zero 1, 2: every rank gets every bucket's new parameters, in place. */
-  struct comm_request **reqs = calloc((size_t)d->layout.n_buckets, sizeof *reqs);
-  if (!reqs)
-    comm_fatal("out of memory for %d requests", d->layout.n_buckets);
+  struct comm_request **reqs = d->gather_reqs;
   for (int b = 0; b < d->layout.n_buckets; b++) {
     const struct dp_bucket *k = &d->layout.buckets[b];
     real *bucket = m->param_memory + k->start;
@@ -139,6 +137,5 @@ int dp_update(struct dp *d, struct optimizer *o, long long step, double lr)
   }
   if (comm_wait_all(reqs, d->layout.n_buckets))
     dp_fail(d, "parameter all-gather");
-  free(reqs);
   return d->failed ? -1 : 0;
 }

@@ -15,13 +15,13 @@
 
 enum step_kind { EMBED_FWD, LAYER_FWD, HEAD_FWD, HEAD_BWD, LAYER_BWD, EMBED_BWD };
 
-struct step {
+struct dp_step {
   enum step_kind kind;
   int layer;
 };
 
 /* The units a step reads parameters of: up to two (a tied head reads the embedding). */
-static int step_units(const struct dp *d, struct step s, int units[2])
+static int step_units(const struct dp *d, struct dp_step s, int units[2])
 {
   const int L = d->model->config.n_layers, tied = d->model->config.tie_embeddings;
   switch (s.kind) {
@@ -33,7 +33,7 @@ static int step_units(const struct dp *d, struct step s, int units[2])
   return 0;
 }
 
-static int step_needs(const struct dp *d, const struct step *s, int u)
+static int step_needs(const struct dp *d, const struct dp_step *s, int u)
 {
   int units[2], n = s ? step_units(d, *s, units) : 0;
   for (int i = 0; i < n; i++)
@@ -182,7 +182,7 @@ struct pass {
   int mb, n_forward; /* a training micro-batch (trace spans "forward" and "backward"); -1, 0: none */
 };
 
-static void compute(struct dp *d, struct step s, struct pass *p)
+static void compute(struct dp *d, struct dp_step s, struct pass *p)
 {
   struct model *m = d->model;
   const struct dp_layout *l = &d->layout;
@@ -218,11 +218,11 @@ static void compute(struct dp *d, struct step s, struct pass *p)
   }
 }
 
-static void run_steps(struct dp *d, const struct step *steps, int n, struct pass *p)
+static void run_steps(struct dp *d, const struct dp_step *steps, int n, struct pass *p)
 {
   double t_mark = comm_now();
   for (int k = 0; k < n; k++) {
-    const struct step *next = k + 1 < n ? &steps[k + 1] : NULL;
+    const struct dp_step *next = k + 1 < n ? &steps[k + 1] : NULL;
     int units[2], n_units = step_units(d, steps[k], units);
     for (int i = 0; i < n_units; i++)
       unit_hold(d, units[i]);
@@ -246,15 +246,21 @@ static void run_steps(struct dp *d, const struct step *steps, int n, struct pass
   model_bind_views(d->model);
 }
 
-static int forward_steps(const struct dp *d, struct step *steps)
+static int forward_steps(const struct dp *d, struct dp_step *steps)
 {
   const int L = d->model->config.n_layers;
   int n = 0;
-  steps[n++] = (struct step){ EMBED_FWD, -1 };
+  steps[n++] = (struct dp_step){ EMBED_FWD, -1 };
   for (int l = 0; l < L; l++)
-    steps[n++] = (struct step){ LAYER_FWD, l };
-  steps[n++] = (struct step){ HEAD_FWD, -1 };
+    steps[n++] = (struct dp_step){ LAYER_FWD, l };
+  steps[n++] = (struct dp_step){ HEAD_FWD, -1 };
   return n;
+}
+
+int dp_steps_alloc(struct dp *d)
+{
+  d->steps = malloc((size_t)(2 * d->model->config.n_layers + 4) * sizeof *d->steps);
+  return d->steps ? 0 : -1;
 }
 
 void dp_step_begin(struct dp *d, long long step)
@@ -271,36 +277,30 @@ double dp_forward_backward(struct dp *d, struct model_acts *a, const int *tokens
                            real loss_scale, int reduce, int mb)
 {
   const int L = d->model->config.n_layers;
-  struct step *steps = malloc((size_t)(2 * L + 4) * sizeof *steps);
-  if (!steps)
-    comm_fatal("out of memory for the step list of %d layers", L);
+  struct dp_step *steps = d->steps;
   if (d->group)
     comm_set_step(d->step, mb);
   int n = forward_steps(d, steps);
   const int n_forward = n;
-  steps[n++] = (struct step){ HEAD_BWD, -1 };
+  steps[n++] = (struct dp_step){ HEAD_BWD, -1 };
   for (int l = L - 1; l >= 0; l--)
-    steps[n++] = (struct step){ LAYER_BWD, l };
-  steps[n++] = (struct step){ EMBED_BWD, -1 };
+    steps[n++] = (struct dp_step){ LAYER_BWD, l };
+  steps[n++] = (struct dp_step){ EMBED_BWD, -1 };
   d->reducing = reduce || d->zero >= 2;
   d->next_bucket = d->layout.n_buckets - 1;
   struct pass p = { a, tokens, targets, dropout, B, T, loss_scale, 0.0, mb, n_forward };
   run_steps(d, steps, n, &p);
   d->reducing = 0;
-  free(steps);
   return p.loss;
 }
 
 double dp_forward(struct dp *d, struct model_acts *a, const int *tokens, const int *targets,
                   int B, int T)
 {
-  struct step *steps = malloc((size_t)(d->model->config.n_layers + 2) * sizeof *steps);
-  if (!steps)
-    comm_fatal("out of memory for the step list of %d layers", d->model->config.n_layers);
+  struct dp_step *steps = d->steps;
   int n = forward_steps(d, steps);
   struct pass p = { a, tokens, targets, NULL, B, T, 0.0f, 0.0, -1, 0 };
   run_steps(d, steps, n, &p);
-  free(steps);
   return p.loss;
 }
 

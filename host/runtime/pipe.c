@@ -194,8 +194,14 @@ static struct pipe_slot *slot_take(struct pipe *pp, struct trainer *t, int stage
     if (!pick || (done_act && done_grad && (pick->send_act || pick->send_grad)))
       pick = sl;
   }
-  if (!pick)
-    comm_fatal("pipeline: every activation slot of stage %d is in use at micro-batch %d", stage, mb);
+  if (!pick) { /* the slots are counted from this rank's list: a schedule that needs more is a bug */
+    struct model_tp *tp = &t->model.tp;
+    if (!tp->failed)
+      snprintf(tp->err, sizeof tp->err, "pipeline: every activation slot of stage %d is in use at micro-batch %d",
+               stage, mb);
+    tp->failed = 1;
+    return NULL;
+  }
   if (pick->send_act && comm_wait(&pick->send_act))
     failed(t, "send of activations");
   if (pick->send_grad && comm_wait(&pick->send_grad))
@@ -249,8 +255,10 @@ double pipe_forward_backward(struct pipe *pp, struct trainer *t)
     switch ((enum sched_op)in->op) {
     case SCHED_FWD: {
       sl = slot_of(pp, in->stage, in->mb);
-      if (!sl)
-        sl = slot_take(pp, t, in->stage, in->mb);
+      if (!sl && !(sl = slot_take(pp, t, in->stage, in->mb))) {
+        i = list->n; /* the list stops here; the step returns the failure */
+        break;
+      }
       slot_wait_recv(t, sl);
       trainer_micro_batch(t, in->mb, t->inputs, sl->targets ? sl->targets : t->targets, t->samples);
       struct model_dropout dropout = { (real)p->model.dropout, t->dropout_seed, (uint32_t)t->step, t->samples };
@@ -301,7 +309,10 @@ double pipe_forward_backward(struct pipe *pp, struct trainer *t)
         failed(t, "send of activations");
       break;
     case SCHED_RECV_ACT:
-      sl = slot_take(pp, t, in->stage + 1, in->mb);
+      if (!(sl = slot_take(pp, t, in->stage + 1, in->mb))) {
+        i = list->n;
+        break;
+      }
       if (comm_recv(pp->group, sl->acts->residual[pp->in_index[in->stage + 1]], n_boundary, COMM_REAL,
                     in->peer, &sl->recv))
         failed(t, "receive of activations");

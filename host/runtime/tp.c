@@ -108,9 +108,11 @@ real *tp_convert(struct model_tp *t, real *pack, real *out, real *in, enum tp_la
     else if (out != in)
       memcpy(out, in, (size_t)B * T * X * sizeof(real));
     break;
-  default:
-    comm_fatal("tensor parallelism: no conversion from %s to %s", tp_layout_name(from),
+  default: /* plan_validate refuses the plans that would need one; the same on every rank */
+    if (!t->failed)
+      snprintf(t->err, sizeof t->err, "tensor parallelism: no conversion from %s to %s", tp_layout_name(from),
                tp_layout_name(to));
+    t->failed = 1;
   }
   return out;
 }
