@@ -609,6 +609,11 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
             "moments, one shard file per rank)\n", p->checkpoint.dir, p->checkpoint.every,
             p->checkpoint.keep, p->checkpoint.async ? ", async" : "",
             3.0 * sizeof(real) * (double)plan_param_count(p) / 1073741824.0);
+  fprintf(f, "log        progress every %d steps%s%s", p->log.every, p->log.metrics[0] ? ", metrics " : "",
+          p->log.metrics);
+  if (p->log.trace[0])
+    fprintf(f, ", trace %s (the first %d steps)", p->log.trace, p->log.trace_steps);
+  fputc('\n', f);
 }
 
 void check_write_json(const struct plan *p, const struct cluster *cluster, struct strbuf *b)

@@ -72,6 +72,8 @@ h3=$("$tycho" check plans/tiny.lua | sed -n 's/^hash *//p')
 if [ -n "$h1" ] && [ "$h1" = "$h3" ] && [ "$h1" != "$h2" ]; then ok hash_stable_and_sensitive
 else bad "hash_stable_and_sensitive ($h1 $h2 $h3)"; fi
 expect set_value 0 'optimizer +adamw lr 0.002' "$tycho" check plans/tiny.lua --set optimizer.lr=0.002
+expect log_trace 0 '^log +progress every 100 steps, trace /tmp/t\.json \(the first 3 steps\)' \
+  "$tycho" check plans/tiny.lua --set log.trace=/tmp/t.json --set log.trace_steps=3
 expect set_list 0 'recompute +layers 0-3 +attn_core,mlp_act' "$tycho" check plans/tiny.lua --set recompute=attn_core,mlp_act
 expect set_mesh 0 'mesh +4 ranks = tp 2 × pp 2 × dp 1' "$tycho" check plans/tiny.lua --set mesh.tp=2 --set mesh.pp=2 --world 4
 expect set_bad_syntax 2 '^tycho: plan error: --set: "mesh.tp": expected path.to.field=value' "$tycho" check plans/tiny.lua --set mesh.tp
