@@ -6,21 +6,22 @@
 
 #include "comm/comm.h"
 #include "runtime/alloc.h"
-#include "runtime/train.h"
+#include "runtime/dp.h"
+#include "runtime/model.h"
 #include "util/err.h"
 
-static void failed(struct trainer *t, const char *what)
+static void failed(struct pipe_env *t, const char *what)
 {
-  struct model_tp *tp = &t->model.tp;
+  struct model_tp *tp = &t->model->tp;
   if (!tp->failed)
     snprintf(tp->err, sizeof tp->err, "pipeline %s: %s", what, comm_error());
   tp->failed = 1;
 }
 
 /* Floats of a stage boundary's activation (or its gradient): B × Th × C. */
-static size_t boundary_elems(const struct trainer *t, int B, int T)
+static size_t boundary_elems(const struct pipe_env *t, int B, int T)
 {
-  return (size_t)B * model_home_T(&t->model, T) * t->model.config.dim;
+  return (size_t)B * model_home_T(t->model, T) * t->model->config.dim;
 }
 
 void pipe_stage_slots(const struct plan *p, const struct sched *s, int pp_rank, int *slots)
@@ -65,10 +66,12 @@ void pipe_stage_slots(const struct plan *p, const struct sched *s, int pp_rank, 
   free(now);
 }
 
-int pipe_open(struct pipe *pp, struct trainer *t, struct comm_group *group, char *err, size_t err_size)
+int pipe_open(struct pipe *pp, const struct pipe_env *env, struct comm_group *group, char *err, size_t err_size)
 {
-  const struct plan *p = t->plan;
   memset(pp, 0, sizeof *pp);
+  pp->env = *env;
+  struct pipe_env *t = &pp->env;
+  const struct plan *p = t->plan;
   pp->group = group;
   pp->size = group ? group->size : 1;
   pp->rank = group ? group->rank : 0;
@@ -114,10 +117,10 @@ int pipe_open(struct pipe *pp, struct trainer *t, struct comm_group *group, char
       struct model_acts_scope scope = { st->first_layer, st->n_layers, st->has_embed, st->has_head };
       if (first_here) { /* the trainer's own set: all of this rank's layers */
         first_here = 0;
-        sl->acts = &t->acts;
+        sl->acts = t->acts;
       } else {
         sl->acts = calloc(1, sizeof *sl->acts);
-        if (!sl->acts || model_acts_create_slot(sl->acts, &t->model, &t->acts, &scope, err, err_size)) {
+        if (!sl->acts || model_acts_create_slot(sl->acts, t->model, t->acts, &scope, err, err_size)) {
           free(per_stage);
           free(sl->acts);
           sl->acts = NULL;
@@ -174,7 +177,7 @@ static struct pipe_slot *slot_of(struct pipe *pp, int stage, int mb)
 
 /* A free slot for (stage, mb): one whose sends are done if there is one, else the first free one
  * once its sends are. */
-static struct pipe_slot *slot_take(struct pipe *pp, struct trainer *t, int stage, int mb)
+static struct pipe_slot *slot_take(struct pipe *pp, struct pipe_env *t, int stage, int mb)
 {
   struct pipe_slot *pick = NULL;
   int used = 0;
@@ -195,7 +198,7 @@ static struct pipe_slot *slot_take(struct pipe *pp, struct trainer *t, int stage
       pick = sl;
   }
   if (!pick) { /* the slots are counted from this rank's list: a schedule that needs more is a bug */
-    struct model_tp *tp = &t->model.tp;
+    struct model_tp *tp = &t->model->tp;
     if (!tp->failed)
       snprintf(tp->err, sizeof tp->err, "pipeline: every activation slot of stage %d is in use at micro-batch %d",
                stage, mb);
@@ -213,18 +216,18 @@ static struct pipe_slot *slot_take(struct pipe *pp, struct trainer *t, int stage
   return pick;
 }
 
-static void slot_wait_recv(struct trainer *t, struct pipe_slot *sl)
+static void slot_wait_recv(struct pipe_env *t, struct pipe_slot *sl)
 {
   if (sl->recv && comm_wait(&sl->recv))
     failed(t, "receive");
 }
 
-static double stage_forward(struct pipe *pp, struct trainer *t, int stage, struct model_acts *a,
+static double stage_forward(struct pipe *pp, struct pipe_env *t, int stage, struct model_acts *a,
                             const int *tokens, const int *targets, const struct model_dropout *dropout,
                             int B, int T)
 {
   const struct plan_stage *st = &t->plan->stages[stage];
-  struct model *m = &t->model;
+  struct model *m = t->model;
   (void)pp;
   if (st->has_embed)
     model_embed_forward(m, a, tokens, dropout, B, T);
@@ -235,10 +238,12 @@ static double stage_forward(struct pipe *pp, struct trainer *t, int stage, struc
   return st->has_head ? model_head_forward(m, a, targets) : 0.0;
 }
 
-double pipe_forward_backward(struct pipe *pp, struct trainer *t)
+double pipe_forward_backward(struct pipe *pp)
 {
+  struct pipe_env *t = &pp->env;
+  const long long step = *t->step;
   const struct plan *p = t->plan;
-  struct model *m = &t->model;
+  struct model *m = t->model;
   const int B = p->batch.micro, T = p->batch.seq, S = p->n_stages;
   const size_t n_boundary = boundary_elems(t, B, T);
   const real loss_scale = (real)(1.0 / ((double)p->batch.global * T));
@@ -246,12 +251,12 @@ double pipe_forward_backward(struct pipe *pp, struct trainer *t)
   double loss = 0.0;
   int reduced = 0;
   pp->peak_slots = 0;
-  dp_step_begin(&t->dp, t->step);
-  dp_reduce_begin(&t->dp);
+  dp_step_begin(t->dp, step);
+  dp_reduce_begin(t->dp);
   for (int i = 0; i < list->n; i++) {
     const struct sched_instr *in = &list->instr[i];
     struct pipe_slot *sl;
-    comm_set_step(t->step, in->mb);
+    comm_set_step(step, in->mb);
     switch ((enum sched_op)in->op) {
     case SCHED_FWD: {
       sl = slot_of(pp, in->stage, in->mb);
@@ -260,8 +265,8 @@ double pipe_forward_backward(struct pipe *pp, struct trainer *t)
         break;
       }
       slot_wait_recv(t, sl);
-      trainer_micro_batch(t, in->mb, t->inputs, sl->targets ? sl->targets : t->targets, t->samples);
-      struct model_dropout dropout = { (real)p->model.dropout, t->dropout_seed, (uint32_t)t->step, t->samples };
+      t->micro_batch(t->ctx, in->mb, t->inputs, sl->targets ? sl->targets : t->targets, t->samples);
+      struct model_dropout dropout = { (real)p->model.dropout, t->dropout_seed, (uint32_t)step, t->samples };
       const double t0 = comm_now();
       loss += stage_forward(pp, t, in->stage, sl->acts, t->inputs, sl->targets, &dropout, B, T);
       comm_trace_work("forward", in->stage, in->mb, plan_stage_micro_batch_flops(p, in->stage, 0), t0, comm_now());
@@ -269,9 +274,9 @@ double pipe_forward_backward(struct pipe *pp, struct trainer *t)
     }
     case SCHED_BWD: {
       const struct plan_stage *st = &p->stages[in->stage];
-      const struct dp_layout *dl = &t->dp.layout;
+      const struct dp_layout *dl = &t->dp->layout;
       /* the stage's last backward: buckets whose gradients are final start reducing */
-      const int final = in->mb == pp->last_bwd[in->stage] && t->dp.size > 1;
+      const int final = in->mb == pp->last_bwd[in->stage] && t->dp->size > 1;
       sl = slot_of(pp, in->stage, in->mb);
       struct model_acts *a = sl->acts;
       if (!st->has_head)
@@ -280,19 +285,19 @@ double pipe_forward_backward(struct pipe *pp, struct trainer *t)
       if (st->has_head) {
         model_head_backward(m, a, sl->targets, loss_scale);
         if (final)
-          dp_grads_final_from(&t->dp, dl->units[p->model.n_layers + 1].first_param);
+          dp_grads_final_from(t->dp, dl->units[p->model.n_layers + 1].first_param);
       } else {
         memcpy(a->dresidual, sl->grad, n_boundary * sizeof(real));
       }
       for (int l = st->first_layer + st->n_layers - 1; st->first_layer >= 0 && l >= st->first_layer; l--) {
         model_layer_backward(m, a, l);
         if (final)
-          dp_grads_final_from(&t->dp, dl->units[1 + l].first_param);
+          dp_grads_final_from(t->dp, dl->units[1 + l].first_param);
       }
       if (st->has_embed) {
         model_embed_backward(m, a);
         if (final && !pp->embed) /* a tied embedding is summed between the stages first */
-          dp_grads_final_from(&t->dp, 0);
+          dp_grads_final_from(t->dp, 0);
         sl->stage = sl->mb = -1; /* nothing to send back */
       } else {
         memcpy(sl->grad, a->dresidual, n_boundary * sizeof(real));
@@ -336,7 +341,7 @@ double pipe_forward_backward(struct pipe *pp, struct trainer *t)
         if (comm_all_reduce(pp->embed, e->grad, e->grad, e->n_elems, COMM_REAL, COMM_SUM, NULL))
           failed(t, "all-reduce of the tied embedding's gradient");
       }
-      dp_reduce_rest(&t->dp);
+      dp_reduce_rest(t->dp);
       break;
     case SCHED_OPTIMIZER:
     case SCHED_N_OPS:
@@ -356,12 +361,13 @@ double pipe_forward_backward(struct pipe *pp, struct trainer *t)
   return loss;
 }
 
-double pipe_forward(struct pipe *pp, struct trainer *t, const int *tokens, const int *targets, int B, int T)
+double pipe_forward(struct pipe *pp, const int *tokens, const int *targets, int B, int T)
 {
+  struct pipe_env *t = &pp->env;
   const struct plan *p = t->plan;
   const int S = p->n_stages;
   const size_t n = boundary_elems(t, B, T);
-  struct model_acts *a = &t->acts;
+  struct model_acts *a = t->acts;
   double loss = 0.0;
   for (int s = 0; s < S; s++) {
     const struct plan_stage *st = &p->stages[s];
@@ -379,12 +385,13 @@ double pipe_forward(struct pipe *pp, struct trainer *t, const int *tokens, const
   return loss;
 }
 
-void pipe_argmax(struct pipe *pp, struct trainer *t, const int *rows, int n, int *out)
+void pipe_argmax(struct pipe *pp, const int *rows, int n, int *out)
 {
+  struct pipe_env *t = &pp->env;
   const struct plan *p = t->plan;
   const int last = p->stages[p->n_stages - 1].pp_rank;
   if (pp->rank == last)
-    model_head_argmax(&t->model, &t->acts, rows, n, out);
+    model_head_argmax(t->model, t->acts, rows, n, out);
   if (comm_broadcast(pp->group, out, (size_t)n, COMM_INT32, last, NULL))
     failed(t, "broadcast of the decoded tokens");
 }

@@ -25,14 +25,34 @@
 #ifndef TYCHO_RUNTIME_PIPE_H
 #define TYCHO_RUNTIME_PIPE_H
 #include <stddef.h>
+#include <stdint.h>
 
 #include "sched/sched.h"
 #include "real.h"
 
-struct trainer;
 struct comm_group;
 struct comm_request;
+struct dp;
+struct model;
 struct model_acts;
+struct plan;
+
+/* What the executor works on, given by its owner (the trainer) at pipe_open: the plan, the
+ * model and its data-parallel layer, the first activation slot, the batch buffers and how to
+ * fill them with micro-batch mb of the current step, the dropout seed, and where the step
+ * counter lives. The executor knows no trainer. */
+struct pipe_env {
+  const struct plan *plan;
+  struct model *model;
+  struct dp *dp;
+  struct model_acts *acts;     /* slot 0 */
+  int *inputs, *targets;       /* (micro, seq) */
+  uint64_t *samples;           /* (micro) each row's window index */
+  uint64_t dropout_seed;
+  const long long *step;       /* the step running */
+  void (*micro_batch)(void *ctx, int mb, int *inputs, int *targets, uint64_t *samples);
+  void *ctx;
+};
 
 struct pipe_slot {
   int pool;                    /* the stage whose slot it is */
@@ -44,6 +64,7 @@ struct pipe_slot {
 };
 
 struct pipe {
+  struct pipe_env env;
   struct comm_group *group;    /* the pp group */
   struct comm_group *embed;    /* tied embeddings: the first and last stage's ranks, else NULL */
   int size, rank;
@@ -58,20 +79,21 @@ struct pipe {
 /* Slots per stage of pipeline rank pp_rank under schedule s: (n_stages) entries, 0 for the
  * stages elsewhere. The memory bill uses it too. */
 void pipe_stage_slots(const struct plan *p, const struct sched *s, int pp_rank, int *slots);
-/* Builds the schedule, the slots and the embedding group for trainer t (whose model, dp layer
- * and acts exist). Collective over the pp group (the embedding group is split from it). 0 ok;
- * nonzero with a message. */
-int pipe_open(struct pipe *pp, struct trainer *t, struct comm_group *group, char *err, size_t err_size);
+/* Builds the schedule, the slots and the embedding group over env (whose model, dp layer and
+ * acts exist; env is copied). Collective over the pp group (the embedding group is split from
+ * it). 0 ok; nonzero with a message. */
+int pipe_open(struct pipe *pp, const struct pipe_env *env, struct comm_group *group, char *err, size_t err_size);
 void pipe_close(struct pipe *pp);
 /* One step's forward and backward over this rank's schedule, the tied embedding's and the
  * data-parallel gradient reduction included. Returns Σ losses of this data-parallel rank's
- * windows (the same on every pipeline rank). Failures show in trainer_failed. */
-double pipe_forward_backward(struct pipe *pp, struct trainer *t);
+ * windows (the same on every pipeline rank). Failures show in the model's tp failure and the dp
+ * layer's (trainer_failed). */
+double pipe_forward_backward(struct pipe *pp);
 /* A forward alone through every stage, stage after stage (evaluation), on slot 0: Σ losses
  * (targets given) on every pipeline rank. */
-double pipe_forward(struct pipe *pp, struct trainer *t, const int *tokens, const int *targets, int B, int T);
+double pipe_forward(struct pipe *pp, const int *tokens, const int *targets, int B, int T);
 /* After pipe_forward without targets: model_head_argmax on the last stage, the tokens sent to
  * every pipeline rank. */
-void pipe_argmax(struct pipe *pp, struct trainer *t, const int *rows, int n, int *out);
+void pipe_argmax(struct pipe *pp, const int *rows, int n, int *out);
 
 #endif

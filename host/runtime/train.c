@@ -26,6 +26,12 @@ static int check_supported(const struct plan *p, char *err, size_t n)
   return 0;
 }
 
+/* The pipeline executor's way to a micro-batch (pipe_env). */
+static void fill_micro_batch(void *ctx, int mb, int *inputs, int *targets, uint64_t *samples)
+{
+  trainer_micro_batch(ctx, mb, inputs, targets, samples);
+}
+
 int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *const *groups,
                  char *err, size_t err_size)
 {
@@ -84,7 +90,9 @@ int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *con
     goto fail;
   }
   t->piped = p->mesh.pp > 1;
-  if (t->piped && pipe_open(&t->pipe, t, pp, err, err_size))
+  const struct pipe_env env = { p, &t->model, &t->dp, &t->acts, t->inputs, t->targets, t->samples,
+                                t->dropout_seed, &t->step, fill_micro_batch, t };
+  if (t->piped && pipe_open(&t->pipe, &env, pp, err, err_size))
     goto fail;
   return TRAIN_OK;
 
@@ -134,7 +142,7 @@ void trainer_micro_batch(struct trainer *t, int mb, int *inputs, int *targets, u
 static double eval_forward(struct trainer *t, const int *tokens, const int *targets, int B, int T)
 {
   if (t->piped)
-    return pipe_forward(&t->pipe, t, tokens, targets, B, T);
+    return pipe_forward(&t->pipe, tokens, targets, B, T);
   return dp_forward(&t->dp, &t->acts, tokens, targets, B, T);
 }
 
@@ -149,7 +157,7 @@ double trainer_forward_backward(struct trainer *t)
                                    t->samples };
   double loss_sum = 0.0, total = 0.0;
   if (t->piped) {
-    loss_sum = pipe_forward_backward(&t->pipe, t);
+    loss_sum = pipe_forward_backward(&t->pipe);
     dp_sum(&t->dp, &loss_sum, &total, 1);
     return total / ((double)G * S);
   }
@@ -243,7 +251,7 @@ static int solve_problems(struct trainer *t, uint64_t first, int B)
     }
     eval_forward(t, t->inputs, NULL, B, Tr);
     if (t->piped)
-      pipe_argmax(&t->pipe, t, rows, B, best);
+      pipe_argmax(&t->pipe, rows, B, best);
     else
       model_head_argmax(&t->model, &t->acts, rows, B, best);
     for (int b = 0; b < B; b++) text[b][T] = best[b];
