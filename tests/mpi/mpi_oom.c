@@ -11,7 +11,7 @@
 
 #include "comm/comm.h"
 #include "mpi_check.h"
-#include "plan/compile.h"
+#include "plan_fixture.h"
 #include "runtime/alloc.h"
 #include "runtime/train.h"
 
@@ -20,14 +20,10 @@ static char err[2048];
 
 static void test_a_gather_fails_on_every_rank_and_the_trainer_goes_on(void)
 {
-  const char *src = getenv("TYCHO_SOURCE_DIR");
-  char path[1024];
-  snprintf(path, sizeof path, "%s/tests/plans/good/dp_small.lua", src ? src : ".");
   const char *sets[] = { "zero=3" };
-  struct plan_compile_options opt = { comm_world()->size, 0, 0, 0, 1, sets };
   struct plan p;
-  plan_init(&p);
-  CHECK_MSG(plan_compile(path, &opt, &p, err, sizeof err) == 0, "%s", err);
+  if (fixture_compile("tests/plans/good/dp_small.lua", comm_world()->size, sets, 1, &p))
+    return;
   struct comm_group *groups[PLAN_N_AXES];
   CHECK_MSG(comm_build_mesh_groups(&p.mesh, groups, err, sizeof err) == 0, "%s", err);
   struct trainer t, fresh;

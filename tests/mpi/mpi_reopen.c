@@ -18,7 +18,7 @@
 
 #include "comm/comm.h"
 #include "mpi_check.h"
-#include "plan/compile.h"
+#include "plan_fixture.h"
 #include "runtime/alloc.h"
 #include "runtime/ckpt.h"
 #include "runtime/train.h"
@@ -34,14 +34,7 @@ static char err[4096], dir[256];
 
 static int compile(struct plan *p, int n_world, const char *const *sets, int n_sets)
 {
-  const char *src = getenv("TYCHO_SOURCE_DIR");
-  char path[1024];
-  snprintf(path, sizeof path, "%s/tests/plans/good/dp_small.lua", src ? src : ".");
-  struct plan_compile_options opt = { n_world, 0, 0, 0, n_sets, sets };
-  plan_init(p);
-  int rc = plan_compile(path, &opt, p, err, sizeof err);
-  CHECK_MSG(rc == 0, "%s", err);
-  return rc;
+  return fixture_compile("tests/plans/good/dp_small.lua", n_world, sets, n_sets, p);
 }
 
 static int threads_now(void)

@@ -5,7 +5,7 @@
  * were). Then the same process, cap lifted, opens a smaller plan and trains it, and opens the
  * first plan again and trains it to the same losses as a trainer that never saw a failure. */
 #include "check.h"
-#include "plan/compile.h"
+#include "plan_fixture.h"
 #include "runtime/alloc.h"
 #include "runtime/train.h"
 
@@ -15,14 +15,7 @@ static char err[2048];
 
 static int compile(struct plan *p, int n_sets, const char *const *sets)
 {
-  const char *src = getenv("TYCHO_SOURCE_DIR");
-  char path[1024];
-  snprintf(path, sizeof path, "%s/tests/plans/good/dp_small.lua", src ? src : ".");
-  struct plan_compile_options opt = { 1, 0, 0, 0, n_sets, sets };
-  plan_init(p);
-  int rc = plan_compile(path, &opt, p, err, sizeof err);
-  CHECK_MSG(rc == 0, "%s", err);
-  return rc;
+  return fixture_compile("tests/plans/good/dp_small.lua", 1, sets, n_sets, p);
 }
 
 /* Opens, trains `steps` steps (losses into out), closes. 0 ok. */

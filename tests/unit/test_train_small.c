@@ -8,6 +8,7 @@
 #include "check.h"
 #include "plan/compile.h"
 #include "runtime/train.h"
+#include "plan_fixture.h"
 #include "runtime_fixture.h"
 
 #include <stdlib.h>
@@ -18,14 +19,7 @@ enum { STEPS = 60 };
 
 static int compile(struct plan *p, int n_sets, const char *const *sets)
 {
-  const char *src = getenv("TYCHO_SOURCE_DIR");
-  char path[1024];
-  snprintf(path, sizeof path, "%s/tests/plans/good/train_small.lua", src ? src : ".");
-  struct plan_compile_options opt = { 1, 0, 0, 0, n_sets, sets };
-  plan_init(p);
-  int rc = plan_compile(path, &opt, p, err, sizeof err);
-  CHECK_MSG(rc == 0, "%s", err);
-  return rc;
+  return fixture_compile("tests/plans/good/train_small.lua", 1, sets, n_sets, p);
 }
 
 struct run {
