@@ -101,6 +101,22 @@ fail:
   return TRAIN_RUNTIME_ERROR;
 }
 
+int trainer_open_on_world(struct trainer *t, const struct plan *p, char *err, size_t err_size)
+{
+  struct comm_group *groups[PLAN_N_AXES];
+  memset(t, 0, sizeof *t);
+  if (comm_build_mesh_groups(&p->mesh, groups, err, err_size))
+    return TRAIN_RUNTIME_ERROR;
+  int rc = trainer_open(t, p, groups, err, err_size);
+  if (rc != TRAIN_OK) {
+    char why[256];
+    comm_free_mesh_groups(groups, why, sizeof why);
+    return rc;
+  }
+  memcpy(t->own_groups, groups, sizeof groups);
+  return TRAIN_OK;
+}
+
 const char *trainer_failed(const struct trainer *t)
 {
   return t->dp.failed ? t->dp.err : t->model.tp.failed ? t->model.tp.err : NULL;
@@ -119,6 +135,8 @@ void trainer_close(struct trainer *t)
   dp_close(&t->dp);
   model_free(&t->model);
   plan_free(&t->own_plan);
+  char why[256];
+  comm_free_mesh_groups(t->own_groups, why, sizeof why); /* NULL entries: not trainer_open_on_world's */
   memset(t, 0, sizeof *t);
 }
 

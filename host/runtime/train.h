@@ -45,6 +45,7 @@ enum train_status { TRAIN_OK = 0, TRAIN_RUNTIME_ERROR = 1, TRAIN_PLAN_ERROR = 2 
 struct trainer {
   const struct plan *plan;   /* &own_plan */
   struct plan own_plan;      /* the trainer's copy of the plan it was opened with */
+  struct comm_group *own_groups[PLAN_N_AXES]; /* trainer_open_on_world's, freed at close */
   struct model model;
   struct dp dp;              /* the data-parallel layer: layout, shards, reductions */
   struct comm_group *world;  /* every rank of the job (agreements, the memory bill), or NULL */
@@ -83,6 +84,12 @@ struct train_eval_stats {
  * nothing is left to free. Local: no collective (train_run agrees on the outcome). */
 int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *const *groups,
                  char *err, size_t err_size);
+/* trainer_open on mesh groups of its own: builds the plan's tp, dp and pp groups on the job's
+ * world (comm_build_mesh_groups, collective) and frees them at trainer_close, which is then
+ * collective over the world too. So one process can close one plan and open another on the same
+ * world with nothing left over (tests/mpi/mpi_reopen.c). */
+int trainer_open_on_world(struct trainer *t, const struct plan *p, char *err, size_t err_size);
+/* Frees everything trainer_open allocated (and the groups of trainer_open_on_world). */
 void trainer_close(struct trainer *t);
 /* Fills the windows of micro-batch mb of step t->step for this data-parallel rank: inputs and
  * targets (micro, seq) and each row's window index. */

@@ -1,8 +1,8 @@
 /* A process closes one plan and opens another on the same world (DESIGN 3.10). On 2 ranks: plan
- * A (tests/plans/good/dp_small.lua with tp 2) gets its mesh groups, opens a trainer, trains 3
- * steps and saves a checkpoint; the trainer and the groups are closed and freed. Plan B (the
- * same model with dp 2 and zero 3) gets new groups, opens, loads the checkpoint and trains 3
- * more. Then:
+ * A (tests/plans/good/dp_small.lua with tp 2) opens a trainer on mesh groups of its own
+ * (trainer_open_on_world), trains 3 steps and saves a checkpoint; closing the trainer frees its
+ * groups. Plan B (the same model with dp 2 and zero 3) opens the same way, loads the checkpoint
+ * and trains 3 more. Then:
  *   - B's losses for steps 3-5 equal those of rank 0 training the model alone for 6 steps,
  *     within the bound of this build (tests/mpi/mpi_dp_equiv.c argues it: 1e-5 relative in
  *     fp32, 1e-10 in float64);
@@ -48,21 +48,20 @@ static int threads_now(void)
   return n;
 }
 
-/* Opens plan `sets` on fresh mesh groups, loads `load` when given, trains `steps` steps (losses
- * into out), saves to dir when asked, and closes and frees everything. */
+/* Opens plan `sets` on mesh groups of its own, loads `load` when given, trains `steps` steps
+ * (losses into out), saves to dir when asked, and closes it (groups included). */
 static void open_train_close(const char *const *sets, int n_sets, const char *load, int steps, int save,
                              double *out)
 {
   struct plan p;
   if (compile(&p, world, sets, n_sets))
     return;
-  struct comm_group *groups[PLAN_N_AXES];
-  CHECK_MSG(comm_build_mesh_groups(&p.mesh, groups, err, sizeof err) == 0, "%s", err);
   struct trainer t;
-  if (trainer_open(&t, &p, groups, err, sizeof err) != TRAIN_OK) {
+  if (trainer_open_on_world(&t, &p, err, sizeof err) != TRAIN_OK) { /* its own mesh groups */
     CHECK_MSG(0, "%s", err);
     return;
   }
+  CHECK(comm_groups_held() == 1 + PLAN_N_AXES);
   plan_free(&p); /* the trainer keeps its own copy */
   if (load)
     CHECK_MSG(ckpt_load(&t, load, err, sizeof err) == 0, "%s", err);
@@ -73,8 +72,7 @@ static void open_train_close(const char *const *sets, int n_sets, const char *lo
   }
   if (save)
     CHECK_MSG(ckpt_save(&t, dir, t.step, 1, err, sizeof err) == 0, "%s", err);
-  trainer_close(&t);
-  CHECK_MSG(comm_free_mesh_groups(groups, err, sizeof err) == 0, "%s", err);
+  trainer_close(&t); /* and its groups */
 }
 
 static void test_close_a_open_b_same_world(void)
