@@ -355,11 +355,15 @@ int st_read_real(const struct st_file *f, const struct st_tensor *t, real *out, 
   const uint8_t *p = t->data;
   switch (t->dtype) {
   case ST_F32:
+#if REAL_IS_DOUBLE
     for (size_t k = 0; k < n_elems; k++) {
       float x;
       memcpy(&x, p + 4 * k, 4);
       out[k] = x;
     }
+#else
+    if (n_elems) memcpy(out, p, t->n_bytes); /* already the runtime's type */
+#endif
     return 0;
   case ST_F16:
   case ST_BF16:
