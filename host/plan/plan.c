@@ -198,7 +198,7 @@ struct plan_stage_flops plan_stage_flops(const struct plan *p, int s)
   if (st->has_head)
     f.forward += plan_head_flops(p);
   for (int l = st->first_layer; st->first_layer >= 0 && l < st->first_layer + st->n_layers; l++)
-    f.recompute += plan_recompute_flops(&lf, p->layers[l].recompute);
+    f.recompute += plan_recompute_flops(&lf, p->layers ? p->layers[l].recompute : 0);
   return f;
 }
 

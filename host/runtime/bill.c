@@ -8,7 +8,8 @@
 #include "plan/tp_layout.h"
 #include "runtime/dp.h"
 #include "runtime/model.h"
-#include "runtime/pipe.h"
+#include "runtime/exec.h"
+#include "runtime/pieces.h"
 #include "sched/sched.h"
 #include "util/err.h"
 
@@ -30,26 +31,11 @@ static size_t unit_shares(const struct dp_layout *l, int u)
   return n;
 }
 
-/* The units each step of a micro-batch reads, as dp_passes.c runs them: the embedding, the
- * layers, the head (with the embedding when tied) forward and backward, the layers back, the
- * embedding's backward (no parameter: −1). steps has room for 2L + 5. Returns how many. */
-static int micro_batch_steps(const struct model *m, int (*steps)[2])
-{
-  const int L = m->config.n_layers, tied = m->config.tie_embeddings;
-  int ns = 0;
-  steps[ns][0] = 0, steps[ns++][1] = -1;
-  for (int u = 1; u <= L; u++) steps[ns][0] = u, steps[ns++][1] = -1;
-  for (int k = 0; k < 2; k++) steps[ns][0] = L + 1, steps[ns++][1] = tied ? 0 : -1;
-  for (int u = L; u >= 1; u--) steps[ns][0] = u, steps[ns++][1] = -1;
-  steps[ns][0] = -1, steps[ns++][1] = -1;
-  return ns;
-}
-
 /* Zero ≥ 2: gradients of the unit in backward and of the one reducing (backward goes head,
  * layers from the last, embedding; a tied embedding's bucket is filled from the head on), and
- * the reduce-scatter outputs of one unit. Zero 3: parameters of two consecutive steps. */
+ * the reduce-scatter outputs of one unit. */
 static void zero_peaks(const struct dp_layout *l, const struct model *m, int microbatches,
-                       size_t *grads, size_t *params, size_t *comm)
+                       size_t *grads, size_t *comm)
 {
   const int L = m->config.n_layers, tied = m->config.tie_embeddings;
   const int n_units = L + 2;
@@ -71,28 +57,39 @@ static void zero_peaks(const struct dp_layout *l, const struct model *m, int mic
   }
   *grads = g;
   *comm = c;
-  /* Zero 3: the units of two consecutive steps held at once */
-  int (*steps)[2] = malloc((size_t)(2 * L + 5) * sizeof *steps);
-  if (!steps) {
-    free(order);
-    return;
-  }
-  const int ns = micro_batch_steps(m, steps);
-  size_t pmax = 0;
-  for (int j = 0; j < ns; j++) {
-    int units[4] = { steps[j][0], steps[j][1], j + 1 < ns ? steps[j + 1][0] : -1, j + 1 < ns ? steps[j + 1][1] : -1 };
-    size_t sum = 0;
-    for (int a = 0; a < 4; a++) {
-      int dup = units[a] < 0;
-      for (int b = 0; b < a && !dup; b++) dup = units[b] == units[a];
-      if (!dup)
-        sum += unit_elems(l, units[a]);
-    }
-    pmax = sum > pmax ? sum : pmax;
-  }
-  *params = pmax;
-  free(steps);
   free(order);
+}
+
+/* ZeRO-3 over pipeline rank pp_rank's list of the schedule, piece by piece as the executor
+ * runs it (pieces_zero3_replay): the all-gathers of a step, the elements they move, and the most
+ * parameter elements gathered at once. 0, or nonzero with a message. */
+static int zero3_replay(const struct plan *p, int pp_rank, const struct dp_layout *l,
+                        unsigned long long *calls, unsigned long long *moved, size_t *peak,
+                        char *err, size_t err_size)
+{
+  struct sched s;
+  memset(&s, 0, sizeof s);
+  const int U = l->n_units;
+  size_t *held = calloc((size_t)U, sizeof *held), *gathered = calloc((size_t)U, sizeof *gathered);
+  int *n_calls = calloc((size_t)U, sizeof *n_calls);
+  int rc = !held || !gathered || !n_calls ? errf(err, err_size, "out of memory") : 0;
+  for (int u = 0; !rc && u < U; u++) {
+    held[u] = unit_elems(l, u);
+    const struct dp_unit *k = &l->units[u];
+    for (int b = k->first_bucket; k->first_bucket >= 0 && b <= k->last_bucket; b++) {
+      n_calls[u]++;
+      gathered[u] += l->buckets[b].n_elems;
+    }
+  }
+  if (!rc && sched_from_plan(p, &s, err, err_size))
+    rc = 1;
+  if (!rc && pieces_zero3_replay(p, &s.ranks[pp_rank], held, n_calls, gathered, calls, moved, peak))
+    rc = errf(err, err_size, "out of memory");
+  sched_free(&s);
+  free(held);
+  free(gathered);
+  free(n_calls);
+  return rc;
 }
 
 /* The parameter table and data-parallel layout pipeline rank pp_rank builds. 0 ok. */
@@ -122,11 +119,11 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
     model_free(&m);
     return errf(err, err_size, "out of memory counting activations");
   }
-  /* pipeline slots: the trainer's set (all of this rank's layers) is the first stage's first;
-   * every other slot has room for its stage only (pipe.c) */
+  /* activation slots (exec.c): the trainer's set (all of this rank's layers) is the first
+   * stage's first; every other slot has room for its stage only */
   int slots = 1, head_slots = 0;
   double slot_floats = 0;
-  if (p->mesh.pp > 1) {
+  {
     struct sched s;
     int *per_stage = calloc((size_t)p->n_stages, sizeof *per_stage);
     if (!per_stage || sched_from_plan(p, &s, err, err_size)) {
@@ -137,7 +134,7 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
       model_free(&m);
       return per_stage ? 1 : errf(err, err_size, "out of memory");
     }
-    pipe_stage_slots(p, &s, pp_rank, per_stage);
+    exec_stage_slots(p, &s, pp_rank, per_stage);
     sched_free(&s);
     slots = 0;
     int first_here = 1;
@@ -169,7 +166,13 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
     grads = (double)l.n_elems;
   if (zero >= 2) {
     size_t g = 0, pz = 0, c = 0;
-    zero_peaks(&l, &m, p->batch.microbatches, &g, &pz, &c);
+    unsigned long long calls, moved;
+    zero_peaks(&l, &m, p->batch.microbatches, &g, &c);
+    if (zero == 3 && zero3_replay(p, pp_rank, &l, &calls, &moved, &pz, err, err_size)) {
+      dp_layout_free(&l);
+      model_free(&m);
+      return 1;
+    }
     grads = (double)(l.n_shard + g);
     comm = (double)c;
     if (zero == 3)
@@ -180,9 +183,11 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
   workspace = (double)acts[2];
   const double boundary = (double)micro * (p->sequence_parallel && p->mesh.tp > 1 ? seq / p->mesh.tp : seq) *
                           p->model.dim;
-  if (p->mesh.pp > 1) {
+  if (p->n_stages > 1) {
     comm += boundary * slots;                       /* a gradient buffer per slot */
     activations += (double)micro * seq * head_slots; /* the targets each head slot keeps */
+  } else {
+    activations += (double)micro * seq * (head_slots - 1); /* slot 0's are the trainer's batch */
   }
   /* the trainer's batch: inputs and targets (ints), each row's window index (8 bytes) */
   const double batch_bytes = 2.0 * micro * seq * sizeof(int) + (double)micro * sizeof(uint64_t);
@@ -217,44 +222,6 @@ static void count(struct traffic *t, enum traffic_group g, enum comm_op op, unsi
 {
   t->calls[g][op] += calls;
   t->bytes[g][op] += bytes;
-}
-
-/* ZeRO-3: the buckets gathered in one micro-batch's forward and backward (dp_passes.c: each
- * step holds its units and prefetches the next step's; a unit no step after needs is freed). */
-static void zero3_gathers(const struct dp_layout *l, const struct model *m, unsigned long long *calls,
-                          unsigned long long *elems)
-{
-  const int L = m->config.n_layers, U = L + 2;
-  int (*steps)[2] = malloc((size_t)(2 * L + 5) * sizeof *steps);
-  char *held = calloc((size_t)U, 1);
-  if (!steps || !held) {
-    free(steps);
-    free(held);
-    return;
-  }
-  const int ns = micro_batch_steps(m, steps);
-  for (int k = 0; k < ns; k++) {
-    for (int j = 0; j < 2; j++) { /* this step's units, then the next step's (prefetch) */
-      for (int i = 0; i < 2; i++) {
-        int u = k + j < ns ? steps[k + j][i] : -1;
-        if (u < 0 || held[u])
-          continue;
-        held[u] = 1;
-        const struct dp_unit *un = &l->units[u];
-        for (int b = un->first_bucket; un->first_bucket >= 0 && b <= un->last_bucket; b++) {
-          (*calls)++;
-          *elems += l->buckets[b].n_elems;
-        }
-      }
-    }
-    for (int u = 0; u < U; u++) { /* freed unless the next step needs it */
-      int needed = k + 1 < ns && (steps[k + 1][0] == u || steps[k + 1][1] == u);
-      if (!needed)
-        held[u] = 0;
-    }
-  }
-  free(steps);
-  free(held);
 }
 
 int bill_rank_params(const struct plan *p, int pp_rank, double *n_elems, char *err, size_t err_size)
@@ -317,8 +284,13 @@ int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char
       count(out, TRAFFIC_DP, COMM_ALL_GATHER, nb, all * eb);
     if (p->zero == 3) {
       unsigned long long calls = 0, elems = 0;
-      zero3_gathers(&l, &m, &calls, &elems);
-      count(out, TRAFFIC_DP, COMM_ALL_GATHER, calls * (unsigned long long)M, elems * eb * (unsigned long long)M);
+      size_t peak;
+      if (zero3_replay(p, pp_rank, &l, &calls, &elems, &peak, err, err_size)) {
+        dp_layout_free(&l);
+        model_free(&m);
+        return 1;
+      }
+      count(out, TRAFFIC_DP, COMM_ALL_GATHER, calls, elems * eb);
     }
     count(out, TRAFFIC_DP, COMM_ALL_GATHER, 2, 2u * 8u * (unsigned long long)dp);
   }

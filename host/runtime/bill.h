@@ -26,7 +26,7 @@
 struct bill {
   double bytes[ALLOC_N_CATEGORIES];
   double total;              /* Σ of the categories' peaks (each category's high-water mark) */
-  int n_slots;               /* activation slots (1 without pipeline stages) */
+  int n_slots;               /* activation slots of the schedule (1 for one stage under 1F1B) */
   long long n_params;        /* parameters held (this rank's blocks, padding included) */
 };
 

@@ -26,7 +26,7 @@ enum ckpt_kind { CKPT_PARAM, CKPT_EXP_AVG, CKPT_EXP_AVG_SQ, CKPT_N_KINDS };
 static const char *const kind_names[CKPT_N_KINDS] = { "param", "exp_avg", "exp_avg_sq" };
 
 /* A piece: elements [lo, hi) (row-major) of the block (r0, c0, rows, cols) of one tensor. */
-struct piece {
+struct ckpt_piece {
   int64_t param, kind, r0, c0, rows, cols, lo, hi, offset, hash, rank;
 };
 #define PIECE_WORDS 11
@@ -97,7 +97,7 @@ struct writer {
   int fd;
   const char *path;
   int64_t offset, rank;
-  struct piece *pieces;
+  struct ckpt_piece *pieces;
   int n, cap;
   char *err;
   size_t err_size;
@@ -124,14 +124,14 @@ static int write_piece(void *ctx, const struct model_param *p, int index, int ki
   struct writer *w = ctx;
   if (w->n == w->cap) {
     int cap = w->cap ? 2 * w->cap : 64;
-    struct piece *pieces = realloc(w->pieces, (size_t)cap * sizeof *pieces);
+    struct ckpt_piece *pieces = realloc(w->pieces, (size_t)cap * sizeof *pieces);
     if (!pieces)
       return errf(w->err, w->err_size, "out of memory listing checkpoint pieces");
     w->pieces = pieces;
     w->cap = cap;
   }
   const size_t bytes = (hi - lo) * sizeof(real);
-  struct piece *q = &w->pieces[w->n++];
+  struct ckpt_piece *q = &w->pieces[w->n++];
   param_block(p, &q->r0, &q->c0, &q->rows, &q->cols);
   q->param = index;
   q->kind = kind;
@@ -240,7 +240,7 @@ int ckpt_find_latest(const char *dir, char *path, size_t path_size, long long *s
 }
 
 static void manifest_text(struct strbuf *b, const struct trainer *t, long long steps_done,
-                          const struct piece *all, int n_all, int world)
+                          const struct ckpt_piece *all, int n_all, int world)
 {
   const struct plan *p = t->plan;
   const struct model *m = &t->model;
@@ -319,7 +319,7 @@ static void manifest_text(struct strbuf *b, const struct trainer *t, long long s
     json_begin_array(&j);
     for (int kind = 0; kind < CKPT_N_KINDS; kind++)
       for (int k = 0; k < n_all; k++) {
-        const struct piece *e = &all[k];
+        const struct ckpt_piece *e = &all[k];
         if (e->param != i || e->kind != kind)
           continue;
         json_begin_object(&j);
@@ -424,7 +424,7 @@ int ckpt_save(struct trainer *t, const char *dir, long long steps_done, int keep
 
   /* Every rank's piece list to every rank (rank 0 writes the manifest). */
   int64_t mine = w.n, most = w.n, *counts = malloc((size_t)world * sizeof *counts);
-  struct piece *all = NULL;
+  struct ckpt_piece *all = NULL;
   if ((rc = agree(g, counts ? 0 : errf(err, err_size, "checkpoint: out of memory for %d counts", world), err,
                   err_size))) { /* before the gathers: no rank waits in one alone */
     free(counts);

@@ -104,7 +104,7 @@ int dp_open(struct dp *d, struct model *m, struct comm_group *group, int zero, d
   d->units = calloc((size_t)l->n_units, sizeof *d->units);
   d->inflight = calloc((size_t)l->n_buckets, sizeof *d->inflight);
   d->gather_reqs = calloc((size_t)l->n_buckets, sizeof *d->gather_reqs);
-  int ok = d->buckets && d->units && d->inflight && d->gather_reqs && dp_steps_alloc(d) == 0;
+  int ok = d->buckets && d->units && d->inflight && d->gather_reqs && dp_pieces_alloc(d) == 0;
   for (int u = 0; ok && u < l->n_units; u++) {
     const struct dp_unit *unit = &l->units[u];
     d->units[u].hold = zero == 3 ? DP_UNIT_FREE : DP_UNIT_HELD;
@@ -159,7 +159,7 @@ void dp_close(struct dp *d)
   free(d->units);
   free(d->inflight);
   free(d->gather_reqs);
-  free(d->steps);
+  free(d->pieces);
   dp_layout_free(&d->layout);
   memset(d, 0, sizeof *d);
 }

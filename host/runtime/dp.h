@@ -96,7 +96,7 @@ struct dp_unit_state {
   struct comm_request **reqs; /* (its buckets) gathers in flight */
 };
 
-struct dp_step;
+struct piece;
 
 struct dp {
   struct dp_layout layout;
@@ -112,10 +112,9 @@ struct dp {
   int next_bucket;            /* the next bucket to reduce (they go from the last to the first) */
   int *inflight;              /* (n_buckets) buckets whose reduction is started, oldest first */
   struct comm_request **gather_reqs; /* (n_buckets) zero 1, 2: the update's all-gathers */
-  struct dp_step *steps;      /* (2 · n_layers + 4) a micro-batch's step list (dp_passes.c) */
+  struct piece *pieces;       /* (n_layers + 2) a pass's pieces (dp_passes.c) */
   int n_inflight;
   long long step;             /* for the comm records */
-  double mb_flops[2];         /* a micro-batch's forward and backward FLOPs here (trace spans) */
   int failed;                 /* a collective failed; the message is in err */
   char err[512];
 };
@@ -133,32 +132,37 @@ int dp_init_params(struct dp *d, const struct plan *p, char *err, size_t err_siz
 /* AdamW state elements this rank keeps: the flat layout (zero 0) or the shard. */
 size_t dp_state_elems(const struct dp *d);
 
-/* ---- one step (dp_passes.c) ---- */
-/* Room for the step list of a micro-batch (d->steps), so a step allocates no list. 0, or -1. */
-int dp_steps_alloc(struct dp *d);
-/* Zeroes the gradients this rank keeps and records the step for the comm records. */
+/* ---- one step's passes (dp_passes.c), driven by the executor (exec.h) ---- */
+/* One FWD or BWD of a stage: its pieces (pieces.h) with the gathers and reductions the ZeRO
+ * stage needs. */
+struct dp_pass {
+  const struct plan_stage *stage;
+  int backward;
+  struct model_acts *a;
+  const int *tokens, *targets;       /* targets: NULL for a forward without loss */
+  const struct model_dropout *dropout; /* NULL: none (evaluation) */
+  int B, T;
+  real loss_scale;                   /* backward: the head's gradient scale */
+  int reduce;      /* backward under zero 0, 1: the stage's last of the step, whose buckets reduce
+                    * as their gradients become final (zero 2, 3: every backward does) */
+  int embed_waits; /* backward: a tied embedding's gradient is summed between the stages before
+                    * its bucket may reduce (the executor starts it, dp_reduce_rest) */
+};
+/* Room for a stage's pieces (d->pieces), so a pass allocates no list. 0, or -1. */
+int dp_pieces_alloc(struct dp *d);
+/* Zeroes the gradients this rank keeps, records the step for the comm records and readies the
+ * bucket reductions (the last bucket first). */
 void dp_step_begin(struct dp *d, long long step);
-/* One micro-batch's forward and backward (model_forward + model_backward with the gathers and
- * reductions the stage needs); `reduce`: this backward reduces its buckets as they become final
- * (the last micro-batch; ignored under zero 2 and 3, which always do). Returns Σ losses. */
-double dp_forward_backward(struct dp *d, struct model_acts *a, const int *tokens,
-                           const int *targets, const struct model_dropout *dropout, int B, int T,
-                           real loss_scale, int reduce, int mb);
-/* A forward alone (evaluation): model_forward with the ZeRO-3 gathers. */
-double dp_forward(struct dp *d, struct model_acts *a, const int *tokens, const int *targets,
-                  int B, int T);
-/* The bucket reductions of a backward that runs outside dp_forward_backward (pipeline stages),
- * overlapped with it:
- * dp_reduce_begin before the step's last backwards, dp_grads_final_from(first) whenever the
- * gradients of parameters first.. are final (every bucket that now is starts, last first),
- * dp_reduce_rest to start the others and wait for all. Every rank of the group makes the same
- * calls in the same order. Zero 0 and 1. */
-void dp_reduce_begin(struct dp *d);
-void dp_grads_final_from(struct dp *d, int first_param);
+/* Runs pass ps. `then`: the first piece of the compute that follows it on this rank when that
+ * is the same (stage, micro-batch) (pieces_follower: its units are gathered while ps's last piece
+ * computes, and kept), else NULL (every gathered unit is freed at the end). Returns the loss sum
+ * of a forward through the head with targets, else 0. */
+double dp_run_pass(struct dp *d, const struct dp_pass *ps, const struct piece *then);
+/* After the rank's last backward: starts every bucket reduction not yet started (the tied
+ * embedding's, summed between the stages), waits for all; then each rank holds the summed
+ * gradients it keeps. Every rank of the group makes the same calls in the same order. 0 ok; -1
+ * when a collective failed (d->err). */
 int dp_reduce_rest(struct dp *d);
-/* Waits for every reduction started; then each rank holds the summed gradients it keeps.
- * 0 ok; -1 when a collective failed (d->err). */
-int dp_finish_grads(struct dp *d);
 
 /* ---- after backward (dp_optim.c) ---- */
 /* out[i] = Σ over the group of local[i], summed in rank order: the same bits on every rank.

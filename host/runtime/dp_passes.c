@@ -1,10 +1,10 @@
-/* Forward and backward under data parallelism (dp.h): the model's pieces (embedding, layers,
- * head) run as a list of steps; around each step the ZeRO-3 gathers (the step's units waited
- * for, the next step's started before computing this one, units no longer needed freed) and,
- * in backward, the reductions: once a unit's backward is done its gradients are final, and
- * every bucket whose parameters are all final is reduced (non-blocking) while the rest of
- * backward runs. Buckets are reduced from the last to the first, the order backward finishes
- * them, the same on every rank. */
+/* One FWD or BWD of a stage under data parallelism (dp.h), as the executor (exec.c) asks: the
+ * stage's pieces (runtime/pieces.h: embedding, layers, head) in order; around each piece the
+ * ZeRO-3 gathers (the piece's units waited for, the next piece's started before computing this
+ * one, units no longer needed freed) and, in backward, the reductions: once a unit's backward is
+ * done its gradients are final, and every bucket whose parameters are all final is reduced
+ * (non-blocking) while the rest of backward runs. Buckets are reduced from the last to the
+ * first, the order backward finishes them, the same on every rank. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,30 +12,17 @@
 #include "kernels.h"
 #include "runtime/alloc.h"
 #include "runtime/dp.h"
+#include "runtime/pieces.h"
 
-enum step_kind { EMBED_FWD, LAYER_FWD, HEAD_FWD, HEAD_BWD, LAYER_BWD, EMBED_BWD };
-
-struct dp_step {
-  enum step_kind kind;
-  int layer;
-};
-
-/* The units a step reads parameters of: up to two (a tied head reads the embedding). */
-static int step_units(const struct dp *d, struct dp_step s, int units[2])
+/* The units a piece reads parameters of: up to two (a tied head reads the embedding). */
+static int units_of(const struct dp *d, const struct piece *pc, int units[2])
 {
-  const int L = d->model->config.n_layers, tied = d->model->config.tie_embeddings;
-  switch (s.kind) {
-  case EMBED_FWD: units[0] = 0; return 1;
-  case LAYER_FWD: case LAYER_BWD: units[0] = 1 + s.layer; return 1;
-  case HEAD_FWD: case HEAD_BWD: units[0] = L + 1; units[1] = 0; return tied ? 2 : 1;
-  case EMBED_BWD: return 0; /* the embedding's backward reads no parameter */
-  }
-  return 0;
+  return pc ? piece_units(*pc, d->model->config.n_layers, d->model->config.tie_embeddings, units) : 0;
 }
 
-static int step_needs(const struct dp *d, const struct dp_step *s, int u)
+static int piece_needs(const struct dp *d, const struct piece *pc, int u)
 {
-  int units[2], n = s ? step_units(d, *s, units) : 0;
+  int units[2], n = units_of(d, pc, units);
   for (int i = 0; i < n; i++)
     if (units[i] == u)
       return 1;
@@ -170,97 +157,49 @@ static void grads_final_from(struct dp *d, int first_final)
     bucket_start(d, d->next_bucket--);
 }
 
-/* ---- the steps ---- */
+/* ---- a pass: one FWD or BWD of a stage ---- */
 
-struct pass {
-  struct model_acts *a;
-  const int *tokens, *targets;
-  const struct model_dropout *dropout;
-  int B, T;
-  real loss_scale;
-  double loss;
-  int mb, n_forward; /* a training micro-batch (trace spans "forward" and "backward"); -1, 0: none */
-};
-
-static void compute(struct dp *d, struct dp_step s, struct pass *p)
+static void compute(struct dp *d, struct piece pc, const struct dp_pass *ps, double *loss)
 {
   struct model *m = d->model;
   const struct dp_layout *l = &d->layout;
   const int tied = m->config.tie_embeddings;
-  switch (s.kind) {
-  case EMBED_FWD: model_embed_forward(m, p->a, p->tokens, p->dropout, p->B, p->T); break;
-  case LAYER_FWD: model_layer_forward(m, p->a, s.layer, p->dropout); break;
-  case HEAD_FWD: p->loss = model_head_forward(m, p->a, p->targets); break;
-  case HEAD_BWD: {
+  switch (pc.kind) {
+  case PIECE_EMBED_FWD: model_embed_forward(m, ps->a, ps->tokens, ps->dropout, ps->B, ps->T); break;
+  case PIECE_LAYER_FWD: model_layer_forward(m, ps->a, pc.layer, ps->dropout); break;
+  case PIECE_HEAD_FWD: *loss = model_head_forward(m, ps->a, ps->targets); break;
+  case PIECE_HEAD_BWD: {
     const struct dp_unit *u = &l->units[m->config.n_layers + 1];
     buckets_ready_for(d, u->first_param, u->last_param);
     if (tied)
       buckets_ready_for(d, 0, 0);
     model_bind_views(m);
-    model_head_backward(m, p->a, p->targets, p->loss_scale);
+    model_head_backward(m, ps->a, ps->targets, ps->loss_scale);
     grads_final_from(d, u->first_param);
     break;
   }
-  case LAYER_BWD: {
-    const struct dp_unit *u = &l->units[1 + s.layer];
+  case PIECE_LAYER_BWD: {
+    const struct dp_unit *u = &l->units[1 + pc.layer];
     buckets_ready_for(d, u->first_param, u->last_param);
     model_bind_views(m);
-    model_layer_backward(m, p->a, s.layer);
+    model_layer_backward(m, ps->a, pc.layer);
     grads_final_from(d, u->first_param);
     break;
   }
-  case EMBED_BWD:
+  case PIECE_EMBED_BWD:
     buckets_ready_for(d, 0, 0);
     model_bind_views(m);
-    model_embed_backward(m, p->a);
-    grads_final_from(d, 0);
+    model_embed_backward(m, ps->a);
+    if (!ps->embed_waits) /* a tied embedding is summed between the stages first */
+      grads_final_from(d, 0);
     break;
   }
 }
 
-static void run_steps(struct dp *d, const struct dp_step *steps, int n, struct pass *p)
+int dp_pieces_alloc(struct dp *d)
 {
-  double t_mark = comm_now();
-  for (int k = 0; k < n; k++) {
-    const struct dp_step *next = k + 1 < n ? &steps[k + 1] : NULL;
-    int units[2], n_units = step_units(d, steps[k], units);
-    for (int i = 0; i < n_units; i++)
-      unit_hold(d, units[i]);
-    if (next) { /* prefetch: the next step's gathers run while this one computes */
-      int next_units[2], n_next = step_units(d, *next, next_units);
-      for (int i = 0; i < n_next; i++)
-        unit_gather_start(d, next_units[i]);
-    }
-    model_bind_views(d->model);
-    compute(d, steps[k], p);
-    for (int u = 0; u < d->layout.n_units; u++)
-      if (!step_needs(d, next, u))
-        unit_release(d, u);
-    if (p->n_forward > 0 && (k + 1 == p->n_forward || k + 1 == n)) { /* the one stage, 0 */
-      const double t = comm_now();
-      const int backward = k + 1 == n;
-      comm_trace_work(backward ? "backward" : "forward", 0, p->mb, d->mb_flops[backward], t_mark, t);
-      t_mark = t;
-    }
-  }
-  model_bind_views(d->model);
-}
-
-static int forward_steps(const struct dp *d, struct dp_step *steps)
-{
-  const int L = d->model->config.n_layers;
-  int n = 0;
-  steps[n++] = (struct dp_step){ EMBED_FWD, -1 };
-  for (int l = 0; l < L; l++)
-    steps[n++] = (struct dp_step){ LAYER_FWD, l };
-  steps[n++] = (struct dp_step){ HEAD_FWD, -1 };
-  return n;
-}
-
-int dp_steps_alloc(struct dp *d)
-{
-  d->steps = malloc((size_t)(2 * d->model->config.n_layers + 4) * sizeof *d->steps);
-  return d->steps ? 0 : -1;
+  d->pieces = malloc((size_t)(d->model->config.n_layers + 2) * sizeof *d->pieces);
+  return d->pieces ? 0 : -1;
 }
 
 void dp_step_begin(struct dp *d, long long step)
@@ -270,49 +209,40 @@ void dp_step_begin(struct dp *d, long long step)
     memset(d->model->grad_memory, 0, d->layout.n_elems * sizeof(real));
   if (d->shard_grads)
     memset(d->shard_grads, 0, d->layout.n_shard * sizeof(real));
-}
-
-double dp_forward_backward(struct dp *d, struct model_acts *a, const int *tokens,
-                           const int *targets, const struct model_dropout *dropout, int B, int T,
-                           real loss_scale, int reduce, int mb)
-{
-  const int L = d->model->config.n_layers;
-  struct dp_step *steps = d->steps;
-  if (d->group)
-    comm_set_step(d->step, mb);
-  int n = forward_steps(d, steps);
-  const int n_forward = n;
-  steps[n++] = (struct dp_step){ HEAD_BWD, -1 };
-  for (int l = L - 1; l >= 0; l--)
-    steps[n++] = (struct dp_step){ LAYER_BWD, l };
-  steps[n++] = (struct dp_step){ EMBED_BWD, -1 };
-  d->reducing = reduce || d->zero >= 2;
-  d->next_bucket = d->layout.n_buckets - 1;
-  struct pass p = { a, tokens, targets, dropout, B, T, loss_scale, 0.0, mb, n_forward };
-  run_steps(d, steps, n, &p);
   d->reducing = 0;
-  return p.loss;
-}
-
-double dp_forward(struct dp *d, struct model_acts *a, const int *tokens, const int *targets,
-                  int B, int T)
-{
-  struct dp_step *steps = d->steps;
-  int n = forward_steps(d, steps);
-  struct pass p = { a, tokens, targets, NULL, B, T, 0.0f, 0.0, -1, 0 };
-  run_steps(d, steps, n, &p);
-  return p.loss;
-}
-
-void dp_reduce_begin(struct dp *d)
-{
-  d->reducing = 1;
   d->next_bucket = d->layout.n_buckets - 1;
 }
 
-void dp_grads_final_from(struct dp *d, int first_param)
+double dp_run_pass(struct dp *d, const struct dp_pass *ps, const struct piece *then)
 {
-  grads_final_from(d, first_param);
+  struct piece *pcs = d->pieces;
+  const int n = pieces_of_stage(ps->stage, ps->backward, pcs);
+  double loss = 0.0;
+  if (!ps->backward && !ps->stage->has_embed) /* the input came from the stage before */
+    model_forward_begin(d->model, ps->a, ps->dropout, ps->B, ps->T);
+  if (ps->backward) {
+    d->reducing = ps->reduce || d->zero >= 2;
+    if (d->zero >= 2) /* every backward reduce-scatters all of its buckets */
+      d->next_bucket = d->layout.n_buckets - 1;
+  }
+  for (int k = 0; k < n; k++) {
+    const struct piece *next = k + 1 < n ? &pcs[k + 1] : then;
+    int units[2], n_units = units_of(d, &pcs[k], units);
+    for (int i = 0; i < n_units; i++)
+      unit_hold(d, units[i]);
+    /* prefetch: the next piece's gathers run while this one computes */
+    int next_units[2], n_next = units_of(d, next, next_units);
+    for (int i = 0; i < n_next; i++)
+      unit_gather_start(d, next_units[i]);
+    model_bind_views(d->model);
+    compute(d, pcs[k], ps, &loss);
+    for (int u = 0; u < d->layout.n_units; u++)
+      if (!piece_needs(d, next, u))
+        unit_release(d, u);
+  }
+  model_bind_views(d->model);
+  d->reducing = 0;
+  return loss;
 }
 
 int dp_reduce_rest(struct dp *d)
@@ -320,11 +250,6 @@ int dp_reduce_rest(struct dp *d)
   while (d->next_bucket >= 0)
     bucket_start(d, d->next_bucket--);
   d->reducing = 0;
-  return dp_finish_grads(d);
-}
-
-int dp_finish_grads(struct dp *d)
-{
   while (d->n_inflight > 0)
     inflight_finish_oldest(d);
   return d->failed ? -1 : 0;

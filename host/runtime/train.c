@@ -26,7 +26,7 @@ static int check_supported(const struct plan *p, char *err, size_t n)
   return 0;
 }
 
-/* The pipeline executor's way to a micro-batch (pipe_env). */
+/* The executor's way to a micro-batch (exec_env). */
 static void fill_micro_batch(void *ctx, int mb, int *inputs, int *targets, uint64_t *samples)
 {
   trainer_micro_batch(ctx, mb, inputs, targets, samples);
@@ -78,10 +78,6 @@ int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *con
     goto fail;
   }
   t->dp.pp_group = pp;
-  if (p->n_stages > 0) { /* one stage: the whole model (plans made by hand may list none) */
-    t->dp.mb_flops[0] = plan_stage_micro_batch_flops(p, 0, 0);
-    t->dp.mb_flops[1] = plan_stage_micro_batch_flops(p, 0, 1);
-  }
   t->inputs = alloc_bytes(ALLOC_WORKSPACE, (size_t)micro * S * sizeof(int));
   t->targets = alloc_bytes(ALLOC_WORKSPACE, (size_t)micro * S * sizeof(int));
   t->samples = alloc_bytes(ALLOC_WORKSPACE, (size_t)micro * sizeof(uint64_t));
@@ -89,10 +85,9 @@ int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *con
     errf(err, err_size, "out of memory for the batch buffers");
     goto fail;
   }
-  t->piped = p->mesh.pp > 1;
-  const struct pipe_env env = { p, &t->model, &t->dp, &t->acts, t->inputs, t->targets, t->samples,
+  const struct exec_env env = { p, &t->model, &t->dp, &t->acts, t->inputs, t->targets, t->samples,
                                 t->dropout_seed, &t->step, fill_micro_batch, t };
-  if (t->piped && pipe_open(&t->pipe, &env, pp, err, err_size))
+  if (exec_open(&t->exec, &env, pp, err, err_size))
     goto fail;
   return TRAIN_OK;
 
@@ -119,13 +114,12 @@ int trainer_open_on_world(struct trainer *t, const struct plan *p, char *err, si
 
 const char *trainer_failed(const struct trainer *t)
 {
-  return t->dp.failed ? t->dp.err : t->model.tp.failed ? t->model.tp.err : NULL;
+  return t->exec.failed ? t->exec.err : t->dp.failed ? t->dp.err : t->model.tp.failed ? t->model.tp.err : NULL;
 }
 
 void trainer_close(struct trainer *t)
 {
-  if (t->piped)
-    pipe_close(&t->pipe);
+  exec_close(&t->exec);
   alloc_free(t->inputs);
   alloc_free(t->targets);
   alloc_free(t->samples);
@@ -156,64 +150,70 @@ void trainer_micro_batch(struct trainer *t, int mb, int *inputs, int *targets, u
   }
 }
 
-/* A forward alone: through the dp layer, or stage after stage. */
+/* A forward alone, stage after stage. */
 static double eval_forward(struct trainer *t, const int *tokens, const int *targets, int B, int T)
 {
-  if (t->piped)
-    return pipe_forward(&t->pipe, tokens, targets, B, T);
-  return dp_forward(&t->dp, &t->acts, tokens, targets, B, T);
+  return exec_forward(&t->exec, tokens, targets, B, T);
+}
+
+static double global_loss(struct trainer *t, double loss_sum)
+{
+  const struct plan *p = t->plan;
+  double total = 0.0;
+  dp_sum(&t->dp, &loss_sum, &total, 1);
+  return total / ((double)p->batch.global * p->batch.seq);
 }
 
 double trainer_forward_backward(struct trainer *t)
 {
-  const struct plan *p = t->plan;
-  const int G = p->batch.global, micro = p->batch.micro, S = p->batch.seq;
-  const int M = p->batch.microbatches;
-  const int first = t->dp.rank * (G / t->dp.size); /* this rank's slice of the step's windows */
-  const real loss_scale = (real)(1.0 / ((double)G * S));
-  struct model_dropout dropout = { (real)p->model.dropout, t->dropout_seed, (uint32_t)t->step,
-                                   t->samples };
-  double loss_sum = 0.0, total = 0.0;
-  if (t->piped) {
-    loss_sum = pipe_forward_backward(&t->pipe);
-    dp_sum(&t->dp, &loss_sum, &total, 1);
-    return total / ((double)G * S);
-  }
-  dp_step_begin(&t->dp, t->step);
-  for (int mb = 0; mb < M; mb++) {
-    for (int b = 0; b < micro; b++) {
-      t->samples[b] = (uint64_t)t->step * (uint64_t)G + (uint64_t)(first + mb * micro + b);
-      fill_train_window(t, t->samples[b], t->inputs + (size_t)b * S, t->targets + (size_t)b * S);
-    }
-    loss_sum += dp_forward_backward(&t->dp, &t->acts, t->inputs, t->targets, &dropout, micro, S,
-                                    loss_scale, mb == M - 1, mb);
-  }
-  dp_finish_grads(&t->dp);
-  dp_sum(&t->dp, &loss_sum, &total, 1);
-  return total / ((double)G * S);
+  return global_loss(t, exec_step(&t->exec, NULL, NULL, NULL));
 }
 
-int trainer_step(struct trainer *t, struct train_step_stats *stats, char *err, size_t err_size)
+/* The OPTIMIZER instruction's work (exec_step's hook): the loss of the global batch, the
+ * gradient norm, clipping, AdamW. */
+struct update {
+  struct trainer *t;
+  struct train_step_stats *stats;
+  char *err;
+  size_t err_size;
+};
+
+static int update(void *ctx, double loss_sum)
 {
+  struct update *u = ctx;
+  struct trainer *t = u->t;
+  struct train_step_stats *stats = u->stats;
   const struct plan *p = t->plan;
-  stats->step = t->step;
-  stats->loss = trainer_forward_backward(t);
+  stats->loss = global_loss(t, loss_sum);
   stats->lr = optimizer_lr(p, t->step);
   stats->grad_norm = dp_grad_norm(&t->dp);
   if (trainer_failed(t))
-    return errf(err, err_size, "step %lld: %s", t->step, trainer_failed(t));
+    return errf(u->err, u->err_size, "step %lld: %s", t->step, trainer_failed(t));
   if (!isfinite(stats->loss) || !isfinite(stats->grad_norm))
-    return errf(err, err_size, "step %lld: the loss (%g) or the gradient norm (%g) is not finite; "
-                "lower optimizer.lr or set optimizer.grad_clip", t->step, stats->loss,
-                stats->grad_norm);
+    return errf(u->err, u->err_size, "step %lld: the loss (%g) or the gradient norm (%g) is not finite; "
+                "lower optimizer.lr or set optimizer.grad_clip", t->step, stats->loss, stats->grad_norm);
   const double t0 = comm_now();
   double coef = optimizer_clip_coef(stats->grad_norm, p->optimizer.grad_clip);
   if (coef < 1.0)
     dp_scale_grads(&t->dp, (real)coef);
   if (dp_update(&t->dp, &t->opt, t->step, stats->lr))
-    return errf(err, err_size, "step %lld: %s", t->step, t->dp.err);
+    return errf(u->err, u->err_size, "step %lld: %s", t->step, t->dp.err);
   comm_set_step(t->step, -1);
   comm_trace_work("optimizer", -1, -1, 0.0, t0, comm_now());
+  return 0;
+}
+
+int trainer_step(struct trainer *t, struct train_step_stats *stats, char *err, size_t err_size)
+{
+  struct update u = { t, stats, err, err_size };
+  memset(stats, 0, sizeof *stats);
+  stats->step = t->step;
+  int rc = 0;
+  exec_step(&t->exec, update, &u, &rc);
+  if (!rc && trainer_failed(t)) /* a failure the list stopped at, before its OPTIMIZER */
+    rc = errf(err, err_size, "step %lld: %s", t->step, trainer_failed(t));
+  if (rc)
+    return rc;
   t->step++;
   return 0;
 }
@@ -268,10 +268,7 @@ static int solve_problems(struct trainer *t, uint64_t first, int B)
       rows[b] = b * Tr + T - 1;
     }
     eval_forward(t, t->inputs, NULL, B, Tr);
-    if (t->piped)
-      pipe_argmax(&t->pipe, rows, B, best);
-    else
-      model_head_argmax(&t->model, &t->acts, rows, B, best);
+    exec_argmax(&t->exec, rows, B, best);
     for (int b = 0; b < B; b++) text[b][T] = best[b];
   }
   int right = 0;

@@ -1,8 +1,9 @@
 /* The trainer: `tycho run`. It owns what the model does not — data windows, micro-batches, the
  * loss scale, the optimizer step, evaluation, metrics, export — and drives the model through the
  * data-parallel layer (dp.h), which adds the reductions, gathers and sharding of mesh.dp and
- * zero, on a model split over the tp group (model.h, plan/tp_layout.h), and with mesh.pp > 1
- * through the pipeline executor (pipe.h).
+ * zero, on a model split over the tp group (model.h, plan/tp_layout.h), always through the
+ * executor (exec.h), which runs this rank's list of the plan's schedule — one stage's list when
+ * mesh.pp = 1.
  *
  * Step s (0-based) trains on windows w = s·G + k (G = batch.global): data-parallel rank r of dp
  * takes k in [r·G/dp, (r+1)·G/dp), batch.micro at a time, so the windows of a step are the
@@ -32,7 +33,7 @@
 #include "runtime/dp.h"
 #include "runtime/model.h"
 #include "runtime/optimizer.h"
-#include "runtime/pipe.h"
+#include "runtime/exec.h"
 
 struct comm_group;
 
@@ -49,8 +50,7 @@ struct trainer {
   struct model model;
   struct dp dp;              /* the data-parallel layer: layout, shards, reductions */
   struct comm_group *world;  /* every rank of the job (agreements, the memory bill), or NULL */
-  struct pipe pipe;          /* pipeline stages (mesh.pp > 1): the schedule's executor */
-  int piped;                 /* mesh.pp > 1 */
+  struct exec exec;          /* the executor of this rank's schedule list (every plan) */
   struct model_acts acts;    /* for batch.micro × batch.seq tokens */
   struct optimizer opt;      /* AdamW state for the elements this rank owns */
   struct data_source data;   /* token files, the synthetic corpus: windows and held-out problems */
@@ -94,14 +94,15 @@ void trainer_close(struct trainer *t);
 /* Fills the windows of micro-batch mb of step t->step for this data-parallel rank: inputs and
  * targets (micro, seq) and each row's window index. */
 void trainer_micro_batch(struct trainer *t, int mb, int *inputs, int *targets, uint64_t *samples);
-/* The first failed collective's message (data-parallel or tensor-parallel), or NULL. */
+/* The first failure's message (the executor's, data-parallel or tensor-parallel), or NULL. */
 const char *trainer_failed(const struct trainer *t);
 /* Gradients of step t->step (zeroed first, accumulated over the micro-batches, summed over the
- * group); returns the loss of the global batch. The step counter does not move. A failed
- * collective shows in t->dp.failed or t->model.tp.failed (trainer_failed). */
+ * group): the step's list up to its OPTIMIZER, which it leaves out; returns the loss of the
+ * global batch. The step counter does not move. A failure shows in trainer_failed. */
 double trainer_forward_backward(struct trainer *t);
-/* One training step: gradients, clipping, learning rate, AdamW; then t->step++. Fails (runtime
- * error) when the loss or the gradient norm is not finite. */
+/* One training step: the step's whole list, whose OPTIMIZER computes the gradient norm,
+ * clips, sets the learning rate and runs AdamW; then t->step++. Fails (runtime error) when the
+ * loss or the gradient norm is not finite (the parameters are then left as they were). */
 int trainer_step(struct trainer *t, struct train_step_stats *stats, char *err, size_t err_size);
 /* Evaluation as described above, with the parameters as they are. */
 void trainer_eval(struct trainer *t, struct train_eval_stats *stats);

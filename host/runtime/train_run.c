@@ -180,7 +180,7 @@ static void print_header(FILE *out, const struct plan *p, const struct trainer *
       fprintf(out, "; tensor parallel%s", p->sequence_parallel ? " with sequence parallelism" : "");
     if (me->pp > 1)
       fprintf(out, "; %d stages, %s schedule, %d activation slots on this rank", p->n_stages,
-              plan_schedule_name(p->schedule), t->pipe.n_slots);
+              plan_schedule_name(p->schedule), t->exec.n_slots);
     fputc('\n', out);
   }
   const struct dp_layout *l = &t->dp.layout;

@@ -35,7 +35,7 @@ int sched_from_plan(const struct plan *p, struct sched *out, char *err, size_t n
     fwd_flops[s] = f.forward;
     rc_flops[s] = f.recompute;
     for (int l = st->first_layer; st->first_layer >= 0 && l < st->first_layer + st->n_layers; l++)
-      recompute[s] |= p->layers[l].recompute != 0;
+      recompute[s] |= p->layers && p->layers[l].recompute != 0;
     total += fwd_flops[s];
   }
   int rc = sched_build(out, p->schedule, p->mesh.pp, p->batch.microbatches, p->virtual_stages, recompute, err, n);

@@ -134,7 +134,7 @@ static void check_bill(const struct trainer *t)
 {
   struct bill b;
   char why[512];
-  CHECK_MSG(bill_predict(t->plan, t->piped ? t->pipe.rank : 0, &b, why, sizeof why) == 0, "%s", why);
+  CHECK_MSG(bill_predict(t->plan, t->exec.rank, &b, why, sizeof why) == 0, "%s", why);
   const struct alloc_bill *a = alloc_bill();
   double worst = 0.0;
   for (int c = 0; c < ALLOC_N_CATEGORIES; c++) {
@@ -163,7 +163,7 @@ static struct comm_group *traffic_group(const struct trainer *t, int g)
   case TRAFFIC_TP: return groups[PLAN_AXIS_TP];
   case TRAFFIC_DP: return groups[PLAN_AXIS_DP];
   case TRAFFIC_PP: return groups[PLAN_AXIS_PP];
-  default: return t->piped ? t->pipe.embed : NULL;
+  default: return t->exec.embed;
   }
 }
 
@@ -173,7 +173,7 @@ static void check_traffic(const struct trainer *t, const struct comm_counter bef
 {
   struct traffic want;
   char why[512];
-  CHECK_MSG(traffic_predict(t->plan, t->piped ? t->pipe.rank : 0, &want, why, sizeof why) == 0, "%s", why);
+  CHECK_MSG(traffic_predict(t->plan, t->exec.rank, &want, why, sizeof why) == 0, "%s", why);
   unsigned long long total_calls = 0;
   for (int g = 0; g < TRAFFIC_N_GROUPS; g++) {
     struct comm_group *grp = traffic_group(t, g);
@@ -219,7 +219,7 @@ static void check_reductions(const struct trainer *t, long long step)
   const struct comm_record *first = NULL, *last = NULL;
   if (t->dp.size == 1) /* a group of one moves nothing */
     return;
-  if (t->piped) { /* each bucket once; those final during a stage's last backward start there */
+  if (t->plan->mesh.pp > 1) { /* each bucket once; those final during a stage's last backward start there */
     int early = 0;
     for (int i = 0; i < n; i++)
       if (recs[i].step == step && recs[i].op == op && !strcmp(recs[i].group, "dp")) {
@@ -336,18 +336,18 @@ static void test_parallel_run(void)
   check_bill(&t);
   check_reductions(&t, parallel_plan.train.steps - 1);
   check_traffic(&t, before);
-  if (t.piped) { /* activations in flight follow the schedule: GPipe all m, 1F1B pp − rank */
-    const int pr = t.pipe.rank, pp = parallel_plan.mesh.pp, M = parallel_plan.batch.microbatches;
+  if (parallel_plan.mesh.pp > 1) { /* activations in flight follow the schedule: GPipe all m, 1F1B pp − rank */
+    const int pr = t.exec.rank, pp = parallel_plan.mesh.pp, M = parallel_plan.batch.microbatches;
     const int v = parallel_plan.virtual_stages;
     if (parallel_plan.schedule == PLAN_SCHED_GPIPE)
-      CHECK_MSG(t.pipe.peak_slots >= M * v, "rank %d: GPipe held %d micro-batches, expected all %d",
-                rank, t.pipe.peak_slots, M * v);
+      CHECK_MSG(t.exec.peak_slots >= M * v, "rank %d: GPipe held %d micro-batches, expected all %d",
+                rank, t.exec.peak_slots, M * v);
     if (parallel_plan.schedule == PLAN_SCHED_1F1B)
-      CHECK_MSG(t.pipe.peak_slots <= (pp - pr < M ? pp - pr : M) + 1, "rank %d (pipeline rank %d): 1F1B "
+      CHECK_MSG(t.exec.peak_slots <= (pp - pr < M ? pp - pr : M) + 1, "rank %d (pipeline rank %d): 1F1B "
                 "held %d micro-batches, expected at most %d and one being received", rank, pr,
-                t.pipe.peak_slots, pp - pr < M ? pp - pr : M);
+                t.exec.peak_slots, pp - pr < M ? pp - pr : M);
     int peaks[64] = { 0 }, mine[64] = { 0 };
-    mine[rank < 64 ? rank : 63] = t.pipe.peak_slots;
+    mine[rank < 64 ? rank : 63] = t.exec.peak_slots;
     MPI_Reduce(mine, peaks, 64, MPI_INT, MPI_MAX, 0, MPI_COMM_WORLD);
     if (rank == 0) {
       printf("%s: activation slots in use at most, per rank:", plan_schedule_name(parallel_plan.schedule));
@@ -359,7 +359,7 @@ static void test_parallel_run(void)
   CHECK(same_everywhere(&parallel_eval, sizeof parallel_eval));
   if (t.dp.zero < 3) {
     uint64_t h = hash_bytes(t.model.param_memory, t.dp.layout.n_elems * sizeof(real));
-    uint64_t coord = (uint64_t)t.model.tp.rank + 1000u * (uint64_t)(t.piped ? t.pipe.rank : 0);
+    uint64_t coord = (uint64_t)t.model.tp.rank + 1000u * (uint64_t)(t.exec.rank);
     CHECK_MSG(same_within(coord, h), "the parameters differ between the ranks of a dp group");
   }
   final = gather_packed(&t);

@@ -3,6 +3,7 @@
 #ifndef TYCHO_TEST_RUNTIME_FIXTURE_H
 #define TYCHO_TEST_RUNTIME_FIXTURE_H
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -59,6 +60,13 @@ static inline void fixture_plan(struct plan *p, struct fixture_shape s)
   p->train.eval_every = 0;
   p->train.eval_batches = 0;
   p->log.every = 10;
+  /* one pipeline stage of every layer, as the plan compiler lays it out for mesh.pp = 1 */
+  p->virtual_stages = 1;
+  p->n_stages = 1;
+  p->stages = calloc(1, sizeof *p->stages);
+  if (p->stages)
+    *p->stages = (struct plan_stage){ .index = 0, .pp_rank = 0, .chunk = 0, .first_layer = 0,
+                                      .n_layers = s.n_layers, .has_embed = 1, .has_head = 1 };
 }
 
 /* ‖a − b‖ / ‖b‖ over n floats. */

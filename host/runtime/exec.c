@@ -1,5 +1,5 @@
-/* The pipeline executor (pipe.h): runs this rank's list of the plan's schedule. */
-#include "runtime/pipe.h"
+/* The executor (exec.h): runs this rank's list of the plan's schedule. */
+#include "runtime/exec.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -8,23 +8,23 @@
 #include "runtime/alloc.h"
 #include "runtime/dp.h"
 #include "runtime/model.h"
+#include "runtime/pieces.h"
 #include "util/err.h"
 
-static void failed(struct pipe_env *t, const char *what)
+static void failed(struct exec *pp, const char *what)
 {
-  struct model_tp *tp = &t->model->tp;
-  if (!tp->failed)
-    snprintf(tp->err, sizeof tp->err, "pipeline %s: %s", what, comm_error());
-  tp->failed = 1;
+  if (!pp->failed)
+    snprintf(pp->err, sizeof pp->err, "pipeline %s: %s", what, comm_error());
+  pp->failed = 1;
 }
 
 /* Floats of a stage boundary's activation (or its gradient): B × Th × C. */
-static size_t boundary_elems(const struct pipe_env *t, int B, int T)
+static size_t boundary_elems(const struct exec_env *t, int B, int T)
 {
   return (size_t)B * model_home_T(t->model, T) * t->model->config.dim;
 }
 
-void pipe_stage_slots(const struct plan *p, const struct sched *s, int pp_rank, int *slots)
+void exec_stage_slots(const struct plan *p, const struct sched *s, int pp_rank, int *slots)
 {
   const int S = p->n_stages;
   int *used = calloc((size_t)S * ((size_t)s->m + 1), sizeof *used); /* (stage, mb) holds a slot */
@@ -61,16 +61,16 @@ void pipe_stage_slots(const struct plan *p, const struct sched *s, int pp_rank, 
   }
   for (int k = 0; k < S; k++)
     if (p->stages[k].pp_rank == pp_rank)
-      slots[k] += 1; /* room while a given-back slot's send is still in flight */
+      slots[k] += s->pp > 1; /* room while a given-back slot's send is still in flight */
   free(used);
   free(now);
 }
 
-int pipe_open(struct pipe *pp, const struct pipe_env *env, struct comm_group *group, char *err, size_t err_size)
+int exec_open(struct exec *pp, const struct exec_env *env, struct comm_group *group, char *err, size_t err_size)
 {
   memset(pp, 0, sizeof *pp);
   pp->env = *env;
-  struct pipe_env *t = &pp->env;
+  struct exec_env *t = &pp->env;
   const struct plan *p = t->plan;
   pp->group = group;
   pp->size = group ? group->size : 1;
@@ -83,7 +83,7 @@ int pipe_open(struct pipe *pp, const struct pipe_env *env, struct comm_group *gr
   const int S = p->n_stages;
   pp->last_bwd = malloc((size_t)S * sizeof *pp->last_bwd);
   if (!pp->last_bwd)
-    return errf(err, err_size, "out of memory for the pipeline");
+    return errf(err, err_size, "out of memory for the executor");
   for (int s = 0; s < S; s++) pp->last_bwd[s] = -1;
   for (int i = 0; i < list->n; i++) {
     pp->n_reduce += list->instr[i].op == SCHED_REDUCE_GRADS;
@@ -95,27 +95,28 @@ int pipe_open(struct pipe *pp, const struct pipe_env *env, struct comm_group *gr
   int *per_stage = calloc((size_t)S, sizeof *per_stage);
   if (!pp->in_index || !per_stage) {
     free(per_stage);
-    return errf(err, err_size, "out of memory for the pipeline");
+    return errf(err, err_size, "out of memory for the executor");
   }
   for (int s = 1; s < S; s++) pp->in_index[s] = pp->in_index[s - 1] + p->stages[s - 1].n_layers;
-  pipe_stage_slots(p, &pp->sched, pp->rank, per_stage);
+  exec_stage_slots(p, &pp->sched, pp->rank, per_stage);
   for (int s = 0; s < S; s++) pp->n_slots += per_stage[s];
   pp->slots = calloc((size_t)pp->n_slots, sizeof *pp->slots);
   if (!pp->slots) {
     free(per_stage);
-    return errf(err, err_size, "out of memory for the pipeline");
+    return errf(err, err_size, "out of memory for the executor");
   }
 
   const int micro = p->batch.micro, seq = p->batch.seq;
   int k = 0, first_here = 1;
   for (int s = 0; s < S; s++)
     for (int j = 0; j < per_stage[s]; j++, k++) {
-      struct pipe_slot *sl = &pp->slots[k];
+      struct exec_slot *sl = &pp->slots[k];
       sl->pool = s;
       sl->stage = sl->mb = -1;
       const struct plan_stage *st = &p->stages[s];
       struct model_acts_scope scope = { st->first_layer, st->n_layers, st->has_embed, st->has_head };
-      if (first_here) { /* the trainer's own set: all of this rank's layers */
+      const int own = first_here;
+      if (first_here) { /* the owner's own set: all of this rank's layers */
         first_here = 0;
         sl->acts = t->acts;
       } else {
@@ -124,14 +125,19 @@ int pipe_open(struct pipe *pp, const struct pipe_env *env, struct comm_group *gr
           free(per_stage);
           free(sl->acts);
           sl->acts = NULL;
-          return err[0] ? 1 : errf(err, err_size, "out of memory for a pipeline slot");
+          return err[0] ? 1 : errf(err, err_size, "out of memory for an activation slot");
         }
       }
-      sl->grad = alloc_reals(ALLOC_COMM, boundary_elems(t, micro, seq));
-      sl->targets = st->has_head ? alloc_bytes(ALLOC_ACTIVATIONS, (size_t)micro * seq * sizeof(int)) : NULL;
-      if (!sl->grad || (st->has_head && !sl->targets)) {
+      sl->grad = S > 1 ? alloc_reals(ALLOC_COMM, boundary_elems(t, micro, seq)) : NULL;
+      if (st->has_head && own && S == 1) {
+        sl->targets = t->targets; /* one stage: the owner's batch buffer */
+      } else if (st->has_head) {
+        sl->targets = alloc_bytes(ALLOC_ACTIVATIONS, (size_t)micro * seq * sizeof(int));
+        sl->own_targets = 1;
+      }
+      if ((S > 1 && !sl->grad) || (st->has_head && !sl->targets)) {
         free(per_stage);
-        return errf(err, err_size, "out of memory for a pipeline slot");
+        return errf(err, err_size, "out of memory for an activation slot");
       }
     }
   free(per_stage);
@@ -149,16 +155,17 @@ int pipe_open(struct pipe *pp, const struct pipe_env *env, struct comm_group *gr
   return 0;
 }
 
-void pipe_close(struct pipe *pp)
+void exec_close(struct exec *pp)
 {
   for (int k = 0; pp->slots && k < pp->n_slots; k++) {
-    struct pipe_slot *sl = &pp->slots[k];
+    struct exec_slot *sl = &pp->slots[k];
     if (k > 0 && sl->acts) {
       model_acts_free(sl->acts);
       free(sl->acts);
     }
     alloc_free(sl->grad);
-    alloc_free(sl->targets);
+    if (sl->own_targets)
+      alloc_free(sl->targets);
   }
   free(pp->slots);
   free(pp->in_index);
@@ -167,7 +174,7 @@ void pipe_close(struct pipe *pp)
   memset(pp, 0, sizeof *pp);
 }
 
-static struct pipe_slot *slot_of(struct pipe *pp, int stage, int mb)
+static struct exec_slot *slot_of(struct exec *pp, int stage, int mb)
 {
   for (int k = 0; k < pp->n_slots; k++)
     if (pp->slots[k].stage == stage && pp->slots[k].mb == mb)
@@ -177,12 +184,12 @@ static struct pipe_slot *slot_of(struct pipe *pp, int stage, int mb)
 
 /* A free slot for (stage, mb): one whose sends are done if there is one, else the first free one
  * once its sends are. */
-static struct pipe_slot *slot_take(struct pipe *pp, struct pipe_env *t, int stage, int mb)
+static struct exec_slot *slot_take(struct exec *pp, int stage, int mb)
 {
-  struct pipe_slot *pick = NULL;
+  struct exec_slot *pick = NULL;
   int used = 0;
   for (int k = 0; k < pp->n_slots; k++) {
-    struct pipe_slot *sl = &pp->slots[k];
+    struct exec_slot *sl = &pp->slots[k];
     if (sl->stage >= 0) {
       used++;
       continue;
@@ -191,24 +198,23 @@ static struct pipe_slot *slot_take(struct pipe *pp, struct pipe_env *t, int stag
       continue;
     int done_act = 1, done_grad = 1;
     if (sl->send_act && comm_test(&sl->send_act, &done_act))
-      failed(t, "send");
+      failed(pp, "send");
     if (sl->send_grad && comm_test(&sl->send_grad, &done_grad))
-      failed(t, "send");
+      failed(pp, "send");
     if (!pick || (done_act && done_grad && (pick->send_act || pick->send_grad)))
       pick = sl;
   }
   if (!pick) { /* the slots are counted from this rank's list: a schedule that needs more is a bug */
-    struct model_tp *tp = &t->model->tp;
-    if (!tp->failed)
-      snprintf(tp->err, sizeof tp->err, "pipeline: every activation slot of stage %d is in use at micro-batch %d",
+    if (!pp->failed)
+      snprintf(pp->err, sizeof pp->err, "executor: every activation slot of stage %d is in use at micro-batch %d",
                stage, mb);
-    tp->failed = 1;
+    pp->failed = 1;
     return NULL;
   }
   if (pick->send_act && comm_wait(&pick->send_act))
-    failed(t, "send of activations");
+    failed(pp, "send of activations");
   if (pick->send_grad && comm_wait(&pick->send_grad))
-    failed(t, "send of gradients");
+    failed(pp, "send of gradients");
   pick->stage = stage;
   pick->mb = mb;
   used++;
@@ -216,93 +222,87 @@ static struct pipe_slot *slot_take(struct pipe *pp, struct pipe_env *t, int stag
   return pick;
 }
 
-static void slot_wait_recv(struct pipe_env *t, struct pipe_slot *sl)
+static void slot_wait_recv(struct exec *pp, struct exec_slot *sl)
 {
   if (sl->recv && comm_wait(&sl->recv))
-    failed(t, "receive");
+    failed(pp, "receive");
 }
 
-static double stage_forward(struct pipe *pp, struct pipe_env *t, int stage, struct model_acts *a,
-                            const int *tokens, const int *targets, const struct model_dropout *dropout,
-                            int B, int T)
+/* Ends every send and receive in flight and frees the slots. */
+static void drain(struct exec *pp)
 {
-  const struct plan_stage *st = &t->plan->stages[stage];
-  struct model *m = t->model;
-  (void)pp;
-  if (st->has_embed)
-    model_embed_forward(m, a, tokens, dropout, B, T);
-  else
-    model_forward_begin(m, a, dropout, B, T);
-  for (int l = st->first_layer; st->first_layer >= 0 && l < st->first_layer + st->n_layers; l++)
-    model_layer_forward(m, a, l, dropout);
-  return st->has_head ? model_head_forward(m, a, targets) : 0.0;
+  for (int k = 0; k < pp->n_slots; k++) {
+    struct exec_slot *sl = &pp->slots[k];
+    if ((sl->send_act && comm_wait(&sl->send_act)) || (sl->send_grad && comm_wait(&sl->send_grad)) ||
+        (sl->recv && comm_wait(&sl->recv)))
+      failed(pp, "send or receive");
+    sl->stage = sl->mb = -1;
+  }
 }
 
-double pipe_forward_backward(struct pipe *pp)
+/* The loss from the rank holding the last stage, as the same bits everywhere. */
+static void share_loss(struct exec *pp, double *loss)
 {
-  struct pipe_env *t = &pp->env;
+  const struct plan *p = pp->env.plan;
+  if (pp->size > 1 && comm_broadcast(pp->group, loss, 1, COMM_INT64, p->stages[p->n_stages - 1].pp_rank, NULL))
+    failed(pp, "broadcast of the loss");
+}
+
+double exec_step(struct exec *pp, int (*optimizer)(void *ctx, double loss), void *ctx, int *hook_rc)
+{
+  struct exec_env *t = &pp->env;
   const long long step = *t->step;
   const struct plan *p = t->plan;
   struct model *m = t->model;
-  const int B = p->batch.micro, T = p->batch.seq, S = p->n_stages;
+  const int B = p->batch.micro, T = p->batch.seq;
   const size_t n_boundary = boundary_elems(t, B, T);
   const real loss_scale = (real)(1.0 / ((double)p->batch.global * T));
   const struct sched_list *list = &pp->sched.ranks[pp->rank];
   double loss = 0.0;
   int reduced = 0;
+  if (hook_rc)
+    *hook_rc = 0;
   pp->peak_slots = 0;
   dp_step_begin(t->dp, step);
-  dp_reduce_begin(t->dp);
   for (int i = 0; i < list->n; i++) {
     const struct sched_instr *in = &list->instr[i];
-    struct pipe_slot *sl;
+    struct exec_slot *sl;
     comm_set_step(step, in->mb);
     switch ((enum sched_op)in->op) {
-    case SCHED_FWD: {
+    case SCHED_FWD:
+    case SCHED_BWD: {
+      const int bwd = in->op == SCHED_BWD;
+      const struct plan_stage *st = &p->stages[in->stage];
       sl = slot_of(pp, in->stage, in->mb);
-      if (!sl && !(sl = slot_take(pp, t, in->stage, in->mb))) {
+      if (!sl && (bwd || !(sl = slot_take(pp, in->stage, in->mb)))) {
+        if (bwd && !pp->failed) { /* a list sched_check passed never does this */
+          snprintf(pp->err, sizeof pp->err, "executor: BWD(stage %d, mb %d) has no activations", in->stage, in->mb);
+          pp->failed = 1;
+        }
         i = list->n; /* the list stops here; the step returns the failure */
         break;
       }
-      slot_wait_recv(t, sl);
-      t->micro_batch(t->ctx, in->mb, t->inputs, sl->targets ? sl->targets : t->targets, t->samples);
+      if (!bwd || !st->has_head)
+        slot_wait_recv(pp, sl);
       struct model_dropout dropout = { (real)p->model.dropout, t->dropout_seed, (uint32_t)step, t->samples };
+      if (!bwd)
+        t->micro_batch(t->ctx, in->mb, t->inputs, sl->targets ? sl->targets : t->targets, t->samples);
+      else if (!st->has_head)
+        memcpy(sl->acts->dresidual, sl->grad, n_boundary * sizeof(real));
+      const struct sched_instr *after = pieces_follower(list, i);
+      const struct piece then = after ? pieces_first(p, after) : (struct piece){ PIECE_EMBED_BWD, -1 };
+      const struct dp_pass pass = { st, bwd, sl->acts, t->inputs, sl->targets, &dropout, B, T, loss_scale,
+                                    bwd && in->mb == pp->last_bwd[in->stage], pp->embed != NULL };
       const double t0 = comm_now();
-      loss += stage_forward(pp, t, in->stage, sl->acts, t->inputs, sl->targets, &dropout, B, T);
-      comm_trace_work("forward", in->stage, in->mb, plan_stage_micro_batch_flops(p, in->stage, 0), t0, comm_now());
-      break;
-    }
-    case SCHED_BWD: {
-      const struct plan_stage *st = &p->stages[in->stage];
-      const struct dp_layout *dl = &t->dp->layout;
-      /* the stage's last backward: buckets whose gradients are final start reducing */
-      const int final = in->mb == pp->last_bwd[in->stage] && t->dp->size > 1;
-      sl = slot_of(pp, in->stage, in->mb);
-      struct model_acts *a = sl->acts;
-      if (!st->has_head)
-        slot_wait_recv(t, sl);
-      const double t0 = comm_now();
-      if (st->has_head) {
-        model_head_backward(m, a, sl->targets, loss_scale);
-        if (final)
-          dp_grads_final_from(t->dp, dl->units[p->model.n_layers + 1].first_param);
-      } else {
-        memcpy(a->dresidual, sl->grad, n_boundary * sizeof(real));
+      loss += dp_run_pass(t->dp, &pass, after ? &then : NULL);
+      if (bwd) {
+        if (st->has_embed)
+          sl->stage = sl->mb = -1; /* nothing to send back */
+        else
+          memcpy(sl->grad, sl->acts->dresidual, n_boundary * sizeof(real));
       }
-      for (int l = st->first_layer + st->n_layers - 1; st->first_layer >= 0 && l >= st->first_layer; l--) {
-        model_layer_backward(m, a, l);
-        if (final)
-          dp_grads_final_from(t->dp, dl->units[1 + l].first_param);
-      }
-      if (st->has_embed) {
-        model_embed_backward(m, a);
-        if (final && !pp->embed) /* a tied embedding is summed between the stages first */
-          dp_grads_final_from(t->dp, 0);
-        sl->stage = sl->mb = -1; /* nothing to send back */
-      } else {
-        memcpy(sl->grad, a->dresidual, n_boundary * sizeof(real));
-      }
-      comm_trace_work("backward", in->stage, in->mb, plan_stage_micro_batch_flops(p, in->stage, 1), t0, comm_now());
+      comm_trace_work(bwd ? "backward" : "forward", in->stage, in->mb,
+                      plan_stage_micro_batch_flops(p, in->stage, bwd), t0, comm_now());
       break;
     }
     case SCHED_RECOMPUTE: /* done layer by layer inside the BWD that follows */
@@ -311,27 +311,27 @@ double pipe_forward_backward(struct pipe *pp)
       sl = slot_of(pp, in->stage, in->mb);
       if (comm_send(pp->group, sl->acts->residual[pp->in_index[in->stage] + p->stages[in->stage].n_layers],
                     n_boundary, COMM_REAL, in->peer, &sl->send_act))
-        failed(t, "send of activations");
+        failed(pp, "send of activations");
       break;
     case SCHED_RECV_ACT:
-      if (!(sl = slot_take(pp, t, in->stage + 1, in->mb))) {
+      if (!(sl = slot_take(pp, in->stage + 1, in->mb))) {
         i = list->n;
         break;
       }
       if (comm_recv(pp->group, sl->acts->residual[pp->in_index[in->stage + 1]], n_boundary, COMM_REAL,
                     in->peer, &sl->recv))
-        failed(t, "receive of activations");
+        failed(pp, "receive of activations");
       break;
     case SCHED_SEND_GRAD:
       sl = slot_of(pp, in->stage, in->mb);
       if (comm_send(pp->group, sl->grad, n_boundary, COMM_REAL, in->peer, &sl->send_grad))
-        failed(t, "send of gradients");
+        failed(pp, "send of gradients");
       sl->stage = sl->mb = -1;
       break;
     case SCHED_RECV_GRAD:
       sl = slot_of(pp, in->stage - 1, in->mb);
       if (comm_recv(pp->group, sl->grad, n_boundary, COMM_REAL, in->peer, &sl->recv))
-        failed(t, "receive of gradients");
+        failed(pp, "receive of gradients");
       break;
     case SCHED_REDUCE_GRADS:
       if (++reduced < pp->n_reduce)
@@ -339,31 +339,30 @@ double pipe_forward_backward(struct pipe *pp)
       if (pp->embed) {
         const struct model_param *e = &m->params[0];
         if (comm_all_reduce(pp->embed, e->grad, e->grad, e->n_elems, COMM_REAL, COMM_SUM, NULL))
-          failed(t, "all-reduce of the tied embedding's gradient");
+          failed(pp, "all-reduce of the tied embedding's gradient");
       }
       dp_reduce_rest(t->dp);
       break;
     case SCHED_OPTIMIZER:
+      drain(pp);
+      share_loss(pp, &loss);
+      if (optimizer) {
+        int rc = optimizer(ctx, loss);
+        if (hook_rc)
+          *hook_rc = rc;
+      }
+      break;
     case SCHED_N_OPS:
       break;
     }
   }
-  for (int k = 0; k < pp->n_slots; k++) {
-    struct pipe_slot *sl = &pp->slots[k];
-    if ((sl->send_act && comm_wait(&sl->send_act)) || (sl->send_grad && comm_wait(&sl->send_grad)) ||
-        (sl->recv && comm_wait(&sl->recv)))
-      failed(t, "send or receive");
-    sl->stage = sl->mb = -1;
-  }
-  /* The loss from the rank holding the last stage, as the same bits everywhere. */
-  if (comm_broadcast(pp->group, &loss, 1, COMM_INT64, p->stages[S - 1].pp_rank, NULL))
-    failed(t, "broadcast of the loss");
+  drain(pp); /* after a list that stopped early; a no-op after OPTIMIZER */
   return loss;
 }
 
-double pipe_forward(struct pipe *pp, const int *tokens, const int *targets, int B, int T)
+double exec_forward(struct exec *pp, const int *tokens, const int *targets, int B, int T)
 {
-  struct pipe_env *t = &pp->env;
+  struct exec_env *t = &pp->env;
   const struct plan *p = t->plan;
   const int S = p->n_stages;
   const size_t n = boundary_elems(t, B, T);
@@ -374,24 +373,25 @@ double pipe_forward(struct pipe *pp, const int *tokens, const int *targets, int 
     if (st->pp_rank != pp->rank)
       continue;
     if (s > 0 && comm_recv(pp->group, a->residual[pp->in_index[s]], n, COMM_REAL, p->stages[s - 1].pp_rank, NULL))
-      failed(t, "receive of activations");
-    loss += stage_forward(pp, t, s, a, tokens, targets, NULL, B, T);
+      failed(pp, "receive of activations");
+    const struct dp_pass pass = { st, 0, a, tokens, targets, NULL, B, T, 0, 0, 0 };
+    loss += dp_run_pass(t->dp, &pass, NULL);
     if (s + 1 < S && comm_send(pp->group, a->residual[pp->in_index[s] + st->n_layers], n, COMM_REAL,
                                p->stages[s + 1].pp_rank, NULL))
-      failed(t, "send of activations");
+      failed(pp, "send of activations");
   }
-  if (targets && comm_broadcast(pp->group, &loss, 1, COMM_INT64, p->stages[S - 1].pp_rank, NULL))
-    failed(t, "broadcast of the loss");
+  if (targets)
+    share_loss(pp, &loss);
   return loss;
 }
 
-void pipe_argmax(struct pipe *pp, const int *rows, int n, int *out)
+void exec_argmax(struct exec *pp, const int *rows, int n, int *out)
 {
-  struct pipe_env *t = &pp->env;
+  struct exec_env *t = &pp->env;
   const struct plan *p = t->plan;
   const int last = p->stages[p->n_stages - 1].pp_rank;
   if (pp->rank == last)
     model_head_argmax(t->model, t->acts, rows, n, out);
-  if (comm_broadcast(pp->group, out, (size_t)n, COMM_INT32, last, NULL))
-    failed(t, "broadcast of the decoded tokens");
+  if (pp->size > 1 && comm_broadcast(pp->group, out, (size_t)n, COMM_INT32, last, NULL))
+    failed(pp, "broadcast of the decoded tokens");
 }

@@ -1,0 +1,124 @@
+/* A step's pieces (pieces.h). */
+#include "runtime/pieces.h"
+
+#include <stdlib.h>
+
+int pieces_of_stage(const struct plan_stage *st, int backward, struct piece *out)
+{
+  int n = 0;
+  const int first = st->first_layer, nl = first >= 0 ? st->n_layers : 0;
+  if (!backward) {
+    if (st->has_embed)
+      out[n++] = (struct piece){ PIECE_EMBED_FWD, -1 };
+    for (int l = first; l < first + nl; l++)
+      out[n++] = (struct piece){ PIECE_LAYER_FWD, l };
+    if (st->has_head)
+      out[n++] = (struct piece){ PIECE_HEAD_FWD, -1 };
+  } else {
+    if (st->has_head)
+      out[n++] = (struct piece){ PIECE_HEAD_BWD, -1 };
+    for (int l = first + nl - 1; l >= first; l--)
+      out[n++] = (struct piece){ PIECE_LAYER_BWD, l };
+    if (st->has_embed)
+      out[n++] = (struct piece){ PIECE_EMBED_BWD, -1 };
+  }
+  return n;
+}
+
+int piece_units(struct piece pc, int n_layers, int tied, int units[2])
+{
+  switch (pc.kind) {
+  case PIECE_EMBED_FWD: units[0] = 0; return 1;
+  case PIECE_LAYER_FWD: case PIECE_LAYER_BWD: units[0] = 1 + pc.layer; return 1;
+  case PIECE_HEAD_FWD: case PIECE_HEAD_BWD: units[0] = n_layers + 1; units[1] = 0; return tied ? 2 : 1;
+  case PIECE_EMBED_BWD: return 0;
+  }
+  return 0;
+}
+
+static int is_compute(const struct sched_instr *in)
+{
+  return in->op == SCHED_FWD || in->op == SCHED_BWD;
+}
+
+const struct sched_instr *pieces_follower(const struct sched_list *list, int i)
+{
+  for (int j = i + 1; j < list->n; j++) {
+    const struct sched_instr *in = &list->instr[j];
+    if (!is_compute(in))
+      continue;
+    return in->stage == list->instr[i].stage && in->mb == list->instr[i].mb ? in : NULL;
+  }
+  return NULL;
+}
+
+struct piece pieces_first(const struct plan *p, const struct sched_instr *in)
+{
+  const struct plan_stage *st = &p->stages[in->stage];
+  const int layers = st->first_layer >= 0 && st->n_layers > 0;
+  if (in->op == SCHED_BWD) {
+    if (st->has_head)
+      return (struct piece){ PIECE_HEAD_BWD, -1 };
+    return layers ? (struct piece){ PIECE_LAYER_BWD, st->first_layer + st->n_layers - 1 }
+                  : (struct piece){ PIECE_EMBED_BWD, -1 };
+  }
+  if (st->has_embed)
+    return (struct piece){ PIECE_EMBED_FWD, -1 };
+  return layers ? (struct piece){ PIECE_LAYER_FWD, st->first_layer } : (struct piece){ PIECE_HEAD_FWD, -1 };
+}
+
+int pieces_zero3_replay(const struct plan *p, const struct sched_list *list, const size_t *unit_elems,
+                        const int *unit_calls, const size_t *unit_gather_elems,
+                        unsigned long long *calls, unsigned long long *moved, size_t *peak_held)
+{
+  const int L = p->model.n_layers, tied = p->model.tie_embeddings, U = L + 2;
+  int max_layers = 0;
+  for (int s = 0; s < p->n_stages; s++)
+    max_layers = p->stages[s].n_layers > max_layers ? p->stages[s].n_layers : max_layers;
+  struct piece *pcs = malloc((size_t)(max_layers + 2) * sizeof *pcs);
+  char *held = calloc((size_t)U, 1);
+  if (!pcs || !held) {
+    free(pcs);
+    free(held);
+    return -1;
+  }
+  *calls = *moved = 0;
+  *peak_held = 0;
+  size_t now = 0;
+  for (int i = 0; i < list->n; i++) {
+    const struct sched_instr *in = &list->instr[i];
+    if (!is_compute(in))
+      continue;
+    const struct sched_instr *after = pieces_follower(list, i);
+    const struct piece then = after ? pieces_first(p, after) : (struct piece){ PIECE_EMBED_BWD, -1 };
+    const int n = pieces_of_stage(&p->stages[in->stage], in->op == SCHED_BWD, pcs);
+    for (int k = 0; k < n; k++) {
+      const int has_next = k + 1 < n || after;
+      const struct piece next = k + 1 < n ? pcs[k + 1] : then;
+      int u[4], nu = piece_units(pcs[k], L, tied, u);
+      if (has_next)
+        nu += piece_units(next, L, tied, u + nu);
+      for (int a = 0; a < nu; a++) {
+        if (held[u[a]])
+          continue;
+        held[u[a]] = 1;
+        now += unit_elems[u[a]];
+        *calls += (unsigned long long)unit_calls[u[a]];
+        *moved += (unsigned long long)unit_gather_elems[u[a]];
+      }
+      *peak_held = now > *peak_held ? now : *peak_held;
+      int keep[2], nk = has_next ? piece_units(next, L, tied, keep) : 0;
+      for (int x = 0; x < U; x++) {
+        int needed = 0;
+        for (int b = 0; b < nk; b++) needed |= keep[b] == x;
+        if (held[x] && !needed) {
+          held[x] = 0;
+          now -= unit_elems[x];
+        }
+      }
+    }
+  }
+  free(pcs);
+  free(held);
+  return 0;
+}
