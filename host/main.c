@@ -371,6 +371,10 @@ int main(int argc, char **argv)
   if (run) {
     threads_exec_with_settings(argv);   /* before any thread exists */
     char err[1024];
+    if (comm_backend_check(err, sizeof err)) {
+      fprintf(stderr, "%s: %s\n", progname, err);
+      return EXIT_USAGE;
+    }
     if (comm_init(&argc, &argv, err, sizeof err)) {
       fprintf(stderr, "%s: cannot start the comm layer (MPI): %s\n", progname, err);
       return EXIT_RUNTIME;

@@ -467,6 +467,32 @@ static int env_number(const char *name, double lo, double *out, char *err, size_
   return 0;
 }
 
+/* The data-plane backends of this build; TYCHO_COMM_BACKEND names one (default: the first). */
+static const struct comm_backend *const backends[] = { &comm_mpi_backend };
+#define N_BACKENDS (sizeof backends / sizeof *backends)
+
+static int pick_backend(char *err, size_t n)
+{
+  if (ctx.initialized)
+    return 0;
+  const char *want = getenv("TYCHO_COMM_BACKEND");
+  ctx.backend = NULL;
+  for (size_t i = 0; i < N_BACKENDS && !ctx.backend; i++)
+    if (!want || !*want || strcmp(want, backends[i]->name) == 0)
+      ctx.backend = backends[i];
+  if (ctx.backend)
+    return 0;
+  char have[128] = "";
+  for (size_t i = 0; i < N_BACKENDS; i++)
+    snprintf(have + strlen(have), sizeof have - strlen(have), "%s\"%s\"", i ? ", " : "", backends[i]->name);
+  return snprintf(err, n, "TYCHO_COMM_BACKEND=\"%s\": no such comm backend in this build (it has %s)", want, have), -1;
+}
+
+int comm_backend_check(char *err, size_t err_size)
+{
+  return pick_backend(err, err_size);
+}
+
 int comm_init(int *argc, char ***argv, char *err, size_t err_size)
 {
   if (ctx.initialized)
@@ -478,7 +504,8 @@ int comm_init(int *argc, char ***argv, char *err, size_t err_size)
     return -1;
   ctx.timeout = timeout;
   ctx.check = check != 0;
-  ctx.backend = &comm_mpi_backend;
+  if (pick_backend(err, err_size))
+    return -1;
   ctx.error[0] = 0;
   if (comm_recorder_init(n_records > 1e7 ? 10000000 : (int)n_records))
     return snprintf(err, err_size, "comm_init: out of memory"), -1;

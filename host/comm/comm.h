@@ -87,6 +87,9 @@ struct comm_group *comm_world(void);
 int comm_local_rank(void); /* from OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID, else MPI */
 int comm_local_size(void);
 const char *comm_backend_name(void);
+/* Checks TYCHO_COMM_BACKEND (unset or empty: "mpi") against the data-plane backends of this
+ * build, before comm_init: 0, or -1 with a message naming the ones there are. */
+int comm_backend_check(char *err, size_t err_size);
 
 /* Builds this rank's tp, dp and pp groups (indexed by enum plan_axis) with MPI_Comm_split in
  * the same order on every rank, and checks their members against mesh_group_members. The

@@ -21,7 +21,8 @@
 #define COMM_TAG_CHECK 1
 
 struct comm_group_state {
-  MPI_Comm comm;      /* data: used by the comm thread only, in issue order */
+  void *data;         /* the data-plane backend's channel for the group (group_open's), used
+                       * by the comm thread only, in issue order */
   MPI_Comm ctl;       /* control: splits and check mode, from the caller's thread only */
   uint64_t seq;       /* the next collective's sequence number */
   uint64_t *send_seq; /* (size) next send sequence number per peer */
@@ -56,9 +57,17 @@ struct comm_request {
   struct comm_request *prev_inflight, *next_inflight;
 };
 
-/* The data plane. start and progress run on the comm thread only. */
+/* The data plane, chosen at comm_init by name (TYCHO_COMM_BACKEND, default "mpi"; comm.c lists
+ * the backends of the build). start and progress run on the comm thread only; group_open and
+ * group_close on the caller's thread, collectively over the group (its control communicator
+ * exists: an NCCL backend would share its unique id over it). */
 struct comm_backend {
   const char *name;
+  /* The group's data channel into g->state->data (MPI: a duplicate of the control communicator;
+   * NCCL: a communicator of the group's ranks). 0, or -1 with a message. */
+  int (*group_open)(struct comm_group *g, char *err, size_t err_size);
+  /* Frees what group_open made (also after a group_open that failed half-way). */
+  void (*group_close)(struct comm_group *g);
   /* Refuses what this backend cannot carry (half-precision reductions, counts over INT_MAX). */
   int (*validate)(const struct comm_request *r, char *err, size_t err_size);
   /* Starts r; a size-1 collective may finish here. On failure sets r->status and r->err. */

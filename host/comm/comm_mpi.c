@@ -129,9 +129,29 @@ static int group_fill(struct comm_group *g, char *err, size_t n)
   free(index);
   if (rc != MPI_SUCCESS)
     return comm_mpi_fail(rc, "MPI_Comm_group or MPI_Group_translate_ranks", __FILE__, __LINE__, err, n);
-  MPI_CHECK(MPI_Comm_dup(s->ctl, &s->comm), err, n);
-  MPI_CHECK(MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN), err, n);
+  return ctx.backend->group_open(g, err, n);
+}
+
+/* The MPI data plane's channel: a duplicate of the group's control communicator. */
+static int mpi_group_open(struct comm_group *g, char *err, size_t n)
+{
+  MPI_Comm *data = malloc(sizeof *data);
+  if (!data)
+    return snprintf(err, n, "rank %d: out of memory for group %s", ctx.rank, g->name), -1;
+  *data = MPI_COMM_NULL;
+  g->state->data = data;
+  MPI_CHECK(MPI_Comm_dup(g->state->ctl, data), err, n);
+  MPI_CHECK(MPI_Comm_set_errhandler(*data, MPI_ERRORS_RETURN), err, n);
   return 0;
+}
+
+static void mpi_group_close(struct comm_group *g)
+{
+  MPI_Comm *data = g->state->data;
+  if (data && *data != MPI_COMM_NULL)
+    MPI_Comm_free(data);
+  free(data);
+  g->state->data = NULL;
 }
 
 int comm_mpi_group_new(MPI_Comm ctl, const char *name, struct comm_group **out, char *err, size_t n)
@@ -148,7 +168,6 @@ int comm_mpi_group_new(MPI_Comm ctl, const char *name, struct comm_group **out, 
   snprintf(g->name, sizeof g->name, "%s", name);
   g->state = s;
   s->ctl = ctl;
-  s->comm = MPI_COMM_NULL;
   if (group_fill(g, err, n)) {
     comm_mpi_group_free(g);
     return -1;
@@ -166,8 +185,8 @@ void comm_mpi_group_free(struct comm_group *g)
   if (!g)
     return;
   if (g->state) {
-    if (g->state->comm != MPI_COMM_NULL)
-      MPI_Comm_free(&g->state->comm);
+    if (g->state->data)
+      ctx.backend->group_close(g);
     if (g->state->ctl != MPI_COMM_NULL)
       MPI_Comm_free(&g->state->ctl);
     free(g->state->send_seq);
@@ -315,7 +334,7 @@ static void fail_context(struct comm_request *r)
 
 static int post(struct comm_request *r)
 {
-  MPI_Comm comm = r->group->state->comm;
+  MPI_Comm comm = *(MPI_Comm *)r->group->state->data;
   int count = (int)r->n_elems;
   MPI_Datatype type = mpi_type(r->dtype);
   MPI_Op op = r->reduce == COMM_MAX ? MPI_MAX : MPI_SUM;
@@ -441,6 +460,8 @@ static void mpi_progress(struct comm_request *r, int *done)
 
 const struct comm_backend comm_mpi_backend = {
   .name = "mpi",
+  .group_open = mpi_group_open,
+  .group_close = mpi_group_close,
   .validate = mpi_validate,
   .start = mpi_start,
   .progress = mpi_progress,

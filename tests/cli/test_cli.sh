@@ -31,6 +31,7 @@ expect unknown_option 2 "^tycho: unknown option '--wrold'" "$tycho" check plans/
 expect missing_plan_arg 2 "^tycho: 'check' needs a plan file" "$tycho" check
 expect bad_world 2 '^tycho: --world needs an integer' "$tycho" check plans/tiny.lua --world zero
 expect missing_file 2 '^tycho: plan error: nothere.lua: cannot open' "$tycho" check nothere.lua
+expect comm_backend_unknown 2 '^tycho: TYCHO_COMM_BACKEND="nccl": no such comm backend in this build \(it has "mpi"\)' env TYCHO_COMM_BACKEND=nccl "$tycho" run plans/tiny.lua
 
 # Shipped plans at several world sizes: the numbers a user would work out by hand.
 expect tiny_1 0 'batch +global 32 = micro 8 × 4 micro-batches × dp 1' "$tycho" check plans/tiny.lua
