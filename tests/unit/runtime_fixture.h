@@ -62,6 +62,7 @@ static inline void fixture_plan(struct plan *p, struct fixture_shape s)
   p->log.every = 10;
   /* one pipeline stage of every layer, as the plan compiler lays it out for mesh.pp = 1 */
   p->virtual_stages = 1;
+  p->schedule = PLAN_SCHED_1F1B; /* the compiler's default */
   p->n_stages = 1;
   p->stages = calloc(1, sizeof *p->stages);
   if (p->stages)
