@@ -2,7 +2,7 @@
  * evaluated (DESIGN 3.1). Pure data and pure C: nothing here includes lua.h, so the mesh,
  * layout, schedule, cost model and runtime read plans without a Lua state.
  *
- * Dimension legend (as in kernels/kernels.h): C model dim, NH query heads, NKV key/value heads,
+ * Dimension legend (as in kernels/ops.h): C model dim, NH query heads, NKV key/value heads,
  * HS head size, F ffn dim, V vocab, Vp padded vocab, L layers, S stages. */
 #ifndef TYCHO_PLAN_H
 #define TYCHO_PLAN_H

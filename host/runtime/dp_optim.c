@@ -1,13 +1,14 @@
 /* After backward under data parallelism (dp.h): sums of doubles over the group that come out
  * the same on every rank, the global gradient norm, clipping, and the AdamW update on the
- * elements this rank owns followed (zero 1, 2) by the parameter all-gather. */
+ * elements this rank owns followed (zero 1, 2) by the parameter all-gather. Kernels go through
+ * the model's table (d->model->k), as in optimizer.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm/comm.h"
-#include "kernels.h"
+#include "ops.h"
 #include "runtime/dp.h"
 
 /* out = Σ over group g of local, in rank order (the same bits everywhere). */
@@ -69,7 +70,7 @@ double dp_grad_norm(struct dp *d)
   const int pp = d->pp_group ? d->pp_group->size : 1;
   if (m->tp.size == 1 && pp == 1) {
     for (int b = 0; b < d->layout.n_buckets; b++) /* the padding holds zeros */
-      local += sumsq(share_grads(d, b), d->layout.buckets[b].share);
+      local += m->k->sumsq(m->kctx, share_grads(d, b), d->layout.buckets[b].share);
   } else {
     /* Split parameters count on every TP rank, whole ones on TP rank 0 only; a tied embedding
      * held by the last pipeline stage as its head counts on the first stage only. */
@@ -84,7 +85,7 @@ double dp_grad_norm(struct dp *d)
         size_t lo = p->offset > s0 ? p->offset : s0;
         size_t hi = p->offset + p->n_elems < s1 ? p->offset + p->n_elems : s1;
         if (lo < hi)
-          local += sumsq(g + (lo - s0), hi - lo);
+          local += m->k->sumsq(m->kctx, g + (lo - s0), hi - lo);
       }
     }
   }
@@ -105,12 +106,13 @@ double dp_grad_norm(struct dp *d)
 
 void dp_scale_grads(struct dp *d, real coef)
 {
+  const struct model *m = d->model;
   if (d->zero == 0) {
-    scale_inplace(d->model->grad_memory, d->layout.n_elems, coef);
+    m->k->scale_inplace(m->kctx, m->grad_memory, d->layout.n_elems, coef);
     return;
   }
   for (int b = 0; b < d->layout.n_buckets; b++)
-    scale_inplace(share_grads(d, b), d->layout.buckets[b].share, coef);
+    m->k->scale_inplace(m->kctx, share_grads(d, b), d->layout.buckets[b].share, coef);
 }
 
 int dp_update(struct dp *d, struct optimizer *o, long long step, double lr)

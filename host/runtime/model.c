@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "ops.h"
 #include "philox.h"
 #include "comm/comm.h"
 #include "runtime/alloc.h"
@@ -105,6 +105,8 @@ static int check_config(struct plan_model *c, char *err, size_t n)
 static int create_table(struct model *m, char *err, size_t err_size)
 {
   struct plan_model *c = &m->config;
+  m->k = kernels_active();
+  m->kctx = kernels_active_context();
   if (check_config(c, err, err_size))
     return 1;
   const int L = c->n_layers, C = c->dim, F = c->ffn_dim, HS = c->head_dim;
@@ -499,7 +501,8 @@ static void layout_acts(struct model_acts *a, const struct model *m, const struc
   a->work_f2 = carve(work, BT * F);
   a->pack = m->tp.size > 1 ? carve(work, BT * widest) : NULL;
   a->gains = carve(work, 2 * C);
-  a->attn_scratch = carve(work, attention_scratch_n_elems(a->B_max, a->T_max, NH_max, NH_max));
+  a->attn_scratch = carve(work, m->k->attention_scratch_n_elems(m->kctx, a->B_max, a->T_max,
+                                                                 NH_max, NH_max));
 }
 
 static int acts_create(struct model_acts *a, const struct model *m, int B_max, int T_max,
@@ -546,7 +549,8 @@ static int acts_create(struct model_acts *a, const struct model *m, int B_max, i
     a->shares = 1;
   }
   layout_acts(a, m, scope, &act, &rec, &work);
-  rope_table(a->rope_cos, a->rope_sin, T_max, m->config.head_dim, m->config.rope_theta, 0);
+  m->k->rope_table(m->kctx, a->rope_cos, a->rope_sin, T_max, m->config.head_dim,
+                   m->config.rope_theta, 0);
   return 0;
 
 out_of_memory:

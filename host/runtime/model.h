@@ -1,14 +1,19 @@
-/* The model: Hugging Face LlamaForCausalLM in fp32 on the kernels of kernels/kernels.h — its
+/* The model: Hugging Face LlamaForCausalLM in fp32 on a kernel table (kernels/ops.h) — its
  * parameter table (HF names and shapes), the initialization every rank agrees on, the saved
  * activations, and forward/backward split into embedding, one layer, and head, so that a
  * pipeline stage can run any subset of layers. The model computes on "B, T" given by the caller;
  * windows, micro-batches and the loss scale belong to the training loop (train.h).
  *
+ * Kernels: a model captures the selected table and its context (kernels_active,
+ * kernels_active_context) when its table is built, and every kernel call on its tensors goes
+ * through them: m->k->linear_forward(m->kctx, ...) here, in model_passes.c, and in the optimizer
+ * and dp_optim.c, which take them from the model they update.
+ *
  * Block l: x += drop(o(attn(rope(q(n1)), rope(k(n1)), v(n1)))), n1 = rmsnorm(x);
  *          x += drop(down(silu(gate(n2)) ⊙ up(n2))),           n2 = rmsnorm(x).
  * Head:    logits = rmsnorm(x) · headᵀ, head = lm_head.weight or, tied, the embedding.
  *
- * Dimension legend (as kernels.h): B batch, T sequence, C model dim, NH query heads, NKV
+ * Dimension legend (as kernels/ops.h): B batch, T sequence, C model dim, NH query heads, NKV
  * key/value heads, HS head size, F ffn dim, V vocab, Vp padded vocab (rows stored for the
  * embedding and the head; rows V..Vp−1 are zero and never reach the loss), L layers. */
 #ifndef TYCHO_RUNTIME_MODEL_H
@@ -16,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ops.h"
 #include "plan/plan.h"
 #include "plan/tp_layout.h"
 #include "real.h"
@@ -77,6 +83,8 @@ struct model_tp {
 
 struct model {
   struct plan_model config;  /* head_dim and vocab_padded filled in */
+  const struct kernel_ops *k; /* the kernel table, selected when the table was built */
+  void *kctx;                /* its execution context (NULL on the CPU) */
   struct model_tp tp;
   /* Pipeline stages: what this pipeline rank holds. Parameters elsewhere have no elements here
    * (n_elems 0, `here` 0) and activations are only laid out for what is here. */

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
-#include "kernels.h"
+#include "ops.h"
 #include "runtime/model.h"
 #include "runtime/tp.h"
 
@@ -32,12 +32,12 @@ static int no_conversion(const struct model *m, enum tp_layout from, enum tp_lay
 
 /* One mask per sample: the rank holds elements [first, first + per_sample) of the sample's
  * logical tensor. */
-static void draw_masks(real *mask, size_t per_sample, uint64_t first, const struct model_dropout *d,
-                       int B, int layer, enum model_dropout_site site)
+static void draw_masks(const struct model *m, real *mask, size_t per_sample, uint64_t first,
+                       const struct model_dropout *d, int B, int layer, enum model_dropout_site site)
 {
   for (int b = 0; b < B; b++)
-    dropout_mask(mask + (size_t)b * per_sample, per_sample, d->p, d->seed, d->step,
-                 (uint32_t)d->samples[b], ((uint32_t)layer << 8) | (uint32_t)site, first);
+    m->k->dropout_mask(m->kctx, mask + (size_t)b * per_sample, per_sample, d->p, d->seed, d->step,
+                       (uint32_t)d->samples[b], ((uint32_t)layer << 8) | (uint32_t)site, first);
 }
 
 /* Where this rank's part of a (T, C) branch starts in the sample: row r·Th under SP. */
@@ -95,12 +95,12 @@ static void norm_input_grads(struct model *m, struct model_acts *a, const struct
       if (!sum)
         sum = d;
       else
-        residual_forward(sum, sum, d, n);
+        m->k->residual_forward(m->kctx, sum, sum, d, n);
     }
     real *dst = wrote ? tmp : out;
     tp_convert(&m->tp, a->pack, dst, sum, arrival, y->home, B, T, C, a->work_c4);
     if (wrote)
-      residual_forward(out, out, tmp, tp_local_elems(y->home, B, T, C, tp));
+      m->k->residual_forward(m->kctx, out, out, tmp, tp_local_elems(y->home, B, T, C, tp));
     wrote = 1;
   }
 }
@@ -129,15 +129,16 @@ void model_embed_forward(const struct model *mc, struct model_acts *a, const int
   model_forward_begin(m, a, dropout, B, T);
   memcpy(a->tokens, tokens, (size_t)N * sizeof(int));
   if (m->tp.size == 1) {
-    encoder_forward(residual_at(a, m, 0), tokens, m->wte, N, C);
+    m->k->encoder_forward(m->kctx, residual_at(a, m, 0), tokens, m->wte, N, C);
     return;
   }
   const struct model_param *e = &m->params[0];
   enum tp_layout out = tp_embed_output(m->tp.io.split[PLAN_MOD_EMBED]);
   if (e->tp_dim == 0)
-    encoder_forward_shard(a->work_c1, tokens, m->wte, (int)e->start[0], (int)e->local[0], N, C);
+    m->k->encoder_forward_shard(m->kctx, a->work_c1, tokens, m->wte, (int)e->start[0],
+                                (int)e->local[0], N, C);
   else
-    encoder_forward(a->work_c1, tokens, m->wte, N, C);
+    m->k->encoder_forward(m->kctx, a->work_c1, tokens, m->wte, N, C);
   tp_convert(&m->tp, a->pack, residual_at(a, m, 0), a->work_c1, out, m->tp.io.home, B, T, C, a->work_c4);
 }
 
@@ -145,15 +146,16 @@ void model_embed_backward(struct model *m, struct model_acts *a)
 {
   const int B = a->B, T = a->T, C = m->config.dim, N = B * T;
   if (m->tp.size == 1) {
-    encoder_backward(m->dwte, a->dresidual, a->tokens, N, C);
+    m->k->encoder_backward(m->kctx, m->dwte, a->dresidual, a->tokens, N, C);
     return;
   }
   const struct model_param *e = &m->params[0];
   real *d = tp_convert(&m->tp, a->pack, a->work_c1, a->dresidual, m->tp.io.home, TP_R, B, T, C, a->work_c4);
   if (e->tp_dim == 0)
-    encoder_backward_shard(m->dwte, d, a->tokens, (int)e->start[0], (int)e->local[0], N, C);
+    m->k->encoder_backward_shard(m->kctx, m->dwte, d, a->tokens, (int)e->start[0], (int)e->local[0],
+                                 N, C);
   else
-    encoder_backward(m->dwte, d, a->tokens, N, C);
+    m->k->encoder_backward(m->kctx, m->dwte, d, a->tokens, N, C);
 }
 
 /* ---- one block ---- */
@@ -214,7 +216,7 @@ static void layer_forward_pieces(struct model *m, struct model_acts *a, int laye
 
   /* attention */
   if (pieces & F_ATTN_NORM)
-    rmsnorm_forward(la->ln1, la->ln1_rstd, x, w->attn_norm, Nh, C, eps);
+    m->k->rmsnorm_forward(m->kctx, la->ln1, la->ln1_rstd, x, w->attn_norm, Nh, C, eps);
   if (pieces & F_QKV) {
     norm_inputs(m, a, y, la->ln1, PLAN_MOD_Q, PLAN_MOD_V, in);
     real *raw[3] = { a->work_c1, a->work_c2, a->work_c3 }, *att[3] = { la->q, la->k, la->v };
@@ -223,8 +225,8 @@ static void layer_forward_pieces(struct model *m, struct model_acts *a, int laye
     for (int j = 0; j < 3; j++) {
       enum tp_layout have = tp_split_output(s[PLAN_MOD_Q + j]), want = j == 0 ? A : y->kv;
       direct[j] = want != TP_KV && no_conversion(m, have, want);
-      linear_forward(direct[j] ? att[j] : raw[j], in[PLAN_MOD_Q + j], wqkv[j], N,
-                     d.w_in[PLAN_MOD_Q + j], d.w_out[PLAN_MOD_Q + j]);
+      m->k->linear_forward(m->kctx, direct[j] ? att[j] : raw[j], in[PLAN_MOD_Q + j], wqkv[j], N,
+                           d.w_in[PLAN_MOD_Q + j], d.w_out[PLAN_MOD_Q + j]);
     }
     for (int j = 0; j < 3; j++) {
       enum tp_layout have = tp_split_output(s[PLAN_MOD_Q + j]), want = j == 0 ? A : y->kv;
@@ -238,63 +240,66 @@ static void layer_forward_pieces(struct model *m, struct model_acts *a, int laye
         tp_convert(&m->tp, a->pack, att[j], raw[j], have, want, B, T, X, a->work_c4);
       }
     }
-    rope_forward(la->q, la->q, a->rope_cos, a->rope_sin, B, T, d.NHl, HS);
-    rope_forward(la->k, la->k, a->rope_cos, a->rope_sin, B, T, d.NKVl, HS);
+    m->k->rope_forward(m->kctx, la->q, la->q, a->rope_cos, a->rope_sin, B, T, d.NHl, HS);
+    m->k->rope_forward(m->kctx, la->k, la->k, a->rope_cos, a->rope_sin, B, T, d.NKVl, HS);
   }
   if (pieces & F_CORE) {
     if (drop)
-      draw_masks(la->probs_mask, (size_t)d.NHl * T * T,
+      draw_masks(m, la->probs_mask, (size_t)d.NHl * T * T,
                  (uint64_t)(y->attn_sharded ? m->tp.rank * d.NHl : 0) * T * T, dropout, B, layer,
                  MODEL_DROP_ATTN_PROBS);
-    attention_forward(la->atty, la->probs, a->attn_scratch, la->q, la->k, la->v,
-                      drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
+    m->k->attention_forward(m->kctx, la->atty, la->probs, a->attn_scratch, la->q, la->k, la->v,
+                            drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
     tp_convert(&m->tp, a->pack, la->o_in, la->atty, A, tp_split_input(s[PLAN_MOD_O]), B, T, C, a->work_c4);
   }
   if (pieces & F_ATTN_OUT) {
     const int o_direct = no_conversion(m, tp_split_output(s[PLAN_MOD_O]), y->home);
-    linear_forward(o_direct ? branch : a->work_c1, la->o_in, w->wo, N, d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
+    m->k->linear_forward(m->kctx, o_direct ? branch : a->work_c1, la->o_in, w->wo, N,
+                         d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
     if (!o_direct)
       tp_convert(&m->tp, a->pack, branch, a->work_c1, tp_split_output(s[PLAN_MOD_O]), y->home, B, T, C,
                  a->work_c3);
     if (drop) {
-      draw_masks(la->attn_mask, (size_t)Th * C, home_first(m, T), dropout, B, layer, MODEL_DROP_ATTN_OUT);
-      dropout_forward(branch, branch, la->attn_mask, n_home);
+      draw_masks(m, la->attn_mask, (size_t)Th * C, home_first(m, T), dropout, B, layer,
+                 MODEL_DROP_ATTN_OUT);
+      m->k->dropout_forward(m->kctx, branch, branch, la->attn_mask, n_home);
     }
-    residual_forward(la->mid, x, branch, n_home);
+    m->k->residual_forward(m->kctx, la->mid, x, branch, n_home);
   }
 
   /* MLP */
   if (pieces & F_MLP_NORM)
-    rmsnorm_forward(la->ln2, la->ln2_rstd, la->mid, w->mlp_norm, Nh, C, eps);
+    m->k->rmsnorm_forward(m->kctx, la->ln2, la->ln2_rstd, la->mid, w->mlp_norm, Nh, C, eps);
   if (pieces & F_MLP_IN) {
     norm_inputs(m, a, y, la->ln2, PLAN_MOD_GATE, PLAN_MOD_UP, in);
     const int g_direct = no_conversion(m, tp_split_output(s[PLAN_MOD_GATE]), M);
     const int u_direct = no_conversion(m, tp_split_output(s[PLAN_MOD_UP]), M);
-    linear_forward(g_direct ? la->gate : a->work_f1, in[PLAN_MOD_GATE], w->wgate, N,
-                   d.w_in[PLAN_MOD_GATE], d.w_out[PLAN_MOD_GATE]);
-    linear_forward(u_direct ? la->up : a->work_f2, in[PLAN_MOD_UP], w->wup, N, d.w_in[PLAN_MOD_UP],
-                   d.w_out[PLAN_MOD_UP]);
+    m->k->linear_forward(m->kctx, g_direct ? la->gate : a->work_f1, in[PLAN_MOD_GATE], w->wgate, N,
+                         d.w_in[PLAN_MOD_GATE], d.w_out[PLAN_MOD_GATE]);
+    m->k->linear_forward(m->kctx, u_direct ? la->up : a->work_f2, in[PLAN_MOD_UP], w->wup, N,
+                         d.w_in[PLAN_MOD_UP], d.w_out[PLAN_MOD_UP]);
     if (!g_direct)
       tp_convert(&m->tp, a->pack, la->gate, a->work_f1, tp_split_output(s[PLAN_MOD_GATE]), M, B, T, F, NULL);
     if (!u_direct)
       tp_convert(&m->tp, a->pack, la->up, a->work_f2, tp_split_output(s[PLAN_MOD_UP]), M, B, T, F, NULL);
   }
   if (pieces & F_MLP_ACT) {
-    swiglu_forward(la->hidden, la->gate, la->up, (size_t)N * d.Fl);
+    m->k->swiglu_forward(m->kctx, la->hidden, la->gate, la->up, (size_t)N * d.Fl);
     tp_convert(&m->tp, a->pack, la->down_in, la->hidden, M, tp_split_input(s[PLAN_MOD_DOWN]), B, T, F, NULL);
   }
   if ((pieces & F_MLP_MASK) && drop)
-    draw_masks(la->mlp_mask, (size_t)Th * C, home_first(m, T), dropout, B, layer, MODEL_DROP_MLP_OUT);
+    draw_masks(m, la->mlp_mask, (size_t)Th * C, home_first(m, T), dropout, B, layer,
+               MODEL_DROP_MLP_OUT);
   if (pieces & F_MLP_OUT) {
     const int d_direct = no_conversion(m, tp_split_output(s[PLAN_MOD_DOWN]), y->home);
-    linear_forward(d_direct ? branch : a->work_c1, la->down_in, w->wdown, N, d.w_in[PLAN_MOD_DOWN],
-                   d.w_out[PLAN_MOD_DOWN]);
+    m->k->linear_forward(m->kctx, d_direct ? branch : a->work_c1, la->down_in, w->wdown, N,
+                         d.w_in[PLAN_MOD_DOWN], d.w_out[PLAN_MOD_DOWN]);
     if (!d_direct)
       tp_convert(&m->tp, a->pack, branch, a->work_c1, tp_split_output(s[PLAN_MOD_DOWN]), y->home, B, T, C,
                  a->work_c3);
     if (drop)
-      dropout_forward(branch, branch, la->mlp_mask, n_home);
-    residual_forward(out, la->mid, branch, n_home);
+      m->k->dropout_forward(m->kctx, branch, branch, la->mlp_mask, n_home);
+    m->k->residual_forward(m->kctx, out, la->mid, branch, n_home);
   }
 }
 
@@ -343,17 +348,17 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
   real *dh = dres;
   if (drop) {
     dh = a->work_c1;
-    dropout_backward(dh, dres, la->mlp_mask, n_home);
+    m->k->dropout_backward(m->kctx, dh, dres, la->mlp_mask, n_home);
   }
   enum tp_layout want = tp_dual(tp_split_output(s[PLAN_MOD_DOWN]));
   real *dout = no_conversion(m, y->home, want) ? dh
               : tp_convert(&m->tp, a->pack, a->work_c2, dh, y->home, want, B, T, C, a->work_c3);
-  linear_backward(a->dhidden, g->wdown, dout, la->down_in, w->wdown, N, d.w_in[PLAN_MOD_DOWN],
-                  d.w_out[PLAN_MOD_DOWN]);
+  m->k->linear_backward(m->kctx, a->dhidden, g->wdown, dout, la->down_in, w->wdown, N,
+                        d.w_in[PLAN_MOD_DOWN], d.w_out[PLAN_MOD_DOWN]);
   enum tp_layout arrival = tp_split_input_grad(s[PLAN_MOD_DOWN]);
   real *dhid = no_conversion(m, arrival, M) ? a->dhidden
               : tp_convert(&m->tp, a->pack, a->work_f1, a->dhidden, arrival, M, B, T, F, NULL);
-  swiglu_backward(a->dgate, a->dup, dhid, la->gate, la->up, (size_t)N * d.Fl);
+  m->k->swiglu_backward(m->kctx, a->dgate, a->dup, dhid, la->gate, la->up, (size_t)N * d.Fl);
   want = tp_dual(tp_split_output(s[PLAN_MOD_GATE]));
   real *dgate = no_conversion(m, M, want) ? a->dgate
                : tp_convert(&m->tp, a->pack, a->work_f1, a->dgate, M, want, B, T, F, NULL);
@@ -363,34 +368,34 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
   norm_inputs(m, a, y, la->ln2, PLAN_MOD_GATE, PLAN_MOD_UP, in);
   dins[PLAN_MOD_GATE] = a->dq;
   dins[PLAN_MOD_UP] = a->dk;
-  linear_backward(a->dq, g->wgate, dgate, in[PLAN_MOD_GATE], w->wgate, N, d.w_in[PLAN_MOD_GATE],
-                  d.w_out[PLAN_MOD_GATE]);
-  linear_backward(a->dk, g->wup, dup, in[PLAN_MOD_UP], w->wup, N, d.w_in[PLAN_MOD_UP],
-                  d.w_out[PLAN_MOD_UP]);
+  m->k->linear_backward(m->kctx, a->dq, g->wgate, dgate, in[PLAN_MOD_GATE], w->wgate, N,
+                        d.w_in[PLAN_MOD_GATE], d.w_out[PLAN_MOD_GATE]);
+  m->k->linear_backward(m->kctx, a->dk, g->wup, dup, in[PLAN_MOD_UP], w->wup, N,
+                        d.w_in[PLAN_MOD_UP], d.w_out[PLAN_MOD_UP]);
   norm_input_grads(m, a, y, dins, PLAN_MOD_GATE, PLAN_MOD_UP, a->work_c1, a->work_c2);
-  rmsnorm_backward(a->work_c1, sp ? a->gains + C : g->mlp_norm, a->work_c1, la->mid, w->mlp_norm,
-                   la->ln2_rstd, Nh, C);
-  residual_forward(dres, dres, a->work_c1, n_home);
+  m->k->rmsnorm_backward(m->kctx, a->work_c1, sp ? a->gains + C : g->mlp_norm, a->work_c1, la->mid,
+                         w->mlp_norm, la->ln2_rstd, Nh, C);
+  m->k->residual_forward(m->kctx, dres, dres, a->work_c1, n_home);
 
   /* Attention branch: mid = x + drop(o(atty)). */
   dh = dres;
   if (drop) {
     dh = a->work_c1;
-    dropout_backward(dh, dres, la->attn_mask, n_home);
+    m->k->dropout_backward(m->kctx, dh, dres, la->attn_mask, n_home);
   }
   want = tp_dual(tp_split_output(s[PLAN_MOD_O]));
   dout = no_conversion(m, y->home, want) ? dh
        : tp_convert(&m->tp, a->pack, a->work_c2, dh, y->home, want, B, T, C, a->work_c3);
   arrival = tp_split_input_grad(s[PLAN_MOD_O]);
   const int att_direct = no_conversion(m, arrival, A); /* attention_backward must not read dq */
-  linear_backward(att_direct ? a->work_c3 : a->dq, g->wo, dout, la->o_in, w->wo, N, d.w_in[PLAN_MOD_O],
-                  d.w_out[PLAN_MOD_O]);
+  m->k->linear_backward(m->kctx, att_direct ? a->work_c3 : a->dq, g->wo, dout, la->o_in, w->wo, N,
+                        d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
   real *datt = att_direct ? a->work_c3
               : tp_convert(&m->tp, a->pack, a->work_c3, a->dq, arrival, A, B, T, C, NULL);
-  attention_backward(a->dq, a->dk, a->dv, a->attn_scratch, datt, la->q, la->k, la->v, la->probs,
-                     drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
-  rope_backward(a->dq, a->dq, a->rope_cos, a->rope_sin, B, T, d.NHl, HS);
-  rope_backward(a->dk, a->dk, a->rope_cos, a->rope_sin, B, T, d.NKVl, HS);
+  m->k->attention_backward(m->kctx, a->dq, a->dk, a->dv, a->attn_scratch, datt, la->q, la->k, la->v,
+                           la->probs, drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
+  m->k->rope_backward(m->kctx, a->dq, a->dq, a->rope_cos, a->rope_sin, B, T, d.NHl, HS);
+  m->k->rope_backward(m->kctx, a->dk, a->dk, a->rope_cos, a->rope_sin, B, T, d.NKVl, HS);
   real *datt_in[3] = { a->dq, a->dk, a->dv }, *dqkv[3] = { a->work_c1, a->work_c2, a->work_c3 };
   for (int j = 0; j < 3; j++) {
     enum tp_layout have = j == 0 ? A : y->kv, to = tp_dual(tp_split_output(s[PLAN_MOD_Q + j]));
@@ -407,18 +412,18 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
   const real *wt[3] = { w->wq, w->wk, w->wv };
   for (int j = 0; j < 3; j++) {
     dins[PLAN_MOD_Q + j] = datt_in[j];
-    linear_backward(datt_in[j], wg[j], dqkv[j], in[PLAN_MOD_Q + j], wt[j], N,
-                    d.w_in[PLAN_MOD_Q + j], d.w_out[PLAN_MOD_Q + j]);
+    m->k->linear_backward(m->kctx, datt_in[j], wg[j], dqkv[j], in[PLAN_MOD_Q + j], wt[j], N,
+                          d.w_in[PLAN_MOD_Q + j], d.w_out[PLAN_MOD_Q + j]);
   }
   norm_input_grads(m, a, y, dins, PLAN_MOD_Q, PLAN_MOD_V, a->work_c1, a->work_c2);
-  rmsnorm_backward(a->work_c1, sp ? a->gains : g->attn_norm, a->work_c1, x, w->attn_norm,
-                   la->ln1_rstd, Nh, C);
-  residual_forward(dres, dres, a->work_c1, n_home);
+  m->k->rmsnorm_backward(m->kctx, a->work_c1, sp ? a->gains : g->attn_norm, a->work_c1, x,
+                         w->attn_norm, la->ln1_rstd, Nh, C);
+  m->k->residual_forward(m->kctx, dres, dres, a->work_c1, n_home);
 
   if (sp) { /* each rank saw its positions only: the gains' gradients are partial sums */
     tp_all_reduce(&m->tp, a->gains, 2 * (size_t)C, COMM_SUM);
-    residual_forward(g->attn_norm, g->attn_norm, a->gains, (size_t)C);
-    residual_forward(g->mlp_norm, g->mlp_norm, a->gains + C, (size_t)C);
+    m->k->residual_forward(m->kctx, g->attn_norm, g->attn_norm, a->gains, (size_t)C);
+    m->k->residual_forward(m->kctx, g->mlp_norm, g->mlp_norm, a->gains + C, (size_t)C);
   }
 }
 
@@ -446,20 +451,21 @@ double model_head_forward(const struct model *mc, struct model_acts *a, const in
   const int B = a->B, T = a->T, N = B * T, Nh = B * model_home_T(m, T), C = c->dim;
   int v0, Vl, Vvalid;
   head_columns(m, &v0, &Vl, &Vvalid);
-  rmsnorm_forward(a->lnf, a->lnf_rstd, residual_at(a, m, c->n_layers), m->final_norm, Nh, C,
-                  (real)c->norm_eps);
+  m->k->rmsnorm_forward(m->kctx, a->lnf, a->lnf_rstd, residual_at(a, m, c->n_layers), m->final_norm,
+                        Nh, C, (real)c->norm_eps);
   tp_convert(&m->tp, a->pack, a->head_in, a->lnf, m->tp.io.home, TP_R, B, T, C, NULL);
-  linear_forward(a->logits, a->head_in, m->head, N, C, Vl);
+  m->k->linear_forward(m->kctx, a->logits, a->head_in, m->head, N, C, Vl);
   if (!targets)
     return 0.0;
   if (head_sharded(m)) {
-    crossentropy_shard_max(a->ce_stats, a->logits, N, Vvalid, Vl);
+    m->k->crossentropy_shard_max(m->kctx, a->ce_stats, a->logits, N, Vvalid, Vl);
     tp_all_reduce(&m->tp, a->ce_stats, (size_t)N, COMM_MAX);
-    crossentropy_shard_sums(a->ce_stats, a->logits, targets, v0, N, Vvalid, Vl);
+    m->k->crossentropy_shard_sums(m->kctx, a->ce_stats, a->logits, targets, v0, N, Vvalid, Vl);
     tp_all_reduce(&m->tp, a->ce_stats + N, 2 * (size_t)N, COMM_SUM);
-    crossentropy_shard_finish(a->losses, a->logits, a->logits, a->ce_stats, targets, N, Vvalid, Vl);
+    m->k->crossentropy_shard_finish(m->kctx, a->losses, a->logits, a->logits, a->ce_stats, targets,
+                                    N, Vvalid, Vl);
   } else {
-    crossentropy_forward(a->losses, a->logits, a->logits, targets, N, c->vocab, Vl);
+    m->k->crossentropy_forward(m->kctx, a->losses, a->logits, a->logits, targets, N, c->vocab, Vl);
   }
   double sum = 0.0; /* in token order: the same bits for any thread count */
   for (int i = 0; i < N; i++) sum += a->losses[i];
@@ -475,19 +481,21 @@ void model_head_backward(struct model *m, struct model_acts *a, const int *targe
   int v0, Vl, Vvalid;
   head_columns(m, &v0, &Vl, &Vvalid);
   if (head_sharded(m))
-    crossentropy_shard_backward(a->logits, a->logits, targets, v0, loss_scale, N, Vvalid, Vl);
+    m->k->crossentropy_shard_backward(m->kctx, a->logits, a->logits, targets, v0, loss_scale, N,
+                                      Vvalid, Vl);
   else
-    crossentropy_backward(a->logits, a->logits, targets, loss_scale, N, c->vocab, Vl);
-  linear_backward(a->work_c1, m->dhead, a->logits, a->head_in, m->head, N, C, Vl);
+    m->k->crossentropy_backward(m->kctx, a->logits, a->logits, targets, loss_scale, N, c->vocab,
+                                Vl);
+  m->k->linear_backward(m->kctx, a->work_c1, m->dhead, a->logits, a->head_in, m->head, N, C, Vl);
   enum tp_layout arrival = m->tp.size > 1 ? tp_split_input_grad(m->tp.io.split[PLAN_MOD_HEAD]) : TP_R;
   real *dn = tp_convert(&m->tp, a->pack, a->work_c2, a->work_c1, arrival, m->tp.io.home, B, T, C, NULL);
   if (sp)
     memset(a->gains, 0, (size_t)C * sizeof(real));
-  rmsnorm_backward(a->dresidual, sp ? a->gains : m->dfinal_norm, dn, residual_at(a, m, c->n_layers),
-                   m->final_norm, a->lnf_rstd, Nh, C);
+  m->k->rmsnorm_backward(m->kctx, a->dresidual, sp ? a->gains : m->dfinal_norm, dn,
+                         residual_at(a, m, c->n_layers), m->final_norm, a->lnf_rstd, Nh, C);
   if (sp) {
     tp_all_reduce(&m->tp, a->gains, (size_t)C, COMM_SUM);
-    residual_forward(m->dfinal_norm, m->dfinal_norm, a->gains, (size_t)C);
+    m->k->residual_forward(m->kctx, m->dfinal_norm, m->dfinal_norm, a->gains, (size_t)C);
   }
 }
 

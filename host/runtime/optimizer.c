@@ -1,10 +1,11 @@
-/* AdamW, clipping and the learning-rate schedule over the parameter table (optimizer.h). */
+/* AdamW, clipping and the learning-rate schedule over the parameter table (optimizer.h), on the
+ * model's kernel table (m->k). */
 #include "runtime/optimizer.h"
 
 #include <math.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "ops.h"
 #include "runtime/alloc.h"
 #include "util/err.h"
 
@@ -59,7 +60,7 @@ double optimizer_lr(const struct plan *p, long long step)
 
 double optimizer_grad_norm(const struct model *m)
 {
-  return sqrt(sumsq(m->grad_memory, m->n_elems)); /* the alignment gaps hold zeros */
+  return sqrt(m->k->sumsq(m->kctx, m->grad_memory, m->n_elems)); /* the alignment gaps hold zeros */
 }
 
 double optimizer_clip_coef(double norm, double max_norm)
@@ -75,7 +76,7 @@ double optimizer_clip(struct model *m, double max_norm)
   double norm = optimizer_grad_norm(m);
   double coef = optimizer_clip_coef(norm, max_norm);
   if (coef < 1.0)
-    scale_inplace(m->grad_memory, m->n_elems, (real)coef);
+    m->k->scale_inplace(m->kctx, m->grad_memory, m->n_elems, (real)coef);
   return norm;
 }
 
@@ -96,8 +97,8 @@ void optimizer_update_range(struct optimizer *o, const struct model *m, size_t f
     if (lo >= hi)
       continue;
     size_t at = lo - flat;
-    adamw_update(params + at, grads + at, o->m + state_offset + at, o->v + state_offset + at,
-                 hi - lo, lr, o->beta1, o->beta2, o->eps, p->weight_decay ? o->weight_decay : 0.0,
-                 (int)(step + 1));
+    m->k->adamw_update(m->kctx, params + at, grads + at, o->m + state_offset + at,
+                       o->v + state_offset + at, hi - lo, lr, o->beta1, o->beta2, o->eps,
+                       p->weight_decay ? o->weight_decay : 0.0, (int)(step + 1));
   }
 }

@@ -3,7 +3,9 @@
  * global L2 norm as torch.nn.utils.clip_grad_norm_, and the learning-rate schedule. State (m, v)
  * is one contiguous block each, fp32: on one rank it mirrors the gradient memory (same offsets);
  * under ZeRO it holds only the ranges of the flat layout this rank owns, packed in order
- * (optimizer_update_range). */
+ * (optimizer_update_range). The kernels (sumsq, scale_inplace, adamw_update) are the model's
+ * table (m->k, model.h): the state lives beside the model's memory, on its backend, so the
+ * optimizer takes the table from the model it updates rather than holding one. */
 #ifndef TYCHO_RUNTIME_OPTIMIZER_H
 #define TYCHO_RUNTIME_OPTIMIZER_H
 #include <stddef.h>

@@ -1,0 +1,244 @@
+/* kernel_ops_cpu: the CPU backend's table (ops.h). Each entry drops the execution context,
+ * which the CPU has no use for, and calls the free function of the same name (kernels.h), so
+ * the kernels themselves exist once and their unit tests call them directly. */
+#include "kernels.h"
+#include "ops.h"
+
+static void cpu_encoder_forward(void *ctx, real *out, const int *tokens, const real *wte, int BT,
+                                int C)
+{
+  (void)ctx;
+  encoder_forward(out, tokens, wte, BT, C);
+}
+
+static void cpu_encoder_backward(void *ctx, real *dwte, const real *dout, const int *tokens, int BT,
+                                 int C)
+{
+  (void)ctx;
+  encoder_backward(dwte, dout, tokens, BT, C);
+}
+
+static void cpu_encoder_forward_shard(void *ctx, real *out, const int *tokens, const real *wte,
+                                      int v0, int Vl, int BT, int C)
+{
+  (void)ctx;
+  encoder_forward_shard(out, tokens, wte, v0, Vl, BT, C);
+}
+
+static void cpu_encoder_backward_shard(void *ctx, real *dwte, const real *dout, const int *tokens,
+                                       int v0, int Vl, int BT, int C)
+{
+  (void)ctx;
+  encoder_backward_shard(dwte, dout, tokens, v0, Vl, BT, C);
+}
+
+static void cpu_rmsnorm_forward(void *ctx, real *out, real *rstd, const real *inp,
+                                const real *weight, int BT, int C, real eps)
+{
+  (void)ctx;
+  rmsnorm_forward(out, rstd, inp, weight, BT, C, eps);
+}
+
+static void cpu_rmsnorm_backward(void *ctx, real *dinp, real *dweight, const real *dout,
+                                 const real *inp, const real *weight, const real *rstd, int BT,
+                                 int C)
+{
+  (void)ctx;
+  rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, BT, C);
+}
+
+static void cpu_linear_forward(void *ctx, real *out, const real *inp, const real *weight, int BT,
+                               int IC, int OC)
+{
+  (void)ctx;
+  linear_forward(out, inp, weight, BT, IC, OC);
+}
+
+static void cpu_linear_backward(void *ctx, real *dinp, real *dweight, const real *dout,
+                                const real *inp, const real *weight, int BT, int IC, int OC)
+{
+  (void)ctx;
+  linear_backward(dinp, dweight, dout, inp, weight, BT, IC, OC);
+}
+
+static void cpu_rope_table(void *ctx, real *cos_table, real *sin_table, int T, int HS, double theta,
+                           int pos0)
+{
+  (void)ctx;
+  rope_table(cos_table, sin_table, T, HS, theta, pos0);
+}
+
+static void cpu_rope_forward(void *ctx, real *out, const real *inp, const real *cos_table,
+                             const real *sin_table, int B, int T, int NHx, int HS)
+{
+  (void)ctx;
+  rope_forward(out, inp, cos_table, sin_table, B, T, NHx, HS);
+}
+
+static void cpu_rope_backward(void *ctx, real *dinp, const real *dout, const real *cos_table,
+                              const real *sin_table, int B, int T, int NHx, int HS)
+{
+  (void)ctx;
+  rope_backward(dinp, dout, cos_table, sin_table, B, T, NHx, HS);
+}
+
+static size_t cpu_attention_scratch_n_elems(void *ctx, int B, int T, int NH, int NKV)
+{
+  (void)ctx;
+  return attention_scratch_n_elems(B, T, NH, NKV);
+}
+
+static void cpu_attention_forward(void *ctx, real *out, real *probs, real *scratch, const real *q,
+                                  const real *k, const real *v, const real *dropmask, int B, int T,
+                                  int NH, int NKV, int HS)
+{
+  (void)ctx;
+  attention_forward(out, probs, scratch, q, k, v, dropmask, B, T, NH, NKV, HS);
+}
+
+static void cpu_attention_backward(void *ctx, real *dq, real *dk, real *dv, real *scratch,
+                                   const real *dout, const real *q, const real *k, const real *v,
+                                   const real *probs, const real *dropmask, int B, int T, int NH,
+                                   int NKV, int HS)
+{
+  (void)ctx;
+  attention_backward(dq, dk, dv, scratch, dout, q, k, v, probs, dropmask, B, T, NH, NKV, HS);
+}
+
+static void cpu_swiglu_forward(void *ctx, real *out, const real *gate, const real *up,
+                               size_t n_elems)
+{
+  (void)ctx;
+  swiglu_forward(out, gate, up, n_elems);
+}
+
+static void cpu_swiglu_backward(void *ctx, real *dgate, real *dup, const real *dout,
+                                const real *gate, const real *up, size_t n_elems)
+{
+  (void)ctx;
+  swiglu_backward(dgate, dup, dout, gate, up, n_elems);
+}
+
+static void cpu_dropout_mask(void *ctx, real *mask, size_t n_elems, float p, uint64_t seed,
+                             uint32_t c1, uint32_t c2, uint32_t c3, uint64_t first_elem)
+{
+  (void)ctx;
+  dropout_mask(mask, n_elems, p, seed, c1, c2, c3, first_elem);
+}
+
+static void cpu_dropout_forward(void *ctx, real *out, const real *inp, const real *mask,
+                                size_t n_elems)
+{
+  (void)ctx;
+  dropout_forward(out, inp, mask, n_elems);
+}
+
+static void cpu_dropout_backward(void *ctx, real *dinp, const real *dout, const real *mask,
+                                 size_t n_elems)
+{
+  (void)ctx;
+  dropout_backward(dinp, dout, mask, n_elems);
+}
+
+static void cpu_residual_forward(void *ctx, real *out, const real *a, const real *b, size_t n_elems)
+{
+  (void)ctx;
+  residual_forward(out, a, b, n_elems);
+}
+
+static void cpu_crossentropy_forward(void *ctx, real *losses, real *probs, const real *logits,
+                                     const int *targets, int BT, int V, int Vp)
+{
+  (void)ctx;
+  crossentropy_forward(losses, probs, logits, targets, BT, V, Vp);
+}
+
+static void cpu_crossentropy_backward(void *ctx, real *dlogits, const real *probs,
+                                      const int *targets, real dloss_scale, int BT, int V, int Vp)
+{
+  (void)ctx;
+  crossentropy_backward(dlogits, probs, targets, dloss_scale, BT, V, Vp);
+}
+
+static void cpu_crossentropy_shard_max(void *ctx, real *stats, const real *logits, int BT,
+                                       int Vvalid, int Vl)
+{
+  (void)ctx;
+  crossentropy_shard_max(stats, logits, BT, Vvalid, Vl);
+}
+
+static void cpu_crossentropy_shard_sums(void *ctx, real *stats, const real *logits,
+                                        const int *targets, int v0, int BT, int Vvalid, int Vl)
+{
+  (void)ctx;
+  crossentropy_shard_sums(stats, logits, targets, v0, BT, Vvalid, Vl);
+}
+
+static void cpu_crossentropy_shard_finish(void *ctx, real *losses, real *probs, const real *logits,
+                                          const real *stats, const int *targets, int BT, int Vvalid,
+                                          int Vl)
+{
+  (void)ctx;
+  crossentropy_shard_finish(losses, probs, logits, stats, targets, BT, Vvalid, Vl);
+}
+
+static void cpu_crossentropy_shard_backward(void *ctx, real *dlogits, const real *probs,
+                                            const int *targets, int v0, real dloss_scale, int BT,
+                                            int Vvalid, int Vl)
+{
+  (void)ctx;
+  crossentropy_shard_backward(dlogits, probs, targets, v0, dloss_scale, BT, Vvalid, Vl);
+}
+
+static void cpu_adamw_update(void *ctx, real *param, const real *grad, real *m, real *v,
+                             size_t n_elems, double lr, double beta1, double beta2, double eps,
+                             double weight_decay, int t)
+{
+  (void)ctx;
+  adamw_update(param, grad, m, v, n_elems, lr, beta1, beta2, eps, weight_decay, t);
+}
+
+static double cpu_sumsq(void *ctx, const real *x, size_t n_elems)
+{
+  (void)ctx;
+  return sumsq(x, n_elems);
+}
+
+static void cpu_scale_inplace(void *ctx, real *x, size_t n_elems, real s)
+{
+  (void)ctx;
+  scale_inplace(x, n_elems, s);
+}
+
+const struct kernel_ops kernel_ops_cpu = {
+  .name = "cpu",
+  .encoder_forward = cpu_encoder_forward,
+  .encoder_backward = cpu_encoder_backward,
+  .encoder_forward_shard = cpu_encoder_forward_shard,
+  .encoder_backward_shard = cpu_encoder_backward_shard,
+  .rmsnorm_forward = cpu_rmsnorm_forward,
+  .rmsnorm_backward = cpu_rmsnorm_backward,
+  .linear_forward = cpu_linear_forward,
+  .linear_backward = cpu_linear_backward,
+  .rope_table = cpu_rope_table,
+  .rope_forward = cpu_rope_forward,
+  .rope_backward = cpu_rope_backward,
+  .attention_scratch_n_elems = cpu_attention_scratch_n_elems,
+  .attention_forward = cpu_attention_forward,
+  .attention_backward = cpu_attention_backward,
+  .swiglu_forward = cpu_swiglu_forward,
+  .swiglu_backward = cpu_swiglu_backward,
+  .dropout_mask = cpu_dropout_mask,
+  .dropout_forward = cpu_dropout_forward,
+  .dropout_backward = cpu_dropout_backward,
+  .residual_forward = cpu_residual_forward,
+  .crossentropy_forward = cpu_crossentropy_forward,
+  .crossentropy_backward = cpu_crossentropy_backward,
+  .crossentropy_shard_max = cpu_crossentropy_shard_max,
+  .crossentropy_shard_sums = cpu_crossentropy_shard_sums,
+  .crossentropy_shard_finish = cpu_crossentropy_shard_finish,
+  .crossentropy_shard_backward = cpu_crossentropy_shard_backward,
+  .adamw_update = cpu_adamw_update,
+  .sumsq = cpu_sumsq,
+  .scale_inplace = cpu_scale_inplace,
+};

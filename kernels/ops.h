@@ -1,0 +1,198 @@
+/* The kernel table: every op the runtime computes a Llama-style model with, as one struct of
+ * function pointers per backend, chosen at run time. This header is the contract a backend
+ * implements; kernels/cpu/ is the reference (kernel_ops_cpu, its free functions in kernels.h).
+ * Semantics follow Hugging Face LlamaForCausalLM, on `real` (real.h: fp32, or double in the
+ * float64 proof build).
+ *
+ * Selection: kernels_use(table, ctx) names the table and context that models created from then on
+ * capture (model_create*, host/runtime/model.h: m->k, m->kctx); a model keeps them for its life,
+ * so changing the selection never touches a model already made. Every kernel call of the model,
+ * the optimizer and the data-parallel optimizer goes through the model's table (optimizer.c and
+ * dp_optim.c take it from the model they update), so a backend is a new table and a kernels_use
+ * call, nothing under host/runtime. Set it before any model exists (it is not synchronised); the
+ * default is kernel_ops_cpu with ctx NULL.
+ *
+ * Dimension legend:
+ *   B    batch                       T    sequence length
+ *   C    model dim (= NH * HS)       HS   head size
+ *   NH   query heads                 NKV  key/value heads (NH % NKV == 0; grouped-query attention)
+ *   F    ffn (intermediate) dim      V    vocabulary size
+ *   Vp   padded vocabulary (>= V): the row stride of logits and of the embedding table
+ *   BT   B * T, for ops that treat every token alike
+ *
+ * Conventions:
+ *   - arguments in the order: ctx, outputs, saved-for-backward, inputs, parameters, sizes, then
+ *     scalar settings (eps, learning rate, ...);
+ *   - ctx is the one given to kernels_use with the table: the backend's execution context (a
+ *     CUDA stream); the CPU table ignores it. Calls on one ctx take effect in call order;
+ *   - every pointer is the backend's memory (host memory for the CPU table); sizes and settings
+ *     are values; only sumsq returns a result to the host;
+ *   - parameter gradients ACCUMULATE (+=), activation gradients ASSIGN (=);
+ *   - row-major; activations are (BT, C), (BT, F), ...; a linear weight is stored as Hugging
+ *     Face stores it, (OC, IC), and y = x · Wᵀ (no bias);
+ *   - element counts are size_t and named n_elems; everything else is int;
+ *   - kernels never allocate, never exit and keep no state; buffers that may alias are named;
+ *   - results do not depend on the launch shape or thread count: sums run in a fixed order, and
+ *     dropout masks come from Philox by logical element index (philox.h). */
+#ifndef TYCHO_KERNELS_OPS_H
+#define TYCHO_KERNELS_OPS_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "real.h"
+
+struct kernel_ops {
+  const char *name; /* "cpu", ... */
+
+  /* ---- embedding ---- */
+  /* out[bt, :] = wte[tokens[bt], :]. out (BT, C), tokens (BT) in [0, Vp), wte (Vp, C). */
+  void (*encoder_forward)(void *ctx, real *out, const int *tokens, const real *wte, int BT, int C);
+  /* dwte[tokens[bt], :] += dout[bt, :]. */
+  void (*encoder_backward)(void *ctx, real *dwte, const real *dout, const int *tokens, int BT, int C);
+  /* A vocabulary shard: wte (Vl, C) holds rows [v0, v0 + Vl) of the table. out[bt, :] = that
+   * row for tokens inside the shard, 0 for the others (partial sums over the shards). */
+  void (*encoder_forward_shard)(void *ctx, real *out, const int *tokens, const real *wte, int v0,
+                                int Vl, int BT, int C);
+  /* dwte[tokens[bt] − v0, :] += dout[bt, :] for tokens inside the shard. */
+  void (*encoder_backward_shard)(void *ctx, real *dwte, const real *dout, const int *tokens, int v0,
+                                 int Vl, int BT, int C);
+
+  /* ---- RMSNorm ---- */
+  /* out = inp · rsqrt(mean(inp²) + eps) · weight, per row. out (BT, C), rstd (BT) saved,
+   * inp (BT, C), weight (C). out may equal inp. */
+  void (*rmsnorm_forward)(void *ctx, real *out, real *rstd, const real *inp, const real *weight,
+                          int BT, int C, real eps);
+  /* dinp (BT, C) assigned, dweight (C) accumulated. dinp may equal dout. */
+  void (*rmsnorm_backward)(void *ctx, real *dinp, real *dweight, const real *dout, const real *inp,
+                           const real *weight, const real *rstd, int BT, int C);
+
+  /* ---- linear (no bias) ---- */
+  /* out (BT, OC) = inp (BT, IC) · weightᵀ, weight (OC, IC). */
+  void (*linear_forward)(void *ctx, real *out, const real *inp, const real *weight, int BT, int IC,
+                         int OC);
+  /* dinp (BT, IC) = dout · weight, assigned, skipped when dinp is NULL;
+   * dweight (OC, IC) += doutᵀ · inp. */
+  void (*linear_backward)(void *ctx, real *dinp, real *dweight, const real *dout, const real *inp,
+                          const real *weight, int BT, int IC, int OC);
+
+  /* ---- rotary position embedding (rotate-half form, as Hugging Face Llama) ---- */
+  /* cos_table, sin_table (T, HS/2): cos and sin of the angle (pos0 + t) · theta^(−2i/HS),
+   * computed in double. pos0 is the position of row 0, for ranks that hold a later slice of
+   * the sequence. HS even. */
+  void (*rope_table)(void *ctx, real *cos_table, real *sin_table, int T, int HS, double theta,
+                     int pos0);
+  /* Rotates each head vector in pairs (i, i + HS/2):
+   *   out[i]        = inp[i] cos_i − inp[i + HS/2] sin_i
+   *   out[i + HS/2] = inp[i + HS/2] cos_i + inp[i] sin_i
+   * inp, out (B, T, NHx, HS) with NHx = NH for q, NKV for k. out may equal inp. */
+  void (*rope_forward)(void *ctx, real *out, const real *inp, const real *cos_table,
+                       const real *sin_table, int B, int T, int NHx, int HS);
+  /* The transposed rotation. dinp may equal dout. */
+  void (*rope_backward)(void *ctx, real *dinp, const real *dout, const real *cos_table,
+                        const real *sin_table, int B, int T, int NHx, int HS);
+
+  /* ---- causal self-attention with grouped KV heads ---- */
+  /* Elements of scratch attention_forward and attention_backward need for these sizes (a size
+   * only, no work; the CPU's: B · T · T · max(NH, 2 · NKV)). The runtime sizes its workspace
+   * with it. */
+  size_t (*attention_scratch_n_elems)(void *ctx, int B, int T, int NH, int NKV);
+  /* scores = q·kᵀ / sqrt(HS) with a causal mask; probs = softmax(scores) (saved, pre-dropout,
+   * zero above the diagonal); out = (probs ⊙ dropmask) · v. Query head h reads KV head
+   * h / (NH / NKV). out (B, T, NH·HS), probs (B, NH, T, T), q (B, T, NH, HS),
+   * k and v (B, T, NKV, HS), dropmask (B, NH, T, T) holding 0 or 1/(1 − p), or NULL for none.
+   * scratch: attention_scratch_n_elems elements; may be NULL when dropmask is NULL. */
+  void (*attention_forward)(void *ctx, real *out, real *probs, real *scratch, const real *q,
+                            const real *k, const real *v, const real *dropmask, int B, int T, int NH,
+                            int NKV, int HS);
+  /* dq (B, T, NH, HS), dk and dv (B, T, NKV, HS), all assigned, from dout (B, T, NH·HS) and
+   * the forward's q, k, v, probs and dropmask. scratch as above (not NULL). */
+  void (*attention_backward)(void *ctx, real *dq, real *dk, real *dv, real *scratch,
+                             const real *dout, const real *q, const real *k, const real *v,
+                             const real *probs, const real *dropmask, int B, int T, int NH, int NKV,
+                             int HS);
+
+  /* ---- SwiGLU ---- */
+  /* out = silu(gate) ⊙ up, silu(x) = x · sigmoid(x). All n_elems (BT · F). */
+  void (*swiglu_forward)(void *ctx, real *out, const real *gate, const real *up, size_t n_elems);
+  /* dgate, dup assigned. */
+  void (*swiglu_backward)(void *ctx, real *dgate, real *dup, const real *dout, const real *gate,
+                          const real *up, size_t n_elems);
+
+  /* ---- dropout ---- */
+  /* mask[i] = 0 with probability p, else 1/(1 − p), decided by
+   * philox_uniform(seed, c1, c2, c3, first_elem + i) < p (philox.h), a comparison of floats in
+   * both builds, so the float64 build drops the same elements. A rank that holds elements
+   * [a, b) of a tensor passes first_elem = a and gets the serial run's values. */
+  void (*dropout_mask)(void *ctx, real *mask, size_t n_elems, float p, uint64_t seed, uint32_t c1,
+                       uint32_t c2, uint32_t c3, uint64_t first_elem);
+  /* out = inp ⊙ mask. out may equal inp. */
+  void (*dropout_forward)(void *ctx, real *out, const real *inp, const real *mask, size_t n_elems);
+  /* dinp = dout ⊙ mask, assigned. dinp may equal dout. */
+  void (*dropout_backward)(void *ctx, real *dinp, const real *dout, const real *mask,
+                           size_t n_elems);
+
+  /* ---- residual ---- */
+  /* out = a + b, n_elems each. out may equal a or b (so it also serves as "accumulate"). */
+  void (*residual_forward)(void *ctx, real *out, const real *a, const real *b, size_t n_elems);
+
+  /* ---- cross-entropy over the vocabulary ---- */
+  /* Softmax over the first V columns of each row of logits (BT, Vp); padding columns get
+   * probability 0. losses (BT): −log probs[bt, targets[bt]], or 0 where targets[bt] == −1.
+   * probs (BT, Vp) is saved for backward and may equal logits (computed in place). */
+  void (*crossentropy_forward)(void *ctx, real *losses, real *probs, const real *logits,
+                               const int *targets, int BT, int V, int Vp);
+  /* dlogits = (probs − onehot(target)) · dloss_scale, assigned; 0 in padding columns and in
+   * rows whose target is −1. dloss_scale is d(total loss)/d(losses[bt]), the same for every
+   * token (e.g. 1 / number of counted tokens). dlogits may equal probs. */
+  void (*crossentropy_backward)(void *ctx, real *dlogits, const real *probs, const int *targets,
+                                real dloss_scale, int BT, int V, int Vp);
+  /* Cross-entropy over a vocabulary split in column shards (the vocabulary-parallel loss):
+   * logits (BT, Vl) hold columns [v0, v0 + Vl) of the padded vocabulary, of which the first
+   * Vvalid = clamp(V − v0, 0, Vl) are real tokens. The caller reduces over the shards between
+   * the calls: stats (3, BT) = [max | Σ exp | target logit].
+   * 1. shard_max: stats[0] = the shard's max (−inf when it has no real token); reduce with max.
+   * 2. shard_sums: stats[1] = Σ exp(logit − max) over the shard, stats[2] = the target's logit
+   *    when the target is in the shard, else 0; reduce both with sum.
+   * 3. shard_finish: losses (as crossentropy_forward) and probs = exp(logit − max) / Σ (0 in
+   *    padding columns); probs may equal logits. */
+  void (*crossentropy_shard_max)(void *ctx, real *stats, const real *logits, int BT, int Vvalid,
+                                 int Vl);
+  void (*crossentropy_shard_sums)(void *ctx, real *stats, const real *logits, const int *targets,
+                                  int v0, int BT, int Vvalid, int Vl);
+  void (*crossentropy_shard_finish)(void *ctx, real *losses, real *probs, const real *logits,
+                                    const real *stats, const int *targets, int BT, int Vvalid,
+                                    int Vl);
+  /* dlogits = (probs − onehot(target − v0)) · dloss_scale on the shard, as
+   * crossentropy_backward. dlogits may equal probs. */
+  void (*crossentropy_shard_backward)(void *ctx, real *dlogits, const real *probs,
+                                      const int *targets, int v0, real dloss_scale, int BT,
+                                      int Vvalid, int Vl);
+
+  /* ---- optimizer and gradient utilities ---- */
+  /* One step of torch.optim.AdamW (defaults: no amsgrad, no maximize) on n_elems elements of
+   * param, with grad and the moments m, v; t the 1-based step:
+   *   param ← param · (1 − lr·weight_decay)                       (decoupled, applied first)
+   *   m ← β1·m + (1 − β1)·grad;   v ← β2·v + (1 − β2)·grad²
+   *   param ← param − lr/(1 − β1^t) · m / (sqrt(v)/sqrt(1 − β2^t) + eps)
+   * The settings are double, as torch's Python floats are (1 − β2 taken from a float 0.999f is
+   * off by 1e-5), and so are the bias corrections. */
+  void (*adamw_update)(void *ctx, real *param, const real *grad, real *m, real *v, size_t n_elems,
+                       double lr, double beta1, double beta2, double eps, double weight_decay, int t);
+  /* Σ x² over n_elems, accumulated in double (for the global gradient norm), returned to the
+   * host; the same bits for any number of threads. */
+  double (*sumsq)(void *ctx, const real *x, size_t n_elems);
+  /* x ← x · s over n_elems. */
+  void (*scale_inplace)(void *ctx, real *x, size_t n_elems, real s);
+};
+
+/* The CPU backend (kernels/cpu/ops.c): the free functions of kernels.h; ctx ignored. */
+extern const struct kernel_ops kernel_ops_cpu;
+
+/* The table and context models created from now on capture. ops NULL: back to the default,
+ * kernel_ops_cpu with ctx NULL. */
+void kernels_use(const struct kernel_ops *ops, void *ctx);
+/* The selection kernels_use made (kernel_ops_cpu until the first call). */
+const struct kernel_ops *kernels_active(void);
+void *kernels_active_context(void);
+
+#endif

@@ -1,0 +1,439 @@
+/* The model and the optimizer compute only through the kernel table (kernels/ops.h): a backend
+ * that wraps kernel_ops_cpu and counts every call, selected with kernels_use before a trainer
+ * opens, trains a tiny plan (2 layers, dropout 0.1, 2 micro-batches, clipping on) for 2 steps to
+ * the very bits of the same plan on the CPU table (losses, norms, parameters), and sees a call
+ * of every entry a one-rank run uses. A kernel the runtime called by name would still give the
+ * same bits but leave its entry at 0 here. The vocabulary-shard entries (encoder_*_shard,
+ * crossentropy_shard_*) run only under tensor parallelism and are left out of the count. The
+ * trainer keeps the table it opened with after the selection goes back to the CPU's. */
+#include "check.h"
+#include "ops.h"
+#include "runtime/train.h"
+#include "runtime_fixture.h"
+
+static char err[512];
+
+enum entry {
+  ENTRY_ENCODER_FORWARD,
+  ENTRY_ENCODER_BACKWARD,
+  ENTRY_ENCODER_FORWARD_SHARD,
+  ENTRY_ENCODER_BACKWARD_SHARD,
+  ENTRY_RMSNORM_FORWARD,
+  ENTRY_RMSNORM_BACKWARD,
+  ENTRY_LINEAR_FORWARD,
+  ENTRY_LINEAR_BACKWARD,
+  ENTRY_ROPE_TABLE,
+  ENTRY_ROPE_FORWARD,
+  ENTRY_ROPE_BACKWARD,
+  ENTRY_ATTENTION_SCRATCH_N_ELEMS,
+  ENTRY_ATTENTION_FORWARD,
+  ENTRY_ATTENTION_BACKWARD,
+  ENTRY_SWIGLU_FORWARD,
+  ENTRY_SWIGLU_BACKWARD,
+  ENTRY_DROPOUT_MASK,
+  ENTRY_DROPOUT_FORWARD,
+  ENTRY_DROPOUT_BACKWARD,
+  ENTRY_RESIDUAL_FORWARD,
+  ENTRY_CROSSENTROPY_FORWARD,
+  ENTRY_CROSSENTROPY_BACKWARD,
+  ENTRY_CROSSENTROPY_SHARD_MAX,
+  ENTRY_CROSSENTROPY_SHARD_SUMS,
+  ENTRY_CROSSENTROPY_SHARD_FINISH,
+  ENTRY_CROSSENTROPY_SHARD_BACKWARD,
+  ENTRY_ADAMW_UPDATE,
+  ENTRY_SUMSQ,
+  ENTRY_SCALE_INPLACE,
+  N_ENTRIES
+};
+
+static const char *const entry_names[N_ENTRIES] = {
+  "encoder_forward",
+  "encoder_backward",
+  "encoder_forward_shard",
+  "encoder_backward_shard",
+  "rmsnorm_forward",
+  "rmsnorm_backward",
+  "linear_forward",
+  "linear_backward",
+  "rope_table",
+  "rope_forward",
+  "rope_backward",
+  "attention_scratch_n_elems",
+  "attention_forward",
+  "attention_backward",
+  "swiglu_forward",
+  "swiglu_backward",
+  "dropout_mask",
+  "dropout_forward",
+  "dropout_backward",
+  "residual_forward",
+  "crossentropy_forward",
+  "crossentropy_backward",
+  "crossentropy_shard_max",
+  "crossentropy_shard_sums",
+  "crossentropy_shard_finish",
+  "crossentropy_shard_backward",
+  "adamw_update",
+  "sumsq",
+  "scale_inplace",
+};
+
+/* Every entry of struct kernel_ops is wrapped here: an entry added to the table without a
+ * counter fails to compile. */
+_Static_assert(sizeof(struct kernel_ops) ==
+                 sizeof(const char *) + N_ENTRIES * sizeof(void (*)(void)),
+               "struct kernel_ops has an entry this test does not count");
+
+/* The counting backend's context: the calls per entry and the table and context it wraps. */
+struct counter {
+  long calls[N_ENTRIES];
+  const struct kernel_ops *inner;
+  void *inner_ctx;
+};
+
+static const struct counter *count(void *ctx, enum entry e)
+{
+  struct counter *c = ctx;
+  c->calls[e]++;
+  return c;
+}
+
+static void counted_encoder_forward(void *ctx, real *out, const int *tokens, const real *wte,
+                                    int BT, int C)
+{
+  const struct counter *c = count(ctx, ENTRY_ENCODER_FORWARD);
+  c->inner->encoder_forward(c->inner_ctx, out, tokens, wte, BT, C);
+}
+
+static void counted_encoder_backward(void *ctx, real *dwte, const real *dout, const int *tokens,
+                                     int BT, int C)
+{
+  const struct counter *c = count(ctx, ENTRY_ENCODER_BACKWARD);
+  c->inner->encoder_backward(c->inner_ctx, dwte, dout, tokens, BT, C);
+}
+
+static void counted_encoder_forward_shard(void *ctx, real *out, const int *tokens, const real *wte,
+                                          int v0, int Vl, int BT, int C)
+{
+  const struct counter *c = count(ctx, ENTRY_ENCODER_FORWARD_SHARD);
+  c->inner->encoder_forward_shard(c->inner_ctx, out, tokens, wte, v0, Vl, BT, C);
+}
+
+static void counted_encoder_backward_shard(void *ctx, real *dwte, const real *dout,
+                                           const int *tokens, int v0, int Vl, int BT, int C)
+{
+  const struct counter *c = count(ctx, ENTRY_ENCODER_BACKWARD_SHARD);
+  c->inner->encoder_backward_shard(c->inner_ctx, dwte, dout, tokens, v0, Vl, BT, C);
+}
+
+static void counted_rmsnorm_forward(void *ctx, real *out, real *rstd, const real *inp,
+                                    const real *weight, int BT, int C, real eps)
+{
+  const struct counter *c = count(ctx, ENTRY_RMSNORM_FORWARD);
+  c->inner->rmsnorm_forward(c->inner_ctx, out, rstd, inp, weight, BT, C, eps);
+}
+
+static void counted_rmsnorm_backward(void *ctx, real *dinp, real *dweight, const real *dout,
+                                     const real *inp, const real *weight, const real *rstd, int BT,
+                                     int C)
+{
+  const struct counter *c = count(ctx, ENTRY_RMSNORM_BACKWARD);
+  c->inner->rmsnorm_backward(c->inner_ctx, dinp, dweight, dout, inp, weight, rstd, BT, C);
+}
+
+static void counted_linear_forward(void *ctx, real *out, const real *inp, const real *weight,
+                                   int BT, int IC, int OC)
+{
+  const struct counter *c = count(ctx, ENTRY_LINEAR_FORWARD);
+  c->inner->linear_forward(c->inner_ctx, out, inp, weight, BT, IC, OC);
+}
+
+static void counted_linear_backward(void *ctx, real *dinp, real *dweight, const real *dout,
+                                    const real *inp, const real *weight, int BT, int IC, int OC)
+{
+  const struct counter *c = count(ctx, ENTRY_LINEAR_BACKWARD);
+  c->inner->linear_backward(c->inner_ctx, dinp, dweight, dout, inp, weight, BT, IC, OC);
+}
+
+static void counted_rope_table(void *ctx, real *cos_table, real *sin_table, int T, int HS,
+                               double theta, int pos0)
+{
+  const struct counter *c = count(ctx, ENTRY_ROPE_TABLE);
+  c->inner->rope_table(c->inner_ctx, cos_table, sin_table, T, HS, theta, pos0);
+}
+
+static void counted_rope_forward(void *ctx, real *out, const real *inp, const real *cos_table,
+                                 const real *sin_table, int B, int T, int NHx, int HS)
+{
+  const struct counter *c = count(ctx, ENTRY_ROPE_FORWARD);
+  c->inner->rope_forward(c->inner_ctx, out, inp, cos_table, sin_table, B, T, NHx, HS);
+}
+
+static void counted_rope_backward(void *ctx, real *dinp, const real *dout, const real *cos_table,
+                                  const real *sin_table, int B, int T, int NHx, int HS)
+{
+  const struct counter *c = count(ctx, ENTRY_ROPE_BACKWARD);
+  c->inner->rope_backward(c->inner_ctx, dinp, dout, cos_table, sin_table, B, T, NHx, HS);
+}
+
+static size_t counted_attention_scratch_n_elems(void *ctx, int B, int T, int NH, int NKV)
+{
+  const struct counter *c = count(ctx, ENTRY_ATTENTION_SCRATCH_N_ELEMS);
+  return c->inner->attention_scratch_n_elems(c->inner_ctx, B, T, NH, NKV);
+}
+
+static void counted_attention_forward(void *ctx, real *out, real *probs, real *scratch,
+                                      const real *q, const real *k, const real *v,
+                                      const real *dropmask, int B, int T, int NH, int NKV, int HS)
+{
+  const struct counter *c = count(ctx, ENTRY_ATTENTION_FORWARD);
+  c->inner->attention_forward(c->inner_ctx, out, probs, scratch, q, k, v, dropmask, B, T, NH, NKV,
+                              HS);
+}
+
+static void counted_attention_backward(void *ctx, real *dq, real *dk, real *dv, real *scratch,
+                                       const real *dout, const real *q, const real *k,
+                                       const real *v, const real *probs, const real *dropmask,
+                                       int B, int T, int NH, int NKV, int HS)
+{
+  const struct counter *c = count(ctx, ENTRY_ATTENTION_BACKWARD);
+  c->inner->attention_backward(c->inner_ctx, dq, dk, dv, scratch, dout, q, k, v, probs, dropmask, B,
+                               T, NH, NKV, HS);
+}
+
+static void counted_swiglu_forward(void *ctx, real *out, const real *gate, const real *up,
+                                   size_t n_elems)
+{
+  const struct counter *c = count(ctx, ENTRY_SWIGLU_FORWARD);
+  c->inner->swiglu_forward(c->inner_ctx, out, gate, up, n_elems);
+}
+
+static void counted_swiglu_backward(void *ctx, real *dgate, real *dup, const real *dout,
+                                    const real *gate, const real *up, size_t n_elems)
+{
+  const struct counter *c = count(ctx, ENTRY_SWIGLU_BACKWARD);
+  c->inner->swiglu_backward(c->inner_ctx, dgate, dup, dout, gate, up, n_elems);
+}
+
+static void counted_dropout_mask(void *ctx, real *mask, size_t n_elems, float p, uint64_t seed,
+                                 uint32_t c1, uint32_t c2, uint32_t c3, uint64_t first_elem)
+{
+  const struct counter *c = count(ctx, ENTRY_DROPOUT_MASK);
+  c->inner->dropout_mask(c->inner_ctx, mask, n_elems, p, seed, c1, c2, c3, first_elem);
+}
+
+static void counted_dropout_forward(void *ctx, real *out, const real *inp, const real *mask,
+                                    size_t n_elems)
+{
+  const struct counter *c = count(ctx, ENTRY_DROPOUT_FORWARD);
+  c->inner->dropout_forward(c->inner_ctx, out, inp, mask, n_elems);
+}
+
+static void counted_dropout_backward(void *ctx, real *dinp, const real *dout, const real *mask,
+                                     size_t n_elems)
+{
+  const struct counter *c = count(ctx, ENTRY_DROPOUT_BACKWARD);
+  c->inner->dropout_backward(c->inner_ctx, dinp, dout, mask, n_elems);
+}
+
+static void counted_residual_forward(void *ctx, real *out, const real *a, const real *b,
+                                     size_t n_elems)
+{
+  const struct counter *c = count(ctx, ENTRY_RESIDUAL_FORWARD);
+  c->inner->residual_forward(c->inner_ctx, out, a, b, n_elems);
+}
+
+static void counted_crossentropy_forward(void *ctx, real *losses, real *probs, const real *logits,
+                                         const int *targets, int BT, int V, int Vp)
+{
+  const struct counter *c = count(ctx, ENTRY_CROSSENTROPY_FORWARD);
+  c->inner->crossentropy_forward(c->inner_ctx, losses, probs, logits, targets, BT, V, Vp);
+}
+
+static void counted_crossentropy_backward(void *ctx, real *dlogits, const real *probs,
+                                          const int *targets, real dloss_scale, int BT, int V,
+                                          int Vp)
+{
+  const struct counter *c = count(ctx, ENTRY_CROSSENTROPY_BACKWARD);
+  c->inner->crossentropy_backward(c->inner_ctx, dlogits, probs, targets, dloss_scale, BT, V, Vp);
+}
+
+static void counted_crossentropy_shard_max(void *ctx, real *stats, const real *logits, int BT,
+                                           int Vvalid, int Vl)
+{
+  const struct counter *c = count(ctx, ENTRY_CROSSENTROPY_SHARD_MAX);
+  c->inner->crossentropy_shard_max(c->inner_ctx, stats, logits, BT, Vvalid, Vl);
+}
+
+static void counted_crossentropy_shard_sums(void *ctx, real *stats, const real *logits,
+                                            const int *targets, int v0, int BT, int Vvalid, int Vl)
+{
+  const struct counter *c = count(ctx, ENTRY_CROSSENTROPY_SHARD_SUMS);
+  c->inner->crossentropy_shard_sums(c->inner_ctx, stats, logits, targets, v0, BT, Vvalid, Vl);
+}
+
+static void counted_crossentropy_shard_finish(void *ctx, real *losses, real *probs,
+                                              const real *logits, const real *stats,
+                                              const int *targets, int BT, int Vvalid, int Vl)
+{
+  const struct counter *c = count(ctx, ENTRY_CROSSENTROPY_SHARD_FINISH);
+  c->inner->crossentropy_shard_finish(c->inner_ctx, losses, probs, logits, stats, targets, BT,
+                                      Vvalid, Vl);
+}
+
+static void counted_crossentropy_shard_backward(void *ctx, real *dlogits, const real *probs,
+                                                const int *targets, int v0, real dloss_scale,
+                                                int BT, int Vvalid, int Vl)
+{
+  const struct counter *c = count(ctx, ENTRY_CROSSENTROPY_SHARD_BACKWARD);
+  c->inner->crossentropy_shard_backward(c->inner_ctx, dlogits, probs, targets, v0, dloss_scale, BT,
+                                        Vvalid, Vl);
+}
+
+static void counted_adamw_update(void *ctx, real *param, const real *grad, real *m, real *v,
+                                 size_t n_elems, double lr, double beta1, double beta2, double eps,
+                                 double weight_decay, int t)
+{
+  const struct counter *c = count(ctx, ENTRY_ADAMW_UPDATE);
+  c->inner->adamw_update(c->inner_ctx, param, grad, m, v, n_elems, lr, beta1, beta2, eps,
+                         weight_decay, t);
+}
+
+static double counted_sumsq(void *ctx, const real *x, size_t n_elems)
+{
+  const struct counter *c = count(ctx, ENTRY_SUMSQ);
+  return c->inner->sumsq(c->inner_ctx, x, n_elems);
+}
+
+static void counted_scale_inplace(void *ctx, real *x, size_t n_elems, real s)
+{
+  const struct counter *c = count(ctx, ENTRY_SCALE_INPLACE);
+  c->inner->scale_inplace(c->inner_ctx, x, n_elems, s);
+}
+
+static const struct kernel_ops counting_ops = {
+  .name = "counting",
+  .encoder_forward = counted_encoder_forward,
+  .encoder_backward = counted_encoder_backward,
+  .encoder_forward_shard = counted_encoder_forward_shard,
+  .encoder_backward_shard = counted_encoder_backward_shard,
+  .rmsnorm_forward = counted_rmsnorm_forward,
+  .rmsnorm_backward = counted_rmsnorm_backward,
+  .linear_forward = counted_linear_forward,
+  .linear_backward = counted_linear_backward,
+  .rope_table = counted_rope_table,
+  .rope_forward = counted_rope_forward,
+  .rope_backward = counted_rope_backward,
+  .attention_scratch_n_elems = counted_attention_scratch_n_elems,
+  .attention_forward = counted_attention_forward,
+  .attention_backward = counted_attention_backward,
+  .swiglu_forward = counted_swiglu_forward,
+  .swiglu_backward = counted_swiglu_backward,
+  .dropout_mask = counted_dropout_mask,
+  .dropout_forward = counted_dropout_forward,
+  .dropout_backward = counted_dropout_backward,
+  .residual_forward = counted_residual_forward,
+  .crossentropy_forward = counted_crossentropy_forward,
+  .crossentropy_backward = counted_crossentropy_backward,
+  .crossentropy_shard_max = counted_crossentropy_shard_max,
+  .crossentropy_shard_sums = counted_crossentropy_shard_sums,
+  .crossentropy_shard_finish = counted_crossentropy_shard_finish,
+  .crossentropy_shard_backward = counted_crossentropy_shard_backward,
+  .adamw_update = counted_adamw_update,
+  .sumsq = counted_sumsq,
+  .scale_inplace = counted_scale_inplace,
+};
+
+static int shard_entry(enum entry e)
+{
+  return e == ENTRY_ENCODER_FORWARD_SHARD || e == ENTRY_ENCODER_BACKWARD_SHARD ||
+         e == ENTRY_CROSSENTROPY_SHARD_MAX || e == ENTRY_CROSSENTROPY_SHARD_SUMS ||
+         e == ENTRY_CROSSENTROPY_SHARD_FINISH || e == ENTRY_CROSSENTROPY_SHARD_BACKWARD;
+}
+
+static void tiny_plan(struct plan *p)
+{
+  struct fixture_shape s = { 2, 32, 4, 2, 64, 64, 16, 4, 2 };
+  fixture_plan(p, s);
+  p->model.dropout = 0.1;
+  p->optimizer.grad_clip = 1e-3; /* below any gradient norm here: clipping scales */
+}
+
+static void a_counting_table_sees_every_kernel_call_and_the_same_bits(void)
+{
+  struct plan p;
+  tiny_plan(&p);
+  struct train_step_stats cpu[2], counted[2];
+  struct trainer a, b;
+
+  CHECK(kernels_active() == &kernel_ops_cpu && kernels_active_context() == NULL);
+  CHECK_MSG(trainer_open(&a, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
+  CHECK(a.model.k == &kernel_ops_cpu);
+  for (int s = 0; s < 2; s++) CHECK_MSG(trainer_step(&a, &cpu[s], err, sizeof err) == 0, "%s", err);
+
+  struct counter c = { { 0 }, &kernel_ops_cpu, NULL };
+  kernels_use(&counting_ops, &c);
+  CHECK(kernels_active() == &counting_ops && kernels_active_context() == &c);
+  CHECK_MSG(trainer_open(&b, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
+  CHECK(b.model.k == &counting_ops && b.model.kctx == &c);
+  CHECK_MSG(trainer_step(&b, &counted[0], err, sizeof err) == 0, "%s", err);
+  /* Back to the CPU table: the trainer already open keeps the table it captured. */
+  kernels_use(NULL, NULL);
+  CHECK(kernels_active() == &kernel_ops_cpu && kernels_active_context() == NULL);
+  const long after_one = c.calls[ENTRY_LINEAR_FORWARD];
+  CHECK_MSG(trainer_step(&b, &counted[1], err, sizeof err) == 0, "%s", err);
+  CHECK(c.calls[ENTRY_LINEAR_FORWARD] == 2 * after_one);
+
+  /* The same kernels on the same buffers in the same order: equal bits, not merely close. */
+  for (int s = 0; s < 2; s++) {
+    CHECK_MSG(memcmp(&cpu[s].loss, &counted[s].loss, sizeof(double)) == 0,
+              "step %d: loss %.17g on the CPU table, %.17g counted", s, cpu[s].loss,
+              counted[s].loss);
+    CHECK_MSG(memcmp(&cpu[s].grad_norm, &counted[s].grad_norm, sizeof(double)) == 0,
+              "step %d: norm %.17g vs %.17g", s, cpu[s].grad_norm, counted[s].grad_norm);
+    CHECK(cpu[s].grad_norm > p.optimizer.grad_clip); /* scale_inplace had work to do */
+  }
+  CHECK(fixture_params_equal(&a.model, &b.model));
+  CHECK(cpu[0].loss > 3.0 && cpu[0].loss < 5.0); /* near ln 64: a real forward ran */
+
+  for (int e = 0; e < N_ENTRIES; e++) {
+    printf("%-28s %ld\n", entry_names[e], c.calls[e]);
+    if (!shard_entry((enum entry)e))
+      CHECK_MSG(c.calls[e] > 0, "%s: no call through the table", entry_names[e]);
+  }
+  trainer_close(&a);
+  trainer_close(&b);
+}
+
+static void kernels_use_null_goes_back_to_the_cpu_table(void)
+{
+  const struct kernel_ops *t = &kernel_ops_cpu;
+  CHECK(strcmp(t->name, "cpu") == 0);
+  CHECK(t->encoder_forward && t->encoder_backward && t->encoder_forward_shard &&
+        t->encoder_backward_shard && t->rmsnorm_forward && t->rmsnorm_backward &&
+        t->linear_forward && t->linear_backward && t->rope_table && t->rope_forward &&
+        t->rope_backward && t->attention_scratch_n_elems && t->attention_forward &&
+        t->attention_backward && t->swiglu_forward && t->swiglu_backward && t->dropout_mask &&
+        t->dropout_forward && t->dropout_backward && t->residual_forward &&
+        t->crossentropy_forward && t->crossentropy_backward && t->crossentropy_shard_max &&
+        t->crossentropy_shard_sums && t->crossentropy_shard_finish &&
+        t->crossentropy_shard_backward && t->adamw_update && t->sumsq && t->scale_inplace);
+  struct counter c = { { 0 }, &kernel_ops_cpu, NULL };
+  kernels_use(&counting_ops, &c);
+  CHECK(kernels_active() == &counting_ops);
+  kernels_use(NULL, &c); /* the default's context is NULL, whatever was passed */
+  CHECK(kernels_active() == &kernel_ops_cpu && kernels_active_context() == NULL);
+  kernels_use(&kernel_ops_cpu, NULL);
+  CHECK(kernels_active() == &kernel_ops_cpu && kernels_active_context() == NULL);
+
+  /* A model made now captures the CPU table. */
+  struct plan p;
+  tiny_plan(&p);
+  struct model m;
+  CHECK_MSG(model_create(&m, &p.model, err, sizeof err) == 0, "%s", err);
+  CHECK(m.k == &kernel_ops_cpu && m.kctx == NULL);
+  model_free(&m);
+}
+
+TEST_MAIN(TEST(a_counting_table_sees_every_kernel_call_and_the_same_bits),
+          TEST(kernels_use_null_goes_back_to_the_cpu_table))
