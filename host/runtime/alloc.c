@@ -17,6 +17,51 @@ struct block_header {
 
 static struct alloc_bill bill;
 static size_t limit_bytes; /* 0: none */
+static size_t reserved[ALLOC_N_CATEGORIES]; /* Σ of the reservations held */
+
+static size_t max_size(size_t a, size_t b)
+{
+  return a > b ? a : b;
+}
+
+/* What the cap counts: each category's bytes in use or reserved, whichever is more; with
+ * category c holding `extra` more bytes. */
+static size_t charged(int c, size_t extra)
+{
+  size_t sum = 0;
+  for (int k = 0; k < ALLOC_N_CATEGORIES; k++)
+    sum += max_size(bill.n_bytes[k] + (k == c ? extra : 0), reserved[k]);
+  return sum;
+}
+
+int alloc_reserve(const size_t bytes[ALLOC_N_CATEGORIES], int *over)
+{
+  size_t sum = 0;
+  for (int k = 0; k < ALLOC_N_CATEGORIES; k++) {
+    if (bytes[k] > SIZE_MAX - reserved[k])
+      return -1;
+    sum += max_size(bill.n_bytes[k], reserved[k] + bytes[k]);
+  }
+  if (limit_bytes && sum > limit_bytes) {
+    if (over) { /* the category whose reservation goes furthest past what is in use */
+      size_t worst = 0;
+      *over = 0;
+      for (int k = 0; k < ALLOC_N_CATEGORIES; k++) {
+        size_t past = reserved[k] + bytes[k] > bill.n_bytes[k] ? reserved[k] + bytes[k] - bill.n_bytes[k] : 0;
+        if (past > worst)
+          worst = past, *over = k;
+      }
+    }
+    return -1;
+  }
+  for (int k = 0; k < ALLOC_N_CATEGORIES; k++) reserved[k] += bytes[k];
+  return 0;
+}
+
+void alloc_unreserve(const size_t bytes[ALLOC_N_CATEGORIES])
+{
+  for (int k = 0; k < ALLOC_N_CATEGORIES; k++) reserved[k] -= bytes[k] < reserved[k] ? bytes[k] : reserved[k];
+}
 
 void alloc_set_limit(size_t n_bytes)
 {
@@ -34,7 +79,7 @@ void *alloc_bytes(enum alloc_category category, size_t n_bytes)
 {
   if ((unsigned)category >= ALLOC_N_CATEGORIES || n_bytes > SIZE_MAX - 2 * ALLOC_ALIGN)
     return NULL;
-  if (limit_bytes && (bill.total_bytes > limit_bytes || n_bytes > limit_bytes - bill.total_bytes))
+  if (limit_bytes && (n_bytes > limit_bytes || charged((int)category, n_bytes) > limit_bytes))
     return NULL; /* over the cap: as the system's allocator would fail */
   size_t rounded = (n_bytes + ALLOC_ALIGN - 1) / ALLOC_ALIGN * ALLOC_ALIGN;
   unsigned char *base = aligned_alloc(ALLOC_ALIGN, ALLOC_ALIGN + rounded);

@@ -33,6 +33,15 @@ real *alloc_reals(enum alloc_category category, size_t n_elems);
  * refused as if memory had run out. For the tests of what runs out of memory, and for callers
  * that want a budget. */
 void alloc_set_limit(size_t n_bytes);
+/* Reserves bytes[c] more in each category c for blocks to come (a trainer reserves its memory
+ * bill at open, so a step's buffers cannot run into the cap half-way through): from then on the
+ * cap counts, per category, the bytes in use or the bytes reserved, whichever is more. -1 when
+ * that would exceed the cap now (*over, when given: the category reserved furthest past what it
+ * holds); nothing is reserved then. Allocation itself never draws on a reservation: the bill's
+ * peaks stay the blocks' own. */
+int alloc_reserve(const size_t bytes[ALLOC_N_CATEGORIES], int *over);
+/* Gives back what alloc_reserve(bytes) reserved. */
+void alloc_unreserve(const size_t bytes[ALLOC_N_CATEGORIES]);
 /* Frees a block from alloc_bytes and takes it off the bill; NULL is ignored. */
 void alloc_free(void *block);
 

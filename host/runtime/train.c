@@ -7,6 +7,7 @@
 
 #include "comm/comm.h"
 #include "runtime/alloc.h"
+#include "runtime/bill.h"
 #include "runtime/weights.h"
 #include "util/err.h"
 
@@ -89,6 +90,21 @@ int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *con
                                 t->dropout_seed, &t->step, fill_micro_batch, t };
   if (exec_open(&t->exec, &env, pp, err, err_size))
     goto fail;
+  /* The step's memory, reserved now: the bill is the run's peaks (tests/mpi/mpi_dp_equiv.c). */
+  struct bill bill;
+  if (bill_predict(p, t->exec.rank, &bill, err, err_size))
+    goto fail;
+  size_t reserve[ALLOC_N_CATEGORIES];
+  for (int k = 0; k < ALLOC_N_CATEGORIES; k++) reserve[k] = (size_t)bill.bytes[k];
+  int over = 0;
+  if (alloc_reserve(reserve, &over)) {
+    const double mib = 1024.0 * 1024.0;
+    errf(err, err_size, "out of memory for the step's %s: the plan's memory bill needs %.2f MiB of them "
+         "(%.2f MiB in all), more than the allocator's cap leaves", alloc_category_name(over),
+         bill.bytes[over] / mib, bill.total / mib);
+    goto fail;
+  }
+  memcpy(t->reserved, reserve, sizeof reserve);
   return TRAIN_OK;
 
 fail:
@@ -119,6 +135,7 @@ const char *trainer_failed(const struct trainer *t)
 
 void trainer_close(struct trainer *t)
 {
+  alloc_unreserve(t->reserved);
   exec_close(&t->exec);
   alloc_free(t->inputs);
   alloc_free(t->targets);

@@ -29,6 +29,7 @@
 #include <stdio.h>
 
 #include "data/source.h"
+#include "runtime/alloc.h"
 #include "plan/plan.h"
 #include "runtime/dp.h"
 #include "runtime/model.h"
@@ -58,6 +59,7 @@ struct trainer {
   int *inputs, *targets;     /* (micro, S) */
   uint64_t *samples;         /* (micro) window index of each row */
   long long step;            /* the next step to run, 0-based */
+  size_t reserved[ALLOC_N_CATEGORIES]; /* the memory bill, reserved at open (alloc_reserve) */
 };
 
 struct train_step_stats {
@@ -79,7 +81,10 @@ struct train_eval_stats {
 /* Checks that this build can run the plan (fp32 compute, a data source), builds the
  * model (initialized from seeds.model, or loaded from init.from) split for the tp group and laid
  * out for the dp group (groups: the mesh groups by enum plan_axis, from comm_build_mesh_groups;
- * NULL: one rank without the comm layer), the optimizer and the data. Returns an enum
+ * NULL: one rank without the comm layer), the optimizer and the data, and reserves the plan's
+ * memory bill with the allocator, so that a step's buffers (ZeRO's gathered parameters and
+ * gradient buckets) cannot meet the allocator's cap half-way through a step: a plan whose step
+ * would not fit fails here, naming the category. Returns an enum
  * train_status with a one-line message; plan errors start with the field's location. On failure
  * nothing is left to free. Local: no collective (train_run agrees on the outcome). */
 int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *const *groups,

@@ -7,6 +7,7 @@
 #include "check.h"
 #include "plan_fixture.h"
 #include "runtime/alloc.h"
+#include "runtime/bill.h"
 #include "runtime/train.h"
 
 #include <stdlib.h>
@@ -80,4 +81,53 @@ static void open_fails_cleanly_and_the_process_goes_on(void)
   plan_free(&small);
 }
 
-TEST_MAIN(TEST(open_fails_cleanly_and_the_process_goes_on))
+/* Under ZeRO-3 a step gathers each unit's parameters as it runs: memory the open does not hold.
+ * The trainer reserves its memory bill at open, so a cap between what the open holds and the
+ * bill is refused there, naming the category, instead of failing at the step's first gather;
+ * under a cap of exactly the bill the plan trains (the bill is the run's peak). */
+static void a_step_that_cannot_fit_is_refused_at_open(void)
+{
+  const char *sets[] = { "zero=3" };
+  struct plan p;
+  if (compile(&p, 1, sets))
+    return;
+  struct bill bill;
+  CHECK_MSG(bill_predict(&p, 0, &bill, err, sizeof err) == 0, "%s", err);
+  const struct alloc_bill *b = alloc_bill();
+  const size_t live = b->n_live, in_use = b->total_bytes;
+  struct trainer t;
+  CHECK_MSG(trainer_open(&t, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
+  const size_t held = b->total_bytes - in_use; /* what the open allocated */
+  trainer_close(&t);
+  CHECK_MSG((double)held < bill.total, "the open holds %zu bytes, the bill %.0f", held, bill.total);
+  const size_t total = (size_t)bill.total;
+  alloc_set_limit(in_use + held + (total - held) / 2);
+  err[0] = 0;
+  const int rc = trainer_open(&t, &p, NULL, err, sizeof err);
+  alloc_set_limit(0);
+  CHECK_MSG(rc == TRAIN_RUNTIME_ERROR, "open under a cap below the bill: %d", rc);
+  CHECK_STR_CONTAINS(err, "out of memory for the step's params");
+  CHECK(b->n_live == live && b->total_bytes == in_use);
+  printf("cap between the open's %zu bytes and the bill's %zu: \"%s\"\n", held, total, err);
+  /* a cap of the bill exactly: opens, and two steps stay under it */
+  alloc_set_limit(in_use + total);
+  alloc_reset_peaks();
+  if (trainer_open(&t, &p, NULL, err, sizeof err) == TRAIN_OK) {
+    for (int s = 0; s < 2; s++) {
+      struct train_step_stats st;
+      CHECK_MSG(trainer_step(&t, &st, err, sizeof err) == 0, "%s", err);
+      CHECK(isfinite(st.loss));
+    }
+    CHECK_MSG(b->total_peak_bytes <= in_use + total, "peak %zu over the cap %zu", b->total_peak_bytes,
+              in_use + total);
+    trainer_close(&t);
+  } else {
+    CHECK_MSG(0, "under a cap of the bill: %s", err);
+  }
+  alloc_set_limit(0);
+  CHECK(b->n_live == live && b->total_bytes == in_use);
+  plan_free(&p);
+}
+
+TEST_MAIN(TEST(open_fails_cleanly_and_the_process_goes_on),
+          TEST(a_step_that_cannot_fit_is_refused_at_open))
