@@ -183,12 +183,10 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
   workspace = (double)acts[2];
   const double boundary = (double)micro * (p->sequence_parallel && p->mesh.tp > 1 ? seq / p->mesh.tp : seq) *
                           p->model.dim;
-  if (p->n_stages > 1) {
-    comm += boundary * slots;                       /* a gradient buffer per slot */
-    activations += (double)micro * seq * head_slots; /* the targets each head slot keeps */
-  } else {
-    activations += (double)micro * seq * (head_slots - 1); /* slot 0's are the trainer's batch */
-  }
+  /* the targets each head slot keeps (ints); on one stage slot 0's are the trainer's batch */
+  const double target_bytes = (double)micro * seq * sizeof(int) * (p->n_stages > 1 ? head_slots : head_slots - 1);
+  if (p->n_stages > 1)
+    comm += boundary * slots; /* a gradient buffer per slot */
   /* the trainer's batch: inputs and targets (ints), each row's window index (8 bytes) */
   const double batch_bytes = 2.0 * micro * seq * sizeof(int) + (double)micro * sizeof(uint64_t);
 
@@ -198,7 +196,7 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
   out->bytes[ALLOC_PARAMS] = params * c;
   out->bytes[ALLOC_GRADS] = grads * g;
   out->bytes[ALLOC_OPTIMIZER] = state * (2.0 * fp32 + master);
-  out->bytes[ALLOC_ACTIVATIONS] = activations * c;
+  out->bytes[ALLOC_ACTIVATIONS] = activations * c + target_bytes;
   out->bytes[ALLOC_COMM] = comm * c;
   out->bytes[ALLOC_WORKSPACE] = workspace * c + batch_bytes;
   for (int k = 0; k < ALLOC_N_CATEGORIES; k++) out->total += out->bytes[k];

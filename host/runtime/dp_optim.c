@@ -54,7 +54,7 @@ static int ordered_sum(struct dp *d, struct comm_group *g, const double *local, 
   return 0;
 }
 
-/* This rank's share of bucket b's gradients (valid after dp_finish_grads). */
+/* This rank's share of bucket b's gradients (valid after dp_reduce_rest). */
 static real *share_grads(struct dp *d, int b)
 {
   const struct dp_bucket *k = &d->layout.buckets[b];

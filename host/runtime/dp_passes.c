@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
-#include "kernels.h"
+#include "ops.h"
 #include "runtime/alloc.h"
 #include "runtime/dp.h"
 #include "runtime/pieces.h"
@@ -29,7 +29,13 @@ static int piece_needs(const struct dp *d, const struct piece *pc, int u)
   return 0;
 }
 
-/* ---- ZeRO-3 gathers (no-ops under 0-2, where every unit is always held) ---- */
+/* ---- ZeRO-3 gathers (no-ops under 0-2, where every unit is always held) ----
+ *
+ * The buffers of a step (gathered units, gradient buckets, reduce-scatter outputs) are
+ * allocated as the step runs. The trainer reserved its memory bill at open (alloc_reserve), so
+ * they cannot meet the allocator's cap here; what remains is the system allocator failing below
+ * it, mid-collective, where a rank cannot drop out without leaving its peers waiting: that one
+ * case still ends the job as a whole (comm_fatal). */
 
 static void unit_gather_start(struct dp *d, int u)
 {
@@ -91,7 +97,7 @@ static void bucket_finish(struct dp *d, int b)
   const struct dp_bucket *k = &d->layout.buckets[b];
   if (s->recv) {
     real *shard = d->shard_grads + k->shard_offset;
-    residual_forward(shard, shard, s->recv, k->share);
+    d->model->k->residual_forward(d->model->kctx, shard, shard, s->recv, k->share);
   }
   dp_bind_bucket(d, b, NULL, 1);
   alloc_free(s->grads);
