@@ -60,15 +60,13 @@ static void zero_peaks(const struct dp_layout *l, const struct model *m, int mic
   free(order);
 }
 
-/* ZeRO-3 over pipeline rank pp_rank's list of the schedule, piece by piece as the executor
- * runs it (pieces_zero3_replay): the all-gathers of a step, the elements they move, and the most
+/* ZeRO-3 over a pipeline rank's list of the schedule, piece by piece as the executor runs it
+ * (pieces_zero3_replay): the all-gathers of a step, the elements they move, and the most
  * parameter elements gathered at once. 0, or nonzero with a message. */
-static int zero3_replay(const struct plan *p, int pp_rank, const struct dp_layout *l,
+static int zero3_replay(const struct plan *p, const struct sched_list *list, const struct dp_layout *l,
                         unsigned long long *calls, unsigned long long *moved, size_t *peak,
                         char *err, size_t err_size)
 {
-  struct sched s;
-  memset(&s, 0, sizeof s);
   const int U = l->n_units;
   size_t *held = calloc((size_t)U, sizeof *held), *gathered = calloc((size_t)U, sizeof *gathered);
   int *n_calls = calloc((size_t)U, sizeof *n_calls);
@@ -81,104 +79,102 @@ static int zero3_replay(const struct plan *p, int pp_rank, const struct dp_layou
       gathered[u] += l->buckets[b].n_elems;
     }
   }
-  if (!rc && sched_from_plan(p, &s, err, err_size))
-    rc = 1;
-  if (!rc && pieces_zero3_replay(p, &s.ranks[pp_rank], held, n_calls, gathered, calls, moved, peak))
+  if (!rc && pieces_zero3_replay(p, list, held, n_calls, gathered, calls, moved, peak))
     rc = errf(err, err_size, "out of memory");
-  sched_free(&s);
   free(held);
   free(gathered);
   free(n_calls);
   return rc;
 }
 
-/* The parameter table and data-parallel layout pipeline rank pp_rank builds. 0 ok. */
-static int rank_layout(const struct plan *p, int pp_rank, struct model *m, struct dp_layout *l, char *err,
-                       size_t err_size)
+/* What pipeline rank pp_rank builds: its parameter table, its data-parallel layout and the
+ * plan's schedule (whose list pp_rank runs is r->list). */
+struct rank_view {
+  struct model m;
+  struct dp_layout l;
+  struct sched s;
+  const struct sched_list *list;
+};
+
+static void rank_view_free(struct rank_view *r)
 {
-  if (model_create_table_at(m, p, 0, pp_rank, err, err_size))
+  sched_free(&r->s);
+  dp_layout_free(&r->l);
+  model_free(&r->m);
+}
+
+/* 0 ok; nonzero with a message, nothing left to free. */
+static int rank_view(const struct plan *p, int pp_rank, struct rank_view *r, char *err, size_t err_size)
+{
+  memset(r, 0, sizeof *r);
+  if (model_create_table_at(&r->m, p, 0, pp_rank, err, err_size))
     return 1;
-  if (dp_layout_build(l, m, p->mesh.dp, p->zero, p->bucket_mb, err, err_size)) {
-    model_free(m);
+  if (dp_layout_build(&r->l, &r->m, p->mesh.dp, p->zero, p->bucket_mb, err, err_size) ||
+      sched_from_plan(p, &r->s, err, err_size)) {
+    rank_view_free(r);
     return 1;
   }
+  r->list = &r->s.ranks[pp_rank];
   return 0;
 }
 
 int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err, size_t err_size)
 {
   memset(out, 0, sizeof *out);
-  struct model m;
-  struct dp_layout l;
-  if (rank_layout(p, pp_rank, &m, &l, err, err_size))
+  struct rank_view r;
+  if (rank_view(p, pp_rank, &r, err, err_size))
     return 1;
   const int micro = p->batch.micro, seq = p->batch.seq, zero = p->zero;
   size_t acts[3];
-  if (model_acts_count(&m, micro, seq, NULL, acts)) {
-    dp_layout_free(&l);
-    model_free(&m);
+  int *per_stage = calloc((size_t)p->n_stages, sizeof *per_stage);
+  if (!per_stage || model_acts_count(&r.m, micro, seq, NULL, acts)) {
+    free(per_stage);
+    rank_view_free(&r);
     return errf(err, err_size, "out of memory counting activations");
   }
   /* activation slots (exec.c): the trainer's set (all of this rank's layers) is the first
    * stage's first; every other slot has room for its stage only */
-  int slots = 1, head_slots = 0;
+  int slots = 0, head_slots = 0, first_here = 1;
   double slot_floats = 0;
-  {
-    struct sched s;
-    int *per_stage = calloc((size_t)p->n_stages, sizeof *per_stage);
-    if (!per_stage || sched_from_plan(p, &s, err, err_size)) {
-      if (per_stage)
-        sched_free(&s);
+  exec_stage_slots(p, &r.s, pp_rank, per_stage);
+  for (int k = 0; k < p->n_stages; k++) {
+    if (!per_stage[k])
+      continue;
+    const struct plan_stage *st = &p->stages[k];
+    struct model_acts_scope scope = { st->first_layer, st->n_layers, st->has_embed, st->has_head };
+    size_t c[3];
+    if (model_acts_count(&r.m, micro, seq, &scope, c)) {
       free(per_stage);
-      dp_layout_free(&l);
-      model_free(&m);
-      return per_stage ? 1 : errf(err, err_size, "out of memory");
+      rank_view_free(&r);
+      return errf(err, err_size, "out of memory counting activations");
     }
-    exec_stage_slots(p, &s, pp_rank, per_stage);
-    sched_free(&s);
-    slots = 0;
-    int first_here = 1;
-    for (int k = 0; k < p->n_stages; k++) {
-      if (!per_stage[k])
-        continue;
-      const struct plan_stage *st = &p->stages[k];
-      struct model_acts_scope scope = { st->first_layer, st->n_layers, st->has_embed, st->has_head };
-      size_t c[3];
-      if (model_acts_count(&m, micro, seq, &scope, c)) {
-        free(per_stage);
-        dp_layout_free(&l);
-        model_free(&m);
-        return errf(err, err_size, "out of memory counting activations");
-      }
-      slot_floats += (double)c[0] * (per_stage[k] - first_here);
-      first_here = 0;
-      slots += per_stage[k];
-      head_slots += st->has_head ? per_stage[k] : 0;
-    }
-    free(per_stage);
+    slot_floats += (double)c[0] * (per_stage[k] - first_here);
+    first_here = 0;
+    slots += per_stage[k];
+    head_slots += st->has_head ? per_stage[k] : 0;
   }
+  free(per_stage);
 
   /* elements (reals) as the runtime allocates them */
   double params = 0, grads = 0, comm = 0, activations, workspace;
   if (zero < 3)
-    params = (double)l.n_elems;
+    params = (double)r.l.n_elems;
   if (zero < 2)
-    grads = (double)l.n_elems;
+    grads = (double)r.l.n_elems;
   if (zero >= 2) {
     size_t g = 0, pz = 0, c = 0;
     unsigned long long calls, moved;
-    zero_peaks(&l, &m, p->batch.microbatches, &g, &c);
-    if (zero == 3 && zero3_replay(p, pp_rank, &l, &calls, &moved, &pz, err, err_size)) {
-      dp_layout_free(&l);
-      model_free(&m);
+    zero_peaks(&r.l, &r.m, p->batch.microbatches, &g, &c);
+    if (zero == 3 && zero3_replay(p, r.list, &r.l, &calls, &moved, &pz, err, err_size)) {
+      rank_view_free(&r);
       return 1;
     }
-    grads = (double)(l.n_shard + g);
+    grads = (double)(r.l.n_shard + g);
     comm = (double)c;
     if (zero == 3)
-      params = (double)(l.n_shard + pz);
+      params = (double)(r.l.n_shard + pz);
   }
-  const double state = (double)(zero == 0 ? l.n_elems : l.n_shard);
+  const double state = (double)(zero == 0 ? r.l.n_elems : r.l.n_shard);
   activations = (double)acts[0] + slot_floats + (double)acts[1];
   workspace = (double)acts[2];
   const double boundary = (double)micro * (p->sequence_parallel && p->mesh.tp > 1 ? seq / p->mesh.tp : seq) *
@@ -201,9 +197,8 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
   out->bytes[ALLOC_WORKSPACE] = workspace * c + batch_bytes;
   for (int k = 0; k < ALLOC_N_CATEGORIES; k++) out->total += out->bytes[k];
   out->n_slots = slots;
-  for (int i = 0; i < m.n_params; i++) out->n_params += (long long)m.params[i].n_elems;
-  dp_layout_free(&l);
-  model_free(&m);
+  for (int i = 0; i < r.m.n_params; i++) out->n_params += (long long)r.m.params[i].n_elems;
+  rank_view_free(&r);
   return 0;
 }
 
@@ -243,9 +238,8 @@ int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char
 {
   const unsigned long long eb = sizeof(real); /* the runtime moves reals (COMM_REAL) */
   memset(out, 0, sizeof *out);
-  struct model m;
-  struct dp_layout l;
-  if (rank_layout(p, pp_rank, &m, &l, err, err_size))
+  struct rank_view r;
+  if (rank_view(p, pp_rank, &r, err, err_size))
     return 1;
   const int tp = p->mesh.tp, dp = p->mesh.dp, pp = p->mesh.pp, M = p->batch.microbatches;
   const int L = p->model.n_layers;
@@ -254,14 +248,13 @@ int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char
     int n = tp_comm_list(p, p->batch.micro, p->batch.seq, NULL, 0);
     struct tp_comm *list = calloc((size_t)n, sizeof *list);
     if (!list) {
-      dp_layout_free(&l);
-      model_free(&m);
+      rank_view_free(&r);
       return errf(err, err_size, "out of memory");
     }
     tp_comm_list(p, p->batch.micro, p->batch.seq, list, n);
     for (int i = 0; i < n; i++) {
       int ly = list[i].layer;
-      if (ly < 0 ? !m.embed_here : ly >= L ? !m.head_here : !m.layer_here[ly])
+      if (ly < 0 ? !r.m.embed_here : ly >= L ? !r.m.head_here : !r.m.layer_here[ly])
         continue;
       count(out, TRAFFIC_TP, (enum comm_op)list[i].comm, (unsigned long long)M,
             (unsigned long long)M * (unsigned long long)list[i].n_elems * eb);
@@ -271,8 +264,8 @@ int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char
   }
   /* dp: the buckets, ZeRO's gathers, the loss and norm sums (doubles gathered) */
   if (dp > 1) {
-    unsigned long long nb = (unsigned long long)l.n_buckets, all = 0;
-    for (int b = 0; b < l.n_buckets; b++) all += l.buckets[b].n_elems;
+    unsigned long long nb = (unsigned long long)r.l.n_buckets, all = 0;
+    for (int b = 0; b < r.l.n_buckets; b++) all += r.l.buckets[b].n_elems;
     if (p->zero < 2) {
       count(out, TRAFFIC_DP, COMM_ALL_REDUCE, nb, all * eb);
     } else {
@@ -283,9 +276,8 @@ int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char
     if (p->zero == 3) {
       unsigned long long calls = 0, elems = 0;
       size_t peak;
-      if (zero3_replay(p, pp_rank, &l, &calls, &elems, &peak, err, err_size)) {
-        dp_layout_free(&l);
-        model_free(&m);
+      if (zero3_replay(p, r.list, &r.l, &calls, &elems, &peak, err, err_size)) {
+        rank_view_free(&r);
         return 1;
       }
       count(out, TRAFFIC_DP, COMM_ALL_GATHER, calls, elems * eb);
@@ -294,17 +286,10 @@ int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char
   }
   /* pp: the schedule's messages, the loss from the last stage, the norm's sums */
   if (pp > 1) {
-    struct sched s;
-    if (sched_from_plan(p, &s, err, err_size)) {
-      sched_free(&s);
-      dp_layout_free(&l);
-      model_free(&m);
-      return 1;
-    }
     const unsigned long long boundary = (unsigned long long)p->batch.micro *
       (unsigned long long)(tp > 1 && p->sequence_parallel ? p->batch.seq / tp : p->batch.seq) *
       (unsigned long long)p->model.dim * eb;
-    const struct sched_list *list = &s.ranks[pp_rank];
+    const struct sched_list *list = r.list;
     for (int i = 0; i < list->n; i++) {
       int op = list->instr[i].op;
       if (op == SCHED_SEND_ACT || op == SCHED_SEND_GRAD)
@@ -312,14 +297,12 @@ int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char
       else if (op == SCHED_RECV_ACT || op == SCHED_RECV_GRAD)
         count(out, TRAFFIC_PP, COMM_RECV, 1, boundary);
     }
-    sched_free(&s);
     count(out, TRAFFIC_PP, COMM_BROADCAST, 1, 8);
     count(out, TRAFFIC_PP, COMM_ALL_GATHER, 1, 8u * (unsigned long long)pp);
     const int first = p->stages[0].pp_rank, last = p->stages[p->n_stages - 1].pp_rank;
     if (p->model.tie_embeddings && (pp_rank == first || pp_rank == last))
-      count(out, TRAFFIC_EMBED, COMM_ALL_REDUCE, 1, (unsigned long long)m.params[0].n_elems * eb);
+      count(out, TRAFFIC_EMBED, COMM_ALL_REDUCE, 1, (unsigned long long)r.m.params[0].n_elems * eb);
   }
-  dp_layout_free(&l);
-  model_free(&m);
+  rank_view_free(&r);
   return 0;
 }
