@@ -98,6 +98,13 @@ int exec_open(struct exec *pp, const struct exec_env *env, struct comm_group *gr
     return errf(err, err_size, "out of memory for the executor");
   }
   for (int s = 1; s < S; s++) pp->in_index[s] = pp->in_index[s - 1] + p->stages[s - 1].n_layers;
+  pp->flops = malloc((size_t)S * 2 * sizeof *pp->flops);
+  if (!pp->flops) {
+    free(per_stage);
+    return errf(err, err_size, "out of memory for the executor");
+  }
+  for (int s = 0; s < S; s++)
+    for (int b = 0; b < 2; b++) pp->flops[2 * s + b] = plan_stage_micro_batch_flops(p, s, b);
   exec_stage_slots(p, &pp->sched, pp->rank, per_stage);
   for (int s = 0; s < S; s++) pp->n_slots += per_stage[s];
   pp->slots = calloc((size_t)pp->n_slots, sizeof *pp->slots);
@@ -169,6 +176,7 @@ void exec_close(struct exec *pp)
   }
   free(pp->slots);
   free(pp->in_index);
+  free(pp->flops);
   free(pp->last_bwd);
   sched_free(&pp->sched);
   memset(pp, 0, sizeof *pp);
@@ -290,7 +298,9 @@ double exec_step(struct exec *pp, int (*optimizer)(void *ctx, double loss), void
       else if (!st->has_head)
         memcpy(sl->acts->dresidual, sl->grad, n_boundary * sizeof(real));
       const struct sched_instr *after = pieces_follower(list, i);
-      const struct piece then = after ? pieces_first(p, after) : (struct piece){ PIECE_EMBED_BWD, -1 };
+      struct piece then;
+      if (after)
+        then = pieces_first(p, after);
       const struct dp_pass pass = { st, bwd, sl->acts, t->inputs, sl->targets, &dropout, B, T, loss_scale,
                                     bwd && in->mb == pp->last_bwd[in->stage], pp->embed != NULL };
       const double t0 = comm_now();
@@ -301,8 +311,8 @@ double exec_step(struct exec *pp, int (*optimizer)(void *ctx, double loss), void
         else
           memcpy(sl->grad, sl->acts->dresidual, n_boundary * sizeof(real));
       }
-      comm_trace_work(bwd ? "backward" : "forward", in->stage, in->mb,
-                      plan_stage_micro_batch_flops(p, in->stage, bwd), t0, comm_now());
+      comm_trace_work(bwd ? "backward" : "forward", in->stage, in->mb, pp->flops[2 * in->stage + bwd], t0,
+                      comm_now());
       break;
     }
     case SCHED_RECOMPUTE: /* done layer by layer inside the BWD that follows */

@@ -85,6 +85,7 @@ struct exec {
   int n_slots, n_reduce;       /* slots; REDUCE_GRADS instructions in this rank's list */
   struct exec_slot *slots;     /* slots[0].acts is the owner's acts */
   int *in_index;               /* (n_stages) the residual index a stage reads: its first layer */
+  double *flops;               /* (n_stages · 2) a micro-batch's forward, backward FLOPs per stage */
   int peak_slots;              /* most slots in use at once in the last step */
   int *last_bwd;               /* (n_stages) the micro-batch of each stage's last BWD on this rank */
   int failed;                  /* the first failure's message is in err */

@@ -90,14 +90,15 @@ int pieces_zero3_replay(const struct plan *p, const struct sched_list *list, con
     if (!is_compute(in))
       continue;
     const struct sched_instr *after = pieces_follower(list, i);
-    const struct piece then = after ? pieces_first(p, after) : (struct piece){ PIECE_EMBED_BWD, -1 };
+    struct piece then;
+    if (after)
+      then = pieces_first(p, after);
     const int n = pieces_of_stage(&p->stages[in->stage], in->op == SCHED_BWD, pcs);
     for (int k = 0; k < n; k++) {
-      const int has_next = k + 1 < n || after;
-      const struct piece next = k + 1 < n ? pcs[k + 1] : then;
+      const struct piece *next = k + 1 < n ? &pcs[k + 1] : after ? &then : NULL;
       int u[4], nu = piece_units(pcs[k], L, tied, u);
-      if (has_next)
-        nu += piece_units(next, L, tied, u + nu);
+      if (next)
+        nu += piece_units(*next, L, tied, u + nu);
       for (int a = 0; a < nu; a++) {
         if (held[u[a]])
           continue;
@@ -107,7 +108,7 @@ int pieces_zero3_replay(const struct plan *p, const struct sched_list *list, con
         *moved += (unsigned long long)unit_gather_elems[u[a]];
       }
       *peak_held = now > *peak_held ? now : *peak_held;
-      int keep[2], nk = has_next ? piece_units(next, L, tied, keep) : 0;
+      int keep[2], nk = next ? piece_units(*next, L, tied, keep) : 0;
       for (int x = 0; x < U; x++) {
         int needed = 0;
         for (int b = 0; b < nk; b++) needed |= keep[b] == x;
