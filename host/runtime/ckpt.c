@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
+#include "runtime/hostview.h"
 #include "runtime/train.h"
 #include "util/err.h"
 #include "util/hash.h"
@@ -42,10 +43,12 @@ static void param_block(const struct model_param *p, int64_t *r0, int64_t *c0, i
 }
 
 /* Calls fn for every (parameter, kind, element range of its block) this rank holds, with the
- * memory of the range's first element. owner_only: only the ranges this rank writes (each
- * element of the model once over the job, padding rows left out). */
-typedef int (*piece_fn)(void *ctx, const struct model_param *p, int index, int kind, size_t lo,
-                        size_t hi, real *mem);
+ * memory of the range's first element: the backend's memory of model m (parameters, shards and
+ * AdamW's moments all live there), which fn reads or writes only through a host view
+ * (hostview.h) on m->k, m->kctx. owner_only: only the ranges this rank writes (each element of
+ * the model once over the job, padding rows left out). */
+typedef int (*piece_fn)(void *ctx, const struct model *m, const struct model_param *p, int index,
+                        int kind, size_t lo, size_t hi, real *mem);
 
 static int for_each_piece(struct trainer *t, int owner_only, piece_fn fn, void *ctx)
 {
@@ -71,7 +74,7 @@ static int for_each_piece(struct trainer *t, int owner_only, piece_fn fn, void *
           continue;
         real *mem = kind == CKPT_PARAM ? p->data : state[kind] + p->offset;
         const size_t hi = owner_only ? tensor_end : p->n_elems;
-        if (hi > 0 && fn(ctx, p, i, kind, 0, hi, mem))
+        if (hi > 0 && fn(ctx, m, p, i, kind, 0, hi, mem))
           return 1;
         continue;
       }
@@ -84,7 +87,7 @@ static int for_each_piece(struct trainer *t, int owner_only, piece_fn fn, void *
       if (lo >= hi)
         continue;
       real *base = kind == CKPT_PARAM ? d->shard_params : state[kind];
-      if (fn(ctx, p, i, kind, lo - p->offset, hi - p->offset, base + k->shard_offset + (lo - s0)))
+      if (fn(ctx, m, p, i, kind, lo - p->offset, hi - p->offset, base + k->shard_offset + (lo - s0)))
         return 1;
     }
   }
@@ -118,8 +121,8 @@ static int write_all(int fd, const void *buf, size_t n)
   return 0;
 }
 
-static int write_piece(void *ctx, const struct model_param *p, int index, int kind, size_t lo,
-                       size_t hi, real *mem)
+static int write_piece(void *ctx, const struct model *m, const struct model_param *p, int index,
+                       int kind, size_t lo, size_t hi, real *mem)
 {
   struct writer *w = ctx;
   if (w->n == w->cap) {
@@ -131,6 +134,11 @@ static int write_piece(void *ctx, const struct model_param *p, int index, int ki
     w->cap = cap;
   }
   const size_t bytes = (hi - lo) * sizeof(real);
+  /* The piece's bytes through a read-only host view: checksummed and written from it. */
+  const real *view = hostview_open(m->k, m->kctx, mem, bytes, 1);
+  if (!view)
+    return errf(w->err, w->err_size, "out of host memory staging the %s piece of %s for %s",
+                kind_names[kind], p->name, w->path);
   struct ckpt_piece *q = &w->pieces[w->n++];
   param_block(p, &q->r0, &q->c0, &q->rows, &q->cols);
   q->param = index;
@@ -138,10 +146,12 @@ static int write_piece(void *ctx, const struct model_param *p, int index, int ki
   q->lo = (int64_t)lo;
   q->hi = (int64_t)hi;
   q->offset = w->offset;
-  q->hash = (int64_t)hash_fnv1a64_bytes(mem, bytes);
+  q->hash = (int64_t)hash_fnv1a64_bytes(view, bytes);
   q->rank = w->rank;
-  if (write_all(w->fd, mem, bytes))
-    return errf(w->err, w->err_size, "cannot write %s: %s", w->path, strerror(errno));
+  const int failed = write_all(w->fd, view, bytes), e = errno;
+  hostview_close(m->k, m->kctx, mem, (void *)view, bytes, 0);
+  if (failed)
+    return errf(w->err, w->err_size, "cannot write %s: %s", w->path, strerror(e));
   w->offset += (int64_t)bytes;
   return 0;
 }
@@ -771,8 +781,9 @@ static int64_t range_count(int64_t r0, int64_t rows, int64_t cols, int64_t lo, i
   return n;
 }
 
-/* Copies into dst (elements [tlo, thi) of the block (tr0, tc0, trows, tcols)) what source piece
- * sp holds of it, over rows below `limit`. Returns the elements copied. */
+/* Copies into dst (elements [tlo, thi) of the block (tr0, tc0, trows, tcols); host memory, a
+ * view of the range) what source piece sp holds of it, over rows below `limit`. Returns the
+ * elements copied. */
 static int64_t copy_overlap(real *dst, int64_t tr0, int64_t tc0, int64_t trows, int64_t tcols,
                             int64_t tlo, int64_t thi, const struct src_piece *sp, const real *src,
                             int64_t limit)
@@ -813,8 +824,8 @@ static struct src_tensor *find_tensor(struct manifest *mf, const char *name)
   return NULL;
 }
 
-static int load_piece(void *ctx, const struct model_param *p, int index, int kind, size_t lo,
-                      size_t hi, real *mem)
+static int load_piece(void *ctx, const struct model *m, const struct model_param *p, int index,
+                      int kind, size_t lo, size_t hi, real *mem)
 {
   (void)index;
   struct loader *ld = ctx;
@@ -828,7 +839,13 @@ static int load_piece(void *ctx, const struct model_param *p, int index, int kin
                 mf->path, p->name, (long long)tt->shape[0], (long long)tt->shape[1], (long long)p->shape[0], (long long)s1);
   int64_t r0, c0, rows, cols;
   param_block(p, &r0, &c0, &rows, &cols);
-  memset(mem, 0, (hi - lo) * sizeof *mem); /* vocabulary padding stays zero */
+  /* The range is assembled in a write-only host view of it, then written back whole. */
+  const size_t bytes = (hi - lo) * sizeof(real);
+  real *view = hostview_open(m->k, m->kctx, mem, bytes, 0);
+  if (!view)
+    return errf(ld->err, ld->err_size, "checkpoint %s: out of host memory staging the %s of %s",
+                mf->path, kind_names[kind], p->name);
+  memset(view, 0, bytes); /* vocabulary padding stays zero */
   int64_t copied = 0;
   for (int k = 0; k < tt->n_pieces; k++) {
     struct src_piece *sp = &tt->pieces[k];
@@ -837,10 +854,13 @@ static int load_piece(void *ctx, const struct model_param *p, int index, int kin
     if (sp->c0 >= c0 + cols || sp->c0 + sp->cols <= c0)
       continue;
     const real *src = piece_data(mf, tt, sp, ld->err, ld->err_size);
-    if (!src)
+    if (!src) { /* partly loaded, as the range would be had it been written in place */
+      hostview_close(m->k, m->kctx, mem, view, bytes, 1);
       return 1;
-    copied += copy_overlap(mem, r0, c0, rows, cols, (int64_t)lo, (int64_t)hi, sp, src, p->shape[0]);
+    }
+    copied += copy_overlap(view, r0, c0, rows, cols, (int64_t)lo, (int64_t)hi, sp, src, p->shape[0]);
   }
+  hostview_close(m->k, m->kctx, mem, view, bytes, 1);
   const int64_t want = range_count(r0, rows, cols, (int64_t)lo, (int64_t)hi, p->shape[0]);
   if (copied != want)
     return errf(ld->err, ld->err_size, "checkpoint %s: the %s pieces of %s cover %lld of the %lld elements "

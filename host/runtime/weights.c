@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "io/safetensors.h"
+#include "runtime/hostview.h"
 #include "util/err.h"
 #include "util/path.h"
 
@@ -83,19 +84,37 @@ static int load_tensors(struct model *m, const struct source *s, const char *pat
     if (!p->data || !p->here)
       continue; /* not held here now, or on another pipeline stage */
     if (p->tp_dim < 0) {
-      if (st_read_real(file, t, p->data, t->n_elems, err, err_size))
+      /* The file's elements through a write-only host view of the tensor's first t->n_elems
+       * (the backend's memory is never dereferenced); the padding rows after them are zeroed
+       * in place by the backend. */
+      const size_t bytes = t->n_elems * sizeof(real);
+      real *view = hostview_open(m->k, m->kctx, p->data, bytes, 0);
+      if (!view)
+        return errf(err, err_size, "init.from %s: out of host memory staging '%s'", path, p->name);
+      int rc = st_read_real(file, t, view, t->n_elems, err, err_size);
+      hostview_close(m->k, m->kctx, p->data, view, bytes, !rc);
+      if (rc)
         return 1;
-      memset(p->data + t->n_elems, 0, (p->n_elems - t->n_elems) * sizeof(real)); /* padding */
+      m->k->zero(m->kctx, p->data + t->n_elems, (p->n_elems - t->n_elems) * sizeof(real)); /* padding */
       continue;
     }
-    /* split over the TP group: the whole stored tensor, then this rank's block of it */
+    /* split over the TP group: the whole stored tensor in host memory, then this rank's block of
+     * it through a write-only host view of the parameter (every element of the block is written) */
     size_t whole_elems = (size_t)p->rows * (size_t)p->shape[1];
     real *whole = calloc(whole_elems, sizeof *whole);
     if (!whole)
       return errf(err, err_size, "init.from %s: out of memory reading '%s'", path, p->name);
     int rc = st_read_real(file, t, whole, t->n_elems, err, err_size);
-    if (!rc)
-      model_param_take_block(p, whole, p->data);
+    if (!rc) {
+      const size_t bytes = p->n_elems * sizeof(real);
+      real *view = hostview_open(m->k, m->kctx, p->data, bytes, 0);
+      if (!view)
+        rc = errf(err, err_size, "init.from %s: out of host memory staging '%s'", path, p->name);
+      else {
+        model_param_take_block(p, whole, view);
+        hostview_close(m->k, m->kctx, p->data, view, bytes, 1);
+      }
+    }
     free(whole);
     if (rc)
       return 1;
@@ -122,6 +141,15 @@ int weights_load(struct model *m, const char *path, char *err, size_t err_size)
   return rc;
 }
 
+/* Bytes of p's Hugging Face tensor: its stored elements up to the padding rows. */
+static size_t export_bytes(const struct model_param *p)
+{
+  size_t n = (size_t)p->shape[0];
+  if (p->n_dims == 2)
+    n *= (size_t)p->shape[1];
+  return n * sizeof(real);
+}
+
 int weights_export(const struct model *m, const char *path, char *err, size_t err_size)
 {
   if (path_make_parent_dirs(path, err, err_size))
@@ -129,15 +157,28 @@ int weights_export(const struct model *m, const char *path, char *err, size_t er
   struct st_write_tensor *w = calloc((size_t)m->n_params, sizeof *w);
   if (!w)
     return errf(err, err_size, "export %s: out of memory", path);
-  for (int i = 0; i < m->n_params; i++) {
+  /* Each parameter's Hugging Face elements through a read-only host view (padding rows come
+   * last, so the first rows are the HF tensor and the view stops before the padding). The
+   * writer takes every tensor at once, so every view is open until it returns. */
+  int rc = 0, opened = 0;
+  for (int i = 0; i < m->n_params; i++, opened++) {
     const struct model_param *p = &m->params[i];
     w[i].name = p->name;
     w[i].n_dims = p->n_dims;
     w[i].shape[0] = p->shape[0];
     w[i].shape[1] = p->shape[1];
-    w[i].data = p->data; /* padding rows come last, so the first rows are the HF tensor */
+    if (!p->data)
+      continue; /* no data: the writer refuses it, naming the tensor */
+    w[i].data = hostview_open(m->k, m->kctx, p->data, export_bytes(p), 1);
+    if (!w[i].data) {
+      rc = errf(err, err_size, "export %s: out of host memory staging '%s'", path, p->name);
+      break;
+    }
   }
-  int rc = st_write_f32(path, w, m->n_params, err, err_size);
+  if (!rc)
+    rc = st_write_f32(path, w, m->n_params, err, err_size);
+  for (int i = 0; i < opened; i++)
+    hostview_close(m->k, m->kctx, m->params[i].data, (void *)w[i].data, export_bytes(&m->params[i]), 0);
   free(w);
   return rc;
 }
