@@ -44,6 +44,32 @@
 struct kernel_ops {
   const char *name; /* "cpu", ... */
 
+  /* ---- memory ----
+   * Every tensor the runtime computes on lives in the backend's memory. The runtime reads and
+   * writes it only through these entries (host/runtime/hostview.h), never by dereferencing, so a
+   * backend whose memory the host cannot address (a GPU) needs no change above kernels/. */
+  /* 1 when the backend's memory is host memory (the CPU): the runtime may then work on it in
+   * place instead of staging through to_host/from_host, and the allocator bills it as the host's
+   * (no device of its own). */
+  int host_visible;
+  /* n_bytes of the backend's memory, zeroed, 64-byte aligned; NULL when out of it (n_bytes 0: a
+   * valid, unique block). The allocator's device hooks (host/runtime/alloc.h). */
+  void *(*mem_alloc)(void *ctx, size_t n_bytes);
+  void (*mem_free)(void *ctx, void *block);
+  /* dst ← src, n_bytes, both in the backend's memory; they may overlap. */
+  void (*copy)(void *ctx, void *dst, const void *src, size_t n_bytes);
+  /* n_rows rows of row_bytes each: src + r·src_pitch → dst + r·dst_pitch (bytes), both in the
+   * backend's memory; no row of dst overlaps a row of src. */
+  void (*copy_rows)(void *ctx, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                    size_t row_bytes, size_t n_rows);
+  /* dst ← 0, n_bytes. */
+  void (*zero)(void *ctx, void *dst, size_t n_bytes);
+  /* host ← src (backend memory), n_bytes; returns once host holds the bytes, after every call
+   * made before it on ctx. */
+  void (*to_host)(void *ctx, void *host, const void *src, size_t n_bytes);
+  /* dst (backend memory) ← host, n_bytes; host may be reused once it returns. */
+  void (*from_host)(void *ctx, void *dst, const void *host, size_t n_bytes);
+
   /* ---- embedding ---- */
   /* out[bt, :] = wte[tokens[bt], :]. out (BT, C), tokens (BT) in [0, Vp), wte (Vp, C). */
   void (*encoder_forward)(void *ctx, real *out, const int *tokens, const real *wte, int BT, int C);

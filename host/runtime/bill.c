@@ -125,7 +125,7 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
   if (rank_view(p, pp_rank, &r, err, err_size))
     return 1;
   const int micro = p->batch.micro, seq = p->batch.seq, zero = p->zero;
-  size_t acts[3];
+  size_t acts[4];
   int *per_stage = calloc((size_t)p->n_stages, sizeof *per_stage);
   if (!per_stage || model_acts_count(&r.m, micro, seq, NULL, acts)) {
     free(per_stage);
@@ -134,24 +134,24 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
   }
   /* activation slots (exec.c): the trainer's set (all of this rank's layers) is the first
    * stage's first; every other slot has room for its stage only */
-  int slots = 0, head_slots = 0, first_here = 1;
-  double slot_floats = 0;
+  int slots = 0, first_here = 1;
+  double slot_floats = 0, id_reals = (double)acts[3];
   exec_stage_slots(p, &r.s, pp_rank, per_stage);
   for (int k = 0; k < p->n_stages; k++) {
     if (!per_stage[k])
       continue;
     const struct plan_stage *st = &p->stages[k];
     struct model_acts_scope scope = { st->first_layer, st->n_layers, st->has_embed, st->has_head };
-    size_t c[3];
+    size_t c[4];
     if (model_acts_count(&r.m, micro, seq, &scope, c)) {
       free(per_stage);
       rank_view_free(&r);
       return errf(err, err_size, "out of memory counting activations");
     }
-    slot_floats += (double)c[0] * (per_stage[k] - first_here);
+    slot_floats += (double)(c[0] - c[3]) * (per_stage[k] - first_here);
+    id_reals += (double)c[3] * (per_stage[k] - first_here);
     first_here = 0;
     slots += per_stage[k];
-    head_slots += st->has_head ? per_stage[k] : 0;
   }
   free(per_stage);
 
@@ -175,12 +175,10 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
       params = (double)(r.l.n_shard + pz);
   }
   const double state = (double)(zero == 0 ? r.l.n_elems : r.l.n_shard);
-  activations = (double)acts[0] + slot_floats + (double)acts[1];
+  activations = (double)(acts[0] - acts[3]) + slot_floats + (double)acts[1];
   workspace = (double)acts[2];
   const double boundary = (double)micro * (p->sequence_parallel && p->mesh.tp > 1 ? seq / p->mesh.tp : seq) *
                           p->model.dim;
-  /* the targets each head slot keeps (ints); on one stage slot 0's are the trainer's batch */
-  const double target_bytes = (double)micro * seq * sizeof(int) * (p->n_stages > 1 ? head_slots : head_slots - 1);
   if (p->n_stages > 1)
     comm += boundary * slots; /* a gradient buffer per slot */
   /* the trainer's batch: inputs and targets (ints), each row's window index (8 bytes) */
@@ -192,7 +190,8 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
   out->bytes[ALLOC_PARAMS] = params * c;
   out->bytes[ALLOC_GRADS] = grads * g;
   out->bytes[ALLOC_OPTIMIZER] = state * (2.0 * fp32 + master);
-  out->bytes[ALLOC_ACTIVATIONS] = activations * c + target_bytes;
+  /* each slot's token and target ids: ints carved from this runtime's reals */
+  out->bytes[ALLOC_ACTIVATIONS] = activations * c + id_reals * (double)sizeof(real);
   out->bytes[ALLOC_COMM] = comm * c;
   out->bytes[ALLOC_WORKSPACE] = workspace * c + batch_bytes;
   for (int k = 0; k < ALLOC_N_CATEGORIES; k++) out->total += out->bytes[k];

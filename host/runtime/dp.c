@@ -6,8 +6,10 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "ops.h"
 #include "runtime/alloc.h"
 #include "runtime/dp.h"
+#include "runtime/hostview.h"
 #include "runtime/weights.h"
 #include "util/err.h"
 
@@ -56,7 +58,7 @@ int dp_all_gather(struct dp *d, const real *send, real *recv, size_t n_elems,
   *req = NULL;
   if (!d->group || d->size == 1) {
     if (send != recv)
-      memcpy(recv, send, n_elems * sizeof(real));
+      d->model->k->copy(d->model->kctx, recv, send, n_elems * sizeof(real));
     return 0;
   }
   return comm_all_gather(d->group, send, recv, n_elems, COMM_REAL, req)
@@ -68,7 +70,7 @@ int dp_reduce_scatter(struct dp *d, const real *send, real *recv, size_t n_elems
 {
   *req = NULL;
   if (!d->group || d->size == 1) {
-    memcpy(recv, send, n_elems * sizeof(real));
+    d->model->k->copy(d->model->kctx, recv, send, n_elems * sizeof(real));
     return 0;
   }
   return comm_reduce_scatter(d->group, send, recv, n_elems, COMM_REAL, COMM_SUM, req)
@@ -113,13 +115,13 @@ int dp_open(struct dp *d, struct model *m, struct comm_group *group, int zero, d
     ok = d->units[u].reqs != NULL;
   }
   if (ok && zero < 3)
-    ok = (m->param_memory = alloc_reals(ALLOC_PARAMS, l->n_elems)) != NULL;
+    ok = (m->param_memory = alloc_reals_on(m->device, ALLOC_PARAMS, l->n_elems)) != NULL;
   if (ok && zero < 2)
-    ok = (m->grad_memory = alloc_reals(ALLOC_GRADS, l->n_elems)) != NULL;
+    ok = (m->grad_memory = alloc_reals_on(m->device, ALLOC_GRADS, l->n_elems)) != NULL;
   if (ok && zero == 3)
-    ok = (d->shard_params = alloc_reals(ALLOC_PARAMS, l->n_shard)) != NULL;
+    ok = (d->shard_params = alloc_reals_on(m->device, ALLOC_PARAMS, l->n_shard)) != NULL;
   if (ok && zero >= 2)
-    ok = (d->shard_grads = alloc_reals(ALLOC_GRADS, l->n_shard)) != NULL;
+    ok = (d->shard_grads = alloc_reals_on(m->device, ALLOC_GRADS, l->n_shard)) != NULL;
   if (!ok) {
     const size_t n_elems = l->n_elems; /* dp_close clears the layout */
     const int size = d->size;
@@ -173,8 +175,7 @@ static int fill_params(struct model *m, const struct plan *p, char *err, size_t 
 {
   if (p->init.from[0])
     return weights_load(m, p->init.from, err, err_size);
-  model_init(m, (uint64_t)p->seeds.value[PLAN_SEED_MODEL]);
-  return 0;
+  return model_init(m, (uint64_t)p->seeds.value[PLAN_SEED_MODEL], err, err_size) ? 1 : 0;
 }
 
 int dp_init_params(struct dp *d, const struct plan *p, char *err, size_t err_size)
@@ -186,13 +187,13 @@ int dp_init_params(struct dp *d, const struct plan *p, char *err, size_t err_siz
   model_bind_memory(d->model, NULL, NULL);
   for (int b = 0; b < d->layout.n_buckets && !rc; b++) {
     const struct dp_bucket *k = &d->layout.buckets[b];
-    real *staging = alloc_reals(ALLOC_PARAMS, k->n_elems);
+    real *staging = alloc_reals_on(d->model->device, ALLOC_PARAMS, k->n_elems);
     if (!staging)
       return errf(err, err_size, "out of memory initializing a bucket of %zu elements", k->n_elems);
     dp_bind_bucket(d, b, staging, 0);
     rc = fill_params(d->model, p, err, err_size);
-    memcpy(d->shard_params + k->shard_offset, staging + (size_t)d->rank * k->share,
-           k->share * sizeof(real));
+    d->model->k->copy(d->model->kctx, d->shard_params + k->shard_offset, staging + (size_t)d->rank * k->share,
+                      k->share * sizeof(real));
     dp_bind_bucket(d, b, NULL, 0);
     alloc_free(staging);
   }
@@ -208,8 +209,9 @@ int dp_gather_params(struct dp *d, real **full)
     return 0;
   }
   const struct dp_layout *l = &d->layout;
-  real *out = d->rank == 0 ? alloc_reals(ALLOC_WORKSPACE, l->n_elems)
-                            : alloc_reals(ALLOC_WORKSPACE, l->max_bucket_elems);
+  const int dev = d->model->device;
+  real *out = d->rank == 0 ? alloc_reals_on(dev, ALLOC_WORKSPACE, l->n_elems)
+                            : alloc_reals_on(dev, ALLOC_WORKSPACE, l->max_bucket_elems);
   char what[128];
   snprintf(what, sizeof what, "out of memory gathering the parameters (%zu elements)",
            d->rank == 0 ? l->n_elems : l->max_bucket_elems);
@@ -252,7 +254,7 @@ int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, siz
   real *all = NULL;
   int rc = 0;
   if (tp > 1) {
-    all = alloc_reals(ALLOC_WORKSPACE, (size_t)tp * m->n_elems);
+    all = alloc_reals_on(m->device, ALLOC_WORKSPACE, (size_t)tp * m->n_elems);
     char what[128];
     snprintf(what, sizeof what, "out of memory gathering the tensor-parallel shards (%zu elements)",
              (size_t)tp * m->n_elems);
@@ -265,24 +267,36 @@ int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, siz
   if (!rc && m->tp.rank == 0) {
     rc = model_create_table(whole, &m->config, err, err_size);
     if (!rc) { /* a copy for export and tests: billed as workspace, as the ZeRO-3 gather is */
-      whole->param_memory = alloc_reals(ALLOC_WORKSPACE, whole->n_elems);
+      whole->param_memory = alloc_reals_on(whole->device, ALLOC_WORKSPACE, whole->n_elems);
       if (!whole->param_memory)
         rc = errf(err, err_size, "out of memory for the whole model (%zu elements)", whole->n_elems);
       else
         model_bind_memory(whole, whole->param_memory, NULL);
     }
-    if (!rc)
-      memset(whole->param_memory, 0, whole->n_elems * sizeof(real));
     for (int i = 0; !rc && i < m->n_params; i++) {
       const struct model_param *p = &m->params[i];
       if (!p->here || (p->kind == MODEL_EMBED && !m->embed_here))
         continue; /* another pipeline stage's (the first stage's, for a tied embedding) */
       if (tp == 1 || p->tp_dim < 0) {
-        memcpy(whole->params[i].data, full + p->offset, p->n_elems * sizeof(real));
+        m->k->copy(m->kctx, whole->params[i].data, full + p->offset, p->n_elems * sizeof(real));
         continue;
       }
-      for (int r = 0; r < tp; r++)
-        model_param_put_block(p, tp, r, all + (size_t)r * m->n_elems + p->offset, whole->params[i].data);
+      /* the blocks put together on the host, through views (the memory itself on the CPU) */
+      const size_t n_whole = whole->params[i].n_elems * sizeof(real), n_block = p->n_elems * sizeof(real);
+      real *w = hostview_open(m->k, m->kctx, whole->params[i].data, n_whole, 1);
+      if (!w)
+        rc = errf(err, err_size, "out of host memory putting %s together", p->name);
+      for (int r = 0; r < tp && w; r++) {
+        real *src = all + (size_t)r * m->n_elems + p->offset;
+        real *b = hostview_open(m->k, m->kctx, src, n_block, 1);
+        if (!b) {
+          rc = errf(err, err_size, "out of host memory putting %s together", p->name);
+          break;
+        }
+        model_param_put_block(p, tp, r, b, w);
+        hostview_close(m->k, m->kctx, src, b, n_block, 0);
+      }
+      hostview_close(m->k, m->kctx, whole->params[i].data, w, n_whole, !rc);
     }
     if (!rc && pp > 1) { /* each stage's parameters, zero elsewhere: summed, they are the model */
       if (comm_all_reduce(d->pp_group, whole->param_memory, whole->param_memory, whole->n_elems,

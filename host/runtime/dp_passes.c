@@ -45,7 +45,7 @@ static void unit_gather_start(struct dp *d, int u)
   const struct dp_unit *unit = &d->layout.units[u];
   const struct dp_bucket *first = &d->layout.buckets[unit->first_bucket];
   const struct dp_bucket *last = &d->layout.buckets[unit->last_bucket];
-  s->params = alloc_reals(ALLOC_PARAMS, last->start + last->n_elems - first->start);
+  s->params = alloc_reals_on(d->model->device, ALLOC_PARAMS, last->start + last->n_elems - first->start);
   if (!s->params)
     comm_fatal("out of memory gathering the parameters of unit %d", u);
   for (int b = unit->first_bucket; b <= unit->last_bucket; b++) {
@@ -128,7 +128,7 @@ static void buckets_ready_for(struct dp *d, int first, int last)
       }
     if (s->grads)
       continue; /* already filling in this backward */
-    s->grads = alloc_reals(ALLOC_GRADS, d->layout.buckets[b].n_elems);
+    s->grads = alloc_reals_on(d->model->device, ALLOC_GRADS, d->layout.buckets[b].n_elems);
     if (!s->grads)
       comm_fatal("out of memory for a gradient bucket of %zu elements", d->layout.buckets[b].n_elems);
     dp_bind_bucket(d, b, s->grads, 1);
@@ -142,7 +142,7 @@ static void bucket_start(struct dp *d, int b)
   if (d->zero < 2) {
     dp_all_reduce(d, d->model->grad_memory + k->start, k->n_elems, &s->req);
   } else {
-    s->recv = alloc_reals(ALLOC_COMM, k->share);
+    s->recv = alloc_reals_on(d->model->device, ALLOC_COMM, k->share);
     if (!s->recv)
       comm_fatal("out of memory for a reduce-scatter output of %zu elements", k->share);
     dp_reduce_scatter(d, s->grads, s->recv, k->share, &s->req);
@@ -180,7 +180,7 @@ static void compute(struct dp *d, struct piece pc, const struct dp_pass *ps, dou
     if (tied)
       buckets_ready_for(d, 0, 0);
     model_bind_views(m);
-    model_head_backward(m, ps->a, ps->targets, ps->loss_scale);
+    model_head_backward(m, ps->a, ps->loss_scale);
     grads_final_from(d, u->first_param);
     break;
   }
@@ -211,10 +211,11 @@ int dp_pieces_alloc(struct dp *d)
 void dp_step_begin(struct dp *d, long long step)
 {
   d->step = step;
-  if (d->model->grad_memory)
-    memset(d->model->grad_memory, 0, d->layout.n_elems * sizeof(real));
+  struct model *m = d->model;
+  if (m->grad_memory)
+    m->k->zero(m->kctx, m->grad_memory, d->layout.n_elems * sizeof(real));
   if (d->shard_grads)
-    memset(d->shard_grads, 0, d->layout.n_shard * sizeof(real));
+    m->k->zero(m->kctx, d->shard_grads, d->layout.n_shard * sizeof(real));
   d->reducing = 0;
   d->next_bucket = d->layout.n_buckets - 1;
 }

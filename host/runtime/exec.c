@@ -122,7 +122,6 @@ int exec_open(struct exec *pp, const struct exec_env *env, struct comm_group *gr
       sl->stage = sl->mb = -1;
       const struct plan_stage *st = &p->stages[s];
       struct model_acts_scope scope = { st->first_layer, st->n_layers, st->has_embed, st->has_head };
-      const int own = first_here;
       if (first_here) { /* the owner's own set: all of this rank's layers */
         first_here = 0;
         sl->acts = t->acts;
@@ -135,14 +134,8 @@ int exec_open(struct exec *pp, const struct exec_env *env, struct comm_group *gr
           return err[0] ? 1 : errf(err, err_size, "out of memory for an activation slot");
         }
       }
-      sl->grad = S > 1 ? alloc_reals(ALLOC_COMM, boundary_elems(t, micro, seq)) : NULL;
-      if (st->has_head && own && S == 1) {
-        sl->targets = t->targets; /* one stage: the owner's batch buffer */
-      } else if (st->has_head) {
-        sl->targets = alloc_bytes(ALLOC_ACTIVATIONS, (size_t)micro * seq * sizeof(int));
-        sl->own_targets = 1;
-      }
-      if ((S > 1 && !sl->grad) || (st->has_head && !sl->targets)) {
+      sl->grad = S > 1 ? alloc_reals_on(t->model->device, ALLOC_COMM, boundary_elems(t, micro, seq)) : NULL;
+      if (S > 1 && !sl->grad) {
         free(per_stage);
         return errf(err, err_size, "out of memory for an activation slot");
       }
@@ -171,8 +164,6 @@ void exec_close(struct exec *pp)
       free(sl->acts);
     }
     alloc_free(sl->grad);
-    if (sl->own_targets)
-      alloc_free(sl->targets);
   }
   free(pp->slots);
   free(pp->in_index);
@@ -294,14 +285,14 @@ double exec_step(struct exec *pp, int (*optimizer)(void *ctx, double loss), void
         slot_wait_recv(pp, sl);
       struct model_dropout dropout = { (real)p->model.dropout, t->dropout_seed, (uint32_t)step, t->samples };
       if (!bwd)
-        t->micro_batch(t->ctx, in->mb, t->inputs, sl->targets ? sl->targets : t->targets, t->samples);
+        t->micro_batch(t->ctx, in->mb, t->inputs, t->targets, t->samples);
       else if (!st->has_head)
-        memcpy(sl->acts->dresidual, sl->grad, n_boundary * sizeof(real));
+        m->k->copy(m->kctx, sl->acts->dresidual, sl->grad, n_boundary * sizeof(real));
       const struct sched_instr *after = pieces_follower(list, i);
       struct piece then;
       if (after)
         then = pieces_first(p, after);
-      const struct dp_pass pass = { st, bwd, sl->acts, t->inputs, sl->targets, &dropout, B, T, loss_scale,
+      const struct dp_pass pass = { st, bwd, sl->acts, t->inputs, st->has_head ? t->targets : NULL, &dropout, B, T, loss_scale,
                                     bwd && in->mb == pp->last_bwd[in->stage], pp->embed != NULL };
       const double t0 = comm_now();
       loss += dp_run_pass(t->dp, &pass, after ? &then : NULL);
@@ -309,7 +300,7 @@ double exec_step(struct exec *pp, int (*optimizer)(void *ctx, double loss), void
         if (st->has_embed)
           sl->stage = sl->mb = -1; /* nothing to send back */
         else
-          memcpy(sl->grad, sl->acts->dresidual, n_boundary * sizeof(real));
+          m->k->copy(m->kctx, sl->grad, sl->acts->dresidual, n_boundary * sizeof(real));
       }
       comm_trace_work(bwd ? "backward" : "forward", in->stage, in->mb, pp->flops[2 * in->stage + bwd], t0,
                       comm_now());

@@ -24,8 +24,9 @@
  * follows the schedule (GPipe holds all m micro-batches, 1F1B at most pp − rank, one stage under
  * 1F1B one). Slots share the workspace and the recompute area (model_acts_create_slot); the
  * first slot of the rank's first stage is the owner's own set, with room for all of the rank's
- * layers (evaluation runs them on it); on a one-stage plan it also keeps its targets in the
- * owner's batch buffer, and no slot needs a boundary gradient.
+ * layers (evaluation runs them on it). A slot's activations keep the tokens and targets its
+ * forward read (model_acts: tokens, targets), so the owner's batch buffers (host memory) are
+ * only read while a forward runs; on a one-stage plan no slot needs a boundary gradient.
  *
  * Every pipeline rank computes the windows of any micro-batch itself (the data is a function of
  * the step and window), so only activations and gradients travel. The loss is computed on the
@@ -57,8 +58,8 @@ struct exec_env {
   struct model *model;
   struct dp *dp;
   struct model_acts *acts;     /* slot 0 */
-  int *inputs, *targets;       /* (micro, seq) */
-  uint64_t *samples;           /* (micro) each row's window index */
+  int *inputs, *targets;       /* (micro, seq) host memory, filled by micro_batch */
+  uint64_t *samples;           /* (micro) each row's window index (host memory) */
   uint64_t dropout_seed;
   const long long *step;       /* the step running */
   void (*micro_batch)(void *ctx, int mb, int *inputs, int *targets, uint64_t *samples);
@@ -69,8 +70,6 @@ struct exec_slot {
   int pool;                    /* the stage whose slot it is */
   int stage, mb;               /* −1: free */
   struct model_acts *acts;
-  int *targets;                /* (micro · seq) on the rank holding the head */
-  int own_targets;             /* targets is the slot's own allocation (not the owner's buffer) */
   real *grad;                  /* (micro · Th · C) the gradient received before, and sent after,
                                 * BWD; NULL on a one-stage plan */
   struct comm_request *recv, *send_act, *send_grad;

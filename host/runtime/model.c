@@ -14,6 +14,7 @@
 #include "philox.h"
 #include "comm/comm.h"
 #include "runtime/alloc.h"
+#include "runtime/hostview.h"
 #include "util/err.h"
 #include "util/hash.h"
 
@@ -107,6 +108,9 @@ static int create_table(struct model *m, char *err, size_t err_size)
   struct plan_model *c = &m->config;
   m->k = kernels_active();
   m->kctx = kernels_active_context();
+  m->device = alloc_current_device();
+  m->tp.k = m->k;
+  m->tp.kctx = m->kctx;
   if (check_config(c, err, err_size))
     return 1;
   const int L = c->n_layers, C = c->dim, F = c->ffn_dim, HS = c->head_dim;
@@ -241,8 +245,8 @@ int model_create(struct model *m, const struct plan_model *cfg, char *err, size_
 {
   if (model_create_table(m, cfg, err, err_size))
     return 1;
-  m->param_memory = alloc_reals(ALLOC_PARAMS, m->n_elems);
-  m->grad_memory = alloc_reals(ALLOC_GRADS, m->n_elems);
+  m->param_memory = alloc_reals_on(m->device, ALLOC_PARAMS, m->n_elems);
+  m->grad_memory = alloc_reals_on(m->device, ALLOC_GRADS, m->n_elems);
   if (!m->param_memory || !m->grad_memory) {
     snprintf(err, err_size, "out of memory for the parameters of a %d-layer model of dim %d",
              m->config.n_layers, m->config.dim);
@@ -305,21 +309,27 @@ void model_free(struct model *m)
   memset(m, 0, sizeof *m);
 }
 
-void model_init(struct model *m, uint64_t seed)
+int model_init(struct model *m, uint64_t seed, char *err, size_t err_size)
 {
   for (int i = 0; i < m->n_params; i++) {
     struct model_param *p = &m->params[i];
     if (!p->data)
       continue; /* not held here (a ZeRO-3 rank initializes one bucket at a time) */
+    const size_t n_bytes = p->n_elems * sizeof(real);
+    real *data = hostview_open(m->k, m->kctx, p->data, n_bytes, 0);
+    if (!data) {
+      snprintf(err, err_size, "out of host memory initializing %s (%zu elements)", p->name, p->n_elems);
+      return -1;
+    }
     if (p->n_dims == 1) {
-      for (size_t e = 0; e < p->n_elems; e++) p->data[e] = 1.0f;
+      for (size_t e = 0; e < p->n_elems; e++) data[e] = 1.0f;
+      hostview_close(m->k, m->kctx, p->data, data, n_bytes, 1);
       continue;
     }
     uint64_t stream = hash_fnv1a64(p->name);
     const uint32_t lo = (uint32_t)stream, hi = (uint32_t)(stream >> 32);
     const int64_t cols = p->shape[1], rows = p->local[0], lcols = p->local[1];
     const float std = p->init_std; /* the product in float: the same weights in the float64 build */
-    real *data = p->data;
 #pragma omp parallel for
     for (int64_t r = 0; r < rows; r++) {
       const int64_t row = p->start[0] + r; /* in the whole tensor; rows ≥ shape[0] are padding */
@@ -328,7 +338,9 @@ void model_init(struct model *m, uint64_t seed)
         data[r * lcols + c] = row < p->shape[0] ? (real)(std * philox_normal(seed, lo, hi, e)) : 0;
       }
     }
+    hostview_close(m->k, m->kctx, p->data, data, n_bytes, 1);
   }
+  return 0;
 }
 
 const struct model_param *model_find(const struct model *m, const char *name)
@@ -342,7 +354,7 @@ const struct model_param *model_find(const struct model *m, const char *name)
 void model_zero_grads(struct model *m)
 {
   if (m->grad_memory)
-    memset(m->grad_memory, 0, m->n_elems * sizeof(real));
+    m->k->zero(m->kctx, m->grad_memory, m->n_elems * sizeof(real));
 }
 
 long long model_n_params(const struct model *m)
@@ -361,6 +373,7 @@ long long model_n_params(const struct model *m)
 struct carve {
   real *base;
   size_t used;
+  size_t id_used; /* of used: what carve_bytes handed out (ids, not compute elements) */
 };
 
 static real *carve(struct carve *c, size_t n_elems)
@@ -373,7 +386,10 @@ static real *carve(struct carve *c, size_t n_elems)
 /* n_bytes of another type (token ids, sample indices) carved as whole reals. */
 static void *carve_bytes(struct carve *c, size_t n_bytes)
 {
-  return carve(c, (n_bytes + sizeof(real) - 1) / sizeof(real));
+  const size_t before = c->used;
+  void *p = carve(c, (n_bytes + sizeof(real) - 1) / sizeof(real));
+  c->id_used += c->used - before;
+  return p;
 }
 
 void model_layer_dims(const struct model *m, int layer, struct model_layer_dims *d)
@@ -473,12 +489,12 @@ static void layout_acts(struct model_acts *a, const struct model *m, const struc
     a->head_in = m->tp.io.home == TP_R ? a->lnf : carve(act, BT * C);
     a->logits = carve(act, BT * Vl);
     a->losses = carve(act, BT);
+    a->targets = carve_bytes(act, BT * sizeof(int));
   }
   a->ce_stats = carve(act, BT * 3);
   a->rope_cos = carve(act, (size_t)a->T_max * HS / 2);
   a->rope_sin = carve(act, (size_t)a->T_max * HS / 2);
   a->tokens = carve_bytes(act, BT * sizeof(int));
-  a->drop.samples = carve_bytes(act, (size_t)a->B_max * sizeof(uint64_t));
 
   if (a->shares)
     return;
@@ -516,17 +532,20 @@ static int acts_create(struct model_acts *a, const struct model *m, int B_max, i
   const int L = m->config.n_layers;
   a->layers = calloc((size_t)L, sizeof *a->layers);
   a->residual = calloc((size_t)L + 1, sizeof *a->residual);
-  if (!a->layers || !a->residual)
+  uint64_t *samples = calloc((size_t)B_max, sizeof *samples);
+  if (!a->layers || !a->residual || !samples) {
+    free(samples);
     goto out_of_memory;
+  }
   struct carve act = { 0 }, rec = { 0 }, work = { 0 };
   layout_acts(a, m, scope, &act, &rec, &work);
-  act.base = alloc_reals(ALLOC_ACTIVATIONS, act.used);
+  act.base = alloc_reals_on(m->device, ALLOC_ACTIVATIONS, act.used);
   if (first) {
     rec.base = first->recompute_memory;
     work.base = first->workspace_memory;
   } else {
-    rec.base = rec.used ? alloc_reals(ALLOC_ACTIVATIONS, rec.used) : NULL;
-    work.base = alloc_reals(ALLOC_WORKSPACE, work.used);
+    rec.base = rec.used ? alloc_reals_on(m->device, ALLOC_ACTIVATIONS, rec.used) : NULL;
+    work.base = alloc_reals_on(m->device, ALLOC_WORKSPACE, work.used);
   }
   if (!act.base || (!first && ((rec.used && !rec.base) || !work.base))) {
     alloc_free(act.base);
@@ -534,6 +553,7 @@ static int acts_create(struct model_acts *a, const struct model *m, int B_max, i
       alloc_free(rec.base);
       alloc_free(work.base);
     }
+    free(samples);
     goto out_of_memory;
   }
   act.used = rec.used = work.used = 0;
@@ -548,6 +568,7 @@ static int acts_create(struct model_acts *a, const struct model *m, int B_max, i
     a->activation_memory = mine.activation_memory;
     a->shares = 1;
   }
+  a->drop.samples = samples;
   layout_acts(a, m, scope, &act, &rec, &work);
   m->k->rope_table(m->kctx, a->rope_cos, a->rope_sin, T_max, m->config.head_dim,
                    m->config.rope_theta, 0);
@@ -562,7 +583,7 @@ out_of_memory:
 }
 
 int model_acts_count(const struct model *m, int B_max, int T_max, const struct model_acts_scope *scope,
-                     size_t counts[3])
+                     size_t counts[4])
 {
   struct model_acts a;
   memset(&a, 0, sizeof a);
@@ -580,6 +601,7 @@ int model_acts_count(const struct model *m, int B_max, int T_max, const struct m
   counts[0] = act.used;
   counts[1] = rec.used;
   counts[2] = work.used;
+  counts[3] = act.id_used;
   free(a.layers);
   free(a.residual);
   return 0;
@@ -606,5 +628,6 @@ void model_acts_free(struct model_acts *a)
   }
   free(a->layers);
   free(a->residual);
+  free(a->drop.samples);
   memset(a, 0, sizeof *a);
 }

@@ -75,6 +75,8 @@ struct model_layer_weights {
 struct model_tp {
   struct comm_group *group;  /* NULL: a group of one */
   int size, rank;
+  const struct kernel_ops *k; /* the model's kernel table and context: staging copies */
+  void *kctx;
   struct tp_layer_layout *layers; /* (L) */
   struct tp_layer_layout io;      /* embedding and head splits, home layout */
   int failed;                /* a collective failed; the message is in err */
@@ -85,6 +87,8 @@ struct model {
   struct plan_model config;  /* head_dim and vocab_padded filled in */
   const struct kernel_ops *k; /* the kernel table, selected when the table was built */
   void *kctx;                /* its execution context (NULL on the CPU) */
+  int device;                /* the allocator's device its memory lives on (alloc.h; the host on
+                              * the CPU), current when the table was built */
   struct model_tp tp;
   /* Pipeline stages: what this pipeline rank holds. Parameters elsewhere have no elements here
    * (n_elems 0, `here` 0) and activations are only laid out for what is here. */
@@ -146,9 +150,11 @@ struct model_acts {
     real p;
     uint64_t seed;
     uint32_t step;
-    uint64_t *samples;       /* (B_max) */
+    uint64_t *samples;       /* (B_max) host memory: the host draws the masks' counters */
   } drop;
-  int *tokens;               /* (B, T) inputs of the last forward */
+  int *tokens;               /* (B, T) inputs of the last forward (backend memory) */
+  int *targets;              /* (B, T) targets of the last forward through the head with a loss
+                              * (backend memory); NULL where the head is not laid out */
   real **residual;          /* (L + 1) of (B_max·Th_max, C): [0] embeddings, [l + 1] output of layer l;
                               * NULL where neither side of it is on this pipeline rank */
   struct model_layer_acts *layers; /* (L) */
@@ -204,7 +210,8 @@ int model_create_table_tp(struct model *m, const struct plan *p, struct comm_gro
  * bill; the group pointer stays NULL). */
 int model_create_table_at(struct model *m, const struct plan *p, int tp_rank, int pp_rank,
                           char *err, size_t err_size);
-/* Copies this rank's block of parameter p out of its whole stored tensor (rows, shape[1]). */
+/* Copies this rank's block of parameter p out of its whole stored tensor (rows, shape[1]).
+ * Both in host memory (a file's tensor, a host view of p->data: hostview.h). */
 void model_param_take_block(const struct model_param *p, const real *whole, real *block);
 /* The inverse: writes the block of TP rank `tp_rank` into the whole stored tensor. */
 void model_param_put_block(const struct model_param *p, int tp_size, int tp_rank,
@@ -219,8 +226,9 @@ void model_free(struct model *m);
 /* Element i of parameter `name` = init_std · philox_normal(seed, stream = FNV-1a 64 of name,
  * i) for 2-D tensors (i over the unpadded tensor; padding rows stay 0); norm gains = 1. A
  * function of (seed, name, i) only: a TP rank computes its block of the same values.
- * Parameters whose data is NULL are skipped. */
-void model_init(struct model *m, uint64_t seed);
+ * Parameters whose data is NULL are skipped. Written through host views (hostview.h): 0, or −1
+ * when a view's host block cannot be had (never on the CPU; err says which tensor). */
+int model_init(struct model *m, uint64_t seed, char *err, size_t err_size);
 const struct model_param *model_find(const struct model *m, const char *name);
 void model_zero_grads(struct model *m);
 /* Parameters in the Hugging Face sense (unpadded, the tied head not counted twice). */
@@ -233,11 +241,12 @@ int model_acts_create(struct model_acts *a, const struct model *m, int B_max, in
 struct model_acts_scope {
   int first, n, embed, head;
 };
-/* Floats model_acts_create would allocate for B_max × T_max tokens over `scope` (NULL: all):
- * counts[0] saved activations (one slot), [1] the recompute area, [2] the workspace. 0, or −1
- * out of memory. */
+/* Reals model_acts_create would allocate for B_max × T_max tokens over `scope` (NULL: all):
+ * counts[0] saved activations (one slot), [1] the recompute area, [2] the workspace; [3] the
+ * part of [0] that holds token and target ids rather than compute elements. 0, or −1 out of
+ * memory. */
 int model_acts_count(const struct model *m, int B_max, int T_max, const struct model_acts_scope *scope,
-                     size_t counts[3]);
+                     size_t counts[4]);
 /* Another set of saved activations (a pipeline slot for one more micro-batch in flight of one
  * stage: `scope`, NULL for everything) that shares `first`'s workspace and recompute area. */
 int model_acts_create_slot(struct model_acts *a, const struct model *m, const struct model_acts *first,
@@ -249,14 +258,16 @@ void model_acts_free(struct model_acts *a);
  * forward calls it; a pipeline stage without the embedding calls it itself. */
 void model_forward_begin(const struct model *m, struct model_acts *a,
                          const struct model_dropout *dropout, int B, int T);
-/* residual[0] = embedding of tokens (B, T). Starts a forward (model_forward_begin). */
+/* residual[0] = embedding of tokens (B, T, host memory: copied to a->tokens). Starts a forward
+ * (model_forward_begin). */
 void model_embed_forward(const struct model *m, struct model_acts *a, const int *tokens,
                          const struct model_dropout *dropout, int B, int T);
 /* residual[layer + 1] = block `layer` applied to residual[layer]. */
 void model_layer_forward(const struct model *m, struct model_acts *a, int layer,
                          const struct model_dropout *dropout);
-/* logits from residual[L]; with targets (B, T) also the losses: returns Σ losses (the sum over
- * the B·T tokens, targets −1 excluded), else 0 and logits stay readable in a->logits. */
+/* logits from residual[L]; with targets (B, T, host memory: copied to a->targets for backward)
+ * also the losses: returns Σ losses (the sum over the B·T tokens, targets −1 excluded), else 0
+ * and logits stay in a->logits. */
 double model_head_forward(const struct model *m, struct model_acts *a, const int *targets);
 /* After model_head_forward: out[i] = the token with the largest logit in row rows[i] (of the
  * B·T rows; the first such token on ties), over the whole vocabulary when the head is split.
@@ -266,16 +277,15 @@ void model_head_argmax(struct model *m, struct model_acts *a, const int *rows, i
 double model_forward(const struct model *m, struct model_acts *a, const int *tokens,
                      const int *targets, const struct model_dropout *dropout, int B, int T);
 
-/* dresidual = d(loss_scale · Σ losses)/d residual[L]; head gradients accumulate. Needs the
- * forward's targets. */
-void model_head_backward(struct model *m, struct model_acts *a, const int *targets,
-                         real loss_scale);
+/* dresidual = d(loss_scale · Σ losses)/d residual[L]; head gradients accumulate. After a
+ * model_head_forward with targets (it reads them from a->targets). */
+void model_head_backward(struct model *m, struct model_acts *a, real loss_scale);
 /* dresidual: from d/d residual[layer + 1] to d/d residual[layer]; layer gradients accumulate.
  * First recomputes what the layer's recompute policy discarded in forward. */
 void model_layer_backward(struct model *m, struct model_acts *a, int layer);
 /* Embedding gradient += dresidual at the forward's tokens. */
 void model_embed_backward(struct model *m, struct model_acts *a);
-/* All of the above, after model_forward with the same targets. */
-void model_backward(struct model *m, struct model_acts *a, const int *targets, real loss_scale);
+/* All of the above, after model_forward with targets. */
+void model_backward(struct model *m, struct model_acts *a, real loss_scale);
 
 #endif

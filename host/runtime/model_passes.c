@@ -15,6 +15,7 @@
 #include "comm/comm.h"
 #include "ops.h"
 #include "runtime/model.h"
+#include "runtime/hostview.h"
 #include "runtime/tp.h"
 
 static real *residual_at(const struct model_acts *a, const struct model *m, int index)
@@ -127,7 +128,8 @@ void model_embed_forward(const struct model *mc, struct model_acts *a, const int
   struct model *m = (struct model *)mc; /* the TP state records failures */
   const int C = m->config.dim, N = B * T;
   model_forward_begin(m, a, dropout, B, T);
-  memcpy(a->tokens, tokens, (size_t)N * sizeof(int));
+  m->k->from_host(m->kctx, a->tokens, tokens, (size_t)N * sizeof(int));
+  tokens = a->tokens; /* the kernels read the backend's copy */
   if (m->tp.size == 1) {
     m->k->encoder_forward(m->kctx, residual_at(a, m, 0), tokens, m->wte, N, C);
     return;
@@ -341,7 +343,7 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
   real *dins[PLAN_N_MODULES];
   layer_recompute(m, a, layer);
   if (sp)
-    memset(a->gains, 0, 2 * (size_t)C * sizeof(real));
+    m->k->zero(m->kctx, a->gains, 2 * (size_t)C * sizeof(real));
 
   /* MLP branch: out = mid + drop(down(hidden)). Gradients that need no conversion are read
    * where they are. */
@@ -457,6 +459,8 @@ double model_head_forward(const struct model *mc, struct model_acts *a, const in
   m->k->linear_forward(m->kctx, a->logits, a->head_in, m->head, N, C, Vl);
   if (!targets)
     return 0.0;
+  m->k->from_host(m->kctx, a->targets, targets, (size_t)N * sizeof(int));
+  targets = a->targets; /* the backend's copy, which backward reads too */
   if (head_sharded(m)) {
     m->k->crossentropy_shard_max(m->kctx, a->ce_stats, a->logits, N, Vvalid, Vl);
     tp_all_reduce(&m->tp, a->ce_stats, (size_t)N, COMM_MAX);
@@ -467,14 +471,13 @@ double model_head_forward(const struct model *mc, struct model_acts *a, const in
   } else {
     m->k->crossentropy_forward(m->kctx, a->losses, a->logits, a->logits, targets, N, c->vocab, Vl);
   }
-  double sum = 0.0; /* in token order: the same bits for any thread count */
-  for (int i = 0; i < N; i++) sum += a->losses[i];
-  return sum;
+  /* in token order: the same bits for any thread count */
+  return hostview_sum(m->k, m->kctx, a->losses, (size_t)N);
 }
 
-void model_head_backward(struct model *m, struct model_acts *a, const int *targets,
-                         real loss_scale)
+void model_head_backward(struct model *m, struct model_acts *a, real loss_scale)
 {
+  const int *targets = a->targets;
   const struct plan_model *c = &m->config;
   const int B = a->B, T = a->T, N = B * T, Nh = B * model_home_T(m, T), C = c->dim;
   const int sp = m->tp.io.home == TP_SEQ;
@@ -490,7 +493,7 @@ void model_head_backward(struct model *m, struct model_acts *a, const int *targe
   enum tp_layout arrival = m->tp.size > 1 ? tp_split_input_grad(m->tp.io.split[PLAN_MOD_HEAD]) : TP_R;
   real *dn = tp_convert(&m->tp, a->pack, a->work_c2, a->work_c1, arrival, m->tp.io.home, B, T, C, NULL);
   if (sp)
-    memset(a->gains, 0, (size_t)C * sizeof(real));
+    m->k->zero(m->kctx, a->gains, (size_t)C * sizeof(real));
   m->k->rmsnorm_backward(m->kctx, a->dresidual, sp ? a->gains : m->dfinal_norm, dn,
                          residual_at(a, m, c->n_layers), m->final_norm, a->lnf_rstd, Nh, C);
   if (sp) {
@@ -503,28 +506,42 @@ void model_head_argmax(struct model *m, struct model_acts *a, const int *rows, i
 {
   int v0, Vl, Vvalid;
   head_columns(m, &v0, &Vl, &Vvalid);
-  /* (value, index) of each row's first maximum here; then the first maximum over the group */
-  real *mine = a->ce_stats, *all = a->pack;
-  for (int i = 0; i < n; i++) {
-    const real *row = a->logits + (size_t)rows[i] * Vl;
-    int best = 0;
-    for (int v = 1; v < Vvalid; v++) best = row[v] > row[best] ? v : best;
-    mine[2 * i] = Vvalid > 0 ? row[best] : -INFINITY;
-    mine[2 * i + 1] = (real)(v0 + best);
-  }
-  if (!head_sharded(m)) {
-    for (int i = 0; i < n; i++) out[i] = (int)mine[2 * i + 1];
+  /* (value, index) of each row's first maximum here; then the first maximum over the group. On
+   * the host: ce_stats and pack serve as the two arrays (host views of them). */
+  const int tp = head_sharded(m) ? m->tp.size : 1;
+  const size_t n_mine = 2 * (size_t)n * sizeof(real), n_all = (size_t)tp * n_mine;
+  real *mine = hostview_open(m->k, m->kctx, a->ce_stats, n_mine, 0);
+  real *all = tp > 1 ? hostview_open(m->k, m->kctx, a->pack, n_all, 0) : NULL;
+  if (!mine || (tp > 1 && !all)) {
+    hostview_close(m->k, m->kctx, a->ce_stats, mine, n_mine, 0);
+    tp_failed(&m->tp, "host memory for the argmax");
+    for (int i = 0; i < n; i++) out[i] = 0;
     return;
   }
-  if (comm_all_gather(m->tp.group, mine, all, 2 * (size_t)n, COMM_REAL, NULL))
-    tp_failed(&m->tp, "all-gather of the argmax");
   for (int i = 0; i < n; i++) {
-    int best = 0; /* ranks hold increasing vocabulary columns: ties keep the lowest token */
-    for (int r = 1; r < m->tp.size; r++)
-      if (all[(size_t)r * 2 * n + 2 * i] > all[(size_t)best * 2 * n + 2 * i])
-        best = r;
-    out[i] = (int)all[(size_t)best * 2 * n + 2 * i + 1];
+    const real *row = a->logits + (size_t)rows[i] * Vl;
+    const int best = Vvalid > 0 ? hostview_argmax(m->k, m->kctx, row, Vvalid) : 0;
+    real value = -INFINITY;
+    if (Vvalid > 0)
+      m->k->to_host(m->kctx, &value, row + best, sizeof value);
+    mine[2 * i] = value;
+    mine[2 * i + 1] = (real)(v0 + best);
   }
+  if (tp == 1) {
+    for (int i = 0; i < n; i++) out[i] = (int)mine[2 * i + 1];
+  } else {
+    if (comm_all_gather(m->tp.group, mine, all, 2 * (size_t)n, COMM_REAL, NULL))
+      tp_failed(&m->tp, "all-gather of the argmax");
+    for (int i = 0; i < n; i++) {
+      int best = 0; /* ranks hold increasing vocabulary columns: ties keep the lowest token */
+      for (int r = 1; r < tp; r++)
+        if (all[(size_t)r * 2 * n + 2 * i] > all[(size_t)best * 2 * n + 2 * i])
+          best = r;
+      out[i] = (int)all[(size_t)best * 2 * n + 2 * i + 1];
+    }
+  }
+  hostview_close(m->k, m->kctx, a->pack, all, n_all, 0);
+  hostview_close(m->k, m->kctx, a->ce_stats, mine, n_mine, 0);
 }
 
 /* ---- all of it ---- */
@@ -537,9 +554,9 @@ double model_forward(const struct model *m, struct model_acts *a, const int *tok
   return model_head_forward(m, a, targets);
 }
 
-void model_backward(struct model *m, struct model_acts *a, const int *targets, real loss_scale)
+void model_backward(struct model *m, struct model_acts *a, real loss_scale)
 {
-  model_head_backward(m, a, targets, loss_scale);
+  model_head_backward(m, a, loss_scale);
   for (int l = m->config.n_layers - 1; l >= 0; l--) model_layer_backward(m, a, l);
   model_embed_backward(m, a);
 }

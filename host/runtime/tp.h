@@ -23,8 +23,9 @@ real *tp_convert(struct model_tp *t, real *pack, real *out, real *in, enum tp_la
 void tp_expand_kv(const struct model_tp *t, const struct plan_model *c, real *out, const real *in,
                   int BT, int NHl);
 /* Its adjoint: out (BT, NKV, HS) = zero plus each expanded head's gradient added in (partial
- * sums over the group). */
-void tp_expand_kv_backward(const struct model_tp *t, const struct plan_model *c, real *out,
+ * sums over the group). Computed on the host through views (hostview.h); a view's memory that
+ * cannot be had is recorded in t. */
+void tp_expand_kv_backward(struct model_tp *t, const struct plan_model *c, real *out,
                            const real *in, int BT, int NHl);
 
 #endif

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "ops.h"
 #include "runtime/alloc.h"
 #include "runtime/bill.h"
 #include "runtime/weights.h"
@@ -51,6 +52,11 @@ int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *con
   const int have[PLAN_N_AXES] = { tp ? tp->size : 1, dp ? dp->size : 1, pp ? pp->size : 1 };
   const int want[PLAN_N_AXES] = { p->mesh.tp, p->mesh.dp, p->mesh.pp };
   int refused = check_supported(p, err, err_size);
+  const struct kernel_ops *ops = kernels_active();
+  if (!refused && !ops->host_visible && (have[0] > 1 || have[1] > 1 || have[2] > 1))
+    refused = errf(err, err_size, "the %s backend's memory is not host memory, and the %s comm backend "
+                   "carries host buffers only: run it on one rank (mesh %d × %d × %d here)", ops->name,
+                   comm_backend_name(), have[PLAN_AXIS_TP], have[PLAN_AXIS_DP], have[PLAN_AXIS_PP]);
   for (int a = 0; a < PLAN_N_AXES && !refused; a++) {
     static const int order[PLAN_N_AXES] = { PLAN_AXIS_DP, PLAN_AXIS_TP, PLAN_AXIS_PP };
     const int x = order[a];
@@ -79,9 +85,10 @@ int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *con
     goto fail;
   }
   t->dp.pp_group = pp;
-  t->inputs = alloc_bytes(ALLOC_WORKSPACE, (size_t)micro * S * sizeof(int));
-  t->targets = alloc_bytes(ALLOC_WORKSPACE, (size_t)micro * S * sizeof(int));
-  t->samples = alloc_bytes(ALLOC_WORKSPACE, (size_t)micro * sizeof(uint64_t));
+  /* host memory: the data source writes them, the passes copy them to the backend */
+  t->inputs = alloc_host_bytes(ALLOC_WORKSPACE, (size_t)micro * S * sizeof(int));
+  t->targets = alloc_host_bytes(ALLOC_WORKSPACE, (size_t)micro * S * sizeof(int));
+  t->samples = alloc_host_bytes(ALLOC_WORKSPACE, (size_t)micro * sizeof(uint64_t));
   if (!t->inputs || !t->targets || !t->samples) {
     errf(err, err_size, "out of memory for the batch buffers");
     goto fail;
@@ -135,7 +142,11 @@ const char *trainer_failed(const struct trainer *t)
 
 void trainer_close(struct trainer *t)
 {
-  alloc_unreserve(t->reserved);
+  const int current = alloc_current_device(); /* the reservation is on the model's device */
+  if (alloc_use_device(t->model.device) == 0) {
+    alloc_unreserve(t->reserved);
+    alloc_use_device(current);
+  }
   exec_close(&t->exec);
   alloc_free(t->inputs);
   alloc_free(t->targets);

@@ -1,8 +1,65 @@
 /* kernel_ops_cpu: the CPU backend's table (ops.h). Each entry drops the execution context,
  * which the CPU has no use for, and calls the free function of the same name (kernels.h), so
  * the kernels themselves exist once and their unit tests call them directly. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "kernels.h"
 #include "ops.h"
+
+/* ---- memory: host memory, worked on in place ---- */
+
+static void *cpu_mem_alloc(void *ctx, size_t n_bytes)
+{
+  (void)ctx;
+  size_t rounded = (n_bytes + 63) / 64 * 64;
+  void *p = aligned_alloc(64, rounded ? rounded : 64);
+  if (p)
+    memset(p, 0, rounded);
+  return p;
+}
+
+static void cpu_mem_free(void *ctx, void *block)
+{
+  (void)ctx;
+  free(block);
+}
+
+static void cpu_copy(void *ctx, void *dst, const void *src, size_t n_bytes)
+{
+  (void)ctx;
+  if (n_bytes)
+    memmove(dst, src, n_bytes);
+}
+
+static void cpu_copy_rows(void *ctx, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                          size_t row_bytes, size_t n_rows)
+{
+  (void)ctx;
+  for (size_t r = 0; r < n_rows; r++)
+    memcpy((char *)dst + r * dst_pitch, (const char *)src + r * src_pitch, row_bytes);
+}
+
+static void cpu_zero(void *ctx, void *dst, size_t n_bytes)
+{
+  (void)ctx;
+  if (n_bytes)
+    memset(dst, 0, n_bytes);
+}
+
+static void cpu_to_host(void *ctx, void *host, const void *src, size_t n_bytes)
+{
+  (void)ctx;
+  if (n_bytes)
+    memcpy(host, src, n_bytes);
+}
+
+static void cpu_from_host(void *ctx, void *dst, const void *host, size_t n_bytes)
+{
+  (void)ctx;
+  if (n_bytes)
+    memcpy(dst, host, n_bytes);
+}
 
 static void cpu_encoder_forward(void *ctx, real *out, const int *tokens, const real *wte, int BT,
                                 int C)
@@ -212,6 +269,14 @@ static void cpu_scale_inplace(void *ctx, real *x, size_t n_elems, real s)
 
 const struct kernel_ops kernel_ops_cpu = {
   .name = "cpu",
+  .host_visible = 1,
+  .mem_alloc = cpu_mem_alloc,
+  .mem_free = cpu_mem_free,
+  .copy = cpu_copy,
+  .copy_rows = cpu_copy_rows,
+  .zero = cpu_zero,
+  .to_host = cpu_to_host,
+  .from_host = cpu_from_host,
   .encoder_forward = cpu_encoder_forward,
   .encoder_backward = cpu_encoder_backward,
   .encoder_forward_shard = cpu_encoder_forward_shard,

@@ -19,6 +19,7 @@
 
 #include "comm/comm.h"
 #include "mpi_check.h"
+#include "ops.h"
 #include "plan/tp_layout.h"
 #include "runtime/tp.h"
 
@@ -172,6 +173,7 @@ int main(int argc, char **argv)
   group.group = w;
   group.size = tp;
   group.rank = rank;
+  group.k = &kernel_ops_cpu;
   T = 3 * tp;
   X = 2 * tp;
   static const struct test_case tests[] = { TEST(test_every_conversion),

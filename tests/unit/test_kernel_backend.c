@@ -4,8 +4,11 @@
  * the very bits of the same plan on the CPU table (losses, norms, parameters), and sees a call
  * of every entry a one-rank run uses. A kernel the runtime called by name would still give the
  * same bits but leave its entry at 0 here. The vocabulary-shard entries (encoder_*_shard,
- * crossentropy_shard_*) run only under tensor parallelism and are left out of the count. The
- * trainer keeps the table it opened with after the selection goes back to the CPU's. */
+ * crossentropy_shard_*) and copy_rows run only under tensor parallelism and are left out of the
+ * count, and so are mem_alloc and mem_free: the table is host-visible, so its memory is the host
+ * allocator's. The trainer keeps the table it opened with after the selection goes back to the CPU's. */
+#include <stddef.h>
+
 #include "check.h"
 #include "ops.h"
 #include "runtime/train.h"
@@ -14,6 +17,13 @@
 static char err[512];
 
 enum entry {
+  ENTRY_MEM_ALLOC,
+  ENTRY_MEM_FREE,
+  ENTRY_COPY,
+  ENTRY_COPY_ROWS,
+  ENTRY_ZERO,
+  ENTRY_TO_HOST,
+  ENTRY_FROM_HOST,
   ENTRY_ENCODER_FORWARD,
   ENTRY_ENCODER_BACKWARD,
   ENTRY_ENCODER_FORWARD_SHARD,
@@ -47,6 +57,13 @@ enum entry {
 };
 
 static const char *const entry_names[N_ENTRIES] = {
+  "mem_alloc",
+  "mem_free",
+  "copy",
+  "copy_rows",
+  "zero",
+  "to_host",
+  "from_host",
   "encoder_forward",
   "encoder_backward",
   "encoder_forward_shard",
@@ -78,10 +95,10 @@ static const char *const entry_names[N_ENTRIES] = {
   "scale_inplace",
 };
 
-/* Every entry of struct kernel_ops is wrapped here: an entry added to the table without a
- * counter fails to compile. */
+/* Every function entry of struct kernel_ops (after name and host_visible) is wrapped here: an
+ * entry added to the table without a counter fails to compile. */
 _Static_assert(sizeof(struct kernel_ops) ==
-                 sizeof(const char *) + N_ENTRIES * sizeof(void (*)(void)),
+                 offsetof(struct kernel_ops, mem_alloc) + N_ENTRIES * sizeof(void (*)(void)),
                "struct kernel_ops has an entry this test does not count");
 
 /* The counting backend's context: the calls per entry and the table and context it wraps. */
@@ -96,6 +113,52 @@ static const struct counter *count(void *ctx, enum entry e)
   struct counter *c = ctx;
   c->calls[e]++;
   return c;
+}
+
+/* The memory entries pass through to the CPU's. The table is host-visible, so the allocator
+ * bills its memory as the host's and takes it from the host allocator: mem_alloc and mem_free
+ * are there for completeness and are not expected to be called. */
+static void *counted_mem_alloc(void *ctx, size_t n_bytes)
+{
+  const struct counter *c = count(ctx, ENTRY_MEM_ALLOC);
+  return c->inner->mem_alloc(c->inner_ctx, n_bytes);
+}
+
+static void counted_mem_free(void *ctx, void *block)
+{
+  const struct counter *c = count(ctx, ENTRY_MEM_FREE);
+  c->inner->mem_free(c->inner_ctx, block);
+}
+
+static void counted_copy(void *ctx, void *dst, const void *src, size_t n_bytes)
+{
+  const struct counter *c = count(ctx, ENTRY_COPY);
+  c->inner->copy(c->inner_ctx, dst, src, n_bytes);
+}
+
+static void counted_copy_rows(void *ctx, void *dst, size_t dst_pitch, const void *src,
+                              size_t src_pitch, size_t row_bytes, size_t n_rows)
+{
+  const struct counter *c = count(ctx, ENTRY_COPY_ROWS);
+  c->inner->copy_rows(c->inner_ctx, dst, dst_pitch, src, src_pitch, row_bytes, n_rows);
+}
+
+static void counted_zero(void *ctx, void *dst, size_t n_bytes)
+{
+  const struct counter *c = count(ctx, ENTRY_ZERO);
+  c->inner->zero(c->inner_ctx, dst, n_bytes);
+}
+
+static void counted_to_host(void *ctx, void *host, const void *src, size_t n_bytes)
+{
+  const struct counter *c = count(ctx, ENTRY_TO_HOST);
+  c->inner->to_host(c->inner_ctx, host, src, n_bytes);
+}
+
+static void counted_from_host(void *ctx, void *dst, const void *host, size_t n_bytes)
+{
+  const struct counter *c = count(ctx, ENTRY_FROM_HOST);
+  c->inner->from_host(c->inner_ctx, dst, host, n_bytes);
 }
 
 static void counted_encoder_forward(void *ctx, real *out, const int *tokens, const real *wte,
@@ -313,6 +376,14 @@ static void counted_scale_inplace(void *ctx, real *x, size_t n_elems, real s)
 
 static const struct kernel_ops counting_ops = {
   .name = "counting",
+  .host_visible = 1,
+  .mem_alloc = counted_mem_alloc,
+  .mem_free = counted_mem_free,
+  .copy = counted_copy,
+  .copy_rows = counted_copy_rows,
+  .zero = counted_zero,
+  .to_host = counted_to_host,
+  .from_host = counted_from_host,
   .encoder_forward = counted_encoder_forward,
   .encoder_backward = counted_encoder_backward,
   .encoder_forward_shard = counted_encoder_forward_shard,
@@ -344,8 +415,13 @@ static const struct kernel_ops counting_ops = {
   .scale_inplace = counted_scale_inplace,
 };
 
-static int shard_entry(enum entry e)
+/* Entries a one-rank run on a host-visible table need not call: the vocabulary-shard ones and
+ * copy_rows (tensor parallelism's splits and gathers only) and mem_alloc/mem_free (a
+ * host-visible backend's memory is the host allocator's). */
+static int uncounted_entry(enum entry e)
 {
+  if (e == ENTRY_MEM_ALLOC || e == ENTRY_MEM_FREE || e == ENTRY_COPY_ROWS)
+    return 1;
   return e == ENTRY_ENCODER_FORWARD_SHARD || e == ENTRY_ENCODER_BACKWARD_SHARD ||
          e == ENTRY_CROSSENTROPY_SHARD_MAX || e == ENTRY_CROSSENTROPY_SHARD_SUMS ||
          e == ENTRY_CROSSENTROPY_SHARD_FINISH || e == ENTRY_CROSSENTROPY_SHARD_BACKWARD;
@@ -398,7 +474,7 @@ static void a_counting_table_sees_every_kernel_call_and_the_same_bits(void)
 
   for (int e = 0; e < N_ENTRIES; e++) {
     printf("%-28s %ld\n", entry_names[e], c.calls[e]);
-    if (!shard_entry((enum entry)e))
+    if (!uncounted_entry((enum entry)e))
       CHECK_MSG(c.calls[e] > 0, "%s: no call through the table", entry_names[e]);
   }
   trainer_close(&a);
@@ -409,6 +485,8 @@ static void kernels_use_null_goes_back_to_the_cpu_table(void)
 {
   const struct kernel_ops *t = &kernel_ops_cpu;
   CHECK(strcmp(t->name, "cpu") == 0);
+  CHECK(t->host_visible == 1 && t->mem_alloc && t->mem_free && t->copy && t->copy_rows &&
+        t->zero && t->to_host && t->from_host);
   CHECK(t->encoder_forward && t->encoder_backward && t->encoder_forward_shard &&
         t->encoder_backward_shard && t->rmsnorm_forward && t->rmsnorm_backward &&
         t->linear_forward && t->linear_backward && t->rope_table && t->rope_forward &&

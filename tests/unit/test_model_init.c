@@ -38,9 +38,9 @@ static void init_depends_only_on_seed_and_name(void)
   CHECK(model_create(&a, &c2, err, sizeof err) == 0);
   CHECK(model_create(&b, &c3, err, sizeof err) == 0); /* deeper and a wider ffn */
   CHECK(model_create(&c, &c2, err, sizeof err) == 0);
-  model_init(&a, 77);
-  model_init(&b, 77);
-  model_init(&c, 78);
+  CHECK(model_init(&a, 77, NULL, 0) == 0);
+  CHECK(model_init(&b, 77, NULL, 0) == 0);
+  CHECK(model_init(&c, 78, NULL, 0) == 0);
   static const char *const same[] = {
     "model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
     "model.layers.1.self_attn.k_proj.weight", "model.layers.1.self_attn.v_proj.weight",
@@ -72,7 +72,7 @@ static void init_is_the_stated_formula(void)
   struct plan_model cfg = config(2, 64, 64);
   struct model m;
   CHECK(model_create(&m, &cfg, err, sizeof err) == 0);
-  model_init(&m, 0x123456789abcull);
+  CHECK(model_init(&m, 0x123456789abcull, NULL, 0) == 0);
   static const char *const names[] = { "model.layers.1.mlp.up_proj.weight",
                                        "model.layers.1.mlp.down_proj.weight" };
   /* init_std is a float and the product std · z is taken in float, then stored as real: the
@@ -102,8 +102,8 @@ static void padded_vocab_rows_are_zero_and_the_rest_unchanged(void)
   struct model a, b;
   CHECK(model_create(&a, &c64, err, sizeof err) == 0);
   CHECK(model_create(&b, &c72, err, sizeof err) == 0);
-  model_init(&a, 9);
-  model_init(&b, 9);
+  CHECK(model_init(&a, 9, NULL, 0) == 0);
+  CHECK(model_init(&b, 9, NULL, 0) == 0);
   CHECK(tensors_equal(&a, &b, "model.embed_tokens.weight"));
   CHECK(tensors_equal(&a, &b, "lm_head.weight"));
   const struct model_param *e = model_find(&b, "model.embed_tokens.weight");

@@ -107,7 +107,7 @@ static void weight_decay_applies_to_2d_tensors_only(void)
   struct optimizer o;
   CHECK_MSG(model_create(&m, &p.model, err, sizeof err) == 0, "%s", err);
   CHECK_MSG(optimizer_create(&o, &p, &m, err, sizeof err) == 0, "%s", err);
-  model_init(&m, 5);
+  CHECK(model_init(&m, 5, NULL, 0) == 0);
   for (int i = 0; i < m.n_params; i++) /* gains away from 1, so decay would show */
     if (m.params[i].n_dims == 1)
       for (size_t e = 0; e < m.params[i].n_elems; e++) m.params[i].data[e] = 2.0f;

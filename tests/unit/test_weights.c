@@ -166,7 +166,7 @@ static void tied_model_exports_no_head_and_padding_stays_internal(void)
   p.model.vocab_padded = 72;
   struct model m, back;
   CHECK(model_create(&m, &p.model, err, sizeof err) == 0);
-  model_init(&m, 3);
+  CHECK(model_init(&m, 3, NULL, 0) == 0);
   const char *path = temp_path("tied.safetensors");
   CHECK_MSG(weights_export(&m, path, err, sizeof err) == 0, "%s", err);
   struct st_file f;
@@ -191,7 +191,7 @@ static int load_edited(enum edit edit, const char *name)
   fixture_plan(&p, shape);
   struct model m;
   CHECK(model_create(&m, &p.model, err, sizeof err) == 0);
-  model_init(&m, 1);
+  CHECK(model_init(&m, 1, NULL, 0) == 0);
   struct st_write_tensor w[64];
   int n = 0;
   static real extra[64 * 32];
