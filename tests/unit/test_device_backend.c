@@ -1,0 +1,1254 @@
+/* A backend whose memory the host cannot touch: the proof that the runtime reaches tensor memory
+ * only through the kernel table's memory entries (kernels/ops.h, host/runtime/hostview.h).
+ *
+ * untouchable_ops wraps kernel_ops_cpu with host_visible = 0. Its memory is one arena reserved
+ * with mmap(PROT_NONE, MAP_NORESERVE) and handed out by bump allocation, 64-byte aligned, never
+ * reused (so every block is zero, as mem_alloc must give it). While no entry of the table runs,
+ * the used part of the arena is PROT_NONE: host code that reads or writes device memory directly
+ * faults, and the SIGSEGV handler names the arena offset (and the block) and prints a backtrace
+ * before _exit(1), so a stray host touch is a clear failure with the code that did it. Each entry
+ * (every kernel, and copy, copy_rows, zero, to_host, from_host) makes the used arena readable and
+ * writable, calls the CPU's entry and makes it PROT_NONE again (the protection is process-wide,
+ * so the kernels' OpenMP and OpenBLAS threads inside the call are covered). Each entry also
+ * records a pointer argument that is not device memory (a kernel handed a host array, a to_host
+ * whose source is not on the device): the host cannot touch the device, nor can the device touch
+ * the host.
+ *
+ * The tests: the protection itself works (a forked child that dereferences a block dies with the
+ * message; the copy entries move bytes through it); a tiny plan (2 layers, dropout 0.1,
+ * 2 micro-batches, clipping on) trains on the untouchable backend to the very bits of the CPU's
+ * (losses, norms, parameters read back through hostview), with every block of the trainer
+ * billed to the untouchable device and given back at close; evaluation, a checkpoint saved and
+ * loaded into a fresh trainer that goes on training, and the exported weights, all equal to the
+ * CPU's, byte for byte; a whole run (train_run: evaluation, metrics, checkpoints every 2 steps,
+ * export) and its resumption, whose files are the CPU run's bytes; and weights loaded with
+ * init.from onto the device, equal to the CPU's and training on to the same bits. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#if defined(__has_include)
+#if __has_include(<execinfo.h>)
+#include <execinfo.h>
+#define HAVE_BACKTRACE 1
+#endif
+#endif
+
+#include "check.h"
+#include "ops.h"
+#include "runtime/alloc.h"
+#include "runtime/backend.h"
+#include "runtime/ckpt.h"
+#include "runtime/hostview.h"
+#include "runtime/train.h"
+#include "runtime/weights.h"
+#include "runtime_fixture.h"
+
+static char err[512];
+
+enum entry {
+  E_MEM_ALLOC,
+  E_MEM_FREE,
+  E_COPY,
+  E_COPY_ROWS,
+  E_ZERO,
+  E_TO_HOST,
+  E_FROM_HOST,
+  E_ENCODER_FORWARD,
+  E_ENCODER_BACKWARD,
+  E_ENCODER_FORWARD_SHARD,
+  E_ENCODER_BACKWARD_SHARD,
+  E_RMSNORM_FORWARD,
+  E_RMSNORM_BACKWARD,
+  E_LINEAR_FORWARD,
+  E_LINEAR_BACKWARD,
+  E_ROPE_TABLE,
+  E_ROPE_FORWARD,
+  E_ROPE_BACKWARD,
+  E_ATTENTION_SCRATCH_N_ELEMS,
+  E_ATTENTION_FORWARD,
+  E_ATTENTION_BACKWARD,
+  E_SWIGLU_FORWARD,
+  E_SWIGLU_BACKWARD,
+  E_DROPOUT_MASK,
+  E_DROPOUT_FORWARD,
+  E_DROPOUT_BACKWARD,
+  E_RESIDUAL_FORWARD,
+  E_CROSSENTROPY_FORWARD,
+  E_CROSSENTROPY_BACKWARD,
+  E_CROSSENTROPY_SHARD_MAX,
+  E_CROSSENTROPY_SHARD_SUMS,
+  E_CROSSENTROPY_SHARD_FINISH,
+  E_CROSSENTROPY_SHARD_BACKWARD,
+  E_ADAMW_UPDATE,
+  E_SUMSQ,
+  E_SCALE_INPLACE,
+  N_ENTRIES
+};
+
+static const char *const entry_names[N_ENTRIES] = {
+  "mem_alloc", "mem_free", "copy", "copy_rows", "zero", "to_host", "from_host",
+  "encoder_forward", "encoder_backward", "encoder_forward_shard", "encoder_backward_shard",
+  "rmsnorm_forward", "rmsnorm_backward", "linear_forward", "linear_backward", "rope_table",
+  "rope_forward", "rope_backward", "attention_scratch_n_elems", "attention_forward",
+  "attention_backward", "swiglu_forward", "swiglu_backward", "dropout_mask", "dropout_forward",
+  "dropout_backward", "residual_forward", "crossentropy_forward", "crossentropy_backward",
+  "crossentropy_shard_max", "crossentropy_shard_sums", "crossentropy_shard_finish",
+  "crossentropy_shard_backward", "adamw_update", "sumsq", "scale_inplace",
+};
+
+/* Every function entry of struct kernel_ops is wrapped here (after name and host_visible): an
+ * entry added to the table without a wrapper fails to compile. */
+_Static_assert(sizeof(struct kernel_ops) ==
+                 offsetof(struct kernel_ops, mem_alloc) + N_ENTRIES * sizeof(void (*)(void)),
+               "struct kernel_ops has an entry the untouchable table does not wrap");
+
+/* ---- the arena ---- */
+
+#define ARENA_BYTES ((size_t)1 << 30) /* virtual; MAP_NORESERVE, only what is used is backed */
+
+struct block {
+  size_t offset, n_bytes;
+  int live;
+};
+
+struct arena {
+  char *base;
+  size_t size, used; /* bump pointer: [0, used) has been handed out */
+  size_t open_bytes; /* [0, open_bytes) is PROT_READ|PROT_WRITE during a call, else 0 */
+  int depth;         /* entries running (no entry calls another; 1 at most) */
+  long calls[N_ENTRIES];
+  long host_pointers[N_ENTRIES]; /* pointer arguments that were not device memory */
+  size_t live_blocks, live_bytes, bad_frees;
+  struct block *blocks; /* by offset, as handed out (host memory) */
+  size_t n_blocks, cap_blocks;
+  const struct kernel_ops *inner;
+};
+
+static struct arena arena; /* the table's context is &arena; the handler reads it */
+static size_t page_bytes;
+
+static void put(const char *s)
+{
+  size_t n = strlen(s);
+  while (n > 0) {
+    ssize_t w = write(2, s, n);
+    if (w <= 0)
+      return;
+    s += w;
+    n -= (size_t)w;
+  }
+}
+
+static void put_u64(uint64_t v)
+{
+  char buf[24];
+  int i = (int)sizeof buf - 1;
+  buf[i] = '\0';
+  do {
+    buf[--i] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v && i > 0);
+  put(buf + i);
+}
+
+/* The block an arena offset lies in, or NULL (binary search: blocks are in offset order). */
+static const struct block *block_at(size_t offset)
+{
+  size_t lo = 0, hi = arena.n_blocks;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    const struct block *b = &arena.blocks[mid];
+    if (offset < b->offset)
+      hi = mid;
+    else if (offset >= b->offset + (b->n_bytes ? (b->n_bytes + 63) / 64 * 64 : 64))
+      lo = mid + 1;
+    else
+      return b;
+  }
+  return NULL;
+}
+
+static struct sigaction previous_segv;
+
+/* A fault inside the arena is host code touching device memory: say where, show who, exit 1.
+ * Anything else is not ours: the previous disposition takes it (the fault recurs on return). */
+static void on_segv(int sig, siginfo_t *si, void *uc)
+{
+  (void)uc;
+  const char *addr = si->si_addr;
+  if (arena.base && addr >= arena.base && addr < arena.base + arena.size) {
+    const size_t offset = (size_t)(addr - arena.base);
+    put("\nhost touched device memory at offset ");
+    put_u64(offset);
+    put(" of the arena");
+    const struct block *b = block_at(offset);
+    if (b) {
+      put(" (block ");
+      put_u64((uint64_t)(b - arena.blocks));
+      put(" at offset ");
+      put_u64(b->offset);
+      put(", ");
+      put_u64(b->n_bytes);
+      put(b->live ? " bytes, live)" : " bytes, freed)");
+    } else {
+      put(" (in no block: past the bump pointer)");
+    }
+    put(arena.depth ? ", inside a backend call (the test's bug)\n"
+                    : ", outside every backend call\n");
+#ifdef HAVE_BACKTRACE
+    void *frames[64];
+    int n = backtrace(frames, 64);
+    put("backtrace (resolve ./test_device_backend(+0x...) with addr2line -f -e):\n");
+    backtrace_symbols_fd(frames, n, 2);
+#endif
+    _exit(1);
+  }
+  sigaction(sig, &previous_segv, NULL);
+}
+
+static void arena_init(void)
+{
+  if (arena.base)
+    return;
+  page_bytes = (size_t)sysconf(_SC_PAGESIZE);
+  void *p = mmap(NULL, ARENA_BYTES, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    perror("mmap of the arena");
+    exit(2);
+  }
+  arena.base = p;
+  arena.size = ARENA_BYTES;
+  arena.inner = &kernel_ops_cpu;
+#ifdef HAVE_BACKTRACE
+  void *warm[4];
+  backtrace(warm, 4); /* loads libgcc now, not first inside the handler */
+#endif
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_segv;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(SIGSEGV, &sa, &previous_segv) != 0) {
+    perror("sigaction");
+    exit(2);
+  }
+}
+
+static void protect(size_t n_bytes, int prot)
+{
+  if (n_bytes && mprotect(arena.base, n_bytes, prot) != 0) {
+    perror("mprotect of the arena");
+    abort();
+  }
+}
+
+static size_t used_pages(void)
+{
+  return (arena.used + page_bytes - 1) / page_bytes * page_bytes;
+}
+
+/* Opens the used arena for the call of entry e. */
+static struct arena *enter(void *ctx, enum entry e)
+{
+  struct arena *a = ctx;
+  if (a != &arena) {
+    put("untouchable table called with a context that is not its arena\n");
+    abort();
+  }
+  a->calls[e]++;
+  if (a->depth++ == 0) {
+    a->open_bytes = used_pages();
+    protect(a->open_bytes, PROT_READ | PROT_WRITE);
+  }
+  return a;
+}
+
+static void leave(struct arena *a)
+{
+  if (--a->depth == 0) {
+    protect(a->open_bytes, PROT_NONE);
+    a->open_bytes = 0;
+  }
+}
+
+/* p .. p + n_bytes inside what the arena handed out. */
+static int on_device(const struct arena *a, const void *p, size_t n_bytes)
+{
+  const char *c = p;
+  return c >= a->base && c <= a->base + a->used && n_bytes <= (size_t)(a->base + a->used - c);
+}
+
+/* A kernel's pointer argument: NULL where the kernel allows it, else device memory (its first
+ * element: the kernels' extents are theirs to know). */
+static void dev(struct arena *a, enum entry e, const void *p)
+{
+  if (p && !on_device(a, p, 1))
+    a->host_pointers[e]++;
+}
+
+static void *untouchable_mem_alloc(void *ctx, size_t n_bytes)
+{
+  struct arena *a = ctx;
+  a->calls[E_MEM_ALLOC]++;
+  const size_t rounded = n_bytes ? (n_bytes + 63) / 64 * 64 : 64;
+  if (n_bytes > a->size || rounded > a->size - a->used)
+    return NULL;
+  if (a->n_blocks == a->cap_blocks) {
+    size_t cap = a->cap_blocks ? 2 * a->cap_blocks : 256;
+    struct block *b = realloc(a->blocks, cap * sizeof *b);
+    if (!b)
+      return NULL;
+    a->blocks = b;
+    a->cap_blocks = cap;
+  }
+  void *p = a->base + a->used;
+  a->blocks[a->n_blocks++] = (struct block){ a->used, n_bytes, 1 };
+  a->used += rounded;
+  a->live_blocks++;
+  a->live_bytes += n_bytes;
+  if (a->depth > 0 && used_pages() > a->open_bytes) { /* not expected: no entry allocates */
+    a->open_bytes = used_pages();
+    protect(a->open_bytes, PROT_READ | PROT_WRITE);
+  }
+  return p; /* fresh pages, never handed out before: zero */
+}
+
+static void untouchable_mem_free(void *ctx, void *block)
+{
+  struct arena *a = ctx;
+  a->calls[E_MEM_FREE]++;
+  if (!block)
+    return;
+  const char *c = block;
+  struct block *b = c >= a->base && c < a->base + a->used
+                      ? (struct block *)block_at((size_t)(c - a->base)) : NULL;
+  if (!b || b->offset != (size_t)(c - a->base) || !b->live) {
+    a->bad_frees++;
+    return;
+  }
+  b->live = 0;
+  a->live_blocks--;
+  a->live_bytes -= b->n_bytes;
+}
+
+static void untouchable_copy(void *ctx, void *dst, const void *src, size_t n_bytes)
+{
+  struct arena *a = enter(ctx, E_COPY);
+  if (!on_device(a, dst, n_bytes) || !on_device(a, src, n_bytes))
+    a->host_pointers[E_COPY]++;
+  else
+    a->inner->copy(NULL, dst, src, n_bytes);
+  leave(a);
+}
+
+static void untouchable_copy_rows(void *ctx, void *dst, size_t dst_pitch, const void *src,
+                                  size_t src_pitch, size_t row_bytes, size_t n_rows)
+{
+  struct arena *a = enter(ctx, E_COPY_ROWS);
+  const size_t dst_span = n_rows ? (n_rows - 1) * dst_pitch + row_bytes : 0;
+  const size_t src_span = n_rows ? (n_rows - 1) * src_pitch + row_bytes : 0;
+  if (!on_device(a, dst, dst_span) || !on_device(a, src, src_span))
+    a->host_pointers[E_COPY_ROWS]++;
+  else
+    a->inner->copy_rows(NULL, dst, dst_pitch, src, src_pitch, row_bytes, n_rows);
+  leave(a);
+}
+
+static void untouchable_zero(void *ctx, void *dst, size_t n_bytes)
+{
+  struct arena *a = enter(ctx, E_ZERO);
+  if (!on_device(a, dst, n_bytes))
+    a->host_pointers[E_ZERO]++;
+  else
+    a->inner->zero(NULL, dst, n_bytes);
+  leave(a);
+}
+
+/* The host side of to_host and from_host must be host memory (n_bytes 0 excepted). */
+static int on_host(const struct arena *a, const void *p, size_t n_bytes)
+{
+  const char *c = p;
+  return n_bytes == 0 || (p && (c + n_bytes <= a->base || c >= a->base + a->size));
+}
+
+static void untouchable_to_host(void *ctx, void *host, const void *src, size_t n_bytes)
+{
+  struct arena *a = enter(ctx, E_TO_HOST);
+  if (!on_device(a, src, n_bytes) || !on_host(a, host, n_bytes))
+    a->host_pointers[E_TO_HOST]++;
+  else
+    a->inner->to_host(NULL, host, src, n_bytes);
+  leave(a);
+}
+
+static void untouchable_from_host(void *ctx, void *dst, const void *host, size_t n_bytes)
+{
+  struct arena *a = enter(ctx, E_FROM_HOST);
+  if (!on_device(a, dst, n_bytes) || !on_host(a, host, n_bytes))
+    a->host_pointers[E_FROM_HOST]++;
+  else
+    a->inner->from_host(NULL, dst, host, n_bytes);
+  leave(a);
+}
+
+static void untouchable_encoder_forward(void *ctx, real *out, const int *tokens, const real *wte,
+                                        int BT, int C)
+{
+  struct arena *a = enter(ctx, E_ENCODER_FORWARD);
+  dev(a, E_ENCODER_FORWARD, out), dev(a, E_ENCODER_FORWARD, tokens), dev(a, E_ENCODER_FORWARD, wte);
+  a->inner->encoder_forward(NULL, out, tokens, wte, BT, C);
+  leave(a);
+}
+
+static void untouchable_encoder_backward(void *ctx, real *dwte, const real *dout,
+                                         const int *tokens, int BT, int C)
+{
+  struct arena *a = enter(ctx, E_ENCODER_BACKWARD);
+  dev(a, E_ENCODER_BACKWARD, dwte), dev(a, E_ENCODER_BACKWARD, dout);
+  dev(a, E_ENCODER_BACKWARD, tokens);
+  a->inner->encoder_backward(NULL, dwte, dout, tokens, BT, C);
+  leave(a);
+}
+
+static void untouchable_encoder_forward_shard(void *ctx, real *out, const int *tokens,
+                                              const real *wte, int v0, int Vl, int BT, int C)
+{
+  struct arena *a = enter(ctx, E_ENCODER_FORWARD_SHARD);
+  dev(a, E_ENCODER_FORWARD_SHARD, out), dev(a, E_ENCODER_FORWARD_SHARD, tokens);
+  dev(a, E_ENCODER_FORWARD_SHARD, wte);
+  a->inner->encoder_forward_shard(NULL, out, tokens, wte, v0, Vl, BT, C);
+  leave(a);
+}
+
+static void untouchable_encoder_backward_shard(void *ctx, real *dwte, const real *dout,
+                                               const int *tokens, int v0, int Vl, int BT, int C)
+{
+  struct arena *a = enter(ctx, E_ENCODER_BACKWARD_SHARD);
+  dev(a, E_ENCODER_BACKWARD_SHARD, dwte), dev(a, E_ENCODER_BACKWARD_SHARD, dout);
+  dev(a, E_ENCODER_BACKWARD_SHARD, tokens);
+  a->inner->encoder_backward_shard(NULL, dwte, dout, tokens, v0, Vl, BT, C);
+  leave(a);
+}
+
+static void untouchable_rmsnorm_forward(void *ctx, real *out, real *rstd, const real *inp,
+                                        const real *weight, int BT, int C, real eps)
+{
+  struct arena *a = enter(ctx, E_RMSNORM_FORWARD);
+  dev(a, E_RMSNORM_FORWARD, out), dev(a, E_RMSNORM_FORWARD, rstd);
+  dev(a, E_RMSNORM_FORWARD, inp), dev(a, E_RMSNORM_FORWARD, weight);
+  a->inner->rmsnorm_forward(NULL, out, rstd, inp, weight, BT, C, eps);
+  leave(a);
+}
+
+static void untouchable_rmsnorm_backward(void *ctx, real *dinp, real *dweight, const real *dout,
+                                         const real *inp, const real *weight, const real *rstd,
+                                         int BT, int C)
+{
+  struct arena *a = enter(ctx, E_RMSNORM_BACKWARD);
+  dev(a, E_RMSNORM_BACKWARD, dinp), dev(a, E_RMSNORM_BACKWARD, dweight);
+  dev(a, E_RMSNORM_BACKWARD, dout), dev(a, E_RMSNORM_BACKWARD, inp);
+  dev(a, E_RMSNORM_BACKWARD, weight), dev(a, E_RMSNORM_BACKWARD, rstd);
+  a->inner->rmsnorm_backward(NULL, dinp, dweight, dout, inp, weight, rstd, BT, C);
+  leave(a);
+}
+
+static void untouchable_linear_forward(void *ctx, real *out, const real *inp, const real *weight,
+                                       int BT, int IC, int OC)
+{
+  struct arena *a = enter(ctx, E_LINEAR_FORWARD);
+  dev(a, E_LINEAR_FORWARD, out), dev(a, E_LINEAR_FORWARD, inp), dev(a, E_LINEAR_FORWARD, weight);
+  a->inner->linear_forward(NULL, out, inp, weight, BT, IC, OC);
+  leave(a);
+}
+
+static void untouchable_linear_backward(void *ctx, real *dinp, real *dweight, const real *dout,
+                                        const real *inp, const real *weight, int BT, int IC,
+                                        int OC)
+{
+  struct arena *a = enter(ctx, E_LINEAR_BACKWARD);
+  dev(a, E_LINEAR_BACKWARD, dinp), dev(a, E_LINEAR_BACKWARD, dweight);
+  dev(a, E_LINEAR_BACKWARD, dout), dev(a, E_LINEAR_BACKWARD, inp);
+  dev(a, E_LINEAR_BACKWARD, weight);
+  a->inner->linear_backward(NULL, dinp, dweight, dout, inp, weight, BT, IC, OC);
+  leave(a);
+}
+
+static void untouchable_rope_table(void *ctx, real *cos_table, real *sin_table, int T, int HS,
+                                   double theta, int pos0)
+{
+  struct arena *a = enter(ctx, E_ROPE_TABLE);
+  dev(a, E_ROPE_TABLE, cos_table), dev(a, E_ROPE_TABLE, sin_table);
+  a->inner->rope_table(NULL, cos_table, sin_table, T, HS, theta, pos0);
+  leave(a);
+}
+
+static void untouchable_rope_forward(void *ctx, real *out, const real *inp, const real *cos_table,
+                                     const real *sin_table, int B, int T, int NHx, int HS)
+{
+  struct arena *a = enter(ctx, E_ROPE_FORWARD);
+  dev(a, E_ROPE_FORWARD, out), dev(a, E_ROPE_FORWARD, inp);
+  dev(a, E_ROPE_FORWARD, cos_table), dev(a, E_ROPE_FORWARD, sin_table);
+  a->inner->rope_forward(NULL, out, inp, cos_table, sin_table, B, T, NHx, HS);
+  leave(a);
+}
+
+static void untouchable_rope_backward(void *ctx, real *dinp, const real *dout,
+                                      const real *cos_table, const real *sin_table, int B, int T,
+                                      int NHx, int HS)
+{
+  struct arena *a = enter(ctx, E_ROPE_BACKWARD);
+  dev(a, E_ROPE_BACKWARD, dinp), dev(a, E_ROPE_BACKWARD, dout);
+  dev(a, E_ROPE_BACKWARD, cos_table), dev(a, E_ROPE_BACKWARD, sin_table);
+  a->inner->rope_backward(NULL, dinp, dout, cos_table, sin_table, B, T, NHx, HS);
+  leave(a);
+}
+
+/* A size only: no memory is touched, so the arena stays shut. */
+static size_t untouchable_attention_scratch_n_elems(void *ctx, int B, int T, int NH, int NKV)
+{
+  struct arena *a = ctx;
+  a->calls[E_ATTENTION_SCRATCH_N_ELEMS]++;
+  return a->inner->attention_scratch_n_elems(NULL, B, T, NH, NKV);
+}
+
+static void untouchable_attention_forward(void *ctx, real *out, real *probs, real *scratch,
+                                          const real *q, const real *k, const real *v,
+                                          const real *dropmask, int B, int T, int NH, int NKV,
+                                          int HS)
+{
+  struct arena *a = enter(ctx, E_ATTENTION_FORWARD);
+  dev(a, E_ATTENTION_FORWARD, out), dev(a, E_ATTENTION_FORWARD, probs);
+  dev(a, E_ATTENTION_FORWARD, scratch), dev(a, E_ATTENTION_FORWARD, q);
+  dev(a, E_ATTENTION_FORWARD, k), dev(a, E_ATTENTION_FORWARD, v);
+  dev(a, E_ATTENTION_FORWARD, dropmask);
+  a->inner->attention_forward(NULL, out, probs, scratch, q, k, v, dropmask, B, T, NH, NKV, HS);
+  leave(a);
+}
+
+static void untouchable_attention_backward(void *ctx, real *dq, real *dk, real *dv, real *scratch,
+                                           const real *dout, const real *q, const real *k,
+                                           const real *v, const real *probs, const real *dropmask,
+                                           int B, int T, int NH, int NKV, int HS)
+{
+  struct arena *a = enter(ctx, E_ATTENTION_BACKWARD);
+  dev(a, E_ATTENTION_BACKWARD, dq), dev(a, E_ATTENTION_BACKWARD, dk);
+  dev(a, E_ATTENTION_BACKWARD, dv), dev(a, E_ATTENTION_BACKWARD, scratch);
+  dev(a, E_ATTENTION_BACKWARD, dout), dev(a, E_ATTENTION_BACKWARD, q);
+  dev(a, E_ATTENTION_BACKWARD, k), dev(a, E_ATTENTION_BACKWARD, v);
+  dev(a, E_ATTENTION_BACKWARD, probs), dev(a, E_ATTENTION_BACKWARD, dropmask);
+  a->inner->attention_backward(NULL, dq, dk, dv, scratch, dout, q, k, v, probs, dropmask, B, T, NH,
+                               NKV, HS);
+  leave(a);
+}
+
+static void untouchable_swiglu_forward(void *ctx, real *out, const real *gate, const real *up,
+                                       size_t n_elems)
+{
+  struct arena *a = enter(ctx, E_SWIGLU_FORWARD);
+  dev(a, E_SWIGLU_FORWARD, out), dev(a, E_SWIGLU_FORWARD, gate), dev(a, E_SWIGLU_FORWARD, up);
+  a->inner->swiglu_forward(NULL, out, gate, up, n_elems);
+  leave(a);
+}
+
+static void untouchable_swiglu_backward(void *ctx, real *dgate, real *dup, const real *dout,
+                                        const real *gate, const real *up, size_t n_elems)
+{
+  struct arena *a = enter(ctx, E_SWIGLU_BACKWARD);
+  dev(a, E_SWIGLU_BACKWARD, dgate), dev(a, E_SWIGLU_BACKWARD, dup);
+  dev(a, E_SWIGLU_BACKWARD, dout), dev(a, E_SWIGLU_BACKWARD, gate);
+  dev(a, E_SWIGLU_BACKWARD, up);
+  a->inner->swiglu_backward(NULL, dgate, dup, dout, gate, up, n_elems);
+  leave(a);
+}
+
+static void untouchable_dropout_mask(void *ctx, real *mask, size_t n_elems, float p,
+                                     uint64_t seed, uint32_t c1, uint32_t c2, uint32_t c3,
+                                     uint64_t first_elem)
+{
+  struct arena *a = enter(ctx, E_DROPOUT_MASK);
+  dev(a, E_DROPOUT_MASK, mask);
+  a->inner->dropout_mask(NULL, mask, n_elems, p, seed, c1, c2, c3, first_elem);
+  leave(a);
+}
+
+static void untouchable_dropout_forward(void *ctx, real *out, const real *inp, const real *mask,
+                                        size_t n_elems)
+{
+  struct arena *a = enter(ctx, E_DROPOUT_FORWARD);
+  dev(a, E_DROPOUT_FORWARD, out), dev(a, E_DROPOUT_FORWARD, inp), dev(a, E_DROPOUT_FORWARD, mask);
+  a->inner->dropout_forward(NULL, out, inp, mask, n_elems);
+  leave(a);
+}
+
+static void untouchable_dropout_backward(void *ctx, real *dinp, const real *dout,
+                                         const real *mask, size_t n_elems)
+{
+  struct arena *a = enter(ctx, E_DROPOUT_BACKWARD);
+  dev(a, E_DROPOUT_BACKWARD, dinp), dev(a, E_DROPOUT_BACKWARD, dout);
+  dev(a, E_DROPOUT_BACKWARD, mask);
+  a->inner->dropout_backward(NULL, dinp, dout, mask, n_elems);
+  leave(a);
+}
+
+static void untouchable_residual_forward(void *ctx, real *out, const real *x, const real *y,
+                                         size_t n_elems)
+{
+  struct arena *a = enter(ctx, E_RESIDUAL_FORWARD);
+  dev(a, E_RESIDUAL_FORWARD, out), dev(a, E_RESIDUAL_FORWARD, x), dev(a, E_RESIDUAL_FORWARD, y);
+  a->inner->residual_forward(NULL, out, x, y, n_elems);
+  leave(a);
+}
+
+static void untouchable_crossentropy_forward(void *ctx, real *losses, real *probs,
+                                             const real *logits, const int *targets, int BT, int V,
+                                             int Vp)
+{
+  struct arena *a = enter(ctx, E_CROSSENTROPY_FORWARD);
+  dev(a, E_CROSSENTROPY_FORWARD, losses), dev(a, E_CROSSENTROPY_FORWARD, probs);
+  dev(a, E_CROSSENTROPY_FORWARD, logits), dev(a, E_CROSSENTROPY_FORWARD, targets);
+  a->inner->crossentropy_forward(NULL, losses, probs, logits, targets, BT, V, Vp);
+  leave(a);
+}
+
+static void untouchable_crossentropy_backward(void *ctx, real *dlogits, const real *probs,
+                                              const int *targets, real dloss_scale, int BT, int V,
+                                              int Vp)
+{
+  struct arena *a = enter(ctx, E_CROSSENTROPY_BACKWARD);
+  dev(a, E_CROSSENTROPY_BACKWARD, dlogits), dev(a, E_CROSSENTROPY_BACKWARD, probs);
+  dev(a, E_CROSSENTROPY_BACKWARD, targets);
+  a->inner->crossentropy_backward(NULL, dlogits, probs, targets, dloss_scale, BT, V, Vp);
+  leave(a);
+}
+
+static void untouchable_crossentropy_shard_max(void *ctx, real *stats, const real *logits, int BT,
+                                               int Vvalid, int Vl)
+{
+  struct arena *a = enter(ctx, E_CROSSENTROPY_SHARD_MAX);
+  dev(a, E_CROSSENTROPY_SHARD_MAX, stats), dev(a, E_CROSSENTROPY_SHARD_MAX, logits);
+  a->inner->crossentropy_shard_max(NULL, stats, logits, BT, Vvalid, Vl);
+  leave(a);
+}
+
+static void untouchable_crossentropy_shard_sums(void *ctx, real *stats, const real *logits,
+                                                const int *targets, int v0, int BT, int Vvalid,
+                                                int Vl)
+{
+  struct arena *a = enter(ctx, E_CROSSENTROPY_SHARD_SUMS);
+  dev(a, E_CROSSENTROPY_SHARD_SUMS, stats), dev(a, E_CROSSENTROPY_SHARD_SUMS, logits);
+  dev(a, E_CROSSENTROPY_SHARD_SUMS, targets);
+  a->inner->crossentropy_shard_sums(NULL, stats, logits, targets, v0, BT, Vvalid, Vl);
+  leave(a);
+}
+
+static void untouchable_crossentropy_shard_finish(void *ctx, real *losses, real *probs,
+                                                  const real *logits, const real *stats,
+                                                  const int *targets, int BT, int Vvalid, int Vl)
+{
+  struct arena *a = enter(ctx, E_CROSSENTROPY_SHARD_FINISH);
+  dev(a, E_CROSSENTROPY_SHARD_FINISH, losses), dev(a, E_CROSSENTROPY_SHARD_FINISH, probs);
+  dev(a, E_CROSSENTROPY_SHARD_FINISH, logits), dev(a, E_CROSSENTROPY_SHARD_FINISH, stats);
+  dev(a, E_CROSSENTROPY_SHARD_FINISH, targets);
+  a->inner->crossentropy_shard_finish(NULL, losses, probs, logits, stats, targets, BT, Vvalid, Vl);
+  leave(a);
+}
+
+static void untouchable_crossentropy_shard_backward(void *ctx, real *dlogits, const real *probs,
+                                                    const int *targets, int v0, real dloss_scale,
+                                                    int BT, int Vvalid, int Vl)
+{
+  struct arena *a = enter(ctx, E_CROSSENTROPY_SHARD_BACKWARD);
+  dev(a, E_CROSSENTROPY_SHARD_BACKWARD, dlogits), dev(a, E_CROSSENTROPY_SHARD_BACKWARD, probs);
+  dev(a, E_CROSSENTROPY_SHARD_BACKWARD, targets);
+  a->inner->crossentropy_shard_backward(NULL, dlogits, probs, targets, v0, dloss_scale, BT, Vvalid,
+                                        Vl);
+  leave(a);
+}
+
+static void untouchable_adamw_update(void *ctx, real *param, const real *grad, real *m, real *v,
+                                     size_t n_elems, double lr, double beta1, double beta2,
+                                     double eps, double weight_decay, int t)
+{
+  struct arena *a = enter(ctx, E_ADAMW_UPDATE);
+  dev(a, E_ADAMW_UPDATE, param), dev(a, E_ADAMW_UPDATE, grad);
+  dev(a, E_ADAMW_UPDATE, m), dev(a, E_ADAMW_UPDATE, v);
+  a->inner->adamw_update(NULL, param, grad, m, v, n_elems, lr, beta1, beta2, eps, weight_decay, t);
+  leave(a);
+}
+
+static double untouchable_sumsq(void *ctx, const real *x, size_t n_elems)
+{
+  struct arena *a = enter(ctx, E_SUMSQ);
+  dev(a, E_SUMSQ, x);
+  const double s = a->inner->sumsq(NULL, x, n_elems);
+  leave(a);
+  return s;
+}
+
+static void untouchable_scale_inplace(void *ctx, real *x, size_t n_elems, real s)
+{
+  struct arena *a = enter(ctx, E_SCALE_INPLACE);
+  dev(a, E_SCALE_INPLACE, x);
+  a->inner->scale_inplace(NULL, x, n_elems, s);
+  leave(a);
+}
+
+static const struct kernel_ops untouchable_ops = {
+  .name = "untouchable",
+  .host_visible = 0,
+  .mem_alloc = untouchable_mem_alloc,
+  .mem_free = untouchable_mem_free,
+  .copy = untouchable_copy,
+  .copy_rows = untouchable_copy_rows,
+  .zero = untouchable_zero,
+  .to_host = untouchable_to_host,
+  .from_host = untouchable_from_host,
+  .encoder_forward = untouchable_encoder_forward,
+  .encoder_backward = untouchable_encoder_backward,
+  .encoder_forward_shard = untouchable_encoder_forward_shard,
+  .encoder_backward_shard = untouchable_encoder_backward_shard,
+  .rmsnorm_forward = untouchable_rmsnorm_forward,
+  .rmsnorm_backward = untouchable_rmsnorm_backward,
+  .linear_forward = untouchable_linear_forward,
+  .linear_backward = untouchable_linear_backward,
+  .rope_table = untouchable_rope_table,
+  .rope_forward = untouchable_rope_forward,
+  .rope_backward = untouchable_rope_backward,
+  .attention_scratch_n_elems = untouchable_attention_scratch_n_elems,
+  .attention_forward = untouchable_attention_forward,
+  .attention_backward = untouchable_attention_backward,
+  .swiglu_forward = untouchable_swiglu_forward,
+  .swiglu_backward = untouchable_swiglu_backward,
+  .dropout_mask = untouchable_dropout_mask,
+  .dropout_forward = untouchable_dropout_forward,
+  .dropout_backward = untouchable_dropout_backward,
+  .residual_forward = untouchable_residual_forward,
+  .crossentropy_forward = untouchable_crossentropy_forward,
+  .crossentropy_backward = untouchable_crossentropy_backward,
+  .crossentropy_shard_max = untouchable_crossentropy_shard_max,
+  .crossentropy_shard_sums = untouchable_crossentropy_shard_sums,
+  .crossentropy_shard_finish = untouchable_crossentropy_shard_finish,
+  .crossentropy_shard_backward = untouchable_crossentropy_shard_backward,
+  .adamw_update = untouchable_adamw_update,
+  .sumsq = untouchable_sumsq,
+  .scale_inplace = untouchable_scale_inplace,
+};
+
+/* ---- helpers ---- */
+
+static void tiny_plan(struct plan *p)
+{
+  struct fixture_shape s = { 2, 32, 4, 2, 64, 64, 16, 4, 2 };
+  fixture_plan(p, s);
+  p->model.dropout = 0.1;
+  p->optimizer.grad_clip = 1e-3; /* below any gradient norm here: clipping scales */
+  /* The per-layer table the compiler fills (no split, no recompute, every layer on stage 0):
+   * the fixture leaves it out, and the checkpoint's plan hash reads it. */
+  p->layers = calloc((size_t)p->model.n_layers, sizeof *p->layers);
+}
+
+static int use_untouchable(void)
+{
+  arena_init();
+  return runtime_use_backend(&untouchable_ops, &arena);
+}
+
+/* Every host pointer an entry was handed so far, named; 0 when there was none. */
+static long host_pointer_report(void)
+{
+  long total = 0;
+  for (int e = 0; e < N_ENTRIES; e++)
+    if (arena.host_pointers[e]) {
+      fprintf(stderr, "  %s: %ld call(s) with a pointer argument that is not device memory\n",
+              entry_names[e], arena.host_pointers[e]);
+      total += arena.host_pointers[e];
+    }
+  return total;
+}
+
+/* The parameters of d (any backend, read through host views) bitwise those of c (the CPU's). */
+static int params_equal_through_views(const struct model *c, const struct model *d)
+{
+  if (c->n_params != d->n_params)
+    return 0;
+  int equal = 1;
+  for (int i = 0; i < c->n_params && equal; i++) {
+    const size_t n = c->params[i].n_elems, bytes = n * sizeof(real);
+    if (d->params[i].n_elems != n || (c->params[i].data == NULL) != (d->params[i].data == NULL))
+      return 0;
+    if (!c->params[i].data)
+      continue;
+    const void *view = hostview_open(d->k, d->kctx, d->params[i].data, bytes, 1);
+    if (!view)
+      return 0;
+    equal = memcmp(view, c->params[i].data, bytes) == 0;
+    if (!equal)
+      fprintf(stderr, "  parameter %d (%zu elements) differs\n", i, n);
+    hostview_close(d->k, d->kctx, d->params[i].data, (void *)view, bytes, 0);
+  }
+  return equal;
+}
+
+static int same_step(const struct train_step_stats *x, const struct train_step_stats *y, int s)
+{
+  int ok = memcmp(&x->loss, &y->loss, sizeof(double)) == 0 &&
+           memcmp(&x->grad_norm, &y->grad_norm, sizeof(double)) == 0 &&
+           memcmp(&x->lr, &y->lr, sizeof(double)) == 0 && x->step == y->step;
+  if (!ok)
+    fprintf(stderr, "  step %d: loss %.17g / %.17g, norm %.17g / %.17g, lr %.17g / %.17g\n", s,
+            x->loss, y->loss, x->grad_norm, y->grad_norm, x->lr, y->lr);
+  return ok;
+}
+
+/* The bytes of a file (malloc'd; *n its size), or NULL. */
+static unsigned char *slurp(const char *path, size_t *n)
+{
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  unsigned char *buf = NULL;
+  size_t size = 0, cap = 0;
+  for (;;) {
+    if (size == cap) {
+      cap = cap ? 2 * cap : 65536;
+      unsigned char *b = realloc(buf, cap);
+      if (!b) {
+        free(buf);
+        fclose(f);
+        return NULL;
+      }
+      buf = b;
+    }
+    size_t got = fread(buf + size, 1, cap - size, f);
+    size += got;
+    if (got == 0)
+      break;
+  }
+  fclose(f);
+  *n = size;
+  return buf;
+}
+
+static int same_file(const char *x, const char *y)
+{
+  size_t nx = 0, ny = 0;
+  unsigned char *bx = slurp(x, &nx), *by = slurp(y, &ny);
+  int same = bx && by && nx == ny && nx > 0 && memcmp(bx, by, nx) == 0;
+  if (!same)
+    fprintf(stderr, "  %s (%zu bytes) and %s (%zu bytes) differ\n", x, nx, y, ny);
+  free(bx);
+  free(by);
+  return same;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+  (void)st, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+static void remove_tree(const char *dir)
+{
+  nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ---- the tests ---- */
+
+/* The protection is real: a child that dereferences a block (reading, then writing) dies with the
+ * handler's message naming the block's offset; through the table's entries the same block takes
+ * and gives back bytes. */
+/* Runs touch(arg) in a forked child with its stderr captured in out (NUL-terminated); the
+ * child's wait status, or -1. The child ends with _exit(0) when touch returns. */
+static int in_child(void (*touch)(void *), void *arg, char *out, size_t out_size)
+{
+  int fds[2];
+  if (pipe(fds) != 0)
+    return -1;
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0)
+    return -1;
+  if (pid == 0) {
+    close(fds[0]);
+    dup2(fds[1], 2);
+    touch(arg);
+    _exit(0);
+  }
+  close(fds[1]);
+  size_t n = 0;
+  ssize_t got;
+  while ((got = read(fds[0], out + n, out_size - 1 - n)) > 0) n += (size_t)got;
+  out[n] = '\0';
+  close(fds[0]);
+  int status = 0;
+  return waitpid(pid, &status, 0) == pid ? status : -1;
+}
+
+static void read_a_fresh_block(void *arg)
+{
+  const size_t *offset = arg;
+  volatile char *b = untouchable_ops.mem_alloc(&arena, 256);
+  if (!b || (size_t)((const char *)b - arena.base) != *offset)
+    _exit(3);
+  (void)b[100];
+}
+
+static void write_a_fresh_block(void *arg)
+{
+  const size_t *offset = arg;
+  volatile char *b = untouchable_ops.mem_alloc(&arena, 256);
+  if (!b || (size_t)((const char *)b - arena.base) != *offset)
+    _exit(3);
+  b[100] = 1;
+}
+
+/* The protection is real: a child that dereferences a block (reading, then writing) dies with the
+ * handler's message naming the offset; through the table's entries the same kind of block takes
+ * and gives back bytes. */
+static void host_access_to_the_arena_faults_and_the_entries_do_not(void)
+{
+  arena_init();
+  for (int write_it = 0; write_it < 2; write_it++) {
+    size_t offset = arena.used; /* where the child's block will be */
+    char out[8192], line[96];
+    const int status =
+      in_child(write_it ? write_a_fresh_block : read_a_fresh_block, &offset, out, sizeof out);
+    CHECK_MSG(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 1,
+              "a child %s the arena: status %#x (exit 0: no fault; 3: unexpected block)",
+              write_it ? "writing" : "reading", (unsigned)status);
+    snprintf(line, sizeof line, "host touched device memory at offset %zu of the arena",
+             offset + 100);
+    CHECK_STR_CONTAINS(out, line);
+    CHECK_STR_CONTAINS(out, "outside every backend call");
+  }
+
+  /* The entries themselves: zeroed blocks, 64-byte aligned, unique even when empty; bytes in
+   * through from_host, moved with copy and copy_rows, out through to_host. */
+  const size_t live_before = arena.live_blocks;
+  real *x = untouchable_ops.mem_alloc(&arena, 100 * sizeof(real));
+  real *y = untouchable_ops.mem_alloc(&arena, 100 * sizeof(real));
+  void *e0 = untouchable_ops.mem_alloc(&arena, 0), *e1 = untouchable_ops.mem_alloc(&arena, 0);
+  CHECK(x && y && e0 && e1 && e0 != e1);
+  CHECK(((uintptr_t)x | (uintptr_t)y | (uintptr_t)e0 | (uintptr_t)e1) % 64 == 0);
+  CHECK(arena.live_blocks == live_before + 4);
+  real host[100], back[100];
+  untouchable_ops.to_host(&arena, back, x, sizeof back);
+  int zero = 1;
+  for (int i = 0; i < 100; i++) zero &= back[i] == 0;
+  CHECK(zero);
+  for (int i = 0; i < 100; i++) host[i] = (real)(i + 1);
+  untouchable_ops.from_host(&arena, x, host, sizeof host);
+  untouchable_ops.copy(&arena, y, x, sizeof host);
+  untouchable_ops.zero(&arena, x, 50 * sizeof(real));
+  untouchable_ops.copy_rows(&arena, x, 10 * sizeof(real), y + 5, 10 * sizeof(real),
+                            2 * sizeof(real), 5); /* x[10r .. 10r+1] = y[10r+5 .. 10r+6] */
+  untouchable_ops.to_host(&arena, back, x, sizeof back);
+  int moved = 1;
+  for (int i = 0; i < 100; i++) {
+    const real want = i < 50 ? (i % 10 < 2 ? (real)(i + 6) : 0) : (real)(i + 1);
+    moved &= back[i] == want;
+  }
+  CHECK(moved);
+  CHECK(host_pointer_report() == 0);
+  untouchable_ops.mem_free(&arena, x);
+  untouchable_ops.mem_free(&arena, y);
+  untouchable_ops.mem_free(&arena, e0);
+  untouchable_ops.mem_free(&arena, e1);
+  CHECK(arena.live_blocks == live_before && arena.bad_frees == 0);
+  CHECK(arena.depth == 0);
+}
+
+static void compare_directly(void *arg)
+{
+  const struct model *const *pair = arg;
+  volatile int equal = fixture_params_equal(pair[0], pair[1]); /* kept: memcmp is pure */
+  (void)equal;
+}
+
+static void trains_to_the_cpu_bits_on_memory_the_host_cannot_touch(void)
+{
+  struct plan p;
+  tiny_plan(&p);
+  struct train_step_stats cpu[3], dev_stats[3];
+  struct trainer a, b;
+
+  CHECK(runtime_use_backend(NULL, NULL) == 0);
+  CHECK_MSG(trainer_open(&a, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
+  for (int s = 0; s < 3; s++) CHECK_MSG(trainer_step(&a, &cpu[s], err, sizeof err) == 0, "%s", err);
+
+  const struct alloc_bill host0 = *alloc_device_bill(ALLOC_HOST);
+  CHECK(use_untouchable() == 0);
+  const int dev = alloc_current_device();
+  CHECK(dev != ALLOC_HOST && dev >= 0);
+  CHECK(alloc_device_name(dev) && strcmp(alloc_device_name(dev), "untouchable") == 0);
+  CHECK(use_untouchable() == 0 && alloc_current_device() == dev); /* the same device again */
+  const long allocs0 = arena.calls[E_MEM_ALLOC];
+  CHECK_MSG(trainer_open(&b, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
+  CHECK(b.model.k == &untouchable_ops && b.model.kctx == &arena && b.model.device == dev);
+  /* Back to the CPU for what comes next: the open trainer keeps its backend. */
+  CHECK(runtime_use_backend(NULL, NULL) == 0 && alloc_current_device() == ALLOC_HOST);
+  CHECK(alloc_device_bill(dev)->n_live > 0);
+  CHECK(arena.live_blocks == alloc_device_bill(dev)->n_live);
+  CHECK(arena.calls[E_MEM_ALLOC] > allocs0);
+  int params_on_device = alloc_device_of(b.model.param_memory) == dev &&
+                         alloc_device_of(b.model.grad_memory) == dev;
+  for (int i = 0; i < b.model.n_params; i++)
+    if (b.model.params[i].data)
+      params_on_device &= on_device(&arena, b.model.params[i].data,
+                                    b.model.params[i].n_elems * sizeof(real));
+  CHECK(params_on_device);
+
+  for (int s = 0; s < 3; s++)
+    CHECK_MSG(trainer_step(&b, &dev_stats[s], err, sizeof err) == 0, "%s", err);
+  for (int s = 0; s < 3; s++) {
+    CHECK(same_step(&cpu[s], &dev_stats[s], s));
+    CHECK(cpu[s].grad_norm > p.optimizer.grad_clip); /* scale_inplace had work to do */
+  }
+  CHECK(cpu[0].loss > 3.0 && cpu[0].loss < 5.0); /* near ln 64: a real forward ran */
+  CHECK(params_equal_through_views(&a.model, &b.model));
+  /* ... and host code that compared them directly, as test_kernel_backend can on the CPU, would
+   * touch device memory: the trainer's memory really is out of the host's reach. */
+  const struct model *pair[2] = { &a.model, &b.model };
+  char out[8192];
+  const int status = in_child(compare_directly, pair, out, sizeof out);
+  CHECK_MSG(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 1,
+            "comparing the device trainer's parameters directly: status %#x", (unsigned)status);
+  CHECK_STR_CONTAINS(out, "host touched device memory at offset");
+
+  for (int e = 0; e < N_ENTRIES; e++) printf("%-28s %ld\n", entry_names[e], arena.calls[e]);
+  /* The host moved bytes in and out through the table, and the device computed. */
+  CHECK(arena.calls[E_FROM_HOST] > 0 && arena.calls[E_TO_HOST] > 0);
+  CHECK(arena.calls[E_LINEAR_FORWARD] > 0 && arena.calls[E_ADAMW_UPDATE] > 0);
+  CHECK_MSG(host_pointer_report() == 0, "an entry was handed host memory (listed above)");
+  CHECK(arena.depth == 0);
+
+  trainer_close(&b);
+  CHECK_MSG(alloc_device_bill(dev)->n_live == 0, "%zu blocks left on the device",
+            alloc_device_bill(dev)->n_live);
+  CHECK(alloc_device_bill(dev)->total_bytes == 0);
+  CHECK(arena.live_blocks == 0 && arena.live_bytes == 0 && arena.bad_frees == 0);
+  CHECK_MSG(alloc_device_bill(ALLOC_HOST)->n_live == host0.n_live &&
+              alloc_device_bill(ALLOC_HOST)->total_bytes == host0.total_bytes,
+            "host bill: %zu blocks, %zu bytes before the device trainer; %zu, %zu after",
+            host0.n_live, host0.total_bytes, alloc_device_bill(ALLOC_HOST)->n_live,
+            alloc_device_bill(ALLOC_HOST)->total_bytes);
+  trainer_close(&a);
+  plan_free(&p);
+}
+
+/* Evaluation, a checkpoint saved on the untouchable device and loaded into a fresh trainer there
+ * that trains on, and the exported weights: the CPU's, byte for byte. */
+static void evaluates_checkpoints_and_exports_as_the_cpu_does(void)
+{
+  struct plan p;
+  tiny_plan(&p);
+  p.train.eval_batches = 1; /* a validation loss too, not only the accuracy */
+  char root[] = "/tmp/tycho-device-backend-XXXXXX";
+  CHECK(mkdtemp(root) != NULL);
+  char cpu_dir[600], dev_dir[600], path[1200], path2[1200];
+  snprintf(cpu_dir, sizeof cpu_dir, "%s/cpu", root);
+  snprintf(dev_dir, sizeof dev_dir, "%s/dev", root);
+
+  /* The CPU: 4 steps uninterrupted; and 2 steps, saved, loaded into a fresh trainer, 2 more. */
+  struct train_step_stats full[4], cpu_resumed[2], dev_first[2], dev_resumed[2], scratch;
+  struct train_eval_stats cpu_eval, dev_eval;
+  struct trainer a, a2, r, b, c;
+  CHECK(runtime_use_backend(NULL, NULL) == 0);
+  CHECK_MSG(trainer_open(&a, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
+  for (int s = 0; s < 4; s++) CHECK_MSG(trainer_step(&a, &full[s], err, sizeof err) == 0, "%s", err);
+  CHECK_MSG(trainer_open(&a2, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
+  for (int s = 0; s < 2; s++) CHECK_MSG(trainer_step(&a2, &scratch, err, sizeof err) == 0, "%s", err);
+  trainer_eval(&a2, &cpu_eval);
+  CHECK_MSG(ckpt_save(&a2, cpu_dir, 2, 1, err, sizeof err) == 0, "%s", err);
+  snprintf(path, sizeof path, "%s/model.safetensors", cpu_dir);
+  CHECK_MSG(weights_export(&a2.model, path, err, sizeof err) == 0, "%s", err);
+  trainer_close(&a2);
+  long long step = -1;
+  CHECK(ckpt_find_latest(cpu_dir, path, sizeof path, &step, err, sizeof err) == 0 && step == 2);
+  CHECK_MSG(trainer_open(&r, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
+  CHECK_MSG(ckpt_load(&r, path, err, sizeof err) == 0, "%s", err);
+  CHECK(r.step == 2);
+  for (int s = 0; s < 2; s++)
+    CHECK_MSG(trainer_step(&r, &cpu_resumed[s], err, sizeof err) == 0, "%s", err);
+
+  /* The untouchable device: the same. */
+  const int live0 = (int)arena.live_blocks;
+  CHECK(use_untouchable() == 0);
+  const int dev = alloc_current_device();
+  CHECK_MSG(trainer_open(&b, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
+  CHECK(b.model.k == &untouchable_ops && b.model.device == dev);
+  for (int s = 0; s < 2; s++)
+    CHECK_MSG(trainer_step(&b, &dev_first[s], err, sizeof err) == 0, "%s", err);
+  trainer_eval(&b, &dev_eval);
+  CHECK_MSG(ckpt_save(&b, dev_dir, 2, 1, err, sizeof err) == 0, "%s", err);
+  snprintf(path, sizeof path, "%s/model.safetensors", dev_dir);
+  CHECK_MSG(weights_export(&b.model, path, err, sizeof err) == 0, "%s", err);
+  trainer_close(&b);
+  step = -1;
+  CHECK(ckpt_find_latest(dev_dir, path, sizeof path, &step, err, sizeof err) == 0 && step == 2);
+  CHECK_MSG(trainer_open(&c, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
+  CHECK(c.model.k == &untouchable_ops && c.model.device == dev);
+  CHECK_MSG(ckpt_load(&c, path, err, sizeof err) == 0, "%s", err);
+  CHECK(c.step == 2);
+  for (int s = 0; s < 2; s++)
+    CHECK_MSG(trainer_step(&c, &dev_resumed[s], err, sizeof err) == 0, "%s", err);
+  CHECK(runtime_use_backend(NULL, NULL) == 0);
+
+  for (int s = 0; s < 2; s++) CHECK(same_step(&full[s], &dev_first[s], s));
+  /* Evaluation: the same forwards on the same parameters. */
+  CHECK(cpu_eval.has_val_loss && dev_eval.has_val_loss && cpu_eval.has_accuracy &&
+        dev_eval.has_accuracy);
+  CHECK_MSG(memcmp(&cpu_eval.val_loss, &dev_eval.val_loss, sizeof(double)) == 0 &&
+              memcmp(&cpu_eval.accuracy, &dev_eval.accuracy, sizeof(double)) == 0 &&
+              cpu_eval.n_problems == dev_eval.n_problems && cpu_eval.n_problems > 0,
+            "eval: val loss %.17g / %.17g, accuracy %.17g / %.17g over %d / %d problems",
+            cpu_eval.val_loss, dev_eval.val_loss, cpu_eval.accuracy, dev_eval.accuracy,
+            cpu_eval.n_problems, dev_eval.n_problems);
+  /* The checkpoint and the export: the same bytes. */
+  snprintf(path, sizeof path, "%s/step_00000002/manifest.json", cpu_dir);
+  snprintf(path2, sizeof path2, "%s/step_00000002/manifest.json", dev_dir);
+  CHECK(same_file(path, path2));
+  snprintf(path, sizeof path, "%s/step_00000002/rank_00000.bin", cpu_dir);
+  snprintf(path2, sizeof path2, "%s/step_00000002/rank_00000.bin", dev_dir);
+  CHECK(same_file(path, path2));
+  snprintf(path, sizeof path, "%s/model.safetensors", cpu_dir);
+  snprintf(path2, sizeof path2, "%s/model.safetensors", dev_dir);
+  CHECK(same_file(path, path2));
+  /* Resumed on the device as on the CPU. In the fp32 build a checkpoint holds the state exactly
+   * (fp32 master weights and moments), so both are also the uninterrupted run's; the float64
+   * build stores fp32 and resumes from the rounded state. */
+  for (int s = 0; s < 2; s++) CHECK(same_step(&cpu_resumed[s], &dev_resumed[s], s + 2));
+  CHECK(params_equal_through_views(&r.model, &c.model));
+  if (!REAL_IS_DOUBLE) {
+    for (int s = 0; s < 2; s++) CHECK(same_step(&full[s + 2], &dev_resumed[s], s + 2));
+    CHECK(params_equal_through_views(&a.model, &c.model));
+  }
+  CHECK_MSG(host_pointer_report() == 0, "an entry was handed host memory (listed above)");
+
+  trainer_close(&c);
+  CHECK(alloc_device_bill(dev)->n_live == 0);
+  CHECK((int)arena.live_blocks == live0 && arena.bad_frees == 0);
+  trainer_close(&r);
+  trainer_close(&a);
+  remove_tree(root);
+  plan_free(&p);
+}
+
+/* One whole `tycho run` (train_run: evaluation, metrics, checkpoints, export, the memory bill's
+ * peaks) of 4 steps and its resumption to 6, once per backend in the same folder (the plan's
+ * paths are part of its hash, which the manifest records), then set aside: the checkpoints and
+ * exports of the two are the same bytes. */
+static int run_in(const char *root, const char *as, int untouchable, char *msg, size_t msg_size)
+{
+  char run_dir[128], target[128];
+  snprintf(run_dir, sizeof run_dir, "%s/run", root);
+  snprintf(target, sizeof target, "%s/%s", root, as);
+  struct plan p;
+  tiny_plan(&p);
+  p.train.eval_every = 2;
+  p.train.eval_batches = 1;
+  p.log.every = 1;
+  snprintf(p.checkpoint.dir, sizeof p.checkpoint.dir, "%s/ckpt", run_dir);
+  p.checkpoint.every = 2;
+  p.checkpoint.keep = 1;
+  snprintf(p.export_.path, sizeof p.export_.path, "%s/model.safetensors", run_dir);
+  snprintf(p.log.metrics, sizeof p.log.metrics, "%s/metrics.jsonl", run_dir);
+  FILE *out = tmpfile();
+  int rc = out ? 0 : (snprintf(msg, msg_size, "tmpfile: %s", strerror(errno)), -1);
+  for (int leg = 0; leg < 2 && rc == 0; leg++) {
+    p.train.steps = leg == 0 ? 4 : 6; /* the second leg resumes from step 4 */
+    if (untouchable ? use_untouchable() : runtime_use_backend(NULL, NULL))
+      rc = -1;
+    else
+      rc = train_run(&p, NULL, out, msg, msg_size);
+    runtime_use_backend(NULL, NULL);
+  }
+  /* The second leg went on from the first's last checkpoint. */
+  if (rc == 0) {
+    char text[65536];
+    rewind(out);
+    size_t n = fread(text, 1, sizeof text - 1, out);
+    text[n] = '\0';
+    if (!strstr(text, "resumed from ") || !strstr(text, "/ckpt/step_00000004: step 4\n"))
+      rc = -1, snprintf(msg, msg_size, "the second leg did not resume from step 4");
+  }
+  if (out)
+    fclose(out);
+  plan_free(&p);
+  if (rc == 0 && rename(run_dir, target) != 0)
+    rc = -1, snprintf(msg, msg_size, "rename %s: %s", run_dir, strerror(errno));
+  return rc;
+}
+
+static void a_whole_run_and_its_resumption_write_the_cpu_bytes(void)
+{
+  char root[] = "/tmp/tycho-device-run-XXXXXX";
+  CHECK(mkdtemp(root) != NULL);
+  const size_t live0 = arena.live_blocks;
+  CHECK_MSG(run_in(root, "cpu", 0, err, sizeof err) == 0, "CPU run: %s", err);
+  const long calls0 = arena.calls[E_LINEAR_FORWARD];
+  CHECK_MSG(run_in(root, "dev", 1, err, sizeof err) == 0, "untouchable run: %s", err);
+  CHECK(arena.calls[E_LINEAR_FORWARD] > calls0); /* the device computed it */
+  CHECK(arena.live_blocks == live0 && arena.bad_frees == 0);
+  static const char *const files[] = { "model.safetensors", "ckpt/step_00000006/manifest.json",
+                                       "ckpt/step_00000006/rank_00000.bin" };
+  for (int i = 0; i < 3; i++) {
+    char x[700], y[700];
+    snprintf(x, sizeof x, "%s/cpu/%s", root, files[i]);
+    snprintf(y, sizeof y, "%s/dev/%s", root, files[i]);
+    CHECK(same_file(x, y));
+  }
+  CHECK_MSG(host_pointer_report() == 0, "an entry was handed host memory (listed above)");
+  remove_tree(root);
+}
+
+/* init.from: Hugging Face weights loaded into a trainer on the untouchable device are the CPU's
+ * trainer's, and train on to the same bits. */
+static void weights_load_onto_the_device_as_onto_the_cpu(void)
+{
+  char root[] = "/tmp/tycho-device-init-XXXXXX";
+  CHECK(mkdtemp(root) != NULL);
+  struct plan p;
+  tiny_plan(&p);
+  struct trainer a, c, d;
+  struct train_step_stats sc, sd;
+  CHECK(runtime_use_backend(NULL, NULL) == 0);
+  CHECK_MSG(trainer_open(&a, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
+  CHECK_MSG(trainer_step(&a, &sc, err, sizeof err) == 0, "%s", err);
+  snprintf(p.init.from, sizeof p.init.from, "%s/model.safetensors", root);
+  CHECK_MSG(weights_export(&a.model, p.init.from, err, sizeof err) == 0, "%s", err);
+  trainer_close(&a);
+
+  CHECK_MSG(trainer_open(&c, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
+  CHECK(use_untouchable() == 0);
+  CHECK_MSG(trainer_open(&d, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
+  CHECK(runtime_use_backend(NULL, NULL) == 0);
+  CHECK(d.model.k == &untouchable_ops);
+  CHECK(params_equal_through_views(&c.model, &d.model));
+  CHECK_MSG(trainer_step(&c, &sc, err, sizeof err) == 0, "%s", err);
+  CHECK_MSG(trainer_step(&d, &sd, err, sizeof err) == 0, "%s", err);
+  CHECK(same_step(&sc, &sd, 0));
+  CHECK(params_equal_through_views(&c.model, &d.model));
+  CHECK_MSG(host_pointer_report() == 0, "an entry was handed host memory (listed above)");
+  trainer_close(&d);
+  trainer_close(&c);
+  CHECK(arena.live_blocks == 0);
+  remove_tree(root);
+  plan_free(&p);
+}
+
+TEST_MAIN(TEST(host_access_to_the_arena_faults_and_the_entries_do_not),
+          TEST(trains_to_the_cpu_bits_on_memory_the_host_cannot_touch),
+          TEST(evaluates_checkpoints_and_exports_as_the_cpu_does),
+          TEST(a_whole_run_and_its_resumption_write_the_cpu_bytes),
+          TEST(weights_load_onto_the_device_as_onto_the_cpu))
