@@ -78,8 +78,8 @@ static int load_tensors(struct model *m, const struct source *s, const char *pat
       return errf(err, err_size, "init.from %s: tensor '%s' has shape %s, the model expects %s",
                   path, p->name, found, want);
     }
-    if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16)
-      return errf(err, err_size, "init.from %s: tensor '%s' is %s; F32, F16 and BF16 are read",
+    if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16 && t->dtype != ST_F64)
+      return errf(err, err_size, "init.from %s: tensor '%s' is %s; F32, F16, BF16 and F64 are read",
                   path, p->name, st_dtype_name(t->dtype));
     if (!p->data || !p->here)
       continue; /* not held here now, or on another pipeline stage */

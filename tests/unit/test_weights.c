@@ -278,7 +278,57 @@ static void integer_tensors_are_refused(void)
   model_free(&m);
 }
 
+/* Every tensor stored as F64 (the values of a seeded model, widened): read back to the same
+ * numbers, as the README and weights.h promise (F32, F16, BF16 and F64 are read). */
+static void f64_tensors_are_read(void)
+{
+  struct plan p;
+  fixture_plan(&p, (struct fixture_shape){ 1, 4, 2, 1, 4, 64, 4, 1, 1 });
+  struct model a, b;
+  CHECK(model_create(&a, &p.model, err, sizeof err) == 0);
+  CHECK(model_create(&b, &p.model, err, sizeof err) == 0);
+  CHECK(model_init(&a, 11, NULL, 0) == 0);
+  char header[4096];
+  size_t off = 0;
+  int used = snprintf(header, sizeof header, "{");
+  for (int i = 0; i < a.n_params; i++) {
+    const struct model_param *mp = &a.params[i];
+    size_t bytes = (mp->n_dims == 2 ? (size_t)mp->shape[0] * mp->shape[1] : (size_t)mp->shape[0]) * 8;
+    if (mp->n_dims == 2)
+      used += snprintf(header + used, sizeof header - (size_t)used,
+                       "%s\"%s\":{\"dtype\":\"F64\",\"shape\":[%lld,%lld],\"data_offsets\":[%zu,%zu]}",
+                       i ? "," : "", mp->name, (long long)mp->shape[0], (long long)mp->shape[1], off, off + bytes);
+    else
+      used += snprintf(header + used, sizeof header - (size_t)used,
+                       "%s\"%s\":{\"dtype\":\"F64\",\"shape\":[%lld],\"data_offsets\":[%zu,%zu]}",
+                       i ? "," : "", mp->name, (long long)mp->shape[0], off, off + bytes);
+    off += bytes;
+  }
+  used += snprintf(header + used, sizeof header - (size_t)used, "}");
+  const char *path = temp_path("f64.safetensors");
+  FILE *f = fopen(path, "wb");
+  uint64_t n = (uint64_t)used;
+  fwrite(&n, 8, 1, f);
+  fwrite(header, 1, (size_t)used, f);
+  for (int i = 0; i < a.n_params; i++) {
+    const struct model_param *mp = &a.params[i];
+    size_t count = mp->n_dims == 2 ? (size_t)mp->shape[0] * mp->shape[1] : (size_t)mp->shape[0];
+    for (size_t k = 0; k < count; k++) {
+      double x = (double)mp->data[k];
+      fwrite(&x, 8, 1, f);
+    }
+  }
+  fclose(f);
+  CHECK_MSG(weights_load(&b, path, err, sizeof err) == 0, "%s", err);
+  for (int i = 0; i < a.n_params; i++)
+    CHECK_MSG(memcmp(a.params[i].data, b.params[i].data, a.params[i].n_elems * sizeof(real)) == 0,
+              "%s differs after an F64 round trip", a.params[i].name);
+  model_free(&a);
+  model_free(&b);
+}
+
 TEST_MAIN(TEST(export_then_init_from_round_trips_bitwise),
+          TEST(f64_tensors_are_read),
           TEST(tied_model_exports_no_head_and_padding_stays_internal),
           TEST(missing_extra_and_misshaped_tensors_are_refused_by_name),
           TEST(integer_tensors_are_refused))
