@@ -38,6 +38,7 @@ static struct device_state devices[ALLOC_MAX_DEVICES] = {
   [ALLOC_HOST] = { .used = 1, .hooks = { "host", host_alloc, host_free, NULL } },
 };
 static int current = ALLOC_HOST;
+static long fail_after = -1; /* alloc_fail_after's count; −1: off */
 
 /* ---- the block table ---- */
 
@@ -213,6 +214,11 @@ void alloc_unreserve(const size_t bytes[ALLOC_N_CATEGORIES])
     d->reserved[k] -= bytes[k] < d->reserved[k] ? bytes[k] : d->reserved[k];
 }
 
+void alloc_fail_after(long n)
+{
+  fail_after = n < 0 ? -1 : n;
+}
+
 void alloc_set_limit(size_t n_bytes)
 {
   devices[current].limit_bytes = n_bytes;
@@ -234,6 +240,10 @@ static void *alloc_on(int device, enum alloc_category category, size_t n_bytes)
     return NULL;
   if (d->limit_bytes && (n_bytes > d->limit_bytes || charged(d, (int)category, n_bytes) > d->limit_bytes))
     return NULL; /* over the cap: as the system's allocator would fail */
+  if (fail_after == 0)
+    return NULL; /* the test hook: as the system's allocator failing below the cap */
+  if (fail_after > 0)
+    fail_after--;
   if (2 * (table_n + 1) > table_cap && table_grow())
     return NULL;
   void *block = d->hooks.alloc(d->hooks.ctx, n_bytes);

@@ -72,6 +72,10 @@ real *alloc_reals(enum alloc_category category, size_t n_elems);
  * refused as if memory had run out. For the tests of what runs out of memory, and for callers
  * that want a budget. */
 void alloc_set_limit(size_t n_bytes);
+/* A test hook: the next n blocks (on any device) are given, every later one refused as if memory
+ * had run out, until alloc_fail_after(−1) turns it off (the default). For the tests that inject
+ * a failure at each allocation of a step in turn. */
+void alloc_fail_after(long n);
 /* Reserves bytes[c] more in each category c of the current device for blocks to come (a trainer reserves its memory
  * bill at open, so a step's buffers cannot run into the cap half-way through): from then on the
  * cap counts, per category, the bytes in use or the bytes reserved, whichever is more. -1 when

@@ -115,7 +115,12 @@ struct dp {
   struct piece *pieces;       /* (n_layers + 2) a pass's pieces (dp_passes.c) */
   int n_inflight;
   long long step;             /* for the comm records */
-  int failed;                 /* a collective failed; the message is in err */
+  struct comm_group *agree;   /* where a step's allocation rounds are agreed (the trainer's world;
+                               * NULL: no peers to agree with) */
+  int round_failed;           /* this rank could not allocate in the current round */
+  char round_what[160];       /* what it was allocating */
+  int aborted;                /* a round failed somewhere: the pass stopped, on every rank alike */
+  int failed;                 /* a collective or a round failed; the message is in err */
   char err[512];
 };
 
@@ -158,6 +163,11 @@ void dp_step_begin(struct dp *d, long long step);
  * computes, and kept), else NULL (every gathered unit is freed at the end). Returns the loss sum
  * of a forward through the head with targets, else 0. */
 double dp_run_pass(struct dp *d, const struct dp_pass *ps, const struct piece *then);
+/* After a pass stopped (d->aborted): ends every gather and reduction in flight and frees the
+ * step's buffers (gathered units, buckets, reduce-scatter outputs), so the next step starts as
+ * from dp_open's state. The same calls on every rank (the rounds were agreed). d->failed and
+ * d->err stay for the caller. */
+void dp_pass_abort(struct dp *d);
 /* After the rank's last backward: starts every bucket reduction not yet started (the tied
  * embedding's, summed between the stages), waits for all; then each rank holds the summed
  * gradients it keeps. Every rank of the group makes the same calls in the same order. 0 ok; -1

@@ -29,14 +29,71 @@ static int piece_needs(const struct dp *d, const struct piece *pc, int u)
   return 0;
 }
 
-/* ---- ZeRO-3 gathers (no-ops under 0-2, where every unit is always held) ----
+/* ---- the step's buffers, in agreed rounds ----
  *
- * The buffers of a step (gathered units, gradient buckets, reduce-scatter outputs) are
- * allocated as the step runs. The trainer reserved its memory bill at open (alloc_reserve), so
- * they cannot meet the allocator's cap here; what remains is the system allocator failing below
- * it, mid-collective, where a rank cannot drop out without leaving its peers waiting: that one
- * case still ends the job as a whole (comm_fatal). */
+ * Under zero 2 and 3 a step allocates as it runs: gathered units (3), gradient buckets and
+ * reduce-scatter outputs (2, 3). The trainer reserved its memory bill at open (alloc_reserve),
+ * so they fit the allocator's cap; the system allocator can still fail below it. A rank that
+ * cannot allocate a buffer a collective needs cannot take part in it, and its peers would wait
+ * for it forever. So each allocation site is a round: every buffer of the round is allocated,
+ * then every rank of the trainer's world agrees on the outcome (comm_agree: control traffic,
+ * not counted) before any collective touches them. The rounds are at fixed points of each piece
+ * (before its gathers; before a backward's buckets fill; before their reductions start), the
+ * same on every rank. When one rank failed, every rank stops the pass at the same round with
+ * "rank R: out of memory for ...", and dp_pass_abort ends what is in flight; nothing was
+ * entered alone. Allocation order and frees are as they were, so the peaks are the bill's. */
 
+static void *round_alloc(struct dp *d, enum alloc_category c, size_t n_elems, const char *what)
+{
+  real *p = alloc_reals_on(d->model->device, c, n_elems);
+  if (!p && !d->round_failed) {
+    d->round_failed = 1;
+    snprintf(d->round_what, sizeof d->round_what, "out of memory for %s (%zu elements)", what, n_elems);
+  }
+  return p;
+}
+
+/* The end of a round: 0 when every rank allocated everything, else −1 on every rank (the pass
+ * stops; d->err names the first rank that failed and what it was allocating). */
+static int round_agree(struct dp *d)
+{
+  int verdict = d->round_failed;
+  char msg[COMM_AGREE_MSG_MAX];
+  snprintf(msg, sizeof msg, "%s", d->round_failed ? d->round_what : "");
+  int failed_rank = -1;
+  if (d->agree && d->agree->size > 1)
+    verdict = comm_agree(d->agree, d->round_failed, msg, sizeof msg, &failed_rank);
+  d->round_failed = 0;
+  if (!verdict)
+    return 0;
+  if (!d->failed) {
+    if (failed_rank >= 0)
+      snprintf(d->err, sizeof d->err, "rank %d: %.480s", failed_rank, msg);
+    else
+      snprintf(d->err, sizeof d->err, "%.500s", msg);
+  }
+  d->failed = 1;
+  d->aborted = 1;
+  return -1;
+}
+
+/* ---- ZeRO-3 gathers (no-ops under 0-2, where every unit is always held) ---- */
+
+/* Room for unit u's gathered parameters, when it is not held and has none. */
+static void unit_alloc(struct dp *d, int u)
+{
+  struct dp_unit_state *s = &d->units[u];
+  if (s->hold != DP_UNIT_FREE || s->params)
+    return;
+  const struct dp_unit *unit = &d->layout.units[u];
+  const struct dp_bucket *first = &d->layout.buckets[unit->first_bucket];
+  const struct dp_bucket *last = &d->layout.buckets[unit->last_bucket];
+  char what[64];
+  snprintf(what, sizeof what, "gathering the parameters of unit %d", u);
+  s->params = round_alloc(d, ALLOC_PARAMS, last->start + last->n_elems - first->start, what);
+}
+
+/* Starts unit u's gathers into the room unit_alloc made (after the round agreed). */
 static void unit_gather_start(struct dp *d, int u)
 {
   struct dp_unit_state *s = &d->units[u];
@@ -44,10 +101,6 @@ static void unit_gather_start(struct dp *d, int u)
     return;
   const struct dp_unit *unit = &d->layout.units[u];
   const struct dp_bucket *first = &d->layout.buckets[unit->first_bucket];
-  const struct dp_bucket *last = &d->layout.buckets[unit->last_bucket];
-  s->params = alloc_reals_on(d->model->device, ALLOC_PARAMS, last->start + last->n_elems - first->start);
-  if (!s->params)
-    comm_fatal("out of memory gathering the parameters of unit %d", u);
   for (int b = unit->first_bucket; b <= unit->last_bucket; b++) {
     const struct dp_bucket *k = &d->layout.buckets[b];
     real *at = s->params + (k->start - first->start);
@@ -128,44 +181,61 @@ static void buckets_ready_for(struct dp *d, int first, int last)
       }
     if (s->grads)
       continue; /* already filling in this backward */
-    s->grads = alloc_reals_on(d->model->device, ALLOC_GRADS, d->layout.buckets[b].n_elems);
-    if (!s->grads)
-      comm_fatal("out of memory for a gradient bucket of %zu elements", d->layout.buckets[b].n_elems);
-    dp_bind_bucket(d, b, s->grads, 1);
+    s->grads = round_alloc(d, ALLOC_GRADS, d->layout.buckets[b].n_elems, "a gradient bucket");
+    if (s->grads)
+      dp_bind_bucket(d, b, s->grads, 1);
   }
 }
 
+/* Starts bucket b's reduction; under zero 2, 3 into the output room_for_reductions made. */
 static void bucket_start(struct dp *d, int b)
 {
   const struct dp_bucket *k = &d->layout.buckets[b];
   struct dp_bucket_state *s = &d->buckets[b];
-  if (d->zero < 2) {
+  if (d->zero < 2)
     dp_all_reduce(d, d->model->grad_memory + k->start, k->n_elems, &s->req);
-  } else {
-    s->recv = alloc_reals_on(d->model->device, ALLOC_COMM, k->share);
-    if (!s->recv)
-      comm_fatal("out of memory for a reduce-scatter output of %zu elements", k->share);
+  else
     dp_reduce_scatter(d, s->grads, s->recv, k->share, &s->req);
-  }
   d->inflight[d->n_inflight++] = b;
 }
 
-/* The gradients of parameters from `first_final` on are final: reduce every bucket that now is. */
-static void grads_final_from(struct dp *d, int first_final)
+/* Zero 2, 3: the reduce-scatter outputs of buckets next_bucket down to (not including) stop, in
+ * one round. 0, or −1 when the round failed. */
+static int room_for_reductions(struct dp *d, int stop)
 {
-  if (!d->reducing || d->next_bucket < 0 || d->layout.buckets[d->next_bucket].first_held < first_final)
-    return;
+  if (d->zero < 2)
+    return 0;
+  for (int b = d->next_bucket; b > stop; b--)
+    d->buckets[b].recv = round_alloc(d, ALLOC_COMM, d->layout.buckets[b].share, "a reduce-scatter output");
+  return round_agree(d);
+}
+
+/* The gradients of parameters from `first_final` on are final: reduce every bucket that now is.
+ * Under zero 2, 3 a round (the same on every rank, even with nothing to start). */
+static int grads_final_from(struct dp *d, int first_final)
+{
+  if (!d->reducing) /* the same on every rank: no round */
+    return 0;
   /* Zero 2, 3: one unit's reductions in flight, overlapping the next unit's backward; the
    * earlier unit's have had that backward's time and are finished now, freeing its gradients. */
-  while (d->zero >= 2 && d->n_inflight > 0)
-    inflight_finish_oldest(d);
-  while (d->next_bucket >= 0 && d->layout.buckets[d->next_bucket].first_held >= first_final)
+  int stop = d->next_bucket;
+  if (d->next_bucket >= 0 && d->layout.buckets[d->next_bucket].first_held >= first_final) {
+    while (d->zero >= 2 && d->n_inflight > 0)
+      inflight_finish_oldest(d);
+    while (stop >= 0 && d->layout.buckets[stop].first_held >= first_final)
+      stop--;
+  }
+  if (room_for_reductions(d, stop))
+    return -1;
+  while (d->next_bucket > stop)
     bucket_start(d, d->next_bucket--);
+  return 0;
 }
 
 /* ---- a pass: one FWD or BWD of a stage ---- */
 
-static void compute(struct dp *d, struct piece pc, const struct dp_pass *ps, double *loss)
+/* Piece pc's work. −1 when one of its rounds failed (the pass stops). */
+static int compute(struct dp *d, struct piece pc, const struct dp_pass *ps, double *loss)
 {
   struct model *m = d->model;
   const struct dp_layout *l = &d->layout;
@@ -179,27 +249,32 @@ static void compute(struct dp *d, struct piece pc, const struct dp_pass *ps, dou
     buckets_ready_for(d, u->first_param, u->last_param);
     if (tied)
       buckets_ready_for(d, 0, 0);
+    if (d->zero >= 2 && round_agree(d))
+      return -1;
     model_bind_views(m);
     model_head_backward(m, ps->a, ps->loss_scale);
-    grads_final_from(d, u->first_param);
-    break;
+    return grads_final_from(d, u->first_param);
   }
   case PIECE_LAYER_BWD: {
     const struct dp_unit *u = &l->units[1 + pc.layer];
     buckets_ready_for(d, u->first_param, u->last_param);
+    if (d->zero >= 2 && round_agree(d))
+      return -1;
     model_bind_views(m);
     model_layer_backward(m, ps->a, pc.layer);
-    grads_final_from(d, u->first_param);
-    break;
+    return grads_final_from(d, u->first_param);
   }
   case PIECE_EMBED_BWD:
     buckets_ready_for(d, 0, 0);
+    if (d->zero >= 2 && round_agree(d))
+      return -1;
     model_bind_views(m);
     model_embed_backward(m, ps->a);
     if (!ps->embed_waits) /* a tied embedding is summed between the stages first */
-      grads_final_from(d, 0);
+      return grads_final_from(d, 0);
     break;
   }
+  return 0;
 }
 
 int dp_pieces_alloc(struct dp *d)
@@ -232,17 +307,26 @@ double dp_run_pass(struct dp *d, const struct dp_pass *ps, const struct piece *t
     if (d->zero >= 2) /* every backward reduce-scatters all of its buckets */
       d->next_bucket = d->layout.n_buckets - 1;
   }
-  for (int k = 0; k < n; k++) {
+  for (int k = 0; k < n && !d->aborted; k++) {
     const struct piece *next = k + 1 < n ? &pcs[k + 1] : then;
     int units[2], n_units = units_of(d, &pcs[k], units);
+    int next_units[2], n_next = units_of(d, next, next_units);
+    if (d->zero == 3) { /* the round of this piece's gathers and the next one's */
+      for (int i = 0; i < n_units; i++)
+        unit_alloc(d, units[i]);
+      for (int i = 0; i < n_next; i++)
+        unit_alloc(d, next_units[i]);
+      if (round_agree(d))
+        break;
+    }
     for (int i = 0; i < n_units; i++)
       unit_hold(d, units[i]);
     /* prefetch: the next piece's gathers run while this one computes */
-    int next_units[2], n_next = units_of(d, next, next_units);
     for (int i = 0; i < n_next; i++)
       unit_gather_start(d, next_units[i]);
     model_bind_views(d->model);
-    compute(d, pcs[k], ps, &loss);
+    if (compute(d, pcs[k], ps, &loss))
+      break;
     for (int u = 0; u < d->layout.n_units; u++)
       if (!piece_needs(d, next, u))
         unit_release(d, u);
@@ -252,8 +336,45 @@ double dp_run_pass(struct dp *d, const struct dp_pass *ps, const struct piece *t
   return loss;
 }
 
+void dp_pass_abort(struct dp *d)
+{
+  /* reductions in flight first (their buckets' gradients and outputs), then the rest */
+  while (d->n_inflight > 0) {
+    const int b = d->inflight[0];
+    memmove(d->inflight, d->inflight + 1, (size_t)(--d->n_inflight) * sizeof *d->inflight);
+    comm_wait(&d->buckets[b].req);
+  }
+  for (int b = 0; b < d->layout.n_buckets; b++) {
+    struct dp_bucket_state *s = &d->buckets[b];
+    if (d->zero >= 2 && s->grads)
+      dp_bind_bucket(d, b, NULL, 1);
+    alloc_free(s->grads);
+    alloc_free(s->recv);
+    s->grads = s->recv = NULL;
+  }
+  for (int u = 0; u < d->layout.n_units && d->zero == 3; u++) {
+    struct dp_unit_state *s = &d->units[u];
+    const struct dp_unit *unit = &d->layout.units[u];
+    if (s->hold == DP_UNIT_GATHERING)
+      comm_wait_all(s->reqs, unit->last_bucket - unit->first_bucket + 1);
+    if (s->hold != DP_UNIT_FREE)
+      for (int b = unit->first_bucket; b <= unit->last_bucket; b++)
+        dp_bind_bucket(d, b, NULL, 0);
+    alloc_free(s->params); /* a room the failed round made, or a gathered unit */
+    s->params = NULL;
+    s->hold = DP_UNIT_FREE;
+  }
+  model_bind_views(d->model);
+  d->reducing = 0;
+  d->next_bucket = -1;
+  d->round_failed = 0;
+  d->aborted = 0;
+}
+
 int dp_reduce_rest(struct dp *d)
 {
+  if (room_for_reductions(d, -1))
+    return -1;
   while (d->next_bucket >= 0)
     bucket_start(d, d->next_bucket--);
   d->reducing = 0;

@@ -296,6 +296,10 @@ double exec_step(struct exec *pp, int (*optimizer)(void *ctx, double loss), void
                                     bwd && in->mb == pp->last_bwd[in->stage], pp->embed != NULL };
       const double t0 = comm_now();
       loss += dp_run_pass(t->dp, &pass, after ? &then : NULL);
+      if (t->dp->aborted) { /* a round of the step's buffers failed, on every rank alike */
+        i = list->n;
+        break;
+      }
       if (bwd) {
         if (st->has_embed)
           sl->stage = sl->mb = -1; /* nothing to send back */
@@ -343,6 +347,8 @@ double exec_step(struct exec *pp, int (*optimizer)(void *ctx, double loss), void
           failed(pp, "all-reduce of the tied embedding's gradient");
       }
       dp_reduce_rest(t->dp);
+      if (t->dp->aborted)
+        i = list->n; /* no update after a failed round */
       break;
     case SCHED_OPTIMIZER:
       drain(pp);
@@ -358,6 +364,8 @@ double exec_step(struct exec *pp, int (*optimizer)(void *ctx, double loss), void
     }
   }
   drain(pp); /* after a list that stopped early; a no-op after OPTIMIZER */
+  if (t->dp->aborted)
+    dp_pass_abort(t->dp);
   return loss;
 }
 
@@ -377,6 +385,10 @@ double exec_forward(struct exec *pp, const int *tokens, const int *targets, int 
       failed(pp, "receive of activations");
     const struct dp_pass pass = { st, 0, a, tokens, targets, NULL, B, T, 0, 0, 0 };
     loss += dp_run_pass(t->dp, &pass, NULL);
+    if (t->dp->aborted) { /* every rank stops here (ZeRO-3 rounds span the world; no stages) */
+      dp_pass_abort(t->dp);
+      return 0.0;
+    }
     if (s + 1 < S && comm_send(pp->group, a->residual[pp->in_index[s] + st->n_layers], n, COMM_REAL,
                                p->stages[s + 1].pp_rank, NULL))
       failed(pp, "send of activations");

@@ -85,6 +85,7 @@ int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *con
     goto fail;
   }
   t->dp.pp_group = pp;
+  t->dp.agree = t->world; /* the step's allocation rounds (dp_passes.c) span every rank */
   /* host memory: the data source writes them, the passes copy them to the backend */
   t->inputs = alloc_host_bytes(ALLOC_WORKSPACE, (size_t)micro * S * sizeof(int));
   t->targets = alloc_host_bytes(ALLOC_WORKSPACE, (size_t)micro * S * sizeof(int));
@@ -138,6 +139,12 @@ int trainer_open_on_world(struct trainer *t, const struct plan *p, char *err, si
 const char *trainer_failed(const struct trainer *t)
 {
   return t->exec.failed ? t->exec.err : t->dp.failed ? t->dp.err : t->model.tp.failed ? t->model.tp.err : NULL;
+}
+
+void trainer_clear_error(struct trainer *t)
+{
+  t->exec.failed = t->dp.failed = t->model.tp.failed = 0;
+  t->exec.err[0] = t->dp.err[0] = t->model.tp.err[0] = '\0';
 }
 
 void trainer_close(struct trainer *t)

@@ -99,8 +99,13 @@ void trainer_close(struct trainer *t);
 /* Fills the windows of micro-batch mb of step t->step for this data-parallel rank: inputs and
  * targets (micro, seq) and each row's window index. */
 void trainer_micro_batch(struct trainer *t, int mb, int *inputs, int *targets, uint64_t *samples);
-/* The first failure's message (the executor's, data-parallel or tensor-parallel), or NULL. */
+/* The first failure's message (the executor's, data-parallel or tensor-parallel), or NULL. It
+ * stays until the caller handles it with trainer_clear_error. A call that failed leaves the
+ * trainer usable: a step that stopped changed no parameter, optimizer state or step counter, and
+ * ended every collective it started on every rank. */
 const char *trainer_failed(const struct trainer *t);
+/* Forgets the recorded failure (every rank that got it, alike), after the caller handled it. */
+void trainer_clear_error(struct trainer *t);
 /* Gradients of step t->step (zeroed first, accumulated over the micro-batches, summed over the
  * group): the step's list up to its OPTIMIZER, which it leaves out; returns the loss of the
  * global batch. The step counter does not move. A failure shows in trainer_failed. */
