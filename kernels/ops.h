@@ -43,6 +43,9 @@
 
 struct kernel_ops {
   const char *name; /* "cpu", ... */
+  /* The element type of every `real` buffer the entries take (real.h): a model refuses a table
+   * whose type is not its build's (REAL_TENSOR_DTYPE). */
+  enum tensor_dtype compute_dtype;
 
   /* ---- memory ----
    * Every tensor the runtime computes on lives in the backend's memory. The runtime reads and

@@ -319,7 +319,7 @@ static void manifest_text(struct strbuf *b, const struct trainer *t, long long s
     json_key(&j, "name");
     json_string(&j, q->name);
     json_key(&j, "dtype");
-    json_string(&j, REAL_DTYPE);
+    json_string(&j, tensor_dtype_name(q->dtype)); /* the build's: models refuse any other table */
     json_key(&j, "shape");
     json_begin_array(&j);
     for (int d = 0; d < q->n_dims; d++)

@@ -26,6 +26,8 @@ static void add_param(struct model *m, enum model_param_kind kind, int layer, co
 {
   struct model_param *p = &m->params[m->n_params++];
   snprintf(p->name, sizeof p->name, "%s", name);
+  p->dtype = m->k->compute_dtype;
+  p->device = m->device;
   p->kind = kind;
   p->layer = layer;
   p->n_dims = n_dims;
@@ -111,6 +113,10 @@ static int create_table(struct model *m, char *err, size_t err_size)
   m->device = alloc_current_device();
   m->tp.k = m->k;
   m->tp.kctx = m->kctx;
+  if (m->k->compute_dtype != REAL_TENSOR_DTYPE)
+    return errf(err, err_size, "the %s kernel table computes in %s; this build's tensors are %s (%s)",
+                m->k->name, tensor_dtype_name(m->k->compute_dtype), tensor_dtype_name(REAL_TENSOR_DTYPE),
+                REAL_NAME);
   if (check_config(c, err, err_size))
     return 1;
   const int L = c->n_layers, C = c->dim, F = c->ffn_dim, HS = c->head_dim;

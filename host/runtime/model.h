@@ -55,6 +55,8 @@ struct model_param {
   real *data;               /* (rows, shape[1]) or (shape[0]); NULL where this rank does not hold
                               * it (ZeRO-3 between gathers) */
   real *grad;               /* same shape; accumulates over micro-batches; NULL where not held */
+  enum tensor_dtype dtype;   /* the element type of data and grad (the model's kernel table's) */
+  int device;                /* the allocator's device data and grad live on (the model's) */
   int weight_decay;          /* 1 for 2-D tensors (embedding, linear, head), 0 for norm gains */
   float init_std;           /* 0.02, scaled by 1/sqrt(2L) for o_proj and down_proj; 0: gain 1.
                              * float in both builds: initial weights are fp32 numbers */

@@ -269,6 +269,7 @@ static void cpu_scale_inplace(void *ctx, real *x, size_t n_elems, real s)
 
 const struct kernel_ops kernel_ops_cpu = {
   .name = "cpu",
+  .compute_dtype = REAL_TENSOR_DTYPE,
   .host_visible = 1,
   .mem_alloc = cpu_mem_alloc,
   .mem_free = cpu_mem_free,

@@ -704,6 +704,7 @@ static void untouchable_scale_inplace(void *ctx, real *x, size_t n_elems, real s
 
 static const struct kernel_ops untouchable_ops = {
   .name = "untouchable",
+  .compute_dtype = REAL_TENSOR_DTYPE,
   .host_visible = 0,
   .mem_alloc = untouchable_mem_alloc,
   .mem_free = untouchable_mem_free,
@@ -995,6 +996,8 @@ static void trains_to_the_cpu_bits_on_memory_the_host_cannot_touch(void)
   const long allocs0 = arena.calls[E_MEM_ALLOC];
   CHECK_MSG(trainer_open(&b, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
   CHECK(b.model.k == &untouchable_ops && b.model.kctx == &arena && b.model.device == dev);
+  for (int i = 0; i < b.model.n_params; i++) /* each tensor says where it lives and what it holds */
+    CHECK(b.model.params[i].device == dev && b.model.params[i].dtype == REAL_TENSOR_DTYPE);
   /* Back to the CPU for what comes next: the open trainer keeps its backend. */
   CHECK(runtime_use_backend(NULL, NULL) == 0 && alloc_current_device() == ALLOC_HOST);
   CHECK(alloc_device_bill(dev)->n_live > 0);

@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "ops.h"
+#include "runtime/alloc.h"
 #include "runtime/train.h"
 #include "runtime_fixture.h"
 
@@ -376,6 +377,7 @@ static void counted_scale_inplace(void *ctx, real *x, size_t n_elems, real s)
 
 static const struct kernel_ops counting_ops = {
   .name = "counting",
+  .compute_dtype = REAL_TENSOR_DTYPE,
   .host_visible = 1,
   .mem_alloc = counted_mem_alloc,
   .mem_free = counted_mem_free,
@@ -513,5 +515,30 @@ static void kernels_use_null_goes_back_to_the_cpu_table(void)
   model_free(&m);
 }
 
+/* A table whose buffers are of another element type than this build's tensors is refused when a
+ * model is made from it, naming both types, instead of computing on misread memory. */
+static void a_table_of_another_element_type_is_refused(void)
+{
+  struct kernel_ops other = kernel_ops_cpu;
+  other.name = "bf16-test";
+  other.compute_dtype = TENSOR_BF16;
+  struct plan p;
+  tiny_plan(&p);
+  struct trainer t;
+  kernels_use(&other, NULL);
+  const int rc = trainer_open(&t, &p, NULL, err, sizeof err);
+  kernels_use(NULL, NULL);
+  CHECK(rc == TRAIN_RUNTIME_ERROR);
+  CHECK_STR_CONTAINS(err, "the bf16-test kernel table computes in BF16; this build's tensors are ");
+  CHECK_STR_CONTAINS(err, tensor_dtype_name(REAL_TENSOR_DTYPE));
+  /* and the tensors of a model say what they hold and where */
+  struct model m;
+  CHECK_MSG(model_create(&m, &p.model, err, sizeof err) == 0, "%s", err);
+  for (int i = 0; i < m.n_params; i++)
+    CHECK(m.params[i].dtype == REAL_TENSOR_DTYPE && m.params[i].device == ALLOC_HOST);
+  model_free(&m);
+}
+
 TEST_MAIN(TEST(a_counting_table_sees_every_kernel_call_and_the_same_bits),
+          TEST(a_table_of_another_element_type_is_refused),
           TEST(kernels_use_null_goes_back_to_the_cpu_table))
