@@ -18,6 +18,8 @@
 #include "comm/comm.h"
 #include "kernels.h"
 #include "plan/compile.h"
+#include "repl/repl.h"
+#include "tycho_module.h"
 #include "runtime/threads.h"
 #include "runtime/ckpt.h"
 #include "runtime/train.h"
@@ -48,6 +50,12 @@ static const char usage_text[] =
   "  run PLAN.lua [--set path=value ...]\n"
   "        compile the plan and train with it (under mpirun or srun for more ranks: data,\n"
   "        tensor and pipeline parallelism, ZeRO 1-3, recompute)\n"
+  "  repl [PLAN.lua [FILE.lua]] [--set path=value ...] [--timeout S]\n"
+  "        an SPMD Lua prompt on every rank of the job (mpirun -np N tycho repl ...): rank 0\n"
+  "        reads, every rank runs; PLAN.lua is opened as the trainer t; FILE.lua (or stdin that\n"
+  "        is not a terminal) runs chunk by chunk, exit 1 if one failed; @0, @2-3, @dp=0 or\n"
+  "        @tp=1,pp=0 before a chunk runs it on those ranks only; --timeout S: the comm\n"
+  "        watchdog's seconds during the session (default 30). docs/repl.md\n"
   "  ckpt inspect|verify DIR\n"
   "        a checkpoint (checkpoint.dir/step_N, or checkpoint.dir for its newest): inspect\n"
   "        prints its step, model, mesh and files; verify also checks every piece's checksum\n"
@@ -319,6 +327,61 @@ static int cmd_run(lua_State *L, const struct cli *c)
   return 0;
 }
 
+/* The libraries a REPL chunk sees: the standard ones and the tycho module (plan helpers and
+ * the trainer: tycho.open). */
+static void repl_libs(lua_State *L)
+{
+  luaL_openlibs(L);
+  luaL_requiref(L, "tycho", luaopen_tycho, 1);
+  lua_pop(L, 1);
+}
+
+static int cmd_repl(lua_State *L, int argc, char **argv)
+{
+  struct repl_options o = { 0 };
+  const char **sets = lua_newuserdatauv(L, sizeof(char *) * (size_t)argc, 0);
+  o.sets = sets;
+  o.timeout = 30.0;
+  const char *env = getenv("TYCHO_REPL_TIMEOUT");
+  if (env && *env)
+    o.timeout = (double)parse_count(L, "TYCHO_REPL_TIMEOUT", env, 1);
+  for (int i = 2; i < argc; i++) {
+    const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "--set") == 0) {
+      if (!next)
+        return host_fail(L, EXIT_USAGE, "--set needs path.to.field=value; see tycho --help");
+      sets[o.n_sets++] = next;
+      i++;
+    } else if (strncmp(a, "--set=", 6) == 0) {
+      sets[o.n_sets++] = a + 6;
+    } else if (strcmp(a, "--timeout") == 0) {
+      o.timeout = (double)parse_count(L, "--timeout", next, 1);
+      i++;
+    } else if (a[0] == '-' && a[1]) {
+      return host_fail(L, EXIT_USAGE, "unknown option '%s' for 'repl'; see tycho --help", a);
+    } else if (!o.plan) {
+      o.plan = a;
+    } else if (!o.script) {
+      o.script = a;
+    } else {
+      return host_fail(L, EXIT_USAGE, "unexpected argument '%s' (repl takes PLAN.lua and FILE.lua); see tycho --help", a);
+    }
+  }
+  if (o.n_sets && !o.plan)
+    return host_fail(L, EXIT_USAGE, "--set needs a plan: tycho repl PLAN.lua --set path=value");
+  o.open_libs = repl_libs;
+  quiet_error = comm_world()->rank != 0;
+  char err[2048] = "";
+  int code = repl_run(&o, err, sizeof err);
+  fflush(stdout);
+  if (code == 2 || (code && err[0]))
+    return host_fail(L, code, "%s", err[0] ? err : "the session failed");
+  exit_code = code;
+  if (code)
+    return host_fail(L, code, "a chunk failed%s%s", err[0] ? ": " : "", err);
+  return 0;
+}
+
 static int pmain(lua_State *L)
 {
   int argc = (int)lua_tointeger(L, 1);
@@ -351,6 +414,8 @@ static int pmain(lua_State *L)
     parse_args(L, argc, argv, &c);
     return cmd_run(L, &c);
   }
+  if (strcmp(cmd, "repl") == 0)
+    return cmd_repl(L, argc, argv);
   if (strcmp(cmd, "ckpt") == 0) {
     if (argc != 4 || (strcmp(argv[2], "inspect") && strcmp(argv[2], "verify")))
       return host_fail(L, EXIT_USAGE, "usage: tycho ckpt inspect|verify DIR");
@@ -361,12 +426,12 @@ static int pmain(lua_State *L)
       return host_fail(L, EXIT_RUNTIME, "%s", err);
     return 0;
   }
-  return host_fail(L, EXIT_USAGE, "unknown command '%s'; the commands are check, tune, run and ckpt (tycho --help)", cmd);
+  return host_fail(L, EXIT_USAGE, "unknown command '%s'; the commands are check, tune, run, repl and ckpt (tycho --help)", cmd);
 }
 
 int main(int argc, char **argv)
 {
-  const int run = argc >= 2 && strcmp(argv[1], "run") == 0;
+  const int run = argc >= 2 && (strcmp(argv[1], "run") == 0 || strcmp(argv[1], "repl") == 0);
   int ranks_on_node = 1;
   if (run) {
     threads_exec_with_settings(argv);   /* before any thread exists */

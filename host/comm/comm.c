@@ -241,6 +241,8 @@ static int validate(struct comm_request *r, char *err, size_t n)
     return snprintf(err, n, "comm_%s: comm_init has not run", op), -1;
   if (!g || !g->state)
     return snprintf(err, n, "comm %s: no group", op), -1;
+  if (comm_restricted_check(g, op, err, n))
+    return -1;
   if ((unsigned)r->dtype >= COMM_N_DTYPES)
     return snprintf(err, n, "comm %s on %s: unknown dtype %d", op, g->name, (int)r->dtype), -1;
   if (is_reduction(r->op) && (unsigned)r->reduce >= COMM_N_REDUCES)

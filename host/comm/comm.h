@@ -126,6 +126,27 @@ int comm_check_plan_hash(uint64_t hash, char *err, size_t err_size);
 #define COMM_AGREE_MSG_MAX 2048
 int comm_agree(struct comm_group *g, int status, char *msg, size_t msg_size, int *failed_rank);
 
+/* Which world ranks take part in what runs now (a REPL chunk's targets): members[r] for each of
+ * the world's n ranks, or NULL for every rank (the default). From then on an operation — a
+ * collective, a send or receive, an agreement, a split — on a group with a member outside the
+ * set is refused before anything starts, with a message naming the group, the ranks it needs
+ * and the set: a collective only part of its group reaches would wait forever. 0, or −1 (bad
+ * size, out of memory). */
+int comm_restrict(const unsigned char *members, int n_members);
+/* 0 when every member of g may take part now; else −1 with the refusal in err. */
+int comm_restricted_check(const struct comm_group *g, const char *what, char *err, size_t err_size);
+
+/* The REPL's control plane, on a group of its own (comm_group_split of the world): not counted
+ * as model traffic and never restricted. comm_control_bcast: n_bytes from root to every member;
+ * `what` names the wait for the watchdog, NULL for an idle wait (at the prompt) it must not
+ * diagnose. comm_control_gather: every member's n_bytes to root, which gets each rank's bytes
+ * in per_rank[r] (malloc'd, 0-terminated; NULL when it had no room for them, the bytes read and
+ * dropped so nobody waits) and counts[r]. Collective over g; 0, or −1 with err. */
+int comm_control_bcast(struct comm_group *g, void *buf, size_t n_bytes, int root, const char *what,
+                       char *err, size_t err_size);
+int comm_control_gather(struct comm_group *g, const void *send, size_t n_bytes, int root, char **per_rank,
+                        size_t *counts, const char *what, char *err, size_t err_size);
+
 /* Operations. n_elems per rank as in MPI and NCCL: all-gather, the contribution of each rank;
  * reduce-scatter, the share each rank receives; all-to-all, the block sent to each peer.
  * In place: all-reduce with send == recv; all-gather with send == recv + rank · n_elems.

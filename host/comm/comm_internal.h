@@ -103,7 +103,7 @@ struct comm_context {
   atomic_int work_queued;     /* the queue is not empty: lets an idle comm thread spin briefly */
   struct comm_request *queue_head, *queue_tail; /* issued, not yet started */
   struct comm_request *inflight;                /* issued, not finished */
-  struct { const char *what; double t_begin; int active; const struct comm_group *group; } control; /* a control-plane call */
+  struct { const char *what; double t_begin; int active, untimed; const struct comm_group *group; } control; /* a control-plane call; untimed: named in answers, never diagnosed for its age (a REPL rank waiting for the others' chunk) */
 
   long long step;
   int mb;
@@ -162,5 +162,8 @@ void comm_control_begin(const char *what);
 /* The same for a call that waits for every member of `group`: a diagnosis asks them where they are. */
 void comm_control_begin_on(const char *what, const struct comm_group *group);
 void comm_control_end(void);
+/* The same as comm_control_begin_on for a wait whose length is the user's (the REPL): peers'
+ * questions are answered with `what`, but the watchdog never ends the job for its age. */
+void comm_control_begin_untimed(const char *what, const struct comm_group *group);
 
 #endif

@@ -113,6 +113,8 @@ int comm_check_plan_hash(uint64_t hash, char *err, size_t n)
 {
   if (!ctx.initialized)
     return snprintf(err, n, "comm_check_plan_hash: comm_init has not run"), -1;
+  if (comm_restricted_check(ctx.world, "the plan-hash check", err, n))
+    return -1;
   uint64_t *all = malloc((size_t)ctx.size * sizeof *all);
   if (!all)
     return snprintf(err, n, "rank %d: out of memory", ctx.rank), -1;
@@ -160,6 +162,8 @@ int comm_agree(struct comm_group *g, int status, char *msg, size_t msg_size, int
   *failed_rank = -1;
   if (!ctx.initialized || !g || !g->state)
     return snprintf(msg, msg_size, "comm_agree: %s", ctx.initialized ? "no group" : "comm_init has not run"), -1;
+  if (comm_restricted_check(g, "an agreement", msg, msg_size))
+    return -1;
   int mine = status ? g->rank : INT_MAX, first = INT_MAX;
   comm_control_begin("status agreement");
   int rc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, g->state->ctl);

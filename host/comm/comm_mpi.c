@@ -205,6 +205,8 @@ int comm_group_split(struct comm_group *parent, int color, int key, const char *
     return snprintf(err, n, "comm_group_split: %s", comm_ctx.initialized ? "no parent group" : "comm_init has not run"), -1;
   if (color < 0)
     return snprintf(err, n, "comm_group_split %s: color %d must be ≥ 0", name, color), -1;
+  if (comm_restricted_check(parent, "a group split", err, n))
+    return -1;
   MPI_Comm ctl;
   comm_control_begin("group split");
   int rc = MPI_Comm_split(parent->state->ctl, color, key, &ctl);
@@ -221,6 +223,8 @@ int comm_group_free(struct comm_group *g, char *err, size_t n)
   if (!comm_ctx.initialized || g == comm_ctx.world)
     return snprintf(err, n, "comm_group_free: %s", comm_ctx.initialized ? "the world group lives until comm_finalize"
                                                                       : "comm_init has not run"), -1;
+  if (comm_restricted_check(g, "freeing a group", err, n))
+    return -1;
   pthread_mutex_lock(&ctx.lock);
   int busy = 0, at = -1;
   for (const struct comm_request *r = ctx.inflight; r; r = r->next_inflight)

@@ -34,6 +34,15 @@ void comm_control_begin_on(const char *what, const struct comm_group *group)
   ctx.control.group = group;
   ctx.control.t_begin = comm_now();
   ctx.control.active = 1;
+  ctx.control.untimed = 0;
+  pthread_mutex_unlock(&ctx.lock);
+}
+
+void comm_control_begin_untimed(const char *what, const struct comm_group *group)
+{
+  comm_control_begin_on(what, group);
+  pthread_mutex_lock(&ctx.lock);
+  ctx.control.untimed = 1;
   pthread_mutex_unlock(&ctx.lock);
 }
 
@@ -252,7 +261,7 @@ static void *watchdog_main(void *arg)
     const struct comm_request *r = oldest_inflight(NULL);
     struct comm_record stuck = r ? r->rec : (struct comm_record){ 0 };
     const struct comm_group *g = r ? r->group : NULL;
-    const char *control = ctx.control.active ? ctx.control.what : NULL;
+    const char *control = ctx.control.active && !ctx.control.untimed ? ctx.control.what : NULL;
     const struct comm_group *control_group = ctx.control.group;
     double control_age = now - ctx.control.t_begin;
     pthread_mutex_unlock(&ctx.lock);

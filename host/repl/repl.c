@@ -1,0 +1,970 @@
+/* The SPMD REPL (repl.h). Shaped like Lua's lua.c: rank 0 reads and compiles to see whether a
+ * chunk is complete; every rank compiles and runs what rank 0 sends. */
+#define _POSIX_C_SOURCE 200809L
+#include "repl/repl.h"
+
+#include <errno.h>
+#include <lauxlib.h>
+#include <lualib.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef TYCHO_HAVE_READLINE
+#include <readline/history.h>
+#include <readline/readline.h>
+#endif
+
+#include "comm/comm.h"
+#include "util/err.h"
+#include "util/strbuf.h"
+
+enum { LINE_MAX_BYTES = 8192, OUTPUT_MAX_BYTES = 256 * 1024 };
+enum chunk_kind { CHUNK_RUN = 1, CHUNK_QUIT = 2 };
+enum rank_status { RANK_RAN = 1, RANK_FAILED = 2, RANK_QUIT = 4 };
+
+/* ---- rank sets and selectors ---- */
+
+void repl_format_ranks(const unsigned char *flags, int n, char *out, size_t size)
+{
+  size_t len = 0;
+  out[0] = 0;
+  for (int i = 0; i < n && len + 1 < size;) {
+    if (!flags[i]) {
+      i++;
+      continue;
+    }
+    int j = i;
+    while (j + 1 < n && flags[j + 1])
+      j++;
+    len += (size_t)snprintf(out + len, size - len, j == i ? "%s%d" : j == i + 1 ? "%s%d,%d" : "%s%d-%d",
+                            len ? "," : "", i, j);
+    i = j + 1;
+  }
+}
+
+static int parse_int(const char **s, int *v)
+{
+  char *end;
+  long x = strtol(*s, &end, 10);
+  if (end == *s || x < 0 || x > 1 << 30)
+    return -1;
+  *v = (int)x;
+  *s = end;
+  return 0;
+}
+
+int repl_parse_selector(const char *sel, int n, unsigned char *members, char *err, size_t err_size)
+{
+  if (strchr(sel, '='))
+    return 1;
+  memset(members, 0, (size_t)n);
+  const char *s = sel;
+  if (!*s)
+    return errf(err, err_size, "@: a selector needs ranks (@0, @2-3, @0,2) or coordinates (@dp=0, @tp=1,pp=0)"), -1;
+  while (*s) {
+    int a, b;
+    if (parse_int(&s, &a))
+      return errf(err, err_size, "@%s: '%s' is not a rank, a range a-b or axis=value", sel, s), -1;
+    b = a;
+    if (*s == '-') {
+      s++;
+      if (parse_int(&s, &b) || b < a)
+        return errf(err, err_size, "@%s: a range is a-b with a ≤ b", sel), -1;
+    }
+    if (b >= n)
+      return errf(err, err_size, "@%s: rank %d is not in the job (ranks 0-%d)", sel, b, n - 1), -1;
+    for (int r = a; r <= b; r++) members[r] = 1;
+    if (*s == ',')
+      s++;
+    else if (*s)
+      return errf(err, err_size, "@%s: '%s' is not a rank, a range a-b or axis=value", sel, s), -1;
+  }
+  return 0;
+}
+
+int repl_selector_match(const char *sel, int tp, int dp, int pp, char *err, size_t err_size)
+{
+  const char *s = sel;
+  int match = 1;
+  while (*s) {
+    const char *eq = strchr(s, '=');
+    if (!eq)
+      return errf(err, err_size, "@%s: '%s' is not axis=value", sel, s), -1;
+    const size_t len = (size_t)(eq - s);
+    int have;
+    if (len == 2 && !strncmp(s, "tp", 2))
+      have = tp;
+    else if (len == 2 && !strncmp(s, "dp", 2))
+      have = dp;
+    else if (len == 2 && !strncmp(s, "pp", 2))
+      have = pp;
+    else
+      return errf(err, err_size, "@%s: the axes are tp, dp and pp ('%.*s' is none)", sel, (int)len, s), -1;
+    s = eq + 1;
+    int v;
+    if (parse_int(&s, &v))
+      return errf(err, err_size, "@%s: %.*s needs a number", sel, (int)len, eq - len), -1;
+    match = match && have == v;
+    if (*s == ',')
+      s++;
+    else if (*s)
+      return errf(err, err_size, "@%s: '%s' is not axis=value", sel, s), -1;
+  }
+  return match;
+}
+
+/* ---- the session's state ---- */
+
+static struct {
+  struct comm_group *world, *group, *interrupt_group; /* the REPL's own groups (split of the world) */
+  int rank, size;
+  int restricted;        /* the running chunk targets part of the job */
+  lua_State *L;
+  struct strbuf out;     /* what this rank's chunk printed */
+  int out_cut;           /* bytes dropped past OUTPUT_MAX_BYTES */
+  int quit_code, quit;   /* a chunk called quit(code) / os.exit(code) */
+  volatile sig_atomic_t interrupt_pending, in_chunk, at_prompt;
+  double last_interrupt;
+} S;
+
+static void out_put(const char *s, size_t n)
+{
+  if (S.out.n + n > OUTPUT_MAX_BYTES) {
+    size_t room = S.out.n < OUTPUT_MAX_BYTES ? OUTPUT_MAX_BYTES - S.out.n : 0;
+    sb_put(&S.out, s, room);
+    S.out_cut += (int)(n - room);
+    return;
+  }
+  sb_put(&S.out, s, n);
+}
+
+/* print, captured: as Lua's (tostring of each, tabs between, a newline). */
+static int l_print(lua_State *L)
+{
+  int n = lua_gettop(L);
+  for (int i = 1; i <= n; i++) {
+    size_t len;
+    const char *s = luaL_tolstring(L, i, &len);
+    if (i > 1)
+      out_put("\t", 1);
+    out_put(s, len);
+    lua_pop(L, 1);
+  }
+  out_put("\n", 1);
+  return 0;
+}
+
+/* io.write, captured (strings and numbers, as io.write takes them). */
+static int l_io_write(lua_State *L)
+{
+  int n = lua_gettop(L);
+  for (int i = 1; i <= n; i++) {
+    size_t len;
+    const char *s = lua_type(L, i) == LUA_TNUMBER ? luaL_tolstring(L, i, &len) : luaL_checklstring(L, i, &len);
+    out_put(s, len);
+    if (lua_type(L, i) == LUA_TNUMBER)
+      lua_pop(L, 1);
+  }
+  return 0;
+}
+
+/* quit([code]) and os.exit([code]): end the session on every rank after this chunk. */
+static int l_quit(lua_State *L)
+{
+  S.quit = 1;
+  S.quit_code = lua_isboolean(L, 1) ? (lua_toboolean(L, 1) ? 0 : 1) : (int)luaL_optinteger(L, 1, 0);
+  return 0;
+}
+
+static int msghandler(lua_State *L)
+{
+  const char *msg = lua_tostring(L, 1);
+  if (!msg) {
+    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
+      return 1;
+    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  luaL_traceback(L, L, msg, 1);
+  return 1;
+}
+
+/* ---- Ctrl-C ---- */
+
+static double now_seconds(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void on_sigint(int sig)
+{
+  (void)sig;
+  if (S.in_chunk) {
+    double t = now_seconds();
+    if (S.interrupt_pending && t - S.last_interrupt < 2.0) {
+      static const char msg[] = "\ntycho repl: interrupted twice: ending the job\n";
+      ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+      (void)w;
+      _exit(130);
+    }
+    S.interrupt_pending = 1;
+    S.last_interrupt = t;
+    static const char msg[] = "\n(interrupt: every rank stops at the next step boundary; again within 2 s ends the job)\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+    return;
+  }
+  S.at_prompt = 2; /* the reader clears the line */
+#ifdef TYCHO_HAVE_READLINE
+  if (isatty(STDIN_FILENO)) {
+    ssize_t w = write(STDOUT_FILENO, "\n", 1);
+    (void)w;
+    rl_replace_line("", 0);
+    rl_on_new_line();
+    rl_redisplay();
+  }
+#endif
+}
+
+int repl_stop_requested(void *ctx)
+{
+  (void)ctx;
+  if (!S.group)
+    return 0;
+  if (S.restricted) /* part of the job: no agreement possible, and a step there is refused anyway */
+    return 0;
+  unsigned char flag = S.rank == 0 ? (unsigned char)(S.interrupt_pending != 0) : 0;
+  char err[256];
+  if (S.size > 1 && comm_control_bcast(S.interrupt_group, &flag, 1, 0, "the REPL's interrupt check at a step boundary",
+                                       err, sizeof err))
+    return 0;
+  if (flag)
+    S.interrupt_pending = 0;
+  return flag;
+}
+
+/* ---- reading (rank 0) ---- */
+
+struct reader {
+  FILE *in;
+  int tty, echo;
+  int eof;
+};
+
+/* One line without its newline into line (LINE_MAX_BYTES); 0, or −1 at the end of input. */
+static int read_line(struct reader *r, const char *prompt, char *line)
+{
+#ifdef TYCHO_HAVE_READLINE
+  if (r->tty) {
+    for (;;) {
+      S.at_prompt = 1;
+      char *s = readline(prompt);
+      int cleared = S.at_prompt == 2;
+      S.at_prompt = 0;
+      if (!s)
+        return -1;
+      if (cleared) { /* Ctrl-C while typing: the line is dropped */
+        free(s);
+        continue;
+      }
+      snprintf(line, LINE_MAX_BYTES, "%s", s);
+      free(s);
+      return 0;
+    }
+  }
+#endif
+  for (;;) {
+    if (r->tty) {
+      fputs(prompt, stdout);
+      fflush(stdout);
+    }
+    S.at_prompt = 1;
+    errno = 0;
+    char *s = fgets(line, LINE_MAX_BYTES, r->in);
+    int cleared = S.at_prompt == 2;
+    S.at_prompt = 0;
+    if (!s) {
+      if (errno == EINTR || cleared) {
+        clearerr(r->in);
+        continue;
+      }
+      return -1;
+    }
+    size_t n = strlen(line);
+    if (n && line[n - 1] == '\n')
+      line[--n] = 0;
+    if (r->echo) {
+      printf("%s%s\n", prompt, line);
+      fflush(stdout);
+    }
+    return 0;
+  }
+}
+
+/* Whether `code` is a complete chunk: 1 yes (or an error that more lines cannot fix), 0 when it
+ * ends early (a syntax error at <eof>). */
+static int complete(lua_State *L, const char *code, size_t n)
+{
+  int status = luaL_loadbuffer(L, code, n, "=stdin");
+  int incomplete = 0;
+  if (status == LUA_ERRSYNTAX) {
+    size_t len;
+    const char *msg = lua_tolstring(L, -1, &len);
+    incomplete = len >= 5 && strcmp(msg + len - 5, "<eof>") == 0;
+  }
+  lua_pop(L, 1);
+  return !incomplete;
+}
+
+/* The next chunk into b: the selector (without '@'; empty for every rank) into sel. 0, or −1 at
+ * the end of input. */
+static int read_chunk(struct reader *r, lua_State *L, struct strbuf *b, char *sel, size_t sel_size)
+{
+  static char line[LINE_MAX_BYTES];
+  b->n = 0;
+  sel[0] = 0;
+  for (;;) {
+    if (read_line(r, "> ", line))
+      return -1;
+    const char *s = line;
+    while (*s == ' ' || *s == '\t')
+      s++;
+    if (!*s)
+      continue; /* an empty line */
+    if (*s == '@') {
+      size_t k = 0;
+      s++;
+      while (*s && *s != ' ' && *s != '\t' && k + 1 < sel_size)
+        sel[k++] = *s++;
+      sel[k] = 0;
+      while (*s == ' ' || *s == '\t')
+        s++;
+    }
+    if (*s == '=') { /* =expr: return expr */
+      sb_puts(b, "return ");
+      sb_puts(b, s + 1);
+    } else {
+      /* a line that is an expression prints its values, as lua.c's addreturn */
+      struct strbuf ret;
+      sb_init(&ret);
+      sb_puts(&ret, "return ");
+      sb_puts(&ret, s);
+      int ok = !ret.failed && luaL_loadbuffer(L, ret.s, ret.n, "=stdin") == LUA_OK;
+      lua_pop(L, 1);
+      sb_puts(b, ok ? ret.s : s);
+      sb_free(&ret);
+      if (ok)
+        break;
+    }
+    break;
+  }
+  while (!b->failed && !complete(L, b->s ? b->s : "", b->n)) {
+    if (read_line(r, ">> ", line))
+      break; /* the end of input: run what there is, its error says what is missing */
+    sb_puts(b, "\n");
+    sb_puts(b, line);
+  }
+#ifdef TYCHO_HAVE_READLINE
+  if (r->tty && b->n)
+    add_history(b->s);
+#endif
+  return 0;
+}
+
+/* ---- running (every rank) ---- */
+
+static int get_coord(lua_State *L)
+{
+  /* (t, axis) -> t[axis], under pcall: a non-trainer t may raise */
+  lua_gettable(L, 1);
+  return 1;
+}
+
+static int coords_of_t(lua_State *L, int c[3], char *err, size_t n)
+{
+  static const char *const axes[3] = { "tp", "dp", "pp" };
+  for (int a = 0; a < 3; a++) {
+    lua_pushcfunction(L, get_coord);
+    lua_getglobal(L, "t");
+    if (lua_isnil(L, -1)) {
+      lua_pop(L, 2);
+      return errf(err, n, "a coordinate selector needs the trainer t (tycho repl PLAN.lua, or t = tycho.open(...))"), -1;
+    }
+    lua_pushstring(L, axes[a]);
+    int st = lua_pcall(L, 2, 1, 0);
+    if (st != LUA_OK || !lua_isinteger(L, -1)) {
+      lua_pop(L, 1);
+      return errf(err, n, "a coordinate selector needs the trainer t; t.%s is not a number here", axes[a]), -1;
+    }
+    c[a] = (int)lua_tointeger(L, -1);
+    lua_pop(L, 1);
+  }
+  return 0;
+}
+
+/* Runs code on this rank with output captured into S.out; returns RANK_* flags. */
+static int run_chunk(lua_State *L, const char *code, size_t n)
+{
+  S.out.n = 0;
+  S.out_cut = 0;
+  int flags = RANK_RAN;
+  lua_pushcfunction(L, msghandler);
+  int base = lua_gettop(L);
+  int status = luaL_loadbuffer(L, code, n, "=stdin");
+  if (status == LUA_OK) {
+    S.in_chunk = 1;
+    status = lua_pcall(L, 0, LUA_MULTRET, base);
+    S.in_chunk = 0;
+  }
+  if (status != LUA_OK) {
+    size_t len;
+    const char *msg = lua_tolstring(L, -1, &len);
+    out_put(msg ? msg : "(error)", msg ? len : 7);
+    out_put("\n", 1);
+    flags |= RANK_FAILED;
+  } else if (lua_gettop(L) > base) { /* values returned: printed as print would */
+    int nres = lua_gettop(L) - base;
+    lua_pushcfunction(L, l_print);
+    lua_insert(L, base + 1);
+    if (lua_pcall(L, nres, 0, base) != LUA_OK) {
+      size_t len;
+      const char *msg = lua_tolstring(L, -1, &len);
+      out_put(msg ? msg : "(error)", msg ? len : 7);
+      out_put("\n", 1);
+      flags |= RANK_FAILED;
+    }
+  }
+  lua_settop(L, base - 1);
+  if (S.out_cut) {
+    char note[96];
+    int k = snprintf(note, sizeof note, "(%d more bytes of output cut)\n", S.out_cut);
+    sb_put(&S.out, note, (size_t)k);
+  }
+  if (S.quit)
+    flags |= RANK_QUIT;
+  return flags;
+}
+
+/* ---- showing (rank 0) ---- */
+
+struct lines {
+  int n;
+  char **at; /* pointers into the rank's text, 0-terminated lines */
+};
+
+static void split_lines(char *text, struct lines *l)
+{
+  l->n = 0;
+  l->at = NULL;
+  if (!text || !*text)
+    return;
+  int cap = 8;
+  l->at = malloc((size_t)cap * sizeof *l->at);
+  char *s = text;
+  while (*s && l->at) {
+    if (l->n == cap) {
+      cap *= 2;
+      char **grown = realloc(l->at, (size_t)cap * sizeof *l->at);
+      if (!grown)
+        break;
+      l->at = grown;
+    }
+    l->at[l->n++] = s;
+    char *nl = strchr(s, '\n');
+    if (!nl)
+      break;
+    *nl = 0;
+    s = nl + 1;
+  }
+}
+
+/* Prints every rank's output, identical lines of several ranks under one prefix. */
+static void show(char **texts, const int *status, int size, FILE *out)
+{
+  if (size == 1) {
+    if (texts[0])
+      fputs(texts[0], out);
+    return;
+  }
+  struct lines *l = calloc((size_t)size, sizeof *l);
+  unsigned char *set = calloc((size_t)size, 1), *done = calloc((size_t)size, 1);
+  if (!l || !set || !done) {
+    for (int r = 0; r < size; r++)
+      if (texts[r])
+        fprintf(out, "[%d] %s", r, texts[r]);
+    free(l);
+    free(set);
+    free(done);
+    return;
+  }
+  int same_count = 1, n_lines = -1;
+  for (int r = 0; r < size; r++) {
+    if (!(status[r] & RANK_RAN))
+      continue;
+    if (!texts[r]) {
+      fprintf(out, "[%d] (its output was lost: rank 0 had no memory for it)\n", r);
+      continue;
+    }
+    split_lines(texts[r], &l[r]);
+    if (n_lines < 0)
+      n_lines = l[r].n;
+    same_count = same_count && l[r].n == n_lines;
+  }
+  char ranks[512];
+  if (same_count && n_lines > 0) { /* line by line */
+    for (int i = 0; i < n_lines; i++) {
+      memset(done, 0, (size_t)size);
+      for (int r = 0; r < size; r++) {
+        if (done[r] || !l[r].at || i >= l[r].n)
+          continue;
+        memset(set, 0, (size_t)size);
+        for (int q = r; q < size; q++)
+          if (!done[q] && l[q].at && i < l[q].n && strcmp(l[q].at[i], l[r].at[i]) == 0)
+            set[q] = done[q] = 1;
+        repl_format_ranks(set, size, ranks, sizeof ranks);
+        fprintf(out, "[%s] %s\n", ranks, l[r].at[i]);
+      }
+    }
+  } else { /* by whole output */
+    memset(done, 0, (size_t)size);
+    for (int r = 0; r < size; r++) {
+      if (done[r] || !l[r].at)
+        continue;
+      memset(set, 0, (size_t)size);
+      for (int q = r; q < size; q++) {
+        int same = !done[q] && l[q].at && l[q].n == l[r].n;
+        for (int i = 0; same && i < l[r].n; i++) same = strcmp(l[q].at[i], l[r].at[i]) == 0;
+        if (same)
+          set[q] = done[q] = 1;
+      }
+      repl_format_ranks(set, size, ranks, sizeof ranks);
+      for (int i = 0; i < l[r].n; i++) fprintf(out, "[%s] %s\n", ranks, l[r].at[i]);
+    }
+  }
+  for (int r = 0; r < size; r++) free(l[r].at);
+  free(l);
+  free(set);
+  free(done);
+}
+
+/* ---- the session ---- */
+
+/* A chunk message: "kind code", the selector and the code, 0-terminated each. Rank 0 builds it
+ * from its arguments and broadcasts it; every rank (rank 0 too) gets it in *msg (malloc'd), or
+ * NULL when it had no room (the bytes are still received, so nobody waits). */
+static int exchange_chunk(int kind, int code_exit, const char *sel, const char *code, size_t n, char **msg,
+                          size_t *msg_n, char *err, size_t err_size)
+{
+  *msg = NULL;
+  *msg_n = 0;
+  struct strbuf m;
+  sb_init(&m);
+  unsigned long long len = 0;
+  if (S.rank == 0) {
+    char head[32];
+    int k = snprintf(head, sizeof head, "%d %d", kind, code_exit);
+    sb_put(&m, head, (size_t)k + 1);
+    sb_put(&m, sel, strlen(sel) + 1);
+    sb_put(&m, code ? code : "", code ? n : 0);
+    sb_put(&m, "", 1);
+    if (m.failed) { /* a quit the others can act on, and the reason here */
+      sb_free(&m);
+      sb_init(&m);
+      sb_put(&m, "2 1\0\0\0", 7);
+      snprintf(err, err_size, "out of memory for a chunk of %zu bytes", n);
+    }
+    len = m.n;
+  }
+  if (comm_control_bcast(S.group, &len, sizeof len, 0, NULL, err, err_size)) {
+    sb_free(&m);
+    return -1;
+  }
+  char *buf = S.rank == 0 ? m.s : malloc((size_t)len + 1);
+  static char scratch[1 << 16];
+  int rc = comm_control_bcast(S.group, buf ? buf : scratch,
+                              buf ? (size_t)len : (len < sizeof scratch ? (size_t)len : sizeof scratch), 0,
+                              "the REPL's chunk broadcast", err, err_size);
+  if (rc) {
+    if (S.rank != 0)
+      free(buf);
+    sb_free(&m);
+    return -1;
+  }
+  if (S.rank == 0) { /* the strbuf's block is the message */
+    m.s = NULL;
+    sb_free(&m);
+  }
+  *msg = buf;
+  *msg_n = (size_t)len;
+  return 0;
+}
+
+static void install_capture(lua_State *L)
+{
+  lua_pushcfunction(L, l_print);
+  lua_setglobal(L, "print");
+  lua_pushcfunction(L, l_quit);
+  lua_setglobal(L, "quit");
+  if (lua_getglobal(L, "io") == LUA_TTABLE) {
+    lua_pushcfunction(L, l_io_write);
+    lua_setfield(L, -2, "write");
+  }
+  lua_pop(L, 1);
+  if (lua_getglobal(L, "os") == LUA_TTABLE) {
+    lua_pushcfunction(L, l_quit);
+    lua_setfield(L, -2, "exit");
+  }
+  lua_pop(L, 1);
+}
+
+#ifdef TYCHO_HAVE_READLINE
+static char *completion_word(const char *text, int state);
+static char **complete_names(const char *text, int start, int end);
+#endif
+
+int repl_run(const struct repl_options *o, char *err, size_t err_size)
+{
+  memset(&S, 0, sizeof S);
+  S.world = comm_world();
+  S.rank = S.world->rank;
+  S.size = S.world->size;
+  if (comm_group_split(S.world, 0, S.rank, "repl", &S.group, err, err_size) ||
+      comm_group_split(S.world, 0, S.rank, "repl-interrupt", &S.interrupt_group, err, err_size))
+    return 1;
+  comm_set_timeout(o->timeout);
+  lua_State *L = luaL_newstate();
+  if (!L)
+    return errf(err, err_size, "cannot create a Lua state: not enough memory"), 1;
+  S.L = L;
+  o->open_libs(L);
+  install_capture(L);
+  sb_init(&S.out);
+
+  struct reader r = { stdin, 0, 0, 0 };
+  FILE *script = NULL;
+  int usage = 0;
+  if (S.rank == 0) {
+    if (o->script) {
+      script = fopen(o->script, "r");
+      if (!script)
+        usage = errf(err, err_size, "cannot open %s: %s", o->script, strerror(errno));
+      r.in = script;
+    }
+    r.tty = !script && isatty(STDIN_FILENO);
+    r.echo = !r.tty;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL); /* no SA_RESTART: fgets at the prompt returns */
+#ifdef TYCHO_HAVE_READLINE
+    if (r.tty) {
+      rl_catch_signals = 0;
+      rl_attempted_completion_function = complete_names;
+      const char *home = getenv("HOME");
+      if (home) {
+        static char path[1024];
+        snprintf(path, sizeof path, "%s/.tycho_history", home);
+        read_history(path);
+      }
+      stifle_history(1000);
+    }
+#endif
+  } else {
+    signal(SIGINT, SIG_IGN); /* rank 0 relays interrupts; a forwarded one must not end a rank */
+  }
+  /* agree that rank 0 could start (its script file) */
+  char msg[COMM_AGREE_MSG_MAX];
+  snprintf(msg, sizeof msg, "%s", usage ? err : "");
+  int failed_rank;
+  if (comm_agree(S.group, usage ? 2 : 0, msg, sizeof msg, &failed_rank)) {
+    snprintf(err, err_size, "%s", msg);
+    lua_close(L);
+    return 2;
+  }
+
+  int any_failed = 0, exit_code = -1, first = 1, next_kind = CHUNK_RUN, next_code = 0, quit_now = 0;
+  struct strbuf chunk;
+  sb_init(&chunk);
+  char sel[256];
+  for (;;) {
+    /* rank 0: the next chunk; the plan's open comes first */
+    if (S.rank == 0) {
+      int kind = CHUNK_RUN;
+      if (quit_now) {
+        kind = CHUNK_QUIT;
+      } else if (first && o->plan) {
+        chunk.n = 0;
+        sel[0] = 0;
+        lua_pushfstring(L, "t = tycho.open(%q, {", o->plan);
+        sb_puts(&chunk, lua_tostring(L, -1));
+        lua_pop(L, 1);
+        for (int i = 0; i < o->n_sets; i++) {
+          lua_pushfstring(L, "%s%q", i ? ", " : "", o->sets[i]);
+          sb_puts(&chunk, lua_tostring(L, -1));
+          lua_pop(L, 1);
+        }
+        sb_puts(&chunk, "})");
+      } else if (read_chunk(&r, L, &chunk, sel, sizeof sel)) {
+        kind = CHUNK_QUIT;
+      }
+      next_kind = kind;
+      next_code = kind == CHUNK_QUIT ? (exit_code >= 0 ? exit_code : (!r.tty && any_failed ? 1 : 0)) : 0;
+    }
+    first = 0;
+    char *m = NULL;
+    size_t n = 0;
+    if (exchange_chunk(next_kind, next_code, sel, chunk.s, chunk.n, &m, &n, err, err_size))
+      break;
+    int kind = 0, code_exit = 0;
+    sscanf(m ? m : "0 0", "%d %d", &kind, &code_exit);
+    if (kind == CHUNK_QUIT) {
+      free(m);
+      exit_code = code_exit;
+      break;
+    }
+    const char *msel = m + strlen(m) + 1, *code = msel + strlen(msel) + 1;
+    const size_t code_n = m ? n - (size_t)(code - m) - 1 : 0;
+
+    /* who runs it */
+    unsigned char *members = calloc((size_t)S.size, 1);
+    int flags = 0;
+    S.out.n = 0;
+    char why[512] = "";
+    int sel_kind = !m ? -1 : msel[0] ? (members ? repl_parse_selector(msel, S.size, members, why, sizeof why) : -1) : 2;
+    int me = 0;
+    if (sel_kind == 2) {
+      if (members)
+        memset(members, 1, (size_t)S.size);
+      me = 1;
+    } else if (sel_kind == 0) {
+      me = members[S.rank];
+    } else if (sel_kind == 1) {
+      int c[3];
+      int match = coords_of_t(L, c, why, sizeof why) ? -1 : repl_selector_match(msel, c[0], c[1], c[2], why, sizeof why);
+      me = match == 1;
+      /* every rank's answer, so the comm layer knows the chunk's set */
+      unsigned char mine = (unsigned char)(match < 0 ? 2 : match);
+      char *all[1] = { NULL };
+      char **per = S.rank == 0 ? calloc((size_t)S.size, sizeof *per) : all;
+      size_t *counts = S.rank == 0 ? calloc((size_t)S.size, sizeof *counts) : NULL;
+      if (comm_control_gather(S.group, &mine, 1, 0, per, counts, "the REPL's selector gather", err, err_size)) {
+        free(m);
+        free(members);
+        break;
+      }
+      unsigned char verdict[1024] = { 0 };
+      if (S.rank == 0)
+        for (int q = 0; q < S.size && q < (int)sizeof verdict; q++) {
+          verdict[q] = per[q] && counts[q] == 1 ? (unsigned char)per[q][0] : 2;
+          free(per[q]);
+        }
+      if (S.rank == 0) {
+        free(per);
+        free(counts);
+      }
+      if (comm_control_bcast(S.group, verdict, (size_t)(S.size < 1024 ? S.size : 1024), 0,
+                             "the REPL's selector broadcast", err, err_size)) {
+        free(m);
+        free(members);
+        break;
+      }
+      int bad = 0;
+      for (int q = 0; q < S.size && q < 1024 && members; q++) {
+        members[q] = verdict[q] == 1;
+        bad |= verdict[q] == 2;
+      }
+      if (bad)
+        sel_kind = -1; /* every rank says why (its own reason, or the set's) */
+      if (bad && !why[0])
+        snprintf(why, sizeof why, "@%s: some rank could not tell its coordinates", msel);
+    }
+    if (!m) {
+      snprintf(why, sizeof why, "out of memory receiving a chunk");
+      sel_kind = -1;
+    }
+    if (sel_kind < 0) {
+      out_put(why, strlen(why));
+      out_put("\n", 1);
+      flags = RANK_RAN | RANK_FAILED;
+    } else {
+      int all = 1;
+      for (int q = 0; q < S.size && members; q++) all &= members[q];
+      S.restricted = !all;
+      if (S.restricted)
+        comm_restrict(members, S.size);
+      if (me)
+        flags = run_chunk(L, code, code_n);
+      comm_restrict(NULL, 0);
+      S.restricted = 0;
+    }
+    free(members);
+    free(m);
+    S.interrupt_pending = 0;
+
+    /* every rank's status byte and output to rank 0 */
+    struct strbuf reply;
+    sb_init(&reply);
+    sb_printf(&reply, "%d %d\n", flags, S.quit_code);
+    sb_put(&reply, S.out.s ? S.out.s : "", S.out.n);
+    char **per = S.rank == 0 ? calloc((size_t)S.size, sizeof *per) : NULL;
+    size_t *counts = S.rank == 0 ? calloc((size_t)S.size, sizeof *counts) : NULL;
+    char *none[1] = { NULL };
+    size_t zero[1] = { 0 };
+    int rc = comm_control_gather(S.group, reply.s ? reply.s : "1 0\n", reply.n ? reply.n : 4, 0, per ? per : none,
+                                 counts ? counts : zero, "the REPL's end-of-chunk gather", err, err_size);
+    sb_free(&reply);
+    S.quit = 0;
+    if (rc)
+      break;
+    if (S.rank == 0) {
+      int *status = calloc((size_t)S.size, sizeof *status);
+      char **texts = calloc((size_t)S.size, sizeof *texts);
+      for (int q = 0; q < S.size; q++) {
+        int f = RANK_RAN, qc = 0;
+        char *nl = per && per[q] ? strchr(per[q], '\n') : NULL;
+        if (nl && sscanf(per[q], "%d %d", &f, &qc) == 2) {
+          texts[q] = nl + 1;
+        } else {
+          f = RANK_RAN;
+          texts[q] = NULL; /* lost: show says so */
+        }
+        status[q] = f;
+        if (f & RANK_FAILED)
+          any_failed = 1;
+        if ((f & RANK_QUIT) && exit_code < 0)
+          exit_code = qc; /* the lowest quitting rank's code */
+      }
+      if (status && texts)
+        show(texts, status, S.size, stdout);
+      fflush(stdout);
+      for (int q = 0; per && q < S.size; q++) free(per[q]);
+      free(status);
+      free(texts);
+    }
+    free(per);
+    free(counts);
+    /* a chunk asked to quit: rank 0 sends the quit with its code next */
+    if (S.rank == 0 && exit_code >= 0)
+      quit_now = 1;
+  }
+  sb_free(&chunk);
+#ifdef TYCHO_HAVE_READLINE
+  if (S.rank == 0 && r.tty) {
+    const char *home = getenv("HOME");
+    if (home) {
+      char path[1024];
+      snprintf(path, sizeof path, "%s/.tycho_history", home);
+      write_history(path);
+    }
+  }
+#endif
+  if (script)
+    fclose(script);
+  lua_close(L); /* closes the trainers (their __gc), collective like everything before it */
+  sb_free(&S.out);
+  char why[256];
+  comm_group_free(S.interrupt_group, why, sizeof why);
+  comm_group_free(S.group, why, sizeof why);
+  S.group = S.interrupt_group = NULL;
+  return exit_code < 0 ? 1 : exit_code;
+}
+
+#ifdef TYCHO_HAVE_READLINE
+/* ---- tab completion (rank 0): the names of globals, of a table's fields after '.', of the
+ * methods of a value's metatable after ':' ---- */
+
+static char comp_prefix[256], comp_word[256];
+static int comp_method;
+
+static void push_path(lua_State *L, const char *path)
+{
+  lua_pushglobaltable(L);
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", path);
+  for (char *p = strtok(buf, ".:"); p && !lua_isnil(L, -1); p = strtok(NULL, ".:")) {
+    if (lua_type(L, -1) != LUA_TTABLE && lua_type(L, -1) != LUA_TUSERDATA) {
+      lua_pop(L, 1);
+      lua_pushnil(L);
+      break;
+    }
+    lua_getfield(L, -1, p); /* metamethods may run: rank 0's own values only */
+    lua_remove(L, -2);
+  }
+}
+
+static char *completion_word(const char *text, int state)
+{
+  (void)text;
+  static int index;
+  static char **names;
+  static int n_names;
+  if (!state) {
+    for (int i = 0; i < n_names; i++) free(names[i]);
+    free(names);
+    names = NULL;
+    n_names = index = 0;
+    lua_State *L = S.L;
+    int top = lua_gettop(L);
+    if (comp_prefix[0])
+      push_path(L, comp_prefix);
+    else
+      lua_pushglobaltable(L);
+    /* the table to list: the value itself, or its metatable's __index table */
+    for (int pass = 0; pass < 2; pass++) {
+      int t = lua_gettop(L);
+      if (pass == 1) {
+        if (!lua_getmetatable(L, top + 1))
+          break;
+        lua_getfield(L, -1, "__index");
+        t = lua_gettop(L);
+      }
+      if (lua_type(L, t) != LUA_TTABLE)
+        continue;
+      lua_pushnil(L);
+      while (lua_next(L, t)) {
+        if (lua_type(L, -2) == LUA_TSTRING && (!comp_method || lua_isfunction(L, -1))) {
+          const char *k = lua_tostring(L, -2);
+          if (strncmp(k, comp_word, strlen(comp_word)) == 0 && k[0] != '_') {
+            char **grown = realloc(names, (size_t)(n_names + 1) * sizeof *names);
+            if (grown) {
+              names = grown;
+              size_t len = strlen(comp_prefix) + strlen(k) + 2;
+              names[n_names] = malloc(len);
+              if (names[n_names])
+                snprintf(names[n_names++], len, "%s%s", comp_prefix, k);
+            }
+          }
+        }
+        lua_pop(L, 1);
+      }
+    }
+    lua_settop(L, top);
+  }
+  return index < n_names ? strdup(names[index++]) : NULL;
+}
+
+static char **complete_names(const char *text, int start, int end)
+{
+  (void)start;
+  (void)end;
+  rl_attempted_completion_over = 1;
+  /* text is the word readline found; split it at its last '.' or ':' */
+  const char *cut = strrchr(text, '.'), *colon = strrchr(text, ':');
+  if (colon && (!cut || colon > cut))
+    cut = colon;
+  comp_method = cut && *cut == ':';
+  if (cut) {
+    snprintf(comp_prefix, sizeof comp_prefix, "%.*s", (int)(cut - text + 1), text);
+    snprintf(comp_word, sizeof comp_word, "%s", cut + 1);
+  } else {
+    comp_prefix[0] = 0;
+    snprintf(comp_word, sizeof comp_word, "%s", text);
+  }
+  return rl_completion_matches(text, completion_word);
+}
+#endif
