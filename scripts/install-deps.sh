@@ -9,6 +9,7 @@ packages=(
   libopenblas-dev libopenblas0-pthread
   libopenmpi-dev openmpi-bin
   libreadline-dev
+  tmux
 )
 
 missing=()

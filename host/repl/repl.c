@@ -200,9 +200,22 @@ static double now_seconds(void)
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* One rank alone: Ctrl-C in Lua code raises "interrupted!" at the next instruction, as lua.c
+ * does. With several ranks an error raised at a different point on each rank could send one of
+ * them into a collective alone, so there only step boundaries stop (agreed). */
+static void interrupt_hook(lua_State *L, lua_Debug *ar)
+{
+  (void)ar;
+  lua_sethook(L, NULL, 0, 0);
+  S.interrupt_pending = 0;
+  luaL_error(L, "interrupted!");
+}
+
 static void on_sigint(int sig)
 {
   (void)sig;
+  if (S.in_chunk && S.size == 1 && S.L)
+    lua_sethook(S.L, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT, 1);
   if (S.in_chunk) {
     double t = now_seconds();
     if (S.interrupt_pending && t - S.last_interrupt < 2.0) {
@@ -213,9 +226,11 @@ static void on_sigint(int sig)
     }
     S.interrupt_pending = 1;
     S.last_interrupt = t;
-    static const char msg[] = "\n(interrupt: every rank stops at the next step boundary; again within 2 s ends the job)\n";
-    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
-    (void)w;
+    if (S.size > 1) {
+      static const char msg[] = "\n(interrupt: every rank stops at the next step boundary; again within 2 s ends the job)\n";
+      ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+      (void)w;
+    }
     return;
   }
   S.at_prompt = 2; /* the reader clears the line */
@@ -242,8 +257,11 @@ int repl_stop_requested(void *ctx)
   if (S.size > 1 && comm_control_bcast(S.interrupt_group, &flag, 1, 0, "the REPL's interrupt check at a step boundary",
                                        err, sizeof err))
     return 0;
-  if (flag)
+  if (flag) {
     S.interrupt_pending = 0;
+    if (S.L)
+      lua_sethook(S.L, NULL, 0, 0); /* handled here: t:step returns normally */
+  }
   return flag;
 }
 
@@ -260,21 +278,14 @@ static int read_line(struct reader *r, const char *prompt, char *line)
 {
 #ifdef TYCHO_HAVE_READLINE
   if (r->tty) {
-    for (;;) {
-      S.at_prompt = 1;
-      char *s = readline(prompt);
-      int cleared = S.at_prompt == 2;
-      S.at_prompt = 0;
-      if (!s)
-        return -1;
-      if (cleared) { /* Ctrl-C while typing: the line is dropped */
-        free(s);
-        continue;
-      }
-      snprintf(line, LINE_MAX_BYTES, "%s", s);
-      free(s);
-      return 0;
-    }
+    S.at_prompt = 1; /* Ctrl-C now empties readline's line (on_sigint) and reading goes on */
+    char *s = readline(prompt);
+    S.at_prompt = 0;
+    if (!s)
+      return -1;
+    snprintf(line, LINE_MAX_BYTES, "%s", s);
+    free(s);
+    return 0;
   }
 #endif
   for (;;) {
@@ -325,16 +336,23 @@ static int complete(lua_State *L, const char *code, size_t n)
 static int read_chunk(struct reader *r, lua_State *L, struct strbuf *b, char *sel, size_t sel_size)
 {
   static char line[LINE_MAX_BYTES];
+  struct strbuf typed; /* as typed, for the history */
+  sb_init(&typed);
   b->n = 0;
   sel[0] = 0;
   for (;;) {
-    if (read_line(r, "> ", line))
+    if (read_line(r, "> ", line)) {
+      sb_free(&typed);
       return -1;
+    }
+    sb_puts(&typed, line);
     const char *s = line;
     while (*s == ' ' || *s == '\t')
       s++;
-    if (!*s)
+    if (!*s) {
+      typed.n = 0;
       continue; /* an empty line */
+    }
     if (*s == '@') {
       size_t k = 0;
       s++;
@@ -367,11 +385,14 @@ static int read_chunk(struct reader *r, lua_State *L, struct strbuf *b, char *se
       break; /* the end of input: run what there is, its error says what is missing */
     sb_puts(b, "\n");
     sb_puts(b, line);
+    sb_puts(&typed, "\n");
+    sb_puts(&typed, line);
   }
 #ifdef TYCHO_HAVE_READLINE
-  if (r->tty && b->n)
-    add_history(b->s);
+  if (r->tty && typed.n && !typed.failed)
+    add_history(typed.s);
 #endif
+  sb_free(&typed);
   return 0;
 }
 
@@ -419,6 +440,7 @@ static int run_chunk(lua_State *L, const char *code, size_t n)
     S.in_chunk = 1;
     status = lua_pcall(L, 0, LUA_MULTRET, base);
     S.in_chunk = 0;
+    lua_sethook(L, NULL, 0, 0);
   }
   if (status != LUA_OK) {
     size_t len;
