@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
+#include "runtime/alloc.h"
 #include "runtime/hostview.h"
 #include "runtime/train.h"
 #include "util/err.h"
@@ -96,12 +97,16 @@ static int for_each_piece(struct trainer *t, int owner_only, piece_fn fn, void *
 
 /* ---- saving ---------------------------------------------------------------------------- */
 
+/* Where the pieces go: the file fd, or (mem non-NULL) memory at mem + offset; count_only lists
+ * nothing and copies nothing, it only counts the pieces (n) and their bytes (offset). */
 struct writer {
   int fd;
   const char *path;
   int64_t offset, rank;
   struct ckpt_piece *pieces;
   int n, cap;
+  char *mem;
+  int count_only;
   char *err;
   size_t err_size;
 };
@@ -125,6 +130,11 @@ static int write_piece(void *ctx, const struct model *m, const struct model_para
                        int kind, size_t lo, size_t hi, real *mem)
 {
   struct writer *w = ctx;
+  if (w->count_only) {
+    w->n++;
+    w->offset += (int64_t)((hi - lo) * sizeof(real));
+    return 0;
+  }
   if (w->n == w->cap) {
     int cap = w->cap ? 2 * w->cap : 64;
     struct ckpt_piece *pieces = realloc(w->pieces, (size_t)cap * sizeof *pieces);
@@ -148,7 +158,8 @@ static int write_piece(void *ctx, const struct model *m, const struct model_para
   q->offset = w->offset;
   q->hash = (int64_t)hash_fnv1a64_bytes(view, bytes);
   q->rank = w->rank;
-  const int failed = write_all(w->fd, view, bytes), e = errno;
+  const int failed = w->mem ? (memcpy(w->mem + w->offset, view, bytes), 0) : write_all(w->fd, view, bytes);
+  const int e = errno;
   hostview_close(m->k, m->kctx, mem, (void *)view, bytes, 0);
   if (failed)
     return errf(w->err, w->err_size, "cannot write %s: %s", w->path, strerror(e));
@@ -395,6 +406,69 @@ static int agree(struct comm_group *g, int status, char *err, size_t n)
   return agreed;
 }
 
+/* Every rank's list of n pieces, all ranks' lists in rank order into *all (malloc'ed, *n_all
+ * of them) on every rank. Collective over g (NULL: a copy); agreed: every rank returns the same
+ * status, and *all is NULL on failure. */
+static int gather_pieces(struct comm_group *g, const struct ckpt_piece *pieces, int n,
+                         struct ckpt_piece **all_out, int *n_all_out, char *err, size_t err_size)
+{
+  const int world = g ? g->size : 1;
+  *all_out = NULL;
+  *n_all_out = 0;
+  int64_t mine = n, most = n, *counts = malloc((size_t)world * sizeof *counts);
+  int rc;
+  if ((rc = agree(g, counts ? 0 : errf(err, err_size, "checkpoint: out of memory for %d counts", world), err,
+                  err_size))) { /* before the gathers: no rank waits in one alone */
+    free(counts);
+    return rc;
+  }
+  if (world > 1) {
+    if (comm_all_gather(g, &mine, counts, 1, COMM_INT64, NULL))
+      rc = errf(err, err_size, "checkpoint: gathering the piece counts: %s", comm_error());
+    for (int r = 0; !rc && r < world; r++)
+      most = counts[r] > most ? counts[r] : most;
+  } else {
+    counts[0] = mine;
+  }
+  if ((rc = agree(g, rc, err, err_size))) {
+    free(counts);
+    return rc;
+  }
+  size_t words = (size_t)most * PIECE_WORDS;
+  int64_t *send = calloc(words ? words : 1, sizeof *send), *recv = calloc(words * (size_t)world + 1, sizeof *recv);
+  struct ckpt_piece *all = malloc(((size_t)most * (size_t)world + 1) * sizeof *all);
+  int oom = !send || !recv || !all;
+  if (oom)
+    errf(err, err_size, "checkpoint: out of memory gathering %lld pieces", (long long)most * world);
+  if (agree(g, oom, err, err_size)) {
+    free(send);
+    free(recv);
+    free(all);
+    free(counts);
+    return 1;
+  }
+  if (n > 0)
+    memcpy(send, pieces, (size_t)n * sizeof *pieces);
+  if (world > 1 && words > 0 && comm_all_gather(g, send, recv, words, COMM_INT64, NULL))
+    rc = errf(err, err_size, "checkpoint: gathering the piece lists: %s", comm_error());
+  if (world == 1)
+    memcpy(recv, send, words * sizeof *send);
+  int n_all = 0;
+  for (int r = 0; !rc && r < world; r++)
+    for (int64_t k = 0; k < counts[r]; k++)
+      memcpy(&all[n_all++], recv + ((size_t)r * (size_t)most + (size_t)k) * PIECE_WORDS, sizeof *all);
+  free(send);
+  free(recv);
+  free(counts);
+  if ((rc = agree(g, rc, err, err_size))) {
+    free(all);
+    return rc;
+  }
+  *all_out = all;
+  *n_all_out = n_all;
+  return 0;
+}
+
 int ckpt_save(struct trainer *t, const char *dir, long long steps_done, int keep, char *err,
               size_t err_size)
 {
@@ -433,49 +507,12 @@ int ckpt_save(struct trainer *t, const char *dir, long long steps_done, int keep
   }
 
   /* Every rank's piece list to every rank (rank 0 writes the manifest). */
-  int64_t mine = w.n, most = w.n, *counts = malloc((size_t)world * sizeof *counts);
   struct ckpt_piece *all = NULL;
-  if ((rc = agree(g, counts ? 0 : errf(err, err_size, "checkpoint: out of memory for %d counts", world), err,
-                  err_size))) { /* before the gathers: no rank waits in one alone */
-    free(counts);
-    free(w.pieces);
-    return rc;
-  }
-  if (world > 1) {
-    if (comm_all_gather(g, &mine, counts, 1, COMM_INT64, NULL))
-      rc = errf(err, err_size, "checkpoint: gathering the piece counts: %s", comm_error());
-    for (int r = 0; !rc && r < world; r++)
-      most = counts[r] > most ? counts[r] : most;
-  } else {
-    counts[0] = mine;
-  }
-  size_t words = (size_t)most * PIECE_WORDS;
-  int64_t *send = calloc(words ? words : 1, sizeof *send), *recv = calloc(words * (size_t)world + 1, sizeof *recv);
-  all = malloc(((size_t)most * (size_t)world + 1) * sizeof *all);
-  int oom = !send || !recv || !all;
-  if (oom)
-    errf(err, err_size, "checkpoint: out of memory gathering %lld pieces", (long long)most * world);
-  if (agree(g, oom, err, err_size)) {
-    free(send);
-    free(recv);
-    free(all);
-    free(counts);
-    free(w.pieces);
-    return 1;
-  }
-  memcpy(send, w.pieces, (size_t)w.n * sizeof *w.pieces);
-  if (!rc && world > 1 && words > 0 && comm_all_gather(g, send, recv, words, COMM_INT64, NULL))
-    rc = errf(err, err_size, "checkpoint: gathering the piece lists: %s", comm_error());
-  if (world == 1)
-    memcpy(recv, send, words * sizeof *send);
   int n_all = 0;
-  for (int r = 0; !rc && r < world; r++)
-    for (int64_t k = 0; k < counts[r]; k++)
-      memcpy(&all[n_all++], recv + ((size_t)r * (size_t)most + (size_t)k) * PIECE_WORDS, sizeof *all);
-  free(send);
-  free(recv);
-  free(counts);
+  rc = gather_pieces(g, w.pieces, w.n, &all, &n_all, err, err_size);
   free(w.pieces);
+  if (rc)
+    return rc;
 
   if (!rc && rank == 0) {
     struct strbuf b;
@@ -546,6 +583,7 @@ struct manifest {
   struct mapping *maps;
   int n_tensors;
   struct src_tensor *tensors;
+  int in_memory;       /* a replan's (ckpt_mem): maps[] point into its buffer, text holds the names */
 };
 
 static const char *const model_keys[7] = { "n_layers", "dim", "n_heads", "n_kv_heads", "ffn_dim",
@@ -554,7 +592,7 @@ static const char *const model_keys[7] = { "n_layers", "dim", "n_heads", "n_kv_h
 static void manifest_free(struct manifest *mf)
 {
   for (int f = 0; f < mf->n_files && mf->maps; f++)
-    if (mf->maps[f].opened == 1 && mf->maps[f].bytes)
+    if (!mf->in_memory && mf->maps[f].opened == 1 && mf->maps[f].bytes)
       munmap(mf->maps[f].map, mf->maps[f].bytes);
   for (int i = 0; i < mf->n_tensors; i++)
     free(mf->tensors[i].pieces);
@@ -868,24 +906,226 @@ static int load_piece(void *ctx, const struct model *m, const struct model_param
   return 0;
 }
 
+static void model_values(const struct plan_model *c, long long vals[7])
+{
+  const int v[7] = { c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->ffn_dim, c->vocab, c->tie_embeddings };
+  for (int i = 0; i < 7; i++)
+    vals[i] = v[i];
+}
+
+/* The model check, then every piece t holds copied from the manifest's pieces, then the step. */
+static int load_manifest(struct trainer *t, struct manifest *mf, char *err, size_t err_size)
+{
+  long long vals[7];
+  model_values(&t->plan->model, vals);
+  for (int i = 0; i < 7; i++)
+    if (mf->model[i] != vals[i])
+      return errf(err, err_size, "checkpoint %s: its model has %s = %lld, the plan's %lld", mf->path,
+                  model_keys[i], mf->model[i], vals[i]);
+  struct loader ld = { mf, err, err_size };
+  if (for_each_piece(t, 0, load_piece, &ld))
+    return 1;
+  t->step = mf->step;
+  return 0;
+}
+
 int ckpt_load(struct trainer *t, const char *path, char *err, size_t err_size)
 {
   struct manifest mf;
   int rc = manifest_open(&mf, path, err, err_size);
-  const struct plan_model *c = &t->plan->model;
-  const int vals[7] = { c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->ffn_dim, c->vocab, c->tie_embeddings };
-  for (int i = 0; !rc && i < 7; i++)
-    if (mf.model[i] != vals[i])
-      rc = errf(err, err_size, "checkpoint %s: its model has %s = %lld, the plan's %d", mf.path,
-                model_keys[i], mf.model[i], vals[i]);
-  if (!rc) {
-    struct loader ld = { &mf, err, err_size };
-    rc = for_each_piece(t, 0, load_piece, &ld);
-  }
   if (!rc)
-    t->step = mf.step;
+    rc = load_manifest(t, &mf, err, err_size);
   manifest_free(&mf);
   return rc;
+}
+
+/* ---- in memory: the state a replan moves (ckpt.h, train.h trainer_replan) -------------------- */
+
+struct ckpt_mem {
+  struct manifest mf;  /* in_memory: "file" r is rank r's segment of data */
+  real *data;          /* every rank's pieces, rank after rank (the allocator's, "comm") */
+  size_t bytes;
+};
+
+void ckpt_mem_free(struct ckpt_mem *cm)
+{
+  if (!cm)
+    return;
+  alloc_free(cm->data);
+  manifest_free(&cm->mf);
+  free(cm);
+}
+
+size_t ckpt_mem_bytes(const struct ckpt_mem *cm)
+{
+  return cm ? cm->bytes : 0;
+}
+
+/* The manifest of the gathered pieces: tensors named and shaped as t's parameter table (the
+ * same on every rank), "files" the ranks' segments of cm->data. Local; 0 or out of memory. */
+static int mem_manifest(struct ckpt_mem *cm, const struct trainer *t, const struct ckpt_piece *all, int n_all,
+                        const int64_t *seg_bytes, int world, char *err, size_t err_size)
+{
+  struct manifest *mf = &cm->mf;
+  const struct model *m = &t->model;
+  memset(mf, 0, sizeof *mf);
+  mf->in_memory = 1;
+  snprintf(mf->path, sizeof mf->path, "in memory (replan)");
+  snprintf(mf->plan, sizeof mf->plan, "%.200s", t->plan->name[0] ? t->plan->name : t->plan->file);
+  snprintf(mf->plan_hash, sizeof mf->plan_hash, "%016" PRIx64, plan_hash(t->plan));
+  mf->step = t->step;
+  mf->world = world;
+  const int mesh[4] = { t->plan->mesh.tp, t->plan->mesh.pp, t->plan->mesh.dp, t->plan->zero };
+  for (int i = 0; i < 4; i++)
+    mf->mesh[i] = mesh[i];
+  model_values(&t->plan->model, mf->model);
+  /* the names: parameters', then "rank R" per segment, in one block (text) */
+  size_t text = 0;
+  for (int i = 0; i < m->n_params; i++)
+    text += strlen(m->params[i].name) + 1;
+  text += (size_t)world * 24;
+  mf->text = malloc(text);
+  mf->n_files = world;
+  mf->files = calloc((size_t)world + 1, sizeof *mf->files);
+  mf->maps = calloc((size_t)world + 1, sizeof *mf->maps);
+  mf->n_tensors = m->n_params;
+  mf->tensors = calloc((size_t)m->n_params + 1, sizeof *mf->tensors);
+  if (!mf->text || !mf->files || !mf->maps || !mf->tensors)
+    return errf(err, err_size, "replan: out of memory for the table of %d tensors", m->n_params);
+  char *s = mf->text;
+  size_t at = 0;
+  for (int r = 0; r < world; r++) {
+    mf->files[r] = s;
+    s += snprintf(s, 24, "rank %d", r) + 1;
+    mf->maps[r].map = (char *)cm->data + at;
+    mf->maps[r].bytes = (size_t)seg_bytes[r];
+    mf->maps[r].opened = 1;
+    at += (size_t)seg_bytes[r];
+  }
+  for (int k = 0; k < n_all; k++)
+    if (all[k].param < 0 || all[k].param >= m->n_params || all[k].kind < 0 || all[k].kind >= CKPT_N_KINDS ||
+        all[k].rank < 0 || all[k].rank >= world)
+      return errf(err, err_size, "replan: piece %d names parameter %lld, kind %lld, rank %lld: not this model's", k,
+                  (long long)all[k].param, (long long)all[k].kind, (long long)all[k].rank);
+    else
+      mf->tensors[all[k].param].n_pieces++;
+  for (int i = 0; i < m->n_params; i++) {
+    const struct model_param *p = &m->params[i];
+    struct src_tensor *tt = &mf->tensors[i];
+    size_t len = strlen(p->name) + 1;
+    memcpy(s, p->name, len);
+    tt->name = s;
+    s += len;
+    tt->n_dims = p->n_dims;
+    tt->shape[0] = p->shape[0];
+    tt->shape[1] = p->n_dims == 2 ? p->shape[1] : 1;
+    tt->pieces = calloc((size_t)tt->n_pieces + 1, sizeof *tt->pieces);
+    if (!tt->pieces)
+      return errf(err, err_size, "replan: out of memory for the pieces of %s", p->name);
+    tt->n_pieces = 0;
+  }
+  for (int k = 0; k < n_all; k++) {
+    const struct ckpt_piece *e = &all[k];
+    struct src_tensor *tt = &mf->tensors[e->param];
+    struct src_piece *sp = &tt->pieces[tt->n_pieces++];
+    sp->kind = (int)e->kind;
+    sp->file = (int)e->rank;
+    sp->offset = e->offset;
+    sp->r0 = e->r0, sp->c0 = e->c0, sp->rows = e->rows, sp->cols = e->cols;
+    sp->lo = e->lo, sp->hi = e->hi;
+    sp->hash = (uint64_t)e->hash;
+  }
+  return 0;
+}
+
+/* Broadcasts of at most this many elements (MPI's counts are ints). */
+#define MEM_CHUNK_ELEMS ((size_t)1 << 28)
+
+int ckpt_mem_gather(struct trainer *t, size_t max_bytes, struct ckpt_mem **out, char *err, size_t err_size)
+{
+  struct comm_group *g = t->world;
+  const int rank = g ? g->rank : 0, world = g ? g->size : 1;
+  *out = NULL;
+  err[0] = 0;
+  /* 1. What this rank holds (the pieces ckpt_save would write): counted, then every rank's size. */
+  struct ckpt_mem *cm = calloc(1, sizeof *cm);
+  int64_t *seg = calloc((size_t)world + 1, sizeof *seg);
+  struct writer w = { .fd = -1, .path = "memory", .rank = rank, .count_only = 1, .err = err, .err_size = err_size };
+  int rc = !cm || !seg ? errf(err, err_size, "replan: out of memory") : for_each_piece(t, 1, write_piece, &w);
+  const int64_t mine = w.offset;
+  if (!(rc = agree(g, rc, err, err_size))) {
+    if (world > 1 && comm_all_gather(g, &mine, seg, 1, COMM_INT64, NULL))
+      rc = errf(err, err_size, "replan: gathering the state's sizes: %s", comm_error());
+    else if (world == 1)
+      seg[0] = mine;
+    rc = agree(g, rc, err, err_size);
+  }
+  /* 2. Room for all of it on every rank, within the bound. */
+  size_t total = 0, offset = 0;
+  for (int r = 0; !rc && r < world; r++) {
+    total += (size_t)seg[r];
+    offset += r < rank ? (size_t)seg[r] : 0;
+  }
+  const double mib = 1024.0 * 1024.0;
+  if (!rc && max_bytes && total > max_bytes)
+    rc = errf(err, err_size, "replan: moving the training state (master weights and AdamW's two moments) "
+              "needs %zu bytes (%.2f MiB) on every rank, more than the bound of %zu bytes (%.2f MiB; "
+              "TYCHO_REPLAN_LIMIT_MB sets it); save a checkpoint and resume on the new layout instead",
+              total, total / mib, max_bytes, max_bytes / mib);
+  else if (!rc && !(cm->data = alloc_host_bytes(ALLOC_COMM, total)))
+    rc = errf(err, err_size, "replan: out of memory: the allocator cannot give the %zu bytes (%.2f MiB) that "
+              "hold the whole training state on every rank", total, total / mib);
+  if (!rc)
+    cm->bytes = total;
+  rc = agree(g, rc, err, err_size);
+  /* 3. This rank's pieces into its segment, then every segment to every rank. */
+  if (!rc) {
+    w.count_only = 0;
+    w.n = 0;
+    w.offset = 0;
+    w.mem = (char *)cm->data + offset;
+    rc = for_each_piece(t, 1, write_piece, &w);
+    if (!rc && w.offset != mine)
+      rc = errf(err, err_size, "replan: this rank's pieces hold %lld bytes, %lld when counted",
+                (long long)w.offset, (long long)mine);
+    rc = agree(g, rc, err, err_size);
+  }
+  struct ckpt_piece *all = NULL;
+  int n_all = 0;
+  if (!rc)
+    rc = gather_pieces(g, w.pieces, w.n, &all, &n_all, err, err_size);
+  if (!rc && world > 1) {
+    size_t at = 0;
+    for (int r = 0; r < world; r++) {
+      real *segment = (real *)((char *)cm->data + at);
+      const size_t n = (size_t)seg[r] / sizeof(real);
+      for (size_t done = 0; !rc && done < n; done += MEM_CHUNK_ELEMS) {
+        const size_t part = n - done < MEM_CHUNK_ELEMS ? n - done : MEM_CHUNK_ELEMS;
+        if (comm_broadcast(g, segment + done, part, COMM_REAL, r, NULL))
+          rc = errf(err, err_size, "replan: broadcasting rank %d's %lld bytes of state: %s", r,
+                    (long long)seg[r], comm_error());
+      }
+      at += (size_t)seg[r];
+    }
+    rc = agree(g, rc, err, err_size);
+  }
+  /* 4. The manifest a load reads, as if of a checkpoint whose files are the segments. */
+  if (!rc)
+    rc = agree(g, mem_manifest(cm, t, all, n_all, seg, world, err, err_size), err, err_size);
+  free(all);
+  free(w.pieces);
+  free(seg);
+  if (rc) {
+    ckpt_mem_free(cm);
+    return rc;
+  }
+  *out = cm;
+  return 0;
+}
+
+int ckpt_mem_load(struct trainer *t, struct ckpt_mem *cm, char *err, size_t err_size)
+{
+  return load_manifest(t, &cm->mf, err, err_size);
 }
 
 /* ---- the ckpt command ------------------------------------------------------------------- */

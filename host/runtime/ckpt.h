@@ -44,6 +44,21 @@ int ckpt_save(struct trainer *t, const char *dir, long long steps_done, int keep
 /* Loads the checkpoint folder `path` into t's parameters and optimizer state (this rank's
  * blocks and shards) and sets t->step. Local (the caller agrees on the outcome). */
 int ckpt_load(struct trainer *t, const char *path, char *err, size_t err_size);
+/* In memory: the state a checkpoint would hold, on every rank at once (trainer_replan, train.h).
+ * ckpt_mem_gather (collective over t's world, agreed: every rank returns the same status) counts
+ * the pieces each rank would write (ckpt_save's), refuses when their sum — the whole training
+ * state, 3 × sizeof(real) bytes per model parameter, which every rank then holds — exceeds
+ * max_bytes (0: no bound) or the allocator (category "comm") cannot give it, copies each rank's
+ * pieces into its segment of one buffer, all-gathers the piece lists and broadcasts every
+ * segment from its rank (counted model traffic on the world group). t is left as it was.
+ * ckpt_mem_load (local) then reads it into any trainer of the same model exactly as ckpt_load
+ * reads a checkpoint folder: the same overlap copies, checksums and coverage check, and the step.
+ * ckpt_mem_free frees it (NULL is a no-op); ckpt_mem_bytes is the buffer's size. */
+struct ckpt_mem;
+int ckpt_mem_gather(struct trainer *t, size_t max_bytes, struct ckpt_mem **out, char *err, size_t err_size);
+int ckpt_mem_load(struct trainer *t, struct ckpt_mem *cm, char *err, size_t err_size);
+size_t ckpt_mem_bytes(const struct ckpt_mem *cm);
+void ckpt_mem_free(struct ckpt_mem *cm);
 /* `tycho ckpt verify`: every file present, every piece's checksum, every tensor and kind
  * covered exactly once. Prints a summary on out. */
 int ckpt_verify(const char *path, FILE *out, char *err, size_t err_size);

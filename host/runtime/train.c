@@ -2,13 +2,16 @@
 #include "runtime/train.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "comm/comm.h"
 #include "ops.h"
 #include "runtime/alloc.h"
 #include "runtime/bill.h"
+#include "runtime/ckpt.h"
 #include "runtime/weights.h"
 #include "util/err.h"
 
@@ -134,6 +137,146 @@ int trainer_open_on_world(struct trainer *t, const struct plan *p, char *err, si
   }
   memcpy(t->own_groups, groups, sizeof groups);
   return TRAIN_OK;
+}
+
+/* ---- trainer_replan ----------------------------------------------------------------------- */
+
+/* The lowest failing rank's status and message on every rank of w (NULL: this one alone). */
+static int agree_on(struct comm_group *w, int status, char *err, size_t n)
+{
+  if (!w || w->size == 1)
+    return status;
+  char msg[COMM_AGREE_MSG_MAX];
+  snprintf(msg, sizeof msg, "%s", status ? err : "");
+  int failed_rank, agreed = comm_agree(w, status, msg, sizeof msg, &failed_rank);
+  if (agreed < 0)
+    return errf(err, n, "%s", msg), TRAIN_RUNTIME_ERROR;
+  if (agreed)
+    snprintf(err, n, "rank %d: %s", failed_rank, msg);
+  return agreed;
+}
+
+/* A replan keeps the model: every field of model = { ... } but the derived ones. */
+static int same_model(const struct plan *now, const struct plan *p, char *err, size_t n)
+{
+  const struct plan_model *a = &now->model, *b = &p->model;
+  static const char *const tail = "a replan moves the training state to another layout of the same model";
+  if (strcmp(a->family, b->family))
+    return errf(err, n, "%s: model.family = \"%s\", but the trainer's model has family \"%s\": %s",
+                plan_where(p, "model.family"), b->family, a->family, tail);
+  const char *const ints[] = { "n_layers", "dim", "n_heads", "n_kv_heads", "ffn_dim", "vocab", "max_seq",
+                               "tie_embeddings" };
+  const int ia[] = { a->n_layers, a->dim, a->n_heads, a->n_kv_heads, a->ffn_dim, a->vocab, a->max_seq, a->tie_embeddings };
+  const int ib[] = { b->n_layers, b->dim, b->n_heads, b->n_kv_heads, b->ffn_dim, b->vocab, b->max_seq, b->tie_embeddings };
+  char field[48];
+  for (int i = 0; i < 8; i++)
+    if (ia[i] != ib[i]) {
+      snprintf(field, sizeof field, "model.%s", ints[i]);
+      return errf(err, n, "%s: %s = %d, but the trainer's model has %s = %d: %s", plan_where(p, field), field,
+                  ib[i], ints[i], ia[i], tail);
+    }
+  const char *const reals[] = { "norm_eps", "rope_theta", "dropout" };
+  const double ra[] = { a->norm_eps, a->rope_theta, a->dropout }, rb[] = { b->norm_eps, b->rope_theta, b->dropout };
+  for (int i = 0; i < 3; i++)
+    if (ra[i] != rb[i]) {
+      snprintf(field, sizeof field, "model.%s", reals[i]);
+      return errf(err, n, "%s: %s = %.17g, but the trainer's model has %s = %.17g: %s", plan_where(p, field),
+                  field, rb[i], reals[i], ra[i], tail);
+    }
+  return 0;
+}
+
+/* TYCHO_REPLAN_LIMIT_MB (MiB; 0: no bound), else TRAINER_REPLAN_LIMIT_BYTES. */
+static size_t replan_limit(void)
+{
+  const char *s = getenv("TYCHO_REPLAN_LIMIT_MB");
+  char *end;
+  double mb = s && *s ? strtod(s, &end) : -1.0;
+  if (!s || !*s || *end || !(mb >= 0.0) || mb > 1e12)
+    return TRAINER_REPLAN_LIMIT_BYTES;
+  return mb == 0.0 ? 0 : (size_t)(mb * 1024.0 * 1024.0) + (mb * 1048576.0 < 1.0);
+}
+
+/* Opens t on p with mesh groups of its own (w NULL: one rank without the comm layer) and loads
+ * cm into it. Collective over w and agreed; on failure t is closed (t->plan NULL) on every rank
+ * and no group is left. */
+static int open_and_load(struct trainer *t, const struct plan *p, struct comm_group *w, struct ckpt_mem *cm,
+                         char *err, size_t n)
+{
+  struct comm_group *groups[PLAN_N_AXES] = { NULL };
+  if (w && comm_build_mesh_groups(&p->mesh, groups, err, n)) /* agreed inside */
+    return TRAIN_RUNTIME_ERROR;
+  int rc = agree_on(w, trainer_open(t, p, w ? groups : NULL, err, n), err, n);
+  if (rc) {
+    if (t->plan) /* opened here, failed elsewhere: close it while the groups are not its own */
+      trainer_close(t);
+    char why[256];
+    if (w)
+      comm_free_mesh_groups(groups, why, sizeof why);
+    return rc;
+  }
+  if (w)
+    memcpy(t->own_groups, groups, sizeof groups); /* freed at trainer_close, as trainer_open_on_world's */
+  if ((rc = agree_on(w, ckpt_mem_load(t, cm, err, n) ? TRAIN_RUNTIME_ERROR : 0, err, n)))
+    trainer_close(t);
+  return rc;
+}
+
+int trainer_replan(struct trainer *t, const struct plan *p, char *err, size_t err_size)
+{
+  err[0] = '\0';
+  if (!t->plan)
+    return errf(err, err_size, "replan: the trainer is not open"), TRAIN_RUNTIME_ERROR;
+  struct comm_group *w = t->world;
+  const int world = w ? w->size : 1;
+  struct plan to, back;
+  plan_init(&to);
+  plan_init(&back);
+  /* 1. Refusals, before anything moves: t stays as it is. */
+  int rc = 0;
+  if (trainer_failed(t))
+    rc = (errf(err, err_size, "replan: the trainer holds an unhandled failure (%s); handle it and call "
+               "trainer_clear_error first", trainer_failed(t)), TRAIN_RUNTIME_ERROR);
+  else if (p->mesh.world != world)
+    rc = (errf(err, err_size, "%s: mesh tp %d × pp %d × dp %d = %d ranks, but the trainer runs on %d: a "
+               "replan keeps the job's world", plan_where(p, "mesh"), p->mesh.tp, p->mesh.pp, p->mesh.dp,
+               p->mesh.world, world), TRAIN_PLAN_ERROR);
+  else if (same_model(t->plan, p, err, err_size) || check_supported(p, err, err_size))
+    rc = TRAIN_PLAN_ERROR;
+  else if (plan_copy(&to, p) || plan_copy(&back, t->plan)) /* p may be t->plan, which close frees */
+    rc = (errf(err, err_size, "replan: out of memory for copies of the plans"), TRAIN_RUNTIME_ERROR);
+  rc = agree_on(w, rc, err, err_size);
+  if (!rc && w && comm_check_plan_hash(plan_hash(&to), err, err_size)) /* agreed: every rank the same p */
+    rc = TRAIN_PLAN_ERROR;
+  /* 2. The state, every rank's pieces, to every rank (agreed; t is left as it was). */
+  struct ckpt_mem *cm = NULL;
+  if (!rc) {
+    comm_set_step(t->step, -1);
+    if (ckpt_mem_gather(t, replan_limit(), &cm, err, err_size))
+      rc = TRAIN_RUNTIME_ERROR;
+  }
+  if (rc) {
+    plan_free(&to);
+    plan_free(&back);
+    return rc;
+  }
+  /* 3. The old trainer closed (its groups freed when it owned them), the new one opened on groups
+   * of its own and loaded from memory; when that fails, the old layout again. */
+  const long long step = t->step;
+  trainer_close(t);
+  rc = open_and_load(t, &to, w, cm, err, err_size);
+  if (rc) {
+    char first[1024], why[1024];
+    snprintf(first, sizeof first, "%s", err);
+    if (open_and_load(t, &back, w, cm, why, sizeof why) == 0)
+      errf(err, err_size, "replan: %s; the trainer is back on its old layout, at step %lld", first, step);
+    else
+      errf(err, err_size, "replan: %s; reopening the old layout failed too (%s): the trainer is closed", first, why);
+  }
+  ckpt_mem_free(cm);
+  plan_free(&to);
+  plan_free(&back);
+  return rc;
 }
 
 const char *trainer_failed(const struct trainer *t)

@@ -96,6 +96,39 @@ int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *con
 int trainer_open_on_world(struct trainer *t, const struct plan *p, char *err, size_t err_size);
 /* Frees everything trainer_open allocated (and the groups of trainer_open_on_world). */
 void trainer_close(struct trainer *t);
+/* Moves a live trainer to another layout of the same model, in memory: what a checkpoint saved
+ * now and loaded by a trainer of p would give, without files. Collective over t's world: every
+ * rank calls it, at a step boundary (between trainer_step calls), with the same compiled plan p
+ * (compiled for the same world; any mesh.tp / pp / dp, zero, stages, schedule, batch.micro,
+ * recompute... may differ; the model may not). p may be t->plan; the caller keeps p.
+ *
+ * The state is the checkpoint's: the master weights and AdamW's two moments (each element once,
+ * as ckpt_save would write it) and the step (data position, dropout masks, learning rate and bias
+ * correction are functions of it and the seeds). Every rank copies its pieces into its segment
+ * of one buffer, the piece lists are all-gathered and each segment broadcast from its rank (the
+ * comm layer's counted model traffic on the world group: every rank's broadcast counter grows by
+ * the whole state), so every rank holds the whole state — 3 × sizeof(real) bytes per parameter —
+ * for the duration, beside the old trainer and then the new one. Refused above
+ * TRAINER_REPLAN_LIMIT_BYTES per rank (TYCHO_REPLAN_LIMIT_MB overrides it: MiB, 0 for no bound),
+ * or when the allocator cannot give the buffer, with the bytes named. Then t is closed (its
+ * groups freed when it owned them) and opened on p on mesh groups of its own, which it frees at
+ * trainer_close (trainer_open_on_world's semantics, even when t was opened with the caller's
+ * groups), and loaded from the buffer by ckpt.c's overlap copies.
+ *
+ * Errors are values, agreed over the world (every rank returns the same status and the failing
+ * rank's message, "rank R: ..."): TRAIN_PLAN_ERROR for a p that cannot take t's state (another
+ * model: the field is named; another world size; a plan this build cannot run; ranks whose plans
+ * differ), TRAIN_RUNTIME_ERROR otherwise.
+ *   - A failure before t is closed (a refusal, the bound, out of memory, the exchange) leaves t
+ *     the trainer it was, untouched and usable.
+ *   - A failure after (opening p or loading into it) reopens t's old plan from the same buffer
+ *     ("... the trainer is back on its old layout, at step N": usable again); if that fails too,
+ *     t is closed (t->plan == NULL, nothing left allocated, no group held: trainer_close is then
+ *     a no-op) and the message says so.
+ * A trainer without a world (trainer_open with NULL groups) replans locally to another plan of
+ * one rank. Returns TRAIN_OK with t a trainer of p at the same step. */
+#define TRAINER_REPLAN_LIMIT_BYTES ((size_t)2 << 30) /* 2 GiB: ~178M parameters in fp32 */
+int trainer_replan(struct trainer *t, const struct plan *p, char *err, size_t err_size);
 /* Fills the windows of micro-batch mb of step t->step for this data-parallel rank: inputs and
  * targets (micro, seq) and each row's window index. */
 void trainer_micro_batch(struct trainer *t, int mb, int *inputs, int *targets, uint64_t *samples);
