@@ -504,7 +504,60 @@ static void split_lines(char *text, struct lines *l)
   }
 }
 
-/* Prints every rank's output, identical lines of several ranks under one prefix. */
+/* Lines [from[r], to[r]) of each rank r that ran (l[r].at != NULL), printed line by line when
+ * every rank has as many, identical lines of several ranks under one prefix; else rank by rank,
+ * ranks with the same lines under one prefix. */
+static void show_range(struct lines *l, const int *from, const int *to, int size, unsigned char *set,
+                       unsigned char *done, FILE *out)
+{
+  char ranks[512];
+  int same_count = 1, n_lines = -1;
+  for (int r = 0; r < size; r++) {
+    if (!l[r].at)
+      continue;
+    if (n_lines < 0)
+      n_lines = to[r] - from[r];
+    same_count = same_count && to[r] - from[r] == n_lines;
+  }
+  if (n_lines < 0)
+    return;
+  if (same_count) {
+    for (int i = 0; i < n_lines; i++) {
+      memset(done, 0, (size_t)size);
+      for (int r = 0; r < size; r++) {
+        if (done[r] || !l[r].at)
+          continue;
+        const char *line = l[r].at[from[r] + i];
+        memset(set, 0, (size_t)size);
+        for (int q = r; q < size; q++)
+          if (!done[q] && l[q].at && strcmp(l[q].at[from[q] + i], line) == 0)
+            set[q] = done[q] = 1;
+        repl_format_ranks(set, size, ranks, sizeof ranks);
+        fprintf(out, "[%s] %s\n", ranks, line);
+      }
+    }
+    return;
+  }
+  memset(done, 0, (size_t)size);
+  for (int r = 0; r < size; r++) {
+    if (done[r] || !l[r].at)
+      continue;
+    memset(set, 0, (size_t)size);
+    for (int q = r; q < size; q++) {
+      int same = !done[q] && l[q].at && to[q] - from[q] == to[r] - from[r];
+      for (int i = 0; same && i < to[r] - from[r]; i++)
+        same = strcmp(l[q].at[from[q] + i], l[r].at[from[r] + i]) == 0;
+      if (same)
+        set[q] = done[q] = 1;
+    }
+    repl_format_ranks(set, size, ranks, sizeof ranks);
+    for (int i = from[r]; i < to[r]; i++) fprintf(out, "[%s] %s\n", ranks, l[r].at[i]);
+  }
+}
+
+/* Prints every rank's output under rank prefixes: the lines every rank begins with and ends with
+ * once for all of them, what lies between as show_range does. So a value all ranks return after
+ * lines only rank 0 printed (t:step's progress) still shows once: [0-3] 4.1677. */
 static void show(char **texts, const int *status, int size, FILE *out)
 {
   if (size == 1) {
@@ -514,16 +567,14 @@ static void show(char **texts, const int *status, int size, FILE *out)
   }
   struct lines *l = calloc((size_t)size, sizeof *l);
   unsigned char *set = calloc((size_t)size, 1), *done = calloc((size_t)size, 1);
-  if (!l || !set || !done) {
+  int *from = calloc((size_t)size, sizeof *from), *to = calloc((size_t)size, sizeof *to);
+  if (!l || !set || !done || !from || !to) {
     for (int r = 0; r < size; r++)
       if (texts[r])
         fprintf(out, "[%d] %s", r, texts[r]);
-    free(l);
-    free(set);
-    free(done);
-    return;
+    goto out;
   }
-  int same_count = 1, n_lines = -1;
+  int n_ran = 0, shortest = -1;
   for (int r = 0; r < size; r++) {
     if (!(status[r] & RANK_RAN))
       continue;
@@ -532,45 +583,76 @@ static void show(char **texts, const int *status, int size, FILE *out)
       continue;
     }
     split_lines(texts[r], &l[r]);
-    if (n_lines < 0)
-      n_lines = l[r].n;
-    same_count = same_count && l[r].n == n_lines;
+    if (!l[r].at) { /* nothing printed: take part with no lines */
+      static char *none[1];
+      l[r].at = none;
+      l[r].n = 0;
+    }
+    n_ran++;
+    shortest = shortest < 0 || l[r].n < shortest ? l[r].n : shortest;
   }
+  if (!n_ran)
+    goto out;
+  /* the common first and last lines (not overlapping in the shortest output) */
+  int head = 0, tail = 0;
+  for (;; head++) {
+    int same = head < shortest;
+    const char *first = NULL;
+    for (int r = 0; same && r < size; r++)
+      if (l[r].at) {
+        if (!first)
+          first = l[r].at[head];
+        same = strcmp(l[r].at[head], first) == 0;
+      }
+    if (!same)
+      break;
+  }
+  for (;; tail++) {
+    int same = head + tail < shortest;
+    const char *last = NULL;
+    for (int r = 0; same && r < size; r++)
+      if (l[r].at) {
+        const char *x = l[r].at[l[r].n - 1 - tail];
+        if (!last)
+          last = x;
+        same = strcmp(x, last) == 0;
+      }
+    if (!same)
+      break;
+  }
+  memset(set, 0, (size_t)size);
+  for (int r = 0; r < size; r++) set[r] = l[r].at != NULL;
   char ranks[512];
-  if (same_count && n_lines > 0) { /* line by line */
-    for (int i = 0; i < n_lines; i++) {
-      memset(done, 0, (size_t)size);
-      for (int r = 0; r < size; r++) {
-        if (done[r] || !l[r].at || i >= l[r].n)
-          continue;
-        memset(set, 0, (size_t)size);
-        for (int q = r; q < size; q++)
-          if (!done[q] && l[q].at && i < l[q].n && strcmp(l[q].at[i], l[r].at[i]) == 0)
-            set[q] = done[q] = 1;
-        repl_format_ranks(set, size, ranks, sizeof ranks);
-        fprintf(out, "[%s] %s\n", ranks, l[r].at[i]);
-      }
-    }
-  } else { /* by whole output */
-    memset(done, 0, (size_t)size);
+  repl_format_ranks(set, size, ranks, sizeof ranks);
+  int any = -1;
+  for (int r = 0; r < size && any < 0; r++) any = l[r].at ? r : -1;
+  for (int i = 0; i < head; i++) fprintf(out, "[%s] %s\n", ranks, l[any].at[i]);
+  if (head || tail) {
     for (int r = 0; r < size; r++) {
-      if (done[r] || !l[r].at)
-        continue;
-      memset(set, 0, (size_t)size);
-      for (int q = r; q < size; q++) {
-        int same = !done[q] && l[q].at && l[q].n == l[r].n;
-        for (int i = 0; same && i < l[r].n; i++) same = strcmp(l[q].at[i], l[r].at[i]) == 0;
-        if (same)
-          set[q] = done[q] = 1;
-      }
-      repl_format_ranks(set, size, ranks, sizeof ranks);
-      for (int i = 0; i < l[r].n; i++) fprintf(out, "[%s] %s\n", ranks, l[r].at[i]);
+      from[r] = head;
+      to[r] = l[r].at ? l[r].n - tail : head;
     }
+    /* ranks with nothing between print nothing there */
+    show_range(l, from, to, size, set, done, out);
+  } else {
+    for (int r = 0; r < size; r++) {
+      from[r] = 0;
+      to[r] = l[r].n;
+    }
+    show_range(l, from, to, size, set, done, out);
   }
-  for (int r = 0; r < size; r++) free(l[r].at);
+  memset(set, 0, (size_t)size);
+  for (int r = 0; r < size; r++) set[r] = l[r].at != NULL;
+  for (int i = tail; i > 0; i--) fprintf(out, "[%s] %s\n", ranks, l[any].at[l[any].n - i]);
+out:
+  for (int r = 0; l && r < size; r++)
+    if (l[r].n)
+      free(l[r].at);
   free(l);
   free(set);
   free(done);
+  free(from);
+  free(to);
 }
 
 /* ---- the session ---- */
@@ -623,6 +705,22 @@ static int exchange_chunk(int kind, int code_exit, const char *sel, const char *
   *msg = buf;
   *msg_n = (size_t)len;
   return 0;
+}
+
+/* s as a Lua string literal. */
+static void put_quoted(struct strbuf *b, const char *s)
+{
+  sb_put(b, "\"", 1);
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\')
+      sb_put(b, "\\", 1);
+    if (*s == '\n') {
+      sb_puts(b, "\\n");
+      continue;
+    }
+    sb_put(b, s, 1);
+  }
+  sb_put(b, "\"", 1);
 }
 
 static void install_capture(lua_State *L)
@@ -722,13 +820,13 @@ int repl_run(const struct repl_options *o, char *err, size_t err_size)
       } else if (first && o->plan) {
         chunk.n = 0;
         sel[0] = 0;
-        lua_pushfstring(L, "t = tycho.open(%q, {", o->plan);
-        sb_puts(&chunk, lua_tostring(L, -1));
-        lua_pop(L, 1);
+        sb_puts(&chunk, "t = tycho.open(");
+        put_quoted(&chunk, o->plan);
+        sb_puts(&chunk, ", {");
         for (int i = 0; i < o->n_sets; i++) {
-          lua_pushfstring(L, "%s%q", i ? ", " : "", o->sets[i]);
-          sb_puts(&chunk, lua_tostring(L, -1));
-          lua_pop(L, 1);
+          if (i)
+            sb_puts(&chunk, ", ");
+          put_quoted(&chunk, o->sets[i]);
         }
         sb_puts(&chunk, "})");
       } else if (read_chunk(&r, L, &chunk, sel, sizeof sel)) {
