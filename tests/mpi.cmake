@@ -19,7 +19,7 @@ set(TYCHO_MPI_ENV
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
   OMPI_MCA_btl=self,vader OMPI_MCA_mpi_yield_when_idle=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1)
 
-foreach(name mpi_collectives mpi_overlap mpi_errors mpi_watchdog mpi_dp_equiv mpi_tp_convert mpi_trace mpi_groups mpi_oom mpi_reopen mpi_replan)
+foreach(name mpi_collectives mpi_overlap mpi_errors mpi_watchdog mpi_dp_equiv mpi_tp_convert mpi_trace mpi_groups mpi_oom mpi_reopen mpi_replan mpi_lua_trainer)
   add_executable(${name} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${name}.c)
   target_include_directories(${name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/unit ${CMAKE_CURRENT_SOURCE_DIR}/mpi)
   target_compile_options(${name} PRIVATE ${TYCHO_WARNINGS})
@@ -59,6 +59,9 @@ tycho_mpi_test(mpi_reopen 2 ENV TYCHO_SOURCE_DIR=${PROJECT_SOURCE_DIR} COMMAND $
 # A live trainer re-planned in memory (trainer_replan) against checkpoint-and-resume (bit for bit)
 # and the serial run, for 4 pairs of layouts on 4 ranks; refusals and failed opens leave it usable.
 tycho_mpi_test(mpi_replan 4 ENV TYCHO_SOURCE_DIR=${PROJECT_SOURCE_DIR} COMMAND $<TARGET_FILE:mpi_replan>)
+# The trainer in Lua on 2 ranks (tp 2, dp 2 zero 3, pp 2): layouts, :gather() against the serial
+# tensors, t:comm's tp records, a t:set that differs between the ranks refused on both.
+tycho_mpi_test(mpi_lua_trainer 2 ENV TYCHO_SOURCE_DIR=${PROJECT_SOURCE_DIR} COMMAND $<TARGET_FILE:mpi_lua_trainer>)
 # One rank out of memory in a gather: every rank gets its error, and the trainers go on.
 tycho_mpi_test(mpi_oom 2 ENV TYCHO_SOURCE_DIR=${PROJECT_SOURCE_DIR} COMMAND $<TARGET_FILE:mpi_oom>)
 

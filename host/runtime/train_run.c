@@ -15,6 +15,7 @@
 #include "runtime/alloc.h"
 #include "runtime/ckpt.h"
 #include "runtime/train.h"
+#include "runtime/train_progress.h"
 #include "runtime/weights.h"
 #include "util/err.h"
 #include "util/path.h"
@@ -26,8 +27,7 @@ static double now_seconds(void)
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* "42.3s", "3m07s", "1h02m". */
-static const char *format_duration(char *buf, size_t n, double seconds)
+const char *train_format_duration(char *buf, size_t n, double seconds)
 {
   long s = (long)(seconds + 0.5);
   if (seconds < 60.0)
@@ -95,36 +95,53 @@ static int log_step(struct run_log *log, const struct plan *p, const struct trai
   return write_metrics_line(log, line, err, n);
 }
 
+void train_format_progress(char *buf, size_t n, const struct train_step_stats *s, long long total,
+                           double tokens_per_sec, double elapsed, double eta)
+{
+  char took[32], left[32];
+  snprintf(buf, n, "step %*lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | %s | ETA %s",
+           (int)snprintf(NULL, 0, "%lld", total), s->step + 1, total, s->loss, s->lr, s->grad_norm,
+           tokens_per_sec, train_format_duration(took, sizeof took, elapsed),
+           train_format_duration(left, sizeof left, eta));
+}
+
 static void print_progress(FILE *out, const struct plan *p, const struct train_step_stats *s,
                            double tokens_per_sec, double elapsed)
 {
   if (!out)
     return;
   const long long done = s->step + 1, total = p->train.steps;
-  char took[32], eta[32];
-  fprintf(out, "step %*lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | %s | ETA %s\n",
-          (int)snprintf(NULL, 0, "%lld", total), done, total, s->loss, s->lr, s->grad_norm,
-          tokens_per_sec, format_duration(took, sizeof took, elapsed),
-          format_duration(eta, sizeof eta, elapsed / (double)done * (double)(total - done)));
+  char line[512];
+  train_format_progress(line, sizeof line, s, total, tokens_per_sec, elapsed,
+                        elapsed / (double)done * (double)(total - done));
+  fprintf(out, "%s\n", line);
   fflush(out);
+}
+
+int train_format_eval(char *buf, size_t n, const struct train_eval_stats *e)
+{
+  buf[0] = '\0';
+  if (!e->has_val_loss && !e->has_accuracy)
+    return 0;
+  int shown = snprintf(buf, n, "eval at step %lld:", e->step);
+  if (e->has_val_loss)
+    shown += snprintf(buf + shown, n - (size_t)shown, " val loss %.4f", e->val_loss);
+  if (e->has_accuracy)
+    snprintf(buf + shown, n - (size_t)shown, "%s accuracy %.1f%% (%d held-out problems)",
+             e->has_val_loss ? "," : "", 100.0 * e->accuracy, e->n_problems);
+  return 1;
 }
 
 static int log_eval(struct run_log *log, const struct train_eval_stats *e, char *err, size_t n)
 {
-  if (!e->has_val_loss && !e->has_accuracy)
-    return 0;
   char line[256], text[256];
+  if (!train_format_eval(text, sizeof text, e))
+    return 0;
   int used = snprintf(line, sizeof line, "{\"step\": %lld", e->step);
-  int shown = snprintf(text, sizeof text, "eval at step %lld:", e->step);
-  if (e->has_val_loss) {
+  if (e->has_val_loss)
     used += snprintf(line + used, sizeof line - (size_t)used, ", \"val_loss\": %.17g", e->val_loss);
-    shown += snprintf(text + shown, sizeof text - (size_t)shown, " val loss %.4f", e->val_loss);
-  }
-  if (e->has_accuracy) {
+  if (e->has_accuracy)
     used += snprintf(line + used, sizeof line - (size_t)used, ", \"accuracy\": %.6g", e->accuracy);
-    snprintf(text + shown, sizeof text - (size_t)shown, "%s accuracy %.1f%% (%d held-out problems)",
-             e->has_val_loss ? "," : "", 100.0 * e->accuracy, e->n_problems);
-  }
   snprintf(line + used, sizeof line - (size_t)used, "}\n");
   if (log->out) {
     fprintf(log->out, "%s\n", text);
@@ -133,10 +150,7 @@ static int log_eval(struct run_log *log, const struct train_eval_stats *e, char 
   return write_metrics_line(log, line, err, n);
 }
 
-/* Every rank's status → the lowest failing rank's, with its message; runtime failures are
- * prefixed "rank R: " when the group has more than one rank. Plan errors are the same on every
- * rank and keep their form. Without a group, the status as it is. */
-static int agree(struct comm_group *g, int status, char *err, size_t n)
+int train_agree(struct comm_group *g, int status, char *err, size_t n)
 {
   if (!g)
     return status;
@@ -333,7 +347,7 @@ static int run_loop(struct trainer *t, struct run_log *log, int *left, char *err
         failed = errf(err, n, "%s", why);
       comm_trace_work("export", -1, -1, 0.0, x0, comm_now());
     }
-    if (agree(g, failed ? TRAIN_RUNTIME_ERROR : TRAIN_OK, err, n))
+    if (train_agree(g, failed ? TRAIN_RUNTIME_ERROR : TRAIN_OK, err, n))
       return TRAIN_RUNTIME_ERROR;
     const char *ckdir = p->checkpoint.dir;
     if (ckdir[0] && ((p->checkpoint.every > 0 && (s + 1) % p->checkpoint.every == 0) || last)) {
@@ -361,7 +375,7 @@ static int run_loop(struct trainer *t, struct run_log *log, int *left, char *err
   else if (log->out) {
     char took[32];
     fprintf(log->out, "done: %lld steps, %lld tokens in %s\n", steps, tokens,
-            format_duration(took, sizeof took, now_seconds() - start));
+            train_format_duration(took, sizeof took, now_seconds() - start));
   }
   return TRAIN_OK;
 }
@@ -376,7 +390,7 @@ static int resume(struct trainer *t, struct comm_group *all, FILE *out, char *er
   int rc = found < 0 ? TRAIN_RUNTIME_ERROR : TRAIN_OK;
   if (found == 0 && ckpt_load(t, path, err, n))
     rc = TRAIN_RUNTIME_ERROR;
-  rc = agree(all, rc, err, n);
+  rc = train_agree(all, rc, err, n);
   if (rc == TRAIN_OK && found == 0 && out) {
     fprintf(out, "resumed from %s: step %lld%s\n", path, step,
             t->plan->init.from[0] ? " (init.from is not read when resuming)" : "");
@@ -392,7 +406,7 @@ int train_run(const struct plan *p, struct comm_group *const *groups, FILE *out,
   const int rank0 = !all || all->rank == 0;
   struct trainer t;
   int opened = trainer_open(&t, p, groups, err, err_size);
-  int rc = agree(all, opened, err, err_size);
+  int rc = train_agree(all, opened, err, err_size);
   if (rc != TRAIN_OK) {
     if (opened == TRAIN_OK)
       trainer_close(&t);
@@ -402,7 +416,7 @@ int train_run(const struct plan *p, struct comm_group *const *groups, FILE *out,
   print_header(log.out, p, &t);
   rc = rank0 && (open_metrics(&log, p->log.metrics, err, err_size) || check_trace_path(p->log.trace, err, err_size))
          ? TRAIN_RUNTIME_ERROR : TRAIN_OK;
-  rc = agree(all, rc, err, err_size);
+  rc = train_agree(all, rc, err, err_size);
   if (rc == TRAIN_OK && p->checkpoint.dir[0])
     rc = resume(&t, all, log.out, err, err_size);
   /* log.trace: room for the traced steps' records and spans (some MiB per rank), not 4096 */
@@ -410,7 +424,7 @@ int train_run(const struct plan *p, struct comm_group *const *groups, FILE *out,
     errf(err, err_size, "log.trace: out of memory for %d trace records", TRACE_RECORDS);
     rc = TRAIN_RUNTIME_ERROR;
   }
-  rc = agree(all, rc, err, err_size);
+  rc = train_agree(all, rc, err, err_size);
   int left = 0;
   if (rc == TRAIN_OK)
     rc = run_loop(&t, &log, &left, err, err_size);

@@ -1,0 +1,914 @@
+/* The trainer in Lua (tycho_runtime.h; docs/repl.md, "The trainer in Lua"): tycho.open compiles
+ * a plan file for the job's world and opens a trainer on mesh groups of its own; the trainer
+ * object steps, evaluates, saves, loads, takes live settings and re-plans. Built as liolib is:
+ * one metatable, a check function, one idempotent close behind __gc, __close and :close(), and
+ * an object made closed before the trainer it will hold is opened.
+ *
+ * Collectives and agreement. Every function that changes or reads the whole job runs on every
+ * rank (the REPL runs each chunk everywhere); work one rank may fail alone (compiling, opening,
+ * loading) is followed by an agreement over the world (train_agree), so every rank raises the
+ * same error, and a chunk that reaches a collective on part of the job only is refused by the
+ * comm layer before anyone waits. Closing frees the trainer's mesh groups, which is collective
+ * too: close trainers with t:close() (or `local t <close>`) rather than leaving them to the
+ * garbage collector, which runs on each rank at a time of its own.
+ *
+ * Output: progress and evaluation lines, as `tycho run` prints them (runtime/train_progress.h),
+ * on world rank 0 only, through the state's global print. */
+#define _POSIX_C_SOURCE 200809L
+#include "tycho_runtime.h"
+
+#include <lauxlib.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm/comm.h"
+#include "plan/compile.h"
+#include "runtime/alloc.h"
+#include "runtime/ckpt.h"
+#include "runtime/train.h"
+#include "runtime/train_progress.h"
+#include "tycho_runtime_internal.h"
+
+#define ERR_MAX 4096
+#define MAX_SETS 256 /* overrides in one call */
+
+static int (*stop_hook)(void *ctx);
+static void *stop_ctx;
+
+void tycho_runtime_set_stop_hook(int (*stop)(void *ctx), void *ctx)
+{
+  stop_hook = stop;
+  stop_ctx = ctx;
+}
+
+static double now_seconds(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int tycho_world_rank(void)
+{
+  struct comm_group *w = comm_world();
+  return w ? w->rank : 0;
+}
+
+void tycho_print(lua_State *L, const char *text)
+{
+  if (lua_getglobal(L, "print") != LUA_TFUNCTION) {
+    lua_pop(L, 1);
+    return;
+  }
+  lua_pushstring(L, text);
+  lua_call(L, 1, 0);
+}
+
+/* Rank 0's line, through print. */
+static void print_rank0(lua_State *L, const char *text)
+{
+  if (tycho_world_rank() == 0)
+    tycho_print(L, text);
+}
+
+/* ---- overrides: a Lua table → --set strings ------------------------------------------------ */
+
+/* A non-empty table whose keys are exactly 1..#t. */
+static int is_list(lua_State *L, int idx)
+{
+  idx = lua_absindex(L, idx);
+  lua_Integer n = (lua_Integer)lua_rawlen(L, idx), count = 0;
+  if (n == 0)
+    return 0;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pop(L, 1);
+    if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || lua_tointeger(L, -1) > n) {
+      lua_pop(L, 1);
+      return 0;
+    }
+    count++;
+  }
+  return count == n;
+}
+
+/* Pushes the --set text of the scalar at idx: numbers keep their kind (a float keeps a point),
+ * strings are quoted (so "auto" stays a string), booleans as words. */
+static void push_set_value(lua_State *L, int idx, const char *path)
+{
+  char num[64];
+  switch (lua_type(L, idx)) {
+  case LUA_TBOOLEAN:
+    lua_pushstring(L, lua_toboolean(L, idx) ? "true" : "false");
+    break;
+  case LUA_TNUMBER:
+    if (lua_isinteger(L, idx)) {
+      snprintf(num, sizeof num, "%lld", (long long)lua_tointeger(L, idx));
+    } else {
+      snprintf(num, sizeof num, "%.17g", (double)lua_tonumber(L, idx));
+      if (!strpbrk(num, ".eEni"))
+        strcat(num, ".0");
+    }
+    lua_pushstring(L, num);
+    break;
+  case LUA_TSTRING:
+    lua_pushfstring(L, "'%s'", lua_tostring(L, idx));
+    break;
+  default:
+    luaL_error(L, "override %s: a %s cannot be given (numbers, strings, booleans, lists of them and "
+               "nested tables can)", path, luaL_typename(L, idx));
+  }
+}
+
+/* Pushes "path=value" strings for the table at idx into the Lua list at `out` (nested tables
+ * give dotted paths, lists comma lists). */
+static void collect_sets(lua_State *L, int idx, const char *prefix, int out)
+{
+  idx = lua_absindex(L, idx);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    const int value = lua_gettop(L);
+    char path[512];
+    if (lua_type(L, -2) == LUA_TSTRING)
+      snprintf(path, sizeof path, "%s%s", prefix, lua_tostring(L, -2));
+    else if (lua_isinteger(L, -2) && lua_tointeger(L, -2) > 0)
+      snprintf(path, sizeof path, "%s%lld", prefix, (long long)lua_tointeger(L, -2));
+    else
+      luaL_error(L, "override %s: keys are field names (or positive integers)", prefix[0] ? prefix : "table");
+    if (lua_istable(L, value) && !is_list(L, value)) {
+      char sub[520];
+      snprintf(sub, sizeof sub, "%s.", path);
+      collect_sets(L, value, sub, out);
+    } else {
+      lua_pushfstring(L, "%s=", path); /* the text so far, on top */
+      if (lua_istable(L, value)) {
+        const lua_Integer n = (lua_Integer)lua_rawlen(L, value);
+        for (lua_Integer i = 1; i <= n; i++) {
+          if (i > 1) {
+            lua_pushliteral(L, ",");
+            lua_concat(L, 2);
+          }
+          lua_rawgeti(L, value, i);
+          push_set_value(L, -1, path);
+          lua_remove(L, -2);
+          lua_concat(L, 2);
+        }
+      } else {
+        push_set_value(L, value, path);
+        lua_concat(L, 2);
+      }
+      lua_rawseti(L, out, (lua_Integer)lua_rawlen(L, out) + 1);
+    }
+    lua_settop(L, value - 1);
+  }
+}
+
+static int compare_strings(const void *a, const void *b)
+{
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Appends the overrides at idx (nil, a nested table, or a list of "k=v" strings) to lt->sets:
+ * a nested table's strings sorted (every rank then compiles the same list whatever order its
+ * table iterates in), a list's in its order. */
+static void append_overrides(lua_State *L, struct lua_trainer *lt, int idx)
+{
+  if (lua_isnoneornil(L, idx))
+    return;
+  luaL_checktype(L, idx, LUA_TTABLE);
+  lua_newtable(L);
+  const int out = lua_gettop(L);
+  int sorted = 1;
+  if (is_list(L, idx)) {
+    sorted = 0;
+    const lua_Integer n = (lua_Integer)lua_rawlen(L, idx);
+    for (lua_Integer i = 1; i <= n; i++) {
+      if (lua_rawgeti(L, idx, i) != LUA_TSTRING || !strchr(lua_tostring(L, -1), '='))
+        luaL_error(L, "overrides: item %d is not a \"path.to.field=value\" string", (int)i);
+      lua_rawseti(L, out, i);
+    }
+  } else {
+    collect_sets(L, idx, "", out);
+  }
+  const int n = (int)lua_rawlen(L, out);
+  if (n > MAX_SETS)
+    luaL_error(L, "overrides: %d fields; at most %d at a time", n, MAX_SETS);
+  char **sets = realloc(lt->sets, (size_t)(lt->n_sets + n + 1) * sizeof *sets);
+  if (!sets)
+    luaL_error(L, "out of memory for the overrides");
+  lt->sets = sets;
+  const int first = lt->n_sets;
+  for (int i = 0; i < n; i++) {
+    lua_rawgeti(L, out, i + 1);
+    char *s = strdup(lua_tostring(L, -1));
+    lua_pop(L, 1);
+    if (!s)
+      luaL_error(L, "out of memory for the overrides");
+    lt->sets[lt->n_sets++] = s;
+  }
+  if (sorted)
+    qsort(lt->sets + first, (size_t)n, sizeof *lt->sets, compare_strings);
+  lua_pop(L, 1);
+}
+
+/* ---- the trainer object --------------------------------------------------------------------- */
+
+#define totrainer(L) ((struct lua_trainer *)luaL_checkudata(L, 1, TRAINER_META))
+
+struct lua_trainer *tycho_check_trainer(lua_State *L, int i)
+{
+  struct lua_trainer *lt = luaL_checkudata(L, i, TRAINER_META);
+  if (!lt->t)
+    luaL_error(L, "attempt to use a closed trainer");
+  return lt;
+}
+
+static void free_sets(struct lua_trainer *lt)
+{
+  for (int i = 0; i < lt->n_sets; i++) free(lt->sets[i]);
+  free(lt->sets);
+  lt->sets = NULL;
+  lt->n_sets = 0;
+}
+
+/* __gc, __close and :close(): closes the trainer once (collective over the world: its mesh
+ * groups are freed); later calls do nothing. */
+static int trainer_gc(lua_State *L)
+{
+  struct lua_trainer *lt = totrainer(L);
+  if (lt->t) {
+    struct trainer *t = lt->t;
+    lt->t = NULL;
+    trainer_close(t);
+    free(t);
+  }
+  free_sets(lt);
+  return 0;
+}
+
+static int trainer_tostring(lua_State *L)
+{
+  struct lua_trainer *lt = totrainer(L);
+  if (!lt->t)
+    lua_pushliteral(L, "trainer (closed)");
+  else
+    lua_pushfstring(L, "trainer %s (step %I, mesh tp %d × pp %d × dp %d, zero %d)", lt->path,
+                    (lua_Integer)lt->t->step, lt->t->plan->mesh.tp, lt->t->plan->mesh.pp,
+                    lt->t->plan->mesh.dp, lt->t->plan->zero);
+  return 1;
+}
+
+/* Compiles lt->path with lt->sets for the world into *p, agreed over the world and checked to
+ * be the same plan on every rank. 0, or nonzero with the message in err (p then empty). */
+static int compile_agreed(struct lua_trainer *lt, struct plan *p, char *err, size_t n)
+{
+  struct comm_group *w = comm_world();
+  struct plan_compile_options opt = { w ? w->size : 1, 0, 0, 0, lt->n_sets, (const char *const *)lt->sets };
+  plan_init(p);
+  int rc = plan_compile(lt->path, &opt, p, err, n) ? TRAIN_PLAN_ERROR : TRAIN_OK;
+  rc = train_agree(w, rc, err, n);
+  if (!rc && w && comm_check_plan_hash(plan_hash(p), err, n))
+    rc = TRAIN_PLAN_ERROR;
+  if (rc)
+    plan_free(p);
+  return rc;
+}
+
+/* tycho.open(path [, overrides]) */
+static int tycho_open(lua_State *L)
+{
+  const char *path = luaL_checkstring(L, 1);
+  if (!lua_isnoneornil(L, 2))
+    luaL_checktype(L, 2, LUA_TTABLE);
+  lua_settop(L, 2);
+  struct lua_trainer *lt = lua_newuserdatauv(L, sizeof *lt, 0);
+  memset(lt, 0, sizeof *lt); /* closed: __gc has nothing to free yet */
+  luaL_setmetatable(L, TRAINER_META);
+  if (strlen(path) >= sizeof lt->path)
+    return luaL_error(L, "tycho.open: the plan path is longer than %d bytes", (int)sizeof lt->path - 1);
+  snprintf(lt->path, sizeof lt->path, "%s", path);
+  append_overrides(L, lt, 2);
+
+  char err[ERR_MAX];
+  struct plan p;
+  if (compile_agreed(lt, &p, err, sizeof err))
+    return luaL_error(L, "%s", err);
+  struct trainer *t = malloc(sizeof *t);
+  int rc = t ? TRAIN_OK : TRAIN_RUNTIME_ERROR, opened = TRAIN_RUNTIME_ERROR;
+  if (!t)
+    snprintf(err, sizeof err, "out of memory for a trainer");
+  rc = train_agree(comm_world(), rc, err, sizeof err); /* opening builds groups: everyone or no one */
+  if (!rc) {
+    alloc_reset_peaks(); /* t:memory()'s measured peaks: from this open on */
+    opened = rc = comm_world() ? trainer_open_on_world(t, &p, err, sizeof err)
+                               : trainer_open(t, &p, NULL, err, sizeof err);
+    rc = train_agree(comm_world(), rc, err, sizeof err);
+  }
+  plan_free(&p);
+  if (rc) {
+    if (opened == TRAIN_OK)
+      trainer_close(t);
+    free(t);
+    return luaL_error(L, "%s", err);
+  }
+  lt->t = t;
+  return 1;
+}
+
+/* ---- stepping ------------------------------------------------------------------------------- */
+
+/* Evaluation after a step: its line on rank 0. */
+static void eval_and_print(lua_State *L, struct trainer *t)
+{
+  struct train_eval_stats ev;
+  trainer_eval(t, &ev);
+  if (trainer_failed(t)) {
+    char err[ERR_MAX];
+    snprintf(err, sizeof err, "evaluation after step %lld: %s", t->step, trainer_failed(t));
+    trainer_clear_error(t);
+    luaL_error(L, "%s", err);
+  }
+  char line[512];
+  if (train_format_eval(line, sizeof line, &ev))
+    print_rank0(L, line);
+}
+
+/* t:step([n]): n steps (default 1) with `tycho run`'s progress lines — every log.every steps,
+ * the first and the last of the call; the total shown is the step this call ends at — and
+ * evaluation after each step that is a multiple of train.eval_every and after the plan's last
+ * step (train.steps). Before each step the stop hook may end the call ("interrupted at step N").
+ * Returns the last loss (nil when no step ran). */
+static int trainer_step_n(lua_State *L)
+{
+  struct lua_trainer *lt = tycho_check_trainer(L, 1);
+  const lua_Integer n = luaL_optinteger(L, 2, 1);
+  luaL_argcheck(L, n >= 0, 2, "the number of steps must be ≥ 0");
+  struct trainer *t = lt->t;
+  const long long first = t->step, end = first + (long long)n;
+  const double start = now_seconds();
+  double interval_seconds = 0.0;
+  long long interval_tokens = 0;
+  for (long long s = first; s < end; s++) {
+    if (stop_hook && stop_hook(stop_ctx)) {
+      char line[96];
+      snprintf(line, sizeof line, "interrupted at step %lld", t->step);
+      print_rank0(L, line);
+      break;
+    }
+    const struct plan *p = t->plan; /* read each step: t:set may change it between calls */
+    struct train_step_stats st;
+    char err[ERR_MAX];
+    const double t0 = now_seconds();
+    if (trainer_step(t, &st, err, sizeof err)) { /* the same verdict on every rank */
+      trainer_clear_error(t);
+      return luaL_error(L, "%s", err);
+    }
+    const double t1 = now_seconds();
+    lt->loss = st.loss;
+    lt->has_loss = 1;
+    interval_tokens += (long long)p->batch.global * p->batch.seq;
+    interval_seconds += t1 - t0;
+    if ((s + 1) % p->log.every == 0 || s + 1 == end || s == first) {
+      const double elapsed = t1 - start;
+      char line[512];
+      train_format_progress(line, sizeof line, &st, end, (double)interval_tokens / interval_seconds, elapsed,
+                            elapsed / (double)(s + 1 - first) * (double)(end - s - 1));
+      print_rank0(L, line);
+      interval_tokens = 0;
+      interval_seconds = 0.0;
+    }
+    if ((p->train.eval_every > 0 && (s + 1) % p->train.eval_every == 0) || s + 1 == p->train.steps)
+      eval_and_print(L, t);
+  }
+  if (lt->has_loss)
+    lua_pushnumber(L, lt->loss);
+  else
+    lua_pushnil(L);
+  return 1;
+}
+
+/* Numbers' __call: t.step is the step count, so t:step(n) calls a number with the trainer
+ * first; that call steps. Any other call of a number is the error Lua would raise. */
+static int number_call(lua_State *L)
+{
+  if (!luaL_testudata(L, 2, TRAINER_META))
+    return luaL_error(L, "attempt to call a number value");
+  lua_remove(L, 1);
+  return trainer_step_n(L);
+}
+
+/* t:eval() → val_loss, accuracy (nil where the data has none): the plan's evaluation now. */
+static int trainer_eval_now(lua_State *L)
+{
+  struct trainer *t = tycho_check_trainer(L, 1)->t;
+  struct train_eval_stats ev;
+  trainer_eval(t, &ev);
+  if (trainer_failed(t)) {
+    char err[ERR_MAX];
+    snprintf(err, sizeof err, "evaluation: %s", trainer_failed(t));
+    trainer_clear_error(t);
+    return luaL_error(L, "%s", err);
+  }
+  if (ev.has_val_loss)
+    lua_pushnumber(L, ev.val_loss);
+  else
+    lua_pushnil(L);
+  if (ev.has_accuracy)
+    lua_pushnumber(L, ev.accuracy);
+  else
+    lua_pushnil(L);
+  return 2;
+}
+
+/* t:loss() → the last step's loss, or nil. */
+static int trainer_loss(lua_State *L)
+{
+  struct lua_trainer *lt = tycho_check_trainer(L, 1);
+  if (lt->has_loss)
+    lua_pushnumber(L, lt->loss);
+  else
+    lua_pushnil(L);
+  return 1;
+}
+
+/* ---- checkpoints ---------------------------------------------------------------------------- */
+
+/* t:save([dir]) → the folder written, dir/step_NNNNNNNN (dir defaults to checkpoint.dir);
+ * nothing older is removed. Collective. */
+static int trainer_save(lua_State *L)
+{
+  struct trainer *t = tycho_check_trainer(L, 1)->t;
+  const char *dir = luaL_optstring(L, 2, t->plan->checkpoint.dir);
+  if (!dir[0])
+    return luaL_error(L, "t:save: no folder given and the plan has no checkpoint.dir");
+  char err[ERR_MAX];
+  if (ckpt_save(t, dir, t->step, 0, err, sizeof err))
+    return luaL_error(L, "%s", err);
+  char folder[4200];
+  snprintf(folder, sizeof folder, "%s/step_%08lld", dir, t->step);
+  lua_pushstring(L, folder);
+  return 1;
+}
+
+/* t:load([path]) → the step loaded: a checkpoint folder (with manifest.json), or the newest
+ * checkpoint in a folder of them (default checkpoint.dir). Agreed over the world. */
+static int trainer_load(lua_State *L)
+{
+  struct lua_trainer *lt = tycho_check_trainer(L, 1);
+  struct trainer *t = lt->t;
+  const char *given = luaL_optstring(L, 2, t->plan->checkpoint.dir);
+  if (!given[0])
+    return luaL_error(L, "t:load: no folder given and the plan has no checkpoint.dir");
+  char err[ERR_MAX] = "", path[4096], manifest[4200];
+  snprintf(manifest, sizeof manifest, "%s/manifest.json", given);
+  int rc = TRAIN_OK;
+  if (access(manifest, R_OK) == 0) {
+    snprintf(path, sizeof path, "%s", given);
+  } else {
+    long long step;
+    int found = ckpt_find_latest(given, path, sizeof path, &step, err, sizeof err);
+    if (found > 0)
+      snprintf(err, sizeof err, "t:load: no checkpoint in %s (neither a step_N folder nor a folder of them)", given);
+    rc = found ? TRAIN_RUNTIME_ERROR : TRAIN_OK;
+  }
+  if (!rc && ckpt_load(t, path, err, sizeof err))
+    rc = TRAIN_RUNTIME_ERROR;
+  if (train_agree(t->world, rc, err, sizeof err))
+    return luaL_error(L, "%s", err);
+  lt->has_loss = 0;
+  lua_pushinteger(L, (lua_Integer)t->step);
+  return 1;
+}
+
+/* ---- live settings -------------------------------------------------------------------------- */
+
+enum live_type { LIVE_DOUBLE, LIVE_INT, LIVE_LONG, LIVE_DECAY, LIVE_PATH };
+
+/* The plan fields the runtime reads afresh at every step (optimizer_lr, the update, the
+ * clipping, t:step's cadences, evaluation, t:save's default folder), with the compiler's ranges.
+ * The optimizer's betas, eps and weight decay are copied into the optimizer at open; t:set
+ * writes both. Everything else shapes memory, groups, data or the model: t:replan. */
+static const struct live_field {
+  const char *path;
+  enum live_type type;
+  size_t offset;
+  double min, max;
+  int min_open, max_open;
+} live_fields[] = {
+  { "checkpoint.dir", LIVE_PATH, offsetof(struct plan, checkpoint.dir), 0, 0, 0, 0 },
+  { "log.every", LIVE_INT, offsetof(struct plan, log.every), 1, 1 << 30, 0, 0 },
+  { "lr_schedule.decay", LIVE_DECAY, offsetof(struct plan, lr_schedule.decay), 0, 0, 0, 0 },
+  { "lr_schedule.decay_steps", LIVE_LONG, offsetof(struct plan, lr_schedule.decay_steps), 1, 0x1p53, 0, 0 },
+  { "lr_schedule.min_lr", LIVE_DOUBLE, offsetof(struct plan, lr_schedule.min_lr), 0, INFINITY, 0, 0 },
+  { "lr_schedule.warmup", LIVE_INT, offsetof(struct plan, lr_schedule.warmup), 0, 1 << 30, 0, 0 },
+  { "optimizer.beta1", LIVE_DOUBLE, offsetof(struct plan, optimizer.beta1), 0, 1, 0, 1 },
+  { "optimizer.beta2", LIVE_DOUBLE, offsetof(struct plan, optimizer.beta2), 0, 1, 0, 1 },
+  { "optimizer.eps", LIVE_DOUBLE, offsetof(struct plan, optimizer.eps), 0, INFINITY, 1, 0 },
+  { "optimizer.grad_clip", LIVE_DOUBLE, offsetof(struct plan, optimizer.grad_clip), 0, INFINITY, 0, 0 },
+  { "optimizer.lr", LIVE_DOUBLE, offsetof(struct plan, optimizer.lr), 0, INFINITY, 1, 0 },
+  { "optimizer.weight_decay", LIVE_DOUBLE, offsetof(struct plan, optimizer.weight_decay), 0, INFINITY, 0, 0 },
+  { "train.eval_batches", LIVE_INT, offsetof(struct plan, train.eval_batches), 0, 1 << 30, 0, 0 },
+  { "train.eval_every", LIVE_INT, offsetof(struct plan, train.eval_every), 0, 1 << 30, 0, 0 },
+  { "train.steps", LIVE_LONG, offsetof(struct plan, train.steps), 1, 0x1p53, 0, 0 },
+};
+#define N_LIVE ((int)(sizeof live_fields / sizeof live_fields[0]))
+
+static const struct live_field *live_find(const char *path)
+{
+  for (int i = 0; i < N_LIVE; i++)
+    if (strcmp(live_fields[i].path, path) == 0)
+      return &live_fields[i];
+  return NULL;
+}
+
+/* The value at idx as Lua source, for messages. */
+static const char *describe_value(lua_State *L, int idx, char *buf, size_t n)
+{
+  if (lua_type(L, idx) == LUA_TSTRING)
+    snprintf(buf, n, "\"%s\"", lua_tostring(L, idx));
+  else if (lua_type(L, idx) == LUA_TNUMBER || lua_type(L, idx) == LUA_TBOOLEAN)
+    snprintf(buf, n, "%s", luaL_tolstring(L, idx, NULL)), lua_pop(L, 1);
+  else
+    snprintf(buf, n, "a %s", luaL_typename(L, idx));
+  return buf;
+}
+
+/* The refusal of a field that is not live: where to go instead. */
+static int refuse_field(lua_State *L, const char *path, int value)
+{
+  char v[128], section[128];
+  describe_value(L, value, v, sizeof v);
+  const char *dot = strchr(path, '.');
+  snprintf(section, sizeof section, "%.*s", dot ? (int)(dot - path) : (int)strlen(path), path);
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  for (int i = 0; i < N_LIVE; i++) {
+    luaL_addstring(&b, i ? ", " : "");
+    luaL_addstring(&b, live_fields[i].path);
+  }
+  luaL_pushresult(&b);
+  if (dot)
+    return luaL_error(L, "t:set: %s = %s cannot change between steps (the fields t:set changes: %s); "
+                      "re-plan instead: t:replan{ %s = { %s = %s } }", path, v, lua_tostring(L, -1), section,
+                      dot + 1, v[0] == 'a' && v[1] == ' ' ? "..." : v);
+  return luaL_error(L, "t:set: %s = %s cannot change between steps (the fields t:set changes: %s); "
+                    "re-plan instead: t:replan{ %s = %s }", path, v, lua_tostring(L, -1), path,
+                    v[0] == 'a' && v[1] == ' ' ? "..." : v);
+}
+
+/* Writes the value at idx into field f of p, checked as the compiler checks it. */
+static void live_write(lua_State *L, struct plan *p, const struct live_field *f, int idx)
+{
+  char *at = (char *)p + f->offset, v[128];
+  describe_value(L, idx, v, sizeof v);
+  if (f->type == LIVE_PATH) {
+    if (lua_type(L, idx) != LUA_TSTRING || lua_rawlen(L, idx) >= PLAN_PATH_MAX)
+      luaL_error(L, "t:set: %s = %s: must be a path (a string shorter than %d bytes)", f->path, v, PLAN_PATH_MAX);
+    snprintf(at, PLAN_PATH_MAX, "%s", lua_tostring(L, idx));
+    return;
+  }
+  if (f->type == LIVE_DECAY) {
+    static const char *const decays[] = { "constant", "cosine", "linear" };
+    for (int k = 0; k < 3 && lua_type(L, idx) == LUA_TSTRING; k++)
+      if (strcmp(lua_tostring(L, idx), decays[k]) == 0) {
+        *(enum plan_decay *)(void *)at = (enum plan_decay)k;
+        return;
+      }
+    luaL_error(L, "t:set: %s = %s: must be \"constant\", \"cosine\" or \"linear\"", f->path, v);
+  }
+  const double x = lua_tonumber(L, idx);
+  int bad = lua_type(L, idx) != LUA_TNUMBER || isnan(x) || (f->min_open ? x <= f->min : x < f->min) ||
+            (f->max_open ? x >= f->max : x > f->max);
+  char why[256];
+  if (f->type != LIVE_DOUBLE) {
+    bad |= x != floor(x);
+    if (bad) {
+      snprintf(why, sizeof why, "t:set: %s = %s: must be an integer in [%.0f, %.0f]", f->path, v, f->min, f->max);
+      luaL_error(L, "%s", why);
+    }
+    if (f->type == LIVE_INT)
+      *(int *)(void *)at = (int)x;
+    else
+      *(long long *)(void *)at = (long long)x;
+    return;
+  }
+  if (bad) {
+    if (isinf(f->max))
+      snprintf(why, sizeof why, "t:set: %s = %s: must be a number %s %g", f->path, v, f->min_open ? ">" : "≥", f->min);
+    else
+      snprintf(why, sizeof why, "t:set: %s = %s: must be a number in %s%g, %g%s", f->path, v, f->min_open ? "(" : "[",
+               f->min, f->max, f->max_open ? ")" : "]");
+    luaL_error(L, "%s", why);
+  }
+  *(double *)(void *)at = x;
+}
+
+/* Pushes the (path, value) pairs of the table at idx into the list at out as {path, value}:
+ * sections of fields ({ optimizer = { lr = 1e-4 } }) or dotted keys ({ ["optimizer.lr"] = 1e-4 }). */
+static void collect_settings(lua_State *L, int idx, const char *prefix, int out)
+{
+  idx = lua_absindex(L, idx);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    if (lua_type(L, -2) != LUA_TSTRING)
+      luaL_error(L, "t:set: keys are field names, as in t:set{ optimizer = { lr = 1e-4 } }");
+    char path[256];
+    snprintf(path, sizeof path, "%s%s", prefix, lua_tostring(L, -2));
+    if (lua_istable(L, -1) && !prefix[0]) {
+      char sub[260];
+      snprintf(sub, sizeof sub, "%s.", path);
+      collect_settings(L, -1, sub, out);
+    } else {
+      lua_createtable(L, 2, 0);
+      lua_pushstring(L, path);
+      lua_rawseti(L, -2, 1);
+      lua_pushvalue(L, -2);
+      lua_rawseti(L, -2, 2);
+      lua_rawseti(L, out, (lua_Integer)lua_rawlen(L, out) + 1);
+    }
+    lua_pop(L, 1);
+  }
+}
+
+static int compare_settings(lua_State *L)
+{
+  lua_rawgeti(L, 1, 1);
+  lua_rawgeti(L, 2, 1);
+  lua_pushboolean(L, strcmp(lua_tostring(L, -2), lua_tostring(L, -1)) < 0);
+  return 1;
+}
+
+/* The fields t:set restores when a change is refused (plain structs: no pointers). */
+struct live_state {
+  __typeof__(((struct plan *)0)->optimizer) optimizer;
+  __typeof__(((struct plan *)0)->lr_schedule) lr_schedule;
+  __typeof__(((struct plan *)0)->train) train;
+  __typeof__(((struct plan *)0)->log) log;
+  __typeof__(((struct plan *)0)->checkpoint) checkpoint;
+};
+
+static void live_save(const struct plan *p, struct live_state *s)
+{
+  s->optimizer = p->optimizer;
+  s->lr_schedule = p->lr_schedule;
+  s->train = p->train;
+  s->log = p->log;
+  s->checkpoint = p->checkpoint;
+}
+
+static void live_restore(struct plan *p, const struct live_state *s)
+{
+  p->optimizer = s->optimizer;
+  p->lr_schedule = s->lr_schedule;
+  p->train = s->train;
+  p->log = s->log;
+  p->checkpoint = s->checkpoint;
+}
+
+/* Applies the pairs in the list at `list` to p (sorted by path, so every rank checks them in
+ * the same order); a Lua error for a field that is not live or a value out of range. */
+static int apply_settings(lua_State *L)
+{
+  struct plan *p = lua_touserdata(L, 1);
+  const int list = 2;
+  const lua_Integer n = (lua_Integer)lua_rawlen(L, list);
+  for (lua_Integer i = 1; i <= n; i++) {
+    lua_rawgeti(L, list, i);
+    lua_rawgeti(L, -1, 1);
+    lua_rawgeti(L, -2, 2);
+    const char *path = lua_tostring(L, -2);
+    const struct live_field *f = live_find(path);
+    for (int k = 0; !f && !strchr(path, '.') && k < N_LIVE; k++)
+      if (strncmp(live_fields[k].path, path, strlen(path)) == 0 && live_fields[k].path[strlen(path)] == '.')
+        luaL_error(L, "t:set: %s = %s: a section is a table of fields, as in t:set{ optimizer = { lr = 1e-4 } }",
+                   path, luaL_tolstring(L, -1, NULL));
+    if (!f)
+      refuse_field(L, path, lua_gettop(L));
+    live_write(L, p, f, lua_gettop(L));
+    lua_pop(L, 3);
+  }
+  const struct plan *q = p;
+  if (q->lr_schedule.decay != PLAN_DECAY_CONSTANT && q->lr_schedule.decay_steps < q->lr_schedule.warmup)
+    return luaL_error(L, "t:set: lr_schedule.decay_steps = %I: shorter than lr_schedule.warmup = %d",
+                      (lua_Integer)q->lr_schedule.decay_steps, q->lr_schedule.warmup);
+  if (q->lr_schedule.min_lr > q->optimizer.lr)
+    return luaL_error(L, "t:set: lr_schedule.min_lr = %f: larger than optimizer.lr = %f; lower "
+                      "lr_schedule.min_lr in the same t:set", q->lr_schedule.min_lr, q->optimizer.lr);
+  return 0;
+}
+
+/* t:set{ section = { field = value, ... }, ... }: changes live fields of the trainer's plan
+ * between steps. All or nothing: a refused field or value, or ranks whose plans differ after the
+ * change (the plan hash is compared over the world), leave every field as it was. Collective. */
+static int trainer_set(lua_State *L)
+{
+  struct trainer *t = tycho_check_trainer(L, 1)->t;
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lua_settop(L, 2);
+  lua_newtable(L);
+  collect_settings(L, 2, "", 3);
+  /* sort by path: table.sort may be absent, so a small insertion sort through compare_settings */
+  const lua_Integer n = (lua_Integer)lua_rawlen(L, 3);
+  for (lua_Integer i = 2; i <= n; i++)
+    for (lua_Integer j = i; j > 1; j--) {
+      lua_pushcfunction(L, compare_settings);
+      lua_rawgeti(L, 3, j);
+      lua_rawgeti(L, 3, j - 1);
+      lua_call(L, 2, 1);
+      const int less = lua_toboolean(L, -1);
+      lua_pop(L, 1);
+      if (!less)
+        break;
+      lua_rawgeti(L, 3, j);
+      lua_rawgeti(L, 3, j - 1);
+      lua_rawseti(L, 3, j);
+      lua_rawseti(L, 3, j - 1);
+    }
+  struct plan *p = &t->own_plan;
+  struct live_state before;
+  live_save(p, &before);
+  lua_pushcfunction(L, apply_settings);
+  lua_pushlightuserdata(L, p);
+  lua_pushvalue(L, 3);
+  char err[ERR_MAX] = "";
+  const int refused = lua_pcall(L, 2, 0, 0) ? TRAIN_PLAN_ERROR : TRAIN_OK;
+  if (refused) {
+    live_restore(p, &before);
+    snprintf(err, sizeof err, "%s", lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
+  /* a rank that refused stops the others before the hash check, which needs them all */
+  if (train_agree(t->world, refused, err, sizeof err)) {
+    live_restore(p, &before);
+    return luaL_error(L, "%s", err);
+  }
+  if (t->world && comm_check_plan_hash(plan_hash(p), err, sizeof err)) {
+    live_restore(p, &before);
+    return luaL_error(L, "t:set: the ranks' plans would differ (%s); nothing changed", err);
+  }
+  /* the optimizer's own copies (optimizer.c reads them in the update) */
+  t->opt.lr = p->optimizer.lr;
+  t->opt.beta1 = p->optimizer.beta1;
+  t->opt.beta2 = p->optimizer.beta2;
+  t->opt.eps = p->optimizer.eps;
+  t->opt.weight_decay = p->optimizer.weight_decay;
+  t->opt.grad_clip = p->optimizer.grad_clip;
+  return 0;
+}
+
+/* ---- re-planning ---------------------------------------------------------------------------- */
+
+/* t:replan(overrides): the plan file compiled again with open's overrides, every replan's since
+ * and these, and the live trainer moved onto it (trainer_replan): parameters, optimizer state,
+ * step and data position kept, in memory. Collective. */
+static int trainer_replan_lua(lua_State *L)
+{
+  struct lua_trainer *lt = tycho_check_trainer(L, 1);
+  if (!lua_isnoneornil(L, 2))
+    luaL_checktype(L, 2, LUA_TTABLE);
+  lua_settop(L, 2);
+  const int before = lt->n_sets;
+  append_overrides(L, lt, 2);
+  char err[ERR_MAX];
+  struct plan p;
+  int rc = compile_agreed(lt, &p, err, sizeof err);
+  if (!rc) {
+    rc = trainer_replan(lt->t, &p, err, sizeof err);
+    plan_free(&p);
+  }
+  if (rc) {
+    for (int i = before; i < lt->n_sets; i++) free(lt->sets[i]);
+    lt->n_sets = before; /* a failed replan leaves the overrides as they were */
+    if (!lt->t->plan) { /* it could not go back to the old layout either: t is closed */
+      free(lt->t);
+      lt->t = NULL;
+    }
+    return luaL_error(L, "%s", err);
+  }
+  return 0;
+}
+
+/* ---- fields --------------------------------------------------------------------------------- */
+
+static int trainer_close_method(lua_State *L)
+{
+  return trainer_gc(L);
+}
+
+static const luaL_Reg trainer_methods[] = {
+  { "step", trainer_step_n },
+  { "eval", trainer_eval_now },
+  { "loss", trainer_loss },
+  { "save", trainer_save },
+  { "load", trainer_load },
+  { "set", trainer_set },
+  { "replan", trainer_replan_lua },
+  { "param", tycho_trainer_param },
+  { "grad", tycho_trainer_grad },
+  { "moment", tycho_trainer_moment },
+  { "memory", tycho_trainer_memory },
+  { "comm", tycho_trainer_comm },
+  { "plan", tycho_trainer_plan },
+  { "schedule", tycho_trainer_schedule },
+  { "close", trainer_close_method },
+  { NULL, NULL },
+};
+
+/* Fields first (t.step, t.rank, t.world, t.tp, t.dp, t.pp, t.mesh, t.path, t.closed), then the
+ * methods. */
+static int trainer_index(lua_State *L)
+{
+  struct lua_trainer *lt = totrainer(L);
+  const char *key = lua_tostring(L, 2);
+  if (key && strcmp(key, "closed") == 0) {
+    lua_pushboolean(L, lt->t == NULL);
+    return 1;
+  }
+  static const char *const fields[] = { "step", "rank", "world", "tp", "dp", "pp", "mesh", "path", NULL };
+  for (int i = 0; key && fields[i]; i++) {
+    if (strcmp(key, fields[i]) != 0)
+      continue;
+    struct trainer *t = tycho_check_trainer(L, 1)->t;
+    struct comm_group *w = comm_world();
+    switch (i) {
+    case 0: lua_pushinteger(L, (lua_Integer)t->step); break;
+    case 1: lua_pushinteger(L, w ? w->rank : 0); break;
+    case 2: lua_pushinteger(L, w ? w->size : 1); break;
+    case 3: lua_pushinteger(L, t->model.tp.rank); break;
+    case 4: lua_pushinteger(L, t->dp.rank); break;
+    case 5: lua_pushinteger(L, t->exec.rank); break;
+    case 6:
+      lua_createtable(L, 0, 4);
+      lua_pushinteger(L, t->plan->mesh.tp);
+      lua_setfield(L, -2, "tp");
+      lua_pushinteger(L, t->plan->mesh.dp);
+      lua_setfield(L, -2, "dp");
+      lua_pushinteger(L, t->plan->mesh.pp);
+      lua_setfield(L, -2, "pp");
+      lua_pushinteger(L, t->plan->zero);
+      lua_setfield(L, -2, "zero");
+      break;
+    default: lua_pushstring(L, lt->path); break;
+    }
+    return 1;
+  }
+  lua_getfield(L, lua_upvalueindex(1), key ? key : "");
+  return 1;
+}
+
+static const luaL_Reg trainer_meta[] = {
+  { "__index", NULL }, /* trainer_index, with the methods as its upvalue */
+  { "__gc", trainer_gc },
+  { "__close", trainer_gc },
+  { "__tostring", trainer_tostring },
+  { NULL, NULL },
+};
+
+static void create_trainer_meta(lua_State *L)
+{
+  luaL_newmetatable(L, TRAINER_META);
+  luaL_setfuncs(L, trainer_meta, 0);
+  luaL_newlibtable(L, trainer_methods);
+  luaL_setfuncs(L, trainer_methods, 0);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, -3, "methods"); /* for the REPL's completion */
+  lua_pushcclosure(L, trainer_index, 1);
+  lua_setfield(L, -2, "__index");
+  lua_pop(L, 1);
+}
+
+/* Numbers callable with a trainer first (number_call), added to the number type's metatable. */
+static void make_numbers_callable(lua_State *L)
+{
+  lua_pushinteger(L, 0);
+  if (!lua_getmetatable(L, -1))
+    lua_newtable(L);
+  lua_pushcfunction(L, number_call);
+  lua_setfield(L, -2, "__call");
+  lua_setmetatable(L, -2);
+  lua_pop(L, 1);
+}
+
+static const luaL_Reg runtime_functions[] = {
+  { "open", tycho_open },
+  { NULL, NULL },
+};
+
+int luaopen_tycho_runtime(lua_State *L)
+{
+  if (!lua_istable(L, -1)) {
+    lua_newtable(L);
+    lua_pushstring(L, TYCHO_VERSION);
+    lua_setfield(L, -2, "version");
+  }
+  create_trainer_meta(L);
+  tycho_tensor_register(L);
+  make_numbers_callable(L);
+  luaL_setfuncs(L, runtime_functions, 0);
+  return 1;
+}

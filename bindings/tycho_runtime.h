@@ -1,0 +1,21 @@
+/* The trainer in Lua: tycho.open and the trainer object a REPL drives (docs/repl.md, "The trainer
+ * in Lua"). For a normal, trusted Lua state with the standard libraries — the REPL's — never the
+ * plan sandbox. Every function that touches the job (open, step, eval, save, load, set, gather,
+ * replan, close) is collective over the world: every rank runs the same chunk. What the module
+ * prints goes through the state's global `print`, so the REPL can capture each rank's output. */
+#ifndef TYCHO_RUNTIME_BINDING_H
+#define TYCHO_RUNTIME_BINDING_H
+#include <lua.h>
+
+/* Adds tycho.open to the `tycho` table on the stack top, or pushes a new table (with
+ * tycho.version) when the top is not a table; registers the trainer's and the tensor's
+ * metatables, and makes numbers callable with a trainer as first argument (so that t.step is the
+ * step count and t:step(n) still steps). Returns 1: the table is on the stack top. */
+int luaopen_tycho_runtime(lua_State *L);
+
+/* The interruption hook of t:step(n): stop(ctx) is called before each step, and a nonzero
+ * answer stops t:step there (it prints "interrupted at step N" and returns normally). The REPL's
+ * hook agrees over the world, so every rank gets the same answer. NULL (the default): never. */
+void tycho_runtime_set_stop_hook(int (*stop)(void *ctx), void *ctx);
+
+#endif

@@ -1,0 +1,46 @@
+/* What the trainer binding's files share (tycho_runtime.c: the module and the trainer object;
+ * tycho_tensor.c: tensor objects; tycho_inspect.c: memory, comm, plan and schedule). */
+#ifndef TYCHO_RUNTIME_INTERNAL_H
+#define TYCHO_RUNTIME_INTERNAL_H
+#include <lauxlib.h>
+#include <lua.h>
+#include <stddef.h>
+
+#include "plan/plan.h"
+
+struct trainer;
+
+#define TRAINER_META "tycho.trainer"
+#define TENSOR_META "tycho.tensor"
+
+/* The trainer userdata. Made closed (t NULL) before anything is acquired, so that an error while
+ * opening leaves nothing __gc cannot free. */
+struct lua_trainer {
+  struct trainer *t;         /* NULL: closed */
+  char path[PLAN_PATH_MAX];  /* the plan file, compiled again by t:replan */
+  int n_sets;
+  char **sets;               /* (n_sets) the --set strings of open and every replan since, in order */
+  int has_loss;
+  double loss;               /* the last step's loss */
+};
+
+/* The trainer at index i, open; a Lua error when it is not a trainer or is closed. */
+struct lua_trainer *tycho_check_trainer(lua_State *L, int i);
+/* Hands `text` to the state's global print (nothing when print is not a function). */
+void tycho_print(lua_State *L, const char *text);
+/* This process's rank in the world (0 without the comm layer). */
+int tycho_world_rank(void);
+
+/* tycho_tensor.c: t:param, t:grad, t:moment and the tensor metatable. */
+int tycho_trainer_param(lua_State *L);
+int tycho_trainer_grad(lua_State *L);
+int tycho_trainer_moment(lua_State *L);
+void tycho_tensor_register(lua_State *L);
+
+/* tycho_inspect.c: t:memory, t:comm, t:plan, t:schedule. */
+int tycho_trainer_memory(lua_State *L);
+int tycho_trainer_comm(lua_State *L);
+int tycho_trainer_plan(lua_State *L);
+int tycho_trainer_schedule(lua_State *L);
+
+#endif
