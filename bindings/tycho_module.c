@@ -107,9 +107,10 @@ static void merge_into(lua_State *L, int dst, int over, int seen)
   /* dst may share its record with the table it was copied from: give it its own (keeping
    * the base constructor's place for keys the override does not name). Records may move
    * when one is added, so pointers into the map are taken only after. */
-  int new_id = srcmap_copy_record(&sb->map, dst_id, "tycho.extend", 0);
-  const struct srcmap_record *orec = srcmap_get(&sb->map, over_id);
-  const struct srcmap_record *drec = srcmap_get(&sb->map, dst_id);
+  /* outside a plan's sandbox (the REPL) there are no source records to keep */
+  int new_id = sb ? srcmap_copy_record(&sb->map, dst_id, "tycho.extend", 0) : -1;
+  const struct srcmap_record *orec = sb ? srcmap_get(&sb->map, over_id) : NULL;
+  const struct srcmap_record *drec = sb ? srcmap_get(&sb->map, dst_id) : NULL;
   if (new_id >= 0) {
     struct srcmap_record *nrec = &sb->map.records[new_id];
     if (drec) {
@@ -124,7 +125,7 @@ static void merge_into(lua_State *L, int dst, int over, int seen)
   lua_pushnil(L);
   while (lua_next(L, over)) {
     int v = lua_gettop(L), k = v - 1;
-    orec = srcmap_get(&sb->map, over_id); /* re-read: a nested merge may have moved it */
+    orec = sb ? srcmap_get(&sb->map, over_id) : NULL; /* re-read: a nested merge may have moved it */
     if (new_id >= 0 && orec) {
       const struct srcmap_field *f =
         lua_type(L, k) == LUA_TSTRING ? srcmap_find_field(&sb->map, over_id, lua_tostring(L, k), 0)

@@ -238,17 +238,74 @@ static void free_sets(struct lua_trainer *lt)
 
 /* __gc, __close and :close(): closes the trainer once (collective over the world: its mesh
  * groups are freed); later calls do nothing. */
-static int trainer_gc(lua_State *L)
+/* Closing is collective over the world (it frees the trainer's groups), but the garbage
+ * collector finalizes a dropped trainer at a different moment on each rank. So with peers, __gc
+ * only sets the trainer aside; the REPL closes what every rank has set aside, agreed at the end
+ * of a chunk (tycho_runtime_collected, tycho_runtime_close_collected). Without peers it closes
+ * at once. t:close() and <close> close at once, in program order, as everything else. */
+static struct collected {
+  unsigned long long serial;
+  struct trainer *t;
+} *collected;
+static int n_collected;
+static unsigned long long next_serial = 1;
+
+static void close_trainer(struct trainer *t)
+{
+  trainer_close(t);
+  free(t);
+}
+
+static int trainer_close_now(lua_State *L)
 {
   struct lua_trainer *lt = totrainer(L);
   if (lt->t) {
     struct trainer *t = lt->t;
     lt->t = NULL;
-    trainer_close(t);
-    free(t);
+    close_trainer(t);
   }
+  return 0;
+}
+
+static int trainer_gc(lua_State *L)
+{
+  struct lua_trainer *lt = totrainer(L);
+  struct comm_group *w = comm_world();
+  if (lt->t && w && w->size > 1) {
+    struct collected *grown = realloc(collected, (size_t)(n_collected + 1) * sizeof *collected);
+    if (grown) {
+      collected = grown;
+      collected[n_collected++] = (struct collected){ lt->serial, lt->t };
+      lt->t = NULL;
+    }
+  }
+  if (lt->t) /* no peers (or no memory to set it aside: closing now is all that is left) */
+    trainer_close_now(L);
   free_sets(lt);
   return 0;
+}
+
+int tycho_runtime_collected(unsigned long long *serials, int max)
+{
+  for (int i = 0; i < n_collected && i < max; i++) serials[i] = collected[i].serial;
+  return n_collected;
+}
+
+void tycho_runtime_close_collected(const unsigned long long *serials, int n)
+{
+  for (int k = 0; k < n; k++)
+    for (int i = 0; i < n_collected; i++)
+      if (collected[i].serial == serials[k]) {
+        struct trainer *t = collected[i].t;
+        memmove(&collected[i], &collected[i + 1], (size_t)(n_collected - i - 1) * sizeof *collected);
+        n_collected--;
+        close_trainer(t);
+        break;
+      }
+  if (!n_collected) {
+    free(collected);
+    collected = NULL;
+  }
 }
 
 static int trainer_tostring(lua_State *L)
@@ -317,6 +374,7 @@ static int tycho_open(lua_State *L)
     return luaL_error(L, "%s", err);
   }
   lt->t = t;
+  lt->serial = next_serial++;
   return 1;
 }
 
@@ -797,7 +855,7 @@ static int trainer_replan_lua(lua_State *L)
 
 static int trainer_close_method(lua_State *L)
 {
-  return trainer_gc(L);
+  return trainer_close_now(L);
 }
 
 static const luaL_Reg trainer_methods[] = {
@@ -864,7 +922,7 @@ static int trainer_index(lua_State *L)
 static const luaL_Reg trainer_meta[] = {
   { "__index", NULL }, /* trainer_index, with the methods as its upvalue */
   { "__gc", trainer_gc },
-  { "__close", trainer_gc },
+  { "__close", trainer_close_now },
   { "__tostring", trainer_tostring },
   { NULL, NULL },
 };

@@ -18,4 +18,12 @@ int luaopen_tycho_runtime(lua_State *L);
  * hook agrees over the world, so every rank gets the same answer. NULL (the default): never. */
 void tycho_runtime_set_stop_hook(int (*stop)(void *ctx), void *ctx);
 
+/* Trainers the garbage collector finalized while peers exist are set aside, not closed (closing
+ * is collective, and each rank collects at its own moment): their serial numbers (the n-th
+ * tycho.open, the same on every rank) into serials (room for max); returns how many there are.
+ * tycho_runtime_close_collected closes those of serials (every rank the same list, in the same
+ * order: collective). The REPL agrees on the list at the end of every chunk. */
+int tycho_runtime_collected(unsigned long long *serials, int max);
+void tycho_runtime_close_collected(const unsigned long long *serials, int n);
+
 #endif

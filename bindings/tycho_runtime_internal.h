@@ -17,6 +17,7 @@ struct trainer;
  * opening leaves nothing __gc cannot free. */
 struct lua_trainer {
   struct trainer *t;         /* NULL: closed */
+  unsigned long long serial; /* the n-th tycho.open of this process (the same on every rank) */
   char path[PLAN_PATH_MAX];  /* the plan file, compiled again by t:replan */
   int n_sets;
   char **sets;               /* (n_sets) the --set strings of open and every replan since, in order */

@@ -20,6 +20,7 @@
 #include "plan/compile.h"
 #include "repl/repl.h"
 #include "tycho_module.h"
+#include "tycho_runtime.h"
 #include "runtime/threads.h"
 #include "runtime/ckpt.h"
 #include "runtime/train.h"
@@ -332,7 +333,8 @@ static int cmd_run(lua_State *L, const struct cli *c)
 static void repl_libs(lua_State *L)
 {
   luaL_openlibs(L);
-  luaL_requiref(L, "tycho", luaopen_tycho, 1);
+  luaL_requiref(L, "tycho", luaopen_tycho, 1); /* plan helpers: tycho.plan, tycho.extend */
+  luaopen_tycho_runtime(L);                    /* the trainer: tycho.open */
   lua_pop(L, 1);
 }
 
@@ -370,6 +372,9 @@ static int cmd_repl(lua_State *L, int argc, char **argv)
   if (o.n_sets && !o.plan)
     return host_fail(L, EXIT_USAGE, "--set needs a plan: tycho repl PLAN.lua --set path=value");
   o.open_libs = repl_libs;
+  o.collected = tycho_runtime_collected;
+  o.close_collected = tycho_runtime_close_collected;
+  tycho_runtime_set_stop_hook(repl_stop_requested, NULL); /* Ctrl-C stops t:step at a boundary */
   quiet_error = comm_world()->rank != 0;
   char err[2048] = "";
   int code = repl_run(&o, err, sizeof err);

@@ -72,7 +72,10 @@ int sandbox_record_of(lua_State *L, int idx)
   idx = lua_absindex(L, idx);
   if (!lua_istable(L, idx))
     return -1;
-  lua_getfield(L, LUA_REGISTRYINDEX, PROV_KEY);
+  if (lua_getfield(L, LUA_REGISTRYINDEX, PROV_KEY) != LUA_TTABLE) { /* not a plan's state (the REPL's) */
+    lua_pop(L, 1);
+    return -1;
+  }
   lua_pushvalue(L, idx);
   lua_rawget(L, -2);
   int id = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : -1;
@@ -83,7 +86,10 @@ int sandbox_record_of(lua_State *L, int idx)
 void sandbox_set_record(lua_State *L, int idx, int id)
 {
   idx = lua_absindex(L, idx);
-  lua_getfield(L, LUA_REGISTRYINDEX, PROV_KEY);
+  if (lua_getfield(L, LUA_REGISTRYINDEX, PROV_KEY) != LUA_TTABLE) { /* no source records here */
+    lua_pop(L, 1);
+    return;
+  }
   lua_pushvalue(L, idx);
   lua_pushinteger(L, id);
   lua_rawset(L, -3);

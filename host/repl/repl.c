@@ -655,6 +655,62 @@ out:
   free(to);
 }
 
+/* ---- dropped trainers ---- */
+
+/* After a chunk: a full collection on every rank, then the trainers every rank has set aside are
+ * closed, in rank 0's order (a trainer only some ranks dropped waits until all have). */
+static int close_dropped(const struct repl_options *o, lua_State *L, char *err, size_t err_size)
+{
+  enum { MAX_SET_ASIDE = 256 };
+  if (!o->collected || !o->close_collected)
+    return 0;
+  lua_gc(L, LUA_GCCOLLECT);
+  lua_gc(L, LUA_GCCOLLECT); /* finalizers ran in the first */
+  unsigned long long mine[MAX_SET_ASIDE];
+  int n = o->collected(mine, MAX_SET_ASIDE);
+  n = n < MAX_SET_ASIDE ? n : MAX_SET_ASIDE;
+  char **per = S.rank == 0 ? calloc((size_t)S.size, sizeof *per) : NULL;
+  size_t *counts = S.rank == 0 ? calloc((size_t)S.size, sizeof *counts) : NULL;
+  char *none[1] = { NULL };
+  size_t zero[1] = { 0 };
+  if ((S.rank == 0 && (!per || !counts)) ||
+      comm_control_gather(S.group, mine, (size_t)n * sizeof *mine, 0, per ? per : none, counts ? counts : zero,
+                          "the REPL's agreement on dropped trainers", err, err_size)) {
+    free(per);
+    free(counts);
+    return -1;
+  }
+  unsigned long long all[MAX_SET_ASIDE + 1];
+  int n_all = 0;
+  if (S.rank == 0) { /* rank 0's that every other rank has too */
+    for (int i = 0; i < n; i++) {
+      int everywhere = 1;
+      for (int q = 1; q < S.size && everywhere; q++) {
+        const unsigned long long *theirs = (const unsigned long long *)per[q];
+        const size_t k = per[q] ? counts[q] / sizeof *theirs : 0;
+        int found = 0;
+        for (size_t j = 0; j < k && !found; j++) {
+          unsigned long long v;
+          memcpy(&v, theirs + j, sizeof v);
+          found = v == mine[i];
+        }
+        everywhere = found;
+      }
+      if (everywhere)
+        all[1 + n_all++] = mine[i];
+    }
+    for (int q = 0; q < S.size; q++) free(per[q]);
+  }
+  free(per);
+  free(counts);
+  all[0] = (unsigned long long)n_all;
+  if (comm_control_bcast(S.group, all, sizeof all, 0, "the REPL's agreement on dropped trainers", err, err_size))
+    return -1;
+  if (all[0])
+    o->close_collected(all + 1, (int)all[0]);
+  return 0;
+}
+
 /* ---- the session ---- */
 
 /* A chunk message: "kind code", the selector and the code, 0-terminated each. Rank 0 builds it
@@ -968,6 +1024,8 @@ int repl_run(const struct repl_options *o, char *err, size_t err_size)
     }
     free(per);
     free(counts);
+    if (close_dropped(o, L, err, err_size))
+      break;
     /* a chunk asked to quit: rank 0 sends the quit with its code next */
     if (S.rank == 0 && exit_code >= 0)
       quit_now = 1;
@@ -985,7 +1043,19 @@ int repl_run(const struct repl_options *o, char *err, size_t err_size)
 #endif
   if (script)
     fclose(script);
-  lua_close(L); /* closes the trainers (their __gc), collective like everything before it */
+  lua_close(L); /* finalizes the trainers: closed now on one rank, set aside with peers */
+  if (o->collected && o->close_collected) {
+    unsigned long long serials[256];
+    int n = o->collected(serials, 256); /* every rank set aside every trainer it had: the same set */
+    n = n < 256 ? n : 256;
+    for (int i = 1; i < n; i++) /* in one order everywhere: closing frees groups, collectively */
+      for (int j = i; j > 0 && serials[j - 1] > serials[j]; j--) {
+        unsigned long long x = serials[j];
+        serials[j] = serials[j - 1];
+        serials[j - 1] = x;
+      }
+    o->close_collected(serials, n);
+  }
   sb_free(&S.out);
   char why[256];
   comm_group_free(S.interrupt_group, why, sizeof why);

@@ -27,6 +27,10 @@ struct repl_options {
   double timeout;           /* the comm watchdog's seconds during the session (> 0) */
   /* opens the libraries a chunk sees in L (the standard ones and the tycho module) */
   void (*open_libs)(lua_State *L);
+  /* objects the garbage collector set aside whose closing is collective (dropped trainers):
+   * their serial numbers, and closing a list of them (every rank the same list). NULL: none */
+  int (*collected)(unsigned long long *serials, int max);
+  void (*close_collected)(const unsigned long long *serials, int n);
 };
 
 /* Runs the session on every rank (collective over the world, after comm_init). Returns the exit

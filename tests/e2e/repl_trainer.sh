@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# `tycho repl` driving a live trainer under mpirun (piped input): the plan opened as t steps to
+# the losses `tycho run` prints for the same steps; a step on part of the job (@0) is refused at
+# its first collective, naming the group, and the trainer goes on to the same losses; coordinate
+# selectors pick by t's mesh; a trainer dropped on every rank is closed (collectively) at the end
+# of the chunk; Ctrl-C (SIGINT to rank 0) during t:step(n) stops every rank at the same step and
+# the session goes on.
+# usage: repl_trainer.sh TYCHO   (run from the source folder)
+set -u
+tycho=$1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# the reference: three steps of tycho run on 2 ranks (dp 2)
+mpirun -np 2 "$tycho" run plans/tiny.lua --set train.steps=20 --set train.eval_every=0 \
+  --set log.metrics="$tmp/m.jsonl" >/dev/null 2>&1 || fail "tycho run failed"
+ref=$(grep '"step": 2,' "$tmp/m.jsonl" | sed 's/.*"loss": \([^,]*\),.*/\1/')
+[ -n "$ref" ] || fail "no step 2 in tycho run's metrics"
+
+printf '%s\n' 't:step(2)' '=t.step' '@0 t:step(1)' '=t.step' 'x = t:step(1)' \
+  'print(string.format("%.12g", x))' '@dp=1 print("dp1", t.rank)' 'u = tycho.open("plans/tiny.lua")' \
+  'u = nil' 'collectgarbage()' |
+  mpirun -np 2 "$tycho" repl plans/tiny.lua --set train.steps=20 --set train.eval_every=0 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+out=$(cat "$tmp/out")
+[ "$rc" -eq 1 ] || fail "the refused @0 step is a failed chunk: exit 1 expected, got $rc"$'\n'"$out"
+grep -qF '[0,1] 2' <<<"$out" || fail "t.step is not 2 on both ranks after t:step(2)"$'\n'"$out"
+grep -qF '[0] stdin:1: step 2: gradient all-reduce: all-reduce on group dp needs ranks 1, which this chunk does not run on (it runs on 0)' <<<"$out" ||
+  fail "the @0 step was not refused at its all-reduce"$'\n'"$out"
+[ "$(grep -cF '[0,1] 2' <<<"$out")" -ge 2 ] || fail "the refused step moved t.step"$'\n'"$out"
+want=$(printf '%.12g' "$ref")
+grep -qF "[0,1] $want" <<<"$out" || fail "step 2's loss is not tycho run's $want"$'\n'"$out"
+grep -qF '[1] dp1	1' <<<"$out" || fail "@dp=1 did not select rank 1"$'\n'"$out"
+grep -q 'rank 1: not in' "$tmp/err" && fail "a rank was left waiting"
+
+# Ctrl-C: rank 0 gets SIGINT during a long t:step; every rank stops at the same step
+mkfifo "$tmp/in"
+mpirun -np 2 "$tycho" repl plans/tiny.lua --set train.steps=100000 --set train.eval_every=0 --set log.every=1000 \
+  <"$tmp/in" >"$tmp/out2" 2>"$tmp/err2" &
+job=$!
+exec 3>"$tmp/in"
+printf '%s\n' 't:step(100000)' >&3
+rank0=
+for _ in $(seq 100); do
+  for p in $(pgrep -f "tycho repl plans/tiny.lua --set train.steps=100000"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0' && rank0=$p
+  done
+  [ -n "$rank0" ] && break
+  sleep 0.1
+done
+[ -n "$rank0" ] || { exec 3>&-; kill $job; fail "rank 0's process was not found"; }
+sleep 3
+kill -INT "$rank0"
+printf '%s\n' '=t.step' '=t.step > 0' >&3
+exec 3>&-
+wait $job
+rc=$?
+out2=$(cat "$tmp/out2")
+[ "$rc" -eq 0 ] || fail "the interrupted session exited $rc"$'\n'"$out2"$'\n'"$(cat "$tmp/err2")"
+grep -q '^\[0\] interrupted at step [0-9]*' <<<"$out2" || fail "no 'interrupted at step N'"$'\n'"$out2"
+n=$(sed -n 's/^\[0\] interrupted at step \([0-9]*\).*/\1/p' <<<"$out2")
+grep -qF "[0,1] $n" <<<"$out2" || fail "t.step is not $n on both ranks after the interrupt"$'\n'"$out2"
+grep -qF '[0,1] true' <<<"$out2" || fail "the session did not go on after the interrupt"$'\n'"$out2"
+echo "ok: repl with a trainer (interrupted at step $n)"
