@@ -137,9 +137,9 @@ int comm_restrict(const unsigned char *members, int n_members);
 int comm_restricted_check(const struct comm_group *g, const char *what, char *err, size_t err_size);
 
 /* The REPL's control plane, on a group of its own (comm_group_split of the world): not counted
- * as model traffic and never restricted. comm_control_bcast: n_bytes from root to every member;
- * `what` names the wait for the watchdog, NULL for an idle wait (at the prompt) it must not
- * diagnose. comm_control_gather: every member's n_bytes to root, which gets each rank's bytes
+ * as model traffic and never restricted; its waits last as long as another rank's chunk or the
+ * user, so the watchdog names them in its answers (`what`; NULL: waiting for the next chunk)
+ * but never times them. comm_control_bcast: n_bytes from root to every member. comm_control_gather: every member's n_bytes to root, which gets each rank's bytes
  * in per_rank[r] (malloc'd, 0-terminated; NULL when it had no room for them, the bytes read and
  * dropped so nobody waits) and counts[r]. Collective over g; 0, or −1 with err. */
 int comm_control_bcast(struct comm_group *g, void *buf, size_t n_bytes, int root, const char *what,

@@ -83,10 +83,9 @@ int comm_control_bcast(struct comm_group *g, void *buf, size_t n_bytes, int root
     return snprintf(err, n, "comm_control_bcast: no group"), -1;
   if (n_bytes > (size_t)INT32_MAX)
     return snprintf(err, n, "comm_control_bcast: %zu bytes is more than one message takes", n_bytes), -1;
-  if (what)
-    comm_control_begin_on(what, g);
-  else
-    comm_control_begin_untimed("the REPL, waiting for the next chunk", g);
+  /* every REPL wait lasts as long as another rank's chunk or the user: named, never timed (a
+   * rank stuck in a model collective is timed, and its diagnosis names this wait) */
+  comm_control_begin_untimed(what ? what : "the REPL, waiting for the next chunk", g);
   int rc = MPI_Bcast(buf, (int)n_bytes, MPI_BYTE, root, g->state->ctl);
   comm_control_end();
   return rc == MPI_SUCCESS ? 0 : comm_mpi_fail(rc, "MPI_Bcast", __FILE__, __LINE__, err, n);

@@ -63,4 +63,16 @@ grep -q '^\[0\] interrupted at step [0-9]*' <<<"$out2" || fail "no 'interrupted 
 n=$(sed -n 's/^\[0\] interrupted at step \([0-9]*\).*/\1/p' <<<"$out2")
 grep -qF "[0,1] $n" <<<"$out2" || fail "t.step is not $n on both ranks after the interrupt"$'\n'"$out2"
 grep -qF '[0,1] true' <<<"$out2" || fail "the session did not go on after the interrupt"$'\n'"$out2"
+# a chunk that diverges (a step on rank 0 only, no selector): the watchdog, with the REPL's
+# --timeout, names where each rank waits and ends the job; it never hangs
+start=$SECONDS
+printf '%s\n' 'if t.rank == 0 then t:step(1) end' '=1' |
+  timeout 60 mpirun -np 2 "$tycho" repl plans/tiny.lua --timeout 3 >"$tmp/out3" 2>"$tmp/err3"
+rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "a diverged chunk must end the job with the diagnosis (exit $rc)"
+grep -q "all-reduce on dp (seq 0.*has not finished after 3" "$tmp/err3" || fail "no watchdog diagnosis"$'\n'"$(cat "$tmp/err3")"
+grep -q "rank 1: has started no dp operation; it waits in the REPL's" "$tmp/err3" ||
+  fail "the diagnosis does not say where rank 1 waits"$'\n'"$(cat "$tmp/err3")"
+[ $((SECONDS - start)) -lt 30 ] || fail "the diagnosis took $((SECONDS - start)) s"
+
 echo "ok: repl with a trainer (interrupted at step $n)"
