@@ -848,6 +848,7 @@ static int trainer_replan_lua(lua_State *L)
     }
     return luaL_error(L, "%s", err);
   }
+  alloc_reset_peaks(); /* t:memory()'s measured peaks: the new layout's, from here on */
   return 0;
 }
 

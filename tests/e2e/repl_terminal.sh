@@ -2,7 +2,8 @@
 # `tycho repl` on a terminal (tmux): the prompt, a value, continuation lines (">> "), readline's
 # history (Up brings back the last chunk; ~/.tycho_history is written at the end), Ctrl-C at the
 # prompt clearing the line typed so far, Ctrl-C during a long Lua loop ("interrupted!") with the
-# prompt back, and Ctrl-D ending the session with exit code 0.
+# prompt back, Ctrl-D ending the session with exit code 0; then a trainer: Ctrl-C during
+# t:step(100000) stops it at a step boundary and the trainer goes on.
 # usage: repl_terminal.sh TYCHO   (run from the source folder; needs tmux: scripts/install-deps.sh)
 set -u
 tycho=$(readlink -f "$1")
@@ -67,4 +68,19 @@ wait_for "2"
 keys C-d
 wait_for "exit=0"
 grep -qF '=40 + 2' "$home/.tycho_history" || fail "~/.tycho_history does not hold the session's chunks"
+
+# Ctrl-C during t:step: it stops at the next step boundary, the trainer stays usable
+tmux -S "$sock" kill-session -t "$session"
+tmux -S "$sock" new-session -d -s "$session" -x 160 -y 40 \
+  "env HOME=$home OPENBLAS_NUM_THREADS=1 $tycho repl plans/tiny.lua --set train.steps=100000 --set log.every=1000; echo \"exit=\$?\"; sleep 30"
+wait_prompt 30
+line 't:step(100000)'
+sleep 2
+keys C-c
+wait_for "interrupted at step" 20
+wait_prompt
+line '=t.step > 0 and t.step < 100000'
+wait_for "true"
+keys C-d
+wait_for "exit=0"
 echo "ok: repl on a terminal"
