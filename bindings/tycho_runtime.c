@@ -412,7 +412,10 @@ static int trainer_step_n(lua_State *L)
   double interval_seconds = 0.0;
   long long interval_tokens = 0;
   for (long long s = first; s < end; s++) {
-    if (stop_hook && stop_hook(stop_ctx)) {
+    const int stop = stop_hook ? stop_hook(stop_ctx) : 0;
+    if (stop > 1) /* interrupted before, in this chunk: the chunk ends here, on every rank */
+      return luaL_error(L, "interrupted at step %I (the chunk stops: it was interrupted before)", (lua_Integer)t->step);
+    if (stop) {
       char line[96];
       snprintf(line, sizeof line, "interrupted at step %lld", t->step);
       print_rank0(L, line);

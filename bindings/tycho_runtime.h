@@ -13,9 +13,11 @@
  * step count and t:step(n) still steps). Returns 1: the table is on the stack top. */
 int luaopen_tycho_runtime(lua_State *L);
 
-/* The interruption hook of t:step(n): stop(ctx) is called before each step, and a nonzero
- * answer stops t:step there (it prints "interrupted at step N" and returns normally). The REPL's
- * hook agrees over the world, so every rank gets the same answer. NULL (the default): never. */
+/* The interruption hook of t:step(n): stop(ctx) is called before each step; 1 stops t:step there
+ * (it prints "interrupted at step N" and returns normally), 2 raises "interrupted at step N"
+ * (the REPL's answer to every later t:step of a chunk already interrupted, so a loop of steps
+ * ends too). The REPL's hook agrees over the world, so every rank gets the same answer. NULL
+ * (the default): never. */
 void tycho_runtime_set_stop_hook(int (*stop)(void *ctx), void *ctx);
 
 /* Trainers the garbage collector finalized while peers exist are set aside, not closed (closing

@@ -127,6 +127,7 @@ static struct {
   int out_cut;           /* bytes dropped past OUTPUT_MAX_BYTES */
   int quit_code, quit;   /* a chunk called quit(code) / os.exit(code) */
   volatile sig_atomic_t interrupt_pending, in_chunk, at_prompt;
+  int chunk_interrupted; /* a step boundary of this chunk stopped it (agreed: the same everywhere) */
   double last_interrupt;
 } S;
 
@@ -218,7 +219,7 @@ static void on_sigint(int sig)
     lua_sethook(S.L, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT, 1);
   if (S.in_chunk) {
     double t = now_seconds();
-    if (S.interrupt_pending && t - S.last_interrupt < 2.0) {
+    if (S.last_interrupt > 0 && t - S.last_interrupt < 2.0) {
       static const char msg[] = "\ntycho repl: interrupted twice: ending the job\n";
       ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
       (void)w;
@@ -252,6 +253,8 @@ int repl_stop_requested(void *ctx)
     return 0;
   if (S.restricted) /* part of the job: no agreement possible, and a step there is refused anyway */
     return 0;
+  if (S.chunk_interrupted)
+    return 2; /* every later step of the chunk: it ends */
   unsigned char flag = S.rank == 0 ? (unsigned char)(S.interrupt_pending != 0) : 0;
   char err[256];
   if (S.size > 1 && comm_control_bcast(S.interrupt_group, &flag, 1, 0, "the REPL's interrupt check at a step boundary",
@@ -259,6 +262,7 @@ int repl_stop_requested(void *ctx)
     return 0;
   if (flag) {
     S.interrupt_pending = 0;
+    S.chunk_interrupted = 1;
     if (S.L)
       lua_sethook(S.L, NULL, 0, 0); /* handled here: t:step returns normally */
   }
@@ -438,6 +442,7 @@ static int run_chunk(lua_State *L, const char *code, size_t n)
   int status = luaL_loadbuffer(L, code, n, "=stdin");
   if (status == LUA_OK) {
     S.in_chunk = 1;
+    S.chunk_interrupted = 0;
     status = lua_pcall(L, 0, LUA_MULTRET, base);
     S.in_chunk = 0;
     lua_sethook(L, NULL, 0, 0);
@@ -1107,10 +1112,13 @@ static char *completion_word(const char *text, int state)
     /* the table to list: the value itself, or its metatable's __index table */
     for (int pass = 0; pass < 2; pass++) {
       int t = lua_gettop(L);
-      if (pass == 1) {
+      if (pass == 1) { /* the metatable's __index table, or its "methods" (the trainer's) */
         if (!lua_getmetatable(L, top + 1))
           break;
-        lua_getfield(L, -1, "__index");
+        if (lua_getfield(L, -1, "__index") != LUA_TTABLE) {
+          lua_pop(L, 1);
+          lua_getfield(L, -1, "methods");
+        }
         t = lua_gettop(L);
       }
       if (lua_type(L, t) != LUA_TTABLE)

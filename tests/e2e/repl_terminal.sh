@@ -3,7 +3,8 @@
 # history (Up brings back the last chunk; ~/.tycho_history is written at the end), Ctrl-C at the
 # prompt clearing the line typed so far, Ctrl-C during a long Lua loop ("interrupted!") with the
 # prompt back, Ctrl-D ending the session with exit code 0; then a trainer: Ctrl-C during
-# t:step(100000) stops it at a step boundary and the trainer goes on.
+# t:step(100000) stops it at a step boundary and the trainer goes on; tab completion of the
+# tycho module's names and the trainer's methods.
 # usage: repl_terminal.sh TYCHO   (run from the source folder; needs tmux: scripts/install-deps.sh)
 set -u
 tycho=$(readlink -f "$1")
@@ -74,7 +75,15 @@ tmux -S "$sock" kill-session -t "$session"
 tmux -S "$sock" new-session -d -s "$session" -x 160 -y 40 \
   "env HOME=$home OPENBLAS_NUM_THREADS=1 $tycho repl plans/tiny.lua --set train.steps=100000 --set log.every=1000; echo \"exit=\$?\"; sleep 30"
 wait_prompt 30
-line 't:step(100000)'
+# tab completion: a module's names after '.', a trainer's methods after ':'
+tmux -S "$sock" send-keys -t "$session" -l '=tycho.ope'
+keys Tab
+wait_for "> =tycho.open"
+keys C-u Enter
+tmux -S "$sock" send-keys -t "$session" -l 't:ste'
+keys Tab
+wait_for "> t:step"
+line '(100000)'
 sleep 2
 keys C-c
 wait_for "interrupted at step" 20

@@ -63,6 +63,41 @@ grep -q '^\[0\] interrupted at step [0-9]*' <<<"$out2" || fail "no 'interrupted 
 n=$(sed -n 's/^\[0\] interrupted at step \([0-9]*\).*/\1/p' <<<"$out2")
 grep -qF "[0,1] $n" <<<"$out2" || fail "t.step is not $n on both ranks after the interrupt"$'\n'"$out2"
 grep -qF '[0,1] true' <<<"$out2" || fail "the session did not go on after the interrupt"$'\n'"$out2"
+# a loop of steps: the interrupted t:step returns, the next one ends the chunk on every rank;
+# a chunk with no step boundary (a Lua loop, several ranks) goes on after one Ctrl-C, and a second
+# within 2 s ends the job with exit 130
+interrupt_session() { # interrupt_session CHUNK SIGNALS: the chunk, SIGINT to rank 0 SIGNALS times
+  rm -f "$tmp/in"
+  mkfifo "$tmp/in"
+  mpirun -np 2 "$tycho" repl plans/tiny.lua --set train.steps=100000 --set log.every=100000 \
+    <"$tmp/in" >"$tmp/out4" 2>"$tmp/err4" &
+  local job=$! p r0=
+  exec 3>"$tmp/in"
+  printf '%s\n' "$1" >&3
+  for _ in $(seq 100); do
+    for p in $(pgrep -f "tycho repl plans/tiny.lua --set train.steps=100000 --set log.every=100000"); do
+      tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0' && r0=$p
+    done
+    [ -n "$r0" ] && break
+    sleep 0.1
+  done
+  [ -n "$r0" ] || { exec 3>&-; kill $job; fail "rank 0's process was not found"; }
+  sleep 3
+  kill -INT "$r0"
+  [ "$2" -ge 2 ] && { sleep 0.5; kill -INT "$r0"; }
+  sleep 1
+  printf '%s\n' '=t.step' >&3 2>/dev/null
+  exec 3>&-
+  wait $job
+  session_rc=$?
+}
+interrupt_session 'for i = 1, 100000 do t:step(10) end' 1
+grep -q 'interrupted at step [0-9]* (the chunk stops: it was interrupted before)' "$tmp/out4" ||
+  fail "the loop of steps did not end"$'\n'"$(cat "$tmp/out4")"
+interrupt_session 'for i = 1, 1e12 do end' 2
+[ "$session_rc" -eq 130 ] || fail "two Ctrl-C within 2 s must end the job with 130 (got $session_rc)"
+grep -q 'interrupted twice: ending the job' "$tmp/err4" || fail "no message for the second Ctrl-C"
+
 # a chunk that diverges (a step on rank 0 only, no selector): the watchdog, with the REPL's
 # --timeout, names where each rank waits and ends the job; it never hangs
 start=$SECONDS
