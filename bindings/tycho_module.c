@@ -47,8 +47,7 @@ int tycho_is_plan(lua_State *L, int idx)
   return yes;
 }
 
-/* A list is a non-empty table whose keys are exactly 1..#t. */
-static int is_list(lua_State *L, int idx)
+int tycho_is_list(lua_State *L, int idx)
 {
   idx = lua_absindex(L, idx);
   lua_Integer n = (lua_Integer)lua_rawlen(L, idx), count = 0;
@@ -140,7 +139,7 @@ static void merge_into(lua_State *L, int dst, int over, int seen)
     }
     lua_pushvalue(L, k);
     int existing = lua_rawget(L, dst);
-    if (existing == LUA_TTABLE && lua_istable(L, v) && !is_list(L, v)) {
+    if (existing == LUA_TTABLE && lua_istable(L, v) && !tycho_is_list(L, v)) {
       merge_into(L, -1, v, seen);
       lua_pop(L, 1);
     } else {

@@ -32,6 +32,7 @@
 #include "runtime/ckpt.h"
 #include "runtime/train.h"
 #include "runtime/train_progress.h"
+#include "tycho_module.h"
 #include "tycho_runtime_internal.h"
 
 #define ERR_MAX 4096
@@ -78,25 +79,6 @@ static void print_rank0(lua_State *L, const char *text)
 
 /* ---- overrides: a Lua table → --set strings ------------------------------------------------ */
 
-/* A non-empty table whose keys are exactly 1..#t. */
-static int is_list(lua_State *L, int idx)
-{
-  idx = lua_absindex(L, idx);
-  lua_Integer n = (lua_Integer)lua_rawlen(L, idx), count = 0;
-  if (n == 0)
-    return 0;
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {
-    lua_pop(L, 1);
-    if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || lua_tointeger(L, -1) > n) {
-      lua_pop(L, 1);
-      return 0;
-    }
-    count++;
-  }
-  return count == n;
-}
-
 /* Pushes the --set text of the scalar at idx: numbers keep their kind (a float keeps a point),
  * strings are quoted (so "auto" stays a string), booleans as words. */
 static void push_set_value(lua_State *L, int idx, const char *path)
@@ -140,7 +122,7 @@ static void collect_sets(lua_State *L, int idx, const char *prefix, int out)
       snprintf(path, sizeof path, "%s%lld", prefix, (long long)lua_tointeger(L, -2));
     else
       luaL_error(L, "override %s: keys are field names (or positive integers)", prefix[0] ? prefix : "table");
-    if (lua_istable(L, value) && !is_list(L, value)) {
+    if (lua_istable(L, value) && !tycho_is_list(L, value)) {
       char sub[520];
       snprintf(sub, sizeof sub, "%s.", path);
       collect_sets(L, value, sub, out);
@@ -184,7 +166,7 @@ static void append_overrides(lua_State *L, struct lua_trainer *lt, int idx)
   lua_newtable(L);
   const int out = lua_gettop(L);
   int sorted = 1;
-  if (is_list(L, idx)) {
+  if (tycho_is_list(L, idx)) {
     sorted = 0;
     const lua_Integer n = (lua_Integer)lua_rawlen(L, idx);
     for (lua_Integer i = 1; i <= n; i++) {

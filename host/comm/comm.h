@@ -125,6 +125,11 @@ int comm_check_plan_hash(uint64_t hash, char *err, size_t err_size);
  * Collective over g. */
 #define COMM_AGREE_MSG_MAX 2048
 int comm_agree(struct comm_group *g, int status, char *msg, size_t msg_size, int *failed_rank);
+/* comm_agree of a status whose message is in err (a group of one or NULL: status as it is):
+ * returns the lowest failing rank's status (0 when none failed) with its message in err, after
+ * "rank R: " when name_rank (every rank, that one too, reports the same words); −1 with the
+ * MPI error in err when the agreement itself fails. */
+int comm_agree_err(struct comm_group *g, int status, char *err, size_t err_size, int name_rank);
 
 /* Which world ranks take part in what runs now (a REPL chunk's targets): members[r] for each of
  * the world's n ranks, or NULL for every rank (the default). From then on an operation — a
@@ -133,6 +138,8 @@ int comm_agree(struct comm_group *g, int status, char *msg, size_t msg_size, int
  * and the set: a collective only part of its group reaches would wait forever. 0, or −1 (bad
  * size, out of memory). */
 int comm_restrict(const unsigned char *members, int n_members);
+/* "0-3,5,7": the ranks whose flag is set (n flags), runs of three or more as ranges. */
+void comm_format_ranks(const unsigned char *flags, int n, char *out, size_t size);
 /* 0 when every member of g may take part now; else −1 with the refusal in err. */
 int comm_restricted_check(const struct comm_group *g, const char *what, char *err, size_t err_size);
 

@@ -157,6 +157,24 @@ int comm_check_plan_hash(uint64_t hash, char *err, size_t n)
   return -1;
 }
 
+int comm_agree_err(struct comm_group *g, int status, char *err, size_t err_size, int name_rank)
+{
+  if (!g || g->size == 1)
+    return status;
+  char msg[COMM_AGREE_MSG_MAX];
+  snprintf(msg, sizeof msg, "%s", status ? err : "");
+  int failed_rank, agreed = comm_agree(g, status, msg, sizeof msg, &failed_rank);
+  if (agreed < 0) {
+    snprintf(err, err_size, "%s", msg);
+    return -1;
+  }
+  if (agreed && name_rank && failed_rank >= 0)
+    snprintf(err, err_size, "rank %d: %.*s", failed_rank, (int)(err_size > 16 ? err_size - 16 : 0), msg);
+  else if (agreed)
+    snprintf(err, err_size, "%s", msg);
+  return agreed;
+}
+
 int comm_agree(struct comm_group *g, int status, char *msg, size_t msg_size, int *failed_rank)
 {
   *failed_rank = -1;

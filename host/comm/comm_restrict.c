@@ -13,8 +13,7 @@
 static unsigned char *allowed; /* (ctx.size) 1: may take part; NULL: every rank */
 static char allowed_text[256];
 
-/* "0-3,5,7" of the world ranks whose flag is set. */
-static void format_set(const unsigned char *flags, int n, char *out, size_t size)
+void comm_format_ranks(const unsigned char *flags, int n, char *out, size_t size)
 {
   size_t len = 0;
   out[0] = 0;
@@ -26,7 +25,8 @@ static void format_set(const unsigned char *flags, int n, char *out, size_t size
     int j = i;
     while (j + 1 < n && flags[j + 1])
       j++;
-    len += (size_t)snprintf(out + len, size - len, j > i ? "%s%d-%d" : "%s%d", len ? "," : "", i, j);
+    len += (size_t)snprintf(out + len, size - len, j == i ? "%s%d" : j == i + 1 ? "%s%d,%d" : "%s%d-%d",
+                            len ? "," : "", i, j);
     i = j + 1;
   }
 }
@@ -44,7 +44,7 @@ int comm_restrict(const unsigned char *members, int n_members)
   if (!allowed)
     return -1;
   memcpy(allowed, members, (size_t)ctx.size);
-  format_set(allowed, ctx.size, allowed_text, sizeof allowed_text);
+  comm_format_ranks(allowed, ctx.size, allowed_text, sizeof allowed_text);
   return 0;
 }
 
@@ -66,7 +66,7 @@ int comm_restricted_check(const struct comm_group *g, const char *what, char *er
   }
   char out_text[256] = "";
   if (outside)
-    format_set(outside, ctx.size, out_text, sizeof out_text);
+    comm_format_ranks(outside, ctx.size, out_text, sizeof out_text);
   free(outside);
   snprintf(err, n, "%s on group %s needs ranks %s, which this chunk does not run on (it runs on %s): "
            "a collective reached by part of its group would wait forever, so it is refused; run it on "

@@ -27,24 +27,6 @@ enum rank_status { RANK_RAN = 1, RANK_FAILED = 2, RANK_QUIT = 4 };
 
 /* ---- rank sets and selectors ---- */
 
-void repl_format_ranks(const unsigned char *flags, int n, char *out, size_t size)
-{
-  size_t len = 0;
-  out[0] = 0;
-  for (int i = 0; i < n && len + 1 < size;) {
-    if (!flags[i]) {
-      i++;
-      continue;
-    }
-    int j = i;
-    while (j + 1 < n && flags[j + 1])
-      j++;
-    len += (size_t)snprintf(out + len, size - len, j == i ? "%s%d" : j == i + 1 ? "%s%d,%d" : "%s%d-%d",
-                            len ? "," : "", i, j);
-    i = j + 1;
-  }
-}
-
 static int parse_int(const char **s, int *v)
 {
   char *end;
@@ -537,7 +519,7 @@ static void show_range(struct lines *l, const int *from, const int *to, int size
         for (int q = r; q < size; q++)
           if (!done[q] && l[q].at && strcmp(l[q].at[from[q] + i], line) == 0)
             set[q] = done[q] = 1;
-        repl_format_ranks(set, size, ranks, sizeof ranks);
+        comm_format_ranks(set, size, ranks, sizeof ranks);
         fprintf(out, "[%s] %s\n", ranks, line);
       }
     }
@@ -555,7 +537,7 @@ static void show_range(struct lines *l, const int *from, const int *to, int size
       if (same)
         set[q] = done[q] = 1;
     }
-    repl_format_ranks(set, size, ranks, sizeof ranks);
+    comm_format_ranks(set, size, ranks, sizeof ranks);
     for (int i = from[r]; i < to[r]; i++) fprintf(out, "[%s] %s\n", ranks, l[r].at[i]);
   }
 }
@@ -628,7 +610,7 @@ static void show(char **texts, const int *status, int size, FILE *out)
   memset(set, 0, (size_t)size);
   for (int r = 0; r < size; r++) set[r] = l[r].at != NULL;
   char ranks[512];
-  repl_format_ranks(set, size, ranks, sizeof ranks);
+  comm_format_ranks(set, size, ranks, sizeof ranks);
   int any = -1;
   for (int r = 0; r < size && any < 0; r++) any = l[r].at ? r : -1;
   for (int i = 0; i < head; i++) fprintf(out, "[%s] %s\n", ranks, l[any].at[i]);

@@ -43,8 +43,6 @@ int repl_run(const struct repl_options *o, char *err, size_t err_size);
  * same answer (1: stop). 0 outside a session and in a chunk that runs on part of the job. */
 int repl_stop_requested(void *ctx);
 
-/* Rank sets as the REPL prints them: "0-3,5" for the world ranks whose flag is set. */
-void repl_format_ranks(const unsigned char *flags, int n, char *out, size_t size);
 /* Parses a selector (the text after '@', up to the first space): rank numbers and ranges
  * ("0", "2-3", "0,2-3"), or mesh coordinates ("dp=0", "tp=1,pp=0": all must hold). For numbers
  * fills members (n flags) and returns 0; for coordinates returns 1 and leaves the test to

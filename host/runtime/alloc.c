@@ -4,6 +4,8 @@
  * repeating any of them and without writing into device memory. */
 #include "alloc.h"
 
+#include "ops.h"
+
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,20 +20,15 @@ struct device_state {
   size_t reserved[ALLOC_N_CATEGORIES]; /* Σ of the reservations held */
 };
 
+/* Host memory is the CPU backend's (zeroed, 64-byte aligned). */
 static void *host_alloc(void *ctx, size_t n_bytes)
 {
-  (void)ctx;
-  size_t rounded = (n_bytes + ALLOC_ALIGN - 1) / ALLOC_ALIGN * ALLOC_ALIGN;
-  void *p = aligned_alloc(ALLOC_ALIGN, rounded ? rounded : ALLOC_ALIGN);
-  if (p)
-    memset(p, 0, rounded);
-  return p;
+  return kernel_ops_cpu.mem_alloc(ctx, n_bytes);
 }
 
 static void host_free(void *ctx, void *block)
 {
-  (void)ctx;
-  free(block);
+  kernel_ops_cpu.mem_free(ctx, block);
 }
 
 static struct device_state devices[ALLOC_MAX_DEVICES] = {

@@ -394,16 +394,8 @@ static int write_file_synced(const char *path, const char *text, size_t n, char 
 /* The lowest failing rank's status and message on every rank. */
 static int agree(struct comm_group *g, int status, char *err, size_t n)
 {
-  if (!g || g->size == 1)
-    return status;
-  char msg[COMM_AGREE_MSG_MAX];
-  snprintf(msg, sizeof msg, "%s", status ? err : "");
-  int failed_rank, agreed = comm_agree(g, status, msg, sizeof msg, &failed_rank);
-  if (agreed < 0)
-    return errf(err, n, "%s", msg);
-  if (agreed)
-    snprintf(err, n, "rank %d: %s", failed_rank, msg);
-  return agreed;
+  int agreed = comm_agree_err(g, status, err, n, 1);
+  return agreed < 0 ? 1 : agreed;
 }
 
 /* Every rank's list of n pieces, all ranks' lists in rank order into *all (malloc'ed, *n_all

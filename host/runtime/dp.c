@@ -13,24 +13,14 @@
 #include "runtime/weights.h"
 #include "util/err.h"
 
-/* Every rank of g passes whether its allocation went through; all return the same verdict, with
- * the failing rank's message in d->err, before any collective that needs the memory is issued.
- * A group of one, or none, only looks at its own. */
-static int agree_allocated(struct dp *d, struct comm_group *g, int ok, const char *what)
+int dp_agree_allocated(struct dp *d, struct comm_group *g, int ok, const char *what)
 {
   char msg[COMM_AGREE_MSG_MAX];
   snprintf(msg, sizeof msg, "%s", ok ? "" : what);
-  int failed_rank = -1, verdict = !ok;
-  if (g && g->size > 1)
-    verdict = comm_agree(g, ok ? 0 : 1, msg, sizeof msg, &failed_rank);
-  if (!verdict)
+  if (!comm_agree_err(g, ok ? 0 : 1, msg, sizeof msg, 1))
     return 0;
-  if (!d->failed) {
-    if (failed_rank >= 0)
-      snprintf(d->err, sizeof d->err, "rank %d: %.480s", failed_rank, msg);
-    else
-      snprintf(d->err, sizeof d->err, "%.500s", msg);
-  }
+  if (!d->failed)
+    snprintf(d->err, sizeof d->err, "%.500s", msg);
   d->failed = 1;
   return -1;
 }
@@ -215,7 +205,7 @@ int dp_gather_params(struct dp *d, real **full)
   char what[128];
   snprintf(what, sizeof what, "out of memory gathering the parameters (%zu elements)",
            d->rank == 0 ? l->n_elems : l->max_bucket_elems);
-  if (agree_allocated(d, d->group, out != NULL, what)) { /* before any gather: no rank waits alone */
+  if (dp_agree_allocated(d, d->group, out != NULL, what)) { /* before any gather: no rank waits alone */
     alloc_free(out);
     return -1;
   }
@@ -258,7 +248,7 @@ int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, siz
     char what[128];
     snprintf(what, sizeof what, "out of memory gathering the tensor-parallel shards (%zu elements)",
              (size_t)tp * m->n_elems);
-    if (agree_allocated(d, m->tp.group, all != NULL, what)) /* before the gather, over the tp group */
+    if (dp_agree_allocated(d, m->tp.group, all != NULL, what)) /* before the gather, over the tp group */
       rc = errf(err, err_size, "%s", d->err);
     else if (comm_all_gather(m->tp.group, full, all, m->n_elems, COMM_REAL, NULL))
       rc = errf(err, err_size, "all-gather of the tensor-parallel shards: %s", comm_error());

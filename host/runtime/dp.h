@@ -163,6 +163,10 @@ void dp_step_begin(struct dp *d, long long step);
  * computes, and kept), else NULL (every gathered unit is freed at the end). Returns the loss sum
  * of a forward through the head with targets, else 0. */
 double dp_run_pass(struct dp *d, const struct dp_pass *ps, const struct piece *then);
+/* Every rank of g passes whether its allocation went through (ok); all return the same verdict
+ * before any collective that needs the memory is issued: 0, or −1 with "rank R: what" of the
+ * lowest rank that failed in d->err (d->failed set). A group of one, or none, looks at its own. */
+int dp_agree_allocated(struct dp *d, struct comm_group *g, int ok, const char *what);
 /* After a pass stopped (d->aborted): ends every gather and reduction in flight and frees the
  * step's buffers (gathered units, buckets, reduce-scatter outputs), so the next step starts as
  * from dp_open's state. The same calls on every rank (the rounds were agreed). d->failed and

@@ -57,22 +57,10 @@ static void *round_alloc(struct dp *d, enum alloc_category c, size_t n_elems, co
  * stops; d->err names the first rank that failed and what it was allocating). */
 static int round_agree(struct dp *d)
 {
-  int verdict = d->round_failed;
-  char msg[COMM_AGREE_MSG_MAX];
-  snprintf(msg, sizeof msg, "%s", d->round_failed ? d->round_what : "");
-  int failed_rank = -1;
-  if (d->agree && d->agree->size > 1)
-    verdict = comm_agree(d->agree, d->round_failed, msg, sizeof msg, &failed_rank);
+  const int failed = d->round_failed;
   d->round_failed = 0;
-  if (!verdict)
+  if (!dp_agree_allocated(d, d->agree, !failed, d->round_what))
     return 0;
-  if (!d->failed) {
-    if (failed_rank >= 0)
-      snprintf(d->err, sizeof d->err, "rank %d: %.480s", failed_rank, msg);
-    else
-      snprintf(d->err, sizeof d->err, "%.500s", msg);
-  }
-  d->failed = 1;
   d->aborted = 1;
   return -1;
 }

@@ -144,16 +144,8 @@ int trainer_open_on_world(struct trainer *t, const struct plan *p, char *err, si
 /* The lowest failing rank's status and message on every rank of w (NULL: this one alone). */
 static int agree_on(struct comm_group *w, int status, char *err, size_t n)
 {
-  if (!w || w->size == 1)
-    return status;
-  char msg[COMM_AGREE_MSG_MAX];
-  snprintf(msg, sizeof msg, "%s", status ? err : "");
-  int failed_rank, agreed = comm_agree(w, status, msg, sizeof msg, &failed_rank);
-  if (agreed < 0)
-    return errf(err, n, "%s", msg), TRAIN_RUNTIME_ERROR;
-  if (agreed)
-    snprintf(err, n, "rank %d: %s", failed_rank, msg);
-  return agreed;
+  int agreed = comm_agree_err(w, status, err, n, 1);
+  return agreed < 0 ? TRAIN_RUNTIME_ERROR : agreed;
 }
 
 /* A replan keeps the model: every field of model = { ... } but the derived ones. */

@@ -35,37 +35,6 @@ grep -qF "[0,1] $want" <<<"$out" || fail "step 2's loss is not tycho run's $want
 grep -qF '[1] dp1	1' <<<"$out" || fail "@dp=1 did not select rank 1"$'\n'"$out"
 grep -q 'rank 1: not in' "$tmp/err" && fail "a rank was left waiting"
 
-# Ctrl-C: rank 0 gets SIGINT during a long t:step; every rank stops at the same step
-mkfifo "$tmp/in"
-mpirun -np 2 "$tycho" repl plans/tiny.lua --set train.steps=100000 --set train.eval_every=0 --set log.every=1000 \
-  <"$tmp/in" >"$tmp/out2" 2>"$tmp/err2" &
-job=$!
-exec 3>"$tmp/in"
-printf '%s\n' 't:step(100000)' >&3
-rank0=
-for _ in $(seq 100); do
-  for p in $(pgrep -f "tycho repl plans/tiny.lua --set train.steps=100000"); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0' && rank0=$p
-  done
-  [ -n "$rank0" ] && break
-  sleep 0.1
-done
-[ -n "$rank0" ] || { exec 3>&-; kill $job; fail "rank 0's process was not found"; }
-sleep 3
-kill -INT "$rank0"
-printf '%s\n' '=t.step' '=t.step > 0' >&3
-exec 3>&-
-wait $job
-rc=$?
-out2=$(cat "$tmp/out2")
-[ "$rc" -eq 0 ] || fail "the interrupted session exited $rc"$'\n'"$out2"$'\n'"$(cat "$tmp/err2")"
-grep -q '^\[0\] interrupted at step [0-9]*' <<<"$out2" || fail "no 'interrupted at step N'"$'\n'"$out2"
-n=$(sed -n 's/^\[0\] interrupted at step \([0-9]*\).*/\1/p' <<<"$out2")
-grep -qF "[0,1] $n" <<<"$out2" || fail "t.step is not $n on both ranks after the interrupt"$'\n'"$out2"
-grep -qF '[0,1] true' <<<"$out2" || fail "the session did not go on after the interrupt"$'\n'"$out2"
-# a loop of steps: the interrupted t:step returns, the next one ends the chunk on every rank;
-# a chunk with no step boundary (a Lua loop, several ranks) goes on after one Ctrl-C, and a second
-# within 2 s ends the job with exit 130
 interrupt_session() { # interrupt_session CHUNK SIGNALS: the chunk, SIGINT to rank 0 SIGNALS times
   rm -f "$tmp/in"
   mkfifo "$tmp/in"
@@ -86,11 +55,24 @@ interrupt_session() { # interrupt_session CHUNK SIGNALS: the chunk, SIGINT to ra
   kill -INT "$r0"
   [ "$2" -ge 2 ] && { sleep 0.5; kill -INT "$r0"; }
   sleep 1
-  printf '%s\n' '=t.step' >&3 2>/dev/null
+  printf '%s\n' '=t.step' '=t.step > 0' >&3 2>/dev/null
   exec 3>&-
   wait $job
   session_rc=$?
 }
+
+# Ctrl-C: rank 0 gets SIGINT during a long t:step; every rank stops at the same step
+interrupt_session 't:step(100000)' 1
+out2=$(cat "$tmp/out4")
+[ "$session_rc" -eq 0 ] || fail "the interrupted session exited $session_rc"$'\n'"$out2"$'\n'"$(cat "$tmp/err4")"
+grep -q '^\[0\] interrupted at step [0-9]*' <<<"$out2" || fail "no 'interrupted at step N'"$'\n'"$out2"
+n=$(sed -n 's/^\[0\] interrupted at step \([0-9]*\)$/\1/p' <<<"$out2")
+grep -qF "[0,1] $n" <<<"$out2" || fail "t.step is not $n on both ranks after the interrupt"$'\n'"$out2"
+grep -qF '[0,1] true' <<<"$out2" || fail "the session did not go on after the interrupt"$'\n'"$out2"
+
+# a loop of steps: the interrupted t:step returns, the next one ends the chunk on every rank;
+# a chunk with no step boundary (a Lua loop, several ranks) goes on after one Ctrl-C, and a second
+# within 2 s ends the job with exit 130
 interrupt_session 'for i = 1, 100000 do t:step(10) end' 1
 grep -q 'interrupted at step [0-9]* (the chunk stops: it was interrupted before)' "$tmp/out4" ||
   fail "the loop of steps did not end"$'\n'"$(cat "$tmp/out4")"
