@@ -7,6 +7,7 @@
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,14 +41,15 @@ static const char usage_text[] =
   "        compile and validate a plan and print what it does: mesh and groups, stages,\n"
   "        per-module tensor-parallel splits and the collectives they insert, recompute,\n"
   "        schedule, the memory bill per rank, the traffic of a step, batch arithmetic, seeds.\n"
-  "        --world N   ranks in the job (needed when mesh.dp is \"auto\")\n"
+  "        --world N   ranks in the job, 1..16777216 (needed when mesh.dp is \"auto\")\n"
   "        --json      one JSON document on stdout (schema: docs/check-json.md)\n"
   "        --cluster C.lua  price the plan on a cluster (plans/clusters/): headroom of the\n"
   "                    memory bill, predicted step time and MFU\n"
   "  tune PLAN.lua --world N --cluster C.lua [--top K] [--headroom PCT] [--out FILE]\n"
   "        rank the layouts of the plan's model for N ranks of the cluster by predicted step\n"
-  "        time among those whose memory bill fits with PCT% spare (default 10), print the K\n"
-  "        best (default 5) and write the best as a plan file (default PLAN_tuned_N.lua)\n"
+  "        time among those whose memory bill fits with PCT% spare (0..99, default 10), print\n"
+  "        the K best (1..1000, default 5) and write the best as a plan file (default\n"
+  "        PLAN_tuned_N.lua)\n"
   "  run PLAN.lua [--set path=value ...]\n"
   "        compile the plan and train with it (under mpirun or srun for more ranks: data,\n"
   "        tensor and pipeline parallelism, ZeRO 1-3, recompute)\n"
@@ -56,7 +58,7 @@ static const char usage_text[] =
   "        reads, every rank runs; PLAN.lua is opened as the trainer t; FILE.lua (or stdin that\n"
   "        is not a terminal) runs chunk by chunk, exit 1 if one failed; @0, @2-3, @dp=0 or\n"
   "        @tp=1,pp=0 before a chunk runs it on those ranks only; --timeout S: the comm\n"
-  "        watchdog's seconds during the session (default 30). docs/repl.md\n"
+  "        watchdog's seconds during the session (1..604800, default 30). docs/repl.md\n"
   "  ckpt inspect|verify DIR\n"
   "        a checkpoint (checkpoint.dir/step_N, or checkpoint.dir for its newest): inspect\n"
   "        prints its step, model, mesh and files; verify also checks every piece's checksum\n"
@@ -69,18 +71,24 @@ static const char usage_text[] =
   "  --set path.to.field=value   override a plan field (numbers, true/false, strings,\n"
   "                              comma lists); may repeat, applied in order\n"
   "  --unsafe                    lift the plan sandbox (io, package, no limits)\n"
-  "  --max-memory MiB            the plan's Lua heap cap (default 256)\n"
-  "  --max-instructions N        the plan's Lua instruction cap (default 200000000)\n"
+  "  --max-memory MiB            the plan's Lua heap cap, 1..1048576 (default 256)\n"
+  "  --max-instructions N        the plan's Lua instruction cap, 1000..10^15 (default 200000000)\n"
+  "  numbers are decimal integers; one out of its range is refused (exit 2)\n"
   "\n"
   "exit codes: 0 ok, 1 runtime failure, 2 usage or plan error\n";
 
-/* Raises an error that pmain's caller reports; `code` becomes the exit code. */
+/* Raises an error that pmain's caller reports; `code` becomes the exit code. The message is
+ * formatted by vsnprintf (C's formats: %lld, %.0f, %.*s; lua_pushfstring knows few of them). */
+static int host_fail(lua_State *L, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int host_fail(lua_State *L, int code, const char *fmt, ...)
 {
+  char msg[8192];
   va_list ap;
   va_start(ap, fmt);
-  lua_pushvfstring(L, fmt, ap);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  lua_pushstring(L, msg);
   exit_code = code;
   return lua_error(L);
 }
@@ -91,20 +99,64 @@ struct cli {
   const char *cluster, *out;
   int world, json, unsafe, top;
   double headroom;
+  int headroom_given; /* --headroom 0 is 0%, not the default */
   size_t memory_limit;
   long long instruction_limit;
   int n_sets;
   const char **sets;
 };
 
-static long long parse_count(lua_State *L, const char *opt, const char *value, long long min)
+/* The ranges of the numeric options: each is stored in the type noted, and every value in the
+ * range is one the code can represent and use (a world of ranks in an int, MiB shifted into
+ * bytes in a size_t, an instruction count that the sandbox's counter cannot overflow). */
+#define WORLD_MAX (1LL << 24)               /* ranks; int, and tp × pp × dp stays far from 2^31 */
+#define TOP_MAX 1000LL                      /* layouts printed by tune; one calloc'd entry each */
+#define HEADROOM_MAX 99LL                   /* percent */
+#define MEMORY_MAX_MIB (1LL << 20)          /* 1 TiB of Lua heap: << 20 fits 64 bits */
+#define INSTRUCTIONS_MAX 1000000000000000LL /* 10^15 Lua instructions */
+#define TIMEOUT_MAX 604800LL                /* a week of seconds for the REPL's watchdog */
+
+/* Parses `value` as a decimal integer in [min, max], strictly: digits with an optional sign,
+ * nothing before or after, checked in 64 bits before any narrowing. Anything else, a value
+ * out of range included, is a usage error (exit 2) naming the option, the value and the
+ * range. */
+static long long parse_count(lua_State *L, const char *opt, const char *value, long long min, long long max)
 {
-  char *end;
-  long long v = value ? strtoll(value, &end, 10) : 0;
-  if (!value || !*value || *end || v < min)
-    host_fail(L, EXIT_USAGE, "%s needs an integer ≥ %d (got %s); see tycho --help", opt, (int)min,
-              value ? value : "nothing");
+  char *end = NULL;
+  long long v = 0;
+  const char *why = NULL;
+  if (!value || !*value) {
+    why = "nothing";
+  } else if (!(value[0] == '-' || value[0] == '+' || (value[0] >= '0' && value[0] <= '9'))) {
+    why = "not an integer";
+  } else {
+    errno = 0;
+    v = strtoll(value, &end, 10);
+    if (end == value || *end)
+      why = "not an integer";
+    else if (errno == ERANGE || v < min || v > max)
+      why = "out of range";
+  }
+  if (why)
+    host_fail(L, EXIT_USAGE, "%s needs an integer in %lld..%lld (got %s%s%s); see tycho --help", opt, min, max,
+              value && *value ? value : "", value && *value ? ": " : "", why);
   return v;
+}
+
+/* A --set argument: path.to.field=value where no component of the path is empty ("a..b",
+ * ".a" and "a." are refused here, not read as "a.b" or "a"); the plan compiler checks the rest. */
+static const char *check_set(lua_State *L, const char *set)
+{
+  if (!set)
+    host_fail(L, EXIT_USAGE, "--set needs path.to.field=value; see tycho --help");
+  const char *eq = strchr(set, '=');
+  if (!eq || eq == set)
+    return set; /* the plan compiler refuses it: "--set: ...: expected path.to.field=value" */
+  for (const char *c = set; c < eq; c++)
+    if (*c == '.' && (c == set || c + 1 == eq || c[1] == '.'))
+      host_fail(L, EXIT_USAGE, "--set %s: the path '%.*s' has an empty component; write "
+                "path.to.field=value (e.g. --set mesh.tp=2)", set, (int)(eq - set), set);
+  return set;
 }
 
 static void parse_args(lua_State *L, int argc, char **argv, struct cli *c)
@@ -115,22 +167,21 @@ static void parse_args(lua_State *L, int argc, char **argv, struct cli *c)
     const char *a = argv[i];
     const char *next = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(a, "--world") == 0) {
-      c->world = (int)parse_count(L, "--world", next, 1);
+      c->world = (int)parse_count(L, "--world", next, 1, WORLD_MAX);
       i++;
     } else if (strncmp(a, "--world=", 8) == 0) {
-      c->world = (int)parse_count(L, "--world", a + 8, 1);
+      c->world = (int)parse_count(L, "--world", a + 8, 1, WORLD_MAX);
     } else if (strcmp(a, "--json") == 0) {
       c->json = 1;
     } else if (strcmp(a, "--out") == 0 && next) {
       c->out = next;
       i++;
     } else if (strcmp(a, "--top") == 0) {
-      c->top = (int)parse_count(L, "--top", next, 1);
+      c->top = (int)parse_count(L, "--top", next, 1, TOP_MAX);
       i++;
     } else if (strcmp(a, "--headroom") == 0) {
-      c->headroom = (double)parse_count(L, "--headroom", next, 0) / 100.0;
-      if (c->headroom >= 1.0)
-        host_fail(L, EXIT_USAGE, "--headroom is a percentage below 100");
+      c->headroom = (double)parse_count(L, "--headroom", next, 0, HEADROOM_MAX) / 100.0;
+      c->headroom_given = 1;
       i++;
     } else if (strcmp(a, "--cluster") == 0) {
       if (!next)
@@ -140,17 +191,15 @@ static void parse_args(lua_State *L, int argc, char **argv, struct cli *c)
     } else if (strcmp(a, "--unsafe") == 0) {
       c->unsafe = 1;
     } else if (strcmp(a, "--set") == 0) {
-      if (!next)
-        host_fail(L, EXIT_USAGE, "--set needs path.to.field=value; see tycho --help");
-      c->sets[c->n_sets++] = next;
+      c->sets[c->n_sets++] = check_set(L, next);
       i++;
     } else if (strncmp(a, "--set=", 6) == 0) {
-      c->sets[c->n_sets++] = a + 6;
+      c->sets[c->n_sets++] = check_set(L, a + 6);
     } else if (strcmp(a, "--max-memory") == 0) {
-      c->memory_limit = (size_t)parse_count(L, "--max-memory", next, 1) << 20;
+      c->memory_limit = (size_t)parse_count(L, "--max-memory", next, 1, MEMORY_MAX_MIB) << 20;
       i++;
     } else if (strcmp(a, "--max-instructions") == 0) {
-      c->instruction_limit = parse_count(L, "--max-instructions", next, 1000);
+      c->instruction_limit = parse_count(L, "--max-instructions", next, 1000, INSTRUCTIONS_MAX);
       i++;
     } else if (a[0] == '-' && a[1]) {
       host_fail(L, EXIT_USAGE, "unknown option '%s' for '%s'; see tycho --help", a, c->command);
@@ -217,7 +266,7 @@ static int cmd_tune(lua_State *L, const struct cli *c)
     return host_fail(L, EXIT_USAGE, "tune needs --cluster C.lua (e.g. plans/clusters/h100_80g_ib.lua)");
   struct plan *p = compile_or_fail(L, c, 0); /* the model and batch; tune picks the mesh */
   const struct cluster *cl = load_cluster(L, c);
-  const double headroom = c->headroom > 0 ? c->headroom : 0.10;
+  const double headroom = c->headroom_given ? c->headroom : 0.10;
   const int top = c->top > 0 ? c->top : 5;
   struct tune_result r;
   char err[1024];
@@ -346,18 +395,16 @@ static int cmd_repl(lua_State *L, int argc, char **argv)
   o.timeout = 30.0;
   const char *env = getenv("TYCHO_REPL_TIMEOUT");
   if (env && *env)
-    o.timeout = (double)parse_count(L, "TYCHO_REPL_TIMEOUT", env, 1);
+    o.timeout = (double)parse_count(L, "TYCHO_REPL_TIMEOUT", env, 1, TIMEOUT_MAX);
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(a, "--set") == 0) {
-      if (!next)
-        return host_fail(L, EXIT_USAGE, "--set needs path.to.field=value; see tycho --help");
-      sets[o.n_sets++] = next;
+      sets[o.n_sets++] = check_set(L, next);
       i++;
     } else if (strncmp(a, "--set=", 6) == 0) {
-      sets[o.n_sets++] = a + 6;
+      sets[o.n_sets++] = check_set(L, a + 6);
     } else if (strcmp(a, "--timeout") == 0) {
-      o.timeout = (double)parse_count(L, "--timeout", next, 1);
+      o.timeout = (double)parse_count(L, "--timeout", next, 1, TIMEOUT_MAX);
       i++;
     } else if (a[0] == '-' && a[1]) {
       return host_fail(L, EXIT_USAGE, "unknown option '%s' for 'repl'; see tycho --help", a);
