@@ -27,6 +27,25 @@
 #define FEISTEL_ROUNDS 6
 
 
+/* A file without the magic that is an llm.c header in all else: at least the header's 1024
+ * bytes and either the count of header[2] tokens exactly after it, or a known version in
+ * header[1] and zeros in the rest of the header. Raw tokens that happen to look like this are
+ * an accepted corner (tokens.h). */
+static int looks_like_llmc_header(const void *map, size_t n, const int32_t header[3])
+{
+  if (n < TOKENS_HEADER_BYTES)
+    return 0;
+  if (header[2] > 0 && (uint64_t)header[2] * 2 == n - TOKENS_HEADER_BYTES)
+    return 1;
+  if (header[1] != TOKENS_VERSION && header[1] != 2) /* llm.c's version 2 holds uint32 tokens */
+    return 0;
+  const unsigned char *b = map;
+  for (size_t k = sizeof(int32_t) * 3; k < TOKENS_HEADER_BYTES; k++)
+    if (b[k])
+      return 0;
+  return 1;
+}
+
 /* Check the header (llm.c) or the size (raw) and set format, tokens and n_tokens. */
 static int tokens_layout(struct tokens_file *tf, char *err, size_t err_size)
 {
@@ -48,6 +67,10 @@ static int tokens_layout(struct tokens_file *tf, char *err, size_t err_size)
                   header[2], body, body / 2, body % 2 ? " and a stray byte" : "");
     tf->tokens = (const uint16_t *)((const char *)tf->map + TOKENS_HEADER_BYTES);
     tf->n_tokens = (uint64_t)header[2];
+  } else if (looks_like_llmc_header(tf->map, n, header)) {
+    return errf(err, err_size, "%s: a bad llm.c header: magic %" PRId32 " where llm.c writes %d "
+                "(the rest is an llm.c header: version %" PRId32 ", %" PRId32 " tokens); a damaged "
+                "file or another format", tf->path, header[0], TOKENS_MAGIC, header[1], header[2]);
   } else {
     tf->format = TOKENS_RAW;
     if (n % 2)
@@ -83,10 +106,20 @@ int tokens_open(struct tokens_file *tf, const char *path, int vocab, int seq_len
   if (vocab < 1 || seq_len < 1)
     return errf(err, err_size, "%s: vocab %d and seq_len %d must be positive", path, vocab,
                 seq_len);
-  int fd = open(path, O_RDONLY);
+  /* O_NONBLOCK: opening a FIFO (or a device) for reading would wait for a writer forever;
+   * non-blocking it opens at once and fstat refuses it. Regular files ignore the flag. */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return errf(err, err_size, "%s: cannot open: %s", path, strerror(errno));
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    rc = errf(err, err_size, "%s: not a readable regular file", path);
+  if (fstat(fd, &st) != 0) {
+    rc = errf(err, err_size, "%s: cannot stat: %s", path, strerror(errno));
+    close(fd);
+    return rc;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    const char *kind = S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)" : S_ISDIR(st.st_mode) ? "a folder"
+                       : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : S_ISSOCK(st.st_mode) ? "a socket"
+                       : "a special file";
+    rc = errf(err, err_size, "%s: %s, not a regular file: token files are memory-mapped", path, kind);
     close(fd);
     return rc;
   }

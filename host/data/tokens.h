@@ -4,7 +4,10 @@
  * 20240520, [1] version 1, [2] token count; then uint16 tokens) or raw (the whole file is
  * uint16 tokens, as nanoGPT writes). A raw file whose first two tokens happen to spell the magic
  * (tokens 55432 and 308 in that order) is read as llm.c and then refused for its header: an
- * accepted corner.
+ * accepted corner. A file without the magic whose first 1024 bytes are an llm.c header in all
+ * else (the token count of header[2] fits the file exactly, or version 1 or 2 in header[1] and
+ * zeros to the end of the header) is refused as a bad llm.c header rather than read as raw
+ * tokens; raw tokens that look like that are the other accepted corner.
  *
  * Windows. With global batch G and sequence length S, window w = step·G + k (k = 0..G−1) has
  * inputs tokens[o, o+S) and targets tokens[o+1, o+S+1), where o is

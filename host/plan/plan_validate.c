@@ -3,6 +3,7 @@
  * valid. A valid plan is never changed silently: what is derived here (dp from "auto", the
  * padded vocab, micro-batches per step, stage ranges, derived seeds) is shown by
  * `tycho check`. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,25 @@ static const char *divisors(int x, char *buf, size_t n)
     used += (size_t)w;
   }
   return buf;
+}
+
+/* Every real-valued field is finite: inf, -inf and nan are refused, whatever the field's
+ * range (a range such as "> 0" alone lets inf through, and norm_eps = inf trains garbage). */
+static int validate_finite(struct plan *p, char *err, size_t n)
+{
+  const struct { const char *path; double v; } f[] = {
+    { "model.norm_eps", p->model.norm_eps },         { "model.rope_theta", p->model.rope_theta },
+    { "model.dropout", p->model.dropout },           { "optimizer.lr", p->optimizer.lr },
+    { "optimizer.beta1", p->optimizer.beta1 },       { "optimizer.beta2", p->optimizer.beta2 },
+    { "optimizer.eps", p->optimizer.eps },           { "optimizer.weight_decay", p->optimizer.weight_decay },
+    { "optimizer.grad_clip", p->optimizer.grad_clip }, { "lr_schedule.min_lr", p->lr_schedule.min_lr },
+    { "bucket_mb", p->bucket_mb },
+  };
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+    if (!isfinite(f[i].v))
+      return fail(err, n, p, f[i].path, "%s = %s: must be a finite number", f[i].path,
+                  isnan(f[i].v) ? "nan" : f[i].v > 0 ? "inf" : "-inf");
+  return 0;
 }
 
 static int validate_model(struct plan *p, char *err, size_t n)
@@ -307,6 +327,13 @@ static int validate_training(struct plan *p, char *err, size_t n)
   if (strcmp(p->data.synthetic, "addition") == 0 && p->model.vocab < 62)
     return fail(err, n, p, "model.vocab", "model.vocab = %d: the byte-level \"addition\" corpus "
                 "needs vocab ≥ 62 (token id = byte value)", p->model.vocab);
+  /* Evaluation asked for with nothing to evaluate on would be skipped without a word: a token
+   * file has no held-out part, so eval needs data.val (the synthetic corpus has its own). */
+  if (p->train.eval_every > 0 && p->train.eval_batches > 0 && !p->data.synthetic[0] && p->data.train[0] &&
+      !p->data.val[0])
+    return fail(err, n, p, "train.eval_every", "train.eval_every = %d: evaluation needs a validation set, "
+                "and data.train = \"%s\" comes without data.val; give data.val (a held-out token file) "
+                "or set train.eval_every = 0", p->train.eval_every, p->data.train);
   for (int s = 0; s < PLAN_N_SEEDS; s++)
     if (p->seeds.derived[s])
       p->seeds.value[s] = plan_derive_seed(p->seeds.global, plan_seed_name(s));
@@ -315,7 +342,7 @@ static int validate_training(struct plan *p, char *err, size_t n)
 
 int plan_validate(struct plan *p, char *err, size_t n)
 {
-  if (validate_model(p, err, n) || validate_mesh(p, err, n))
+  if (validate_finite(p, err, n) || validate_model(p, err, n) || validate_mesh(p, err, n))
     return -1;
   p->n_stages = p->mesh.pp * p->virtual_stages;
   int vocab_split = p->embed_split == PLAN_SPLIT_VOCAB || p->head_split == PLAN_SPLIT_VOCAB;

@@ -7,7 +7,9 @@
 #include "data/tokens.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char err[512];
@@ -279,7 +281,58 @@ static void bad_files_are_refused_with_their_cause(void)
   free(path);
 
   CHECK(tokens_open(&tf, "/tmp", 100, 8, err, sizeof err) != 0);
-  CHECK_STR_CONTAINS(err, "/tmp: not a readable regular file");
+  CHECK_STR_CONTAINS(err, "/tmp: a folder, not a regular file");
+  free(t);
+}
+
+/* A FIFO is refused at once, not waited on (open blocked until a writer came, forever). An
+ * alarm turns a hang into a failure of this test. */
+static void a_fifo_is_refused_without_blocking(void)
+{
+  char dir[] = "/tmp/test_tokens_fifo.XXXXXX", path[64];
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(path, sizeof path, "%s/train.bin", dir);
+  CHECK(mkfifo(path, 0600) == 0);
+  struct tokens_file tf;
+  alarm(20);
+  CHECK(tokens_open(&tf, path, 64, 8, err, sizeof err) != 0);
+  alarm(0);
+  CHECK_STR_CONTAINS(err, "/train.bin: a FIFO (named pipe), not a regular file");
+  unlink(path);
+  rmdir(dir);
+}
+
+/* An llm.c file whose magic is wrong is refused for its header; it was read as raw tokens and
+ * refused for "token 24910 ... is not below vocab 64" (the magic's low half). */
+static void a_bad_llmc_magic_is_refused_as_a_bad_header(void)
+{
+  uint16_t *t = calloc(300, sizeof *t);
+  struct tokens_file tf;
+  char *path = write_file(t, 300, 1, 300);
+  FILE *fp = fopen(path, "r+b");
+  int32_t magic = 12345678;
+  fwrite(&magic, sizeof magic, 1, fp);
+  fclose(fp);
+  CHECK(tokens_open(&tf, path, 64, 8, err, sizeof err) != 0);
+  CHECK_STR_CONTAINS(err, ": a bad llm.c header: magic 12345678 where llm.c writes 20240520 "
+                     "(the rest is an llm.c header: version 1, 300 tokens)");
+  /* a wrong count too: still an llm.c header by its version and zeros */
+  fp = fopen(path, "r+b");
+  int32_t bad[3] = { 20240521, 1, 7 };
+  fwrite(bad, sizeof bad, 1, fp);
+  fclose(fp);
+  CHECK(tokens_open(&tf, path, 64, 8, err, sizeof err) != 0);
+  CHECK_STR_CONTAINS(err, ": a bad llm.c header: magic 20240521 where llm.c writes 20240520");
+  unlink(path);
+  free(path);
+  /* raw tokens of the same size stay raw */
+  for (int k = 0; k < 300; k++) t[k] = (uint16_t)(k % 64);
+  path = write_file(t, 300, -1, 0);
+  CHECK_MSG(tokens_open(&tf, path, 64, 8, err, sizeof err) == 0, "%s", err);
+  CHECK(tf.format == TOKENS_RAW && tf.n_tokens == 300);
+  tokens_close(&tf);
+  unlink(path);
+  free(path);
   free(t);
 }
 
@@ -289,4 +342,6 @@ TEST_MAIN(TEST(both_formats_read_the_same_tokens),
           TEST(shuffled_windows_visit_every_start_once_per_epoch),
           TEST(permutation_is_a_bijection_with_an_inverse),
           TEST(a_file_of_exactly_one_window_has_only_window_zero),
-          TEST(bad_files_are_refused_with_their_cause))
+          TEST(bad_files_are_refused_with_their_cause),
+          TEST(a_fifo_is_refused_without_blocking),
+          TEST(a_bad_llmc_magic_is_refused_as_a_bad_header))

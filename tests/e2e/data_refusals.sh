@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# `tycho run` refuses data it cannot use, at once and naming the field: a FIFO as data.train (its
+# open waited for a writer forever), an llm.c file with a wrong magic (it was read as raw tokens
+# and refused for "token 24910 ... is not below vocab 64"), and evaluation asked for without a
+# validation set (it was skipped without a word; now a plan error naming train.eval_every and
+# data.val).
+# usage: data_refusals.sh TYCHO   (run from the source folder)
+set -u
+tycho=$1
+plan=tests/golden/llama_ref_plan.lua
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failed=0
+# expect CODE TEXT ARGS...: `tycho run ARGS` exits with CODE within 60 s, TEXT in its first stderr line
+expect() {
+  local code=$1 text=$2
+  shift 2
+  local stderr rc first
+  stderr=$(timeout 60 "$tycho" run "$@" 2>&1 >/dev/null </dev/null)
+  rc=$?
+  first=$(printf '%s\n' "$stderr" | head -n 1)
+  if [ "$rc" -ne "$code" ]; then
+    echo "FAIL: run $* exited $rc, expected $code (124: it hung); stderr: $stderr"; failed=1; return
+  fi
+  case "$first" in
+    *"$text"*) echo "ok   run $*" ;;
+    *) echo "FAIL: run $*: first stderr line '$first' lacks '$text'"; failed=1 ;;
+  esac
+}
+
+mkfifo "$tmp/train.fifo"
+expect 1 "tycho: data.train: $tmp/train.fifo: a FIFO (named pipe), not a regular file" \
+  $plan --set data.train="$tmp/train.fifo"
+expect 1 "tycho: data.val: $tmp/train.fifo: a FIFO (named pipe), not a regular file" \
+  $plan --set data.val="$tmp/train.fifo"
+
+# the reference tokens with the magic 12345678 in place of 20240520
+cp tests/golden/llama_ref_tokens.bin "$tmp/bad.bin"
+printf '\x4e\x61\xbc\x00' | dd of="$tmp/bad.bin" conv=notrunc status=none
+expect 1 "tycho: data.train: $tmp/bad.bin: a bad llm.c header: magic 12345678 where llm.c writes 20240520" \
+  $plan --set data.train="$tmp/bad.bin"
+
+expect 2 'tycho: plan error: --set train.eval_every=4: train.eval_every = 4: evaluation needs a validation set, and data.train = "tests/golden/llama_ref_tokens.bin" comes without data.val; give data.val' \
+  $plan --set train.eval_every=4
+# with data.val it evaluates
+if timeout 60 "$tycho" run $plan --set train.eval_every=4 --set data.val=tests/golden/llama_ref_tokens.bin \
+     >"$tmp/out" 2>&1 && grep -q 'eval at step 4: val loss' "$tmp/out"; then
+  echo "ok   run with data.val evaluates"
+else
+  echo "FAIL: run with data.val:"; cat "$tmp/out"; failed=1
+fi
+
+[ "$failed" -eq 0 ] || exit 1
+echo "ok: data refusals"
