@@ -65,9 +65,23 @@ int tycho_is_list(lua_State *L, int idx)
   return count == n;
 }
 
-/* Pushes a deep copy of the table at idx; `seen` (absolute index) maps originals to copies. */
-static void deep_copy(lua_State *L, int idx, int seen)
+/* How deep tycho.extend follows nested tables. Each level takes a C frame and a few Lua stack
+ * slots; a plan's own tables are a handful of levels deep. */
+#define EXTEND_MAX_DEPTH 100
+
+static void check_depth(lua_State *L, int depth)
 {
+  if (depth > EXTEND_MAX_DEPTH)
+    luaL_error(L, "tycho.extend: tables nested deeper than %d levels (a plan's sections are a few "
+               "levels deep)", EXTEND_MAX_DEPTH);
+  luaL_checkstack(L, 8, "tycho.extend: nested tables");
+}
+
+/* Pushes a deep copy of the table at idx; `seen` (absolute index) maps originals to copies, so
+ * a table reached twice (or inside itself) is copied once. */
+static void deep_copy(lua_State *L, int idx, int seen, int depth)
+{
+  check_depth(L, depth);
   idx = lua_absindex(L, idx);
   lua_pushvalue(L, idx);
   if (lua_rawget(L, seen) == LUA_TTABLE)
@@ -87,7 +101,7 @@ static void deep_copy(lua_State *L, int idx, int seen)
   while (lua_next(L, idx)) {
     lua_pushvalue(L, -2);
     if (lua_istable(L, -2))
-      deep_copy(L, -2, seen);
+      deep_copy(L, -2, seen, depth + 1);
     else
       lua_pushvalue(L, -2);
     lua_rawset(L, copy);
@@ -95,11 +109,17 @@ static void deep_copy(lua_State *L, int idx, int seen)
   }
 }
 
-/* Merges `over` into `dst` (dst is already a private copy). */
-static void merge_into(lua_State *L, int dst, int over, int seen)
+/* Merges `over` into `dst` (dst is already a private copy). `active` (absolute index) holds the
+ * override tables being merged on the way here: meeting one again is a cycle, which a merge
+ * (unlike a copy) would follow forever. */
+static void merge_into(lua_State *L, int dst, int over, int seen, int active, int depth)
 {
+  check_depth(L, depth);
   dst = lua_absindex(L, dst);
   over = lua_absindex(L, over);
+  lua_pushvalue(L, over);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, active);
   struct sandbox *sb = sandbox_of(L);
   int over_id = sandbox_record_of(L, over);
   int dst_id = sandbox_record_of(L, dst);
@@ -140,32 +160,43 @@ static void merge_into(lua_State *L, int dst, int over, int seen)
     lua_pushvalue(L, k);
     int existing = lua_rawget(L, dst);
     if (existing == LUA_TTABLE && lua_istable(L, v) && !tycho_is_list(L, v)) {
-      merge_into(L, -1, v, seen);
+      lua_pushvalue(L, v);
+      if (lua_rawget(L, active) != LUA_TNIL)
+        luaL_error(L, "tycho.extend: the override refers to itself through '%s' (a cycle), which "
+                   "cannot be merged into the base", lua_type(L, k) == LUA_TSTRING ? lua_tostring(L, k) : "?");
+      lua_pop(L, 1);
+      merge_into(L, -1, v, seen, active, depth + 1);
       lua_pop(L, 1);
     } else {
       lua_pop(L, 1);
       lua_pushvalue(L, k);
       if (lua_istable(L, v))
-        deep_copy(L, v, seen);
+        deep_copy(L, v, seen, depth + 1);
       else
         lua_pushvalue(L, v);
       lua_rawset(L, dst);
     }
     lua_pop(L, 1);
   }
+  lua_pushvalue(L, over);
+  lua_pushnil(L);
+  lua_rawset(L, active);
 }
 
 void tycho_extend(lua_State *L, int base, int over)
 {
   base = lua_absindex(L, base);
   over = lua_absindex(L, over);
+  luaL_checkstack(L, 8, "tycho.extend");
   lua_newtable(L); /* seen: originals of base -> copies */
   int seen = lua_gettop(L);
-  deep_copy(L, base, seen);
+  deep_copy(L, base, seen, 1);
   lua_newtable(L); /* a fresh map for the override side, so no table aliases one of base's */
   int seen_over = lua_gettop(L);
-  merge_into(L, -2, over, seen_over);
-  lua_pop(L, 1);
+  lua_newtable(L); /* the override tables being merged */
+  int active = lua_gettop(L);
+  merge_into(L, -3, over, seen_over, active, 1);
+  lua_pop(L, 2);
   lua_remove(L, seen);
 }
 

@@ -1,7 +1,36 @@
-/* The sandboxed Lua state for plan files: see sandbox.h for the rules and why. */
+/* The sandboxed Lua state for plan files: see sandbox.h for the rules and why.
+ *
+ * How a plan is kept from crashing or hanging tycho (issue 14). The limits are enforced in
+ * process, by counting, not by a forked child under RLIMIT_CPU:
+ *  - the count is deterministic: the same plan hits the instruction limit at the same
+ *    instruction on every rank of a job (a CPU-time limit fires when the machine is slow, on
+ *    one rank and not on another), so under mpirun all ranks stop together, with the same
+ *    message;
+ *  - the compiled plan keeps its live Lua side: plan_compile calls the plan's stages,
+ *    tp_split and recompute functions while it reads, and every message names the field's
+ *    file and line from source records kept in this state; a child would have to ship all of
+ *    that back, and forking inside an MPI process (the trainer compiles plans at run time
+ *    too) is unsafe with Open MPI;
+ *  - in process, the ways out of the count are few and each is closed here:
+ *    * the limit is sticky: once it fires, the count hook runs on every instruction and
+ *      raises again, so pcall/xpcall (whose handler is skipped once the limit fired, since
+ *      the error is raised where hooks are off), __close handlers and loops around them
+ *      unwind to the host's own lua_pcall;
+ *    * pattern matching runs in C, uncounted: string.find, match, gmatch and gsub charge an
+ *      upper bound of the matcher's work to the count first, and refuse a match whose bound
+ *      exceeds what is left (see "bounded pattern matching");
+ *    * __gc finalizers would run at lua_close, after the plan was read: setmetatable refuses
+ *      a metatable with __gc;
+ *    * the other C functions a plan can call do work linear in the bytes they make, which
+ *      the memory cap bounds (string.rep, table.concat, string.format), or O(n log n) in a
+ *      table the cap bounds (table.sort without a comparator);
+ *  - the host reads the plan table under lua_pcall too (host/plan/compile.c), so an __index
+ *    that raises or loops is a plan error, never a Lua panic.
+ * --unsafe lifts the limits (and these guards) with the rest of the sandbox. */
 #define _XOPEN_SOURCE 700
 #include "sandbox.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <lauxlib.h>
 #include <limits.h>
@@ -39,22 +68,29 @@ static void *sandbox_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
   return p;
 }
 
+/* Once the limit fires it stays fired: the hook then runs on every instruction and raises the
+ * same message again, so a pcall or xpcall that caught it (or a handler, a __close, a loop
+ * around them) cannot run one more instruction; the error unwinds every Lua frame up to the
+ * host's own lua_pcall. */
 static void count_hook(lua_State *L, lua_Debug *ar)
 {
   struct sandbox *sb = sandbox_of(L);
   (void)ar;
-  lua_Debug here;
-  if (lua_getstack(L, 0, &here) && lua_getinfo(L, "Sl", &here) && here.currentline > 0)
-    snprintf(sb->last_where, sizeof sb->last_where, "%s:%d", here.short_src, here.currentline);
-  sb->instructions += HOOK_EVERY;
-  if (sb->instruction_limit && sb->instructions > sb->instruction_limit) {
-    char msg[700];
-    snprintf(msg, sizeof msg, "%s: plan exceeded the instruction limit of %lld Lua instructions "
-             "(an endless loop?); raise it with --max-instructions",
+  if (!sb->limit_hit) {
+    lua_Debug here;
+    if (lua_getstack(L, 0, &here) && lua_getinfo(L, "Sl", &here) && here.currentline > 0)
+      snprintf(sb->last_where, sizeof sb->last_where, "%s:%d", here.short_src, here.currentline);
+    sb->instructions += HOOK_EVERY;
+    if (!sb->instruction_limit || sb->instructions <= sb->instruction_limit)
+      return;
+    sb->limit_hit = 1;
+    snprintf(sb->limit_msg, sizeof sb->limit_msg, "%s: plan exceeded the instruction limit of %lld Lua "
+             "instructions (an endless loop?); raise it with --max-instructions",
              sb->last_where[0] ? sb->last_where : "plan", sb->instruction_limit);
-    lua_pushstring(L, msg);
-    lua_error(L);
+    lua_sethook(L, count_hook, LUA_MASKCOUNT, 1);
   }
+  lua_pushstring(L, sb->limit_msg);
+  lua_error(L);
 }
 
 struct sandbox *sandbox_of(lua_State *L)
@@ -243,10 +279,14 @@ static int load_rewritten(struct sandbox *sb, const char *path, char *err, size_
     status = luaL_loadbufferx(L, src, n, chunkname, "t");
   free(src);
   if (status != LUA_OK) {
+    const char *msg = lua_tostring(L, -1) ? lua_tostring(L, -1) : "cannot load";
+    size_t pl = strlen(path);
     if (status == LUA_ERRMEM || sb->mem_exceeded)
       snprintf(err, err_size, "%s: plan exceeded the memory cap of %zu MiB", path, sb->mem_limit >> 20);
-    else
-      snprintf(err, err_size, "%s", lua_tostring(L, -1));
+    else if (strncmp(msg, path, pl) == 0 && msg[pl] == ':')
+      snprintf(err, err_size, "%s", msg);
+    else /* "C stack overflow" (nesting too deep for the parser) comes without a place */
+      snprintf(err, err_size, "%s: %s", path, msg);
     lua_pop(L, 1);
     return -1;
   }
@@ -405,6 +445,424 @@ static int sandbox_print(lua_State *L)
   return 0;
 }
 
+/* ---- bounded pattern matching ---------------------------------------------------------- */
+
+/* Lua matches patterns in C, where the count hook never runs, and its backtracking can take
+ * time exponential in the pattern: string.find(("a"):rep(3000), (".-"):rep(15) .. "b") would
+ * run for ages. Before each find, match, gmatch or gsub the sandbox bounds the matcher's work
+ * from the pattern and the subject: the start positions (one when anchored), times the
+ * branching of each repetition item (the longest run of subject bytes its class matches, plus
+ * one; two for '?'), times the steps along one branch. That bound is charged to the
+ * instruction count (PATTERN_STEPS_PER_INSTRUCTION steps a VM instruction), so the limit stays
+ * deterministic, alike on every rank, and a match whose bound exceeds what is left is refused
+ * before it runs. Ordinary patterns are cheap under it: a class like %w or %s branches only as
+ * far as the subject has runs of such bytes. */
+#define PATTERN_STEPS_PER_INSTRUCTION 8.0
+
+static int class_matches(int c, int cl)
+{
+  int res;
+  switch (tolower(cl)) {
+  case 'a': res = isalpha(c); break;
+  case 'c': res = iscntrl(c); break;
+  case 'd': res = isdigit(c); break;
+  case 'g': res = isgraph(c); break;
+  case 'l': res = islower(c); break;
+  case 'p': res = ispunct(c); break;
+  case 's': res = isspace(c); break;
+  case 'u': res = isupper(c); break;
+  case 'w': res = isalnum(c); break;
+  case 'x': res = isxdigit(c); break;
+  default: return cl == c;
+  }
+  if (isupper(cl))
+    res = !res;
+  return res != 0;
+}
+
+/* A bracket class p[0, n) with p[0] == '[' and p[n - 1] == ']'. */
+static int set_matches(int c, const unsigned char *p, size_t n)
+{
+  int sig = 1;
+  size_t i = 1, end = n - 1;
+  if (i < end && p[i] == '^') {
+    sig = 0;
+    i++;
+  }
+  for (; i < end; i++) {
+    if (p[i] == '%' && i + 1 < end) {
+      i++;
+      if (class_matches(c, p[i]))
+        return sig;
+    } else if (i + 2 < end && p[i + 1] == '-') {
+      if (p[i] <= c && c <= p[i + 2])
+        return sig;
+      i += 2;
+    } else if (p[i] == c) {
+      return sig;
+    }
+  }
+  return !sig;
+}
+
+/* Whether the single-character class cls[0, n) may match c (a malformed one: yes). */
+static int single_matches(int c, const unsigned char *cls, size_t n)
+{
+  if (cls[0] == '.')
+    return 1;
+  if (cls[0] == '%')
+    return n < 2 || class_matches(c, cls[1]);
+  if (cls[0] == '[')
+    return n < 2 || cls[n - 1] != ']' || set_matches(c, cls, n);
+  return cls[0] == c;
+}
+
+static double longest_run(const unsigned char *s, size_t n, const unsigned char *cls, size_t cn)
+{
+  if (cls[0] == '.')
+    return (double)n;
+  size_t best = 0, run = 0;
+  for (size_t i = 0; i < n; i++) {
+    run = single_matches(s[i], cls, cn) ? run + 1 : 0;
+    if (run > best)
+      best = run;
+  }
+  return (double)best;
+}
+
+/* The index just past the set that starts at p[i] == '['; pl when it is not closed. */
+static size_t set_end(const unsigned char *p, size_t pl, size_t i)
+{
+  size_t j = i + 1;
+  if (j < pl && p[j] == '^')
+    j++;
+  for (;;) {
+    if (j >= pl)
+      return pl;
+    if (p[j++] == '%' && j < pl)
+      j++;
+    if (j >= pl)
+      return pl;
+    if (p[j] == ']')
+      return j + 1;
+  }
+}
+
+/* An upper bound on the matcher's steps for pattern p over subject s (see above). */
+static double pattern_bound(const unsigned char *s, size_t n, const unsigned char *p, size_t pl, int may_anchor)
+{
+  size_t i = 0;
+  int anchored = 0;
+  if (may_anchor && pl && p[0] == '^') {
+    anchored = 1;
+    i = 1;
+  }
+  double branches = 1, steps = (double)pl + 1;
+  while (i < pl) {
+    unsigned char c = p[i];
+    if (c == '(' || c == ')' || (c == '$' && i + 1 == pl)) {
+      i++;
+      continue;
+    }
+    size_t cls = i, end;
+    if (c == '%') {
+      if (i + 1 >= pl)
+        break; /* malformed: Lua says so */
+      unsigned char d = p[i + 1];
+      if (d == 'b') { /* %bxy: one scan */
+        steps += (double)n;
+        i += 4;
+        continue;
+      }
+      if (d == 'f') { /* %f[set]: one test */
+        i = i + 2 < pl && p[i + 2] == '[' ? set_end(p, pl, i + 2) : i + 2;
+        continue;
+      }
+      if (d >= '0' && d <= '9') { /* a back reference: one comparison */
+        steps += (double)n;
+        i += 2;
+        continue;
+      }
+      end = i + 2;
+    } else if (c == '[') {
+      end = set_end(p, pl, i);
+    } else {
+      end = i + 1;
+    }
+    unsigned char q = end < pl ? p[end] : 0;
+    if (q == '*' || q == '+' || q == '-') {
+      double run = longest_run(s, n, p + cls, end - cls);
+      branches *= run + 1;
+      steps += run + 1;
+      end++;
+    } else if (q == '?') {
+      branches *= 2;
+      end++;
+    }
+    i = end;
+  }
+  return (anchored ? 1.0 : (double)n + 1) * branches * steps;
+}
+
+/* Charges the bound of a pattern call (subject and pattern at 1, 2) or refuses it. */
+static void charge_pattern(lua_State *L, const char *what, int may_anchor, int plain)
+{
+  struct sandbox *sb = sandbox_of(L);
+  size_t n, pl;
+  const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &n);
+  const unsigned char *p = (const unsigned char *)luaL_checklstring(L, 2, &pl);
+  if (!sb || !sb->instruction_limit)
+    return;
+  double bound = plain ? ((double)n + 1) * ((double)pl + 1) : pattern_bound(s, n, p, pl, may_anchor);
+  double cost = bound / PATTERN_STEPS_PER_INSTRUCTION;
+  double left = (double)sb->instruction_limit - (double)sb->instructions;
+  if (cost > left) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s: the pattern could backtrack up to %.3g steps on this %zu-byte "
+             "subject, more than the plan's instruction limit has left (Lua matches patterns in C, "
+             "outside the count); simplify the pattern (fewer '-', '*', '+' items, an anchor) or "
+             "shorten the subject: \"%.40s%s\"", what, bound, n, (const char *)p, pl > 40 ? "..." : "");
+    luaL_error(L, "%s", msg);
+  }
+  sb->instructions += (long long)cost;
+}
+
+/* "file:line: ..." already */
+static int has_position(const char *msg)
+{
+  const char *c = strchr(msg, ':');
+  if (!c || c == msg || !isdigit((unsigned char)c[1]))
+    return 0;
+  for (c++; isdigit((unsigned char)*c); c++)
+    ;
+  return *c == ':';
+}
+
+/* string.find, match, gmatch, gsub: the library's function (upvalue 1) after the charge. Its
+ * own errors ("malformed pattern") get the plan line that called it, which a C function called
+ * from C would not have. */
+static int guarded_pattern(lua_State *L)
+{
+  const char *what = lua_tostring(L, lua_upvalueindex(2));
+  int find = strcmp(what, "string.find") == 0, gmatch = strcmp(what, "string.gmatch") == 0;
+  charge_pattern(L, what, !gmatch, find && lua_toboolean(L, 4));
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  int status = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
+  if (status != LUA_OK) {
+    struct sandbox *sb = sandbox_of(L);
+    if (status != LUA_ERRMEM && !(sb && sb->limit_hit) && lua_type(L, -1) == LUA_TSTRING &&
+        !has_position(lua_tostring(L, -1))) {
+      luaL_where(L, 1);
+      lua_pushfstring(L, "%s: ", what);
+      lua_rotate(L, -3, 2);
+      lua_concat(L, 3);
+    }
+    return lua_error(L);
+  }
+  return lua_gettop(L);
+}
+
+static void guard_patterns(lua_State *L, int strlib)
+{
+  static const char *const names[] = { "find", "match", "gmatch", "gsub" };
+  strlib = lua_absindex(L, strlib);
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    lua_getfield(L, strlib, names[i]);
+    lua_pushfstring(L, "string.%s", names[i]);
+    lua_pushcclosure(L, guarded_pattern, 2);
+    lua_setfield(L, strlib, names[i]);
+  }
+}
+
+/* ---- read-only libraries, locked metatables --------------------------------------------- */
+
+/* The libraries a plan sees are read-only proxies, so a plan (or a module it requires) cannot
+ * replace string.rep for every other module and for the methods of every string; reading a
+ * field the sandbox removed says so instead of giving nil. The globals' strict guard and the
+ * proxies' metatables are locked (__metatable), getmetatable on a string gives nil, and
+ * rawset refuses the proxies. */
+#define READONLY_KEY "tycho.readonly"
+
+static const char *const removed_fields[] = {
+  "os.execute", "os.exit", "os.remove", "os.rename", "os.tmpname", "os.setlocale", "os.difftime",
+  "string.dump", NULL
+};
+
+static int proxy_index(lua_State *L)
+{
+  lua_pushvalue(L, 2);
+  if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL || lua_type(L, 2) != LUA_TSTRING)
+    return 1;
+  const char *full = lua_pushfstring(L, "%s.%s", lua_tostring(L, lua_upvalueindex(2)), lua_tostring(L, 2));
+  for (int i = 0; removed_fields[i]; i++)
+    if (strcmp(full, removed_fields[i]) == 0)
+      return luaL_error(L, "%s is not available to plans (sandbox); --unsafe lifts it", full);
+  lua_pushnil(L);
+  return 1;
+}
+
+static int proxy_newindex(lua_State *L)
+{
+  const char *key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : luaL_typename(L, 2);
+  return luaL_error(L, "%s.%s: the sandbox's libraries are read-only (every module of the plan shares "
+                    "them); keep your own version in a local", lua_tostring(L, lua_upvalueindex(1)), key);
+}
+
+/* __pairs: next over the library itself. */
+static int proxy_pairs(lua_State *L)
+{
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_pushvalue(L, lua_upvalueindex(2));
+  lua_pushnil(L);
+  return 3;
+}
+
+/* Replaces global `name` (a library table) by a read-only proxy of it. */
+static void make_readonly(lua_State *L, const char *name)
+{
+  lua_getglobal(L, name);
+  int lib = lua_gettop(L);
+  lua_newtable(L); /* the proxy */
+  lua_newtable(L); /* its metatable */
+  lua_pushvalue(L, lib);
+  lua_pushstring(L, name);
+  lua_pushcclosure(L, proxy_index, 2);
+  lua_setfield(L, -2, "__index");
+  lua_pushstring(L, name);
+  lua_pushcclosure(L, proxy_newindex, 1);
+  lua_setfield(L, -2, "__newindex");
+  lua_getglobal(L, "next");
+  lua_pushvalue(L, lib);
+  lua_pushcclosure(L, proxy_pairs, 2);
+  lua_setfield(L, -2, "__pairs");
+  lua_pushboolean(L, 0);
+  lua_setfield(L, -2, "__metatable");
+  lua_setmetatable(L, -2);
+  lua_getfield(L, LUA_REGISTRYINDEX, READONLY_KEY);
+  lua_pushvalue(L, -2);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+  lua_setglobal(L, name);
+  lua_pop(L, 1);
+}
+
+static int is_readonly(lua_State *L, int idx)
+{
+  idx = lua_absindex(L, idx);
+  lua_getfield(L, LUA_REGISTRYINDEX, READONLY_KEY);
+  lua_pushvalue(L, idx);
+  int yes = lua_rawget(L, -2) != LUA_TNIL;
+  lua_pop(L, 2);
+  return yes;
+}
+
+/* getmetatable: nil for strings (their metatable holds every string's methods). */
+static int sandbox_getmetatable(lua_State *L)
+{
+  luaL_checkany(L, 1);
+  if (lua_type(L, 1) == LUA_TSTRING || !lua_getmetatable(L, 1)) {
+    lua_pushnil(L);
+    return 1;
+  }
+  luaL_getmetafield(L, 1, "__metatable"); /* the lock, when there is one */
+  return 1;
+}
+
+/* setmetatable: no __gc. A finalizer runs when the collector (or lua_close, after the plan was
+ * read) decides, where its time is nobody's and an error in it is lost. */
+static int sandbox_setmetatable(lua_State *L)
+{
+  int t = lua_type(L, 2);
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_argexpected(L, t == LUA_TNIL || t == LUA_TTABLE, 2, "nil or table");
+  if (t == LUA_TTABLE) {
+    lua_pushliteral(L, "__gc");
+    int gc = lua_rawget(L, 2) != LUA_TNIL;
+    lua_pop(L, 1);
+    if (gc)
+      return luaL_error(L, "setmetatable: __gc metamethods are not available to plans (sandbox): a "
+                        "finalizer would run outside the plan's limits; --unsafe lifts it");
+  }
+  if (luaL_getmetafield(L, 1, "__metatable") != LUA_TNIL)
+    return luaL_error(L, "cannot change a protected metatable");
+  lua_settop(L, 2);
+  lua_setmetatable(L, 1);
+  return 1;
+}
+
+static int sandbox_rawset(lua_State *L)
+{
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checkany(L, 2);
+  luaL_checkany(L, 3);
+  if (is_readonly(L, 1))
+    return luaL_error(L, "rawset: the sandbox's libraries are read-only (every module of the plan "
+                      "shares them); keep your own version in a local");
+  lua_settop(L, 3);
+  lua_rawset(L, 1);
+  return 1;
+}
+
+/* The message handler of a plan's xpcall, once the instruction limit fired, hands the message
+ * on without running: the limit's error is raised from the count hook, where hooks are off, so
+ * the plan's handler would otherwise run uncounted. */
+static int guarded_handler(lua_State *L)
+{
+  struct sandbox *sb = sandbox_of(L);
+  if (sb && sb->limit_hit) {
+    lua_settop(L, 1);
+    return 1;
+  }
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, 1);
+  return 1;
+}
+
+static int sandbox_xpcall(lua_State *L)
+{
+  int n = lua_gettop(L);
+  luaL_checktype(L, 2, LUA_TFUNCTION);
+  lua_pushvalue(L, 2);
+  lua_pushcclosure(L, guarded_handler, 1);
+  lua_replace(L, 2);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, n, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+static void wrap_global(lua_State *L, const char *name, lua_CFunction f)
+{
+  lua_pushcfunction(L, f);
+  lua_setglobal(L, name);
+}
+
+/* Everything above, once the libraries are open (not for --unsafe). */
+static void harden(lua_State *L)
+{
+  lua_newtable(L); /* weak-keyed set of the read-only proxies */
+  lua_newtable(L);
+  lua_pushstring(L, "k");
+  lua_setfield(L, -2, "__mode");
+  lua_setmetatable(L, -2);
+  lua_setfield(L, LUA_REGISTRYINDEX, READONLY_KEY);
+  lua_getglobal(L, "string");
+  guard_patterns(L, -1);
+  lua_pop(L, 1);
+  wrap_global(L, "getmetatable", sandbox_getmetatable);
+  wrap_global(L, "setmetatable", sandbox_setmetatable);
+  wrap_global(L, "rawset", sandbox_rawset);
+  lua_getglobal(L, "xpcall");
+  lua_pushcclosure(L, sandbox_xpcall, 1);
+  lua_setglobal(L, "xpcall");
+  static const char *const libs[] = { "string", "table", "math", "utf8", "os" };
+  for (size_t i = 0; i < sizeof libs / sizeof libs[0]; i++)
+    make_readonly(L, libs[i]);
+}
+
 /* ---- set-up ---------------------------------------------------------------------------- */
 
 static int add_search_dir(struct sandbox *sb, const char *dir)
@@ -504,8 +962,11 @@ int sandbox_open(struct sandbox *sb, const struct sandbox_options *opt, char *er
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, strict_newindex);
     lua_setfield(L, -2, "__newindex");
+    lua_pushboolean(L, 0); /* the guard cannot be removed: setmetatable(_ENV, nil) is refused */
+    lua_setfield(L, -2, "__metatable");
     lua_setmetatable(L, -2);
     lua_pop(L, 1);
+    harden(L);
     lua_sethook(L, count_hook, LUA_MASKCOUNT, HOOK_EVERY);
   }
 

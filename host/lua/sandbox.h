@@ -5,8 +5,11 @@
  * or binary chunks, plus string, table, math and utf8; os cut to clock, time, date, getenv;
  * no io, no package, no debug. `require` finds modules only in the plan search path (the
  * plan's own folder, TYCHO_PATH, the shipped plans/), never outside it. Reading or writing an
- * undeclared global is an error. A count hook stops a plan that runs too long and a counting
- * allocator stops one that takes too much memory, each with a message naming the limit.
+ * undeclared global is an error, and that guard cannot be removed; the libraries are read-only
+ * and reading a removed function says so ("os.execute is not available to plans"). A count hook
+ * stops a plan that runs too long (pcall cannot catch it, pattern matching is charged to it,
+ * __gc is refused: see sandbox.c) and a counting allocator stops one that takes too much
+ * memory, each with a message naming the limit.
  * `unsafe` lifts all of this for users who need io in plan code.
  *
  * Every chunk is loaded through srcmap_rewrite, so every table built by plan code knows on
@@ -45,6 +48,8 @@ struct sandbox {
   int mem_exceeded;
   long long instructions, instruction_limit;
   char last_where[512];         /* the plan line last seen by the count hook */
+  int limit_hit;                /* the instruction limit fired: every later instruction raises */
+  char limit_msg[700];
   int n_search;
   char *search[16];             /* the plan search path, in order */
   const struct sandbox_module *modules;

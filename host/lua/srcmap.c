@@ -285,7 +285,7 @@ static struct token lex_next(struct lexer *x)
   } else if (isdigit((unsigned char)c) || (c == '.' && x->pos + 1 < x->n && isdigit((unsigned char)x->s[x->pos + 1]))) {
     int hex = c == '0' && x->pos + 1 < x->n && (x->s[x->pos + 1] == 'x' || x->s[x->pos + 1] == 'X');
     while (x->pos < x->n) {
-      char d = x->s[x->pos], before = x->s[x->pos - 1];
+      char d = x->s[x->pos], before = x->pos > t.start ? x->s[x->pos - 1] : 0;
       int exp_sign = (d == '+' || d == '-') && x->pos > t.start &&
                      (hex ? (before == 'p' || before == 'P') : (before == 'e' || before == 'E'));
       if (exp_sign || isalnum((unsigned char)d) || d == '.')

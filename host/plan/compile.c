@@ -22,6 +22,8 @@ struct reader {
   struct plan *p;
   char *err;
   size_t n;
+  char field[128];                 /* the field being read, for a Lua error raised meanwhile */
+  char field_where[PLAN_PATH_MAX + 32];
 };
 
 /* A table being read: its stack index, its dotted path and where it was written. */
@@ -172,7 +174,9 @@ static int get(struct reader *r, const struct tbl *t, const char *key, char *pat
 {
   join(path, pn, t->path, key);
   key_where(r, t, key, where, wn);
-  int type = lua_getfield(r->L, t->idx, key);
+  snprintf(r->field, sizeof r->field, "%s", path);
+  snprintf(r->field_where, sizeof r->field_where, "%s", where);
+  int type = lua_getfield(r->L, t->idx, key); /* may run the plan's __index */
   if (type != LUA_TNIL)
     plan_set_loc(r->p, path, where);
   return type;
@@ -343,7 +347,9 @@ static int open_section(struct reader *r, const struct tbl *t, const char *key, 
   char v[96];
   join(sub->path, sizeof sub->path, t->path, key);
   key_where(r, t, key, sub->where, sizeof sub->where);
-  int type = lua_getfield(r->L, t->idx, key);
+  snprintf(r->field, sizeof r->field, "%s", sub->path);
+  snprintf(r->field_where, sizeof r->field_where, "%s", sub->where);
+  int type = lua_getfield(r->L, t->idx, key); /* may run the plan's __index */
   *present = type != LUA_TNIL;
   if (type == LUA_TNIL) {
     lua_pop(r->L, 1);
@@ -454,7 +460,7 @@ static int read_mesh(struct reader *r, const struct tbl *root, int world)
     for (int i = 0; i < PLAN_N_AXES; i++) {
       lua_rawgeti(r->L, -1, i + 1);
       int a;
-      char ipath[140];
+      char ipath[160];
       snprintf(ipath, sizeof ipath, "%s[%d]", path, i + 1);
       if (match_enum(r, -1, axes, ipath, where, "", &a))
         return -1;
@@ -1097,6 +1103,67 @@ static void default_name(struct plan *p, const char *path)
   snprintf(p->name, sizeof p->name, "%.*s", (int)(len < PLAN_NAME_MAX - 1 ? len : PLAN_NAME_MAX - 1), base);
 }
 
+/* Everything from the plan file's result to the filled struct plan, run under lua_pcall (see
+ * read_protected): the plan's tables can have metatables whose __index raises, loops into the
+ * instruction limit or runs out of memory, and a Lua error outside a protected call is a panic. */
+struct compile_job {
+  struct reader *r;
+  const struct plan_compile_options *opt;
+  const char *path;
+  int rc;
+};
+
+static int read_protected(lua_State *L)
+{
+  struct compile_job *job = lua_touserdata(L, 1);
+  struct reader *r = job->r;
+  struct sandbox *sb = r->sb;
+  const char *path = job->path;
+  char *err = r->err;
+  size_t n = r->n;
+  struct plan *out = r->p;
+  luaL_checkstack(L, 64, "reading the plan");
+  job->rc = -1;
+  if (!lua_istable(L, 2) || !tycho_is_plan(L, 2)) {
+    char v[96];
+    describe(L, 2, v, sizeof v);
+    snprintf(err, n, "%s: the plan file returned %s; it must end with return tycho.plan { ... }", path,
+             lua_istable(L, 2) ? "a table not made by tycho.plan" : v);
+    return 0;
+  }
+  struct tbl root = { 2, "", "" };
+  if (!sandbox_where(L, root.idx, NULL, 0, root.where, sizeof root.where))
+    snprintf(root.where, sizeof root.where, "%s", path);
+  else { /* the constructor's own line, not a field's */
+    const struct srcmap_record *rec = srcmap_get(&sb->map, sandbox_record_of(L, root.idx));
+    if (rec && rec->line > 0)
+      snprintf(root.where, sizeof root.where, "%s:%d", rec->where, rec->line);
+  }
+  plan_set_loc(out, "", root.where);
+  snprintf(r->field_where, sizeof r->field_where, "%s", root.where);
+  for (int i = 0; i < job->opt->n_sets; i++)
+    if (apply_set(r, root.idx, job->opt->sets[i]))
+      return 0;
+  default_name(out, path);
+  out->virtual_stages = 1;
+  out->bucket_mb = 25;
+  if (read_plan(r, &root, job->opt->world))
+    return 0;
+  job->rc = 0;
+  return 0;
+}
+
+/* "file:line: ..." already */
+static int has_position(const char *msg)
+{
+  const char *c = strchr(msg, ':');
+  if (!c || c == msg || c[1] < '0' || c[1] > '9')
+    return 0;
+  for (c++; *c >= '0' && *c <= '9'; c++)
+    ;
+  return *c == ':';
+}
+
 int plan_compile(const char *path, const struct plan_compile_options *opt, struct plan *out, char *err, size_t n)
 {
   plan_init(out);
@@ -1113,33 +1180,24 @@ int plan_compile(const char *path, const struct plan_compile_options *opt, struc
   struct sandbox sb;
   if (sandbox_open(&sb, &so, err, n))
     return -1;
-  struct reader r = { sb.L, &sb, out, err, n };
+  struct reader r = { sb.L, &sb, out, err, n, "", "" };
   int rc = -1;
   if (sandbox_dofile(&sb, path, 0, err, n))
     goto done;
-  if (!lua_istable(sb.L, -1) || !tycho_is_plan(sb.L, -1)) {
-    char v[96];
-    describe(sb.L, -1, v, sizeof v);
-    snprintf(err, n, "%s: the plan file returned %s; it must end with return tycho.plan { ... }", path,
-             lua_istable(sb.L, -1) ? "a table not made by tycho.plan" : v);
+  snprintf(r.field_where, sizeof r.field_where, "%s", path);
+  struct compile_job job = { &r, opt, path, -1 };
+  lua_pushcfunction(sb.L, read_protected);
+  lua_pushlightuserdata(sb.L, &job);
+  lua_pushvalue(sb.L, -3);
+  char msg[1024];
+  if (sandbox_pcall(&sb, 2, 0, msg, sizeof msg)) {
+    if (has_position(msg))
+      snprintf(err, n, "%s%s%s%s", msg, r.field[0] ? " (while reading plan field " : "", r.field, r.field[0] ? ")" : "");
+    else
+      snprintf(err, n, "%s: %s%s%s", r.field_where, r.field, r.field[0] ? ": " : "", msg);
     goto done;
   }
-  struct tbl root = { lua_gettop(sb.L), "", "" };
-  if (!sandbox_where(sb.L, root.idx, NULL, 0, root.where, sizeof root.where))
-    snprintf(root.where, sizeof root.where, "%s", path);
-  else { /* the constructor's own line, not a field's */
-    const struct srcmap_record *rec = srcmap_get(&sb.map, sandbox_record_of(sb.L, root.idx));
-    if (rec && rec->line > 0)
-      snprintf(root.where, sizeof root.where, "%s:%d", rec->where, rec->line);
-  }
-  plan_set_loc(out, "", root.where);
-  for (int i = 0; i < opt->n_sets; i++)
-    if (apply_set(&r, root.idx, opt->sets[i]))
-      goto done;
-  default_name(out, path);
-  out->virtual_stages = 1;
-  out->bucket_mb = 25;
-  if (read_plan(&r, &root, opt->world))
+  if (job.rc)
     goto done;
   rc = plan_validate(out, err, n);
 done:
