@@ -372,6 +372,8 @@ static int cmd_run(lua_State *L, const struct cli *c)
   int rc = train_run(p, groups, stdout, err, sizeof err);
   if (rc == TRAIN_PLAN_ERROR)
     return host_fail(L, EXIT_USAGE, "plan error: %s", err);
+  if (rc == 130 || rc == 143) /* stopped by SIGINT / SIGTERM after a step (train_run) */
+    return host_fail(L, rc, "%s", err);
   if (rc != TRAIN_OK)
     return host_fail(L, EXIT_RUNTIME, "%s", err);
   return 0;
