@@ -28,6 +28,21 @@ foreach(plan ${TYCHO_CRASH_PLANS})
   set_tests_properties(crash_plan.${name} PROPERTIES TIMEOUT 60)
 endforeach()
 
+# The crash plans that hit a limit, under mpirun with 2 ranks: every rank's limit fires alike and
+# the job stops with exit code 2 and the message, never a hang.
+find_program(TYCHO_CRASH_MPIRUN NAMES mpirun mpiexec)
+if(TYCHO_CRASH_MPIRUN)
+  foreach(name pcall_swallows_limit xpcall_swallows_limit pattern_backtracking_pcall index_endless_loop)
+    add_test(NAME crash_plan_mpi.${name}
+      COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/plans/crash/check_mpi.sh ${TYCHO_CRASH_MPIRUN}
+        $<TARGET_FILE:tycho> tests/plans/crash/${name}.lua
+      WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+    tycho_session_env(crash_plan_mpi.${name} session)
+    set_tests_properties(crash_plan_mpi.${name} PROPERTIES TIMEOUT 90 PROCESSORS 2 LABELS mpi
+      ENVIRONMENT "${session};OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_btl=self,vader;OMPI_MCA_mpi_yield_when_idle=1;OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=1")
+  endforeach()
+endif()
+
 # The command line: help, exit codes, check output for the shipped plans, --json, --set, sandbox.
 add_test(NAME cli COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli.sh $<TARGET_FILE:tycho>
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
