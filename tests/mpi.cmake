@@ -132,6 +132,13 @@ foreach(mode world_mismatch hash_mismatch bf16_refused leave_early_pp data_one_r
     ENVIRONMENT "${env}")
 endforeach()
 
+# SIGTERM to one rank of two: both stop after the same step with its checkpoint, exit 143.
+add_test(NAME mpi_run_signals COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_signals.sh
+  ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} $<TARGET_FILE:tycho> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+tycho_mpi_env(mpi_run_signals env)
+set_tests_properties(mpi_run_signals PROPERTIES TIMEOUT 150 PROCESSORS 2 LABELS mpi SKIP_RETURN_CODE 77
+  ENVIRONMENT "${env}")
+
 # Each layout conversion against the unsharded tensor, and the KV expansion against its adjoint.
 foreach(ranks 2 3 4)
   tycho_mpi_test(mpi_tp_convert.tp${ranks} ${ranks} COMMAND $<TARGET_FILE:mpi_tp_convert>)

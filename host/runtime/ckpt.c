@@ -245,6 +245,33 @@ static int list_steps(const char *dir, long long **steps, int *n)
   return 0;
 }
 
+int ckpt_remove_partial(const char *dir, FILE *out, char *err, size_t err_size)
+{
+  DIR *dh = opendir(dir);
+  if (!dh)
+    return errno == ENOENT ? 0 : errf(err, err_size, "checkpoint.dir %s: cannot list it: %s", dir, strerror(errno));
+  struct dirent *e;
+  int rc = 0;
+  while (!rc && (e = readdir(dh))) {
+    const size_t len = strlen(e->d_name);
+    if (strncmp(e->d_name, "step_", 5) || len < 9 || strcmp(e->d_name + len - 4, ".tmp"))
+      continue;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    struct stat st;
+    if (lstat(path, &st) || !S_ISDIR(st.st_mode))
+      continue;
+    if (remove_folder(path))
+      rc = errf(err, err_size, "checkpoint.dir: cannot remove the partial checkpoint %s: %s", path, strerror(errno));
+    else if (out)
+      fprintf(out, "checkpoint: removed the partial %s (a write that did not finish)\n", path);
+  }
+  closedir(dh);
+  if (out)
+    fflush(out);
+  return rc;
+}
+
 int ckpt_find_latest(const char *dir, char *path, size_t path_size, long long *step, char *err,
                      size_t err_size)
 {
@@ -461,6 +488,14 @@ static int gather_pieces(struct comm_group *g, const struct ckpt_piece *pieces, 
   return 0;
 }
 
+/* A write that failed (agreed: no rank writes into tmp any more): rank 0 removes its folder. */
+static int failed_write(int rank, const char *tmp, int rc)
+{
+  if (rank == 0)
+    remove_folder(tmp);
+  return rc;
+}
+
 int ckpt_save(struct trainer *t, const char *dir, long long steps_done, int keep, char *err,
               size_t err_size)
 {
@@ -478,7 +513,7 @@ int ckpt_save(struct trainer *t, const char *dir, long long steps_done, int keep
       rc = err[0] ? 1 : errf(err, err_size, "checkpoint: cannot prepare %s: %s", tmp, strerror(errno));
   }
   if ((rc = agree(g, rc, err, err_size)))
-    return rc;
+    return failed_write(rank, tmp, rc);
 
   /* Every rank its shard file. */
   struct writer w = { .fd = -1, .path = file, .rank = rank, .err = err, .err_size = err_size };
@@ -495,7 +530,7 @@ int ckpt_save(struct trainer *t, const char *dir, long long steps_done, int keep
   }
   if ((rc = agree(g, rc, err, err_size))) {
     free(w.pieces);
-    return rc;
+    return failed_write(rank, tmp, rc);
   }
 
   /* Every rank's piece list to every rank (rank 0 writes the manifest). */
@@ -504,7 +539,7 @@ int ckpt_save(struct trainer *t, const char *dir, long long steps_done, int keep
   rc = gather_pieces(g, w.pieces, w.n, &all, &n_all, err, err_size);
   free(w.pieces);
   if (rc)
-    return rc;
+    return failed_write(rank, tmp, rc);
 
   if (!rc && rank == 0) {
     struct strbuf b;
@@ -536,7 +571,8 @@ int ckpt_save(struct trainer *t, const char *dir, long long steps_done, int keep
     }
   }
   free(all);
-  return agree(g, rc, err, err_size);
+  rc = agree(g, rc, err, err_size);
+  return rc ? failed_write(rank, tmp, rc) : 0;
 }
 
 /* ---- reading ---------------------------------------------------------------------------- */

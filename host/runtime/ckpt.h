@@ -14,7 +14,8 @@
  *
  * Saving writes into step_N.tmp (every rank its file, fsync), then rank 0 the manifest (fsync),
  * renames the folder to step_N and syncs DIR, then removes the oldest beyond checkpoint.keep:
- * a crash leaves the last good checkpoint and at worst a .tmp folder, which loading ignores.
+ * a crash leaves the last good checkpoint and at worst a .tmp folder, which loading ignores and
+ * the next run removes (ckpt_remove_partial); a write that fails removes its .tmp folder.
  *
  * Loading works on any other mesh, tp / pp / dp / zero (resharding): each rank reads, from the
  * memory-mapped shard files, only the pieces that overlap the blocks and ranges it holds,
@@ -36,6 +37,11 @@ struct trainer;
  * 0 found; 1 none (dir missing or empty: not an error); -1 with a message. Local. */
 int ckpt_find_latest(const char *dir, char *path, size_t path_size, long long *step,
                      char *err, size_t err_size);
+/* Removes every step_N.tmp folder in dir (writes that did not finish: a crash, a full disk, a
+ * killed run), naming each on out (may be NULL). Only for a dir this process holds locked
+ * (train_run.c): another live run's .tmp is its write in progress. 0 ok (dir missing: nothing
+ * to do); 1 with a message. Local. */
+int ckpt_remove_partial(const char *dir, FILE *out, char *err, size_t err_size);
 /* Collective over the job: saves t (its parameters and optimizer state after `steps_done`
  * steps) as dir/step_N, then keeps the newest `keep`. Every rank returns the same status
  * (agreed). */

@@ -4,16 +4,20 @@
  * can fail on one rank alone (set-up, writing) is followed by an agreement over the group, so
  * every rank stops at the same point with the same message. */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "comm/comm.h"
 #include "runtime/alloc.h"
 #include "runtime/ckpt.h"
+#include "runtime/run_guard.h"
 #include "runtime/train.h"
 #include "runtime/train_progress.h"
 #include "runtime/weights.h"
@@ -45,33 +49,41 @@ struct run_log {
   const char *metrics_path;
 };
 
+/* Rank 0, before anything else (trainer_open, any step): every path the run will write is tried
+ * (run_guard.h: folders made, a probe file created and removed, naming the field and the path),
+ * checkpoint.dir and log.metrics are locked for the run (DIR/.lock, METRICS.lock: a second run
+ * on either is refused naming the holder's pid and host), and the metrics file is opened. */
+struct run_locks {
+  struct run_lock ckpt, metrics;
+};
+
 static int open_metrics(struct run_log *log, const char *path, char *err, size_t n)
 {
   log->metrics_path = path;
   if (!path[0])
     return 0;
-  if (path_make_parent_dirs(path, err, n))
-    return 1;
   log->metrics = fopen(path, "a");
   if (!log->metrics)
-    return errf(err, n, "log.metrics: cannot open %s for appending", path);
+    return errf(err, n, "log.metrics %s: cannot open it for appending: %s", path, strerror(errno));
   return 0;
 }
 
-/* log.trace is written after the traced steps; a path that cannot be written is found now,
- * before any training (its folders are made, as for log.metrics). Rank 0. */
-static int check_trace_path(const char *path, char *err, size_t n)
+static int prepare_outputs(const struct plan *p, struct run_log *log, struct run_locks *locks, char *err, size_t n)
 {
-  char why[1024];
-  if (!path[0])
-    return 0;
-  if (path_make_parent_dirs(path, why, sizeof why))
-    return errf(err, n, "log.trace: %s", why);
-  FILE *f = fopen(path, "w");
-  if (!f)
-    return errf(err, n, "log.trace: cannot write %s", path);
-  fclose(f);
-  return 0;
+  char lock[4200];
+  const char *dir = p->checkpoint.dir, *metrics = p->log.metrics;
+  if (dir[0]) {
+    snprintf(lock, sizeof lock, "%s/.lock", dir);
+    if (run_probe_dir("checkpoint.dir", dir, err, n) || run_lock_take(&locks->ckpt, "checkpoint.dir", dir, lock, err, n))
+      return 1;
+  }
+  if (metrics[0]) {
+    snprintf(lock, sizeof lock, "%s.lock", metrics);
+    if (run_probe_file("log.metrics", metrics, err, n) ||
+        run_lock_take(&locks->metrics, "log.metrics", metrics, lock, err, n) || open_metrics(log, metrics, err, n))
+      return 1;
+  }
+  return run_probe_file("export.path", p->export_.path, err, n) || run_probe_file("log.trace", p->log.trace, err, n);
 }
 
 static int write_metrics_line(struct run_log *log, const char *line, char *err, size_t n)
@@ -79,8 +91,48 @@ static int write_metrics_line(struct run_log *log, const char *line, char *err, 
   if (!log->metrics)
     return 0;
   if (fputs(line, log->metrics) < 0 || fflush(log->metrics) != 0)
-    return errf(err, n, "log.metrics: cannot write to %s", log->metrics_path);
+    return errf(err, n, "log.metrics: cannot write to %s: %s", log->metrics_path, strerror(errno));
   return 0;
+}
+
+/* SIGINT and SIGTERM during the steps: the first is noted, and the run stops at the next step
+ * boundary that every rank agrees on (run_loop); a second one ends the process at once. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+  if (stop_signal) {
+    static const char again_int[] = "tycho: SIGINT again: exiting at once\n";
+    static const char again_term[] = "tycho: SIGTERM again: exiting at once\n";
+    if (sig == SIGINT)
+      (void)!write(2, again_int, sizeof again_int - 1);
+    else
+      (void)!write(2, again_term, sizeof again_term - 1);
+    _exit(128 + sig);
+  }
+  stop_signal = sig;
+}
+
+struct stop_handlers {
+  struct sigaction old_int, old_term;
+};
+
+static void catch_stop_signals(struct stop_handlers *h)
+{
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  stop_signal = 0;
+  sigaction(SIGINT, &sa, &h->old_int);
+  sigaction(SIGTERM, &sa, &h->old_term);
+}
+
+static void release_stop_signals(const struct stop_handlers *h)
+{
+  sigaction(SIGINT, &h->old_int, NULL);
+  sigaction(SIGTERM, &h->old_term, NULL);
 }
 
 static int log_step(struct run_log *log, const struct plan *p, const struct train_step_stats *s,
@@ -265,8 +317,9 @@ static int print_peaks(struct comm_group *g, struct run_log *log, char *err, siz
 static int export_weights(struct trainer *t, FILE *out, long long step, char *err, size_t n)
 {
   const char *path = t->plan->export_.path;
-  if (dp_export(&t->dp, path, err, n))
-    return 1;
+  char why[1024];
+  if (dp_export(&t->dp, path, why, sizeof why))
+    return errf(err, n, "export.path %s: %s", path, why);
   if (out) {
     fprintf(out, "exported %s after step %lld\n", path, step);
     fflush(out);
@@ -323,8 +376,8 @@ static int run_loop(struct trainer *t, struct run_log *log, int *left, char *err
     /* From here each rank goes on through the collectives (evaluation, export) even after a
      * failure of its own, and the agreement at the end of the step stops them all. */
     int failed = log_step(log, p, &st, tokens, t1 - t0, t1 - start, err, n);
-    int last = s + 1 == steps;
-    if ((s + 1) % p->log.every == 0 || last || s == first) {
+    int last = s + 1 == steps, printed = 0;
+    if ((printed = (s + 1) % p->log.every == 0 || last || s == first)) {
       print_progress(log->out, p, &st, (double)interval_tokens / interval_seconds, t1 - start);
       interval_tokens = 0;
       interval_seconds = 0.0;
@@ -347,10 +400,26 @@ static int run_loop(struct trainer *t, struct run_log *log, int *left, char *err
         failed = errf(err, n, "%s", why);
       comm_trace_work("export", -1, -1, 0.0, x0, comm_now());
     }
-    if (train_agree(g, failed ? TRAIN_RUNTIME_ERROR : TRAIN_OK, err, n))
+    /* The step's agreement carries a signal too (status 128 + its number): when any rank was
+     * signalled, every rank stops after this same step. No collective is added in the common
+     * case (this agreement runs every step anyway); a second one, when a signal was agreed, lets
+     * a failure on any rank win over it. */
+    const int sig = stop_signal;
+    char mine[COMM_AGREE_MSG_MAX];
+    snprintf(mine, sizeof mine, "%s", failed ? err : "");
+    int agreed = train_agree(g, failed ? TRAIN_RUNTIME_ERROR : sig ? 128 + sig : TRAIN_OK, err, n), stop = 0;
+    if (agreed > 128) {
+      stop = agreed - 128;
+      snprintf(err, n, "%s", mine);
+      if (train_agree(g, failed ? TRAIN_RUNTIME_ERROR : TRAIN_OK, err, n))
+        return TRAIN_RUNTIME_ERROR;
+    } else if (agreed) {
       return TRAIN_RUNTIME_ERROR;
+    }
+    if (stop && !printed)
+      print_progress(log->out, p, &st, (double)interval_tokens / interval_seconds, t1 - start);
     const char *ckdir = p->checkpoint.dir;
-    if (ckdir[0] && ((p->checkpoint.every > 0 && (s + 1) % p->checkpoint.every == 0) || last)) {
+    if (ckdir[0] && ((p->checkpoint.every > 0 && (s + 1) % p->checkpoint.every == 0) || last || stop)) {
       double c0 = now_seconds(), k0 = comm_now();
       if (ckpt_save(t, ckdir, s + 1, p->checkpoint.keep, err, n))
         return TRAIN_RUNTIME_ERROR;
@@ -360,9 +429,18 @@ static int run_loop(struct trainer *t, struct run_log *log, int *left, char *err
         fflush(log->out);
       }
     }
-    if (p->log.trace[0] && (s + 1 == first + p->log.trace_steps || (last && s + 1 < first + p->log.trace_steps)) &&
+    if (p->log.trace[0] && (s + 1 == first + p->log.trace_steps || ((last || stop) && s + 1 < first + p->log.trace_steps)) &&
         write_trace(p, log->out, first, s, err, n))
       return TRAIN_RUNTIME_ERROR;
+    if (stop) {
+      const char *name = stop == SIGINT ? "SIGINT" : stop == SIGTERM ? "SIGTERM" : "a signal";
+      if (ckdir[0])
+        errf(err, n, "interrupted by %s after step %lld: checkpoint %s/step_%08lld written", name, s + 1, ckdir, s + 1);
+      else
+        errf(err, n, "interrupted by %s after step %lld: no checkpoint.dir, so the trained steps are not saved",
+             name, s + 1);
+      return 128 + stop;
+    }
     if (s == leave_after) {
       fprintf(stderr, "tycho: rank %d: leaving after step %lld (TYCHO_TEST_LEAVE_AFTER_STEP)\n",
               g ? g->ranks[g->rank] : 0, s);
@@ -404,30 +482,39 @@ int train_run(const struct plan *p, struct comm_group *const *groups, FILE *out,
 {
   struct comm_group *all = groups ? comm_world() : NULL;
   const int rank0 = !all || all->rank == 0;
-  struct trainer t;
-  int opened = trainer_open(&t, p, groups, err, err_size);
-  int rc = train_agree(all, opened, err, err_size);
-  if (rc != TRAIN_OK) {
-    if (opened == TRAIN_OK)
-      trainer_close(&t);
-    return rc;
-  }
   struct run_log log = { rank0 ? out : NULL, NULL, "" };
-  print_header(log.out, p, &t);
-  rc = rank0 && (open_metrics(&log, p->log.metrics, err, err_size) || check_trace_path(p->log.trace, err, err_size))
-         ? TRAIN_RUNTIME_ERROR : TRAIN_OK;
+  struct run_locks locks = { { .fd = -1 }, { .fd = -1 } };
+  /* Everything the run will write, tried and locked before the trainer opens (exit 1). */
+  int rc = rank0 && prepare_outputs(p, &log, &locks, err, err_size) ? TRAIN_RUNTIME_ERROR : TRAIN_OK;
   rc = train_agree(all, rc, err, err_size);
+  struct trainer t;
+  int opened = rc;
+  if (rc == TRAIN_OK) {
+    opened = trainer_open(&t, p, groups, err, err_size);
+    rc = train_agree(all, opened, err, err_size);
+  }
+  if (rc == TRAIN_OK) {
+    print_header(log.out, p, &t);
+    /* Partial step_N.tmp folders: ours to remove, as checkpoint.dir is locked by this run. */
+    if (rank0 && p->checkpoint.dir[0] && ckpt_remove_partial(p->checkpoint.dir, log.out, err, err_size))
+      rc = TRAIN_RUNTIME_ERROR;
+    rc = train_agree(all, rc, err, err_size);
+  }
   if (rc == TRAIN_OK && p->checkpoint.dir[0])
     rc = resume(&t, all, log.out, err, err_size);
   /* log.trace: room for the traced steps' records and spans (some MiB per rank), not 4096 */
-  if (rc == TRAIN_OK && p->log.trace[0] && all && comm_reserve_records(TRACE_RECORDS)) {
-    errf(err, err_size, "log.trace: out of memory for %d trace records", TRACE_RECORDS);
-    rc = TRAIN_RUNTIME_ERROR;
+  if (rc == TRAIN_OK && p->log.trace[0] && all) { /* rc is agreed: every rank or none */
+    if (comm_reserve_records(TRACE_RECORDS))
+      rc = errf(err, err_size, "log.trace: out of memory for %d trace records", TRACE_RECORDS);
+    rc = train_agree(all, rc, err, err_size);
   }
-  rc = train_agree(all, rc, err, err_size);
   int left = 0;
-  if (rc == TRAIN_OK)
+  if (rc == TRAIN_OK) {
+    struct stop_handlers h;
+    catch_stop_signals(&h);
     rc = run_loop(&t, &log, &left, err, err_size);
+    release_stop_signals(&h);
+  }
   if (rc == TRAIN_OK && !left) {
     rc = print_peaks(all, &log, err, err_size) ? TRAIN_RUNTIME_ERROR : TRAIN_OK;
     if (log.out)
@@ -435,6 +522,9 @@ int train_run(const struct plan *p, struct comm_group *const *groups, FILE *out,
   }
   if (log.metrics)
     fclose(log.metrics);
-  trainer_close(&t);
+  run_lock_release(&locks.metrics);
+  run_lock_release(&locks.ckpt);
+  if (opened == TRAIN_OK)
+    trainer_close(&t);
   return rc;
 }

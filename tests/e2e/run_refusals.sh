@@ -24,7 +24,7 @@ expect 2 'tycho: plan error: --set precision.compute=bf16: precision.compute = "
 expect 1 'tycho: data.train: /nonexistent/train.bin' \
   tests/golden/llama_ref_plan.lua --set data.train=/nonexistent/train.bin
 expect 1 'tycho: init.from: /nonexistent/model.safetensors' tests/plans/good/train_small.lua --set init.from=/nonexistent/model.safetensors
-expect 1 'tycho: log.trace: cannot create the folder /proc/nope' tests/plans/good/train_small.lua \
+expect 1 'tycho: log.trace /proc/nope/trace.json: cannot create the folder /proc/nope' tests/plans/good/train_small.lua \
   --set log.trace=/proc/nope/trace.json
 expect 2 'tycho: --world 4: tycho run takes the world from MPI (1 rank here); start 4 ranks with mpirun -np 4' \
   tests/plans/good/train_small.lua --world 4

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# `tycho run` tries everything it will write before step 1 and holds what only one run may
+# write. Refused with exit 1 and no step run, naming the field and the path: export.path under a
+# regular file, in /proc, or a folder; log.metrics in /proc or under a file; checkpoint.dir under
+# a file; log.trace in /proc/self. A second run on the checkpoint.dir or log.metrics of a live
+# run is refused naming the holder (pid, host) and leaves that run's step_N.tmp alone; the
+# first run, ended by SIGTERM, gives its locks back (a third run takes them). A stale
+# step_N.tmp is removed at start. A metrics write that fails mid-run (prlimit's file-size
+# limit) names the path and strerror.
+# usage: run_outputs.sh TYCHO   (run from the source folder)
+set -u
+tycho=$1
+plan=tests/plans/good/train_small.lua
+tmp=$(mktemp -d)
+bg=
+trap '[ -n "$bg" ] && kill -KILL "$bg" 2>/dev/null; rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; echo "--- stdout"; cat "$tmp/out"; echo "--- stderr"; cat "$tmp/err"; exit 1; }
+refused() { # refused TEXT ARGS...: exit 1 before any step, TEXT in the first stderr line
+  local text=$1 rc first
+  shift
+  "$tycho" run "$plan" "$@" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  [ "$rc" -eq 1 ] || fail "$*: exit code $rc, expected 1"
+  first=$(head -n 1 "$tmp/err")
+  case "$first" in *"$text"*) ;; *) fail "$*: first stderr line '$first' lacks '$text'" ;; esac
+  grep -q '^step' "$tmp/out" && fail "$*: a step ran before the refusal"
+  return 0
+}
+: >"$tmp/file"
+refused "tycho: export.path $tmp/file/model.safetensors: $tmp/file: not a folder" \
+  --set export.path="$tmp/file/model.safetensors"
+refused "tycho: export.path /proc/model.safetensors: cannot create files in the folder /proc: " \
+  --set export.path=/proc/model.safetensors
+refused "tycho: export.path /proc/tycho-test/model.safetensors: cannot create the folder /proc/tycho-test: " \
+  --set export.path=/proc/tycho-test/model.safetensors
+refused "tycho: export.path $tmp: is a folder, not a file" --set export.path="$tmp"
+refused "tycho: log.metrics /proc/metrics.jsonl: cannot create files in the folder /proc: " \
+  --set log.metrics=/proc/metrics.jsonl
+refused "tycho: log.metrics $tmp/file/metrics.jsonl: $tmp/file: not a folder" --set log.metrics="$tmp/file/metrics.jsonl"
+refused "tycho: checkpoint.dir $tmp/file/ck: cannot create the folder $tmp/file/ck: Not a directory" \
+  --set checkpoint.dir="$tmp/file/ck"
+refused "tycho: log.trace /proc/self/trace.json: cannot create files in the folder /proc/self: " \
+  --set log.trace=/proc/self/trace.json
+echo "ok: unwritable outputs refused before step 1"
+
+# A live run holds checkpoint.dir and log.metrics.
+"$tycho" run "$plan" --set train.steps=1000000 --set checkpoint.dir="$tmp/ck" \
+  --set log.metrics="$tmp/m.jsonl" >"$tmp/bg_out" 2>"$tmp/bg_err" &
+bg=$!
+for _ in $(seq 300); do [ -s "$tmp/m.jsonl" ] && break; sleep 0.1; done
+[ -s "$tmp/m.jsonl" ] || fail "the first run wrote no metrics in 30 s: $(cat "$tmp/bg_err")"
+host=$(uname -n)
+mkdir "$tmp/ck/step_99999999.tmp" # as if the live run were writing it
+refused "tycho: checkpoint.dir $tmp/ck: in use by another run (pid $bg on host $host; lock $tmp/ck/.lock)" \
+  --set checkpoint.dir="$tmp/ck"
+[ -d "$tmp/ck/step_99999999.tmp" ] || fail "the refused run removed the live run's .tmp folder"
+refused "tycho: log.metrics $tmp/m.jsonl: in use by another run (pid $bg on host $host; lock $tmp/m.jsonl.lock)" \
+  --set log.metrics="$tmp/m.jsonl"
+kill -TERM "$bg"
+wait "$bg"
+rc=$?
+bg=
+[ "$rc" -eq 143 ] || fail "the first run exited $rc after SIGTERM, expected 143: $(cat "$tmp/bg_err")"
+[ -e "$tmp/ck/.lock" ] && fail "the lock file $tmp/ck/.lock is left after the run"
+[ -e "$tmp/m.jsonl.lock" ] && fail "the lock file $tmp/m.jsonl.lock is left after the run"
+echo "ok: a second run on a live run's checkpoint.dir or log.metrics is refused naming its pid and host"
+
+# The next run takes the locks, removes the stale .tmp and resumes.
+steps=$(grep -c '"loss"' "$tmp/m.jsonl")
+"$tycho" run "$plan" --set train.steps=$((steps + 2)) --set checkpoint.dir="$tmp/ck" \
+  --set log.metrics="$tmp/m.jsonl" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ "$rc" -eq 0 ] || fail "the third run exited $rc"
+grep -qF "checkpoint: removed the partial $tmp/ck/step_99999999.tmp" "$tmp/out" || fail "no line for the removed .tmp"
+[ -e "$tmp/ck/step_99999999.tmp" ] && fail "the stale .tmp folder is still there"
+grep -q "^resumed from $tmp/ck/step_" "$tmp/out" || fail "the third run did not resume"
+echo "ok: stale step_N.tmp removed at start once the lock is held"
+
+# A metrics write that fails mid-run: the path and strerror (File too large: the file-size
+# limit lowered with prlimit once the run is training; SIGXFSZ ignored, so the write fails).
+if command -v prlimit >/dev/null; then
+  (trap '' XFSZ; exec "$tycho" run "$plan" --set train.steps=1000000 --set log.metrics="$tmp/small.jsonl") \
+    >"$tmp/out" 2>"$tmp/err" &
+  bg=$!
+  for _ in $(seq 300); do [ -s "$tmp/small.jsonl" ] && break; sleep 0.1; done
+  prlimit --pid "$bg" --fsize=$(( $(stat -c %s "$tmp/small.jsonl") + 4096 )) || fail "prlimit failed"
+  wait "$bg"
+  rc=$?
+  bg=
+  [ "$rc" -eq 1 ] || fail "metrics write failure: exit code $rc, expected 1"
+  first=$(head -n 1 "$tmp/err")
+  [ "$first" = "tycho: log.metrics: cannot write to $tmp/small.jsonl: File too large" ] ||
+    fail "metrics write failure: first stderr line '$first'"
+  echo "ok: a failed metrics write names the path and strerror"
+else
+  echo "skipped: the failed metrics write (no prlimit)"
+fi
