@@ -5,8 +5,8 @@
 # a file; log.trace in /proc/self. A second run on the checkpoint.dir or log.metrics of a live
 # run is refused naming the holder (pid, host) and leaves that run's step_N.tmp alone; the
 # first run, ended by SIGTERM, gives its locks back (a third run takes them). A stale
-# step_N.tmp is removed at start. A metrics write that fails mid-run (prlimit's file-size
-# limit) names the path and strerror.
+# step_N.tmp is removed at start, and a checkpoint write that fails removes its own. A metrics
+# write that fails mid-run (prlimit's file-size limit) names the path and strerror.
 # usage: run_outputs.sh TYCHO   (run from the source folder)
 set -u
 tycho=$1
@@ -75,6 +75,23 @@ grep -qF "checkpoint: removed the partial $tmp/ck/step_99999999.tmp" "$tmp/out" 
 [ -e "$tmp/ck/step_99999999.tmp" ] && fail "the stale .tmp folder is still there"
 grep -q "^resumed from $tmp/ck/step_" "$tmp/out" || fail "the third run did not resume"
 echo "ok: stale step_N.tmp removed at start once the lock is held"
+
+# A checkpoint write that fails (File too large: a file-size limit below one shard, set once
+# checkpoints are being written): exit 1 naming the shard, and no step_N.tmp left behind.
+if command -v prlimit >/dev/null; then
+  (trap '' XFSZ; exec "$tycho" run "$plan" --set train.steps=1000000 --set checkpoint.dir="$tmp/ck2" \
+    --set checkpoint.every=1) >"$tmp/out" 2>"$tmp/err" &
+  bg=$!
+  for _ in $(seq 300); do [ -d "$tmp/ck2/step_00000002" ] && break; sleep 0.1; done
+  prlimit --pid "$bg" --fsize=65536 || fail "prlimit failed"
+  wait "$bg"
+  rc=$?
+  bg=
+  [ "$rc" -eq 1 ] || fail "checkpoint write failure: exit code $rc, expected 1"
+  grep -q '^tycho: .*rank_00000.bin: File too large' "$tmp/err" || fail "checkpoint write failure: no File too large"
+  ls -d "$tmp"/ck2/step_*.tmp >/dev/null 2>&1 && fail "a failed checkpoint write left $(ls -d "$tmp"/ck2/step_*.tmp)"
+  echo "ok: a failed checkpoint write removes its step_N.tmp"
+fi
 
 # A metrics write that fails mid-run: the path and strerror (File too large: the file-size
 # limit lowered with prlimit once the run is training; SIGXFSZ ignored, so the write fails).
