@@ -3,6 +3,7 @@
 
 #include <lauxlib.h>
 #include <lua.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -62,8 +63,8 @@ static int number(struct creader *r, int idx, const char *prefix, const char *ke
   lua_pop(r->L, 1);
   if (!ok)
     return cfail(r, idx, key, field, "missing or not a number");
-  if (!(v > 0))
-    return cfail(r, idx, key, field, "must be positive");
+  if (!(v > 0) || !isfinite(v))
+    return cfail(r, idx, key, field, "must be a positive, finite number");
   *out = v;
   return 0;
 }

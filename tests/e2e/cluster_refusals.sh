@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# A cluster file (--cluster) whose number is infinite or not positive is refused with exit 2,
+# naming the file, the line and the field (inf passed the positivity check before).
+# usage: cluster_refusals.sh TYCHO   (run from the source folder)
+set -u
+tycho=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+expect() { # expect FIELD_TEXT SED: the cluster file edited by SED is refused naming FIELD_TEXT
+  sed "$2" plans/clusters/h100_80g_ib.lua >"$tmp/c.lua"
+  local err rc
+  err=$("$tycho" check plans/tiny.lua --cluster "$tmp/c.lua" 2>&1 >/dev/null)
+  rc=$?
+  [ "$rc" -eq 2 ] || { echo "FAIL: $2: exit $rc, expected 2 ($err)"; exit 1; }
+  case "$err" in
+    *"$tmp/c.lua:"*"$1: must be a positive, finite number"*) ;;
+    *) echo "FAIL: $2: '$err' does not name $1"; exit 1 ;;
+  esac
+}
+expect inter_node.bandwidth_gbs 's/bandwidth_gbs = 50,/bandwidth_gbs = math.huge,/'
+expect peak_tflops 's/peak_tflops = 989,/peak_tflops = -math.huge,/'
+expect device_memory_gb 's/device_memory_gb = 80,/device_memory_gb = 0,/'
+"$tycho" check plans/tiny.lua --cluster plans/clusters/h100_80g_ib.lua >/dev/null || { echo "FAIL: the shipped cluster file"; exit 1; }
+echo "ok: cluster refusals"
