@@ -102,8 +102,8 @@ static volatile sig_atomic_t stop_signal;
 static void on_stop_signal(int sig)
 {
   if (stop_signal) {
-    static const char again_int[] = "tycho: SIGINT again: exiting at once\n";
-    static const char again_term[] = "tycho: SIGTERM again: exiting at once\n";
+    static const char again_int[] = "tycho: a second signal (SIGINT): exiting at once\n";
+    static const char again_term[] = "tycho: a second signal (SIGTERM): exiting at once\n";
     if (sig == SIGINT)
       (void)!write(2, again_int, sizeof again_int - 1);
     else

@@ -2,7 +2,9 @@
 # SIGINT or SIGTERM to `tycho run`: the step in progress finishes, a checkpoint is written when
 # checkpoint.dir is set, the metrics hold every finished step, and the run exits 130 (SIGINT) or
 # 143 (SIGTERM) with one line saying so; the checkpoint verifies and a second run resumes from
-# it. Without checkpoint.dir the line says that the steps are not saved.
+# it. Without checkpoint.dir the line says that the steps are not saved. A second signal during
+# the step (SIGINT and SIGTERM back to back, on plans/tiny.lua's longer steps) exits at once with
+# 128 + that signal and its own line.
 # usage: run_signals.sh TYCHO   (run from the source folder)
 set -u
 tycho=$1
@@ -51,3 +53,19 @@ case "$(cat "$tmp/err")" in
   *) fail "SIGTERM: stderr '$(cat "$tmp/err")'" ;;
 esac
 echo "ok: SIGTERM after step $steps without checkpoint.dir: exit 143"
+
+# A second signal before the step ends: out at once, with that signal's code and its own line.
+"$tycho" run plans/tiny.lua --set train.steps=1000000 --set log.metrics="$tmp/t.jsonl" >"$tmp/out" 2>"$tmp/err" &
+bg=$!
+for _ in $(seq 300); do [ "$(grep -c '"loss"' "$tmp/t.jsonl" 2>/dev/null)" -ge 3 ] 2>/dev/null && break; sleep 0.1; done
+kill -INT "$bg"
+kill -TERM "$bg"
+for _ in $(seq 200); do kill -0 "$bg" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$bg" 2>/dev/null && { kill -KILL "$bg"; fail "second signal: still running 20 s after it"; }
+wait "$bg"
+rc=$?
+bg=
+# (which of the two the process takes first is the kernel's choice: either order, matching code)
+case "$rc" in 130) second=SIGINT ;; 143) second=SIGTERM ;; *) fail "second signal: exit code $rc, expected 130 or 143" ;; esac
+[ "$(cat "$tmp/err")" = "tycho: a second signal ($second): exiting at once" ] || fail "second signal: stderr '$(cat "$tmp/err")'"
+echo "ok: a second signal exits at once ($second, $rc)"
