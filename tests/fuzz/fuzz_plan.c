@@ -61,9 +61,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     require(p.model.n_layers > 0 && p.layers != NULL, "a compiled plan without layers", err);
     plan_free(&p);
   } else {
-    require(err[0] != 0, "a refused plan without a message", err);
-    require(strchr(err, '\n') == NULL || strstr(err, "stack traceback") == NULL,
-            "a traceback in the message", err);
+    require(err[0] != 0, "a refused plan without a message", err); /* (a message may quote the
+      plan's text, any text: Lua's "unfinished string near ..."; nothing more is required of it) */
   }
   return 0;
 }
