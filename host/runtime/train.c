@@ -357,17 +357,25 @@ static int update(void *ctx, double loss_sum)
   stats->loss = global_loss(t, loss_sum);
   stats->lr = optimizer_lr(p, t->step);
   stats->grad_norm = dp_grad_norm(&t->dp);
+  /* steps are named as the progress lines number them: step k is the k-th (t->step + 1) */
   if (trainer_failed(t))
-    return errf(u->err, u->err_size, "step %lld: %s", t->step, trainer_failed(t));
-  if (!isfinite(stats->loss) || !isfinite(stats->grad_norm))
-    return errf(u->err, u->err_size, "step %lld: the loss (%g) or the gradient norm (%g) is not finite; "
-                "lower optimizer.lr or set optimizer.grad_clip", t->step, stats->loss, stats->grad_norm);
+    return errf(u->err, u->err_size, "step %lld: %s", t->step + 1, trainer_failed(t));
+  if (!isfinite(stats->loss) || !isfinite(stats->grad_norm)) {
+    char advice[160];
+    if (p->optimizer.grad_clip > 0)
+      snprintf(advice, sizeof advice, "lower optimizer.lr (optimizer.grad_clip = %g is set already)",
+               p->optimizer.grad_clip);
+    else
+      snprintf(advice, sizeof advice, "lower optimizer.lr or set optimizer.grad_clip");
+    return errf(u->err, u->err_size, "step %lld: the loss (%g) or the gradient norm (%g) is not finite, so the "
+                "step is not applied; %s", t->step + 1, stats->loss, stats->grad_norm, advice);
+  }
   const double t0 = comm_now();
   double coef = optimizer_clip_coef(stats->grad_norm, p->optimizer.grad_clip);
   if (coef < 1.0)
     dp_scale_grads(&t->dp, (real)coef);
   if (dp_update(&t->dp, &t->opt, t->step, stats->lr))
-    return errf(u->err, u->err_size, "step %lld: %s", t->step, t->dp.err);
+    return errf(u->err, u->err_size, "step %lld: %s", t->step + 1, t->dp.err);
   comm_set_step(t->step, -1);
   comm_trace_work("optimizer", -1, -1, 0.0, t0, comm_now());
   return 0;
@@ -381,7 +389,7 @@ int trainer_step(struct trainer *t, struct train_step_stats *stats, char *err, s
   int rc = 0;
   exec_step(&t->exec, update, &u, &rc);
   if (!rc && trainer_failed(t)) /* a failure the list stopped at, before its OPTIMIZER */
-    rc = errf(err, err_size, "step %lld: %s", t->step, trainer_failed(t));
+    rc = errf(err, err_size, "step %lld: %s", t->step + 1, trainer_failed(t));
   if (rc)
     return rc;
   t->step++;

@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/weights.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,17 @@ static void format_shape(char *buf, size_t n, int n_dims, const int64_t *shape)
     snprintf(buf + used, n - used, "]");
 }
 
+/* A run cannot start from weights that are not finite: say so here, naming the tensor and the
+ * element, instead of a non-finite loss at step 1 blamed on the learning rate. */
+static int all_finite(const real *x, size_t n, const char *path, const char *name, char *err, size_t err_size)
+{
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(x[i]))
+      return errf(err, err_size, "init.from %s: tensor '%s' holds a non-finite value (%g at element %zu): "
+                  "a run cannot start from these weights", path, name, (double)x[i], i);
+  return 0;
+}
+
 static int load_tensors(struct model *m, const struct source *s, const char *path, char *err,
                         size_t err_size)
 {
@@ -92,6 +104,7 @@ static int load_tensors(struct model *m, const struct source *s, const char *pat
       if (!view)
         return errf(err, err_size, "init.from %s: out of host memory staging '%s'", path, p->name);
       int rc = st_read_real(file, t, view, t->n_elems, err, err_size);
+      rc = rc ? rc : all_finite(view, t->n_elems, path, p->name, err, err_size);
       hostview_close(m->k, m->kctx, p->data, view, bytes, !rc);
       if (rc)
         return 1;
@@ -105,6 +118,7 @@ static int load_tensors(struct model *m, const struct source *s, const char *pat
     if (!whole)
       return errf(err, err_size, "init.from %s: out of memory reading '%s'", path, p->name);
     int rc = st_read_real(file, t, whole, t->n_elems, err, err_size);
+    rc = rc ? rc : all_finite(whole, t->n_elems, path, p->name, err, err_size);
     if (!rc) {
       const size_t bytes = p->n_elems * sizeof(real);
       real *view = hostview_open(m->k, m->kctx, p->data, bytes, 0);

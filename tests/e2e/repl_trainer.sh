@@ -27,7 +27,7 @@ rc=$?
 out=$(cat "$tmp/out")
 [ "$rc" -eq 1 ] || fail "the refused @0 step is a failed chunk: exit 1 expected, got $rc"$'\n'"$out"
 grep -qF '[0,1] 2' <<<"$out" || fail "t.step is not 2 on both ranks after t:step(2)"$'\n'"$out"
-grep -qF '[0] stdin:1: step 2: gradient all-reduce: all-reduce on group dp needs ranks 1, which this chunk does not run on (it runs on 0)' <<<"$out" ||
+grep -qF '[0] stdin:1: step 3: gradient all-reduce: all-reduce on group dp needs ranks 1, which this chunk does not run on (it runs on 0)' <<<"$out" ||
   fail "the @0 step was not refused at its all-reduce"$'\n'"$out"
 [ "$(grep -cF '[0,1] 2' <<<"$out")" -ge 2 ] || fail "the refused step moved t.step"$'\n'"$out"
 want=$(printf '%.12g' "$ref")
