@@ -1014,6 +1014,9 @@ static int apply_set(struct reader *r, int plan_idx, const char *set)
   char desc[512];
   snprintf(desc, sizeof desc, "--set %s", set);
   const char *where = srcmap_intern(&sb->map, desc);
+  const size_t plen = strlen(path); /* strtok_r would read a..b as a.b: refuse empty components */
+  if (path[0] == '.' || path[plen - 1] == '.' || strstr(path, ".."))
+    return rfail(r, where, "%s: the path has an empty component", path);
   lua_pushvalue(L, plan_idx);
   char *save = NULL;
   char *seg = strtok_r(path, ".", &save);

@@ -21,6 +21,7 @@ ref=$(grep '"step": 2,' "$tmp/m.jsonl" | sed 's/.*"loss": \([^,]*\),.*/\1/')
 
 printf '%s\n' 't:step(2)' '=t.step' '@0 t:step(1)' '=t.step' 'x = t:step(1)' \
   'print(string.format("%.12g", x))' '@dp=1 print("dp1", t.rank)' 'u = tycho.open("plans/tiny.lua")' \
+  'v = tycho.open("plans/tiny.lua", {"mesh..tp=2"})' \
   'u = nil' 'collectgarbage()' |
   mpirun -np 2 "$tycho" repl plans/tiny.lua --set train.steps=20 --set train.eval_every=0 >"$tmp/out" 2>"$tmp/err"
 rc=$?
@@ -33,6 +34,8 @@ grep -qF '[0] stdin:1: step 3: gradient all-reduce: all-reduce on group dp needs
 want=$(printf '%.12g' "$ref")
 grep -qF "[0,1] $want" <<<"$out" || fail "step 2's loss is not tycho run's $want"$'\n'"$out"
 grep -qF '[1] dp1	1' <<<"$out" || fail "@dp=1 did not select rank 1"$'\n'"$out"
+grep -qF '[0,1] stdin:1: --set mesh..tp=2: mesh..tp: the path has an empty component' <<<"$out" ||
+  fail "an override path with an empty component was not refused"$'\n'"$out"
 grep -q 'rank 1: not in' "$tmp/err" && fail "a rank was left waiting"
 
 interrupt_session() { # interrupt_session CHUNK SIGNALS: the chunk, SIGINT to rank 0 SIGNALS times
@@ -43,14 +46,15 @@ interrupt_session() { # interrupt_session CHUNK SIGNALS: the chunk, SIGINT to ra
   local job=$! p r0=
   exec 3>"$tmp/in"
   printf '%s\n' "$1" >&3
-  for _ in $(seq 100); do
-    for p in $(pgrep -f "tycho repl plans/tiny.lua --set train.steps=100000 --set log.every=100000"); do
+  for _ in $(seq 300); do # 30 s: mpirun starts slowly on a loaded machine
+    for p in $(pgrep -f "$tycho repl plans/tiny.lua --set train.steps=100000 --set log.every=100000"); do # this build's only
       tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0' && r0=$p
     done
     [ -n "$r0" ] && break
     sleep 0.1
   done
-  [ -n "$r0" ] || { exec 3>&-; kill $job; fail "rank 0's process was not found"; }
+  [ -n "$r0" ] || { exec 3>&-; kill $job 2>/dev/null; wait $job
+    fail "rank 0's process was not found (exit $?): $(cat "$tmp/out4" "$tmp/err4")"; }
   sleep 3
   kill -INT "$r0"
   [ "$2" -ge 2 ] && { sleep 0.5; kill -INT "$r0"; }
