@@ -920,26 +920,31 @@ int repl_run(const struct repl_options *o, char *err, size_t err_size)
         free(members);
         break;
       }
-      unsigned char verdict[1024] = { 0 };
+      /* rank 0 sends every rank's answer (0, 1, or 2 for "could not tell"), in members */
       if (S.rank == 0)
-        for (int q = 0; q < S.size && q < (int)sizeof verdict; q++) {
-          verdict[q] = per[q] && counts[q] == 1 ? (unsigned char)per[q][0] : 2;
+        for (int q = 0; q < S.size; q++) {
+          if (members)
+            members[q] = per[q] && counts[q] == 1 ? (unsigned char)per[q][0] : 2;
           free(per[q]);
         }
       if (S.rank == 0) {
         free(per);
         free(counts);
       }
-      if (comm_control_bcast(S.group, verdict, (size_t)(S.size < 1024 ? S.size : 1024), 0,
-                             "the REPL's selector broadcast", err, err_size)) {
+      if (!members) {
+        snprintf(err, err_size, "out of memory for the REPL's selector");
+        free(m);
+        break;
+      }
+      if (comm_control_bcast(S.group, members, (size_t)S.size, 0, "the REPL's selector broadcast", err, err_size)) {
         free(m);
         free(members);
         break;
       }
       int bad = 0;
-      for (int q = 0; q < S.size && q < 1024 && members; q++) {
-        members[q] = verdict[q] == 1;
-        bad |= verdict[q] == 2;
+      for (int q = 0; q < S.size; q++) {
+        bad |= members[q] == 2;
+        members[q] = members[q] == 1;
       }
       if (bad)
         sel_kind = -1; /* every rank says why (its own reason, or the set's) */
