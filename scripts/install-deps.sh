@@ -9,7 +9,6 @@ packages=(
   libopenblas-dev libopenblas0-pthread
   libopenmpi-dev openmpi-bin
   libreadline-dev
-  tmux
 )
 
 missing=()
