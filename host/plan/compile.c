@@ -305,7 +305,7 @@ static int read_str(struct reader *r, const struct tbl *t, const char *key, int 
 static int match_enum(struct reader *r, int idx, const char *const *names, const char *path,
                       const char *where, const char *context, int *out)
 {
-  char v[96], list[256], mean[80] = "";
+  char v[96], list[768], mean[80] = "";
   if (lua_type(r->L, idx) == LUA_TSTRING) {
     const char *s = lua_tostring(r->L, idx);
     for (int i = 0; names[i]; i++)
@@ -475,6 +475,55 @@ static int read_mesh(struct reader *r, const struct tbl *root, int world)
   return 0;
 }
 
+static void p_allow(struct plan *p, int k)
+{
+  p->checkpoint.allow_changes |= (uint32_t)1 << k;
+}
+
+/* checkpoint.allow_changes: a list of the fields a resume may find changed (plan.h,
+ * plan_resume_field_name), as bits. */
+static int read_allow_changes(struct reader *r, const struct tbl *t)
+{
+  char path[128], where[PLAN_PATH_MAX + 32], v[96];
+  const char *names[PLAN_N_RESUME_NAMES + 1];
+  for (int i = 0; i <= PLAN_N_RESUME_NAMES; i++)
+    names[i] = plan_resume_field_name(i);
+  int type = get(r, t, "allow_changes", path, sizeof path, where, sizeof where);
+  if (type == LUA_TNIL) {
+    lua_pop(r->L, 1);
+    return 0;
+  }
+  if (type == LUA_TSTRING) { /* one name: a list of one (--set checkpoint.allow_changes=NAME) */
+    int k;
+    if (match_enum(r, -1, names, path, where, " (the fields a resume compares)", &k))
+      return -1;
+    p_allow(r->p, k);
+    lua_pop(r->L, 1);
+    return 0;
+  }
+  if (type != LUA_TTABLE) {
+    describe(r->L, -1, v, sizeof v);
+    lua_pop(r->L, 1);
+    return rfail(r, where, "%s = %s: must be a list of field names, e.g. { \"train.steps\", "
+                 "\"optimizer.lr\" }", path, v);
+  }
+  int n = (int)lua_rawlen(r->L, -1);
+  for (int i = 1; i <= n; i++) {
+    char item[160], item_where[PLAN_PATH_MAX + 32];
+    snprintf(item, sizeof item, "%s[%d]", path, i);
+    if (!sandbox_where(r->L, lua_gettop(r->L), NULL, i, item_where, sizeof item_where))
+      snprintf(item_where, sizeof item_where, "%s", where);
+    lua_rawgeti(r->L, -1, i);
+    int k;
+    if (match_enum(r, -1, names, item, item_where, " (the fields a resume compares)", &k))
+      return -1;
+    p_allow(r->p, k);
+    lua_pop(r->L, 1);
+  }
+  lua_pop(r->L, 1);
+  return 0;
+}
+
 static int read_simple_sections(struct reader *r, const struct tbl *root)
 {
   struct plan *p = r->p;
@@ -641,7 +690,7 @@ static int read_simple_sections(struct reader *r, const struct tbl *root)
     lua_pop(r->L, 1);
   }
 
-  static const char *const ckpt_known[] = { "dir", "every", "keep", "async", NULL };
+  static const char *const ckpt_known[] = { "dir", "every", "keep", "async", "allow_changes", NULL };
   p->checkpoint.keep = 3;
   if (open_section(r, root, "checkpoint", &t, &present))
     return -1;
@@ -650,7 +699,7 @@ static int read_simple_sections(struct reader *r, const struct tbl *root)
         read_str(r, &t, "dir", 1, p->checkpoint.dir, sizeof p->checkpoint.dir) ||
         read_int(r, &t, "every", 0, 1 << 30, 0, &p->checkpoint.every) ||
         read_int(r, &t, "keep", 1, 1 << 20, 0, &p->checkpoint.keep) ||
-        read_bool(r, &t, "async", &p->checkpoint.async))
+        read_bool(r, &t, "async", &p->checkpoint.async) || read_allow_changes(r, &t))
       return -1;
     lua_pop(r->L, 1);
   }

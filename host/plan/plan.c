@@ -129,6 +129,88 @@ const char *plan_seed_name(enum plan_seed s)
   return (unsigned)s < PLAN_N_SEEDS ? names[s] : "?";
 }
 
+static const char *const resume_names[PLAN_N_RESUME_NAMES + 1] = {
+  "model.norm_eps", "model.rope_theta", "model.dropout",
+  "batch.global", "batch.seq",
+  "data.train", "data.val", "data.synthetic", "data.shuffle",
+  "seeds.model", "seeds.data", "seeds.dropout",
+  "optimizer.kind", "optimizer.lr", "optimizer.beta1", "optimizer.beta2", "optimizer.eps",
+  "optimizer.weight_decay", "optimizer.grad_clip",
+  "lr_schedule.warmup", "lr_schedule.decay", "lr_schedule.decay_steps", "lr_schedule.min_lr",
+  "precision.compute", "precision.grads", "precision.master",
+  "seeds.global", "train.steps", /* the parents */
+  NULL
+};
+
+const char *plan_resume_field_name(int i)
+{
+  return i >= 0 && i < PLAN_N_RESUME_NAMES ? resume_names[i] : NULL;
+}
+
+/* The shortest text that reads back as exactly x. */
+static void exact_number(char *buf, size_t n, double x)
+{
+  if (x == (double)(long long)x && x > -1e15 && x < 1e15) {
+    snprintf(buf, n, "%lld", (long long)x);
+    return;
+  }
+  for (int prec = 1; prec <= 17; prec++) {
+    snprintf(buf, n, "%.*g", prec, x);
+    if (strtod(buf, NULL) == x)
+      return;
+  }
+}
+
+int plan_resume_field(const struct plan *p, int i, char *buf, size_t n)
+{
+  const double nums[] = { p->model.norm_eps, p->model.rope_theta, p->model.dropout };
+  const double opt[] = { p->optimizer.lr, p->optimizer.beta1, p->optimizer.beta2, p->optimizer.eps,
+                         p->optimizer.weight_decay, p->optimizer.grad_clip };
+  const enum plan_dtype dtypes[] = { p->precision.compute, p->precision.grads, p->precision.master };
+  int follows = -1;
+  if (i < 3)
+    exact_number(buf, n, nums[i]);
+  else if (i == 3)
+    snprintf(buf, n, "%d", p->batch.global);
+  else if (i == 4)
+    snprintf(buf, n, "%d", p->batch.seq);
+  else if (i >= 5 && i <= 7) {
+    const char *s = i == 5 ? p->data.train : i == 6 ? p->data.val : p->data.synthetic;
+    if (s[0])
+      snprintf(buf, n, "\"%s\"", s);
+    else
+      snprintf(buf, n, "none");
+  } else if (i == 8)
+    snprintf(buf, n, "%s", p->data.shuffle ? "true" : "false");
+  else if (i >= 9 && i <= 11) {
+    snprintf(buf, n, "%lld", p->seeds.value[i - 9]);
+    if (p->seeds.derived[i - 9])
+      follows = PLAN_N_RESUME_FIELDS; /* seeds.global */
+  } else if (i == 12)
+    snprintf(buf, n, "\"%s\"", p->optimizer.kind);
+  else if (i >= 13 && i <= 18)
+    exact_number(buf, n, opt[i - 13]);
+  else if (i == 19)
+    snprintf(buf, n, "%d", p->lr_schedule.warmup);
+  else if (i == 20)
+    snprintf(buf, n, "\"%s\"", plan_decay_name(p->lr_schedule.decay));
+  else if (i == 21) {
+    snprintf(buf, n, "%lld", p->lr_schedule.decay_steps);
+    if (p->lr_schedule.decay_steps_derived)
+      follows = PLAN_N_RESUME_FIELDS + 1; /* train.steps */
+  } else if (i == 22)
+    exact_number(buf, n, p->lr_schedule.min_lr);
+  else if (i >= 23 && i <= 25)
+    snprintf(buf, n, "\"%s\"", plan_dtype_name(dtypes[i - 23]));
+  else if (i == PLAN_N_RESUME_FIELDS)
+    snprintf(buf, n, "%lld", p->seeds.global);
+  else if (i == PLAN_N_RESUME_FIELDS + 1)
+    snprintf(buf, n, "%lld", p->train.steps);
+  else
+    snprintf(buf, n, "?");
+  return follows;
+}
+
 const char *plan_recompute_part_name(int bit_index)
 {
   static const char *const names[] = { "attn_norm", "attn_core", "attn", "mlp_norm", "mlp_act", "mlp" };

@@ -100,7 +100,13 @@ struct plan {
   struct { int global, micro, seq, microbatches; } batch; /* microbatches per step per rank */
   struct { enum plan_dtype compute, grads, master; } precision;
   struct { char kind[16]; double lr, beta1, beta2, eps, weight_decay, grad_clip; } optimizer;
-  struct { int warmup; enum plan_decay decay; long long decay_steps; double min_lr; } lr_schedule;
+  struct {
+    int warmup;
+    enum plan_decay decay;
+    long long decay_steps;
+    int decay_steps_derived; /* 1: not written, so it follows train.steps */
+    double min_lr;
+  } lr_schedule;
   struct {
     long long global;
     long long value[PLAN_N_SEEDS];
@@ -110,7 +116,11 @@ struct plan {
   struct { char from[PLAN_PATH_MAX]; } init;
   struct { char path[PLAN_PATH_MAX]; int every; } export_;
   struct { long long steps; int eval_every, eval_batches; } train;
-  struct { char dir[PLAN_PATH_MAX]; int every, keep, async; } checkpoint;
+  struct {
+    char dir[PLAN_PATH_MAX];
+    int every, keep, async;
+    uint32_t allow_changes; /* bit i: resume field i (plan_resume_field_name) may differ */
+  } checkpoint;
   struct {
     int every;
     char metrics[PLAN_PATH_MAX], trace[PLAN_PATH_MAX];
@@ -144,6 +154,22 @@ const char *plan_seed_name(enum plan_seed s);
 const char *plan_recompute_part_name(int bit_index);
 /* "none", "full" or a comma list of parts, into buf. */
 const char *plan_recompute_text(uint8_t mask, char *buf, size_t n);
+
+/* What a resume compares (checkpoint.allow_changes, DESIGN 8): the fields that change what
+ * the run computes, not how it is laid out. The mesh, splits, ZeRO stage, schedule, micro-batch
+ * and recompute may change (the checkpoint reshards); these may not, unless the plan lists
+ * them in checkpoint.allow_changes. The last PLAN_N_RESUME_PARENTS names are not compared
+ * themselves: they are what a derived field follows (seeds.global for the seeds,
+ * train.steps for lr_schedule.decay_steps), and allowing one allows the fields that follow it. */
+#define PLAN_N_RESUME_FIELDS 26
+#define PLAN_N_RESUME_PARENTS 2
+#define PLAN_N_RESUME_NAMES (PLAN_N_RESUME_FIELDS + PLAN_N_RESUME_PARENTS)
+/* Field i's dotted name (i < PLAN_N_RESUME_NAMES), else NULL. */
+const char *plan_resume_field_name(int i);
+/* Field i's value in p as text (numbers with all their digits, strings quoted), into buf.
+ * Returns the index of the parent name it follows in p (seeds derived from seeds.global,
+ * decay_steps from train.steps), or -1. */
+int plan_resume_field(const struct plan *p, int i, char *buf, size_t n);
 
 /* The derived seed for a purpose: a Philox4x32-10 draw keyed by the global seed, with the
  * purpose name's FNV-1a hash as the counter, kept to 53 bits so it survives JSON. */

@@ -216,6 +216,14 @@ void plan_json(const struct plan *p, struct json *j)
   json_key(j, "every"); json_int(j, p->checkpoint.every);
   json_key(j, "keep"); json_int(j, p->checkpoint.keep);
   json_key(j, "async"); json_bool(j, p->checkpoint.async);
+  if (p->checkpoint.allow_changes) { /* only when given: plans without it keep their hash */
+    json_key(j, "allow_changes");
+    json_begin_array(j);
+    for (int i = 0; i < PLAN_N_RESUME_NAMES; i++)
+      if (p->checkpoint.allow_changes >> i & 1)
+        json_string(j, plan_resume_field_name(i));
+    json_end_array(j);
+  }
   json_end_object(j);
   json_key(j, "log");
   json_begin_object(j);

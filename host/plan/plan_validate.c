@@ -316,8 +316,10 @@ static int validate_training(struct plan *p, char *err, size_t n)
   if (p->precision.compute == PLAN_FP32 && p->precision.grads != PLAN_FP32)
     return fail(err, n, p, "precision.grads", "precision.grads = \"%s\": gradients are fp32 when "
                 "compute is fp32", plan_dtype_name(p->precision.grads));
-  if (p->lr_schedule.decay_steps == 0)
+  if (p->lr_schedule.decay_steps == 0) {
     p->lr_schedule.decay_steps = p->train.steps;
+    p->lr_schedule.decay_steps_derived = 1;
+  }
   if (p->lr_schedule.decay != PLAN_DECAY_CONSTANT && p->lr_schedule.decay_steps < p->lr_schedule.warmup)
     return fail(err, n, p, "lr_schedule.decay_steps", "lr_schedule.decay_steps = %lld: shorter than "
                 "lr_schedule.warmup = %d", p->lr_schedule.decay_steps, p->lr_schedule.warmup);

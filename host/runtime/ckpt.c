@@ -287,6 +287,21 @@ int ckpt_find_latest(const char *dir, char *path, size_t path_size, long long *s
   return 0;
 }
 
+/* The text a resume compares for field i (plan.h, plan_resume_field): the plan's value, and
+ * for a data file also its size, so a file replaced under the same name is caught. Returns the
+ * parent the field follows, or -1. */
+static int computes_value(const struct plan *p, int i, char *buf, size_t n)
+{
+  int follows = plan_resume_field(p, i, buf, n);
+  const char *file = i == 5 ? p->data.train : i == 6 ? p->data.val : NULL;
+  struct stat st;
+  if (file && file[0] && !stat(file, &st)) {
+    size_t used = strlen(buf);
+    snprintf(buf + used, n - used, " (%lld bytes)", (long long)st.st_size);
+  }
+  return follows;
+}
+
 static void manifest_text(struct strbuf *b, const struct trainer *t, long long steps_done,
                           const struct ckpt_piece *all, int n_all, int world)
 {
@@ -337,6 +352,16 @@ static void manifest_text(struct strbuf *b, const struct trainer *t, long long s
     snprintf(key, sizeof key, "seed_%s", plan_seed_name((enum plan_seed)s));
     json_key(&j, key);
     json_int(&j, p->seeds.value[s]);
+  }
+  json_end_object(&j);
+  /* What the run computes, as the plan says it (a resume compares: ckpt_load). */
+  json_key(&j, "computes");
+  json_begin_object(&j);
+  for (int i = 0; i < PLAN_N_RESUME_FIELDS; i++) {
+    char v[PLAN_PATH_MAX + 64];
+    computes_value(p, i, v, sizeof v);
+    json_key(&j, plan_resume_field_name(i));
+    json_string(&j, v);
   }
   json_end_object(&j);
   json_key(&j, "checksum");
@@ -612,6 +637,7 @@ struct manifest {
   int n_tensors;
   struct src_tensor *tensors;
   int in_memory;       /* a replan's (ckpt_mem): maps[] point into its buffer, text holds the names */
+  int computes;        /* the "computes" object's node, or -1 (a manifest from before it) */
 };
 
 static const char *const model_keys[7] = { "n_layers", "dim", "n_heads", "n_kv_heads", "ffn_dim",
@@ -661,6 +687,7 @@ static int get_ints(const struct json_doc *j, int arr, int64_t *out, int n)
 static int manifest_open(struct manifest *mf, const char *path, char *err, size_t err_size)
 {
   memset(mf, 0, sizeof *mf);
+  mf->computes = -1;
   char file[4200];
   snprintf(mf->path, sizeof mf->path, "%s", path);
   snprintf(file, sizeof file, "%s/manifest.json", path);
@@ -715,6 +742,9 @@ static int manifest_open(struct manifest *mf, const char *path, char *err, size_
   int h = json_member(j, 0, "plan_hash"), pl = json_member(j, 0, "plan");
   snprintf(mf->plan_hash, sizeof mf->plan_hash, "%s", h >= 0 && j->nodes[h].type == JSON_STRING ? j->nodes[h].str : "?");
   snprintf(mf->plan, sizeof mf->plan, "%s", pl >= 0 && j->nodes[pl].type == JSON_STRING ? j->nodes[pl].str : "?");
+  mf->computes = json_member(j, 0, "computes");
+  if (mf->computes >= 0 && j->nodes[mf->computes].type != JSON_OBJECT)
+    return errf(err, err_size, "%s: \"computes\" must be an object", file);
   int files = json_member(j, 0, "files"), tensors = json_member(j, 0, "tensors");
   if (files < 0 || j->nodes[files].type != JSON_ARRAY || tensors < 0 || j->nodes[tensors].type != JSON_ARRAY)
     return errf(err, err_size, "%s: \"files\" and \"tensors\" must be arrays", file);
@@ -957,10 +987,64 @@ static int load_manifest(struct trainer *t, struct manifest *mf, char *err, size
   return 0;
 }
 
+/* A resume continues the run the checkpoint saved: each field of what the run computes must be
+ * as the checkpoint recorded it, unless the plan's checkpoint.allow_changes names it (or the
+ * parent it follows). 0 ok; 2 with a message naming every changed field. */
+static int check_computes(const struct plan *p, const struct manifest *mf, char *err, size_t err_size)
+{
+  if (mf->computes < 0)
+    return 0; /* recorded before resumes were compared: nothing to compare with */
+  const struct json_doc *j = &mf->j;
+  struct strbuf lines, names;
+  sb_init(&lines);
+  sb_init(&names);
+  int changed = 0;
+  uint32_t suggested = 0;
+  for (int i = 0; i < PLAN_N_RESUME_FIELDS; i++) {
+    const char *name = plan_resume_field_name(i);
+    int node = json_member(j, mf->computes, name);
+    if (node < 0 || j->nodes[node].type != JSON_STRING)
+      continue; /* a field the checkpoint's tycho did not record */
+    char v[PLAN_PATH_MAX + 64];
+    int follows = computes_value(p, i, v, sizeof v);
+    if (!strcmp(v, j->nodes[node].str))
+      continue;
+    uint32_t allow = p->checkpoint.allow_changes;
+    if (allow >> i & 1 || (follows >= 0 && allow >> follows & 1))
+      continue;
+    char how[PLAN_PATH_MAX + 96];
+    if (follows >= 0)
+      snprintf(how, sizeof how, "follows %s, %s", plan_resume_field_name(follows),
+               plan_where(p, plan_resume_field_name(follows)));
+    else
+      snprintf(how, sizeof how, "%s", plan_where(p, name));
+    sb_printf(&lines, "\n  %s = %s (%s); the checkpoint's run had %s", name, v, how, j->nodes[node].str);
+    int named = follows >= 0 ? follows : i;
+    if (!(suggested >> named & 1))
+      sb_printf(&names, "%s\"%s\"", suggested ? ", " : "", plan_resume_field_name(named));
+    suggested |= (uint32_t)1 << named;
+    changed++;
+  }
+  int rc = 0;
+  if (changed) {
+    errf(err, err_size, "checkpoint %s: the plan changes what the run computes, so resuming would "
+              "not continue the run it saved (%d field%s):%s\nA resume may change the layout (mesh, tp_split, "
+              "zero, schedule, batch.micro, recompute). To change these anyway, list them in the plan: "
+              "checkpoint = { allow_changes = { %s } }", mf->path, changed, changed == 1 ? "" : "s",
+              lines.s ? lines.s : "", names.s ? names.s : "");
+    rc = 2;
+  }
+  sb_free(&lines);
+  sb_free(&names);
+  return rc;
+}
+
 int ckpt_load(struct trainer *t, const char *path, char *err, size_t err_size)
 {
   struct manifest mf;
   int rc = manifest_open(&mf, path, err, err_size);
+  if (!rc)
+    rc = check_computes(t->plan, &mf, err, err_size);
   if (!rc)
     rc = load_manifest(t, &mf, err, err_size);
   manifest_free(&mf);
@@ -998,6 +1082,7 @@ static int mem_manifest(struct ckpt_mem *cm, const struct trainer *t, const stru
   const struct model *m = &t->model;
   memset(mf, 0, sizeof *mf);
   mf->in_memory = 1;
+  mf->computes = -1;
   snprintf(mf->path, sizeof mf->path, "in memory (replan)");
   snprintf(mf->plan, sizeof mf->plan, "%.200s", t->plan->name[0] ? t->plan->name : t->plan->file);
   snprintf(mf->plan_hash, sizeof mf->plan_hash, "%016" PRIx64, plan_hash(t->plan));
@@ -1169,6 +1254,13 @@ int ckpt_inspect(const char *path, FILE *out, char *err, size_t err_size)
     fprintf(out, " %s %lld", model_keys[i], mf.model[i]);
   fprintf(out, "\nsaved on %lld ranks: tp %lld, pp %lld, dp %lld, zero %lld\n", mf.world, mf.mesh[0],
           mf.mesh[1], mf.mesh[2], mf.mesh[3]);
+  if (mf.computes >= 0) { /* what a resume compares */
+    fprintf(out, "computes:");
+    for (int c = mf.j.nodes[mf.computes].first; c >= 0; c = mf.j.nodes[c].next)
+      if (mf.j.nodes[c].type == JSON_STRING && mf.j.nodes[c].key)
+        fprintf(out, " %s=%s", mf.j.nodes[c].key, mf.j.nodes[c].str);
+    fprintf(out, "\n");
+  }
   long long *bytes = calloc((size_t)mf.n_files + 1, sizeof *bytes), pieces = 0, total = 0;
   for (int i = 0; bytes && i < mf.n_tensors; i++)
     for (int k = 0; k < mf.tensors[i].n_pieces; k++) {

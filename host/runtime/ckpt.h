@@ -48,7 +48,11 @@ int ckpt_remove_partial(const char *dir, FILE *out, char *err, size_t err_size);
 int ckpt_save(struct trainer *t, const char *dir, long long steps_done, int keep, char *err,
               size_t err_size);
 /* Loads the checkpoint folder `path` into t's parameters and optimizer state (this rank's
- * blocks and shards) and sets t->step. Local (the caller agrees on the outcome). */
+ * blocks and shards) and sets t->step. Local (the caller agrees on the outcome). First it
+ * compares what the run computes (the manifest's "computes": seeds, batch.global and .seq, the
+ * data files and shuffle, the optimizer and lr schedule, norm_eps, rope_theta, dropout,
+ * precision; plan.h plan_resume_field_name) with t's plan and returns 2, naming every changed
+ * field, unless checkpoint.allow_changes lists it; the layout may change freely. */
 int ckpt_load(struct trainer *t, const char *path, char *err, size_t err_size);
 /* In memory: the state a checkpoint would hold, on every rank at once (trainer_replan, train.h).
  * ckpt_mem_gather (collective over t's world, agreed: every rank returns the same status) counts

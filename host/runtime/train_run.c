@@ -466,8 +466,9 @@ static int resume(struct trainer *t, struct comm_group *all, FILE *out, char *er
   long long step;
   int found = ckpt_find_latest(t->plan->checkpoint.dir, path, sizeof path, &step, err, n);
   int rc = found < 0 ? TRAIN_RUNTIME_ERROR : TRAIN_OK;
-  if (found == 0 && ckpt_load(t, path, err, n))
-    rc = TRAIN_RUNTIME_ERROR;
+  int loaded = found == 0 ? ckpt_load(t, path, err, n) : 0;
+  if (loaded)
+    rc = loaded == 2 ? TRAIN_PLAN_ERROR : TRAIN_RUNTIME_ERROR; /* 2: the plan changes the run */
   rc = train_agree(all, rc, err, n);
   if (rc == TRAIN_OK && found == 0 && out) {
     fprintf(out, "resumed from %s: step %lld%s\n", path, step,
