@@ -95,6 +95,68 @@ static int read_link(struct creader *r, int idx, const char *key, struct cluster
   return rc ? -1 : 0;
 }
 
+/* Everything from the cluster file's result to the filled struct cluster, run under a protected
+ * call (cluster_load): the file's tables can have metatables whose __index raises, loops into the
+ * instruction limit or runs out of memory, and a Lua error outside a protected call is a panic. */
+struct cluster_job {
+  struct creader *r;
+  struct cluster *out;
+  int rc;
+};
+
+static int read_protected(lua_State *L)
+{
+  struct cluster_job *job = lua_touserdata(L, 1);
+  struct creader *r = job->r;
+  struct cluster *out = job->out;
+  luaL_checkstack(L, 32, "reading the cluster file");
+  job->rc = -1;
+  const int t = 2;
+  if (!lua_istable(L, t)) {
+    snprintf(r->err, r->n, "%s: the cluster file returned a %s; it must return a table { name = ..., "
+             "gpus_per_node = ..., ... }", r->path, luaL_typename(L, t));
+    return 0;
+  }
+  static const char *const keys[] = { "name", "gpus_per_node", "device_memory_gb", "peak_tflops",
+                                      "intra_node", "inter_node", "efficiency", NULL };
+  if (only_keys(r, t, "", keys))
+    return 0;
+  lua_getfield(L, t, "name");
+  if (lua_type(L, -1) != LUA_TSTRING) {
+    lua_pop(L, 1);
+    cfail(r, t, "name", "name", "missing or not a string");
+    return 0;
+  }
+  snprintf(out->name, sizeof out->name, "%s", lua_tostring(L, -1));
+  lua_pop(L, 1);
+  double gpn, mem, peak;
+  if (number(r, t, "", "gpus_per_node", &gpn) || number(r, t, "", "device_memory_gb", &mem) ||
+      number(r, t, "", "peak_tflops", &peak) || read_link(r, t, "intra_node", &out->intra) ||
+      read_link(r, t, "inter_node", &out->inter))
+    return 0;
+  if (gpn != (int)gpn) {
+    cfail(r, t, "gpus_per_node", "gpus_per_node", "must be a whole number");
+    return 0;
+  }
+  out->gpus_per_node = (int)gpn;
+  out->device_memory = mem * 1e9;
+  out->peak_flops = peak * 1e12;
+  int e = subtable(r, t, "efficiency");
+  if (e < 0)
+    return 0;
+  static const char *const ekeys[] = { "compute", "comm", NULL };
+  if (only_keys(r, e, "efficiency.", ekeys) ||
+      number(r, e, "efficiency.", "compute", &out->compute_efficiency) ||
+      number(r, e, "efficiency.", "comm", &out->comm_efficiency))
+    return 0;
+  if (out->compute_efficiency > 1 || out->comm_efficiency > 1) {
+    cfail(r, e, out->compute_efficiency > 1 ? "compute" : "comm", "efficiency", "a fraction must be at most 1");
+    return 0;
+  }
+  job->rc = 0;
+  return 0;
+}
+
 int cluster_load(const char *path, int unsafe, struct cluster *out, char *err, size_t err_size)
 {
   memset(out, 0, sizeof *out);
@@ -115,49 +177,16 @@ int cluster_load(const char *path, int unsafe, struct cluster *out, char *err, s
   int rc = -1;
   if (sandbox_dofile(&sb, path, 0, err, err_size))
     goto done;
-  if (!lua_istable(sb.L, -1)) {
-    snprintf(err, err_size, "%s: the cluster file returned a %s; it must return a table { name = ..., "
-             "gpus_per_node = ..., ... }", path, luaL_typename(sb.L, -1));
+  struct cluster_job job = { &r, out, -1 };
+  lua_pushcfunction(sb.L, read_protected);
+  lua_pushlightuserdata(sb.L, &job);
+  lua_pushvalue(sb.L, -3);
+  char msg[1024];
+  if (sandbox_pcall(&sb, 2, 0, msg, sizeof msg)) {
+    snprintf(err, err_size, "%s: reading the cluster file: %s", path, msg);
     goto done;
   }
-  int t = lua_gettop(sb.L);
-  static const char *const keys[] = { "name", "gpus_per_node", "device_memory_gb", "peak_tflops",
-                                      "intra_node", "inter_node", "efficiency", NULL };
-  if (only_keys(&r, t, "", keys))
-    goto done;
-  lua_getfield(sb.L, t, "name");
-  if (lua_type(sb.L, -1) != LUA_TSTRING) {
-    lua_pop(sb.L, 1);
-    cfail(&r, t, "name", "name", "missing or not a string");
-    goto done;
-  }
-  snprintf(out->name, sizeof out->name, "%s", lua_tostring(sb.L, -1));
-  lua_pop(sb.L, 1);
-  double gpn, mem, peak;
-  if (number(&r, t, "", "gpus_per_node", &gpn) || number(&r, t, "", "device_memory_gb", &mem) ||
-      number(&r, t, "", "peak_tflops", &peak) || read_link(&r, t, "intra_node", &out->intra) ||
-      read_link(&r, t, "inter_node", &out->inter))
-    goto done;
-  if (gpn != (int)gpn) {
-    cfail(&r, t, "gpus_per_node", "gpus_per_node", "must be a whole number");
-    goto done;
-  }
-  out->gpus_per_node = (int)gpn;
-  out->device_memory = mem * 1e9;
-  out->peak_flops = peak * 1e12;
-  int e = subtable(&r, t, "efficiency");
-  if (e < 0)
-    goto done;
-  static const char *const ekeys[] = { "compute", "comm", NULL };
-  if (only_keys(&r, e, "efficiency.", ekeys) ||
-      number(&r, e, "efficiency.", "compute", &out->compute_efficiency) ||
-      number(&r, e, "efficiency.", "comm", &out->comm_efficiency))
-    goto done;
-  if (out->compute_efficiency > 1 || out->comm_efficiency > 1) {
-    cfail(&r, e, out->compute_efficiency > 1 ? "compute" : "comm", "efficiency", "a fraction must be at most 1");
-    goto done;
-  }
-  rc = 0;
+  rc = job.rc;
 done:
   sandbox_close(&sb);
   return rc;
