@@ -365,7 +365,9 @@ static int cmd_run(lua_State *L, const struct cli *c)
   agree_or_fail(L, bad ? EXIT_USAGE : 0, "plan error: ", err);
   if (comm_check_plan_hash(plan_hash(p), err, sizeof err))
     return host_fail(L, EXIT_USAGE, "plan error: %s (compiled from %s on each rank: the plan "
-                     "file and --set arguments must be the same everywhere)", err, c->plan);
+                     "file and --set arguments must be the same everywhere, and the plan may not depend on "
+                     "what differs between ranks: os.getenv, os.time, os.clock, os.date, or the order "
+                     "of pairs())", err, c->plan);
   struct comm_group *groups[PLAN_N_AXES];
   if (comm_build_mesh_groups(&p->mesh, groups, err, sizeof err))
     return host_fail(L, EXIT_RUNTIME, "%s", err);

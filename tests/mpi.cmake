@@ -124,7 +124,7 @@ foreach(config "2;0" "4;1" "2;3")
 endforeach()
 
 # `tycho run` under mpirun when something is wrong: every rank stops within seconds, one message.
-foreach(mode world_mismatch hash_mismatch bf16_refused leave_early_pp data_one_rank export_fails leave_early)
+foreach(mode world_mismatch hash_mismatch rank_dependent bf16_refused leave_early_pp data_one_rank export_fails leave_early)
   add_test(NAME mpi_run_errors.${mode} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_errors.sh
     ${mode} ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} $<TARGET_FILE:tycho> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   tycho_mpi_env(mpi_run_errors.${mode} env)

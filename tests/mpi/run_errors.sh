@@ -3,6 +3,7 @@
 # message (printed by rank 0 alone) and the documented exit code. Modes:
 #   world_mismatch  --set mesh.dp=4 on 2 ranks: the plan error naming the world size (exit 2)
 #   hash_mismatch   two ranks compiled with different --set: the plan-hash error naming both (2)
+#   rank_dependent  a plan whose seed comes from os.getenv(rank): the same error, naming the cause (2)
 #   bf16_refused    --set precision.compute=bf16 on 2 ranks: the CPU backend computes in fp32 (2)
 #   data_one_rank   data.train is relative and only rank 0's working folder has it: every rank
 #                   stops after set-up with "rank 1: data.train: ..." (1)
@@ -28,6 +29,10 @@ case $mode in
   hash_mismatch)
     timeout 60 "$mpiexec" "$np" 1 "$tycho" run "$plan" --set seeds.global=1 : \
       "$np" 1 "$tycho" run "$plan" --set seeds.global=2 ;;
+  rank_dependent)
+    printf 'local p = dofile("%s")\np.seeds = { global = tonumber(os.getenv("OMPI_COMM_WORLD_RANK") or "0") }\nreturn p\n' \
+      "$plan" >"$tmp/rank_plan.lua"
+    timeout 60 "$mpiexec" "$np" 2 "$tycho" run --unsafe "$tmp/rank_plan.lua" ;;
   bf16_refused)
     timeout 60 "$mpiexec" "$np" 2 "$tycho" run "$plan" --set precision.compute=bf16 ;;
   data_one_rank)
@@ -72,6 +77,10 @@ case $mode in
     expect_first 'tycho: plan error: plan hash differs: rank 0 has '
     grep -qE '^tycho: plan error: plan hash differs: rank 0 has [0-9a-f]{16}, rank 1 has [0-9a-f]{16} \(compiled from ' "$tmp/err" ||
       fail "expected both ranks' hashes" ;;
+  rank_dependent)
+    expect_rc 2
+    expect_first 'tycho: plan error: plan hash differs: rank 0 has '
+    expect_err "the plan may not depend on what differs between ranks: os.getenv, os.time" ;;
   bf16_refused)
     expect_rc 2
     expect_first 'tycho: plan error: --set precision.compute=bf16: precision.compute = "bf16": the CPU backend computes in fp32 only' ;;
