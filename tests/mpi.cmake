@@ -214,6 +214,8 @@ tycho_bill(dp2_zero2_micro2 2 dp_small.lua --set zero=2 --set batch.micro=2)
 tycho_bill(tp2_sp_recompute 2 dp_small.lua --set mesh.tp=2 --set sequence_parallel=true --set recompute=full)
 tycho_bill(tp2_pp2 4 dp_small.lua --set mesh.tp=2 --set mesh.pp=2)
 tycho_bill(pp2_gpipe_dp2_zero1 4 dp_small.lua --set mesh.pp=2 --set schedule.kind=gpipe --set zero=1)
+tycho_bill(async_dp2_zero1 2 dp_small.lua --async-checkpoint --set zero=1)
+tycho_bill(async_tp2_dp2_zero3 4 dp_small.lua --async-checkpoint --set mesh.tp=2 --set zero=3)
 
 # init.from read block by block and export put together under tensor and pipeline parallelism.
 foreach(config "tp2;2;--set;mesh.tp=2" "tp2_pp2;4;--set;mesh.tp=2;--set;mesh.pp=2"

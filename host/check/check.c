@@ -259,8 +259,14 @@ static void write_tp_comms_json(struct json *j, const struct plan *p)
 /* ---- the memory bill and the cost on a cluster ---- */
 
 static const enum alloc_category bill_order[ALLOC_N_CATEGORIES] = {
-  ALLOC_PARAMS, ALLOC_GRADS, ALLOC_OPTIMIZER, ALLOC_ACTIVATIONS, ALLOC_COMM, ALLOC_WORKSPACE
+  ALLOC_PARAMS, ALLOC_GRADS, ALLOC_OPTIMIZER, ALLOC_ACTIVATIONS, ALLOC_COMM, ALLOC_WORKSPACE, ALLOC_CHECKPOINT
 };
+
+/* The categories a plan's bill shows: "checkpoint" (the async snapshot) only with checkpoint.async. */
+static int bill_shows(const struct plan *p, int k)
+{
+  return bill_order[k] != ALLOC_CHECKPOINT || (p->checkpoint.async && p->checkpoint.dir[0]);
+}
 
 /* The bill of each pipeline rank (every tp and dp rank of a stage has its stage's), or NULL
  * with the reason in err. */
@@ -292,7 +298,9 @@ static void print_memory(FILE *f, const struct plan *p, const struct cluster *c)
           plan_dtype_name(p->precision.compute), plan_dtype_name(p->precision.grads),
           p->precision.compute == PLAN_FP32 ? "" : " + fp32 master");
   fprintf(f, "   pp rank  stages    ");
-  for (int k = 0; k < ALLOC_N_CATEGORIES; k++) fprintf(f, " %11s", alloc_category_name(bill_order[k]));
+  for (int k = 0; k < ALLOC_N_CATEGORIES; k++)
+    if (bill_shows(p, k))
+      fprintf(f, " %11s", alloc_category_name(bill_order[k]));
   fprintf(f, "       total%s\n", c ? "   on the device" : "");
   double worst = 1.0;
   for (int r = 0; r < p->mesh.pp; r++) {
@@ -307,7 +315,9 @@ static void print_memory(FILE *f, const struct plan *p, const struct cluster *c)
       }
     }
     fprintf(f, "  %8d  %-9s ", r, stage_list(p, world_rank, stages, sizeof stages));
-    for (int k = 0; k < ALLOC_N_CATEGORIES; k++) fprintf(f, " %11s", format_bytes(b[r].bytes[bill_order[k]], v, sizeof v));
+    for (int k = 0; k < ALLOC_N_CATEGORIES; k++)
+      if (bill_shows(p, k))
+        fprintf(f, " %11s", format_bytes(b[r].bytes[bill_order[k]], v, sizeof v));
     fprintf(f, " %11s", format_bytes(b[r].total, v, sizeof v));
     if (c) {
       double head = 1.0 - b[r].total / c->device_memory;
@@ -427,10 +437,12 @@ static void print_cost(FILE *f, const struct plan *p, const struct cluster *c)
           "(host/check/cost.h)\n");
 }
 
-static void write_memory_json(struct json *j, const struct bill *b)
+static void write_memory_json(struct json *j, const struct plan *p, const struct bill *b)
 {
   json_begin_object(j);
   for (int k = 0; k < ALLOC_N_CATEGORIES; k++) {
+    if (!bill_shows(p, k))
+      continue;
     json_key(j, alloc_category_name(bill_order[k]));
     json_int(j, (long long)b->bytes[bill_order[k]]);
   }
@@ -660,7 +672,7 @@ void check_write_json(const struct plan *p, const struct cluster *cluster, struc
   } else {
     json_key(&j, "per_pp_rank");
     json_begin_array(&j);
-    for (int r = 0; r < me->pp; r++) write_memory_json(&j, &bills[r]);
+    for (int r = 0; r < me->pp; r++) write_memory_json(&j, p, &bills[r]);
     json_end_array(&j);
     if (cluster) {
       double worst = 1.0;
@@ -728,7 +740,7 @@ void check_write_json(const struct plan *p, const struct cluster *cluster, struc
     json_end_object(&j);
     if (bills) {
       json_key(&j, "memory");
-      write_memory_json(&j, &bills[c[PLAN_AXIS_PP]]);
+      write_memory_json(&j, p, &bills[c[PLAN_AXIS_PP]]);
     }
     json_end_object(&j);
   }

@@ -224,7 +224,7 @@ void alloc_set_limit(size_t n_bytes)
 const char *alloc_category_name(enum alloc_category category)
 {
   static const char *const names[] = { "params", "grads", "optimizer", "activations", "comm",
-                                       "workspace" };
+                                       "workspace", "checkpoint" };
   return (unsigned)category < ALLOC_N_CATEGORIES ? names[category] : "?";
 }
 
@@ -343,6 +343,8 @@ void alloc_print_bill_peaks(FILE *out, const char *label, const struct alloc_bil
 {
   fprintf(out, "%s:", label);
   for (int c = 0; c < ALLOC_N_CATEGORIES; c++) {
+    if (c == ALLOC_CHECKPOINT && !b->peak_bytes[c])
+      continue; /* only runs with checkpoint.async have one */
     fprintf(out, "%s %s ", c ? "," : "", alloc_category_name(c));
     print_bytes(out, b->peak_bytes[c]);
   }

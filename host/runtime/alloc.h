@@ -22,6 +22,7 @@
 
 enum alloc_category {
   ALLOC_PARAMS, ALLOC_GRADS, ALLOC_OPTIMIZER, ALLOC_ACTIVATIONS, ALLOC_COMM, ALLOC_WORKSPACE,
+  ALLOC_CHECKPOINT, /* checkpoint.async's snapshot (host memory), from a save until its commit */
   ALLOC_N_CATEGORIES
 };
 

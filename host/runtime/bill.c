@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "runtime/ckpt.h"
 #include "plan/tp_layout.h"
 #include "runtime/dp.h"
 #include "runtime/model.h"
@@ -194,6 +195,9 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
   out->bytes[ALLOC_ACTIVATIONS] = activations * c + id_reals * (double)sizeof(real);
   out->bytes[ALLOC_COMM] = comm * c;
   out->bytes[ALLOC_WORKSPACE] = workspace * c + batch_bytes;
+  /* checkpoint.async: the snapshot of the rank's parameters and moments (ckpt.h) */
+  if (p->checkpoint.async && p->checkpoint.dir[0])
+    out->bytes[ALLOC_CHECKPOINT] = (double)ckpt_snapshot_elems(r.l.n_elems, r.l.n_shard, zero) * fp32;
   for (int k = 0; k < ALLOC_N_CATEGORIES; k++) out->total += out->bytes[k];
   out->n_slots = slots;
   for (int i = 0; i < r.m.n_params; i++) out->n_params += (long long)r.m.params[i].n_elems;

@@ -284,6 +284,7 @@ void trainer_clear_error(struct trainer *t)
 
 void trainer_close(struct trainer *t)
 {
+  ckpt_async_abandon(t); /* a save still being written: its writer joined, its .tmp left */
   const int current = alloc_current_device(); /* the reservation is on the model's device */
   if (alloc_use_device(t->model.device) == 0) {
     alloc_unreserve(t->reserved);

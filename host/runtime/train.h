@@ -60,6 +60,7 @@ struct trainer {
   uint64_t *samples;         /* (micro) window index of each row */
   long long step;            /* the next step to run, 0-based */
   size_t reserved[ALLOC_N_CATEGORIES]; /* the memory bill, reserved at open (alloc_reserve) */
+  struct ckpt_async *ckpt_pending; /* checkpoint.async: a save being written (ckpt.h), or NULL */
 };
 
 struct train_step_stats {

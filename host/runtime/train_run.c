@@ -237,7 +237,7 @@ static void print_header(FILE *out, const struct plan *p, const struct trainer *
     if (p->checkpoint.every > 0)
       fprintf(out, "every %d steps and ", p->checkpoint.every);
     fprintf(out, "after the last, keeping %d%s\n", p->checkpoint.keep,
-            p->checkpoint.async ? " (async: written synchronously by this CPU runtime)" : "");
+            p->checkpoint.async ? ", async (a snapshot in host memory, written while training goes on)" : "");
   }
   const struct plan_mesh *me = &p->mesh;
   if (me->tp > 1 || me->pp > 1) {
@@ -268,6 +268,8 @@ static int memory_record(struct run_log *log, int rank, const int64_t *peaks, ch
   int used = snprintf(line, sizeof line, "{\"event\": \"memory\", \"rank\": %d, \"peak\": {", rank);
   int64_t total = 0;
   for (int c = 0; c < ALLOC_N_CATEGORIES; c++) {
+    if (c == ALLOC_CHECKPOINT && !peaks[c])
+      continue; /* as `tycho check` shows it: only with checkpoint.async */
     used += snprintf(line + used, sizeof line - (size_t)used, "%s\"%s\": %lld", c ? ", " : "",
                      alloc_category_name((enum alloc_category)c), (long long)peaks[c]);
     total += peaks[c];
@@ -355,6 +357,26 @@ static int write_trace(const struct plan *p, FILE *out, long long first, long lo
   return 0;
 }
 
+/* checkpoint.async: commits the pending save when every rank has written it (waiting for this
+ * rank's writer first with `wait`), saying so. Collective; the same verdict on every rank. */
+static int async_commit(struct trainer *t, struct run_log *log, int wait, char *err, size_t n)
+{
+  long long step;
+  double seconds;
+  const double k0 = comm_now();
+  if (ckpt_async_poll(t, wait, &step, &seconds, err, n))
+    return 1;
+  if (step >= 0) {
+    comm_trace_work("checkpoint commit", -1, -1, 0.0, k0, comm_now());
+    if (log->out) {
+      fprintf(log->out, "checkpoint %s/step_%08lld written in %.2f s (async)\n", t->plan->checkpoint.dir, step,
+              seconds);
+      fflush(log->out);
+    }
+  }
+  return 0;
+}
+
 static int run_loop(struct trainer *t, struct run_log *log, int *left, char *err, size_t n)
 {
   const struct plan *p = t->plan;
@@ -419,7 +441,25 @@ static int run_loop(struct trainer *t, struct run_log *log, int *left, char *err
     if (stop && !printed)
       print_progress(log->out, p, &st, (double)interval_tokens / interval_seconds, t1 - start);
     const char *ckdir = p->checkpoint.dir;
-    if (ckdir[0] && ((p->checkpoint.every > 0 && (s + 1) % p->checkpoint.every == 0) || last || stop)) {
+    const int save = ckdir[0] && ((p->checkpoint.every > 0 && (s + 1) % p->checkpoint.every == 0) || last || stop);
+    /* checkpoint.async: a save still being written commits once every rank's file is synced (asked
+     * after each step); before the next save, the last step or a stop, it is waited for. */
+    if (t->ckpt_pending && async_commit(t, log, save || last || stop, err, n))
+      return TRAIN_RUNTIME_ERROR;
+    if (save && p->checkpoint.async) {
+      double c0 = now_seconds(), k0 = comm_now();
+      if (ckpt_save_async(t, ckdir, s + 1, p->checkpoint.keep, err, n))
+        return TRAIN_RUNTIME_ERROR;
+      comm_trace_work("checkpoint snapshot", -1, -1, 0.0, k0, comm_now());
+      if (log->out) {
+        fprintf(log->out, "checkpoint %s/step_%08lld: snapshot in %.2f s, writing in the background\n", ckdir,
+                s + 1, now_seconds() - c0);
+        fflush(log->out);
+      }
+      /* the last step's (and a stop's) is written before the run ends */
+      if ((last || stop) && async_commit(t, log, 1, err, n))
+        return TRAIN_RUNTIME_ERROR;
+    } else if (save) {
       double c0 = now_seconds(), k0 = comm_now();
       if (ckpt_save(t, ckdir, s + 1, p->checkpoint.keep, err, n))
         return TRAIN_RUNTIME_ERROR;
@@ -515,6 +555,13 @@ int train_run(const struct plan *p, struct comm_group *const *groups, FILE *out,
     catch_stop_signals(&h);
     rc = run_loop(&t, &log, &left, err, err_size);
     release_stop_signals(&h);
+    /* A run that stopped on an error with an async save pending: the snapshot is of a good
+     * step, so it is finished when every rank can (the agreement decides), else left as .tmp. */
+    if (t.ckpt_pending && rc == TRAIN_RUNTIME_ERROR && !left) {
+      char why[COMM_AGREE_MSG_MAX];
+      if (async_commit(&t, &log, 1, why, sizeof why) && log.out)
+        fprintf(log.out, "the async checkpoint in progress was not written either: %s\n", why);
+    }
   }
   if (rc == TRAIN_OK && !left) {
     rc = print_peaks(all, &log, err, err_size) ? TRAIN_RUNTIME_ERROR : TRAIN_OK;

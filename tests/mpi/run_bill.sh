@@ -2,12 +2,24 @@
 # The memory bill `tycho check` predicts is the bill `tycho run` measures. Runs PLAN on RANKS
 # ranks with the --set arguments (metrics on), reads the per-rank {"event": "memory"} records rank
 # 0 wrote, and compares each rank's every category with ranks[r].memory of `tycho check --json
-# --world RANKS` for the same plan and arguments: within 5% or 64 KiB.
-# usage: run_bill.sh RANKS MPIEXEC NUMPROC_FLAG TYCHO PLAN [--set path=value]...
+# --world RANKS` for the same plan and arguments: within 5% or 64 KiB. With --async-checkpoint
+# the run saves with checkpoint.async and the snapshot's category is compared too.
+# usage: run_bill.sh RANKS MPIEXEC NUMPROC_FLAG TYCHO PLAN [--async-checkpoint] [--set path=value]...
 set -u
 ranks=$1 mpiexec=$2 np=$3 tycho=$4 plan=$5
 shift 5
 tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
+# --async-checkpoint: checkpoint.async into a folder of the test's own, every 2 steps (the
+# snapshot is the "checkpoint" category)
+args=()
+for a in "$@"; do
+  if [ "$a" = --async-checkpoint ]; then
+    args+=(--set checkpoint.dir="$tmp/ck" --set checkpoint.async=true --set checkpoint.every=2)
+  else
+    args+=("$a")
+  fi
+done
+set -- "${args[@]}"
 fail() { echo "--- stdout"; cat "$tmp/out" 2>/dev/null; echo "--- stderr"; cat "$tmp/err" 2>/dev/null; echo "FAIL: $*"; exit 1; }
 
 timeout 60 "$mpiexec" "$np" "$ranks" "$tycho" run "$plan" "$@" --set log.metrics="$tmp/m.jsonl" \
@@ -19,7 +31,9 @@ for ((r = 0; r < ranks; r++)); do
   measured=$(grep -o "\"event\": \"memory\", \"rank\": $r, \"peak\": {[^}]*}" "$tmp/m.jsonl")
   predicted=$(grep -o "\"rank\":$r,\"tp\":[^]]*\],\"groups\":{[^}]*},\"memory\":{[^}]*}" "$tmp/check.json")
   [ -n "$measured" ] && [ -n "$predicted" ] || fail "rank $r: no measured or predicted bill"
-  for c in params grads optimizer activations comm workspace total; do
+  categories="params grads optimizer activations comm workspace total"
+  grep -q '"workspace":[0-9]*,"checkpoint":' "$tmp/check.json" && categories="$categories checkpoint"
+  for c in $categories; do
     m=$(printf '%s' "$measured" | grep -o "\"$c\": [0-9]*" | grep -o '[0-9]*$')
     p=$(printf '%s' "$predicted" | grep -o "\"memory\":{.*" | grep -o "\"$c\":[0-9]*" | grep -o '[0-9]*$')
     [ -n "$m" ] && [ -n "$p" ] || fail "rank $r: $c missing (measured '$m', predicted '$p')"
