@@ -676,7 +676,7 @@ static int read_simple_sections(struct reader *r, const struct tbl *root)
     lua_pop(r->L, 1);
   }
 
-  static const char *const train_known[] = { "steps", "eval_every", "eval_batches", NULL };
+  static const char *const train_known[] = { "steps", "eval_every", "eval_batches", "max_loss_jump", NULL };
   p->train.steps = 1000;
   p->train.eval_batches = 10;
   if (open_section(r, root, "train", &t, &present))
@@ -685,7 +685,8 @@ static int read_simple_sections(struct reader *r, const struct tbl *root)
     if (check_fields(r, &t, train_known, "train") ||
         read_ll(r, &t, "steps", 1, (long long)1 << 53, 0, &p->train.steps) ||
         read_int(r, &t, "eval_every", 0, 1 << 30, 0, &p->train.eval_every) ||
-        read_int(r, &t, "eval_batches", 0, 1 << 30, 0, &p->train.eval_batches))
+        read_int(r, &t, "eval_batches", 0, 1 << 30, 0, &p->train.eval_batches) ||
+        read_num(r, &t, "max_loss_jump", 0, INFINITY, 0, 1, 0, &p->train.max_loss_jump))
       return -1;
     lua_pop(r->L, 1);
   }

@@ -115,7 +115,11 @@ struct plan {
   struct { char train[PLAN_PATH_MAX], val[PLAN_PATH_MAX], synthetic[32]; int shuffle; } data;
   struct { char from[PLAN_PATH_MAX]; } init;
   struct { char path[PLAN_PATH_MAX]; int every; } export_;
-  struct { long long steps; int eval_every, eval_batches; } train;
+  struct {
+    long long steps;
+    int eval_every, eval_batches;
+    double max_loss_jump; /* 0: off; else a step whose loss exceeds it × the recent mean is skipped */
+  } train;
   struct {
     char dir[PLAN_PATH_MAX];
     int every, keep, async;

@@ -209,6 +209,9 @@ void plan_json(const struct plan *p, struct json *j)
   json_key(j, "steps"); json_int(j, p->train.steps);
   json_key(j, "eval_every"); json_int(j, p->train.eval_every);
   json_key(j, "eval_batches"); json_int(j, p->train.eval_batches);
+  if (p->train.max_loss_jump > 0) { /* only when set: plans without it keep their hash */
+    json_key(j, "max_loss_jump"); json_number(j, p->train.max_loss_jump);
+  }
   json_end_object(j);
   json_key(j, "checkpoint");
   json_begin_object(j);

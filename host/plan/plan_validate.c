@@ -49,7 +49,7 @@ static int validate_finite(struct plan *p, char *err, size_t n)
     { "optimizer.beta1", p->optimizer.beta1 },       { "optimizer.beta2", p->optimizer.beta2 },
     { "optimizer.eps", p->optimizer.eps },           { "optimizer.weight_decay", p->optimizer.weight_decay },
     { "optimizer.grad_clip", p->optimizer.grad_clip }, { "lr_schedule.min_lr", p->lr_schedule.min_lr },
-    { "bucket_mb", p->bucket_mb },
+    { "bucket_mb", p->bucket_mb },                   { "train.max_loss_jump", p->train.max_loss_jump },
   };
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
     if (!isfinite(f[i].v))
@@ -336,6 +336,10 @@ static int validate_training(struct plan *p, char *err, size_t n)
     return fail(err, n, p, "train.eval_every", "train.eval_every = %d: evaluation needs a validation set, "
                 "and data.train = \"%s\" comes without data.val; give data.val (a held-out token file) "
                 "or set train.eval_every = 0", p->train.eval_every, p->data.train);
+  if (p->train.max_loss_jump != 0 && p->train.max_loss_jump <= 1)
+    return fail(err, n, p, "train.max_loss_jump", "train.max_loss_jump = %g: must be above 1 (a step whose "
+                "loss is more than this many times the mean of the recent steps is skipped), or 0 for off",
+                p->train.max_loss_jump);
   for (int s = 0; s < PLAN_N_SEEDS; s++)
     if (p->seeds.derived[s])
       p->seeds.value[s] = plan_derive_seed(p->seeds.global, plan_seed_name(s));

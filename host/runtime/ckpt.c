@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -348,6 +349,15 @@ static void manifest_text(struct strbuf *b, const struct trainer *t, long long s
   json_begin_object(&j);
   json_key(&j, "windows_done");
   json_int(&j, steps_done * p->batch.global);
+  if (p->train.max_loss_jump > 0) { /* train.max_loss_jump's recent losses, so a resume decides alike */
+    json_key(&j, "recent_losses");
+    json_begin_array(&j);
+    for (int i = 0; i < t->recent.n; i++)
+      json_number(&j, t->recent.loss[i]);
+    json_end_array(&j);
+    json_key(&j, "skipped_in_a_row");
+    json_int(&j, t->recent.skipped_in_a_row);
+  }
   for (int s = 0; s < PLAN_N_SEEDS; s++) {
     char key[48];
     snprintf(key, sizeof key, "seed_%s", plan_seed_name((enum plan_seed)s));
@@ -838,6 +848,7 @@ struct manifest {
   struct src_tensor *tensors;
   int in_memory;       /* a replan's (ckpt_mem): maps[] point into its buffer, text holds the names */
   int computes;        /* the "computes" object's node, or -1 (a manifest from before it) */
+  int state;           /* the "state" object's node, or -1 */
 };
 
 static const char *const model_keys[7] = { "n_layers", "dim", "n_heads", "n_kv_heads", "ffn_dim",
@@ -888,6 +899,7 @@ static int manifest_open(struct manifest *mf, const char *path, char *err, size_
 {
   memset(mf, 0, sizeof *mf);
   mf->computes = -1;
+  mf->state = -1;
   char file[4200];
   snprintf(mf->path, sizeof mf->path, "%s", path);
   snprintf(file, sizeof file, "%s/manifest.json", path);
@@ -942,6 +954,7 @@ static int manifest_open(struct manifest *mf, const char *path, char *err, size_
   int h = json_member(j, 0, "plan_hash"), pl = json_member(j, 0, "plan");
   snprintf(mf->plan_hash, sizeof mf->plan_hash, "%s", h >= 0 && j->nodes[h].type == JSON_STRING ? j->nodes[h].str : "?");
   snprintf(mf->plan, sizeof mf->plan, "%s", pl >= 0 && j->nodes[pl].type == JSON_STRING ? j->nodes[pl].str : "?");
+  mf->state = json_member(j, 0, "state");
   mf->computes = json_member(j, 0, "computes");
   if (mf->computes >= 0 && j->nodes[mf->computes].type != JSON_OBJECT)
     return errf(err, err_size, "%s: \"computes\" must be an object", file);
@@ -1156,6 +1169,14 @@ static int load_piece(void *ctx, const struct model *m, const struct model_param
     }
     copied += copy_overlap(view, r0, c0, rows, cols, (int64_t)lo, (int64_t)hi, sp, src, p->shape[0]);
   }
+  for (size_t e = 0; e < hi - lo; e++) /* a diverged state would fail at the first step, blamed on the lr */
+    if (!isfinite((double)view[e])) {
+      const double v = (double)view[e];
+      hostview_close(m->k, m->kctx, mem, view, bytes, 1);
+      return errf(ld->err, ld->err_size, "checkpoint %s: the %s of %s holds %s (element %zu of this rank's "
+                  "range): the run that saved it had diverged; resume from an earlier checkpoint",
+                  mf->path, kind_names[kind], p->name, isnan(v) ? "nan" : v > 0 ? "inf" : "-inf", lo + e);
+    }
   hostview_close(m->k, m->kctx, mem, view, bytes, 1);
   const int64_t want = range_count(r0, rows, cols, (int64_t)lo, (int64_t)hi, p->shape[0]);
   if (copied != want)
@@ -1184,6 +1205,21 @@ static int load_manifest(struct trainer *t, struct manifest *mf, char *err, size
   if (for_each_piece(t, 0, load_piece, &ld))
     return 1;
   t->step = mf->step;
+  /* train.max_loss_jump's window: as saved (a checkpoint without one starts it empty) */
+  if (!mf->in_memory) /* a replan keeps the trainer's own */
+    memset(&t->recent, 0, sizeof t->recent);
+  if (mf->state >= 0) {
+    const struct json_doc *j = &mf->j;
+    int arr = json_member(j, mf->state, "recent_losses");
+    long long in_a_row = 0;
+    if (arr >= 0 && j->nodes[arr].type == JSON_ARRAY) {
+      for (int c = j->nodes[arr].first; c >= 0 && t->recent.n < TRAIN_LOSS_WINDOW; c = j->nodes[c].next)
+        if (!json_double(j, c, &t->recent.loss[t->recent.n++]))
+          return errf(err, err_size, "checkpoint %s: state.recent_losses holds a non-number", mf->path);
+      if (!get_int(j, mf->state, "skipped_in_a_row", &in_a_row))
+        t->recent.skipped_in_a_row = (int)in_a_row;
+    }
+  }
   return 0;
 }
 
@@ -1283,6 +1319,7 @@ static int mem_manifest(struct ckpt_mem *cm, const struct trainer *t, const stru
   memset(mf, 0, sizeof *mf);
   mf->in_memory = 1;
   mf->computes = -1;
+  mf->state = -1;
   snprintf(mf->path, sizeof mf->path, "in memory (replan)");
   snprintf(mf->plan, sizeof mf->plan, "%.200s", t->plan->name[0] ? t->plan->name : t->plan->file);
   snprintf(mf->plan_hash, sizeof mf->plan_hash, "%016" PRIx64, plan_hash(t->plan));
@@ -1483,6 +1520,8 @@ int ckpt_verify(const char *path, FILE *out, char *err, size_t err_size)
   if (manifest_open(&mf, path, err, err_size))
     return manifest_free(&mf), 1;
   long long pieces = 0, total = 0;
+  double largest = 0.0;
+  const char *largest_name = "";
   for (int i = 0; i < mf.n_tensors; i++) {
     struct src_tensor *tt = &mf.tensors[i];
     const int64_t n = tt->shape[0] * tt->shape[1];
@@ -1496,9 +1535,25 @@ int ckpt_verify(const char *path, FILE *out, char *err, size_t err_size)
         struct src_piece *sp = &tt->pieces[k];
         if (sp->kind != kind)
           continue;
-        if (!piece_data(&mf, tt, sp, err, err_size)) {
+        const real *data = piece_data(&mf, tt, sp, err, err_size);
+        if (!data) {
           free(seen);
           return manifest_free(&mf), 1;
+        }
+        /* a diverged run's weights: a non-finite element is an error, the largest magnitude shown */
+        for (int64_t e = 0; e < sp->hi - sp->lo; e++) {
+          const double v = (double)data[e];
+          if (!isfinite(v)) {
+            const int64_t at = sp->lo + e, row = sp->r0 + at / sp->cols, col = sp->c0 + at % sp->cols;
+            free(seen);
+            errf(err, err_size, "checkpoint %s: element [%lld, %lld] of %s (%s) is %s", mf.path, (long long)row,
+                 (long long)col, tt->name, kind_names[kind], isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+            return manifest_free(&mf), 1;
+          }
+          if (kind == CKPT_PARAM && fabs(v) > largest) {
+            largest = fabs(v);
+            largest_name = tt->name;
+          }
         }
         pieces++;
         total += (sp->hi - sp->lo) * (int64_t)sizeof(real);
@@ -1525,8 +1580,9 @@ int ckpt_verify(const char *path, FILE *out, char *err, size_t err_size)
     }
   }
   fprintf(out, "ok: checkpoint %s, step %lld: %d tensors × %d kinds covered exactly once, %lld pieces "
-          "(%.2f MiB in %d files) match their checksums\n", mf.path, mf.step, mf.n_tensors, CKPT_N_KINDS,
-          pieces, (double)total / 1048576.0, mf.n_files);
+          "(%.2f MiB in %d files) match their checksums; every element finite, the largest weight "
+          "|%.4g| in %s\n", mf.path, mf.step, mf.n_tensors, CKPT_N_KINDS, pieces, (double)total / 1048576.0,
+          mf.n_files, largest, largest_name);
   manifest_free(&mf);
   return 0;
 }

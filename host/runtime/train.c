@@ -371,6 +371,34 @@ static int update(void *ctx, double loss_sum)
     return errf(u->err, u->err_size, "step %lld: the loss (%g) or the gradient norm (%g) is not finite, so the "
                 "step is not applied; %s", t->step + 1, stats->loss, stats->grad_norm, advice);
   }
+  /* train.max_loss_jump: a loss far above the recent mean skips the step (the same verdict on
+   * every rank: the loss is the global batch's) */
+  struct train_loss_window *w = &t->recent;
+  if (p->train.max_loss_jump > 0 && w->n >= TRAIN_LOSS_WINDOW_MIN) {
+    double mean = 0.0;
+    for (int i = 0; i < w->n; i++)
+      mean += w->loss[i];
+    mean /= w->n;
+    if (stats->loss > p->train.max_loss_jump * mean) {
+      if (++w->skipped_in_a_row > TRAIN_MAX_SKIPS)
+        return errf(u->err, u->err_size, "step %lld: the loss (%g) has been above train.max_loss_jump = %g × the "
+                    "recent mean (%g) for %d steps in a row; the run stops (the last %d were skipped): lower "
+                    "optimizer.lr, or resume from an earlier checkpoint", t->step + 1, stats->loss,
+                    p->train.max_loss_jump, mean, TRAIN_MAX_SKIPS + 1, TRAIN_MAX_SKIPS);
+      stats->skipped = 1;
+      stats->recent_loss = mean;
+      comm_set_step(t->step, -1);
+      return 0; /* weights and AdamW's moments unchanged; the step's batch is consumed */
+    }
+  }
+  if (p->train.max_loss_jump > 0) {
+    if (w->n == TRAIN_LOSS_WINDOW)
+      memmove(w->loss, w->loss + 1, (TRAIN_LOSS_WINDOW - 1) * sizeof *w->loss);
+    else
+      w->n++;
+    w->loss[w->n - 1] = stats->loss;
+    w->skipped_in_a_row = 0;
+  }
   const double t0 = comm_now();
   double coef = optimizer_clip_coef(stats->grad_norm, p->optimizer.grad_clip);
   if (coef < 1.0)

@@ -44,6 +44,16 @@ enum train_status { TRAIN_OK = 0, TRAIN_RUNTIME_ERROR = 1, TRAIN_PLAN_ERROR = 2 
 #define TRAIN_MIN_EVAL_PROBLEMS 256
 #define TRAIN_MAX_PROBLEM_TOKENS 64 /* prompt plus answer of a held-out problem */
 
+/* train.max_loss_jump: the losses of the last TRAIN_LOSS_WINDOW applied steps; the guard acts
+ * once TRAIN_LOSS_WINDOW_MIN are known, and TRAIN_MAX_SKIPS skips in a row stop the run. */
+enum { TRAIN_LOSS_WINDOW = 20, TRAIN_LOSS_WINDOW_MIN = 5, TRAIN_MAX_SKIPS = 10 };
+
+struct train_loss_window {
+  double loss[TRAIN_LOSS_WINDOW]; /* oldest first */
+  int n;
+  int skipped_in_a_row;
+};
+
 struct trainer {
   const struct plan *plan;   /* &own_plan */
   struct plan own_plan;      /* the trainer's copy of the plan it was opened with */
@@ -61,6 +71,7 @@ struct trainer {
   long long step;            /* the next step to run, 0-based */
   size_t reserved[ALLOC_N_CATEGORIES]; /* the memory bill, reserved at open (alloc_reserve) */
   struct ckpt_async *ckpt_pending; /* checkpoint.async: a save being written (ckpt.h), or NULL */
+  struct train_loss_window recent; /* train.max_loss_jump's state (saved in checkpoints) */
 };
 
 struct train_step_stats {
@@ -68,7 +79,10 @@ struct train_step_stats {
   double loss;               /* mean over the global batch's target tokens */
   double lr;
   double grad_norm;          /* before clipping */
+  int skipped;               /* train.max_loss_jump: the step was not applied (a loss spike) */
+  double recent_loss;        /* with skipped: the mean of the recent applied steps' losses */
 };
+
 
 struct train_eval_stats {
   long long step;            /* optimizer steps done */

@@ -142,8 +142,8 @@ static int log_step(struct run_log *log, const struct plan *p, const struct trai
   const double tokens_per_sec = (double)p->batch.global * p->batch.seq / step_seconds;
   /* %.17g: every digit of the double, so runs can be compared to 1e-10 (the float64 build) */
   snprintf(line, sizeof line, "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, "
-           "\"tokens\": %lld, \"tokens_per_sec\": %.1f, \"elapsed_s\": %.3f}\n", s->step, s->loss,
-           s->lr, s->grad_norm, tokens, tokens_per_sec, elapsed);
+           "\"tokens\": %lld, \"tokens_per_sec\": %.1f, \"elapsed_s\": %.3f%s}\n", s->step, s->loss,
+           s->lr, s->grad_norm, tokens, tokens_per_sec, elapsed, s->skipped ? ", \"skipped\": true" : "");
   return write_metrics_line(log, line, err, n);
 }
 
@@ -398,6 +398,12 @@ static int run_loop(struct trainer *t, struct run_log *log, int *left, char *err
     /* From here each rank goes on through the collectives (evaluation, export) even after a
      * failure of its own, and the agreement at the end of the step stops them all. */
     int failed = log_step(log, p, &st, tokens, t1 - t0, t1 - start, err, n);
+    if (st.skipped && log->out) {
+      fprintf(log->out, "step %lld: loss %.4f is %.1f× the mean of the last %d applied steps (%.4f): not applied "
+              "(train.max_loss_jump = %g)\n", s + 1, st.loss, st.loss / st.recent_loss, t->recent.n, st.recent_loss,
+              p->train.max_loss_jump);
+      fflush(log->out);
+    }
     int last = s + 1 == steps, printed = 0;
     if ((printed = (s + 1) % p->log.every == 0 || last || s == first)) {
       print_progress(log->out, p, &st, (double)interval_tokens / interval_seconds, t1 - start);
