@@ -61,8 +61,9 @@ perl -e '
   open(my $mf, "<", "$dir/manifest.json") or die; local $/; my $m = <$mf>; close $mf;
   $m =~ /"kind":"param","file":0,"offset":0,"block":\[[^]]*\],"range":\[(\d+),(\d+)\],"fnv1a64":"([0-9a-f]+)"/ or die "no piece";
   my ($lo, $hi, $old) = ($1, $2, $3);
-  open(my $f, "+<:raw", "$dir/rank_00000.bin") or die; read($f, my $bytes, ($hi - $lo) * 4);
-  substr($bytes, 0, 4) = pack("V", 0x7f800000);
+  my $f64 = $m =~ /"dtype":"F64"/;                    # the float64 build writes 8-byte elements
+  open(my $f, "+<:raw", "$dir/rank_00000.bin") or die; read($f, my $bytes, ($hi - $lo) * ($f64 ? 8 : 4));
+  substr($bytes, 0, $f64 ? 8 : 4) = $f64 ? pack("VV", 0, 0x7ff00000) : pack("V", 0x7f800000);
   seek($f, 0, 0); print $f $bytes; close $f;
   my ($H, $L) = (0xcbf29ce4, 0x84222325);            # FNV-1a 64 in 32-bit halves
   for my $b (unpack("C*", $bytes)) {
