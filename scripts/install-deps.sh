@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   liblua5.4-dev lua5.4
-  libopenblas-dev libopenblas0-pthread
+  libopenblas-dev libopenblas0-pthread libopenblas0-openmp
   libopenmpi-dev openmpi-bin
   libreadline-dev
 )
