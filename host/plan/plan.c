@@ -150,6 +150,8 @@ const char *plan_resume_field_name(int i)
 /* The shortest text that reads back as exactly x. */
 static void exact_number(char *buf, size_t n, double x)
 {
+  if (!buf || n == 0)
+    return;
   if (x == (double)(long long)x && x > -1e15 && x < 1e15) {
     snprintf(buf, n, "%lld", (long long)x);
     return;
