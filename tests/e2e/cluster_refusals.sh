@@ -7,33 +7,25 @@ set -u
 tycho=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-expect() { # expect FIELD_TEXT SED: the cluster file edited by SED is refused naming FIELD_TEXT
-  sed "$2" plans/clusters/h100_80g_ib.lua >"$tmp/c.lua"
+refused() { # refused BEFORE TEXT SED: the cluster file edited by SED is refused with exit 2, its
+  # message holding the file's path, then BEFORE, then TEXT
+  sed "$3" plans/clusters/h100_80g_ib.lua >"$tmp/c.lua"
   local err rc
   err=$("$tycho" check plans/tiny.lua --cluster "$tmp/c.lua" 2>&1 >/dev/null)
   rc=$?
-  [ "$rc" -eq 2 ] || { echo "FAIL: $2: exit $rc, expected 2 ($err)"; exit 1; }
+  [ "$rc" -eq 2 ] || { echo "FAIL: $3: exit $rc, expected 2 ($err)"; exit 1; }
   case "$err" in
-    *"$tmp/c.lua:"*"$1: must be a positive, finite number"*) ;;
-    *) echo "FAIL: $2: '$err' does not name $1"; exit 1 ;;
+    *"$tmp/c.lua:$1"*"$2"*) ;;
+    *) echo "FAIL: $3: '$err' lacks '$1' ... '$2'"; exit 1 ;;
   esac
 }
+expect() { refused "" "$1: must be a positive, finite number" "$2"; }
 expect inter_node.bandwidth_gbs 's/bandwidth_gbs = 50,/bandwidth_gbs = math.huge,/'
 expect peak_tflops 's/peak_tflops = 989,/peak_tflops = -math.huge,/'
 expect device_memory_gb 's/device_memory_gb = 80,/device_memory_gb = 0,/'
 # Read under a protected call: a "strict table" __index that raises, or one that loops into the
 # instruction limit, is a message with exit 2 (it was a Lua panic: exit 134, nothing printed).
-panics() { # panics TEXT SED: the edited file is refused with exit 2 and TEXT
-  sed "$2" plans/clusters/h100_80g_ib.lua >"$tmp/c.lua"
-  local err rc
-  err=$("$tycho" check plans/tiny.lua --cluster "$tmp/c.lua" 2>&1 >/dev/null)
-  rc=$?
-  [ "$rc" -eq 2 ] || { echo "FAIL: $2: exit $rc, expected 2 ($err)"; exit 1; }
-  case "$err" in
-    *"$tmp/c.lua: reading the cluster file: "*"$1"*) ;;
-    *) echo "FAIL: $2: '$err' lacks '$1'"; exit 1 ;;
-  esac
-}
+panics() { refused " reading the cluster file: " "$1" "$2"; }
 panics "no cluster field efficiency" \
   's/^return {/return setmetatable({/; s/^  efficiency = .*//; s/^}/}, { __index = function(_, k) error("no cluster field " .. k) end })/'
 panics "instruction limit" \
