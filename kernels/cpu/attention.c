@@ -1,16 +1,27 @@
 /* Rotary position embedding and causal self-attention with grouped KV heads.
- * Attention works one (batch, head) at a time with three sgemm calls, and keeps the (T, T)
- * probabilities for backward, which is what a CPU reference needs; the CUDA backend is free to
- * be flash-style behind the same signature. Query head h reads KV head h / (NH / NKV); in
- * backward several query heads add into the same dk, dv, so backward gives each OpenMP task one
- * (batch, KV head) and walks its query heads in order — no two threads write one element and
- * the sum order is fixed. */
+ * Attention works one (batch, head) at a time and keeps the (T, T) probabilities for backward,
+ * which is what a CPU reference needs; the CUDA backend is free to be flash-style behind the
+ * same signature. Each (batch, head) is walked in blocks of ATTENTION_BLOCK query rows: rows
+ * [r0, r1) meet keys [0, r1) only, so the sgemms skip the key blocks above the causal diagonal
+ * (at T = 128 with blocks of 64, 3/4 of the full square's products), and a block's scores are
+ * soft-maxed while they are in cache. The probabilities are stored as the full (B, NH, T, T)
+ * with zeros above the diagonal, written once; the softmax of a row is the same operations as
+ * on the full square, so probs do not depend on the block size. Query head h reads KV head
+ * h / (NH / NKV); in backward several query heads add into the same dk, dv, so backward gives
+ * each OpenMP task one (batch, KV head) and walks its query heads, and each head's blocks, in
+ * a fixed order — no two threads write one element and the sum order is fixed. */
 #include "blas.h"
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
 #include "kernels.h"
+
+/* Query rows per block: measured on bench/bench_attention (dim-256 shapes, T = 128, HS = 32),
+ * see host/runtime/README.md, "Attention on CPU". A build may set another for measuring. */
+#ifndef ATTENTION_BLOCK
+#define ATTENTION_BLOCK 64
+#endif
 
 void rope_table(real *cos_table, real *sin_table, int T, int HS, double theta, int pos0)
 {
@@ -79,6 +90,35 @@ static void tasks_parallel_end(int parallel, int blas_threads)
   if (parallel && blas_threads > 1) openblas_set_num_threads(blas_threads);
 }
 
+/* max_j row[j] over n ≥ 1 elements in 8 lanes (vector max instructions). The maximum of a set
+ * does not depend on the order it is taken in, but for the sign of a zero (+0 and −0 compare
+ * equal), and score − (±0) and exp of ±0 are the same numbers, so the probabilities are those of
+ * a left-to-right loop; a NaN is passed over either way (NaN > m is false), as there. */
+static real row_max(const real *row, int n)
+{
+  real lane[8] = { -INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                   -INFINITY, -INFINITY, -INFINITY, -INFINITY };
+  int j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int i = 0; i < 8; i++) lane[i] = row[j + i] > lane[i] ? row[j + i] : lane[i];
+  real max = -INFINITY;
+  for (int i = 0; i < 8; i++) max = lane[i] > max ? lane[i] : max;
+  for (; j < n; j++) max = row[j] > max ? row[j] : max;
+  return max;
+}
+
+/* Rows [r0, r1) of the dropped probabilities A = P ⊙ M against keys [0, r1), packed with
+ * leading dimension r1 (zero above the diagonal, like P). P and M are whole (T, T) squares. */
+static void dropped_block(real *A, const real *P, const real *M, int T, int r0, int r1)
+{
+  for (int t = r0; t < r1; t++) {
+    real *row = A + (size_t)(t - r0) * r1;
+    const real *prow = P + (size_t)t * T, *mrow = M + (size_t)t * T;
+    for (int j = 0; j <= t; j++) row[j] = prow[j] * mrow[j];
+    for (int j = t + 1; j < r1; j++) row[j] = 0.0f;
+  }
+}
+
 void attention_forward(real *out, real *probs, real *scratch, const real *q, const real *k,
                        const real *v, const real *dropmask, int B, int T, int NH, int NKV,
                        int HS)
@@ -93,31 +133,38 @@ void attention_forward(real *out, real *probs, real *scratch, const real *q, con
     const real *qb = q + (size_t)b * T * ldq + (size_t)h * HS;
     const real *kb = k + (size_t)b * T * ldkv + (size_t)kvh * HS;
     const real *vb = v + (size_t)b * T * ldkv + (size_t)kvh * HS;
+    real *ob = out + (size_t)b * T * ldq + (size_t)h * HS;
     real *P = probs + (size_t)task * TT;
-    real_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS,
-                scale, qb, ldq, kb, ldkv, 0.0f, P, T);
-    for (int t = 0; t < T; t++) {
-      real *row = P + (size_t)t * T;
-      real max = -INFINITY;
-      for (int j = 0; j <= t; j++) max = row[j] > max ? row[j] : max;
-      double sum = 0.0;
-      for (int j = 0; j <= t; j++) {
-        row[j] = real_exp(row[j] - max);
-        sum += row[j];
+    const real *M = dropmask ? dropmask + (size_t)task * TT : NULL;
+    real *dropped = M ? scratch + (size_t)task * TT : NULL; /* one block: ≤ BLOCK · T */
+    for (int r0 = 0; r0 < T; r0 += ATTENTION_BLOCK) {
+      const int r1 = r0 + ATTENTION_BLOCK < T ? r0 + ATTENTION_BLOCK : T, m = r1 - r0;
+      real *Pb = P + (size_t)r0 * T;
+      /* Scores of the block's rows against keys [0, r1) only; the rest of each row is 0. */
+      real_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, HS,
+                scale, qb + (size_t)r0 * ldq, ldq, kb, ldkv, 0.0f, Pb, T);
+      for (int t = r0; t < r1; t++) {
+        real *row = P + (size_t)t * T;
+        real max = row_max(row, t + 1);
+        double sum = 0.0;
+        for (int j = 0; j <= t; j++) {
+          row[j] = real_exp(row[j] - max);
+          sum += row[j];
+        }
+        real inv_sum = (real)(1.0 / sum);
+        for (int j = 0; j <= t; j++) row[j] *= inv_sum;
+        if (t + 1 < T) memset(row + t + 1, 0, sizeof(real) * (size_t)(T - t - 1));
       }
-      real inv_sum = (real)(1.0 / sum);
-      for (int j = 0; j <= t; j++) row[j] *= inv_sum;
-      for (int j = t + 1; j < T; j++) row[j] = 0.0f;
+      const real *A = Pb;
+      int lda = T;
+      if (M) {
+        dropped_block(dropped, P, M, T, r0, r1);
+        A = dropped;
+        lda = r1;
+      }
+      real_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, HS, r1,
+                1.0f, A, lda, vb, ldkv, 0.0f, ob + (size_t)r0 * ldq, ldq);
     }
-    const real *A = P;
-    if (dropmask) {
-      real *dropped = scratch + (size_t)task * TT;
-      const real *M = dropmask + (size_t)task * TT;
-      for (size_t i = 0; i < TT; i++) dropped[i] = P[i] * M[i];
-      A = dropped;
-    }
-    real_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T,
-                1.0f, A, T, vb, ldkv, 0.0f, out + (size_t)b * T * ldq + (size_t)h * HS, ldq);
   }
   tasks_parallel_end(parallel, blas_threads);
 }
@@ -129,6 +176,7 @@ void attention_backward(real *dq, real *dk, real *dv, real *scratch, const real 
   const int group = NH / NKV, ldq = NH * HS, ldkv = NKV * HS;
   const real scale = 1.0f / real_sqrt((real)HS);
   const size_t TT = (size_t)T * T;
+  const int last_r0 = T > 0 ? (T - 1) / ATTENTION_BLOCK * ATTENTION_BLOCK : 0;
   int blas_threads, parallel = tasks_parallel_begin(B * NKV, &blas_threads);
 #pragma omp parallel for if (parallel)
   for (int task = 0; task < B * NKV; task++) {
@@ -137,43 +185,47 @@ void attention_backward(real *dq, real *dk, real *dv, real *scratch, const real 
     const real *vb = v + (size_t)b * T * ldkv + (size_t)kvh * HS;
     real *dkb = dk + (size_t)b * T * ldkv + (size_t)kvh * HS;
     real *dvb = dv + (size_t)b * T * ldkv + (size_t)kvh * HS;
-    real *dS = scratch + (size_t)task * 2 * TT, *dropped = dS + TT;
-    for (int t = 0; t < T; t++) {
-      memset(dkb + (size_t)t * ldkv, 0, sizeof(real) * HS);
-      memset(dvb + (size_t)t * ldkv, 0, sizeof(real) * HS);
-    }
+    real *dS = scratch + (size_t)task * 2 * TT, *dropped = dS + TT; /* one block each */
     for (int h = kvh * group; h < (kvh + 1) * group; h++) {
       const real *P = probs + ((size_t)b * NH + h) * TT;
       const real *M = dropmask ? dropmask + ((size_t)b * NH + h) * TT : NULL;
       const real *qb = q + (size_t)b * T * ldq + (size_t)h * HS;
       const real *dob = dout + (size_t)b * T * ldq + (size_t)h * HS;
       real *dqb = dq + (size_t)b * T * ldq + (size_t)h * HS;
-      const real *A = P;
-      if (M) {
-        for (size_t i = 0; i < TT; i++) dropped[i] = P[i] * M[i];
-        A = dropped;
+      /* The last block first: it reaches every key, so the group's first head assigns dk and
+       * dv there (beta 0) and every later product adds into them. */
+      for (int r0 = last_r0; T > 0 && r0 >= 0; r0 -= ATTENTION_BLOCK) {
+        const int r1 = r0 + ATTENTION_BLOCK < T ? r0 + ATTENTION_BLOCK : T, m = r1 - r0;
+        const real beta = h == kvh * group && r0 == last_r0 ? 0.0f : 1.0f;
+        const real *Pb = P + (size_t)r0 * T, *A = Pb;
+        int lda = T;
+        if (M) {
+          dropped_block(dropped, P, M, T, r0, r1);
+          A = dropped;
+          lda = r1;
+        }
+        /* out = A·v: dv[0:r1] += Aᵀ·dout, dA = dout·vᵀ (into dS, leading dimension r1). */
+        real_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, m,
+                  1.0f, A, lda, dob + (size_t)r0 * ldq, ldq, beta, dvb, ldkv);
+        real_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, HS,
+                  1.0f, dob + (size_t)r0 * ldq, ldq, vb, ldkv, 0.0f, dS, r1);
+        /* dP = dA ⊙ M; softmax backward dS = P ⊙ (dP − Σ_j P_j dP_j), 0 above the diagonal. */
+        for (int t = r0; t < r1; t++) {
+          real *row = dS + (size_t)(t - r0) * r1;
+          const real *prow = P + (size_t)t * T;
+          if (M)
+            for (int j = 0; j <= t; j++) row[j] *= M[(size_t)t * T + j];
+          double dot = 0.0;
+          for (int j = 0; j <= t; j++) dot += (double)prow[j] * row[j];
+          for (int j = 0; j <= t; j++) row[j] = prow[j] * (row[j] - (real)dot);
+          for (int j = t + 1; j < r1; j++) row[j] = 0.0f;
+        }
+        /* scores = scale · q·kᵀ: dq[r0:r1] = scale · dS·k, dk[0:r1] += scale · dSᵀ·q. */
+        real_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, HS, r1,
+                  scale, dS, r1, kb, ldkv, 0.0f, dqb + (size_t)r0 * ldq, ldq);
+        real_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, m,
+                  scale, dS, r1, qb + (size_t)r0 * ldq, ldq, beta, dkb, ldkv);
       }
-      /* out = A·v: dv += Aᵀ·dout, dA = dout·vᵀ (into dS). */
-      real_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T,
-                  1.0f, A, T, dob, ldq, 1.0f, dvb, ldkv);
-      real_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS,
-                  1.0f, dob, ldq, vb, ldkv, 0.0f, dS, T);
-      /* dP = dA ⊙ M; softmax backward dS = P ⊙ (dP − Σ_j P_j dP_j), 0 above the diagonal. */
-      for (int t = 0; t < T; t++) {
-        real *row = dS + (size_t)t * T;
-        const real *prow = P + (size_t)t * T;
-        if (M)
-          for (int j = 0; j <= t; j++) row[j] *= M[(size_t)t * T + j];
-        double dot = 0.0;
-        for (int j = 0; j <= t; j++) dot += (double)prow[j] * row[j];
-        for (int j = 0; j <= t; j++) row[j] = prow[j] * (row[j] - (real)dot);
-        for (int j = t + 1; j < T; j++) row[j] = 0.0f;
-      }
-      /* scores = scale · q·kᵀ: dq = scale · dS·k, dk += scale · dSᵀ·q. */
-      real_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T,
-                  scale, dS, T, kb, ldkv, 0.0f, dqb, ldq);
-      real_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T,
-                  scale, dS, T, qb, ldq, 1.0f, dkb, ldkv);
     }
   }
   tasks_parallel_end(parallel, blas_threads);

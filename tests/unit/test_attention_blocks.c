@@ -1,0 +1,227 @@
+/* The blocked causal attention (kernels/cpu/attention.c: query rows in blocks, keys above a
+ * block's diagonal skipped) against a plain reference written here: the full T × T square per
+ * (batch, head), every sum in double. Sequence lengths around the block size (1, 7, 63, 64, 65,
+ * 130: one row, a partial block, a block and one row either side, three blocks with a one-row
+ * tail), multi-head, grouped and multi-query heads, with and without a dropout mask, with 1 and
+ * 4 threads (4: parallel tasks for the larger cases, threaded sgemm in turn for the smaller).
+ * Every output buffer, and the scratch, starts as NaN: each element must be assigned, and the
+ * probabilities above the diagonal must be exactly 0.
+ *
+ * Bound, for each output X (probs, out, dq, dk, dv) over a whole case: max |X − X_ref| ≤
+ * TOL_UNITS · REAL_U · max |X_ref| (normwise, so an element near 0 by cancellation does not
+ * count as a relative error). The kernel rounds in `real` along chains of: a score (an HS-term
+ * dot product, |score| ≤ HS · 4 / sqrt(HS) = 16 at HS 16 with inputs in [−2, 2), whose absolute
+ * error γ_HS · 16 becomes the relative error of exp), the softmax (exp, Σ in double, 1/Σ, a
+ * product: 3 roundings), up to T terms against v or dout (γ_T relative to the sum of
+ * magnitudes, which for probabilities summing to ≤ 1/(1 − p) is the size of the result), and
+ * backward's Σ_j P_j dP_j (in double) and difference (2 roundings) before dq, dk (≤ T terms
+ * again). Worst-case this is ≈ (HS · 16 + 2T + 10) u relative to the largest element: at HS 16,
+ * T 130: 526 u; the rounding errors add as a random walk, so seen errors are far lower (printed:
+ * worst 7 u in fp32, 5 u in float64, dk at T 130). The bound, 64 units, is a ninth of the worst
+ * case and 9× what is seen; the reference's double rounding (DOUBLE_U) is included. A masked
+ * element used, a key above the diagonal leaking in, a block's row or key range off by one, or a
+ * KV head read by the wrong query head moves an output by the size of a term: 1e-3 or more
+ * relative here, ≥ 2^14 units in fp32. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "check.h"
+#include "kernels.h"
+
+#define TOL_UNITS 64
+
+static real rnd(uint32_t *state) /* xorshift32, uniform in [-1, 1) */
+{
+  *state ^= *state << 13;
+  *state ^= *state >> 17;
+  *state ^= *state << 5;
+  return (real)(*state >> 8) / 8388608.0f - 1.0f;
+}
+
+static real *rand_buf(size_t n, real scale, uint32_t *state)
+{
+  real *x = malloc(n * sizeof(real));
+  for (size_t i = 0; i < n; i++) x[i] = scale * rnd(state);
+  return x;
+}
+
+static real *nan_buf(size_t n)
+{
+  real *x = malloc((n ? n : 1) * sizeof(real));
+  for (size_t i = 0; i < n; i++) x[i] = (real)NAN;
+  return x;
+}
+
+struct ref {
+  double *probs, *out, *dq, *dk, *dv;
+};
+
+/* The whole attention, forward and backward, on full squares in double. */
+static struct ref reference(const real *q, const real *k, const real *v, const real *dout,
+                            const real *mask, int B, int T, int NH, int NKV, int HS)
+{
+  const size_t nq = (size_t)B * T * NH * HS, nkv = (size_t)B * T * NKV * HS, TT = (size_t)T * T;
+  struct ref r = { calloc((size_t)B * NH * TT, sizeof(double)), calloc(nq, sizeof(double)),
+                   calloc(nq, sizeof(double)), calloc(nkv, sizeof(double)),
+                   calloc(nkv, sizeof(double)) };
+  double *s = malloc(TT * sizeof(double)), *dS = malloc(TT * sizeof(double));
+  const double scale = 1.0 / sqrt((double)HS);
+#define Q(b, t, h, i) q[(((size_t)(b) * T + (t)) * NH + (h)) * HS + (i)]
+#define K(b, t, h, i) k[(((size_t)(b) * T + (t)) * NKV + (h)) * HS + (i)]
+#define V(b, t, h, i) v[(((size_t)(b) * T + (t)) * NKV + (h)) * HS + (i)]
+#define DO(b, t, h, i) dout[(((size_t)(b) * T + (t)) * NH + (h)) * HS + (i)]
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++) {
+      const int kvh = h / (NH / NKV);
+      const size_t bh = ((size_t)b * NH + h) * TT;
+      double *P = r.probs + bh;
+      const real *M = mask ? mask + bh : NULL;
+      for (int t = 0; t < T; t++) { /* P over the full square: −inf above the diagonal */
+        double max = -INFINITY, sum = 0.0;
+        for (int j = 0; j < T; j++) {
+          double d = 0.0;
+          for (int i = 0; i < HS; i++) d += (double)Q(b, t, h, i) * K(b, j, kvh, i);
+          s[(size_t)t * T + j] = j <= t ? d * scale : -INFINITY;
+          max = fmax(max, s[(size_t)t * T + j]);
+        }
+        for (int j = 0; j < T; j++) sum += P[(size_t)t * T + j] = exp(s[(size_t)t * T + j] - max);
+        for (int j = 0; j < T; j++) P[(size_t)t * T + j] /= sum;
+      }
+      for (int t = 0; t < T; t++)
+        for (int i = 0; i < HS; i++) {
+          double o = 0.0;
+          for (int j = 0; j < T; j++)
+            o += P[(size_t)t * T + j] * (M ? M[(size_t)t * T + j] : 1.0) * V(b, j, kvh, i);
+          r.out[(((size_t)b * T + t) * NH + h) * HS + i] = o;
+        }
+      for (int t = 0; t < T; t++) { /* dA = dout·vᵀ, dP = dA ⊙ M, dS = P ⊙ (dP − Σ P dP) */
+        double dot = 0.0;
+        for (int j = 0; j < T; j++) {
+          double dA = 0.0;
+          for (int i = 0; i < HS; i++) dA += (double)DO(b, t, h, i) * V(b, j, kvh, i);
+          dS[(size_t)t * T + j] = dA * (M ? M[(size_t)t * T + j] : 1.0);
+          dot += P[(size_t)t * T + j] * dS[(size_t)t * T + j];
+        }
+        for (int j = 0; j < T; j++)
+          dS[(size_t)t * T + j] = P[(size_t)t * T + j] * (dS[(size_t)t * T + j] - dot);
+      }
+      for (int t = 0; t < T; t++)
+        for (int j = 0; j < T; j++) {
+          const double a = P[(size_t)t * T + j] * (M ? M[(size_t)t * T + j] : 1.0);
+          const double g = scale * dS[(size_t)t * T + j];
+          for (int i = 0; i < HS; i++) {
+            r.dq[(((size_t)b * T + t) * NH + h) * HS + i] += g * K(b, j, kvh, i);
+            r.dk[(((size_t)b * T + j) * NKV + kvh) * HS + i] += g * Q(b, t, h, i);
+            r.dv[(((size_t)b * T + j) * NKV + kvh) * HS + i] += a * DO(b, t, h, i);
+          }
+        }
+    }
+#undef Q
+#undef K
+#undef V
+#undef DO
+  free(s);
+  free(dS);
+  return r;
+}
+
+/* max |x − ref| / max |ref| in units of REAL_U; NaN anywhere gives infinity. */
+static double normwise_units(const real *x, const double *ref, size_t n)
+{
+  double err = 0.0, size = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    if (!isfinite(x[i])) return INFINITY;
+    err = fmax(err, fabs(x[i] - ref[i]));
+    size = fmax(size, fabs(ref[i]));
+  }
+  return size > 0.0 ? err / size / REAL_U : err / REAL_U;
+}
+
+static double seen_units; /* the worst error over the cases run, printed at the end */
+
+static void check_case(int B, int T, int NH, int NKV, int HS, int use_mask, int n_threads)
+{
+  const size_t nq = (size_t)B * T * NH * HS, nkv = (size_t)B * T * NKV * HS;
+  const size_t nprobs = (size_t)B * NH * T * T;
+  uint32_t s = 1000u + (uint32_t)(T * 31 + NH * 7 + NKV * 3 + use_mask);
+  real *q = rand_buf(nq, 2, &s), *k = rand_buf(nkv, 2, &s), *v = rand_buf(nkv, 1, &s);
+  real *dout = rand_buf(nq, 1, &s), *mask = NULL;
+  if (use_mask) {
+    mask = malloc(nprobs * sizeof(real));
+    dropout_mask(mask, nprobs, 0.25f, 99, (uint32_t)T, 1, 2, 0);
+  }
+  real *out = nan_buf(nq), *probs = nan_buf(nprobs), *dq = nan_buf(nq), *dk = nan_buf(nkv);
+  real *dv = nan_buf(nkv), *scratch = nan_buf(attention_scratch_n_elems(B, T, NH, NKV));
+  kernels_init_cpu(n_threads);
+  attention_forward(out, probs, scratch, q, k, v, mask, B, T, NH, NKV, HS);
+  attention_backward(dq, dk, dv, scratch, dout, q, k, v, probs, mask, B, T, NH, NKV, HS);
+  kernels_init_cpu(1);
+  struct ref r = reference(q, k, v, dout, mask, B, T, NH, NKV, HS);
+
+  long nonzero_above = 0;
+  for (size_t bh = 0; bh < (size_t)B * NH; bh++)
+    for (int t = 0; t < T; t++)
+      for (int j = t + 1; j < T; j++)
+        nonzero_above += !(probs[(bh * T + t) * T + j] == 0.0f);
+  CHECK_MSG(nonzero_above == 0, "T %d NH %d NKV %d mask %d threads %d: %ld probabilities above "
+            "the diagonal are not 0", T, NH, NKV, use_mask, n_threads, nonzero_above);
+
+  const real *got[5] = { probs, out, dq, dk, dv };
+  const double *want[5] = { r.probs, r.out, r.dq, r.dk, r.dv };
+  const size_t sizes[5] = { nprobs, nq, nq, nkv, nkv };
+  static const char *names[5] = { "probs", "out", "dq", "dk", "dv" };
+  const double tol = TOL_UNITS * (1.0 + DOUBLE_U / REAL_U);
+  for (int i = 0; i < 5; i++) {
+    double units = normwise_units(got[i], want[i], sizes[i]);
+    seen_units = fmax(seen_units, units);
+    CHECK_MSG(units <= tol, "T %d NH %d NKV %d HS %d mask %d threads %d: %s off by %.3g units "
+              "of max |ref|, bound %d", T, NH, NKV, HS, use_mask, n_threads, names[i], units,
+              TOL_UNITS);
+  }
+  free(q); free(k); free(v); free(dout); free(mask); free(out); free(probs); free(dq);
+  free(dk); free(dv); free(scratch);
+  free(r.probs); free(r.out); free(r.dq); free(r.dk); free(r.dv);
+}
+
+static const int lengths[] = { 1, 7, 63, 64, 65, 130 };
+enum { N_LENGTHS = sizeof lengths / sizeof lengths[0] };
+
+static void run_heads(int NH, int NKV)
+{
+  for (int i = 0; i < N_LENGTHS; i++)
+    for (int use_mask = 0; use_mask < 2; use_mask++)
+      for (int threads = 1; threads <= 4; threads += 3)
+        check_case(2, lengths[i], NH, NKV, 16, use_mask, threads);
+}
+
+static void multi_head_matches_full_square_reference(void)
+{
+  run_heads(4, 4);
+}
+
+static void grouped_heads_match_full_square_reference(void)
+{
+  run_heads(6, 2); /* 3 query heads per KV head */
+}
+
+static void multi_query_matches_full_square_reference(void)
+{
+  run_heads(4, 1);
+}
+
+static void one_head_odd_head_size_matches_full_square_reference(void)
+{
+  /* B 1, one head: a single task, so 4 threads run it on threaded sgemm; HS 12 (not a power
+   * of 2) and HS 1. */
+  for (int i = 0; i < N_LENGTHS; i++)
+    for (int use_mask = 0; use_mask < 2; use_mask++) {
+      check_case(1, lengths[i], 1, 1, 12, use_mask, 4);
+      check_case(1, lengths[i], 1, 1, 1, use_mask, 1);
+    }
+  printf("worst error seen: %.3g units of REAL_U (bound %d)\n", seen_units, TOL_UNITS);
+}
+
+TEST_MAIN(TEST(multi_head_matches_full_square_reference),
+          TEST(grouped_heads_match_full_square_reference),
+          TEST(multi_query_matches_full_square_reference),
+          TEST(one_head_odd_head_size_matches_full_square_reference))
