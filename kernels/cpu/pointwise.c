@@ -1,13 +1,34 @@
 /* Element-wise ops: SwiGLU and dropout. The dropout mask is drawn from Philox by the element's
  * index in the full logical tensor (philox.h), so it does not depend on how the tensor is split
- * across ranks, and a recompute in backward redraws the very same mask. */
+ * across ranks, and a recompute in backward redraws the very same mask. SwiGLU runs on the
+ * vector layer (vec.h) in fp32 when the CPU has one; the loops here are the scalar path and its
+ * reference. */
 #include <math.h>
 
 #include "kernels.h"
 #include "philox.h"
+#include "vec.h"
+
+/* Vector calls go over blocks of VEC_BLOCK elements spread over the threads; an element's
+ * result does not depend on its block (vec.h). */
+enum { VEC_BLOCK = 8192 };
+#define VEC_BLOCKS(n) (((n) + VEC_BLOCK - 1) / VEC_BLOCK)
+#define VEC_LEN(n, lo) ((n) - (lo) < VEC_BLOCK ? (n) - (lo) : (size_t)VEC_BLOCK)
 
 void swiglu_forward(real *out, const real *gate, const real *up, size_t n_elems)
 {
+#if !REAL_IS_DOUBLE
+  const struct vec_ops *v = vec_active();
+  if (v) {
+    const size_t nb = VEC_BLOCKS(n_elems);
+#pragma omp parallel for if (nb > 1)
+    for (size_t b = 0; b < nb; b++) {
+      const size_t lo = b * VEC_BLOCK;
+      v->swiglu_forward(out + lo, gate + lo, up + lo, VEC_LEN(n_elems, lo));
+    }
+    return;
+  }
+#endif
 #pragma omp parallel for
   for (size_t i = 0; i < n_elems; i++) {
     real g = gate[i];
@@ -19,6 +40,18 @@ void swiglu_backward(real *dgate, real *dup, const real *dout, const real *gate,
                      const real *up, size_t n_elems)
 {
   /* silu'(g) = s (1 + g (1 − s)), s = sigmoid(g). */
+#if !REAL_IS_DOUBLE
+  const struct vec_ops *v = vec_active();
+  if (v) {
+    const size_t nb = VEC_BLOCKS(n_elems);
+#pragma omp parallel for if (nb > 1)
+    for (size_t b = 0; b < nb; b++) {
+      const size_t lo = b * VEC_BLOCK;
+      v->swiglu_backward(dgate + lo, dup + lo, dout + lo, gate + lo, up + lo, VEC_LEN(n_elems, lo));
+    }
+    return;
+  }
+#endif
 #pragma omp parallel for
   for (size_t i = 0; i < n_elems; i++) {
     real g = gate[i], d = dout[i];

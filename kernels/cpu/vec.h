@@ -1,0 +1,84 @@
+/* The CPU kernels' vector layer: the element-wise parts of SwiGLU, AdamW, the gradient norm and
+ * scale, and the softmax of cross-entropy, on fp32, in AVX2 (with FMA) or AVX-512 (F, DQ, BW,
+ * VL), chosen once at run time from what the CPU supports.
+ *
+ * - The kernels (pointwise.c, optim.c, loss.c) call vec_active(): NULL means the scalar path, their
+ *   own C loops, which stay the reference. The float64 build (kernels/real.h) always takes the
+ *   scalar path: the vector paths are fp32 only.
+ * - The choice: the widest path the CPU has (__builtin_cpu_supports), unless the environment
+ *   variable TYCHO_SIMD = scalar | avx2 | avx512 names one. A name the CPU lacks, or an unknown
+ *   one, is refused with a line on stderr and the widest path is used instead. Made lazily at the
+ *   first call (thread-safe); vec_select changes it (the tests run every path).
+ * - Each element's result depends only on its inputs, never on its position or on n: the tails
+ *   go through the same vector code under a mask, so a tensor split differently over threads or
+ *   ranks gives the same bits element by element.
+ * - AVX2 and AVX-512 give the same bits as each other in every function (the same operations in
+ *   the same order; sums in 16 double lanes, element i in lane i mod 16, the lanes added in
+ *   order 0..15 at the end), max up to the sign of a zero maximum.
+ * - exp (inside the vector paths): within 1 ulp of exp over the whole float range (worst
+ *   0.844 ulp, measured by tests/unit/test_kernels_vec.c), exactly 1 at 0, +inf above
+ *   ln(FLT_MAX), 0 at −inf and where the result is below the smallest denormal, a denormal (or 0
+ *   under flush-to-zero, as the process runs: kernels/cpu/init.c) between, NaN for NaN.
+ * - adamw and scale give the bits of the scalar loops (explicit multiplies and adds, no FMA:
+ *   these files are compiled with -ffp-contract=off; sqrt and division are correctly rounded).
+ *   sumsq and the Σ exp of cross-entropy add in another order than the scalar loops (in double,
+ *   so they differ by rounding of double only); SwiGLU and the softmax differ from the scalar
+ *   path through exp alone (libm's expf there).
+ *
+ * Compiled per file: vec_avx2.c with -mavx2 -mfma, vec_avx512.c with -mavx512{f,dq,bw,vl} -mfma
+ * (CMakeLists.txt); nothing else in the program is built for those ISAs. */
+#ifndef TYCHO_KERNELS_CPU_VEC_H
+#define TYCHO_KERNELS_CPU_VEC_H
+#include <stddef.h>
+
+enum vec_isa { VEC_SCALAR, VEC_AVX2, VEC_AVX512, VEC_N_ISAS };
+
+/* AdamW's per-tensor constants, each the scalar loop's real value (optim.c). */
+struct vec_adamw {
+  float grad_scale, decay, m_weight, v_decay, v_weight, step_size, bias_correction2_sqrt, eps;
+};
+
+/* One path's functions. Every n may be 0; pointers need no alignment. */
+struct vec_ops {
+  const char *name;
+  /* out[i] = exp(x[i]); out may equal x. */
+  void (*exp)(float *out, const float *x, size_t n);
+  /* out = gate · sigmoid(gate) · up, as swiglu_forward. */
+  void (*swiglu_forward)(float *out, const float *gate, const float *up, size_t n);
+  /* swiglu_backward's dgate and dup. */
+  void (*swiglu_backward)(float *dgate, float *dup, const float *dout, const float *gate,
+                          const float *up, size_t n);
+  /* One AdamW step, the scalar loop of optim.c operation by operation. */
+  void (*adamw)(float *param, const float *grad, float *m, float *v, size_t n,
+                const struct vec_adamw *c);
+  /* Σ x² in double. */
+  double (*sumsq)(const float *x, size_t n);
+  /* x ← x · s. */
+  void (*scale)(float *x, size_t n, float s);
+  /* max over x, NaNs passed over (as `x > max ? x : max`); −inf when n is 0. */
+  float (*max)(const float *x, size_t n);
+  /* out[i] = exp(x[i] − shift) when out is not NULL (out may equal x); returns Σ of those
+   * (the floats, added in double). */
+  double (*exp_sum)(float *out, const float *x, float shift, size_t n);
+  /* out[i] = exp(x[i] − shift) · s; out may equal x. */
+  void (*exp_scale)(float *out, const float *x, float shift, float s, size_t n);
+};
+
+/* The chosen path's table, NULL for the scalar path. */
+const struct vec_ops *vec_active(void);
+/* The chosen path (making the choice if not made yet). */
+enum vec_isa vec_current(void);
+/* Whether this CPU (and this build) can run isa. */
+int vec_supported(enum vec_isa isa);
+/* Chooses isa for every later call: 0, or -1 (nothing changed) when not supported. */
+int vec_select(enum vec_isa isa);
+/* "scalar", "avx2", "avx512". */
+const char *vec_isa_name(enum vec_isa isa);
+/* A path's table whatever is chosen (NULL for scalar or unsupported): for the tests. */
+const struct vec_ops *vec_ops_of(enum vec_isa isa);
+
+/* The vector paths (vec_avx2.c, vec_avx512.c); call only where vec_supported says so. */
+extern const struct vec_ops vec_ops_avx2;
+extern const struct vec_ops vec_ops_avx512;
+
+#endif

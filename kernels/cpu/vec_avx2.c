@@ -1,0 +1,229 @@
+/* The AVX2 path of the vector layer (vec.h): 8 floats a step, the tail under a mask
+ * (vmaskmov: masked lanes read as 0 and are not written). Built with -mavx2 -mfma
+ * -ffp-contract=off for this file only (CMakeLists.txt) and called only where vec.c found the
+ * CPU has AVX2 and FMA. Its arithmetic is vec_avx512.c's operation for operation (see there
+ * for exp), so the two give the same bits; sums keep 16 double lanes as that file does. */
+#if defined(__x86_64__)
+#if !defined(__AVX2__) || !defined(__FMA__)
+#error "vec_avx2.c is built with -mavx2 -mfma (CMakeLists.txt)"
+#endif
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "vec.h"
+
+/* Lanes j < left set (all 8 when left ≥ 8). */
+static inline __m256i tail_mask(size_t left)
+{
+  const int k = left >= 8 ? 8 : (int)left;
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+static inline __m256 neg(__m256 x)
+{
+  return _mm256_castsi256_ps(_mm256_xor_si256(_mm256_castps_si256(x), _mm256_set1_epi32(INT32_MIN)));
+}
+
+/* exp(x), 8 lanes: vec_avx512.c's vexp, the same operations. */
+static inline __m256 vexp(__m256 x)
+{
+  x = _mm256_max_ps(_mm256_set1_ps(-104.0f), _mm256_min_ps(_mm256_set1_ps(89.0f), x));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269502e+00f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 r_hi = _mm256_fnmadd_ps(n, _mm256_set1_ps(6.93147182e-01f), x);
+  const __m256 c = _mm256_mul_ps(n, _mm256_set1_ps(-1.90465421e-09f));
+  const __m256 r = _mm256_sub_ps(r_hi, c);
+  const __m256 r_err = _mm256_sub_ps(_mm256_sub_ps(r_hi, r), c);
+  __m256 q = _mm256_set1_ps((float)(1.0 / 40320));
+  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps((float)(1.0 / 5040)));
+  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps((float)(1.0 / 720)));
+  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps((float)(1.0 / 120)));
+  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps((float)(1.0 / 24)));
+  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps((float)(1.0 / 6)));
+  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(0.5f));
+  const __m256 t = _mm256_add_ps(r, _mm256_fmadd_ps(q, _mm256_mul_ps(r, r), r_err));
+  const __m256 p = _mm256_add_ps(_mm256_set1_ps(1.0f), t);
+  const __m256i ni = _mm256_cvtps_epi32(n);
+  const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+  const __m256i bias = _mm256_set1_epi32(127);
+  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+  return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+
+static void v_exp(float *out, const float *x, size_t n)
+{
+  for (size_t i = 0; i < n; i += 8) {
+    const __m256i k = tail_mask(n - i);
+    _mm256_maskstore_ps(out + i, k, vexp(_mm256_maskload_ps(x + i, k)));
+  }
+}
+
+static void v_swiglu_forward(float *out, const float *gate, const float *up, size_t n)
+{
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (size_t i = 0; i < n; i += 8) {
+    const __m256i k = tail_mask(n - i);
+    const __m256 g = _mm256_maskload_ps(gate + i, k), u = _mm256_maskload_ps(up + i, k);
+    const __m256 o = _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, vexp(neg(g)))), u);
+    _mm256_maskstore_ps(out + i, k, o);
+  }
+}
+
+static void v_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
+                              const float *up, size_t n)
+{
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (size_t i = 0; i < n; i += 8) {
+    const __m256i k = tail_mask(n - i);
+    const __m256 g = _mm256_maskload_ps(gate + i, k), d = _mm256_maskload_ps(dout + i, k);
+    const __m256 u = _mm256_maskload_ps(up + i, k);
+    const __m256 s = _mm256_div_ps(one, _mm256_add_ps(one, vexp(neg(g))));
+    const __m256 dg = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(d, u), s),
+                                    _mm256_add_ps(one, _mm256_mul_ps(g, _mm256_sub_ps(one, s))));
+    _mm256_maskstore_ps(dup + i, k, _mm256_mul_ps(_mm256_mul_ps(d, g), s));
+    _mm256_maskstore_ps(dgate + i, k, dg);
+  }
+}
+
+static void v_adamw(float *param, const float *grad, float *m, float *v, size_t n,
+                    const struct vec_adamw *c)
+{
+  const __m256 grad_scale = _mm256_set1_ps(c->grad_scale), decay = _mm256_set1_ps(c->decay);
+  const __m256 m_weight = _mm256_set1_ps(c->m_weight), v_decay = _mm256_set1_ps(c->v_decay);
+  const __m256 v_weight = _mm256_set1_ps(c->v_weight), step_size = _mm256_set1_ps(c->step_size);
+  const __m256 bc2 = _mm256_set1_ps(c->bias_correction2_sqrt), eps = _mm256_set1_ps(c->eps);
+  for (size_t i = 0; i < n; i += 8) {
+    const __m256i k = tail_mask(n - i);
+    const __m256 g = _mm256_mul_ps(_mm256_maskload_ps(grad + i, k), grad_scale);
+    const __m256 m0 = _mm256_maskload_ps(m + i, k), v0 = _mm256_maskload_ps(v + i, k);
+    const __m256 p = _mm256_mul_ps(_mm256_maskload_ps(param + i, k), decay);
+    const __m256 mi = _mm256_add_ps(m0, _mm256_mul_ps(m_weight, _mm256_sub_ps(g, m0)));
+    const __m256 vi = _mm256_add_ps(_mm256_mul_ps(v0, v_decay),
+                                    _mm256_mul_ps(_mm256_mul_ps(v_weight, g), g));
+    const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc2), eps);
+    const __m256 pn = _mm256_sub_ps(p, _mm256_div_ps(_mm256_mul_ps(step_size, mi), denom));
+    _mm256_maskstore_ps(param + i, k, pn);
+    _mm256_maskstore_ps(m + i, k, mi);
+    _mm256_maskstore_ps(v + i, k, vi);
+  }
+}
+
+/* 16 double lanes in four registers: a0 elements 0–3 of each 16, a1 4–7, a2 8–11, a3 12–15
+ * (vec_avx512.c's order); added in lane order. */
+struct lanes { __m256d a0, a1, a2, a3; };
+
+static inline void lanes_add(struct lanes *l, __m256 lo8, __m256 hi8)
+{
+  l->a0 = _mm256_add_pd(l->a0, _mm256_cvtps_pd(_mm256_castps256_ps128(lo8)));
+  l->a1 = _mm256_add_pd(l->a1, _mm256_cvtps_pd(_mm256_extractf128_ps(lo8, 1)));
+  l->a2 = _mm256_add_pd(l->a2, _mm256_cvtps_pd(_mm256_castps256_ps128(hi8)));
+  l->a3 = _mm256_add_pd(l->a3, _mm256_cvtps_pd(_mm256_extractf128_ps(hi8, 1)));
+}
+
+static inline __m256d square(__m128 x4)
+{
+  const __m256d d = _mm256_cvtps_pd(x4);
+  return _mm256_mul_pd(d, d);
+}
+
+static double lanes_sum(const struct lanes *l)
+{
+  double v[16], s = 0.0;
+  _mm256_storeu_pd(v, l->a0);
+  _mm256_storeu_pd(v + 4, l->a1);
+  _mm256_storeu_pd(v + 8, l->a2);
+  _mm256_storeu_pd(v + 12, l->a3);
+  for (int j = 0; j < 16; j++) s += v[j];
+  return s;
+}
+
+static double v_sumsq(const float *x, size_t n)
+{
+  struct lanes l = { _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
+                     _mm256_setzero_pd() };
+  for (size_t i = 0; i < n; i += 16) {
+    const __m256 lo = _mm256_maskload_ps(x + i, tail_mask(n - i));
+    const __m256 hi = n - i > 8 ? _mm256_maskload_ps(x + i + 8, tail_mask(n - i - 8))
+                                : _mm256_setzero_ps();
+    l.a0 = _mm256_add_pd(l.a0, square(_mm256_castps256_ps128(lo)));
+    l.a1 = _mm256_add_pd(l.a1, square(_mm256_extractf128_ps(lo, 1)));
+    l.a2 = _mm256_add_pd(l.a2, square(_mm256_castps256_ps128(hi)));
+    l.a3 = _mm256_add_pd(l.a3, square(_mm256_extractf128_ps(hi, 1)));
+  }
+  return lanes_sum(&l);
+}
+
+static void v_scale(float *x, size_t n, float s)
+{
+  const __m256 sv = _mm256_set1_ps(s);
+  for (size_t i = 0; i < n; i += 8) {
+    const __m256i k = tail_mask(n - i);
+    _mm256_maskstore_ps(x + i, k, _mm256_mul_ps(_mm256_maskload_ps(x + i, k), sv));
+  }
+}
+
+static float v_max(const float *x, size_t n)
+{
+  const __m256 ninf = _mm256_set1_ps(-INFINITY);
+  __m256 acc = ninf;
+  for (size_t i = 0; i < n; i += 8) { /* max(x, acc): acc where x is NaN */
+    const __m256i k = tail_mask(n - i);
+    const __m256 xv = _mm256_blendv_ps(ninf, _mm256_maskload_ps(x + i, k), _mm256_castsi256_ps(k));
+    acc = _mm256_max_ps(xv, acc);
+  }
+  float l[8], m = -INFINITY;
+  _mm256_storeu_ps(l, acc);
+  for (int j = 0; j < 8; j++) m = l[j] > m ? l[j] : m;
+  return m;
+}
+
+/* exp(x − shift) for the 8 lanes at x + i (0 in the lanes past n), stored to out if any. */
+static inline __m256 exp_shifted(float *out, const float *x, __m256 sh, size_t i, size_t n)
+{
+  if (i >= n)
+    return _mm256_setzero_ps();
+  const __m256i k = tail_mask(n - i);
+  const __m256 e = _mm256_and_ps(vexp(_mm256_sub_ps(_mm256_maskload_ps(x + i, k), sh)),
+                                 _mm256_castsi256_ps(k));
+  if (out)
+    _mm256_maskstore_ps(out + i, k, e);
+  return e;
+}
+
+static double v_exp_sum(float *out, const float *x, float shift, size_t n)
+{
+  const __m256 sh = _mm256_set1_ps(shift);
+  struct lanes l = { _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
+                     _mm256_setzero_pd() };
+  for (size_t i = 0; i < n; i += 16) {
+    const __m256 lo = exp_shifted(out, x, sh, i, n), hi = exp_shifted(out, x, sh, i + 8, n);
+    lanes_add(&l, lo, hi);
+  }
+  return lanes_sum(&l);
+}
+
+static void v_exp_scale(float *out, const float *x, float shift, float s, size_t n)
+{
+  const __m256 sh = _mm256_set1_ps(shift), sv = _mm256_set1_ps(s);
+  for (size_t i = 0; i < n; i += 8) {
+    const __m256i k = tail_mask(n - i);
+    const __m256 e = vexp(_mm256_sub_ps(_mm256_maskload_ps(x + i, k), sh));
+    _mm256_maskstore_ps(out + i, k, _mm256_mul_ps(e, sv));
+  }
+}
+
+const struct vec_ops vec_ops_avx2 = {
+  .name = "avx2",
+  .exp = v_exp,
+  .swiglu_forward = v_swiglu_forward,
+  .swiglu_backward = v_swiglu_backward,
+  .adamw = v_adamw,
+  .sumsq = v_sumsq,
+  .scale = v_scale,
+  .max = v_max,
+  .exp_sum = v_exp_sum,
+  .exp_scale = v_exp_scale,
+};
+#endif

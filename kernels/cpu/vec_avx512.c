@@ -1,0 +1,200 @@
+/* The AVX-512 path of the vector layer (vec.h): 16 floats a step, the tail under a mask.
+ * Built with -mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma -ffp-contract=off for this file
+ * only (CMakeLists.txt) and called only where vec.c found the CPU has them. Its arithmetic is
+ * vec_avx2.c's operation for operation (same constants, same order, FMA in the same places —
+ * only inside exp), so the two give the same bits. */
+#if defined(__x86_64__)
+#if !defined(__AVX512F__) || !defined(__AVX512DQ__) || !defined(__AVX512BW__) || \
+  !defined(__AVX512VL__) || !defined(__FMA__)
+#error "vec_avx512.c is built with -mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma (CMakeLists.txt)"
+#endif
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "vec.h"
+
+static inline __mmask16 tail_mask(size_t left)
+{
+  return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
+}
+
+static inline __m512 neg(__m512 x)
+{
+  return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN)));
+}
+
+/* exp(x), 16 lanes. x = n·ln2 + r with n = rint(x·log2 e), |r| ≲ ln2/2: r_hi = x − n·ln2_hi is
+ * exact (n·ln2_hi has ≤ 32 bits and lands within 0.35 of x); r = r_hi − n·ln2_lo rounds, and
+ * r_err, what that rounding lost (exact where n·ln2_lo is smaller than r_hi, tiny where not),
+ * goes back in with the small terms:
+ *   exp(r) = 1 + (r + (r²·(1/2! + r/3! + … + r⁶/8!) + r_err))
+ * (Taylor to degree 8: truncation ≤ 0.005 ulp on |r| ≤ 0.347); the last two roundings are the
+ * large ones (≤ 0.5 + 0.25 ulp): within 1 ulp, worst 0.844 measured over a dense sweep
+ * (test_kernels_vec). The result is p · 2^⌊n/2⌋ · 2^(n−⌊n/2⌋): the first product exact, the
+ * second the only rounding of the scaling (to +inf past FLT_MAX, to a denormal or 0 below
+ * FLT_MIN). x is first clamped to [−104, 89], outside which exp is 0 or +inf in float anyway; a
+ * NaN passes through (min/max return their second operand for a NaN) and makes p NaN. */
+static inline __m512 vexp(__m512 x)
+{
+  x = _mm512_max_ps(_mm512_set1_ps(-104.0f), _mm512_min_ps(_mm512_set1_ps(89.0f), x));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269502e+00f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 r_hi = _mm512_fnmadd_ps(n, _mm512_set1_ps(6.93147182e-01f), x);
+  const __m512 c = _mm512_mul_ps(n, _mm512_set1_ps(-1.90465421e-09f));
+  const __m512 r = _mm512_sub_ps(r_hi, c);
+  const __m512 r_err = _mm512_sub_ps(_mm512_sub_ps(r_hi, r), c);
+  __m512 q = _mm512_set1_ps((float)(1.0 / 40320));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps((float)(1.0 / 5040)));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps((float)(1.0 / 720)));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps((float)(1.0 / 120)));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps((float)(1.0 / 24)));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps((float)(1.0 / 6)));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(0.5f));
+  const __m512 t = _mm512_add_ps(r, _mm512_fmadd_ps(q, _mm512_mul_ps(r, r), r_err));
+  const __m512 p = _mm512_add_ps(_mm512_set1_ps(1.0f), t);
+  const __m512i ni = _mm512_cvtps_epi32(n);
+  const __m512i n1 = _mm512_srai_epi32(ni, 1), n2 = _mm512_sub_epi32(ni, n1);
+  const __m512i bias = _mm512_set1_epi32(127);
+  const __m512 s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, bias), 23));
+  const __m512 s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, bias), 23));
+  return _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
+}
+
+static void v_exp(float *out, const float *x, size_t n)
+{
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(n - i);
+    _mm512_mask_storeu_ps(out + i, k, vexp(_mm512_maskz_loadu_ps(k, x + i)));
+  }
+}
+
+static void v_swiglu_forward(float *out, const float *gate, const float *up, size_t n)
+{
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(n - i);
+    const __m512 g = _mm512_maskz_loadu_ps(k, gate + i), u = _mm512_maskz_loadu_ps(k, up + i);
+    const __m512 o = _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, vexp(neg(g)))), u);
+    _mm512_mask_storeu_ps(out + i, k, o);
+  }
+}
+
+static void v_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
+                              const float *up, size_t n)
+{
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(n - i);
+    const __m512 g = _mm512_maskz_loadu_ps(k, gate + i), d = _mm512_maskz_loadu_ps(k, dout + i);
+    const __m512 u = _mm512_maskz_loadu_ps(k, up + i);
+    const __m512 s = _mm512_div_ps(one, _mm512_add_ps(one, vexp(neg(g))));
+    const __m512 dg = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(d, u), s),
+                                    _mm512_add_ps(one, _mm512_mul_ps(g, _mm512_sub_ps(one, s))));
+    _mm512_mask_storeu_ps(dup + i, k, _mm512_mul_ps(_mm512_mul_ps(d, g), s));
+    _mm512_mask_storeu_ps(dgate + i, k, dg);
+  }
+}
+
+static void v_adamw(float *param, const float *grad, float *m, float *v, size_t n,
+                    const struct vec_adamw *c)
+{
+  const __m512 grad_scale = _mm512_set1_ps(c->grad_scale), decay = _mm512_set1_ps(c->decay);
+  const __m512 m_weight = _mm512_set1_ps(c->m_weight), v_decay = _mm512_set1_ps(c->v_decay);
+  const __m512 v_weight = _mm512_set1_ps(c->v_weight), step_size = _mm512_set1_ps(c->step_size);
+  const __m512 bc2 = _mm512_set1_ps(c->bias_correction2_sqrt), eps = _mm512_set1_ps(c->eps);
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(n - i);
+    const __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, grad + i), grad_scale);
+    const __m512 m0 = _mm512_maskz_loadu_ps(k, m + i), v0 = _mm512_maskz_loadu_ps(k, v + i);
+    const __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, param + i), decay);
+    const __m512 mi = _mm512_add_ps(m0, _mm512_mul_ps(m_weight, _mm512_sub_ps(g, m0)));
+    const __m512 vi = _mm512_add_ps(_mm512_mul_ps(v0, v_decay),
+                                    _mm512_mul_ps(_mm512_mul_ps(v_weight, g), g));
+    const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2), eps);
+    const __m512 pn = _mm512_sub_ps(p, _mm512_div_ps(_mm512_mul_ps(step_size, mi), denom));
+    _mm512_mask_storeu_ps(param + i, k, pn);
+    _mm512_mask_storeu_ps(m + i, k, mi);
+    _mm512_mask_storeu_ps(v + i, k, vi);
+  }
+}
+
+/* Σ of 16 double lanes, element i of the input in lane i mod 16, added in lane order. */
+static double lanes_sum(__m512d a, __m512d b)
+{
+  double l[16], s = 0.0;
+  _mm512_storeu_pd(l, a);
+  _mm512_storeu_pd(l + 8, b);
+  for (int j = 0; j < 16; j++) s += l[j];
+  return s;
+}
+
+static double v_sumsq(const float *x, size_t n)
+{
+  __m512d a = _mm512_setzero_pd(), b = _mm512_setzero_pd();
+  for (size_t i = 0; i < n; i += 16) {
+    const __m512 xv = _mm512_maskz_loadu_ps(tail_mask(n - i), x + i);
+    const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(xv));
+    const __m512d hi = _mm512_cvtps_pd(_mm512_extractf32x8_ps(xv, 1));
+    a = _mm512_add_pd(a, _mm512_mul_pd(lo, lo));
+    b = _mm512_add_pd(b, _mm512_mul_pd(hi, hi));
+  }
+  return lanes_sum(a, b);
+}
+
+static void v_scale(float *x, size_t n, float s)
+{
+  const __m512 sv = _mm512_set1_ps(s);
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(n - i);
+    _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), sv));
+  }
+}
+
+static float v_max(const float *x, size_t n)
+{
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  __m512 acc = ninf;
+  for (size_t i = 0; i < n; i += 16) /* max(x, acc): acc where x is NaN */
+    acc = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, tail_mask(n - i), x + i), acc);
+  return _mm512_reduce_max_ps(acc);
+}
+
+static double v_exp_sum(float *out, const float *x, float shift, size_t n)
+{
+  const __m512 sh = _mm512_set1_ps(shift);
+  __m512d a = _mm512_setzero_pd(), b = _mm512_setzero_pd();
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(n - i);
+    const __m512 e = _mm512_maskz_mov_ps(k, vexp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), sh)));
+    if (out)
+      _mm512_mask_storeu_ps(out + i, k, e);
+    a = _mm512_add_pd(a, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+    b = _mm512_add_pd(b, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
+  }
+  return lanes_sum(a, b);
+}
+
+static void v_exp_scale(float *out, const float *x, float shift, float s, size_t n)
+{
+  const __m512 sh = _mm512_set1_ps(shift), sv = _mm512_set1_ps(s);
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(n - i);
+    const __m512 e = vexp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), sh));
+    _mm512_mask_storeu_ps(out + i, k, _mm512_mul_ps(e, sv));
+  }
+}
+
+const struct vec_ops vec_ops_avx512 = {
+  .name = "avx512",
+  .exp = v_exp,
+  .swiglu_forward = v_swiglu_forward,
+  .swiglu_backward = v_swiglu_backward,
+  .adamw = v_adamw,
+  .sumsq = v_sumsq,
+  .scale = v_scale,
+  .max = v_max,
+  .exp_sum = v_exp_sum,
+  .exp_scale = v_exp_scale,
+};
+#endif
