@@ -87,7 +87,8 @@ void crossentropy_shard_backward(real *dlogits, const real *probs, const int *ta
 
 /* ---- optimizer and gradient utilities ----------------------------------------------------- */
 void adamw_update(real *param, const real *grad, real *m, real *v, size_t n_elems,
-                  double lr, double beta1, double beta2, double eps, double weight_decay, int t);
+                  double lr, double beta1, double beta2, double eps, double weight_decay, int t,
+                  real grad_scale);
 double sumsq(const real *x, size_t n_elems);
 void scale_inplace(real *x, size_t n_elems, real s);
 

@@ -199,14 +199,16 @@ struct kernel_ops {
 
   /* ---- optimizer and gradient utilities ---- */
   /* One step of torch.optim.AdamW (defaults: no amsgrad, no maximize) on n_elems elements of
-   * param, with grad and the moments m, v; t the 1-based step:
+   * param, with grad and the moments m, v; t the 1-based step; grad read as g = grad · grad_scale
+   * (rounded to real: gradient clipping's scale, 1 when not clipping; grad itself unchanged):
    *   param ← param · (1 − lr·weight_decay)                       (decoupled, applied first)
-   *   m ← β1·m + (1 − β1)·grad;   v ← β2·v + (1 − β2)·grad²
+   *   m ← β1·m + (1 − β1)·g;   v ← β2·v + (1 − β2)·g²
    *   param ← param − lr/(1 − β1^t) · m / (sqrt(v)/sqrt(1 − β2^t) + eps)
    * The settings are double, as torch's Python floats are (1 − β2 taken from a float 0.999f is
    * off by 1e-5), and so are the bias corrections. */
   void (*adamw_update)(void *ctx, real *param, const real *grad, real *m, real *v, size_t n_elems,
-                       double lr, double beta1, double beta2, double eps, double weight_decay, int t);
+                       double lr, double beta1, double beta2, double eps, double weight_decay, int t,
+                       real grad_scale);
   /* Σ x² over n_elems, accumulated in double (for the global gradient norm), returned to the
    * host; the same bits for any number of threads. */
   double (*sumsq)(void *ctx, const real *x, size_t n_elems);

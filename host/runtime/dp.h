@@ -185,11 +185,11 @@ int dp_sum(struct dp *d, const double *local, double *out, int n);
 /* The global gradient norm: every rank sums the squares of its share of each bucket, then
  * dp_sum. The same value on every rank. Negative when a collective failed. */
 double dp_grad_norm(struct dp *d);
-/* Scales the gradients the update reads by coef. */
-void dp_scale_grads(struct dp *d, real coef);
-/* AdamW on the elements this rank owns (all of them under zero 0), then under zero 1 and 2 the
- * all-gather that gives every rank every new parameter. 0 ok; -1 (d->err). */
-int dp_update(struct dp *d, struct optimizer *o, long long step, double lr);
+/* AdamW on the elements this rank owns (all of them under zero 0), reading each gradient times
+ * grad_scale (clipping's coefficient, 1 when not clipping; the gradient memory unchanged), then
+ * under zero 1 and 2 the all-gather that gives every rank every new parameter. 0 ok; -1
+ * (d->err). */
+int dp_update(struct dp *d, struct optimizer *o, long long step, double lr, real grad_scale);
 /* Collective: every parameter in the flat layout on rank 0 of the group (*full; NULL on the
  * others), for export and tests. Under zero 0-2 that is the model's own memory; under zero 3 a
  * gathered copy that dp_gather_params_free releases. 0 ok; -1 (d->err). */

@@ -104,29 +104,20 @@ double dp_grad_norm(struct dp *d)
   return sqrt(total);
 }
 
-void dp_scale_grads(struct dp *d, real coef)
-{
-  const struct model *m = d->model;
-  if (d->zero == 0) {
-    m->k->scale_inplace(m->kctx, m->grad_memory, d->layout.n_elems, coef);
-    return;
-  }
-  for (int b = 0; b < d->layout.n_buckets; b++)
-    m->k->scale_inplace(m->kctx, share_grads(d, b), d->layout.buckets[b].share, coef);
-}
-
-int dp_update(struct dp *d, struct optimizer *o, long long step, double lr)
+int dp_update(struct dp *d, struct optimizer *o, long long step, double lr, real grad_scale)
 {
   struct model *m = d->model;
   if (d->zero == 0) {
-    optimizer_update_range(o, m, 0, d->layout.n_elems, m->param_memory, m->grad_memory, 0, step, lr);
+    optimizer_update_range(o, m, 0, d->layout.n_elems, m->param_memory, m->grad_memory, 0, step, lr,
+                           grad_scale);
     return d->failed ? -1 : 0;
   }
   for (int b = 0; b < d->layout.n_buckets; b++) {
     const struct dp_bucket *k = &d->layout.buckets[b];
     size_t flat = k->start + (size_t)d->rank * k->share;
     real *params = d->zero == 3 ? d->shard_params + k->shard_offset : m->param_memory + flat;
-    optimizer_update_range(o, m, flat, k->share, params, share_grads(d, b), k->shard_offset, step, lr);
+    optimizer_update_range(o, m, flat, k->share, params, share_grads(d, b), k->shard_offset, step, lr,
+                           grad_scale);
   }
   if (d->zero == 3)
     return d->failed ? -1 : 0;

@@ -82,12 +82,12 @@ double optimizer_clip(struct model *m, double max_norm)
 
 void optimizer_update(struct optimizer *o, struct model *m, long long step, double lr)
 {
-  optimizer_update_range(o, m, 0, m->n_elems, m->param_memory, m->grad_memory, 0, step, lr);
+  optimizer_update_range(o, m, 0, m->n_elems, m->param_memory, m->grad_memory, 0, step, lr, 1);
 }
 
 void optimizer_update_range(struct optimizer *o, const struct model *m, size_t flat,
                             size_t n_elems, real *params, const real *grads,
-                            size_t state_offset, long long step, double lr)
+                            size_t state_offset, long long step, double lr, real grad_scale)
 {
   const size_t end = flat + n_elems;
   for (int i = 0; i < m->n_params; i++) {
@@ -99,6 +99,6 @@ void optimizer_update_range(struct optimizer *o, const struct model *m, size_t f
     size_t at = lo - flat;
     m->k->adamw_update(m->kctx, params + at, grads + at, o->m + state_offset + at,
                        o->v + state_offset + at, hi - lo, lr, o->beta1, o->beta2, o->eps,
-                       p->weight_decay ? o->weight_decay : 0.0, (int)(step + 1));
+                       p->weight_decay ? o->weight_decay : 0.0, (int)(step + 1), grad_scale);
   }
 }

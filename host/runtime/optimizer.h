@@ -47,9 +47,10 @@ void optimizer_update(struct optimizer *o, struct model *m, long long step, doub
 /* The same update on the flat-layout range [flat, flat + n_elems): params and grads point at
  * that range's first element, the state at o->m + state_offset. Each parameter overlapping the
  * range is updated over the overlap with its own weight decay; gaps between parameters are
- * left alone. */
+ * left alone. The gradients are read times grad_scale (clipping's coefficient rounded to real,
+ * 1 when not clipping; adamw_update, ops.h), the memory left as it is. */
 void optimizer_update_range(struct optimizer *o, const struct model *m, size_t flat,
                             size_t n_elems, real *params, const real *grads,
-                            size_t state_offset, long long step, double lr);
+                            size_t state_offset, long long step, double lr, real grad_scale);
 
 #endif

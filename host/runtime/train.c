@@ -400,10 +400,10 @@ static int update(void *ctx, double loss_sum)
     w->skipped_in_a_row = 0;
   }
   const double t0 = comm_now();
+  /* clipping: AdamW reads each gradient times the coefficient (one rounding, as scaling the
+   * memory first did) */
   double coef = optimizer_clip_coef(stats->grad_norm, p->optimizer.grad_clip);
-  if (coef < 1.0)
-    dp_scale_grads(&t->dp, (real)coef);
-  if (dp_update(&t->dp, &t->opt, t->step, stats->lr))
+  if (dp_update(&t->dp, &t->opt, t->step, stats->lr, coef < 1.0 ? (real)coef : (real)1))
     return errf(u->err, u->err_size, "step %lld: %s", t->step + 1, t->dp.err);
   comm_set_step(t->step, -1);
   comm_trace_work("optimizer", -1, -1, 0.0, t0, comm_now());

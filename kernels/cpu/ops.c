@@ -249,10 +249,10 @@ static void cpu_crossentropy_shard_backward(void *ctx, real *dlogits, const real
 
 static void cpu_adamw_update(void *ctx, real *param, const real *grad, real *m, real *v,
                              size_t n_elems, double lr, double beta1, double beta2, double eps,
-                             double weight_decay, int t)
+                             double weight_decay, int t, real grad_scale)
 {
   (void)ctx;
-  adamw_update(param, grad, m, v, n_elems, lr, beta1, beta2, eps, weight_decay, t);
+  adamw_update(param, grad, m, v, n_elems, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
 }
 
 static double cpu_sumsq(void *ctx, const real *x, size_t n_elems)

@@ -676,12 +676,13 @@ static void untouchable_crossentropy_shard_backward(void *ctx, real *dlogits, co
 
 static void untouchable_adamw_update(void *ctx, real *param, const real *grad, real *m, real *v,
                                      size_t n_elems, double lr, double beta1, double beta2,
-                                     double eps, double weight_decay, int t)
+                                     double eps, double weight_decay, int t, real grad_scale)
 {
   struct arena *a = enter(ctx, E_ADAMW_UPDATE);
   dev(a, E_ADAMW_UPDATE, param), dev(a, E_ADAMW_UPDATE, grad);
   dev(a, E_ADAMW_UPDATE, m), dev(a, E_ADAMW_UPDATE, v);
-  a->inner->adamw_update(NULL, param, grad, m, v, n_elems, lr, beta1, beta2, eps, weight_decay, t);
+  a->inner->adamw_update(NULL, param, grad, m, v, n_elems, lr, beta1, beta2, eps, weight_decay, t,
+                         grad_scale);
   leave(a);
 }
 
@@ -1015,7 +1016,7 @@ static void trains_to_the_cpu_bits_on_memory_the_host_cannot_touch(void)
     CHECK_MSG(trainer_step(&b, &dev_stats[s], err, sizeof err) == 0, "%s", err);
   for (int s = 0; s < 3; s++) {
     CHECK(same_step(&cpu[s], &dev_stats[s], s));
-    CHECK(cpu[s].grad_norm > p.optimizer.grad_clip); /* scale_inplace had work to do */
+    CHECK(cpu[s].grad_norm > p.optimizer.grad_clip); /* clipping had work to do */
   }
   CHECK(cpu[0].loss > 3.0 && cpu[0].loss < 5.0); /* near ln 64: a real forward ran */
   CHECK(params_equal_through_views(&a.model, &b.model));

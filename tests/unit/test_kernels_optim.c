@@ -41,7 +41,7 @@ static void adamw_matches_hand_computed_three_steps(void)
   const double U = REAL_U + DOUBLE_U, g2 = grads[0][2];
   double p2 = 0.0;
   for (int t = 1; t <= 3; t++) {
-    adamw_update(p, grads[t - 1], m, v, 3, 0.1, 0.9, 0.999, 1e-8, 0.1, t);
+    adamw_update(p, grads[t - 1], m, v, 3, 0.1, 0.9, 0.999, 1e-8, 0.1, t, 1);
     CHECK_NEAR(p[0], expect_p0[t - 1], 16 * U);
     CHECK_NEAR(m[0], expect_m0[t - 1], 1 * U);
     CHECK_NEAR(v[0], expect_v0[t - 1], 12 * U * expect_v0[t - 1]);
