@@ -1,5 +1,6 @@
-/* The AVX2 path of the vector layer (vec.h): 8 floats a step, the tail under a mask
- * (vmaskmov: masked lanes read as 0 and are not written). Built with -mavx2 -mfma
+/* The AVX2 path of the vector layer (vec.h): 8 floats a step, the last (n mod 8) under a mask
+ * (vmaskmov: masked lanes read as 0 and are not written; only there, as masked stores are slow
+ * on some CPUs), both through the same arithmetic. Built with -mavx2 -mfma
  * -ffp-contract=off for this file only (CMakeLists.txt) and called only where vec.c found the
  * CPU has AVX2 and FMA. Its arithmetic is vec_avx512.c's operation for operation (see there
  * for exp), so the two give the same bits; sums keep 16 double lanes as that file does. */
@@ -18,6 +19,14 @@ static inline __m256i tail_mask(size_t left)
 {
   const int k = left >= 8 ? 8 : (int)left;
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* The 8 floats at x + i, 0 in the lanes at or past n. */
+static inline __m256 load8(const float *x, size_t i, size_t n)
+{
+  if (i + 8 <= n)
+    return _mm256_loadu_ps(x + i);
+  return i < n ? _mm256_maskload_ps(x + i, tail_mask(n - i)) : _mm256_setzero_ps();
 }
 
 static inline __m256 neg(__m256 x)
@@ -54,57 +63,94 @@ static inline __m256 vexp(__m256 x)
 
 static void v_exp(float *out, const float *x, size_t n)
 {
-  for (size_t i = 0; i < n; i += 8) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, vexp(_mm256_loadu_ps(x + i)));
+  if (i < n) {
     const __m256i k = tail_mask(n - i);
     _mm256_maskstore_ps(out + i, k, vexp(_mm256_maskload_ps(x + i, k)));
   }
 }
 
+static inline __m256 swiglu(__m256 g, __m256 u)
+{
+  return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), vexp(neg(g)))), u);
+}
+
 static void v_swiglu_forward(float *out, const float *gate, const float *up, size_t n)
 {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  for (size_t i = 0; i < n; i += 8) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, swiglu(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+  if (i < n) {
     const __m256i k = tail_mask(n - i);
-    const __m256 g = _mm256_maskload_ps(gate + i, k), u = _mm256_maskload_ps(up + i, k);
-    const __m256 o = _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, vexp(neg(g)))), u);
-    _mm256_maskstore_ps(out + i, k, o);
+    _mm256_maskstore_ps(out + i, k, swiglu(_mm256_maskload_ps(gate + i, k), _mm256_maskload_ps(up + i, k)));
   }
+}
+
+/* dgate (returned) and dup (*dup) from g, d, u. */
+static inline __m256 swiglu_back(__m256 g, __m256 d, __m256 u, __m256 *dup)
+{
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 s = _mm256_div_ps(one, _mm256_add_ps(one, vexp(neg(g))));
+  *dup = _mm256_mul_ps(_mm256_mul_ps(d, g), s);
+  return _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(d, u), s),
+                       _mm256_add_ps(one, _mm256_mul_ps(g, _mm256_sub_ps(one, s))));
 }
 
 static void v_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
                               const float *up, size_t n)
 {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  for (size_t i = 0; i < n; i += 8) {
+  size_t i = 0;
+  __m256 du;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 dg = swiglu_back(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(dout + i),
+                                  _mm256_loadu_ps(up + i), &du);
+    _mm256_storeu_ps(dup + i, du);
+    _mm256_storeu_ps(dgate + i, dg);
+  }
+  if (i < n) {
     const __m256i k = tail_mask(n - i);
-    const __m256 g = _mm256_maskload_ps(gate + i, k), d = _mm256_maskload_ps(dout + i, k);
-    const __m256 u = _mm256_maskload_ps(up + i, k);
-    const __m256 s = _mm256_div_ps(one, _mm256_add_ps(one, vexp(neg(g))));
-    const __m256 dg = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(d, u), s),
-                                    _mm256_add_ps(one, _mm256_mul_ps(g, _mm256_sub_ps(one, s))));
-    _mm256_maskstore_ps(dup + i, k, _mm256_mul_ps(_mm256_mul_ps(d, g), s));
+    const __m256 dg = swiglu_back(_mm256_maskload_ps(gate + i, k), _mm256_maskload_ps(dout + i, k),
+                                  _mm256_maskload_ps(up + i, k), &du);
+    _mm256_maskstore_ps(dup + i, k, du);
     _mm256_maskstore_ps(dgate + i, k, dg);
   }
+}
+
+/* One AdamW step on 8 lanes: the new param (returned), *m and *v updated in place. */
+static inline __m256 adamw8(__m256 param, __m256 grad, __m256 *m, __m256 *v,
+                            const struct vec_adamw *c)
+{
+  const __m256 g = _mm256_mul_ps(grad, _mm256_set1_ps(c->grad_scale));
+  const __m256 p = _mm256_mul_ps(param, _mm256_set1_ps(c->decay));
+  const __m256 mi = _mm256_add_ps(*m, _mm256_mul_ps(_mm256_set1_ps(c->m_weight), _mm256_sub_ps(g, *m)));
+  const __m256 vi = _mm256_add_ps(_mm256_mul_ps(*v, _mm256_set1_ps(c->v_decay)),
+                                  _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(c->v_weight), g), g));
+  const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi),
+                                                   _mm256_set1_ps(c->bias_correction2_sqrt)),
+                                     _mm256_set1_ps(c->eps));
+  *m = mi;
+  *v = vi;
+  return _mm256_sub_ps(p, _mm256_div_ps(_mm256_mul_ps(_mm256_set1_ps(c->step_size), mi), denom));
 }
 
 static void v_adamw(float *param, const float *grad, float *m, float *v, size_t n,
                     const struct vec_adamw *c)
 {
-  const __m256 grad_scale = _mm256_set1_ps(c->grad_scale), decay = _mm256_set1_ps(c->decay);
-  const __m256 m_weight = _mm256_set1_ps(c->m_weight), v_decay = _mm256_set1_ps(c->v_decay);
-  const __m256 v_weight = _mm256_set1_ps(c->v_weight), step_size = _mm256_set1_ps(c->step_size);
-  const __m256 bc2 = _mm256_set1_ps(c->bias_correction2_sqrt), eps = _mm256_set1_ps(c->eps);
-  for (size_t i = 0; i < n; i += 8) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 mi = _mm256_loadu_ps(m + i), vi = _mm256_loadu_ps(v + i);
+    const __m256 p = adamw8(_mm256_loadu_ps(param + i), _mm256_loadu_ps(grad + i), &mi, &vi, c);
+    _mm256_storeu_ps(param + i, p);
+    _mm256_storeu_ps(m + i, mi);
+    _mm256_storeu_ps(v + i, vi);
+  }
+  if (i < n) {
     const __m256i k = tail_mask(n - i);
-    const __m256 g = _mm256_mul_ps(_mm256_maskload_ps(grad + i, k), grad_scale);
-    const __m256 m0 = _mm256_maskload_ps(m + i, k), v0 = _mm256_maskload_ps(v + i, k);
-    const __m256 p = _mm256_mul_ps(_mm256_maskload_ps(param + i, k), decay);
-    const __m256 mi = _mm256_add_ps(m0, _mm256_mul_ps(m_weight, _mm256_sub_ps(g, m0)));
-    const __m256 vi = _mm256_add_ps(_mm256_mul_ps(v0, v_decay),
-                                    _mm256_mul_ps(_mm256_mul_ps(v_weight, g), g));
-    const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc2), eps);
-    const __m256 pn = _mm256_sub_ps(p, _mm256_div_ps(_mm256_mul_ps(step_size, mi), denom));
-    _mm256_maskstore_ps(param + i, k, pn);
+    __m256 mi = _mm256_maskload_ps(m + i, k), vi = _mm256_maskload_ps(v + i, k);
+    const __m256 p = adamw8(_mm256_maskload_ps(param + i, k), _mm256_maskload_ps(grad + i, k),
+                            &mi, &vi, c);
+    _mm256_maskstore_ps(param + i, k, p);
     _mm256_maskstore_ps(m + i, k, mi);
     _mm256_maskstore_ps(v + i, k, vi);
   }
@@ -144,9 +190,7 @@ static double v_sumsq(const float *x, size_t n)
   struct lanes l = { _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
                      _mm256_setzero_pd() };
   for (size_t i = 0; i < n; i += 16) {
-    const __m256 lo = _mm256_maskload_ps(x + i, tail_mask(n - i));
-    const __m256 hi = n - i > 8 ? _mm256_maskload_ps(x + i + 8, tail_mask(n - i - 8))
-                                : _mm256_setzero_ps();
+    const __m256 lo = load8(x, i, n), hi = load8(x, i + 8, n);
     l.a0 = _mm256_add_pd(l.a0, square(_mm256_castps256_ps128(lo)));
     l.a1 = _mm256_add_pd(l.a1, square(_mm256_extractf128_ps(lo, 1)));
     l.a2 = _mm256_add_pd(l.a2, square(_mm256_castps256_ps128(hi)));
@@ -158,7 +202,9 @@ static double v_sumsq(const float *x, size_t n)
 static void v_scale(float *x, size_t n, float s)
 {
   const __m256 sv = _mm256_set1_ps(s);
-  for (size_t i = 0; i < n; i += 8) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), sv));
+  if (i < n) {
     const __m256i k = tail_mask(n - i);
     _mm256_maskstore_ps(x + i, k, _mm256_mul_ps(_mm256_maskload_ps(x + i, k), sv));
   }
@@ -168,7 +214,10 @@ static float v_max(const float *x, size_t n)
 {
   const __m256 ninf = _mm256_set1_ps(-INFINITY);
   __m256 acc = ninf;
-  for (size_t i = 0; i < n; i += 8) { /* max(x, acc): acc where x is NaN */
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) /* max(x, acc): acc where x is NaN */
+    acc = _mm256_max_ps(_mm256_loadu_ps(x + i), acc);
+  if (i < n) {
     const __m256i k = tail_mask(n - i);
     const __m256 xv = _mm256_blendv_ps(ninf, _mm256_maskload_ps(x + i, k), _mm256_castsi256_ps(k));
     acc = _mm256_max_ps(xv, acc);
@@ -184,6 +233,12 @@ static inline __m256 exp_shifted(float *out, const float *x, __m256 sh, size_t i
 {
   if (i >= n)
     return _mm256_setzero_ps();
+  if (i + 8 <= n) {
+    const __m256 e = vexp(_mm256_sub_ps(_mm256_loadu_ps(x + i), sh));
+    if (out)
+      _mm256_storeu_ps(out + i, e);
+    return e;
+  }
   const __m256i k = tail_mask(n - i);
   const __m256 e = _mm256_and_ps(vexp(_mm256_sub_ps(_mm256_maskload_ps(x + i, k), sh)),
                                  _mm256_castsi256_ps(k));
@@ -207,7 +262,10 @@ static double v_exp_sum(float *out, const float *x, float shift, size_t n)
 static void v_exp_scale(float *out, const float *x, float shift, float s, size_t n)
 {
   const __m256 sh = _mm256_set1_ps(shift), sv = _mm256_set1_ps(s);
-  for (size_t i = 0; i < n; i += 8) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(vexp(_mm256_sub_ps(_mm256_loadu_ps(x + i), sh)), sv));
+  if (i < n) {
     const __m256i k = tail_mask(n - i);
     const __m256 e = vexp(_mm256_sub_ps(_mm256_maskload_ps(x + i, k), sh));
     _mm256_maskstore_ps(out + i, k, _mm256_mul_ps(e, sv));

@@ -61,11 +61,18 @@ static inline __m512 vexp(__m512 x)
   return _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
 }
 
+/* Each loop runs whole 16-lane blocks with plain loads and stores and the last n mod 16 under
+ * a mask (masked stores are slow on some CPUs), both through the same arithmetic. */
+#define LOAD(p, i, k, full) ((full) ? _mm512_loadu_ps((p) + (i)) : _mm512_maskz_loadu_ps((k), (p) + (i)))
+#define STORE(p, i, k, full, x) \
+  ((full) ? _mm512_storeu_ps((p) + (i), (x)) : _mm512_mask_storeu_ps((p) + (i), (k), (x)))
+
 static void v_exp(float *out, const float *x, size_t n)
 {
   for (size_t i = 0; i < n; i += 16) {
+    const int full = i + 16 <= n;
     const __mmask16 k = tail_mask(n - i);
-    _mm512_mask_storeu_ps(out + i, k, vexp(_mm512_maskz_loadu_ps(k, x + i)));
+    STORE(out, i, k, full, vexp(LOAD(x, i, k, full)));
   }
 }
 
@@ -73,10 +80,11 @@ static void v_swiglu_forward(float *out, const float *gate, const float *up, siz
 {
   const __m512 one = _mm512_set1_ps(1.0f);
   for (size_t i = 0; i < n; i += 16) {
+    const int full = i + 16 <= n;
     const __mmask16 k = tail_mask(n - i);
-    const __m512 g = _mm512_maskz_loadu_ps(k, gate + i), u = _mm512_maskz_loadu_ps(k, up + i);
+    const __m512 g = LOAD(gate, i, k, full), u = LOAD(up, i, k, full);
     const __m512 o = _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, vexp(neg(g)))), u);
-    _mm512_mask_storeu_ps(out + i, k, o);
+    STORE(out, i, k, full, o);
   }
 }
 
@@ -85,14 +93,15 @@ static void v_swiglu_backward(float *dgate, float *dup, const float *dout, const
 {
   const __m512 one = _mm512_set1_ps(1.0f);
   for (size_t i = 0; i < n; i += 16) {
+    const int full = i + 16 <= n;
     const __mmask16 k = tail_mask(n - i);
-    const __m512 g = _mm512_maskz_loadu_ps(k, gate + i), d = _mm512_maskz_loadu_ps(k, dout + i);
-    const __m512 u = _mm512_maskz_loadu_ps(k, up + i);
+    const __m512 g = LOAD(gate, i, k, full), d = LOAD(dout, i, k, full);
+    const __m512 u = LOAD(up, i, k, full);
     const __m512 s = _mm512_div_ps(one, _mm512_add_ps(one, vexp(neg(g))));
     const __m512 dg = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(d, u), s),
                                     _mm512_add_ps(one, _mm512_mul_ps(g, _mm512_sub_ps(one, s))));
-    _mm512_mask_storeu_ps(dup + i, k, _mm512_mul_ps(_mm512_mul_ps(d, g), s));
-    _mm512_mask_storeu_ps(dgate + i, k, dg);
+    STORE(dup, i, k, full, _mm512_mul_ps(_mm512_mul_ps(d, g), s));
+    STORE(dgate, i, k, full, dg);
   }
 }
 
@@ -104,18 +113,19 @@ static void v_adamw(float *param, const float *grad, float *m, float *v, size_t 
   const __m512 v_weight = _mm512_set1_ps(c->v_weight), step_size = _mm512_set1_ps(c->step_size);
   const __m512 bc2 = _mm512_set1_ps(c->bias_correction2_sqrt), eps = _mm512_set1_ps(c->eps);
   for (size_t i = 0; i < n; i += 16) {
+    const int full = i + 16 <= n;
     const __mmask16 k = tail_mask(n - i);
-    const __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, grad + i), grad_scale);
-    const __m512 m0 = _mm512_maskz_loadu_ps(k, m + i), v0 = _mm512_maskz_loadu_ps(k, v + i);
-    const __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, param + i), decay);
+    const __m512 g = _mm512_mul_ps(LOAD(grad, i, k, full), grad_scale);
+    const __m512 m0 = LOAD(m, i, k, full), v0 = LOAD(v, i, k, full);
+    const __m512 p = _mm512_mul_ps(LOAD(param, i, k, full), decay);
     const __m512 mi = _mm512_add_ps(m0, _mm512_mul_ps(m_weight, _mm512_sub_ps(g, m0)));
     const __m512 vi = _mm512_add_ps(_mm512_mul_ps(v0, v_decay),
                                     _mm512_mul_ps(_mm512_mul_ps(v_weight, g), g));
     const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2), eps);
     const __m512 pn = _mm512_sub_ps(p, _mm512_div_ps(_mm512_mul_ps(step_size, mi), denom));
-    _mm512_mask_storeu_ps(param + i, k, pn);
-    _mm512_mask_storeu_ps(m + i, k, mi);
-    _mm512_mask_storeu_ps(v + i, k, vi);
+    STORE(param, i, k, full, pn);
+    STORE(m, i, k, full, mi);
+    STORE(v, i, k, full, vi);
   }
 }
 
@@ -133,7 +143,7 @@ static double v_sumsq(const float *x, size_t n)
 {
   __m512d a = _mm512_setzero_pd(), b = _mm512_setzero_pd();
   for (size_t i = 0; i < n; i += 16) {
-    const __m512 xv = _mm512_maskz_loadu_ps(tail_mask(n - i), x + i);
+    const __m512 xv = LOAD(x, i, tail_mask(n - i), i + 16 <= n);
     const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(xv));
     const __m512d hi = _mm512_cvtps_pd(_mm512_extractf32x8_ps(xv, 1));
     a = _mm512_add_pd(a, _mm512_mul_pd(lo, lo));
@@ -146,8 +156,9 @@ static void v_scale(float *x, size_t n, float s)
 {
   const __m512 sv = _mm512_set1_ps(s);
   for (size_t i = 0; i < n; i += 16) {
+    const int full = i + 16 <= n;
     const __mmask16 k = tail_mask(n - i);
-    _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), sv));
+    STORE(x, i, k, full, _mm512_mul_ps(LOAD(x, i, k, full), sv));
   }
 }
 
@@ -155,8 +166,11 @@ static float v_max(const float *x, size_t n)
 {
   const __m512 ninf = _mm512_set1_ps(-INFINITY);
   __m512 acc = ninf;
-  for (size_t i = 0; i < n; i += 16) /* max(x, acc): acc where x is NaN */
-    acc = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, tail_mask(n - i), x + i), acc);
+  for (size_t i = 0; i < n; i += 16) { /* max(x, acc): acc where x is NaN */
+    const __m512 xv = i + 16 <= n ? _mm512_loadu_ps(x + i)
+                                  : _mm512_mask_loadu_ps(ninf, tail_mask(n - i), x + i);
+    acc = _mm512_max_ps(xv, acc);
+  }
   return _mm512_reduce_max_ps(acc);
 }
 
@@ -165,10 +179,11 @@ static double v_exp_sum(float *out, const float *x, float shift, size_t n)
   const __m512 sh = _mm512_set1_ps(shift);
   __m512d a = _mm512_setzero_pd(), b = _mm512_setzero_pd();
   for (size_t i = 0; i < n; i += 16) {
+    const int full = i + 16 <= n;
     const __mmask16 k = tail_mask(n - i);
-    const __m512 e = _mm512_maskz_mov_ps(k, vexp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), sh)));
+    const __m512 e = _mm512_maskz_mov_ps(k, vexp(_mm512_sub_ps(LOAD(x, i, k, full), sh)));
     if (out)
-      _mm512_mask_storeu_ps(out + i, k, e);
+      STORE(out, i, k, full, e);
     a = _mm512_add_pd(a, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
     b = _mm512_add_pd(b, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
   }
@@ -179,9 +194,10 @@ static void v_exp_scale(float *out, const float *x, float shift, float s, size_t
 {
   const __m512 sh = _mm512_set1_ps(shift), sv = _mm512_set1_ps(s);
   for (size_t i = 0; i < n; i += 16) {
+    const int full = i + 16 <= n;
     const __mmask16 k = tail_mask(n - i);
-    const __m512 e = vexp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), sh));
-    _mm512_mask_storeu_ps(out + i, k, _mm512_mul_ps(e, sv));
+    const __m512 e = vexp(_mm512_sub_ps(LOAD(x, i, k, full), sh));
+    STORE(out, i, k, full, _mm512_mul_ps(e, sv));
   }
 }
 
