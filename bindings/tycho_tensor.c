@@ -7,8 +7,9 @@
  * by the pipeline rank of its stage only, and under ZeRO kept in shards of the flat layout over
  * the dp group (dp.h): the rank owns a slice of every bucket, so of one tensor it holds a range
  * of its block's row-major elements (perhaps none). Which memory is sharded depends on the kind
- * and the stage: parameters under zero 3; gradients, as the update reads them after clipping,
- * under zero ≥ 1 (zero 1 keeps the whole summed gradient but clips the rank's share only);
+ * and the stage: parameters under zero 3; gradients, as the update reads them (before clipping,
+ * which AdamW applies as it reads), under zero ≥ 1 (zero 1 keeps the whole summed gradient but
+ * updates from the rank's share only);
  * moments under zero ≥ 1. Otherwise the rank holds its whole block.
  *
  * A view reads the trainer's memory each time it is asked (through host views, hostview.h: the
