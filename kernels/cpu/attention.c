@@ -3,10 +3,12 @@
  * which is what a CPU reference needs; the CUDA backend is free to be flash-style behind the
  * same signature. Each (batch, head) is walked in blocks of ATTENTION_BLOCK query rows: rows
  * [r0, r1) meet keys [0, r1) only, so the sgemms skip the key blocks above the causal diagonal
- * (at T = 128 with blocks of 64, 3/4 of the full square's products), and a block's scores are
+ * (at T = 128 with blocks of 64, 1/4 of the full square's products), and a block's scores are
  * soft-maxed while they are in cache. The probabilities are stored as the full (B, NH, T, T)
- * with zeros above the diagonal, written once; the softmax of a row is the same operations as
- * on the full square, so probs do not depend on the block size. Query head h reads KV head
+ * with zeros above the diagonal, written once. A row's softmax is the same operations as on the
+ * full square, so probs are those of the full-square kernel wherever the sgemm rounds a score
+ * alike at every shape (OpenBLAS's SkylakeX, Cooperlake and Sandybridge kernels do; Haswell's
+ * rounds a few scores a unit apart by their tile position). Query head h reads KV head
  * h / (NH / NKV); in backward several query heads add into the same dk, dv, so backward gives
  * each OpenMP task one (batch, KV head) and walks its query heads, and each head's blocks, in
  * a fixed order — no two threads write one element and the sum order is fixed. */
@@ -17,8 +19,12 @@
 
 #include "kernels.h"
 
-/* Query rows per block: measured on bench/bench_attention (dim-256 shapes, T = 128, HS = 32),
- * see host/runtime/README.md, "Attention on CPU". A build may set another for measuring. */
+/* Query rows per block. Measured with bench/bench_attention, one thread (host/runtime/README.md,
+ * "Attention on CPU"): under OpenBLAS's SkylakeX kernel 64 is as fast as 32 at T = 128 and up to
+ * 10% faster at T = 512 (HS 128), and keeps the probabilities bit-identical to the full-square
+ * kernel (with 32 that kernel rounds some scores of the narrower sgemms differently); under
+ * Haswell 32 is 7-13% faster at T = 128, the same at T = 512; 128 and 16 are slower in both. A
+ * build may set another (-DATTENTION_BLOCK=N) to measure. */
 #ifndef ATTENTION_BLOCK
 #define ATTENTION_BLOCK 64
 #endif
