@@ -39,7 +39,7 @@ while [ $# -gt 0 ]; do
     --steps=*) steps=${1#--steps=}; shift ;;
     --threads) threads_list=${2:?--threads needs a list such as \"1 2\"}; shift 2 ;;
     --threads=*) threads_list=${1#--threads=}; shift ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
     *) echo "bench_vs_torch.sh: unknown argument '$1' (usage: bash bench/bench_vs_torch.sh [--steps N] [--threads \"1 2\"])" >&2; exit 2 ;;
   esac
 done
