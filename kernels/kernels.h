@@ -21,6 +21,9 @@
  * OPENBLAS_NUM_THREADS=1. Returns 0, or 1 when OpenBLAS already had more than one thread on
  * entry (its old workers then run without flush-to-zero; the caller may warn). */
 int kernels_init_cpu(int n_threads);
+/* 1 when the OpenBLAS linked is its OpenMP build: its threads are the OpenMP pool the kernels'
+ * loops use (one pool), 0 when it runs a pthread pool of its own. */
+int kernels_blas_shares_openmp_pool(void);
 
 /* ---- embedding ---------------------------------------------------------------------------- */
 void encoder_forward(real *out, const int *tokens, const real *wte, int BT, int C);

@@ -2,6 +2,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/threads.h"
 
+#include "kernels.h"
+
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -37,8 +39,10 @@ void threads_exec_with_settings(char **argv)
   if (getenv("TYCHO_THREAD_SETTINGS"))
     return; /* already re-executed, or the user opted out */
   int changed = 0;
+  /* one pool (OpenBLAS's OpenMP build): its threads wait actively between regions, as nothing
+   * else spins beside them; two pools: passive, or each pool's spinning starves the other's */
   if (!getenv("OMP_WAIT_POLICY"))
-    changed |= setenv("OMP_WAIT_POLICY", "passive", 1) == 0;
+    changed |= setenv("OMP_WAIT_POLICY", kernels_blas_shares_openmp_pool() ? "active" : "passive", 1) == 0;
   if (!getenv("OPENBLAS_NUM_THREADS"))
     changed |= setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0;
   if (changed && setenv("TYCHO_THREAD_SETTINGS", "1", 1) == 0)

@@ -10,11 +10,13 @@ int threads_count(void);
 int threads_per_rank(int ranks_on_node);
 
 /* libgomp and OpenBLAS read their settings from the environment when they load, before main
- * runs, and two defaults hurt training: OpenMP threads spin after each parallel region and take
- * the cores OpenBLAS's threads need next (4x slower than one thread on 2 cores), and OpenBLAS
- * starts its pool before kernels_init_cpu can give it flush-to-zero. Where OMP_WAIT_POLICY or
- * OPENBLAS_NUM_THREADS is unset, this sets it (passive; 1 — kernels_init_cpu then grows
- * OpenBLAS to the thread count) and re-executes the program once with the same arguments.
+ * runs. OpenBLAS starts its pool before kernels_init_cpu can give it flush-to-zero, so where
+ * OPENBLAS_NUM_THREADS is unset this sets 1 (kernels_init_cpu then grows OpenBLAS to the thread
+ * count). Where OMP_WAIT_POLICY is unset it sets "active" when OpenBLAS is its OpenMP build (one
+ * pool: nothing else spins beside its threads, and a region starts without waking them) and
+ * "passive" when OpenBLAS has a pthread pool of its own (two pools: OpenMP threads spinning after
+ * a region take the cores OpenBLAS's threads need next, 4x slower than one thread on 2 cores).
+ * Then it re-executes the program once with the same arguments.
  * Call first thing in main, before any thread exists. Returns only when nothing needed doing or
  * exec failed (then the program goes on as it is). */
 void threads_exec_with_settings(char **argv);

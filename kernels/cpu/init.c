@@ -24,3 +24,8 @@ int kernels_init_cpu(int n_threads)
   omp_set_num_threads(n_threads);
   return pool_predates_mode;
 }
+
+int kernels_blas_shares_openmp_pool(void)
+{
+  return openblas_get_parallel() == 2; /* 0 sequential, 1 its own pthreads, 2 OpenMP */
+}
