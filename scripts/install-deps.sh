@@ -7,6 +7,7 @@ packages=(
   build-essential cmake pkg-config
   liblua5.4-dev lua5.4
   libopenblas-dev libopenblas0-pthread libopenblas0-openmp
+  libdnnl-dev
   libopenmpi-dev openmpi-bin
   libreadline-dev
 )

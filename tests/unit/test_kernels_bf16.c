@@ -1,0 +1,164 @@
+/* bf16 conversions and the bf16 linear products (kernels/bf16.h).
+ *
+ * Conversions are checked bit by bit: round to nearest with ties to even, infinities kept, every
+ * NaN a NaN, and every one of the 65,536 bf16 patterns surviving a round trip through float.
+ *
+ * Products: bf16 operands are exact in fp32 and so is the product of two of them (8 + 8
+ * significant bits fit in fp32's 24), so the only error of an fp32-accumulated product is the
+ * summation's: |computed − exact| ≤ K · u · Σ_k |a_k b_k| with u = 2^-24 (the standard bound for
+ * a sum of K terms in any order, K · u well below 1 here). The reference is computed in double
+ * from the same bf16 values, exactly enough (K · 2^-53) to be the exact sum for this bound.
+ * Without oneDNN (or on a CPU whose oneDNN bf16 matmul is its reference code) the products must be
+ * refused with a message that names the cause. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "bf16.h"
+#include "check.h"
+
+static uint32_t bits_of(float f)
+{
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+static float float_of(uint32_t u)
+{
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static void conversion_rounds_to_nearest_even(void)
+{
+  CHECK(bf16_from_float(1.0f) == 0x3f80);
+  CHECK(bf16_from_float(float_of(0x3f808000u)) == 0x3f80); /* a tie, to the even 0x3f80 */
+  CHECK(bf16_from_float(float_of(0x3f818000u)) == 0x3f82); /* a tie, to the even 0x3f82 */
+  CHECK(bf16_from_float(float_of(0x3f808001u)) == 0x3f81); /* above the tie: up */
+  CHECK(bf16_from_float(float_of(0x3f807fffu)) == 0x3f80); /* below the tie: down */
+  CHECK(bf16_from_float(float_of(0xbf808001u)) == 0xbf81); /* the same for negatives */
+  CHECK(bf16_from_float(float_of(0x7f7fffffu)) == 0x7f80); /* FLT_MAX rounds to +inf */
+  CHECK(bf16_from_float(INFINITY) == 0x7f80);
+  CHECK(bf16_from_float(-INFINITY) == 0xff80);
+  CHECK(bf16_from_float(0.0f) == 0x0000);
+  CHECK(bf16_from_float(-0.0f) == 0x8000);
+  /* NaNs stay NaNs, even one whose payload lies only in the bits that are dropped */
+  const uint32_t nans[] = { 0x7fc00000u, 0x7f800001u, 0xff800001u, 0x7fffffffu, 0xffffffffu };
+  for (size_t i = 0; i < sizeof nans / sizeof nans[0]; i++) {
+    bf16 b = bf16_from_float(float_of(nans[i]));
+    CHECK_MSG(isnan(bf16_to_float(b)), "NaN %08x became %04x", nans[i], b);
+    CHECK((b & 0x8000) == ((nans[i] >> 16) & 0x8000)); /* sign kept */
+  }
+}
+
+static void every_pattern_round_trips(void)
+{
+  int bad = 0;
+  for (uint32_t p = 0; p < 65536; p++) {
+    float f = bf16_to_float((bf16)p);
+    CHECK_MSG(bits_of(f) == p << 16, "widening %04x", p);
+    bf16 back = bf16_from_float(f);
+    if (isnan(f))
+      bad += !isnan(bf16_to_float(back));
+    else
+      bad += back != p;
+  }
+  CHECK_MSG(bad == 0, "%d patterns did not survive a round trip", bad);
+  /* the array forms agree with the scalar ones */
+  float src[37], wide[37];
+  bf16 dst[37];
+  for (int i = 0; i < 37; i++) src[i] = (float)i * 0.3137f - 5.0f;
+  bf16_round(dst, src, 37);
+  bf16_widen(wide, dst, 37);
+  for (int i = 0; i < 37; i++) {
+    CHECK(dst[i] == bf16_from_float(src[i]));
+    CHECK(wide[i] == bf16_to_float(dst[i]));
+  }
+}
+
+static bf16 *random_bf16(size_t n, unsigned *seed)
+{
+  bf16 *x = malloc(n * sizeof *x + 2);
+  for (size_t i = 0; i < n; i++) x[i] = bf16_from_float((float)rand_r(seed) / RAND_MAX * 2.0f - 1.0f);
+  return x;
+}
+
+/* max over elements of |got − exact| / (K · u · Σ|terms| + tiny): ≤ 1 is within the bound */
+struct worst { double ratio; };
+static void compare(struct worst *w, double got, double exact, double abs_sum, int K)
+{
+  const double bound = K * 0x1p-24 * abs_sum + 1e-30;
+  double r = fabs(got - exact) / bound;
+  if (r > w->ratio)
+    w->ratio = r;
+}
+
+static void products_match_the_exact_sums(void)
+{
+  const char *impl;
+  char err[256];
+  if (bf16_matmul_available(&impl, err, sizeof err)) {
+    printf("bf16 products not available: %s\n", err);
+    CHECK(strstr(err, "oneDNN") != NULL); /* refused, naming the cause */
+    float out[1];
+    bf16 one = bf16_from_float(1.0f);
+    CHECK(linear_bf16_forward(out, &one, &one, 1, 1, 1, err, sizeof err) != 0);
+    return;
+  }
+  printf("oneDNN bf16 matmul: %s\n", impl);
+  const int shapes[][3] = { { 1, 1, 1 }, { 7, 13, 5 }, { 64, 256, 688 }, { 130, 64, 96 }, { 1024, 256, 256 } };
+  unsigned seed = 7;
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    const int BT = shapes[s][0], IC = shapes[s][1], OC = shapes[s][2];
+    bf16 *x = random_bf16((size_t)BT * IC, &seed), *w = random_bf16((size_t)OC * IC, &seed);
+    bf16 *dy = random_bf16((size_t)BT * OC, &seed);
+    float *out = malloc(sizeof(float) * BT * OC), *dx = malloc(sizeof(float) * BT * IC);
+    float *dw = malloc(sizeof(float) * OC * IC), *dw0 = malloc(sizeof(float) * OC * IC);
+    for (int i = 0; i < OC * IC; i++) dw0[i] = dw[i] = (float)rand_r(&seed) / RAND_MAX - 0.5f;
+    CHECK_MSG(!linear_bf16_forward(out, x, w, BT, IC, OC, err, sizeof err), "%s", err);
+    CHECK_MSG(!linear_bf16_backward_input(dx, dy, w, BT, IC, OC, err, sizeof err), "%s", err);
+    CHECK_MSG(!linear_bf16_backward_weight(dw, dy, x, BT, IC, OC, err, sizeof err), "%s", err);
+    /* twice: a kept primitive gives the same result */
+    float *out2 = malloc(sizeof(float) * BT * OC);
+    CHECK(!linear_bf16_forward(out2, x, w, BT, IC, OC, err, sizeof err));
+    CHECK(!memcmp(out, out2, sizeof(float) * BT * OC));
+    struct worst f = { 0 }, bi = { 0 }, bw = { 0 };
+    for (int t = 0; t < BT; t++)
+      for (int o = 0; o < OC; o++) {
+        double e = 0, a = 0;
+        for (int i = 0; i < IC; i++) {
+          double term = (double)bf16_to_float(x[t * IC + i]) * bf16_to_float(w[o * IC + i]);
+          e += term, a += fabs(term);
+        }
+        compare(&f, out[t * OC + o], e, a, IC);
+      }
+    for (int t = 0; t < BT; t++)
+      for (int i = 0; i < IC; i++) {
+        double e = 0, a = 0;
+        for (int o = 0; o < OC; o++) {
+          double term = (double)bf16_to_float(dy[t * OC + o]) * bf16_to_float(w[o * IC + i]);
+          e += term, a += fabs(term);
+        }
+        compare(&bi, dx[t * IC + i], e, a, OC);
+      }
+    for (int o = 0; o < OC; o++)
+      for (int i = 0; i < IC; i++) {
+        double e = dw0[o * IC + i], a = fabs(dw0[o * IC + i]);
+        for (int t = 0; t < BT; t++) {
+          double term = (double)bf16_to_float(dy[t * OC + o]) * bf16_to_float(x[t * IC + i]);
+          e += term, a += fabs(term);
+        }
+        compare(&bw, dw[o * IC + i], e, a, BT + 1);
+      }
+    printf("  %4d × %4d → %4d: worst error / bound: forward %.3f, input gradient %.3f, weight gradient %.3f\n",
+           BT, IC, OC, f.ratio, bi.ratio, bw.ratio);
+    CHECK(f.ratio <= 1.0);
+    CHECK(bi.ratio <= 1.0);
+    CHECK(bw.ratio <= 1.0);
+    free(x), free(w), free(dy), free(out), free(out2), free(dx), free(dw), free(dw0);
+  }
+}
+
+TEST_MAIN(TEST(conversion_rounds_to_nearest_even), TEST(every_pattern_round_trips),
+          TEST(products_match_the_exact_sums))
