@@ -18,6 +18,15 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "vec.h"
+
+/* The vector layer (vec.h) for the softmax rows: exp and the scaling; fp32 only, so NULL (the
+ * scalar loops) in the float64 build. */
+#if REAL_IS_DOUBLE
+#define VEC_ROWS NULL
+#else
+#define VEC_ROWS vec_active()
+#endif
 
 /* Query rows per block. Measured with bench/bench_attention, one thread (host/runtime/README.md,
  * "Attention on CPU"): under OpenBLAS's SkylakeX kernel 64 is as fast as 32 at T = 128 and up to
@@ -132,6 +141,7 @@ void attention_forward(real *out, real *probs, real *scratch, const real *q, con
   const int group = NH / NKV, ldq = NH * HS, ldkv = NKV * HS;
   const real scale = 1.0f / real_sqrt((real)HS);
   const size_t TT = (size_t)T * T;
+  const struct vec_ops *vrows = VEC_ROWS;
   int blas_threads, parallel = tasks_parallel_begin(B * NH, &blas_threads);
 #pragma omp parallel for if (parallel)
   for (int task = 0; task < B * NH; task++) {
@@ -152,13 +162,18 @@ void attention_forward(real *out, real *probs, real *scratch, const real *q, con
       for (int t = r0; t < r1; t++) {
         real *row = P + (size_t)t * T;
         real max = row_max(row, t + 1);
-        double sum = 0.0;
-        for (int j = 0; j <= t; j++) {
-          row[j] = real_exp(row[j] - max);
-          sum += row[j];
+        if (vrows) { /* exp(s − max) and its sum in double, then the scaling, in vectors */
+          const double sum = vrows->exp_sum((float *)row, (const float *)row, (float)max, (size_t)t + 1);
+          vrows->scale((float *)row, (size_t)t + 1, (float)(1.0 / sum));
+        } else {
+          double sum = 0.0;
+          for (int j = 0; j <= t; j++) {
+            row[j] = real_exp(row[j] - max);
+            sum += row[j];
+          }
+          real inv_sum = (real)(1.0 / sum);
+          for (int j = 0; j <= t; j++) row[j] *= inv_sum;
         }
-        real inv_sum = (real)(1.0 / sum);
-        for (int j = 0; j <= t; j++) row[j] *= inv_sum;
         if (t + 1 < T) memset(row + t + 1, 0, sizeof(real) * (size_t)(T - t - 1));
       }
       const real *A = Pb;
