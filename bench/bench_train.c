@@ -94,6 +94,8 @@ int main(int argc, char **argv)
          getenv("OMP_NUM_THREADS") ? getenv("OMP_NUM_THREADS") : "unset",
          getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "unset",
          getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "auto");
+  char cpu[160];
+  printf("kernels: %s\n", kernels_cpu_description(cpu, sizeof cpu));
   const char *tiny = TYCHO_PLANS_DIR "/tiny.lua";
   static const char *const dim256[] = {
     "model.n_layers=4", "model.dim=256", "model.n_heads=8", "model.n_kv_heads=8",

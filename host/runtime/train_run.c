@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
+#include "kernels.h"
 #include "runtime/alloc.h"
 #include "runtime/ckpt.h"
 #include "runtime/run_guard.h"
@@ -230,6 +231,8 @@ static void print_header(FILE *out, const struct plan *p, const struct trainer *
           m->ffn_dim, m->vocab, p->train.steps, p->batch.global, p->batch.seq, p->batch.microbatches,
           p->batch.microbatches == 1 ? "" : "es", p->batch.micro, omp_get_max_threads(),
           omp_get_max_threads() == 1 ? "" : "s");
+  char cpu[160];
+  fprintf(out, "kernels: %s\n", kernels_cpu_description(cpu, sizeof cpu));
   fprintf(out, "data: %s; init: %s\n", t->data.description,
           p->init.from[0] ? p->init.from : "random (seeds.model)");
   if (p->checkpoint.dir[0]) {

@@ -7,6 +7,10 @@
 #include <omp.h>
 
 #include "kernels.h"
+#include "real.h"
+#include "vec.h"
+
+#include <stdio.h>
 
 #if defined(__x86_64__)
 #include <xmmintrin.h>
@@ -28,4 +32,12 @@ int kernels_init_cpu(int n_threads)
 int kernels_blas_shares_openmp_pool(void)
 {
   return openblas_get_parallel() == 2; /* 0 sequential, 1 its own pthreads, 2 OpenMP */
+}
+
+const char *kernels_cpu_description(char *buf, size_t n)
+{
+  const char *isa = REAL_IS_DOUBLE ? "scalar (float64)" : vec_isa_name(vec_current());
+  snprintf(buf, n, "%s element-wise kernels, OpenBLAS %s (%s)", isa, openblas_get_corename(),
+           kernels_blas_shares_openmp_pool() ? "OpenMP build" : "pthread build");
+  return buf;
 }
