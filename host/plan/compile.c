@@ -475,32 +475,33 @@ static int read_mesh(struct reader *r, const struct tbl *root, int world)
   return 0;
 }
 
-static void p_allow(struct plan *p, int k)
+/* The field name at the stack's top, one of the compared fields' (plan.h), into the plan's
+ * checkpoint.allow_changes bits. */
+static int allow_one(struct reader *r, const char *path, const char *where)
 {
-  p->checkpoint.allow_changes |= (uint32_t)1 << k;
-}
-
-/* checkpoint.allow_changes: a list of the fields a resume may find changed (plan.h,
- * plan_resume_field_name), as bits. */
-static int read_allow_changes(struct reader *r, const struct tbl *t)
-{
-  char path[128], where[PLAN_PATH_MAX + 32], v[96];
   const char *names[PLAN_N_RESUME_NAMES + 1];
   for (int i = 0; i <= PLAN_N_RESUME_NAMES; i++)
     names[i] = plan_resume_field_name(i);
+  int k;
+  if (match_enum(r, -1, names, path, where, " (the fields a resume compares)", &k))
+    return -1;
+  r->p->checkpoint.allow_changes |= (uint32_t)1 << k;
+  lua_pop(r->L, 1);
+  return 0;
+}
+
+/* checkpoint.allow_changes: a list of the fields a resume may find changed, or one name
+ * (--set checkpoint.allow_changes=NAME). */
+static int read_allow_changes(struct reader *r, const struct tbl *t)
+{
+  char path[128], where[PLAN_PATH_MAX + 32], v[96];
   int type = get(r, t, "allow_changes", path, sizeof path, where, sizeof where);
   if (type == LUA_TNIL) {
     lua_pop(r->L, 1);
     return 0;
   }
-  if (type == LUA_TSTRING) { /* one name: a list of one (--set checkpoint.allow_changes=NAME) */
-    int k;
-    if (match_enum(r, -1, names, path, where, " (the fields a resume compares)", &k))
-      return -1;
-    p_allow(r->p, k);
-    lua_pop(r->L, 1);
-    return 0;
-  }
+  if (type == LUA_TSTRING)
+    return allow_one(r, path, where);
   if (type != LUA_TTABLE) {
     describe(r->L, -1, v, sizeof v);
     lua_pop(r->L, 1);
@@ -514,11 +515,8 @@ static int read_allow_changes(struct reader *r, const struct tbl *t)
     if (!sandbox_where(r->L, lua_gettop(r->L), NULL, i, item_where, sizeof item_where))
       snprintf(item_where, sizeof item_where, "%s", where);
     lua_rawgeti(r->L, -1, i);
-    int k;
-    if (match_enum(r, -1, names, item, item_where, " (the fields a resume compares)", &k))
+    if (allow_one(r, item, item_where))
       return -1;
-    p_allow(r->p, k);
-    lua_pop(r->L, 1);
   }
   lua_pop(r->L, 1);
   return 0;

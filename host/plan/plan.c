@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "plan.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,22 +130,55 @@ const char *plan_seed_name(enum plan_seed s)
   return (unsigned)s < PLAN_N_SEEDS ? names[s] : "?";
 }
 
-static const char *const resume_names[PLAN_N_RESUME_NAMES + 1] = {
-  "model.norm_eps", "model.rope_theta", "model.dropout",
-  "batch.global", "batch.seq",
-  "data.train", "data.val", "data.synthetic", "data.shuffle",
-  "seeds.model", "seeds.data", "seeds.dropout",
-  "optimizer.kind", "optimizer.lr", "optimizer.beta1", "optimizer.beta2", "optimizer.eps",
-  "optimizer.weight_decay", "optimizer.grad_clip",
-  "lr_schedule.warmup", "lr_schedule.decay", "lr_schedule.decay_steps", "lr_schedule.min_lr",
-  "precision.compute", "precision.grads", "precision.master",
-  "seeds.global", "train.steps", /* the parents */
-  NULL
+/* The fields a resume compares (plan.h), each with where its value lives in struct plan and,
+ * for a derived one, its flag and the parent it follows. The order is the names' indices. */
+enum resume_kind { R_REAL, R_INT, R_LL, R_TEXT, R_BOOL, R_DECAY, R_DTYPE };
+enum { R_SEEDS_GLOBAL = PLAN_N_RESUME_FIELDS, R_TRAIN_STEPS = PLAN_N_RESUME_FIELDS + 1 };
+#define AT(member) offsetof(struct plan, member)
+static const struct resume_field {
+  const char *name;
+  enum resume_kind kind;
+  size_t at;
+  long derived; /* offset of an int that is 1 when the value follows `parent`, or -1 */
+  int parent;
+} resume_fields[PLAN_N_RESUME_NAMES] = {
+  { "model.norm_eps", R_REAL, AT(model.norm_eps), -1, -1 },
+  { "model.rope_theta", R_REAL, AT(model.rope_theta), -1, -1 },
+  { "model.dropout", R_REAL, AT(model.dropout), -1, -1 },
+  { "batch.global", R_INT, AT(batch.global), -1, -1 },
+  { "batch.seq", R_INT, AT(batch.seq), -1, -1 },
+  { "data.train", R_TEXT, AT(data.train), -1, -1 },
+  { "data.val", R_TEXT, AT(data.val), -1, -1 },
+  { "data.synthetic", R_TEXT, AT(data.synthetic), -1, -1 },
+  { "data.shuffle", R_BOOL, AT(data.shuffle), -1, -1 },
+  { "seeds.model", R_LL, AT(seeds.value[PLAN_SEED_MODEL]), (long)AT(seeds.derived[PLAN_SEED_MODEL]), R_SEEDS_GLOBAL },
+  { "seeds.data", R_LL, AT(seeds.value[PLAN_SEED_DATA]), (long)AT(seeds.derived[PLAN_SEED_DATA]), R_SEEDS_GLOBAL },
+  { "seeds.dropout", R_LL, AT(seeds.value[PLAN_SEED_DROPOUT]), (long)AT(seeds.derived[PLAN_SEED_DROPOUT]),
+    R_SEEDS_GLOBAL },
+  { "optimizer.kind", R_TEXT, AT(optimizer.kind), -1, -1 },
+  { "optimizer.lr", R_REAL, AT(optimizer.lr), -1, -1 },
+  { "optimizer.beta1", R_REAL, AT(optimizer.beta1), -1, -1 },
+  { "optimizer.beta2", R_REAL, AT(optimizer.beta2), -1, -1 },
+  { "optimizer.eps", R_REAL, AT(optimizer.eps), -1, -1 },
+  { "optimizer.weight_decay", R_REAL, AT(optimizer.weight_decay), -1, -1 },
+  { "optimizer.grad_clip", R_REAL, AT(optimizer.grad_clip), -1, -1 },
+  { "lr_schedule.warmup", R_INT, AT(lr_schedule.warmup), -1, -1 },
+  { "lr_schedule.decay", R_DECAY, AT(lr_schedule.decay), -1, -1 },
+  { "lr_schedule.decay_steps", R_LL, AT(lr_schedule.decay_steps), (long)AT(lr_schedule.decay_steps_derived),
+    R_TRAIN_STEPS },
+  { "lr_schedule.min_lr", R_REAL, AT(lr_schedule.min_lr), -1, -1 },
+  { "precision.compute", R_DTYPE, AT(precision.compute), -1, -1 },
+  { "precision.grads", R_DTYPE, AT(precision.grads), -1, -1 },
+  { "precision.master", R_DTYPE, AT(precision.master), -1, -1 },
+  /* the parents: named in allow_changes, not compared themselves */
+  [R_SEEDS_GLOBAL] = { "seeds.global", R_LL, AT(seeds.global), -1, -1 },
+  [R_TRAIN_STEPS] = { "train.steps", R_LL, AT(train.steps), -1, -1 },
 };
+#undef AT
 
 const char *plan_resume_field_name(int i)
 {
-  return i >= 0 && i < PLAN_N_RESUME_NAMES ? resume_names[i] : NULL;
+  return i >= 0 && i < PLAN_N_RESUME_NAMES ? resume_fields[i].name : NULL;
 }
 
 /* The shortest text that reads back as exactly x. */
@@ -165,52 +199,22 @@ static void exact_number(char *buf, size_t n, double x)
 
 int plan_resume_field(const struct plan *p, int i, char *buf, size_t n)
 {
-  const double nums[] = { p->model.norm_eps, p->model.rope_theta, p->model.dropout };
-  const double opt[] = { p->optimizer.lr, p->optimizer.beta1, p->optimizer.beta2, p->optimizer.eps,
-                         p->optimizer.weight_decay, p->optimizer.grad_clip };
-  const enum plan_dtype dtypes[] = { p->precision.compute, p->precision.grads, p->precision.master };
-  int follows = -1;
-  if (i < 3)
-    exact_number(buf, n, nums[i]);
-  else if (i == 3)
-    snprintf(buf, n, "%d", p->batch.global);
-  else if (i == 4)
-    snprintf(buf, n, "%d", p->batch.seq);
-  else if (i >= 5 && i <= 7) {
-    const char *s = i == 5 ? p->data.train : i == 6 ? p->data.val : p->data.synthetic;
-    if (s[0])
-      snprintf(buf, n, "\"%s\"", s);
-    else
-      snprintf(buf, n, "none");
-  } else if (i == 8)
-    snprintf(buf, n, "%s", p->data.shuffle ? "true" : "false");
-  else if (i >= 9 && i <= 11) {
-    snprintf(buf, n, "%lld", p->seeds.value[i - 9]);
-    if (p->seeds.derived[i - 9])
-      follows = PLAN_N_RESUME_FIELDS; /* seeds.global */
-  } else if (i == 12)
-    snprintf(buf, n, "\"%s\"", p->optimizer.kind);
-  else if (i >= 13 && i <= 18)
-    exact_number(buf, n, opt[i - 13]);
-  else if (i == 19)
-    snprintf(buf, n, "%d", p->lr_schedule.warmup);
-  else if (i == 20)
-    snprintf(buf, n, "\"%s\"", plan_decay_name(p->lr_schedule.decay));
-  else if (i == 21) {
-    snprintf(buf, n, "%lld", p->lr_schedule.decay_steps);
-    if (p->lr_schedule.decay_steps_derived)
-      follows = PLAN_N_RESUME_FIELDS + 1; /* train.steps */
-  } else if (i == 22)
-    exact_number(buf, n, p->lr_schedule.min_lr);
-  else if (i >= 23 && i <= 25)
-    snprintf(buf, n, "\"%s\"", plan_dtype_name(dtypes[i - 23]));
-  else if (i == PLAN_N_RESUME_FIELDS)
-    snprintf(buf, n, "%lld", p->seeds.global);
-  else if (i == PLAN_N_RESUME_FIELDS + 1)
-    snprintf(buf, n, "%lld", p->train.steps);
-  else
+  if (i < 0 || i >= PLAN_N_RESUME_NAMES) {
     snprintf(buf, n, "?");
-  return follows;
+    return -1;
+  }
+  const struct resume_field *f = &resume_fields[i];
+  const char *at = (const char *)p + f->at;
+  switch (f->kind) {
+  case R_REAL: exact_number(buf, n, *(const double *)at); break;
+  case R_INT: snprintf(buf, n, "%d", *(const int *)at); break;
+  case R_LL: snprintf(buf, n, "%lld", *(const long long *)at); break;
+  case R_TEXT: snprintf(buf, n, at[0] ? "\"%s\"" : "none", at); break;
+  case R_BOOL: snprintf(buf, n, "%s", *(const int *)at ? "true" : "false"); break;
+  case R_DECAY: snprintf(buf, n, "\"%s\"", plan_decay_name(*(const enum plan_decay *)at)); break;
+  case R_DTYPE: snprintf(buf, n, "\"%s\"", plan_dtype_name(*(const enum plan_dtype *)at)); break;
+  }
+  return f->derived >= 0 && *(const int *)((const char *)p + f->derived) ? f->parent : -1;
 }
 
 const char *plan_recompute_part_name(int bit_index)
