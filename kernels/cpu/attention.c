@@ -20,14 +20,6 @@
 #include "kernels.h"
 #include "vec.h"
 
-/* The vector layer (vec.h) for the softmax rows: exp and the scaling; fp32 only, so NULL (the
- * scalar loops) in the float64 build. */
-#if REAL_IS_DOUBLE
-#define VEC_ROWS NULL
-#else
-#define VEC_ROWS vec_active()
-#endif
-
 /* Query rows per block. Measured with bench/bench_attention, one thread (host/runtime/README.md,
  * "Attention on CPU"): under OpenBLAS's SkylakeX kernel 64 is as fast as 32 at T = 128 and up to
  * 10% faster at T = 512 (HS 128), and keeps the probabilities bit-identical to the full-square
@@ -141,7 +133,7 @@ void attention_forward(real *out, real *probs, real *scratch, const real *q, con
   const int group = NH / NKV, ldq = NH * HS, ldkv = NKV * HS;
   const real scale = 1.0f / real_sqrt((real)HS);
   const size_t TT = (size_t)T * T;
-  const struct vec_ops *vrows = VEC_ROWS;
+  const struct vec_ops *vrows = VEC_FOR_REAL;
   int blas_threads, parallel = tasks_parallel_begin(B * NH, &blas_threads);
 #pragma omp parallel for if (parallel)
   for (int task = 0; task < B * NH; task++) {

@@ -9,18 +9,10 @@
 #include "kernels.h"
 #include "vec.h"
 
-/* The vector layer's table for the row loops, NULL for the scalar path. It is fp32 only: in the
- * float64 build always NULL, and the (float *) casts below, no-ops in fp32, never run. */
-#if REAL_IS_DOUBLE
-#define VEC_ROWS NULL
-#else
-#define VEC_ROWS vec_active()
-#endif
-
 void crossentropy_forward(real *losses, real *probs, const real *logits, const int *targets,
                           int BT, int V, int Vp)
 {
-  const struct vec_ops *v = VEC_ROWS;
+  const struct vec_ops *v = VEC_FOR_REAL;
 #pragma omp parallel for
   for (int bt = 0; bt < BT; bt++) {
     const real *l = logits + (size_t)bt * Vp;
@@ -69,7 +61,7 @@ void crossentropy_backward(real *dlogits, const real *probs, const int *targets,
 
 void crossentropy_shard_max(real *stats, const real *logits, int BT, int Vvalid, int Vl)
 {
-  const struct vec_ops *v = VEC_ROWS;
+  const struct vec_ops *v = VEC_FOR_REAL;
 #pragma omp parallel for
   for (int bt = 0; bt < BT; bt++) {
     const real *l = logits + (size_t)bt * Vl;
@@ -85,7 +77,7 @@ void crossentropy_shard_max(real *stats, const real *logits, int BT, int Vvalid,
 void crossentropy_shard_sums(real *stats, const real *logits, const int *targets, int v0,
                              int BT, int Vvalid, int Vl)
 {
-  const struct vec_ops *v = VEC_ROWS;
+  const struct vec_ops *v = VEC_FOR_REAL;
 #pragma omp parallel for
   for (int bt = 0; bt < BT; bt++) {
     const real *l = logits + (size_t)bt * Vl;
@@ -104,7 +96,7 @@ void crossentropy_shard_sums(real *stats, const real *logits, const int *targets
 void crossentropy_shard_finish(real *losses, real *probs, const real *logits,
                                const real *stats, const int *targets, int BT, int Vvalid, int Vl)
 {
-  const struct vec_ops *v = VEC_ROWS;
+  const struct vec_ops *v = VEC_FOR_REAL;
 #pragma omp parallel for
   for (int bt = 0; bt < BT; bt++) {
     const real *l = logits + (size_t)bt * Vl;

@@ -12,11 +12,6 @@
 #include "kernels.h"
 #include "vec.h"
 
-/* Vector calls go over blocks of VEC_BLOCK elements spread over the threads (as pointwise.c). */
-enum { VEC_BLOCK = 8192 };
-#define VEC_BLOCKS(n) (((n) + VEC_BLOCK - 1) / VEC_BLOCK)
-#define VEC_LEN(n, lo) ((n) - (lo) < VEC_BLOCK ? (n) - (lo) : (size_t)VEC_BLOCK)
-
 void adamw_update(real *param, const real *grad, real *m, real *v, size_t n_elems,
                   double lr, double beta1, double beta2, double eps, double weight_decay, int t,
                   real grad_scale)

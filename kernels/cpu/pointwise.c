@@ -9,12 +9,6 @@
 #include "philox.h"
 #include "vec.h"
 
-/* Vector calls go over blocks of VEC_BLOCK elements spread over the threads; an element's
- * result does not depend on its block (vec.h). */
-enum { VEC_BLOCK = 8192 };
-#define VEC_BLOCKS(n) (((n) + VEC_BLOCK - 1) / VEC_BLOCK)
-#define VEC_LEN(n, lo) ((n) - (lo) < VEC_BLOCK ? (n) - (lo) : (size_t)VEC_BLOCK)
-
 void swiglu_forward(real *out, const real *gate, const real *up, size_t n_elems)
 {
 #if !REAL_IS_DOUBLE

@@ -31,6 +31,8 @@
 #define TYCHO_KERNELS_CPU_VEC_H
 #include <stddef.h>
 
+#include "real.h"
+
 enum vec_isa { VEC_SCALAR, VEC_AVX2, VEC_AVX512, VEC_N_ISAS };
 
 /* AdamW's per-tensor constants, each the scalar loop's real value (optim.c). */
@@ -66,6 +68,20 @@ struct vec_ops {
 
 /* The chosen path's table, NULL for the scalar path. */
 const struct vec_ops *vec_active(void);
+
+/* For the kernels, on `real` data (kernels/real.h): VEC_FOR_REAL is vec_active() in fp32 and NULL
+ * (the scalar loops) in the float64 build, where the (float *) casts at its call sites never
+ * run. Element-wise calls go over blocks of VEC_BLOCK elements spread over the threads (an
+ * element's result does not depend on its block): VEC_BLOCKS(n) of them, the one starting at lo
+ * VEC_LEN(n, lo) long. */
+#if REAL_IS_DOUBLE
+#define VEC_FOR_REAL NULL
+#else
+#define VEC_FOR_REAL vec_active()
+#endif
+enum { VEC_BLOCK = 8192 };
+#define VEC_BLOCKS(n) (((n) + VEC_BLOCK - 1) / VEC_BLOCK)
+#define VEC_LEN(n, lo) ((n) - (lo) < VEC_BLOCK ? (n) - (lo) : (size_t)VEC_BLOCK)
 /* The chosen path (making the choice if not made yet). */
 enum vec_isa vec_current(void);
 /* Whether this CPU (and this build) can run isa. */
