@@ -47,6 +47,21 @@ void linear_forward(real *out, const real *inp, const real *weight, int BT, int 
 void linear_backward(real *dinp, real *dweight, const real *dout, const real *inp,
                      const real *weight, int BT, int IC, int OC);
 
+/* ---- bf16 compute (ops.h; the fp32 build only) --------------------------------------------- */
+#if !REAL_IS_DOUBLE
+void round_bf16(bf16 *dst, const real *src, size_t n_elems);
+int linear_forward_bf16(real *out, const bf16 *inp, const bf16 *weight, int BT, int IC, int OC,
+                        char *err, size_t err_size);
+int linear_backward_bf16(real *dinp, real *dweight, const bf16 *dout, const bf16 *inp,
+                         const bf16 *weight, int BT, int IC, int OC, char *err, size_t err_size);
+void rmsnorm_forward_bf16(bf16 *out, real *rstd, const real *inp, const real *weight, int BT,
+                          int C, real eps);
+void swiglu_forward_bf16(bf16 *out, const real *gate, const real *up, size_t n_elems);
+void adamw_update_bf16(real *param, bf16 *param_bf16, const real *grad, real *m, real *v,
+                       size_t n_elems, double lr, double beta1, double beta2, double eps,
+                       double weight_decay, int t, real grad_scale);
+#endif
+
 /* ---- rotary position embedding (rotate-half form, as Hugging Face Llama) ------------------ */
 void rope_table(real *cos_table, real *sin_table, int T, int HS, double theta, int pos0);
 void rope_forward(real *out, const real *inp, const real *cos_table, const real *sin_table,

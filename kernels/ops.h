@@ -39,6 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bf16.h"
 #include "real.h"
 
 struct kernel_ops {
@@ -103,6 +104,34 @@ struct kernel_ops {
    * dweight (OC, IC) += doutᵀ · inp. */
   void (*linear_backward)(void *ctx, real *dinp, real *dweight, const real *dout, const real *inp,
                           const real *weight, int BT, int IC, int OC);
+
+  /* ---- bf16 compute (precision.compute = "bf16": DESIGN 3.9) ----
+   * The linears' products take bf16 operands and accumulate and write in fp32; everything else
+   * (norms, softmax, SwiGLU's math, AdamW, the residual stream, gradients) stays in real (fp32).
+   * The bf16 operands are written once, by the kernel that produces the tensor (the _bf16
+   * variants below write what their fp32 twin would have written, rounded to nearest even), and
+   * read by every product that uses it. NULL in a table without bf16 (the float64 build). */
+  /* dst[i] = bf16 of src[i] (a gradient operand, once after its producer). */
+  void (*round_bf16)(void *ctx, bf16 *dst, const real *src, size_t n_elems);
+  /* out (BT, OC) = inp · weightᵀ with bf16 operands; 0, or nonzero with a message in err. */
+  int (*linear_forward_bf16)(void *ctx, real *out, const bf16 *inp, const bf16 *weight, int BT,
+                             int IC, int OC, char *err, size_t err_size);
+  /* dinp (BT, IC) = dout · weight, assigned, skipped when dinp is NULL; dweight (OC, IC) +=
+   * doutᵀ · inp (accumulated in fp32). 0, or nonzero with a message in err. */
+  int (*linear_backward_bf16)(void *ctx, real *dinp, real *dweight, const bf16 *dout,
+                              const bf16 *inp, const bf16 *weight, int BT, int IC, int OC,
+                              char *err, size_t err_size);
+  /* rmsnorm_forward writing its output in bf16 only (rstd in real). */
+  void (*rmsnorm_forward_bf16)(void *ctx, bf16 *out, real *rstd, const real *inp,
+                               const real *weight, int BT, int C, real eps);
+  /* swiglu_forward writing its output in bf16 only. */
+  void (*swiglu_forward_bf16)(void *ctx, bf16 *out, const real *gate, const real *up,
+                              size_t n_elems);
+  /* adamw_update (the same param, m and v bits) that also writes param_bf16 = bf16 of the new
+   * param: the compute copy the next forward reads. */
+  void (*adamw_update_bf16)(void *ctx, real *param, bf16 *param_bf16, const real *grad, real *m,
+                            real *v, size_t n_elems, double lr, double beta1, double beta2,
+                            double eps, double weight_decay, int t, real grad_scale);
 
   /* ---- rotary position embedding (rotate-half form, as Hugging Face Llama) ---- */
   /* cos_table, sin_table (T, HS/2): cos and sin of the angle (pos0 + t) · theta^(−2i/HS),

@@ -267,6 +267,53 @@ static void cpu_scale_inplace(void *ctx, real *x, size_t n_elems, real s)
   scale_inplace(x, n_elems, s);
 }
 
+#if !REAL_IS_DOUBLE
+static void cpu_round_bf16(void *ctx, bf16 *dst, const real *src, size_t n_elems)
+{
+  (void)ctx;
+  round_bf16(dst, src, n_elems);
+}
+
+static int cpu_linear_forward_bf16(void *ctx, real *out, const bf16 *inp, const bf16 *weight,
+                                   int BT, int IC, int OC, char *err, size_t err_size)
+{
+  (void)ctx;
+  return linear_forward_bf16(out, inp, weight, BT, IC, OC, err, err_size);
+}
+
+static int cpu_linear_backward_bf16(void *ctx, real *dinp, real *dweight, const bf16 *dout,
+                                    const bf16 *inp, const bf16 *weight, int BT, int IC, int OC,
+                                    char *err, size_t err_size)
+{
+  (void)ctx;
+  return linear_backward_bf16(dinp, dweight, dout, inp, weight, BT, IC, OC, err, err_size);
+}
+
+static void cpu_rmsnorm_forward_bf16(void *ctx, bf16 *out, real *rstd, const real *inp,
+                                     const real *weight, int BT, int C, real eps)
+{
+  (void)ctx;
+  rmsnorm_forward_bf16(out, rstd, inp, weight, BT, C, eps);
+}
+
+static void cpu_swiglu_forward_bf16(void *ctx, bf16 *out, const real *gate, const real *up,
+                                    size_t n_elems)
+{
+  (void)ctx;
+  swiglu_forward_bf16(out, gate, up, n_elems);
+}
+
+static void cpu_adamw_update_bf16(void *ctx, real *param, bf16 *param_bf16, const real *grad,
+                                  real *m, real *v, size_t n_elems, double lr, double beta1,
+                                  double beta2, double eps, double weight_decay, int t,
+                                  real grad_scale)
+{
+  (void)ctx;
+  adamw_update_bf16(param, param_bf16, grad, m, v, n_elems, lr, beta1, beta2, eps, weight_decay, t,
+                    grad_scale);
+}
+#endif
+
 const struct kernel_ops kernel_ops_cpu = {
   .name = "cpu",
   .compute_dtype = REAL_TENSOR_DTYPE,
@@ -286,6 +333,14 @@ const struct kernel_ops kernel_ops_cpu = {
   .rmsnorm_backward = cpu_rmsnorm_backward,
   .linear_forward = cpu_linear_forward,
   .linear_backward = cpu_linear_backward,
+#if !REAL_IS_DOUBLE
+  .round_bf16 = cpu_round_bf16,
+  .linear_forward_bf16 = cpu_linear_forward_bf16,
+  .linear_backward_bf16 = cpu_linear_backward_bf16,
+  .rmsnorm_forward_bf16 = cpu_rmsnorm_forward_bf16,
+  .swiglu_forward_bf16 = cpu_swiglu_forward_bf16,
+  .adamw_update_bf16 = cpu_adamw_update_bf16,
+#endif
   .rope_table = cpu_rope_table,
   .rope_forward = cpu_rope_forward,
   .rope_backward = cpu_rope_backward,

@@ -70,6 +70,12 @@ enum entry {
   E_RMSNORM_BACKWARD,
   E_LINEAR_FORWARD,
   E_LINEAR_BACKWARD,
+  E_ROUND_BF16,
+  E_LINEAR_FORWARD_BF16,
+  E_LINEAR_BACKWARD_BF16,
+  E_RMSNORM_FORWARD_BF16,
+  E_SWIGLU_FORWARD_BF16,
+  E_ADAMW_UPDATE_BF16,
   E_ROPE_TABLE,
   E_ROPE_FORWARD,
   E_ROPE_BACKWARD,
@@ -97,7 +103,9 @@ enum entry {
 static const char *const entry_names[N_ENTRIES] = {
   "mem_alloc", "mem_free", "copy", "copy_rows", "zero", "to_host", "from_host",
   "encoder_forward", "encoder_backward", "encoder_forward_shard", "encoder_backward_shard",
-  "rmsnorm_forward", "rmsnorm_backward", "linear_forward", "linear_backward", "rope_table",
+  "rmsnorm_forward", "rmsnorm_backward", "linear_forward", "linear_backward", "round_bf16", "linear_forward_bf16",
+  "linear_backward_bf16", "rmsnorm_forward_bf16", "swiglu_forward_bf16", "adamw_update_bf16",
+  "rope_table",
   "rope_forward", "rope_backward", "attention_scratch_n_elems", "attention_forward",
   "attention_backward", "swiglu_forward", "swiglu_backward", "dropout_mask", "dropout_forward",
   "dropout_backward", "residual_forward", "crossentropy_forward", "crossentropy_backward",
@@ -482,6 +490,73 @@ static void untouchable_linear_backward(void *ctx, real *dinp, real *dweight, co
   leave(a);
 }
 
+static void untouchable_round_bf16(void *ctx, bf16 *dst, const real *src, size_t n_elems)
+{
+  struct arena *a = enter(ctx, E_ROUND_BF16);
+  dev(a, E_ROUND_BF16, dst), dev(a, E_ROUND_BF16, src);
+  a->inner->round_bf16(NULL, dst, src, n_elems);
+  leave(a);
+}
+
+static int untouchable_linear_forward_bf16(void *ctx, real *out, const bf16 *inp,
+                                           const bf16 *weight, int BT, int IC, int OC, char *emsg,
+                                           size_t emsg_size)
+{
+  struct arena *a = enter(ctx, E_LINEAR_FORWARD_BF16);
+  dev(a, E_LINEAR_FORWARD_BF16, out), dev(a, E_LINEAR_FORWARD_BF16, inp);
+  dev(a, E_LINEAR_FORWARD_BF16, weight);
+  int rc = a->inner->linear_forward_bf16(NULL, out, inp, weight, BT, IC, OC, emsg, emsg_size);
+  leave(a);
+  return rc;
+}
+
+static int untouchable_linear_backward_bf16(void *ctx, real *dinp, real *dweight,
+                                            const bf16 *dout, const bf16 *inp, const bf16 *weight,
+                                            int BT, int IC, int OC, char *emsg, size_t emsg_size)
+{
+  struct arena *a = enter(ctx, E_LINEAR_BACKWARD_BF16);
+  dev(a, E_LINEAR_BACKWARD_BF16, dinp), dev(a, E_LINEAR_BACKWARD_BF16, dweight);
+  dev(a, E_LINEAR_BACKWARD_BF16, dout), dev(a, E_LINEAR_BACKWARD_BF16, inp);
+  dev(a, E_LINEAR_BACKWARD_BF16, weight);
+  int rc = a->inner->linear_backward_bf16(NULL, dinp, dweight, dout, inp, weight, BT, IC, OC, emsg,
+                                          emsg_size);
+  leave(a);
+  return rc;
+}
+
+static void untouchable_rmsnorm_forward_bf16(void *ctx, bf16 *out, real *rstd, const real *inp,
+                                             const real *weight, int BT, int C, real eps)
+{
+  struct arena *a = enter(ctx, E_RMSNORM_FORWARD_BF16);
+  dev(a, E_RMSNORM_FORWARD_BF16, out), dev(a, E_RMSNORM_FORWARD_BF16, rstd);
+  dev(a, E_RMSNORM_FORWARD_BF16, inp), dev(a, E_RMSNORM_FORWARD_BF16, weight);
+  a->inner->rmsnorm_forward_bf16(NULL, out, rstd, inp, weight, BT, C, eps);
+  leave(a);
+}
+
+static void untouchable_swiglu_forward_bf16(void *ctx, bf16 *out, const real *gate,
+                                            const real *up, size_t n_elems)
+{
+  struct arena *a = enter(ctx, E_SWIGLU_FORWARD_BF16);
+  dev(a, E_SWIGLU_FORWARD_BF16, out), dev(a, E_SWIGLU_FORWARD_BF16, gate);
+  dev(a, E_SWIGLU_FORWARD_BF16, up);
+  a->inner->swiglu_forward_bf16(NULL, out, gate, up, n_elems);
+  leave(a);
+}
+
+static void untouchable_adamw_update_bf16(void *ctx, real *param, bf16 *param_bf16,
+                                          const real *grad, real *m, real *v, size_t n_elems,
+                                          double lr, double beta1, double beta2, double eps,
+                                          double weight_decay, int t, real grad_scale)
+{
+  struct arena *a = enter(ctx, E_ADAMW_UPDATE_BF16);
+  dev(a, E_ADAMW_UPDATE_BF16, param), dev(a, E_ADAMW_UPDATE_BF16, param_bf16);
+  dev(a, E_ADAMW_UPDATE_BF16, grad), dev(a, E_ADAMW_UPDATE_BF16, m), dev(a, E_ADAMW_UPDATE_BF16, v);
+  a->inner->adamw_update_bf16(NULL, param, param_bf16, grad, m, v, n_elems, lr, beta1, beta2, eps,
+                              weight_decay, t, grad_scale);
+  leave(a);
+}
+
 static void untouchable_rope_table(void *ctx, real *cos_table, real *sin_table, int T, int HS,
                                    double theta, int pos0)
 {
@@ -722,6 +797,12 @@ static const struct kernel_ops untouchable_ops = {
   .rmsnorm_backward = untouchable_rmsnorm_backward,
   .linear_forward = untouchable_linear_forward,
   .linear_backward = untouchable_linear_backward,
+  .round_bf16 = untouchable_round_bf16,
+  .linear_forward_bf16 = untouchable_linear_forward_bf16,
+  .linear_backward_bf16 = untouchable_linear_backward_bf16,
+  .rmsnorm_forward_bf16 = untouchable_rmsnorm_forward_bf16,
+  .swiglu_forward_bf16 = untouchable_swiglu_forward_bf16,
+  .adamw_update_bf16 = untouchable_adamw_update_bf16,
   .rope_table = untouchable_rope_table,
   .rope_forward = untouchable_rope_forward,
   .rope_backward = untouchable_rope_backward,

@@ -33,6 +33,12 @@ enum entry {
   ENTRY_RMSNORM_BACKWARD,
   ENTRY_LINEAR_FORWARD,
   ENTRY_LINEAR_BACKWARD,
+  ENTRY_ROUND_BF16,
+  ENTRY_LINEAR_FORWARD_BF16,
+  ENTRY_LINEAR_BACKWARD_BF16,
+  ENTRY_RMSNORM_FORWARD_BF16,
+  ENTRY_SWIGLU_FORWARD_BF16,
+  ENTRY_ADAMW_UPDATE_BF16,
   ENTRY_ROPE_TABLE,
   ENTRY_ROPE_FORWARD,
   ENTRY_ROPE_BACKWARD,
@@ -73,6 +79,12 @@ static const char *const entry_names[N_ENTRIES] = {
   "rmsnorm_backward",
   "linear_forward",
   "linear_backward",
+  "round_bf16",
+  "linear_forward_bf16",
+  "linear_backward_bf16",
+  "rmsnorm_forward_bf16",
+  "swiglu_forward_bf16",
+  "adamw_update_bf16",
   "rope_table",
   "rope_forward",
   "rope_backward",
@@ -217,6 +229,52 @@ static void counted_linear_backward(void *ctx, real *dinp, real *dweight, const 
 {
   const struct counter *c = count(ctx, ENTRY_LINEAR_BACKWARD);
   c->inner->linear_backward(c->inner_ctx, dinp, dweight, dout, inp, weight, BT, IC, OC);
+}
+
+static void counted_round_bf16(void *ctx, bf16 *dst, const real *src, size_t n_elems)
+{
+  const struct counter *c = count(ctx, ENTRY_ROUND_BF16);
+  c->inner->round_bf16(c->inner_ctx, dst, src, n_elems);
+}
+
+static int counted_linear_forward_bf16(void *ctx, real *out, const bf16 *inp, const bf16 *weight,
+                                       int BT, int IC, int OC, char *emsg, size_t emsg_size)
+{
+  const struct counter *c = count(ctx, ENTRY_LINEAR_FORWARD_BF16);
+  return c->inner->linear_forward_bf16(c->inner_ctx, out, inp, weight, BT, IC, OC, emsg, emsg_size);
+}
+
+static int counted_linear_backward_bf16(void *ctx, real *dinp, real *dweight, const bf16 *dout,
+                                        const bf16 *inp, const bf16 *weight, int BT, int IC,
+                                        int OC, char *emsg, size_t emsg_size)
+{
+  const struct counter *c = count(ctx, ENTRY_LINEAR_BACKWARD_BF16);
+  return c->inner->linear_backward_bf16(c->inner_ctx, dinp, dweight, dout, inp, weight, BT, IC, OC,
+                                        emsg, emsg_size);
+}
+
+static void counted_rmsnorm_forward_bf16(void *ctx, bf16 *out, real *rstd, const real *inp,
+                                         const real *weight, int BT, int C, real eps)
+{
+  const struct counter *c = count(ctx, ENTRY_RMSNORM_FORWARD_BF16);
+  c->inner->rmsnorm_forward_bf16(c->inner_ctx, out, rstd, inp, weight, BT, C, eps);
+}
+
+static void counted_swiglu_forward_bf16(void *ctx, bf16 *out, const real *gate, const real *up,
+                                        size_t n_elems)
+{
+  const struct counter *c = count(ctx, ENTRY_SWIGLU_FORWARD_BF16);
+  c->inner->swiglu_forward_bf16(c->inner_ctx, out, gate, up, n_elems);
+}
+
+static void counted_adamw_update_bf16(void *ctx, real *param, bf16 *param_bf16, const real *grad,
+                                      real *m, real *v, size_t n_elems, double lr, double beta1,
+                                      double beta2, double eps, double weight_decay, int t,
+                                      real grad_scale)
+{
+  const struct counter *c = count(ctx, ENTRY_ADAMW_UPDATE_BF16);
+  c->inner->adamw_update_bf16(c->inner_ctx, param, param_bf16, grad, m, v, n_elems, lr, beta1,
+                              beta2, eps, weight_decay, t, grad_scale);
 }
 
 static void counted_rope_table(void *ctx, real *cos_table, real *sin_table, int T, int HS,
@@ -394,6 +452,12 @@ static const struct kernel_ops counting_ops = {
   .rmsnorm_backward = counted_rmsnorm_backward,
   .linear_forward = counted_linear_forward,
   .linear_backward = counted_linear_backward,
+  .round_bf16 = counted_round_bf16,
+  .linear_forward_bf16 = counted_linear_forward_bf16,
+  .linear_backward_bf16 = counted_linear_backward_bf16,
+  .rmsnorm_forward_bf16 = counted_rmsnorm_forward_bf16,
+  .swiglu_forward_bf16 = counted_swiglu_forward_bf16,
+  .adamw_update_bf16 = counted_adamw_update_bf16,
   .rope_table = counted_rope_table,
   .rope_forward = counted_rope_forward,
   .rope_backward = counted_rope_backward,

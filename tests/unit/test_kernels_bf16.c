@@ -9,12 +9,17 @@
  * a sum of K terms in any order, K · u well below 1 here). The reference is computed in double
  * from the same bf16 values, exactly enough (K · 2^-53) to be the exact sum for this bound.
  * Without oneDNN (or on a CPU whose oneDNN bf16 matmul is its reference code) the products must be
- * refused with a message that names the cause. */
+ * refused with a message that names the cause.
+ *
+ * The producers of bf16 operands (kernels.h, "bf16 compute") must write exactly their fp32
+ * twin's values rounded, and AdamW's bf16 twin must leave param, m and v with the fp32 kernel's
+ * bits: compared bit for bit, on lengths that end inside a vector block and span several. */
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "bf16.h"
 #include "check.h"
+#include "kernels.h"
 
 static uint32_t bits_of(float f)
 {
@@ -160,5 +165,103 @@ static void products_match_the_exact_sums(void)
   }
 }
 
+#if !REAL_IS_DOUBLE
+static float *random_floats(size_t n, unsigned *seed, float scale)
+{
+  float *x = malloc(n * sizeof *x + 4);
+  for (size_t i = 0; i < n; i++) x[i] = ((float)rand_r(seed) / RAND_MAX * 2.0f - 1.0f) * scale;
+  return x;
+}
+
+static size_t rounded_mismatches(const bf16 *got, const float *twin, size_t n)
+{
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) bad += got[i] != bf16_from_float(twin[i]);
+  return bad;
+}
+
+static void producers_write_their_twins_rounded(void)
+{
+  unsigned seed = 11;
+  /* RMSNorm: rows of C */
+  const int BT = 37, C = 96;
+  float *x = random_floats((size_t)BT * C, &seed, 3.0f), *g = random_floats((size_t)C, &seed, 1.5f);
+  float *y = malloc(sizeof(float) * BT * C), *r1 = malloc(sizeof(float) * BT), *r2 = malloc(sizeof(float) * BT);
+  bf16 *yb = malloc(sizeof(bf16) * BT * C);
+  rmsnorm_forward(y, r1, x, g, BT, C, 1e-5f);
+  rmsnorm_forward_bf16(yb, r2, x, g, BT, C, 1e-5f);
+  CHECK(rounded_mismatches(yb, y, (size_t)BT * C) == 0);
+  CHECK(memcmp(r1, r2, sizeof(float) * BT) == 0);
+  free(x), free(g), free(y), free(r1), free(r2), free(yb);
+
+  /* SwiGLU and AdamW over lengths inside one vector block and across several */
+  const size_t lens[] = { 1, 13, 8192, 8193, 3 * 8192 + 17 };
+  for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+    const size_t n = lens[li];
+    float *ga = random_floats(n, &seed, 6.0f), *up = random_floats(n, &seed, 2.0f);
+    float *h = malloc(sizeof(float) * n);
+    bf16 *hb = malloc(sizeof(bf16) * n);
+    swiglu_forward(h, ga, up, n);
+    swiglu_forward_bf16(hb, ga, up, n);
+    CHECK_MSG(rounded_mismatches(hb, h, n) == 0, "swiglu, n = %zu", n);
+
+    float *p1 = random_floats(n, &seed, 0.1f), *gr = random_floats(n, &seed, 0.01f);
+    float *m1 = random_floats(n, &seed, 0.001f), *v1 = random_floats(n, &seed, 0.0f);
+    float *p2 = malloc(sizeof(float) * n), *m2 = malloc(sizeof(float) * n), *v2 = malloc(sizeof(float) * n);
+    memcpy(p2, p1, sizeof(float) * n), memcpy(m2, m1, sizeof(float) * n), memcpy(v2, v1, sizeof(float) * n);
+    bf16 *pb = malloc(sizeof(bf16) * n);
+    for (int t = 1; t <= 3; t++) {
+      adamw_update(p1, gr, m1, v1, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, t, 0.5f);
+      adamw_update_bf16(p2, pb, gr, m2, v2, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, t, 0.5f);
+    }
+    CHECK_MSG(!memcmp(p1, p2, sizeof(float) * n) && !memcmp(m1, m2, sizeof(float) * n) &&
+              !memcmp(v1, v2, sizeof(float) * n), "adamw, n = %zu", n);
+    CHECK_MSG(rounded_mismatches(pb, p2, n) == 0, "adamw's bf16 copy, n = %zu", n);
+    free(ga), free(up), free(h), free(hb), free(p1), free(gr), free(m1), free(v1), free(p2), free(m2),
+      free(v2), free(pb);
+  }
+
+  /* the rounding entry */
+  float *z = random_floats(1000, &seed, 100.0f);
+  bf16 *zb = malloc(sizeof(bf16) * 1000);
+  round_bf16(zb, z, 1000);
+  CHECK(rounded_mismatches(zb, z, 1000) == 0);
+  free(z), free(zb);
+}
+
+/* linear_backward_bf16 with dinp NULL: only the weight gradient, accumulated. */
+static void backward_without_input_gradient_accumulates_only(void)
+{
+  char err[256];
+  if (bf16_matmul_available(NULL, err, sizeof err))
+    return; /* refused, and checked so above */
+  unsigned seed = 5;
+  const int BT = 9, IC = 16, OC = 8;
+  bf16 *x = random_bf16((size_t)BT * IC, &seed), *w = random_bf16((size_t)OC * IC, &seed);
+  bf16 *dy = random_bf16((size_t)BT * OC, &seed);
+  float dw[OC * IC], dw2[OC * IC], dx[BT * IC];
+  for (int i = 0; i < OC * IC; i++) dw[i] = dw2[i] = 0.25f;
+  CHECK(!linear_backward_bf16(NULL, dw, dy, x, w, BT, IC, OC, err, sizeof err));
+  CHECK(!linear_backward_bf16(dx, dw2, dy, x, w, BT, IC, OC, err, sizeof err));
+  CHECK(!memcmp(dw, dw2, sizeof dw)); /* the same accumulation either way */
+  float dw3[OC * IC];
+  for (int i = 0; i < OC * IC; i++) dw3[i] = 0.25f;
+  CHECK(!linear_bf16_backward_weight(dw3, dy, x, BT, IC, OC, err, sizeof err));
+  CHECK(!memcmp(dw, dw3, sizeof dw));
+  free(x), free(w), free(dy);
+}
+#else
+/* The float64 build has no bf16 compute entries (bf16 plans are refused there). */
+static void producers_write_their_twins_rounded(void)
+{
+  CHECK(kernel_ops_cpu.round_bf16 == NULL && kernel_ops_cpu.adamw_update_bf16 == NULL);
+}
+static void backward_without_input_gradient_accumulates_only(void)
+{
+  CHECK(kernel_ops_cpu.linear_backward_bf16 == NULL);
+}
+#endif
+
 TEST_MAIN(TEST(conversion_rounds_to_nearest_even), TEST(every_pattern_round_trips),
-          TEST(products_match_the_exact_sums))
+          TEST(products_match_the_exact_sums), TEST(producers_write_their_twins_rounded),
+          TEST(backward_without_input_gradient_accumulates_only))

@@ -115,8 +115,8 @@ static void unsupported_plans_and_missing_data_are_refused(void)
 {
   struct plan p;
   struct trainer t;
-  const char *bf16[] = { "precision.compute=bf16", "precision.grads=fp32" };
-  if (compile(&p, 2, bf16) == 0) {
+  const char *bf16_set[] = { "precision.compute=bf16", "precision.grads=fp32" };
+  if (compile(&p, 2, bf16_set) == 0) {
     CHECK(trainer_open(&t, &p, NULL, err, sizeof err) == TRAIN_PLAN_ERROR);
     CHECK_STR_CONTAINS(err, "precision.compute = \"bf16\"");
     CHECK_STR_CONTAINS(err, "--set precision.compute=bf16: "); /* where it was written */

@@ -1,0 +1,77 @@
+/* The bf16 compute entries of the CPU table (ops.h, "bf16 compute"): each producer writes the
+ * bf16 operand of the products that read it while the values are in cache, with the same fp32
+ * values its fp32 twin writes, then rounded to nearest even (bf16.h). The products themselves are
+ * kernels/cpu/dnnl/linear_bf16.c (oneDNN), or refused by name without it (bf16.c). The float64
+ * build has none of this: bf16 plans are refused there. */
+#include "kernels.h"
+
+#if !REAL_IS_DOUBLE
+#include <math.h>
+
+#include "bf16.h"
+#include "vec.h"
+
+void round_bf16(bf16 *dst, const real *src, size_t n_elems)
+{
+  bf16_round(dst, src, n_elems);
+}
+
+int linear_forward_bf16(real *out, const bf16 *inp, const bf16 *weight, int BT, int IC, int OC,
+                        char *err, size_t err_size)
+{
+  return linear_bf16_forward(out, inp, weight, BT, IC, OC, err, err_size);
+}
+
+int linear_backward_bf16(real *dinp, real *dweight, const bf16 *dout, const bf16 *inp,
+                         const bf16 *weight, int BT, int IC, int OC, char *err, size_t err_size)
+{
+  if (dinp && linear_bf16_backward_input(dinp, dout, weight, BT, IC, OC, err, err_size))
+    return 1;
+  return linear_bf16_backward_weight(dweight, dout, inp, BT, IC, OC, err, err_size);
+}
+
+void rmsnorm_forward_bf16(bf16 *out, real *rstd, const real *inp, const real *weight, int BT,
+                          int C, real eps)
+{
+  /* rmsnorm_forward's arithmetic, element for element (dense.c), then rounded */
+#pragma omp parallel for
+  for (int bt = 0; bt < BT; bt++) {
+    const real *x = inp + (size_t)bt * C;
+    bf16 *o = out + (size_t)bt * C;
+    double ss = 0.0;
+    for (int c = 0; c < C; c++) ss += (double)x[c] * x[c];
+    real r = (real)(1.0 / sqrt(ss / C + eps));
+    for (int c = 0; c < C; c++) o[c] = bf16_from_float(x[c] * r * weight[c]);
+    rstd[bt] = r;
+  }
+}
+
+/* Both below run their fp32 twin on one block of at most VEC_BLOCK elements (one thread: an
+ * OpenMP region inside this one is not nested out), then round the block while it is in cache;
+ * element-wise, so the fp32 values are the whole call's bits. */
+void swiglu_forward_bf16(bf16 *out, const real *gate, const real *up, size_t n_elems)
+{
+  const size_t nb = VEC_BLOCKS(n_elems);
+#pragma omp parallel for if (nb > 1)
+  for (size_t b = 0; b < nb; b++) {
+    real tmp[VEC_BLOCK];
+    const size_t lo = b * VEC_BLOCK, n = VEC_LEN(n_elems, lo);
+    swiglu_forward(tmp, gate + lo, up + lo, n);
+    for (size_t i = 0; i < n; i++) out[lo + i] = bf16_from_float(tmp[i]);
+  }
+}
+
+void adamw_update_bf16(real *param, bf16 *param_bf16, const real *grad, real *m, real *v,
+                       size_t n_elems, double lr, double beta1, double beta2, double eps,
+                       double weight_decay, int t, real grad_scale)
+{
+  const size_t nb = VEC_BLOCKS(n_elems);
+#pragma omp parallel for if (nb > 1)
+  for (size_t b = 0; b < nb; b++) {
+    const size_t lo = b * VEC_BLOCK, n = VEC_LEN(n_elems, lo);
+    adamw_update(param + lo, grad + lo, m + lo, v + lo, n, lr, beta1, beta2, eps,
+                       weight_decay, t, grad_scale);
+    for (size_t i = 0; i < n; i++) param_bf16[lo + i] = bf16_from_float(param[lo + i]);
+  }
+}
+#endif
