@@ -24,6 +24,8 @@ return tycho.plan {
   schedule = { kind = "1f1b" },
   batch = { global = 1024, micro = 1, seq = 4096 },
   precision = { compute = "bf16", grads = "fp32", master = "fp32" },
+  device = "cuda",          -- a GPU plan: `tycho check` bills it with the GPU runtime's element
+                            -- sizes; `--set device=cpu` describes (and runs) it on the CPU runtime
 
   optimizer = { kind = "adamw", lr = 1.5e-4, beta1 = 0.9, beta2 = 0.95, eps = 1e-5,
                 weight_decay = 0.1, grad_clip = 1.0 },

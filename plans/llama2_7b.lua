@@ -21,6 +21,8 @@ return tycho.plan {
   schedule = { kind = "1f1b" },
   batch = { global = 1024, micro = 1, seq = 4096 },
   precision = { compute = "bf16", grads = "fp32", master = "fp32" },
+  device = "cuda",          -- a GPU plan: `tycho check` bills it with the GPU runtime's element
+                            -- sizes; `--set device=cpu` describes (and runs) it on the CPU runtime
 
   -- Llama 2 paper: AdamW β1 0.9, β2 0.95, eps 1e-5, weight decay 0.1, clip 1.0, 2000 warm-up
   -- steps, cosine decay to 10% of the peak rate of 3e-4.

@@ -184,7 +184,7 @@ static void print_tp_comms(FILE *f, const struct plan *p)
   struct tp_comm *list = tp_comms(p, &n);
   if (!list)
     return;
-  const int eb = (int)bill_element_bytes(p, p->precision.compute), L = p->model.n_layers;
+  const int eb = (int)check_element_bytes(p, p->precision.compute), L = p->model.n_layers;
   double bytes[2] = { 0, 0 };
   int calls[2] = { 0, 0 };
   for (int i = 0; i < n; i++) {
@@ -215,7 +215,7 @@ static void write_tp_comms_json(struct json *j, const struct plan *p)
 {
   int n;
   struct tp_comm *list = tp_comms(p, &n);
-  const int eb = (int)bill_element_bytes(p, p->precision.compute);
+  const int eb = (int)check_element_bytes(p, p->precision.compute);
   json_begin_object(j);
   json_key(j, "micro_batch"); json_int(j, p->batch.micro);
   json_key(j, "seq"); json_int(j, p->batch.seq);
@@ -254,6 +254,26 @@ static void write_tp_comms_json(struct json *j, const struct plan *p)
   json_end_array(j);
   json_end_object(j);
   free(list);
+}
+
+/* ---- the runtime the figures describe ---- */
+
+/* The one statement of which runtime the byte figures of `check` describe (tp comm, memory,
+ * traffic, checkpoint size; the text's "device" line and the JSON's "runtime_note"): this
+ * build's CPU runtime for a plan on it (plan_on_cpu), else the GPU runtime's element sizes
+ * (check_element_bytes, the bill's rule) over the CPU runtime's layout. */
+static const char *runtime_note(const struct plan *p, char *buf, size_t n)
+{
+  if (plan_on_cpu(p)) {
+    snprintf(buf, n, "the byte figures are this build's CPU runtime's (" REAL_NAME " kernels): what it "
+             "allocates and what its comm layer moves");
+    return buf;
+  }
+  snprintf(buf, n, "no CUDA backend in this build: the byte figures use the GPU runtime's element sizes (params, "
+           "activations and workspace %s, grads %s, AdamW m and v%s fp32) over the CPU runtime's layout",
+           plan_dtype_name(p->precision.compute), plan_dtype_name(p->precision.grads),
+           p->precision.compute == PLAN_FP32 ? "" : " and the master copy");
+  return buf;
 }
 
 /* ---- the memory bill and the cost on a cluster ---- */
@@ -359,7 +379,7 @@ static void print_traffic(FILE *f, const struct plan *p)
       if (!used)
         continue;
       if (!any)
-        fprintf(f, "traffic    per training step and rank, as the comm layer counts it (" REAL_NAME ", this runtime's):\n");
+        fprintf(f, "traffic    per training step and rank, as the comm layer counts it:\n");
       any = 1;
       fprintf(f, "           pp rank %d, %-5s", r, traffic_group_name(g));
       int first = 1;
@@ -502,7 +522,7 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
 {
   const struct plan_model *m = &p->model;
   const struct plan_mesh *me = &p->mesh;
-  char a[64], b[64], buf[256];
+  char a[64], b[64], buf[320];
 
   fprintf(f, "plan       %s (%s)\n", p->name, p->file);
   fprintf(f, "hash       %016llx\n", (unsigned long long)plan_hash(p));
@@ -513,6 +533,11 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
           params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M",
           m->tie_embeddings ? ", tied embeddings" : "", m->dropout);
 
+  if (p->device == PLAN_DEVICE_AUTO) /* plan_on_cpu: auto is the CPU in this build */
+    fprintf(f, "device     auto → cpu (no CUDA backend in this build)\n");
+  else
+    fprintf(f, "device     %s\n", plan_device_name(p->device));
+  fprintf(f, "           %s\n", runtime_note(p, buf, sizeof buf));
   fprintf(f, "mesh       %d ranks = tp %d × pp %d × dp %d%s; order %s, %s, %s (fastest-varying first)\n",
           me->world, me->tp, me->pp, me->dp, me->dp_auto ? " (dp \"auto\")" : "",
           plan_axis_name(me->order[0]), plan_axis_name(me->order[1]), plan_axis_name(me->order[2]));
@@ -616,11 +641,12 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
     fprintf(f, "init       from %s\n", p->init.from);
   if (p->export_.path[0])
     fprintf(f, "export     %s%s\n", p->export_.path, p->export_.every ? " (and periodically)" : " at the end");
-  if (p->checkpoint.dir[0])
-    fprintf(f, "checkpoint %s every %d steps, keep %d%s: %.2f GiB each (" REAL_NAME " weights and AdamW "
+  if (p->checkpoint.dir[0]) /* the weights and AdamW's m and v, in the runtime's fp32 elements */
+    fprintf(f, "checkpoint %s every %d steps, keep %d%s: %.2f GiB each (%s weights and AdamW "
             "moments, one shard file per rank)\n", p->checkpoint.dir, p->checkpoint.every,
             p->checkpoint.keep, p->checkpoint.async ? ", async" : "",
-            3.0 * sizeof(real) * (double)plan_param_count(p) / 1073741824.0);
+            3.0 * check_element_bytes(p, PLAN_FP32) * (double)plan_param_count(p) / 1073741824.0,
+            plan_on_cpu(p) ? REAL_NAME : "fp32");
   fprintf(f, "log        progress every %d steps%s%s", p->log.every, p->log.metrics[0] ? ", metrics " : "",
           p->log.metrics);
   if (p->log.trace[0])
@@ -641,6 +667,9 @@ void check_write_json(const struct plan *p, const struct cluster *cluster, struc
   json_key(&j, "plan_file"); json_string(&j, p->file);
   json_key(&j, "hash"); json_string(&j, hash);
   json_key(&j, "world"); json_int(&j, me->world);
+  char note[320];
+  json_key(&j, "runtime"); json_string(&j, plan_on_cpu(p) ? "cpu" : "cuda");
+  json_key(&j, "runtime_note"); json_string(&j, runtime_note(p, note, sizeof note));
   json_key(&j, "plan");
   plan_json(p, &j);
 

@@ -34,13 +34,19 @@ static double ring(int comm, double bytes, int n, const struct cluster_link *l, 
   return steps / n * bytes / bw + steps * l->latency;
 }
 
+double check_element_bytes(const struct plan *p, enum plan_dtype d)
+{
+  return plan_on_cpu(p) ? bill_element_bytes(p, d) : plan_dtype_bytes(d);
+}
+
 int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out, char *err, size_t err_size)
 {
   memset(out, 0, sizeof *out);
   const struct plan_mesh *me = &p->mesh;
   const int S = p->n_stages, L = p->model.n_layers, M = p->batch.microbatches, tp = me->tp;
   const double tokens = (double)p->batch.micro * p->batch.seq; /* per micro-batch */
-  const double rate = c->peak_flops * c->compute_efficiency, eb = plan_dtype_bytes(p->precision.compute);
+  const double rate = c->peak_flops * c->compute_efficiency;
+  const double eb = check_element_bytes(p, p->precision.compute), gb = check_element_bytes(p, p->precision.grads);
   out->tp.intra = group_intra(me, PLAN_AXIS_TP, c->gpus_per_node);
   out->dp.intra = group_intra(me, PLAN_AXIS_DP, c->gpus_per_node);
   out->pp.intra = group_intra(me, PLAN_AXIS_PP, c->gpus_per_node);
@@ -136,8 +142,8 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   const int dp = me->dp;
   if (dp > 1) {
     const struct cluster_link *dpl = link_of(c, out->dp.intra);
-    const double gbytes = n_local * plan_dtype_bytes(p->precision.grads), pbytes = n_local * eb;
-    const double buckets = fmax(1.0, ceil(n_local * 4.0 / (p->bucket_mb * 1048576.0)));
+    const double gbytes = n_local * gb, pbytes = n_local * eb;
+    const double buckets = fmax(1.0, ceil(gbytes / (p->bucket_mb * 1048576.0)));
     const double bwd_mb = busiest > 0 ? 2.0 / 3.0 * (out->compute / M) : 0.0; /* one micro-batch's backward */
     double t_reduce, exposed;
     if (p->zero < 2) {

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "lua/sandbox.h"
 #include "tycho_module.h"
@@ -1119,6 +1120,31 @@ static int apply_set(struct reader *r, int plan_idx, const char *set)
   return rfail(r, where, "expected path.to.field=value");
 }
 
+/* device: "auto", "cpu" or "cuda" (plan.h). "gpu" is refused like any other word, but the hint
+ * names "cuda" (the closest word by spelling, "cpu", is the other device). */
+static int read_device(struct reader *r, const struct tbl *root)
+{
+  static const char *const devices[] = { "auto", "cpu", "cuda", NULL };
+  char path[128], where[PLAN_PATH_MAX + 32];
+  int type = get(r, root, "device", path, sizeof path, where, sizeof where);
+  if (type == LUA_TNIL) {
+    lua_pop(r->L, 1);
+    return 0;
+  }
+  if (type == LUA_TSTRING && strcasecmp(lua_tostring(r->L, -1), "gpu") == 0) {
+    char v[96];
+    describe(r->L, -1, v, sizeof v);
+    lua_pop(r->L, 1);
+    return rfail(r, where, "%s = %s: must be one of \"auto\", \"cpu\", \"cuda\" (did you mean \"cuda\"? "
+                 "the GPU runtime is named by its backend)", path, v);
+  }
+  int d = PLAN_DEVICE_AUTO;
+  int rc = match_enum(r, -1, devices, path, where, "", &d);
+  lua_pop(r->L, 1);
+  r->p->device = (enum plan_device)d;
+  return rc;
+}
+
 /* ---- the compiler ---------------------------------------------------------------------- */
 
 static int read_plan(struct reader *r, struct tbl *root, int world)
@@ -1126,7 +1152,7 @@ static int read_plan(struct reader *r, struct tbl *root, int world)
   static const char *const known[] = { "name", "model", "mesh", "stages", "virtual_stages", "tp_split",
                                        "sequence_parallel", "recompute", "zero", "bucket_mb", "schedule", "batch",
                                        "precision", "optimizer", "lr_schedule", "seeds", "data", "init",
-                                       "export", "train", "checkpoint", "log", NULL };
+                                       "export", "train", "checkpoint", "log", "device", NULL };
   struct plan *p = r->p;
   if (check_fields(r, root, known, "plan") ||
       read_str(r, root, "name", 0, p->name, sizeof p->name) || read_model(r, root) ||
@@ -1134,7 +1160,8 @@ static int read_plan(struct reader *r, struct tbl *root, int world)
       read_int(r, root, "virtual_stages", 1, 1 << 16, 0, &p->virtual_stages) ||
       read_bool(r, root, "sequence_parallel", &p->sequence_parallel) ||
       read_int(r, root, "zero", 0, 3, 0, &p->zero) ||
-      read_num(r, root, "bucket_mb", 0, 1 << 20, 1, 0, 0, &p->bucket_mb) || read_simple_sections(r, root))
+      read_num(r, root, "bucket_mb", 0, 1 << 20, 1, 0, 0, &p->bucket_mb) || read_device(r, root) ||
+      read_simple_sections(r, root))
     return -1;
   p->layers = calloc((size_t)p->model.n_layers, sizeof *p->layers);
   if (!p->layers)

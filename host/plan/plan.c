@@ -130,6 +130,17 @@ const char *plan_seed_name(enum plan_seed s)
   return (unsigned)s < PLAN_N_SEEDS ? names[s] : "?";
 }
 
+const char *plan_device_name(enum plan_device d)
+{
+  static const char *const names[] = { "auto", "cpu", "cuda" };
+  return (unsigned)d < 3 ? names[d] : "?";
+}
+
+int plan_on_cpu(const struct plan *p)
+{
+  return p->device != PLAN_DEVICE_CUDA; /* no CUDA backend in this build: auto is the CPU */
+}
+
 /* The fields a resume compares (plan.h), each with where its value lives in struct plan and,
  * for a derived one, its flag and the parent it follows. The order is the names' indices. */
 enum resume_kind { R_REAL, R_INT, R_LL, R_TEXT, R_BOOL, R_DECAY, R_DTYPE };

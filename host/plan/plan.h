@@ -40,6 +40,11 @@ enum plan_decay { PLAN_DECAY_CONSTANT, PLAN_DECAY_COSINE, PLAN_DECAY_LINEAR };
 enum plan_axis { PLAN_AXIS_TP, PLAN_AXIS_DP, PLAN_AXIS_PP, PLAN_N_AXES };
 enum plan_stages_kind { PLAN_STAGES_EVEN, PLAN_STAGES_BALANCED, PLAN_STAGES_LIST, PLAN_STAGES_FUNCTION };
 enum plan_seed { PLAN_SEED_MODEL, PLAN_SEED_DATA, PLAN_SEED_DROPOUT, PLAN_N_SEEDS };
+/* Which runtime the plan runs on and `tycho check` describes: "auto" (the default) picks the
+ * best this build has, "cpu" the CPU runtime, "cuda" the GPU runtime (this build has no CUDA
+ * backend: `check` describes a cuda plan with the GPU runtime's element sizes, `run` refuses
+ * it). Not compared on resume: a checkpoint may move between devices. */
+enum plan_device { PLAN_DEVICE_AUTO, PLAN_DEVICE_CPU, PLAN_DEVICE_CUDA };
 
 struct plan_model {
   char family[32];
@@ -93,6 +98,7 @@ struct plan {
   uint8_t embed_split, head_split;
   int sequence_parallel;
   int tp_split_is_function, recompute_is_function, stages_is_function;
+  enum plan_device device;    /* as written ("auto" unless given); plan_on_cpu resolves it */
 
   int zero;
   double bucket_mb;           /* data-parallel gradient bucket size in MiB (DDP's default 25) */
@@ -155,6 +161,10 @@ const char *plan_dtype_name(enum plan_dtype d);
 const char *plan_decay_name(enum plan_decay d);
 const char *plan_axis_name(enum plan_axis a);
 const char *plan_seed_name(enum plan_seed s);
+const char *plan_device_name(enum plan_device d);
+/* 1 when the plan runs on, and `tycho check` describes, this build's CPU runtime: device "cpu",
+ * or "auto" (this build has no CUDA backend, so auto means cpu); 0 for "cuda". */
+int plan_on_cpu(const struct plan *p);
 const char *plan_recompute_part_name(int bit_index);
 /* "none", "full" or a comma list of parts, into buf. */
 const char *plan_recompute_text(uint8_t mask, char *buf, size_t n);

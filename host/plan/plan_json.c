@@ -151,6 +151,9 @@ void plan_json(const struct plan *p, struct json *j)
   json_key(j, "grads"); json_string(j, plan_dtype_name(p->precision.grads));
   json_key(j, "master"); json_string(j, plan_dtype_name(p->precision.master));
   json_end_object(j);
+  if (p->device != PLAN_DEVICE_AUTO) { /* only when given: plans without it keep their hash */
+    json_key(j, "device"); json_string(j, plan_device_name(p->device));
+  }
 
   json_key(j, "optimizer");
   json_begin_object(j);

@@ -8,6 +8,7 @@
 ---@alias tycho.recompute_part "attn_norm"|"attn_core"|"attn"|"mlp_norm"|"mlp_act"|"mlp"
 ---@alias tycho.recompute "none"|"full"|tycho.recompute_part|tycho.recompute_part[]
 ---@alias tycho.dtype "fp32"|"bf16"|"fp16"
+---@alias tycho.device "auto"|"cpu"|"cuda"
 
 ---@class tycho.model
 ---@field family? "llama"            # default "llama"
@@ -107,6 +108,7 @@
 ---@field schedule? tycho.schedule
 ---@field batch tycho.batch
 ---@field precision? tycho.precision
+---@field device? tycho.device       # default "auto" (this build: the CPU); "cuda": GPU element sizes in check
 ---@field optimizer? tycho.optimizer
 ---@field lr_schedule? tycho.lr_schedule
 ---@field seeds? tycho.seeds

@@ -126,6 +126,38 @@ if printf '%s\n' "$out" | grep -q '^ 1\. tp' && "$tycho" check "$tmp/70b_tuned.l
   ok "tune_70b_1024 (${ms} ms)"
 else bad tune_70b_1024 "$out"; fi
 
+# device: which runtime the byte figures describe, said once (the "device" line, the JSON's
+# "runtime" and "runtime_note"), not per section. The shipped GPU plans are device "cuda": the
+# GPU runtime's element sizes over the CPU runtime's layout; --set device=cpu describes them on
+# this build's CPU runtime; tiny is "auto", the CPU here. A cuda plan's fp32 elements are 4 bytes
+# even in the float64 build (its tp comm below), a CPU plan's are the build's reals.
+cuda_note="no CUDA backend in this build: the byte figures use the GPU runtime's element sizes \\(params, activations and workspace bf16, grads fp32, AdamW m and v and the master copy fp32\\) over the CPU runtime's layout"
+cpu_note="the byte figures are this build's CPU runtime's \\($REAL_NAME kernels\\): what it allocates and what its comm layer moves"
+out=$("$tycho" check plans/llama2_7b.lua --world 8 2>&1)
+if printf '%s\n' "$out" | grep -Eq '^device +cuda$' && printf '%s\n' "$out" | grep -Eq "^ +$cuda_note\$" &&
+   [ "$(printf '%s\n' "$out" | grep -c 'GPU runtime')" -eq 1 ] && ! printf '%s\n' "$out" | grep -q "this runtime's"; then
+  ok device_cuda_said_once
+else bad device_cuda_said_once "$out"; fi
+out=$("$tycho" check plans/llama2_7b.lua --world 8 --set device=cpu 2>&1)
+if printf '%s\n' "$out" | grep -Eq '^device +cpu$' && printf '%s\n' "$out" | grep -Eq "^ +$cpu_note\$" &&
+   ! printf '%s\n' "$out" | grep -q 'GPU runtime'; then
+  ok device_cpu_said_once
+else bad device_cpu_said_once "$out"; fi
+expect device_auto 0 '^device +auto → cpu \(no CUDA backend in this build\)$' "$tycho" check plans/tiny.lua
+expect device_auto_note 0 "^ +$cpu_note\$" "$tycho" check plans/tiny.lua
+expect device_json_cuda 0 "\"world\":8,\"runtime\":\"cuda\",\"runtime_note\":\"$cuda_note\",\"plan\":\\{.*\"precision\":\\{[^}]*\\},\"device\":\"cuda\"," \
+  "$tycho" check plans/llama2_7b.lua --world 8 --json
+expect device_json_cpu 0 "\"world\":64,\"runtime\":\"cpu\",\"runtime_note\":\"$cpu_note\",\"plan\":\\{.*\"device\":\"cpu\"," \
+  "$tycho" check plans/llama2_70b.lua --world 64 --set device=cpu --json
+if "$tycho" check plans/tiny.lua --json | grep -q '"device"'; then bad "device_json_absent_when_auto"
+else ok device_json_absent_when_auto; fi
+expect device_set_bad 2 '^tycho: plan error: --set device=gpu: device = "gpu": must be one of "auto", "cpu", "cuda" \(did you mean "cuda"\?' \
+  "$tycho" check plans/tiny.lua --set device=gpu
+expect device_cuda_tp_comm 0 'tp comm +per micro-batch of 8 × 32 tokens on each tp group \(4-byte elements\)' \
+  "$tycho" check plans/tiny.lua --set mesh.tp=2 --set device=cuda --world 2
+expect device_cuda_tp_comm_json 0 '"tp_comm":\{"micro_batch":8,"seq":32,"bytes_per_element":4,' \
+  "$tycho" check plans/tiny.lua --set mesh.tp=2 --set device=cuda --world 2 --json
+
 # --unsafe lifts the sandbox; TYCHO_PATH extends require's search path
 mkdir -p "$tmp/lib/team"
 cat >"$tmp/lib/team/base.lua" <<'LUA'

@@ -148,6 +148,71 @@ static void test_set_overrides(void)
   plan_free(&p);
 }
 
+/* device: "auto" unless given; "cpu" and "cuda" as written (plan file or --set); the shipped GPU
+ * plans say "cuda"; an unknown value is refused at its line with the closest name. Only "cuda"
+ * is off this build's CPU runtime, and only a device that is not "auto" enters the plan JSON
+ * (so the hash of a plan without it is what it was). */
+static void test_device_field(void)
+{
+  char path[1200], err[2048];
+  struct plan p;
+  path_of(path, sizeof path, "plans/tiny.lua");
+  CHECK(compile_with(path, 1, NULL, 0, &p, err, sizeof err) == 0);
+  CHECK(p.device == PLAN_DEVICE_AUTO && plan_on_cpu(&p));
+  const uint64_t h_auto = plan_hash(&p);
+  plan_free(&p);
+  const char *auto_set[] = { "device=auto" }, *cpu_set[] = { "device=cpu" }, *cuda_set[] = { "device=cuda" };
+  CHECK(compile_with(path, 1, auto_set, 1, &p, err, sizeof err) == 0);
+  CHECK(p.device == PLAN_DEVICE_AUTO && plan_hash(&p) == h_auto);
+  plan_free(&p);
+  CHECK(compile_with(path, 1, cpu_set, 1, &p, err, sizeof err) == 0);
+  CHECK(p.device == PLAN_DEVICE_CPU && plan_on_cpu(&p) && plan_hash(&p) != h_auto);
+  CHECK_STR_CONTAINS(plan_where(&p, "device"), "--set device=cpu");
+  plan_free(&p);
+  CHECK(compile_with(path, 1, cuda_set, 1, &p, err, sizeof err) == 0);
+  CHECK(p.device == PLAN_DEVICE_CUDA && !plan_on_cpu(&p));
+  struct strbuf b;
+  sb_init(&b);
+  check_write_json(&p, NULL, &b);
+  CHECK(!b.failed && b.s);
+  if (b.s) {
+    CHECK_STR_CONTAINS(b.s, "\"runtime\":\"cuda\",\"runtime_note\":\"no CUDA backend in this build");
+    CHECK_STR_CONTAINS(b.s, "},\"device\":\"cuda\",\"optimizer\":{"); /* in the plan, after precision */
+  }
+  sb_free(&b);
+  plan_free(&p);
+  CHECK(strcmp(plan_device_name(PLAN_DEVICE_AUTO), "auto") == 0);
+  CHECK(strcmp(plan_device_name(PLAN_DEVICE_CPU), "cpu") == 0 && strcmp(plan_device_name(PLAN_DEVICE_CUDA), "cuda") == 0);
+
+  path_of(path, sizeof path, "plans/llama2_7b.lua");
+  CHECK(compile_with(path, 8, NULL, 0, &p, err, sizeof err) == 0);
+  CHECK(p.device == PLAN_DEVICE_CUDA);
+  CHECK_STR_CONTAINS(plan_where(&p, "device"), "llama2_7b.lua:");
+  plan_free(&p);
+  path_of(path, sizeof path, "plans/llama2_70b.lua");
+  CHECK(compile_with(path, 64, cpu_set, 1, &p, err, sizeof err) == 0);
+  CHECK(p.device == PLAN_DEVICE_CPU && plan_on_cpu(&p));
+  plan_free(&p);
+
+  const char *bad = tmp_plan("device_bad.lua",
+           "local tycho = require \"tycho\"\n"
+           "return tycho.plan {\n"
+           "  model = { n_layers = 2, dim = 64, n_heads = 4, ffn_dim = 128, vocab = 64, max_seq = 64 },\n"
+           "  batch = { global = 8, micro = 2, seq = 32 },\n"
+           "  device = \"cdua\",\n"
+           "}\n");
+  CHECK(compile_with(bad, 1, NULL, 0, &p, err, sizeof err) != 0);
+  CHECK_STR_CONTAINS(err, "device_bad.lua:5: device = \"cdua\": must be one of \"auto\", \"cpu\", \"cuda\" "
+                          "(did you mean \"cuda\"?)");
+  const char *gpu_set[] = { "device=gpu" }, *num_set[] = { "device=1" };
+  path_of(path, sizeof path, "plans/tiny.lua");
+  CHECK(compile_with(path, 1, gpu_set, 1, &p, err, sizeof err) != 0);
+  CHECK_STR_CONTAINS(err, "--set device=gpu: device = \"gpu\": must be one of \"auto\", \"cpu\", \"cuda\" "
+                          "(did you mean \"cuda\"?");
+  CHECK(compile_with(path, 1, num_set, 1, &p, err, sizeof err) != 0);
+  CHECK_STR_CONTAINS(err, "device = 1: must be one of \"auto\", \"cpu\", \"cuda\"");
+}
+
 static const char *function_plan =
   "local tycho = require \"tycho\"\n"
   "return tycho.plan {\n"
@@ -420,6 +485,7 @@ int main(void)
     TEST(test_shipped_plans_at_world_sizes),
     TEST(test_llama_parameter_counts),
     TEST(test_set_overrides),
+    TEST(test_device_field),
     TEST(test_function_fields),
     TEST(test_extend_merges_deeply_and_replaces_lists),
     TEST(test_hash_is_stable_and_sensitive),
