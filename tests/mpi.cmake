@@ -108,6 +108,18 @@ function(tycho_equiv_must_fail name ranks)
     PASS_REGULAR_EXPRESSION "CHECK failed: [^\n]*step [0-9]+: loss")
 endfunction()
 tycho_equiv_must_fail(broken_dropout_seed 2 --set seeds.dropout=5)
+
+# bf16 compute on the CPU (both runs bf16; the bounds are argued in mpi_dp_equiv.c at
+# bf16_bounds): data parallelism with ZeRO 0-2, pipeline stages, recompute; the bill against the
+# peaks with the bf16 copies. The broken seed must still fail under the wider bounds.
+if(TYCHO_HAVE_DNNL AND NOT TYCHO_FLOAT64)
+  tycho_dp_equiv(bf16_dp2 2 --both precision.compute=bf16)
+  tycho_dp_equiv(bf16_dp2_zero2 2 --both precision.compute=bf16 --set zero=2)
+  tycho_dp_equiv(bf16_dp2_zero1_tied 2 --both precision.compute=bf16 --set zero=1 --both model.tie_embeddings=true)
+  tycho_dp_equiv(bf16_pp2_1f1b 2 --both precision.compute=bf16 --set mesh.pp=2)
+  tycho_dp_equiv(bf16_recompute_full_dp2 2 --both precision.compute=bf16 --set recompute=full)
+  tycho_equiv_must_fail(bf16_broken_dropout_seed 2 --both precision.compute=bf16 --set seeds.dropout=5)
+endif()
 if(TYCHO_FLOAT64)
   tycho_equiv_must_fail(broken_lr_1e-6 2 --set optimizer.lr=0.003000003)
 endif()

@@ -185,10 +185,17 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
   /* the trainer's batch: inputs and targets (ints), each row's window index (8 bytes) */
   const double batch_bytes = 2.0 * micro * seq * sizeof(int) + (double)micro * sizeof(uint64_t);
 
-  const double c = bill_element_bytes(p, p->precision.compute), g = bill_element_bytes(p, p->precision.grads);
+  /* On the CPU every buffer is counted in reals as the runtime carves it (a bf16 model's bf16
+   * activations as half as many reals), its fp32 weights are the master, and a bf16 model adds
+   * its matmul weights' bf16 copies (model.h). Otherwise (device = "cuda") the plan's element
+   * sizes over this layout, with an fp32 master when the compute type is not fp32. */
+  const int cpu = plan_on_cpu(p);
+  const double c = cpu ? (double)sizeof(real) : bill_element_bytes(p, p->precision.compute);
+  const double g = bill_element_bytes(p, p->precision.grads);
   const double fp32 = bill_element_bytes(p, PLAN_FP32); /* AdamW's moments, the master copy */
-  const double master = p->precision.compute == PLAN_FP32 ? 0.0 : fp32;
-  out->bytes[ALLOC_PARAMS] = params * c;
+  const double master = cpu || p->precision.compute == PLAN_FP32 ? 0.0 : fp32;
+  const double copies = zero < 3 ? (double)r.m.n_bf16 * sizeof(bf16) : 0.0;
+  out->bytes[ALLOC_PARAMS] = params * c + copies;
   out->bytes[ALLOC_GRADS] = grads * g;
   out->bytes[ALLOC_OPTIMIZER] = state * (2.0 * fp32 + master);
   /* each slot's token and target ids: ints carved from this runtime's reals */
@@ -233,13 +240,18 @@ int bill_rank_params(const struct plan *p, int pp_rank, double *n_elems, char *e
 
 double bill_element_bytes(const struct plan *p, enum plan_dtype d)
 {
-  const int this_runtime = p->precision.compute == PLAN_FP32;
+  const int this_runtime = plan_on_cpu(p); /* the CPU's reals; a cuda plan's sizes as written */
   return d == PLAN_FP32 && this_runtime ? (double)sizeof(real) : plan_dtype_bytes(d);
 }
 
 int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char *err, size_t err_size)
 {
-  const unsigned long long eb = sizeof(real); /* the runtime moves reals (COMM_REAL) */
+  /* The CPU runtime moves reals (COMM_REAL) whatever the plan computes in; a cuda plan's
+   * collectives move its element sizes: activations and parameters in precision.compute,
+   * gradients in precision.grads. */
+  const int cpu = plan_on_cpu(p);
+  const unsigned long long eb = cpu ? sizeof(real) : (unsigned long long)plan_dtype_bytes(p->precision.compute);
+  const unsigned long long egrad = cpu ? sizeof(real) : (unsigned long long)plan_dtype_bytes(p->precision.grads);
   memset(out, 0, sizeof *out);
   struct rank_view r;
   if (rank_view(p, pp_rank, &r, err, err_size))
@@ -270,9 +282,9 @@ int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char
     unsigned long long nb = (unsigned long long)r.l.n_buckets, all = 0;
     for (int b = 0; b < r.l.n_buckets; b++) all += r.l.buckets[b].n_elems;
     if (p->zero < 2) {
-      count(out, TRAFFIC_DP, COMM_ALL_REDUCE, nb, all * eb);
+      count(out, TRAFFIC_DP, COMM_ALL_REDUCE, nb, all * egrad);
     } else {
-      count(out, TRAFFIC_DP, COMM_REDUCE_SCATTER, nb * (unsigned long long)M, all * eb * (unsigned long long)M);
+      count(out, TRAFFIC_DP, COMM_REDUCE_SCATTER, nb * (unsigned long long)M, all * egrad * (unsigned long long)M);
     }
     if (p->zero == 1 || p->zero == 2)
       count(out, TRAFFIC_DP, COMM_ALL_GATHER, nb, all * eb);
@@ -304,7 +316,7 @@ int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char
     count(out, TRAFFIC_PP, COMM_ALL_GATHER, 1, 8u * (unsigned long long)pp);
     const int first = p->stages[0].pp_rank, last = p->stages[p->n_stages - 1].pp_rank;
     if (p->model.tie_embeddings && (pp_rank == first || pp_rank == last))
-      count(out, TRAFFIC_EMBED, COMM_ALL_REDUCE, 1, (unsigned long long)r.m.params[0].n_elems * eb);
+      count(out, TRAFFIC_EMBED, COMM_ALL_REDUCE, 1, (unsigned long long)r.m.params[0].n_elems * egrad);
   }
   rank_view_free(&r);
   return 0;

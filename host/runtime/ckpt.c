@@ -1202,6 +1202,7 @@ static int load_manifest(struct trainer *t, struct manifest *mf, char *err, size
       return errf(err, err_size, "checkpoint %s: its model has %s = %lld, the plan's %lld", mf->path,
                   model_keys[i], mf->model[i], vals[i]);
   struct loader ld = { mf, err, err_size };
+  t->model.bf16_fresh = 0; /* bf16 models: the copies are rounded again before the next forward */
   if (for_each_piece(t, 0, load_piece, &ld))
     return 1;
   t->step = mf->step;

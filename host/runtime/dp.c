@@ -108,6 +108,8 @@ int dp_open(struct dp *d, struct model *m, struct comm_group *group, int zero, d
     ok = (m->param_memory = alloc_reals_on(m->device, ALLOC_PARAMS, l->n_elems)) != NULL;
   if (ok && zero < 2)
     ok = (m->grad_memory = alloc_reals_on(m->device, ALLOC_GRADS, l->n_elems)) != NULL;
+  if (ok && zero < 3)
+    ok = model_bf16_alloc(m) == 0; /* bf16 models: the compute copies of the matmul weights */
   if (ok && zero == 3)
     ok = (d->shard_params = alloc_reals_on(m->device, ALLOC_PARAMS, l->n_shard)) != NULL;
   if (ok && zero >= 2)

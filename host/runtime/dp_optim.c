@@ -130,5 +130,6 @@ int dp_update(struct dp *d, struct optimizer *o, long long step, double lr, real
   }
   if (comm_wait_all(reqs, d->layout.n_buckets))
     dp_fail(d, "parameter all-gather");
+  m->bf16_fresh = 0; /* the other ranks' shares arrived in fp32: rounded before the next forward */
   return d->failed ? -1 : 0;
 }

@@ -18,7 +18,7 @@
 #include "util/err.h"
 #include "util/hash.h"
 
-enum { PARAM_ALIGN_FLOATS = 16 };
+enum { PARAM_ALIGN_FLOATS = 16, BF16_ALIGN = 32 /* 64 bytes */ };
 
 static void add_param(struct model *m, enum model_param_kind kind, int layer, const char *name,
                       int n_dims, int64_t d0, int64_t d1, int64_t rows, float init_std,
@@ -168,6 +168,22 @@ static int create_table(struct model *m, char *err, size_t err_size)
     add_param(m, MODEL_HEAD, -1, "lm_head.weight", 2, V, C, Vp, std,
               split_dim(m->tp.io.split[PLAN_MOD_HEAD]), m->head_here, &offset);
   m->n_elems = offset;
+  /* bf16 models: a copy of each matmul weight held here, packed in table order */
+  m->n_bf16 = 0;
+  for (int i = 0; i < m->n_params; i++) {
+    struct model_param *p = &m->params[i];
+    const int matmul = p->n_dims == 2 && (p->kind != MODEL_EMBED || c->tie_embeddings);
+    p->bf16_offset = MODEL_NO_BF16;
+    if (m->bf16 && matmul && p->n_elems > 0) {
+      p->bf16_offset = m->n_bf16;
+      m->n_bf16 += (p->n_elems + BF16_ALIGN - 1) / BF16_ALIGN * BF16_ALIGN;
+    }
+  }
+  if (m->bf16 && !(m->layers_bf16 = calloc((size_t)L, sizeof *m->layers_bf16))) {
+    snprintf(err, err_size, "out of memory for the parameter table of a %d-layer model", L);
+    model_free(m);
+    return 1;
+  }
   return 0;
 }
 
@@ -217,6 +233,7 @@ int model_create_table_at(struct model *m, const struct plan *p, int tp_rank, in
 {
   memset(m, 0, sizeof *m);
   m->config = p->model;
+  m->bf16 = p->precision.compute == PLAN_BF16 && plan_on_cpu(p); /* else the GPU's accounting */
   m->tp.size = p->mesh.tp;
   m->tp.rank = tp_rank;
   tp_layer_layout(p, -1, &m->tp.io);
@@ -296,6 +313,23 @@ void model_bind_views(struct model *m)
     default: break;
     }
   }
+  m->head_bf16 = NULL;
+  for (int i = 0; m->layers_bf16 && i < m->n_params; i++) {
+    const struct model_param *p = &m->params[i];
+    const bf16 *b = model_param_bf16(m, p, 0);
+    struct model_layer_weights_bf16 *w = p->layer >= 0 ? &m->layers_bf16[p->layer] : NULL;
+    switch (p->kind) {
+    case MODEL_Q: w->wq = b; break;
+    case MODEL_K: w->wk = b; break;
+    case MODEL_V: w->wv = b; break;
+    case MODEL_O: w->wo = b; break;
+    case MODEL_GATE: w->wgate = b; break;
+    case MODEL_UP: w->wup = b; break;
+    case MODEL_DOWN: w->wdown = b; break;
+    case MODEL_HEAD: case MODEL_EMBED: m->head_bf16 = b; break; /* the embedding's only when tied */
+    default: break;
+    }
+  }
   if (m->config.tie_embeddings) {
     m->head = m->wte; /* the head's gradient adds into the embedding's */
     m->dhead = m->dwte;
@@ -306,6 +340,8 @@ void model_free(struct model *m)
 {
   alloc_free(m->param_memory);
   alloc_free(m->grad_memory);
+  alloc_free(m->bf16_memory);
+  free(m->layers_bf16);
   free(m->params);
   free(m->tp.layers);
   free(m->layer_here);
@@ -315,8 +351,39 @@ void model_free(struct model *m)
   memset(m, 0, sizeof *m);
 }
 
+bf16 *model_param_bf16(const struct model *m, const struct model_param *p, size_t at)
+{
+  return m->bf16_memory && p->bf16_offset != MODEL_NO_BF16 ? m->bf16_memory + p->bf16_offset + at : NULL;
+}
+
+int model_bf16_alloc(struct model *m)
+{
+  if (!m->bf16 || m->bf16_memory)
+    return 0;
+  m->bf16_memory = alloc_bytes_on(m->device, ALLOC_PARAMS, m->n_bf16 * sizeof(bf16));
+  if (!m->bf16_memory)
+    return 1;
+  m->bf16_fresh = 0;
+  model_bind_views(m);
+  return 0;
+}
+
+void model_bf16_sync(struct model *m)
+{
+  if (!m->bf16_memory || m->bf16_fresh)
+    return;
+  for (int i = 0; i < m->n_params; i++) {
+    const struct model_param *p = &m->params[i];
+    bf16 *b = model_param_bf16(m, p, 0);
+    if (b && p->data)
+      m->k->round_bf16(m->kctx, b, p->data, p->n_elems);
+  }
+  m->bf16_fresh = 1;
+}
+
 int model_init(struct model *m, uint64_t seed, char *err, size_t err_size)
 {
+  m->bf16_fresh = 0;
   for (int i = 0; i < m->n_params; i++) {
     struct model_param *p = &m->params[i];
     if (!p->data)
@@ -389,6 +456,12 @@ static real *carve(struct carve *c, size_t n_elems)
   return p;
 }
 
+/* n bf16 elements, carved as whole reals (billed as compute elements: bytes, not reals, count). */
+static bf16 *carve_bf16(struct carve *c, size_t n)
+{
+  return (bf16 *)carve(c, (n * sizeof(bf16) + sizeof(real) - 1) / sizeof(real));
+}
+
 /* n_bytes of another type (token ids, sample indices) carved as whole reals. */
 static void *carve_bytes(struct carve *c, size_t n_bytes)
 {
@@ -442,7 +515,7 @@ static void layout_acts(struct model_acts *a, const struct model *m, const struc
   const size_t BTh = (size_t)a->B_max * model_home_T(m, a->T_max);
   const size_t TT = (size_t)a->T_max * a->T_max, HS = (size_t)c->head_dim;
   const size_t Vl = (size_t)c->vocab_padded / (m->tp.io.split[PLAN_MOD_HEAD] == PLAN_SPLIT_VOCAB ? m->tp.size : 1);
-  const int drop = c->dropout > 0.0;
+  const int drop = c->dropout > 0.0, lowp = m->bf16;
   int NH_max = 1;
   size_t rec_max = 0;
   /* what this set covers: the model's, cut to the scope */
@@ -463,36 +536,56 @@ static void layout_acts(struct model_acts *a, const struct model *m, const struc
     const size_t rec_start = rec->used;
 #define BUF(parts, n) (discarded(rc, (parts)) ? carve(rec, (n)) : carve(act, (n)))
     NH_max = d.NHl > NH_max ? d.NHl : NH_max;
-    la->ln1 = BUF(PLAN_RC_ATTN_NORM | PLAN_RC_ATTN, BTh * C);
+#define BUF_B(parts, n) (discarded(rc, (parts)) ? carve_bf16(rec, (n)) : carve_bf16(act, (n)))
+    if (lowp) /* the linears' inputs in bf16 only, as their producers write them */
+      la->ln1_b = BUF_B(PLAN_RC_ATTN_NORM | PLAN_RC_ATTN, BTh * C);
+    else
+      la->ln1 = BUF(PLAN_RC_ATTN_NORM | PLAN_RC_ATTN, BTh * C);
     la->ln1_rstd = BUF(PLAN_RC_ATTN_NORM | PLAN_RC_ATTN, BTh);
     la->q = BUF(PLAN_RC_ATTN, BT * (size_t)d.NHl * HS);
     la->k = BUF(PLAN_RC_ATTN, BT * (size_t)d.NKVl * HS);
     la->v = BUF(PLAN_RC_ATTN, BT * (size_t)d.NKVl * HS);
     la->probs = BUF(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, a->B_max * (size_t)d.NHl * TT);
     la->probs_mask = drop ? BUF(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, a->B_max * (size_t)d.NHl * TT) : NULL;
-    la->atty = BUF(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, BT * (size_t)d.A);
-    la->o_in = m->tp.layers[l].attn_sharded == (m->tp.layers[l].split[PLAN_MOD_O] == PLAN_SPLIT_ROW)
-                 ? la->atty : BUF(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, BT * (size_t)d.w_in[PLAN_MOD_O]);
+    if (lowp) {
+      la->o_in_b = BUF_B(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, BT * (size_t)d.w_in[PLAN_MOD_O]);
+    } else {
+      la->atty = BUF(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, BT * (size_t)d.A);
+      la->o_in = m->tp.layers[l].attn_sharded == (m->tp.layers[l].split[PLAN_MOD_O] == PLAN_SPLIT_ROW)
+                   ? la->atty : BUF(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, BT * (size_t)d.w_in[PLAN_MOD_O]);
+    }
     la->attn_mask = drop ? BUF(PLAN_RC_ATTN, BTh * C) : NULL;
     la->mid = BUF(PLAN_RC_ATTN, BTh * C);
-    la->ln2 = BUF(PLAN_RC_MLP_NORM | PLAN_RC_MLP, BTh * C);
+    if (lowp)
+      la->ln2_b = BUF_B(PLAN_RC_MLP_NORM | PLAN_RC_MLP, BTh * C);
+    else
+      la->ln2 = BUF(PLAN_RC_MLP_NORM | PLAN_RC_MLP, BTh * C);
     la->ln2_rstd = BUF(PLAN_RC_MLP_NORM | PLAN_RC_MLP, BTh);
     la->gate = BUF(PLAN_RC_MLP, BT * (size_t)d.Fl);
     la->up = BUF(PLAN_RC_MLP, BT * (size_t)d.Fl);
-    la->hidden = BUF(PLAN_RC_MLP_ACT | PLAN_RC_MLP, BT * (size_t)d.Fl);
-    la->down_in = (m->tp.layers[l].mlp_sharded == (m->tp.layers[l].split[PLAN_MOD_DOWN] == PLAN_SPLIT_ROW))
-                    ? la->hidden : BUF(PLAN_RC_MLP_ACT | PLAN_RC_MLP, BT * (size_t)d.w_in[PLAN_MOD_DOWN]);
+    if (lowp) {
+      la->down_in_b = BUF_B(PLAN_RC_MLP_ACT | PLAN_RC_MLP, BT * (size_t)d.w_in[PLAN_MOD_DOWN]);
+    } else {
+      la->hidden = BUF(PLAN_RC_MLP_ACT | PLAN_RC_MLP, BT * (size_t)d.Fl);
+      la->down_in = (m->tp.layers[l].mlp_sharded == (m->tp.layers[l].split[PLAN_MOD_DOWN] == PLAN_SPLIT_ROW))
+                      ? la->hidden : BUF(PLAN_RC_MLP_ACT | PLAN_RC_MLP, BT * (size_t)d.w_in[PLAN_MOD_DOWN]);
+    }
     la->mlp_mask = drop ? BUF(PLAN_RC_MLP, BTh * C) : NULL;
 #undef BUF
+#undef BUF_B
     rec_max = rec->used - rec_start > rec_max ? rec->used - rec_start : rec_max;
     rec->used = rec_start; /* the next layer writes over this one's */
   }
 #undef IN_SCOPE
   rec->used += rec_max;
   if (head) {
-    a->lnf = carve(act, BTh * C);
+    if (lowp) {
+      a->head_in_b = carve_bf16(act, BT * C);
+    } else {
+      a->lnf = carve(act, BTh * C);
+      a->head_in = m->tp.io.home == TP_R ? a->lnf : carve(act, BT * C);
+    }
     a->lnf_rstd = carve(act, BTh);
-    a->head_in = m->tp.io.home == TP_R ? a->lnf : carve(act, BT * C);
     a->logits = carve(act, BT * Vl);
     a->losses = carve(act, BT);
     a->targets = carve_bytes(act, BT * sizeof(int));
@@ -525,6 +618,8 @@ static void layout_acts(struct model_acts *a, const struct model *m, const struc
   a->gains = carve(work, 2 * C);
   a->attn_scratch = carve(work, m->k->attention_scratch_n_elems(m->kctx, a->B_max, a->T_max,
                                                                  NH_max, NH_max));
+  if (lowp)
+    a->dout_b = carve_bf16(work, BT * (widest > Vl ? widest : Vl));
 }
 
 static int acts_create(struct model_acts *a, const struct model *m, int B_max, int T_max,

@@ -60,6 +60,14 @@ struct model_param {
   int weight_decay;          /* 1 for 2-D tensors (embedding, linear, head), 0 for norm gains */
   float init_std;           /* 0.02, scaled by 1/sqrt(2L) for o_proj and down_proj; 0: gain 1.
                              * float in both builds: initial weights are fp32 numbers */
+  size_t bf16_offset;        /* where its bf16 compute copy starts in the model's bf16_memory, or
+                              * MODEL_NO_BF16 (not a matmul weight, not held, or an fp32 model) */
+};
+#define MODEL_NO_BF16 ((size_t)-1)
+
+/* The bf16 compute copies of a layer's matmul weights (precision.compute = "bf16"). */
+struct model_layer_weights_bf16 {
+  const bf16 *wq, *wk, *wv, *wo, *wgate, *wup, *wdown;
 };
 
 struct model_layer_weights {
@@ -107,7 +115,26 @@ struct model {
   real *wte, *dwte;         /* (Vp, C) */
   real *final_norm, *dfinal_norm; /* (C) */
   real *head, *dhead;       /* (Vp, C); the embedding's when tie_embeddings */
+  /* precision.compute = "bf16" (DESIGN 3.9): the linears' products read bf16 copies of their
+   * weights and inputs (ops.h, "bf16 compute"); param_memory stays the fp32 master the optimizer
+   * updates, gradients are fp32. The copies of the matmul weights (q .. down, the head, the
+   * embedding when tied) live in bf16_memory (billed "params"); AdamW writes them as it updates
+   * (adamw_update_bf16), and model_bf16_sync rounds them again after any other write. */
+  int bf16;
+  size_t n_bf16;             /* elements of bf16_memory, padding included */
+  bf16 *bf16_memory;
+  int bf16_fresh;            /* 1: the copies hold the fp32 weights rounded */
+  struct model_layer_weights_bf16 *layers_bf16; /* (L) views into bf16_memory */
+  const bf16 *head_bf16;     /* (Vp, C) */
 };
+
+/* Allocates the bf16 copies (m->bf16, after the parameter memory is bound); 0, or nonzero out of
+ * memory. A no-op for an fp32 model. */
+int model_bf16_alloc(struct model *m);
+/* The copies from the fp32 weights when they are not fresh (after init, a load, a ZeRO gather). */
+void model_bf16_sync(struct model *m);
+/* The copy of parameter p at element `at` of it, or NULL (no copy). */
+bf16 *model_param_bf16(const struct model *m, const struct model_param *p, size_t at);
 
 /* This rank's widths in layer l (features per token), from the layer's layouts. */
 struct model_layer_dims {
@@ -142,6 +169,9 @@ struct model_layer_acts {
   real *hidden;             /* (B, T, Fl) silu(gate) ⊙ up */
   real *down_in;            /* input of down_proj in the layout its split needs (hidden when equal) */
   real *mlp_mask;           /* (B, Th, C) dropout mask on the MLP branch, or NULL */
+  /* bf16 models: the linears' inputs as their producers write them (ln1, o_in, ln2, down_in
+   * stay NULL: no fp32 copy is kept, and atty is the workspace's) */
+  bf16 *ln1_b, *o_in_b, *ln2_b, *down_in_b;
 };
 
 struct model_acts {
@@ -179,6 +209,9 @@ struct model_acts {
   real *pack;               /* (B, T, max(C, F, Vp)) staging for gathers and reduce-scatters */
   real *gains;              /* (2C) norm-gain gradients of sequence-parallel norms */
   real *attn_scratch;       /* attention_scratch_n_elems(B_max, T_max, NH, NH) */
+  bf16 *head_in_b;          /* bf16 models: the head's input (lnf and head_in NULL) */
+  bf16 *dout_b;             /* bf16 models, workspace: a product's output gradient, rounded once
+                             * for both of its products ((B, T, max(C, F, Vl))) */
   real *activation_memory;  /* the one block tokens .. rope_sin live in (billed "activations") */
   real *recompute_memory;   /* what recomputed parts write: one layer's worth, shared by every
                               * layer and every slot (billed "activations") */

@@ -31,6 +31,35 @@ static int no_conversion(const struct model *m, enum tp_layout from, enum tp_lay
   return m->tp.size == 1 || tp_convert_op(from, to) == TP_OP_NONE;
 }
 
+/* ---- bf16 compute (precision.compute = "bf16", model.h): the linears' products on bf16 copies.
+ * Tensor parallelism is refused for these models (train.c), so every conversion is no work and
+ * each product reads its producer's buffer. A failed product is the step's error, as a failed
+ * collective is. */
+
+static void bf16_failed(struct model *m, const char *e)
+{
+  if (!m->tp.failed)
+    snprintf(m->tp.err, sizeof m->tp.err, "bf16 product: %s", e);
+  m->tp.failed = 1;
+}
+
+static void lin_fwd_b(struct model *m, real *out, const bf16 *in, const bf16 *w, int N, int IC, int OC)
+{
+  char e[200];
+  if (m->k->linear_forward_bf16(m->kctx, out, in, w, N, IC, OC, e, sizeof e))
+    bf16_failed(m, e);
+}
+
+/* dinp (may be NULL), dweight += from dout (fp32, rounded once into the workspace's dout_b). */
+static void lin_bwd_b(struct model *m, struct model_acts *a, real *dinp, real *dweight, const real *dout,
+                      const bf16 *in, const bf16 *w, int N, int IC, int OC)
+{
+  char e[200];
+  m->k->round_bf16(m->kctx, a->dout_b, dout, (size_t)N * OC);
+  if (m->k->linear_backward_bf16(m->kctx, dinp, dweight, a->dout_b, in, w, N, IC, OC, e, sizeof e))
+    bf16_failed(m, e);
+}
+
 /* One mask per sample: the rank holds elements [first, first + per_sample) of the sample's
  * logical tensor. */
 static void draw_masks(const struct model *m, real *mask, size_t per_sample, uint64_t first,
@@ -195,6 +224,68 @@ static int recompute_pieces(uint8_t rc)
   return f;
 }
 
+/* layer_forward_pieces for bf16 models (one TP rank): the same pieces and masks, with the linears'
+ * inputs written in bf16 by their producers. */
+static void layer_forward_bf16(struct model *m, struct model_acts *a, int layer,
+                               const struct model_dropout *dropout, int pieces)
+{
+  const struct plan_model *c = &m->config;
+  struct model_layer_dims d;
+  model_layer_dims(m, layer, &d);
+  const int B = a->B, T = a->T, N = B * T, C = c->dim, HS = c->head_dim;
+  const size_t n_home = (size_t)N * C;
+  const struct model_layer_weights *w = &m->layers[layer];
+  const struct model_layer_weights_bf16 *wb = &m->layers_bf16[layer];
+  struct model_layer_acts *la = &a->layers[layer];
+  const real *x = residual_at(a, m, layer);
+  real *out = residual_at(a, m, layer + 1);
+  const real eps = (real)c->norm_eps;
+  const int drop = a->dropout_on;
+  real *branch = a->work_c2;
+
+  if (pieces & F_ATTN_NORM)
+    m->k->rmsnorm_forward_bf16(m->kctx, la->ln1_b, la->ln1_rstd, x, w->attn_norm, N, C, eps);
+  if (pieces & F_QKV) {
+    lin_fwd_b(m, la->q, la->ln1_b, wb->wq, N, d.w_in[PLAN_MOD_Q], d.w_out[PLAN_MOD_Q]);
+    lin_fwd_b(m, la->k, la->ln1_b, wb->wk, N, d.w_in[PLAN_MOD_K], d.w_out[PLAN_MOD_K]);
+    lin_fwd_b(m, la->v, la->ln1_b, wb->wv, N, d.w_in[PLAN_MOD_V], d.w_out[PLAN_MOD_V]);
+    m->k->rope_forward(m->kctx, la->q, la->q, a->rope_cos, a->rope_sin, B, T, d.NHl, HS);
+    m->k->rope_forward(m->kctx, la->k, la->k, a->rope_cos, a->rope_sin, B, T, d.NKVl, HS);
+  }
+  if (pieces & F_CORE) {
+    if (drop)
+      draw_masks(m, la->probs_mask, (size_t)d.NHl * T * T, 0, dropout, B, layer, MODEL_DROP_ATTN_PROBS);
+    /* the attention computes in fp32 into the workspace; o_proj's input is rounded once from it */
+    m->k->attention_forward(m->kctx, a->work_c1, la->probs, a->attn_scratch, la->q, la->k, la->v,
+                            drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
+    m->k->round_bf16(m->kctx, la->o_in_b, a->work_c1, (size_t)N * d.A);
+  }
+  if (pieces & F_ATTN_OUT) {
+    lin_fwd_b(m, branch, la->o_in_b, wb->wo, N, d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
+    if (drop) {
+      draw_masks(m, la->attn_mask, (size_t)T * C, 0, dropout, B, layer, MODEL_DROP_ATTN_OUT);
+      m->k->dropout_forward(m->kctx, branch, branch, la->attn_mask, n_home);
+    }
+    m->k->residual_forward(m->kctx, la->mid, x, branch, n_home);
+  }
+  if (pieces & F_MLP_NORM)
+    m->k->rmsnorm_forward_bf16(m->kctx, la->ln2_b, la->ln2_rstd, la->mid, w->mlp_norm, N, C, eps);
+  if (pieces & F_MLP_IN) {
+    lin_fwd_b(m, la->gate, la->ln2_b, wb->wgate, N, d.w_in[PLAN_MOD_GATE], d.w_out[PLAN_MOD_GATE]);
+    lin_fwd_b(m, la->up, la->ln2_b, wb->wup, N, d.w_in[PLAN_MOD_UP], d.w_out[PLAN_MOD_UP]);
+  }
+  if (pieces & F_MLP_ACT)
+    m->k->swiglu_forward_bf16(m->kctx, la->down_in_b, la->gate, la->up, (size_t)N * d.Fl);
+  if ((pieces & F_MLP_MASK) && drop)
+    draw_masks(m, la->mlp_mask, (size_t)T * C, 0, dropout, B, layer, MODEL_DROP_MLP_OUT);
+  if (pieces & F_MLP_OUT) {
+    lin_fwd_b(m, branch, la->down_in_b, wb->wdown, N, d.w_in[PLAN_MOD_DOWN], d.w_out[PLAN_MOD_DOWN]);
+    if (drop)
+      m->k->dropout_forward(m->kctx, branch, branch, la->mlp_mask, n_home);
+    m->k->residual_forward(m->kctx, out, la->mid, branch, n_home);
+  }
+}
+
 static void layer_forward_pieces(struct model *m, struct model_acts *a, int layer,
                                  const struct model_dropout *dropout, int pieces)
 {
@@ -215,6 +306,10 @@ static void layer_forward_pieces(struct model *m, struct model_acts *a, int laye
   const uint8_t *s = y->split;
   const real *in[PLAN_N_MODULES];
   real *branch = a->work_c2;
+  if (m->bf16) {
+    layer_forward_bf16(m, a, layer, dropout, pieces);
+    return;
+  }
 
   /* attention */
   if (pieces & F_ATTN_NORM)
@@ -322,6 +417,69 @@ static void layer_recompute(struct model *m, struct model_acts *a, int layer)
   layer_forward_pieces(m, a, layer, a->dropout_on ? &d : NULL, recompute_pieces(rc));
 }
 
+/* model_layer_backward for bf16 models (one TP rank), after the recompute. */
+static void layer_backward_bf16(struct model *m, struct model_acts *a, int layer)
+{
+  const struct plan_model *c = &m->config;
+  const struct tp_layer_layout *y = &m->tp.layers[layer];
+  struct model_layer_dims d;
+  model_layer_dims(m, layer, &d);
+  const int B = a->B, T = a->T, N = B * T, C = c->dim, HS = c->head_dim;
+  const size_t n_home = (size_t)N * C;
+  const struct model_layer_weights *w = &m->layers[layer];
+  const struct model_layer_weights_bf16 *wb = &m->layers_bf16[layer];
+  struct model_layer_weights *g = &m->layer_grads[layer];
+  const struct model_layer_acts *la = &a->layers[layer];
+  const real *x = residual_at(a, m, layer);
+  real *dres = a->dresidual;
+  const int drop = a->dropout_on;
+  real *dins[PLAN_N_MODULES];
+
+  /* MLP branch */
+  real *dh = dres;
+  if (drop) {
+    dh = a->work_c1;
+    m->k->dropout_backward(m->kctx, dh, dres, la->mlp_mask, n_home);
+  }
+  lin_bwd_b(m, a, a->dhidden, g->wdown, dh, la->down_in_b, wb->wdown, N, d.w_in[PLAN_MOD_DOWN],
+            d.w_out[PLAN_MOD_DOWN]);
+  m->k->swiglu_backward(m->kctx, a->dgate, a->dup, a->dhidden, la->gate, la->up, (size_t)N * d.Fl);
+  dins[PLAN_MOD_GATE] = a->dq;
+  dins[PLAN_MOD_UP] = a->dk;
+  lin_bwd_b(m, a, a->dq, g->wgate, a->dgate, la->ln2_b, wb->wgate, N, d.w_in[PLAN_MOD_GATE],
+            d.w_out[PLAN_MOD_GATE]);
+  lin_bwd_b(m, a, a->dk, g->wup, a->dup, la->ln2_b, wb->wup, N, d.w_in[PLAN_MOD_UP],
+            d.w_out[PLAN_MOD_UP]);
+  norm_input_grads(m, a, y, dins, PLAN_MOD_GATE, PLAN_MOD_UP, a->work_c1, a->work_c2);
+  m->k->rmsnorm_backward(m->kctx, a->work_c1, g->mlp_norm, a->work_c1, la->mid, w->mlp_norm,
+                         la->ln2_rstd, N, C);
+  m->k->residual_forward(m->kctx, dres, dres, a->work_c1, n_home);
+
+  /* attention branch */
+  dh = dres;
+  if (drop) {
+    dh = a->work_c1;
+    m->k->dropout_backward(m->kctx, dh, dres, la->attn_mask, n_home);
+  }
+  lin_bwd_b(m, a, a->work_c3, g->wo, dh, la->o_in_b, wb->wo, N, d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
+  m->k->attention_backward(m->kctx, a->dq, a->dk, a->dv, a->attn_scratch, a->work_c3, la->q, la->k,
+                           la->v, la->probs, drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
+  m->k->rope_backward(m->kctx, a->dq, a->dq, a->rope_cos, a->rope_sin, B, T, d.NHl, HS);
+  m->k->rope_backward(m->kctx, a->dk, a->dk, a->rope_cos, a->rope_sin, B, T, d.NKVl, HS);
+  real *datt_in[3] = { a->dq, a->dk, a->dv }, *wg[3] = { g->wq, g->wk, g->wv };
+  const bf16 *wt[3] = { wb->wq, wb->wk, wb->wv };
+  for (int j = 0; j < 3; j++) {
+    dins[PLAN_MOD_Q + j] = datt_in[j];
+    /* the output gradient is rounded (lin_bwd_b) before the input gradient overwrites it */
+    lin_bwd_b(m, a, datt_in[j], wg[j], datt_in[j], la->ln1_b, wt[j], N, d.w_in[PLAN_MOD_Q + j],
+              d.w_out[PLAN_MOD_Q + j]);
+  }
+  norm_input_grads(m, a, y, dins, PLAN_MOD_Q, PLAN_MOD_V, a->work_c1, a->work_c2);
+  m->k->rmsnorm_backward(m->kctx, a->work_c1, g->attn_norm, a->work_c1, x, w->attn_norm,
+                         la->ln1_rstd, N, C);
+  m->k->residual_forward(m->kctx, dres, dres, a->work_c1, n_home);
+}
+
 void model_layer_backward(struct model *m, struct model_acts *a, int layer)
 {
   const struct plan_model *c = &m->config;
@@ -342,6 +500,10 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
   const real *in[PLAN_N_MODULES];
   real *dins[PLAN_N_MODULES];
   layer_recompute(m, a, layer);
+  if (m->bf16) {
+    layer_backward_bf16(m, a, layer);
+    return;
+  }
   if (sp)
     m->k->zero(m->kctx, a->gains, 2 * (size_t)C * sizeof(real));
 
@@ -453,10 +615,16 @@ double model_head_forward(const struct model *mc, struct model_acts *a, const in
   const int B = a->B, T = a->T, N = B * T, Nh = B * model_home_T(m, T), C = c->dim;
   int v0, Vl, Vvalid;
   head_columns(m, &v0, &Vl, &Vvalid);
-  m->k->rmsnorm_forward(m->kctx, a->lnf, a->lnf_rstd, residual_at(a, m, c->n_layers), m->final_norm,
-                        Nh, C, (real)c->norm_eps);
-  tp_convert(&m->tp, a->pack, a->head_in, a->lnf, m->tp.io.home, TP_R, B, T, C, NULL);
-  m->k->linear_forward(m->kctx, a->logits, a->head_in, m->head, N, C, Vl);
+  if (m->bf16) {
+    m->k->rmsnorm_forward_bf16(m->kctx, a->head_in_b, a->lnf_rstd, residual_at(a, m, c->n_layers),
+                               m->final_norm, Nh, C, (real)c->norm_eps);
+    lin_fwd_b(m, a->logits, a->head_in_b, m->head_bf16, N, C, Vl);
+  } else {
+    m->k->rmsnorm_forward(m->kctx, a->lnf, a->lnf_rstd, residual_at(a, m, c->n_layers), m->final_norm,
+                          Nh, C, (real)c->norm_eps);
+    tp_convert(&m->tp, a->pack, a->head_in, a->lnf, m->tp.io.home, TP_R, B, T, C, NULL);
+    m->k->linear_forward(m->kctx, a->logits, a->head_in, m->head, N, C, Vl);
+  }
   if (!targets)
     return 0.0;
   m->k->from_host(m->kctx, a->targets, targets, (size_t)N * sizeof(int));
@@ -489,7 +657,10 @@ void model_head_backward(struct model *m, struct model_acts *a, real loss_scale)
   else
     m->k->crossentropy_backward(m->kctx, a->logits, a->logits, targets, loss_scale, N, c->vocab,
                                 Vl);
-  m->k->linear_backward(m->kctx, a->work_c1, m->dhead, a->logits, a->head_in, m->head, N, C, Vl);
+  if (m->bf16)
+    lin_bwd_b(m, a, a->work_c1, m->dhead, a->logits, a->head_in_b, m->head_bf16, N, C, Vl);
+  else
+    m->k->linear_backward(m->kctx, a->work_c1, m->dhead, a->logits, a->head_in, m->head, N, C, Vl);
   enum tp_layout arrival = m->tp.size > 1 ? tp_split_input_grad(m->tp.io.split[PLAN_MOD_HEAD]) : TP_R;
   real *dn = tp_convert(&m->tp, a->pack, a->work_c2, a->work_c1, arrival, m->tp.io.home, B, T, C, NULL);
   if (sp)

@@ -97,8 +97,16 @@ void optimizer_update_range(struct optimizer *o, const struct model *m, size_t f
     if (lo >= hi)
       continue;
     size_t at = lo - flat;
-    m->k->adamw_update(m->kctx, params + at, grads + at, o->m + state_offset + at,
-                       o->v + state_offset + at, hi - lo, lr, o->beta1, o->beta2, o->eps,
-                       p->weight_decay ? o->weight_decay : 0.0, (int)(step + 1), grad_scale);
+    const double wd = p->weight_decay ? o->weight_decay : 0.0;
+    /* bf16 models: AdamW writes the compute copy of what it updates in the model's memory */
+    bf16 *copy = params == m->param_memory + flat ? model_param_bf16(m, p, lo - p->offset) : NULL;
+    if (copy)
+      m->k->adamw_update_bf16(m->kctx, params + at, copy, grads + at, o->m + state_offset + at,
+                              o->v + state_offset + at, hi - lo, lr, o->beta1, o->beta2, o->eps, wd,
+                              (int)(step + 1), grad_scale);
+    else
+      m->k->adamw_update(m->kctx, params + at, grads + at, o->m + state_offset + at,
+                         o->v + state_offset + at, hi - lo, lr, o->beta1, o->beta2, o->eps, wd,
+                         (int)(step + 1), grad_scale);
   }
 }

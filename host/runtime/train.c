@@ -13,15 +13,48 @@
 #include "runtime/bill.h"
 #include "runtime/ckpt.h"
 #include "runtime/weights.h"
+#include "bf16.h"
 #include "util/err.h"
+
+/* precision.compute = "bf16" on the CPU (model.h): what it runs, and what it refuses by name. */
+static int bf16_refused(const struct plan *p, char *err, size_t n)
+{
+  const char *where = plan_where(p, "precision.compute");
+  const char *dt = plan_dtype_name(p->precision.compute);
+  if (p->precision.compute != PLAN_BF16)
+    return errf(err, n, "%s: precision.compute = \"%s\": the CPU backend computes in fp32 or bf16; set "
+                "precision = { compute = \"fp32\", grads = \"fp32\", master = \"fp32\" }", where, dt);
+  if (kernels_active()->compute_dtype != TENSOR_F32 || !kernels_active()->linear_forward_bf16)
+    return errf(err, n, "%s: precision.compute = \"bf16\": this build's %s kernels have no bf16 compute "
+                "(the float64 build has none); use an fp32 build, or compute = \"fp32\"", where,
+                kernels_active()->name);
+  char why[256];
+  if (bf16_matmul_available(NULL, why, sizeof why))
+    return errf(err, n, "%s: precision.compute = \"bf16\": %s", where, why);
+  if (p->precision.grads != PLAN_FP32 || p->precision.master != PLAN_FP32)
+    return errf(err, n, "%s: precision = { compute = \"bf16\", grads = \"%s\", master = \"%s\" }: on the CPU "
+                "gradients accumulate in fp32 and the master weights are fp32; set grads = \"fp32\", "
+                "master = \"fp32\"", plan_where(p, "precision.grads"), plan_dtype_name(p->precision.grads),
+                plan_dtype_name(p->precision.master));
+  if (p->mesh.tp > 1)
+    return errf(err, n, "%s: mesh.tp = %d with precision.compute = \"bf16\": the CPU's bf16 mode runs on "
+                "one tensor-parallel rank (its layout conversions are fp32 only); use mesh.tp = 1, or "
+                "compute = \"fp32\"", plan_where(p, "mesh.tp"), p->mesh.tp);
+  if (p->zero == 3)
+    return errf(err, n, "%s: zero = 3 with precision.compute = \"bf16\": the CPU's bf16 mode keeps whole "
+                "bf16 weight copies (ZeRO 0 to 2); use zero = 2, or compute = \"fp32\"",
+                plan_where(p, "zero"));
+  return 0;
+}
 
 /* What this build cannot run yet, as plan errors naming the field. */
 static int check_supported(const struct plan *p, char *err, size_t n)
 {
-  if (p->precision.compute != PLAN_FP32)
-    return errf(err, n, "%s: precision.compute = \"%s\": the CPU backend computes in fp32 only; "
-                "set precision = { compute = \"fp32\", grads = \"fp32\", master = \"fp32\" }",
-                plan_where(p, "precision.compute"), plan_dtype_name(p->precision.compute));
+  if (p->device == PLAN_DEVICE_CUDA)
+    return errf(err, n, "%s: device = \"cuda\": this build of tycho has no CUDA backend; run it on the "
+                "CPU with --set device=cpu (or device = \"auto\")", plan_where(p, "device"));
+  if (p->precision.compute != PLAN_FP32 && bf16_refused(p, err, n))
+    return 1;
   if (strcmp(p->optimizer.kind, "adamw") != 0)
     return errf(err, n, "%s: optimizer.kind = \"%s\": only \"adamw\" is implemented",
                 plan_where(p, "optimizer.kind"), p->optimizer.kind);
@@ -324,6 +357,7 @@ void trainer_micro_batch(struct trainer *t, int mb, int *inputs, int *targets, u
 /* A forward alone, stage after stage. */
 static double eval_forward(struct trainer *t, const int *tokens, const int *targets, int B, int T)
 {
+  model_bf16_sync(&t->model);
   return exec_forward(&t->exec, tokens, targets, B, T);
 }
 
@@ -337,6 +371,7 @@ static double global_loss(struct trainer *t, double loss_sum)
 
 double trainer_forward_backward(struct trainer *t)
 {
+  model_bf16_sync(&t->model);
   return global_loss(t, exec_step(&t->exec, NULL, NULL, NULL));
 }
 
@@ -416,6 +451,7 @@ int trainer_step(struct trainer *t, struct train_step_stats *stats, char *err, s
   memset(stats, 0, sizeof *stats);
   stats->step = t->step;
   int rc = 0;
+  model_bf16_sync(&t->model); /* bf16 models: copies rounded after anything but AdamW wrote weights */
   exec_step(&t->exec, update, &u, &rc);
   if (!rc && trainer_failed(t)) /* a failure the list stopped at, before its OPTIMIZER */
     rc = errf(err, err_size, "step %lld: %s", t->step + 1, trainer_failed(t));

@@ -127,6 +127,7 @@ static int load_tensors(struct model *m, const struct source *s, const char *pat
       else {
         model_param_take_block(p, whole, view);
         hostview_close(m->k, m->kctx, p->data, view, bytes, 1);
+        m->bf16_fresh = 0; /* the bf16 copies are rounded again before the next forward */
       }
     }
     free(whole);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `tycho run` refuses what it cannot do, with one clear first line and the documented exit
-# code: a plan asking for bf16 compute on the CPU (2, naming the field), a token file that is not
+# code: a plan for a CUDA device or fp16 compute (2, naming the field), a token file that is not
 # there (1, naming it), init.from a file that is not there (1, naming it), a log.trace that
 # cannot be written (1, before any step), --world that is not the MPI world (2).
 # usage: run_refusals.sh TYCHO   (run from the source folder)
@@ -19,8 +19,10 @@ expect() { # expect CODE TEXT ARGS...: exit code CODE and TEXT in the first stde
     *) echo "FAIL: $*: first stderr line '$first' lacks '$text'"; exit 1 ;;
   esac
 }
-expect 2 'tycho: plan error: --set precision.compute=bf16: precision.compute = "bf16": the CPU backend computes in fp32 only' \
-  tests/plans/good/train_small.lua --set precision.compute=bf16
+expect 2 'tycho: plan error: --set device=cuda: device = "cuda": this build of tycho has no CUDA backend' \
+  tests/plans/good/train_small.lua --set device=cuda
+expect 2 'tycho: plan error: --set precision.compute=fp16: precision.compute = "fp16": the CPU backend computes in fp32 or bf16' \
+  tests/plans/good/train_small.lua --set precision.compute=fp16
 expect 1 'tycho: data.train: /nonexistent/train.bin' \
   tests/golden/llama_ref_plan.lua --set data.train=/nonexistent/train.bin
 expect 1 'tycho: init.from: /nonexistent/model.safetensors' tests/plans/good/train_small.lua --set init.from=/nonexistent/model.safetensors

@@ -4,7 +4,8 @@
 #   world_mismatch  --set mesh.dp=4 on 2 ranks: the plan error naming the world size (exit 2)
 #   hash_mismatch   two ranks compiled with different --set: the plan-hash error naming both (2)
 #   rank_dependent  a plan whose seed comes from os.getenv(rank): the same error, naming the cause (2)
-#   bf16_refused    --set precision.compute=bf16 on 2 ranks: the CPU backend computes in fp32 (2)
+#   bf16_refused    --set precision.compute=bf16 with mesh.tp = 2: the CPU's bf16 mode runs on one
+#                   tensor-parallel rank (2)
 #   data_one_rank   data.train is relative and only rank 0's working folder has it: every rank
 #                   stops after set-up with "rank 1: data.train: ..." (1)
 #   export_fails    export.path cannot be written (in /proc; export.every 5, zero 3): tried before
@@ -34,7 +35,7 @@ case $mode in
       "$plan" >"$tmp/rank_plan.lua"
     timeout 60 "$mpiexec" "$np" 2 "$tycho" run --unsafe "$tmp/rank_plan.lua" ;;
   bf16_refused)
-    timeout 60 "$mpiexec" "$np" 2 "$tycho" run "$plan" --set precision.compute=bf16 ;;
+    timeout 60 "$mpiexec" "$np" 2 "$tycho" run "$plan" --set precision.compute=bf16 --set mesh.tp=2 ;;
   data_one_rank)
     mkdir -p "$tmp/a" "$tmp/b" && cp tests/golden/llama_ref_tokens.bin "$tmp/a/train.bin"
     sets=(--set data.train=train.bin --set init.from="$src/tests/golden/llama_ref_init.safetensors"
@@ -83,7 +84,7 @@ case $mode in
     expect_err "the plan may not depend on what differs between ranks: os.getenv, os.time" ;;
   bf16_refused)
     expect_rc 2
-    expect_first 'tycho: plan error: --set precision.compute=bf16: precision.compute = "bf16": the CPU backend computes in fp32 only' ;;
+    expect_first 'tycho: plan error: --set mesh.tp=2: mesh.tp = 2 with precision.compute = "bf16": the CPU'"'"'s bf16 mode runs on one tensor-parallel rank' ;;
   data_one_rank)
     expect_rc 1
     expect_first 'tycho: rank 1: data.train: train.bin: cannot open: No such file or directory'

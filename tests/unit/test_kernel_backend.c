@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "ops.h"
+#include "bf16.h"
 #include "runtime/alloc.h"
 #include "runtime/train.h"
 #include "runtime_fixture.h"
@@ -485,8 +486,16 @@ static const struct kernel_ops counting_ops = {
  * copy_rows (tensor parallelism's splits and gathers only), mem_alloc/mem_free (a
  * host-visible backend's memory is the host allocator's) and scale_inplace (clipping is
  * adamw_update's grad_scale; optimizer_clip alone still scales the memory). */
-static int uncounted_entry(enum entry e)
+/* Entries a step does not call: those of the other precision, and the TP shard entries. */
+static int uncounted_entry(enum entry e, int lowp)
 {
+  const int bf16_entry = e == ENTRY_ROUND_BF16 || e == ENTRY_LINEAR_FORWARD_BF16 ||
+                         e == ENTRY_LINEAR_BACKWARD_BF16 || e == ENTRY_RMSNORM_FORWARD_BF16 ||
+                         e == ENTRY_SWIGLU_FORWARD_BF16 || e == ENTRY_ADAMW_UPDATE_BF16;
+  const int fp32_only = e == ENTRY_LINEAR_FORWARD || e == ENTRY_LINEAR_BACKWARD ||
+                        e == ENTRY_RMSNORM_FORWARD || e == ENTRY_SWIGLU_FORWARD;
+  if (lowp ? fp32_only : bf16_entry)
+    return 1;
   if (e == ENTRY_MEM_ALLOC || e == ENTRY_MEM_FREE || e == ENTRY_COPY_ROWS ||
       e == ENTRY_SCALE_INPLACE)
     return 1;
@@ -503,10 +512,13 @@ static void tiny_plan(struct plan *p)
   p->optimizer.grad_clip = 1e-3; /* below any gradient norm here: clipping scales */
 }
 
-static void a_counting_table_sees_every_kernel_call_and_the_same_bits(void)
+static void counted_steps(int lowp)
 {
   struct plan p;
   tiny_plan(&p);
+  if (lowp)
+    p.precision.compute = PLAN_BF16;
+  const enum entry linear = lowp ? ENTRY_LINEAR_FORWARD_BF16 : ENTRY_LINEAR_FORWARD;
   struct train_step_stats cpu[2], counted[2];
   struct trainer a, b;
 
@@ -524,9 +536,9 @@ static void a_counting_table_sees_every_kernel_call_and_the_same_bits(void)
   /* Back to the CPU table: the trainer already open keeps the table it captured. */
   kernels_use(NULL, NULL);
   CHECK(kernels_active() == &kernel_ops_cpu && kernels_active_context() == NULL);
-  const long after_one = c.calls[ENTRY_LINEAR_FORWARD];
+  const long after_one = c.calls[linear];
   CHECK_MSG(trainer_step(&b, &counted[1], err, sizeof err) == 0, "%s", err);
-  CHECK(c.calls[ENTRY_LINEAR_FORWARD] == 2 * after_one);
+  CHECK(after_one > 0 && c.calls[linear] == 2 * after_one);
 
   /* The same kernels on the same buffers in the same order: equal bits, not merely close. */
   for (int s = 0; s < 2; s++) {
@@ -542,11 +554,27 @@ static void a_counting_table_sees_every_kernel_call_and_the_same_bits(void)
 
   for (int e = 0; e < N_ENTRIES; e++) {
     printf("%-28s %ld\n", entry_names[e], c.calls[e]);
-    if (!uncounted_entry((enum entry)e))
+    if (!uncounted_entry((enum entry)e, lowp))
       CHECK_MSG(c.calls[e] > 0, "%s: no call through the table", entry_names[e]);
   }
   trainer_close(&a);
   trainer_close(&b);
+}
+
+static void a_counting_table_sees_every_kernel_call_and_the_same_bits(void)
+{
+  counted_steps(0);
+}
+
+/* The same in bf16 compute: every bf16 entry goes through the table, none of the fp32 products. */
+static void bf16_steps_go_through_the_table_too(void)
+{
+  char why[256];
+  if (REAL_IS_DOUBLE || bf16_matmul_available(NULL, why, sizeof why)) {
+    printf("no bf16 compute in this build\n");
+    return;
+  }
+  counted_steps(1);
 }
 
 static void kernels_use_null_goes_back_to_the_cpu_table(void)
@@ -605,6 +633,6 @@ static void a_table_of_another_element_type_is_refused(void)
   model_free(&m);
 }
 
-TEST_MAIN(TEST(a_counting_table_sees_every_kernel_call_and_the_same_bits),
+TEST_MAIN(TEST(a_counting_table_sees_every_kernel_call_and_the_same_bits), TEST(bf16_steps_go_through_the_table_too),
           TEST(a_table_of_another_element_type_is_refused),
           TEST(kernels_use_null_goes_back_to_the_cpu_table))
