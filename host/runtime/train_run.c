@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bf16.h"
 #include "comm/comm.h"
 #include "kernels.h"
 #include "runtime/alloc.h"
@@ -233,6 +234,13 @@ static void print_header(FILE *out, const struct plan *p, const struct trainer *
           omp_get_max_threads() == 1 ? "" : "s");
   char cpu[160];
   fprintf(out, "kernels: %s\n", kernels_cpu_description(cpu, sizeof cpu));
+  if (t->model.bf16) {
+    const char *impl = "?";
+    char why[160];
+    bf16_matmul_available(&impl, why, sizeof why);
+    fprintf(out, "precision: bf16 products (oneDNN %s) on bf16 copies of the weights and the linears' "
+            "inputs; fp32 master weights, gradients, norms, softmax and residual stream\n", impl);
+  }
   fprintf(out, "data: %s; init: %s\n", t->data.description,
           p->init.from[0] ? p->init.from : "random (seeds.model)");
   if (p->checkpoint.dir[0]) {

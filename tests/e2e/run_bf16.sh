@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# precision.compute = "bf16" on the CPU against the same plan in fp32: plans/tiny.lua for 50
+# steps from the same initial weights and data. bf16 operands carry 8 significant bits (unit
+# roundoff 2^-9 ≈ 2e-3); a product's result is off by at most 2^-8 of Σ|terms| and, the roundings
+# being unbiased and independent, by about 2^-9 / sqrt(K) of it in practice, so the logits and the
+# loss of step 1 move by ~1e-5 relative (measured 9.8e-6). The runs then follow slightly
+# different weights: AdamW normalises each step to ~lr per weight whatever the gradient's
+# rounding, so the distance grows only with the gradients' direction changes. Held to:
+#   - loss per step within 1e-3 relative (measured ≤ 6.0e-5 over the 50 steps: 16× margin, and
+#     a missing bf16 copy refresh or a stale weight copy moves it by ≥ 1e-2 within a few steps);
+#   - gradient norm per step within 5e-2 relative (measured ≤ 1.5e-2: the norm is the loss's
+#     derivative and moves most where the loss bends, as in the fp32 layout tests);
+#   - and the runs must differ (the bf16 path really ran): some step's loss by more than 1e-7.
+# A checkpoint of the bf16 run at step 25, resumed, gives its last 25 steps bit for bit (the
+# bf16 copies are rounded again from the loaded fp32 weights). The float64 build refuses bf16.
+# usage: run_bf16.sh TYCHO   (run from the source folder)
+set -u
+tycho=$1
+plan=plans/tiny.lua
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; for f in "$tmp"/*.out "$tmp"/*.err; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done; exit 1; }
+common=(--set train.steps=50 --set train.eval_every=0 --set log.every=10)
+
+if "$tycho" --version | grep -q "float64 kernels"; then
+  "$tycho" run "$plan" "${common[@]}" --set precision.compute=bf16 >"$tmp/f64.out" 2>"$tmp/f64.err"
+  rc=$?
+  [ "$rc" -eq 2 ] || fail "the float64 build ran bf16 (exit $rc)"
+  grep -q 'precision.compute = "bf16": this build.s cpu kernels have no bf16 compute' "$tmp/f64.err" ||
+    fail "the refusal does not say why"
+  echo "float64 build: bf16 refused"
+  exit 0
+fi
+
+"$tycho" run "$plan" "${common[@]}" --set log.metrics="$tmp/fp32.jsonl" >"$tmp/fp32.out" 2>"$tmp/fp32.err" ||
+  fail "the fp32 run failed"
+"$tycho" run "$plan" "${common[@]}" --set precision.compute=bf16 --set log.metrics="$tmp/bf16.jsonl" \
+  --set checkpoint.dir="$tmp/ck" --set checkpoint.every=25 >"$tmp/bf16.out" 2>"$tmp/bf16.err" ||
+  fail "the bf16 run failed"
+grep -q '^precision: bf16 products (oneDNN ' "$tmp/bf16.out" || fail "the bf16 run's header does not say bf16"
+grep -q '^precision: ' "$tmp/fp32.out" && fail "the fp32 run's header says bf16"
+
+field() { grep -o "\"$1\": [0-9.e+-]*" "$2" | awk '{print $2}'; }
+paste -d' ' <(field loss "$tmp/fp32.jsonl") <(field loss "$tmp/bf16.jsonl") \
+  <(field grad_norm "$tmp/fp32.jsonl") <(field grad_norm "$tmp/bf16.jsonl") >"$tmp/pairs"
+[ "$(wc -l <"$tmp/pairs")" -eq 50 ] || fail "expected 50 steps of metrics, got $(wc -l <"$tmp/pairs")"
+awk '
+  function rel(a, b) { d = (a - b) / b; return d < 0 ? -d : d }
+  { l = rel($2, $1); g = rel($4, $3); if (l > ml) ml = l; if (g > mg) mg = g
+    if (l > 1e-3) { printf "step %d: loss %s (bf16) vs %s (fp32): relative %.3g > 1e-3\n", NR, $2, $1, l; bad = 1 }
+    if (g > 5e-2) { printf "step %d: grad norm %s vs %s: relative %.3g > 5e-2\n", NR, $4, $3, g; bad = 1 } }
+  END { printf "bf16 against fp32 over %d steps: worst relative loss %.3g, grad norm %.3g\n", NR, ml, mg
+        if (ml <= 1e-7) { print "the bf16 losses equal the fp32 ones: no bf16 product ran"; bad = 1 }
+        exit bad }' "$tmp/pairs" || fail "bf16 is not within its bounds of fp32"
+
+# resume from step 25 (the newest checkpoint once step 50's is gone): the last 25 steps bit for bit
+[ -d "$tmp/ck/step_00000025" ] && [ -d "$tmp/ck/step_00000050" ] || fail "checkpoints: $(ls "$tmp/ck")"
+rm -rf "$tmp/ck/step_00000050"
+"$tycho" run "$plan" "${common[@]}" --set precision.compute=bf16 --set log.metrics="$tmp/resumed.jsonl" \
+  --set checkpoint.dir="$tmp/ck" --set checkpoint.every=25 >"$tmp/resumed.out" 2>"$tmp/resumed.err" ||
+  fail "the bf16 resume failed"
+grep -q "^resumed from $tmp/ck/step_00000025: step 25" "$tmp/resumed.out" || fail "the run did not resume"
+diff <(field loss "$tmp/bf16.jsonl" | tail -n 25) <(field loss "$tmp/resumed.jsonl" | tail -n 25) >/dev/null ||
+  fail "the resumed bf16 run's losses differ from the uninterrupted run's"
+echo "bf16 resumed from step 25: the last 25 losses bit for bit"
