@@ -313,10 +313,15 @@ static void print_memory(FILE *f, const struct plan *p, const struct cluster *c)
     fprintf(f, "memory     (no bill: %s)\n", err);
     return;
   }
-  fprintf(f, "memory     per rank, the peak of each category as the runtime allocates it (params %s, "
-          "grads %s, optimizer AdamW m and v%s; attention keeps its probabilities)\n",
-          plan_dtype_name(p->precision.compute), plan_dtype_name(p->precision.grads),
-          p->precision.compute == PLAN_FP32 ? "" : " + fp32 master");
+  if (plan_on_cpu(p) && p->precision.compute == PLAN_BF16) /* the CPU's bf16 mode (host/runtime/README.md) */
+    fprintf(f, "memory     per rank, the peak of each category as the runtime allocates it (params fp32 master "
+            "+ bf16 copies of the matmul weights, grads %s, optimizer AdamW m and v; the linears' inputs in "
+            "bf16; attention keeps its probabilities)\n", plan_dtype_name(p->precision.grads));
+  else
+    fprintf(f, "memory     per rank, the peak of each category as the runtime allocates it (params %s, "
+            "grads %s, optimizer AdamW m and v%s; attention keeps its probabilities)\n",
+            plan_dtype_name(p->precision.compute), plan_dtype_name(p->precision.grads),
+            p->precision.compute == PLAN_FP32 ? "" : " + fp32 master");
   fprintf(f, "   pp rank  stages    ");
   for (int k = 0; k < ALLOC_N_CATEGORIES; k++)
     if (bill_shows(p, k))

@@ -40,6 +40,15 @@ fi
 grep -q '^precision: bf16 products (oneDNN ' "$tmp/bf16.out" || fail "the bf16 run's header does not say bf16"
 grep -q '^precision: ' "$tmp/fp32.out" && fail "the fp32 run's header says bf16"
 
+# tycho check's bill of the bf16 plan on the CPU is the run's peaks (to the printed 0.1 MiB; the
+# equivalence runs mpi_dp_equiv.bf16_* hold them byte for byte)
+"$tycho" check "$plan" --set precision.compute=bf16 >"$tmp/check.out" 2>"$tmp/check.err" || fail "check failed"
+grep -q '^memory .*params fp32 master + bf16 copies of the matmul weights' "$tmp/check.out" ||
+  fail "check does not describe the CPU's bf16 memory"
+billed=$(grep -A2 '^memory' "$tmp/check.out" | tail -n 1 | grep -oE '[0-9.]+ (B|KiB|MiB|GiB)' | tr '\n' ' ')
+peaks=$(grep '^memory peak:' "$tmp/bf16.out" | grep -oE '[0-9.]+ (B|KiB|MiB|GiB)' | tr '\n' ' ')
+[ -n "$peaks" ] && [ "$billed" = "$peaks" ] || fail "check bills '$billed', the bf16 run peaked at '$peaks'"
+
 field() { grep -o "\"$1\": [0-9.e+-]*" "$2" | awk '{print $2}'; }
 paste -d' ' <(field loss "$tmp/fp32.jsonl") <(field loss "$tmp/bf16.jsonl") \
   <(field grad_norm "$tmp/fp32.jsonl") <(field grad_norm "$tmp/bf16.jsonl") >"$tmp/pairs"
