@@ -1,13 +1,11 @@
 /* The bf16 compute entries of the CPU table (ops.h, "bf16 compute"): each producer writes the
  * bf16 operand of the products that read it while the values are in cache, with the same fp32
  * values its fp32 twin writes, then rounded to nearest even (bf16.h). The products themselves are
- * kernels/cpu/dnnl/linear_bf16.c (oneDNN), or refused by name without it (bf16.c). The float64
- * build has none of this: bf16 plans are refused there. */
+ * kernels/cpu/dnnl/linear_bf16.c (oneDNN), or refused by name without it (bf16.c); RMSNorm's is
+ * beside its twin in dense.c. The float64 build has none of this: bf16 plans are refused there. */
 #include "kernels.h"
 
 #if !REAL_IS_DOUBLE
-#include <math.h>
-
 #include "bf16.h"
 #include "vec.h"
 
@@ -28,22 +26,6 @@ int linear_backward_bf16(real *dinp, real *dweight, const bf16 *dout, const bf16
   if (dinp && linear_bf16_backward_input(dinp, dout, weight, BT, IC, OC, err, err_size))
     return 1;
   return linear_bf16_backward_weight(dweight, dout, inp, BT, IC, OC, err, err_size);
-}
-
-void rmsnorm_forward_bf16(bf16 *out, real *rstd, const real *inp, const real *weight, int BT,
-                          int C, real eps)
-{
-  /* rmsnorm_forward's arithmetic, element for element (dense.c), then rounded */
-#pragma omp parallel for
-  for (int bt = 0; bt < BT; bt++) {
-    const real *x = inp + (size_t)bt * C;
-    bf16 *o = out + (size_t)bt * C;
-    double ss = 0.0;
-    for (int c = 0; c < C; c++) ss += (double)x[c] * x[c];
-    real r = (real)(1.0 / sqrt(ss / C + eps));
-    for (int c = 0; c < C; c++) o[c] = bf16_from_float(x[c] * r * weight[c]);
-    rstd[bt] = r;
-  }
 }
 
 /* Both below run their fp32 twin on one block of at most VEC_BLOCK elements (one thread: an

@@ -68,6 +68,14 @@ void encoder_backward(real *dwte, const real *dout, const int *tokens, int BT, i
   }
 }
 
+/* 1 / sqrt(mean(x²) + eps) of one row, the sum in double. */
+static real row_rstd(const real *x, int C, real eps)
+{
+  double ss = 0.0;
+  for (int c = 0; c < C; c++) ss += (double)x[c] * x[c];
+  return (real)(1.0 / sqrt(ss / C + eps));
+}
+
 void rmsnorm_forward(real *out, real *rstd, const real *inp, const real *weight,
                      int BT, int C, real eps)
 {
@@ -75,13 +83,27 @@ void rmsnorm_forward(real *out, real *rstd, const real *inp, const real *weight,
   for (int bt = 0; bt < BT; bt++) {
     const real *x = inp + (size_t)bt * C;
     real *o = out + (size_t)bt * C;
-    double ss = 0.0;
-    for (int c = 0; c < C; c++) ss += (double)x[c] * x[c];
-    real r = (real)(1.0 / sqrt(ss / C + eps));
+    const real r = row_rstd(x, C, eps);
     for (int c = 0; c < C; c++) o[c] = x[c] * r * weight[c];
     rstd[bt] = r;
   }
 }
+
+#if !REAL_IS_DOUBLE
+/* rmsnorm_forward's values, element for element, written rounded to bf16 (ops.h) */
+void rmsnorm_forward_bf16(bf16 *out, real *rstd, const real *inp, const real *weight, int BT,
+                          int C, real eps)
+{
+#pragma omp parallel for
+  for (int bt = 0; bt < BT; bt++) {
+    const real *x = inp + (size_t)bt * C;
+    bf16 *o = out + (size_t)bt * C;
+    const real r = row_rstd(x, C, eps);
+    for (int c = 0; c < C; c++) o[c] = bf16_from_float(x[c] * r * weight[c]);
+    rstd[bt] = r;
+  }
+}
+#endif
 
 void rmsnorm_backward(real *dinp, real *dweight, const real *dout, const real *inp,
                       const real *weight, const real *rstd, int BT, int C)
