@@ -15,8 +15,9 @@
 # tycho runs `tycho run` and reads the per-step tokens_per_sec of its metrics file; PyTorch
 # (Debian's /usr/bin/python3 with python3-torch 1.13, installed with apt-get when missing) times
 # each step (batch, forward, backward, clip, AdamW) with perf_counter, in fp32 and under
-# torch.autocast("cpu", dtype=torch.bfloat16). tycho bf16 (precision.compute = "bf16") is
-# tried too and reported n/a, with tycho's message, while the CPU backend refuses it.
+# torch.autocast("cpu", dtype=torch.bfloat16). tycho bf16 (precision.compute = "bf16": the
+# linears' products in bf16 through oneDNN) is run too, and reported n/a with tycho's message
+# where the build or CPU refuses it (the float64 build, no oneDNN, no AVX-512 BF16 or AMX).
 # Thread settings, n from --threads: tycho gets OMP_NUM_THREADS=n and OPENBLAS_NUM_THREADS=1
 # (what `tycho run` sets for itself, growing OpenBLAS to n once it has started; host/runtime/
 # README.md "Threads"); PyTorch gets torch.set_num_threads(n), OMP_NUM_THREADS=n and
@@ -109,7 +110,7 @@ for th in $threads_list; do
       tail -20 "$tmp/tycho_fp32_${th}_$wait.log" >&2
       exit 1
     fi
-    # tycho bf16: refused by the CPU backend until it computes in bf16
+    # tycho bf16: n/a where this build or CPU refuses it
     if [ "$bf16_refused" = 0 ]; then
       rc=0; run_tycho bf16 "$th" "$wait" || rc=$?
       if [ "$rc" != 0 ]; then
