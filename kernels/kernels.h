@@ -57,6 +57,7 @@ int linear_backward_bf16(real *dinp, real *dweight, const bf16 *dout, const bf16
 void rmsnorm_forward_bf16(bf16 *out, real *rstd, const real *inp, const real *weight, int BT,
                           int C, real eps);
 void swiglu_forward_bf16(bf16 *out, const real *gate, const real *up, size_t n_elems);
+void swiglu_forward_rows_bf16(bf16 *out, const real *gu, int rows, int F);
 void adamw_update_bf16(real *param, bf16 *param_bf16, const real *grad, real *m, real *v,
                        size_t n_elems, double lr, double beta1, double beta2, double eps,
                        double weight_decay, int t, real grad_scale);
@@ -82,6 +83,8 @@ void attention_backward(real *dq, real *dk, real *dv, real *scratch, const real 
 void swiglu_forward(real *out, const real *gate, const real *up, size_t n_elems);
 void swiglu_backward(real *dgate, real *dup, const real *dout, const real *gate,
                      const real *up, size_t n_elems);
+void swiglu_forward_rows(real *out, const real *gu, int rows, int F);
+void swiglu_backward_rows(real *dgu, const real *dout, const real *gu, int rows, int F);
 
 /* ---- dropout ------------------------------------------------------------------------------ */
 void dropout_mask(real *mask, size_t n_elems, float p, uint64_t seed, uint32_t c1,

@@ -127,6 +127,8 @@ struct kernel_ops {
   /* swiglu_forward writing its output in bf16 only. */
   void (*swiglu_forward_bf16)(void *ctx, bf16 *out, const real *gate, const real *up,
                               size_t n_elems);
+  /* swiglu_forward_rows writing its output in bf16 only. */
+  void (*swiglu_forward_rows_bf16)(void *ctx, bf16 *out, const real *gu, int rows, int F);
   /* adamw_update (the same param, m and v bits) that also writes param_bf16 = bf16 of the new
    * param: the compute copy the next forward reads. */
   void (*adamw_update_bf16)(void *ctx, real *param, bf16 *param_bf16, const real *grad, real *m,
@@ -175,6 +177,12 @@ struct kernel_ops {
   /* dgate, dup assigned. */
   void (*swiglu_backward)(void *ctx, real *dgate, real *dup, const real *dout, const real *gate,
                           const real *up, size_t n_elems);
+  /* The same on the fused gate|up product: gu (rows, 2F) holds [gate | up] per row (one linear
+   * over the two weights stored one after the other), out (rows, F). */
+  void (*swiglu_forward_rows)(void *ctx, real *out, const real *gu, int rows, int F);
+  /* dgu (rows, 2F) = [dgate | dup] per row, assigned; dout (rows, F). */
+  void (*swiglu_backward_rows)(void *ctx, real *dgu, const real *dout, const real *gu, int rows,
+                               int F);
 
   /* ---- dropout ---- */
   /* mask[i] = 0 with probability p, else 1/(1 − p), decided by

@@ -234,6 +234,7 @@ int model_create_table_at(struct model *m, const struct plan *p, int tp_rank, in
   memset(m, 0, sizeof *m);
   m->config = p->model;
   m->bf16 = p->precision.compute == PLAN_BF16 && plan_on_cpu(p); /* else the GPU's accounting */
+  m->zero = p->zero;
   m->tp.size = p->mesh.tp;
   m->tp.rank = tp_rank;
   tp_layer_layout(p, -1, &m->tp.io);
@@ -491,6 +492,23 @@ void model_layer_dims(const struct model *m, int layer, struct model_layer_dims 
   d->Fl = y->mlp_sharded ? c->ffn_dim / tp : c->ffn_dim;
 }
 
+int model_gate_up_fused(const struct model *m, int layer)
+{
+  if (m->tp.size != 1 || m->zero > 1 || !m->layer_here[layer])
+    return 0;
+  const struct model_param *gate = NULL, *up = NULL;
+  for (int i = 0; i < m->n_params && !(gate && up); i++) {
+    const struct model_param *p = &m->params[i];
+    if (p->layer == layer && p->kind == MODEL_GATE)
+      gate = p;
+    if (p->layer == layer && p->kind == MODEL_UP)
+      up = p;
+  }
+  /* the flat layout as laid out (the data-parallel buckets pad at their ends), and the copies' */
+  return gate && up && gate->offset + gate->n_elems == up->offset &&
+         (!m->bf16 || gate->bf16_offset + gate->n_elems == up->bf16_offset);
+}
+
 int model_home_T(const struct model *m, int T)
 {
   return m->tp.io.home == TP_SEQ ? T / m->tp.size : T;
@@ -516,7 +534,7 @@ static void layout_acts(struct model_acts *a, const struct model *m, const struc
   const size_t TT = (size_t)a->T_max * a->T_max, HS = (size_t)c->head_dim;
   const size_t Vl = (size_t)c->vocab_padded / (m->tp.io.split[PLAN_MOD_HEAD] == PLAN_SPLIT_VOCAB ? m->tp.size : 1);
   const int drop = c->dropout > 0.0, lowp = m->bf16;
-  int NH_max = 1;
+  int NH_max = 1, any_fused = 0;
   size_t rec_max = 0;
   /* what this set covers: the model's, cut to the scope */
 #define IN_SCOPE(l) (m->layer_here[l] && (!sc || ((l) >= sc->first && (l) < sc->first + sc->n)))
@@ -561,8 +579,13 @@ static void layout_acts(struct model_acts *a, const struct model *m, const struc
     else
       la->ln2 = BUF(PLAN_RC_MLP_NORM | PLAN_RC_MLP, BTh * C);
     la->ln2_rstd = BUF(PLAN_RC_MLP_NORM | PLAN_RC_MLP, BTh);
-    la->gate = BUF(PLAN_RC_MLP, BT * (size_t)d.Fl);
-    la->up = BUF(PLAN_RC_MLP, BT * (size_t)d.Fl);
+    if (model_gate_up_fused(m, l)) {
+      la->gate = BUF(PLAN_RC_MLP, BT * 2 * (size_t)d.Fl);
+      any_fused = 1;
+    } else {
+      la->gate = BUF(PLAN_RC_MLP, BT * (size_t)d.Fl);
+      la->up = BUF(PLAN_RC_MLP, BT * (size_t)d.Fl);
+    }
     if (lowp) {
       la->down_in_b = BUF_B(PLAN_RC_MLP_ACT | PLAN_RC_MLP, BT * (size_t)d.w_in[PLAN_MOD_DOWN]);
     } else {
@@ -610,7 +633,7 @@ static void layout_acts(struct model_acts *a, const struct model *m, const struc
   a->dk = carve(work, BT * C);
   a->dv = carve(work, BT * C);
   a->dhidden = carve(work, BT * F);
-  a->dgate = carve(work, BT * F);
+  a->dgate = carve(work, BT * F * (any_fused ? 2 : 1));
   a->dup = carve(work, BT * F);
   a->work_f1 = carve(work, BT * F);
   a->work_f2 = carve(work, BT * F);
@@ -618,8 +641,11 @@ static void layout_acts(struct model_acts *a, const struct model *m, const struc
   a->gains = carve(work, 2 * C);
   a->attn_scratch = carve(work, m->k->attention_scratch_n_elems(m->kctx, a->B_max, a->T_max,
                                                                  NH_max, NH_max));
-  if (lowp)
-    a->dout_b = carve_bf16(work, BT * (widest > Vl ? widest : Vl));
+  if (lowp) { /* the widest product output: a fused gate|up's is 2F */
+    size_t out_max = widest > Vl ? widest : Vl;
+    out_max = any_fused && 2 * F > out_max ? 2 * F : out_max;
+    a->dout_b = carve_bf16(work, BT * out_max);
+  }
 }
 
 static int acts_create(struct model_acts *a, const struct model *m, int B_max, int T_max,

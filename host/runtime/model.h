@@ -121,6 +121,7 @@ struct model {
    * embedding when tied) live in bf16_memory (billed "params"); AdamW writes them as it updates
    * (adamw_update_bf16), and model_bf16_sync rounds them again after any other write. */
   int bf16;
+  int zero;                  /* the plan's ZeRO stage (0 for a model made without a plan) */
   size_t n_bf16;             /* elements of bf16_memory, padding included */
   bf16 *bf16_memory;
   int bf16_fresh;            /* 1: the copies hold the fp32 weights rounded */
@@ -145,6 +146,14 @@ struct model_layer_dims {
   int Fl;                    /* SwiGLU width */
 };
 void model_layer_dims(const struct model *m, int layer, struct model_layer_dims *d);
+/* 1 when layer l's gate and up run as one linear (output width 2F) over the two weights, which
+ * the flat layout stores one after the other ("fused"): one tensor-parallel rank, ZeRO ≤ 1
+ * (gradients in grad_memory, in the same layout) and F·C a multiple of the alignment, so no gap
+ * lies between the weights, their gradients or their bf16 copies. The layer's activations then
+ * hold gate and up as rows of [gate | up] (model_layer_acts.gate, (B, T, 2·Fl); up NULL), which
+ * the kernels' swiglu_*_rows read, and backward's one product gives the sum of both input
+ * gradients. */
+int model_gate_up_fused(const struct model *m, int layer);
 /* Tokens per sample in the home layout: T, or T / tp under sequence parallelism. */
 int model_home_T(const struct model *m, int T);
 
@@ -165,7 +174,8 @@ struct model_layer_acts {
   real *mid;                /* (B, Th, C) the residual stream between attention and MLP */
   real *ln2;                /* (B, Th, C) output of the MLP norm */
   real *ln2_rstd;           /* (B, Th) */
-  real *gate, *up;          /* (B, T, Fl) in SwiGLU's layout */
+  real *gate, *up;          /* (B, T, Fl) in SwiGLU's layout; fused (model_gate_up_fused): gate
+                             * (B, T, 2·Fl) rows of [gate | up], up NULL */
   real *hidden;             /* (B, T, Fl) silu(gate) ⊙ up */
   real *down_in;            /* input of down_proj in the layout its split needs (hidden when equal) */
   real *mlp_mask;           /* (B, Th, C) dropout mask on the MLP branch, or NULL */
@@ -204,7 +214,7 @@ struct model_acts {
   real *in_r, *in_f;        /* (B, T, C) a norm's output brought to R and to FEAT */
   real *dq;                 /* (B, T, C) */
   real *dk, *dv;            /* (B, T, C) */
-  real *dhidden, *dgate, *dup; /* (B, T, F) */
+  real *dhidden, *dgate, *dup; /* (B, T, F); dgate (B, T, 2F) when a layer is fused: [dgate | dup] */
   real *work_f1, *work_f2;  /* (B, T, F) */
   real *pack;               /* (B, T, max(C, F, Vp)) staging for gathers and reduce-scatters */
   real *gains;              /* (2C) norm-gain gradients of sequence-parallel norms */

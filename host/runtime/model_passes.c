@@ -270,11 +270,16 @@ static void layer_forward_bf16(struct model *m, struct model_acts *a, int layer,
   }
   if (pieces & F_MLP_NORM)
     m->k->rmsnorm_forward_bf16(m->kctx, la->ln2_b, la->ln2_rstd, la->mid, w->mlp_norm, N, C, eps);
-  if (pieces & F_MLP_IN) {
+  const int fused = model_gate_up_fused(m, layer);
+  if ((pieces & F_MLP_IN) && fused) {
+    lin_fwd_b(m, la->gate, la->ln2_b, wb->wgate, N, d.w_in[PLAN_MOD_GATE], 2 * d.w_out[PLAN_MOD_GATE]);
+  } else if (pieces & F_MLP_IN) {
     lin_fwd_b(m, la->gate, la->ln2_b, wb->wgate, N, d.w_in[PLAN_MOD_GATE], d.w_out[PLAN_MOD_GATE]);
     lin_fwd_b(m, la->up, la->ln2_b, wb->wup, N, d.w_in[PLAN_MOD_UP], d.w_out[PLAN_MOD_UP]);
   }
-  if (pieces & F_MLP_ACT)
+  if ((pieces & F_MLP_ACT) && fused)
+    m->k->swiglu_forward_rows_bf16(m->kctx, la->down_in_b, la->gate, N, d.Fl);
+  else if (pieces & F_MLP_ACT)
     m->k->swiglu_forward_bf16(m->kctx, la->down_in_b, la->gate, la->up, (size_t)N * d.Fl);
   if ((pieces & F_MLP_MASK) && drop)
     draw_masks(m, la->mlp_mask, (size_t)T * C, 0, dropout, B, layer, MODEL_DROP_MLP_OUT);
@@ -367,7 +372,12 @@ static void layer_forward_pieces(struct model *m, struct model_acts *a, int laye
   /* MLP */
   if (pieces & F_MLP_NORM)
     m->k->rmsnorm_forward(m->kctx, la->ln2, la->ln2_rstd, la->mid, w->mlp_norm, Nh, C, eps);
-  if (pieces & F_MLP_IN) {
+  const int fused = model_gate_up_fused(m, layer);
+  if ((pieces & F_MLP_IN) && fused) { /* one product over [gate; up] */
+    norm_inputs(m, a, y, la->ln2, PLAN_MOD_GATE, PLAN_MOD_UP, in);
+    m->k->linear_forward(m->kctx, la->gate, in[PLAN_MOD_GATE], w->wgate, N, d.w_in[PLAN_MOD_GATE],
+                         2 * d.w_out[PLAN_MOD_GATE]);
+  } else if (pieces & F_MLP_IN) {
     norm_inputs(m, a, y, la->ln2, PLAN_MOD_GATE, PLAN_MOD_UP, in);
     const int g_direct = no_conversion(m, tp_split_output(s[PLAN_MOD_GATE]), M);
     const int u_direct = no_conversion(m, tp_split_output(s[PLAN_MOD_UP]), M);
@@ -381,7 +391,10 @@ static void layer_forward_pieces(struct model *m, struct model_acts *a, int laye
       tp_convert(&m->tp, a->pack, la->up, a->work_f2, tp_split_output(s[PLAN_MOD_UP]), M, B, T, F, NULL);
   }
   if (pieces & F_MLP_ACT) {
-    m->k->swiglu_forward(m->kctx, la->hidden, la->gate, la->up, (size_t)N * d.Fl);
+    if (fused)
+      m->k->swiglu_forward_rows(m->kctx, la->hidden, la->gate, N, d.Fl);
+    else
+      m->k->swiglu_forward(m->kctx, la->hidden, la->gate, la->up, (size_t)N * d.Fl);
     tp_convert(&m->tp, a->pack, la->down_in, la->hidden, M, tp_split_input(s[PLAN_MOD_DOWN]), B, T, F, NULL);
   }
   if ((pieces & F_MLP_MASK) && drop)
@@ -443,14 +456,21 @@ static void layer_backward_bf16(struct model *m, struct model_acts *a, int layer
   }
   lin_bwd_b(m, a, a->dhidden, g->wdown, dh, la->down_in_b, wb->wdown, N, d.w_in[PLAN_MOD_DOWN],
             d.w_out[PLAN_MOD_DOWN]);
-  m->k->swiglu_backward(m->kctx, a->dgate, a->dup, a->dhidden, la->gate, la->up, (size_t)N * d.Fl);
   dins[PLAN_MOD_GATE] = a->dq;
   dins[PLAN_MOD_UP] = a->dk;
-  lin_bwd_b(m, a, a->dq, g->wgate, a->dgate, la->ln2_b, wb->wgate, N, d.w_in[PLAN_MOD_GATE],
-            d.w_out[PLAN_MOD_GATE]);
-  lin_bwd_b(m, a, a->dk, g->wup, a->dup, la->ln2_b, wb->wup, N, d.w_in[PLAN_MOD_UP],
-            d.w_out[PLAN_MOD_UP]);
-  norm_input_grads(m, a, y, dins, PLAN_MOD_GATE, PLAN_MOD_UP, a->work_c1, a->work_c2);
+  if (model_gate_up_fused(m, layer)) { /* one product over [gate; up]: both input gradients summed */
+    m->k->swiglu_backward_rows(m->kctx, a->dgate, a->dhidden, la->gate, N, d.Fl);
+    lin_bwd_b(m, a, a->dq, g->wgate, a->dgate, la->ln2_b, wb->wgate, N, d.w_in[PLAN_MOD_GATE],
+              2 * d.w_out[PLAN_MOD_GATE]);
+    norm_input_grads(m, a, y, dins, PLAN_MOD_GATE, PLAN_MOD_GATE, a->work_c1, a->work_c2);
+  } else {
+    m->k->swiglu_backward(m->kctx, a->dgate, a->dup, a->dhidden, la->gate, la->up, (size_t)N * d.Fl);
+    lin_bwd_b(m, a, a->dq, g->wgate, a->dgate, la->ln2_b, wb->wgate, N, d.w_in[PLAN_MOD_GATE],
+              d.w_out[PLAN_MOD_GATE]);
+    lin_bwd_b(m, a, a->dk, g->wup, a->dup, la->ln2_b, wb->wup, N, d.w_in[PLAN_MOD_UP],
+              d.w_out[PLAN_MOD_UP]);
+    norm_input_grads(m, a, y, dins, PLAN_MOD_GATE, PLAN_MOD_UP, a->work_c1, a->work_c2);
+  }
   m->k->rmsnorm_backward(m->kctx, a->work_c1, g->mlp_norm, a->work_c1, la->mid, w->mlp_norm,
                          la->ln2_rstd, N, C);
   m->k->residual_forward(m->kctx, dres, dres, a->work_c1, n_home);
@@ -522,21 +542,29 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
   enum tp_layout arrival = tp_split_input_grad(s[PLAN_MOD_DOWN]);
   real *dhid = no_conversion(m, arrival, M) ? a->dhidden
               : tp_convert(&m->tp, a->pack, a->work_f1, a->dhidden, arrival, M, B, T, F, NULL);
-  m->k->swiglu_backward(m->kctx, a->dgate, a->dup, dhid, la->gate, la->up, (size_t)N * d.Fl);
-  want = tp_dual(tp_split_output(s[PLAN_MOD_GATE]));
-  real *dgate = no_conversion(m, M, want) ? a->dgate
-               : tp_convert(&m->tp, a->pack, a->work_f1, a->dgate, M, want, B, T, F, NULL);
-  want = tp_dual(tp_split_output(s[PLAN_MOD_UP]));
-  real *dup = no_conversion(m, M, want) ? a->dup
-             : tp_convert(&m->tp, a->pack, a->work_f2, a->dup, M, want, B, T, F, NULL);
-  norm_inputs(m, a, y, la->ln2, PLAN_MOD_GATE, PLAN_MOD_UP, in);
   dins[PLAN_MOD_GATE] = a->dq;
   dins[PLAN_MOD_UP] = a->dk;
-  m->k->linear_backward(m->kctx, a->dq, g->wgate, dgate, in[PLAN_MOD_GATE], w->wgate, N,
-                        d.w_in[PLAN_MOD_GATE], d.w_out[PLAN_MOD_GATE]);
-  m->k->linear_backward(m->kctx, a->dk, g->wup, dup, in[PLAN_MOD_UP], w->wup, N,
-                        d.w_in[PLAN_MOD_UP], d.w_out[PLAN_MOD_UP]);
-  norm_input_grads(m, a, y, dins, PLAN_MOD_GATE, PLAN_MOD_UP, a->work_c1, a->work_c2);
+  if (model_gate_up_fused(m, layer)) { /* one product over [gate; up] (one TP rank: no conversion) */
+    m->k->swiglu_backward_rows(m->kctx, a->dgate, dhid, la->gate, N, d.Fl);
+    norm_inputs(m, a, y, la->ln2, PLAN_MOD_GATE, PLAN_MOD_UP, in);
+    m->k->linear_backward(m->kctx, a->dq, g->wgate, a->dgate, in[PLAN_MOD_GATE], w->wgate, N,
+                          d.w_in[PLAN_MOD_GATE], 2 * d.w_out[PLAN_MOD_GATE]);
+    norm_input_grads(m, a, y, dins, PLAN_MOD_GATE, PLAN_MOD_GATE, a->work_c1, a->work_c2);
+  } else {
+    m->k->swiglu_backward(m->kctx, a->dgate, a->dup, dhid, la->gate, la->up, (size_t)N * d.Fl);
+    want = tp_dual(tp_split_output(s[PLAN_MOD_GATE]));
+    real *dgate = no_conversion(m, M, want) ? a->dgate
+                 : tp_convert(&m->tp, a->pack, a->work_f1, a->dgate, M, want, B, T, F, NULL);
+    want = tp_dual(tp_split_output(s[PLAN_MOD_UP]));
+    real *dup = no_conversion(m, M, want) ? a->dup
+               : tp_convert(&m->tp, a->pack, a->work_f2, a->dup, M, want, B, T, F, NULL);
+    norm_inputs(m, a, y, la->ln2, PLAN_MOD_GATE, PLAN_MOD_UP, in);
+    m->k->linear_backward(m->kctx, a->dq, g->wgate, dgate, in[PLAN_MOD_GATE], w->wgate, N,
+                          d.w_in[PLAN_MOD_GATE], d.w_out[PLAN_MOD_GATE]);
+    m->k->linear_backward(m->kctx, a->dk, g->wup, dup, in[PLAN_MOD_UP], w->wup, N,
+                          d.w_in[PLAN_MOD_UP], d.w_out[PLAN_MOD_UP]);
+    norm_input_grads(m, a, y, dins, PLAN_MOD_GATE, PLAN_MOD_UP, a->work_c1, a->work_c2);
+  }
   m->k->rmsnorm_backward(m->kctx, a->work_c1, sp ? a->gains + C : g->mlp_norm, a->work_c1, la->mid,
                          w->mlp_norm, la->ln2_rstd, Nh, C);
   m->k->residual_forward(m->kctx, dres, dres, a->work_c1, n_home);

@@ -43,6 +43,20 @@ void swiglu_forward_bf16(bf16 *out, const real *gate, const real *up, size_t n_e
   }
 }
 
+void swiglu_forward_rows_bf16(bf16 *out, const real *gu, int rows, int F)
+{
+#pragma omp parallel for if ((size_t)rows * F > VEC_BLOCK)
+  for (int r = 0; r < rows; r++) {
+    real tmp[VEC_BLOCK];
+    const real *g = gu + (size_t)r * 2 * F;
+    for (size_t lo = 0; lo < (size_t)F; lo += VEC_BLOCK) {
+      const size_t n = VEC_LEN((size_t)F, lo);
+      swiglu_forward(tmp, g + lo, g + F + lo, n);
+      for (size_t i = 0; i < n; i++) out[(size_t)r * F + lo + i] = bf16_from_float(tmp[i]);
+    }
+  }
+}
+
 void adamw_update_bf16(real *param, bf16 *param_bf16, const real *grad, real *m, real *v,
                        size_t n_elems, double lr, double beta1, double beta2, double eps,
                        double weight_decay, int t, real grad_scale)

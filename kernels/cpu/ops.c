@@ -176,6 +176,19 @@ static void cpu_swiglu_backward(void *ctx, real *dgate, real *dup, const real *d
   swiglu_backward(dgate, dup, dout, gate, up, n_elems);
 }
 
+static void cpu_swiglu_forward_rows(void *ctx, real *out, const real *gu, int rows, int F)
+{
+  (void)ctx;
+  swiglu_forward_rows(out, gu, rows, F);
+}
+
+static void cpu_swiglu_backward_rows(void *ctx, real *dgu, const real *dout, const real *gu,
+                                     int rows, int F)
+{
+  (void)ctx;
+  swiglu_backward_rows(dgu, dout, gu, rows, F);
+}
+
 static void cpu_dropout_mask(void *ctx, real *mask, size_t n_elems, float p, uint64_t seed,
                              uint32_t c1, uint32_t c2, uint32_t c3, uint64_t first_elem)
 {
@@ -303,6 +316,12 @@ static void cpu_swiglu_forward_bf16(void *ctx, bf16 *out, const real *gate, cons
   swiglu_forward_bf16(out, gate, up, n_elems);
 }
 
+static void cpu_swiglu_forward_rows_bf16(void *ctx, bf16 *out, const real *gu, int rows, int F)
+{
+  (void)ctx;
+  swiglu_forward_rows_bf16(out, gu, rows, F);
+}
+
 static void cpu_adamw_update_bf16(void *ctx, real *param, bf16 *param_bf16, const real *grad,
                                   real *m, real *v, size_t n_elems, double lr, double beta1,
                                   double beta2, double eps, double weight_decay, int t,
@@ -339,6 +358,7 @@ const struct kernel_ops kernel_ops_cpu = {
   .linear_backward_bf16 = cpu_linear_backward_bf16,
   .rmsnorm_forward_bf16 = cpu_rmsnorm_forward_bf16,
   .swiglu_forward_bf16 = cpu_swiglu_forward_bf16,
+  .swiglu_forward_rows_bf16 = cpu_swiglu_forward_rows_bf16,
   .adamw_update_bf16 = cpu_adamw_update_bf16,
 #endif
   .rope_table = cpu_rope_table,
@@ -349,6 +369,8 @@ const struct kernel_ops kernel_ops_cpu = {
   .attention_backward = cpu_attention_backward,
   .swiglu_forward = cpu_swiglu_forward,
   .swiglu_backward = cpu_swiglu_backward,
+  .swiglu_forward_rows = cpu_swiglu_forward_rows,
+  .swiglu_backward_rows = cpu_swiglu_backward_rows,
   .dropout_mask = cpu_dropout_mask,
   .dropout_forward = cpu_dropout_forward,
   .dropout_backward = cpu_dropout_backward,

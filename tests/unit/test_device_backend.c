@@ -75,6 +75,7 @@ enum entry {
   E_LINEAR_BACKWARD_BF16,
   E_RMSNORM_FORWARD_BF16,
   E_SWIGLU_FORWARD_BF16,
+  E_SWIGLU_FORWARD_ROWS_BF16,
   E_ADAMW_UPDATE_BF16,
   E_ROPE_TABLE,
   E_ROPE_FORWARD,
@@ -84,6 +85,8 @@ enum entry {
   E_ATTENTION_BACKWARD,
   E_SWIGLU_FORWARD,
   E_SWIGLU_BACKWARD,
+  E_SWIGLU_FORWARD_ROWS,
+  E_SWIGLU_BACKWARD_ROWS,
   E_DROPOUT_MASK,
   E_DROPOUT_FORWARD,
   E_DROPOUT_BACKWARD,
@@ -104,10 +107,11 @@ static const char *const entry_names[N_ENTRIES] = {
   "mem_alloc", "mem_free", "copy", "copy_rows", "zero", "to_host", "from_host",
   "encoder_forward", "encoder_backward", "encoder_forward_shard", "encoder_backward_shard",
   "rmsnorm_forward", "rmsnorm_backward", "linear_forward", "linear_backward", "round_bf16", "linear_forward_bf16",
-  "linear_backward_bf16", "rmsnorm_forward_bf16", "swiglu_forward_bf16", "adamw_update_bf16",
+  "linear_backward_bf16", "rmsnorm_forward_bf16", "swiglu_forward_bf16", "swiglu_forward_rows_bf16",
+  "adamw_update_bf16",
   "rope_table",
   "rope_forward", "rope_backward", "attention_scratch_n_elems", "attention_forward",
-  "attention_backward", "swiglu_forward", "swiglu_backward", "dropout_mask", "dropout_forward",
+  "attention_backward", "swiglu_forward", "swiglu_backward", "swiglu_forward_rows", "swiglu_backward_rows", "dropout_mask", "dropout_forward",
   "dropout_backward", "residual_forward", "crossentropy_forward", "crossentropy_backward",
   "crossentropy_shard_max", "crossentropy_shard_sums", "crossentropy_shard_finish",
   "crossentropy_shard_backward", "adamw_update", "sumsq", "scale_inplace",
@@ -544,6 +548,33 @@ static void untouchable_swiglu_forward_bf16(void *ctx, bf16 *out, const real *ga
   leave(a);
 }
 
+static void untouchable_swiglu_forward_rows_bf16(void *ctx, bf16 *out, const real *gu, int rows,
+                                                 int F)
+{
+  struct arena *a = enter(ctx, E_SWIGLU_FORWARD_ROWS_BF16);
+  dev(a, E_SWIGLU_FORWARD_ROWS_BF16, out), dev(a, E_SWIGLU_FORWARD_ROWS_BF16, gu);
+  a->inner->swiglu_forward_rows_bf16(NULL, out, gu, rows, F);
+  leave(a);
+}
+
+static void untouchable_swiglu_forward_rows(void *ctx, real *out, const real *gu, int rows, int F)
+{
+  struct arena *a = enter(ctx, E_SWIGLU_FORWARD_ROWS);
+  dev(a, E_SWIGLU_FORWARD_ROWS, out), dev(a, E_SWIGLU_FORWARD_ROWS, gu);
+  a->inner->swiglu_forward_rows(NULL, out, gu, rows, F);
+  leave(a);
+}
+
+static void untouchable_swiglu_backward_rows(void *ctx, real *dgu, const real *dout,
+                                             const real *gu, int rows, int F)
+{
+  struct arena *a = enter(ctx, E_SWIGLU_BACKWARD_ROWS);
+  dev(a, E_SWIGLU_BACKWARD_ROWS, dgu), dev(a, E_SWIGLU_BACKWARD_ROWS, dout);
+  dev(a, E_SWIGLU_BACKWARD_ROWS, gu);
+  a->inner->swiglu_backward_rows(NULL, dgu, dout, gu, rows, F);
+  leave(a);
+}
+
 static void untouchable_adamw_update_bf16(void *ctx, real *param, bf16 *param_bf16,
                                           const real *grad, real *m, real *v, size_t n_elems,
                                           double lr, double beta1, double beta2, double eps,
@@ -802,6 +833,7 @@ static const struct kernel_ops untouchable_ops = {
   .linear_backward_bf16 = untouchable_linear_backward_bf16,
   .rmsnorm_forward_bf16 = untouchable_rmsnorm_forward_bf16,
   .swiglu_forward_bf16 = untouchable_swiglu_forward_bf16,
+  .swiglu_forward_rows_bf16 = untouchable_swiglu_forward_rows_bf16,
   .adamw_update_bf16 = untouchable_adamw_update_bf16,
   .rope_table = untouchable_rope_table,
   .rope_forward = untouchable_rope_forward,
@@ -811,6 +843,8 @@ static const struct kernel_ops untouchable_ops = {
   .attention_backward = untouchable_attention_backward,
   .swiglu_forward = untouchable_swiglu_forward,
   .swiglu_backward = untouchable_swiglu_backward,
+  .swiglu_forward_rows = untouchable_swiglu_forward_rows,
+  .swiglu_backward_rows = untouchable_swiglu_backward_rows,
   .dropout_mask = untouchable_dropout_mask,
   .dropout_forward = untouchable_dropout_forward,
   .dropout_backward = untouchable_dropout_backward,

@@ -39,6 +39,7 @@ enum entry {
   ENTRY_LINEAR_BACKWARD_BF16,
   ENTRY_RMSNORM_FORWARD_BF16,
   ENTRY_SWIGLU_FORWARD_BF16,
+  ENTRY_SWIGLU_FORWARD_ROWS_BF16,
   ENTRY_ADAMW_UPDATE_BF16,
   ENTRY_ROPE_TABLE,
   ENTRY_ROPE_FORWARD,
@@ -48,6 +49,8 @@ enum entry {
   ENTRY_ATTENTION_BACKWARD,
   ENTRY_SWIGLU_FORWARD,
   ENTRY_SWIGLU_BACKWARD,
+  ENTRY_SWIGLU_FORWARD_ROWS,
+  ENTRY_SWIGLU_BACKWARD_ROWS,
   ENTRY_DROPOUT_MASK,
   ENTRY_DROPOUT_FORWARD,
   ENTRY_DROPOUT_BACKWARD,
@@ -85,6 +88,7 @@ static const char *const entry_names[N_ENTRIES] = {
   "linear_backward_bf16",
   "rmsnorm_forward_bf16",
   "swiglu_forward_bf16",
+  "swiglu_forward_rows_bf16",
   "adamw_update_bf16",
   "rope_table",
   "rope_forward",
@@ -94,6 +98,8 @@ static const char *const entry_names[N_ENTRIES] = {
   "attention_backward",
   "swiglu_forward",
   "swiglu_backward",
+  "swiglu_forward_rows",
+  "swiglu_backward_rows",
   "dropout_mask",
   "dropout_forward",
   "dropout_backward",
@@ -266,6 +272,25 @@ static void counted_swiglu_forward_bf16(void *ctx, bf16 *out, const real *gate, 
 {
   const struct counter *c = count(ctx, ENTRY_SWIGLU_FORWARD_BF16);
   c->inner->swiglu_forward_bf16(c->inner_ctx, out, gate, up, n_elems);
+}
+
+static void counted_swiglu_forward_rows_bf16(void *ctx, bf16 *out, const real *gu, int rows, int F)
+{
+  const struct counter *c = count(ctx, ENTRY_SWIGLU_FORWARD_ROWS_BF16);
+  c->inner->swiglu_forward_rows_bf16(c->inner_ctx, out, gu, rows, F);
+}
+
+static void counted_swiglu_forward_rows(void *ctx, real *out, const real *gu, int rows, int F)
+{
+  const struct counter *c = count(ctx, ENTRY_SWIGLU_FORWARD_ROWS);
+  c->inner->swiglu_forward_rows(c->inner_ctx, out, gu, rows, F);
+}
+
+static void counted_swiglu_backward_rows(void *ctx, real *dgu, const real *dout, const real *gu,
+                                         int rows, int F)
+{
+  const struct counter *c = count(ctx, ENTRY_SWIGLU_BACKWARD_ROWS);
+  c->inner->swiglu_backward_rows(c->inner_ctx, dgu, dout, gu, rows, F);
 }
 
 static void counted_adamw_update_bf16(void *ctx, real *param, bf16 *param_bf16, const real *grad,
@@ -458,6 +483,7 @@ static const struct kernel_ops counting_ops = {
   .linear_backward_bf16 = counted_linear_backward_bf16,
   .rmsnorm_forward_bf16 = counted_rmsnorm_forward_bf16,
   .swiglu_forward_bf16 = counted_swiglu_forward_bf16,
+  .swiglu_forward_rows_bf16 = counted_swiglu_forward_rows_bf16,
   .adamw_update_bf16 = counted_adamw_update_bf16,
   .rope_table = counted_rope_table,
   .rope_forward = counted_rope_forward,
@@ -467,6 +493,8 @@ static const struct kernel_ops counting_ops = {
   .attention_backward = counted_attention_backward,
   .swiglu_forward = counted_swiglu_forward,
   .swiglu_backward = counted_swiglu_backward,
+  .swiglu_forward_rows = counted_swiglu_forward_rows,
+  .swiglu_backward_rows = counted_swiglu_backward_rows,
   .dropout_mask = counted_dropout_mask,
   .dropout_forward = counted_dropout_forward,
   .dropout_backward = counted_dropout_backward,
@@ -486,15 +514,19 @@ static const struct kernel_ops counting_ops = {
  * copy_rows (tensor parallelism's splits and gathers only), mem_alloc/mem_free (a
  * host-visible backend's memory is the host allocator's) and scale_inplace (clipping is
  * adamw_update's grad_scale; optimizer_clip alone still scales the memory). */
-/* Entries a step does not call: those of the other precision, and the TP shard entries. */
+/* Entries a step does not call: those of the other precision, the TP shard entries, and the
+ * SwiGLU of separate gate and up (this plan runs them as one product: model_gate_up_fused; the
+ * tensor-parallel and ZeRO-3 equivalence runs take the other path). */
 static int uncounted_entry(enum entry e, int lowp)
 {
   const int bf16_entry = e == ENTRY_ROUND_BF16 || e == ENTRY_LINEAR_FORWARD_BF16 ||
                          e == ENTRY_LINEAR_BACKWARD_BF16 || e == ENTRY_RMSNORM_FORWARD_BF16 ||
-                         e == ENTRY_SWIGLU_FORWARD_BF16 || e == ENTRY_ADAMW_UPDATE_BF16;
+                         e == ENTRY_SWIGLU_FORWARD_ROWS_BF16 || e == ENTRY_ADAMW_UPDATE_BF16;
   const int fp32_only = e == ENTRY_LINEAR_FORWARD || e == ENTRY_LINEAR_BACKWARD ||
-                        e == ENTRY_RMSNORM_FORWARD || e == ENTRY_SWIGLU_FORWARD;
+                        e == ENTRY_RMSNORM_FORWARD || e == ENTRY_SWIGLU_FORWARD_ROWS;
   if (lowp ? fp32_only : bf16_entry)
+    return 1;
+  if (e == ENTRY_SWIGLU_FORWARD || e == ENTRY_SWIGLU_BACKWARD || e == ENTRY_SWIGLU_FORWARD_BF16)
     return 1;
   if (e == ENTRY_MEM_ALLOC || e == ENTRY_MEM_FREE || e == ENTRY_COPY_ROWS ||
       e == ENTRY_SCALE_INPLACE)

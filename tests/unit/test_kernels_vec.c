@@ -321,6 +321,46 @@ static void swiglu_paths_match_the_scalar_path(void)
          "(16, of |dout up|(1+|g|))\n", worst_swiglu_fwd, worst_swiglu_dup, worst_swiglu_dg);
 }
 
+/* The fused gate|up product's SwiGLU (rows of [gate | up]) gives, on every path, the bits of the
+ * separate-buffer kernels on the same gate and up: the fused layout changes where the operands
+ * lie, not what is computed. */
+static void swiglu_rows_give_the_separate_kernels_bits(void)
+{
+  const int shapes[][2] = { { 1, 1 }, { 3, 17 }, { 7, 688 }, { 64, 384 }, { 2, 9000 } };
+  FOR_EACH_PATH(isa) {
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+      const int R = shapes[si][0], F = shapes[si][1];
+      const size_t n = (size_t)R * F;
+      real *gu = buf(2 * n, -20, 20), *d = buf(n, -2, 2), *g = malloc(n * sizeof(real));
+      real *u = malloc(n * sizeof(real)), *out = malloc(n * sizeof(real)), *out_r = malloc(n * sizeof(real));
+      real *dg = malloc(n * sizeof(real)), *dup = malloc(n * sizeof(real)), *dgu = malloc(2 * n * sizeof(real));
+      for (int r = 0; r < R; r++) {
+        memcpy(g + (size_t)r * F, gu + (size_t)r * 2 * F, F * sizeof(real));
+        memcpy(u + (size_t)r * F, gu + (size_t)r * 2 * F + F, F * sizeof(real));
+      }
+      swiglu_forward(out, g, u, n);
+      swiglu_forward_rows(out_r, gu, R, F);
+      CHECK_MSG(memcmp(out, out_r, n * sizeof(real)) == 0, "%s rows %d × %d forward", vec_isa_name(isa), R, F);
+      swiglu_backward(dg, dup, d, g, u, n);
+      swiglu_backward_rows(dgu, d, gu, R, F);
+      int same = 1;
+      for (int r = 0; r < R; r++)
+        same &= !memcmp(dgu + (size_t)r * 2 * F, dg + (size_t)r * F, F * sizeof(real)) &&
+                !memcmp(dgu + (size_t)r * 2 * F + F, dup + (size_t)r * F, F * sizeof(real));
+      CHECK_MSG(same, "%s rows %d × %d backward", vec_isa_name(isa), R, F);
+#if !REAL_IS_DOUBLE
+      bf16 *ob = malloc(n * sizeof(bf16)), *obr = malloc(n * sizeof(bf16));
+      swiglu_forward_bf16(ob, g, u, n);
+      swiglu_forward_rows_bf16(obr, gu, R, F);
+      CHECK_MSG(memcmp(ob, obr, n * sizeof(bf16)) == 0, "%s rows %d × %d bf16", vec_isa_name(isa), R, F);
+      free(ob), free(obr);
+#endif
+      free(gu), free(d), free(g), free(u), free(out), free(out_r), free(dg), free(dup), free(dgu);
+    }
+  }
+  vec_select(VEC_SCALAR);
+}
+
 static void adamw_and_scale_give_the_scalar_bits(void)
 {
   const real scales[] = { 1, 0.37f, (real)(1.0 / 3.0) };
@@ -505,6 +545,7 @@ static void the_float64_build_stays_scalar(void)
 TEST_MAIN(TEST(the_environment_chooses_the_path),
           TEST(exp_is_within_one_ulp_over_the_float_range),
           TEST(swiglu_paths_match_the_scalar_path),
+          TEST(swiglu_rows_give_the_separate_kernels_bits),
           TEST(adamw_and_scale_give_the_scalar_bits),
           TEST(sumsq_paths_agree_to_double_rounding),
           TEST(crossentropy_paths_match_the_scalar_path),

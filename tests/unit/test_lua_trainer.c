@@ -286,7 +286,9 @@ static void test_param_grad_moment_inspection(void)
     CHECK(number(L, "zq[100]") == p0->data[99]);
     run(L, "z:step()");
     c_step(&c0);
-    CHECK_NEAR(number(L, "zq:norm()"), c_norm(&c0, p0->data, p0->n_elems), 1e-12);
+    /* after a step the two differ by rounding: ZeRO 0 runs gate and up as one product, ZeRO 3
+     * as two (model_gate_up_fused), so their sums are ordered differently (measured < 1e-9) */
+    CHECK_NEAR(number(L, "zq:norm()"), c_norm(&c0, p0->data, p0->n_elems), REAL_IS_DOUBLE ? 1e-12 : 1e-6);
     trainer_close(&c0);
   }
   run(L, "z:close()");
