@@ -3,7 +3,8 @@
  * probability 0 and gradient 0. Target −1 marks a position without a loss (padding, prompt).
  * In fp32 a row's max, exp(l − max), Σ and scaling run on the vector layer (vec.h) when the CPU
  * has one: the same operations with its exp (≤ 1 ulp) and Σ in double in another order; the
- * loops here are the scalar path and its reference. */
+ * backward's row (p − onehot) · scale runs there too, with the scalar loop's bits. The loops
+ * here are the scalar path and its reference. */
 #include <math.h>
 
 #include "kernels.h"
@@ -43,6 +44,7 @@ void crossentropy_forward(real *losses, real *probs, const real *logits, const i
 void crossentropy_backward(real *dlogits, const real *probs, const int *targets,
                            real dloss_scale, int BT, int V, int Vp)
 {
+  const struct vec_ops *v = VEC_FOR_REAL;
 #pragma omp parallel for
   for (int bt = 0; bt < BT; bt++) {
     const real *p = probs + (size_t)bt * Vp;
@@ -52,7 +54,10 @@ void crossentropy_backward(real *dlogits, const real *probs, const int *targets,
       for (int i = 0; i < Vp; i++) d[i] = 0.0f;
       continue;
     }
-    for (int i = 0; i < V; i++) d[i] = (p[i] - (i == target ? 1.0f : 0.0f)) * dloss_scale;
+    if (v)
+      v->ce_backward((float *)d, (const float *)p, target, (float)dloss_scale, (size_t)V);
+    else
+      for (int i = 0; i < V; i++) d[i] = (p[i] - (i == target ? 1.0f : 0.0f)) * dloss_scale;
     for (int i = V; i < Vp; i++) d[i] = 0.0f;
   }
 }
@@ -116,6 +121,7 @@ void crossentropy_shard_finish(real *losses, real *probs, const real *logits,
 void crossentropy_shard_backward(real *dlogits, const real *probs, const int *targets, int v0,
                                  real dloss_scale, int BT, int Vvalid, int Vl)
 {
+  const struct vec_ops *v = VEC_FOR_REAL;
 #pragma omp parallel for
   for (int bt = 0; bt < BT; bt++) {
     const real *p = probs + (size_t)bt * Vl;
@@ -125,7 +131,10 @@ void crossentropy_shard_backward(real *dlogits, const real *probs, const int *ta
       continue;
     }
     const int t = targets[bt] - v0;
-    for (int i = 0; i < Vvalid; i++) d[i] = (p[i] - (i == t ? 1.0f : 0.0f)) * dloss_scale;
+    if (v)
+      v->ce_backward((float *)d, (const float *)p, t, (float)dloss_scale, (size_t)Vvalid);
+    else
+      for (int i = 0; i < Vvalid; i++) d[i] = (p[i] - (i == t ? 1.0f : 0.0f)) * dloss_scale;
     for (int i = Vvalid; i < Vl; i++) d[i] = 0.0f;
   }
 }

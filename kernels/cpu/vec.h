@@ -1,6 +1,6 @@
 /* The CPU kernels' vector layer: the element-wise parts of SwiGLU, AdamW, the gradient norm and
- * scale, and the softmax of cross-entropy, on fp32, in AVX2 (with FMA) or AVX-512 (F, DQ, BW,
- * VL), chosen once at run time from what the CPU supports.
+ * scale, and the softmax of cross-entropy and its backward, on fp32, in AVX2 (with FMA) or
+ * AVX-512 (F, DQ, BW, VL), chosen once at run time from what the CPU supports.
  *
  * - The kernels (pointwise.c, optim.c, loss.c) call vec_active(): NULL means the scalar path, their
  *   own C loops, which stay the reference. The float64 build (kernels/real.h) always takes the
@@ -19,8 +19,9 @@
  *   0.844 ulp, measured by tests/unit/test_kernels_vec.c), exactly 1 at 0, +inf above
  *   ln(FLT_MAX), 0 at −inf and where the result is below the smallest denormal, a denormal (or 0
  *   under flush-to-zero, as the process runs: kernels/cpu/init.c) between, NaN for NaN.
- * - adamw and scale give the bits of the scalar loops (explicit multiplies and adds, no FMA:
- *   these files are compiled with -ffp-contract=off; sqrt and division are correctly rounded).
+ * - adamw, scale and ce_backward give the bits of the scalar loops (explicit multiplies, adds
+ *   and subtracts, no FMA: these files are compiled with -ffp-contract=off; sqrt and division
+ *   are correctly rounded).
  *   sumsq and the Σ exp of cross-entropy add in another order than the scalar loops (in double,
  *   so they differ by rounding of double only); SwiGLU and the softmax differ from the scalar
  *   path through exp alone (libm's expf there).
@@ -64,6 +65,10 @@ struct vec_ops {
   double (*exp_sum)(float *out, const float *x, float shift, size_t n);
   /* out[i] = exp(x[i] − shift) · s; out may equal x. */
   void (*exp_scale)(float *out, const float *x, float shift, float s, size_t n);
+  /* Cross-entropy's backward on a row: out[i] = (p[i] − (i == target ? 1 : 0)) · s, a subtract
+   * and a multiply each, the scalar loop's bits (loss.c); a target outside [0, n) puts the 1
+   * nowhere; out may equal p. */
+  void (*ce_backward)(float *out, const float *p, ptrdiff_t target, float s, size_t n);
 };
 
 /* The chosen path's table, NULL for the scalar path. */

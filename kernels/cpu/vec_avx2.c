@@ -272,6 +272,32 @@ static void v_exp_scale(float *out, const float *x, float shift, float s, size_t
   }
 }
 
+/* vec_avx512.c's v_ce_backward in 8 lanes: the 1 in one lane of the block holding target. */
+static inline __m256 one_hot8(ptrdiff_t target, size_t i)
+{
+  const ptrdiff_t t = target - (ptrdiff_t)i;
+  if (t < 0 || t >= 8)
+    return _mm256_setzero_ps();
+  const __m256i hit = _mm256_cmpeq_epi32(_mm256_set1_epi32((int)t),
+                                         _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  return _mm256_and_ps(_mm256_castsi256_ps(hit), _mm256_set1_ps(1.0f));
+}
+
+static void v_ce_backward(float *out, const float *p, ptrdiff_t target, float s, size_t n)
+{
+  const __m256 sv = _mm256_set1_ps(s);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(p + i), one_hot8(target, i));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(d, sv));
+  }
+  if (i < n) {
+    const __m256i k = tail_mask(n - i);
+    const __m256 d = _mm256_sub_ps(_mm256_maskload_ps(p + i, k), one_hot8(target, i));
+    _mm256_maskstore_ps(out + i, k, _mm256_mul_ps(d, sv));
+  }
+}
+
 const struct vec_ops vec_ops_avx2 = {
   .name = "avx2",
   .exp = v_exp,
@@ -283,5 +309,6 @@ const struct vec_ops vec_ops_avx2 = {
   .max = v_max,
   .exp_sum = v_exp_sum,
   .exp_scale = v_exp_scale,
+  .ce_backward = v_ce_backward,
 };
 #endif

@@ -201,6 +201,21 @@ static void v_exp_scale(float *out, const float *x, float shift, float s, size_t
   }
 }
 
+/* The 1 of the one-hot goes in one lane of the block holding target; every lane subtracts (0
+ * elsewhere) and multiplies, as the scalar loop does. */
+static void v_ce_backward(float *out, const float *p, ptrdiff_t target, float s, size_t n)
+{
+  const __m512 sv = _mm512_set1_ps(s), one = _mm512_set1_ps(1.0f);
+  for (size_t i = 0; i < n; i += 16) {
+    const int full = i + 16 <= n;
+    const __mmask16 k = tail_mask(n - i);
+    const ptrdiff_t t = target - (ptrdiff_t)i;
+    const __m512 oh = t >= 0 && t < 16 ? _mm512_maskz_mov_ps((__mmask16)(1u << t), one)
+                                       : _mm512_setzero_ps();
+    STORE(out, i, k, full, _mm512_mul_ps(_mm512_sub_ps(LOAD(p, i, k, full), oh), sv));
+  }
+}
+
 const struct vec_ops vec_ops_avx512 = {
   .name = "avx512",
   .exp = v_exp,
@@ -212,5 +227,6 @@ const struct vec_ops vec_ops_avx512 = {
   .max = v_max,
   .exp_sum = v_exp_sum,
   .exp_scale = v_exp_scale,
+  .ce_backward = v_ce_backward,
 };
 #endif

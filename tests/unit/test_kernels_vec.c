@@ -522,6 +522,78 @@ static void crossentropy_paths_match_the_scalar_path(void)
          "absolute (bound 4 + 2|loss|)\n", worst_prob, worst_loss);
 }
 
+/* Cross-entropy's backward, (p − onehot) · scale, a subtract and a multiply: every path gives
+ * the scalar path's bits, full and sharded (targets before, inside and past the shard), in place
+ * too, with padding columns 0 and ignored rows (target −1) all 0. */
+static void crossentropy_backward_gives_the_scalar_bits(void)
+{
+  const int shapes[][3] = { { 1, 1, 0 }, { 3, 15, 1 }, { 2, 16, 0 }, { 4, 17, 3 }, { 5, 33, 15 },
+                            { 6, 1000, 8 }, { 3, 4099, 5 }, { 8, 512, 0 } };
+  const real scales[] = { 1, 0.37f, (real)(1.0 / 3.0) };
+  for (int si = 0; si < (int)(sizeof shapes / sizeof shapes[0]); si++) {
+    const int BT = shapes[si][0], V = shapes[si][1], Vp = V + shapes[si][2];
+    const size_t ne = (size_t)BT * Vp;
+    real *probs = buf(ne, 0, 1), *p = probs + OFFSET;
+    p[0] = 1.0f, p[ne - 1] = -0.0f; /* p − 1 exactly 0 where the target is column 0; a −0 */
+    int *targets = malloc((size_t)BT * sizeof(int));
+    for (int bt = 0; bt < BT; bt++)
+      targets[bt] = bt == 1 ? -1 : bt == 0 ? 0 : bt == 2 ? V - 1 : (int)(uniform() * V);
+    for (int sc = 0; sc < 3; sc++) {
+      /* the shards: the whole vocabulary as one, then [v0, v0 + Vl) for two splits of Vp */
+      const int v0s[] = { 0, 0, Vp / 2, Vp / 3 }, Vls[] = { Vp, Vp / 2, Vp - Vp / 2, Vp / 3 };
+      real *ref = malloc(ne * sizeof(real)), *sref[4];
+      FOR_EACH_PATH(isa) {
+        real *d = copy(probs, ne);
+        crossentropy_backward(d + OFFSET, p, targets, scales[sc], BT, V, Vp);
+        CHECK(memcmp(d, probs, OFFSET * sizeof(real)) == 0 &&
+              d[OFFSET + ne] == probs[OFFSET + ne]); /* nothing written outside */
+        real *inplace = copy(probs, ne);
+        crossentropy_backward(inplace + OFFSET, inplace + OFFSET, targets, scales[sc], BT, V, Vp);
+        CHECK_MSG(memcmp(inplace, d, (ne + OFFSET + 1) * sizeof(real)) == 0,
+                  "%s %d × %d (Vp %d): in place differs", vec_isa_name(isa), BT, V, Vp);
+        for (int bt = 0; bt < BT; bt++)
+          for (int i = 0; i < Vp; i++) {
+            const real di = d[OFFSET + (size_t)bt * Vp + i];
+            if (targets[bt] < 0 || i >= V)
+              CHECK(di == 0.0f);
+          }
+        if (isa == VEC_SCALAR)
+          memcpy(ref, d + OFFSET, ne * sizeof(real));
+        else
+          CHECK_MSG(memcmp(ref, d + OFFSET, ne * sizeof(real)) == 0,
+                    "%s %d × %d (Vp %d) scale %g: not the scalar bits", vec_isa_name(isa), BT, V,
+                    Vp, (double)scales[sc]);
+        for (int sh = 0; sh < 4; sh++) {
+          const int v0 = v0s[sh], Vl = Vls[sh];
+          const int Vvalid = V - v0 < 0 ? 0 : V - v0 > Vl ? Vl : V - v0;
+          const size_t ns = (size_t)BT * Vl;
+          real *ls = malloc((ns + 1) * sizeof(real)), *ds = malloc((ns + 1) * sizeof(real));
+          for (int bt = 0; bt < BT; bt++)
+            memcpy(ls + (size_t)bt * Vl, p + (size_t)bt * Vp + v0, (size_t)Vl * sizeof(real));
+          crossentropy_shard_backward(ds, ls, targets, v0, scales[sc], BT, Vvalid, Vl);
+          if (isa == VEC_SCALAR) {
+            sref[sh] = ds;
+            /* the whole vocabulary as one shard is the full kernel */
+            if (sh == 0)
+              CHECK(memcmp(ds, ref, ne * sizeof(real)) == 0);
+          } else {
+            CHECK_MSG(memcmp(sref[sh], ds, ns * sizeof(real)) == 0,
+                      "%s shard v0 %d Vl %d of %d × %d: not the scalar bits", vec_isa_name(isa),
+                      v0, Vl, BT, V);
+            free(ds);
+          }
+          free(ls);
+        }
+        free(d), free(inplace);
+      }
+      for (int sh = 0; sh < 4; sh++) free(sref[sh]);
+      free(ref);
+    }
+    free(probs), free(targets);
+  }
+  vec_select(VEC_SCALAR);
+}
+
 /* The float64 build computes in double on the scalar path whatever is selected. */
 static void the_float64_build_stays_scalar(void)
 {
@@ -549,4 +621,5 @@ TEST_MAIN(TEST(the_environment_chooses_the_path),
           TEST(adamw_and_scale_give_the_scalar_bits),
           TEST(sumsq_paths_agree_to_double_rounding),
           TEST(crossentropy_paths_match_the_scalar_path),
+          TEST(crossentropy_backward_gives_the_scalar_bits),
           TEST(the_float64_build_stays_scalar))
