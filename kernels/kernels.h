@@ -69,6 +69,10 @@ void rope_forward(real *out, const real *inp, const real *cos_table, const real 
                   int B, int T, int NHx, int HS);
 void rope_backward(real *dinp, const real *dout, const real *cos_table,
                    const real *sin_table, int B, int T, int NHx, int HS);
+void rope_forward_qkv(real *qkv, const real *cos_table, const real *sin_table, int B, int T, int NH,
+                      int NKV, int HS);
+void rope_backward_qkv(real *dqkv, const real *cos_table, const real *sin_table, int B, int T,
+                       int NH, int NKV, int HS);
 
 /* ---- causal self-attention with grouped KV heads ------------------------------------------ */
 size_t attention_scratch_n_elems(int B, int T, int NH, int NKV);
@@ -78,6 +82,11 @@ void attention_forward(real *out, real *probs, real *scratch, const real *q, con
 void attention_backward(real *dq, real *dk, real *dv, real *scratch, const real *dout,
                         const real *q, const real *k, const real *v, const real *probs,
                         const real *dropmask, int B, int T, int NH, int NKV, int HS);
+void attention_forward_qkv(real *out, real *probs, real *scratch, const real *qkv,
+                           const real *dropmask, int B, int T, int NH, int NKV, int HS);
+void attention_backward_qkv(real *dqkv, real *scratch, const real *dout, const real *qkv,
+                            const real *probs, const real *dropmask, int B, int T, int NH, int NKV,
+                            int HS);
 
 /* ---- SwiGLU ------------------------------------------------------------------------------- */
 void swiglu_forward(real *out, const real *gate, const real *up, size_t n_elems);

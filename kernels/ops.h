@@ -150,6 +150,13 @@ struct kernel_ops {
   /* The transposed rotation. dinp may equal dout. */
   void (*rope_backward)(void *ctx, real *dinp, const real *dout, const real *cos_table,
                         const real *sin_table, int B, int T, int NHx, int HS);
+  /* The same, in place, on the fused q|k|v product (one linear over the three weights stored
+   * one after the other): qkv (B, T, (NH + 2·NKV)·HS) rows of [q | k | v]; q's NH heads and k's
+   * NKV heads are rotated, v is left as it is. */
+  void (*rope_forward_qkv)(void *ctx, real *qkv, const real *cos_table, const real *sin_table,
+                           int B, int T, int NH, int NKV, int HS);
+  void (*rope_backward_qkv)(void *ctx, real *dqkv, const real *cos_table, const real *sin_table,
+                            int B, int T, int NH, int NKV, int HS);
 
   /* ---- causal self-attention with grouped KV heads ---- */
   /* Elements of scratch attention_forward and attention_backward need for these sizes (a size
@@ -170,6 +177,14 @@ struct kernel_ops {
                              const real *dout, const real *q, const real *k, const real *v,
                              const real *probs, const real *dropmask, int B, int T, int NH, int NKV,
                              int HS);
+  /* Both on the fused layout: q, k and v read from qkv's rows [q | k | v] (as rope_forward_qkv),
+   * dq, dk and dv written (assigned) into dqkv's rows in the same layout; out and dout as above.
+   * The same products and sums as the separate entries, so the same bits. */
+  void (*attention_forward_qkv)(void *ctx, real *out, real *probs, real *scratch, const real *qkv,
+                                const real *dropmask, int B, int T, int NH, int NKV, int HS);
+  void (*attention_backward_qkv)(void *ctx, real *dqkv, real *scratch, const real *dout,
+                                 const real *qkv, const real *probs, const real *dropmask, int B,
+                                 int T, int NH, int NKV, int HS);
 
   /* ---- SwiGLU ---- */
   /* out = silu(gate) ⊙ up, silu(x) = x · sigmoid(x). All n_elems (BT · F). */

@@ -492,21 +492,36 @@ void model_layer_dims(const struct model *m, int layer, struct model_layer_dims 
   d->Fl = y->mlp_sharded ? c->ffn_dim / tp : c->ffn_dim;
 }
 
-int model_gate_up_fused(const struct model *m, int layer)
+/* Whether parameters first .. last (kinds, one after the other in the table) of layer l lie one
+ * after the other in the flat layout as laid out (the data-parallel buckets pad at their ends)
+ * and among the bf16 copies: one product over them can read their weights, and write their
+ * gradients, as one matrix. One TP rank and ZeRO ≤ 1 only (gradients in grad_memory). */
+static int adjacent_weights(const struct model *m, int layer, enum model_param_kind first,
+                            enum model_param_kind last)
 {
   if (m->tp.size != 1 || m->zero > 1 || !m->layer_here[layer])
     return 0;
-  const struct model_param *gate = NULL, *up = NULL;
-  for (int i = 0; i < m->n_params && !(gate && up); i++) {
+  const struct model_param *prev = NULL;
+  for (int i = 0; i < m->n_params; i++) {
     const struct model_param *p = &m->params[i];
-    if (p->layer == layer && p->kind == MODEL_GATE)
-      gate = p;
-    if (p->layer == layer && p->kind == MODEL_UP)
-      up = p;
+    if (p->layer != layer || p->kind < first || p->kind > last)
+      continue;
+    if (prev && (prev->offset + prev->n_elems != p->offset ||
+                 (m->bf16 && prev->bf16_offset + prev->n_elems != p->bf16_offset)))
+      return 0;
+    prev = p;
   }
-  /* the flat layout as laid out (the data-parallel buckets pad at their ends), and the copies' */
-  return gate && up && gate->offset + gate->n_elems == up->offset &&
-         (!m->bf16 || gate->bf16_offset + gate->n_elems == up->bf16_offset);
+  return prev != NULL;
+}
+
+int model_gate_up_fused(const struct model *m, int layer)
+{
+  return adjacent_weights(m, layer, MODEL_GATE, MODEL_UP);
+}
+
+int model_qkv_fused(const struct model *m, int layer)
+{
+  return adjacent_weights(m, layer, MODEL_Q, MODEL_V);
 }
 
 int model_home_T(const struct model *m, int T)
@@ -535,6 +550,7 @@ static void layout_acts(struct model_acts *a, const struct model *m, const struc
   const size_t Vl = (size_t)c->vocab_padded / (m->tp.io.split[PLAN_MOD_HEAD] == PLAN_SPLIT_VOCAB ? m->tp.size : 1);
   const int drop = c->dropout > 0.0, lowp = m->bf16;
   int NH_max = 1, any_fused = 0;
+  size_t qkv_max = 0; /* the widest fused q|k|v row */
   size_t rec_max = 0;
   /* what this set covers: the model's, cut to the scope */
 #define IN_SCOPE(l) (m->layer_here[l] && (!sc || ((l) >= sc->first && (l) < sc->first + sc->n)))
@@ -560,9 +576,17 @@ static void layout_acts(struct model_acts *a, const struct model *m, const struc
     else
       la->ln1 = BUF(PLAN_RC_ATTN_NORM | PLAN_RC_ATTN, BTh * C);
     la->ln1_rstd = BUF(PLAN_RC_ATTN_NORM | PLAN_RC_ATTN, BTh);
-    la->q = BUF(PLAN_RC_ATTN, BT * (size_t)d.NHl * HS);
-    la->k = BUF(PLAN_RC_ATTN, BT * (size_t)d.NKVl * HS);
-    la->v = BUF(PLAN_RC_ATTN, BT * (size_t)d.NKVl * HS);
+    if (model_qkv_fused(m, l)) { /* rows of [q | k | v] */
+      const size_t Dq = (size_t)d.NHl * HS, Dkv = (size_t)d.NKVl * HS;
+      la->q = BUF(PLAN_RC_ATTN, BT * (Dq + 2 * Dkv));
+      la->k = la->q ? la->q + Dq : NULL;
+      la->v = la->q ? la->q + Dq + Dkv : NULL;
+      qkv_max = Dq + 2 * Dkv > qkv_max ? Dq + 2 * Dkv : qkv_max;
+    } else {
+      la->q = BUF(PLAN_RC_ATTN, BT * (size_t)d.NHl * HS);
+      la->k = BUF(PLAN_RC_ATTN, BT * (size_t)d.NKVl * HS);
+      la->v = BUF(PLAN_RC_ATTN, BT * (size_t)d.NKVl * HS);
+    }
     la->probs = BUF(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, a->B_max * (size_t)d.NHl * TT);
     la->probs_mask = drop ? BUF(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, a->B_max * (size_t)d.NHl * TT) : NULL;
     if (lowp) {
@@ -629,7 +653,7 @@ static void layout_acts(struct model_acts *a, const struct model *m, const struc
   a->work_c4 = carve(work, BT * C);
   a->in_r = carve(work, BT * C);
   a->in_f = carve(work, BT * C);
-  a->dq = carve(work, BT * C);
+  a->dq = carve(work, BT * (qkv_max > C ? qkv_max : C));
   a->dk = carve(work, BT * C);
   a->dv = carve(work, BT * C);
   a->dhidden = carve(work, BT * F);
@@ -644,6 +668,7 @@ static void layout_acts(struct model_acts *a, const struct model *m, const struc
   if (lowp) { /* the widest product output: a fused gate|up's is 2F */
     size_t out_max = widest > Vl ? widest : Vl;
     out_max = any_fused && 2 * F > out_max ? 2 * F : out_max;
+    out_max = qkv_max > out_max ? qkv_max : out_max;
     a->dout_b = carve_bf16(work, BT * out_max);
   }
 }

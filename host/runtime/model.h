@@ -154,6 +154,10 @@ void model_layer_dims(const struct model *m, int layer, struct model_layer_dims 
  * the kernels' swiglu_*_rows read, and backward's one product gives the sum of both input
  * gradients. */
 int model_gate_up_fused(const struct model *m, int layer);
+/* The same for q, k and v (one linear of output width (NH + 2·NKV)·HS over the three weights):
+ * the layer's q then holds rows of [q | k | v] ((B, T, (NH + 2·NKV)·HS)), k and v point into
+ * them, and the kernels' rope_*_qkv and attention_*_qkv read that layout. */
+int model_qkv_fused(const struct model *m, int layer);
 /* Tokens per sample in the home layout: T, or T / tp under sequence parallelism. */
 int model_home_T(const struct model *m, int T);
 
@@ -163,7 +167,8 @@ int model_home_T(const struct model *m, int T);
 struct model_layer_acts {
   real *ln1;                /* (B, Th, C) output of the attention norm */
   real *ln1_rstd;           /* (B, Th) */
-  real *q;                  /* (B, T, NHl, HS) after RoPE */
+  real *q;                  /* (B, T, NHl, HS) after RoPE; fused (model_qkv_fused): rows of
+                             * [q | k | v], k and v pointing into them */
   real *k;                  /* (B, T, NKVl, HS) after RoPE */
   real *v;                  /* (B, T, NKVl, HS) */
   real *probs;              /* (B, NHl, T, T) softmax before dropout */
@@ -212,7 +217,7 @@ struct model_acts {
   real *dresidual;          /* (B, Th, C) gradient of the residual stream */
   real *work_c1, *work_c2, *work_c3, *work_c4; /* (B, T, C) */
   real *in_r, *in_f;        /* (B, T, C) a norm's output brought to R and to FEAT */
-  real *dq;                 /* (B, T, C) */
+  real *dq;                 /* (B, T, C); (B, T, (NH + 2·NKV)·HS) when a layer's q|k|v is fused */
   real *dk, *dv;            /* (B, T, C) */
   real *dhidden, *dgate, *dup; /* (B, T, F); dgate (B, T, 2F) when a layer is fused: [dgate | dup] */
   real *work_f1, *work_f2;  /* (B, T, F) */

@@ -245,7 +245,11 @@ static void layer_forward_bf16(struct model *m, struct model_acts *a, int layer,
 
   if (pieces & F_ATTN_NORM)
     m->k->rmsnorm_forward_bf16(m->kctx, la->ln1_b, la->ln1_rstd, x, w->attn_norm, N, C, eps);
-  if (pieces & F_QKV) {
+  const int qkv_fused = model_qkv_fused(m, layer);
+  if ((pieces & F_QKV) && qkv_fused) {
+    lin_fwd_b(m, la->q, la->ln1_b, wb->wq, N, C, d.A + 2 * d.NKVl * HS);
+    m->k->rope_forward_qkv(m->kctx, la->q, a->rope_cos, a->rope_sin, B, T, d.NHl, d.NKVl, HS);
+  } else if (pieces & F_QKV) {
     lin_fwd_b(m, la->q, la->ln1_b, wb->wq, N, d.w_in[PLAN_MOD_Q], d.w_out[PLAN_MOD_Q]);
     lin_fwd_b(m, la->k, la->ln1_b, wb->wk, N, d.w_in[PLAN_MOD_K], d.w_out[PLAN_MOD_K]);
     lin_fwd_b(m, la->v, la->ln1_b, wb->wv, N, d.w_in[PLAN_MOD_V], d.w_out[PLAN_MOD_V]);
@@ -256,8 +260,12 @@ static void layer_forward_bf16(struct model *m, struct model_acts *a, int layer,
     if (drop)
       draw_masks(m, la->probs_mask, (size_t)d.NHl * T * T, 0, dropout, B, layer, MODEL_DROP_ATTN_PROBS);
     /* the attention computes in fp32 into the workspace; o_proj's input is rounded once from it */
-    m->k->attention_forward(m->kctx, a->work_c1, la->probs, a->attn_scratch, la->q, la->k, la->v,
-                            drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
+    if (qkv_fused)
+      m->k->attention_forward_qkv(m->kctx, a->work_c1, la->probs, a->attn_scratch, la->q,
+                                  drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
+    else
+      m->k->attention_forward(m->kctx, a->work_c1, la->probs, a->attn_scratch, la->q, la->k, la->v,
+                              drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
     m->k->round_bf16(m->kctx, la->o_in_b, a->work_c1, (size_t)N * d.A);
   }
   if (pieces & F_ATTN_OUT) {
@@ -319,7 +327,12 @@ static void layer_forward_pieces(struct model *m, struct model_acts *a, int laye
   /* attention */
   if (pieces & F_ATTN_NORM)
     m->k->rmsnorm_forward(m->kctx, la->ln1, la->ln1_rstd, x, w->attn_norm, Nh, C, eps);
-  if (pieces & F_QKV) {
+  const int qkv_fused = model_qkv_fused(m, layer);
+  if ((pieces & F_QKV) && qkv_fused) { /* one product over [q; k; v], RoPE on its rows */
+    norm_inputs(m, a, y, la->ln1, PLAN_MOD_Q, PLAN_MOD_V, in);
+    m->k->linear_forward(m->kctx, la->q, in[PLAN_MOD_Q], w->wq, N, C, d.A + 2 * d.NKVl * HS);
+    m->k->rope_forward_qkv(m->kctx, la->q, a->rope_cos, a->rope_sin, B, T, d.NHl, d.NKVl, HS);
+  } else if (pieces & F_QKV) {
     norm_inputs(m, a, y, la->ln1, PLAN_MOD_Q, PLAN_MOD_V, in);
     real *raw[3] = { a->work_c1, a->work_c2, a->work_c3 }, *att[3] = { la->q, la->k, la->v };
     const real *wqkv[3] = { w->wq, w->wk, w->wv };
@@ -350,8 +363,12 @@ static void layer_forward_pieces(struct model *m, struct model_acts *a, int laye
       draw_masks(m, la->probs_mask, (size_t)d.NHl * T * T,
                  (uint64_t)(y->attn_sharded ? m->tp.rank * d.NHl : 0) * T * T, dropout, B, layer,
                  MODEL_DROP_ATTN_PROBS);
-    m->k->attention_forward(m->kctx, la->atty, la->probs, a->attn_scratch, la->q, la->k, la->v,
-                            drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
+    if (qkv_fused)
+      m->k->attention_forward_qkv(m->kctx, la->atty, la->probs, a->attn_scratch, la->q,
+                                  drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
+    else
+      m->k->attention_forward(m->kctx, la->atty, la->probs, a->attn_scratch, la->q, la->k, la->v,
+                              drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
     tp_convert(&m->tp, a->pack, la->o_in, la->atty, A, tp_split_input(s[PLAN_MOD_O]), B, T, C, a->work_c4);
   }
   if (pieces & F_ATTN_OUT) {
@@ -482,19 +499,28 @@ static void layer_backward_bf16(struct model *m, struct model_acts *a, int layer
     m->k->dropout_backward(m->kctx, dh, dres, la->attn_mask, n_home);
   }
   lin_bwd_b(m, a, a->work_c3, g->wo, dh, la->o_in_b, wb->wo, N, d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
-  m->k->attention_backward(m->kctx, a->dq, a->dk, a->dv, a->attn_scratch, a->work_c3, la->q, la->k,
-                           la->v, la->probs, drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
-  m->k->rope_backward(m->kctx, a->dq, a->dq, a->rope_cos, a->rope_sin, B, T, d.NHl, HS);
-  m->k->rope_backward(m->kctx, a->dk, a->dk, a->rope_cos, a->rope_sin, B, T, d.NKVl, HS);
-  real *datt_in[3] = { a->dq, a->dk, a->dv }, *wg[3] = { g->wq, g->wk, g->wv };
-  const bf16 *wt[3] = { wb->wq, wb->wk, wb->wv };
-  for (int j = 0; j < 3; j++) {
-    dins[PLAN_MOD_Q + j] = datt_in[j];
-    /* the output gradient is rounded (lin_bwd_b) before the input gradient overwrites it */
-    lin_bwd_b(m, a, datt_in[j], wg[j], datt_in[j], la->ln1_b, wt[j], N, d.w_in[PLAN_MOD_Q + j],
-              d.w_out[PLAN_MOD_Q + j]);
+  if (model_qkv_fused(m, layer)) { /* [dq | dk | dv] rows into dq, one product: both gradients */
+    m->k->attention_backward_qkv(m->kctx, a->dq, a->attn_scratch, a->work_c3, la->q, la->probs,
+                                 drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
+    m->k->rope_backward_qkv(m->kctx, a->dq, a->rope_cos, a->rope_sin, B, T, d.NHl, d.NKVl, HS);
+    dins[PLAN_MOD_Q] = a->dk;
+    lin_bwd_b(m, a, a->dk, g->wq, a->dq, la->ln1_b, wb->wq, N, C, d.A + 2 * d.NKVl * HS);
+    norm_input_grads(m, a, y, dins, PLAN_MOD_Q, PLAN_MOD_Q, a->work_c1, a->work_c2);
+  } else {
+    m->k->attention_backward(m->kctx, a->dq, a->dk, a->dv, a->attn_scratch, a->work_c3, la->q, la->k,
+                             la->v, la->probs, drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
+    m->k->rope_backward(m->kctx, a->dq, a->dq, a->rope_cos, a->rope_sin, B, T, d.NHl, HS);
+    m->k->rope_backward(m->kctx, a->dk, a->dk, a->rope_cos, a->rope_sin, B, T, d.NKVl, HS);
+    real *datt_in[3] = { a->dq, a->dk, a->dv }, *wg[3] = { g->wq, g->wk, g->wv };
+    const bf16 *wt[3] = { wb->wq, wb->wk, wb->wv };
+    for (int j = 0; j < 3; j++) {
+      dins[PLAN_MOD_Q + j] = datt_in[j];
+      /* the output gradient is rounded (lin_bwd_b) before the input gradient overwrites it */
+      lin_bwd_b(m, a, datt_in[j], wg[j], datt_in[j], la->ln1_b, wt[j], N, d.w_in[PLAN_MOD_Q + j],
+                d.w_out[PLAN_MOD_Q + j]);
+    }
+    norm_input_grads(m, a, y, dins, PLAN_MOD_Q, PLAN_MOD_V, a->work_c1, a->work_c2);
   }
-  norm_input_grads(m, a, y, dins, PLAN_MOD_Q, PLAN_MOD_V, a->work_c1, a->work_c2);
   m->k->rmsnorm_backward(m->kctx, a->work_c1, g->attn_norm, a->work_c1, x, w->attn_norm,
                          la->ln1_rstd, N, C);
   m->k->residual_forward(m->kctx, dres, dres, a->work_c1, n_home);
@@ -584,30 +610,42 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
                         d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
   real *datt = att_direct ? a->work_c3
               : tp_convert(&m->tp, a->pack, a->work_c3, a->dq, arrival, A, B, T, C, NULL);
-  m->k->attention_backward(m->kctx, a->dq, a->dk, a->dv, a->attn_scratch, datt, la->q, la->k, la->v,
-                           la->probs, drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
-  m->k->rope_backward(m->kctx, a->dq, a->dq, a->rope_cos, a->rope_sin, B, T, d.NHl, HS);
-  m->k->rope_backward(m->kctx, a->dk, a->dk, a->rope_cos, a->rope_sin, B, T, d.NKVl, HS);
-  real *datt_in[3] = { a->dq, a->dk, a->dv }, *dqkv[3] = { a->work_c1, a->work_c2, a->work_c3 };
-  for (int j = 0; j < 3; j++) {
-    enum tp_layout have = j == 0 ? A : y->kv, to = tp_dual(tp_split_output(s[PLAN_MOD_Q + j]));
-    int X = j == 0 ? C : KVD;
-    if (have == TP_KV) {
-      tp_expand_kv_backward(&m->tp, &m->config, dqkv[j], datt_in[j], N, d.NHl);
-      tp_convert(&m->tp, a->pack, dqkv[j], dqkv[j], TP_P, to, B, T, X, NULL);
-    } else {
-      tp_convert(&m->tp, a->pack, dqkv[j], datt_in[j], have, to, B, T, X, NULL);
+  if (model_qkv_fused(m, layer)) { /* [dq | dk | dv] rows into dq, one product: both gradients */
+    m->k->attention_backward_qkv(m->kctx, a->dq, a->attn_scratch, datt, la->q, la->probs,
+                                 drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
+    m->k->rope_backward_qkv(m->kctx, a->dq, a->rope_cos, a->rope_sin, B, T, d.NHl, d.NKVl, HS);
+    norm_inputs(m, a, y, la->ln1, PLAN_MOD_Q, PLAN_MOD_V, in);
+    dins[PLAN_MOD_Q] = a->dk;
+    m->k->linear_backward(m->kctx, a->dk, g->wq, a->dq, in[PLAN_MOD_Q], w->wq, N, C,
+                          d.A + 2 * d.NKVl * HS);
+    norm_input_grads(m, a, y, dins, PLAN_MOD_Q, PLAN_MOD_Q, a->work_c1, a->work_c2);
+  } else {
+    m->k->attention_backward(m->kctx, a->dq, a->dk, a->dv, a->attn_scratch, datt, la->q, la->k,
+                             la->v, la->probs, drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl,
+                             HS);
+    m->k->rope_backward(m->kctx, a->dq, a->dq, a->rope_cos, a->rope_sin, B, T, d.NHl, HS);
+    m->k->rope_backward(m->kctx, a->dk, a->dk, a->rope_cos, a->rope_sin, B, T, d.NKVl, HS);
+    real *datt_in[3] = { a->dq, a->dk, a->dv }, *dqkv[3] = { a->work_c1, a->work_c2, a->work_c3 };
+    for (int j = 0; j < 3; j++) {
+      enum tp_layout have = j == 0 ? A : y->kv, to = tp_dual(tp_split_output(s[PLAN_MOD_Q + j]));
+      int X = j == 0 ? C : KVD;
+      if (have == TP_KV) {
+        tp_expand_kv_backward(&m->tp, &m->config, dqkv[j], datt_in[j], N, d.NHl);
+        tp_convert(&m->tp, a->pack, dqkv[j], dqkv[j], TP_P, to, B, T, X, NULL);
+      } else {
+        tp_convert(&m->tp, a->pack, dqkv[j], datt_in[j], have, to, B, T, X, NULL);
+      }
     }
+    norm_inputs(m, a, y, la->ln1, PLAN_MOD_Q, PLAN_MOD_V, in);
+    real *wg[3] = { g->wq, g->wk, g->wv };
+    const real *wt[3] = { w->wq, w->wk, w->wv };
+    for (int j = 0; j < 3; j++) {
+      dins[PLAN_MOD_Q + j] = datt_in[j];
+      m->k->linear_backward(m->kctx, datt_in[j], wg[j], dqkv[j], in[PLAN_MOD_Q + j], wt[j], N,
+                            d.w_in[PLAN_MOD_Q + j], d.w_out[PLAN_MOD_Q + j]);
+    }
+    norm_input_grads(m, a, y, dins, PLAN_MOD_Q, PLAN_MOD_V, a->work_c1, a->work_c2);
   }
-  norm_inputs(m, a, y, la->ln1, PLAN_MOD_Q, PLAN_MOD_V, in);
-  real *wg[3] = { g->wq, g->wk, g->wv };
-  const real *wt[3] = { w->wq, w->wk, w->wv };
-  for (int j = 0; j < 3; j++) {
-    dins[PLAN_MOD_Q + j] = datt_in[j];
-    m->k->linear_backward(m->kctx, datt_in[j], wg[j], dqkv[j], in[PLAN_MOD_Q + j], wt[j], N,
-                          d.w_in[PLAN_MOD_Q + j], d.w_out[PLAN_MOD_Q + j]);
-  }
-  norm_input_grads(m, a, y, dins, PLAN_MOD_Q, PLAN_MOD_V, a->work_c1, a->work_c2);
   m->k->rmsnorm_backward(m->kctx, a->work_c1, sp ? a->gains : g->attn_norm, a->work_c1, x,
                          w->attn_norm, la->ln1_rstd, Nh, C);
   m->k->residual_forward(m->kctx, dres, dres, a->work_c1, n_home);

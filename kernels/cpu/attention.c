@@ -43,18 +43,20 @@ void rope_table(real *cos_table, real *sin_table, int T, int HS, double theta, i
   }
 }
 
-/* sign = +1 rotates by the angle (forward), −1 by its negative (backward: the transpose). */
-static void rope_rotate(real *out, const real *inp, const real *cos_tab, const real *sin_tab,
+/* sign = +1 rotates by the angle (forward), −1 by its negative (backward: the transpose).
+ * Token rows are ld elements apart in inp and in out (NHx · HS when packed). */
+static void rope_rotate(real *out, const real *inp, size_t ld, const real *cos_tab, const real *sin_tab,
                         int B, int T, int NHx, int HS, real sign)
 {
   int half = HS / 2;
   long n_rows = (long)B * T * NHx;
 #pragma omp parallel for
   for (long row = 0; row < n_rows; row++) {
-    int t = (int)((row / NHx) % T);
-    const real *x = inp + (size_t)row * HS, *c = cos_tab + (size_t)t * half;
+    const size_t token = (size_t)(row / NHx), at = token * ld + (size_t)(row % NHx) * HS;
+    int t = (int)(token % (size_t)T);
+    const real *x = inp + at, *c = cos_tab + (size_t)t * half;
     const real *s = sin_tab + (size_t)t * half;
-    real *y = out + (size_t)row * HS;
+    real *y = out + at;
     for (int i = 0; i < half; i++) {
       real x1 = x[i], x2 = x[i + half], si = sign * s[i];
       y[i] = x1 * c[i] - x2 * si;
@@ -66,13 +68,31 @@ static void rope_rotate(real *out, const real *inp, const real *cos_tab, const r
 void rope_forward(real *out, const real *inp, const real *cos_table, const real *sin_table,
                   int B, int T, int NHx, int HS)
 {
-  rope_rotate(out, inp, cos_table, sin_table, B, T, NHx, HS, 1.0f);
+  rope_rotate(out, inp, (size_t)NHx * HS, cos_table, sin_table, B, T, NHx, HS, 1.0f);
 }
 
 void rope_backward(real *dinp, const real *dout, const real *cos_table,
                    const real *sin_table, int B, int T, int NHx, int HS)
 {
-  rope_rotate(dinp, dout, cos_table, sin_table, B, T, NHx, HS, -1.0f);
+  rope_rotate(dinp, dout, (size_t)NHx * HS, cos_table, sin_table, B, T, NHx, HS, -1.0f);
+}
+
+/* The fused q|k|v product's rows [q | k | v] ((NH + 2 NKV) · HS each): q and k rotated in place. */
+void rope_forward_qkv(real *qkv, const real *cos_table, const real *sin_table, int B, int T, int NH,
+                      int NKV, int HS)
+{
+  const size_t ld = (size_t)(NH + 2 * NKV) * HS;
+  rope_rotate(qkv, qkv, ld, cos_table, sin_table, B, T, NH, HS, 1.0f);
+  rope_rotate(qkv + (size_t)NH * HS, qkv + (size_t)NH * HS, ld, cos_table, sin_table, B, T, NKV, HS, 1.0f);
+}
+
+void rope_backward_qkv(real *dqkv, const real *cos_table, const real *sin_table, int B, int T,
+                       int NH, int NKV, int HS)
+{
+  const size_t ld = (size_t)(NH + 2 * NKV) * HS;
+  rope_rotate(dqkv, dqkv, ld, cos_table, sin_table, B, T, NH, HS, -1.0f);
+  rope_rotate(dqkv + (size_t)NH * HS, dqkv + (size_t)NH * HS, ld, cos_table, sin_table, B, T, NKV, HS,
+              -1.0f);
 }
 
 size_t attention_scratch_n_elems(int B, int T, int NH, int NKV)
@@ -126,11 +146,13 @@ static void dropped_block(real *A, const real *P, const real *M, int T, int r0, 
   }
 }
 
-void attention_forward(real *out, real *probs, real *scratch, const real *q, const real *k,
-                       const real *v, const real *dropmask, int B, int T, int NH, int NKV,
-                       int HS)
+/* q's token rows ldq apart, k's and v's ldkv apart (packed: NH · HS and NKV · HS; the fused
+ * q|k|v product's rows: both (NH + 2 NKV) · HS); out packed (NH · HS). */
+static void forward_ld(real *out, real *probs, real *scratch, const real *q, const real *k,
+                       const real *v, int ldq, int ldkv, const real *dropmask, int B, int T,
+                       int NH, int NKV, int HS)
 {
-  const int group = NH / NKV, ldq = NH * HS, ldkv = NKV * HS;
+  const int group = NH / NKV, ldo = NH * HS;
   const real scale = 1.0f / real_sqrt((real)HS);
   const size_t TT = (size_t)T * T;
   const struct vec_ops *vrows = VEC_FOR_REAL;
@@ -141,7 +163,7 @@ void attention_forward(real *out, real *probs, real *scratch, const real *q, con
     const real *qb = q + (size_t)b * T * ldq + (size_t)h * HS;
     const real *kb = k + (size_t)b * T * ldkv + (size_t)kvh * HS;
     const real *vb = v + (size_t)b * T * ldkv + (size_t)kvh * HS;
-    real *ob = out + (size_t)b * T * ldq + (size_t)h * HS;
+    real *ob = out + (size_t)b * T * ldo + (size_t)h * HS;
     real *P = probs + (size_t)task * TT;
     const real *M = dropmask ? dropmask + (size_t)task * TT : NULL;
     real *dropped = M ? scratch + (size_t)task * TT : NULL; /* one block: ≤ BLOCK · T */
@@ -176,17 +198,34 @@ void attention_forward(real *out, real *probs, real *scratch, const real *q, con
         lda = r1;
       }
       real_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, HS, r1,
-                1.0f, A, lda, vb, ldkv, 0.0f, ob + (size_t)r0 * ldq, ldq);
+                1.0f, A, lda, vb, ldkv, 0.0f, ob + (size_t)r0 * ldo, ldo);
     }
   }
   tasks_parallel_end(parallel, blas_threads);
 }
 
-void attention_backward(real *dq, real *dk, real *dv, real *scratch, const real *dout,
-                        const real *q, const real *k, const real *v, const real *probs,
-                        const real *dropmask, int B, int T, int NH, int NKV, int HS)
+void attention_forward(real *out, real *probs, real *scratch, const real *q, const real *k,
+                       const real *v, const real *dropmask, int B, int T, int NH, int NKV,
+                       int HS)
 {
-  const int group = NH / NKV, ldq = NH * HS, ldkv = NKV * HS;
+  forward_ld(out, probs, scratch, q, k, v, NH * HS, NKV * HS, dropmask, B, T, NH, NKV, HS);
+}
+
+void attention_forward_qkv(real *out, real *probs, real *scratch, const real *qkv,
+                           const real *dropmask, int B, int T, int NH, int NKV, int HS)
+{
+  const int ld = (NH + 2 * NKV) * HS;
+  forward_ld(out, probs, scratch, qkv, qkv + (size_t)NH * HS, qkv + (size_t)(NH + NKV) * HS, ld, ld,
+             dropmask, B, T, NH, NKV, HS);
+}
+
+/* As forward_ld: q and dq rows ldq apart, k, v, dk and dv ldkv apart; dout packed. */
+static void backward_ld(real *dq, real *dk, real *dv, real *scratch, const real *dout,
+                        const real *q, const real *k, const real *v, int ldq, int ldkv,
+                        const real *probs, const real *dropmask, int B, int T, int NH, int NKV,
+                        int HS)
+{
+  const int group = NH / NKV, ldo = NH * HS;
   const real scale = 1.0f / real_sqrt((real)HS);
   const size_t TT = (size_t)T * T;
   const int last_r0 = T > 0 ? (T - 1) / ATTENTION_BLOCK * ATTENTION_BLOCK : 0;
@@ -203,7 +242,7 @@ void attention_backward(real *dq, real *dk, real *dv, real *scratch, const real 
       const real *P = probs + ((size_t)b * NH + h) * TT;
       const real *M = dropmask ? dropmask + ((size_t)b * NH + h) * TT : NULL;
       const real *qb = q + (size_t)b * T * ldq + (size_t)h * HS;
-      const real *dob = dout + (size_t)b * T * ldq + (size_t)h * HS;
+      const real *dob = dout + (size_t)b * T * ldo + (size_t)h * HS;
       real *dqb = dq + (size_t)b * T * ldq + (size_t)h * HS;
       /* The last block first: it reaches every key, so the group's first head assigns dk and
        * dv there (beta 0) and every later product adds into them. */
@@ -219,9 +258,9 @@ void attention_backward(real *dq, real *dk, real *dv, real *scratch, const real 
         }
         /* out = A·v: dv[0:r1] += Aᵀ·dout, dA = dout·vᵀ (into dS, leading dimension r1). */
         real_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, m,
-                  1.0f, A, lda, dob + (size_t)r0 * ldq, ldq, beta, dvb, ldkv);
+                  1.0f, A, lda, dob + (size_t)r0 * ldo, ldo, beta, dvb, ldkv);
         real_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, HS,
-                  1.0f, dob + (size_t)r0 * ldq, ldq, vb, ldkv, 0.0f, dS, r1);
+                  1.0f, dob + (size_t)r0 * ldo, ldo, vb, ldkv, 0.0f, dS, r1);
         /* dP = dA ⊙ M; softmax backward dS = P ⊙ (dP − Σ_j P_j dP_j), 0 above the diagonal. */
         for (int t = r0; t < r1; t++) {
           real *row = dS + (size_t)(t - r0) * r1;
@@ -242,4 +281,22 @@ void attention_backward(real *dq, real *dk, real *dv, real *scratch, const real 
     }
   }
   tasks_parallel_end(parallel, blas_threads);
+}
+
+void attention_backward(real *dq, real *dk, real *dv, real *scratch, const real *dout,
+                        const real *q, const real *k, const real *v, const real *probs,
+                        const real *dropmask, int B, int T, int NH, int NKV, int HS)
+{
+  backward_ld(dq, dk, dv, scratch, dout, q, k, v, NH * HS, NKV * HS, probs, dropmask, B, T, NH, NKV,
+              HS);
+}
+
+void attention_backward_qkv(real *dqkv, real *scratch, const real *dout, const real *qkv,
+                            const real *probs, const real *dropmask, int B, int T, int NH, int NKV,
+                            int HS)
+{
+  const int ld = (NH + 2 * NKV) * HS;
+  const size_t k0 = (size_t)NH * HS, v0 = (size_t)(NH + NKV) * HS;
+  backward_ld(dqkv, dqkv + k0, dqkv + v0, scratch, dout, qkv, qkv + k0, qkv + v0, ld, ld, probs,
+              dropmask, B, T, NH, NKV, HS);
 }

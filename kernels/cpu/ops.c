@@ -139,6 +139,36 @@ static void cpu_rope_backward(void *ctx, real *dinp, const real *dout, const rea
   rope_backward(dinp, dout, cos_table, sin_table, B, T, NHx, HS);
 }
 
+static void cpu_rope_forward_qkv(void *ctx, real *qkv, const real *cos_table, const real *sin_table,
+                                 int B, int T, int NH, int NKV, int HS)
+{
+  (void)ctx;
+  rope_forward_qkv(qkv, cos_table, sin_table, B, T, NH, NKV, HS);
+}
+
+static void cpu_rope_backward_qkv(void *ctx, real *dqkv, const real *cos_table,
+                                  const real *sin_table, int B, int T, int NH, int NKV, int HS)
+{
+  (void)ctx;
+  rope_backward_qkv(dqkv, cos_table, sin_table, B, T, NH, NKV, HS);
+}
+
+static void cpu_attention_forward_qkv(void *ctx, real *out, real *probs, real *scratch,
+                                      const real *qkv, const real *dropmask, int B, int T, int NH,
+                                      int NKV, int HS)
+{
+  (void)ctx;
+  attention_forward_qkv(out, probs, scratch, qkv, dropmask, B, T, NH, NKV, HS);
+}
+
+static void cpu_attention_backward_qkv(void *ctx, real *dqkv, real *scratch, const real *dout,
+                                       const real *qkv, const real *probs, const real *dropmask,
+                                       int B, int T, int NH, int NKV, int HS)
+{
+  (void)ctx;
+  attention_backward_qkv(dqkv, scratch, dout, qkv, probs, dropmask, B, T, NH, NKV, HS);
+}
+
 static size_t cpu_attention_scratch_n_elems(void *ctx, int B, int T, int NH, int NKV)
 {
   (void)ctx;
@@ -364,9 +394,13 @@ const struct kernel_ops kernel_ops_cpu = {
   .rope_table = cpu_rope_table,
   .rope_forward = cpu_rope_forward,
   .rope_backward = cpu_rope_backward,
+  .rope_forward_qkv = cpu_rope_forward_qkv,
+  .rope_backward_qkv = cpu_rope_backward_qkv,
   .attention_scratch_n_elems = cpu_attention_scratch_n_elems,
   .attention_forward = cpu_attention_forward,
   .attention_backward = cpu_attention_backward,
+  .attention_forward_qkv = cpu_attention_forward_qkv,
+  .attention_backward_qkv = cpu_attention_backward_qkv,
   .swiglu_forward = cpu_swiglu_forward,
   .swiglu_backward = cpu_swiglu_backward,
   .swiglu_forward_rows = cpu_swiglu_forward_rows,

@@ -225,7 +225,64 @@ static void one_head_odd_head_size_matches_full_square_reference(void)
          seen_units[4]);
 }
 
-TEST_MAIN(TEST(multi_head_matches_full_square_reference),
+/* The fused q|k|v layout (rows of [q | k | v], kernels/ops.h attention_*_qkv, rope_*_qkv) gives
+ * the separate buffers' results bit for bit: the same products on the same numbers, read through
+ * another row stride. */
+static void fused_qkv_layout_gives_the_separate_bits(void)
+{
+  static const int cases[][5] = { { 2, 33, 4, 2, 8 }, { 1, 130, 4, 4, 16 }, { 3, 7, 6, 1, 4 } };
+  uint32_t st = 99;
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+    for (int use_mask = 0; use_mask < 2; use_mask++) {
+      const int B = cases[ci][0], T = cases[ci][1], NH = cases[ci][2], NKV = cases[ci][3], HS = cases[ci][4];
+      const size_t N = (size_t)B * T, Dq = (size_t)NH * HS, Dkv = (size_t)NKV * HS, D = Dq + 2 * Dkv;
+      const size_t TT = (size_t)B * NH * T * T;
+      real *q = rand_buf(N * Dq, 1, &st), *k = rand_buf(N * Dkv, 1, &st), *v = rand_buf(N * Dkv, 1, &st);
+      real *dout = rand_buf(N * Dq, 1, &st), *qkv = malloc(N * D * sizeof(real));
+      real *cosT = malloc((size_t)T * HS / 2 * sizeof(real)), *sinT = malloc((size_t)T * HS / 2 * sizeof(real));
+      rope_table(cosT, sinT, T, HS, 10000.0, 0);
+      for (size_t t = 0; t < N; t++) {
+        memcpy(qkv + t * D, q + t * Dq, Dq * sizeof(real));
+        memcpy(qkv + t * D + Dq, k + t * Dkv, Dkv * sizeof(real));
+        memcpy(qkv + t * D + Dq + Dkv, v + t * Dkv, Dkv * sizeof(real));
+      }
+      real *mask = NULL;
+      if (use_mask) {
+        mask = malloc(TT * sizeof(real));
+        dropout_mask(mask, TT, 0.2f, 7, 1, 2, 3, 0);
+      }
+      const size_t ns = attention_scratch_n_elems(B, T, NH, NKV);
+      real *scratch = malloc(ns * sizeof(real)), *out1 = malloc(N * Dq * sizeof(real));
+      real *out2 = malloc(N * Dq * sizeof(real)), *p1 = malloc(TT * sizeof(real)), *p2 = malloc(TT * sizeof(real));
+      real *dq = malloc(N * Dq * sizeof(real)), *dk = malloc(N * Dkv * sizeof(real));
+      real *dv = malloc(N * Dkv * sizeof(real)), *dqkv = malloc(N * D * sizeof(real));
+      rope_forward(q, q, cosT, sinT, B, T, NH, HS);
+      rope_forward(k, k, cosT, sinT, B, T, NKV, HS);
+      rope_forward_qkv(qkv, cosT, sinT, B, T, NH, NKV, HS);
+      attention_forward(out1, p1, scratch, q, k, v, mask, B, T, NH, NKV, HS);
+      attention_forward_qkv(out2, p2, scratch, qkv, mask, B, T, NH, NKV, HS);
+      CHECK(memcmp(out1, out2, N * Dq * sizeof(real)) == 0 && memcmp(p1, p2, TT * sizeof(real)) == 0);
+      attention_backward(dq, dk, dv, scratch, dout, q, k, v, p1, mask, B, T, NH, NKV, HS);
+      rope_backward(dq, dq, cosT, sinT, B, T, NH, HS);
+      rope_backward(dk, dk, cosT, sinT, B, T, NKV, HS);
+      attention_backward_qkv(dqkv, scratch, dout, qkv, p2, mask, B, T, NH, NKV, HS);
+      rope_backward_qkv(dqkv, cosT, sinT, B, T, NH, NKV, HS);
+      int same = 1;
+      for (size_t t = 0; t < N; t++)
+        same &= !memcmp(qkv + t * D, q + t * Dq, Dq * sizeof(real)) &&
+                !memcmp(qkv + t * D + Dq, k + t * Dkv, Dkv * sizeof(real)) &&
+                !memcmp(dqkv + t * D, dq + t * Dq, Dq * sizeof(real)) &&
+                !memcmp(dqkv + t * D + Dq, dk + t * Dkv, Dkv * sizeof(real)) &&
+                !memcmp(dqkv + t * D + Dq + Dkv, dv + t * Dkv, Dkv * sizeof(real));
+      CHECK_MSG(same, "B %d T %d NH %d NKV %d HS %d mask %d: the fused layout differs", B, T, NH, NKV, HS,
+                use_mask);
+      free(q), free(k), free(v), free(dout), free(qkv), free(cosT), free(sinT), free(mask), free(scratch);
+      free(out1), free(out2), free(p1), free(p2), free(dq), free(dk), free(dv), free(dqkv);
+    }
+}
+
+TEST_MAIN(TEST(fused_qkv_layout_gives_the_separate_bits),
+          TEST(multi_head_matches_full_square_reference),
           TEST(grouped_heads_match_full_square_reference),
           TEST(multi_query_matches_full_square_reference),
           TEST(one_head_odd_head_size_matches_full_square_reference))

@@ -80,9 +80,13 @@ enum entry {
   E_ROPE_TABLE,
   E_ROPE_FORWARD,
   E_ROPE_BACKWARD,
+  E_ROPE_FORWARD_QKV,
+  E_ROPE_BACKWARD_QKV,
   E_ATTENTION_SCRATCH_N_ELEMS,
   E_ATTENTION_FORWARD,
   E_ATTENTION_BACKWARD,
+  E_ATTENTION_FORWARD_QKV,
+  E_ATTENTION_BACKWARD_QKV,
   E_SWIGLU_FORWARD,
   E_SWIGLU_BACKWARD,
   E_SWIGLU_FORWARD_ROWS,
@@ -110,8 +114,8 @@ static const char *const entry_names[N_ENTRIES] = {
   "linear_backward_bf16", "rmsnorm_forward_bf16", "swiglu_forward_bf16", "swiglu_forward_rows_bf16",
   "adamw_update_bf16",
   "rope_table",
-  "rope_forward", "rope_backward", "attention_scratch_n_elems", "attention_forward",
-  "attention_backward", "swiglu_forward", "swiglu_backward", "swiglu_forward_rows", "swiglu_backward_rows", "dropout_mask", "dropout_forward",
+  "rope_forward", "rope_backward", "rope_forward_qkv", "rope_backward_qkv", "attention_scratch_n_elems",
+  "attention_forward", "attention_backward", "attention_forward_qkv", "attention_backward_qkv", "swiglu_forward", "swiglu_backward", "swiglu_forward_rows", "swiglu_backward_rows", "dropout_mask", "dropout_forward",
   "dropout_backward", "residual_forward", "crossentropy_forward", "crossentropy_backward",
   "crossentropy_shard_max", "crossentropy_shard_sums", "crossentropy_shard_finish",
   "crossentropy_shard_backward", "adamw_update", "sumsq", "scale_inplace",
@@ -588,6 +592,57 @@ static void untouchable_adamw_update_bf16(void *ctx, real *param, bf16 *param_bf
   leave(a);
 }
 
+static void untouchable_rope_forward_qkv(void *ctx, real *qkv, const real *cos_table,
+                                         const real *sin_table, int B, int T, int NH, int NKV, int HS)
+{
+  struct arena *a = enter(ctx, E_ROPE_FORWARD_QKV);
+  dev(a, E_ROPE_FORWARD_QKV, qkv), dev(a, E_ROPE_FORWARD_QKV, cos_table);
+  dev(a, E_ROPE_FORWARD_QKV, sin_table);
+  a->inner->rope_forward_qkv(NULL, qkv, cos_table, sin_table, B, T, NH, NKV, HS);
+  leave(a);
+}
+
+static void untouchable_rope_backward_qkv(void *ctx, real *dqkv, const real *cos_table,
+                                          const real *sin_table, int B, int T, int NH, int NKV,
+                                          int HS)
+{
+  struct arena *a = enter(ctx, E_ROPE_BACKWARD_QKV);
+  dev(a, E_ROPE_BACKWARD_QKV, dqkv), dev(a, E_ROPE_BACKWARD_QKV, cos_table);
+  dev(a, E_ROPE_BACKWARD_QKV, sin_table);
+  a->inner->rope_backward_qkv(NULL, dqkv, cos_table, sin_table, B, T, NH, NKV, HS);
+  leave(a);
+}
+
+static void untouchable_attention_forward_qkv(void *ctx, real *out, real *probs, real *scratch,
+                                              const real *qkv, const real *dropmask, int B, int T,
+                                              int NH, int NKV, int HS)
+{
+  struct arena *a = enter(ctx, E_ATTENTION_FORWARD_QKV);
+  dev(a, E_ATTENTION_FORWARD_QKV, out), dev(a, E_ATTENTION_FORWARD_QKV, probs);
+  dev(a, E_ATTENTION_FORWARD_QKV, qkv);
+  if (scratch)
+    dev(a, E_ATTENTION_FORWARD_QKV, scratch);
+  if (dropmask)
+    dev(a, E_ATTENTION_FORWARD_QKV, dropmask);
+  a->inner->attention_forward_qkv(NULL, out, probs, scratch, qkv, dropmask, B, T, NH, NKV, HS);
+  leave(a);
+}
+
+static void untouchable_attention_backward_qkv(void *ctx, real *dqkv, real *scratch,
+                                               const real *dout, const real *qkv,
+                                               const real *probs, const real *dropmask, int B,
+                                               int T, int NH, int NKV, int HS)
+{
+  struct arena *a = enter(ctx, E_ATTENTION_BACKWARD_QKV);
+  dev(a, E_ATTENTION_BACKWARD_QKV, dqkv), dev(a, E_ATTENTION_BACKWARD_QKV, scratch);
+  dev(a, E_ATTENTION_BACKWARD_QKV, dout), dev(a, E_ATTENTION_BACKWARD_QKV, qkv);
+  dev(a, E_ATTENTION_BACKWARD_QKV, probs);
+  if (dropmask)
+    dev(a, E_ATTENTION_BACKWARD_QKV, dropmask);
+  a->inner->attention_backward_qkv(NULL, dqkv, scratch, dout, qkv, probs, dropmask, B, T, NH, NKV, HS);
+  leave(a);
+}
+
 static void untouchable_rope_table(void *ctx, real *cos_table, real *sin_table, int T, int HS,
                                    double theta, int pos0)
 {
@@ -838,9 +893,13 @@ static const struct kernel_ops untouchable_ops = {
   .rope_table = untouchable_rope_table,
   .rope_forward = untouchable_rope_forward,
   .rope_backward = untouchable_rope_backward,
+  .rope_forward_qkv = untouchable_rope_forward_qkv,
+  .rope_backward_qkv = untouchable_rope_backward_qkv,
   .attention_scratch_n_elems = untouchable_attention_scratch_n_elems,
   .attention_forward = untouchable_attention_forward,
   .attention_backward = untouchable_attention_backward,
+  .attention_forward_qkv = untouchable_attention_forward_qkv,
+  .attention_backward_qkv = untouchable_attention_backward_qkv,
   .swiglu_forward = untouchable_swiglu_forward,
   .swiglu_backward = untouchable_swiglu_backward,
   .swiglu_forward_rows = untouchable_swiglu_forward_rows,

@@ -44,9 +44,13 @@ enum entry {
   ENTRY_ROPE_TABLE,
   ENTRY_ROPE_FORWARD,
   ENTRY_ROPE_BACKWARD,
+  ENTRY_ROPE_FORWARD_QKV,
+  ENTRY_ROPE_BACKWARD_QKV,
   ENTRY_ATTENTION_SCRATCH_N_ELEMS,
   ENTRY_ATTENTION_FORWARD,
   ENTRY_ATTENTION_BACKWARD,
+  ENTRY_ATTENTION_FORWARD_QKV,
+  ENTRY_ATTENTION_BACKWARD_QKV,
   ENTRY_SWIGLU_FORWARD,
   ENTRY_SWIGLU_BACKWARD,
   ENTRY_SWIGLU_FORWARD_ROWS,
@@ -93,9 +97,13 @@ static const char *const entry_names[N_ENTRIES] = {
   "rope_table",
   "rope_forward",
   "rope_backward",
+  "rope_forward_qkv",
+  "rope_backward_qkv",
   "attention_scratch_n_elems",
   "attention_forward",
   "attention_backward",
+  "attention_forward_qkv",
+  "attention_backward_qkv",
   "swiglu_forward",
   "swiglu_backward",
   "swiglu_forward_rows",
@@ -303,6 +311,37 @@ static void counted_adamw_update_bf16(void *ctx, real *param, bf16 *param_bf16, 
                               beta2, eps, weight_decay, t, grad_scale);
 }
 
+static void counted_rope_forward_qkv(void *ctx, real *qkv, const real *cos_table,
+                                     const real *sin_table, int B, int T, int NH, int NKV, int HS)
+{
+  const struct counter *c = count(ctx, ENTRY_ROPE_FORWARD_QKV);
+  c->inner->rope_forward_qkv(c->inner_ctx, qkv, cos_table, sin_table, B, T, NH, NKV, HS);
+}
+
+static void counted_rope_backward_qkv(void *ctx, real *dqkv, const real *cos_table,
+                                      const real *sin_table, int B, int T, int NH, int NKV, int HS)
+{
+  const struct counter *c = count(ctx, ENTRY_ROPE_BACKWARD_QKV);
+  c->inner->rope_backward_qkv(c->inner_ctx, dqkv, cos_table, sin_table, B, T, NH, NKV, HS);
+}
+
+static void counted_attention_forward_qkv(void *ctx, real *out, real *probs, real *scratch,
+                                          const real *qkv, const real *dropmask, int B, int T,
+                                          int NH, int NKV, int HS)
+{
+  const struct counter *c = count(ctx, ENTRY_ATTENTION_FORWARD_QKV);
+  c->inner->attention_forward_qkv(c->inner_ctx, out, probs, scratch, qkv, dropmask, B, T, NH, NKV, HS);
+}
+
+static void counted_attention_backward_qkv(void *ctx, real *dqkv, real *scratch, const real *dout,
+                                           const real *qkv, const real *probs, const real *dropmask,
+                                           int B, int T, int NH, int NKV, int HS)
+{
+  const struct counter *c = count(ctx, ENTRY_ATTENTION_BACKWARD_QKV);
+  c->inner->attention_backward_qkv(c->inner_ctx, dqkv, scratch, dout, qkv, probs, dropmask, B, T, NH,
+                                   NKV, HS);
+}
+
 static void counted_rope_table(void *ctx, real *cos_table, real *sin_table, int T, int HS,
                                double theta, int pos0)
 {
@@ -488,9 +527,13 @@ static const struct kernel_ops counting_ops = {
   .rope_table = counted_rope_table,
   .rope_forward = counted_rope_forward,
   .rope_backward = counted_rope_backward,
+  .rope_forward_qkv = counted_rope_forward_qkv,
+  .rope_backward_qkv = counted_rope_backward_qkv,
   .attention_scratch_n_elems = counted_attention_scratch_n_elems,
   .attention_forward = counted_attention_forward,
   .attention_backward = counted_attention_backward,
+  .attention_forward_qkv = counted_attention_forward_qkv,
+  .attention_backward_qkv = counted_attention_backward_qkv,
   .swiglu_forward = counted_swiglu_forward,
   .swiglu_backward = counted_swiglu_backward,
   .swiglu_forward_rows = counted_swiglu_forward_rows,
@@ -515,8 +558,9 @@ static const struct kernel_ops counting_ops = {
  * host-visible backend's memory is the host allocator's) and scale_inplace (clipping is
  * adamw_update's grad_scale; optimizer_clip alone still scales the memory). */
 /* Entries a step does not call: those of the other precision, the TP shard entries, and the
- * SwiGLU of separate gate and up (this plan runs them as one product: model_gate_up_fused; the
- * tensor-parallel and ZeRO-3 equivalence runs take the other path). */
+ * SwiGLU, RoPE and attention of separate gate, up, q, k and v (this plan runs them as one
+ * product each: model_gate_up_fused, model_qkv_fused; the tensor-parallel and ZeRO-3
+ * equivalence runs take the other path). */
 static int uncounted_entry(enum entry e, int lowp)
 {
   const int bf16_entry = e == ENTRY_ROUND_BF16 || e == ENTRY_LINEAR_FORWARD_BF16 ||
@@ -526,7 +570,9 @@ static int uncounted_entry(enum entry e, int lowp)
                         e == ENTRY_RMSNORM_FORWARD || e == ENTRY_SWIGLU_FORWARD_ROWS;
   if (lowp ? fp32_only : bf16_entry)
     return 1;
-  if (e == ENTRY_SWIGLU_FORWARD || e == ENTRY_SWIGLU_BACKWARD || e == ENTRY_SWIGLU_FORWARD_BF16)
+  if (e == ENTRY_SWIGLU_FORWARD || e == ENTRY_SWIGLU_BACKWARD || e == ENTRY_SWIGLU_FORWARD_BF16 ||
+      e == ENTRY_ROPE_FORWARD || e == ENTRY_ROPE_BACKWARD || e == ENTRY_ATTENTION_FORWARD ||
+      e == ENTRY_ATTENTION_BACKWARD)
     return 1;
   if (e == ENTRY_MEM_ALLOC || e == ENTRY_MEM_FREE || e == ENTRY_COPY_ROWS ||
       e == ENTRY_SCALE_INPLACE)
