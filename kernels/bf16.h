@@ -47,6 +47,9 @@ int bf16_matmul_available(const char **impl, char *err, size_t err_size);
  * Products accumulate in fp32; the primitives are made once per shape and kept. */
 int linear_bf16_forward(float *out, const bf16 *inp, const bf16 *weight, int BT, int IC, int OC,
                         char *err, size_t err_size);
+/* out (BT, OC) += inp · weightᵀ (the forward with the destination added, fp32). */
+int linear_bf16_forward_acc(float *out, const bf16 *inp, const bf16 *weight, int BT, int IC, int OC,
+                            char *err, size_t err_size);
 int linear_bf16_backward_input(float *dinp, const bf16 *dout, const bf16 *weight, int BT, int IC,
                                int OC, char *err, size_t err_size);
 int linear_bf16_backward_weight(float *dweight, const bf16 *dout, const bf16 *inp, int BT, int IC,

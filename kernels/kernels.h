@@ -46,12 +46,15 @@ void rmsnorm_backward(real *dinp, real *dweight, const real *dout, const real *i
 void linear_forward(real *out, const real *inp, const real *weight, int BT, int IC, int OC);
 void linear_backward(real *dinp, real *dweight, const real *dout, const real *inp,
                      const real *weight, int BT, int IC, int OC);
+void linear_forward_acc(real *out, const real *inp, const real *weight, int BT, int IC, int OC);
 
 /* ---- bf16 compute (ops.h; the fp32 build only) --------------------------------------------- */
 #if !REAL_IS_DOUBLE
 void round_bf16(bf16 *dst, const real *src, size_t n_elems);
 int linear_forward_bf16(real *out, const bf16 *inp, const bf16 *weight, int BT, int IC, int OC,
                         char *err, size_t err_size);
+int linear_forward_acc_bf16(real *out, const bf16 *inp, const bf16 *weight, int BT, int IC, int OC,
+                            char *err, size_t err_size);
 int linear_backward_bf16(real *dinp, real *dweight, const bf16 *dout, const bf16 *inp,
                          const bf16 *weight, int BT, int IC, int OC, char *err, size_t err_size);
 void rmsnorm_forward_bf16(bf16 *out, real *rstd, const real *inp, const real *weight, int BT,

@@ -104,6 +104,9 @@ struct kernel_ops {
    * dweight (OC, IC) += doutᵀ · inp. */
   void (*linear_backward)(void *ctx, real *dinp, real *dweight, const real *dout, const real *inp,
                           const real *weight, int BT, int IC, int OC);
+  /* out (BT, OC) += inp · weightᵀ: a residual add folded into the product (beta = 1). */
+  void (*linear_forward_acc)(void *ctx, real *out, const real *inp, const real *weight, int BT,
+                             int IC, int OC);
 
   /* ---- bf16 compute (precision.compute = "bf16": DESIGN 3.9) ----
    * The linears' products take bf16 operands and accumulate and write in fp32; everything else
@@ -116,6 +119,9 @@ struct kernel_ops {
   /* out (BT, OC) = inp · weightᵀ with bf16 operands; 0, or nonzero with a message in err. */
   int (*linear_forward_bf16)(void *ctx, real *out, const bf16 *inp, const bf16 *weight, int BT,
                              int IC, int OC, char *err, size_t err_size);
+  /* out += inp · weightᵀ with bf16 operands (as linear_forward_acc). */
+  int (*linear_forward_acc_bf16)(void *ctx, real *out, const bf16 *inp, const bf16 *weight, int BT,
+                                 int IC, int OC, char *err, size_t err_size);
   /* dinp (BT, IC) = dout · weight, assigned, skipped when dinp is NULL; dweight (OC, IC) +=
    * doutᵀ · inp (accumulated in fp32). 0, or nonzero with a message in err. */
   int (*linear_backward_bf16)(void *ctx, real *dinp, real *dweight, const bf16 *dout,

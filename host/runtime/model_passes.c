@@ -50,6 +50,14 @@ static void lin_fwd_b(struct model *m, real *out, const bf16 *in, const bf16 *w,
     bf16_failed(m, e);
 }
 
+/* out += in · wᵀ (a residual add folded into the product). */
+static void lin_fwd_acc_b(struct model *m, real *out, const bf16 *in, const bf16 *w, int N, int IC, int OC)
+{
+  char e[200];
+  if (m->k->linear_forward_acc_bf16(m->kctx, out, in, w, N, IC, OC, e, sizeof e))
+    bf16_failed(m, e);
+}
+
 /* dinp (may be NULL), dweight += from dout (fp32, rounded once into the workspace's dout_b). */
 static void lin_bwd_b(struct model *m, struct model_acts *a, real *dinp, real *dweight, const real *dout,
                       const bf16 *in, const bf16 *w, int N, int IC, int OC)
@@ -268,7 +276,10 @@ static void layer_forward_bf16(struct model *m, struct model_acts *a, int layer,
                               drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
     m->k->round_bf16(m->kctx, la->o_in_b, a->work_c1, (size_t)N * d.A);
   }
-  if (pieces & F_ATTN_OUT) {
+  if ((pieces & F_ATTN_OUT) && !drop) { /* mid = x + o(atty), the add in the product */
+    m->k->copy(m->kctx, la->mid, x, n_home * sizeof(real));
+    lin_fwd_acc_b(m, la->mid, la->o_in_b, wb->wo, N, d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
+  } else if (pieces & F_ATTN_OUT) {
     lin_fwd_b(m, branch, la->o_in_b, wb->wo, N, d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
     if (drop) {
       draw_masks(m, la->attn_mask, (size_t)T * C, 0, dropout, B, layer, MODEL_DROP_ATTN_OUT);
@@ -291,7 +302,10 @@ static void layer_forward_bf16(struct model *m, struct model_acts *a, int layer,
     m->k->swiglu_forward_bf16(m->kctx, la->down_in_b, la->gate, la->up, (size_t)N * d.Fl);
   if ((pieces & F_MLP_MASK) && drop)
     draw_masks(m, la->mlp_mask, (size_t)T * C, 0, dropout, B, layer, MODEL_DROP_MLP_OUT);
-  if (pieces & F_MLP_OUT) {
+  if ((pieces & F_MLP_OUT) && !drop) {
+    m->k->copy(m->kctx, out, la->mid, n_home * sizeof(real));
+    lin_fwd_acc_b(m, out, la->down_in_b, wb->wdown, N, d.w_in[PLAN_MOD_DOWN], d.w_out[PLAN_MOD_DOWN]);
+  } else if (pieces & F_MLP_OUT) {
     lin_fwd_b(m, branch, la->down_in_b, wb->wdown, N, d.w_in[PLAN_MOD_DOWN], d.w_out[PLAN_MOD_DOWN]);
     if (drop)
       m->k->dropout_forward(m->kctx, branch, branch, la->mlp_mask, n_home);
@@ -371,7 +385,12 @@ static void layer_forward_pieces(struct model *m, struct model_acts *a, int laye
                               drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
     tp_convert(&m->tp, a->pack, la->o_in, la->atty, A, tp_split_input(s[PLAN_MOD_O]), B, T, C, a->work_c4);
   }
-  if (pieces & F_ATTN_OUT) {
+  if ((pieces & F_ATTN_OUT) && !drop && no_conversion(m, tp_split_output(s[PLAN_MOD_O]), y->home)) {
+    /* mid = x + o(atty): the residual add in the product (beta = 1) */
+    m->k->copy(m->kctx, la->mid, x, n_home * sizeof(real));
+    m->k->linear_forward_acc(m->kctx, la->mid, la->o_in, w->wo, N, d.w_in[PLAN_MOD_O],
+                             d.w_out[PLAN_MOD_O]);
+  } else if (pieces & F_ATTN_OUT) {
     const int o_direct = no_conversion(m, tp_split_output(s[PLAN_MOD_O]), y->home);
     m->k->linear_forward(m->kctx, o_direct ? branch : a->work_c1, la->o_in, w->wo, N,
                          d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
@@ -417,7 +436,11 @@ static void layer_forward_pieces(struct model *m, struct model_acts *a, int laye
   if ((pieces & F_MLP_MASK) && drop)
     draw_masks(m, la->mlp_mask, (size_t)Th * C, home_first(m, T), dropout, B, layer,
                MODEL_DROP_MLP_OUT);
-  if (pieces & F_MLP_OUT) {
+  if ((pieces & F_MLP_OUT) && !drop && no_conversion(m, tp_split_output(s[PLAN_MOD_DOWN]), y->home)) {
+    m->k->copy(m->kctx, out, la->mid, n_home * sizeof(real)); /* out = mid + down(hidden) */
+    m->k->linear_forward_acc(m->kctx, out, la->down_in, w->wdown, N, d.w_in[PLAN_MOD_DOWN],
+                             d.w_out[PLAN_MOD_DOWN]);
+  } else if (pieces & F_MLP_OUT) {
     const int d_direct = no_conversion(m, tp_split_output(s[PLAN_MOD_DOWN]), y->home);
     m->k->linear_forward(m->kctx, d_direct ? branch : a->work_c1, la->down_in, w->wdown, N,
                          d.w_in[PLAN_MOD_DOWN], d.w_out[PLAN_MOD_DOWN]);

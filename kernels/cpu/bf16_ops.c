@@ -20,6 +20,12 @@ int linear_forward_bf16(real *out, const bf16 *inp, const bf16 *weight, int BT, 
   return linear_bf16_forward(out, inp, weight, BT, IC, OC, err, err_size);
 }
 
+int linear_forward_acc_bf16(real *out, const bf16 *inp, const bf16 *weight, int BT, int IC, int OC,
+                            char *err, size_t err_size)
+{
+  return linear_bf16_forward_acc(out, inp, weight, BT, IC, OC, err, err_size);
+}
+
 int linear_backward_bf16(real *dinp, real *dweight, const bf16 *dout, const bf16 *inp,
                          const bf16 *weight, int BT, int IC, int OC, char *err, size_t err_size)
 {

@@ -140,6 +140,13 @@ void linear_forward(real *out, const real *inp, const real *weight, int BT, int 
               1.0f, inp, IC, weight, IC, 0.0f, out, OC);
 }
 
+void linear_forward_acc(real *out, const real *inp, const real *weight, int BT, int IC, int OC)
+{
+  if (BT == 0 || OC == 0) return;
+  real_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, OC, IC,
+              1.0f, inp, IC, weight, IC, 1.0f, out, OC);
+}
+
 void linear_backward(real *dinp, real *dweight, const real *dout, const real *inp,
                      const real *weight, int BT, int IC, int OC)
 {

@@ -118,6 +118,13 @@ static void cpu_linear_backward(void *ctx, real *dinp, real *dweight, const real
   linear_backward(dinp, dweight, dout, inp, weight, BT, IC, OC);
 }
 
+static void cpu_linear_forward_acc(void *ctx, real *out, const real *inp, const real *weight,
+                                   int BT, int IC, int OC)
+{
+  (void)ctx;
+  linear_forward_acc(out, inp, weight, BT, IC, OC);
+}
+
 static void cpu_rope_table(void *ctx, real *cos_table, real *sin_table, int T, int HS, double theta,
                            int pos0)
 {
@@ -324,6 +331,13 @@ static int cpu_linear_forward_bf16(void *ctx, real *out, const bf16 *inp, const 
   return linear_forward_bf16(out, inp, weight, BT, IC, OC, err, err_size);
 }
 
+static int cpu_linear_forward_acc_bf16(void *ctx, real *out, const bf16 *inp, const bf16 *weight,
+                                       int BT, int IC, int OC, char *err, size_t err_size)
+{
+  (void)ctx;
+  return linear_forward_acc_bf16(out, inp, weight, BT, IC, OC, err, err_size);
+}
+
 static int cpu_linear_backward_bf16(void *ctx, real *dinp, real *dweight, const bf16 *dout,
                                     const bf16 *inp, const bf16 *weight, int BT, int IC, int OC,
                                     char *err, size_t err_size)
@@ -382,9 +396,11 @@ const struct kernel_ops kernel_ops_cpu = {
   .rmsnorm_backward = cpu_rmsnorm_backward,
   .linear_forward = cpu_linear_forward,
   .linear_backward = cpu_linear_backward,
+  .linear_forward_acc = cpu_linear_forward_acc,
 #if !REAL_IS_DOUBLE
   .round_bf16 = cpu_round_bf16,
   .linear_forward_bf16 = cpu_linear_forward_bf16,
+  .linear_forward_acc_bf16 = cpu_linear_forward_acc_bf16,
   .linear_backward_bf16 = cpu_linear_backward_bf16,
   .rmsnorm_forward_bf16 = cpu_rmsnorm_forward_bf16,
   .swiglu_forward_bf16 = cpu_swiglu_forward_bf16,

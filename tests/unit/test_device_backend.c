@@ -70,8 +70,10 @@ enum entry {
   E_RMSNORM_BACKWARD,
   E_LINEAR_FORWARD,
   E_LINEAR_BACKWARD,
+  E_LINEAR_FORWARD_ACC,
   E_ROUND_BF16,
   E_LINEAR_FORWARD_BF16,
+  E_LINEAR_FORWARD_ACC_BF16,
   E_LINEAR_BACKWARD_BF16,
   E_RMSNORM_FORWARD_BF16,
   E_SWIGLU_FORWARD_BF16,
@@ -108,17 +110,18 @@ enum entry {
 };
 
 static const char *const entry_names[N_ENTRIES] = {
-  "mem_alloc", "mem_free", "copy", "copy_rows", "zero", "to_host", "from_host",
-  "encoder_forward", "encoder_backward", "encoder_forward_shard", "encoder_backward_shard",
-  "rmsnorm_forward", "rmsnorm_backward", "linear_forward", "linear_backward", "round_bf16", "linear_forward_bf16",
-  "linear_backward_bf16", "rmsnorm_forward_bf16", "swiglu_forward_bf16", "swiglu_forward_rows_bf16",
-  "adamw_update_bf16",
-  "rope_table",
-  "rope_forward", "rope_backward", "rope_forward_qkv", "rope_backward_qkv", "attention_scratch_n_elems",
-  "attention_forward", "attention_backward", "attention_forward_qkv", "attention_backward_qkv", "swiglu_forward", "swiglu_backward", "swiglu_forward_rows", "swiglu_backward_rows", "dropout_mask", "dropout_forward",
-  "dropout_backward", "residual_forward", "crossentropy_forward", "crossentropy_backward",
-  "crossentropy_shard_max", "crossentropy_shard_sums", "crossentropy_shard_finish",
-  "crossentropy_shard_backward", "adamw_update", "sumsq", "scale_inplace",
+  "mem_alloc", "mem_free", "copy", "copy_rows", "zero", "to_host", "from_host", "encoder_forward",
+  "encoder_backward", "encoder_forward_shard", "encoder_backward_shard", "rmsnorm_forward",
+  "rmsnorm_backward", "linear_forward", "linear_backward", "linear_forward_acc", "round_bf16",
+  "linear_forward_bf16", "linear_forward_acc_bf16", "linear_backward_bf16", "rmsnorm_forward_bf16",
+  "swiglu_forward_bf16", "swiglu_forward_rows_bf16", "adamw_update_bf16", "rope_table",
+  "rope_forward", "rope_backward", "rope_forward_qkv", "rope_backward_qkv",
+  "attention_scratch_n_elems", "attention_forward", "attention_backward", "attention_forward_qkv",
+  "attention_backward_qkv", "swiglu_forward", "swiglu_backward", "swiglu_forward_rows",
+  "swiglu_backward_rows", "dropout_mask", "dropout_forward", "dropout_backward",
+  "residual_forward", "crossentropy_forward", "crossentropy_backward", "crossentropy_shard_max",
+  "crossentropy_shard_sums", "crossentropy_shard_finish", "crossentropy_shard_backward",
+  "adamw_update", "sumsq", "scale_inplace",
 };
 
 /* Every function entry of struct kernel_ops is wrapped here (after name and host_visible): an
@@ -496,6 +499,28 @@ static void untouchable_linear_backward(void *ctx, real *dinp, real *dweight, co
   dev(a, E_LINEAR_BACKWARD, weight);
   a->inner->linear_backward(NULL, dinp, dweight, dout, inp, weight, BT, IC, OC);
   leave(a);
+}
+
+static void untouchable_linear_forward_acc(void *ctx, real *out, const real *inp,
+                                           const real *weight, int BT, int IC, int OC)
+{
+  struct arena *a = enter(ctx, E_LINEAR_FORWARD_ACC);
+  dev(a, E_LINEAR_FORWARD_ACC, out), dev(a, E_LINEAR_FORWARD_ACC, inp);
+  dev(a, E_LINEAR_FORWARD_ACC, weight);
+  a->inner->linear_forward_acc(NULL, out, inp, weight, BT, IC, OC);
+  leave(a);
+}
+
+static int untouchable_linear_forward_acc_bf16(void *ctx, real *out, const bf16 *inp,
+                                               const bf16 *weight, int BT, int IC, int OC,
+                                               char *emsg, size_t emsg_size)
+{
+  struct arena *a = enter(ctx, E_LINEAR_FORWARD_ACC_BF16);
+  dev(a, E_LINEAR_FORWARD_ACC_BF16, out), dev(a, E_LINEAR_FORWARD_ACC_BF16, inp);
+  dev(a, E_LINEAR_FORWARD_ACC_BF16, weight);
+  int rc = a->inner->linear_forward_acc_bf16(NULL, out, inp, weight, BT, IC, OC, emsg, emsg_size);
+  leave(a);
+  return rc;
 }
 
 static void untouchable_round_bf16(void *ctx, bf16 *dst, const real *src, size_t n_elems)
@@ -883,8 +908,10 @@ static const struct kernel_ops untouchable_ops = {
   .rmsnorm_backward = untouchable_rmsnorm_backward,
   .linear_forward = untouchable_linear_forward,
   .linear_backward = untouchable_linear_backward,
+  .linear_forward_acc = untouchable_linear_forward_acc,
   .round_bf16 = untouchable_round_bf16,
   .linear_forward_bf16 = untouchable_linear_forward_bf16,
+  .linear_forward_acc_bf16 = untouchable_linear_forward_acc_bf16,
   .linear_backward_bf16 = untouchable_linear_backward_bf16,
   .rmsnorm_forward_bf16 = untouchable_rmsnorm_forward_bf16,
   .swiglu_forward_bf16 = untouchable_swiglu_forward_bf16,

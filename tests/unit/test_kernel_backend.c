@@ -34,8 +34,10 @@ enum entry {
   ENTRY_RMSNORM_BACKWARD,
   ENTRY_LINEAR_FORWARD,
   ENTRY_LINEAR_BACKWARD,
+  ENTRY_LINEAR_FORWARD_ACC,
   ENTRY_ROUND_BF16,
   ENTRY_LINEAR_FORWARD_BF16,
+  ENTRY_LINEAR_FORWARD_ACC_BF16,
   ENTRY_LINEAR_BACKWARD_BF16,
   ENTRY_RMSNORM_FORWARD_BF16,
   ENTRY_SWIGLU_FORWARD_BF16,
@@ -87,8 +89,10 @@ static const char *const entry_names[N_ENTRIES] = {
   "rmsnorm_backward",
   "linear_forward",
   "linear_backward",
+  "linear_forward_acc",
   "round_bf16",
   "linear_forward_bf16",
+  "linear_forward_acc_bf16",
   "linear_backward_bf16",
   "rmsnorm_forward_bf16",
   "swiglu_forward_bf16",
@@ -342,6 +346,20 @@ static void counted_attention_backward_qkv(void *ctx, real *dqkv, real *scratch,
                                    NKV, HS);
 }
 
+static void counted_linear_forward_acc(void *ctx, real *out, const real *inp, const real *weight,
+                                       int BT, int IC, int OC)
+{
+  const struct counter *c = count(ctx, ENTRY_LINEAR_FORWARD_ACC);
+  c->inner->linear_forward_acc(c->inner_ctx, out, inp, weight, BT, IC, OC);
+}
+
+static int counted_linear_forward_acc_bf16(void *ctx, real *out, const bf16 *inp, const bf16 *weight,
+                                           int BT, int IC, int OC, char *emsg, size_t emsg_size)
+{
+  const struct counter *c = count(ctx, ENTRY_LINEAR_FORWARD_ACC_BF16);
+  return c->inner->linear_forward_acc_bf16(c->inner_ctx, out, inp, weight, BT, IC, OC, emsg, emsg_size);
+}
+
 static void counted_rope_table(void *ctx, real *cos_table, real *sin_table, int T, int HS,
                                double theta, int pos0)
 {
@@ -517,8 +535,10 @@ static const struct kernel_ops counting_ops = {
   .rmsnorm_backward = counted_rmsnorm_backward,
   .linear_forward = counted_linear_forward,
   .linear_backward = counted_linear_backward,
+  .linear_forward_acc = counted_linear_forward_acc,
   .round_bf16 = counted_round_bf16,
   .linear_forward_bf16 = counted_linear_forward_bf16,
+  .linear_forward_acc_bf16 = counted_linear_forward_acc_bf16,
   .linear_backward_bf16 = counted_linear_backward_bf16,
   .rmsnorm_forward_bf16 = counted_rmsnorm_forward_bf16,
   .swiglu_forward_bf16 = counted_swiglu_forward_bf16,
@@ -570,6 +590,8 @@ static int uncounted_entry(enum entry e, int lowp)
                         e == ENTRY_RMSNORM_FORWARD || e == ENTRY_SWIGLU_FORWARD_ROWS;
   if (lowp ? fp32_only : bf16_entry)
     return 1;
+  if (e == ENTRY_LINEAR_FORWARD_ACC || e == ENTRY_LINEAR_FORWARD_ACC_BF16)
+    return 1; /* the residual folded into o's and down's products runs without dropout only */
   if (e == ENTRY_SWIGLU_FORWARD || e == ENTRY_SWIGLU_BACKWARD || e == ENTRY_SWIGLU_FORWARD_BF16 ||
       e == ENTRY_ROPE_FORWARD || e == ENTRY_ROPE_BACKWARD || e == ENTRY_ATTENTION_FORWARD ||
       e == ENTRY_ATTENTION_BACKWARD)

@@ -124,6 +124,22 @@ static void products_match_the_exact_sums(void)
     CHECK_MSG(!linear_bf16_forward(out, x, w, BT, IC, OC, err, sizeof err), "%s", err);
     CHECK_MSG(!linear_bf16_backward_input(dx, dy, w, BT, IC, OC, err, sizeof err), "%s", err);
     CHECK_MSG(!linear_bf16_backward_weight(dw, dy, x, BT, IC, OC, err, sizeof err), "%s", err);
+    /* forward into a residual: out_acc = r + x · wᵀ, held to the bound of K + 1 terms */
+    float *r0 = malloc(sizeof(float) * BT * OC), *oa = malloc(sizeof(float) * BT * OC);
+    for (int i = 0; i < BT * OC; i++) r0[i] = oa[i] = (float)rand_r(&seed) / RAND_MAX - 0.5f;
+    CHECK_MSG(!linear_bf16_forward_acc(oa, x, w, BT, IC, OC, err, sizeof err), "%s", err);
+    struct worst fa = { 0 };
+    for (int t = 0; t < BT; t++)
+      for (int o = 0; o < OC; o++) {
+        double e = r0[t * OC + o], a = fabs(r0[t * OC + o]);
+        for (int i = 0; i < IC; i++) {
+          double term = (double)bf16_to_float(x[t * IC + i]) * bf16_to_float(w[o * IC + i]);
+          e += term, a += fabs(term);
+        }
+        compare(&fa, oa[t * OC + o], e, a, IC + 1);
+      }
+    CHECK_MSG(fa.ratio <= 1.0, "forward into a residual: %.3f of the bound", fa.ratio);
+    free(r0), free(oa);
     /* twice: a kept primitive gives the same result */
     float *out2 = malloc(sizeof(float) * BT * OC);
     CHECK(!linear_bf16_forward(out2, x, w, BT, IC, OC, err, sizeof err));

@@ -297,6 +297,27 @@ static void linear_forward_is_x_times_weight_transposed(void)
   free(w);
 }
 
+/* linear_forward_acc adds the product into out: out = r + x·wᵀ, a sum of IC + 1 terms (r among
+ * them), held to the same bound with IC + 1. */
+static void linear_forward_acc_adds_into_out(void)
+{
+  enum { BT = 7, IC = 37, OC = 9 };
+  uint32_t s = 8;
+  real *x = rand_buf(BT * IC, &s), *w = rand_buf(OC * IC, &s), *r = rand_buf(BT * OC, &s), out[BT * OC];
+  memcpy(out, r, sizeof out);
+  linear_forward_acc(out, x, w, BT, IC, OC);
+  for (int bt = 0; bt < BT; bt++)
+    for (int o = 0; o < OC; o++) {
+      double y = r[bt * OC + o], size = fabs((double)r[bt * OC + o]);
+      for (int i = 0; i < IC; i++) {
+        y += (double)x[bt * IC + i] * w[o * IC + i];
+        size += fabs((double)x[bt * IC + i] * w[o * IC + i]);
+      }
+      CHECK_NEAR(out[bt * OC + o], y, (IC + 1) * (REAL_U + DOUBLE_U) * size);
+    }
+  free(x), free(w), free(r);
+}
+
 static void pointwise_forwards_match_hand_computed(void)
 {
   /* silu(1) · 2 = 2 / (1 + e⁻¹) = 1.46211716; silu(−2) · 0.5 = −1 / (1 + e²) = −0.11920292.
@@ -334,4 +355,5 @@ TEST_MAIN(TEST(rmsnorm_forward_matches_hand_computed),
           TEST(attention_forward_with_dropout_matches_double_reference),
           TEST(crossentropy_forward_matches_hand_computed),
           TEST(linear_forward_is_x_times_weight_transposed),
+          TEST(linear_forward_acc_adds_into_out),
           TEST(pointwise_forwards_match_hand_computed))

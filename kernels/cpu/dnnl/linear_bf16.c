@@ -10,8 +10,9 @@
 #include <stdio.h>
 #include <string.h>
 
-enum kind { FORWARD, BACKWARD_INPUT, BACKWARD_WEIGHT };
-static const char *const kind_names[] = { "forward", "input gradient", "weight gradient" };
+enum kind { FORWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD_ACC };
+static const char *const kind_names[] = { "forward", "input gradient", "weight gradient",
+                                          "forward into a residual" };
 
 struct entry {
   int used;
@@ -80,7 +81,7 @@ static int get(enum kind kind, int BT, int IC, int OC, struct entry **out, char 
   /* src (M, K) · wei (K, N) = dst (M, N), each with its strides */
   dnnl_dim_t M, K, N;
   dnnl_dims_t src_strides, wei_strides;
-  if (kind == FORWARD) { /* inp (BT, IC) · weightᵀ: weight (OC, IC) read as (IC, OC) */
+  if (kind == FORWARD || kind == FORWARD_ACC) { /* inp (BT, IC) · weightᵀ: weight (OC, IC) read as (IC, OC) */
     M = BT, K = IC, N = OC;
     src_strides[0] = IC, src_strides[1] = 1;
     wei_strides[0] = 1, wei_strides[1] = IC;
@@ -102,7 +103,7 @@ static int get(enum kind kind, int BT, int IC, int OC, struct entry **out, char 
   DN(dnnl_matmul_desc_init(&md, &src_md, &wei_md, NULL, &dst_md), "a matmul descriptor");
   dnnl_primitive_attr_t attr = NULL;
   dnnl_post_ops_t ops = NULL;
-  if (kind == BACKWARD_WEIGHT) { /* dweight += ...: the sum post-op reads the destination */
+  if (kind == BACKWARD_WEIGHT || kind == FORWARD_ACC) { /* += : the sum post-op reads the destination */
     DN(dnnl_primitive_attr_create(&attr), "primitive attributes");
     DN(dnnl_post_ops_create(&ops), "post-ops");
     DN(dnnl_post_ops_append_sum(ops, 1.0f), "the sum post-op");
@@ -172,6 +173,12 @@ int linear_bf16_forward(float *out, const bf16 *inp, const bf16 *weight, int BT,
                         char *err, size_t err_size)
 {
   return run(FORWARD, out, inp, weight, BT, IC, OC, err, err_size);
+}
+
+int linear_bf16_forward_acc(float *out, const bf16 *inp, const bf16 *weight, int BT, int IC, int OC,
+                            char *err, size_t err_size)
+{
+  return run(FORWARD_ACC, out, inp, weight, BT, IC, OC, err, err_size);
 }
 
 int linear_bf16_backward_input(float *dinp, const bf16 *dout, const bf16 *weight, int BT, int IC,
