@@ -42,6 +42,7 @@
 #endif
 #endif
 
+#include "bf16.h"
 #include "check.h"
 #include "ops.h"
 #include "runtime/alloc.h"
@@ -1251,6 +1252,49 @@ static void trains_to_the_cpu_bits_on_memory_the_host_cannot_touch(void)
   plan_free(&p);
 }
 
+/* bf16 compute on the untouchable device: its weight copies, bf16 activations and the products'
+ * workspace live there too, the steps and the evaluation give the CPU's bits, and no entry is
+ * handed host memory. */
+static void bf16_trains_to_the_cpu_bits_on_the_device(void)
+{
+  char why[256];
+  if (REAL_IS_DOUBLE || bf16_matmul_available(NULL, why, sizeof why)) {
+    printf("no bf16 compute in this build\n");
+    return;
+  }
+  struct plan p;
+  tiny_plan(&p);
+  p.precision.compute = PLAN_BF16;
+  struct train_step_stats cpu[3], dev_stats[3];
+  struct train_eval_stats cpu_eval, dev_eval;
+  struct trainer a, b;
+  CHECK(runtime_use_backend(NULL, NULL) == 0);
+  CHECK_MSG(trainer_open(&a, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
+  for (int s = 0; s < 3; s++) CHECK_MSG(trainer_step(&a, &cpu[s], err, sizeof err) == 0, "%s", err);
+  trainer_eval(&a, &cpu_eval);
+  const long calls0[3] = { arena.calls[E_LINEAR_FORWARD_BF16], arena.calls[E_ADAMW_UPDATE_BF16],
+                           arena.calls[E_RMSNORM_FORWARD_BF16] };
+  CHECK(use_untouchable() == 0);
+  const int dev = alloc_current_device();
+  CHECK_MSG(trainer_open(&b, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
+  CHECK(runtime_use_backend(NULL, NULL) == 0);
+  CHECK(b.model.bf16 && b.model.bf16_memory && alloc_device_of(b.model.bf16_memory) == dev);
+  CHECK(on_device(&arena, b.model.bf16_memory, b.model.n_bf16 * sizeof(bf16)));
+  for (int s = 0; s < 3; s++)
+    CHECK_MSG(trainer_step(&b, &dev_stats[s], err, sizeof err) == 0, "%s", err);
+  trainer_eval(&b, &dev_eval);
+  for (int s = 0; s < 3; s++) CHECK(same_step(&cpu[s], &dev_stats[s], s));
+  CHECK(memcmp(&cpu_eval.val_loss, &dev_eval.val_loss, sizeof(double)) == 0);
+  CHECK(params_equal_through_views(&a.model, &b.model));
+  CHECK(arena.calls[E_LINEAR_FORWARD_BF16] > calls0[0] && arena.calls[E_ADAMW_UPDATE_BF16] > calls0[1] &&
+        arena.calls[E_RMSNORM_FORWARD_BF16] > calls0[2]);
+  CHECK_MSG(host_pointer_report() == 0, "an entry was handed host memory (listed above)");
+  trainer_close(&b);
+  CHECK(alloc_device_bill(dev)->n_live == 0 && arena.live_blocks == 0);
+  trainer_close(&a);
+  plan_free(&p);
+}
+
 /* Evaluation, a checkpoint saved on the untouchable device and loaded into a fresh trainer there
  * that trains on, and the exported weights: the CPU's, byte for byte. */
 static void evaluates_checkpoints_and_exports_as_the_cpu_does(void)
@@ -1454,6 +1498,7 @@ static void weights_load_onto_the_device_as_onto_the_cpu(void)
 
 TEST_MAIN(TEST(host_access_to_the_arena_faults_and_the_entries_do_not),
           TEST(trains_to_the_cpu_bits_on_memory_the_host_cannot_touch),
+          TEST(bf16_trains_to_the_cpu_bits_on_the_device),
           TEST(evaluates_checkpoints_and_exports_as_the_cpu_does),
           TEST(a_whole_run_and_its_resumption_write_the_cpu_bytes),
           TEST(weights_load_onto_the_device_as_onto_the_cpu))
