@@ -116,6 +116,21 @@ static void compare(struct worst *w, double got, double exact, double abs_sum, i
     w->ratio = r;
 }
 
+/* The forward's rows against the exact sums: got (BT, OC) = r + x · wᵀ, r NULL for none. */
+static void forward_against_exact(struct worst *wst, const float *got, const float *r, const bf16 *x,
+                                  const bf16 *w, int BT, int IC, int OC)
+{
+  for (int t = 0; t < BT; t++)
+    for (int o = 0; o < OC; o++) {
+      double e = r ? r[t * OC + o] : 0.0, a = r ? fabs(r[t * OC + o]) : 0.0;
+      for (int i = 0; i < IC; i++) {
+        double term = (double)bf16_to_float(x[t * IC + i]) * bf16_to_float(w[o * IC + i]);
+        e += term, a += fabs(term);
+      }
+      compare(wst, got[t * OC + o], e, a, IC + (r != NULL));
+    }
+}
+
 static void products_match_the_exact_sums(void)
 {
   const char *impl;
@@ -146,15 +161,7 @@ static void products_match_the_exact_sums(void)
     for (int i = 0; i < BT * OC; i++) r0[i] = oa[i] = (float)rand_r(&seed) / RAND_MAX - 0.5f;
     CHECK_MSG(!linear_bf16_forward_acc(oa, x, w, BT, IC, OC, err, sizeof err), "%s", err);
     struct worst fa = { 0 };
-    for (int t = 0; t < BT; t++)
-      for (int o = 0; o < OC; o++) {
-        double e = r0[t * OC + o], a = fabs(r0[t * OC + o]);
-        for (int i = 0; i < IC; i++) {
-          double term = (double)bf16_to_float(x[t * IC + i]) * bf16_to_float(w[o * IC + i]);
-          e += term, a += fabs(term);
-        }
-        compare(&fa, oa[t * OC + o], e, a, IC + 1);
-      }
+    forward_against_exact(&fa, oa, r0, x, w, BT, IC, OC);
     CHECK_MSG(fa.ratio <= 1.0, "forward into a residual: %.3f of the bound", fa.ratio);
     free(r0), free(oa);
     /* twice: a kept primitive gives the same result */
@@ -162,15 +169,7 @@ static void products_match_the_exact_sums(void)
     CHECK(!linear_bf16_forward(out2, x, w, BT, IC, OC, err, sizeof err));
     CHECK(!memcmp(out, out2, sizeof(float) * BT * OC));
     struct worst f = { 0 }, bi = { 0 }, bw = { 0 };
-    for (int t = 0; t < BT; t++)
-      for (int o = 0; o < OC; o++) {
-        double e = 0, a = 0;
-        for (int i = 0; i < IC; i++) {
-          double term = (double)bf16_to_float(x[t * IC + i]) * bf16_to_float(w[o * IC + i]);
-          e += term, a += fabs(term);
-        }
-        compare(&f, out[t * OC + o], e, a, IC);
-      }
+    forward_against_exact(&f, out, NULL, x, w, BT, IC, OC);
     for (int t = 0; t < BT; t++)
       for (int i = 0; i < IC; i++) {
         double e = 0, a = 0;
