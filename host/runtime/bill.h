@@ -8,12 +8,15 @@
  * the unit computing and of the one still reducing, under zero 3 the parameters of the step
  * computing and of the one prefetched.
  *
- * Element sizes follow the plan's precision: params in precision.compute, grads in
- * precision.grads, optimizer state as AdamW's m and v in fp32 plus an fp32 master copy when the
- * compute type is not fp32, activations, comm buffers and workspace in precision.compute. For
- * fp32 plans (all the CPU backend runs) an element is the runtime's `real`: 4 bytes, 8 in the
- * float64 proof build (bill_element_bytes), and this is byte for byte what the allocator bills; the tests
- * hold runs to it. Assumptions the numbers carry: attention keeps its probabilities (B·heads·T²
+ * Element sizes are those of the runtime the plan runs on (plan_on_cpu). On the CPU, every buffer
+ * is counted in the runtime's `real` as it carves it (4 bytes, 8 in the float64 proof build:
+ * bill_element_bytes), a bf16 plan's bf16 activations as half as many reals, and a bf16 plan's
+ * params are its fp32 weights (the master) plus the bf16 copies of its matmul weights; this is
+ * byte for byte what the allocator bills, and the tests hold runs to it. A device = "cuda" plan
+ * is billed with its precision's sizes over the CPU's layout: params in precision.compute, grads
+ * in precision.grads, AdamW's m and v in fp32 plus an fp32 master copy when the compute type is
+ * not fp32, activations, comm buffers and workspace in precision.compute. Assumptions the numbers
+ * carry: attention keeps its probabilities (B·heads·T²
  * per layer; no fused attention yet), evaluation and export add nothing beyond training (export
  * gathers the model on one rank: workspace there, not billed here). */
 #ifndef TYCHO_RUNTIME_BILL_H
