@@ -501,8 +501,11 @@ static int adjacent_weights(const struct model *m, int layer, enum model_param_k
 {
   if (m->tp.size != 1 || m->zero > 1 || !m->layer_here[layer])
     return 0;
+  /* the layer's 9 parameters, from index 1 + 9·layer (create_table: the embedding, then the
+   * layers); called for every layer of every pass, so only those are looked at */
+  const int base = 1 + 9 * layer;
   const struct model_param *prev = NULL;
-  for (int i = 0; i < m->n_params; i++) {
+  for (int i = base; i < base + 9 && i < m->n_params; i++) {
     const struct model_param *p = &m->params[i];
     if (p->layer != layer || p->kind < first || p->kind > last)
       continue;
