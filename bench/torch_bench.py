@@ -55,6 +55,15 @@ def write_result(path, result):
         f.write("\n")
 
 
+def finish(result, timed, path, extra=""):
+    """Adds the timed steps' statistics to result, writes it to path and prints its line."""
+    result.update(summarize(timed, TOKENS_PER_STEP))
+    write_result(path, result)
+    print(f"  {result['label']}, {result['setting']}: median {result['median_tps']:,.0f} tokens/s, "
+          f"slow tail {result['slow_tps']:,.0f} ({result['median_ms']:.1f} / {result['p90_ms']:.1f} ms), "
+          f"loss {result['first_loss']:.4f} -> {result['last_loss']:.4f}{extra}", flush=True)
+
+
 # ---------------------------------------------------------------------------------------- torch
 def cmd_torch(a):
     import torch
@@ -144,11 +153,7 @@ def cmd_torch(a):
               "torch": torch.__version__, "param_dtype": dtypes[0], "loss_dtype": loss_dtype,
               "foreach": bool(a.foreach), "first_loss": losses[0], "last_loss": losses[-1],
               "warmup": a.warmup, "step_seconds": seconds[a.warmup:]}
-    result.update(summarize(seconds[a.warmup:], TOKENS_PER_STEP))
-    write_result(a.out, result)
-    print(f"  {result['label']}, {result['setting']}: median {result['median_tps']:,.0f} tokens/s, "
-          f"slow tail {result['slow_tps']:,.0f} ({result['median_ms']:.1f} / {result['p90_ms']:.1f} ms), "
-          f"loss {losses[0]:.4f} -> {losses[-1]:.4f}, params {dtypes[0]}, loss {loss_dtype}", flush=True)
+    finish(result, seconds[a.warmup:], a.out, f", params {dtypes[0]}, loss {loss_dtype}")
 
 
 # ---------------------------------------------------------------------------------------- tycho
@@ -170,11 +175,7 @@ def cmd_tycho(a):
     result = {"label": a.label, "threads": a.threads, "setting": a.setting or str(a.threads),
               "first_loss": losses[0], "last_loss": losses[-1], "warmup": a.skip,
               "step_seconds": seconds[a.skip:]}
-    result.update(summarize(seconds[a.skip:], TOKENS_PER_STEP))
-    write_result(a.out, result)
-    print(f"  {a.label}, {result['setting']}: median {result['median_tps']:,.0f} tokens/s, "
-          f"slow tail {result['slow_tps']:,.0f} ({result['median_ms']:.1f} / {result['p90_ms']:.1f} ms), "
-          f"loss {losses[0]:.4f} -> {losses[-1]:.4f}", flush=True)
+    finish(result, seconds[a.skip:], a.out)
 
 
 # --------------------------------------------------------------------------------------- report
