@@ -34,6 +34,13 @@ static double ring(int comm, double bytes, int n, const struct cluster_link *l, 
   return steps / n * bytes / bw + steps * l->latency;
 }
 
+double cost_pointwise_elems(const struct plan *p)
+{
+  const int tp = p->mesh.tp;
+  const double C = p->model.dim, F = p->model.ffn_dim;
+  return (tp > 1 && p->sequence_parallel ? C / tp : C) + F / tp;
+}
+
 double check_element_bytes(const struct plan *p, enum plan_dtype d)
 {
   return plan_on_cpu(p) ? bill_element_bytes(p, d) : plan_dtype_bytes(d);
@@ -46,19 +53,26 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   const int S = p->n_stages, L = p->model.n_layers, M = p->batch.microbatches, tp = me->tp;
   const double tokens = (double)p->batch.micro * p->batch.seq; /* per micro-batch */
   const double rate = c->peak_flops * c->compute_efficiency;
+  const double att_rate = c->attention_flops > 0 ? c->attention_flops : rate;
+  /* devices shared: more ranks than the stated nodes hold devices */
+  const double devices = c->nodes > 0 ? (double)c->nodes * c->gpus_per_node : 0;
+  const double share = devices > 0 && me->world > devices ? me->world / devices : 1.0;
+  const int per_node = share > 1 ? (int)ceil(me->world / (double)c->nodes) : c->gpus_per_node;
+  out->share = share;
   const double eb = check_element_bytes(p, p->precision.compute), gb = check_element_bytes(p, p->precision.grads);
-  out->tp.intra = group_intra(me, PLAN_AXIS_TP, c->gpus_per_node);
-  out->dp.intra = group_intra(me, PLAN_AXIS_DP, c->gpus_per_node);
-  out->pp.intra = group_intra(me, PLAN_AXIS_PP, c->gpus_per_node);
+  out->tp.intra = group_intra(me, PLAN_AXIS_TP, per_node);
+  out->dp.intra = group_intra(me, PLAN_AXIS_DP, per_node);
+  out->pp.intra = group_intra(me, PLAN_AXIS_PP, per_node);
 
   /* per stage: forward, backward and recompute seconds of one micro-batch, TP comm included */
   double *fwd = calloc((size_t)S, sizeof *fwd), *bwd = calloc((size_t)S, sizeof *bwd);
   double *rec = calloc((size_t)S, sizeof *rec), *tpc = calloc((size_t)S, sizeof *tpc);
+  double *pw = calloc((size_t)S, sizeof *pw);
   int *stage_of_layer = calloc((size_t)L + 2, sizeof *stage_of_layer);
   int n_tp = tp_comm_list(p, p->batch.micro, p->batch.seq, NULL, 0);
   struct tp_comm *list = n_tp ? calloc((size_t)n_tp, sizeof *list) : NULL;
-  if (!fwd || !bwd || !rec || !tpc || !stage_of_layer || (n_tp && !list)) {
-    free(fwd); free(bwd); free(rec); free(tpc); free(stage_of_layer); free(list);
+  if (!fwd || !bwd || !rec || !tpc || !pw || !stage_of_layer || (n_tp && !list)) {
+    free(fwd); free(bwd); free(rec); free(tpc); free(pw); free(stage_of_layer); free(list);
     return errf(err, err_size, "out of memory for the cost model");
   }
   tp_comm_list(p, p->batch.micro, p->batch.seq, list, n_tp);
@@ -68,16 +82,29 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   for (int s = 0; s < S; s++) {
     const struct plan_stage *st = &p->stages[s];
     const struct plan_stage_flops sf = plan_stage_flops(p, s);
-    const double f = sf.forward, r = sf.recompute;
-    for (int l = st->first_layer; st->first_layer >= 0 && l < st->first_layer + st->n_layers; l++)
+    double f = sf.forward, r = sf.recompute, f_att = 0, r_att = 0, n_rc = 0;
+    for (int l = st->first_layer; st->first_layer >= 0 && l < st->first_layer + st->n_layers; l++) {
       stage_of_layer[l + 1] = s;
+      const uint8_t mask = p->layers ? p->layers[l].recompute : 0;
+      f_att += lf.attn_core;
+      r_att += mask & (PLAN_RC_ATTN | PLAN_RC_ATTN_CORE) ? lf.attn_core : 0;
+      n_rc += mask ? 1 : 0;
+    }
+    f -= f_att;
+    r -= r_att;
     if (st->has_embed)
       stage_of_layer[0] = s;
     if (st->has_head)
       stage_of_layer[L + 1] = s;
-    fwd[s] = f * tokens / tp / rate;
+    const double n_layers = st->first_layer >= 0 ? st->n_layers : 0;
+    const double pw_token = c->pointwise_s * cost_pointwise_elems(p) * tokens * share; /* per layer */
+    fwd[s] = (f * tokens / tp / rate + f_att * tokens / tp / att_rate) * share;
     bwd[s] = 2 * fwd[s];
-    rec[s] = r * tokens / tp / rate;
+    rec[s] = (r * tokens / tp / rate + r_att * tokens / tp / att_rate) * share;
+    fwd[s] += pw_token * n_layers / 3;
+    bwd[s] += pw_token * n_layers * 2 / 3;
+    rec[s] += pw_token * n_rc / 3;
+    pw[s] = pw_token * (n_layers + n_rc / 3);
   }
   const struct cluster_link *tpl = link_of(c, out->tp.intra);
   for (int i = 0; i < n_tp; i++) {
@@ -96,7 +123,7 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   struct sched_sim sim;
   if (sched_from_plan(p, &sch, err, err_size)) {
     sched_free(&sch);
-    free(fwd); free(bwd); free(rec); free(tpc); free(stage_of_layer); free(list);
+    free(fwd); free(bwd); free(rec); free(tpc); free(pw); free(stage_of_layer); free(list);
     return 1;
   }
   for (int s = 0; s < S; s++) {
@@ -109,7 +136,7 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   sch.costs.comm = me->pp > 1 ? boundary / (ppl->bandwidth * c->comm_efficiency) + ppl->latency : 0.0;
   if (sched_simulate(&sch, &sim, err, err_size)) {
     sched_free(&sch);
-    free(fwd); free(bwd); free(rec); free(tpc); free(stage_of_layer); free(list);
+    free(fwd); free(bwd); free(rec); free(tpc); free(pw); free(stage_of_layer); free(list);
     return 1;
   }
   double busiest = 0, makespan = sim.makespan, tp_time = 0;
@@ -120,8 +147,10 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
       busy_rank = r;
     }
   for (int s = 0; s < S; s++)
-    if (p->stages[s].pp_rank == busy_rank)
+    if (p->stages[s].pp_rank == busy_rank) {
       tp_time += tpc[s] * M;
+      out->pointwise += pw[s] * M;
+    }
   out->tp.total = out->tp.exposed = tp_time;
   out->compute = busiest - tp_time;
   out->bubble = makespan - busiest;
@@ -171,11 +200,13 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
     out->dp.total = t_reduce + t_gather;
     out->dp.exposed = exposed;
   }
-  out->step = makespan + out->dp.exposed;
+  /* the optimizer on the elements this rank updates: its stage's, a 1/dp shard from zero 1 */
+  out->optimizer = c->optimizer_s * n_local / (p->zero >= 1 ? dp : 1) * share;
+  out->step = makespan + out->dp.exposed + out->optimizer;
   const double global_tokens = (double)p->batch.global * p->batch.seq;
   out->model_flops = 3.0 * model_fwd_per_token * global_tokens;
   out->tokens_per_s = out->step > 0 ? global_tokens / out->step : 0;
   out->mfu = out->step > 0 ? out->model_flops / (out->step * me->world * c->peak_flops) : 0;
-  free(fwd); free(bwd); free(rec); free(tpc); free(stage_of_layer); free(list);
+  free(fwd); free(bwd); free(rec); free(tpc); free(pw); free(stage_of_layer); free(list);
   return 0;
 }

@@ -16,8 +16,19 @@
  *     reduction overlaps the last micro-batch's backward (with pipeline stages, each stage's
  *     last; zero 2, 3: every micro-batch's), the all-gather is exposed; ZeRO-3's parameter
  *     gathers overlap compute (prefetch) and are exposed only where longer;
- *   - the optimizer step and the embedding lookup cost nothing; MFU = model FLOPs (3 × forward
- *     FLOPs × tokens, recompute not counted) / (step time × world × peak). */
+ *   - the work beside the matmuls, where the cluster file states it (overheads, cluster.h; else
+ *     it costs nothing): the attention core's FLOPs at attention_tflops instead of peak ×
+ *     efficiency; per token and layer, pointwise_ns × (dim / tp under sequence parallelism, else
+ *     dim, + ffn_dim / tp) for the norms, rotary, residual adds, SwiGLU and copies (a third in
+ *     the forward, two thirds in the backward; a layer with recompute runs its third again),
+ *     the embedding and the loss folded in; the optimizer step (norm, clipping, AdamW) as
+ *     optimizer_ns × the parameter elements the rank updates (its stage's, over dp from zero 1),
+ *     after the makespan and not overlapped;
+ *   - shared devices: with `nodes` stated and more ranks than nodes × gpus_per_node, every rank's
+ *     compute, pointwise and optimizer time is multiplied by ranks / devices (they time-slice
+ *     the cores) and every group is on the intra-node link; the collectives keep their cost;
+ *   - MFU = model FLOPs (3 × forward FLOPs × tokens, recompute not counted) / (step time ×
+ *     world × peak). */
 #ifndef TYCHO_CHECK_COST_H
 #define TYCHO_CHECK_COST_H
 #include <stddef.h>
@@ -35,6 +46,9 @@ struct cost_group {
 struct cost {
   double compute;       /* seconds of compute per step on the busiest pipeline rank (recompute in) */
   double bubble;        /* pipeline idle time of that rank per step */
+  double pointwise;     /* of compute: the non-matmul work (overheads.pointwise_ns), per step */
+  double optimizer;     /* the optimizer step (overheads.optimizer_ns), after the makespan */
+  double share;         /* ranks per device: 1, or more where the job oversubscribes (nodes) */
   struct cost_group tp, dp, pp;
   double step;          /* predicted seconds per step */
   double tokens_per_s;
@@ -49,6 +63,9 @@ struct cost {
  * runtime's, plan_dtype_bytes (2 for bf16, 4 for fp32). Every element size the check code uses
  * comes from here, so its numbers describe one runtime. */
 double check_element_bytes(const struct plan *p, enum plan_dtype d);
+
+/* Elements the pointwise charge counts per token and layer on one rank (see above). */
+double cost_pointwise_elems(const struct plan *p);
 
 /* 0 ok; nonzero with a message. */
 int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out, char *err, size_t err_size);

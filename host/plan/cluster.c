@@ -118,7 +118,8 @@ static int read_protected(lua_State *L)
     return 0;
   }
   static const char *const keys[] = { "name", "gpus_per_node", "device_memory_gb", "peak_tflops",
-                                      "intra_node", "inter_node", "efficiency", NULL };
+                                      "intra_node", "inter_node", "efficiency", "nodes",
+                                      "overheads", NULL };
   if (only_keys(r, t, "", keys))
     return 0;
   lua_getfield(L, t, "name");
@@ -152,6 +153,41 @@ static int read_protected(lua_State *L)
   if (out->compute_efficiency > 1 || out->comm_efficiency > 1) {
     cfail(r, e, out->compute_efficiency > 1 ? "compute" : "comm", "efficiency", "a fraction must be at most 1");
     return 0;
+  }
+  lua_pop(L, 1);
+  lua_getfield(L, t, "nodes");
+  int has_nodes = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  if (has_nodes) {
+    double nodes;
+    if (number(r, t, "", "nodes", &nodes))
+      return 0;
+    if (nodes != (int)nodes) {
+      cfail(r, t, "nodes", "nodes", "must be a whole number");
+      return 0;
+    }
+    out->nodes = (int)nodes;
+  }
+  lua_getfield(L, t, "overheads");
+  int has_over = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  if (has_over) {
+    int o = subtable(r, t, "overheads");
+    if (o < 0)
+      return 0;
+    static const char *const okeys[] = { "attention_tflops", "pointwise_ns", "optimizer_ns", NULL };
+    if (only_keys(r, o, "overheads.", okeys))
+      return 0;
+    double *dst[3] = { &out->attention_flops, &out->pointwise_s, &out->optimizer_s };
+    static const double scale[3] = { 1e12, 1e-9, 1e-9 };
+    for (int k = 0; k < 3; k++) {
+      lua_getfield(L, o, okeys[k]);
+      int has = !lua_isnil(L, -1);
+      lua_pop(L, 1);
+      if (has && number(r, o, "overheads.", okeys[k], dst[k]))
+        return 0;
+      *dst[k] *= scale[k];
+    }
   }
   job->rc = 0;
   return 0;

@@ -9,9 +9,21 @@
  *     intra_node = { bandwidth_gbs = 450, latency_us = 3 },   -- per GPU, one direction
  *     inter_node = { bandwidth_gbs = 50, latency_us = 5 },
  *     efficiency = { compute = 0.6, comm = 0.8 },             -- achievable fractions
+ *     -- optional (`tycho calibrate` writes them for the machine it measured, docs/calibrate.md):
+ *     nodes = 1,                        -- nodes in the cluster; absent: as many as a job needs
+ *     overheads = {                     -- work beside the matmuls; absent: costs nothing
+ *       attention_tflops = 0.02,        -- the causal attention core, its FLOPs as the plan counts them
+ *       pointwise_ns = 0.5,             -- per token, layer and (dim + ffn_dim) element, fwd + bwd
+ *       optimizer_ns = 2,               -- per parameter element a rank updates (norm, clip, AdamW)
+ *     },
  *   }
  *
- * Every field is required; unknown fields are refused with the closest name. */
+ * For a CPU cluster (what `tycho calibrate` writes) a "GPU" is one core running one rank of one
+ * thread: gpus_per_node is the cores, device_memory_gb the node's memory over its cores,
+ * peak_tflops the core's sgemm rate on large square products. With `nodes`, a job of more ranks
+ * than nodes × gpus_per_node shares the devices: the model runs every rank's compute slower by
+ * ranks per device (cost.h). Every other field is required; unknown fields are refused with the
+ * list of the known ones. */
 #ifndef TYCHO_PLAN_CLUSTER_H
 #define TYCHO_PLAN_CLUSTER_H
 #include <stddef.h>
@@ -29,6 +41,10 @@ struct cluster {
   double peak_flops;      /* dense bf16 FLOP/s per GPU */
   struct cluster_link intra, inter;
   double compute_efficiency, comm_efficiency;
+  int nodes;                /* 0: not stated (as many as a job needs) */
+  double attention_flops;   /* FLOP/s of the attention core; 0: at peak × compute efficiency */
+  double pointwise_s;       /* seconds per token · layer · (dim + ffn_dim) element, fwd + bwd; 0: none */
+  double optimizer_s;       /* seconds per parameter element updated; 0: none */
 };
 
 /* Reads a cluster file. 0 ok; −1 with "<file>:<line>: <field>: <problem>" in err. */

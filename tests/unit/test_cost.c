@@ -6,7 +6,12 @@
  *   - pipeline stages with equal costs: the bubble is (p − 1) / m of the busy time (1F1B);
  *   - data parallelism without stages: the all-reduce of the gradients is 2(n−1)/n · bytes / bw,
  *     hidden up to one micro-batch's backward;
- *   - groups are placed on the intra- or inter-node link by the mesh order.
+ *   - groups are placed on the intra- or inter-node link by the mesh order;
+ *   - a cluster's overheads (what `tycho calibrate` measures): the attention core at its own rate,
+ *     pointwise work per token · layer · (dim + ffn_dim) element with dim and ffn_dim split by tp
+ *     as the plan splits them, the optimizer per parameter element updated (a 1/dp shard from
+ *     zero 1), and shared devices (more ranks than nodes × gpus_per_node) slowing compute and
+ *     optimizer by ranks per device but not the collectives.
  * The model is double arithmetic in both builds; "by hand" here is the same sums in another
  * order, a few roundings of 1.1e-16 apart: relative 1e-9 (1e-12 where nothing but the same
  * terms is summed) leaves orders of magnitude of room, and a term left out or counted twice is
@@ -142,11 +147,88 @@ static void test_data_parallel_reduction(void)
   plan_free(&p);
 }
 
+static void test_overheads(void)
+{
+  struct plan p;
+  if (compile(&p, 1, NULL, 0))
+    return;
+  struct cluster c = easy();
+  c.attention_flops = 0.5e12;
+  c.pointwise_s = 1e-9;
+  c.optimizer_s = 2e-9;
+  struct cost k;
+  char err[256];
+  CHECK(cost_predict(&p, &c, &k, err, sizeof err) == 0);
+  const double tokens = (double)p.batch.global * p.batch.seq, n = (double)plan_param_count(&p);
+  /* by hand: the attention core (2048 FLOPs per token and layer forward, ×3 with backward) at
+   * half the rate, the rest of the FLOPs at 1 TFLOP/s, 1 ns × (32 + 64) per token and layer,
+   * 2 ns per parameter */
+  const double matmul = 3.0 * (MODEL_FLOPS - 2 * 2048) * tokens / 1e12, attention = 3.0 * 2 * 2048 * tokens / 0.5e12;
+  const double pointwise = 1e-9 * 96 * 2 * tokens, optimizer = 2e-9 * n;
+  CHECK_MSG(rel(k.pointwise, pointwise) < 1e-9, "pointwise %.9g s, by hand %.9g s", k.pointwise, pointwise);
+  CHECK_MSG(rel(k.optimizer, optimizer) < 0.02, "optimizer %.9g s, by hand %.9g s (16-float alignment apart)",
+            k.optimizer, optimizer);
+  CHECK_MSG(rel(k.step - k.optimizer, matmul + attention + pointwise) < 1e-9, "step less optimizer %.9g s, by hand %.9g s",
+            k.step - k.optimizer, matmul + attention + pointwise);
+  CHECK(k.share == 1.0 && rel(k.compute, matmul + attention + pointwise) < 1e-9);
+
+  /* recompute = full: each layer's forward again, its attention core at the attention rate and a
+   * third of its pointwise work */
+  const char *rc[] = { "recompute=full" };
+  struct plan q;
+  if (compile(&q, 1, rc, 1) == 0) {
+    struct cost r;
+    CHECK(cost_predict(&q, &c, &r, err, sizeof err) == 0);
+    double extra = 2.0 * ((LAYER_FLOPS - 2048) / 1e12 + 2048 / 0.5e12) * tokens + pointwise / 3;
+    CHECK_MSG(rel(r.step - k.step, extra) < 1e-9, "recompute adds %.9g s, by hand %.9g s", r.step - k.step, extra);
+    plan_free(&q);
+  }
+  /* tp 2: the pointwise charge per token is 32 + 64/2 without sequence parallelism, 32/2 + 64/2
+   * with it */
+  const char *tp[] = { "mesh.tp=2" }, *sp[] = { "mesh.tp=2", "sequence_parallel=true" };
+  struct plan t, u;
+  if (compile(&t, 2, tp, 1) == 0) {
+    CHECK(cost_pointwise_elems(&t) == 64.0);
+    struct cost r;
+    CHECK(cost_predict(&t, &c, &r, err, sizeof err) == 0);
+    CHECK_MSG(rel(r.pointwise, 1e-9 * 64 * 2 * tokens) < 1e-9, "tp 2 pointwise %.9g s", r.pointwise);
+    plan_free(&t);
+  }
+  if (compile(&u, 2, sp, 2) == 0) {
+    CHECK(cost_pointwise_elems(&u) == 48.0);
+    plan_free(&u);
+  }
+  plan_free(&p);
+
+  /* dp 4, zero 1: the optimizer updates a quarter of the parameters; on a 1-node cluster of 2
+   * devices the 4 ranks share them: compute and optimizer twice as long, the dp collectives as on
+   * a node of 4 */
+  const char *z1[] = { "zero=1", "bucket_mb=1000" };
+  if (compile(&p, 4, z1, 2))
+    return;
+  struct cluster big = c, shared = c;
+  big.nodes = 1;
+  shared.nodes = 1;
+  shared.gpus_per_node = 2;
+  struct cost kb, ks;
+  CHECK(cost_predict(&p, &big, &kb, err, sizeof err) == 0 && cost_predict(&p, &shared, &ks, err, sizeof err) == 0);
+  CHECK_MSG(rel(kb.optimizer, 2e-9 * n / 4) < 0.02, "zero 1 optimizer %.9g s, by hand %.9g s", kb.optimizer, 2e-9 * n / 4);
+  CHECK(kb.share == 1.0 && ks.share == 2.0);
+  CHECK(rel(ks.compute, 2 * kb.compute) < 1e-12 && rel(ks.optimizer, 2 * kb.optimizer) < 1e-12);
+  CHECK(ks.dp.intra && kb.dp.intra && rel(ks.dp.total, kb.dp.total) < 1e-12);
+  /* without `nodes` the same 2-device nodes are two nodes: no sharing, the inter-node link */
+  shared.nodes = 0;
+  struct cost kn;
+  CHECK(cost_predict(&p, &shared, &kn, err, sizeof err) == 0);
+  CHECK(kn.share == 1.0 && !kn.dp.intra && rel(kn.compute, kb.compute) < 1e-12);
+  plan_free(&p);
+}
+
 int main(void)
 {
   const char *src = getenv("TYCHO_SOURCE_DIR");
   snprintf(plan_path, sizeof plan_path, "%s/tests/plans/good/dp_small.lua", src ? src : ".");
   static const struct test_case tests[] = { TEST(test_one_rank_is_three_forwards), TEST(test_pipeline_bubble),
-                                            TEST(test_data_parallel_reduction) };
-  return test_run_all(tests, 3);
+                                            TEST(test_data_parallel_reduction), TEST(test_overheads) };
+  return test_run_all(tests, 4);
 }
