@@ -305,6 +305,67 @@ static struct bill *bills_of(const struct plan *p, char *err, size_t n)
   return b;
 }
 
+/* The two accountings of a rank's bill (bill.held): the model states, as the ZeRO paper counts
+ * them (params, grads, optimizer kept between steps), and the transient buffers a step allocates
+ * and frees above them (params, grads, comm at their peaks). */
+static const enum alloc_category state_order[3] = { ALLOC_PARAMS, ALLOC_GRADS, ALLOC_OPTIMIZER };
+static const enum alloc_category transient_order[3] = { ALLOC_PARAMS, ALLOC_GRADS, ALLOC_COMM };
+
+static double model_states_total(const struct bill *b)
+{
+  double t = 0;
+  for (int k = 0; k < 3; k++) t += b->held[state_order[k]];
+  return t;
+}
+
+static double transient_bytes(const struct bill *b, enum alloc_category c) { return b->bytes[c] - b->held[c]; }
+
+static double transient_total(const struct bill *b)
+{
+  double t = 0;
+  for (int k = 0; k < 3; k++) t += transient_bytes(b, transient_order[k]);
+  return t;
+}
+
+static void write_states_json(struct json *j, const struct bill *b)
+{
+  json_key(j, "model_states");
+  json_begin_object(j);
+  for (int k = 0; k < 3; k++) {
+    json_key(j, alloc_category_name(state_order[k]));
+    json_int(j, (long long)b->held[state_order[k]]);
+  }
+  json_key(j, "total"); json_int(j, (long long)model_states_total(b));
+  json_end_object(j);
+  json_key(j, "transient");
+  json_begin_object(j);
+  for (int k = 0; k < 3; k++) {
+    json_key(j, alloc_category_name(transient_order[k]));
+    json_int(j, (long long)transient_bytes(b, transient_order[k]));
+  }
+  json_key(j, "total"); json_int(j, (long long)transient_total(b));
+  json_end_object(j);
+}
+
+/* Under a pipeline rank's row of peaks, the same columns split: its model states, its transient
+ * buffers (blank where a category has none of that kind). */
+static void print_states_rows(FILE *f, const struct plan *p, const struct bill *b)
+{
+  char v[32];
+  for (int row = 0; row < 2; row++) {
+    const enum alloc_category *order = row ? transient_order : state_order;
+    fprintf(f, "          %-12s", row ? "transient" : "model states");
+    for (int k = 0; k < ALLOC_N_CATEGORIES; k++) {
+      if (!bill_shows(p, k))
+        continue;
+      int here = order[0] == bill_order[k] || order[1] == bill_order[k] || order[2] == bill_order[k];
+      double bytes = row ? transient_bytes(b, bill_order[k]) : b->held[bill_order[k]];
+      fprintf(f, " %11s", here ? format_bytes(bytes, v, sizeof v) : "");
+    }
+    fprintf(f, " %11s\n", format_bytes(row ? transient_total(b) : model_states_total(b), v, sizeof v));
+  }
+}
+
 static void print_memory(FILE *f, const struct plan *p, const struct cluster *c)
 {
   char err[512];
@@ -353,7 +414,14 @@ static void print_memory(FILE *f, const struct plan *p, const struct cluster *c)
         fprintf(f, "   DOES NOT FIT (%s over)", format_bytes(-head * c->device_memory, v, sizeof v));
     }
     fputc('\n', f);
+    print_states_rows(f, p, &b[r]);
   }
+  fprintf(f, "           model states: the ZeRO paper's accounting, what a rank keeps between steps (shards "
+          "under ZeRO);\n"
+          "           transient: buffers a step allocates and frees on top of them, at their peaks (gathered "
+          "ZeRO-3\n             units, gradient buckets in flight and the tied embedding's, reduce-scatter "
+          "outputs).\n           A params or grads peak is its model states + transient; activations, workspace "
+          "and the\n             pipeline's slot buffers (comm) stay allocated between steps\n");
   if (c) {
     char dm[32];
     fprintf(f, "           device memory %s (%s): %s\n", format_bytes(c->device_memory, dm, sizeof dm), c->name,
@@ -775,6 +843,7 @@ void check_write_json(const struct plan *p, const struct cluster *cluster, struc
     if (bills) {
       json_key(&j, "memory");
       write_memory_json(&j, p, &bills[c[PLAN_AXIS_PP]]);
+      write_states_json(&j, &bills[c[PLAN_AXIS_PP]]);
     }
     json_end_object(&j);
   }

@@ -119,6 +119,26 @@ static int rank_view(const struct plan *p, int pp_rank, struct rank_view *r, cha
   return 0;
 }
 
+/* bill.held: what dp_open allocates for the parameters and gradients and what the optimizer and
+ * the executor allocate at open, in the element sizes of bill_predict (c the compute type's, g the
+ * gradients'); slot_grads the pipeline's slot gradients in compute elements. Zero 3's gathered
+ * units, zero ≥ 2's buckets and reduce-scatter outputs are freed inside each step (dp_passes.c). */
+static void bill_held_between_steps(const struct plan *p, const struct rank_view *r, double c, double g,
+                                    double slot_grads, struct bill *out)
+{
+  const int zero = p->zero;
+  const double params = (double)(zero < 3 ? r->l.n_elems : r->l.n_shard); /* the flat layout, or the shard */
+  const double grads = (double)(zero < 2 ? r->l.n_elems : r->l.n_shard);
+  const double copies = zero < 3 ? (double)r->m.n_bf16 * sizeof(bf16) : 0.0; /* the CPU's bf16 copies */
+  out->held[ALLOC_PARAMS] = params * c + copies;
+  out->held[ALLOC_GRADS] = grads * g;
+  out->held[ALLOC_OPTIMIZER] = out->bytes[ALLOC_OPTIMIZER]; /* AdamW's m, v (and master): from open on */
+  out->held[ALLOC_ACTIVATIONS] = out->bytes[ALLOC_ACTIVATIONS]; /* every slot allocated at open */
+  out->held[ALLOC_WORKSPACE] = out->bytes[ALLOC_WORKSPACE];
+  out->held[ALLOC_COMM] = slot_grads * c;
+  out->held[ALLOC_CHECKPOINT] = 0;
+}
+
 int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err, size_t err_size)
 {
   memset(out, 0, sizeof *out);
@@ -180,8 +200,8 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
   workspace = (double)acts[2];
   const double boundary = (double)micro * (p->sequence_parallel && p->mesh.tp > 1 ? seq / p->mesh.tp : seq) *
                           p->model.dim;
-  if (p->n_stages > 1)
-    comm += boundary * slots; /* a gradient buffer per slot */
+  const double slot_grads = p->n_stages > 1 ? boundary * slots : 0.0; /* a gradient buffer per slot */
+  comm += slot_grads;
   /* the trainer's batch: inputs and targets (ints), each row's window index (8 bytes) */
   const double batch_bytes = 2.0 * micro * seq * sizeof(int) + (double)micro * sizeof(uint64_t);
 
@@ -206,6 +226,7 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
   if (p->checkpoint.async && p->checkpoint.dir[0])
     out->bytes[ALLOC_CHECKPOINT] = (double)ckpt_snapshot_elems(r.l.n_elems, r.l.n_shard, zero) * fp32;
   for (int k = 0; k < ALLOC_N_CATEGORIES; k++) out->total += out->bytes[k];
+  bill_held_between_steps(p, &r, c, g, slot_grads, out);
   out->n_slots = slots;
   for (int i = 0; i < r.m.n_params; i++) out->n_params += (long long)r.m.params[i].n_elems;
   rank_view_free(&r);

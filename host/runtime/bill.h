@@ -31,6 +31,16 @@ struct bill {
   double total;              /* Σ of the categories' peaks (each category's high-water mark) */
   int n_slots;               /* activation slots of the schedule (1 for one stage under 1F1B) */
   long long n_params;        /* parameters held (this rank's blocks, padding included) */
+  /* What each category keeps allocated between steps (after a step has freed its buffers, before
+   * the next allocates them): for params, grads and optimizer the model states, as the ZeRO paper
+   * counts them (Rajbhandari et al. 2020: parameters, gradients, optimizer state; shards under
+   * ZeRO, alignment padding included); for activations, workspace and comm (the pipeline's slot
+   * gradients) the buffers the runtime allocates once at open; 0 for checkpoint (the async
+   * snapshot lives from a save to its commit, across steps). For params, grads and comm,
+   * bytes[k] − held[k] is the transient part, allocated and freed inside a step: gathered ZeRO-3
+   * units (params), gradient buckets in flight with the tied embedding's (grads), reduce-scatter
+   * outputs (comm), each at its peak. */
+  double held[ALLOC_N_CATEGORIES];
 };
 
 /* The collectives of one training step on a rank's groups, as the comm layer counts them (calls

@@ -272,10 +272,13 @@ static void print_header(FILE *out, const struct plan *p, const struct trainer *
 
 /* Rank 0 prints every rank's peaks: one line alone, one per rank in a group. Collective. */
 /* One metrics record per rank: {"event": "memory", "rank": r, "peak": {category: bytes, ...,
- * "total": Σ of the categories' peaks}} — the figures `tycho check` predicts. */
-static int memory_record(struct run_log *log, int rank, const int64_t *peaks, char *err, size_t n)
+ * "total": Σ of the categories' peaks}, "held": {category: bytes, ...}} — the peaks `tycho check`
+ * predicts, and the bytes in use after the last step (what a rank keeps between steps: check's
+ * model states and, with the peaks, its transient buffers). */
+static int memory_record(struct run_log *log, int rank, const int64_t *peaks, const int64_t *held,
+                         char *err, size_t n)
 {
-  char line[512];
+  char line[1024];
   int used = snprintf(line, sizeof line, "{\"event\": \"memory\", \"rank\": %d, \"peak\": {", rank);
   int64_t total = 0;
   for (int c = 0; c < ALLOC_N_CATEGORIES; c++) {
@@ -285,7 +288,11 @@ static int memory_record(struct run_log *log, int rank, const int64_t *peaks, ch
                      alloc_category_name((enum alloc_category)c), (long long)peaks[c]);
     total += peaks[c];
   }
-  snprintf(line + used, sizeof line - (size_t)used, ", \"total\": %lld}}\n", (long long)total);
+  used += snprintf(line + used, sizeof line - (size_t)used, ", \"total\": %lld}, \"held\": {", (long long)total);
+  for (int c = 0; c < ALLOC_N_CATEGORIES; c++)
+    used += snprintf(line + used, sizeof line - (size_t)used, "%s\"%s\": %lld", c ? ", " : "",
+                     alloc_category_name((enum alloc_category)c), (long long)held[c]);
+  snprintf(line + used, sizeof line - (size_t)used, "}}\n");
   return write_metrics_line(log, line, err, n);
 }
 
@@ -294,7 +301,7 @@ static int print_peaks(struct comm_group *g, struct run_log *log, char *err, siz
 {
   const struct alloc_bill *mine = alloc_bill();
   FILE *out = log->out;
-  enum { K = ALLOC_N_CATEGORIES + 1 };
+  enum { K = 2 * ALLOC_N_CATEGORIES + 1 }; /* the peaks, the total's peak, the bytes in use */
   const int size = g ? g->size : 1;
   int64_t send[K], *all = malloc((size_t)size * K * sizeof *all);
   if (!all)
@@ -302,6 +309,8 @@ static int print_peaks(struct comm_group *g, struct run_log *log, char *err, siz
   for (int c = 0; c < ALLOC_N_CATEGORIES; c++)
     send[c] = (int64_t)mine->peak_bytes[c];
   send[ALLOC_N_CATEGORIES] = (int64_t)mine->total_peak_bytes;
+  for (int c = 0; c < ALLOC_N_CATEGORIES; c++)
+    send[ALLOC_N_CATEGORIES + 1 + c] = (int64_t)mine->n_bytes[c];
   int rc = 0;
   if (size == 1)
     memcpy(all, send, sizeof send);
@@ -319,7 +328,7 @@ static int print_peaks(struct comm_group *g, struct run_log *log, char *err, siz
       snprintf(label, sizeof label, "memory peak, rank %d", r);
       alloc_print_bill_peaks(out, label, &b);
     }
-    if (memory_record(log, r, all + (size_t)r * K, err, n))
+    if (memory_record(log, r, all + (size_t)r * K, all + (size_t)r * K + ALLOC_N_CATEGORIES + 1, err, n))
       rc = 1;
   }
   free(all);
