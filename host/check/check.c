@@ -184,7 +184,7 @@ static void print_tp_comms(FILE *f, const struct plan *p)
   struct tp_comm *list = tp_comms(p, &n);
   if (!list)
     return;
-  const int eb = (int)check_element_bytes(p, p->precision.compute), L = p->model.n_layers;
+  const int eb = (int)traffic_element_bytes(p, p->precision.compute), L = p->model.n_layers;
   double bytes[2] = { 0, 0 };
   int calls[2] = { 0, 0 };
   for (int i = 0; i < n; i++) {
@@ -215,7 +215,7 @@ static void write_tp_comms_json(struct json *j, const struct plan *p)
 {
   int n;
   struct tp_comm *list = tp_comms(p, &n);
-  const int eb = (int)check_element_bytes(p, p->precision.compute);
+  const int eb = (int)traffic_element_bytes(p, p->precision.compute);
   json_begin_object(j);
   json_key(j, "micro_batch"); json_int(j, p->batch.micro);
   json_key(j, "seq"); json_int(j, p->batch.seq);
@@ -274,6 +274,12 @@ static const char *runtime_note(const struct plan *p, char *buf, size_t n)
            plan_dtype_name(p->precision.compute), plan_dtype_name(p->precision.grads),
            p->precision.compute == PLAN_FP32 ? "" : " and the master copy");
   return buf;
+}
+
+/* The name of dtype d's elements in the plan's runtime: on the CPU, fp32 is its real (REAL_NAME). */
+static const char *runtime_dtype_name(const struct plan *p, enum plan_dtype d)
+{
+  return plan_on_cpu(p) && d == PLAN_FP32 ? REAL_NAME : plan_dtype_name(d);
 }
 
 /* ---- the memory bill and the cost on a cluster ---- */
@@ -378,10 +384,10 @@ static void print_memory(FILE *f, const struct plan *p, const struct cluster *c)
     fprintf(f, "memory     per rank, the peak of each category as the runtime allocates it (params fp32 master "
             "+ bf16 copies of the matmul weights, grads %s, optimizer AdamW m and v; the linears' inputs in "
             "bf16; attention keeps its probabilities)\n", plan_dtype_name(p->precision.grads));
-  else
+  else /* the CPU's fp32 elements are its reals (float64 in the proof build) */
     fprintf(f, "memory     per rank, the peak of each category as the runtime allocates it (params %s, "
             "grads %s, optimizer AdamW m and v%s; attention keeps its probabilities)\n",
-            plan_dtype_name(p->precision.compute), plan_dtype_name(p->precision.grads),
+            runtime_dtype_name(p, p->precision.compute), runtime_dtype_name(p, p->precision.grads),
             p->precision.compute == PLAN_FP32 ? "" : " + fp32 master");
   fprintf(f, "   pp rank  stages    ");
   for (int k = 0; k < ALLOC_N_CATEGORIES; k++)

@@ -265,14 +265,17 @@ double bill_element_bytes(const struct plan *p, enum plan_dtype d)
   return d == PLAN_FP32 && this_runtime ? (double)sizeof(real) : plan_dtype_bytes(d);
 }
 
+double traffic_element_bytes(const struct plan *p, enum plan_dtype d)
+{
+  return plan_on_cpu(p) ? (double)sizeof(real) : plan_dtype_bytes(d);
+}
+
 int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char *err, size_t err_size)
 {
-  /* The CPU runtime moves reals (COMM_REAL) whatever the plan computes in; a cuda plan's
-   * collectives move its element sizes: activations and parameters in precision.compute,
-   * gradients in precision.grads. */
-  const int cpu = plan_on_cpu(p);
-  const unsigned long long eb = cpu ? sizeof(real) : (unsigned long long)plan_dtype_bytes(p->precision.compute);
-  const unsigned long long egrad = cpu ? sizeof(real) : (unsigned long long)plan_dtype_bytes(p->precision.grads);
+  /* traffic_element_bytes: activations and parameters in precision.compute, gradients in
+   * precision.grads (on the CPU both the runtime's reals) */
+  const unsigned long long eb = (unsigned long long)traffic_element_bytes(p, p->precision.compute);
+  const unsigned long long egrad = (unsigned long long)traffic_element_bytes(p, p->precision.grads);
   memset(out, 0, sizeof *out);
   struct rank_view r;
   if (rank_view(p, pp_rank, &r, err, err_size))

@@ -67,6 +67,11 @@ int bill_rank_params(const struct plan *p, int pp_rank, double *n_elems, char *e
  * (a bf16 plan's fp32 gradients and AdamW state are 4 bytes whatever this build computes in). */
 double bill_element_bytes(const struct plan *p, enum plan_dtype d);
 
+/* Bytes of one element of dtype d as the plan's runtime moves it between ranks (the traffic, the
+ * tp table): the CPU runtime's comm layer moves reals (COMM_REAL: sizeof(real)) whatever the plan
+ * computes in, a bf16 plan's included; a cuda plan's collectives move plan_dtype_bytes(d). */
+double traffic_element_bytes(const struct plan *p, enum plan_dtype d);
+
 /* The bill of pipeline rank pp_rank (every tp and dp rank of a stage gets the same one: shards
  * are equal by construction). 0 ok; nonzero with a message. */
 int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err, size_t err_size);

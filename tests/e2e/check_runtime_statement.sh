@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# `tycho check` says once which runtime its byte figures describe (the `device` line, the JSON's
+# runtime/runtime_note), and every figure agrees with that one statement:
+#  - the tp table's element size is the one the traffic moves: Σ of tp_comm's collectives × the
+#    micro-batches + the norm's all-gather (8·tp bytes) = the step's tp traffic, byte for byte —
+#    for a CPU plan in bf16 too, whose comm layer moves the runtime's reals (it once printed
+#    2-byte elements in the table and 4-byte ones in the traffic);
+#  - the element names of the memory line are the runtime's (the CPU's fp32 is this build's real:
+#    float64 in the proof build; a cuda plan's its precision's);
+#  - no other line of the text makes a statement of its own about the runtime.
+# usage: check_runtime_statement.sh TYCHO   (run from the source folder)
+set -u
+tycho=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failed=0
+fail() { echo "FAIL: $*"; failed=1; }
+real=fp32 real_bytes=4
+"$tycho" --version | grep -q "float64 kernels" && real=float64 real_bytes=8
+
+# case NAME RUNTIME ELEMENT_BYTES PARAMS_NAME ARGS...: `tycho check ARGS` (text and JSON)
+case_() {
+  local name=$1 runtime=$2 eb=$3 params=$4
+  shift 4
+  "$tycho" check "$@" --json >"$tmp/c.json" 2>"$tmp/err" || { fail "$name: check --json failed: $(cat "$tmp/err")"; return; }
+  "$tycho" check "$@" >"$tmp/c.txt" 2>"$tmp/err" || { fail "$name: check failed: $(cat "$tmp/err")"; return; }
+  local got
+  got=$(perl -MJSON::PP -e '
+    local $/; my $d = decode_json(<STDIN>);
+    my $t = $d->{tp_comm}; my $sum = 0;
+    $sum += $_->{bytes} for @{$t->{collectives}};
+    for (@{$t->{collectives}}) { die "bytes != elements x bytes_per_element\n"
+      if $_->{bytes} != $_->{elements} * $t->{bytes_per_element} }
+    my $tp = $d->{plan}{mesh}{tp}; my $m = $d->{plan}{schedule}{microbatches};
+    my $traffic = 0; $traffic += $_->{bytes} for values %{$d->{traffic_per_step}[0]{tp}};
+    my $want = $tp > 1 ? $sum * $m + 8 * $tp : 0;
+    print "$d->{runtime} $t->{bytes_per_element} $traffic $want\n";' <"$tmp/c.json") ||
+    { fail "$name: the JSON does not read"; return; }
+  set -- $got
+  [ "$1" = "$runtime" ] || fail "$name: runtime \"$1\", expected \"$runtime\""
+  [ "$2" = "$eb" ] || fail "$name: tp_comm.bytes_per_element $2, expected $eb"
+  [ "$3" = "$4" ] && [ "$3" != 0 ] && echo "ok   $name: tp table ($2-byte elements) × micro-batches = tp traffic ($3 B)" ||
+    fail "$name: the tp traffic moves $3 B, the tp table × micro-batches + the norm's gather $4 B"
+  grep -q "^tp comm .*($eb-byte elements)" "$tmp/c.txt" || fail "$name: the text's tp comm line lacks ($eb-byte elements)"
+  grep -q "^memory     per rank, .*(params $params" "$tmp/c.txt" && echo "ok   $name: memory line says params $params" ||
+    fail "$name: the memory line does not say params $params: $(grep '^memory' "$tmp/c.txt")"
+  # the runtime is named on the line after "device" only
+  local others
+  others=$(awk '/^device/ { d = NR } /runtime.s|this runtime/ && NR != d + 1 { print NR": "$0 }' "$tmp/c.txt")
+  [ -z "$others" ] && echo "ok   $name: the runtime is stated once, under device" ||
+    fail "$name: other lines state the runtime: $others"
+}
+
+small=tests/plans/good/dp_small.lua
+case_ "cpu fp32 tp 2" cpu $real_bytes $real $small --world 2 --set mesh.tp=2
+case_ "cpu bf16 tp 2" cpu $real_bytes "fp32 master" $small --world 2 --set mesh.tp=2 --set precision.compute=bf16
+case_ "cuda 7B tp 2" cuda 2 bf16 plans/llama2_7b.lua --world 16
+case_ "cpu 7B tp 2" cpu $real_bytes "fp32 master" plans/llama2_7b.lua --world 16 --set device=cpu
+[ $failed -eq 0 ] && echo "every byte figure agrees with the one statement of the runtime"
+exit $failed
