@@ -1051,6 +1051,40 @@ static void push_set_value(lua_State *L, const char *text, int allow_list)
   lua_pushstring(L, text);
 }
 
+/* Pushes a --set value that starts with '{': a Lua table constructor, e.g.
+ * --set 'stages={{"embed",0,1},{2,3,"head"}}'. It runs with an empty environment (no globals
+ * to call) under the plan's memory and instruction limits. 0, or -1 with nothing pushed. */
+static int push_set_table(struct reader *r, const char *text, const char *where)
+{
+  lua_State *L = r->L;
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  luaL_addstring(&b, "return ");
+  luaL_addstring(&b, text);
+  luaL_pushresult(&b);
+  size_t n;
+  const char *chunk = lua_tolstring(L, -1, &n);
+  int rc = luaL_loadbufferx(L, chunk, n, "=--set", "t");
+  lua_remove(L, -2);
+  if (rc == LUA_OK) {
+    lua_newtable(L);
+    if (!lua_setupvalue(L, -2, 1))
+      lua_pop(L, 1);
+    rc = lua_pcall(L, 0, 1, 0);
+  }
+  if (rc != LUA_OK || !lua_istable(L, -1)) {
+    char v[96];
+    if (rc == LUA_OK)
+      describe(L, -1, v, sizeof v);
+    else
+      snprintf(v, sizeof v, "%s", lua_tostring(L, -1) ? lua_tostring(L, -1) : "an error");
+    lua_pop(L, 1);
+    return rfail(r, where, "a value that starts with '{' must be a Lua table constructor (%s%s)",
+                 rc == LUA_OK ? "it gave " : "", v);
+  }
+  return 0;
+}
+
 static int apply_set(struct reader *r, int plan_idx, const char *set)
 {
   lua_State *L = r->L;
@@ -1091,7 +1125,14 @@ static int apply_set(struct reader *r, int plan_idx, const char *set)
     else
       lua_pushstring(L, seg);
     if (!next) {
-      push_set_value(L, eq + 1, 1);
+      if (eq[1] == '{') {
+        if (push_set_table(r, eq + 1, where)) {
+          lua_pop(L, 2);
+          return -1;
+        }
+      } else {
+        push_set_value(L, eq + 1, 1);
+      }
       lua_rawset(L, -3);
       lua_pop(L, 1);
       return 0;

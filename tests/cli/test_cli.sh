@@ -77,6 +77,14 @@ expect log_trace 0 '^log +progress every 100 steps, trace /tmp/t\.json \(the fir
   "$tycho" check plans/tiny.lua --set log.trace=/tmp/t.json --set log.trace_steps=3
 expect set_list 0 'recompute +layers 0-3 +attn_core,mlp_act' "$tycho" check plans/tiny.lua --set recompute=attn_core,mlp_act
 expect set_mesh 0 'mesh +4 ranks = tp 2 × pp 2 × dp 1' "$tycho" check plans/tiny.lua --set mesh.tp=2 --set mesh.pp=2 --world 4
+# a value that starts with '{' is a Lua table constructor, run with no globals
+expect set_table 0 '1 +1 +0 +layers 1-3 \+ final norm \+ head' "$tycho" check plans/tiny.lua --set mesh.pp=2 \
+  --world 2 --set 'stages={{"embed",0},{1,2,3,"head"}}'
+expect set_table_checked 2 '^tycho: plan error: --set stages=\{\{"embed",0\},\{2,3,"head"\}\}: stages\[2\]: layer 1 is missing' \
+  "$tycho" check plans/tiny.lua --set mesh.pp=2 --world 2 --set 'stages={{"embed",0},{2,3,"head"}}'
+expect set_table_syntax 2 "^tycho: plan error: --set stages=\\{\\{0\\}: a value that starts with '\\{' must be a Lua table constructor \\(--set:1: '\\}' expected" \
+  "$tycho" check plans/tiny.lua --set 'stages={{0}'
+expect set_table_no_globals 2 "attempt to index a nil value \\(global 'os'\\)" "$tycho" check plans/tiny.lua --set 'stages={os.exit(1)}'
 expect set_bad_syntax 2 '^tycho: plan error: --set: "mesh.tp": expected path.to.field=value' "$tycho" check plans/tiny.lua --set mesh.tp
 
 # The collectives tensor parallelism inserts, per module and micro-batch (tiny: 8 × 32 tokens of
