@@ -4,6 +4,7 @@
  * failure, 2 usage or plan error). `run` starts the comm layer first (MPI: a world of one
  * without mpirun); its failures are agreed by every rank, so rank 0 alone reports them and
  * every rank exits with the same code. */
+#define _POSIX_C_SOURCE 200809L /* readlink */
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
@@ -12,8 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check/check.h"
+#include "check/rehearse.h"
 #include "check/tune.h"
 #include "plan/cluster.h"
 #include "comm/comm.h"
@@ -65,6 +68,18 @@ static const char usage_text[] =
   "        is not a terminal) runs chunk by chunk, exit 1 if one failed; @0, @2-3, @dp=0 or\n"
   "        @tp=1,pp=0 before a chunk runs it on those ranks only; --timeout S: the comm\n"
   "        watchdog's seconds during the session (1..604800, default 30). docs/repl.md\n"
+  "  rehearse PLAN.lua [--world N] [--steps K] [--launcher CMD] [--fault path=value ...]\n"
+  "        run the plan's exact layout (mesh, stages, splits, sequence parallelism,\n"
+  "        recompute, ZeRO, schedule) at toy scale on CPU ranks, started with CMD (default\n"
+  "        'mpirun --oversubscribe -np {n}' with Open MPI; {n} is the rank count): the model\n"
+  "        shrunk (layers, heads and every divisibility kept), K steps (1..64, default 3) on\n"
+  "        the addition corpus, against the serial run of the same shrunk model; prints the\n"
+  "        worst relative difference, whether each rank's collectives equal check's traffic\n"
+  "        and its memory peaks check's bill; exit 1 when any fails\n"
+  "        --head-dim D, --seq S, --micro-batches M  the shrunk head size (default 4), sequence\n"
+  "                    (default 32) and micro-batches per step per rank (default at most\n"
+  "                    max(4, 2·pp·virtual_stages))\n"
+  "        --fault path=value  an override for the layout's run only, to see a rehearsal fail\n"
   "  ckpt inspect|verify DIR\n"
   "        a checkpoint (checkpoint.dir/step_N, or checkpoint.dir for its newest): inspect\n"
   "        prints its step, model, mesh and files; verify also checks every piece's checksum\n"
@@ -73,9 +88,11 @@ static const char usage_text[] =
   "  --version       the version, and what the kernels compute in (fp32, or float64 in\n"
   "                  the proof build: cmake -DTYCHO_FLOAT64=ON)\n"
   "\n"
-  "options for check, tune and run:\n"
-  "  --set path.to.field=value   override a plan field (numbers, true/false, strings,\n"
-  "                              comma lists); may repeat, applied in order\n"
+  "options for check, tune, run and rehearse:\n"
+  "  --set path.to.field=value   override a plan field (numbers, true/false, nil, strings,\n"
+  "                              comma lists, or a Lua table constructor {...}, e.g.\n"
+  "                              'stages={{\"embed\",0,1},{2,3,\"head\"}}'); may repeat,\n"
+  "                              applied in order\n"
   "  --unsafe                    lift the plan sandbox (io, package, no limits)\n"
   "  --max-memory MiB            the plan's Lua heap cap, 1..1048576 (default 256)\n"
   "  --max-instructions N        the plan's Lua instruction cap, 1000..10^15 (default 200000000)\n"
@@ -387,6 +404,99 @@ static int cmd_run(lua_State *L, const struct cli *c)
   return 0;
 }
 
+/* `rehearse` runs as a worker (under MPI) when the launcher started it (--worker) or when it was
+ * itself started by mpirun or srun; otherwise it is the launcher, which starts the workers. */
+static int rehearse_is_worker(int argc, char **argv)
+{
+  if (argc < 2 || strcmp(argv[1], "rehearse") != 0)
+    return 0;
+  for (int i = 2; i < argc; i++)
+    if (strcmp(argv[i], "--worker") == 0)
+      return 1;
+  return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") ||
+         (getenv("SLURM_STEP_ID") && getenv("SLURM_PROCID"));
+}
+
+static int cmd_rehearse(lua_State *L, int argc, char **argv, int worker)
+{
+  struct rehearse_options o = { 0 };
+  const char **sets = lua_newuserdatauv(L, sizeof(char *) * (size_t)argc, 0);
+  const char **faults = lua_newuserdatauv(L, sizeof(char *) * (size_t)argc, 0);
+  o.sets = sets;
+  o.faults = faults;
+  for (int i = 2; i < argc; i++) {
+    const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "--set") == 0) {
+      sets[o.n_sets++] = check_set(L, next);
+      i++;
+    } else if (strncmp(a, "--set=", 6) == 0) {
+      sets[o.n_sets++] = check_set(L, a + 6);
+    } else if (strcmp(a, "--fault") == 0) {
+      faults[o.n_faults++] = check_set(L, next);
+      i++;
+    } else if (strcmp(a, "--world") == 0) {
+      o.world = (int)parse_count(L, "--world", next, 1, WORLD_MAX);
+      i++;
+    } else if (strcmp(a, "--steps") == 0) {
+      o.steps = (int)parse_count(L, "--steps", next, 1, REHEARSE_MAX_STEPS);
+      i++;
+    } else if (strcmp(a, "--head-dim") == 0) {
+      o.head_dim = (int)parse_count(L, "--head-dim", next, 2, 1 << 16);
+      i++;
+    } else if (strcmp(a, "--seq") == 0) {
+      o.seq = (int)parse_count(L, "--seq", next, 1, 1 << 20);
+      i++;
+    } else if (strcmp(a, "--micro-batches") == 0) {
+      o.micro_batches = (int)parse_count(L, "--micro-batches", next, 1, 1 << 20);
+      i++;
+    } else if (strcmp(a, "--launcher") == 0) {
+      if (!next || !*next)
+        return host_fail(L, EXIT_USAGE, "--launcher needs a command, e.g. --launcher 'srun -n {n}'");
+      o.launcher = next;
+      i++;
+    } else if (strcmp(a, "--unsafe") == 0) {
+      o.unsafe = 1;
+    } else if (strcmp(a, "--max-memory") == 0) {
+      o.memory_limit = (size_t)parse_count(L, "--max-memory", next, 1, MEMORY_MAX_MIB) << 20;
+      i++;
+    } else if (strcmp(a, "--max-instructions") == 0) {
+      o.instruction_limit = parse_count(L, "--max-instructions", next, 1000, INSTRUCTIONS_MAX);
+      i++;
+    } else if (strcmp(a, "--worker") == 0) {
+      continue;
+    } else if (a[0] == '-' && a[1]) {
+      return host_fail(L, EXIT_USAGE, "unknown option '%s' for 'rehearse'; see tycho --help", a);
+    } else if (!o.plan_path) {
+      o.plan_path = a;
+    } else {
+      return host_fail(L, EXIT_USAGE, "unexpected argument '%s' (the plan is %s); see tycho --help", a, o.plan_path);
+    }
+  }
+  if (!o.plan_path)
+    return host_fail(L, EXIT_USAGE, "'rehearse' needs a plan file, e.g. tycho rehearse plans/llama2_7b.lua");
+  char err[COMM_AGREE_MSG_MAX] = "";
+  int code;
+  if (worker) {
+    quiet_error = comm_world()->rank != 0;
+    code = rehearse_worker(&o, stdout, err, sizeof err);
+  } else {
+    /* this executable's own path: the launcher would read /proc/self/exe as its own */
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+      snprintf(self, sizeof self, "%s", argv[0]);
+    else
+      self[n] = 0;
+    code = rehearse_launch(&o, self, err, sizeof err);
+  }
+  fflush(stdout);
+  if (code && worker && !err[0])
+    quiet_error = 1; /* the verdict: rank 0 has printed what failed */
+  if (code)
+    return host_fail(L, code, "%s", err[0] ? err : "the rehearsal failed");
+  return 0;
+}
+
 /* The libraries a REPL chunk sees: the standard ones and the tycho module (plan helpers and
  * the trainer: tycho.open). */
 static void repl_libs(lua_State *L)
@@ -478,6 +588,8 @@ static int pmain(lua_State *L)
   }
   if (strcmp(cmd, "repl") == 0)
     return cmd_repl(L, argc, argv);
+  if (strcmp(cmd, "rehearse") == 0)
+    return cmd_rehearse(L, argc, argv, rehearse_is_worker(argc, argv));
   if (strcmp(cmd, "ckpt") == 0) {
     if (argc != 4 || (strcmp(argv[2], "inspect") && strcmp(argv[2], "verify")))
       return host_fail(L, EXIT_USAGE, "usage: tycho ckpt inspect|verify DIR");
@@ -488,12 +600,13 @@ static int pmain(lua_State *L)
       return host_fail(L, EXIT_RUNTIME, "%s", err);
     return 0;
   }
-  return host_fail(L, EXIT_USAGE, "unknown command '%s'; the commands are check, tune, run, repl and ckpt (tycho --help)", cmd);
+  return host_fail(L, EXIT_USAGE, "unknown command '%s'; the commands are check, tune, run, repl, rehearse and ckpt (tycho --help)", cmd);
 }
 
 int main(int argc, char **argv)
 {
-  const int run = argc >= 2 && (strcmp(argv[1], "run") == 0 || strcmp(argv[1], "repl") == 0);
+  const int run = argc >= 2 && (strcmp(argv[1], "run") == 0 || strcmp(argv[1], "repl") == 0 ||
+                                rehearse_is_worker(argc, argv));
   int ranks_on_node = 1;
   if (run) {
     threads_exec_with_settings(argv);   /* before any thread exists */

@@ -1,0 +1,716 @@
+/* tycho rehearse: a plan's layout at toy scale on CPU ranks against the serial run (rehearse.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "check/rehearse.h"
+
+#include <errno.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm/comm.h"
+#include "plan/compile.h"
+#include "runtime/alloc.h"
+#include "runtime/bill.h"
+#include "runtime/train.h"
+
+enum { DEFAULT_STEPS = 3, DEFAULT_HEAD_DIM = 4, DEFAULT_SEQ = 32, CORPUS_VOCAB = 64 };
+
+/* The bounds against the serial run: those tests/mpi/mpi_dp_equiv.c argues for fp32 and float64. */
+#if REAL_IS_DOUBLE
+static const double LOSS_TOL = 1e-10, NORM_TOL = 1e-10, PARAM_TOL = 1e-10;
+#else
+static const double LOSS_TOL = 1e-5, NORM_TOL = 1e-3, PARAM_TOL = 1e-5;
+#endif
+/* The bill against the allocator's peaks: within 1% or 64 KiB per category. */
+static const double BILL_REL = 0.01, BILL_ABS = 65536.0;
+
+static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t n, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, n, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+static int round_up(long long x, int m) { return (int)((x + m - 1) / m * m); }
+static int min_int(int a, int b) { return a < b ? a : b; }
+
+/* ---- the shrunk plan ------------------------------------------------------------------ */
+
+static int add_set(struct rehearse_shrink *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int add_set(struct rehearse_shrink *s, const char *fmt, ...)
+{
+  if (s->n_sets >= (int)(sizeof s->sets / sizeof s->sets[0]))
+    return -1;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(s->sets[s->n_sets++], sizeof s->sets[0], fmt, ap);
+  va_end(ap);
+  return 0;
+}
+
+/* "stages={{"embed",0,1},{2,3,"head"}}": every stage's layers as the full-size plan has them. */
+static char *stages_list(const struct plan *p)
+{
+  size_t cap = 64 + (size_t)p->n_stages * 16 + (size_t)p->model.n_layers * 8, n = 0;
+  char *s = malloc(cap);
+  if (!s)
+    return NULL;
+  n += (size_t)snprintf(s + n, cap - n, "stages={");
+  for (int st = 0; st < p->n_stages; st++) {
+    const struct plan_stage *g = &p->stages[st];
+    int first = 1;
+    n += (size_t)snprintf(s + n, cap - n, "%s{", st ? "," : "");
+    if (g->has_embed) {
+      n += (size_t)snprintf(s + n, cap - n, "\"embed\"");
+      first = 0;
+    }
+    for (int l = 0; l < p->model.n_layers; l++)
+      if (p->layers[l].stage == st) {
+        n += (size_t)snprintf(s + n, cap - n, "%s%d", first ? "" : ",", l);
+        first = 0;
+      }
+    if (g->has_head)
+      n += (size_t)snprintf(s + n, cap - n, "%s\"head\"", first ? "" : ",");
+    n += (size_t)snprintf(s + n, cap - n, "}");
+  }
+  snprintf(s + n, cap - n, "}");
+  return s;
+}
+
+int rehearse_shrink(const struct plan *big, const struct rehearse_options *o, struct rehearse_shrink *out,
+                    char *err, size_t err_size)
+{
+  memset(out, 0, sizeof *out);
+  const struct plan_model *m = &big->model;
+  const int tp = big->mesh.tp, pp = big->mesh.pp, v = big->virtual_stages;
+  const int hd = o->head_dim > 0 ? o->head_dim : DEFAULT_HEAD_DIM;
+  if (hd % 2)
+    return fail(err, err_size, "--head-dim %d: RoPE rotates pairs of elements; give an even head size", hd);
+  /* heads kept, each head shrunk: dim = n_heads × head_dim */
+  int dim = m->dim, head = m->head_dim;
+  if ((long long)m->n_heads * hd < m->dim) {
+    dim = m->n_heads * hd;
+    head = hd;
+  }
+  /* ffn in the plan's ratio to dim, a multiple of tp (the column and row splits divide it) */
+  int ffn = m->ffn_dim;
+  if (dim < m->dim) {
+    long long f = ((long long)m->ffn_dim * dim + m->dim - 1) / m->dim;
+    ffn = min_int(m->ffn_dim, round_up(f > 0 ? f : 1, tp));
+  }
+  /* the corpus's byte tokens; the plan's divisibility by tp (or its want of it) kept */
+  int vocab = m->vocab;
+  if (m->vocab > CORPUS_VOCAB) {
+    vocab = CORPUS_VOCAB;
+    if (m->vocab % tp == 0)
+      vocab = round_up(CORPUS_VOCAB, tp);
+    else if (vocab % tp == 0)
+      vocab++;
+  } else if (m->vocab < CORPUS_VOCAB && !big->data.synthetic[0]) {
+    return fail(err, err_size, "model.vocab = %d: the rehearsal trains on the addition corpus's %d byte "
+                "tokens; rehearse a plan whose vocabulary has at least %d", m->vocab, CORPUS_VOCAB, CORPUS_VOCAB);
+  }
+  /* the sequence: a multiple of tp when the plan's is (sequence parallelism splits it) */
+  int seq = big->batch.seq, want = o->seq > 0 ? o->seq : DEFAULT_SEQ;
+  if (want < seq) {
+    seq = want;
+    if (big->batch.seq % tp == 0)
+      seq = round_up(seq, tp);
+    seq = min_int(seq, big->batch.seq);
+  }
+  /* micro-batches per step per rank: every phase of the schedule */
+  const int M = big->batch.microbatches;
+  int cap = o->micro_batches > 0 ? o->micro_batches : (2 * pp * v > 4 ? 2 * pp * v : 4);
+  int mb = M < cap ? M : cap;
+  if (big->schedule == PLAN_SCHED_INTERLEAVED && mb % pp)
+    mb = round_up(mb, pp);
+  if (mb > M)
+    mb = M;
+  out->micro_batches = mb;
+  const long long global = (long long)mb * big->batch.micro * big->mesh.dp;
+
+  int bad = add_set(out, "model.dim=%d", dim) || add_set(out, "model.ffn_dim=%d", ffn) ||
+            add_set(out, "model.vocab=%d", vocab) || add_set(out, "model.max_seq=%d", seq) ||
+            add_set(out, "batch.seq=%d", seq) || add_set(out, "batch.global=%lld", global) ||
+            add_set(out, "precision.compute=fp32") || add_set(out, "precision.grads=fp32") ||
+            add_set(out, "precision.master=fp32") || add_set(out, "device=cpu") ||
+            add_set(out, "data=nil") || add_set(out, "data.synthetic=addition") || add_set(out, "init=nil") ||
+            add_set(out, "export=nil") || add_set(out, "checkpoint=nil") || add_set(out, "log=nil") ||
+            add_set(out, "lr_schedule.warmup=0") || add_set(out, "train.steps=%d", o->steps > 0 ? o->steps : DEFAULT_STEPS) ||
+            add_set(out, "train.eval_every=%d", o->steps > 0 ? o->steps : DEFAULT_STEPS);
+  if (bad)
+    return fail(err, err_size, "too many overrides");
+  out->stages_set = stages_list(big);
+  if (!out->stages_set)
+    return fail(err, err_size, "out of memory");
+  snprintf(out->summary, sizeof out->summary,
+           "%d layers (kept), dim %d (%d), %d heads / %d kv (kept) of %d (%d), ffn %d (%d), vocab %d (%d), seq %d "
+           "(%d); %d micro-batch%s of %d per step per rank (%d)", m->n_layers, dim, m->dim, m->n_heads,
+           m->n_kv_heads, head, m->head_dim, ffn, m->ffn_dim, vocab, m->vocab, seq, big->batch.seq, mb,
+           mb == 1 ? "" : "es", big->batch.micro, M);
+  return 0;
+}
+
+void rehearse_shrink_free(struct rehearse_shrink *s)
+{
+  free(s->stages_set);
+  s->stages_set = NULL;
+}
+
+const char *rehearse_default_launcher(void)
+{
+#ifdef OMPI_MAJOR_VERSION
+  return "mpirun --oversubscribe -np {n}";
+#else
+  return "mpiexec -n {n}";
+#endif
+}
+
+/* ---- the launcher ---------------------------------------------------------------------- */
+
+static int compile(const struct rehearse_options *o, int world, const char *const *extra, int n_extra,
+                   struct plan *p, char *err, size_t err_size)
+{
+  const char *sets[2 * REHEARSE_MAX_SETS + 32];
+  int n = 0;
+  for (int i = 0; i < o->n_sets && n < REHEARSE_MAX_SETS; i++) sets[n++] = o->sets[i];
+  for (int i = 0; i < n_extra; i++) sets[n++] = extra[i];
+  struct plan_compile_options opt = { world, o->unsafe, o->memory_limit, o->instruction_limit, n, sets };
+  return plan_compile(o->plan_path, &opt, p, err, err_size);
+}
+
+int rehearse_launch(const struct rehearse_options *o, const char *self, char *err, size_t err_size)
+{
+  struct plan big;
+  char why[2048];
+  if (compile(o, o->world, NULL, 0, &big, why, sizeof why)) {
+    fail(err, err_size, "plan error: %s", why);
+    return 2;
+  }
+  const int world = big.mesh.world, assumed = big.mesh.world_assumed;
+  plan_free(&big);
+  if (assumed) {
+    fail(err, err_size, "%s: mesh.dp is \"auto\": give the ranks to rehearse with --world N", o->plan_path);
+    return 2;
+  }
+  const char *tmpl = o->launcher ? o->launcher : rehearse_default_launcher();
+  if (!strstr(tmpl, "{n}")) {
+    fail(err, err_size, "--launcher '%s': write {n} where the rank count goes, e.g. --launcher 'srun -n {n}'", tmpl);
+    return 2;
+  }
+  /* argv: the launcher's words ({n} replaced), then tycho rehearse --worker and our arguments */
+  char words[4096];
+  snprintf(words, sizeof words, "%s", tmpl);
+  const char *argv[256];
+  char count[16], num[8][32];
+  int n = 0;
+  snprintf(count, sizeof count, "%d", world);
+  char *save = NULL;
+  for (char *w = strtok_r(words, " \t", &save); w && n < 64; w = strtok_r(NULL, " \t", &save))
+    argv[n++] = strcmp(w, "{n}") == 0 ? count : w;
+  argv[n++] = self;
+  argv[n++] = "rehearse";
+  argv[n++] = "--worker";
+  argv[n++] = o->plan_path;
+  const struct { const char *flag; long long value; } nums[] = {
+    { "--world", world }, { "--steps", o->steps }, { "--head-dim", o->head_dim }, { "--seq", o->seq },
+    { "--micro-batches", o->micro_batches }, { "--max-instructions", o->instruction_limit },
+    { "--max-memory", (long long)(o->memory_limit >> 20) },
+  };
+  for (int i = 0; i < (int)(sizeof nums / sizeof nums[0]); i++)
+    if (nums[i].value > 0) {
+      snprintf(num[i], sizeof num[i], "%lld", nums[i].value);
+      argv[n++] = nums[i].flag;
+      argv[n++] = num[i];
+    }
+  if (o->unsafe)
+    argv[n++] = "--unsafe";
+  for (int i = 0; i < o->n_sets && n < 250; i++) {
+    argv[n++] = "--set";
+    argv[n++] = o->sets[i];
+  }
+  for (int i = 0; i < o->n_faults && n < 250; i++) {
+    argv[n++] = "--fault";
+    argv[n++] = o->faults[i];
+  }
+  argv[n] = NULL;
+  /* many ranks on few cores: one BLAS thread each, and idle ranks give their core away */
+  setenv("OPENBLAS_NUM_THREADS", getenv("OPENBLAS_NUM_THREADS") ? getenv("OPENBLAS_NUM_THREADS") : "1", 1);
+  setenv("OMPI_MCA_mpi_yield_when_idle", getenv("OMPI_MCA_mpi_yield_when_idle") ? getenv("OMPI_MCA_mpi_yield_when_idle") : "1", 1);
+  printf("launch     %s", argv[0]);
+  for (int i = 1; i < n; i++) printf(" %s", argv[i]);
+  printf("\n");
+  fflush(stdout);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  pid_t pid = fork();
+  if (pid < 0) {
+    fail(err, err_size, "cannot start %s: %s", argv[0], strerror(errno));
+    return 1;
+  }
+  if (pid == 0) {
+    execvp(argv[0], (char *const *)argv);
+    fprintf(stderr, "tycho: rehearse: cannot run %s: %s (name another with --launcher)\n", argv[0], strerror(errno));
+    _exit(127);
+  }
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) {
+      fail(err, err_size, "waiting for %s: %s", argv[0], strerror(errno));
+      return 1;
+    }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  const double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  if (WIFSIGNALED(status))
+    fail(err, err_size, "the ranks' launcher %s ended by signal %d after %.1f s", argv[0], WTERMSIG(status), s);
+  else if (code == 127)
+    fail(err, err_size, "%s could not start the ranks", argv[0]);
+  else if (code == 2)
+    fail(err, err_size, "the rehearsal refused the plan (above)");
+  else if (code)
+    fail(err, err_size, "the rehearsal failed after %.1f s (above)", s);
+  else
+    printf("rehearsed  in %.1f s (%d ranks, launcher included)\n", s, world);
+  return code == 127 ? 1 : code;
+}
+
+/* ---- gathering parameters -------------------------------------------------------------- */
+
+/* Elements of a parameter as Hugging Face has it (no padding rows). */
+static size_t logical_elems(const struct model_param *p)
+{
+  return p->n_dims == 2 ? (size_t)p->shape[0] * (size_t)p->shape[1] : (size_t)p->shape[0];
+}
+
+real *rehearse_packed(const struct model *m, size_t *n)
+{
+  size_t total = 0, at = 0;
+  for (int i = 0; i < m->n_params; i++) total += logical_elems(&m->params[i]);
+  real *out = malloc((total ? total : 1) * sizeof *out);
+  if (!out)
+    return NULL;
+  for (int i = 0; i < m->n_params; i++) {
+    memcpy(out + at, m->params[i].data, logical_elems(&m->params[i]) * sizeof(real));
+    at += logical_elems(&m->params[i]);
+  }
+  *n = total;
+  return out;
+}
+
+int rehearse_gather_packed(struct trainer *t, real **out, size_t *n, char *err, size_t err_size)
+{
+  *out = NULL;
+  *n = 0;
+  if (t->model.tp.size > 1 || t->plan->mesh.pp > 1) {
+    struct model whole;
+    int have;
+    if (dp_gather_whole(&t->dp, &whole, &have, err, err_size))
+      return -1;
+    if (!have)
+      return 0;
+    *out = rehearse_packed(&whole, n);
+    model_free(&whole);
+    return *out ? 0 : fail(err, err_size, "out of memory packing the parameters");
+  }
+  real *full;
+  if (dp_gather_params(&t->dp, &full))
+    return fail(err, err_size, "%s", t->dp.err);
+  if (!full)
+    return 0;
+  size_t total = 0, at = 0;
+  for (int i = 0; i < t->model.n_params; i++) total += logical_elems(&t->model.params[i]);
+  *out = malloc((total ? total : 1) * sizeof **out);
+  for (int i = 0; *out && i < t->model.n_params; i++) {
+    const struct model_param *p = &t->model.params[i];
+    memcpy(*out + at, full + p->offset, logical_elems(p) * sizeof(real));
+    at += logical_elems(p);
+  }
+  dp_gather_params_free(&t->dp, full);
+  *n = total;
+  return *out ? 0 : fail(err, err_size, "out of memory packing the parameters");
+}
+
+/* ---- the worker ------------------------------------------------------------------------ */
+
+/* What each rank found, gathered to rank 0. */
+struct rank_report {
+  int pp_rank;
+  int failed;             /* the run stopped: msg says why */
+  int traffic_bad, bill_bad;
+  int steps;
+  double loss[REHEARSE_MAX_STEPS], norm[REHEARSE_MAX_STEPS];
+  unsigned long long calls; /* collectives and messages of the last step, every group */
+  double bill_worst;        /* the worst category's relative difference */
+  char msg[900];
+};
+
+static struct comm_group *traffic_group(struct comm_group *const *groups, const struct trainer *t, int g)
+{
+  switch (g) {
+  case TRAFFIC_TP: return groups[PLAN_AXIS_TP];
+  case TRAFFIC_DP: return groups[PLAN_AXIS_DP];
+  case TRAFFIC_PP: return groups[PLAN_AXIS_PP];
+  default: return t->exec.embed;
+  }
+}
+
+/* The last step's counters on every group against traffic_predict of the plan as written. */
+static void check_traffic(const struct plan *p, struct comm_group *const *groups, const struct trainer *t,
+                          const struct comm_counter before[TRAFFIC_N_GROUPS][COMM_N_OPS], struct rank_report *r)
+{
+  struct traffic want;
+  char why[512];
+  if (traffic_predict(p, t->exec.rank, &want, why, sizeof why)) {
+    r->traffic_bad = 1;
+    snprintf(r->msg, sizeof r->msg, "no traffic prediction: %s", why);
+    return;
+  }
+  for (int g = 0; g < TRAFFIC_N_GROUPS; g++) {
+    struct comm_group *grp = traffic_group(groups, t, g);
+    for (int op = 0; op < COMM_N_OPS; op++) {
+      unsigned long long dc = 0, db = 0;
+      if (grp) {
+        struct comm_counter c = comm_counter_get(grp, (enum comm_op)op);
+        dc = c.calls - before[g][op].calls;
+        db = c.n_bytes - before[g][op].n_bytes;
+      }
+      r->calls += dc;
+      if ((dc != want.calls[g][op] || db != want.bytes[g][op]) && !r->traffic_bad) {
+        r->traffic_bad = 1;
+        snprintf(r->msg, sizeof r->msg, "%s %s: %llu calls, %llu bytes in the last step; tycho check "
+                 "predicts %llu calls, %llu bytes", traffic_group_name((enum traffic_group)g),
+                 comm_op_name((enum comm_op)op), dc, db, want.calls[g][op], want.bytes[g][op]);
+      }
+    }
+  }
+}
+
+/* The allocator's peaks against bill_predict of the plan as written. */
+static void check_bill(const struct plan *p, const struct trainer *t, struct rank_report *r)
+{
+  struct bill b;
+  char why[512];
+  if (bill_predict(p, t->exec.rank, &b, why, sizeof why)) {
+    r->bill_bad = 1;
+    snprintf(r->msg, sizeof r->msg, "no memory bill: %s", why);
+    return;
+  }
+  const struct alloc_bill *a = alloc_bill();
+  for (int c = 0; c < ALLOC_N_CATEGORIES; c++) {
+    double measured = (double)a->peak_bytes[c], predicted = b.bytes[c], diff = fabs(measured - predicted);
+    double rel = measured > 0 ? diff / measured : (predicted > 0 ? 1.0 : 0.0);
+    r->bill_worst = rel > r->bill_worst ? rel : r->bill_worst;
+    if (diff > BILL_ABS && rel > BILL_REL && !r->bill_bad && !r->traffic_bad) {
+      r->bill_bad = 1;
+      snprintf(r->msg, sizeof r->msg, "%s: peak %.0f B, tycho check's bill %.0f B (%.2f%% off)",
+               alloc_category_name((enum alloc_category)c), measured, predicted, 100.0 * rel);
+    } else if (diff > BILL_ABS && rel > BILL_REL) {
+      r->bill_bad = 1;
+    }
+  }
+}
+
+static double rel_diff(double a, double b) { return b != 0 ? fabs(a - b) / fabs(b) : fabs(a - b); }
+
+/* ‖a − b‖ / ‖b‖ and max |a − b| / max |b|. */
+static void compare(const real *a, const real *b, size_t n, double *l2_rel, double *max_rel)
+{
+  double num = 0, den = 0, max_diff = 0, max_abs = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - (double)b[i]);
+    num += d * d;
+    den += (double)b[i] * (double)b[i];
+    max_diff = d > max_diff ? d : max_diff;
+    max_abs = fabs((double)b[i]) > max_abs ? fabs((double)b[i]) : max_abs;
+  }
+  *l2_rel = den > 0 ? sqrt(num / den) : sqrt(num);
+  *max_rel = max_abs > 0 ? max_diff / max_abs : max_diff;
+}
+
+/* The serial run of the rehearsed plan on this rank alone. 0 ok; −1 with err. */
+static int serial_run(const struct rehearse_options *o, const struct rehearse_shrink *s, int steps,
+                      double *loss, double *norm, real **initial, real **final, size_t *n, char *err, size_t err_size)
+{
+  static const char *const serial[] = { "zero=0", "mesh.tp=1", "mesh.pp=1", "mesh.dp=1", "virtual_stages=1",
+                                        "stages=even", "schedule.kind=1f1b", "sequence_parallel=false" };
+  const char *extra[40];
+  int k = 0;
+  for (int i = 0; i < s->n_sets; i++) extra[k++] = s->sets[i];
+  for (int i = 0; i < (int)(sizeof serial / sizeof serial[0]); i++) extra[k++] = serial[i];
+  struct plan p;
+  char why[2048];
+  if (compile(o, 1, extra, k, &p, why, sizeof why))
+    return fail(err, err_size, "the serial plan: %s", why);
+  struct trainer t;
+  if (trainer_open(&t, &p, NULL, why, sizeof why) != TRAIN_OK) {
+    plan_free(&p);
+    return fail(err, err_size, "the serial run: %s", why);
+  }
+  int rc = 0;
+  *initial = rehearse_packed(&t.model, n);
+  for (int i = 0; i < steps && rc == 0; i++) {
+    struct train_step_stats st;
+    if (trainer_step(&t, &st, why, sizeof why))
+      rc = fail(err, err_size, "the serial run, step %d: %s", i, why);
+    loss[i] = st.loss;
+    norm[i] = st.grad_norm;
+  }
+  *final = rehearse_packed(&t.model, n);
+  trainer_close(&t);
+  plan_free(&p);
+  if (rc == 0 && (!*initial || !*final))
+    rc = fail(err, err_size, "out of memory packing the serial run's parameters");
+  return rc;
+}
+
+static const char *on_off(int x) { return x ? "on" : "off"; }
+
+/* 6.74B, 43.1M, 52.3k */
+static const char *count_text(double n, char *buf, size_t size)
+{
+  if (n >= 1e9)
+    snprintf(buf, size, "%.3gB", n / 1e9);
+  else if (n >= 1e6)
+    snprintf(buf, size, "%.3gM", n / 1e6);
+  else
+    snprintf(buf, size, "%.3gk", n / 1e3);
+  return buf;
+}
+
+static void print_header(FILE *out, const struct plan *big, const struct plan *p, const struct rehearse_shrink *s,
+                         int steps)
+{
+  int rc_layers = 0;
+  for (int l = 0; l < p->model.n_layers; l++) rc_layers += p->layers[l].recompute != 0;
+  fprintf(out, "rehearse   %s (%s): its layout on %d CPU ranks, %d step%s\n", big->name, big->file,
+          p->mesh.world, steps, steps == 1 ? "" : "s");
+  fprintf(out, "layout     tp %d × pp %d × dp %d (order %s, %s, %s); %d stage%s (virtual %d) under %s; zero %d; "
+          "sequence parallel %s; recompute in %d of %d layers\n", p->mesh.tp, p->mesh.pp, p->mesh.dp,
+          plan_axis_name(p->mesh.order[0]), plan_axis_name(p->mesh.order[1]), plan_axis_name(p->mesh.order[2]),
+          p->n_stages, p->n_stages == 1 ? "" : "s", p->virtual_stages, plan_schedule_name(p->schedule), p->zero,
+          on_off(p->sequence_parallel), rc_layers, p->model.n_layers);
+  char small[32], full[32];
+  fprintf(out, "shrunk     %s; %s parameters (%s); the plan's figures in brackets\n", s->summary,
+          count_text((double)plan_param_count(p), small, sizeof small),
+          count_text((double)plan_param_count(big), full, sizeof full));
+  fprintf(out, "           %s on the CPU runtime%s, the addition corpus, no learning-rate warm-up\n", REAL_NAME,
+          big->precision.compute != PLAN_FP32 || !plan_on_cpu(big) ? " (the plan's layout is rehearsed, not its "
+          "precision or device)" : "");
+  fflush(out);
+}
+
+int rehearse_worker(const struct rehearse_options *o, FILE *out, char *err, size_t err_size)
+{
+  struct comm_group *world = comm_world();
+  const int rank = world->rank, W = world->size;
+  const int steps = o->steps > 0 ? o->steps : DEFAULT_STEPS;
+  char why[COMM_AGREE_MSG_MAX] = "";
+  struct plan big, p, run;
+  struct rehearse_shrink s;
+  int have_big = 0, have_p = 0, have_run = 0, code = 0, opened = 0;
+  static struct rank_report me;
+  real *initial = NULL, *final = NULL;
+  size_t n_par = 0;
+  struct comm_group *groups[PLAN_N_AXES] = { 0 };
+  struct comm_group *ctl = NULL;
+  char **reports = NULL;
+  size_t *counts = NULL;
+  struct trainer t;
+  memset(&s, 0, sizeof s);
+  memset(&me, 0, sizeof me);
+  if (o->world && o->world != W) {
+    code = 2;
+    snprintf(why, sizeof why, "--world %d, but the job has %d ranks", o->world, W);
+  }
+  if (!code && compile(o, W, NULL, 0, &big, why, sizeof why) == 0)
+    have_big = 1;
+  else if (!code)
+    code = 2;
+  if (!code && rehearse_shrink(&big, o, &s, why, sizeof why))
+    code = 2;
+  const char *extra[2 * REHEARSE_MAX_SETS + 32];
+  int k = 0;
+  if (!code) {
+    for (int i = 0; i < s.n_sets; i++) extra[k++] = s.sets[i];
+    extra[k++] = s.stages_set;
+    if (compile(o, W, extra, k, &p, why, sizeof why) == 0)
+      have_p = 1;
+    else
+      code = 2;
+  }
+  if (!code) {
+    int kr = k;
+    for (int i = 0; i < o->n_faults && kr < (int)(sizeof extra / sizeof extra[0]); i++) extra[kr++] = o->faults[i];
+    if (compile(o, W, extra, kr, &run, why, sizeof why) == 0)
+      have_run = 1;
+    else
+      code = 2;
+    if (!code && (run.mesh.tp != p.mesh.tp || run.mesh.pp != p.mesh.pp || run.mesh.dp != p.mesh.dp))
+      code = 2, snprintf(why, sizeof why, "a --fault may not change the mesh (the ranks run the plan's groups)");
+  }
+  if (!code && steps > REHEARSE_MAX_STEPS)
+    code = 2, snprintf(why, sizeof why, "--steps %d: at most %d", steps, REHEARSE_MAX_STEPS);
+  if (comm_agree_err(world, code, why, sizeof why, 0)) {
+    fail(err, err_size, "plan error: %s", why);
+    code = 2;
+    goto out;
+  }
+  if (rank == 0)
+    print_header(out, &big, &p, &s, steps);
+
+  /* the layout's run */
+  code = comm_build_mesh_groups(&run.mesh, groups, why, sizeof why) ? 1 : 0;
+  if (!code) {
+    alloc_reset_peaks();
+    code = trainer_open(&t, &run, groups, why, sizeof why);
+    opened = code == TRAIN_OK;
+  }
+  if (comm_agree_err(world, code, why, sizeof why, 1)) {
+    fail(err, err_size, "%s", why);
+    code = code == TRAIN_PLAN_ERROR ? 2 : 1;
+    goto close;
+  }
+  me.pp_rank = t.exec.rank;
+  if (rehearse_gather_packed(&t, &initial, &n_par, why, sizeof why))
+    me.failed = 1, snprintf(me.msg, sizeof me.msg, "gathering the initial parameters: %s", why);
+  alloc_reset_peaks(); /* the gathered copy is the rehearsal's, not the run's */
+  struct comm_counter before[TRAFFIC_N_GROUPS][COMM_N_OPS];
+  memset(before, 0, sizeof before);
+  for (int i = 0; i < steps && !me.failed; i++) {
+    if (i == steps - 1)
+      for (int g = 0; g < TRAFFIC_N_GROUPS; g++)
+        for (int op = 0; op < COMM_N_OPS; op++)
+          if (traffic_group(groups, &t, g))
+            before[g][op] = comm_counter_get(traffic_group(groups, &t, g), (enum comm_op)op);
+    struct train_step_stats st;
+    int bad = trainer_step(&t, &st, why, sizeof why);
+    if (comm_agree_err(world, bad ? 1 : 0, why, sizeof why, 1)) {
+      me.failed = 1;
+      snprintf(me.msg, sizeof me.msg, "step %d: %s", i, why);
+      break;
+    }
+    me.loss[i] = st.loss;
+    me.norm[i] = st.grad_norm;
+    me.steps = i + 1;
+  }
+  if (!me.failed) {
+    check_bill(&p, &t, &me);
+    check_traffic(&p, groups, &t, before, &me);
+    if (rehearse_gather_packed(&t, &final, &n_par, why, sizeof why))
+      me.failed = 1, snprintf(me.msg, sizeof me.msg, "gathering the final parameters: %s", why);
+  }
+close:
+  if (opened)
+    trainer_close(&t);
+  if (comm_free_mesh_groups(groups, why, sizeof why) && code == 0)
+    code = 1, fail(err, err_size, "%s", why);
+  if (code)
+    goto out;
+
+  /* every rank's report to rank 0, on a control group (its waits outlast the serial run) */
+  if (comm_group_split(world, 0, rank, "rehearse", &ctl, why, sizeof why)) {
+    code = 1;
+    fail(err, err_size, "%s", why);
+    goto out;
+  }
+  reports = rank == 0 ? calloc((size_t)W, sizeof *reports) : NULL;
+  counts = rank == 0 ? calloc((size_t)W, sizeof *counts) : NULL;
+  int verdict = 0;
+  if (comm_control_gather(ctl, &me, sizeof me, 0, reports, counts, "the rehearsal's reports", why, sizeof why)) {
+    verdict = 1;
+    fail(err, err_size, "%s", why);
+  } else if (rank == 0) {
+    int failed = 0, traffic_bad = 0, bill_bad = 0, differ = 0, first_bad = -1;
+    double bill_worst = 0;
+    for (int r = 0; r < W; r++) {
+      const struct rank_report *x = (const struct rank_report *)reports[r];
+      if (!x || counts[r] != sizeof me) {
+        failed++;
+        continue;
+      }
+      int bad = x->failed || x->traffic_bad || x->bill_bad;
+      failed += x->failed;
+      traffic_bad += x->traffic_bad;
+      bill_bad += x->bill_bad;
+      bill_worst = x->bill_worst > bill_worst ? x->bill_worst : bill_worst;
+      if (bad && first_bad < 0) {
+        first_bad = r;
+        fprintf(out, "rank %d (pipeline rank %d): %s\n", r, x->pp_rank, x->msg);
+      }
+      differ += memcmp(x->loss, me.loss, sizeof me.loss) != 0 || memcmp(x->norm, me.norm, sizeof me.norm) != 0;
+    }
+    if (failed) {
+      fprintf(out, "run        FAILED on %d rank%s\n", failed, failed == 1 ? "" : "s");
+      verdict = 1;
+    } else {
+      double sl[REHEARSE_MAX_STEPS], sn[REHEARSE_MAX_STEPS];
+      real *s_init = NULL, *s_final = NULL;
+      size_t n_s = 0;
+      if (serial_run(o, &s, steps, sl, sn, &s_init, &s_final, &n_s, why, sizeof why)) {
+        fprintf(out, "serial     FAILED: %s\n", why);
+        verdict = 1;
+      } else if (n_s != n_par) {
+        fprintf(out, "serial     FAILED: %zu parameters in the serial run, %zu gathered from the ranks\n", n_s, n_par);
+        verdict = 1;
+      } else {
+        double wl = 0, wn = 0, l2, mx;
+        for (int i = 0; i < steps; i++) {
+          double a = rel_diff(me.loss[i], sl[i]), b = rel_diff(me.norm[i], sn[i]);
+          wl = a > wl ? a : wl;
+          wn = b > wn ? b : wn;
+        }
+        compare(final, s_final, n_s, &l2, &mx);
+        const int init_same = memcmp(initial, s_init, n_s * sizeof(real)) == 0;
+        const int ok = init_same && wl <= LOSS_TOL && wn <= NORM_TOL && l2 <= PARAM_TOL &&
+                       (!REAL_IS_DOUBLE || mx <= PARAM_TOL) && !differ;
+        fprintf(out, "steps     ");
+        for (int i = 0; i < steps; i++) fprintf(out, " loss %.6f (serial %.6f)%s", me.loss[i], sl[i], i + 1 < steps ? ";" : "");
+        fprintf(out, "\nserial     initial parameters %s; worst relative difference: loss %.3g, grad norm %.3g, "
+                "final weights %.3g (relative L2; max %.3g); bounds %g, %g, %g%s: %s\n",
+                init_same ? "bitwise equal" : "DIFFER", wl, wn, l2, mx, LOSS_TOL, NORM_TOL, PARAM_TOL,
+                differ ? "; the ranks' losses differ" : "", ok ? "ok" : "FAILED");
+        verdict |= !ok;
+      }
+      free(s_init);
+      free(s_final);
+      fprintf(out, "traffic    the last step's collectives and messages on every group %s tycho check's "
+              "prediction on %s (%llu on rank 0): %s\n", traffic_bad ? "differ from" : "equal",
+              traffic_bad ? "some ranks" : "every rank", me.calls, traffic_bad ? "FAILED" : "ok");
+      fprintf(out, "memory     every category's peak %s tycho check's bill on %s (worst %.2f%% off; bound 1%% "
+              "or 64 KiB): %s\n", bill_bad ? "differs from" : "equals", bill_bad ? "some ranks" : "every rank",
+              100.0 * bill_worst, bill_bad ? "FAILED" : "ok");
+      verdict |= traffic_bad || bill_bad;
+    }
+    fprintf(out, "verdict    %s\n", verdict ? "the rehearsal FAILED" : "the layout holds");
+    fflush(out);
+  }
+  if (reports)
+    for (int r = 0; r < W; r++) free(reports[r]);
+  free(reports);
+  free(counts);
+  if (comm_control_bcast(ctl, &verdict, sizeof verdict, 0, "the rehearsal's verdict", why, sizeof why))
+    verdict = 1;
+  comm_group_free(ctl, why, sizeof why);
+  code = verdict; /* rank 0 has said what failed; err stays empty unless the exchange failed */
+out:
+  free(initial);
+  free(final);
+  rehearse_shrink_free(&s);
+  if (have_run)
+    plan_free(&run);
+  if (have_p)
+    plan_free(&p);
+  if (have_big)
+    plan_free(&big);
+  return code;
+}

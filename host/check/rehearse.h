@@ -1,0 +1,102 @@
+/* Rehearsal (DESIGN 3.12): a plan's exact layout run at toy scale on CPU ranks, against the
+ * serial run of the same shrunk model — `tycho rehearse PLAN.lua`.
+ *
+ * What is kept: the mesh (tp, pp, dp and their order, so every rank's groups are the plan's),
+ * the layer count and every layer's stage (the full-size plan's mapping, passed as an explicit
+ * stages list, so that "balanced" cannot move a layer when the dims shrink), virtual stages, the
+ * schedule, every module's split, sequence parallelism, recompute, ZeRO, bucket_mb, tied
+ * embeddings, dropout, the seeds, the optimizer and batch.micro.
+ *
+ * What shrinks (rehearse_shrink): each head to opts.head_dim elements (dim = n_heads × head_dim;
+ * the head counts, which carry the tensor-parallel divisibility, are kept), ffn_dim in the same
+ * ratio to dim rounded up to a multiple of tp, the vocabulary to the 64 byte tokens of the
+ * built-in addition corpus (rounded up to a multiple of tp when the plan's vocabulary is one;
+ * one more when it is not, so that the padding the plan needs is padded here too), the sequence
+ * to opts.seq (a multiple of tp when the plan's is), and the micro-batches per step per rank to
+ * at most opts.micro_batches (default max(4, 2 · pp · virtual_stages): every phase of every
+ * schedule — warm-up, steady state, cool-down — with the same count on every rank). Nothing grows:
+ * a plan already smaller keeps its sizes. The rehearsal trains in this build's CPU element type
+ * (fp32, or float64 in the proof build) on device "cpu" — a bf16 or GPU plan's layout is
+ * rehearsed, not its precision — on the addition corpus, without init.from, export, checkpoints
+ * or logs, and without learning-rate warm-up (so that a few steps move the weights enough for
+ * the final weights to tell a layout bug from rounding).
+ *
+ * What is proved (rehearse_worker, on every rank of the job; rank 0 prints):
+ *   - initial parameters bitwise those of the serial run;
+ *   - every step's loss and gradient norm, the evaluation and the final parameters against the
+ *     serial run (one rank, zero 0, no tp or pp) within this build's bounds — those the
+ *     equivalence tests argue (tests/mpi/mpi_dp_equiv.c): fp32 loss 1e-5 relative, gradient norm
+ *     1e-3, final weights 1e-5 relative L2; float64 1e-10 for all; and the same bits on every rank;
+ *   - the comm layer's counters over the last step, on every group of every rank, equal to the
+ *     calls and bytes `tycho check` predicts for the rehearsed plan (traffic_predict);
+ *   - every rank's allocator peaks, by category, equal to the bill `tycho check` prints
+ *     (bill_predict) within 1% or 64 KiB.
+ * A --fault override changes the layout's run only (not the serial run, not the predictions):
+ * a deliberate difference, to see what a failing rehearsal reports. */
+#ifndef TYCHO_CHECK_REHEARSE_H
+#define TYCHO_CHECK_REHEARSE_H
+#include <stddef.h>
+#include <stdio.h>
+
+#include "real.h"
+#include "plan/plan.h"
+
+struct trainer;
+struct model;
+
+#define REHEARSE_MAX_STEPS 64
+#define REHEARSE_MAX_SETS 64
+
+struct rehearse_options {
+  const char *plan_path;
+  int world;          /* ranks; 0: the plan's tp · pp · dp (dp a number) */
+  int steps;          /* 0: 3 */
+  int head_dim;       /* 0: 4 */
+  int seq;            /* 0: 32 */
+  int micro_batches;  /* 0: max(4, 2 · pp · virtual_stages) at most */
+  int unsafe;
+  size_t memory_limit;
+  long long instruction_limit;
+  int n_sets;
+  const char *const *sets;   /* the user's --set, applied to the plan before it is shrunk */
+  int n_faults;
+  const char *const *faults; /* --fault: the layout's run only */
+  const char *launcher;      /* the command that starts the ranks, "{n}" the count; NULL: default */
+};
+
+/* The overrides that shrink a compiled plan (see above), as --set texts, and a one-line account
+ * of what changed. */
+struct rehearse_shrink {
+  int n_sets;
+  char sets[24][1024];
+  char *stages_set;   /* "stages={...}": the full-size plan's stage of every layer (malloc'd) */
+  char summary[1024];
+  int micro_batches;  /* per step per rank, rehearsed */
+};
+int rehearse_shrink(const struct plan *big, const struct rehearse_options *o, struct rehearse_shrink *out,
+                    char *err, size_t err_size);
+void rehearse_shrink_free(struct rehearse_shrink *s);
+
+/* The default launcher: "mpirun --oversubscribe -np {n}" with Open MPI (a rehearsal runs more
+ * ranks than the machine has cores), else "mpiexec -n {n}". */
+const char *rehearse_default_launcher(void);
+
+/* The launcher side (not under MPI): compiles the plan for its world, then starts
+ * `LAUNCHER tycho rehearse --worker ...` with the same arguments and waits. OPENBLAS_NUM_THREADS
+ * and OMPI_MCA_mpi_yield_when_idle are set to 1 for the ranks when unset. `self` is this
+ * executable. Returns the exit code (2 for usage and plan errors, with the message in err). */
+int rehearse_launch(const struct rehearse_options *o, const char *self, char *err, size_t err_size);
+
+/* The worker side: every rank of the job (the world's size must be the plan's). Rank 0 writes
+ * the account to `out`. Returns 0 when everything held, 1 when something did not (rank 0 has
+ * said what), 2 for a plan error (message in err), identical on every rank. Collective. */
+int rehearse_worker(const struct rehearse_options *o, FILE *out, char *err, size_t err_size);
+
+/* The parameters of a trainer in the serial model's order, packed (padding rows of a split
+ * vocabulary left out): on rank 0 of the job *out (malloc'd, *n elements), NULL elsewhere.
+ * Collective over t's groups. 0 ok; −1 with a message. */
+int rehearse_gather_packed(struct trainer *t, real **out, size_t *n, char *err, size_t err_size);
+/* The same of a one-rank model (its own memory). NULL when out of memory. */
+real *rehearse_packed(const struct model *m, size_t *n);
+
+#endif

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# `tycho rehearse`: a plan's layout at toy scale on CPU ranks against the serial run of the same
+# shrunk model. CASE is one of
+#   layouts  tiny.lua as tp 2 × pp 2 × dp 2 with sequence parallelism and ZeRO-1 (8 ranks), and
+#            interleaved 1F1B on pp 2 × 2 virtual stages × dp 2 with dropout 0.1 (4 ranks): both
+#            hold, and the account names what was kept and shrunk;
+#   faults   a --fault in the layout's run only must fail the rehearsal, each where it should:
+#            another model seed (initial weights differ), smaller buckets (the collectives differ
+#            from check's), full recompute (the activation peak differs from check's bill);
+#   refusals usage and plan errors exit 2 with the cause named, a launcher that cannot start 1;
+#   PLAN RANKS  a shipped plan's whole layout (its own mesh, stages, splits, ZeRO, schedule).
+# usage: rehearse.sh CASE MPIEXEC TYCHO [RANKS]   (run from the source folder)
+set -u
+case_=$1 mpiexec=$2 tycho=$3 ranks=${4:-}
+launcher="$mpiexec --oversubscribe -np {n}"
+tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
+fail() { echo "--- output"; cat "$tmp/out" 2>/dev/null; echo "FAIL: $*"; exit 1; }
+# run NAME CODE CMD...: CMD exits with CODE (its output in $tmp/out)
+run() {
+  local name=$1 code=$2; shift 2
+  timeout 600 "$@" >"$tmp/out" 2>&1
+  local rc=$?
+  [ "$rc" -eq "$code" ] || fail "$name: exit $rc, expected $code"
+}
+has() { grep -Eq -- "$1" "$tmp/out" || fail "$2: no line matching /$1/"; }
+
+case $case_ in
+layouts)
+  run tp2_pp2_dp2 0 "$tycho" rehearse plans/tiny.lua --world 8 --launcher "$launcher" --set mesh.tp=2 \
+    --set mesh.pp=2 --set sequence_parallel=true --set zero=1
+  has '^layout +tp 2 × pp 2 × dp 2 \(order tp, dp, pp\); 2 stages \(virtual 1\) under 1f1b; zero 1; sequence parallel on' tp2_pp2_dp2
+  has '^shrunk +4 layers \(kept\), dim 32 \(128\), 8 heads / 4 kv \(kept\) of 4 \(16\), ffn 96 \(384\)' tp2_pp2_dp2
+  has '^serial +initial parameters bitwise equal; worst relative difference: .*: ok$' tp2_pp2_dp2
+  has "^traffic .* equal tycho check's prediction on every rank .*: ok$" tp2_pp2_dp2
+  has "^memory .* equals tycho check's bill on every rank .*: ok$" tp2_pp2_dp2
+  has '^verdict +the layout holds$' tp2_pp2_dp2
+  grep '^serial' "$tmp/out"
+  # the default launcher (mpirun from PATH) this time
+  run interleaved 0 "$tycho" rehearse plans/tiny.lua --world 4 --set mesh.pp=2 --set virtual_stages=2 \
+    --set schedule.kind=interleaved --set zero=1 --set model.dropout=0.1 --steps 4
+  has '^launch +mpirun --oversubscribe -np 4 ' interleaved
+  has '4 stages \(virtual 2\) under interleaved' interleaved
+  has '^verdict +the layout holds$' interleaved
+  grep '^serial' "$tmp/out"
+  ;;
+faults)
+  base=("$tycho" rehearse plans/tiny.lua --world 2 --launcher "$launcher")
+  run seed 1 "${base[@]}" --fault seeds.model=7
+  has '^serial +initial parameters DIFFER; .*: FAILED$' seed
+  has '^verdict +the rehearsal FAILED$' seed
+  has '^tycho: the rehearsal failed after' seed
+  run buckets 1 "${base[@]}" --fault bucket_mb=0.01
+  has '^rank 0 \(pipeline rank 0\): dp all-reduce: [0-9]+ calls, [0-9]+ bytes in the last step; tycho check predicts 1 calls' buckets
+  has "^traffic .* differ from tycho check's prediction .*: FAILED$" buckets
+  has '^serial .*: ok$' buckets
+  run recompute 1 "${base[@]}" --fault recompute=full
+  has "^memory .* differs from tycho check's bill .*: FAILED$" recompute
+  has '^rank 0 \(pipeline rank 0\): activations: peak [0-9]+ B, tycho check.s bill [0-9]+ B' recompute
+  echo "each fault failed the rehearsal where it should"
+  ;;
+refusals)
+  run no_world 2 "$tycho" rehearse plans/tiny.lua
+  has '^tycho: plans/tiny.lua: mesh.dp is "auto": give the ranks to rehearse with --world N$' no_world
+  run no_plan 2 "$tycho" rehearse
+  has "^tycho: 'rehearse' needs a plan file" no_plan
+  run bad_steps 2 "$tycho" rehearse plans/tiny.lua --world 2 --steps 65
+  has '^tycho: --steps needs an integer in 1..64' bad_steps
+  run launcher_count 2 "$tycho" rehearse plans/tiny.lua --world 2 --launcher "$mpiexec -np"
+  has "^tycho: --launcher '.* -np': write \{n\} where the rank count goes" launcher_count
+  run launcher_missing 1 "$tycho" rehearse plans/tiny.lua --world 2 --launcher "/nonexistent/mpirun -np {n}"
+  has 'cannot run /nonexistent/mpirun: No such file or directory' launcher_missing
+  run fault_mesh 2 "$tycho" rehearse plans/tiny.lua --world 2 --launcher "$launcher" --fault mesh.tp=2
+  has '^tycho: plan error: a --fault may not change the mesh' fault_mesh
+  run plan_error 2 "$tycho" rehearse plans/tiny.lua --world 2 --launcher "$launcher" --set mesh.tp=3
+  has '^tycho: plan error: ' plan_error
+  echo "every refusal named its cause"
+  ;;
+*)
+  plan=$case_
+  run "$plan" 0 "$tycho" rehearse "$plan" --world "$ranks" --launcher "$launcher"
+  has '^verdict +the layout holds$' "$plan"
+  grep -E '^(layout|shrunk|serial|traffic|memory|rehearsed)' "$tmp/out"
+  ;;
+esac
