@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check/calibrate.h"
 #include "check/check.h"
 #include "check/rehearse.h"
 #include "check/tune.h"
@@ -80,6 +81,13 @@ static const char usage_text[] =
   "                    (default 32) and micro-batches per step per rank (default at most\n"
   "                    max(4, 2·pp·virtual_stages))\n"
   "        --fault path=value  an override for the layout's run only, to see a rehearsal fail\n"
+  "  calibrate [PLAN.lua] --out FILE [--set path=value ...] [--reps N] [--name TEXT]\n"
+  "        under mpirun with one rank per core (mpirun -np CORES tycho calibrate ...): measure\n"
+  "        this machine at PLAN's shapes (default plans/tiny.lua) - sgemm peak, the plan's\n"
+  "        linears, attention, pointwise work, the optimizer, the collectives' latency and\n"
+  "        bandwidth, cores, memory - and write a cluster file for check --cluster and tune\n"
+  "        (a device = one core running one rank of one thread); --reps N: repetitions per\n"
+  "        measurement, 1..1000 (default 10). docs/calibrate.md\n"
   "  ckpt inspect|verify DIR\n"
   "        a checkpoint (checkpoint.dir/step_N, or checkpoint.dir for its newest): inspect\n"
   "        prints its step, model, mesh and files; verify also checks every piece's checksum\n"
@@ -554,6 +562,65 @@ static int cmd_repl(lua_State *L, int argc, char **argv)
   return 0;
 }
 
+/* `tycho calibrate`: measures this machine (check/calibrate.h); every rank runs it. */
+static int cmd_calibrate(lua_State *L, int argc, char **argv)
+{
+  struct calibrate_options o = { 0 };
+  const char **sets = lua_newuserdatauv(L, sizeof(char *) * (size_t)argc, 0);
+  o.sets = sets;
+  o.reps = 10;
+  char command[2048] = "tycho";
+  for (int i = 1; i < argc; i++)
+    snprintf(command + strlen(command), sizeof command - strlen(command), " %s", argv[i]);
+  o.command = command;
+  for (int i = 2; i < argc; i++) {
+    const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "--set") == 0) {
+      sets[o.n_sets++] = check_set(L, next);
+      i++;
+    } else if (strncmp(a, "--set=", 6) == 0) {
+      sets[o.n_sets++] = check_set(L, a + 6);
+    } else if (strcmp(a, "--out") == 0) {
+      if (!next)
+        return host_fail(L, EXIT_USAGE, "--out needs a file, e.g. --out plans/clusters/local.lua");
+      o.out = next;
+      i++;
+    } else if (strcmp(a, "--name") == 0) {
+      if (!next || !*next)
+        return host_fail(L, EXIT_USAGE, "--name needs the cluster's name");
+      o.name = next;
+      i++;
+    } else if (strcmp(a, "--reps") == 0) {
+      o.reps = (int)parse_count(L, "--reps", next, 1, 1000);
+      i++;
+    } else if (strcmp(a, "--unsafe") == 0) {
+      o.unsafe = 1;
+    } else if (strcmp(a, "--max-memory") == 0) {
+      o.memory_limit = (size_t)parse_count(L, "--max-memory", next, 1, MEMORY_MAX_MIB) << 20;
+      i++;
+    } else if (strcmp(a, "--max-instructions") == 0) {
+      o.instruction_limit = parse_count(L, "--max-instructions", next, 1000, INSTRUCTIONS_MAX);
+      i++;
+    } else if (a[0] == '-' && a[1]) {
+      return host_fail(L, EXIT_USAGE, "unknown option '%s' for 'calibrate'; see tycho --help", a);
+    } else if (!o.plan) {
+      o.plan = a;
+    } else {
+      return host_fail(L, EXIT_USAGE, "unexpected argument '%s' (the plan is %s); see tycho --help", a, o.plan);
+    }
+  }
+  if (!o.out)
+    return host_fail(L, EXIT_USAGE, "calibrate needs --out FILE, the cluster file to write (e.g. "
+                     "plans/clusters/local.lua)");
+  if (!o.plan)
+    o.plan = "plans/tiny.lua";
+  char err[COMM_AGREE_MSG_MAX + 64];
+  int rc = calibrate_run(&o, stdout, err, sizeof err);
+  if (rc)
+    return host_fail(L, rc == 2 ? EXIT_USAGE : EXIT_RUNTIME, "%s", err);
+  return 0;
+}
+
 static int pmain(lua_State *L)
 {
   int argc = (int)lua_tointeger(L, 1);
@@ -588,6 +655,10 @@ static int pmain(lua_State *L)
   }
   if (strcmp(cmd, "repl") == 0)
     return cmd_repl(L, argc, argv);
+  if (strcmp(cmd, "calibrate") == 0) {
+    quiet_error = comm_world()->rank != 0; /* calibrate_run's statuses are the same on every rank */
+    return cmd_calibrate(L, argc, argv);
+  }
   if (strcmp(cmd, "rehearse") == 0)
     return cmd_rehearse(L, argc, argv, rehearse_is_worker(argc, argv));
   if (strcmp(cmd, "ckpt") == 0) {
@@ -600,12 +671,13 @@ static int pmain(lua_State *L)
       return host_fail(L, EXIT_RUNTIME, "%s", err);
     return 0;
   }
-  return host_fail(L, EXIT_USAGE, "unknown command '%s'; the commands are check, tune, run, repl, rehearse and ckpt (tycho --help)", cmd);
+  return host_fail(L, EXIT_USAGE, "unknown command '%s'; the commands are check, tune, run, repl, rehearse, calibrate and ckpt (tycho --help)", cmd);
 }
 
 int main(int argc, char **argv)
 {
   const int run = argc >= 2 && (strcmp(argv[1], "run") == 0 || strcmp(argv[1], "repl") == 0 ||
+                                strcmp(argv[1], "calibrate") == 0 ||
                                 rehearse_is_worker(argc, argv));
   int ranks_on_node = 1;
   if (run) {

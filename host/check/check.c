@@ -515,8 +515,13 @@ static void print_cost(FILE *f, const struct plan *p, const struct cluster *c)
     fprintf(f, "time       (no prediction: %s)\n", err);
     return;
   }
-  fprintf(f, "time       on %s: %.3f s per step, %.0f tokens/s, MFU %.1f%% of %.0f TFLOPS dense bf16 per GPU\n",
-          c->name, k.step, k.tokens_per_s, 100.0 * k.mfu, c->peak_flops / 1e12);
+  const int over = c->attention_flops > 0 || c->pointwise_s > 0 || c->optimizer_s > 0;
+  if (c->peak_flops >= 1e12)
+    fprintf(f, "time       on %s: %.3f s per step, %.0f tokens/s, MFU %.1f%% of %.0f TFLOPS dense bf16 per GPU\n",
+            c->name, k.step, k.tokens_per_s, 100.0 * k.mfu, c->peak_flops / 1e12);
+  else /* a calibrated CPU cluster: a device is a core (plan/cluster.h) */
+    fprintf(f, "time       on %s: %.4f s per step, %.0f tokens/s, MFU %.1f%% of %.1f GFLOP/s per device\n",
+            c->name, k.step, k.tokens_per_s, 100.0 * k.mfu, c->peak_flops / 1e9);
   fprintf(f, "           compute %.3f s (busiest pipeline rank, recompute included, at %.0f%% of peak)\n",
           k.compute, 100.0 * c->compute_efficiency);
   fprintf(f, "           tp comm %.3f s exposed (%s link, not overlapped)\n", k.tp.exposed,
@@ -525,6 +530,12 @@ static void print_cost(FILE *f, const struct plan *p, const struct cluster *c)
           k.pp.intra ? "intra-node" : "inter-node");
   fprintf(f, "           dp comm %.3f s exposed of %.3f s (%s link)\n", k.dp.exposed, k.dp.total,
           k.dp.intra ? "intra-node" : "inter-node");
+  if (over)
+    fprintf(f, "           of compute, pointwise work %.4f s; optimizer %.4f s after it (the cluster's overheads)\n",
+            k.pointwise, k.optimizer);
+  if (k.share > 1)
+    fprintf(f, "           %.2f ranks per device (%d ranks on %d nodes of %d): compute and optimizer %.2fx slower\n",
+            k.share, p->mesh.world, c->nodes, c->gpus_per_node, k.share);
   fprintf(f, "           assumptions: compute = the plan's FLOP model (matmuls and the causal attention core) "
           "at %.0f%% of peak;\n", 100.0 * c->compute_efficiency);
   fprintf(f, "             ring collectives at %.0f%% of link bandwidth plus per-step latency, a group on "
@@ -532,8 +543,13 @@ static void print_cost(FILE *f, const struct plan *p, const struct cluster *c)
           c->gpus_per_node);
   fprintf(f, "             tp collectives block, the dp reduction hides behind the last micro-batch's "
           "backward, ZeRO-3 gathers behind compute;\n");
-  fprintf(f, "             optimizer step, embedding lookup and kernel launch costs left out "
-          "(host/check/cost.h)\n");
+  if (over)
+    fprintf(f, "             attention core at %.1f GFLOP/s, pointwise %.3g ns per token, layer and element, "
+            "optimizer %.3g ns per parameter updated (host/check/cost.h)\n", c->attention_flops / 1e9,
+            c->pointwise_s * 1e9, c->optimizer_s * 1e9);
+  else
+    fprintf(f, "             optimizer step, embedding lookup and kernel launch costs left out "
+            "(host/check/cost.h)\n");
 }
 
 static void write_memory_json(struct json *j, const struct plan *p, const struct bill *b)
@@ -566,6 +582,9 @@ static void write_cost_json(struct json *j, const struct plan *p, const struct c
   json_key(j, "mfu"); json_number(j, k.mfu);
   json_key(j, "compute_seconds"); json_number(j, k.compute);
   json_key(j, "bubble_seconds"); json_number(j, k.bubble);
+  json_key(j, "pointwise_seconds"); json_number(j, k.pointwise);
+  json_key(j, "optimizer_seconds"); json_number(j, k.optimizer);
+  json_key(j, "ranks_per_device"); json_number(j, k.share);
   static const char *const names[3] = { "tp", "dp", "pp" };
   const struct cost_group *g[3] = { &k.tp, &k.dp, &k.pp };
   for (int i = 0; i < 3; i++) {
