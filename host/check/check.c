@@ -541,8 +541,11 @@ static void print_cost(FILE *f, const struct plan *p, const struct cluster *c)
   fprintf(f, "             ring collectives at %.0f%% of link bandwidth plus per-step latency, a group on "
           "the intra-node link when it fits in %d GPUs under mesh.order;\n", 100.0 * c->comm_efficiency,
           c->gpus_per_node);
-  fprintf(f, "             tp collectives block, the dp reduction hides behind the last micro-batch's "
-          "backward, ZeRO-3 gathers behind compute;\n");
+  if (c->no_overlap)
+    fprintf(f, "             no collective hides behind compute (the cluster's overlap = false);\n");
+  else
+    fprintf(f, "             tp collectives block, the dp reduction hides behind the last micro-batch's "
+            "backward, ZeRO-3 gathers behind compute;\n");
   if (over)
     fprintf(f, "             attention core at %.1f GFLOP/s, pointwise %.3g ns per token, layer and element, "
             "optimizer %.3g ns per parameter updated (host/check/cost.h)\n", c->attention_flops / 1e9,

@@ -177,12 +177,12 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
     double t_reduce, exposed;
     if (p->zero < 2) {
       t_reduce = ring(0, gbytes, dp, dpl, c->comm_efficiency) + (buckets - 1) * 2.0 * (dp - 1) * dpl->latency;
-      exposed = fmax(0.0, t_reduce - bwd_mb); /* buckets start during the last backward */
+      exposed = c->no_overlap ? t_reduce : fmax(0.0, t_reduce - bwd_mb); /* buckets start during the last backward */
       out->dp.bytes = 2.0 * (dp - 1) / dp * gbytes;
     } else {
       double rs = ring(2, gbytes, dp, dpl, c->comm_efficiency) + (buckets - 1) * (dp - 1) * dpl->latency;
       t_reduce = rs * M;
-      exposed = M * fmax(0.0, rs - bwd_mb);
+      exposed = c->no_overlap ? t_reduce : M * fmax(0.0, rs - bwd_mb);
       out->dp.bytes = (double)(dp - 1) / dp * gbytes * M;
     }
     double t_gather = 0;
@@ -194,7 +194,7 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
     if (p->zero == 3) { /* gathered before each forward and backward, prefetched */
       double ag = ring(1, pbytes, dp, dpl, c->comm_efficiency);
       t_gather = 2.0 * M * ag;
-      exposed += fmax(0.0, t_gather - out->compute);
+      exposed += c->no_overlap ? t_gather : fmax(0.0, t_gather - out->compute);
       out->dp.bytes += 2.0 * M * (double)(dp - 1) / dp * pbytes;
     }
     out->dp.total = t_reduce + t_gather;

@@ -24,6 +24,9 @@
  *     the embedding and the loss folded in; the optimizer step (norm, clipping, AdamW) as
  *     optimizer_ns × the parameter elements the rank updates (its stage's, over dp from zero 1),
  *     after the makespan and not overlapped;
+ *   - with overlap = false (a CPU rank's comm thread progresses MPI on the rank's own core) no
+ *     collective hides behind compute: the dp reduction, the gathers and ZeRO-3's prefetched
+ *     gathers are all exposed;
  *   - shared devices: with `nodes` stated and more ranks than nodes × gpus_per_node, every rank's
  *     compute, pointwise and optimizer time is multiplied by ranks / devices (they time-slice
  *     the cores) and every group is on the intra-node link; the collectives keep their cost;

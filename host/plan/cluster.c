@@ -119,7 +119,7 @@ static int read_protected(lua_State *L)
   }
   static const char *const keys[] = { "name", "gpus_per_node", "device_memory_gb", "peak_tflops",
                                       "intra_node", "inter_node", "efficiency", "nodes",
-                                      "overheads", NULL };
+                                      "overlap", "overheads", NULL };
   if (only_keys(r, t, "", keys))
     return 0;
   lua_getfield(L, t, "name");
@@ -168,6 +168,14 @@ static int read_protected(lua_State *L)
     }
     out->nodes = (int)nodes;
   }
+  lua_getfield(L, t, "overlap");
+  int overlap_type = lua_type(L, -1), overlap = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  if (overlap_type != LUA_TNIL && overlap_type != LUA_TBOOLEAN) {
+    cfail(r, t, "overlap", "overlap", "must be true or false");
+    return 0;
+  }
+  out->no_overlap = overlap_type == LUA_TBOOLEAN && !overlap;
   lua_getfield(L, t, "overheads");
   int has_over = !lua_isnil(L, -1);
   lua_pop(L, 1);

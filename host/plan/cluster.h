@@ -11,6 +11,8 @@
  *     efficiency = { compute = 0.6, comm = 0.8 },             -- achievable fractions
  *     -- optional (`tycho calibrate` writes them for the machine it measured, docs/calibrate.md):
  *     nodes = 1,                        -- nodes in the cluster; absent: as many as a job needs
+ *     overlap = false,                  -- collectives hide behind compute (absent: true); false
+ *                                       -- where the comm layer's progress shares the compute's core
  *     overheads = {                     -- work beside the matmuls; absent: costs nothing
  *       attention_tflops = 0.02,        -- the causal attention core, its FLOPs as the plan counts them
  *       pointwise_ns = 0.5,             -- per token, layer and (dim + ffn_dim) element, fwd + bwd
@@ -42,6 +44,7 @@ struct cluster {
   struct cluster_link intra, inter;
   double compute_efficiency, comm_efficiency;
   int nodes;                /* 0: not stated (as many as a job needs) */
+  int no_overlap;           /* overlap = false: every collective's time is exposed */
   double attention_flops;   /* FLOP/s of the attention core; 0: at peak × compute efficiency */
   double pointwise_s;       /* seconds per token · layer · (dim + ffn_dim) element, fwd + bwd; 0: none */
   double optimizer_s;       /* seconds per parameter element updated; 0: none */

@@ -72,6 +72,9 @@ awk -v r="$(num ranks_per_device)" 'BEGIN { exit !(r == 2) }' || fail "ranks_per
 # an overheads field of the wrong kind is refused, naming it
 sed 's/pointwise_ns = [0-9.e+-]*/pointwise_ns = -1/' "$f" >"$tmp/bad.lua"
 refused "overheads.pointwise_ns: must be a positive, finite number" "$tycho" check plans/tiny.lua --cluster "$tmp/bad.lua"
+grep -q "^  overlap = false," "$f" || fail "the file lacks overlap = false"
+sed 's/overlap = false/overlap = 0/' "$f" >"$tmp/bad.lua"
+refused "overlap: must be true or false" "$tycho" check plans/tiny.lua --cluster "$tmp/bad.lua"
 sed 's/optimizer_ns = /optimiser_ns = /' "$f" >"$tmp/bad.lua"
 refused "overheads.optimiser_ns: not a cluster field" "$tycho" check plans/tiny.lua --cluster "$tmp/bad.lua"
 echo "ok: calibrate"

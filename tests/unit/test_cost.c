@@ -222,6 +222,22 @@ static void test_overheads(void)
   CHECK(cost_predict(&p, &shared, &kn, err, sizeof err) == 0);
   CHECK(kn.share == 1.0 && !kn.dp.intra && rel(kn.compute, kb.compute) < 1e-12);
   plan_free(&p);
+
+  /* overlap = false: the dp all-reduce (zero 0) and zero 3's gathers and reduce-scatters are
+   * exposed whole; with overlap the all-reduce hides behind a micro-batch's backward */
+  const char *z0[] = { "bucket_mb=1000" }, *z3[] = { "zero=3", "bucket_mb=1000" };
+  for (int z = 0; z < 2; z++) {
+    if (compile(&p, 4, z ? z3 : z0, 2 - !z))
+      return;
+    struct cluster ov = easy(), no = easy();
+    no.no_overlap = 1;
+    struct cost ko, kx;
+    CHECK(cost_predict(&p, &ov, &ko, err, sizeof err) == 0 && cost_predict(&p, &no, &kx, err, sizeof err) == 0);
+    CHECK_MSG(rel(kx.dp.exposed, kx.dp.total) < 1e-12 && rel(kx.dp.total, ko.dp.total) < 1e-12,
+              "zero %d: exposed %.6g of %.6g s", 3 * z, kx.dp.exposed, kx.dp.total);
+    CHECK(ko.dp.exposed < ko.dp.total && rel(kx.step - ko.step, kx.dp.total - ko.dp.exposed) < 1e-9);
+    plan_free(&p);
+  }
 }
 
 int main(void)
