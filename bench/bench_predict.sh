@@ -15,8 +15,8 @@
 #
 # usage: bench/bench_predict.sh [TYCHO]       (run from the source folder; default build/tycho)
 # environment: CLUSTER=FILE  use this cluster file for both plans instead of calibrating
-#              STEPS_TINY (default 40), STEPS_10M (default 8), WARMUP (default 3),
-#              ROUNDS (default 1: each layout run ROUNDS times, the steps pooled),
+#              STEPS_TINY (default 30), STEPS_10M (default 8), WARMUP (default 3),
+#              ROUNDS (default 2: every layout runs once per round, the rounds' steps pooled),
 #              REPS (calibrate's --reps, default 10), MPIRUN (default mpirun), KEEP=DIR (keep files),
 #              PLANS (default "tiny 10m": which of the two plans to run)
 # Open MPI as root needs OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; oversubscribed
@@ -25,10 +25,10 @@ set -u
 tycho=${1:-build/tycho}
 [ -x "$tycho" ] || { echo "bench_predict: no tycho binary at $tycho (give its path)"; exit 2; }
 mpirun=${MPIRUN:-mpirun}
-steps_tiny=${STEPS_TINY:-40}
+steps_tiny=${STEPS_TINY:-30}
 steps_10m=${STEPS_10M:-8}
 warmup=${WARMUP:-3}
-rounds=${ROUNDS:-1}
+rounds=${ROUNDS:-2}
 reps=${REPS:-10}
 cores=$(getconf _NPROCESSORS_ONLN)
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
@@ -98,26 +98,38 @@ for spec in "${specs[@]}"; do
     grep '^calibrated' "$dir/cal.log" | sed 's/^/   /'
   fi
   echo
-  echo "== $plan, $steps steps per run, cluster $cluster"
+  echo "== $plan, $rounds rounds of $steps steps per layout, cluster $cluster"
+  # the runs, round by round (each round runs every layout once, so a burst of load on the
+  # machine spreads over the layouts instead of falling on one)
+  declare -A files=()
+  for ((r = 1; r <= rounds; r++)); do
+    for i in "${!layouts[@]}"; do
+      l=${layouts[$i]}
+      rest=${l#*|}
+      n=${rest%%|*}
+      sets=${rest#*|}
+      m=$dir/m_${name}_${i}_${r}.jsonl
+      rm -f "$m"
+      # shellcheck disable=SC2086
+      if ! timeout 600 "$mpirun" -np "$n" "$tycho" run "$plan" --set train.steps="$steps" --set train.eval_every=0 \
+           --set log.every=100000 --set log.metrics="$m" $sets >"$dir/run.log" 2>&1; then
+        tail -5 "$dir/run.log"; echo "   ${l%%|*}: the run failed"; bad=1; continue
+      fi
+      files[$i]="${files[$i]:-} $m"
+    done
+  done
   printf '   %-30s %5s  %12s  %12s  %-17s  %8s\n' layout ranks "predicted ms" "measured ms" "(p10-p90)" error
-  for l in "${layouts[@]}"; do
+  for i in "${!layouts[@]}"; do
+    l=${layouts[$i]}
     label=${l%%|*}
     rest=${l#*|}
     n=${rest%%|*}
     sets=${rest#*|}
+    [ -n "${files[$i]:-}" ] || continue
     # shellcheck disable=SC2086
     pred=$(predict "$plan" "$n" "$cluster" $sets) || { echo "   $label: check failed"; bad=1; continue; }
-    files=()
-    for ((r = 1; r <= rounds; r++)); do
-      m=$dir/m_${name}_${n}_${r}_$RANDOM.jsonl
-      # shellcheck disable=SC2086
-      if ! timeout 600 "$mpirun" -np "$n" "$tycho" run "$plan" --set train.steps="$steps" --set train.eval_every=0 \
-           --set log.every=100000 --set log.metrics="$m" $sets >"$dir/run.log" 2>&1; then
-        tail -5 "$dir/run.log"; echo "   $label: the run failed"; bad=1; continue 2
-      fi
-      files+=("$m")
-    done
-    read -r med p10 p90 < <(measure "${files[@]}")
+    # shellcheck disable=SC2086
+    read -r med p10 p90 < <(measure ${files[$i]})
     over=""
     [ "$n" -gt "$cores" ] && over=" (shared cores)"
     line=$(python3 -c 'import sys
@@ -126,6 +138,7 @@ print("%12.1f  %12.1f  (%6.1f-%6.1f)  %+7.1f%%" % (1e3 * p, 1e3 * m, 1e3 * a, 1e
     printf '   %-30s %5s  %s%s\n' "$label" "$n" "$line" "$over"
     summary+=("$name|$label|$n|$pred|$med")
   done
+  unset files
 done
 
 echo

@@ -56,16 +56,13 @@ static double now(void)
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int cmp_double(const void *a, const void *b)
+/* The shortest of n times: on a machine that other work shares, a burst of it lengthens some
+ * repetitions and never shortens one, so the best is the undisturbed figure. */
+static double best(const double *v, int n)
 {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  double b = HUGE_VAL;
+  for (int i = 0; i < n; i++) b = v[i] < b ? v[i] : b;
+  return b;
 }
 
 /* Every rank's value → the largest (the slowest rank's time), on every rank. */
@@ -85,14 +82,14 @@ static void fill(real *x, size_t n, double scale)
   for (size_t i = 0; i < n; i++) x[i] = (real)(scale * ((double)(i % 17) - 8.0) / 8.0);
 }
 
-/* One linear's forward and backward at (BT, IC) → OC: seconds of each, median of reps. */
+/* One linear's forward and backward at (BT, IC) → OC: seconds of each, the best of reps. */
 static int time_linear(const struct kernel_ops *k, int BT, int IC, int OC, int reps, int backward,
                        double *seconds, double *flops)
 {
   real *x = malloc(sizeof(real) * (size_t)BT * IC), *w = malloc(sizeof(real) * (size_t)OC * IC);
   real *y = malloc(sizeof(real) * (size_t)BT * OC), *dx = malloc(sizeof(real) * (size_t)BT * IC);
   real *dw = malloc(sizeof(real) * (size_t)OC * IC);
-  double *t = malloc(sizeof(double) * (size_t)(reps + 1));
+  double *t = calloc((size_t)reps + 1, sizeof(double));
   if (!x || !w || !y || !dx || !dw || !t) {
     free(x); free(w); free(y); free(dx); free(dw); free(t);
     return -1;
@@ -110,13 +107,13 @@ static int time_linear(const struct kernel_ops *k, int BT, int IC, int OC, int r
     if (r)
       t[r - 1] = now() - t0;
   }
-  *seconds = median(t, reps);
+  *seconds = best(t, reps);
   *flops = (backward ? 4.0 : 2.0) * BT * (double)IC * OC;
   free(x); free(w); free(y); free(dx); free(dw); free(t);
   return 0;
 }
 
-/* The attention core forward + backward at the plan's shapes, seconds (median). */
+/* The attention core forward + backward at the plan's shapes, seconds (the best of reps). */
 static int time_attention(const struct kernel_ops *k, const struct plan *p, int reps, double *seconds)
 {
   const int B = p->batch.micro, T = p->batch.seq, NH = p->model.n_heads, NKV = p->model.n_kv_heads;
@@ -126,7 +123,7 @@ static int time_attention(const struct kernel_ops *k, const struct plan *p, int 
   real *qkv = malloc(sizeof(real) * n_qkv), *dqkv = malloc(sizeof(real) * n_qkv);
   real *out = malloc(sizeof(real) * n_out), *dout = malloc(sizeof(real) * n_out);
   real *probs = malloc(sizeof(real) * n_probs), *scratch = malloc(sizeof(real) * (n_scratch ? n_scratch : 1));
-  double *t = malloc(sizeof(double) * (size_t)(reps + 1));
+  double *t = calloc((size_t)reps + 1, sizeof(double));
   int rc = -1;
   if (qkv && dqkv && out && dout && probs && scratch && t) {
     fill(qkv, n_qkv, 0.5);
@@ -138,19 +135,19 @@ static int time_attention(const struct kernel_ops *k, const struct plan *p, int 
       if (r)
         t[r - 1] = now() - t0;
     }
-    *seconds = median(t, reps);
+    *seconds = best(t, reps);
     rc = 0;
   }
   free(qkv); free(dqkv); free(out); free(dout); free(probs); free(scratch); free(t);
   return rc;
 }
 
-/* sumsq + adamw_update over n elements, seconds (median). */
+/* sumsq + adamw_update over n elements, seconds (the best of reps). */
 static int time_optimizer(const struct kernel_ops *k, size_t n, int reps, double *seconds)
 {
   real *param = malloc(sizeof(real) * n), *grad = malloc(sizeof(real) * n);
   real *m = calloc(n, sizeof(real)), *v = calloc(n, sizeof(real));
-  double *t = malloc(sizeof(double) * (size_t)(reps + 1));
+  double *t = calloc((size_t)reps + 1, sizeof(double));
   int rc = -1;
   if (param && grad && m && v && t) {
     fill(param, n, 0.02);
@@ -164,7 +161,7 @@ static int time_optimizer(const struct kernel_ops *k, size_t n, int reps, double
         t[r - 1] = now() - t0;
     }
     (void)sink;
-    *seconds = median(t, reps);
+    *seconds = best(t, reps);
     rc = 0;
   }
   free(param); free(grad); free(m); free(v); free(t);
@@ -183,17 +180,23 @@ static int time_collective(struct comm_group *w, int op, size_t bytes, int reps,
     count = 1;
   if (barrier(w))
     return -1;
-  double t0 = 0;
-  for (int r = 0; r <= reps; r++) {
-    if (r == 1)
-      t0 = now();
+  double *t = calloc((size_t)reps, sizeof(double));
+  if (!t)
+    return -1;
+  for (int r = 0; r <= reps; r++) { /* the first is a warm-up */
+    double t0 = now();
     int rc = op == 0 ? comm_all_reduce(w, a, b, count, COMM_FP32, COMM_SUM, NULL)
            : op == 1 ? comm_all_gather(w, a, b, count, COMM_FP32, NULL)
                      : comm_reduce_scatter(w, a, b, count, COMM_FP32, COMM_SUM, NULL);
-    if (rc)
+    if (rc) {
+      free(t);
       return -1;
+    }
+    if (r)
+      t[r - 1] = now() - t0;
   }
-  *seconds = (now() - t0) / reps;
+  *seconds = best(t, reps);
+  free(t);
   return 0;
 }
 
@@ -292,7 +295,7 @@ static int measure_compute(const struct plan *p, int reps, struct figures *f, ch
   struct trainer t;
   if (trainer_open(&t, p, NULL, err, n) != TRAIN_OK)
     return -1;
-  double *ts = malloc(sizeof(double) * (size_t)(reps + 1));
+  double *ts = calloc((size_t)reps + 1, sizeof(double));
   if (!ts) {
     trainer_close(&t);
     return errf(err, n, "out of memory");
@@ -307,7 +310,7 @@ static int measure_compute(const struct plan *p, int reps, struct figures *f, ch
       ts[r - 1] = now() - t0;
   }
   if (!rc)
-    f->fb = median(ts, reps);
+    f->fb = best(ts, reps);
   free(ts);
   trainer_close(&t);
   return rc;
@@ -359,7 +362,7 @@ static int write_file(const struct calibrate_options *o, const struct plan *p, c
   fprintf(out, "-- Measured by `tycho calibrate` on %s (%s), %s.\n", host, cpu, when);
   fprintf(out, "-- Command: %s\n", o->command ? o->command : "tycho calibrate");
   fprintf(out, "-- %d ranks of one thread under MPI (%s), all measuring at once; each figure is the slowest\n"
-          "-- rank's median of %d repetitions. Load average at the start: %.2f %.2f %.2f.\n",
+          "-- rank's best (shortest) of %d repetitions. Load average at the start: %.2f %.2f %.2f.\n",
           f->ranks, comm_backend_name(), o->reps, load[0], load[1], load[2]);
   fprintf(out, "-- Kernels: %s. A device (\"GPU\" below) is one core running one rank of one thread.\n", kern);
   fprintf(out, "-- Plan measured: %s (%d layers, dim %d, ffn %d, %d heads / %d kv, vocab %d;\n"

@@ -4,7 +4,8 @@
  * It runs under mpirun with 2 or more ranks on one node, at most one per core: a "GPU" of the
  * file is one core running one rank of one thread, as `tycho run` runs N ranks on N cores. Every
  * rank measures at once (the cores share caches and memory bandwidth as in a run), and each
- * figure is the slowest rank's median over the repetitions:
+ * figure is the slowest rank's best (shortest time) of the repetitions — on a machine other work
+ * shares, a burst of it lengthens some repetitions and never shortens one:
  *   - peak_tflops: the kernel table's linear_forward on a 1024 × 1024 × 1024 product;
  *   - efficiency.compute: the rate of the plan's linears (q|k|v, o, gate|up, down, the head;
  *     forward and backward at batch.micro × batch.seq tokens) over that peak;
@@ -30,7 +31,7 @@ struct calibrate_options {
   const char *plan;          /* the plan whose shapes are measured */
   const char *out;           /* the cluster file to write (rank 0) */
   const char *name;          /* the cluster's name; NULL: one made from the host and cores */
-  int reps;                  /* repetitions per measurement (the median is kept) */
+  int reps;                  /* repetitions per measurement (the best is kept) */
   int unsafe;
   size_t memory_limit;
   long long instruction_limit;

@@ -37,7 +37,7 @@ out=$(timeout 100 mpirun -np 2 "$tycho" calibrate plans/tiny.lua --out "$tmp/c.l
   fail "calibrate: $out"
 case "$out" in *"wrote $tmp/c.lua"*) ;; *) fail "calibrate said: $out" ;; esac
 f=$tmp/c.lua
-for text in "Measured by \`tycho calibrate\`" "2 ranks of one thread under MPI" "median of 2 repetitions" \
+for text in "Measured by \`tycho calibrate\`" "2 ranks of one thread under MPI" "best (shortest) of 2 repetitions" \
             "A device (\"GPU\" below) is one core" "Plan measured: plans/tiny.lua" "all-reduce" "all-gather" \
             "reduce-scatter" "ring fit" "-> peak_tflops" "-> overheads.pointwise_ns"; do
   grep -qF -- "$text" "$f" || fail "the header lacks '$text'"
