@@ -190,14 +190,49 @@ static const char *check_set(lua_State *L, const char *set)
   return set;
 }
 
+/* The options of every command that compiles a plan: --set (and --set=), --unsafe, --max-memory,
+ * --max-instructions. When argv[*i] is one of them, stores it (a --set in sets[*n_sets]), moves
+ * *i past its value and returns 1; otherwise 0. */
+struct plan_opts {
+  const char **sets;
+  int *n_sets, *unsafe;
+  size_t *memory_limit;
+  long long *instruction_limit;
+};
+
+static int plan_option(lua_State *L, int argc, char **argv, int *i, const struct plan_opts *o)
+{
+  const char *a = argv[*i], *next = *i + 1 < argc ? argv[*i + 1] : NULL;
+  if (strcmp(a, "--set") == 0) {
+    o->sets[(*o->n_sets)++] = check_set(L, next);
+    ++*i;
+  } else if (strncmp(a, "--set=", 6) == 0) {
+    o->sets[(*o->n_sets)++] = check_set(L, a + 6);
+  } else if (strcmp(a, "--unsafe") == 0) {
+    *o->unsafe = 1;
+  } else if (strcmp(a, "--max-memory") == 0) {
+    *o->memory_limit = (size_t)parse_count(L, "--max-memory", next, 1, MEMORY_MAX_MIB) << 20;
+    ++*i;
+  } else if (strcmp(a, "--max-instructions") == 0) {
+    *o->instruction_limit = parse_count(L, "--max-instructions", next, 1000, INSTRUCTIONS_MAX);
+    ++*i;
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
 static void parse_args(lua_State *L, int argc, char **argv, struct cli *c)
 {
   c->command = argv[1];
   c->sets = lua_newuserdatauv(L, sizeof(char *) * (size_t)argc, 0); /* freed by Lua */
+  const struct plan_opts po = { c->sets, &c->n_sets, &c->unsafe, &c->memory_limit, &c->instruction_limit };
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
     const char *next = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strcmp(a, "--world") == 0) {
+    if (plan_option(L, argc, argv, &i, &po)) {
+      continue;
+    } else if (strcmp(a, "--world") == 0) {
       c->world = (int)parse_count(L, "--world", next, 1, WORLD_MAX);
       i++;
     } else if (strncmp(a, "--world=", 8) == 0) {
@@ -218,19 +253,6 @@ static void parse_args(lua_State *L, int argc, char **argv, struct cli *c)
       if (!next)
         host_fail(L, EXIT_USAGE, "--cluster needs a cluster file, e.g. plans/clusters/h100_80g_ib.lua");
       c->cluster = next;
-      i++;
-    } else if (strcmp(a, "--unsafe") == 0) {
-      c->unsafe = 1;
-    } else if (strcmp(a, "--set") == 0) {
-      c->sets[c->n_sets++] = check_set(L, next);
-      i++;
-    } else if (strncmp(a, "--set=", 6) == 0) {
-      c->sets[c->n_sets++] = check_set(L, a + 6);
-    } else if (strcmp(a, "--max-memory") == 0) {
-      c->memory_limit = (size_t)parse_count(L, "--max-memory", next, 1, MEMORY_MAX_MIB) << 20;
-      i++;
-    } else if (strcmp(a, "--max-instructions") == 0) {
-      c->instruction_limit = parse_count(L, "--max-instructions", next, 1000, INSTRUCTIONS_MAX);
       i++;
     } else if (a[0] == '-' && a[1]) {
       host_fail(L, EXIT_USAGE, "unknown option '%s' for '%s'; see tycho --help", a, c->command);
@@ -432,13 +454,11 @@ static int cmd_rehearse(lua_State *L, int argc, char **argv, int worker)
   const char **faults = lua_newuserdatauv(L, sizeof(char *) * (size_t)argc, 0);
   o.sets = sets;
   o.faults = faults;
+  const struct plan_opts po = { sets, &o.n_sets, &o.unsafe, &o.memory_limit, &o.instruction_limit };
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strcmp(a, "--set") == 0) {
-      sets[o.n_sets++] = check_set(L, next);
-      i++;
-    } else if (strncmp(a, "--set=", 6) == 0) {
-      sets[o.n_sets++] = check_set(L, a + 6);
+    if (plan_option(L, argc, argv, &i, &po)) {
+      continue;
     } else if (strcmp(a, "--fault") == 0) {
       faults[o.n_faults++] = check_set(L, next);
       i++;
@@ -461,14 +481,6 @@ static int cmd_rehearse(lua_State *L, int argc, char **argv, int worker)
       if (!next || !*next)
         return host_fail(L, EXIT_USAGE, "--launcher needs a command, e.g. --launcher 'srun -n {n}'");
       o.launcher = next;
-      i++;
-    } else if (strcmp(a, "--unsafe") == 0) {
-      o.unsafe = 1;
-    } else if (strcmp(a, "--max-memory") == 0) {
-      o.memory_limit = (size_t)parse_count(L, "--max-memory", next, 1, MEMORY_MAX_MIB) << 20;
-      i++;
-    } else if (strcmp(a, "--max-instructions") == 0) {
-      o.instruction_limit = parse_count(L, "--max-instructions", next, 1000, INSTRUCTIONS_MAX);
       i++;
     } else if (strcmp(a, "--worker") == 0) {
       continue;
@@ -573,13 +585,11 @@ static int cmd_calibrate(lua_State *L, int argc, char **argv)
   for (int i = 1; i < argc; i++)
     snprintf(command + strlen(command), sizeof command - strlen(command), " %s", argv[i]);
   o.command = command;
+  const struct plan_opts po = { sets, &o.n_sets, &o.unsafe, &o.memory_limit, &o.instruction_limit };
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strcmp(a, "--set") == 0) {
-      sets[o.n_sets++] = check_set(L, next);
-      i++;
-    } else if (strncmp(a, "--set=", 6) == 0) {
-      sets[o.n_sets++] = check_set(L, a + 6);
+    if (plan_option(L, argc, argv, &i, &po)) {
+      continue;
     } else if (strcmp(a, "--out") == 0) {
       if (!next)
         return host_fail(L, EXIT_USAGE, "--out needs a file, e.g. --out plans/clusters/local.lua");
@@ -592,14 +602,6 @@ static int cmd_calibrate(lua_State *L, int argc, char **argv)
       i++;
     } else if (strcmp(a, "--reps") == 0) {
       o.reps = (int)parse_count(L, "--reps", next, 1, 1000);
-      i++;
-    } else if (strcmp(a, "--unsafe") == 0) {
-      o.unsafe = 1;
-    } else if (strcmp(a, "--max-memory") == 0) {
-      o.memory_limit = (size_t)parse_count(L, "--max-memory", next, 1, MEMORY_MAX_MIB) << 20;
-      i++;
-    } else if (strcmp(a, "--max-instructions") == 0) {
-      o.instruction_limit = parse_count(L, "--max-instructions", next, 1000, INSTRUCTIONS_MAX);
       i++;
     } else if (a[0] == '-' && a[1]) {
       return host_fail(L, EXIT_USAGE, "unknown option '%s' for 'calibrate'; see tycho --help", a);
