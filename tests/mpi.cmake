@@ -96,6 +96,10 @@ tycho_dp_equiv(dp4_zero3 4 --set zero=3)
 tycho_dp_equiv(dp2_zero3_micro1_tied 2 --set zero=3 --set batch.micro=1 --both model.tie_embeddings=true)
 tycho_dp_equiv(dp4_zero3_8_layers 4 --set zero=3 --both model.n_layers=8 --both bucket_mb=25 --memory-falls)
 tycho_dp_equiv(dp4_zero2_8_layers 4 --set zero=2 --both model.n_layers=8 --both bucket_mb=25 --memory-falls)
+# zero_every = "step" on one stage: whole gradients accumulated over the micro-batches and one
+# reduce-scatter a step; parameters gathered once a step and kept (the peaks: whole + shard).
+tycho_dp_equiv(dp2_zero2_grads_step_micro2 2 --set zero=2 --set zero_every.grads=step --set batch.micro=2)
+tycho_dp_equiv(dp2_zero3_step_micro2 2 --set zero=3 --set zero_every.grads=step --set zero_every.params=step --set batch.micro=2)
 
 # The comparison fails a run that is wrong (so the bounds above are not too loose to see a bug):
 # dropout masks drawn from other coordinates (a wrong seed on the parallel side) in either
@@ -198,6 +202,18 @@ tycho_tp_equiv(pp4_tied_gpipe 4 dp_small.lua --set mesh.pp=4 --set schedule.kind
 tycho_tp_equiv(pp2_recompute_full 2 dp_small.lua --set mesh.pp=2 --set recompute=full)
 tycho_tp_equiv(pp2_recompute_selective 2 dp_small.lua --set mesh.pp=2 --set recompute=attn_core,mlp_act)
 tycho_tp_equiv(pp2_dp2_zero1 4 dp_small.lua --set mesh.pp=2 --set zero=1)
+# ZeRO 2 and 3 with pipeline stages, for each zero_every choice (docs/plans.md): the defaults
+# with stages ("step": whole gradients until each stage's last backward, parameters gathered once
+# a step), every micro-batch's reduce-scatter and gathers ("micro_batch"), the two mixed; 1F1B,
+# GPipe and interleaved virtual stages, a tied embedding across the first and last stage.
+tycho_tp_equiv(pp2_dp2_zero2 4 dp_small.lua --set mesh.pp=2 --set zero=2)
+tycho_tp_equiv(pp2_dp2_zero2_grads_micro_batch 4 dp_small.lua --set mesh.pp=2 --set zero=2 --set zero_every.grads=micro_batch)
+tycho_tp_equiv(pp2_dp2_zero3 4 dp_small.lua --set mesh.pp=2 --set zero=3)
+tycho_tp_equiv(pp2_dp2_zero3_micro_batch 4 dp_small.lua --set mesh.pp=2 --set zero=3 --set zero_every.grads=micro_batch --set zero_every.params=micro_batch)
+tycho_tp_equiv(pp2_dp2_zero3_gpipe_tied_params_step 4 dp_small.lua --set mesh.pp=2 --set schedule.kind=gpipe --set zero=3 --set zero_every.grads=micro_batch --both model.tie_embeddings=true)
+tycho_tp_equiv(pp2_dp2_zero2_interleaved_v2_tied_micro_batch 4 dp_small.lua --set mesh.pp=2 --set virtual_stages=2 --set schedule.kind=interleaved --both model.n_layers=4 --set zero=2 --set zero_every.grads=micro_batch --both model.tie_embeddings=true)
+tycho_tp_equiv(pp2_dp2_zero3_interleaved_v2 4 dp_small.lua --set mesh.pp=2 --set virtual_stages=2 --set schedule.kind=interleaved --both model.n_layers=4 --set zero=3)
+tycho_tp_equiv(pp2_dp2_zero3_interleaved_v2_micro_batch 4 dp_small.lua --set mesh.pp=2 --set virtual_stages=2 --set schedule.kind=interleaved --both model.n_layers=4 --set zero=3 --set zero_every.grads=micro_batch --set zero_every.params=micro_batch)
 tycho_tp_equiv(tp2_pp2_dp2_zero1 8 dp_small.lua --set mesh.tp=2 --set mesh.pp=2 --set zero=1)
 
 # log.trace of a tp 2 × pp 2 run (1F1B and interleaved): spans where the schedule says, the

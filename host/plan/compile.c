@@ -1186,12 +1186,37 @@ static int read_device(struct reader *r, const struct tbl *root)
   return rc;
 }
 
+/* zero_every = { grads = "micro_batch" | "step", params = ... } (plan.h). Which stages and meshes
+ * each choice is for, and the defaults, are plan_validate's. */
+static int read_zero_every(struct reader *r, const struct tbl *root)
+{
+  static const char *const known[] = { "grads", "params", NULL };
+  static const char *const names[] = { "micro_batch", "step", NULL };
+  struct plan *p = r->p;
+  struct tbl t;
+  int present;
+  if (open_section(r, root, "zero_every", &t, &present))
+    return -1;
+  if (!present)
+    return 0;
+  int g = -1, q = -1;
+  if (check_fields(r, &t, known, "zero_every") || read_enum(r, &t, "grads", names, &g) ||
+      read_enum(r, &t, "params", names, &q))
+    return -1;
+  lua_pop(r->L, 1);
+  p->zero_every.grads_set = g >= 0;
+  p->zero_every.params_set = q >= 0;
+  p->zero_every.grads = g >= 0 ? (enum plan_zero_every)g : PLAN_ZERO_EVERY_MICRO_BATCH;
+  p->zero_every.params = q >= 0 ? (enum plan_zero_every)q : PLAN_ZERO_EVERY_MICRO_BATCH;
+  return 0;
+}
+
 /* ---- the compiler ---------------------------------------------------------------------- */
 
 static int read_plan(struct reader *r, struct tbl *root, int world)
 {
   static const char *const known[] = { "name", "model", "mesh", "stages", "virtual_stages", "tp_split",
-                                       "sequence_parallel", "recompute", "zero", "bucket_mb", "schedule", "batch",
+                                       "sequence_parallel", "recompute", "zero", "zero_every", "bucket_mb", "schedule", "batch",
                                        "precision", "optimizer", "lr_schedule", "seeds", "data", "init",
                                        "export", "train", "checkpoint", "log", "device", NULL };
   struct plan *p = r->p;
@@ -1200,7 +1225,7 @@ static int read_plan(struct reader *r, struct tbl *root, int world)
       read_mesh(r, root, world) ||
       read_int(r, root, "virtual_stages", 1, 1 << 16, 0, &p->virtual_stages) ||
       read_bool(r, root, "sequence_parallel", &p->sequence_parallel) ||
-      read_int(r, root, "zero", 0, 3, 0, &p->zero) ||
+      read_int(r, root, "zero", 0, 3, 0, &p->zero) || read_zero_every(r, root) ||
       read_num(r, root, "bucket_mb", 0, 1 << 20, 1, 0, 0, &p->bucket_mb) || read_device(r, root) ||
       read_simple_sections(r, root))
     return -1;

@@ -106,6 +106,12 @@ const char *plan_schedule_name(enum plan_schedule s)
   return (unsigned)s < 3 ? names[s] : "?";
 }
 
+const char *plan_zero_every_name(enum plan_zero_every e)
+{
+  static const char *const names[] = { "micro_batch", "step" };
+  return (unsigned)e < 2 ? names[e] : "?";
+}
+
 const char *plan_dtype_name(enum plan_dtype d)
 {
   static const char *const names[] = { "fp32", "bf16", "fp16" };

@@ -45,6 +45,10 @@ enum plan_seed { PLAN_SEED_MODEL, PLAN_SEED_DATA, PLAN_SEED_DROPOUT, PLAN_N_SEED
  * backend: `check` describes a cuda plan with the GPU runtime's element sizes, `run` refuses
  * it). Not compared on resume: a checkpoint may move between devices. */
 enum plan_device { PLAN_DEVICE_AUTO, PLAN_DEVICE_CPU, PLAN_DEVICE_CUDA };
+/* zero_every.grads / .params: how often ZeRO reduce-scatters the gradients (zero ≥ 2) and
+ * gathers the parameters (zero 3) within a step: for every micro-batch's backward (and, for the
+ * parameters, its forward), or once per step (docs/plans.md). */
+enum plan_zero_every { PLAN_ZERO_EVERY_MICRO_BATCH, PLAN_ZERO_EVERY_STEP };
 
 struct plan_model {
   char family[32];
@@ -101,6 +105,10 @@ struct plan {
   enum plan_device device;    /* as written ("auto" unless given); plan_on_cpu resolves it */
 
   int zero;
+  struct {
+    enum plan_zero_every grads, params; /* resolved: as written, else the default (plan_validate) */
+    int grads_set, params_set;          /* 1: written in the plan */
+  } zero_every;
   double bucket_mb;           /* data-parallel gradient bucket size in MiB (DDP's default 25) */
   enum plan_schedule schedule;
   struct { int global, micro, seq, microbatches; } batch; /* microbatches per step per rank */
@@ -157,6 +165,7 @@ const char *plan_where(const struct plan *p, const char *path);
 const char *plan_module_name(enum plan_module m);
 const char *plan_split_name(enum plan_split s);
 const char *plan_schedule_name(enum plan_schedule s);
+const char *plan_zero_every_name(enum plan_zero_every e); /* "micro_batch", "step" */
 const char *plan_dtype_name(enum plan_dtype d);
 const char *plan_decay_name(enum plan_decay d);
 const char *plan_axis_name(enum plan_axis a);

@@ -127,6 +127,15 @@ void plan_json(const struct plan *p, struct json *j)
   layer_ranges_json(p, j);
   json_key(j, "sequence_parallel"); json_bool(j, p->sequence_parallel);
   json_key(j, "zero"); json_int(j, p->zero);
+  if (p->zero >= 2) { /* what ZeRO 2 and 3 do across a step's micro-batches (zero_every) */
+    json_key(j, "zero_every");
+    json_begin_object(j);
+    json_key(j, "grads"); json_string(j, plan_zero_every_name(p->zero_every.grads));
+    if (p->zero == 3) {
+      json_key(j, "params"); json_string(j, plan_zero_every_name(p->zero_every.params));
+    }
+    json_end_object(j);
+  }
   json_key(j, "bucket_mb"); json_number(j, p->bucket_mb);
 
   json_key(j, "schedule");

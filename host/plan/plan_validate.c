@@ -301,10 +301,30 @@ static int validate_schedule(struct plan *p, char *err, size_t n)
                 "runs virtual stages (schedule.kind is \"%s\"); set schedule = { kind = \"interleaved\" } "
                 "or virtual_stages = 1", vs, plan_schedule_name(p->schedule));
   }
-  if (p->zero >= 2 && pp > 1)
-    return fail(err, n, p, "zero", "zero = %d: ZeRO stages 2 and 3 shard gradients that pipeline "
-                "stages still accumulate across micro-batches; with mesh.pp = %d use zero = 0 or 1",
-                p->zero, pp);
+  return 0;
+}
+
+/* zero_every (plan.h, docs/plans.md): the gradients' choice is zero 2 and 3's, the parameters'
+ * zero 3's; anything else would be a field that changes nothing, so it is refused. Defaults: with
+ * pipeline stages "step" for both (each stage keeps its whole gradients until its last
+ * micro-batch's backward and its gathered parameters for the step, as PyTorch's pipeline
+ * schedules run FSDP and torchtitan configures it), without them "micro_batch" (every backward
+ * reduce-scatters, every forward and backward gathers: DeepSpeed's and FSDP's default). */
+static int validate_zero_every(struct plan *p, char *err, size_t n)
+{
+  if (p->zero_every.grads_set && p->zero < 2)
+    return fail(err, n, p, "zero_every.grads", "zero_every.grads = \"%s\" with zero = %d: zero 0 and 1 keep "
+                "whole gradients and reduce them once per step; the choice is for zero = 2 and 3 (or leave "
+                "zero_every.grads unset)", plan_zero_every_name(p->zero_every.grads), p->zero);
+  if (p->zero_every.params_set && p->zero < 3)
+    return fail(err, n, p, "zero_every.params", "zero_every.params = \"%s\" with zero = %d: only zero = 3 "
+                "shards the parameters and gathers them; set zero = 3 or leave zero_every.params unset",
+                plan_zero_every_name(p->zero_every.params), p->zero);
+  const enum plan_zero_every dflt = p->mesh.pp > 1 ? PLAN_ZERO_EVERY_STEP : PLAN_ZERO_EVERY_MICRO_BATCH;
+  if (!p->zero_every.grads_set)
+    p->zero_every.grads = dflt;
+  if (!p->zero_every.params_set)
+    p->zero_every.params = dflt;
   return 0;
 }
 
@@ -354,7 +374,7 @@ int plan_validate(struct plan *p, char *err, size_t n)
   int vocab_split = p->embed_split == PLAN_SPLIT_VOCAB || p->head_split == PLAN_SPLIT_VOCAB;
   int tp = p->mesh.tp;
   p->model.vocab_padded = vocab_split ? (p->model.vocab + tp - 1) / tp * tp : p->model.vocab;
-  if (validate_batch(p, err, n) || validate_schedule(p, err, n))
+  if (validate_batch(p, err, n) || validate_schedule(p, err, n) || validate_zero_every(p, err, n))
     return -1;
   if (plan_assign_stages(p, err, n) || build_stages(p, err, n))
     return -1;

@@ -24,41 +24,121 @@ static size_t unit_elems(const struct dp_layout *l, int u)
   return b->start + b->n_elems - a->start;
 }
 
-static size_t unit_shares(const struct dp_layout *l, int u)
+/* Zero ≥ 2 over a pipeline rank's list of the schedule, as dp_passes.c runs it: which units each
+ * backward piece writes gradients to (the head: also a tied embedding's) and which are final
+ * after it (the head's; a tied embedding's on a last stage without the embedding; a layer's; the
+ * embedding's), so which buckets reduce where. zero_every.grads = "micro_batch": every piece gives
+ * its units' buckets gradients (a bucket still reducing from the micro-batch before finished
+ * first); once units are final the reductions in flight finish, freeing their buckets and
+ * outputs, and theirs start into outputs allocated then. "step": the whole gradients (n_elems)
+ * from the step's first backward to the end of its reductions, each stage's last backward
+ * reduce-scattering straight into the shard. Out: the most gradient elements held besides the
+ * shard (*grads) and reduce-scatter output elements (*comm) at once, the reduce-scatters of a
+ * step and the elements they are given. 0, or nonzero with a message. */
+struct zero_grads {
+  size_t grads, comm;
+  unsigned long long calls, elems;
+};
+
+static void zero_finish(const struct dp_layout *l, int *inflight, int *n_in, char *has, size_t *g, size_t *c,
+                        int n)
 {
-  const struct dp_unit *k = &l->units[u];
-  size_t n = 0;
-  for (int b = k->first_bucket; k->first_bucket >= 0 && b <= k->last_bucket; b++) n += l->buckets[b].share;
-  return n;
+  for (int i = 0; i < n; i++) {
+    const int b = inflight[i];
+    has[b] = 0;
+    *g -= l->buckets[b].n_elems;
+    *c -= l->buckets[b].share;
+  }
+  memmove(inflight, inflight + n, (size_t)(*n_in - n) * sizeof *inflight);
+  *n_in -= n;
 }
 
-/* Zero ≥ 2: gradients of the unit in backward and of the one reducing (backward goes head,
- * layers from the last, embedding; a tied embedding's bucket is filled from the head on), and
- * the reduce-scatter outputs of one unit. */
-static void zero_peaks(const struct dp_layout *l, const struct model *m, int microbatches,
-                       size_t *grads, size_t *comm)
+static int zero_grads_replay(const struct plan *p, const struct sched_list *list, const struct dp_layout *l,
+                             int grads_step, struct zero_grads *out, char *err, size_t err_size)
 {
-  const int L = m->config.n_layers, tied = m->config.tie_embeddings;
-  const int n_units = L + 2;
-  int *order = malloc((size_t)n_units * sizeof *order);
-  if (!order)
-    return;
-  int n = 0;
-  order[n++] = L + 1;
-  for (int u = L; u >= 0; u--) order[n++] = u;
-  size_t g = 0, c = 0;
-  for (int i = 0; i < n; i++) {
-    int cur = order[i], prev = i > 0 ? order[i - 1] : microbatches > 1 ? 0 : -1;
-    size_t held = unit_elems(l, cur) + (prev >= 0 && prev != cur ? unit_elems(l, prev) : 0);
-    if (tied && cur != 0 && prev != 0)
-      held += unit_elems(l, 0);
-    g = held > g ? held : g;
-    size_t s = unit_shares(l, cur);
-    c = s > c ? s : c;
+  memset(out, 0, sizeof *out);
+  const int L = p->model.n_layers, tied = p->model.tie_embeddings, nb = l->n_buckets;
+  int max_layers = 0;
+  for (int s = 0; s < p->n_stages; s++)
+    max_layers = p->stages[s].n_layers > max_layers ? p->stages[s].n_layers : max_layers;
+  struct piece *pcs = malloc((size_t)(max_layers + 2) * sizeof *pcs);
+  int *inflight = malloc((size_t)nb * sizeof *inflight);
+  char *has = calloc((size_t)nb, 1);
+  int *last_bwd = malloc((size_t)p->n_stages * sizeof *last_bwd);
+  if (!pcs || !inflight || !has || !last_bwd) {
+    free(pcs);
+    free(inflight);
+    free(has);
+    free(last_bwd);
+    return errf(err, err_size, "out of memory");
   }
-  *grads = g;
-  *comm = c;
-  free(order);
+  pieces_last_backwards(list, p->n_stages, last_bwd);
+  int n_in = 0;
+  size_t g = 0, c = 0;
+  for (int i = 0; i < list->n; i++) {
+    const struct sched_instr *in = &list->instr[i];
+    if (in->op == SCHED_REDUCE_GRADS) {
+      zero_finish(l, inflight, &n_in, has, &g, &c, n_in);
+      continue;
+    }
+    if (in->op != SCHED_BWD)
+      continue;
+    const struct plan_stage *st = &p->stages[in->stage];
+    const int last = last_bwd[in->stage] == i;
+    const int n = pieces_of_stage(st, 1, pcs);
+    for (int k = 0; k < n; k++) {
+      int w[2], nw = 0, f[2], nf = 0;
+      switch (pcs[k].kind) {
+      case PIECE_HEAD_BWD:
+        w[nw++] = f[nf++] = L + 1;
+        if (tied)
+          w[nw++] = 0;
+        if (tied && !st->has_embed)
+          f[nf++] = 0;
+        break;
+      case PIECE_LAYER_BWD: w[nw++] = f[nf++] = 1 + pcs[k].layer; break;
+      case PIECE_EMBED_BWD: w[nw++] = f[nf++] = 0; break;
+      default: break;
+      }
+      if (!grads_step)
+        for (int a = 0; a < nw; a++)
+          for (int b = l->units[w[a]].first_bucket; b >= 0 && b <= l->units[w[a]].last_bucket; b++) {
+            for (int q = 0; q < n_in; q++)
+              if (inflight[q] == b) {
+                zero_finish(l, inflight, &n_in, has, &g, &c, q + 1);
+                break;
+              }
+            if (!has[b]) {
+              has[b] = 1;
+              g += l->buckets[b].n_elems;
+            }
+          }
+      out->grads = g > out->grads ? g : out->grads;
+      if (grads_step && !last)
+        continue;
+      if (!grads_step) {
+        zero_finish(l, inflight, &n_in, has, &g, &c, n_in);
+        for (int a = 0; a < nf; a++)
+          for (int b = l->units[f[a]].first_bucket; b >= 0 && b <= l->units[f[a]].last_bucket; b++)
+            c += l->buckets[b].share;
+        out->comm = c > out->comm ? c : out->comm;
+      }
+      for (int a = 0; a < nf; a++)
+        for (int b = l->units[f[a]].last_bucket; b >= 0 && b >= l->units[f[a]].first_bucket; b--) {
+          out->calls++;
+          out->elems += l->buckets[b].n_elems;
+          if (!grads_step)
+            inflight[n_in++] = b;
+        }
+    }
+  }
+  if (grads_step)
+    out->grads = l->n_elems; /* the step's whole gradients, from its first backward on */
+  free(pcs);
+  free(inflight);
+  free(has);
+  free(last_bwd);
+  return 0;
 }
 
 /* ZeRO-3 over a pipeline rank's list of the schedule, piece by piece as the executor runs it
@@ -80,7 +160,8 @@ static int zero3_replay(const struct plan *p, const struct sched_list *list, con
       gathered[u] += l->buckets[b].n_elems;
     }
   }
-  if (!rc && pieces_zero3_replay(p, list, held, n_calls, gathered, calls, moved, peak))
+  const int keep = p->zero_every.params == PLAN_ZERO_EVERY_STEP; /* "step": kept to the last backward */
+  if (!rc && pieces_zero3_replay(p, list, keep, held, n_calls, gathered, calls, moved, peak))
     rc = errf(err, err_size, "out of memory");
   free(held);
   free(gathered);
@@ -183,15 +264,16 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
   if (zero < 2)
     grads = (double)r.l.n_elems;
   if (zero >= 2) {
-    size_t g = 0, pz = 0, c = 0;
+    size_t pz = 0;
     unsigned long long calls, moved;
-    zero_peaks(&r.l, &r.m, p->batch.microbatches, &g, &c);
-    if (zero == 3 && zero3_replay(p, r.list, &r.l, &calls, &moved, &pz, err, err_size)) {
+    struct zero_grads zg;
+    if (zero_grads_replay(p, r.list, &r.l, p->zero_every.grads == PLAN_ZERO_EVERY_STEP, &zg, err, err_size) ||
+        (zero == 3 && zero3_replay(p, r.list, &r.l, &calls, &moved, &pz, err, err_size))) {
       rank_view_free(&r);
       return 1;
     }
-    grads = (double)(r.l.n_shard + g);
-    comm = (double)c;
+    grads = (double)(r.l.n_shard + zg.grads);
+    comm = (double)zg.comm;
     if (zero == 3)
       params = (double)(r.l.n_shard + pz);
   }
@@ -307,8 +389,13 @@ int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char
     for (int b = 0; b < r.l.n_buckets; b++) all += r.l.buckets[b].n_elems;
     if (p->zero < 2) {
       count(out, TRAFFIC_DP, COMM_ALL_REDUCE, nb, all * egrad);
-    } else {
-      count(out, TRAFFIC_DP, COMM_REDUCE_SCATTER, nb * (unsigned long long)M, all * egrad * (unsigned long long)M);
+    } else { /* the units each backward (or each stage's last) finishes, bucket by bucket */
+      struct zero_grads zg;
+      if (zero_grads_replay(p, r.list, &r.l, p->zero_every.grads == PLAN_ZERO_EVERY_STEP, &zg, err, err_size)) {
+        rank_view_free(&r);
+        return 1;
+      }
+      count(out, TRAFFIC_DP, COMM_REDUCE_SCATTER, zg.calls, zg.elems * egrad);
     }
     if (p->zero == 1 || p->zero == 2)
       count(out, TRAFFIC_DP, COMM_ALL_GATHER, nb, all * eb);
@@ -339,8 +426,11 @@ int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char
     count(out, TRAFFIC_PP, COMM_BROADCAST, 1, 8);
     count(out, TRAFFIC_PP, COMM_ALL_GATHER, 1, 8u * (unsigned long long)pp);
     const int first = p->stages[0].pp_rank, last = p->stages[p->n_stages - 1].pp_rank;
+    /* the tied embedding's gradient between the stages: whole (zero 0, 1), or the rank's share of
+     * its bucket (zero 2, 3) */
+    const unsigned long long tied = p->zero >= 2 ? r.l.buckets[r.l.param_bucket[0]].share : r.m.params[0].n_elems;
     if (p->model.tie_embeddings && (pp_rank == first || pp_rank == last))
-      count(out, TRAFFIC_EMBED, COMM_ALL_REDUCE, 1, (unsigned long long)r.m.params[0].n_elems * egrad);
+      count(out, TRAFFIC_EMBED, COMM_ALL_REDUCE, 1, tied * egrad);
   }
   rank_view_free(&r);
   return 0;

@@ -149,6 +149,7 @@ void dp_close(struct dp *d)
   model_bind_memory(m, NULL, NULL);
   alloc_free(d->shard_params);
   alloc_free(d->shard_grads);
+  alloc_free(d->step_grads); /* a step that never reached its reductions */
   free(d->buckets);
   free(d->units);
   free(d->inflight);

@@ -15,16 +15,30 @@
  *   zero 0  params, grads and AdamW state for every element; all-reduce per bucket.
  *   zero 1  AdamW state for its shard only; all-reduce per bucket; each rank updates its
  *           shard, then all-gather per bucket brings every rank the new parameters.
- *   zero 2  + gradients for its shard only: a bucket's full gradients exist from the backward
- *           that first writes them until its reduce-scatter ends, then are added into the
- *           shard. One unit's reductions are in flight at a time, overlapping the next unit's
- *           backward: at most two units' gradients besides the shard.
- *   zero 3  + parameters for its shard only: a unit's parameters are all-gathered just before
- *           its forward and again before its backward and freed after, the next unit's gather
- *           started (non-blocking) before computing the current one.
- * Under zero 0 and 1 only the last micro-batch's backward reduces (gradients accumulate locally
- * before); under zero 2 and 3 every micro-batch's backward reduce-scatters and the shard
- * accumulates, so no rank ever holds the whole gradient (DeepSpeed's choice).
+ *   zero 2  + gradients for its shard only, held between steps. Within a step, by the plan's
+ *           zero_every.grads:
+ *           "micro_batch": every backward reduce-scatters; a bucket's full gradients exist from
+ *             the backward that first writes them until its reduce-scatter ends, then are added
+ *             into the shard. One unit's reductions are in flight at a time, overlapping the
+ *             next unit's backward: at most two units' gradients besides the shard, and no rank
+ *             ever holds the whole gradient (DeepSpeed's choice);
+ *           "step": the whole gradients of this rank's stages are allocated at the step's first
+ *             backward and accumulate over its micro-batches, as under zero 1; each stage's last
+ *             backward reduce-scatters its buckets straight into the shard as they become final,
+ *             and the whole gradients are freed when the step's reductions end (PyTorch's
+ *             pipeline schedules under FSDP). One reduce-scatter per bucket per step.
+ *   zero 3  + parameters for its shard only. A unit's parameters are all-gathered just before a
+ *           piece reads them, the next piece's gather started (non-blocking) before computing
+ *           the current one; by zero_every.params they are freed after the piece ("micro_batch":
+ *           gathered again for every forward and backward) or kept until the stage's last
+ *           backward of the step ("step": each unit gathered once per step, the stage's whole
+ *           parameters held meanwhile; torchtitan's choice with pipeline stages).
+ * Under zero 0 and 1 only each stage's last backward reduces (gradients accumulate locally
+ * before), all-reducing every bucket of the layout (those of another stage's parameters move 0
+ * bytes); under zero 2 and 3 a pass reduces only the units its stage computes. A tied embedding
+ * held by the first and the last pipeline stage is summed between the two after the data-parallel
+ * reductions (zero ≥ 2: the shards' slices, 1/dp of it) or before them (zero 0, 1: the whole
+ * gradient).
  *
  * Memory comes from the runtime allocator: parameters (full, shard, gathered units, the bucket
  * being initialized) as "params", gradients (full, shard, buckets in flight) as "grads", AdamW
@@ -106,6 +120,9 @@ struct dp {
   struct model *model;
   real *shard_params;        /* (n_shard) zero 3: this rank's parameters, the fp32 master */
   real *shard_grads;         /* (n_shard) zero 2, 3: this rank's summed gradients */
+  int grads_step;             /* zero 2, 3: zero_every.grads = "step" (0: "micro_batch") */
+  int params_step;            /* zero 3: zero_every.params = "step" (0: "micro_batch") */
+  real *step_grads;           /* (n_elems) grads_step: the whole gradients during a step, or NULL */
   struct dp_bucket_state *buckets;
   struct dp_unit_state *units;
   int reducing;               /* this backward reduces its buckets as they become final */
@@ -148,10 +165,12 @@ struct dp_pass {
   const struct model_dropout *dropout; /* NULL: none (evaluation) */
   int B, T;
   real loss_scale;                   /* backward: the head's gradient scale */
-  int reduce;      /* backward under zero 0, 1: the stage's last of the step, whose buckets reduce
-                    * as their gradients become final (zero 2, 3: every backward does) */
-  int embed_waits; /* backward: a tied embedding's gradient is summed between the stages before
-                    * its bucket may reduce (the executor starts it, dp_reduce_rest) */
+  int last;        /* backward: the stage's last of the step (its buckets reduce there as their
+                    * gradients become final under zero 0, 1 and zero_every.grads = "step";
+                    * zero_every.params = "step" frees the stage's gathered units there) */
+  int embed_waits; /* backward: a tied embedding's gradient is summed between the stages (in
+                    * dp_reduce_rest); under zero 0, 1 before its bucket may reduce */
+  int in_step;     /* a pass of a training step's list (0: evaluation, which keeps nothing) */
 };
 /* Room for a stage's pieces (d->pieces), so a pass allocates no list. 0, or -1. */
 int dp_pieces_alloc(struct dp *d);
@@ -172,11 +191,11 @@ int dp_agree_allocated(struct dp *d, struct comm_group *g, int ok, const char *w
  * from dp_open's state. The same calls on every rank (the rounds were agreed). d->failed and
  * d->err stay for the caller. */
 void dp_pass_abort(struct dp *d);
-/* After the rank's last backward: starts every bucket reduction not yet started (the tied
- * embedding's, summed between the stages), waits for all; then each rank holds the summed
- * gradients it keeps. Every rank of the group makes the same calls in the same order. 0 ok; -1
- * when a collective failed (d->err). */
-int dp_reduce_rest(struct dp *d);
+/* After the rank's last backward: starts every bucket reduction not yet started, waits for all,
+ * and sums a tied embedding's gradient between the first and last pipeline stage over `embed`
+ * (their group, or NULL: none); then each rank holds the summed gradients it keeps. Every rank of
+ * the group makes the same calls in the same order. 0 ok; -1 when a collective failed (d->err). */
+int dp_reduce_rest(struct dp *d, struct comm_group *embed);
 
 /* ---- after backward (dp_optim.c) ---- */
 /* out[i] = Σ over the group of local[i], summed in rank order: the same bits on every rank.

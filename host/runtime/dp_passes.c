@@ -1,10 +1,13 @@
 /* One FWD or BWD of a stage under data parallelism (dp.h), as the executor (exec.c) asks: the
  * stage's pieces (runtime/pieces.h: embedding, layers, head) in order; around each piece the
  * ZeRO-3 gathers (the piece's units waited for, the next piece's started before computing this
- * one, units no longer needed freed) and, in backward, the reductions: once a unit's backward is
- * done its gradients are final, and every bucket whose parameters are all final is reduced
- * (non-blocking) while the rest of backward runs. Buckets are reduced from the last to the
- * first, the order backward finishes them, the same on every rank. */
+ * one, units no longer needed freed, or under zero_every.params = "step" kept until the stage's
+ * last backward) and, in backward, the reductions: once a unit's backward is done its gradients
+ * are final for this pass, and its buckets are reduced (non-blocking) while the rest of backward
+ * runs. Under zero 0 and 1 every bucket whose parameters are all final is (the layout's buckets
+ * from the last to the first, the order backward finishes them); under zero 2 and 3 the unit's
+ * own buckets, last first, in every backward (zero_every.grads = "micro_batch") or in the stage's
+ * last ("step"). The same order on every rank of the group. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -133,7 +136,7 @@ static void bucket_finish(struct dp *d, int b)
   struct dp_bucket_state *s = &d->buckets[b];
   if (comm_wait(&s->req))
     dp_fail(d, d->zero >= 2 ? "gradient reduce-scatter" : "gradient all-reduce");
-  if (d->zero < 2)
+  if (d->zero < 2 || d->grads_step) /* "step": reduce-scattered into the shard itself */
     return;
   const struct dp_bucket *k = &d->layout.buckets[b];
   if (s->recv) {
@@ -153,13 +156,29 @@ static void inflight_finish_oldest(struct dp *d)
   bucket_finish(d, b);
 }
 
-/* Under zero 2 and 3: gives every bucket holding a parameter in [first, last] zeroed gradients
- * (a bucket still reducing from the last micro-batch is finished first). */
-static void buckets_ready_for(struct dp *d, int first, int last)
+/* Zero 2, 3 with zero_every.grads = "step": the step's whole gradients, zeroed, at its first
+ * backward (in that piece's round), every bucket's gradients pointed there. */
+static void step_grads_ready(struct dp *d)
+{
+  if (d->step_grads)
+    return;
+  d->step_grads = round_alloc(d, ALLOC_GRADS, d->layout.n_elems, "the step's gradients");
+  for (int b = 0; d->step_grads && b < d->layout.n_buckets; b++)
+    dp_bind_bucket(d, b, d->step_grads + d->layout.buckets[b].start, 1);
+}
+
+/* Under zero 2 and 3: gives unit u's buckets zeroed gradients (a bucket still reducing from the
+ * last micro-batch is finished first). */
+static void buckets_ready_for(struct dp *d, int u)
 {
   if (d->zero < 2)
     return;
-  for (int b = d->layout.param_bucket[first]; b <= d->layout.param_bucket[last]; b++) {
+  if (d->grads_step) {
+    step_grads_ready(d);
+    return;
+  }
+  const struct dp_unit *unit = &d->layout.units[u];
+  for (int b = unit->first_bucket; unit->first_bucket >= 0 && b <= unit->last_bucket; b++) {
     struct dp_bucket_state *s = &d->buckets[b];
     for (int i = 0; i < d->n_inflight; i++)
       if (d->inflight[i] == b) { /* in issue order: every rank waits for the same ones */
@@ -175,46 +194,57 @@ static void buckets_ready_for(struct dp *d, int first, int last)
   }
 }
 
-/* Starts bucket b's reduction; under zero 2, 3 into the output room_for_reductions made. */
+/* Starts bucket b's reduction; under zero 2, 3 into the output units_final made, or with
+ * zero_every.grads = "step" into the shard (written once a step). */
 static void bucket_start(struct dp *d, int b)
 {
   const struct dp_bucket *k = &d->layout.buckets[b];
   struct dp_bucket_state *s = &d->buckets[b];
   if (d->zero < 2)
     dp_all_reduce(d, d->model->grad_memory + k->start, k->n_elems, &s->req);
+  else if (d->grads_step)
+    dp_reduce_scatter(d, d->step_grads + k->start, d->shard_grads + k->shard_offset, k->share, &s->req);
   else
     dp_reduce_scatter(d, s->grads, s->recv, k->share, &s->req);
   d->inflight[d->n_inflight++] = b;
 }
 
-/* Zero 2, 3: the reduce-scatter outputs of buckets next_bucket down to (not including) stop, in
- * one round. 0, or −1 when the round failed. */
-static int room_for_reductions(struct dp *d, int stop)
+/* Zero 2, 3: the gradients of units[0 .. n) are final for this pass: their buckets reduce, the
+ * last bucket first. "micro_batch": in every backward, after the reductions still in flight
+ * (the unit before's, which had this piece's backward to run) are finished, into outputs
+ * allocated in one round; "step": in the stage's last backward only, into the shard (no memory,
+ * so no round), every reduction left in flight until dp_reduce_rest. 0, or −1 when the round
+ * failed. */
+static int units_final(struct dp *d, const struct dp_pass *ps, const int *units, int n)
 {
-  if (d->zero < 2)
-    return 0;
-  for (int b = d->next_bucket; b > stop; b--)
-    d->buckets[b].recv = round_alloc(d, ALLOC_COMM, d->layout.buckets[b].share, "a reduce-scatter output");
-  return round_agree(d);
+  const struct dp_layout *l = &d->layout;
+  if (d->grads_step) {
+    if (!ps->last)
+      return 0;
+  } else {
+    while (d->n_inflight > 0)
+      inflight_finish_oldest(d);
+    for (int i = 0; i < n; i++)
+      for (int b = l->units[units[i]].first_bucket; b >= 0 && b <= l->units[units[i]].last_bucket; b++)
+        d->buckets[b].recv = round_alloc(d, ALLOC_COMM, l->buckets[b].share, "a reduce-scatter output");
+    if (round_agree(d))
+      return -1;
+  }
+  for (int i = 0; i < n; i++)
+    for (int b = l->units[units[i]].last_bucket; b >= 0 && b >= l->units[units[i]].first_bucket; b--)
+      bucket_start(d, b);
+  return 0;
 }
 
-/* The gradients of parameters from `first_final` on are final: reduce every bucket that now is.
- * Under zero 2, 3 a round (the same on every rank, even with nothing to start). */
+/* Zero 0, 1: the gradients of parameters from `first_final` on are final: reduce every bucket
+ * that now is, in the stage's last backward (d->reducing). */
 static int grads_final_from(struct dp *d, int first_final)
 {
-  if (!d->reducing) /* the same on every rank: no round */
+  if (!d->reducing) /* the same on every rank */
     return 0;
-  /* Zero 2, 3: one unit's reductions in flight, overlapping the next unit's backward; the
-   * earlier unit's have had that backward's time and are finished now, freeing its gradients. */
   int stop = d->next_bucket;
-  if (d->next_bucket >= 0 && d->layout.buckets[d->next_bucket].first_held >= first_final) {
-    while (d->zero >= 2 && d->n_inflight > 0)
-      inflight_finish_oldest(d);
-    while (stop >= 0 && d->layout.buckets[stop].first_held >= first_final)
-      stop--;
-  }
-  if (room_for_reductions(d, stop))
-    return -1;
+  while (stop >= 0 && d->layout.buckets[stop].first_held >= first_final)
+    stop--;
   while (d->next_bucket > stop)
     bucket_start(d, d->next_bucket--);
   return 0;
@@ -228,39 +258,51 @@ static int compute(struct dp *d, struct piece pc, const struct dp_pass *ps, doub
   struct model *m = d->model;
   const struct dp_layout *l = &d->layout;
   const int tied = m->config.tie_embeddings;
+  /* zero ≥ 2: the round of this piece's gradient buffers (none once a "step" buffer exists: the
+   * same on every rank, which all allocated it at the same piece) */
+  const int round = d->zero >= 2 && !(d->grads_step && d->step_grads);
   switch (pc.kind) {
   case PIECE_EMBED_FWD: model_embed_forward(m, ps->a, ps->tokens, ps->dropout, ps->B, ps->T); break;
   case PIECE_LAYER_FWD: model_layer_forward(m, ps->a, pc.layer, ps->dropout); break;
   case PIECE_HEAD_FWD: *loss = model_head_forward(m, ps->a, ps->targets); break;
   case PIECE_HEAD_BWD: {
-    const struct dp_unit *u = &l->units[m->config.n_layers + 1];
-    buckets_ready_for(d, u->first_param, u->last_param);
+    const int head = m->config.n_layers + 1;
+    const struct dp_unit *u = &l->units[head];
+    buckets_ready_for(d, head);
     if (tied)
-      buckets_ready_for(d, 0, 0);
-    if (d->zero >= 2 && round_agree(d))
+      buckets_ready_for(d, 0);
+    if (round && round_agree(d))
       return -1;
     model_bind_views(m);
     model_head_backward(m, ps->a, ps->loss_scale);
-    return grads_final_from(d, u->first_param);
+    if (d->zero < 2)
+      return grads_final_from(d, u->first_param);
+    /* a tied embedding's gradient is final here on a last stage without the embedding */
+    const int final[2] = { head, 0 };
+    return units_final(d, ps, final, tied && !ps->stage->has_embed ? 2 : 1);
   }
   case PIECE_LAYER_BWD: {
-    const struct dp_unit *u = &l->units[1 + pc.layer];
-    buckets_ready_for(d, u->first_param, u->last_param);
-    if (d->zero >= 2 && round_agree(d))
+    const int unit = 1 + pc.layer;
+    buckets_ready_for(d, unit);
+    if (round && round_agree(d))
       return -1;
     model_bind_views(m);
     model_layer_backward(m, ps->a, pc.layer);
-    return grads_final_from(d, u->first_param);
+    return d->zero < 2 ? grads_final_from(d, l->units[unit].first_param) : units_final(d, ps, &unit, 1);
   }
-  case PIECE_EMBED_BWD:
-    buckets_ready_for(d, 0, 0);
-    if (d->zero >= 2 && round_agree(d))
+  case PIECE_EMBED_BWD: {
+    const int unit = 0;
+    buckets_ready_for(d, unit);
+    if (round && round_agree(d))
       return -1;
     model_bind_views(m);
     model_embed_backward(m, ps->a);
-    if (!ps->embed_waits) /* a tied embedding is summed between the stages first */
+    if (d->zero >= 2)
+      return units_final(d, ps, &unit, 1);
+    if (!ps->embed_waits) /* zero 0, 1: a tied embedding is summed between the stages first */
       return grads_final_from(d, 0);
     break;
+  }
   }
   return 0;
 }
@@ -283,18 +325,28 @@ void dp_step_begin(struct dp *d, long long step)
   d->next_bucket = d->layout.n_buckets - 1;
 }
 
+/* Whether stage st's pieces read unit u (zero_every.params = "step" frees only its own). */
+static int stage_reads(const struct dp *d, const struct plan_stage *st, int u)
+{
+  const int L = d->model->config.n_layers;
+  if (u == 0)
+    return st->has_embed || (st->has_head && d->model->config.tie_embeddings);
+  if (u == L + 1)
+    return st->has_head;
+  return st->first_layer >= 0 && u - 1 >= st->first_layer && u - 1 < st->first_layer + st->n_layers;
+}
+
 double dp_run_pass(struct dp *d, const struct dp_pass *ps, const struct piece *then)
 {
   struct piece *pcs = d->pieces;
   const int n = pieces_of_stage(ps->stage, ps->backward, pcs);
   double loss = 0.0;
+  /* zero_every.params = "step": the stage's gathered units stay until its last backward */
+  const int keep = d->zero == 3 && d->params_step && ps->in_step && !(ps->backward && ps->last);
   if (!ps->backward && !ps->stage->has_embed) /* the input came from the stage before */
     model_forward_begin(d->model, ps->a, ps->dropout, ps->B, ps->T);
-  if (ps->backward) {
-    d->reducing = ps->reduce || d->zero >= 2;
-    if (d->zero >= 2) /* every backward reduce-scatters all of its buckets */
-      d->next_bucket = d->layout.n_buckets - 1;
-  }
+  if (ps->backward)
+    d->reducing = d->zero < 2 && ps->last;
   for (int k = 0; k < n && !d->aborted; k++) {
     const struct piece *next = k + 1 < n ? &pcs[k + 1] : then;
     int units[2], n_units = units_of(d, &pcs[k], units);
@@ -315,13 +367,24 @@ double dp_run_pass(struct dp *d, const struct dp_pass *ps, const struct piece *t
     model_bind_views(d->model);
     if (compute(d, pcs[k], ps, &loss))
       break;
-    for (int u = 0; u < d->layout.n_units; u++)
-      if (!piece_needs(d, next, u))
+    for (int u = 0; u < d->layout.n_units && !keep; u++)
+      if (stage_reads(d, ps->stage, u) && !piece_needs(d, next, u))
         unit_release(d, u);
   }
   model_bind_views(d->model);
   d->reducing = 0;
   return loss;
+}
+
+/* Zero 2, 3 with zero_every.grads = "step": the step's whole gradients go (their reductions ended). */
+static void step_grads_free(struct dp *d)
+{
+  if (!d->step_grads)
+    return;
+  for (int b = 0; b < d->layout.n_buckets; b++)
+    dp_bind_bucket(d, b, NULL, 1);
+  alloc_free(d->step_grads);
+  d->step_grads = NULL;
 }
 
 void dp_pass_abort(struct dp *d)
@@ -332,6 +395,7 @@ void dp_pass_abort(struct dp *d)
     memmove(d->inflight, d->inflight + 1, (size_t)(--d->n_inflight) * sizeof *d->inflight);
     comm_wait(&d->buckets[b].req);
   }
+  step_grads_free(d);
   for (int b = 0; b < d->layout.n_buckets; b++) {
     struct dp_bucket_state *s = &d->buckets[b];
     if (d->zero >= 2 && s->grads)
@@ -359,14 +423,37 @@ void dp_pass_abort(struct dp *d)
   d->aborted = 0;
 }
 
-int dp_reduce_rest(struct dp *d)
+/* The tied embedding's gradient summed between the first and last stage: zero 0, 1 the whole
+ * of it (before its bucket reduces), zero 2, 3 this rank's share of its bucket (after). */
+static int embed_sum(struct dp *d, struct comm_group *embed)
 {
-  if (room_for_reductions(d, -1))
-    return -1;
-  while (d->next_bucket >= 0)
-    bucket_start(d, d->next_bucket--);
+  if (!embed)
+    return 0;
+  const struct model_param *e = &d->model->params[0];
+  real *at = e->grad;
+  size_t n = e->n_elems;
+  if (d->zero >= 2) {
+    const struct dp_bucket *k = &d->layout.buckets[d->layout.param_bucket[0]];
+    at = d->shard_grads + k->shard_offset;
+    n = k->share;
+  }
+  if (comm_all_reduce(embed, at, at, n, COMM_REAL, COMM_SUM, NULL))
+    return dp_fail(d, "all-reduce of the tied embedding's gradient");
+  return 0;
+}
+
+int dp_reduce_rest(struct dp *d, struct comm_group *embed)
+{
+  if (d->zero < 2) {
+    embed_sum(d, embed);
+    while (d->next_bucket >= 0)
+      bucket_start(d, d->next_bucket--);
+  }
   d->reducing = 0;
   while (d->n_inflight > 0)
     inflight_finish_oldest(d);
+  step_grads_free(d);
+  if (d->zero >= 2)
+    embed_sum(d, embed);
   return d->failed ? -1 : 0;
 }

@@ -293,7 +293,7 @@ double exec_step(struct exec *pp, int (*optimizer)(void *ctx, double loss), void
       if (after)
         then = pieces_first(p, after);
       const struct dp_pass pass = { st, bwd, sl->acts, t->inputs, st->has_head ? t->targets : NULL, &dropout, B, T, loss_scale,
-                                    bwd && in->mb == pp->last_bwd[in->stage], pp->embed != NULL };
+                                    bwd && in->mb == pp->last_bwd[in->stage], pp->embed != NULL, 1 };
       const double t0 = comm_now();
       loss += dp_run_pass(t->dp, &pass, after ? &then : NULL);
       if (t->dp->aborted) { /* a round of the step's buffers failed, on every rank alike */
@@ -341,12 +341,7 @@ double exec_step(struct exec *pp, int (*optimizer)(void *ctx, double loss), void
     case SCHED_REDUCE_GRADS:
       if (++reduced < pp->n_reduce)
         break;
-      if (pp->embed) {
-        const struct model_param *e = &m->params[0];
-        if (comm_all_reduce(pp->embed, e->grad, e->grad, e->n_elems, COMM_REAL, COMM_SUM, NULL))
-          failed(pp, "all-reduce of the tied embedding's gradient");
-      }
-      dp_reduce_rest(t->dp);
+      dp_reduce_rest(t->dp, pp->embed); /* with the tied embedding's sum between the stages */
       if (t->dp->aborted)
         i = list->n; /* no update after a failed round */
       break;
@@ -383,7 +378,7 @@ double exec_forward(struct exec *pp, const int *tokens, const int *targets, int 
       continue;
     if (s > 0 && comm_recv(pp->group, a->residual[pp->in_index[s]], n, COMM_REAL, p->stages[s - 1].pp_rank, NULL))
       failed(pp, "receive of activations");
-    const struct dp_pass pass = { st, 0, a, tokens, targets, NULL, B, T, 0, 0, 0 };
+    const struct dp_pass pass = { st, 0, a, tokens, targets, NULL, B, T, 0, 0, 0, 0 };
     loss += dp_run_pass(t->dp, &pass, NULL);
     if (t->dp->aborted) { /* every rank stops here (ZeRO-3 rounds span the world; no stages) */
       dp_pass_abort(t->dp);

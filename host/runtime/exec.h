@@ -4,15 +4,16 @@
  * simulates and prints, in order:
  *   FWD, BWD      a (stage, micro-batch) on its own activation slot, piece by piece through the
  *                 data-parallel layer (dp_run_pass: the ZeRO-3 gathers around each piece, and in
- *                 backward the bucket reductions as gradients become final: during every
- *                 backward under zero 2 and 3, during each stage's last backward under 0 and 1);
+ *                 backward the bucket reductions as gradients become final: during each stage's
+ *                 last backward under zero 0 and 1 and zero_every.grads = "step", during every
+ *                 backward under zero_every.grads = "micro_batch");
  *   SEND_*, RECV_* non-blocking sends and receives on the pp group (a send overlaps what follows;
  *                 a receive is waited for by the FWD or BWD that reads it);
  *   RECOMPUTE     a marker: the layers recompute what their policy discarded one at a time
  *                 inside the BWD that follows (model_layer_backward);
- *   REDUCE_GRADS  after the rank's last one: the tied embedding's gradient summed between the
- *                 first and last stage, then the rest of the data-parallel reductions started
- *                 and waited for (dp_reduce_rest);
+ *   REDUCE_GRADS  after the rank's last one: the rest of the data-parallel reductions started
+ *                 and waited for, and the tied embedding's gradient summed between the first and
+ *                 last stage (dp_reduce_rest);
  *   OPTIMIZER     every send and receive ended, the loss brought from the last stage, then the
  *                 owner's update (exec_step's hook: the gradient norm, clipping, AdamW).
  *

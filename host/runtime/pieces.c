@@ -67,8 +67,27 @@ struct piece pieces_first(const struct plan *p, const struct sched_instr *in)
   return layers ? (struct piece){ PIECE_LAYER_FWD, st->first_layer } : (struct piece){ PIECE_HEAD_FWD, -1 };
 }
 
-int pieces_zero3_replay(const struct plan *p, const struct sched_list *list, const size_t *unit_elems,
-                        const int *unit_calls, const size_t *unit_gather_elems,
+/* Whether stage st's pieces read unit u (as dp_passes.c's stage_reads). */
+static int stage_reads(const struct plan *p, const struct plan_stage *st, int u)
+{
+  const int L = p->model.n_layers;
+  if (u == 0)
+    return st->has_embed || (st->has_head && p->model.tie_embeddings);
+  if (u == L + 1)
+    return st->has_head;
+  return st->first_layer >= 0 && u - 1 >= st->first_layer && u - 1 < st->first_layer + st->n_layers;
+}
+
+void pieces_last_backwards(const struct sched_list *list, int n_stages, int *last)
+{
+  for (int s = 0; s < n_stages; s++) last[s] = -1;
+  for (int i = 0; i < list->n; i++)
+    if (list->instr[i].op == SCHED_BWD)
+      last[list->instr[i].stage] = i;
+}
+
+int pieces_zero3_replay(const struct plan *p, const struct sched_list *list, int keep_for_step,
+                        const size_t *unit_elems, const int *unit_calls, const size_t *unit_gather_elems,
                         unsigned long long *calls, unsigned long long *moved, size_t *peak_held)
 {
   const int L = p->model.n_layers, tied = p->model.tie_embeddings, U = L + 2;
@@ -77,11 +96,14 @@ int pieces_zero3_replay(const struct plan *p, const struct sched_list *list, con
     max_layers = p->stages[s].n_layers > max_layers ? p->stages[s].n_layers : max_layers;
   struct piece *pcs = malloc((size_t)(max_layers + 2) * sizeof *pcs);
   char *held = calloc((size_t)U, 1);
-  if (!pcs || !held) {
+  int *last = malloc((size_t)p->n_stages * sizeof *last);
+  if (!pcs || !held || !last) {
     free(pcs);
     free(held);
+    free(last);
     return -1;
   }
+  pieces_last_backwards(list, p->n_stages, last);
   *calls = *moved = 0;
   *peak_held = 0;
   size_t now = 0;
@@ -89,11 +111,13 @@ int pieces_zero3_replay(const struct plan *p, const struct sched_list *list, con
     const struct sched_instr *in = &list->instr[i];
     if (!is_compute(in))
       continue;
+    const struct plan_stage *st = &p->stages[in->stage];
+    const int keep = keep_for_step && !(in->op == SCHED_BWD && last[in->stage] == i);
     const struct sched_instr *after = pieces_follower(list, i);
     struct piece then;
     if (after)
       then = pieces_first(p, after);
-    const int n = pieces_of_stage(&p->stages[in->stage], in->op == SCHED_BWD, pcs);
+    const int n = pieces_of_stage(st, in->op == SCHED_BWD, pcs);
     for (int k = 0; k < n; k++) {
       const struct piece *next = k + 1 < n ? &pcs[k + 1] : after ? &then : NULL;
       int u[4], nu = piece_units(pcs[k], L, tied, u);
@@ -108,11 +132,11 @@ int pieces_zero3_replay(const struct plan *p, const struct sched_list *list, con
         *moved += (unsigned long long)unit_gather_elems[u[a]];
       }
       *peak_held = now > *peak_held ? now : *peak_held;
-      int keep[2], nk = next ? piece_units(*next, L, tied, keep) : 0;
-      for (int x = 0; x < U; x++) {
+      int need[2], nk = next ? piece_units(*next, L, tied, need) : 0;
+      for (int x = 0; x < U && !keep; x++) {
         int needed = 0;
-        for (int b = 0; b < nk; b++) needed |= keep[b] == x;
-        if (held[x] && !needed) {
+        for (int b = 0; b < nk; b++) needed |= need[b] == x;
+        if (held[x] && !needed && stage_reads(p, st, x)) {
           held[x] = 0;
           now -= unit_elems[x];
         }
@@ -121,5 +145,6 @@ int pieces_zero3_replay(const struct plan *p, const struct sched_list *list, con
   }
   free(pcs);
   free(held);
+  free(last);
   return 0;
 }

@@ -37,14 +37,20 @@ const struct sched_instr *pieces_follower(const struct sched_list *list, int i);
 /* The first piece of instruction in (FWD or BWD of p's stage in->stage). */
 struct piece pieces_first(const struct plan *p, const struct sched_instr *in);
 
+/* last[s] = the index in list of stage s's last BWD (−1: none), for the n_stages stages: the
+ * backward after which its gradients are complete and, under zero_every.params = "step", its
+ * gathered units are freed. */
+void pieces_last_backwards(const struct sched_list *list, int n_stages, int *last);
 /* ZeRO-3 over rank's list: before each piece its units are gathered unless held and the next
  * piece's (the rest of the instruction, then pieces_follower's first) are started; after it,
- * every unit the next piece does not read is freed. unit_elems[u] is the elements a gather of
- * unit u holds and unit_calls[u] the all-gathers it takes (one per bucket), unit_gather_elems[u]
- * the elements those all-gathers move. Sums the calls and moved elements of a step and finds the
- * most elements held at once. 0, or −1 out of memory. */
-int pieces_zero3_replay(const struct plan *p, const struct sched_list *list, const size_t *unit_elems,
-                        const int *unit_calls, const size_t *unit_gather_elems,
+ * every unit of the piece's stage that the next piece does not read is freed, except with
+ * keep_for_step (zero_every.params = "step") before the stage's last backward, where nothing is.
+ * unit_elems[u] is the elements a gather of unit u holds and unit_calls[u] the all-gathers it
+ * takes (one per bucket), unit_gather_elems[u] the elements those all-gathers move. Sums the
+ * calls and moved elements of a step and finds the most elements held at once. 0, or −1 out of
+ * memory. */
+int pieces_zero3_replay(const struct plan *p, const struct sched_list *list, int keep_for_step,
+                        const size_t *unit_elems, const int *unit_calls, const size_t *unit_gather_elems,
                         unsigned long long *calls, unsigned long long *moved, size_t *peak_held);
 
 #endif

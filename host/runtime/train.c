@@ -121,7 +121,17 @@ int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *con
     goto fail;
   }
   t->dp.pp_group = pp;
-  t->dp.agree = t->world; /* the step's allocation rounds (dp_passes.c) span every rank */
+  t->dp.grads_step = p->zero >= 2 && p->zero_every.grads == PLAN_ZERO_EVERY_STEP;
+  t->dp.params_step = p->zero == 3 && p->zero_every.params == PLAN_ZERO_EVERY_STEP;
+  /* The step's allocation rounds (dp_passes.c) span the ranks that run the same list: every rank
+   * with one pipeline rank; with more, that rank's tp × dp ranks (pipeline ranks reach their
+   * rounds at different times, waiting for each other's activations in between). */
+  t->dp.agree = t->world;
+  if (pp && pp->size > 1 && p->zero >= 2) {
+    if (comm_group_split(t->world, pp->rank, t->world->rank, "stage", &t->stage, err, err_size))
+      goto fail;
+    t->dp.agree = t->stage;
+  }
   /* host memory: the data source writes them, the passes copy them to the backend */
   t->inputs = alloc_host_bytes(ALLOC_WORKSPACE, (size_t)micro * S * sizeof(int));
   t->targets = alloc_host_bytes(ALLOC_WORKSPACE, (size_t)micro * S * sizeof(int));
@@ -334,6 +344,7 @@ void trainer_close(struct trainer *t)
   model_free(&t->model);
   plan_free(&t->own_plan);
   char why[256];
+  comm_group_free(t->stage, why, sizeof why); /* NULL: none */
   comm_free_mesh_groups(t->own_groups, why, sizeof why); /* NULL entries: not trainer_open_on_world's */
   memset(t, 0, sizeof *t);
 }

@@ -61,6 +61,9 @@ struct trainer {
   struct model model;
   struct dp dp;              /* the data-parallel layer: layout, shards, reductions */
   struct comm_group *world;  /* every rank of the job (agreements, the memory bill), or NULL */
+  struct comm_group *stage;  /* pp > 1 with zero ≥ 2: the ranks running this rank's schedule list
+                              * (its pipeline rank's tp × dp ranks), where the step's allocation
+                              * rounds are agreed (dp_passes.c); else NULL */
   struct exec exec;          /* the executor of this rank's schedule list (every plan) */
   struct model_acts acts;    /* for batch.micro × batch.seq tokens */
   struct optimizer opt;      /* AdamW state for the elements this rank owns */

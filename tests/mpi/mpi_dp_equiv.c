@@ -34,6 +34,7 @@
 #include "runtime/train.h"
 
 #define MAX_STEPS 64
+#define MAX_MB 64 /* micro-batches per step the reduction checks follow */
 #define MAX_SETS 16
 
 static const char *plan_path;
@@ -207,19 +208,73 @@ static int same_everywhere(const void *value, size_t n_bytes)
   return same;
 }
 
-/* The last step's reductions on the dp group: issued one bucket at a time, from the last bucket
- * to the first, in the last micro-batch only (zero 0, 1) or in every one (zero 2, 3). */
+/* The last step's reductions on the dp group, as dp.h says they are issued:
+ *   zero 0, 1: each bucket once, in each stage's last backward (with one stage: the last
+ *     micro-batch, the buckets one at a time over its backward; with pipeline stages every
+ *     bucket of the layout, another stage's moving 0 bytes, some of them during the last
+ *     backwards);
+ *   zero 2, 3 with zero_every.grads = "micro_batch": in every micro-batch, each bucket holding
+ *     this rank's parameters once (those of its stages' units);
+ *   zero 2, 3 with "step": each such bucket once in the step, in a stage's last backward.
+ * Where a backward issues several, they are spread over it (the first issued before the last). */
 static void check_reductions(const struct trainer *t, long long step)
 {
   enum { MAX_RECORDS = 4096 };
   static struct comm_record recs[MAX_RECORDS];
   const int zero = t->dp.zero, M = t->plan->batch.microbatches, n_buckets = t->dp.layout.n_buckets;
+  const int pp = t->plan->mesh.pp;
   enum comm_op op = zero >= 2 ? COMM_REDUCE_SCATTER : COMM_ALL_REDUCE;
   int n = comm_records(recs, MAX_RECORDS), count = 0, wrong_mb = 0, finished_early = 0;
   const struct comm_record *first = NULL, *last = NULL;
   if (t->dp.size == 1) /* a group of one moves nothing */
     return;
-  if (t->plan->mesh.pp > 1) { /* each bucket once; those final during a stage's last backward start there */
+  int n_held = 0; /* buckets with this rank's parameters in them */
+  for (int b = 0; b < n_buckets; b++) n_held += t->dp.layout.buckets[b].n_elems > 0;
+  /* the micro-batches of this rank's stages' last backwards */
+  int last_mb[MAX_MB] = { 0 };
+  for (int s = 0; s < t->plan->n_stages; s++)
+    if (t->exec.last_bwd[s] >= 0 && t->exec.last_bwd[s] < MAX_MB)
+      last_mb[t->exec.last_bwd[s]] = 1;
+  if (zero >= 2) {
+    int per_mb[MAX_MB] = { 0 };
+    const int every_mb = !t->dp.grads_step;
+    double t0[MAX_MB], t1[MAX_MB];
+    for (int i = 0; i < n; i++) {
+      const struct comm_record *r = &recs[i];
+      if (r->step != step || r->op != op || strcmp(r->group, "dp") != 0)
+        continue;
+      count++;
+      if (r->mb < 0 || r->mb >= MAX_MB || (!every_mb && !last_mb[r->mb])) {
+        wrong_mb++;
+        continue;
+      }
+      if (!per_mb[r->mb]++)
+        t0[r->mb] = r->t_issue;
+      t1[r->mb] = r->t_issue;
+    }
+    const int want = every_mb ? n_held * M : n_held;
+    CHECK_MSG(count == want, "rank %d: %d %s on dp in step %lld, expected %d (%d bucket%s holding this rank's "
+              "parameters%s)", rank, count, comm_op_name(op), step, want, n_held, n_held == 1 ? "" : "s",
+              every_mb ? ", every micro-batch" : ", once");
+    CHECK_MSG(wrong_mb == 0, "rank %d: %d reduce-scatters outside %s", rank, wrong_mb,
+              every_mb ? "a micro-batch's backward" : "a stage's last backward");
+    int spread = 0, issuing = 0;
+    for (int mb = 0; mb < M && mb < MAX_MB; mb++) {
+      if (every_mb)
+        CHECK_MSG(per_mb[mb] == n_held, "rank %d: micro-batch %d issued %d reduce-scatters, expected %d", rank,
+                  mb, per_mb[mb], n_held);
+      issuing += per_mb[mb] > 1;
+      spread += per_mb[mb] > 1 && t0[mb] < t1[mb];
+    }
+    CHECK_MSG(spread == issuing, "rank %d: %d of %d backwards issued their reduce-scatters all at once", rank,
+              issuing - spread, issuing);
+    if (rank == 0)
+      printf("last step: %d %s on dp, %s (%d bucket%s with this rank's parameters of %d)\n", count,
+             comm_op_name(op), every_mb ? "every micro-batch's backward" : "once, in the stages' last backwards",
+             n_held, n_held == 1 ? "" : "s", n_buckets);
+    return;
+  }
+  if (pp > 1) { /* each bucket once; those final during a stage's last backward start there */
     int early = 0;
     for (int i = 0; i < n; i++)
       if (recs[i].step == step && recs[i].op == op && !strcmp(recs[i].group, "dp")) {
@@ -238,7 +293,7 @@ static void check_reductions(const struct trainer *t, long long step)
     if (r->step != step || r->op != op || strcmp(r->group, "dp") != 0)
       continue;
     count++;
-    wrong_mb += zero < 2 && r->mb != M - 1;
+    wrong_mb += r->mb != M - 1;
     if (r->mb == M - 1) {
       first = first ? first : r;
       last = r;
@@ -249,8 +304,8 @@ static void check_reductions(const struct trainer *t, long long step)
     finished_early += r->step == step && r->op == op && !strcmp(r->group, "dp") && r->mb == M - 1 &&
                       r->t_end > 0 && r->t_end <= last->t_issue;
   }
-  CHECK_MSG(count == n_buckets * (zero >= 2 ? M : 1), "rank %d: %d %s on dp in step %lld, expected %d",
-            rank, count, comm_op_name(op), step, n_buckets * (zero >= 2 ? M : 1));
+  CHECK_MSG(count == n_buckets, "rank %d: %d %s on dp in step %lld, expected %d", rank, count,
+            comm_op_name(op), step, n_buckets);
   CHECK_MSG(wrong_mb == 0, "rank %d: %d reductions outside the last micro-batch", rank, wrong_mb);
   CHECK(n_buckets < 2 || (first && last && first->t_issue < last->t_issue));
   if (rank == 0 && first && last)
@@ -272,10 +327,18 @@ static void check_memory(const struct trainer *t)
     CHECK_MSG(b->peak_bytes[ALLOC_PARAMS] == full + t->model.n_bf16 * sizeof(bf16), "rank %d: params peak "
               "%zu, expected %zu + %zu bf16 copies", rank, b->peak_bytes[ALLOC_PARAMS], full,
               t->model.n_bf16 * sizeof(bf16));
-  if (memory_falls && zero >= 2)
+  /* zero_every = "step": the whole gradients (parameters) of this rank's stages are held during
+   * the step beside the shard; "micro_batch": with --memory-falls, much less than the whole */
+  if (zero >= 2 && t->dp.grads_step)
+    CHECK_MSG(b->peak_bytes[ALLOC_GRADS] == full + shard, "rank %d: gradient peak %zu, expected the whole %zu "
+              "and the shard %zu (zero_every.grads = \"step\")", rank, b->peak_bytes[ALLOC_GRADS], full, shard);
+  if (zero == 3 && t->dp.params_step)
+    CHECK_MSG(b->peak_bytes[ALLOC_PARAMS] == full + shard, "rank %d: parameter peak %zu, expected the whole %zu "
+              "and the shard %zu (zero_every.params = \"step\")", rank, b->peak_bytes[ALLOC_PARAMS], full, shard);
+  if (memory_falls && zero >= 2 && !t->dp.grads_step)
     CHECK_MSG(b->peak_bytes[ALLOC_GRADS] < full * 3 / 4, "rank %d: gradient peak %zu of %zu", rank,
               b->peak_bytes[ALLOC_GRADS], full);
-  if (memory_falls && zero == 3)
+  if (memory_falls && zero == 3 && !t->dp.params_step)
     CHECK_MSG(b->peak_bytes[ALLOC_PARAMS] < full * 3 / 4, "rank %d: parameter peak %zu of %zu", rank,
               b->peak_bytes[ALLOC_PARAMS], full);
   if (rank == world - 1) {
