@@ -6,7 +6,8 @@
  * rank measures at once (the cores share caches and memory bandwidth as in a run), and each
  * figure is the slowest rank's best (shortest time) of the repetitions — on a machine other work
  * shares, a burst of it lengthens some repetitions and never shortens one:
- *   - peak_tflops: the kernel table's linear_forward on a 1024 × 1024 × 1024 product;
+ *   - peak_tflops: the kernel table's linear_forward on a 1024 × 1024 × 1024 product (or the plan's
+ *     linears' rate where that is higher);
  *   - efficiency.compute: the rate of the plan's linears (q|k|v, o, gate|up, down, the head;
  *     forward and backward at batch.micro × batch.seq tokens) over that peak;
  *   - overheads.attention_tflops: attention_forward_qkv + attention_backward_qkv at the plan's
