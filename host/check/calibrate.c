@@ -33,7 +33,8 @@ struct figures {
   double pointwise;            /* seconds per element (cost_pointwise_elems) */
   double optimizer;            /* seconds per parameter element */
   double comm[3][N_SIZES];     /* seconds per call */
-  double bandwidth, latency, fit_rms;
+  double bandwidth, latency, fit_rms;      /* over every op */
+  double op_bw[3], op_lat[3], op_rms[3];   /* each op's own */
   int cores, online, affinity, ranks;
   double memory;               /* bytes */
   long long n_params;
@@ -208,11 +209,11 @@ static void ring_terms(int op, int n, double *a, double *s)
   *s = (op == 0 ? 2.0 : 1.0) * (n - 1);
 }
 
-/* Least squares in relative error for (1/bw, latency) over every op and size. */
-static void fit_link(struct figures *f, int n)
+/* Least squares in relative error for (1/bw, latency) over the ops first..last and every size. */
+static void fit_ops(struct figures *f, int n, int first, int last, double *bw_out, double *lat_out, double *rms_out)
 {
   double suu = 0, suv = 0, svv = 0, su = 0, sv = 0;
-  for (int op = 0; op < 3; op++)
+  for (int op = first; op <= last; op++)
     for (int i = 0; i < N_SIZES; i++) {
       double a, s, t = f->comm[op][i];
       ring_terms(op, n, &a, &s);
@@ -226,21 +227,28 @@ static void fit_link(struct figures *f, int n)
   }
   if (!(inv_bw > 0) || !(lat > 0)) { /* a degenerate fit: the smallest call for the latency, the largest for bw */
     double a, s;
-    ring_terms(0, n, &a, &s);
-    lat = f->comm[0][0] / s;
-    inv_bw = fmax(1e-15, (f->comm[0][N_SIZES - 1] - s * lat) / (a * (double)comm_sizes[N_SIZES - 1]));
+    ring_terms(first, n, &a, &s);
+    lat = f->comm[first][0] / s;
+    inv_bw = fmax(1e-15, (f->comm[first][N_SIZES - 1] - s * lat) / (a * (double)comm_sizes[N_SIZES - 1]));
   }
-  f->bandwidth = 1.0 / inv_bw;
-  f->latency = lat;
+  *bw_out = 1.0 / inv_bw;
+  *lat_out = lat;
   double e2 = 0;
-  for (int op = 0; op < 3; op++)
+  for (int op = first; op <= last; op++)
     for (int i = 0; i < N_SIZES; i++) {
       double a, s;
       ring_terms(op, n, &a, &s);
       double pred = a * (double)comm_sizes[i] * inv_bw + s * lat, e = pred / f->comm[op][i] - 1;
       e2 += e * e;
     }
-  f->fit_rms = sqrt(e2 / (3 * N_SIZES));
+  *rms_out = sqrt(e2 / ((last - first + 1) * N_SIZES));
+}
+
+/* The link over every op (the pipeline's sends use it), and each op's own. */
+static void fit_link(struct figures *f, int n)
+{
+  fit_ops(f, n, 0, 2, &f->bandwidth, &f->latency, &f->fit_rms);
+  for (int op = 0; op < 3; op++) fit_ops(f, n, op, op, &f->op_bw[op], &f->op_lat[op], &f->op_rms[op]);
 }
 
 /* The plan compiled for one rank: mesh 1 × 1 × 1, zero 0, the user's settings first. */
@@ -395,8 +403,12 @@ static int write_file(const struct calibrate_options *o, const struct plan *p, c
     fprintf(out, "\n");
   }
   fprintf(out, "--   ring fit over the %d calls (cost.h's formulas): latency %.2f us, bandwidth %.3f GB/s,\n"
-          "--     rms relative error %.1f%%; one node, so inter_node = intra_node\n",
-          3 * N_SIZES, 1e6 * f->latency, f->bandwidth / 1e9, 100.0 * f->fit_rms);
+          "--     rms relative error %.1f%%: the link's figures (the pipeline's sends use them); each op's own fit\n"
+          "--     over its %d sizes:", 3 * N_SIZES, 1e6 * f->latency, f->bandwidth / 1e9, 100.0 * f->fit_rms, N_SIZES);
+  for (int op = 0; op < 3; op++)
+    fprintf(out, "%s %s %.2f us + %.3f GB/s (rms %.1f%%)", op ? "," : "", op_names[op], 1e6 * f->op_lat[op],
+            f->op_bw[op] / 1e9, 100.0 * f->op_rms[op]);
+  fprintf(out, ";\n--     one node, so inter_node = intra_node\n");
   fprintf(out, "--   cores: %d online (sysconf) -> gpus_per_node; rank 0 may run on %d of them (sched_getaffinity,\n"
           "--     as the launcher bound it); memory %.2f GB -> device_memory_gb = memory / cores\n",
           f->online, f->affinity, f->memory / 1e9);
@@ -408,8 +420,14 @@ static int write_file(const struct calibrate_options *o, const struct plan *p, c
   fprintf(out, "  overlap = false,  -- a rank's comm thread progresses MPI on the rank's own core\n");
   fprintf(out, "  device_memory_gb = %.6g,\n", f->memory / f->cores / 1e9);
   fprintf(out, "  peak_tflops = %.6g,\n", f->peak / 1e12);
-  fprintf(out, "  intra_node = { bandwidth_gbs = %.6g, latency_us = %.6g },\n", f->bandwidth / 1e9, 1e6 * f->latency);
-  fprintf(out, "  inter_node = { bandwidth_gbs = %.6g, latency_us = %.6g },\n", f->bandwidth / 1e9, 1e6 * f->latency);
+  for (int l = 0; l < 2; l++) {
+    fprintf(out, "  %s = { bandwidth_gbs = %.6g, latency_us = %.6g,\n", l ? "inter_node" : "intra_node",
+            f->bandwidth / 1e9, 1e6 * f->latency);
+    for (int op = 0; op < 3; op++)
+      fprintf(out, "    %s = { bandwidth_gbs = %.6g, latency_us = %.6g },\n", op == 0 ? "all_reduce" : op == 1 ?
+              "all_gather" : "reduce_scatter", f->op_bw[op] / 1e9, 1e6 * f->op_lat[op]);
+    fprintf(out, "  },\n");
+  }
   fprintf(out, "  efficiency = { compute = %.6g, comm = 1 },\n", eff);
   fprintf(out, "  overheads = { attention_tflops = %.6g, pointwise_ns = %.6g, optimizer_ns = %.6g },\n",
           f->attention / 1e12, f->pointwise * 1e9, f->optimizer * 1e9);
@@ -540,6 +558,10 @@ int calibrate_run(const struct calibrate_options *o, FILE *log, char *err, size_
   c.comm_efficiency = 1.0;
   c.intra.bandwidth = c.inter.bandwidth = f.bandwidth;
   c.intra.latency = c.inter.latency = f.latency;
+  for (int op = 0; op < 3; op++) {
+    c.intra.op_bandwidth[op] = c.inter.op_bandwidth[op] = f.op_bw[op];
+    c.intra.op_latency[op] = c.inter.op_latency[op] = f.op_lat[op];
+  }
   c.attention_flops = f.attention;
   struct cost k;
   if (cost_predict(&p, &c, &k, err, err_size)) {

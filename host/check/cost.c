@@ -25,13 +25,21 @@ static const struct cluster_link *link_of(const struct cluster *c, int intra)
   return intra ? &c->intra : &c->inter;
 }
 
+/* The link's latency for collective `comm` (enum comm_op: its own where the file states it). */
+static double op_latency(const struct cluster_link *l, int comm)
+{
+  return comm >= 0 && comm < 3 && l->op_bandwidth[comm] > 0 ? l->op_latency[comm] : l->latency;
+}
+
 /* Ring cost of one collective of `bytes` (the whole buffer) over n ranks. */
 static double ring(int comm, double bytes, int n, const struct cluster_link *l, double eff)
 {
   if (n <= 1)
     return 0.0;
-  const double bw = l->bandwidth * eff, steps = comm == 0 ? 2.0 * (n - 1) : (double)(n - 1);
-  return steps / n * bytes / bw + steps * l->latency;
+  const int own = comm >= 0 && comm < 3 && l->op_bandwidth[comm] > 0;
+  const double bw = (own ? l->op_bandwidth[comm] : l->bandwidth) * eff;
+  const double steps = comm == 0 ? 2.0 * (n - 1) : (double)(n - 1);
+  return steps / n * bytes / bw + steps * op_latency(l, comm);
 }
 
 double cost_pointwise_elems(const struct plan *p)
@@ -176,11 +184,11 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
     const double bwd_mb = busiest > 0 ? 2.0 / 3.0 * (out->compute / M) : 0.0; /* one micro-batch's backward */
     double t_reduce, exposed;
     if (p->zero < 2) {
-      t_reduce = ring(0, gbytes, dp, dpl, c->comm_efficiency) + (buckets - 1) * 2.0 * (dp - 1) * dpl->latency;
+      t_reduce = ring(0, gbytes, dp, dpl, c->comm_efficiency) + (buckets - 1) * 2.0 * (dp - 1) * op_latency(dpl, 0);
       exposed = c->no_overlap ? t_reduce : fmax(0.0, t_reduce - bwd_mb); /* buckets start during the last backward */
       out->dp.bytes = 2.0 * (dp - 1) / dp * gbytes;
     } else {
-      double rs = ring(2, gbytes, dp, dpl, c->comm_efficiency) + (buckets - 1) * (dp - 1) * dpl->latency;
+      double rs = ring(2, gbytes, dp, dpl, c->comm_efficiency) + (buckets - 1) * (dp - 1) * op_latency(dpl, 2);
       t_reduce = rs * M;
       exposed = c->no_overlap ? t_reduce : M * fmax(0.0, rs - bwd_mb);
       out->dp.bytes = (double)(dp - 1) / dp * gbytes * M;

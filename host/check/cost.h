@@ -6,7 +6,8 @@
  *     at peak_tflops × efficiency.compute;
  *   - tensor-parallel collectives: tp_comm_list's, each with the ring cost (all-reduce
  *     2(n−1)/n·bytes/bw + 2(n−1)·latency, all-gather and reduce-scatter (n−1)/n·bytes/bw +
- *     (n−1)·latency) at bandwidth × efficiency.comm, on the intra-node link when the group fits
+ *     (n−1)·latency) at bandwidth × efficiency.comm (the op's own bandwidth and latency where
+ *     the link states them: cluster.h), on the intra-node link when the group fits
  *     in a node under the mesh order, else the inter-node one; not overlapped (the executor
  *     blocks on them);
  *   - pipeline: the schedule simulator runs the rank lists with these per-stage times and each

@@ -78,20 +78,37 @@ static int subtable(struct creader *r, int idx, const char *key)
   return cfail(r, idx, key, key, "missing or not a table");
 }
 
-static int read_link(struct creader *r, int idx, const char *key, struct cluster_link *l)
+/* The link table at idx.key ("intra_node"); its fields named `outer` + key + "." in messages. With
+ * ops, the optional per-op tables (all_reduce, all_gather, reduce_scatter) are read too. */
+static int read_link(struct creader *r, int idx, const char *outer, const char *key, struct cluster_link *l,
+                     int with_ops)
 {
   int t = subtable(r, idx, key);
   if (t < 0)
     return -1;
-  static const char *const keys[] = { "bandwidth_gbs", "latency_us", NULL };
-  char prefix[64];
-  snprintf(prefix, sizeof prefix, "%s.", key);
-  double bw, lat;
-  int rc = only_keys(r, t, prefix, keys) || number(r, t, prefix, "bandwidth_gbs", &bw) ||
+  static const char *const keys[] = { "bandwidth_gbs", "latency_us", "all_reduce", "all_gather",
+                                      "reduce_scatter", NULL };
+  static const char *const plain[] = { "bandwidth_gbs", "latency_us", NULL };
+  char prefix[128];
+  snprintf(prefix, sizeof prefix, "%s%s.", outer, key);
+  double bw = 0, lat = 0;
+  int rc = only_keys(r, t, prefix, with_ops ? keys : plain) || number(r, t, prefix, "bandwidth_gbs", &bw) ||
            number(r, t, prefix, "latency_us", &lat);
-  lua_pop(r->L, 1);
   l->bandwidth = bw * 1e9;
   l->latency = lat * 1e-6;
+  for (int op = 0; op < 3 && !rc && with_ops; op++) { /* optional per-op figures (cluster.h) */
+    lua_getfield(r->L, t, keys[2 + op]);
+    int has = !lua_isnil(r->L, -1);
+    lua_pop(r->L, 1);
+    struct cluster_link o;
+    if (has && read_link(r, t, prefix, keys[2 + op], &o, 0))
+      rc = -1;
+    else if (has) {
+      l->op_bandwidth[op] = o.bandwidth;
+      l->op_latency[op] = o.latency;
+    }
+  }
+  lua_pop(r->L, 1);
   return rc ? -1 : 0;
 }
 
@@ -132,8 +149,8 @@ static int read_protected(lua_State *L)
   lua_pop(L, 1);
   double gpn, mem, peak;
   if (number(r, t, "", "gpus_per_node", &gpn) || number(r, t, "", "device_memory_gb", &mem) ||
-      number(r, t, "", "peak_tflops", &peak) || read_link(r, t, "intra_node", &out->intra) ||
-      read_link(r, t, "inter_node", &out->inter))
+      number(r, t, "", "peak_tflops", &peak) || read_link(r, t, "", "intra_node", &out->intra, 1) ||
+      read_link(r, t, "", "inter_node", &out->inter, 1))
     return 0;
   if (gpn != (int)gpn) {
     cfail(r, t, "gpus_per_node", "gpus_per_node", "must be a whole number");

@@ -11,6 +11,9 @@
  *     efficiency = { compute = 0.6, comm = 0.8 },             -- achievable fractions
  *     -- optional (`tycho calibrate` writes them for the machine it measured, docs/calibrate.md):
  *     nodes = 1,                        -- nodes in the cluster; absent: as many as a job needs
+ *     -- optional in intra_node and inter_node: an op's own figures where it differs from the link's
+ *     --   intra_node = { bandwidth_gbs = 5, latency_us = 5, all_gather = { bandwidth_gbs = 9, latency_us = 4 } },
+ *     --   (all_reduce, all_gather, reduce_scatter; the pipeline's sends use the link's)
  *     overlap = false,                  -- collectives hide behind compute (absent: true); false
  *                                       -- where the comm layer's progress shares the compute's core
  *     overheads = {                     -- work beside the matmuls; absent: costs nothing
@@ -33,6 +36,9 @@
 struct cluster_link {
   double bandwidth;  /* bytes per second, one direction, per GPU */
   double latency;    /* seconds */
+  /* the link's figures for all-reduce, all-gather, reduce-scatter (enum comm_op order) where
+   * the file states them (intra_node.all_gather = { ... }); 0: bandwidth and latency above */
+  double op_bandwidth[3], op_latency[3];
 };
 
 struct cluster {

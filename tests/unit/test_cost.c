@@ -144,6 +144,16 @@ static void test_data_parallel_reduction(void)
   struct cost far;
   CHECK(cost_predict(&p, &c, &far, err, sizeof err) == 0);
   CHECK(!far.dp.intra && rel(far.dp.total, 2.0 * k.dp.total) < 1e-9);
+  /* the link's own all-reduce figures (calibrate's per-op fit) replace its bandwidth for the
+   * all-reduce only: twice the bandwidth, half the time; an all-gather figure changes nothing */
+  c.gpus_per_node = 4;
+  c.intra.op_bandwidth[0] = 2e9;
+  c.intra.op_bandwidth[1] = 0.1e9;
+  c.intra.op_latency[1] = 1.0;
+  struct cost own;
+  CHECK(cost_predict(&p, &c, &own, err, sizeof err) == 0);
+  CHECK_MSG(rel(own.dp.total, 0.5 * k.dp.total) < 1e-9, "all-reduce at its own 2 GB/s: %.6g s, the link's %.6g s",
+            own.dp.total, k.dp.total);
   plan_free(&p);
 }
 
