@@ -442,7 +442,8 @@ static int serial_run(const struct rehearse_options *o, const struct rehearse_sh
                       double *loss, double *norm, real **initial, real **final, size_t *n, char *err, size_t err_size)
 {
   static const char *const serial[] = { "zero=0", "mesh.tp=1", "mesh.pp=1", "mesh.dp=1", "virtual_stages=1",
-                                        "stages=even", "schedule.kind=1f1b", "sequence_parallel=false" };
+                                        "stages=even", "schedule.kind=1f1b", "sequence_parallel=false",
+                                        "zero_every=nil" };
   const char *extra[40];
   int k = 0;
   for (int i = 0; i < s->n_sets; i++) extra[k++] = s->sets[i];
