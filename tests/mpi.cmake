@@ -208,7 +208,7 @@ tycho_tp_equiv(pp2_dp2_zero1 4 dp_small.lua --set mesh.pp=2 --set zero=1)
 # GPipe and interleaved virtual stages, a tied embedding across the first and last stage.
 tycho_tp_equiv(pp2_dp2_zero2 4 dp_small.lua --set mesh.pp=2 --set zero=2)
 tycho_tp_equiv(pp2_dp2_zero2_grads_micro_batch 4 dp_small.lua --set mesh.pp=2 --set zero=2 --set zero_every.grads=micro_batch)
-tycho_tp_equiv(pp2_dp2_zero3 4 dp_small.lua --set mesh.pp=2 --set zero=3)
+tycho_tp_equiv(pp2_dp2_zero3_6_layers 4 dp_small.lua --set mesh.pp=2 --set zero=3 --both model.n_layers=6)
 tycho_tp_equiv(pp2_dp2_zero3_micro_batch 4 dp_small.lua --set mesh.pp=2 --set zero=3 --set zero_every.grads=micro_batch --set zero_every.params=micro_batch)
 tycho_tp_equiv(pp2_dp2_zero3_gpipe_tied_params_step 4 dp_small.lua --set mesh.pp=2 --set schedule.kind=gpipe --set zero=3 --set zero_every.grads=micro_batch --both model.tie_embeddings=true)
 tycho_tp_equiv(pp2_dp2_zero2_interleaved_v2_tied_micro_batch 4 dp_small.lua --set mesh.pp=2 --set virtual_stages=2 --set schedule.kind=interleaved --both model.n_layers=4 --set zero=2 --set zero_every.grads=micro_batch --both model.tie_embeddings=true)
@@ -264,7 +264,8 @@ foreach(config "serial;1;1"
                "serial_to_tp2_sp_dp2_zero3;1;4;--load;mesh.tp=2;--load;sequence_parallel=true;--load;zero=3"
                "tp2_pp2_dp2_zero1_to_serial;8;1;--save;mesh.tp=2;--save;mesh.pp=2;--save;zero=1"
                "dp4_zero3_to_tp2_pp2;4;4;--save;zero=3;--load;mesh.tp=2;--load;mesh.pp=2"
-               "tied_vocab63_tp2_to_pp2_dp2_zero1;2;4;--both;model.vocab=63;--both;model.tie_embeddings=true;--save;mesh.tp=2;--load;mesh.pp=2;--load;zero=1")
+               "tied_vocab63_tp2_to_pp2_dp2_zero1;2;4;--both;model.vocab=63;--both;model.tie_embeddings=true;--save;mesh.tp=2;--load;mesh.pp=2;--load;zero=1"
+               "tied_pp2_dp2_zero3_to_dp2_zero2;4;2;--both;model.tie_embeddings=true;--save;mesh.pp=2;--save;zero=3;--load;zero=2")
   list(GET config 0 name)
   list(GET config 1 save_ranks)
   list(GET config 2 load_ranks)

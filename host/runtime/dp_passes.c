@@ -341,8 +341,10 @@ double dp_run_pass(struct dp *d, const struct dp_pass *ps, const struct piece *t
   struct piece *pcs = d->pieces;
   const int n = pieces_of_stage(ps->stage, ps->backward, pcs);
   double loss = 0.0;
-  /* zero_every.params = "step": the stage's gathered units stay until its last backward */
-  const int keep = d->zero == 3 && d->params_step && ps->in_step && !(ps->backward && ps->last);
+  /* zero_every.params = "step": the stage's gathered units stay until its last backward, which
+   * frees each after the last of its pieces that reads it */
+  const int step_held = d->zero == 3 && d->params_step && ps->in_step;
+  const int keep = step_held && !(ps->backward && ps->last);
   if (!ps->backward && !ps->stage->has_embed) /* the input came from the stage before */
     model_forward_begin(d->model, ps->a, ps->dropout, ps->B, ps->T);
   if (ps->backward)
@@ -367,9 +369,12 @@ double dp_run_pass(struct dp *d, const struct dp_pass *ps, const struct piece *t
     model_bind_views(d->model);
     if (compute(d, pcs[k], ps, &loss))
       break;
-    for (int u = 0; u < d->layout.n_units && !keep; u++)
-      if (stage_reads(d, ps->stage, u) && !piece_needs(d, next, u))
+    for (int u = 0; u < d->layout.n_units && !keep; u++) {
+      int needed = piece_needs(d, next, u);
+      for (int j = k + 2; step_held && j < n && !needed; j++) needed = piece_needs(d, &pcs[j], u);
+      if (stage_reads(d, ps->stage, u) && !needed)
         unit_release(d, u);
+    }
   }
   model_bind_views(d->model);
   d->reducing = 0;

@@ -2,6 +2,7 @@
 #include "runtime/pieces.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 int pieces_of_stage(const struct plan_stage *st, int backward, struct piece *out)
 {
@@ -95,11 +96,12 @@ int pieces_zero3_replay(const struct plan *p, const struct sched_list *list, int
   for (int s = 0; s < p->n_stages; s++)
     max_layers = p->stages[s].n_layers > max_layers ? p->stages[s].n_layers : max_layers;
   struct piece *pcs = malloc((size_t)(max_layers + 2) * sizeof *pcs);
-  char *held = calloc((size_t)U, 1);
+  char *held = calloc((size_t)U, 1), *needed = calloc((size_t)U, 1);
   int *last = malloc((size_t)p->n_stages * sizeof *last);
-  if (!pcs || !held || !last) {
+  if (!pcs || !held || !needed || !last) {
     free(pcs);
     free(held);
+    free(needed);
     free(last);
     return -1;
   }
@@ -132,11 +134,19 @@ int pieces_zero3_replay(const struct plan *p, const struct sched_list *list, int
         *moved += (unsigned long long)unit_gather_elems[u[a]];
       }
       *peak_held = now > *peak_held ? now : *peak_held;
+      if (keep)
+        continue;
+      /* freed: what the next piece does not read (under keep_for_step, in the stage's last
+       * backward: what no later piece of it reads) */
+      memset(needed, 0, (size_t)U);
       int need[2], nk = next ? piece_units(*next, L, tied, need) : 0;
-      for (int x = 0; x < U && !keep; x++) {
-        int needed = 0;
-        for (int b = 0; b < nk; b++) needed |= need[b] == x;
-        if (held[x] && !needed && stage_reads(p, st, x)) {
+      for (int b = 0; b < nk; b++) needed[need[b]] = 1;
+      for (int j = k + 2; keep_for_step && j < n; j++) {
+        int more[2], nm = piece_units(pcs[j], L, tied, more);
+        for (int b = 0; b < nm; b++) needed[more[b]] = 1;
+      }
+      for (int x = 0; x < U; x++) {
+        if (held[x] && !needed[x] && stage_reads(p, st, x)) {
           held[x] = 0;
           now -= unit_elems[x];
         }
@@ -145,6 +155,7 @@ int pieces_zero3_replay(const struct plan *p, const struct sched_list *list, int
   }
   free(pcs);
   free(held);
+  free(needed);
   free(last);
   return 0;
 }

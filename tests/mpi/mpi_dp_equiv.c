@@ -12,13 +12,16 @@
  * zero 0-2 the parameters bitwise the same on every rank of a dp group; the comm layer's counters
  * on every group (tp, dp, pp, the tied embedding's) over the last step equal traffic_predict's
  * calls and bytes (the figures `tycho check` prints); the memory peaks equal bill_predict's; the
- * reductions of the last step were
- * issued bucket by bucket during backward (last bucket first) and, under zero 0 and 1, only in
- * the last micro-batch; the memory bill holds what the stage keeps (AdamW state for the shard
- * under zero ≥ 1, whole gradients under zero 0 and 1 only, parameters falling under zero 3).
+ * reductions of the last step were issued where dp.h says (check_reductions: bucket by bucket
+ * during backward; under zero 0 and 1 and zero_every.grads = "step" once, in the stages' last
+ * backwards; under "micro_batch" in every micro-batch, each bucket holding the rank's parameters
+ * once; under zero_every.params = "step" each of them gathered once a step); the memory bill
+ * holds what the stage keeps (AdamW state for the shard under zero ≥ 1, whole gradients under
+ * zero 0 and 1 only, and under zero_every = "step" the whole gradients or parameters beside the
+ * shard, exactly; gradients and parameters falling under "micro_batch" with --memory-falls).
  * usage: mpi_dp_equiv PLAN [--both path=value]... [--set path=value]... [--memory-falls]
  *   --memory-falls  also require the gradient (zero ≥ 2) and parameter (zero 3) peaks below
- *                   3/4 of the whole model's */
+ *                   3/4 of the whole model's (where zero_every is "micro_batch") */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -215,7 +218,8 @@ static int same_everywhere(const void *value, size_t n_bytes)
  *     backwards);
  *   zero 2, 3 with zero_every.grads = "micro_batch": in every micro-batch, each bucket holding
  *     this rank's parameters once (those of its stages' units);
- *   zero 2, 3 with "step": each such bucket once in the step, in a stage's last backward.
+ *   zero 2, 3 with "step": each such bucket once in the step, in a stage's last backward; and
+ *   zero 3 with zero_every.params = "step": each such bucket gathered once in the step.
  * Where a backward issues several, they are spread over it (the first issued before the last). */
 static void check_reductions(const struct trainer *t, long long step)
 {
@@ -272,6 +276,14 @@ static void check_reductions(const struct trainer *t, long long step)
       printf("last step: %d %s on dp, %s (%d bucket%s with this rank's parameters of %d)\n", count,
              comm_op_name(op), every_mb ? "every micro-batch's backward" : "once, in the stages' last backwards",
              n_held, n_held == 1 ? "" : "s", n_buckets);
+    if (zero == 3 && t->dp.params_step) { /* each bucket gathered once in the step's passes */
+      int gathers = 0;
+      for (int i = 0; i < n; i++)
+        gathers += recs[i].step == step && recs[i].op == COMM_ALL_GATHER && recs[i].mb >= 0 &&
+                   !strcmp(recs[i].group, "dp");
+      CHECK_MSG(gathers == n_held, "rank %d: %d parameter all-gathers in step %lld, expected each of the %d "
+                "bucket%s once (zero_every.params = \"step\")", rank, gathers, step, n_held, n_held == 1 ? "" : "s");
+    }
     return;
   }
   if (pp > 1) { /* each bucket once; those final during a stage's last backward start there */
