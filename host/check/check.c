@@ -703,6 +703,17 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
                                            "optimizer state and gradients sharded over dp",
                                            "optimizer state, gradients and parameters sharded over dp" };
   fprintf(f, "zero       %d (%s)\n", p->zero, zero_text[p->zero]);
+  if (p->zero >= 2) /* zero_every (docs/plans.md): what a step does across its micro-batches */
+    fprintf(f, "           gradients reduce-scattered %s%s%s%s\n",
+            p->zero_every.grads == PLAN_ZERO_EVERY_STEP ? "once a step, in each stage's last backward (whole "
+                                                          "gradients held during the step)"
+                                                        : "in every micro-batch's backward",
+            p->zero == 3 ? "; parameters gathered " : "",
+            p->zero == 3 ? (p->zero_every.params == PLAN_ZERO_EVERY_STEP ? "once a step and kept to each stage's "
+                                                                           "last backward"
+                                                                         : "for every forward and backward")
+                         : "",
+            p->zero_every.grads_set || p->zero_every.params_set ? "" : " (the default)");
   fprintf(f, "schedule   %s, %d micro-batch%s per step per rank\n", plan_schedule_name(p->schedule),
           p->batch.microbatches, p->batch.microbatches == 1 ? "" : "es");
   print_schedule(f, p);

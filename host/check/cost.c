@@ -187,11 +187,12 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
       t_reduce = ring(0, gbytes, dp, dpl, c->comm_efficiency) + (buckets - 1) * 2.0 * (dp - 1) * op_latency(dpl, 0);
       exposed = c->no_overlap ? t_reduce : fmax(0.0, t_reduce - bwd_mb); /* buckets start during the last backward */
       out->dp.bytes = 2.0 * (dp - 1) / dp * gbytes;
-    } else {
+    } else { /* zero_every.grads: in every micro-batch's backward, or once in each stage's last */
+      const double n_rs = p->zero_every.grads == PLAN_ZERO_EVERY_STEP ? 1.0 : M;
       double rs = ring(2, gbytes, dp, dpl, c->comm_efficiency) + (buckets - 1) * (dp - 1) * op_latency(dpl, 2);
-      t_reduce = rs * M;
-      exposed = c->no_overlap ? t_reduce : M * fmax(0.0, rs - bwd_mb);
-      out->dp.bytes = (double)(dp - 1) / dp * gbytes * M;
+      t_reduce = rs * n_rs;
+      exposed = c->no_overlap ? t_reduce : n_rs * fmax(0.0, rs - bwd_mb);
+      out->dp.bytes = (double)(dp - 1) / dp * gbytes * n_rs;
     }
     double t_gather = 0;
     if (p->zero >= 1 && p->zero < 3) { /* the new parameters after the update */
@@ -199,11 +200,12 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
       exposed += t_gather;
       out->dp.bytes += (double)(dp - 1) / dp * pbytes;
     }
-    if (p->zero == 3) { /* gathered before each forward and backward, prefetched */
+    if (p->zero == 3) { /* gathered before each forward and backward, or once a step (zero_every.params), prefetched */
+      const double n_ag = p->zero_every.params == PLAN_ZERO_EVERY_STEP ? 1.0 : 2.0 * M;
       double ag = ring(1, pbytes, dp, dpl, c->comm_efficiency);
-      t_gather = 2.0 * M * ag;
+      t_gather = n_ag * ag;
       exposed += c->no_overlap ? t_gather : fmax(0.0, t_gather - out->compute);
-      out->dp.bytes += 2.0 * M * (double)(dp - 1) / dp * pbytes;
+      out->dp.bytes += n_ag * (double)(dp - 1) / dp * pbytes;
     }
     out->dp.total = t_reduce + t_gather;
     out->dp.exposed = exposed;

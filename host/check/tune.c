@@ -18,8 +18,10 @@ static double now(void)
 
 static void insert(struct tune_result *r, int keep, const struct tune_choice *c)
 {
-  int at = r->n_best;
-  while (at > 0 && r->best[at - 1].step > c->step) at--;
+  int at = r->n_best; /* by step time; of two alike, the one with less memory first */
+  while (at > 0 && (r->best[at - 1].step > c->step ||
+                    (r->best[at - 1].step == c->step && r->best[at - 1].max_bytes > c->max_bytes)))
+    at--;
   if (at >= keep)
     return;
   int n = r->n_best < keep ? r->n_best + 1 : keep;
@@ -28,7 +30,7 @@ static void insert(struct tune_result *r, int keep, const struct tune_choice *c)
   r->n_best = n;
 }
 
-/* Builds and prices one candidate; returns 1 when it compiled. */
+/* Builds and prices one candidate; returns 2 when it fit, 1 when it compiled only, 0 otherwise. */
 static int try_one(const struct plan *base, int world, const struct cluster *c, double headroom, int keep,
                    struct tune_choice *ch, struct tune_result *r)
 {
@@ -48,6 +50,10 @@ static int try_one(const struct plan *base, int world, const struct cluster *c, 
   p.schedule = ch->v > 1 ? PLAN_SCHED_INTERLEAVED : PLAN_SCHED_1F1B;
   p.batch.micro = ch->micro;
   p.zero = ch->zero;
+  p.zero_every.grads_set = ch->zero >= 2; /* the base plan's choices are the search's now */
+  p.zero_every.params_set = ch->zero == 3;
+  p.zero_every.grads = ch->grads_step ? PLAN_ZERO_EVERY_STEP : PLAN_ZERO_EVERY_MICRO_BATCH;
+  p.zero_every.params = ch->params_step ? PLAN_ZERO_EVERY_STEP : PLAN_ZERO_EVERY_MICRO_BATCH;
   p.sequence_parallel = ch->sp;
   for (int l = 0; l < p.model.n_layers; l++) {
     p.layers[l].recompute = ch->recompute;
@@ -76,10 +82,44 @@ static int try_one(const struct plan *base, int world, const struct cluster *c, 
       ch->max_bytes = worst;
       ch->headroom = 1.0 - worst / c->device_memory;
       insert(r, keep, ch);
+      ok = 2;
     }
   }
   plan_free(&p);
   return ok;
+}
+
+/* One layout with zero ch->zero over its zero_every choices, fastest first: "step" for both
+ * (fewest collectives, the most held during a step), then each one "micro_batch", then both (the
+ * least memory, the most collectives). Under the step-time model each choice of "step" is as
+ * fast or faster and holds as much or more, so the first to fit is the fastest that fits: the
+ * slower ones are not priced. With one micro-batch per step the gradients' choices move the
+ * same bytes, and "micro_batch" (less memory) is the only one tried. */
+static void tune_zero_every(const struct plan *base, int world, const struct cluster *c, double headroom,
+                            int keep, struct tune_choice *ch, struct tune_result *r)
+{
+  if (ch->zero < 2) {
+    r->n_tried++;
+    try_one(base, world, c, headroom, keep, ch, r);
+    return;
+  }
+  const int microbatches = base->batch.global / (ch->micro * ch->dp);
+  const int gmax = microbatches > 1, qmax = ch->zero == 3; /* the choices there are */
+  for (int level = gmax + qmax; level >= 0; level--) { /* how many of them are "step" */
+    int fit = 0;
+    for (int g = gmax; g >= 0; g--)
+      for (int q = qmax; q >= 0; q--) {
+        if (g + q != level)
+          continue;
+        struct tune_choice one = *ch;
+        one.grads_step = g;
+        one.params_step = q;
+        r->n_tried++;
+        fit |= try_one(base, world, c, headroom, keep, &one, r) == 2;
+      }
+    if (fit)
+      return;
+  }
 }
 
 int tune_search(const struct plan *base, int world, const struct cluster *c, double headroom, int keep,
@@ -109,12 +149,11 @@ int tune_search(const struct plan *base, int world, const struct cluster *c, dou
           const int micro = micros[mi];
           if (base->batch.global % (micro * dp))
             continue;
-          for (int zero = 1; zero <= (pp == 1 ? 3 : 1); zero++)
+          for (int zero = 1; zero <= 3; zero++)
             for (size_t ri = 0; ri < sizeof recomputes; ri++) {
               struct tune_choice ch = { tp, pp, v, dp, micro, zero, tp > 1, tp > 1 && m->n_kv_heads % tp != 0,
-                                        recomputes[ri], 0, 0, 0, 0, 0 };
-              out->n_tried++;
-              try_one(base, world, c, headroom, keep, &ch, out);
+                                        0, 0, recomputes[ri], 0, 0, 0, 0, 0 };
+              tune_zero_every(base, world, c, headroom, keep, &ch, out);
             }
         }
       }
@@ -145,6 +184,11 @@ int tune_write_plan(FILE *f, const char *base_module, const struct tune_choice *
   fprintf(f, "  schedule = { kind = \"%s\" },\n", t->v > 1 ? "interleaved" : "1f1b");
   fprintf(f, "  batch = { micro = %d },\n", t->micro);
   fprintf(f, "  zero = %d,\n", t->zero);
+  if (t->zero == 2)
+    fprintf(f, "  zero_every = { grads = \"%s\" },\n", t->grads_step ? "step" : "micro_batch");
+  if (t->zero == 3)
+    fprintf(f, "  zero_every = { grads = \"%s\", params = \"%s\" },\n", t->grads_step ? "step" : "micro_batch",
+            t->params_step ? "step" : "micro_batch");
   fprintf(f, "  sequence_parallel = %s,\n", t->sp ? "true" : "false");
   if (t->recompute == 0 || t->recompute == PLAN_RC_FULL)
     fprintf(f, "  recompute = \"%s\",\n", plan_recompute_text(t->recompute, rc, sizeof rc));

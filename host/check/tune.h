@@ -2,7 +2,9 @@
  * From a compiled plan (its model, batch, precision and the rest kept), every combination of
  *   tp in the divisors of n_heads up to a node's GPUs, pp in the divisors of n_layers, virtual
  *   stages 1 or 2 (interleaved 1F1B when 2, 1F1B otherwise), dp = world / (tp·pp), batch.micro in
- *   1, 2, 4, 8, zero 1 (and 2, 3 without pipeline stages), recompute none / attn_core / full,
+ *   1, 2, 4, 8, zero 1, 2 and 3 (2 and 3 with each zero_every choice: gradients reduce-scattered
+ *   every micro-batch or once a step; under 3 also parameters gathered every micro-batch or once
+ *   a step), recompute none / attn_core / full,
  *   sequence parallelism on whenever tp > 1 (the same bytes as without, less memory), key/value
  *   heads replicated when tp exceeds n_kv_heads, stages "balanced"
  * that compiles (plan_validate) is billed (bill_predict, every pipeline rank) and priced
@@ -18,6 +20,7 @@
 
 struct tune_choice {
   int tp, pp, v, dp, micro, zero, sp, kv_replicate;
+  int grads_step, params_step; /* zero_every.grads / .params = "step" (zero ≥ 2 / zero 3), else "micro_batch" */
   uint8_t recompute;       /* enum plan_recompute bits, the same for every layer */
   double step, mfu, tokens_per_s, max_bytes, headroom;
 };

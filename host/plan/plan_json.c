@@ -127,7 +127,10 @@ void plan_json(const struct plan *p, struct json *j)
   layer_ranges_json(p, j);
   json_key(j, "sequence_parallel"); json_bool(j, p->sequence_parallel);
   json_key(j, "zero"); json_int(j, p->zero);
-  if (p->zero >= 2) { /* what ZeRO 2 and 3 do across a step's micro-batches (zero_every) */
+  /* what ZeRO 2 and 3 do across a step's micro-batches (zero_every): shown when written or with
+   * pipeline stages (the default then is "step"); a plan with neither runs as before the field
+   * existed and keeps its hash */
+  if (p->zero >= 2 && (p->zero_every.grads_set || p->zero_every.params_set || p->mesh.pp > 1)) {
     json_key(j, "zero_every");
     json_begin_object(j);
     json_key(j, "grads"); json_string(j, plan_zero_every_name(p->zero_every.grads));
