@@ -1,8 +1,10 @@
 -- Llama 2 70B on 80 GB GPUs, 8 per node: tensor parallel 8 inside each node (the k and v
 -- projections split one key/value head per rank), 4 pipeline stages across nodes with the
 -- 1F1B schedule, data parallel over the rest (dp = "auto": 2 on 64 ranks). Sequence
--- parallel, selective recompute of the attention core, ZeRO-1 (stages 2 and 3 do not combine
--- with pipeline stages). Global batch 4M tokens as in the Llama 2 paper.
+-- parallel, selective recompute of the attention core, ZeRO-1 (at dp 2, ZeRO 2 and 3 with
+-- the pipeline's default zero_every = "step" hold more during a step than ZeRO 1, and with
+-- "micro_batch" they reduce-scatter every one of the 512 micro-batches: docs/plans.md, "ZeRO
+-- across micro-batches"). Global batch 4M tokens as in the Llama 2 paper.
 local tycho = require "tycho"
 local llama2 = require "models.llama2"
 

@@ -94,6 +94,10 @@
 ---@field trace? string              # Chrome trace-event JSON
 ---@field trace_steps? integer       # steps the trace keeps (default 5)
 
+---@class tycho.zero_every
+---@field grads? "micro_batch"|"step"   # zero 2, 3: reduce-scatter in every backward, or once in each stage's last (whole gradients held meanwhile); default "step" with pp > 1, else "micro_batch"
+---@field params? "micro_batch"|"step"  # zero 3: gather for every forward and backward, or once a step and keep; default as grads
+
 ---@class tycho.plan_fields
 ---@field name? string               # default: the file name without .lua
 ---@field model tycho.model
@@ -104,6 +108,7 @@
 ---@field sequence_parallel? boolean
 ---@field recompute? tycho.recompute|fun(layer: integer): tycho.recompute|nil
 ---@field zero? 0|1|2|3
+---@field zero_every? tycho.zero_every  # zero 2, 3: reduce-scatters and gathers every micro-batch or once a step
 ---@field bucket_mb? number           # data-parallel gradient bucket size in MiB, default 25
 ---@field schedule? tycho.schedule
 ---@field batch tycho.batch
