@@ -13,6 +13,7 @@
 #include "check/cost.h"
 #include "plan/tp_layout.h"
 #include "runtime/bill.h"
+#include "runtime/train.h"
 #include "sched/sched.h"
 
 static const char *group_text(const struct plan_mesh *m, enum plan_axis a, int rank, char *buf, size_t n)
@@ -639,6 +640,8 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
   else
     fprintf(f, "device     %s\n", plan_device_name(p->device));
   fprintf(f, "           %s\n", runtime_note(p, buf, sizeof buf));
+  if (plan_on_cpu(p) && trainer_plan_supported(p, buf, sizeof buf))
+    fprintf(f, "           tycho run refuses this plan on this build: %s\n", buf);
   fprintf(f, "mesh       %d ranks = tp %d × pp %d × dp %d%s; order %s, %s, %s (fastest-varying first)\n",
           me->world, me->tp, me->pp, me->dp, me->dp_auto ? " (dp \"auto\")" : "",
           plan_axis_name(me->order[0]), plan_axis_name(me->order[1]), plan_axis_name(me->order[2]));
@@ -784,6 +787,12 @@ void check_write_json(const struct plan *p, const struct cluster *cluster, struc
   json_key(&j, "runtime_note"); json_string(&j, runtime_note(p, note, sizeof note));
   json_key(&j, "plan");
   plan_json(p, &j);
+  char refusal[1024];
+  json_key(&j, "run_refusal");
+  if (plan_on_cpu(p) && trainer_plan_supported(p, refusal, sizeof refusal))
+    json_string(&j, refusal);
+  else
+    json_null(&j);
 
   struct sched sch;
   struct sched_sim sim;

@@ -64,6 +64,11 @@ static int check_supported(const struct plan *p, char *err, size_t n)
   return 0;
 }
 
+int trainer_plan_supported(const struct plan *p, char *err, size_t err_size)
+{
+  return check_supported(p, err, err_size);
+}
+
 /* The executor's way to a micro-batch (exec_env). */
 static void fill_micro_batch(void *ctx, int mb, int *inputs, int *targets, uint64_t *samples)
 {

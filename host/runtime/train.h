@@ -107,6 +107,10 @@ struct train_eval_stats {
  * nothing is left to free. Local: no collective (train_run agrees on the outcome). */
 int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *const *groups,
                  char *err, size_t err_size);
+/* 0 when this build can run p (what trainer_open checks first: the device, the precision on the
+ * CPU, the optimizer, a data source); else nonzero with the plan error trainer_open would give.
+ * `tycho check` says so for a CPU plan that `tycho run` would refuse. */
+int trainer_plan_supported(const struct plan *p, char *err, size_t err_size);
 /* trainer_open on mesh groups of its own: builds the plan's tp, dp and pp groups on the job's
  * world (comm_build_mesh_groups, collective) and frees them at trainer_close, which is then
  * collective over the world too. So one process can close one plan and open another on the same

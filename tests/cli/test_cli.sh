@@ -85,6 +85,13 @@ expect set_table_checked 2 '^tycho: plan error: --set stages=\{\{"embed",0\},\{2
 expect set_table_syntax 2 "^tycho: plan error: --set stages=\\{\\{0\\}: a value that starts with '\\{' must be a Lua table constructor \\(--set:1: '\\}' expected" \
   "$tycho" check plans/tiny.lua --set 'stages={{0}'
 expect set_table_no_globals 2 "attempt to index a nil value \\(global 'os'\\)" "$tycho" check plans/tiny.lua --set 'stages={os.exit(1)}'
+# check says when this build's run would refuse a CPU plan it describes, and only then
+expect run_refusal 0 'tycho run refuses this plan on this build: .*precision.compute = "bf16"' \
+  "$tycho" check plans/tiny.lua --set precision.compute=bf16 --set mesh.tp=2 --world 2
+if "$tycho" check plans/tiny.lua | grep -q 'refuses'; then bad run_refusal_none "a plan run accepts"; else ok run_refusal_none; fi
+expect run_refusal_json 0 '"run_refusal":"[^"]*mesh.tp = 2 with precision.compute|"run_refusal":"[^"]*float64' \
+  "$tycho" check plans/tiny.lua --set precision.compute=bf16 --set mesh.tp=2 --world 2 --json
+expect run_refusal_json_none 0 '"run_refusal":null' "$tycho" check plans/tiny.lua --json
 expect set_bad_syntax 2 '^tycho: plan error: --set: "mesh.tp": expected path.to.field=value' "$tycho" check plans/tiny.lua --set mesh.tp
 
 # The collectives tensor parallelism inserts, per module and micro-batch (tiny: 8 × 32 tokens of
