@@ -5,7 +5,9 @@
 # time is the median of the run's own per-step figures (log.metrics: the step's tokens over its
 # tokens_per_sec, the first WARMUP steps left out), and the prediction is `tycho check --world N
 # --cluster FILE --json`'s cost.step_seconds for the same plan and settings. Printed side by side
-# with the relative error (predicted / measured − 1).
+# with the relative error (predicted / measured − 1) and the 1-minute load average at the start of
+# each of the layout's runs (other work on the cores shows there: on a quiet machine it stays
+# near the ranks' own count).
 #
 # Every rank runs one thread (OMP_NUM_THREADS=1): a device of the calibrated file is one core
 # running one rank. Layouts of at most CORES ranks are held to the goal (|error| <= 15%); the
@@ -101,7 +103,7 @@ for spec in "${specs[@]}"; do
   echo "== $plan, $rounds rounds of $steps steps per layout, cluster $cluster"
   # the runs, round by round (each round runs every layout once, so a burst of load on the
   # machine spreads over the layouts instead of falling on one)
-  declare -A files=()
+  declare -A files=() loads=()
   for ((r = 1; r <= rounds; r++)); do
     for i in "${!layouts[@]}"; do
       l=${layouts[$i]}
@@ -110,6 +112,7 @@ for spec in "${specs[@]}"; do
       sets=${rest#*|}
       m=$dir/m_${name}_${i}_${r}.jsonl
       rm -f "$m"
+      loads[$i]="${loads[$i]:-}$(cut -d' ' -f1 /proc/loadavg) "
       # shellcheck disable=SC2086
       if ! timeout 600 "$mpirun" -np "$n" "$tycho" run "$plan" --set train.steps="$steps" --set train.eval_every=0 \
            --set log.every=100000 --set log.metrics="$m" $sets >"$dir/run.log" 2>&1; then
@@ -118,7 +121,8 @@ for spec in "${specs[@]}"; do
       files[$i]="${files[$i]:-} $m"
     done
   done
-  printf '   %-30s %5s  %12s  %12s  %-17s  %8s\n' layout ranks "predicted ms" "measured ms" "(p10-p90)" error
+  printf '   %-30s %5s  %12s  %12s  %-17s  %8s  %s\n' layout ranks "predicted ms" "measured ms" "(p10-p90)" error \
+    "load at each run's start"
   for i in "${!layouts[@]}"; do
     l=${layouts[$i]}
     label=${l%%|*}
@@ -135,10 +139,10 @@ for spec in "${specs[@]}"; do
     line=$(python3 -c 'import sys
 p, m, a, b = map(float, sys.argv[1:5])
 print("%12.1f  %12.1f  (%6.1f-%6.1f)  %+7.1f%%" % (1e3 * p, 1e3 * m, 1e3 * a, 1e3 * b, 100 * (p / m - 1)))' "$pred" "$med" "$p10" "$p90")
-    printf '   %-30s %5s  %s%s\n' "$label" "$n" "$line" "$over"
+    printf '   %-30s %5s  %s  %s%s\n' "$label" "$n" "$line" "${loads[$i]% }" "$over"
     summary+=("$name|$label|$n|$pred|$med")
   done
-  unset files
+  unset files loads
 done
 
 echo
