@@ -58,6 +58,17 @@ static double now(void)
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The calling thread's CPU time: the compute figures are timed with it (a device is one thread,
+ * and the kernels run on the calling thread with one), so time the core spent on other work
+ * does not count; the collectives, which involve the comm thread and the other ranks, are timed
+ * on the wall clock. */
+static double cpu_now(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 /* The shortest of n times: on a machine that other work shares, a burst of it lengthens some
  * repetitions and never shortens one, so the best is the undisturbed figure. */
 static double best(const double *v, int n)
@@ -101,13 +112,13 @@ static int time_linear(const struct kernel_ops *k, int BT, int IC, int OC, int r
   fill(y, (size_t)BT * OC, 0.1);
   memset(dw, 0, sizeof(real) * (size_t)OC * IC);
   for (int r = 0; r <= reps; r++) { /* the first is a warm-up */
-    double t0 = now();
+    double t0 = cpu_now();
     if (backward)
       k->linear_backward(NULL, dx, dw, y, x, w, BT, IC, OC);
     else
       k->linear_forward(NULL, y, x, w, BT, IC, OC);
     if (r)
-      t[r - 1] = now() - t0;
+      t[r - 1] = cpu_now() - t0;
   }
   *seconds = best(t, reps);
   *flops = (backward ? 4.0 : 2.0) * BT * (double)IC * OC;
@@ -131,11 +142,11 @@ static int time_attention(const struct kernel_ops *k, const struct plan *p, int 
     fill(qkv, n_qkv, 0.5);
     fill(dout, n_out, 0.1);
     for (int r = 0; r <= reps; r++) {
-      double t0 = now();
+      double t0 = cpu_now();
       k->attention_forward_qkv(NULL, out, probs, scratch, qkv, NULL, B, T, NH, NKV, HS);
       k->attention_backward_qkv(NULL, dqkv, scratch, dout, qkv, probs, NULL, B, T, NH, NKV, HS);
       if (r)
-        t[r - 1] = now() - t0;
+        t[r - 1] = cpu_now() - t0;
     }
     *seconds = best(t, reps);
     rc = 0;
@@ -156,11 +167,11 @@ static int time_optimizer(const struct kernel_ops *k, size_t n, int reps, double
     fill(grad, n, 0.001);
     volatile double sink = 0;
     for (int r = 0; r <= reps; r++) {
-      double t0 = now();
+      double t0 = cpu_now();
       sink += k->sumsq(NULL, grad, n);
       k->adamw_update(NULL, param, grad, m, v, n, 1e-4, 0.9, 0.95, 1e-8, 0.1, r + 1, (real)1);
       if (r)
-        t[r - 1] = now() - t0;
+        t[r - 1] = cpu_now() - t0;
     }
     (void)sink;
     *seconds = best(t, reps);
@@ -311,12 +322,12 @@ static int measure_compute(const struct plan *p, int reps, struct figures *f, ch
   }
   int rc = 0;
   for (int r = 0; r <= reps && !rc; r++) {
-    double t0 = now();
+    double t0 = cpu_now();
     trainer_forward_backward(&t);
     if (trainer_failed(&t))
       rc = errf(err, n, "the serial forward and backward failed: %s", trainer_failed(&t));
     else if (r)
-      ts[r - 1] = now() - t0;
+      ts[r - 1] = cpu_now() - t0;
   }
   if (!rc)
     f->fb = best(ts, reps);
@@ -371,7 +382,8 @@ static int write_file(const struct calibrate_options *o, const struct plan *p, c
   fprintf(out, "-- Measured by `tycho calibrate` on %s (%s), %s.\n", host, cpu, when);
   fprintf(out, "-- Command: %s\n", o->command ? o->command : "tycho calibrate");
   fprintf(out, "-- %d ranks of one thread under MPI (%s), all measuring at once; each figure is the slowest\n"
-          "-- rank's best (shortest) of %d repetitions. Load average at the start: %.2f %.2f %.2f.\n",
+          "-- rank's best (shortest) of %d repetitions, the compute timed in the thread's CPU time (time the\n"
+          "-- core spent on other work left out), the collectives on the wall clock. Load average at the start: %.2f %.2f %.2f.\n",
           f->ranks, comm_backend_name(), o->reps, load[0], load[1], load[2]);
   fprintf(out, "-- Kernels: %s. A device (\"GPU\" below) is one core running one rank of one thread.\n", kern);
   fprintf(out, "-- Plan measured: %s (%d layers, dim %d, ffn %d, %d heads / %d kv, vocab %d;\n"
@@ -469,6 +481,7 @@ int calibrate_run(const struct calibrate_options *o, FILE *log, char *err, size_
                 "start at most %d (mpirun -np %d)", w->size, f.cores, f.cores, f.cores);
   if (o->reps < 1)
     return usage(err, err_size, "--reps must be at least 1");
+  kernels_init_cpu(1); /* a device is one core running one thread (cpu_now times that thread) */
   struct plan p;
   if (compile_serial(o, &p, err, err_size)) {
     char msg[2048];

@@ -5,7 +5,9 @@
  * file is one core running one rank of one thread, as `tycho run` runs N ranks on N cores. Every
  * rank measures at once (the cores share caches and memory bandwidth as in a run), and each
  * figure is the slowest rank's best (shortest time) of the repetitions — on a machine other work
- * shares, a burst of it lengthens some repetitions and never shortens one:
+ * shares, a burst of it lengthens some repetitions and never shortens one; the compute is timed
+ * in the measuring thread's CPU time (calibrate runs the kernels on one thread), so what the core
+ * gave other work is left out; the collectives on the wall clock:
  *   - peak_tflops: the kernel table's linear_forward on a 1024 × 1024 × 1024 product (or the plan's
  *     linears' rate where that is higher);
  *   - efficiency.compute: the rate of the plan's linears (q|k|v, o, gate|up, down, the head;
