@@ -244,6 +244,9 @@ tycho_bill(tp2_pp2 4 dp_small.lua --set mesh.tp=2 --set mesh.pp=2)
 tycho_bill(pp2_gpipe_dp2_zero1 4 dp_small.lua --set mesh.pp=2 --set schedule.kind=gpipe --set zero=1)
 tycho_bill(async_dp2_zero1 2 dp_small.lua --async-checkpoint --set zero=1)
 tycho_bill(async_tp2_dp2_zero3 4 dp_small.lua --async-checkpoint --set mesh.tp=2 --set zero=3)
+tycho_bill(pp2_dp2_zero3_step 4 dp_small.lua --set mesh.pp=2 --set zero=3 --set model.n_layers=6)
+tycho_bill(pp2_interleaved_dp2_zero2_micro_batch 4 dp_small.lua --set mesh.pp=2 --set virtual_stages=2
+  --set schedule.kind=interleaved --set model.n_layers=4 --set zero=2 --set zero_every.grads=micro_batch)
 
 # init.from read block by block and export put together under tensor and pipeline parallelism.
 foreach(config "tp2;2;--set;mesh.tp=2" "tp2_pp2;4;--set;mesh.tp=2;--set;mesh.pp=2"

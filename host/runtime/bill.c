@@ -73,11 +73,14 @@ static int zero_grads_replay(const struct plan *p, const struct sched_list *list
     return errf(err, err_size, "out of memory");
   }
   pieces_last_backwards(list, p->n_stages, last_bwd);
-  int n_in = 0;
+  int n_in = 0, last_reduce = -1;
   size_t g = 0, c = 0;
+  for (int i = 0; i < list->n; i++)
+    if (list->instr[i].op == SCHED_REDUCE_GRADS)
+      last_reduce = i;
   for (int i = 0; i < list->n; i++) {
     const struct sched_instr *in = &list->instr[i];
-    if (in->op == SCHED_REDUCE_GRADS) {
+    if (i == last_reduce) { /* the executor acts on the rank's last REDUCE_GRADS only (dp_reduce_rest) */
       zero_finish(l, inflight, &n_in, has, &g, &c, n_in);
       continue;
     }
