@@ -133,7 +133,7 @@ static void test_data_parallel_reduction(void)
   struct cost k;
   char err[256];
   CHECK(cost_predict(&p, &c, &k, err, sizeof err) == 0);
-  double bytes = (double)plan_param_count(&p) * 4.0;
+  double bytes = (double)plan_param_count(&p) * check_element_bytes(&p, p.precision.grads); /* 8 in the float64 build */
   double want = 2.0 * 3.0 / 4.0 * bytes / c.intra.bandwidth;
   CHECK_MSG(rel(k.dp.total, want) < 0.02, "dp all-reduce %.6g s, by hand %.6g s (16-float alignment apart)",
             k.dp.total, want);
