@@ -422,8 +422,7 @@ static void check_bill(const struct plan *p, const struct trainer *t, struct ran
 
 static double rel_diff(double a, double b) { return b != 0 ? fabs(a - b) / fabs(b) : fabs(a - b); }
 
-/* ‖a − b‖ / ‖b‖ and max |a − b| / max |b|. */
-static void compare(const real *a, const real *b, size_t n, double *l2_rel, double *max_rel)
+void rehearse_compare(const real *a, const real *b, size_t n, double *l2_rel, double *max_rel)
 {
   double num = 0, den = 0, max_diff = 0, max_abs = 0;
   for (size_t i = 0; i < n; i++) {
@@ -670,7 +669,7 @@ close:
           wl = a > wl ? a : wl;
           wn = b > wn ? b : wn;
         }
-        compare(final, s_final, n_s, &l2, &mx);
+        rehearse_compare(final, s_final, n_s, &l2, &mx);
         const int init_same = memcmp(initial, s_init, n_s * sizeof(real)) == 0;
         const int ok = init_same && wl <= LOSS_TOL && wn <= NORM_TOL && l2 <= PARAM_TOL &&
                        (!REAL_IS_DOUBLE || mx <= PARAM_TOL) && !differ;

@@ -98,5 +98,7 @@ int rehearse_worker(const struct rehearse_options *o, FILE *out, char *err, size
 int rehearse_gather_packed(struct trainer *t, real **out, size_t *n, char *err, size_t err_size);
 /* The same of a one-rank model (its own memory). NULL when out of memory. */
 real *rehearse_packed(const struct model *m, size_t *n);
+/* ‖a − b‖ / ‖b‖ and max |a − b| / max |b| over n elements (in double). */
+void rehearse_compare(const real *a, const real *b, size_t n, double *l2_rel, double *max_rel);
 
 #endif

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check/rehearse.h"
 #include "comm/comm.h"
 #include "mpi_check.h"
 #include "plan/compile.h"
@@ -77,45 +78,21 @@ static size_t logical_elems(const struct model_param *p)
   return p->n_dims == 2 ? (size_t)p->shape[0] * (size_t)p->shape[1] : (size_t)p->shape[0];
 }
 
-/* The parameters of t in the model's parameter order, packed (rank 0; collective). */
+/* The parameters of t in the serial model's order, packed (rank 0; collective). */
 static real *gather_packed(struct trainer *t)
 {
-  real *out = rank == 0 ? malloc(n_logical * sizeof *out) : NULL;
-  size_t at = 0;
-  if (t->model.tp.size > 1 || t->plan->mesh.pp > 1) {
-    struct model whole;
-    int have;
-    CHECK_MSG(dp_gather_whole(&t->dp, &whole, &have, err, sizeof err) == 0, "%s", err);
-    CHECK(have == (rank == 0));
-    for (int i = 0; have && i < whole.n_params; i++) {
-      memcpy(out + at, whole.params[i].data, logical_elems(&whole.params[i]) * sizeof(real));
-      at += logical_elems(&whole.params[i]);
-    }
-    if (have)
-      model_free(&whole);
-    return out;
-  }
-  real *full;
-  CHECK_MSG(dp_gather_params(&t->dp, &full) == 0, "%s", t->dp.err);
-  if (rank != 0)
-    return NULL;
-  for (int i = 0; i < t->model.n_params; i++) {
-    const struct model_param *p = &t->model.params[i];
-    memcpy(out + at, full + p->offset, logical_elems(p) * sizeof(real));
-    at += logical_elems(p);
-  }
-  dp_gather_params_free(&t->dp, full);
+  real *out;
+  size_t n;
+  CHECK_MSG(rehearse_gather_packed(t, &out, &n, err, sizeof err) == 0, "%s", err);
+  CHECK(rank != 0 || n == n_logical);
   return out;
 }
 
 static real *packed_serial(const struct model *m)
 {
-  real *out = malloc(n_logical * sizeof *out);
-  size_t at = 0;
-  for (int i = 0; i < m->n_params; i++) {
-    memcpy(out + at, m->params[i].data, logical_elems(&m->params[i]) * sizeof(real));
-    at += logical_elems(&m->params[i]);
-  }
+  size_t n;
+  real *out = rehearse_packed(m, &n);
+  CHECK(out && n == n_logical);
   return out;
 }
 
@@ -452,21 +429,6 @@ static void test_parallel_run(void)
     activations_fall(activations, "recompute=none", "recompute");
 }
 
-/* max |a − b| / max |b| and ‖a − b‖ / ‖b‖. */
-static void compare(const real *a, const real *b, size_t n, double *max_rel, double *l2_rel)
-{
-  double max_diff = 0, max_abs = 0, num = 0, den = 0;
-  for (size_t i = 0; i < n; i++) {
-    double d = fabs((double)a[i] - b[i]);
-    max_diff = d > max_diff ? d : max_diff;
-    max_abs = fabs(b[i]) > max_abs ? fabs(b[i]) : max_abs;
-    num += d * d;
-    den += (double)b[i] * b[i];
-  }
-  *max_rel = max_diff / max_abs;
-  *l2_rel = sqrt(num / den);
-}
-
 static double rel(double a, double b) { return fabs(a - b) / fabs(b); }
 
 /* The bounds, per build (kernels/real.h).
@@ -578,7 +540,7 @@ static void hold_to(const char *what, const struct train_step_stats *stats, cons
   CHECK_MSG(ev_rel <= loss_tol, "%s: val loss %.17g, serial %.17g", what, ev->val_loss, ref->eval.val_loss);
   CHECK(ev->accuracy == ref->eval.accuracy && ev->n_problems == ref->eval.n_problems);
   double max_rel, l2_rel;
-  compare(fin, ref->final, n_logical, &max_rel, &l2_rel);
+  rehearse_compare(fin, ref->final, n_logical, &l2_rel, &max_rel);
   CHECK_MSG(l2_rel <= param_tol, "%s: final parameters: ‖parallel − serial‖ / ‖serial‖ = %.3g > %g", what,
             l2_rel, param_tol);
   if (REAL_IS_DOUBLE)
