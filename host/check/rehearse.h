@@ -78,7 +78,8 @@ int rehearse_shrink(const struct plan *big, const struct rehearse_options *o, st
 void rehearse_shrink_free(struct rehearse_shrink *s);
 
 /* The default launcher: "mpirun --oversubscribe -np {n}" with Open MPI (a rehearsal runs more
- * ranks than the machine has cores), else "mpiexec -n {n}". */
+ * ranks than the machine has cores; with --allow-run-as-root when root runs it), else
+ * "mpiexec -n {n}". */
 const char *rehearse_default_launcher(void);
 
 /* The launcher side (not under MPI): compiles the plan for its world, then starts

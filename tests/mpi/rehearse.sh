@@ -38,7 +38,7 @@ layouts)
   # the default launcher (mpirun from PATH) this time
   run interleaved 0 "$tycho" rehearse plans/tiny.lua --world 4 --set mesh.pp=2 --set virtual_stages=2 \
     --set schedule.kind=interleaved --set zero=1 --set model.dropout=0.1 --steps 4
-  has '^launch +mpirun --oversubscribe -np 4 ' interleaved
+  has '^launch +mpirun (--allow-run-as-root )?--oversubscribe -np 4 ' interleaved
   has '4 stages \(virtual 2\) under interleaved' interleaved
   has '^verdict +the layout holds$' interleaved
   grep '^serial' "$tmp/out"
