@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "check/calibrate.h"
+#include "check/launch.h"
 #include "check/check.h"
 #include "check/rehearse.h"
 #include "check/tune.h"
@@ -84,7 +85,8 @@ static const char usage_text[] =
   "                    max(4, 2·pp·virtual_stages))\n"
   "        --fault path=value  an override for the layout's run only, to see a rehearsal fail\n"
   "  calibrate [PLAN.lua] --out FILE [--set path=value ...] [--reps N] [--name TEXT]\n"
-  "        under mpirun with one rank per core (mpirun -np CORES tycho calibrate ...): measure\n"
+  "            [--launcher CMD]\n"
+  "        on one rank per core (started with CMD as for rehearse, or under mpirun): measure\n"
   "        this machine at PLAN's shapes (default plans/tiny.lua) - sgemm peak, the plan's\n"
   "        linears, attention, pointwise work, the optimizer, the collectives' latency and\n"
   "        bandwidth, cores, memory - and write a cluster file for check --cluster and tune\n"
@@ -439,17 +441,17 @@ static int cmd_run(lua_State *L, const struct cli *c)
   return 0;
 }
 
-/* `rehearse` runs as a worker (under MPI) when the launcher started it (--worker) or when it was
- * itself started by mpirun or srun; otherwise it is the launcher, which starts the workers. */
-static int rehearse_is_worker(int argc, char **argv)
+/* `rehearse` and `calibrate` run as workers (under MPI) when their launcher started them
+ * (--worker) or when they were started by mpirun or srun themselves; otherwise they are the
+ * launcher, which starts the ranks (check/launch.h). */
+static int mpi_worker(int argc, char **argv, const char *command)
 {
-  if (argc < 2 || strcmp(argv[1], "rehearse") != 0)
+  if (argc < 2 || strcmp(argv[1], command) != 0)
     return 0;
   for (int i = 2; i < argc; i++)
     if (strcmp(argv[i], "--worker") == 0)
       return 1;
-  return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") ||
-         (getenv("SLURM_STEP_ID") && getenv("SLURM_PROCID"));
+  return launch_under_launcher();
 }
 
 static int cmd_rehearse(lua_State *L, int argc, char **argv, int worker)
@@ -579,16 +581,19 @@ static int cmd_repl(lua_State *L, int argc, char **argv)
   return 0;
 }
 
-/* `tycho calibrate`: measures this machine (check/calibrate.h); every rank runs it. */
-static int cmd_calibrate(lua_State *L, int argc, char **argv)
+/* `tycho calibrate`: measures this machine (check/calibrate.h); every rank runs it. Run by hand,
+ * it starts one rank per online core through the launcher and waits. */
+static int cmd_calibrate(lua_State *L, int argc, char **argv, int worker)
 {
+  const char *launcher = NULL;
   struct calibrate_options o = { 0 };
   const char **sets = lua_newuserdatauv(L, sizeof(char *) * (size_t)argc, 0);
   o.sets = sets;
   o.reps = 10;
   char command[2048] = "tycho";
   for (int i = 1; i < argc; i++)
-    snprintf(command + strlen(command), sizeof command - strlen(command), " %s", argv[i]);
+    if (strcmp(argv[i], "--worker") != 0)
+      snprintf(command + strlen(command), sizeof command - strlen(command), " %s", argv[i]);
   o.command = command;
   const struct plan_opts po = { sets, &o.n_sets, &o.unsafe, &o.memory_limit, &o.instruction_limit };
   for (int i = 2; i < argc; i++) {
@@ -608,6 +613,13 @@ static int cmd_calibrate(lua_State *L, int argc, char **argv)
     } else if (strcmp(a, "--reps") == 0) {
       o.reps = (int)parse_count(L, "--reps", next, 1, 1000);
       i++;
+    } else if (strcmp(a, "--launcher") == 0) {
+      if (!next || !*next)
+        return host_fail(L, EXIT_USAGE, "--launcher needs a command, e.g. --launcher 'srun -n {n}'");
+      launcher = next;
+      i++;
+    } else if (strcmp(a, "--worker") == 0) {
+      continue;
     } else if (a[0] == '-' && a[1]) {
       return host_fail(L, EXIT_USAGE, "unknown option '%s' for 'calibrate'; see tycho --help", a);
     } else if (!o.plan) {
@@ -621,7 +633,37 @@ static int cmd_calibrate(lua_State *L, int argc, char **argv)
                      "plans/clusters/local.lua)");
   if (!o.plan)
     o.plan = "plans/tiny.lua";
-  char err[COMM_AGREE_MSG_MAX + 64];
+  char err[COMM_AGREE_MSG_MAX + 64] = "";
+  if (!worker) { /* one rank per online core, started here */
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+      snprintf(self, sizeof self, "%s", argv[0]);
+    else
+      self[n] = 0;
+    const char **args = lua_newuserdatauv(L, sizeof(char *) * (size_t)(argc + 1), 0);
+    int k = 0;
+    for (int i = 1; i < argc; i++)
+      if (strcmp(argv[i], "--launcher") == 0)
+        i++;
+      else
+        args[k++] = argv[i];
+    args[k++] = "--worker";
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    double seconds;
+    int code = launch_self(launcher ? launcher : launch_default(), cores > 0 ? (int)cores : 1, self, args, k,
+                           &seconds, err, sizeof err);
+    if (code < 0)
+      return host_fail(L, EXIT_RUNTIME, "%s", err);
+    if (code && err[0])
+      return host_fail(L, code, "%s", err);
+    if (code)
+      quiet_error = 1; /* the ranks have said why */
+    if (code)
+      return host_fail(L, code, "calibrate failed");
+    return 0;
+  }
+  quiet_error = comm_world()->rank != 0; /* calibrate_run's statuses are the same on every rank */
   int rc = calibrate_run(&o, stdout, err, sizeof err);
   if (rc)
     return host_fail(L, rc == 2 ? EXIT_USAGE : EXIT_RUNTIME, "%s", err);
@@ -662,12 +704,10 @@ static int pmain(lua_State *L)
   }
   if (strcmp(cmd, "repl") == 0)
     return cmd_repl(L, argc, argv);
-  if (strcmp(cmd, "calibrate") == 0) {
-    quiet_error = comm_world()->rank != 0; /* calibrate_run's statuses are the same on every rank */
-    return cmd_calibrate(L, argc, argv);
-  }
+  if (strcmp(cmd, "calibrate") == 0)
+    return cmd_calibrate(L, argc, argv, mpi_worker(argc, argv, "calibrate"));
   if (strcmp(cmd, "rehearse") == 0)
-    return cmd_rehearse(L, argc, argv, rehearse_is_worker(argc, argv));
+    return cmd_rehearse(L, argc, argv, mpi_worker(argc, argv, "rehearse"));
   if (strcmp(cmd, "ckpt") == 0) {
     if (argc != 4 || (strcmp(argv[2], "inspect") && strcmp(argv[2], "verify")))
       return host_fail(L, EXIT_USAGE, "usage: tycho ckpt inspect|verify DIR");
@@ -692,8 +732,7 @@ int main(int argc, char **argv)
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   const int run = argc >= 2 && (strcmp(argv[1], "run") == 0 || strcmp(argv[1], "repl") == 0 ||
-                                strcmp(argv[1], "calibrate") == 0 ||
-                                rehearse_is_worker(argc, argv));
+                                mpi_worker(argc, argv, "calibrate") || mpi_worker(argc, argv, "rehearse"));
   int ranks_on_node = 1;
   if (run) {
     threads_exec_with_settings(argv);   /* before any thread exists */

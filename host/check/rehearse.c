@@ -2,16 +2,13 @@
 #define _POSIX_C_SOURCE 200809L
 #include "check/rehearse.h"
 
-#include <errno.h>
+#include "check/launch.h"
+
 #include <math.h>
-#include <mpi.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "comm/comm.h"
 #include "plan/compile.h"
@@ -166,17 +163,6 @@ void rehearse_shrink_free(struct rehearse_shrink *s)
   s->stages_set = NULL;
 }
 
-const char *rehearse_default_launcher(void)
-{
-#ifdef OMPI_MAJOR_VERSION
-  /* root asked for the rehearsal: Open MPI's guard against running as root by accident is
-   * answered here, as its own option allows */
-  return geteuid() == 0 ? "mpirun --allow-run-as-root --oversubscribe -np {n}" : "mpirun --oversubscribe -np {n}";
-#else
-  return "mpiexec -n {n}";
-#endif
-}
-
 /* ---- the launcher ---------------------------------------------------------------------- */
 
 static int compile(const struct rehearse_options *o, int world, const char *const *extra, int n_extra,
@@ -204,25 +190,13 @@ int rehearse_launch(const struct rehearse_options *o, const char *self, char *er
     fail(err, err_size, "%s: mesh.dp is \"auto\": give the ranks to rehearse with --world N", o->plan_path);
     return 2;
   }
-  const char *tmpl = o->launcher ? o->launcher : rehearse_default_launcher();
-  if (!strstr(tmpl, "{n}")) {
-    fail(err, err_size, "--launcher '%s': write {n} where the rank count goes, e.g. --launcher 'srun -n {n}'", tmpl);
-    return 2;
-  }
-  /* argv: the launcher's words ({n} replaced), then tycho rehearse --worker and our arguments */
-  char words[4096];
-  snprintf(words, sizeof words, "%s", tmpl);
-  const char *argv[256];
-  char count[16], num[8][32];
+  /* tycho rehearse --worker and our arguments */
+  const char *args[2 * REHEARSE_MAX_SETS + 64];
+  char num[8][32];
   int n = 0;
-  snprintf(count, sizeof count, "%d", world);
-  char *save = NULL;
-  for (char *w = strtok_r(words, " \t", &save); w && n < 64; w = strtok_r(NULL, " \t", &save))
-    argv[n++] = strcmp(w, "{n}") == 0 ? count : w;
-  argv[n++] = self;
-  argv[n++] = "rehearse";
-  argv[n++] = "--worker";
-  argv[n++] = o->plan_path;
+  args[n++] = "rehearse";
+  args[n++] = "--worker";
+  args[n++] = o->plan_path;
   const struct { const char *flag; long long value; } nums[] = {
     { "--world", world }, { "--steps", o->steps }, { "--head-dim", o->head_dim }, { "--seq", o->seq },
     { "--micro-batches", o->micro_batches }, { "--max-instructions", o->instruction_limit },
@@ -231,59 +205,30 @@ int rehearse_launch(const struct rehearse_options *o, const char *self, char *er
   for (int i = 0; i < (int)(sizeof nums / sizeof nums[0]); i++)
     if (nums[i].value > 0) {
       snprintf(num[i], sizeof num[i], "%lld", nums[i].value);
-      argv[n++] = nums[i].flag;
-      argv[n++] = num[i];
+      args[n++] = nums[i].flag;
+      args[n++] = num[i];
     }
   if (o->unsafe)
-    argv[n++] = "--unsafe";
-  for (int i = 0; i < o->n_sets && n < 250; i++) {
-    argv[n++] = "--set";
-    argv[n++] = o->sets[i];
+    args[n++] = "--unsafe";
+  for (int i = 0; i < o->n_sets && i < REHEARSE_MAX_SETS; i++) {
+    args[n++] = "--set";
+    args[n++] = o->sets[i];
   }
-  for (int i = 0; i < o->n_faults && n < 250; i++) {
-    argv[n++] = "--fault";
-    argv[n++] = o->faults[i];
+  for (int i = 0; i < o->n_faults && i < 16; i++) {
+    args[n++] = "--fault";
+    args[n++] = o->faults[i];
   }
-  argv[n] = NULL;
-  /* many ranks on few cores: one BLAS thread each, and idle ranks give their core away */
-  setenv("OPENBLAS_NUM_THREADS", getenv("OPENBLAS_NUM_THREADS") ? getenv("OPENBLAS_NUM_THREADS") : "1", 1);
-  setenv("OMPI_MCA_mpi_yield_when_idle", getenv("OMPI_MCA_mpi_yield_when_idle") ? getenv("OMPI_MCA_mpi_yield_when_idle") : "1", 1);
-  printf("launch     %s", argv[0]);
-  for (int i = 1; i < n; i++) printf(" %s", argv[i]);
-  printf("\n");
-  fflush(stdout);
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  pid_t pid = fork();
-  if (pid < 0) {
-    fail(err, err_size, "cannot start %s: %s", argv[0], strerror(errno));
+  double s;
+  int code = launch_self(o->launcher ? o->launcher : launch_default(), world, self, args, n, &s, err, err_size);
+  if (code < 0)
     return 1;
-  }
-  if (pid == 0) {
-    execvp(argv[0], (char *const *)argv);
-    fprintf(stderr, "tycho: rehearse: cannot run %s: %s (name another with --launcher)\n", argv[0], strerror(errno));
-    _exit(127);
-  }
-  int status;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) {
-      fail(err, err_size, "waiting for %s: %s", argv[0], strerror(errno));
-      return 1;
-    }
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  const double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-  if (WIFSIGNALED(status))
-    fail(err, err_size, "the ranks' launcher %s ended by signal %d after %.1f s", argv[0], WTERMSIG(status), s);
-  else if (code == 127)
-    fail(err, err_size, "%s could not start the ranks", argv[0]);
-  else if (code == 2)
+  if (code == 2 && !err[0])
     fail(err, err_size, "the rehearsal refused the plan (above)");
-  else if (code)
+  else if (code && !err[0])
     fail(err, err_size, "the rehearsal failed after %.1f s (above)", s);
-  else
+  else if (!code)
     printf("rehearsed  in %.1f s (%d ranks, launcher included)\n", s, world);
-  return code == 127 ? 1 : code;
+  return code;
 }
 
 /* ---- gathering parameters -------------------------------------------------------------- */

@@ -77,15 +77,10 @@ int rehearse_shrink(const struct plan *big, const struct rehearse_options *o, st
                     char *err, size_t err_size);
 void rehearse_shrink_free(struct rehearse_shrink *s);
 
-/* The default launcher: "mpirun --oversubscribe -np {n}" with Open MPI (a rehearsal runs more
- * ranks than the machine has cores; with --allow-run-as-root when root runs it), else
- * "mpiexec -n {n}". */
-const char *rehearse_default_launcher(void);
-
 /* The launcher side (not under MPI): compiles the plan for its world, then starts
- * `LAUNCHER tycho rehearse --worker ...` with the same arguments and waits. OPENBLAS_NUM_THREADS
- * and OMPI_MCA_mpi_yield_when_idle are set to 1 for the ranks when unset. `self` is this
- * executable. Returns the exit code (2 for usage and plan errors, with the message in err). */
+ * `LAUNCHER tycho rehearse --worker ...` with the same arguments (launch_self; o->launcher or
+ * launch_default) and waits. `self` is this executable. Returns the exit code (2 for usage and
+ * plan errors, with the message in err). */
 int rehearse_launch(const struct rehearse_options *o, const char *self, char *err, size_t err_size);
 
 /* The worker side: every rank of the job (the world's size must be the plan's). Rank 0 writes

@@ -25,7 +25,8 @@ refused() { # refused TEXT COMMAND...: exit 2 with TEXT on stderr
 refused "calibrate needs --out FILE" "$tycho" calibrate plans/tiny.lua
 refused "unknown option '--world' for 'calibrate'" "$tycho" calibrate --out "$tmp/c.lua" --world 2
 refused "--reps needs an integer in 1..1000" "$tycho" calibrate --out "$tmp/c.lua" --reps 0
-refused "start it with 2 or more ranks" "$tycho" calibrate --out "$tmp/c.lua"
+refused "start it with 2 or more ranks" mpirun -np 1 "$tycho" calibrate --out "$tmp/c.lua"
+refused "--launcher '/bin/true': write {n} where the rank count goes" "$tycho" calibrate --out "$tmp/c.lua" --launcher /bin/true
 refused "precision.compute: calibrate measures the fp32 kernels" \
   mpirun -np 2 "$tycho" calibrate plans/tiny.lua --out "$tmp/c.lua" --set precision.compute=bf16
 refused "ranks on $cores cores would share them" \
@@ -85,4 +86,10 @@ sed '0,/reduce_scatter = { bandwidth_gbs = [0-9.e+-]*/s/reduce_scatter = { bandw
 refused "intra_node.reduce_scatter.bandwidth_gbs: must be a positive, finite number" "$tycho" check plans/tiny.lua --cluster "$tmp/bad.lua"
 sed 's/optimizer_ns = /optimiser_ns = /' "$f" >"$tmp/bad.lua"
 refused "overheads.optimiser_ns: not a cluster field" "$tycho" check plans/tiny.lua --cluster "$tmp/bad.lua"
+# run by hand, calibrate starts one rank per online core itself (the default launcher)
+out=$(timeout 100 "$tycho" calibrate plans/tiny.lua --out "$tmp/self.lua" --reps 1 2>&1) || fail "calibrate, self-launched: $out"
+case "$out" in *"launch     mpirun "*"-np $cores "*" calibrate plans/tiny.lua --out $tmp/self.lua --reps 1 --worker"*) ;;
+  *) fail "calibrate did not start its ranks: $out" ;; esac
+case "$out" in *"wrote $tmp/self.lua"*) ;; *) fail "calibrate, self-launched, said: $out" ;; esac
+grep -qF -- "$cores ranks of one thread under MPI" "$tmp/self.lua" || fail "the self-launched file lacks '$cores ranks of one thread under MPI'"
 echo "ok: calibrate"
