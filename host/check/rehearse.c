@@ -24,8 +24,6 @@ static const double LOSS_TOL = 1e-10, NORM_TOL = 1e-10, PARAM_TOL = 1e-10;
 #else
 static const double LOSS_TOL = 1e-5, NORM_TOL = 1e-3, PARAM_TOL = 1e-5;
 #endif
-/* The bill against the allocator's peaks: within 1% or 64 KiB per category. */
-static const double BILL_REL = 0.01, BILL_ABS = 65536.0;
 
 static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t n, const char *fmt, ...)
@@ -297,7 +295,7 @@ struct rank_report {
   int steps;
   double loss[REHEARSE_MAX_STEPS], norm[REHEARSE_MAX_STEPS];
   unsigned long long calls; /* collectives and messages of the last step, every group */
-  double bill_worst;        /* the worst category's relative difference */
+  double bill_worst;        /* the worst category's difference in bytes */
   char msg[900];
 };
 
@@ -311,17 +309,26 @@ static struct comm_group *traffic_group(struct comm_group *const *groups, const 
   }
 }
 
-/* The last step's counters on every group against traffic_predict of the plan as written. */
-static void check_traffic(const struct plan *p, struct comm_group *const *groups, const struct trainer *t,
-                          const struct comm_counter before[TRAFFIC_N_GROUPS][COMM_N_OPS], struct rank_report *r)
+void rehearse_counters(struct comm_group *const *groups, const struct trainer *t,
+                       struct comm_counter out[TRAFFIC_N_GROUPS][COMM_N_OPS])
+{
+  memset(out, 0, sizeof(struct comm_counter) * TRAFFIC_N_GROUPS * COMM_N_OPS);
+  for (int g = 0; g < TRAFFIC_N_GROUPS; g++)
+    for (int op = 0; op < COMM_N_OPS; op++)
+      if (traffic_group(groups, t, g))
+        out[g][op] = comm_counter_get(traffic_group(groups, t, g), (enum comm_op)op);
+}
+
+int rehearse_traffic_check(const struct plan *p, struct comm_group *const *groups, const struct trainer *t,
+                           const struct comm_counter before[TRAFFIC_N_GROUPS][COMM_N_OPS],
+                           unsigned long long *calls, char *msg, size_t msg_size)
 {
   struct traffic want;
   char why[512];
-  if (traffic_predict(p, t->exec.rank, &want, why, sizeof why)) {
-    r->traffic_bad = 1;
-    snprintf(r->msg, sizeof r->msg, "no traffic prediction: %s", why);
-    return;
-  }
+  *calls = 0;
+  if (traffic_predict(p, t->exec.rank, &want, why, sizeof why))
+    return snprintf(msg, msg_size, "no traffic prediction: %s", why), -1;
+  int bad = 0;
   for (int g = 0; g < TRAFFIC_N_GROUPS; g++) {
     struct comm_group *grp = traffic_group(groups, t, g);
     for (int op = 0; op < COMM_N_OPS; op++) {
@@ -331,40 +338,38 @@ static void check_traffic(const struct plan *p, struct comm_group *const *groups
         dc = c.calls - before[g][op].calls;
         db = c.n_bytes - before[g][op].n_bytes;
       }
-      r->calls += dc;
-      if ((dc != want.calls[g][op] || db != want.bytes[g][op]) && !r->traffic_bad) {
-        r->traffic_bad = 1;
-        snprintf(r->msg, sizeof r->msg, "%s %s: %llu calls, %llu bytes in the last step; tycho check "
-                 "predicts %llu calls, %llu bytes", traffic_group_name((enum traffic_group)g),
-                 comm_op_name((enum comm_op)op), dc, db, want.calls[g][op], want.bytes[g][op]);
+      *calls += dc;
+      if ((dc != want.calls[g][op] || db != want.bytes[g][op]) && !bad) {
+        bad = 1;
+        snprintf(msg, msg_size, "%s %s: %llu calls, %llu bytes in the last step; tycho check predicts %llu "
+                 "calls, %llu bytes", traffic_group_name((enum traffic_group)g), comm_op_name((enum comm_op)op),
+                 dc, db, want.calls[g][op], want.bytes[g][op]);
       }
     }
   }
+  return bad;
 }
 
-/* The allocator's peaks against bill_predict of the plan as written. */
-static void check_bill(const struct plan *p, const struct trainer *t, struct rank_report *r)
+int rehearse_bill_check(const struct plan *p, const struct trainer *t, double *worst_bytes, char *msg,
+                        size_t msg_size)
 {
   struct bill b;
   char why[512];
-  if (bill_predict(p, t->exec.rank, &b, why, sizeof why)) {
-    r->bill_bad = 1;
-    snprintf(r->msg, sizeof r->msg, "no memory bill: %s", why);
-    return;
-  }
+  *worst_bytes = 0;
+  if (bill_predict(p, t->exec.rank, &b, why, sizeof why))
+    return snprintf(msg, msg_size, "no memory bill: %s", why), -1;
   const struct alloc_bill *a = alloc_bill();
+  int bad = 0;
   for (int c = 0; c < ALLOC_N_CATEGORIES; c++) {
-    double measured = (double)a->peak_bytes[c], predicted = b.bytes[c], diff = fabs(measured - predicted);
-    double rel = measured > 0 ? diff / measured : (predicted > 0 ? 1.0 : 0.0);
-    r->bill_worst = rel > r->bill_worst ? rel : r->bill_worst;
-    if (diff > BILL_ABS && rel > BILL_REL && !r->bill_bad && !r->traffic_bad) {
-      r->bill_bad = 1;
-      snprintf(r->msg, sizeof r->msg, "%s: peak %.0f B, tycho check's bill %.0f B (%.2f%% off)",
-               alloc_category_name((enum alloc_category)c), measured, predicted, 100.0 * rel);
-    } else if (diff > BILL_ABS && rel > BILL_REL) {
-      r->bill_bad = 1;
+    const double measured = (double)a->peak_bytes[c], predicted = b.bytes[c], diff = fabs(measured - predicted);
+    *worst_bytes = diff > *worst_bytes ? diff : *worst_bytes;
+    if (diff != 0 && !bad) {
+      bad = 1;
+      snprintf(msg, msg_size, "%s: peak %.0f B, tycho check's bill %.0f B", alloc_category_name((enum alloc_category)c),
+               measured, predicted);
     }
   }
+  return bad;
 }
 
 static double rel_diff(double a, double b) { return b != 0 ? fabs(a - b) / fabs(b) : fabs(a - b); }
@@ -535,10 +540,7 @@ int rehearse_worker(const struct rehearse_options *o, FILE *out, char *err, size
   memset(before, 0, sizeof before);
   for (int i = 0; i < steps && !me.failed; i++) {
     if (i == steps - 1)
-      for (int g = 0; g < TRAFFIC_N_GROUPS; g++)
-        for (int op = 0; op < COMM_N_OPS; op++)
-          if (traffic_group(groups, &t, g))
-            before[g][op] = comm_counter_get(traffic_group(groups, &t, g), (enum comm_op)op);
+      rehearse_counters(groups, &t, before);
     struct train_step_stats st;
     int bad = trainer_step(&t, &st, why, sizeof why);
     if (comm_agree_err(world, bad ? 1 : 0, why, sizeof why, 1)) {
@@ -551,8 +553,11 @@ int rehearse_worker(const struct rehearse_options *o, FILE *out, char *err, size
     me.steps = i + 1;
   }
   if (!me.failed) {
-    check_bill(&p, &t, &me);
-    check_traffic(&p, groups, &t, before, &me);
+    char msg[sizeof me.msg];
+    me.bill_bad = rehearse_bill_check(&p, &t, &me.bill_worst, me.msg, sizeof me.msg) != 0;
+    me.traffic_bad = rehearse_traffic_check(&p, groups, &t, before, &me.calls, msg, sizeof msg) != 0;
+    if (me.traffic_bad && !me.bill_bad)
+      snprintf(me.msg, sizeof me.msg, "%s", msg);
     if (rehearse_gather_packed(&t, &final, &n_par, why, sizeof why))
       me.failed = 1, snprintf(me.msg, sizeof me.msg, "gathering the final parameters: %s", why);
   }
@@ -633,9 +638,9 @@ close:
       fprintf(out, "traffic    the last step's collectives and messages on every group %s tycho check's "
               "prediction on %s (%llu on rank 0): %s\n", traffic_bad ? "differ from" : "equal",
               traffic_bad ? "some ranks" : "every rank", me.calls, traffic_bad ? "FAILED" : "ok");
-      fprintf(out, "memory     every category's peak %s tycho check's bill on %s (worst %.2f%% off; bound 1%% "
-              "or 64 KiB): %s\n", bill_bad ? "differs from" : "equals", bill_bad ? "some ranks" : "every rank",
-              100.0 * bill_worst, bill_bad ? "FAILED" : "ok");
+      fprintf(out, "memory     every category's peak %s tycho check's bill on %s (to the byte; worst %.0f B "
+              "off): %s\n", bill_bad ? "differs from" : "equals", bill_bad ? "some ranks" : "every rank", bill_worst,
+              bill_bad ? "FAILED" : "ok");
       verdict |= traffic_bad || bill_bad;
     }
     fprintf(out, "verdict    %s\n", verdict ? "the rehearsal FAILED" : "the layout holds");

@@ -30,7 +30,7 @@
  *   - the comm layer's counters over the last step, on every group of every rank, equal to the
  *     calls and bytes `tycho check` predicts for the rehearsed plan (traffic_predict);
  *   - every rank's allocator peaks, by category, equal to the bill `tycho check` prints
- *     (bill_predict) within 1% or 64 KiB.
+ *     (bill_predict), to the byte.
  * A --fault override changes the layout's run only (not the serial run, not the predictions):
  * a deliberate difference, to see what a failing rehearsal reports. */
 #ifndef TYCHO_CHECK_REHEARSE_H
@@ -38,8 +38,10 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "comm/comm.h"
 #include "real.h"
 #include "plan/plan.h"
+#include "runtime/bill.h"
 
 struct trainer;
 struct model;
@@ -94,6 +96,21 @@ int rehearse_worker(const struct rehearse_options *o, FILE *out, char *err, size
 int rehearse_gather_packed(struct trainer *t, real **out, size_t *n, char *err, size_t err_size);
 /* The same of a one-rank model (its own memory). NULL when out of memory. */
 real *rehearse_packed(const struct model *m, size_t *n);
+/* The comm layer's counters of t's groups (tp, dp, pp, the tied embedding's; enum
+ * traffic_group), to hold a step to check's prediction. groups: the mesh groups t runs on. */
+void rehearse_counters(struct comm_group *const *groups, const struct trainer *t,
+                       struct comm_counter out[TRAFFIC_N_GROUPS][COMM_N_OPS]);
+/* The calls and bytes of every group and op since `before` (one step) against traffic_predict of
+ * p for t's pipeline rank — what `tycho check` prints: 0 equal, 1 not (the first difference in
+ * msg), −1 no prediction (why in msg). *calls: the step's collectives and messages. */
+int rehearse_traffic_check(const struct plan *p, struct comm_group *const *groups, const struct trainer *t,
+                           const struct comm_counter before[TRAFFIC_N_GROUPS][COMM_N_OPS],
+                           unsigned long long *calls, char *msg, size_t msg_size);
+/* The allocator's peaks by category against bill_predict of p for t's pipeline rank, to the
+ * byte: 0 equal, 1 not (the first category in msg), −1 no bill. *worst_bytes: the largest
+ * difference. */
+int rehearse_bill_check(const struct plan *p, const struct trainer *t, double *worst_bytes, char *msg,
+                        size_t msg_size);
 /* ‖a − b‖ / ‖b‖ and max |a − b| / max |b| over n elements (in double). */
 void rehearse_compare(const real *a, const real *b, size_t n, double *l2_rel, double *max_rel);
 

@@ -114,38 +114,17 @@ static int same_within(uint64_t key, uint64_t value)
  * tolerance of 64 KiB once hid a gradient peak 25% off on this small model). */
 static void check_bill(const struct trainer *t)
 {
-  struct bill b;
-  char why[512];
-  CHECK_MSG(bill_predict(t->plan, t->exec.rank, &b, why, sizeof why) == 0, "%s", why);
+  double worst;
+  char msg[512];
+  CHECK_MSG(rehearse_bill_check(t->plan, t, &worst, msg, sizeof msg) == 0, "rank %d: %s", rank, msg);
   const struct alloc_bill *a = alloc_bill();
-  double worst = 0.0;
-  for (int c = 0; c < ALLOC_N_CATEGORIES; c++) {
-    double measured = (double)a->peak_bytes[c], predicted = b.bytes[c], diff = measured - predicted;
-    diff = diff < 0 ? -diff : diff;
-    CHECK_MSG(diff == 0.0, "rank %d: %s peak %.0f B, predicted %.0f B", rank,
-              alloc_category_name((enum alloc_category)c), measured, predicted);
-    double rel = measured > 0 ? diff / measured : 0.0;
-    worst = rel > worst ? rel : worst;
-  }
-  double worst_all;
-  MPI_Reduce(&worst, &worst_all, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-  if (rank == 0) {
+  struct bill b;
+  if (rank == 0 && bill_predict(t->plan, t->exec.rank, &b, msg, sizeof msg) == 0) {
     printf("memory bill of rank 0, predicted/measured KiB:");
     for (int c = 0; c < ALLOC_N_CATEGORIES; c++)
       printf(" %s %.1f/%.1f", alloc_category_name((enum alloc_category)c), b.bytes[c] / 1024.0,
              a->peak_bytes[c] / 1024.0);
-    printf("; worst category of any rank off by %.2f%%\n", 100.0 * worst_all);
-  }
-}
-
-/* The groups a step uses: tp, dp, pp and the tied embedding's (NULL where there is none). */
-static struct comm_group *traffic_group(const struct trainer *t, int g)
-{
-  switch (g) {
-  case TRAFFIC_TP: return groups[PLAN_AXIS_TP];
-  case TRAFFIC_DP: return groups[PLAN_AXIS_DP];
-  case TRAFFIC_PP: return groups[PLAN_AXIS_PP];
-  default: return t->exec.embed;
+    printf("; every category to the byte\n");
   }
 }
 
@@ -153,28 +132,12 @@ static struct comm_group *traffic_group(const struct trainer *t, int g)
  * prints): exact calls and bytes per group and op. */
 static void check_traffic(const struct trainer *t, const struct comm_counter before[TRAFFIC_N_GROUPS][COMM_N_OPS])
 {
-  struct traffic want;
-  char why[512];
-  CHECK_MSG(traffic_predict(t->plan, t->exec.rank, &want, why, sizeof why) == 0, "%s", why);
-  unsigned long long total_calls = 0;
-  for (int g = 0; g < TRAFFIC_N_GROUPS; g++) {
-    struct comm_group *grp = traffic_group(t, g);
-    for (int op = 0; op < COMM_N_OPS; op++) {
-      unsigned long long dc = 0, db = 0;
-      if (grp) {
-        struct comm_counter c = comm_counter_get(grp, (enum comm_op)op);
-        dc = c.calls - before[g][op].calls;
-        db = c.n_bytes - before[g][op].n_bytes;
-      }
-      CHECK_MSG(dc == want.calls[g][op] && db == want.bytes[g][op], "rank %d: %s %s: %llu calls, %llu "
-                "bytes in the last step; predicted %llu calls, %llu bytes", rank, traffic_group_name(g),
-                comm_op_name((enum comm_op)op), dc, db, want.calls[g][op], want.bytes[g][op]);
-      total_calls += dc;
-    }
-  }
+  unsigned long long calls;
+  char msg[512];
+  CHECK_MSG(rehearse_traffic_check(t->plan, groups, t, before, &calls, msg, sizeof msg) == 0, "rank %d: %s", rank, msg);
   if (rank == 0)
     printf("comm counters of the last step equal the prediction on every group (%llu collectives and "
-           "messages on rank 0)\n", total_calls);
+           "messages on rank 0)\n", calls);
 }
 
 /* Every rank holds the same value: all-gather and compare bitwise. */
@@ -380,10 +343,7 @@ static void test_parallel_run(void)
   alloc_reset_peaks(); /* the gather's copy is the test's, not the run's */
   struct comm_counter before[TRAFFIC_N_GROUPS][COMM_N_OPS];
   for (long long s = 0; s < parallel_plan.train.steps; s++) {
-    for (int g = 0; g < TRAFFIC_N_GROUPS; g++)
-      for (int op = 0; op < COMM_N_OPS; op++)
-        if (traffic_group(&t, g))
-          before[g][op] = comm_counter_get(traffic_group(&t, g), (enum comm_op)op);
+    rehearse_counters(groups, &t, before);
     CHECK_MSG(trainer_step(&t, &parallel_stats[s], err, sizeof err) == 0, "%s", err);
     CHECK_MSG(same_everywhere(&parallel_stats[s], sizeof parallel_stats[s]),
               "step %lld: loss or norm differs between ranks", s);
