@@ -226,6 +226,22 @@ static int plan_option(lua_State *L, int argc, char **argv, int *i, const struct
   return 1;
 }
 
+/* The options of the commands that start their own ranks (rehearse, calibrate): --launcher CMD,
+ * and --worker, which marks the ranks they start. 1 when argv[*i] is one of them. */
+static int launch_option(lua_State *L, int argc, char **argv, int *i, const char **launcher)
+{
+  const char *a = argv[*i], *next = *i + 1 < argc ? argv[*i + 1] : NULL;
+  if (strcmp(a, "--worker") == 0)
+    return 1;
+  if (strcmp(a, "--launcher") != 0)
+    return 0;
+  if (!next || !*next)
+    host_fail(L, EXIT_USAGE, "--launcher needs a command, e.g. --launcher 'srun -n {n}'");
+  *launcher = next;
+  ++*i;
+  return 1;
+}
+
 static void parse_args(lua_State *L, int argc, char **argv, struct cli *c)
 {
   c->command = argv[1];
@@ -484,12 +500,7 @@ static int cmd_rehearse(lua_State *L, int argc, char **argv, int worker)
     } else if (strcmp(a, "--micro-batches") == 0) {
       o.micro_batches = (int)parse_count(L, "--micro-batches", next, 1, 1 << 20);
       i++;
-    } else if (strcmp(a, "--launcher") == 0) {
-      if (!next || !*next)
-        return host_fail(L, EXIT_USAGE, "--launcher needs a command, e.g. --launcher 'srun -n {n}'");
-      o.launcher = next;
-      i++;
-    } else if (strcmp(a, "--worker") == 0) {
+    } else if (launch_option(L, argc, argv, &i, &o.launcher)) {
       continue;
     } else if (a[0] == '-' && a[1]) {
       return host_fail(L, EXIT_USAGE, "unknown option '%s' for 'rehearse'; see tycho --help", a);
@@ -613,12 +624,7 @@ static int cmd_calibrate(lua_State *L, int argc, char **argv, int worker)
     } else if (strcmp(a, "--reps") == 0) {
       o.reps = (int)parse_count(L, "--reps", next, 1, 1000);
       i++;
-    } else if (strcmp(a, "--launcher") == 0) {
-      if (!next || !*next)
-        return host_fail(L, EXIT_USAGE, "--launcher needs a command, e.g. --launcher 'srun -n {n}'");
-      launcher = next;
-      i++;
-    } else if (strcmp(a, "--worker") == 0) {
+    } else if (launch_option(L, argc, argv, &i, &launcher)) {
       continue;
     } else if (a[0] == '-' && a[1]) {
       return host_fail(L, EXIT_USAGE, "unknown option '%s' for 'calibrate'; see tycho --help", a);
