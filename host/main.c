@@ -4,7 +4,7 @@
  * failure, 2 usage or plan error). `run` starts the comm layer first (MPI: a world of one
  * without mpirun); its failures are agreed by every rank, so rank 0 alone reports them and
  * every rank exits with the same code. */
-#define _POSIX_C_SOURCE 200809L /* readlink */
+#define _POSIX_C_SOURCE 200809L /* sysconf */
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
@@ -518,14 +518,8 @@ static int cmd_rehearse(lua_State *L, int argc, char **argv, int worker)
     quiet_error = comm_world()->rank != 0;
     code = rehearse_worker(&o, stdout, err, sizeof err);
   } else {
-    /* this executable's own path: the launcher would read /proc/self/exe as its own */
     char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0)
-      snprintf(self, sizeof self, "%s", argv[0]);
-    else
-      self[n] = 0;
-    code = rehearse_launch(&o, self, err, sizeof err);
+    code = rehearse_launch(&o, launch_self_path(self, sizeof self, argv[0]), err, sizeof err);
   }
   fflush(stdout);
   if (code && worker && !err[0])
@@ -642,11 +636,7 @@ static int cmd_calibrate(lua_State *L, int argc, char **argv, int worker)
   char err[COMM_AGREE_MSG_MAX + 64] = "";
   if (!worker) { /* one rank per online core, started here */
     char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0)
-      snprintf(self, sizeof self, "%s", argv[0]);
-    else
-      self[n] = 0;
+    launch_self_path(self, sizeof self, argv[0]);
     const char **args = lua_newuserdatauv(L, sizeof(char *) * (size_t)(argc + 1), 0);
     int k = 0;
     for (int i = 1; i < argc; i++)

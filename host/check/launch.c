@@ -20,6 +20,16 @@ const char *launch_default(void)
 #endif
 }
 
+const char *launch_self_path(char *buf, size_t n, const char *argv0)
+{
+  ssize_t got = readlink("/proc/self/exe", buf, n - 1);
+  if (got <= 0)
+    snprintf(buf, n, "%s", argv0);
+  else
+    buf[got] = 0;
+  return buf;
+}
+
 int launch_under_launcher(void)
 {
   return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") ||

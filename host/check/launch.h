@@ -10,6 +10,10 @@
  * running as root by accident is answered as its own option allows); else "mpiexec -n {n}". */
 const char *launch_default(void);
 
+/* This executable's own path, into buf (argv0 when /proc/self/exe cannot be read): a launcher
+ * given /proc/self/exe would read it as its own. Returns buf. */
+const char *launch_self_path(char *buf, size_t n, const char *argv0);
+
 /* 1 when this process was started by a launcher (Open MPI, MPICH/Hydra or PMIx, srun). */
 int launch_under_launcher(void);
 
