@@ -67,7 +67,8 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   const double share = devices > 0 && me->world > devices ? me->world / devices : 1.0;
   const int per_node = share > 1 ? (int)ceil(me->world / (double)c->nodes) : c->gpus_per_node;
   out->share = share;
-  const double eb = check_element_bytes(p, p->precision.compute), gb = check_element_bytes(p, p->precision.grads);
+  /* what the comm layer moves (traffic_element_bytes): on the CPU its reals, whatever the plan computes in */
+  const double eb = traffic_element_bytes(p, p->precision.compute), gb = traffic_element_bytes(p, p->precision.grads);
   out->tp.intra = group_intra(me, PLAN_AXIS_TP, per_node);
   out->dp.intra = group_intra(me, PLAN_AXIS_DP, per_node);
   out->pp.intra = group_intra(me, PLAN_AXIS_PP, per_node);

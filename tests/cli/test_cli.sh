@@ -92,6 +92,12 @@ if "$tycho" check plans/tiny.lua | grep -q 'refuses'; then bad run_refusal_none 
 expect run_refusal_json 0 '"run_refusal":"([^"\\]|\\.)*(mesh\.tp = 2 with precision\.compute|kernels have no bf16 compute)' \
   "$tycho" check plans/tiny.lua --set precision.compute=bf16 --set mesh.tp=2 --world 2 --json
 expect run_refusal_json_none 0 '"run_refusal":null' "$tycho" check plans/tiny.lua --json
+# the cost model prices what the comm layer moves: on the CPU its reals, whatever the plan
+# computes in, so a CPU bf16 plan's data-parallel bytes are the fp32 plan's
+dpb() { "$tycho" check plans/tiny.lua --world 2 --set zero=1 --cluster plans/clusters/h100_80g_ib.lua --json "$@" |
+  grep -o '"dp":{"intra_node":[a-z]*,"seconds":[^}]*"bytes_per_rank":[0-9]*' | grep -o '[0-9]*$'; }
+b32=$(dpb) b16=$(dpb --set precision.compute=bf16)
+if [ -n "$b32" ] && [ "$b32" = "$b16" ]; then ok cost_cpu_bf16_bytes; else bad cost_cpu_bf16_bytes "fp32 '$b32', bf16 '$b16'"; fi
 expect set_bad_syntax 2 '^tycho: plan error: --set: "mesh.tp": expected path.to.field=value' "$tycho" check plans/tiny.lua --set mesh.tp
 
 # The collectives tensor parallelism inserts, per module and micro-batch (tiny: 8 × 32 tokens of
