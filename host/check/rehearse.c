@@ -15,6 +15,7 @@
 #include "runtime/alloc.h"
 #include "runtime/bill.h"
 #include "runtime/train.h"
+#include "util/err.h"
 
 enum { DEFAULT_STEPS = 3, DEFAULT_HEAD_DIM = 4, DEFAULT_SEQ = 32, CORPUS_VOCAB = 64 };
 
@@ -24,16 +25,6 @@ static const double LOSS_TOL = 1e-10, NORM_TOL = 1e-10, PARAM_TOL = 1e-10;
 #else
 static const double LOSS_TOL = 1e-5, NORM_TOL = 1e-3, PARAM_TOL = 1e-5;
 #endif
-
-static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t n, const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, n, fmt, ap);
-  va_end(ap);
-  return -1;
-}
 
 static int round_up(long long x, int m) { return (int)((x + m - 1) / m * m); }
 static int min_int(int a, int b) { return a < b ? a : b; }
@@ -89,7 +80,7 @@ int rehearse_shrink(const struct plan *big, const struct rehearse_options *o, st
   const int tp = big->mesh.tp, pp = big->mesh.pp, v = big->virtual_stages;
   const int hd = o->head_dim > 0 ? o->head_dim : DEFAULT_HEAD_DIM;
   if (hd % 2)
-    return fail(err, err_size, "--head-dim %d: RoPE rotates pairs of elements; give an even head size", hd);
+    return errf(err, err_size, "--head-dim %d: RoPE rotates pairs of elements; give an even head size", hd);
   /* heads kept, each head shrunk: dim = n_heads × head_dim */
   int dim = m->dim, head = m->head_dim;
   if ((long long)m->n_heads * hd < m->dim) {
@@ -111,7 +102,7 @@ int rehearse_shrink(const struct plan *big, const struct rehearse_options *o, st
     else if (vocab % tp == 0)
       vocab++;
   } else if (m->vocab < CORPUS_VOCAB && !big->data.synthetic[0]) {
-    return fail(err, err_size, "model.vocab = %d: the rehearsal trains on the addition corpus's %d byte "
+    return errf(err, err_size, "model.vocab = %d: the rehearsal trains on the addition corpus's %d byte "
                 "tokens; rehearse a plan whose vocabulary has at least %d", m->vocab, CORPUS_VOCAB, CORPUS_VOCAB);
   }
   /* the sequence: a multiple of tp when the plan's is (sequence parallelism splits it) */
@@ -143,10 +134,10 @@ int rehearse_shrink(const struct plan *big, const struct rehearse_options *o, st
             add_set(out, "lr_schedule.warmup=0") || add_set(out, "train.steps=%d", o->steps > 0 ? o->steps : DEFAULT_STEPS) ||
             add_set(out, "train.eval_every=%d", o->steps > 0 ? o->steps : DEFAULT_STEPS);
   if (bad)
-    return fail(err, err_size, "too many overrides");
+    return errf(err, err_size, "too many overrides");
   out->stages_set = stages_list(big);
   if (!out->stages_set)
-    return fail(err, err_size, "out of memory");
+    return errf(err, err_size, "out of memory");
   snprintf(out->summary, sizeof out->summary,
            "%d layers (kept), dim %d (%d), %d heads / %d kv (kept) of %d (%d), ffn %d (%d), vocab %d (%d), seq %d "
            "(%d); %d micro-batch%s of %d per step per rank (%d)", m->n_layers, dim, m->dim, m->n_heads,
@@ -179,13 +170,13 @@ int rehearse_launch(const struct rehearse_options *o, const char *self, char *er
   struct plan big;
   char why[2048];
   if (compile(o, o->world, NULL, 0, &big, why, sizeof why)) {
-    fail(err, err_size, "plan error: %s", why);
+    errf(err, err_size, "plan error: %s", why);
     return 2;
   }
   const int world = big.mesh.world, assumed = big.mesh.world_assumed;
   plan_free(&big);
   if (assumed) {
-    fail(err, err_size, "%s: mesh.dp is \"auto\": give the ranks to rehearse with --world N", o->plan_path);
+    errf(err, err_size, "%s: mesh.dp is \"auto\": give the ranks to rehearse with --world N", o->plan_path);
     return 2;
   }
   /* tycho rehearse --worker and our arguments */
@@ -221,9 +212,9 @@ int rehearse_launch(const struct rehearse_options *o, const char *self, char *er
   if (code < 0)
     return 1;
   if (code == 2 && !err[0])
-    fail(err, err_size, "the rehearsal refused the plan (above)");
+    errf(err, err_size, "the rehearsal refused the plan (above)");
   else if (code && !err[0])
-    fail(err, err_size, "the rehearsal failed after %.1f s (above)", s);
+    errf(err, err_size, "the rehearsal failed after %.1f s (above)", s);
   else if (!code)
     printf("rehearsed  in %.1f s (%d ranks, launcher included)\n", s, world);
   return code;
@@ -265,11 +256,11 @@ int rehearse_gather_packed(struct trainer *t, real **out, size_t *n, char *err, 
       return 0;
     *out = rehearse_packed(&whole, n);
     model_free(&whole);
-    return *out ? 0 : fail(err, err_size, "out of memory packing the parameters");
+    return *out ? 0 : errf(err, err_size, "out of memory packing the parameters");
   }
   real *full;
   if (dp_gather_params(&t->dp, &full))
-    return fail(err, err_size, "%s", t->dp.err);
+    return errf(err, err_size, "%s", t->dp.err);
   if (!full)
     return 0;
   size_t total = 0, at = 0;
@@ -282,7 +273,7 @@ int rehearse_gather_packed(struct trainer *t, real **out, size_t *n, char *err, 
   }
   dp_gather_params_free(&t->dp, full);
   *n = total;
-  return *out ? 0 : fail(err, err_size, "out of memory packing the parameters");
+  return *out ? 0 : errf(err, err_size, "out of memory packing the parameters");
 }
 
 /* ---- the worker ------------------------------------------------------------------------ */
@@ -402,18 +393,18 @@ static int serial_run(const struct rehearse_options *o, const struct rehearse_sh
   struct plan p;
   char why[2048];
   if (compile(o, 1, extra, k, &p, why, sizeof why))
-    return fail(err, err_size, "the serial plan: %s", why);
+    return errf(err, err_size, "the serial plan: %s", why);
   struct trainer t;
   if (trainer_open(&t, &p, NULL, why, sizeof why) != TRAIN_OK) {
     plan_free(&p);
-    return fail(err, err_size, "the serial run: %s", why);
+    return errf(err, err_size, "the serial run: %s", why);
   }
   int rc = 0;
   *initial = rehearse_packed(&t.model, n);
   for (int i = 0; i < steps && rc == 0; i++) {
     struct train_step_stats st;
     if (trainer_step(&t, &st, why, sizeof why))
-      rc = fail(err, err_size, "the serial run, step %d: %s", i, why);
+      rc = errf(err, err_size, "the serial run, step %d: %s", i, why);
     loss[i] = st.loss;
     norm[i] = st.grad_norm;
   }
@@ -421,7 +412,7 @@ static int serial_run(const struct rehearse_options *o, const struct rehearse_sh
   trainer_close(&t);
   plan_free(&p);
   if (rc == 0 && (!*initial || !*final))
-    rc = fail(err, err_size, "out of memory packing the serial run's parameters");
+    rc = errf(err, err_size, "out of memory packing the serial run's parameters");
   return rc;
 }
 
@@ -513,7 +504,7 @@ int rehearse_worker(const struct rehearse_options *o, FILE *out, char *err, size
   if (!code && steps > REHEARSE_MAX_STEPS)
     code = 2, snprintf(why, sizeof why, "--steps %d: at most %d", steps, REHEARSE_MAX_STEPS);
   if (comm_agree_err(world, code, why, sizeof why, 0)) {
-    fail(err, err_size, "plan error: %s", why);
+    errf(err, err_size, "plan error: %s", why);
     code = 2;
     goto out;
   }
@@ -528,7 +519,7 @@ int rehearse_worker(const struct rehearse_options *o, FILE *out, char *err, size
     opened = code == TRAIN_OK;
   }
   if (comm_agree_err(world, code, why, sizeof why, 1)) {
-    fail(err, err_size, "%s", why);
+    errf(err, err_size, "%s", why);
     code = code == TRAIN_PLAN_ERROR ? 2 : 1;
     goto close;
   }
@@ -565,14 +556,14 @@ close:
   if (opened)
     trainer_close(&t);
   if (comm_free_mesh_groups(groups, why, sizeof why) && code == 0)
-    code = 1, fail(err, err_size, "%s", why);
+    code = 1, errf(err, err_size, "%s", why);
   if (code)
     goto out;
 
   /* every rank's report to rank 0, on a control group (its waits outlast the serial run) */
   if (comm_group_split(world, 0, rank, "rehearse", &ctl, why, sizeof why)) {
     code = 1;
-    fail(err, err_size, "%s", why);
+    errf(err, err_size, "%s", why);
     goto out;
   }
   reports = rank == 0 ? calloc((size_t)W, sizeof *reports) : NULL;
@@ -580,7 +571,7 @@ close:
   int verdict = 0;
   if (comm_control_gather(ctl, &me, sizeof me, 0, reports, counts, "the rehearsal's reports", why, sizeof why)) {
     verdict = 1;
-    fail(err, err_size, "%s", why);
+    errf(err, err_size, "%s", why);
   } else if (rank == 0) {
     int failed = 0, traffic_bad = 0, bill_bad = 0, differ = 0, first_bad = -1;
     double bill_worst = 0;

@@ -92,7 +92,7 @@ int rehearse_worker(const struct rehearse_options *o, FILE *out, char *err, size
 
 /* The parameters of a trainer in the serial model's order, packed (padding rows of a split
  * vocabulary left out): on rank 0 of the job *out (malloc'd, *n elements), NULL elsewhere.
- * Collective over t's groups. 0 ok; −1 with a message. */
+ * Collective over t's groups. 0 ok; nonzero with a message. */
 int rehearse_gather_packed(struct trainer *t, real **out, size_t *n, char *err, size_t err_size);
 /* The same of a one-rank model (its own memory). NULL when out of memory. */
 real *rehearse_packed(const struct model *m, size_t *n);
