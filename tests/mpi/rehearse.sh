@@ -35,6 +35,12 @@ layouts)
   has "^memory .* equals tycho check's bill on every rank .*: ok$" tp2_pp2_dp2
   has '^verdict +the layout holds$' tp2_pp2_dp2
   grep '^serial' "$tmp/out"
+  # the shrink's own options: head size, sequence and micro-batches as given
+  run options 0 "$tycho" rehearse plans/tiny.lua --world 2 --launcher "$launcher" --set mesh.tp=2 \
+    --set sequence_parallel=true --head-dim 2 --seq 16 --micro-batches 2 --steps 1
+  has '^shrunk +4 layers \(kept\), dim 16 \(128\), 8 heads / 4 kv \(kept\) of 2 \(16\), ffn 48 \(384\), vocab 64 \(64\), seq 16 \(32\); 2 micro-batches of 8 per step per rank \(4\)' options
+  has '^rehearse .* 1 step$' options
+  has '^verdict +the layout holds$' options
   # the default launcher (mpirun from PATH) this time
   run interleaved 0 "$tycho" rehearse plans/tiny.lua --world 4 --set mesh.pp=2 --set virtual_stages=2 \
     --set schedule.kind=interleaved --set zero=1 --set model.dropout=0.1 --steps 4
@@ -65,6 +71,8 @@ refusals)
   has "^tycho: 'rehearse' needs a plan file" no_plan
   run bad_steps 2 "$tycho" rehearse plans/tiny.lua --world 2 --steps 65
   has '^tycho: --steps needs an integer in 1..64' bad_steps
+  run odd_head 2 "$tycho" rehearse plans/tiny.lua --world 2 --launcher "$launcher" --head-dim 3
+  has '^tycho: plan error: --head-dim 3: RoPE rotates pairs of elements; give an even head size' odd_head
   run launcher_count 2 "$tycho" rehearse plans/tiny.lua --world 2 --launcher "$mpiexec -np"
   has "^tycho: --launcher '.* -np': write \{n\} where the rank count goes" launcher_count
   run launcher_missing 1 "$tycho" rehearse plans/tiny.lua --world 2 --launcher "/nonexistent/mpirun -np {n}"
