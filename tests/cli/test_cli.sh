@@ -146,6 +146,9 @@ ms=$(( ($(date +%s%N) - start) / 1000000 ))
 if printf '%s\n' "$out" | grep -q '^ 1\. tp' && "$tycho" check "$tmp/70b_tuned.lua" --world 1024 --cluster plans/clusters/h100_80g_ib.lua | grep -q 'every rank fits'; then
   ok "tune_70b_1024 (${ms} ms)"
 else bad tune_70b_1024 "$out"; fi
+# tune's search holds ZeRO 2 and 3 with pipeline stages, each with its zero_every choice
+if printf '%s\n' "$out" | grep -Eq '^ *[0-9]+\. tp [0-9]+ pp ([2-9]|[1-9][0-9]+) .*zero [23] \(grads every'; then ok tune_zero_with_stages
+else bad tune_zero_with_stages "$out"; fi
 
 # device: which runtime the byte figures describe, said once (the "device" line, the JSON's
 # "runtime" and "runtime_note"), not per section. The shipped GPU plans are device "cuda": the
