@@ -512,6 +512,9 @@ static int cmd_rehearse(lua_State *L, int argc, char **argv, int worker)
   }
   if (!o.plan_path)
     return host_fail(L, EXIT_USAGE, "'rehearse' needs a plan file, e.g. tycho rehearse plans/llama2_7b.lua");
+  if (o.n_sets > REHEARSE_MAX_SETS || o.n_faults > REHEARSE_MAX_FAULTS)
+    return host_fail(L, EXIT_USAGE, "rehearse takes at most %d --set and %d --fault arguments (got %d and %d)",
+                     REHEARSE_MAX_SETS, REHEARSE_MAX_FAULTS, o.n_sets, o.n_faults);
   char err[COMM_AGREE_MSG_MAX] = "";
   int code;
   if (worker) {

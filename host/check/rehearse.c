@@ -160,7 +160,7 @@ static int compile(const struct rehearse_options *o, int world, const char *cons
   const char *sets[2 * REHEARSE_MAX_SETS + 32];
   int n = 0;
   for (int i = 0; i < o->n_sets && n < REHEARSE_MAX_SETS; i++) sets[n++] = o->sets[i];
-  for (int i = 0; i < n_extra; i++) sets[n++] = extra[i];
+  for (int i = 0; i < n_extra && n < (int)(sizeof sets / sizeof sets[0]); i++) sets[n++] = extra[i];
   struct plan_compile_options opt = { world, o->unsafe, o->memory_limit, o->instruction_limit, n, sets };
   return plan_compile(o->plan_path, &opt, p, err, err_size);
 }
@@ -203,7 +203,7 @@ int rehearse_launch(const struct rehearse_options *o, const char *self, char *er
     args[n++] = "--set";
     args[n++] = o->sets[i];
   }
-  for (int i = 0; i < o->n_faults && i < 16; i++) {
+  for (int i = 0; i < o->n_faults && i < REHEARSE_MAX_FAULTS; i++) {
     args[n++] = "--fault";
     args[n++] = o->faults[i];
   }

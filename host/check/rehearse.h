@@ -47,7 +47,8 @@ struct trainer;
 struct model;
 
 #define REHEARSE_MAX_STEPS 64
-#define REHEARSE_MAX_SETS 64
+#define REHEARSE_MAX_SETS 64   /* --set arguments */
+#define REHEARSE_MAX_FAULTS 16 /* --fault arguments */
 
 struct rehearse_options {
   const char *plan_path;

@@ -71,6 +71,9 @@ refusals)
   has "^tycho: 'rehearse' needs a plan file" no_plan
   run bad_steps 2 "$tycho" rehearse plans/tiny.lua --world 2 --steps 65
   has '^tycho: --steps needs an integer in 1..64' bad_steps
+  many=(); for i in $(seq 17); do many+=(--fault "seeds.model=$i"); done
+  run too_many_faults 2 "$tycho" rehearse plans/tiny.lua --world 2 "${many[@]}"
+  has '^tycho: rehearse takes at most 64 --set and 16 --fault arguments \(got 0 and 17\)' too_many_faults
   run odd_head 2 "$tycho" rehearse plans/tiny.lua --world 2 --launcher "$launcher" --head-dim 3
   has '^tycho: plan error: --head-dim 3: RoPE rotates pairs of elements; give an even head size' odd_head
   run launcher_count 2 "$tycho" rehearse plans/tiny.lua --world 2 --launcher "$mpiexec -np"
