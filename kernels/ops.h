@@ -205,6 +205,53 @@ struct kernel_ops {
   void (*swiglu_backward_rows)(void *ctx, real *dgu, const real *dout, const real *gu, int rows,
                                int F);
 
+  /* ---- mixture of experts (docs/moe.md) ----
+   * N tokens in G groups of T consecutive tokens (a group is one sequence: N = G·T); E experts,
+   * K = top_k. A token's k-th choice is an "assignment". The kept assignments are the rows of
+   * the dispatched buffer xe (R, ·), expert-major: expert e's rows are [off_e, off_e + counts[e])
+   * with off_e = Σ_{e' < e} counts[e'], and within an expert in token order (n ascending; a token
+   * reaches one expert at most once). slot (N, K), int: the row of assignment (n, k) in xe, or −1
+   * when it is dropped. int buffers are the backend's memory, as the tokens are. */
+  /* probs (N, E) = softmax of each row of logits; topi (N, K) = the K experts of largest
+   * probability, in decreasing order (ties: the lower expert index first); topw (N, K) = probs at
+   * topi divided by their sum (Hugging Face Mixtral's renormalised weights); lse (N) =
+   * logsumexp of each row of logits (the z-loss's input). K ≤ E. */
+  void (*moe_router_forward)(void *ctx, real *probs, int *topi, real *topw, real *lse,
+                             const real *logits, int N, int E, int K);
+  /* Routing: routed (E) = assignments per expert before dropping; counts (E) = those kept;
+   * slot (N, K) as above. capacity 0 keeps every assignment; else each group keeps at most
+   * `capacity` assignments per expert, taken in priority order: the group's first choices in
+   * token order, then its second choices in token order, ... (GShard's order); the rest drop.
+   * All assigned. */
+  void (*moe_route)(void *ctx, int *slot, int *counts, int *routed, const int *topi, int N, int T,
+                    int E, int K, int capacity);
+  /* xe[slot[n, k]] = x[n] (C wide) for every kept assignment; other rows untouched. */
+  void (*moe_dispatch)(void *ctx, real *xe, const real *x, const int *slot, int N, int K, int C);
+  /* dx (N, C) = Σ over kept k, k ascending, of dxe[slot[n, k]]; 0 for a token with none kept.
+   * Assigned. */
+  void (*moe_dispatch_backward)(void *ctx, real *dx, const real *dxe, const int *slot, int N, int K,
+                                int C);
+  /* out (N, C) = Σ over kept k, k ascending, of topw[n, k] · ye[slot[n, k]]; 0 for a token with
+   * none kept (a dropped token passes through the residual only). Assigned. */
+  void (*moe_combine)(void *ctx, real *out, const real *ye, const int *slot, const real *topw,
+                      int N, int K, int C);
+  /* The dual of moe_combine: dye[slot[n, k]] = topw[n, k] · dout[n] (rows of kept assignments;
+   * others untouched); dtopw[n, k] = dout[n] · ye[slot[n, k]], 0 when dropped. Assigned. */
+  void (*moe_combine_backward)(void *ctx, real *dye, real *dtopw, const real *dout, const real *ye,
+                               const int *slot, const real *topw, int N, int K, int C);
+  /* The load-balancing loss of each group g (tokens [g·T, (g + 1)·T)), the Switch Transformer
+   * / Mixtral form: aux[g] = E · Σ_e f_e · P_e, f_e = (1/T) Σ_n Σ_k [topi[n, k] = e] (before
+   * any drop), P_e = (1/T) Σ_n probs[n, e]. aux (G = N/T) assigned. A balanced router gives K. */
+  void (*moe_aux_loss)(void *ctx, real *aux, const real *probs, const int *topi, int N, int T, int E,
+                       int K);
+  /* dlogits (N, E), assigned: d/dlogits of
+   *   Σ_{n,k} dtopw[n, k] · topw[n, k] + aux_scale · Σ_g aux[g] + z_scale · Σ_n lse[n]²
+   * through the renormalisation and the softmax, with the counts f_e held constant (they are
+   * not differentiable). */
+  void (*moe_router_backward)(void *ctx, real *dlogits, const real *dtopw, const real *probs,
+                              const int *topi, const real *topw, const real *lse, int N, int T, int E,
+                              int K, real aux_scale, real z_scale);
+
   /* ---- dropout ---- */
   /* mask[i] = 0 with probability p, else 1/(1 − p), decided by
    * philox_uniform(seed, c1, c2, c3, first_elem + i) < p (philox.h), a comparison of floats in

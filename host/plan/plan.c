@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "plan.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -338,4 +339,12 @@ long long plan_param_count(const struct plan *p)
   if (!m->tie_embeddings)
     total += Vp * C;
   return total;
+}
+
+int plan_moe_capacity(const struct plan_model *m, int T)
+{
+  if (m->moe.experts <= 0 || m->moe.capacity_factor <= 0)
+    return 0;
+  double c = ceil(m->moe.capacity_factor * T * m->moe.top_k / m->moe.experts - 1e-9);
+  return c >= T ? T : c < 1 ? 1 : (int)c;
 }

@@ -50,11 +50,26 @@ enum plan_device { PLAN_DEVICE_AUTO, PLAN_DEVICE_CPU, PLAN_DEVICE_CUDA };
  * parameters, its forward), or once per step (docs/plans.md). */
 enum plan_zero_every { PLAN_ZERO_EVERY_MICRO_BATCH, PLAN_ZERO_EVERY_STEP };
 
+/* model.moe (docs/moe.md): the sparse MLP of the layers plan_layer.moe marks. experts 0: a dense
+ * model (no layer is sparse). */
+struct plan_moe {
+  int experts;             /* experts per sparse layer (Mixtral's num_local_experts) */
+  int top_k;               /* experts per token (num_experts_per_tok) */
+  int ffn_dim;             /* each expert's SwiGLU width (default model.ffn_dim) */
+  double aux_loss;         /* coefficient of the load-balancing loss (default 0.01) */
+  double z_loss;           /* coefficient of the router z-loss (default 0: off) */
+  double capacity_factor;  /* 0: dropless; else each sequence keeps at most
+                            * ceil(capacity_factor · T · top_k / experts) assignments per expert */
+  int n_layers;            /* sparse layers */
+  int layers_is_function;
+};
+
 struct plan_model {
   char family[32];
   int n_layers, dim, n_heads, n_kv_heads, ffn_dim, vocab, max_seq;
   double norm_eps, rope_theta, dropout;
   int tie_embeddings;
+  struct plan_moe moe;
   int head_dim;     /* derived: dim / n_heads */
   int vocab_padded; /* derived: vocab rounded up to a multiple of tp when embed or head is vocab-split */
 };
@@ -80,6 +95,7 @@ struct plan_layer {
   int stage;
   uint8_t split[PLAN_N_MODULES]; /* enum plan_split for q .. down; embed/head unused here */
   uint8_t recompute;             /* enum plan_recompute bits */
+  uint8_t moe;                   /* 1: the MLP is model.moe's sparse MLP */
 };
 
 /* Where a field of the plan was written, for error messages: "plans/x.lua:12". */
@@ -148,6 +164,11 @@ struct plan {
   int n_locs, cap_locs;
   struct plan_loc *locs;
 };
+
+/* Rows per expert a group of T tokens keeps under model.moe's capacity factor:
+ * min(T, ceil(capacity_factor · T · top_k / experts)); 0 when dropless (capacity_factor 0) or
+ * the model is dense. */
+int plan_moe_capacity(const struct plan_model *m, int T);
 
 void plan_init(struct plan *p);
 void plan_free(struct plan *p);
