@@ -287,6 +287,7 @@ static int compute(struct dp *d, struct piece pc, const struct dp_pass *ps, doub
     if (round && round_agree(d))
       return -1;
     model_bind_views(m);
+    ps->a->loss_scale = ps->loss_scale;
     model_layer_backward(m, ps->a, pc.layer);
     return d->zero < 2 ? grads_final_from(d, l->units[unit].first_param) : units_final(d, ps, &unit, 1);
   }

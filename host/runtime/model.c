@@ -30,6 +30,7 @@ static void add_param(struct model *m, enum model_param_kind kind, int layer, co
   p->device = m->device;
   p->kind = kind;
   p->layer = layer;
+  p->expert = -1;
   p->n_dims = n_dims;
   p->shape[0] = d0;
   p->shape[1] = n_dims == 2 ? d1 : 0;
@@ -102,6 +103,14 @@ static int check_config(struct plan_model *c, char *err, size_t n)
              c->vocab_padded, c->rope_theta, c->norm_eps, c->dropout);
     return 1;
   }
+  const struct plan_moe *e = &c->moe;
+  if (e->experts > 0 && (e->top_k < 1 || e->top_k > e->experts || e->ffn_dim < 1 ||
+                         !(e->aux_loss >= 0) || !(e->z_loss >= 0) || !(e->capacity_factor >= 0))) {
+    snprintf(err, n, "model.moe: inconsistent (experts %d, top_k %d, ffn_dim %d, aux_loss %g, "
+             "z_loss %g, capacity_factor %g)", e->experts, e->top_k, e->ffn_dim, e->aux_loss,
+             e->z_loss, e->capacity_factor);
+    return 1;
+  }
   return 0;
 }
 
@@ -122,10 +131,22 @@ static int create_table(struct model *m, char *err, size_t err_size)
   const int L = c->n_layers, C = c->dim, F = c->ffn_dim, HS = c->head_dim;
   const int64_t Vp = c->vocab_padded, V = c->vocab;
   const float std = 0.02f, std_out = (float)(0.02 / sqrt(2.0 * L));
-  m->params = calloc((size_t)L * 9 + 3, sizeof *m->params);
+  const int E = c->moe.experts > 0 ? c->moe.experts : 0, Fe = c->moe.ffn_dim;
+  int n_sparse = 0;
+  for (int l = 0; l < L && E; l++) n_sparse += m->moe && m->moe[l];
+  m->params = calloc((size_t)L * 9 + (size_t)n_sparse * (3 * (size_t)E + 1) + 3, sizeof *m->params);
   m->layers = calloc((size_t)L, sizeof *m->layers);
   m->layer_grads = calloc((size_t)L, sizeof *m->layer_grads);
-  if (!m->params || !m->layers || !m->layer_grads || !m->tp.layers || !m->layer_here) {
+  m->layer_param0 = calloc((size_t)L, sizeof *m->layer_param0);
+  m->moe_views = n_sparse ? calloc((size_t)n_sparse * 6 * E, sizeof *m->moe_views) : NULL;
+  if (n_sparse) { /* the statistics, their routed counts after them in one block */
+    m->moe_stat = calloc(1, (size_t)L * (sizeof *m->moe_stat + (size_t)E * sizeof(long long)));
+    long long *routed = m->moe_stat ? (long long *)(m->moe_stat + L) : NULL;
+    for (int l = 0; routed && l < L; l++) m->moe_stat[l].routed = routed + (size_t)l * E;
+    m->moe_collect = 1;
+  }
+  if (!m->params || !m->layers || !m->layer_grads || !m->tp.layers || !m->layer_here ||
+      !m->layer_param0 || (n_sparse && (!m->moe_views || !m->moe || !m->moe_stat))) {
     snprintf(err, err_size, "out of memory for the parameter table of a %d-layer model", L);
     model_free(m);
     return 1;
@@ -136,7 +157,10 @@ static int create_table(struct model *m, char *err, size_t err_size)
   add_param(m, MODEL_EMBED, -1, "model.embed_tokens.weight", 2, V, C, Vp, std,
             split_dim(m->tp.io.split[PLAN_MOD_EMBED]),
             m->embed_here || (c->tie_embeddings && m->head_here), &offset);
+  real **views = m->moe_views;
   for (int l = 0; l < L; l++) {
+    m->layer_param0[l] = m->n_params;
+    const int sparse = E && m->moe && m->moe[l];
     static const struct { enum model_param_kind kind; const char *suffix; int module; } table[] = {
       { MODEL_Q, "self_attn.q_proj.weight", PLAN_MOD_Q }, { MODEL_K, "self_attn.k_proj.weight", PLAN_MOD_K },
       { MODEL_V, "self_attn.v_proj.weight", PLAN_MOD_V }, { MODEL_O, "self_attn.o_proj.weight", PLAN_MOD_O },
@@ -146,6 +170,28 @@ static int create_table(struct model *m, char *err, size_t err_size)
     };
     for (int j = 0; j < 9; j++) {
       int64_t out = 0, in = 0;
+      if (sparse && table[j].kind == MODEL_GATE) { /* Mixtral's block_sparse_moe in place of the MLP */
+        snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.gate.weight", l);
+        add_param(m, MODEL_ROUTER, l, name, 2, E, C, E, std, -1, m->layer_here[l], &offset);
+        for (int x = 0; x < E; x++) {
+          static const enum model_param_kind kinds[3] = { MODEL_EXPERT_W1, MODEL_EXPERT_W2, MODEL_EXPERT_W3 };
+          for (int w = 0; w < 3; w++) {
+            snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.%d.w%d.weight", l, x, w + 1);
+            const int64_t o = w == 1 ? C : Fe, i = w == 1 ? Fe : C;
+            add_param(m, kinds[w], l, name, 2, o, i, o, w == 1 ? std_out : std, -1, m->layer_here[l], &offset);
+            m->params[m->n_params - 1].expert = x;
+          }
+        }
+        m->layers[l].w1 = views;
+        m->layers[l].w2 = views + E;
+        m->layers[l].w3 = views + 2 * E;
+        m->layer_grads[l].w1 = views + 3 * E;
+        m->layer_grads[l].w2 = views + 4 * E;
+        m->layer_grads[l].w3 = views + 5 * E;
+        views += 6 * E;
+      }
+      if (sparse && (table[j].kind == MODEL_GATE || table[j].kind == MODEL_UP || table[j].kind == MODEL_DOWN))
+        continue;
       switch (table[j].kind) {
       case MODEL_Q: out = (int64_t)c->n_heads * HS; in = C; break;
       case MODEL_K: case MODEL_V: out = (int64_t)c->n_kv_heads * HS; in = C; break;
@@ -211,6 +257,13 @@ int model_create_table(struct model *m, const struct plan_model *cfg, char *err,
     }
     for (int l = 0; l < cfg->n_layers; l++) replicated_layout(&m->tp.layers[l]);
     memset(m->layer_here, 1, (size_t)cfg->n_layers);
+    if (cfg->moe.experts > 0) { /* without a plan, every layer is sparse */
+      if (!(m->moe = malloc((size_t)cfg->n_layers))) {
+        model_free(m);
+        return errf(err, err_size, "out of memory for the layer layouts");
+      }
+      memset(m->moe, 1, (size_t)cfg->n_layers);
+    }
   }
   return create_table(m, err, err_size);
 }
@@ -242,13 +295,15 @@ int model_create_table_at(struct model *m, const struct plan *p, int tp_rank, in
   m->tp.layers = calloc((size_t)L, sizeof *m->tp.layers);
   m->layer_here = calloc((size_t)L, 1);
   m->recompute = calloc((size_t)L, 1);
-  if (!m->tp.layers || !m->layer_here || !m->recompute) {
+  m->moe = calloc((size_t)L, 1);
+  if (!m->tp.layers || !m->layer_here || !m->recompute || !m->moe) {
     model_free(m);
     return errf(err, err_size, "out of memory for the layer layouts");
   }
   for (int l = 0; l < L; l++) {
     tp_layer_layout(p, l, &m->tp.layers[l]);
     m->recompute[l] = p->layers ? p->layers[l].recompute : 0;
+    m->moe[l] = p->model.moe.experts > 0 && p->layers && p->layers[l].moe;
   }
   if (!p->stages || p->n_stages == 0) { /* a plan made by hand, without stages: all of it here */
     memset(m->layer_here, 1, (size_t)L);
@@ -311,6 +366,10 @@ void model_bind_views(struct model *m)
     case MODEL_DOWN: w->wdown = p->data; g->wdown = p->grad; break;
     case MODEL_FINAL_NORM: m->final_norm = p->data; m->dfinal_norm = p->grad; break;
     case MODEL_HEAD: m->head = p->data; m->dhead = p->grad; break;
+    case MODEL_ROUTER: w->router = p->data; g->router = p->grad; break;
+    case MODEL_EXPERT_W1: w->w1[p->expert] = p->data; g->w1[p->expert] = p->grad; break;
+    case MODEL_EXPERT_W2: w->w2[p->expert] = p->data; g->w2[p->expert] = p->grad; break;
+    case MODEL_EXPERT_W3: w->w3[p->expert] = p->data; g->w3[p->expert] = p->grad; break;
     default: break;
     }
   }
@@ -347,6 +406,10 @@ void model_free(struct model *m)
   free(m->tp.layers);
   free(m->layer_here);
   free(m->recompute);
+  free(m->moe);
+  free(m->layer_param0);
+  free(m->moe_views);
+  free(m->moe_stat);
   free(m->layers);
   free(m->layer_grads);
   memset(m, 0, sizeof *m);
@@ -490,6 +553,8 @@ void model_layer_dims(const struct model *m, int layer, struct model_layer_dims 
   d->NKVl = y->kv == TP_FEAT ? c->n_kv_heads / tp : y->kv == TP_KV ? d->NHl : c->n_kv_heads;
   d->A = d->NHl * HS;
   d->Fl = y->mlp_sharded ? c->ffn_dim / tp : c->ffn_dim;
+  if (m->moe && m->moe[layer])
+    d->Fl = c->moe.ffn_dim; /* the experts are whole on every TP rank (mesh.tp = 1 with moe) */
 }
 
 /* Whether parameters first .. last (kinds, one after the other in the table) of layer l lie one
@@ -501,11 +566,12 @@ static int adjacent_weights(const struct model *m, int layer, enum model_param_k
 {
   if (m->tp.size != 1 || m->zero > 1 || !m->layer_here[layer])
     return 0;
-  /* the layer's 9 parameters, from index 1 + 9·layer (create_table: the embedding, then the
-   * layers); called for every layer of every pass, so only those are looked at */
-  const int base = 1 + 9 * layer;
+  /* the layer's parameters, from layer_param0 (create_table: the embedding, then the layers);
+   * called for every layer of every pass, so only those are looked at */
+  const int base = m->layer_param0[layer];
+  const int end = layer + 1 < m->config.n_layers ? m->layer_param0[layer + 1] : m->n_params;
   const struct model_param *prev = NULL;
-  for (int i = base; i < base + 9 && i < m->n_params; i++) {
+  for (int i = base; i < end; i++) {
     const struct model_param *p = &m->params[i];
     if (p->layer != layer || p->kind < first || p->kind > last)
       continue;
@@ -552,7 +618,7 @@ static void layout_acts(struct model_acts *a, const struct model *m, const struc
   const size_t TT = (size_t)a->T_max * a->T_max, HS = (size_t)c->head_dim;
   const size_t Vl = (size_t)c->vocab_padded / (m->tp.io.split[PLAN_MOD_HEAD] == PLAN_SPLIT_VOCAB ? m->tp.size : 1);
   const int drop = c->dropout > 0.0, lowp = m->bf16;
-  int NH_max = 1, any_fused = 0;
+  int NH_max = 1, any_fused = 0, any_sparse = 0;
   size_t qkv_max = 0; /* the widest fused q|k|v row */
   size_t rec_max = 0;
   /* what this set covers: the model's, cut to the scope */
@@ -606,6 +672,27 @@ static void layout_acts(struct model_acts *a, const struct model *m, const struc
     else
       la->ln2 = BUF(PLAN_RC_MLP_NORM | PLAN_RC_MLP, BTh * C);
     la->ln2_rstd = BUF(PLAN_RC_MLP_NORM | PLAN_RC_MLP, BTh);
+    if (m->moe && m->moe[l]) { /* the sparse MLP (model_moe.c); never recomputed (plan_validate) */
+      const size_t E = (size_t)c->moe.experts, K = (size_t)c->moe.top_k, Fe = (size_t)c->moe.ffn_dim;
+      const size_t R = model_moe_rows(m, a->B_max, a->T_max);
+      la->moe_probs = carve(act, BT * E);
+      la->moe_topw = carve(act, BT * K);
+      la->moe_lse = carve(act, BT);
+      la->moe_topi = carve_bytes(act, BT * K * sizeof(int));
+      la->moe_slot = carve_bytes(act, BT * K * sizeof(int));
+      la->moe_counts = carve_bytes(act, E * sizeof(int));
+      la->moe_routed = carve_bytes(act, E * sizeof(int));
+      la->moe_xe = carve(act, R * C);
+      la->gate = carve(act, R * Fe);
+      la->up = carve(act, R * Fe);
+      la->hidden = carve(act, R * Fe);
+      la->moe_ye = carve(act, R * C);
+      la->mlp_mask = drop ? carve(act, BTh * C) : NULL;
+      any_sparse = 1;
+      rec_max = rec->used - rec_start > rec_max ? rec->used - rec_start : rec_max;
+      rec->used = rec_start;
+      continue;
+    }
     if (model_gate_up_fused(m, l)) {
       la->gate = BUF(PLAN_RC_MLP, BT * 2 * (size_t)d.Fl);
       any_fused = 1;
@@ -666,6 +753,18 @@ static void layout_acts(struct model_acts *a, const struct model *m, const struc
   a->work_f2 = carve(work, BT * F);
   a->pack = m->tp.size > 1 ? carve(work, BT * widest) : NULL;
   a->gains = carve(work, 2 * C);
+  if (any_sparse) {
+    const size_t E = (size_t)c->moe.experts, K = (size_t)c->moe.top_k, Fe = (size_t)c->moe.ffn_dim;
+    const size_t R = model_moe_rows(m, a->B_max, a->T_max);
+    a->moe_dxe = carve(work, R * C);
+    a->moe_dye = carve(work, R * C);
+    a->moe_dgate = carve(work, R * Fe);
+    a->moe_dup = carve(work, R * Fe);
+    a->moe_dhid = carve(work, R * Fe);
+    a->moe_logits = carve(work, BT * E);
+    a->moe_dtopw = carve(work, BT * K);
+    a->moe_aux = carve(work, (size_t)a->B_max);
+  }
   a->attn_scratch = carve(work, m->k->attention_scratch_n_elems(m->kctx, a->B_max, a->T_max,
                                                                  NH_max, NH_max));
   if (lowp) { /* the widest product output: a fused gate|up's is 2F */

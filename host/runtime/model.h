@@ -26,13 +26,18 @@
 #include "plan/tp_layout.h"
 #include "real.h"
 
-#define MODEL_NAME_MAX 64
+#define MODEL_NAME_MAX 96
+#define MODEL_MOE_MAX_EXPERTS 1024 /* model.moe.experts at most */
 
 struct comm_group;
 
 enum model_param_kind {
   MODEL_EMBED, MODEL_ATTN_NORM, MODEL_Q, MODEL_K, MODEL_V, MODEL_O, MODEL_MLP_NORM,
-  MODEL_GATE, MODEL_UP, MODEL_DOWN, MODEL_FINAL_NORM, MODEL_HEAD, MODEL_N_KINDS
+  MODEL_GATE, MODEL_UP, MODEL_DOWN, MODEL_FINAL_NORM, MODEL_HEAD,
+  /* a sparse layer's MLP (model.moe, docs/moe.md), in place of gate, up and down: the router
+   * (E, C) and each expert's SwiGLU, Hugging Face Mixtral's w1 = gate (Fe, C), w2 = down (C, Fe),
+   * w3 = up (Fe, C) */
+  MODEL_ROUTER, MODEL_EXPERT_W1, MODEL_EXPERT_W2, MODEL_EXPERT_W3, MODEL_N_KINDS
 };
 
 /* Dropout sites, the low byte of the Philox counter c3 = (layer << 8) | site. */
@@ -42,6 +47,7 @@ struct model_param {
   char name[MODEL_NAME_MAX]; /* Hugging Face name, e.g. "model.layers.0.mlp.up_proj.weight" */
   enum model_param_kind kind;
   int layer;                 /* −1 outside the blocks */
+  int expert;                /* the expert of a MODEL_EXPERT_* tensor, else −1 */
   int n_dims;                /* 1 (norm gains) or 2 */
   int64_t shape[2];          /* Hugging Face shape: unpadded */
   int64_t rows;              /* rows stored: shape[0], or Vp for the embedding and the head */
@@ -78,6 +84,10 @@ struct model_layer_weights {
   real *mlp_norm;           /* (C) */
   real *wgate, *wup;        /* (F, C) */
   real *wdown;              /* (C, F) */
+  /* a sparse layer (model.moe): the router (E, C) and, per expert e, w1[e] = gate (Fe, C),
+   * w3[e] = up (Fe, C), w2[e] = down (C, Fe); wgate, wup, wdown NULL. NULL in a dense layer. */
+  real *router;
+  real **w1, **w2, **w3;    /* (E) each */
 };
 
 /* Tensor parallelism (plan/tp_layout.h): the TP group and each layer's layouts. A model made
@@ -105,6 +115,20 @@ struct model {
   uint8_t *layer_here;       /* (L) 1: layer l runs on this rank */
   int embed_here, head_here; /* the embedding (first stage); the final norm and head (last) */
   uint8_t *recompute;        /* (L) enum plan_recompute bits: what layer l's backward recomputes */
+  uint8_t *moe;              /* (L) 1: layer l's MLP is the sparse one of config.moe */
+  int *layer_param0;         /* (L) index in params of layer l's first parameter */
+  real **moe_views;          /* the w1/w2/w3 pointer arrays of the layers' weights and grads */
+  /* (L) each sparse layer's routing summed over the forwards since model_moe_stats_reset, while
+   * moe_collect is 1 (training forwards; the trainer turns it off for evaluation). Host memory;
+   * NULL in a dense model. */
+  struct model_moe_stat {
+    double aux;              /* Σ over sequences of the load-balancing loss (moe_aux_loss) */
+    double z;                /* Σ over tokens of logsumexp(router logits)² */
+    long long sequences, tokens;
+    long long assigned, dropped; /* assignments (tokens · top_k), and those over capacity */
+    long long *routed;       /* (E) assignments per expert before dropping */
+  } *moe_stat;
+  int moe_collect;
   int n_params;
   struct model_param *params; /* (n_params) in Hugging Face order: embedding, layers, norm, head */
   size_t n_elems;            /* floats in the flat layout, padding included */
@@ -143,7 +167,7 @@ struct model_layer_dims {
   int w_out[PLAN_N_MODULES]; /* output width of each linear q .. down as stored here */
   int w_in[PLAN_N_MODULES];  /* input width each linear reads */
   int A;                     /* attention output width: NHl · HS */
-  int Fl;                    /* SwiGLU width */
+  int Fl;                    /* SwiGLU width (an expert's in a sparse layer) */
 };
 void model_layer_dims(const struct model *m, int layer, struct model_layer_dims *d);
 /* 1 when layer l's gate and up run as one linear (output width 2F) over the two weights, which
@@ -187,11 +211,23 @@ struct model_layer_acts {
   /* bf16 models: the linears' inputs as their producers write them (ln1, o_in, ln2, down_in
    * stay NULL: no fp32 copy is kept, and atty is the workspace's) */
   bf16 *ln1_b, *o_in_b, *ln2_b, *down_in_b;
+  /* a sparse layer (model_moe.c): the router's outputs, the routing and the dispatched rows
+   * (R rows, expert-major: kernels/ops.h). gate, up and hidden then hold (R, Fe) rows. */
+  real *moe_probs;          /* (B, T, E) */
+  real *moe_topw;           /* (B, T, K) */
+  real *moe_lse;            /* (B, T) */
+  int *moe_topi, *moe_slot; /* (B, T, K) */
+  int *moe_counts, *moe_routed; /* (E) */
+  real *moe_xe;             /* (R, C) the experts' inputs */
+  real *moe_ye;             /* (R, C) the experts' outputs */
 };
 
 struct model_acts {
   int B_max, T_max;
   int B, T;                  /* of the last forward */
+  real loss_scale;           /* d(objective)/d(each token's loss), 1/(global · T): set by the
+                              * backward's caller (model_backward, the passes) before a layer's
+                              * backward; the sparse layers scale their router losses by it */
   int dropout_on;            /* the last forward applied dropout */
   struct model_dropout_state { /* the last forward's dropout, for recompute */
     real p;
@@ -224,6 +260,12 @@ struct model_acts {
   real *pack;               /* (B, T, max(C, F, Vp)) staging for gathers and reduce-scatters */
   real *gains;              /* (2C) norm-gain gradients of sequence-parallel norms */
   real *attn_scratch;       /* attention_scratch_n_elems(B_max, T_max, NH, NH) */
+  /* sparse layers' workspace (NULL in a dense model): R = model_moe_rows(B_max, T_max) */
+  real *moe_dxe, *moe_dye;  /* (R, C) */
+  real *moe_dgate, *moe_dup, *moe_dhid; /* (R, Fe) */
+  real *moe_logits;         /* (B, T, E) the router's logits, then their gradient */
+  real *moe_dtopw;          /* (B, T, K) */
+  real *moe_aux;            /* (B) the load-balancing loss of each sequence */
   bf16 *head_in_b;          /* bf16 models: the head's input (lnf and head_in NULL) */
   bf16 *dout_b;             /* bf16 models, workspace: a product's output gradient, rounded once
                              * for both of its products ((B, T, max(C, F, Vl))) */
@@ -302,6 +344,22 @@ int model_acts_count(const struct model *m, int B_max, int T_max, const struct m
 int model_acts_create_slot(struct model_acts *a, const struct model *m, const struct model_acts *first,
                            const struct model_acts_scope *scope, char *err, size_t err_size);
 void model_acts_free(struct model_acts *a);
+
+/* The sparse MLP of layer `layer` (model_moe.c): out (B·T, C) = Σ_k weight · expert(x) over the
+ * kept assignments of x (B·T, C), the MLP norm's output; saves what backward reads and adds to
+ * the layer's statistics when m->moe_collect. */
+void model_moe_forward(struct model *m, struct model_acts *a, int layer, const real *x, real *out);
+/* Its backward: dx (B·T, C) = d/dx, assigned; the router's and experts' gradients accumulate;
+ * the router losses (model.moe.aux_loss, z_loss) enter here, scaled by a->loss_scale. tmp: a
+ * (B·T, C) workspace. */
+void model_moe_backward(struct model *m, struct model_acts *a, int layer, const real *x,
+                        const real *dout, real *dx, real *tmp);
+/* Zeroes every sparse layer's routing statistics. */
+void model_moe_stats_reset(struct model *m);
+
+/* Rows of the dispatched buffers of a sparse layer for B × T tokens: B·T·K dropless, else at most
+ * min(B·T·K, B·E·capacity(T)). 0 for a dense model. */
+size_t model_moe_rows(const struct model *m, int B, int T);
 
 /* ---- forward and backward (model_passes.c), B ≤ B_max, T ≤ T_max --------------------------- */
 /* Starts a forward of B × T tokens: records B, T and the dropout (for recompute). The embedding's

@@ -408,6 +408,18 @@ static void layer_forward_pieces(struct model *m, struct model_acts *a, int laye
   /* MLP */
   if (pieces & F_MLP_NORM)
     m->k->rmsnorm_forward(m->kctx, la->ln2, la->ln2_rstd, la->mid, w->mlp_norm, Nh, C, eps);
+  if (m->moe && m->moe[layer]) { /* the sparse MLP (one TP rank): out = mid + drop(moe(ln2)) */
+    if (pieces & F_MLP_OUT) {
+      model_moe_forward(m, a, layer, la->ln2, branch);
+      if (drop) {
+        draw_masks(m, la->mlp_mask, (size_t)Th * C, home_first(m, T), dropout, B, layer,
+                   MODEL_DROP_MLP_OUT);
+        m->k->dropout_forward(m->kctx, branch, branch, la->mlp_mask, n_home);
+      }
+      m->k->residual_forward(m->kctx, out, la->mid, branch, n_home);
+    }
+    return;
+  }
   const int fused = model_gate_up_fused(m, layer);
   if ((pieces & F_MLP_IN) && fused) { /* one product over [gate; up] */
     norm_inputs(m, a, y, la->ln2, PLAN_MOD_GATE, PLAN_MOD_UP, in);
@@ -583,12 +595,21 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
     dh = a->work_c1;
     m->k->dropout_backward(m->kctx, dh, dres, la->mlp_mask, n_home);
   }
-  enum tp_layout want = tp_dual(tp_split_output(s[PLAN_MOD_DOWN]));
-  real *dout = no_conversion(m, y->home, want) ? dh
-              : tp_convert(&m->tp, a->pack, a->work_c2, dh, y->home, want, B, T, C, a->work_c3);
+  enum tp_layout want, arrival;
+  real *dout;
+  if (m->moe && m->moe[layer]) { /* the sparse MLP (one TP rank) */
+    model_moe_backward(m, a, layer, la->ln2, dh, a->work_c2, a->work_c3);
+    m->k->rmsnorm_backward(m->kctx, a->work_c1, g->mlp_norm, a->work_c2, la->mid, w->mlp_norm,
+                           la->ln2_rstd, Nh, C);
+    m->k->residual_forward(m->kctx, dres, dres, a->work_c1, n_home);
+    goto attention;
+  }
+  want = tp_dual(tp_split_output(s[PLAN_MOD_DOWN]));
+  dout = no_conversion(m, y->home, want) ? dh
+       : tp_convert(&m->tp, a->pack, a->work_c2, dh, y->home, want, B, T, C, a->work_c3);
   m->k->linear_backward(m->kctx, a->dhidden, g->wdown, dout, la->down_in, w->wdown, N,
                         d.w_in[PLAN_MOD_DOWN], d.w_out[PLAN_MOD_DOWN]);
-  enum tp_layout arrival = tp_split_input_grad(s[PLAN_MOD_DOWN]);
+  arrival = tp_split_input_grad(s[PLAN_MOD_DOWN]);
   real *dhid = no_conversion(m, arrival, M) ? a->dhidden
               : tp_convert(&m->tp, a->pack, a->work_f1, a->dhidden, arrival, M, B, T, F, NULL);
   dins[PLAN_MOD_GATE] = a->dq;
@@ -618,6 +639,7 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
                          w->mlp_norm, la->ln2_rstd, Nh, C);
   m->k->residual_forward(m->kctx, dres, dres, a->work_c1, n_home);
 
+attention:
   /* Attention branch: mid = x + drop(o(atty)). */
   dh = dres;
   if (drop) {
@@ -816,6 +838,7 @@ double model_forward(const struct model *m, struct model_acts *a, const int *tok
 
 void model_backward(struct model *m, struct model_acts *a, real loss_scale)
 {
+  a->loss_scale = loss_scale;
   model_head_backward(m, a, loss_scale);
   for (int l = m->config.n_layers - 1; l >= 0; l--) model_layer_backward(m, a, l);
   model_embed_backward(m, a);

@@ -107,6 +107,14 @@ enum entry {
   E_ADAMW_UPDATE,
   E_SUMSQ,
   E_SCALE_INPLACE,
+  E_MOE_ROUTER_FORWARD,
+  E_MOE_ROUTE,
+  E_MOE_DISPATCH,
+  E_MOE_DISPATCH_BACKWARD,
+  E_MOE_COMBINE,
+  E_MOE_COMBINE_BACKWARD,
+  E_MOE_AUX_LOSS,
+  E_MOE_ROUTER_BACKWARD,
   N_ENTRIES
 };
 
@@ -122,7 +130,9 @@ static const char *const entry_names[N_ENTRIES] = {
   "swiglu_backward_rows", "dropout_mask", "dropout_forward", "dropout_backward",
   "residual_forward", "crossentropy_forward", "crossentropy_backward", "crossentropy_shard_max",
   "crossentropy_shard_sums", "crossentropy_shard_finish", "crossentropy_shard_backward",
-  "adamw_update", "sumsq", "scale_inplace",
+  "adamw_update", "sumsq", "scale_inplace", "moe_router_forward", "moe_route", "moe_dispatch",
+  "moe_dispatch_backward", "moe_combine", "moe_combine_backward", "moe_aux_loss",
+  "moe_router_backward",
 };
 
 /* Every function entry of struct kernel_ops is wrapped here (after name and host_visible): an
@@ -861,6 +871,92 @@ static void untouchable_crossentropy_shard_backward(void *ctx, real *dlogits, co
   leave(a);
 }
 
+/* ---- mixture of experts ---- */
+static void untouchable_moe_router_forward(void *ctx, real *probs, int *topi, real *topw, real *lse,
+                                           const real *logits, int N, int E, int K)
+{
+  struct arena *a = enter(ctx, E_MOE_ROUTER_FORWARD);
+  dev(a, E_MOE_ROUTER_FORWARD, probs), dev(a, E_MOE_ROUTER_FORWARD, topi);
+  dev(a, E_MOE_ROUTER_FORWARD, topw), dev(a, E_MOE_ROUTER_FORWARD, lse);
+  dev(a, E_MOE_ROUTER_FORWARD, logits);
+  a->inner->moe_router_forward(NULL, probs, topi, topw, lse, logits, N, E, K);
+  leave(a);
+}
+
+static void untouchable_moe_route(void *ctx, int *slot, int *counts, int *routed, const int *topi,
+                                  int N, int T, int E, int K, int capacity)
+{
+  struct arena *a = enter(ctx, E_MOE_ROUTE);
+  dev(a, E_MOE_ROUTE, slot), dev(a, E_MOE_ROUTE, counts), dev(a, E_MOE_ROUTE, routed);
+  dev(a, E_MOE_ROUTE, topi);
+  a->inner->moe_route(NULL, slot, counts, routed, topi, N, T, E, K, capacity);
+  leave(a);
+}
+
+static void untouchable_moe_dispatch(void *ctx, real *xe, const real *x, const int *slot, int N,
+                                     int K, int C)
+{
+  struct arena *a = enter(ctx, E_MOE_DISPATCH);
+  dev(a, E_MOE_DISPATCH, xe), dev(a, E_MOE_DISPATCH, x), dev(a, E_MOE_DISPATCH, slot);
+  a->inner->moe_dispatch(NULL, xe, x, slot, N, K, C);
+  leave(a);
+}
+
+static void untouchable_moe_dispatch_backward(void *ctx, real *dx, const real *dxe, const int *slot,
+                                              int N, int K, int C)
+{
+  struct arena *a = enter(ctx, E_MOE_DISPATCH_BACKWARD);
+  dev(a, E_MOE_DISPATCH_BACKWARD, dx), dev(a, E_MOE_DISPATCH_BACKWARD, dxe);
+  dev(a, E_MOE_DISPATCH_BACKWARD, slot);
+  a->inner->moe_dispatch_backward(NULL, dx, dxe, slot, N, K, C);
+  leave(a);
+}
+
+static void untouchable_moe_combine(void *ctx, real *out, const real *ye, const int *slot,
+                                    const real *topw, int N, int K, int C)
+{
+  struct arena *a = enter(ctx, E_MOE_COMBINE);
+  dev(a, E_MOE_COMBINE, out), dev(a, E_MOE_COMBINE, ye), dev(a, E_MOE_COMBINE, slot);
+  dev(a, E_MOE_COMBINE, topw);
+  a->inner->moe_combine(NULL, out, ye, slot, topw, N, K, C);
+  leave(a);
+}
+
+static void untouchable_moe_combine_backward(void *ctx, real *dye, real *dtopw, const real *dout,
+                                             const real *ye, const int *slot, const real *topw,
+                                             int N, int K, int C)
+{
+  struct arena *a = enter(ctx, E_MOE_COMBINE_BACKWARD);
+  dev(a, E_MOE_COMBINE_BACKWARD, dye), dev(a, E_MOE_COMBINE_BACKWARD, dtopw);
+  dev(a, E_MOE_COMBINE_BACKWARD, dout), dev(a, E_MOE_COMBINE_BACKWARD, ye);
+  dev(a, E_MOE_COMBINE_BACKWARD, slot), dev(a, E_MOE_COMBINE_BACKWARD, topw);
+  a->inner->moe_combine_backward(NULL, dye, dtopw, dout, ye, slot, topw, N, K, C);
+  leave(a);
+}
+
+static void untouchable_moe_aux_loss(void *ctx, real *aux, const real *probs, const int *topi,
+                                     int N, int T, int E, int K)
+{
+  struct arena *a = enter(ctx, E_MOE_AUX_LOSS);
+  dev(a, E_MOE_AUX_LOSS, aux), dev(a, E_MOE_AUX_LOSS, probs), dev(a, E_MOE_AUX_LOSS, topi);
+  a->inner->moe_aux_loss(NULL, aux, probs, topi, N, T, E, K);
+  leave(a);
+}
+
+static void untouchable_moe_router_backward(void *ctx, real *dlogits, const real *dtopw,
+                                            const real *probs, const int *topi, const real *topw,
+                                            const real *lse, int N, int T, int E, int K,
+                                            real aux_scale, real z_scale)
+{
+  struct arena *a = enter(ctx, E_MOE_ROUTER_BACKWARD);
+  dev(a, E_MOE_ROUTER_BACKWARD, dlogits), dev(a, E_MOE_ROUTER_BACKWARD, dtopw);
+  dev(a, E_MOE_ROUTER_BACKWARD, probs), dev(a, E_MOE_ROUTER_BACKWARD, topi);
+  dev(a, E_MOE_ROUTER_BACKWARD, topw), dev(a, E_MOE_ROUTER_BACKWARD, lse);
+  a->inner->moe_router_backward(NULL, dlogits, dtopw, probs, topi, topw, lse, N, T, E, K, aux_scale,
+                                z_scale);
+  leave(a);
+}
+
 static void untouchable_adamw_update(void *ctx, real *param, const real *grad, real *m, real *v,
                                      size_t n_elems, double lr, double beta1, double beta2,
                                      double eps, double weight_decay, int t, real grad_scale)
@@ -932,6 +1028,14 @@ static const struct kernel_ops untouchable_ops = {
   .swiglu_backward = untouchable_swiglu_backward,
   .swiglu_forward_rows = untouchable_swiglu_forward_rows,
   .swiglu_backward_rows = untouchable_swiglu_backward_rows,
+  .moe_router_forward = untouchable_moe_router_forward,
+  .moe_route = untouchable_moe_route,
+  .moe_dispatch = untouchable_moe_dispatch,
+  .moe_dispatch_backward = untouchable_moe_dispatch_backward,
+  .moe_combine = untouchable_moe_combine,
+  .moe_combine_backward = untouchable_moe_combine_backward,
+  .moe_aux_loss = untouchable_moe_aux_loss,
+  .moe_router_backward = untouchable_moe_router_backward,
   .dropout_mask = untouchable_dropout_mask,
   .dropout_forward = untouchable_dropout_forward,
   .dropout_backward = untouchable_dropout_backward,

@@ -8,6 +8,7 @@
  * count, and so are mem_alloc and mem_free: the table is host-visible, so its memory is the host
  * allocator's. The trainer keeps the table it opened with after the selection goes back to the CPU's. */
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "check.h"
 #include "ops.h"
@@ -70,6 +71,14 @@ enum entry {
   ENTRY_ADAMW_UPDATE,
   ENTRY_SUMSQ,
   ENTRY_SCALE_INPLACE,
+  ENTRY_MOE_ROUTER_FORWARD,
+  ENTRY_MOE_ROUTE,
+  ENTRY_MOE_DISPATCH,
+  ENTRY_MOE_DISPATCH_BACKWARD,
+  ENTRY_MOE_COMBINE,
+  ENTRY_MOE_COMBINE_BACKWARD,
+  ENTRY_MOE_AUX_LOSS,
+  ENTRY_MOE_ROUTER_BACKWARD,
   N_ENTRIES
 };
 
@@ -125,6 +134,14 @@ static const char *const entry_names[N_ENTRIES] = {
   "adamw_update",
   "sumsq",
   "scale_inplace",
+  "moe_router_forward",
+  "moe_route",
+  "moe_dispatch",
+  "moe_dispatch_backward",
+  "moe_combine",
+  "moe_combine_backward",
+  "moe_aux_loss",
+  "moe_router_backward",
 };
 
 /* Every function entry of struct kernel_ops (after name and host_visible) is wrapped here: an
@@ -146,6 +163,68 @@ static const struct counter *count(void *ctx, enum entry e)
   c->calls[e]++;
   return c;
 }
+
+/* mixture of experts */
+static void counted_moe_router_forward(void *ctx, real *probs, int *topi, real *topw, real *lse,
+                                       const real *logits, int N, int E, int K)
+{
+  const struct counter *c = count(ctx, ENTRY_MOE_ROUTER_FORWARD);
+  c->inner->moe_router_forward(c->inner_ctx, probs, topi, topw, lse, logits, N, E, K);
+}
+
+static void counted_moe_route(void *ctx, int *slot, int *counts, int *routed, const int *topi,
+                              int N, int T, int E, int K, int capacity)
+{
+  const struct counter *c = count(ctx, ENTRY_MOE_ROUTE);
+  c->inner->moe_route(c->inner_ctx, slot, counts, routed, topi, N, T, E, K, capacity);
+}
+
+static void counted_moe_dispatch(void *ctx, real *xe, const real *x, const int *slot, int N, int K,
+                                 int C)
+{
+  const struct counter *c = count(ctx, ENTRY_MOE_DISPATCH);
+  c->inner->moe_dispatch(c->inner_ctx, xe, x, slot, N, K, C);
+}
+
+static void counted_moe_dispatch_backward(void *ctx, real *dx, const real *dxe, const int *slot,
+                                          int N, int K, int C)
+{
+  const struct counter *c = count(ctx, ENTRY_MOE_DISPATCH_BACKWARD);
+  c->inner->moe_dispatch_backward(c->inner_ctx, dx, dxe, slot, N, K, C);
+}
+
+static void counted_moe_combine(void *ctx, real *out, const real *ye, const int *slot,
+                                const real *topw, int N, int K, int C)
+{
+  const struct counter *c = count(ctx, ENTRY_MOE_COMBINE);
+  c->inner->moe_combine(c->inner_ctx, out, ye, slot, topw, N, K, C);
+}
+
+static void counted_moe_combine_backward(void *ctx, real *dye, real *dtopw, const real *dout,
+                                         const real *ye, const int *slot, const real *topw, int N,
+                                         int K, int C)
+{
+  const struct counter *c = count(ctx, ENTRY_MOE_COMBINE_BACKWARD);
+  c->inner->moe_combine_backward(c->inner_ctx, dye, dtopw, dout, ye, slot, topw, N, K, C);
+}
+
+static void counted_moe_aux_loss(void *ctx, real *aux, const real *probs, const int *topi, int N,
+                                 int T, int E, int K)
+{
+  const struct counter *c = count(ctx, ENTRY_MOE_AUX_LOSS);
+  c->inner->moe_aux_loss(c->inner_ctx, aux, probs, topi, N, T, E, K);
+}
+
+static void counted_moe_router_backward(void *ctx, real *dlogits, const real *dtopw,
+                                        const real *probs, const int *topi, const real *topw,
+                                        const real *lse, int N, int T, int E, int K, real aux_scale,
+                                        real z_scale)
+{
+  const struct counter *c = count(ctx, ENTRY_MOE_ROUTER_BACKWARD);
+  c->inner->moe_router_backward(c->inner_ctx, dlogits, dtopw, probs, topi, topw, lse, N, T, E, K,
+                                aux_scale, z_scale);
+}
+
 
 /* The memory entries pass through to the CPU's. The table is host-visible, so the allocator
  * bills its memory as the host's and takes it from the host allocator: mem_alloc and mem_free
@@ -558,6 +637,14 @@ static const struct kernel_ops counting_ops = {
   .swiglu_backward = counted_swiglu_backward,
   .swiglu_forward_rows = counted_swiglu_forward_rows,
   .swiglu_backward_rows = counted_swiglu_backward_rows,
+  .moe_router_forward = counted_moe_router_forward,
+  .moe_route = counted_moe_route,
+  .moe_dispatch = counted_moe_dispatch,
+  .moe_dispatch_backward = counted_moe_dispatch_backward,
+  .moe_combine = counted_moe_combine,
+  .moe_combine_backward = counted_moe_combine_backward,
+  .moe_aux_loss = counted_moe_aux_loss,
+  .moe_router_backward = counted_moe_router_backward,
   .dropout_mask = counted_dropout_mask,
   .dropout_forward = counted_dropout_forward,
   .dropout_backward = counted_dropout_backward,
@@ -581,8 +668,10 @@ static const struct kernel_ops counting_ops = {
  * SwiGLU, RoPE and attention of separate gate, up, q, k and v (this plan runs them as one
  * product each: model_gate_up_fused, model_qkv_fused; the tensor-parallel and ZeRO-3
  * equivalence runs take the other path). */
-static int uncounted_entry(enum entry e, int lowp)
+static int uncounted_entry(enum entry e, int lowp, int moe)
 {
+  if (e >= ENTRY_MOE_ROUTER_FORWARD && e <= ENTRY_MOE_ROUTER_BACKWARD)
+    return !moe; /* a dense model has no router */
   const int bf16_entry = e == ENTRY_ROUND_BF16 || e == ENTRY_LINEAR_FORWARD_BF16 ||
                          e == ENTRY_LINEAR_BACKWARD_BF16 || e == ENTRY_RMSNORM_FORWARD_BF16 ||
                          e == ENTRY_SWIGLU_FORWARD_ROWS_BF16 || e == ENTRY_ADAMW_UPDATE_BF16;
@@ -612,10 +701,17 @@ static void tiny_plan(struct plan *p)
   p->optimizer.grad_clip = 1e-3; /* below any gradient norm here: clipping scales */
 }
 
-static void counted_steps(int lowp)
+static void counted_steps(int lowp, int moe)
 {
   struct plan p;
   tiny_plan(&p);
+  if (moe) { /* layer 1 sparse: 4 experts, top 2, at capacity (some assignments drop) */
+    p.model.moe = (struct plan_moe){ .experts = 4, .top_k = 2, .ffn_dim = 24, .aux_loss = 0.01,
+                                     .z_loss = 1e-3, .capacity_factor = 1.0, .n_layers = 1 };
+    if (!p.layers) /* the fixture's plan has no layer table: all zero is every default */
+      p.layers = calloc((size_t)p.model.n_layers, sizeof *p.layers);
+    p.layers[1].moe = 1;
+  }
   if (lowp)
     p.precision.compute = PLAN_BF16;
   const enum entry linear = lowp ? ENTRY_LINEAR_FORWARD_BF16 : ENTRY_LINEAR_FORWARD;
@@ -654,7 +750,7 @@ static void counted_steps(int lowp)
 
   for (int e = 0; e < N_ENTRIES; e++) {
     printf("%-28s %ld\n", entry_names[e], c.calls[e]);
-    if (!uncounted_entry((enum entry)e, lowp))
+    if (!uncounted_entry((enum entry)e, lowp, moe))
       CHECK_MSG(c.calls[e] > 0, "%s: no call through the table", entry_names[e]);
   }
   trainer_close(&a);
@@ -663,7 +759,13 @@ static void counted_steps(int lowp)
 
 static void a_counting_table_sees_every_kernel_call_and_the_same_bits(void)
 {
-  counted_steps(0);
+  counted_steps(0, 0);
+}
+
+/* A model with a sparse layer: the router, routing, dispatch and combine go through the table. */
+static void a_sparse_layer_computes_through_the_table_too(void)
+{
+  counted_steps(0, 1);
 }
 
 /* The same in bf16 compute: every bf16 entry goes through the table, none of the fp32 products. */
@@ -676,7 +778,7 @@ static void bf16_steps_go_through_the_table_too(void)
     printf("no bf16 compute in this build\n");
     return;
   }
-  counted_steps(1);
+  counted_steps(1, 0);
 }
 
 static void kernels_use_null_goes_back_to_the_cpu_table(void)
@@ -735,6 +837,7 @@ static void a_table_of_another_element_type_is_refused(void)
   model_free(&m);
 }
 
-TEST_MAIN(TEST(a_counting_table_sees_every_kernel_call_and_the_same_bits), TEST(bf16_steps_go_through_the_table_too),
+TEST_MAIN(TEST(a_counting_table_sees_every_kernel_call_and_the_same_bits),
+          TEST(a_sparse_layer_computes_through_the_table_too), TEST(bf16_steps_go_through_the_table_too),
           TEST(a_table_of_another_element_type_is_refused),
           TEST(kernels_use_null_goes_back_to_the_cpu_table))
