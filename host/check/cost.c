@@ -86,8 +86,7 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   }
   tp_comm_list(p, p->batch.micro, p->batch.seq, list, n_tp);
   const struct plan_layer_flops lf = plan_layer_flops(p);
-  const double layer_fwd = lf.attn_proj + lf.attn_core + lf.mlp;
-  double model_fwd_per_token = L * layer_fwd + plan_head_flops(p);
+  double model_fwd_per_token = plan_model_flops(p); /* with model.moe: the active experts */
   for (int s = 0; s < S; s++) {
     const struct plan_stage *st = &p->stages[s];
     const struct plan_stage_flops sf = plan_stage_flops(p, s);

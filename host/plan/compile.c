@@ -381,11 +381,110 @@ static int call_plan_function(struct reader *r, int fidx, int nargs, const char 
 
 /* ---- sections ------------------------------------------------------------------------- */
 
+/* model.moe.layers (docs/plans.md): "all", a list of 0-based layer indices, or a function(layer)
+ * -> boolean called once per layer; the value at the stack's top. Sets p->layers[l].moe. */
+static int moe_layers_value(struct reader *r, const char *path, const char *where)
+{
+  struct plan *p = r->p;
+  lua_State *L = r->L;
+  const int n_layers = p->model.n_layers;
+  char v[96];
+  int type = lua_type(L, -1);
+  if (type == LUA_TNIL || (type == LUA_TSTRING && strcmp(lua_tostring(L, -1), "all") == 0)) {
+    for (int l = 0; l < n_layers; l++)
+      p->layers[l].moe = 1;
+  } else if (type == LUA_TFUNCTION) {
+    p->model.moe.layers_is_function = 1;
+    int f = lua_gettop(L);
+    for (int l = 0; l < n_layers; l++) {
+      char what[192];
+      snprintf(what, sizeof what, "the %s function, called for layer %d", path, l);
+      lua_pushinteger(L, l);
+      if (call_plan_function(r, f, 1, what))
+        return -1;
+      if (!lua_isboolean(L, -1)) {
+        describe(L, -1, v, sizeof v);
+        return rfail(r, where, "%s: the function returned %s for layer %d; it must return true (the layer's "
+                     "MLP is sparse) or false (dense)", path, v, l);
+      }
+      p->layers[l].moe = (uint8_t)lua_toboolean(L, -1);
+      lua_pop(L, 1);
+    }
+  } else if (type == LUA_TTABLE) {
+    int t = lua_gettop(L), n = (int)lua_rawlen(L, t);
+    for (int i = 1; i <= n; i++) {
+      char item_where[PLAN_PATH_MAX + 32];
+      if (!sandbox_where(L, t, NULL, i, item_where, sizeof item_where))
+        snprintf(item_where, sizeof item_where, "%s", where);
+      lua_rawgeti(L, t, i);
+      long long layer;
+      if (!is_integral(L, -1, &layer)) {
+        describe(L, -1, v, sizeof v);
+        return rfail(r, item_where, "%s[%d] = %s: must be a layer index (0-based)", path, i, v);
+      }
+      lua_pop(L, 1);
+      if (layer < 0 || layer >= n_layers)
+        return rfail(r, item_where, "%s[%d] = %lld: layer %lld does not exist; layers are 0..%d", path, i, layer,
+                     layer, n_layers - 1);
+      if (p->layers[layer].moe)
+        return rfail(r, item_where, "%s[%d] = %lld: layer %lld appears twice; list each sparse layer once",
+                     path, i, layer, layer);
+      p->layers[layer].moe = 1;
+    }
+  } else {
+    describe(L, -1, v, sizeof v);
+    return rfail(r, where, "%s = %s: must be \"all\", a list of layer indices (0-based) or a "
+                 "function(layer) -> boolean", path, v);
+  }
+  int sparse = 0;
+  for (int l = 0; l < n_layers; l++)
+    sparse += p->layers[l].moe;
+  if (sparse == 0)
+    return rfail(r, where, "%s selects no layer; list at least one layer, or leave model.moe out for a dense "
+                 "model", path);
+  p->model.moe.n_layers = sparse;
+  return 0;
+}
+
+/* model.moe (docs/plans.md, docs/moe.md): the sparse MLP. Absent: a dense model (experts 0). */
+static int read_moe(struct reader *r, const struct tbl *model)
+{
+  static const char *const known[] = { "experts", "top_k", "ffn_dim", "layers", "aux_loss", "z_loss",
+                                       "capacity_factor", NULL };
+  struct plan_moe *e = &r->p->model.moe;
+  struct tbl t;
+  int present;
+  memset(e, 0, sizeof *e);
+  if (open_section(r, model, "moe", &t, &present))
+    return -1;
+  if (!present)
+    return 0;
+  e->ffn_dim = r->p->model.ffn_dim;
+  e->aux_loss = 0.01; /* Switch Transformer's coefficient */
+  if (check_fields(r, &t, known, "model.moe") || read_int(r, &t, "experts", 1, 1 << 16, 1, &e->experts) ||
+      read_int(r, &t, "top_k", 1, 1 << 16, 1, &e->top_k))
+    return -1;
+  if (e->top_k > e->experts)
+    return rfail(r, plan_where(r->p, "model.moe.top_k"), "model.moe.top_k = %d: more than model.moe.experts = %d; "
+                 "each token goes to top_k of the experts, so 1 ≤ top_k ≤ %d", e->top_k, e->experts, e->experts);
+  if (read_int(r, &t, "ffn_dim", 1, 1 << 22, 0, &e->ffn_dim) ||
+      read_num(r, &t, "aux_loss", 0, INFINITY, 0, 0, 0, &e->aux_loss) ||
+      read_num(r, &t, "z_loss", 0, INFINITY, 0, 0, 0, &e->z_loss) ||
+      read_num(r, &t, "capacity_factor", 0, INFINITY, 0, 0, 0, &e->capacity_factor))
+    return -1;
+  char path[128], where[PLAN_PATH_MAX + 32];
+  get(r, &t, "layers", path, sizeof path, where, sizeof where);
+  if (moe_layers_value(r, path, where))
+    return -1;
+  lua_pop(r->L, 2);
+  return 0;
+}
+
 static int read_model(struct reader *r, const struct tbl *root)
 {
   static const char *const known[] = { "family", "n_layers", "dim", "n_heads", "n_kv_heads", "ffn_dim",
                                        "vocab", "max_seq", "norm_eps", "rope_theta", "dropout",
-                                       "tie_embeddings", NULL };
+                                       "tie_embeddings", "moe", NULL };
   static const char *const families[] = { "llama", NULL };
   struct plan_model *m = &r->p->model;
   struct tbl t;
@@ -409,6 +508,10 @@ static int read_model(struct reader *r, const struct tbl *root)
            read_num(r, &t, "rope_theta", 0, INFINITY, 1, 0, 0, &m->rope_theta) ||
            read_num(r, &t, "dropout", 0, 1, 0, 1, 0, &m->dropout) ||
            read_bool(r, &t, "tie_embeddings", &m->tie_embeddings);
+  if (!rc && !(r->p->layers = calloc((size_t)m->n_layers, sizeof *r->p->layers)))
+    return rfail(r, root->where, "out of memory");
+  if (!rc)
+    rc = read_moe(r, &t);
   lua_pop(r->L, 1);
   snprintf(m->family, sizeof m->family, "%s", families[family]);
   if (!rc && m->n_kv_heads == 0)
@@ -1229,9 +1332,6 @@ static int read_plan(struct reader *r, struct tbl *root, int world)
       read_num(r, root, "bucket_mb", 0, 1 << 20, 1, 0, 0, &p->bucket_mb) || read_device(r, root) ||
       read_simple_sections(r, root))
     return -1;
-  p->layers = calloc((size_t)p->model.n_layers, sizeof *p->layers);
-  if (!p->layers)
-    return rfail(r, root->where, "out of memory");
   if (read_stages(r, root) || read_tp_split(r, root) || read_recompute(r, root))
     return -1;
   return 0;

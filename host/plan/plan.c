@@ -188,6 +188,12 @@ static const struct resume_field {
   { "precision.compute", R_DTYPE, AT(precision.compute), -1, -1 },
   { "precision.grads", R_DTYPE, AT(precision.grads), -1, -1 },
   { "precision.master", R_DTYPE, AT(precision.master), -1, -1 },
+  /* model.moe's fields that change what is computed but no tensor's shape (experts, ffn_dim and
+   * layers change the tensors, which the checkpoint's own list catches) */
+  { "model.moe.top_k", R_INT, AT(model.moe.top_k), -1, -1 },
+  { "model.moe.aux_loss", R_REAL, AT(model.moe.aux_loss), -1, -1 },
+  { "model.moe.z_loss", R_REAL, AT(model.moe.z_loss), -1, -1 },
+  { "model.moe.capacity_factor", R_REAL, AT(model.moe.capacity_factor), -1, -1 },
   /* the parents: named in allow_changes, not compared themselves */
   [R_SEEDS_GLOBAL] = { "seeds.global", R_LL, AT(seeds.global), -1, -1 },
   [R_TRAIN_STEPS] = { "train.steps", R_LL, AT(train.steps), -1, -1 },
@@ -284,6 +290,36 @@ struct plan_layer_flops plan_layer_flops(const struct plan *p)
   return lf;
 }
 
+/* A sparse layer's MLP: the router (C → experts) and the top_k experts each token goes to. */
+static double sparse_mlp_flops(const struct plan_model *m)
+{
+  return 2.0 * m->dim * m->moe.experts + m->moe.top_k * 6.0 * m->dim * m->moe.ffn_dim;
+}
+
+static int layer_is_sparse(const struct plan *p, int l)
+{
+  return p->model.moe.experts > 0 && p->layers && l >= 0 && l < p->model.n_layers && p->layers[l].moe;
+}
+
+struct plan_layer_flops plan_layer_flops_of(const struct plan *p, int l)
+{
+  struct plan_layer_flops lf = plan_layer_flops(p);
+  if (layer_is_sparse(p, l))
+    lf.mlp = sparse_mlp_flops(&p->model);
+  return lf;
+}
+
+double plan_model_flops(const struct plan *p)
+{
+  const struct plan_layer_flops lf = plan_layer_flops(p);
+  const int L = p->model.n_layers, sparse = p->model.moe.experts > 0 ? p->model.moe.n_layers : 0;
+  const double dense = lf.attn_proj + lf.attn_core + lf.mlp;
+  if (!sparse)
+    return L * dense + plan_head_flops(p);
+  return (L - sparse) * dense + sparse * (lf.attn_proj + lf.attn_core + sparse_mlp_flops(&p->model)) +
+         plan_head_flops(p);
+}
+
 double plan_recompute_flops(const struct plan_layer_flops *lf, uint8_t mask)
 {
   double f = 0;
@@ -299,12 +335,18 @@ double plan_recompute_flops(const struct plan_layer_flops *lf, uint8_t mask)
 struct plan_stage_flops plan_stage_flops(const struct plan *p, int s)
 {
   const struct plan_stage *st = &p->stages[s];
-  const struct plan_layer_flops lf = plan_layer_flops(p);
-  struct plan_stage_flops f = { st->n_layers * (lf.attn_proj + lf.attn_core + lf.mlp), 0.0 };
+  const struct plan_layer_flops dense = plan_layer_flops(p);
+  int n_sparse = 0;
+  struct plan_stage_flops f = { 0.0, 0.0 };
+  for (int l = st->first_layer; st->first_layer >= 0 && l < st->first_layer + st->n_layers; l++) {
+    const struct plan_layer_flops lf = plan_layer_flops_of(p, l);
+    n_sparse += layer_is_sparse(p, l);
+    f.recompute += plan_recompute_flops(&lf, p->layers ? p->layers[l].recompute : 0);
+  }
+  const double sparse_layer = dense.attn_proj + dense.attn_core + (n_sparse ? sparse_mlp_flops(&p->model) : 0.0);
+  f.forward = (st->n_layers - n_sparse) * (dense.attn_proj + dense.attn_core + dense.mlp) + n_sparse * sparse_layer;
   if (st->has_head)
     f.forward += plan_head_flops(p);
-  for (int l = st->first_layer; st->first_layer >= 0 && l < st->first_layer + st->n_layers; l++)
-    f.recompute += plan_recompute_flops(&lf, p->layers ? p->layers[l].recompute : 0);
   return f;
 }
 
@@ -325,20 +367,37 @@ double plan_head_flops(const struct plan *p)
   return 2.0 * p->model.dim * (double)p->model.vocab;
 }
 
-long long plan_param_count(const struct plan *p)
+/* The model's parameters, with all of each sparse layer's experts (all_experts) or the top_k
+ * that one token's forward multiplies by. */
+static long long param_count(const struct plan *p, int all_experts)
 {
   const struct plan_model *m = &p->model;
   long long C = m->dim, F = m->ffn_dim, HS = m->head_dim;
   long long Vp = m->vocab_padded ? m->vocab_padded : m->vocab;
-  long long per_layer = C * (m->n_heads * HS)        /* q */
-                        + 2 * C * (m->n_kv_heads * HS) /* k, v */
-                        + (m->n_heads * HS) * C        /* o */
-                        + 3 * C * F                    /* gate, up, down */
-                        + 2 * C;                       /* two RMSNorm gains */
-  long long total = per_layer * m->n_layers + Vp * C /* embedding */ + C /* final norm */;
+  long long attn_norms = C * (m->n_heads * HS)        /* q */
+                         + 2 * C * (m->n_kv_heads * HS) /* k, v */
+                         + (m->n_heads * HS) * C        /* o */
+                         + 2 * C;                       /* two RMSNorm gains */
+  long long dense_mlp = 3 * C * F;                      /* gate, up, down */
+  long long sparse = m->moe.experts > 0 ? m->moe.n_layers : 0;
+  long long experts = all_experts ? m->moe.experts : m->moe.top_k;
+  long long sparse_mlp = C * m->moe.experts                 /* the router */
+                         + experts * 3 * C * m->moe.ffn_dim; /* each expert's w1, w3, w2 */
+  long long total = attn_norms * m->n_layers + dense_mlp * (m->n_layers - sparse) + sparse_mlp * sparse +
+                    Vp * C /* embedding */ + C /* final norm */;
   if (!m->tie_embeddings)
     total += Vp * C;
   return total;
+}
+
+long long plan_param_count(const struct plan *p)
+{
+  return param_count(p, 1);
+}
+
+long long plan_active_param_count(const struct plan *p)
+{
+  return param_count(p, 0);
 }
 
 int plan_moe_capacity(const struct plan_model *m, int T)

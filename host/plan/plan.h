@@ -205,9 +205,11 @@ const char *plan_recompute_text(uint8_t mask, char *buf, size_t n);
  * them in checkpoint.allow_changes. The last PLAN_N_RESUME_PARENTS names are not compared
  * themselves: they are what a derived field follows (seeds.global for the seeds,
  * train.steps for lr_schedule.decay_steps), and allowing one allows the fields that follow it. */
-#define PLAN_N_RESUME_FIELDS 26
+#define PLAN_N_RESUME_FIELDS 30
 #define PLAN_N_RESUME_PARENTS 2
 #define PLAN_N_RESUME_NAMES (PLAN_N_RESUME_FIELDS + PLAN_N_RESUME_PARENTS)
+/* checkpoint.allow_changes holds one bit per name */
+_Static_assert(PLAN_N_RESUME_NAMES <= 32, "checkpoint.allow_changes is a uint32_t: widen it first");
 /* Field i's dotted name (i < PLAN_N_RESUME_NAMES), else NULL. */
 const char *plan_resume_field_name(int i);
 /* Field i's value in p as text (numbers with all their digits, strings quoted), into buf.
@@ -226,7 +228,13 @@ struct plan_layer_flops {
   double attn_core; /* scores and ·v under the causal mask: 2 · (T/2) · 2 per head dim */
   double mlp;       /* gate, up, down */
 };
+/* A dense layer's parts (every layer of a dense model). */
 struct plan_layer_flops plan_layer_flops(const struct plan *p);
+/* Layer l's parts: a sparse layer's mlp is its router (2 · C · experts) and the top_k experts a
+ * token goes to (top_k · 6 · C · moe.ffn_dim). */
+struct plan_layer_flops plan_layer_flops_of(const struct plan *p, int l);
+/* Forward FLOPs per token of the whole model: every layer and the head. */
+double plan_model_flops(const struct plan *p);
 double plan_head_flops(const struct plan *p); /* the LM head: 2 · dim · vocab */
 /* What recomputing the parts in `mask` costs per token (the whole attention block includes its
  * core; norms and SwiGLU are free). */
@@ -242,8 +250,12 @@ double plan_stage_micro_batch_flops(const struct plan *p, int s, int backward);
 /* Bytes of one element of a dtype: 4 for fp32, 2 for bf16 and fp16. */
 double plan_dtype_bytes(enum plan_dtype d);
 
-/* Parameters of the model (with the padded vocab when padded). */
+/* Parameters of the model (with the padded vocab when padded): every expert of every sparse
+ * layer (model.moe) counted. */
 long long plan_param_count(const struct plan *p);
+/* The parameters one token's forward uses: as plan_param_count, with top_k experts per sparse
+ * layer instead of all of them (the router counted whole). A dense model's are all of them. */
+long long plan_active_param_count(const struct plan *p);
 
 /* Checks everything that needs the whole plan (divisibility, mesh, stages, batch, ...) and
  * derives what follows from it. Called by the compiler after reading the fields. 0 ok; -1

@@ -44,6 +44,30 @@ static void layer_ranges_json(const struct plan *p, struct json *j)
   json_end_array(j);
 }
 
+/* model.moe (docs/moe.md), with the sparse layers listed by index. */
+static void moe_json(const struct plan *p, struct json *j)
+{
+  const struct plan_moe *e = &p->model.moe;
+  json_key(j, "moe");
+  json_begin_object(j);
+  json_key(j, "experts"); json_int(j, e->experts);
+  json_key(j, "top_k"); json_int(j, e->top_k);
+  json_key(j, "ffn_dim"); json_int(j, e->ffn_dim);
+  json_key(j, "aux_loss"); json_number(j, e->aux_loss);
+  json_key(j, "z_loss"); json_number(j, e->z_loss);
+  json_key(j, "capacity_factor"); json_number(j, e->capacity_factor);
+  json_key(j, "layers_from"); json_string(j, e->layers_is_function ? "function" : "value");
+  json_key(j, "n_layers"); json_int(j, e->n_layers);
+  json_key(j, "layers");
+  json_begin_array(j);
+  for (int l = 0; l < p->model.n_layers; l++)
+    if (p->layers && p->layers[l].moe)
+      json_int(j, l);
+  json_end_array(j);
+  json_key(j, "active_params"); json_int(j, plan_active_param_count(p));
+  json_end_object(j);
+}
+
 static void opt_string(struct json *j, const char *key, const char *value)
 {
   json_key(j, key);
@@ -77,6 +101,8 @@ void plan_json(const struct plan *p, struct json *j)
   json_key(j, "dropout"); json_number(j, m->dropout);
   json_key(j, "tie_embeddings"); json_bool(j, m->tie_embeddings);
   json_key(j, "params"); json_int(j, plan_param_count(p));
+  if (m->moe.experts > 0) /* only with experts: dense plans keep their hash */
+    moe_json(p, j);
   json_end_object(j);
 
   json_key(j, "mesh");

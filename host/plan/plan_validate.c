@@ -50,6 +50,8 @@ static int validate_finite(struct plan *p, char *err, size_t n)
     { "optimizer.eps", p->optimizer.eps },           { "optimizer.weight_decay", p->optimizer.weight_decay },
     { "optimizer.grad_clip", p->optimizer.grad_clip }, { "lr_schedule.min_lr", p->lr_schedule.min_lr },
     { "bucket_mb", p->bucket_mb },                   { "train.max_loss_jump", p->train.max_loss_jump },
+    { "model.moe.aux_loss", p->model.moe.aux_loss }, { "model.moe.z_loss", p->model.moe.z_loss },
+    { "model.moe.capacity_factor", p->model.moe.capacity_factor },
   };
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
     if (!isfinite(f[i].v))
@@ -163,8 +165,11 @@ int plan_assign_stages(struct plan *p, char *err, size_t n)
     for (int s = 0; s < S; s++) /* stage s holds layers [s·L/S, (s+1)·L/S) */
       counts[s] = (int)(((long long)(s + 1) * L) / S - ((long long)s * L) / S);
   } else {
-    struct plan_layer_flops lf = plan_layer_flops(p);
-    balance(L, S, lf.attn_proj + lf.attn_core + lf.mlp, 0.0, plan_head_flops(p), counts);
+    /* layers of equal cost: with model.moe, the mean of the sparse and dense ones */
+    const struct plan_layer_flops lf = plan_layer_flops(p);
+    const double unit = p->model.moe.experts > 0 ? (plan_model_flops(p) - plan_head_flops(p)) / L
+                                                 : lf.attn_proj + lf.attn_core + lf.mlp;
+    balance(L, S, unit, 0.0, plan_head_flops(p), counts);
   }
   int layer = 0;
   for (int s = 0; s < S; s++)
@@ -366,6 +371,38 @@ static int validate_training(struct plan *p, char *err, size_t n)
   return 0;
 }
 
+/* model.moe (docs/moe.md): what the sparse MLP cannot be combined with yet. Each refusal names
+ * the field to change. */
+static int validate_moe(struct plan *p, char *err, size_t n)
+{
+  const struct plan_moe *e = &p->model.moe;
+  if (e->experts <= 0)
+    return 0;
+  char moe_at[PLAN_PATH_MAX + 32];
+  snprintf(moe_at, sizeof moe_at, "%s", plan_where(p, "model.moe"));
+  if (p->mesh.tp > 1)
+    return fail(err, n, p, "mesh.tp", "mesh.tp = %d with model.moe (%s): tensor parallelism inside experts is "
+                "not supported yet; use mesh.tp = 1 (the other ranks go to dp)", p->mesh.tp, moe_at);
+  if (p->precision.compute == PLAN_BF16 && plan_on_cpu(p))
+    return fail(err, n, p, "precision.compute", "precision.compute = \"bf16\" with model.moe (%s) on the CPU "
+                "runtime: its bf16 mode has no mixture-of-experts kernels; use precision.compute = \"fp32\" "
+                "on the CPU", moe_at);
+  const uint8_t mlp_parts = PLAN_RC_MLP_NORM | PLAN_RC_MLP_ACT | PLAN_RC_MLP;
+  for (int l = 0; l < p->model.n_layers; l++) {
+    const uint8_t mask = p->layers[l].recompute;
+    if (!p->layers[l].moe || !(mask & mlp_parts))
+      continue;
+    char text[96], ctx[96] = "";
+    if (p->recompute_is_function)
+      snprintf(ctx, sizeof ctx, " (returned by the recompute function for layer %d)", l);
+    plan_recompute_text(mask, text, sizeof text);
+    return fail(err, n, p, "recompute", "recompute = \"%s\"%s: layer %d is sparse (model.moe, %s), and "
+                "recompute of the sparse MLP is not supported yet; recompute attention parts only "
+                "(\"attn_norm\", \"attn_core\", \"attn\") on sparse layers", text, ctx, l, moe_at);
+  }
+  return 0;
+}
+
 int plan_validate(struct plan *p, char *err, size_t n)
 {
   if (validate_finite(p, err, n) || validate_model(p, err, n) || validate_mesh(p, err, n))
@@ -378,7 +415,7 @@ int plan_validate(struct plan *p, char *err, size_t n)
     return -1;
   if (plan_assign_stages(p, err, n) || build_stages(p, err, n))
     return -1;
-  if (validate_splits(p, err, n) || validate_training(p, err, n))
+  if (validate_splits(p, err, n) || validate_training(p, err, n) || validate_moe(p, err, n))
     return -1;
   return 0;
 }

@@ -23,6 +23,16 @@
 ---@field rope_theta? number         # default 10000
 ---@field dropout? number            # on attention probabilities and residual branches, default 0
 ---@field tie_embeddings? boolean    # LM head shares the embedding matrix, default false
+---@field moe? tycho.moe             # mixture of experts: the sparse MLP of some or all layers
+
+---@class tycho.moe
+---@field experts integer            # experts per sparse layer (Mixtral: num_local_experts), ≥ 1
+---@field top_k integer              # experts per token (num_experts_per_tok), 1 ≤ top_k ≤ experts
+---@field ffn_dim? integer           # each expert's SwiGLU width, default model.ffn_dim
+---@field layers? "all"|integer[]|fun(layer: integer): boolean   # sparse layers (0-based), default "all"
+---@field aux_loss? number           # load-balancing loss coefficient, default 0.01 (Switch Transformer)
+---@field z_loss? number             # router z-loss coefficient, default 0 (off; ST-MoE uses 1e-3)
+---@field capacity_factor? number    # 0 (default): dropless; > 0: at most ceil(cf · seq · top_k / experts) tokens per expert and sequence
 
 ---@class tycho.mesh
 ---@field tp? integer                # tensor-parallel ranks, default 1
