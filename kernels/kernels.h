@@ -98,6 +98,21 @@ void swiglu_backward(real *dgate, real *dup, const real *dout, const real *gate,
 void swiglu_forward_rows(real *out, const real *gu, int rows, int F);
 void swiglu_backward_rows(real *dgu, const real *dout, const real *gu, int rows, int F);
 
+/* ---- mixture of experts (kernels/cpu/moe.c) ----------------------------------------------- */
+void moe_router_forward(real *probs, int *topi, real *topw, real *lse, const real *logits, int N,
+                        int E, int K);
+void moe_route(int *slot, int *counts, int *routed, const int *topi, int N, int T, int E, int K,
+               int capacity);
+void moe_dispatch(real *xe, const real *x, const int *slot, int N, int K, int C);
+void moe_dispatch_backward(real *dx, const real *dxe, const int *slot, int N, int K, int C);
+void moe_combine(real *out, const real *ye, const int *slot, const real *topw, int N, int K, int C);
+void moe_combine_backward(real *dye, real *dtopw, const real *dout, const real *ye,
+                          const int *slot, const real *topw, int N, int K, int C);
+void moe_aux_loss(real *aux, const real *probs, const int *topi, int N, int T, int E, int K);
+void moe_router_backward(real *dlogits, const real *dtopw, const real *probs, const int *topi,
+                         const real *topw, const real *lse, int N, int T, int E, int K,
+                         real aux_scale, real z_scale);
+
 /* ---- dropout ------------------------------------------------------------------------------ */
 void dropout_mask(real *mask, size_t n_elems, float p, uint64_t seed, uint32_t c1,
                   uint32_t c2, uint32_t c3, uint64_t first_elem);

@@ -226,6 +226,64 @@ static void cpu_swiglu_backward_rows(void *ctx, real *dgu, const real *dout, con
   swiglu_backward_rows(dgu, dout, gu, rows, F);
 }
 
+static void cpu_moe_router_forward(void *ctx, real *probs, int *topi, real *topw, real *lse,
+                                   const real *logits, int N, int E, int K)
+{
+  (void)ctx;
+  moe_router_forward(probs, topi, topw, lse, logits, N, E, K);
+}
+
+static void cpu_moe_route(void *ctx, int *slot, int *counts, int *routed, const int *topi, int N,
+                          int T, int E, int K, int capacity)
+{
+  (void)ctx;
+  moe_route(slot, counts, routed, topi, N, T, E, K, capacity);
+}
+
+static void cpu_moe_dispatch(void *ctx, real *xe, const real *x, const int *slot, int N, int K,
+                             int C)
+{
+  (void)ctx;
+  moe_dispatch(xe, x, slot, N, K, C);
+}
+
+static void cpu_moe_dispatch_backward(void *ctx, real *dx, const real *dxe, const int *slot, int N,
+                                      int K, int C)
+{
+  (void)ctx;
+  moe_dispatch_backward(dx, dxe, slot, N, K, C);
+}
+
+static void cpu_moe_combine(void *ctx, real *out, const real *ye, const int *slot,
+                            const real *topw, int N, int K, int C)
+{
+  (void)ctx;
+  moe_combine(out, ye, slot, topw, N, K, C);
+}
+
+static void cpu_moe_combine_backward(void *ctx, real *dye, real *dtopw, const real *dout,
+                                     const real *ye, const int *slot, const real *topw, int N,
+                                     int K, int C)
+{
+  (void)ctx;
+  moe_combine_backward(dye, dtopw, dout, ye, slot, topw, N, K, C);
+}
+
+static void cpu_moe_aux_loss(void *ctx, real *aux, const real *probs, const int *topi, int N, int T,
+                             int E, int K)
+{
+  (void)ctx;
+  moe_aux_loss(aux, probs, topi, N, T, E, K);
+}
+
+static void cpu_moe_router_backward(void *ctx, real *dlogits, const real *dtopw, const real *probs,
+                                    const int *topi, const real *topw, const real *lse, int N,
+                                    int T, int E, int K, real aux_scale, real z_scale)
+{
+  (void)ctx;
+  moe_router_backward(dlogits, dtopw, probs, topi, topw, lse, N, T, E, K, aux_scale, z_scale);
+}
+
 static void cpu_dropout_mask(void *ctx, real *mask, size_t n_elems, float p, uint64_t seed,
                              uint32_t c1, uint32_t c2, uint32_t c3, uint64_t first_elem)
 {
@@ -421,6 +479,14 @@ const struct kernel_ops kernel_ops_cpu = {
   .swiglu_backward = cpu_swiglu_backward,
   .swiglu_forward_rows = cpu_swiglu_forward_rows,
   .swiglu_backward_rows = cpu_swiglu_backward_rows,
+  .moe_router_forward = cpu_moe_router_forward,
+  .moe_route = cpu_moe_route,
+  .moe_dispatch = cpu_moe_dispatch,
+  .moe_dispatch_backward = cpu_moe_dispatch_backward,
+  .moe_combine = cpu_moe_combine,
+  .moe_combine_backward = cpu_moe_combine_backward,
+  .moe_aux_loss = cpu_moe_aux_loss,
+  .moe_router_backward = cpu_moe_router_backward,
   .dropout_mask = cpu_dropout_mask,
   .dropout_forward = cpu_dropout_forward,
   .dropout_backward = cpu_dropout_backward,
