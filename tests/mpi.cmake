@@ -75,6 +75,24 @@ foreach(mode sleep finalize stopped exit)
     ENVIRONMENT "${env}")
 endforeach()
 
+# The all-to-all with per-peer counts (expert parallelism): uneven counts with zeros against the
+# expected data on 2, 3 (a group of one) and 4 ranks, check mode on throughout in one, counters,
+# recorder and trace; then the watchdog diagnosing a rank that never arrives at one.
+add_executable(mpi_all_to_all ${CMAKE_CURRENT_SOURCE_DIR}/mpi/mpi_all_to_all.c)
+target_include_directories(mpi_all_to_all PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/unit ${CMAKE_CURRENT_SOURCE_DIR}/mpi)
+target_compile_options(mpi_all_to_all PRIVATE ${TYCHO_WARNINGS})
+target_link_libraries(mpi_all_to_all PRIVATE tycho_core)
+foreach(np 2 3 4)
+  tycho_mpi_test(mpi_all_to_all.np${np} ${np}
+    COMMAND $<TARGET_FILE:mpi_all_to_all> ${CMAKE_CURRENT_BINARY_DIR}/mpi_all_to_all_np${np}.json)
+endforeach()
+tycho_mpi_test(mpi_all_to_all.np4_checked 4 ENV TYCHO_COMM_CHECK=1
+  COMMAND $<TARGET_FILE:mpi_all_to_all> ${CMAKE_CURRENT_BINARY_DIR}/mpi_all_to_all_np4_checked.json)
+add_test(NAME mpi_all_to_all.watchdog COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/all_to_all_watchdog.sh
+  ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} $<TARGET_FILE:mpi_all_to_all>)
+tycho_mpi_env(mpi_all_to_all.watchdog env)
+set_tests_properties(mpi_all_to_all.watchdog PROPERTIES TIMEOUT 90 PROCESSORS 4 LABELS mpi ENVIRONMENT "${env}")
+
 # Data parallelism and ZeRO against the serial run (tests/plans/good/dp_small.lua: 2 layers of
 # dim 32, dropout 0.1, 20 steps): losses, norms, evaluation and final parameters within 1e-5,
 # initial parameters bitwise. NAME RANKS [--both ...] [--set ...].

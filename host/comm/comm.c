@@ -232,6 +232,27 @@ static int overlaps(const void *a, size_t na, const void *b, size_t nb)
   return na && nb && x < y + nb && y < x + na;
 }
 
+/* An all-to-all-v's element totals (sent, received) with its counts checked: no overflow, and
+ * this rank's block to itself the size it expects from itself. */
+static int per_peer_totals(const struct comm_request *r, size_t *sent, size_t *received, char *err, size_t n)
+{
+  const struct comm_group *g = r->group;
+  const size_t *to = r->counts, *from = r->counts + g->size, limit = SIZE_MAX / comm_dtype_size(r->dtype);
+  *sent = *received = 0;
+  for (int j = 0; j < g->size; j++) {
+    if (to[j] > limit - *sent || from[j] > limit - *received)
+      return snprintf(err, n, "comm all-to-all on %s: the counts (%zu elements to group rank %d, %zu from it) "
+                      "overflow a byte count", g->name, to[j], j, from[j]), -1;
+    *sent += to[j];
+    *received += from[j];
+  }
+  if (to[g->rank] != from[g->rank])
+    return snprintf(err, n, "comm all-to-all on %s: group rank %d sends %zu elements to itself but expects %zu "
+                    "from itself (send_counts[%d] must equal recv_counts[%d])", g->name, g->rank, to[g->rank],
+                    from[g->rank], g->rank, g->rank), -1;
+  return 0;
+}
+
 /* Checks r's arguments and sets r->rec.n_bytes. */
 static int validate(struct comm_request *r, char *err, size_t n)
 {
@@ -251,6 +272,20 @@ static int validate(struct comm_request *r, char *err, size_t n)
     return snprintf(err, n, "comm %s on %s: %s %d is not a rank of the group (size %d)", op, g->name,
                     r->op == COMM_BROADCAST ? "root" : "peer", r->peer, g->size), -1;
   size_t elem = comm_dtype_size(r->dtype), size = (size_t)g->size;
+  if (r->op == COMM_ALL_TO_ALL && r->counts) {
+    size_t sent, received;
+    if (per_peer_totals(r, &sent, &received, err, n))
+      return -1;
+    r->n_elems = sent;
+    r->rec.n_bytes = sent * elem;
+    if ((sent && !r->send) || (received && !r->recv))
+      return snprintf(err, n, "comm all-to-all on %s: NULL buffer for %zu elements", g->name,
+                      sent && !r->send ? sent : received), -1;
+    if (overlaps(r->send, sent * elem, r->recv, received * elem))
+      return snprintf(err, n, "comm all-to-all on %s: send and recv buffers overlap (the per-peer form has "
+                      "no in place)", g->name), -1;
+    return ctx.backend->validate(r, err, n);
+  }
   if (r->n_elems > SIZE_MAX / elem / size)
     return snprintf(err, n, "comm %s on %s: n_elems %zu overflows a byte count", op, g->name, r->n_elems), -1;
   size_t one = r->n_elems * elem, all = one * size, send_bytes = 0, recv_bytes = 0;
@@ -287,13 +322,21 @@ static int wait_done(struct comm_request *r)
   return r->status;
 }
 
+/* Frees what r owns, and r itself unless it lives in a blocking caller's frame. */
+static void request_free(struct comm_request *r)
+{
+  free(r->counts);
+  free(r->backend_mem);
+  if (!r->on_stack)
+    free(r);
+}
+
 static int issue(struct comm_request *r, struct comm_request **req)
 {
   char err[COMM_ERR_MAX];
   if (validate(r, err, sizeof err)) {
     set_error("%s", err);
-    if (!r->on_stack)
-      free(r);
+    request_free(r);
     return -1;
   }
   struct comm_group *g = r->group;
@@ -322,8 +365,7 @@ static int issue(struct comm_request *r, struct comm_request **req)
     finish_locked(r);
     pthread_mutex_unlock(&ctx.lock);
     set_error("%s", r->err);
-    if (!r->on_stack)
-      free(r);
+    request_free(r);
     return -1;
   }
 
@@ -342,7 +384,9 @@ static int issue(struct comm_request *r, struct comm_request **req)
     *req = r;
     return 0;
   }
-  return wait_done(r);
+  int status = wait_done(r);
+  request_free(r);
+  return status;
 }
 
 /* Runs the operation described by `proto`: on the stack when blocking, else on the heap. */
@@ -357,6 +401,7 @@ static int run(const struct comm_request *proto, struct comm_request **req)
   struct comm_request *r = malloc(sizeof *r);
   if (!r) {
     set_error("comm %s: out of memory", comm_op_name(proto->op));
+    free(proto->counts);
     return -1;
   }
   *r = *proto;
@@ -419,6 +464,41 @@ int comm_all_to_all(struct comm_group *g, const void *send, void *recv, size_t n
   return run(&r, req);
 }
 
+int comm_all_to_all_v(struct comm_group *g, const void *send, const size_t *send_counts, void *recv,
+                      const size_t *recv_counts, enum comm_dtype dtype, struct comm_request **req)
+{
+  if (req)
+    *req = NULL;
+  if (!g || !g->state || !send_counts || !recv_counts) { /* validate names a missing group */
+    if (g && g->state) {
+      set_error("comm all-to-all on %s: NULL %s", g->name, send_counts ? "recv_counts" : "send_counts");
+      return -1;
+    }
+    struct comm_request r = { .group = g, .op = COMM_ALL_TO_ALL, .dtype = dtype, .peer = -1 };
+    return run(&r, req);
+  }
+  /* the request's own copy: the caller's arrays are free again when this returns */
+  size_t *counts = malloc(2 * (size_t)g->size * sizeof *counts);
+  if (!counts) {
+    set_error("comm all-to-all on %s: out of memory for %d counts", g->name, 2 * g->size);
+    return -1;
+  }
+  memcpy(counts, send_counts, (size_t)g->size * sizeof *counts);
+  memcpy(counts + g->size, recv_counts, (size_t)g->size * sizeof *counts);
+  struct comm_request r = { .group = g, .op = COMM_ALL_TO_ALL, .dtype = dtype, .send = send, .recv = recv,
+                            .counts = counts, .peer = -1 };
+  return run(&r, req);
+}
+
+/* size_t moves as COMM_INT64 */
+_Static_assert(sizeof(size_t) == 8, "comm_all_to_all_counts moves size_t as 8-byte integers");
+
+int comm_all_to_all_counts(struct comm_group *g, const size_t *send_counts, size_t *recv_counts,
+                           struct comm_request **req)
+{
+  return comm_all_to_all(g, send_counts, recv_counts, 1, COMM_INT64, req);
+}
+
 /* ---- waiting ---- */
 
 int comm_wait(struct comm_request **req)
@@ -426,7 +506,7 @@ int comm_wait(struct comm_request **req)
   if (!req || !*req)
     return 0;
   int status = wait_done(*req);
-  free(*req);
+  request_free(*req);
   *req = NULL;
   return status;
 }

@@ -19,8 +19,9 @@
  *
  * What n_bytes counts, per call (nccl-tests' "size"): all-reduce and broadcast, the buffer;
  * all-gather, the gathered buffer (size · n_elems elements); reduce-scatter, the buffer before
- * scattering (size · n_elems); all-to-all, the send buffer (size · n_elems); send and recv, the
- * message.
+ * scattering (size · n_elems); all-to-all, the send buffer (size · n_elems; with per-peer counts,
+ * the sum of send_counts); send and recv, the message. So a rank's all-to-all bytes are what it
+ * sends; summed over a group they are also what its members receive.
  *
  * Environment: TYCHO_COMM_TIMEOUT (seconds, default 300, 0 = never) for the watchdog;
  * TYCHO_COMM_CHECK=1 for check mode; TYCHO_COMM_RECORDS for the flight recorder's length. */
@@ -155,7 +156,8 @@ int comm_control_gather(struct comm_group *g, const void *send, size_t n_bytes, 
                         size_t *counts, const char *what, char *err, size_t err_size);
 
 /* Operations. n_elems per rank as in MPI and NCCL: all-gather, the contribution of each rank;
- * reduce-scatter, the share each rank receives; all-to-all, the block sent to each peer.
+ * reduce-scatter, the share each rank receives; all-to-all, the block sent to each peer (its
+ * per-peer form, comm_all_to_all_v, takes one count per peer instead).
  * In place: all-reduce with send == recv; all-gather with send == recv + rank · n_elems.
  * Other overlapping buffers are refused. */
 int comm_all_reduce(struct comm_group *g, const void *send, void *recv, size_t n_elems,
@@ -172,6 +174,28 @@ int comm_recv(struct comm_group *g, void *buf, size_t n_elems, enum comm_dtype d
               struct comm_request **req);
 int comm_all_to_all(struct comm_group *g, const void *send, void *recv, size_t n_elems,
                     enum comm_dtype dtype, struct comm_request **req);
+/* All-to-all with per-peer counts (expert parallelism's dispatch and combine): this rank sends
+ * send_counts[j] elements to group rank j and receives recv_counts[j] elements from it, zeros
+ * allowed. Blocks are packed in group-rank order, with no displacements: peer j's block starts
+ * at element send_counts[0] + … + send_counts[j-1] of send, and at recv_counts[0] + … +
+ * recv_counts[j-1] of recv. Both arrays have g->size entries and are copied: the caller may
+ * change them as soon as the call returns (the buffers, as for every operation, belong to the
+ * layer until it ends). Every pair must agree, send_counts[j] on group rank i equal to
+ * recv_counts[i] on group rank j: check mode proves it across the group before any data moves
+ * and names the first pair that differs; without it a mismatch is MPI's undefined case: a
+ * truncation error, a block whose end is left as it was, or (seen with Open MPI, to a peer that
+ * expects nothing) a message left unmatched and a call that succeeds. This rank's own pair
+ * (send_counts[rank] == recv_counts[rank]) is checked always.
+ * Not in place (send and recv must not overlap). Recorded and counted as COMM_ALL_TO_ALL
+ * ("all-to-all"), n_bytes the send buffer: the sum of send_counts, in bytes. */
+int comm_all_to_all_v(struct comm_group *g, const void *send, const size_t *send_counts, void *recv,
+                      const size_t *recv_counts, enum comm_dtype dtype, struct comm_request **req);
+/* The counts of a comm_all_to_all_v whose receivers do not know them (dropless routing): this
+ * rank's send_counts[j] arrives in recv_counts[i] on group rank j (i this rank). Both have
+ * g->size entries. It is comm_all_to_all of one COMM_INT64 per peer, recorded and counted as
+ * such (8 · g->size bytes): model traffic, like the exchange it sizes. */
+int comm_all_to_all_counts(struct comm_group *g, const size_t *send_counts, size_t *recv_counts,
+                           struct comm_request **req);
 
 /* Ends a started operation: waits for it, frees the handle, sets *req to NULL and returns the
  * operation's status. NULL *req is a no-op. */

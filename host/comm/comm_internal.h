@@ -40,7 +40,11 @@ struct comm_request {
   enum comm_reduce reduce;
   const void *send;
   void *recv;
-  size_t n_elems;
+  size_t n_elems;    /* all-to-all-v: the elements sent, the sum of counts[0, size) */
+  size_t *counts;    /* all-to-all-v only, else NULL: (2 · group size) elements to each peer, then
+                      * from each peer; the request's own copy, freed with it */
+  void *backend_mem; /* the backend's memory for this request (MPI: all-to-all-v's int counts and
+                      * displacements), freed with it */
   int peer;         /* group rank: root of a broadcast, peer of a send or recv; -1 otherwise */
   int checked;      /* check mode was on when it was issued */
   int64_t check_key[COMM_CHECK_FIELDS]; /* this rank's view, for check mode */
@@ -70,7 +74,9 @@ struct comm_backend {
   void (*group_close)(struct comm_group *g);
   /* Refuses what this backend cannot carry (half-precision reductions, counts over INT_MAX). */
   int (*validate)(const struct comm_request *r, char *err, size_t err_size);
-  /* Starts r; a size-1 collective may finish here. On failure sets r->status and r->err. */
+  /* Starts r; a size-1 collective may finish here. On failure sets r->status and r->err. An
+   * all-to-all with r->counts set is the per-peer form (blocks packed in group-rank order);
+   * memory the backend needs until r ends goes in r->backend_mem. */
   void (*start)(struct comm_request *r);
   /* Sets *done once r has finished, with r->status and r->err saying how. */
   void (*progress)(struct comm_request *r, int *done);

@@ -322,10 +322,41 @@ static int mpi_validate(const struct comm_request *r, char *err, size_t n)
       (r->dtype == COMM_BF16 || r->dtype == COMM_FP16))
     return snprintf(err, n, "comm %s on %s: the MPI backend does not reduce %s (CPU buffers are " REAL_NAME ")",
                     comm_op_name(r->op), r->group->name, comm_dtype_name(r->dtype)), -1;
+  if (r->counts) { /* MPI_Ialltoallv's counts and displacements are ints: every block's end fits */
+    size_t total[2] = { 0, 0 };
+    for (int j = 0; j < 2 * r->group->size; j++)
+      total[j >= r->group->size] += r->counts[j];
+    if (total[0] > INT_MAX || total[1] > INT_MAX)
+      return snprintf(err, n, "comm all-to-all on %s: %zu elements %s exceed MPI's int displacements",
+                      r->group->name, total[0] > INT_MAX ? total[0] : total[1],
+                      total[0] > INT_MAX ? "sent" : "received"), -1;
+    return 0;
+  }
   if (r->n_elems > INT_MAX)
     return snprintf(err, n, "comm %s on %s: n_elems %zu exceeds MPI's int count", comm_op_name(r->op),
                     r->group->name, r->n_elems), -1;
   return 0;
+}
+
+/* MPI_Ialltoallv's arguments from a per-peer all-to-all's counts (blocks packed in peer order):
+ * send counts, send displacements, recv counts, recv displacements, each `size` ints, kept in
+ * r->backend_mem until the request is freed (MPI reads them until the operation ends). */
+static int *alltoallv_args(struct comm_request *r)
+{
+  const int size = r->group->size;
+  int *v = malloc(4 * (size_t)size * sizeof *v);
+  if (!v)
+    return NULL;
+  for (int side = 0; side < 2; side++) { /* mpi_validate bounded every total by INT_MAX */
+    int *count = v + 2 * side * size, *displ = count + size, at = 0;
+    for (int j = 0; j < size; j++) {
+      count[j] = (int)r->counts[side * size + j];
+      displ[j] = at;
+      at += count[j];
+    }
+  }
+  r->backend_mem = v;
+  return v;
 }
 
 /* Appends which operation failed to r->err. */
@@ -364,7 +395,15 @@ static int post(struct comm_request *r)
     MPI_CHECK(MPI_Ibcast(r->recv, count, type, r->peer, comm, &r->mpi[0]), err, n);
     break;
   case COMM_ALL_TO_ALL:
-    MPI_CHECK(MPI_Ialltoall(r->send, count, type, r->recv, count, type, comm, &r->mpi[0]), err, n);
+    if (r->counts) {
+      const int size = r->group->size, *v = alltoallv_args(r);
+      if (!v)
+        return snprintf(err, n, "rank %d: out of memory for an all-to-all's %d counts", ctx.rank, 4 * size), -1;
+      MPI_CHECK(MPI_Ialltoallv(r->send, v, v + size, type, r->recv, v + 2 * size, v + 3 * size, type, comm,
+                               &r->mpi[0]), err, n);
+    } else {
+      MPI_CHECK(MPI_Ialltoall(r->send, count, type, r->recv, count, type, comm, &r->mpi[0]), err, n);
+    }
     break;
   case COMM_SEND: /* the check message first: the receiver reads it before the data */
     r->n_mpi = r->checked ? 2 : 1;
