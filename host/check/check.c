@@ -634,6 +634,29 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
   fprintf(f, "           %s parameters (%.2f %s)%s, dropout %g\n", thousands(plan_param_count(p), a, sizeof a),
           params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M",
           m->tie_embeddings ? ", tied embeddings" : "", m->dropout);
+  if (m->moe.experts > 0) { /* docs/moe.md */
+    char layers[160] = "";
+    size_t u = 0;
+    for (int l = 0; l < m->n_layers && u + 16 < sizeof layers; l++)
+      if (p->layers[l].moe)
+        u += (size_t)snprintf(layers + u, sizeof layers - u, "%s%d", u ? ", " : "", l);
+    if (m->moe.n_layers == m->n_layers)
+      snprintf(layers, sizeof layers, "all");
+    const double active = (double)plan_active_param_count(p);
+    fprintf(f, "moe        %d sparse layer%s (%s): %d experts of ffn %d, top %d; %s parameters active per token "
+            "(%.2f %s)\n", m->moe.n_layers, m->moe.n_layers == 1 ? "" : "s", layers, m->moe.experts, m->moe.ffn_dim,
+            m->moe.top_k, thousands(plan_active_param_count(p), a, sizeof a), active >= 1e9 ? active / 1e9 : active / 1e6,
+            active >= 1e9 ? "B" : "M");
+    const int cap = plan_moe_capacity(m, p->batch.seq);
+    if (cap > 0)
+      fprintf(f, "           capacity factor %g: at most %d of a sequence's %d tokens per expert (assignments "
+              "beyond it drop)\n", m->moe.capacity_factor, cap, p->batch.seq);
+    else
+      fprintf(f, "           dropless (capacity_factor 0): every assignment is kept, micro × seq × top_k rows "
+              "per sparse layer however they spread over the experts\n");
+    fprintf(f, "           router losses: load balancing %g, z-loss %g; expert parallelism: none (every rank "
+            "holds every expert, so no all-to-all)\n", m->moe.aux_loss, m->moe.z_loss);
+  }
 
   if (p->device == PLAN_DEVICE_AUTO) /* plan_on_cpu: auto is the CPU in this build */
     fprintf(f, "device     auto → cpu (no CUDA backend in this build)\n");

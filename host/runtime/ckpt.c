@@ -21,6 +21,8 @@
 #include "runtime/hostview.h"
 #include "runtime/train.h"
 #include "util/err.h"
+
+enum { CKPT_MODEL_KEYS_DENSE = 7, CKPT_MODEL_KEYS = 9 };
 #include "util/hash.h"
 #include "util/json.h"
 #include "util/path.h"
@@ -327,9 +329,11 @@ static void manifest_text(struct strbuf *b, const struct trainer *t, long long s
   json_key(&j, "model");
   json_begin_object(&j);
   const struct plan_model *c = &p->model;
-  const char *keys[] = { "n_layers", "dim", "n_heads", "n_kv_heads", "ffn_dim", "vocab", "tie_embeddings" };
-  const int vals[] = { c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->ffn_dim, c->vocab, c->tie_embeddings };
-  for (int i = 0; i < 7; i++) {
+  const char *keys[] = { "n_layers", "dim", "n_heads", "n_kv_heads", "ffn_dim", "vocab", "tie_embeddings",
+                         "moe_experts", "moe_ffn_dim" };
+  const int vals[] = { c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->ffn_dim, c->vocab, c->tie_embeddings,
+                       c->moe.experts, c->moe.experts > 0 ? c->moe.ffn_dim : 0 };
+  for (int i = 0; i < CKPT_MODEL_KEYS; i++) {
     json_key(&j, keys[i]);
     json_int(&j, vals[i]);
   }
@@ -839,7 +843,7 @@ struct manifest {
   struct json_doc j;
   int parsed;
   long long step, world, mesh[4]; /* tp, pp, dp, zero */
-  long long model[7];
+  long long model[CKPT_MODEL_KEYS];
   char plan_hash[32], plan[256];
   int n_files;
   const char **files;
@@ -851,8 +855,11 @@ struct manifest {
   int state;           /* the "state" object's node, or -1 */
 };
 
-static const char *const model_keys[7] = { "n_layers", "dim", "n_heads", "n_kv_heads", "ffn_dim",
-                                           "vocab", "tie_embeddings" };
+/* The model's shape a checkpoint must match; the moe_* keys are 0 for a dense model, and a
+ * manifest written before them (without them) is a dense model's. */
+static const char *const model_keys[CKPT_MODEL_KEYS] = { "n_layers", "dim", "n_heads", "n_kv_heads",
+                                                         "ffn_dim", "vocab", "tie_embeddings", "moe_experts",
+                                                         "moe_ffn_dim" };
 
 static void manifest_free(struct manifest *mf)
 {
@@ -948,9 +955,13 @@ static int manifest_open(struct manifest *mf, const char *path, char *err, size_
   for (int i = 0; i < 4; i++)
     if (get_int(j, mesh, mesh_keys[i], &mf->mesh[i]))
       return errf(err, err_size, "%s: \"mesh.%s\" missing or not a count", file, mesh_keys[i]);
-  for (int i = 0; i < 7; i++)
-    if (get_int(j, model, model_keys[i], &mf->model[i]))
-      return errf(err, err_size, "%s: \"model.%s\" missing or not a count", file, model_keys[i]);
+  for (int i = 0; i < CKPT_MODEL_KEYS; i++)
+    if (get_int(j, model, model_keys[i], &mf->model[i])) {
+      if (i >= CKPT_MODEL_KEYS_DENSE && json_member(j, model, model_keys[i]) < 0)
+        mf->model[i] = 0; /* a dense model's manifest from before the moe keys */
+      else
+        return errf(err, err_size, "%s: \"model.%s\" missing or not a count", file, model_keys[i]);
+    }
   int h = json_member(j, 0, "plan_hash"), pl = json_member(j, 0, "plan");
   snprintf(mf->plan_hash, sizeof mf->plan_hash, "%s", h >= 0 && j->nodes[h].type == JSON_STRING ? j->nodes[h].str : "?");
   snprintf(mf->plan, sizeof mf->plan, "%s", pl >= 0 && j->nodes[pl].type == JSON_STRING ? j->nodes[pl].str : "?");
@@ -1185,19 +1196,20 @@ static int load_piece(void *ctx, const struct model *m, const struct model_param
   return 0;
 }
 
-static void model_values(const struct plan_model *c, long long vals[7])
+static void model_values(const struct plan_model *c, long long vals[CKPT_MODEL_KEYS])
 {
-  const int v[7] = { c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->ffn_dim, c->vocab, c->tie_embeddings };
-  for (int i = 0; i < 7; i++)
+  const int v[CKPT_MODEL_KEYS] = { c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->ffn_dim, c->vocab,
+                                   c->tie_embeddings, c->moe.experts, c->moe.experts > 0 ? c->moe.ffn_dim : 0 };
+  for (int i = 0; i < CKPT_MODEL_KEYS; i++)
     vals[i] = v[i];
 }
 
 /* The model check, then every piece t holds copied from the manifest's pieces, then the step. */
 static int load_manifest(struct trainer *t, struct manifest *mf, char *err, size_t err_size)
 {
-  long long vals[7];
+  long long vals[CKPT_MODEL_KEYS];
   model_values(&t->plan->model, vals);
-  for (int i = 0; i < 7; i++)
+  for (int i = 0; i < CKPT_MODEL_KEYS; i++)
     if (mf->model[i] != vals[i])
       return errf(err, err_size, "checkpoint %s: its model has %s = %lld, the plan's %lld", mf->path,
                   model_keys[i], mf->model[i], vals[i]);
@@ -1488,7 +1500,7 @@ int ckpt_inspect(const char *path, FILE *out, char *err, size_t err_size)
     return manifest_free(&mf), 1;
   fprintf(out, "checkpoint %s: step %lld of plan %s (hash %s)\n", mf.path, mf.step, mf.plan, mf.plan_hash);
   fprintf(out, "model:");
-  for (int i = 0; i < 7; i++)
+  for (int i = 0; i < (mf.model[CKPT_MODEL_KEYS_DENSE] > 0 ? CKPT_MODEL_KEYS : CKPT_MODEL_KEYS_DENSE); i++)
     fprintf(out, " %s %lld", model_keys[i], mf.model[i]);
   fprintf(out, "\nsaved on %lld ranks: tp %lld, pp %lld, dp %lld, zero %lld\n", mf.world, mf.mesh[0],
           mf.mesh[1], mf.mesh[2], mf.mesh[3]);

@@ -215,9 +215,23 @@ static int same_model(const struct plan *now, const struct plan *p, char *err, s
       return errf(err, n, "%s: %s = %d, but the trainer's model has %s = %d: %s", plan_where(p, field), field,
                   ib[i], ints[i], ia[i], tail);
     }
-  const char *const reals[] = { "norm_eps", "rope_theta", "dropout" };
-  const double ra[] = { a->norm_eps, a->rope_theta, a->dropout }, rb[] = { b->norm_eps, b->rope_theta, b->dropout };
+  const char *const moe_ints[] = { "moe.experts", "moe.top_k", "moe.ffn_dim" };
+  const int ma[] = { a->moe.experts, a->moe.top_k, a->moe.ffn_dim }, mb[] = { b->moe.experts, b->moe.top_k, b->moe.ffn_dim };
   for (int i = 0; i < 3; i++)
+    if (ma[i] != mb[i]) {
+      snprintf(field, sizeof field, "model.%s", moe_ints[i]);
+      return errf(err, n, "%s: %s = %d, but the trainer's model has %s = %d: %s", plan_where(p, field), field,
+                  mb[i], moe_ints[i], ma[i], tail);
+    }
+  for (int l = 0; l < a->n_layers && now->layers && p->layers; l++)
+    if (now->layers[l].moe != p->layers[l].moe)
+      return errf(err, n, "%s: layer %d is %s, but the trainer's is %s: %s", plan_where(p, "model.moe.layers"), l,
+                  p->layers[l].moe ? "sparse" : "dense", now->layers[l].moe ? "sparse" : "dense", tail);
+  const char *const reals[] = { "norm_eps", "rope_theta", "dropout", "moe.aux_loss", "moe.z_loss",
+                                "moe.capacity_factor" };
+  const double ra[] = { a->norm_eps, a->rope_theta, a->dropout, a->moe.aux_loss, a->moe.z_loss, a->moe.capacity_factor };
+  const double rb[] = { b->norm_eps, b->rope_theta, b->dropout, b->moe.aux_loss, b->moe.z_loss, b->moe.capacity_factor };
+  for (int i = 0; i < 6; i++)
     if (ra[i] != rb[i]) {
       snprintf(field, sizeof field, "model.%s", reals[i]);
       return errf(err, n, "%s: %s = %.17g, but the trainer's model has %s = %.17g: %s", plan_where(p, field),
@@ -467,6 +481,7 @@ int trainer_step(struct trainer *t, struct train_step_stats *stats, char *err, s
   memset(stats, 0, sizeof *stats);
   stats->step = t->step;
   int rc = 0;
+  model_moe_stats_reset(&t->model); /* the sparse layers' routing counts this step's forwards */
   model_bf16_sync(&t->model); /* bf16 models: copies rounded after anything but AdamW wrote weights */
   exec_step(&t->exec, update, &u, &rc);
   if (!rc && trainer_failed(t)) /* a failure the list stopped at, before its OPTIMIZER */
@@ -542,6 +557,8 @@ void trainer_eval(struct trainer *t, struct train_eval_stats *stats)
   stats->step = t->step;
   if (p->train.eval_batches <= 0)
     return;
+  const int collect = t->model.moe_collect;
+  t->model.moe_collect = 0; /* the routing statistics are the training forwards' */
   /* sums[0]: Σ validation losses, sums[1]: problems solved; summed over the group. */
   double sums[2] = { 0.0, 0.0 }, total[2];
   stats->has_val_loss = t->data.ops->val_window != NULL;
@@ -560,6 +577,7 @@ void trainer_eval(struct trainer *t, struct train_eval_stats *stats)
     int right = solve_problems(t, (uint64_t)first, B);
     sums[1] += c < 0 ? 0 : right;
   }
+  t->model.moe_collect = collect;
   if (dp_sum(&t->dp, sums, total, 2))
     return;
   stats->val_loss = total[0] / ((double)p->train.eval_batches * p->batch.global * p->batch.seq);

@@ -21,6 +21,7 @@
 #include "runtime/ckpt.h"
 #include "runtime/run_guard.h"
 #include "runtime/train.h"
+#include "runtime/train_moe.h"
 #include "runtime/train_progress.h"
 #include "runtime/weights.h"
 #include "util/err.h"
@@ -138,15 +139,32 @@ static void release_stop_signals(const struct stop_handlers *h)
 }
 
 static int log_step(struct run_log *log, const struct plan *p, const struct train_step_stats *s,
-                    long long tokens, double step_seconds, double elapsed, char *err, size_t n)
+                    const struct train_moe *moe, long long tokens, double step_seconds, double elapsed,
+                    char *err, size_t n)
 {
-  char line[512];
+  if (!log->metrics)
+    return 0;
+  /* the sparse layers' object: per layer its figures and one count per expert */
+  const size_t moe_size = moe->n ? (size_t)moe->n * (128 + 24 * (size_t)moe->E) + 256 : 1;
+  const size_t size = 512 + moe_size;
+  char *line = malloc(size), *part = malloc(moe_size);
+  if (!line || !part) {
+    free(line);
+    free(part);
+    return errf(err, n, "log.metrics: out of memory for a line");
+  }
+  part[0] = '\0';
+  train_moe_json(moe, part, moe_size);
   const double tokens_per_sec = (double)p->batch.global * p->batch.seq / step_seconds;
   /* %.17g: every digit of the double, so runs can be compared to 1e-10 (the float64 build) */
-  snprintf(line, sizeof line, "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, "
-           "\"tokens\": %lld, \"tokens_per_sec\": %.1f, \"elapsed_s\": %.3f%s}\n", s->step, s->loss,
-           s->lr, s->grad_norm, tokens, tokens_per_sec, elapsed, s->skipped ? ", \"skipped\": true" : "");
-  return write_metrics_line(log, line, err, n);
+  snprintf(line, size, "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, "
+           "\"tokens\": %lld, \"tokens_per_sec\": %.1f, \"elapsed_s\": %.3f%s%s}\n", s->step, s->loss,
+           s->lr, s->grad_norm, tokens, tokens_per_sec, elapsed, s->skipped ? ", \"skipped\": true" : "",
+           part);
+  int rc = write_metrics_line(log, line, err, n);
+  free(line);
+  free(part);
+  return rc;
 }
 
 void train_format_progress(char *buf, size_t n, const struct train_step_stats *s, long long total,
@@ -160,15 +178,16 @@ void train_format_progress(char *buf, size_t n, const struct train_step_stats *s
 }
 
 static void print_progress(FILE *out, const struct plan *p, const struct train_step_stats *s,
-                           double tokens_per_sec, double elapsed)
+                           const struct train_moe *moe, double tokens_per_sec, double elapsed)
 {
   if (!out)
     return;
   const long long done = s->step + 1, total = p->train.steps;
-  char line[512];
+  char line[512], part[96];
   train_format_progress(line, sizeof line, s, total, tokens_per_sec, elapsed,
                         elapsed / (double)done * (double)(total - done));
-  fprintf(out, "%s\n", line);
+  train_moe_progress(moe, part, sizeof part);
+  fprintf(out, "%s%s\n", line, part);
   fflush(out);
 }
 
@@ -397,7 +416,8 @@ static int async_commit(struct trainer *t, struct run_log *log, int wait, char *
   return 0;
 }
 
-static int run_loop(struct trainer *t, struct run_log *log, int *left, char *err, size_t n)
+static int run_steps(struct trainer *t, struct run_log *log, struct train_moe *moe, int *left, char *err,
+                     size_t n)
 {
   const struct plan *p = t->plan;
   struct comm_group *g = t->world;
@@ -417,7 +437,15 @@ static int run_loop(struct trainer *t, struct run_log *log, int *left, char *err
     interval_seconds += t1 - t0;
     /* From here each rank goes on through the collectives (evaluation, export) even after a
      * failure of its own, and the agreement at the end of the step stops them all. */
-    int failed = log_step(log, p, &st, tokens, t1 - t0, t1 - start, err, n);
+    /* the sparse layers' routing, gathered at rank 0 (instrumentation: uncounted) */
+    int failed = train_moe_gather(moe, t, err, n);
+    if (!failed)
+      failed = log_step(log, p, &st, moe, tokens, t1 - t0, t1 - start, err, n);
+    char warnings[1024];
+    if (!failed && train_moe_window(moe, s, s + 1 == steps, warnings, sizeof warnings) && log->out) {
+      fputs(warnings, log->out);
+      fflush(log->out);
+    }
     if (st.skipped && log->out) {
       fprintf(log->out, "step %lld: loss %.4f is %.1f× the mean of the last %d applied steps (%.4f): not applied "
               "(train.max_loss_jump = %g)\n", s + 1, st.loss, st.loss / st.recent_loss, t->recent.n, st.recent_loss,
@@ -426,7 +454,7 @@ static int run_loop(struct trainer *t, struct run_log *log, int *left, char *err
     }
     int last = s + 1 == steps, printed = 0;
     if ((printed = (s + 1) % p->log.every == 0 || last || s == first)) {
-      print_progress(log->out, p, &st, (double)interval_tokens / interval_seconds, t1 - start);
+      print_progress(log->out, p, &st, moe, (double)interval_tokens / interval_seconds, t1 - start);
       interval_tokens = 0;
       interval_seconds = 0.0;
     }
@@ -465,7 +493,7 @@ static int run_loop(struct trainer *t, struct run_log *log, int *left, char *err
       return TRAIN_RUNTIME_ERROR;
     }
     if (stop && !printed)
-      print_progress(log->out, p, &st, (double)interval_tokens / interval_seconds, t1 - start);
+      print_progress(log->out, p, &st, moe, (double)interval_tokens / interval_seconds, t1 - start);
     const char *ckdir = p->checkpoint.dir;
     const int save = ckdir[0] && ((p->checkpoint.every > 0 && (s + 1) % p->checkpoint.every == 0) || last || stop);
     /* checkpoint.async: a save still being written commits once every rank's file is synced (asked
@@ -543,6 +571,17 @@ static int resume(struct trainer *t, struct comm_group *all, FILE *out, char *er
   }
   return rc;
 }
+/* The steps, with the sparse layers' statistics (train_moe.h) open around them. */
+static int run_loop(struct trainer *t, struct run_log *log, int *left, char *err, size_t n)
+{
+  struct train_moe moe;
+  if (train_moe_open(&moe, t, err, n))
+    return TRAIN_RUNTIME_ERROR;
+  int rc = run_steps(t, log, &moe, left, err, n);
+  train_moe_close(&moe);
+  return rc;
+}
+
 
 int train_run(const struct plan *p, struct comm_group *const *groups, FILE *out, char *err,
               size_t err_size)
