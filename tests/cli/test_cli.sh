@@ -89,7 +89,7 @@ expect set_table_no_globals 2 "attempt to index a nil value \\(global 'os'\\)" "
 expect run_refusal 0 'tycho run refuses this plan on this build: .*precision.compute = "bf16"' \
   "$tycho" check plans/tiny.lua --set precision.compute=bf16 --set mesh.tp=2 --world 2
 if "$tycho" check plans/tiny.lua | grep -q 'refuses'; then bad run_refusal_none "a plan run accepts"; else ok run_refusal_none; fi
-expect run_refusal_json 0 '"run_refusal":"([^"\\]|\\.)*(mesh\.tp = 2 with precision\.compute|kernels have no bf16 compute)' \
+expect run_refusal_json 0 '"run_refusal":"([^"\\]|\\.)*(mesh\.tp = 2 with precision\.compute|kernels have no bf16 compute|oneDNN: no bf16 matmul)' \
   "$tycho" check plans/tiny.lua --set precision.compute=bf16 --set mesh.tp=2 --world 2 --json
 expect run_refusal_json_none 0 '"run_refusal":null' "$tycho" check plans/tiny.lua --json
 # the cost model prices what the comm layer moves: on the CPU its reals, whatever the plan
