@@ -141,6 +141,13 @@ if(TYCHO_HAVE_DNNL AND NOT TYCHO_FLOAT64)
   tycho_dp_equiv(bf16_pp2_1f1b 2 --both precision.compute=bf16 --set mesh.pp=2)
   tycho_dp_equiv(bf16_recompute_full_dp2 2 --both precision.compute=bf16 --set recompute=full)
   tycho_equiv_must_fail(bf16_broken_dropout_seed 2 --both precision.compute=bf16 --set seeds.dropout=5)
+  # a CPU without bf16 products (oneDNN has no bf16 matmul for it, e.g. AVX2 only) refuses these
+  # plans at precision.compute: ctest reports them skipped, saying so, not passed
+  foreach(case bf16_dp2 bf16_dp2_zero2 bf16_dp2_zero1_tied bf16_pp2_1f1b bf16_recompute_full_dp2
+          bf16_broken_dropout_seed)
+    set_tests_properties(mpi_dp_equiv.${case} PROPERTIES
+      SKIP_REGULAR_EXPRESSION "precision.compute = \"bf16\": oneDNN: no bf16 matmul")
+  endforeach()
 endif()
 if(TYCHO_FLOAT64)
   tycho_equiv_must_fail(broken_lr_1e-6 2 --set optimizer.lr=0.003000003)
