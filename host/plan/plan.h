@@ -80,7 +80,14 @@ struct plan_mesh {
   int dp_auto;      /* dp was "auto": world / (tp · pp) */
   int world_assumed; /* no world size was given: dp "auto" became 1 */
   enum plan_axis order[PLAN_N_AXES]; /* fastest-varying first */
+  /* expert parallelism (model.moe, docs/moe.md): each data-parallel group is cut into groups of
+   * ep consecutive dp ranks (the fastest-varying part of dp, next to tp as in Megatron-Core's
+   * order tp-ep-dp), whose ranks hold experts/ep experts each of every sparse layer and exchange
+   * tokens by all-to-all. ep divides dp and the experts; 0 or 1: none. Read it with plan_ep. */
+  int ep;
 };
+/* mesh.ep, 1 when unset. */
+#define plan_ep(p) ((p)->mesh.ep > 1 ? (p)->mesh.ep : 1)
 
 struct plan_stage {
   int index;        /* 0 .. n_stages-1, in model order */
