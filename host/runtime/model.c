@@ -305,6 +305,7 @@ int model_create_table_at(struct model *m, const struct plan *p, int tp_rank, in
     m->recompute[l] = p->layers ? p->layers[l].recompute : 0;
     m->moe[l] = p->model.moe.experts > 0 && p->layers && p->layers[l].moe;
   }
+  m->ep.size = p->model.moe.experts > 0 ? plan_ep(p) : 1; /* rank 0 until the trainer says */
   if (!p->stages || p->n_stages == 0) { /* a plan made by hand, without stages: all of it here */
     memset(m->layer_here, 1, (size_t)L);
     m->embed_here = m->head_here = 1;
@@ -675,6 +676,7 @@ static void layout_acts(struct model_acts *a, const struct model *m, const struc
     if (m->moe && m->moe[l]) { /* the sparse MLP (model_moe.c); never recomputed (plan_validate) */
       const size_t E = (size_t)c->moe.experts, K = (size_t)c->moe.top_k, Fe = (size_t)c->moe.ffn_dim;
       const size_t R = model_moe_rows(m, a->B_max, a->T_max);
+      const size_t Rx = model_moe_rows_received(m, a->B_max, a->T_max); /* the experts' rows here */
       la->moe_probs = carve(act, BT * E);
       la->moe_topw = carve(act, BT * K);
       la->moe_lse = carve(act, BT);
@@ -683,10 +685,12 @@ static void layout_acts(struct model_acts *a, const struct model *m, const struc
       la->moe_counts = carve_bytes(act, E * sizeof(int));
       la->moe_routed = carve_bytes(act, E * sizeof(int));
       la->moe_xe = carve(act, R * C);
-      la->gate = carve(act, R * Fe);
-      la->up = carve(act, R * Fe);
-      la->hidden = carve(act, R * Fe);
+      la->moe_xr = m->ep.size > 1 ? carve(act, Rx * C) : NULL;
+      la->gate = carve(act, Rx * Fe);
+      la->up = carve(act, Rx * Fe);
+      la->hidden = carve(act, Rx * Fe);
       la->moe_ye = carve(act, R * C);
+      la->moe_rows = a->moe_rows_memory ? a->moe_rows_memory + (size_t)l * E : NULL;
       la->mlp_mask = drop ? carve(act, BTh * C) : NULL;
       any_sparse = 1;
       rec_max = rec->used - rec_start > rec_max ? rec->used - rec_start : rec_max;
@@ -756,11 +760,19 @@ static void layout_acts(struct model_acts *a, const struct model *m, const struc
   if (any_sparse) {
     const size_t E = (size_t)c->moe.experts, K = (size_t)c->moe.top_k, Fe = (size_t)c->moe.ffn_dim;
     const size_t R = model_moe_rows(m, a->B_max, a->T_max);
+    const size_t Rx = model_moe_rows_received(m, a->B_max, a->T_max);
     a->moe_dxe = carve(work, R * C);
     a->moe_dye = carve(work, R * C);
-    a->moe_dgate = carve(work, R * Fe);
-    a->moe_dup = carve(work, R * Fe);
-    a->moe_dhid = carve(work, R * Fe);
+    a->moe_dgate = carve(work, Rx * Fe);
+    a->moe_dup = carve(work, Rx * Fe);
+    a->moe_dhid = carve(work, Rx * Fe);
+    if (m->ep.size > 1) {
+      const int cap = plan_moe_capacity(c, a->T_max);
+      a->moe_pad = cap > 0 ? carve(work, E * (size_t)a->B_max * (size_t)cap * C) : NULL;
+      a->moe_yr = carve(work, Rx * C);
+      a->moe_dyr = carve(work, Rx * C);
+      a->moe_dxr = carve(work, Rx * C);
+    }
     a->moe_logits = carve(work, BT * E);
     a->moe_dtopw = carve(work, BT * K);
     a->moe_aux = carve(work, (size_t)a->B_max);
@@ -787,8 +799,10 @@ static int acts_create(struct model_acts *a, const struct model *m, int B_max, i
   a->layers = calloc((size_t)L, sizeof *a->layers);
   a->residual = calloc((size_t)L + 1, sizeof *a->residual);
   uint64_t *samples = calloc((size_t)B_max, sizeof *samples);
-  if (!a->layers || !a->residual || !samples) {
+  int *moe_rows = m->moe_stat ? calloc((size_t)L * (size_t)m->config.moe.experts, sizeof *moe_rows) : NULL;
+  if (!a->layers || !a->residual || !samples || (m->moe_stat && !moe_rows)) {
     free(samples);
+    free(moe_rows);
     goto out_of_memory;
   }
   struct carve act = { 0 }, rec = { 0 }, work = { 0 };
@@ -808,6 +822,7 @@ static int acts_create(struct model_acts *a, const struct model *m, int B_max, i
       alloc_free(work.base);
     }
     free(samples);
+    free(moe_rows);
     goto out_of_memory;
   }
   act.used = rec.used = work.used = 0;
@@ -823,6 +838,7 @@ static int acts_create(struct model_acts *a, const struct model *m, int B_max, i
     a->shares = 1;
   }
   a->drop.samples = samples;
+  a->moe_rows_memory = moe_rows;
   layout_acts(a, m, scope, &act, &rec, &work);
   m->k->rope_table(m->kctx, a->rope_cos, a->rope_sin, T_max, m->config.head_dim,
                    m->config.rope_theta, 0);
@@ -883,5 +899,6 @@ void model_acts_free(struct model_acts *a)
   free(a->layers);
   free(a->residual);
   free(a->drop.samples);
+  free(a->moe_rows_memory);
   memset(a, 0, sizeof *a);
 }

@@ -129,6 +129,15 @@ struct model {
     long long *routed;       /* (E) assignments per expert before dropping */
   } *moe_stat;
   int moe_collect;
+  /* expert parallelism (mesh.ep, docs/moe.md): this rank computes experts [rank·E/size,
+   * (rank + 1)·E/size) of every sparse layer for the tokens of its ep group, which exchange rows by
+   * all-to-all. The experts' parameters stay replicated (the others' gradients stay 0 here).
+   * size from the plan (the activations' layout); group and rank from the trainer (NULL: a
+   * group of one, or the bill's table). */
+  struct model_ep {
+    struct comm_group *group;
+    int size, rank;
+  } ep;
   int n_params;
   struct model_param *params; /* (n_params) in Hugging Face order: embedding, layers, norm, head */
   size_t n_elems;            /* floats in the flat layout, padding included */
@@ -220,6 +229,11 @@ struct model_layer_acts {
   int *moe_counts, *moe_routed; /* (E) */
   real *moe_xe;             /* (R, C) the experts' inputs */
   real *moe_ye;             /* (R, C) the experts' outputs */
+  /* expert parallelism: the rows this rank's experts received from its ep group, source-major,
+   * then expert ((R_recv, C): model_moe_rows_received), and how many per (source, local expert)
+   * (host memory, ep · E/ep) */
+  real *moe_xr;
+  int *moe_rows;
 };
 
 struct model_acts {
@@ -266,6 +280,10 @@ struct model_acts {
   real *moe_logits;         /* (B, T, E) the router's logits, then their gradient */
   real *moe_dtopw;          /* (B, T, K) */
   real *moe_aux;            /* (B) the load-balancing loss of each sequence */
+  /* expert parallelism: the capacity-padded send buffer ((E · B · capacity, C); NULL dropless),
+   * the received rows' outputs and the two backward exchanges ((R_recv, C) each) */
+  real *moe_pad, *moe_yr, *moe_dyr, *moe_dxr;
+  int *moe_rows_memory;     /* host memory: every layer's moe_rows */
   bf16 *head_in_b;          /* bf16 models: the head's input (lnf and head_in NULL) */
   bf16 *dout_b;             /* bf16 models, workspace: a product's output gradient, rounded once
                              * for both of its products ((B, T, max(C, F, Vl))) */
@@ -360,6 +378,9 @@ void model_moe_stats_reset(struct model *m);
 /* Rows of the dispatched buffers of a sparse layer for B × T tokens: B·T·K dropless, else at most
  * min(B·T·K, B·E·capacity(T)). 0 for a dense model. */
 size_t model_moe_rows(const struct model *m, int B, int T);
+/* Rows a rank's experts can receive from its ep group: E·B·capacity(T) at capacity (padded),
+ * ep·B·T·min(K, E/ep) dropless; model_moe_rows at ep 1. */
+size_t model_moe_rows_received(const struct model *m, int B, int T);
 
 /* ---- forward and backward (model_passes.c), B ≤ B_max, T ≤ T_max --------------------------- */
 /* Starts a forward of B × T tokens: records B, T and the dropout (for recompute). The embedding's
