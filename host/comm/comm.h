@@ -234,6 +234,9 @@ void comm_set_timeout(double seconds); /* watchdog; 0 disables */
 double comm_now(void);
 void comm_trace_span(const char *name, double t_begin, double t_end);
 void comm_trace_work(const char *name, int stage, int mb, double flops, double t_begin, double t_end);
+/* A counter in the trace (a Chrome "C" event at now): series `series` of counter `name` takes
+ * `value`; the viewers plot each counter's series over time (e.g. "moe layer 1", "dropped"). */
+void comm_trace_counter(const char *name, const char *series, double value);
 int comm_trace_write(const char *path, char *err, size_t err_size);
 int comm_trace_write_steps(const char *path, long long first, long long last, char *err, size_t err_size);
 

@@ -87,7 +87,8 @@ struct comm_span {
   double t_begin, t_end;
   long long step;  /* comm_set_step's when the span was added */
   int stage, mb;   /* pipeline stage and micro-batch, -1 for none */
-  double flops;    /* 0 when not counted */
+  double flops;    /* 0 when not counted; a counter's value */
+  char series[24]; /* a counter (comm_trace_counter): its series; "" for a span */
 };
 
 struct comm_context {

@@ -118,6 +118,23 @@ void comm_trace_work(const char *name, int stage, int mb, double flops, double t
     s->stage = stage;
     s->mb = mb;
     s->flops = flops;
+    s->series[0] = '\0';
+  }
+  pthread_mutex_unlock(&ctx.lock);
+}
+
+void comm_trace_counter(const char *name, const char *series, double value)
+{
+  const double t = comm_now();
+  pthread_mutex_lock(&ctx.lock);
+  if (ctx.spans) {
+    struct comm_span *s = &ctx.spans[ctx.n_spans++ % (uint64_t)ctx.n_records_cap];
+    snprintf(s->name, sizeof s->name, "%s", name);
+    snprintf(s->series, sizeof s->series, "%s", series);
+    s->t_begin = s->t_end = t;
+    s->step = ctx.step;
+    s->stage = s->mb = -1;
+    s->flops = value;
   }
   pthread_mutex_unlock(&ctx.lock);
 }

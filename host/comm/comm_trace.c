@@ -65,6 +65,18 @@ static void trace_rank_events(struct json *j, int pid, const struct trace_rank *
     if (!in_steps(keep, sp->step))
       continue;
     json_begin_object(j);
+    if (sp->series[0]) { /* a counter: one series of a "C" event, which the viewers plot */
+      json_key(j, "name"); json_string(j, sp->name);
+      json_key(j, "ph"); json_string(j, "C");
+      json_key(j, "pid"); json_int(j, pid);
+      json_key(j, "ts"); json_number(j, trace_us(sp->t_begin));
+      json_key(j, "args");
+      json_begin_object(j);
+      json_key(j, sp->series); json_number(j, sp->flops);
+      json_end_object(j);
+      json_end_object(j);
+      continue;
+    }
     json_slice(j, sp->name, "caller", pid, 0, sp->t_begin, sp->t_end);
     json_key(j, "args");
     json_begin_object(j);

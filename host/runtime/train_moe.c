@@ -200,3 +200,20 @@ int train_moe_window(struct train_moe *m, long long step, int last, char *buf, s
   m->window_steps = 0;
   return warned;
 }
+
+void train_moe_trace(const struct train_moe *m)
+{
+  const int W = TRAIN_MOE_FIELDS + m->E;
+  for (int i = 0; i < m->n; i++) {
+    const double *s = m->step + (size_t)i * W;
+    char name[32], series[24];
+    snprintf(name, sizeof name, "moe layer %d", m->layer[i]);
+    comm_trace_counter(name, "aux", s[2] > 0 ? s[0] / s[2] : 0.0);
+    comm_trace_counter(name, "dropped", s[4] > 0 ? s[5] / s[4] : 0.0);
+    snprintf(name, sizeof name, "moe layer %d tokens", m->layer[i]);
+    for (int e = 0; e < m->E; e++) {
+      snprintf(series, sizeof series, "expert %d", e);
+      comm_trace_counter(name, series, s[TRAIN_MOE_FIELDS + e]);
+    }
+  }
+}

@@ -42,6 +42,9 @@ void train_moe_totals(const struct train_moe *m, double *aux, double *z, double 
 int train_moe_json(const struct train_moe *m, char *buf, size_t n);
 /* " | moe aux 2.013 drop 1.2%" for the progress line. */
 void train_moe_progress(const struct train_moe *m, char *buf, size_t n);
+/* Rank 0, after train_moe_gather: the step's figures as trace counters (comm_trace_counter):
+ * "moe layer L" with series aux and dropped, "moe layer L tokens" with one series per expert. */
+void train_moe_trace(const struct train_moe *m);
 /* Adds the step to the window; when the window is full (TRAIN_MOE_WINDOW steps, or `last`),
  * writes into buf one warning line per layer whose busiest expert took more than
  * TRAIN_MOE_IMBALANCE × its share, and starts a new window. Returns the number of warnings. */

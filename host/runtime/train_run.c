@@ -439,6 +439,8 @@ static int run_steps(struct trainer *t, struct run_log *log, struct train_moe *m
      * failure of its own, and the agreement at the end of the step stops them all. */
     /* the sparse layers' routing, gathered at rank 0 (instrumentation: uncounted) */
     int failed = train_moe_gather(moe, t, err, n);
+    if (!failed && (!g || g->rank == 0))
+      train_moe_trace(moe);
     if (!failed)
       failed = log_step(log, p, &st, moe, tokens, t1 - t0, t1 - start, err, n);
     char warnings[1024];

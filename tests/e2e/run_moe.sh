@@ -5,7 +5,7 @@
 # step's assignments (global · seq · top_k per sparse layer, before dropping), the exported
 # safetensors holds Hugging Face Mixtral's tensor names, a checkpoint at step 15 resumes to the
 # very losses of the uninterrupted run, and a resume with another expert count is refused
-# naming it.
+# naming it. log.trace holds the routing figures as counters.
 # usage: run_moe.sh TYCHO   (run from the source folder)
 set -u
 tycho=$1
@@ -16,7 +16,14 @@ plan=plans/tiny_moe.lua
 common=(--set train.steps=30 --set train.eval_batches=0 --set log.every=10)
 
 "$tycho" run "$plan" "${common[@]}" --set log.metrics="$tmp/a.jsonl" \
-  --set export.path="$tmp/model.safetensors" >"$tmp/a.out" 2>"$tmp/a.err" || fail "the run failed"
+  --set export.path="$tmp/model.safetensors" --set log.trace="$tmp/trace.json" >"$tmp/a.out" 2>"$tmp/a.err" ||
+  fail "the run failed"
+# the trace carries the same figures as counters: per sparse layer aux and dropped, tokens per expert
+for c in '"name":"moe layer 1","ph":"C","pid":0,"ts":[0-9.]*,"args":{"aux":' \
+         '"name":"moe layer 3","ph":"C","pid":0,"ts":[0-9.]*,"args":{"dropped":' \
+         '"name":"moe layer 3 tokens","ph":"C","pid":0,"ts":[0-9.]*,"args":{"expert 3":[0-9]*}'; do
+  grep -q "$c" "$tmp/trace.json" || fail "the trace has no counter $c"
+done
 grep -q '^step 30/30 | loss .* | moe aux [0-9.]* drop [0-9.]*%$' "$tmp/a.out" || fail "no moe part in the progress line"
 [ "$(grep -c '"moe": {"aux": ' "$tmp/a.jsonl")" -eq 30 ] || fail "not every metrics record has the moe object"
 # per record and sparse layer: the tokens per expert sum to 32 · 32 · 2 = 2048
