@@ -258,7 +258,7 @@ int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, siz
   }
   const int pp = d->pp_group ? d->pp_group->size : 1;
   if (!rc && m->tp.rank == 0) {
-    rc = model_create_table(whole, &m->config, err, err_size);
+    rc = model_create_table_sparse(whole, &m->config, m->moe, err, err_size); /* the same sparse layers */
     if (!rc) { /* a copy for export and tests: billed as workspace, as the ZeRO-3 gather is */
       whole->param_memory = alloc_reals_on(whole->device, ALLOC_WORKSPACE, whole->n_elems);
       if (!whole->param_memory)

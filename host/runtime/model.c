@@ -243,6 +243,12 @@ static void replicated_layout(struct tp_layer_layout *y)
 
 int model_create_table(struct model *m, const struct plan_model *cfg, char *err, size_t err_size)
 {
+  return model_create_table_sparse(m, cfg, NULL, err, err_size);
+}
+
+int model_create_table_sparse(struct model *m, const struct plan_model *cfg, const uint8_t *sparse,
+                              char *err, size_t err_size)
+{
   memset(m, 0, sizeof *m);
   m->config = *cfg;
   m->tp.size = 1;
@@ -262,7 +268,10 @@ int model_create_table(struct model *m, const struct plan_model *cfg, char *err,
         model_free(m);
         return errf(err, err_size, "out of memory for the layer layouts");
       }
-      memset(m->moe, 1, (size_t)cfg->n_layers);
+      if (sparse)
+        memcpy(m->moe, sparse, (size_t)cfg->n_layers);
+      else
+        memset(m->moe, 1, (size_t)cfg->n_layers);
     }
   }
   return create_table(m, err, err_size);

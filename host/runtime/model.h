@@ -311,6 +311,10 @@ int model_create(struct model *m, const struct plan_model *cfg, char *err, size_
 /* The parameter table alone: offsets packed as model_create packs them, n_elems set, no memory,
  * every data and grad pointer NULL. The caller lays out and binds the memory (dp.h). */
 int model_create_table(struct model *m, const struct plan_model *cfg, char *err, size_t err_size);
+/* The same with the sparse layers of a model with experts given (sparse: (L) flags, as a plan's
+ * plan_layer.moe; NULL: every layer sparse, as model_create_table makes it). */
+int model_create_table_sparse(struct model *m, const struct plan_model *cfg, const uint8_t *sparse,
+                              char *err, size_t err_size);
 /* The same for this rank of the plan's TP group (tp: NULL for a group of one, else of size
  * mesh.tp) and pipeline rank pp_rank: split parameters hold this rank's block, parameters of
  * stages on other pipeline ranks none, the layers follow the plan's layouts and recompute. */
