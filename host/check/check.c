@@ -10,6 +10,8 @@
 
 #include "mesh/mesh.h"
 #include "plan/plan_json.h"
+#include "check/check_ep.h"
+#include "comm/comm.h"
 #include "check/cost.h"
 #include "plan/tp_layout.h"
 #include "runtime/bill.h"
@@ -118,7 +120,7 @@ static void print_schedule(FILE *f, const struct plan *p)
 
 static const char *const comm_op_names[] = { "all-reduce", "all-gather", "reduce-scatter" };
 
-static const char *format_bytes(double v, char *buf, size_t n)
+const char *check_format_bytes(double v, char *buf, size_t n)
 {
   static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
   int u = 0;
@@ -171,7 +173,7 @@ static void print_unit_comms(FILE *f, const struct tp_comm *list, int n, int lay
       char size[32];
       fprintf(f, "           %-17s %s  %-15s %10s  %s\n", first ? label : "", dir ? "bwd" : "fwd",
               comm_op_names[list[i].comm],
-              format_bytes((double)list[i].n_elems * bytes_per_elem, size, sizeof size), list[i].what);
+              check_format_bytes((double)list[i].n_elems * bytes_per_elem, size, sizeof size), list[i].what);
       first = 0;
     }
   if (first)
@@ -195,7 +197,7 @@ static void print_tp_comms(FILE *f, const struct plan *p)
   char fb[32], bb[32];
   fprintf(f, "tp comm    per micro-batch of %d × %d tokens on each tp group (%d-byte elements): "
           "forward %d collectives, %s; backward %d, %s\n", p->batch.micro, p->batch.seq, eb,
-          calls[0], format_bytes(bytes[0], fb, sizeof fb), calls[1], format_bytes(bytes[1], bb, sizeof bb));
+          calls[0], check_format_bytes(bytes[0], fb, sizeof fb), calls[1], check_format_bytes(bytes[1], bb, sizeof bb));
   print_unit_comms(f, list, n, -1, "embedding", eb);
   for (int l = 0; l < L;) {
     int e = l + 1;
@@ -367,9 +369,9 @@ static void print_states_rows(FILE *f, const struct plan *p, const struct bill *
         continue;
       int here = order[0] == bill_order[k] || order[1] == bill_order[k] || order[2] == bill_order[k];
       double bytes = row ? transient_bytes(b, bill_order[k]) : b->held[bill_order[k]];
-      fprintf(f, " %11s", here ? format_bytes(bytes, v, sizeof v) : "");
+      fprintf(f, " %11s", here ? check_format_bytes(bytes, v, sizeof v) : "");
     }
-    fprintf(f, " %11s\n", format_bytes(row ? transient_total(b) : model_states_total(b), v, sizeof v));
+    fprintf(f, " %11s\n", check_format_bytes(row ? transient_total(b) : model_states_total(b), v, sizeof v));
   }
 }
 
@@ -410,15 +412,15 @@ static void print_memory(FILE *f, const struct plan *p, const struct cluster *c)
     fprintf(f, "  %8d  %-9s ", r, stage_list(p, world_rank, stages, sizeof stages));
     for (int k = 0; k < ALLOC_N_CATEGORIES; k++)
       if (bill_shows(p, k))
-        fprintf(f, " %11s", format_bytes(b[r].bytes[bill_order[k]], v, sizeof v));
-    fprintf(f, " %11s", format_bytes(b[r].total, v, sizeof v));
+        fprintf(f, " %11s", check_format_bytes(b[r].bytes[bill_order[k]], v, sizeof v));
+    fprintf(f, " %11s", check_format_bytes(b[r].total, v, sizeof v));
     if (c) {
       double head = 1.0 - b[r].total / c->device_memory;
       worst = head < worst ? head : worst;
       if (head >= 0)
         fprintf(f, "   fits, %.0f%% headroom", 100.0 * head);
       else
-        fprintf(f, "   DOES NOT FIT (%s over)", format_bytes(-head * c->device_memory, v, sizeof v));
+        fprintf(f, "   DOES NOT FIT (%s over)", check_format_bytes(-head * c->device_memory, v, sizeof v));
     }
     fputc('\n', f);
     print_states_rows(f, p, &b[r]);
@@ -431,7 +433,7 @@ static void print_memory(FILE *f, const struct plan *p, const struct cluster *c)
           "and the\n             pipeline's slot buffers (comm) stay allocated between steps\n");
   if (c) {
     char dm[32];
-    fprintf(f, "           device memory %s (%s): %s\n", format_bytes(c->device_memory, dm, sizeof dm), c->name,
+    fprintf(f, "           device memory %s (%s): %s\n", check_format_bytes(c->device_memory, dm, sizeof dm), c->name,
             worst >= 0.10 ? "every rank fits with at least 10% headroom"
             : worst >= 0 ? "every rank fits, some with less than 10% headroom"
                          : "some ranks do not fit: more tp or pp, recompute, a higher zero stage, a smaller micro-batch");
@@ -468,10 +470,20 @@ static void print_traffic(FILE *f, const struct plan *p)
           continue;
         char v[32];
         fprintf(f, "%s%llu %s %s", first ? " " : "; ", t.calls[g][op], comm_names[op],
-                format_bytes((double)t.bytes[g][op], v, sizeof v));
+                check_format_bytes((double)t.bytes[g][op], v, sizeof v));
         first = 0;
       }
       fputc('\n', f);
+    }
+    unsigned long long ep_calls, ep_bytes; /* the ep group (check_ep.h): its all-to-alls */
+    plan_ep_step_traffic(p, r, traffic_element_bytes(p, p->precision.compute), &ep_calls, &ep_bytes);
+    if (ep_calls) {
+      char v[32];
+      if (!any)
+        fprintf(f, "traffic    per training step and rank, as the comm layer counts it:\n");
+      any = 1;
+      fprintf(f, "           pp rank %d, %-5s %llu %s %s\n", r, "ep", ep_calls, comm_names[COMM_ALL_TO_ALL],
+              check_format_bytes((double)ep_bytes, v, sizeof v));
     }
   }
 }
@@ -503,6 +515,18 @@ static void write_traffic_json(struct json *j, const struct plan *p)
       }
       json_end_object(j);
     }
+    unsigned long long ep_calls, ep_bytes;
+    plan_ep_step_traffic(p, r, traffic_element_bytes(p, p->precision.compute), &ep_calls, &ep_bytes);
+    json_key(j, "ep");
+    json_begin_object(j);
+    if (ep_calls) {
+      json_key(j, comm_names[COMM_ALL_TO_ALL]);
+      json_begin_object(j);
+      json_key(j, "calls"); json_int(j, (long long)ep_calls);
+      json_key(j, "bytes"); json_int(j, (long long)ep_bytes);
+      json_end_object(j);
+    }
+    json_end_object(j);
     json_end_object(j);
   }
   json_end_array(j);
@@ -527,6 +551,9 @@ static void print_cost(FILE *f, const struct plan *p, const struct cluster *c)
           k.compute, 100.0 * c->compute_efficiency);
   fprintf(f, "           tp comm %.3f s exposed (%s link, not overlapped)\n", k.tp.exposed,
           k.tp.intra ? "intra-node" : "inter-node");
+  if (plan_ep(p) > 1)
+    fprintf(f, "           ep comm %.3f s exposed (all-to-all on the %s link, not overlapped)\n", k.ep.exposed,
+            k.ep.intra ? "intra-node" : "inter-node");
   fprintf(f, "           pipeline bubble %.3f s (stage sends on the %s link inside it)\n", k.bubble,
           k.pp.intra ? "intra-node" : "inter-node");
   fprintf(f, "           dp comm %.3f s exposed of %.3f s (%s link)\n", k.dp.exposed, k.dp.total,
@@ -542,6 +569,9 @@ static void print_cost(FILE *f, const struct plan *p, const struct cluster *c)
   fprintf(f, "             ring collectives at %.0f%% of link bandwidth plus per-step latency, a group on "
           "the intra-node link when it fits in %d GPUs under mesh.order;\n", 100.0 * c->comm_efficiency,
           c->gpus_per_node);
+  if (plan_ep(p) > 1)
+    fprintf(f, "             each all-to-all (n−1)/n × its bytes / bandwidth + (n−1) × latency (nccl-tests' bus "
+            "bandwidth), the ep group intra-node when its span (dp's stride × ep) fits in a node;\n");
   if (c->no_overlap)
     fprintf(f, "             no collective hides behind compute (the cluster's overlap = false);\n");
   else
@@ -589,9 +619,9 @@ static void write_cost_json(struct json *j, const struct plan *p, const struct c
   json_key(j, "pointwise_seconds"); json_number(j, k.pointwise);
   json_key(j, "optimizer_seconds"); json_number(j, k.optimizer);
   json_key(j, "ranks_per_device"); json_number(j, k.share);
-  static const char *const names[3] = { "tp", "dp", "pp" };
-  const struct cost_group *g[3] = { &k.tp, &k.dp, &k.pp };
-  for (int i = 0; i < 3; i++) {
+  static const char *const names[4] = { "tp", "dp", "pp", "ep" };
+  const struct cost_group *g[4] = { &k.tp, &k.dp, &k.pp, &k.ep };
+  for (int i = 0; i < 4; i++) {
     json_key(j, names[i]);
     json_begin_object(j);
     json_key(j, "intra_node"); json_bool(j, g[i]->intra);
@@ -654,8 +684,14 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
     else
       fprintf(f, "           dropless (capacity_factor 0): every assignment is kept, micro × seq × top_k rows "
               "per sparse layer however they spread over the experts\n");
-    fprintf(f, "           router losses: load balancing %g, z-loss %g; expert parallelism: none (every rank "
-            "holds every expert, so no all-to-all)\n", m->moe.aux_loss, m->moe.z_loss);
+    if (plan_ep(p) > 1) /* docs/moe.md, "Expert parallelism" */
+      fprintf(f, "           router losses: load balancing %g, z-loss %g; expert parallelism: ep %d, a rank computes "
+              "%d of the %d experts for its ep group's tokens (their parameters stay on every rank, sharded by "
+              "ZeRO over dp as all are)\n", m->moe.aux_loss, m->moe.z_loss, plan_ep(p), m->moe.experts / plan_ep(p),
+              m->moe.experts);
+    else
+      fprintf(f, "           router losses: load balancing %g, z-loss %g; expert parallelism: none (every rank "
+              "holds every expert, so no all-to-all)\n", m->moe.aux_loss, m->moe.z_loss);
   }
 
   if (p->device == PLAN_DEVICE_AUTO) /* plan_on_cpu: auto is the CPU in this build */
@@ -665,11 +701,15 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
   fprintf(f, "           %s\n", runtime_note(p, buf, sizeof buf));
   if (plan_on_cpu(p) && trainer_plan_supported(p, buf, sizeof buf))
     fprintf(f, "           tycho run refuses this plan on this build: %s\n", buf);
-  fprintf(f, "mesh       %d ranks = tp %d × pp %d × dp %d%s; order %s, %s, %s (fastest-varying first)\n",
-          me->world, me->tp, me->pp, me->dp, me->dp_auto ? " (dp \"auto\")" : "",
+  char ep_text[64] = "";
+  if (plan_ep(p) > 1)
+    snprintf(ep_text, sizeof ep_text, ", ep %d inside dp", plan_ep(p));
+  fprintf(f, "mesh       %d ranks = tp %d × pp %d × dp %d%s%s; order %s, %s, %s (fastest-varying first)\n",
+          me->world, me->tp, me->pp, me->dp, me->dp_auto ? " (dp \"auto\")" : "", ep_text,
           plan_axis_name(me->order[0]), plan_axis_name(me->order[1]), plan_axis_name(me->order[2]));
   if (me->world_assumed)
-    fprintf(f, "           (no --world given: dp \"auto\" is taken as 1; pass --world N for a real job)\n");
+    fprintf(f, "           (no --world given: dp \"auto\" is taken as %d%s; pass --world N for a real job)\n",
+            me->dp, plan_ep(p) > 1 ? ", mesh.ep" : "");
   fprintf(f, "           rank = ");
   for (int i = 0, first = 1; i < PLAN_N_AXES; i++) {
     enum plan_axis ax = me->order[i];
@@ -686,6 +726,7 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
     fprintf(f, "           %s groups: %d of %d rank%s, e.g. %s\n", plan_axis_name(ax),
             mesh_group_count(me, ax), mesh_axis_size(me, ax), mesh_axis_size(me, ax) == 1 ? "" : "s",
             group_text(me, ax, 0, buf, sizeof buf));
+  check_ep_print_groups(f, p);
   fprintf(f, "  %8s %5s %5s %5s   %s\n", "rank", "tp", "dp", "pp", "stages");
   if (me->world <= 16) {
     for (int r = 0; r < me->world; r++)
@@ -722,6 +763,7 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
   print_layer_runs(f, p, 0, "");
   fprintf(f, "           sequence parallel %s\n", p->sequence_parallel ? "on" : "off");
   print_tp_comms(f, p);
+  check_ep_print_exchange(f, p);
   if (p->recompute_is_function)
     fprintf(f, "recompute  per layer from a function\n");
   print_layer_runs(f, p, 1, p->recompute_is_function ? "" : "recompute");
@@ -834,6 +876,8 @@ void check_write_json(const struct plan *p, const struct cluster *cluster, struc
 
   json_key(&j, "tp_comm");
   write_tp_comms_json(&j, p);
+  json_key(&j, "ep_all_to_all");
+  check_ep_write_exchange_json(&j, p);
   json_key(&j, "traffic_per_step");
   write_traffic_json(&j, p);
   char berr[512];
@@ -886,7 +930,17 @@ void check_write_json(const struct plan *p, const struct cluster *cluster, struc
     free(members);
     json_end_array(&j);
   }
+  if (plan_ep(p) > 1) {
+    json_key(&j, "ep");
+    if (check_ep_write_groups_json(&j, p))
+      b->failed = 1;
+  }
   json_end_object(&j);
+  int *ep_index = plan_ep(p) > 1 ? malloc(sizeof(int) * (size_t)me->world) : NULL;
+  if (ep_index)
+    check_ep_group_indices(me, plan_ep(p), ep_index);
+  else if (plan_ep(p) > 1)
+    b->failed = 1;
 
   json_key(&j, "ranks");
   json_begin_array(&j);
@@ -910,6 +964,9 @@ void check_write_json(const struct plan *p, const struct cluster *cluster, struc
       json_key(&j, plan_axis_name(ax));
       json_int(&j, mesh_group_index(me, ax, r));
     }
+    if (ep_index) {
+      json_key(&j, "ep"); json_int(&j, ep_index[r]);
+    }
     json_end_object(&j);
     if (bills) {
       json_key(&j, "memory");
@@ -920,6 +977,7 @@ void check_write_json(const struct plan *p, const struct cluster *cluster, struc
   }
   json_end_array(&j);
   json_end_object(&j);
+  free(ep_index);
   free(bills);
   sb_put(b, "\n", 1);
 }

@@ -31,6 +31,21 @@ static double op_latency(const struct cluster_link *l, int comm)
   return comm >= 0 && comm < 3 && l->op_bandwidth[comm] > 0 ? l->op_latency[comm] : l->latency;
 }
 
+/* Whether an ep group fits in one node: ep consecutive dp ranks, dp's stride apart. */
+static int ep_group_intra(const struct plan_mesh *m, int gpus_per_node)
+{
+  const int size[PLAN_N_AXES] = { m->tp, m->dp, m->pp };
+  long long stride = 1;
+  for (int k = 0; k < PLAN_N_AXES && m->order[k] != PLAN_AXIS_DP; k++) stride *= size[m->order[k]];
+  return stride * (m->ep > 1 ? m->ep : 1) <= gpus_per_node;
+}
+
+/* One all-to-all of `bytes` from each of n ranks (cost.h: nccl-tests' bus bandwidth for it). */
+static double all_to_all(double bytes, int n, const struct cluster_link *l, double eff)
+{
+  return n <= 1 ? 0.0 : (double)(n - 1) / n * bytes / (l->bandwidth * eff) + (n - 1) * l->latency;
+}
+
 /* Ring cost of one collective of `bytes` (the whole buffer) over n ranks. */
 static double ring(int comm, double bytes, int n, const struct cluster_link *l, double eff)
 {
@@ -72,16 +87,25 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   out->tp.intra = group_intra(me, PLAN_AXIS_TP, per_node);
   out->dp.intra = group_intra(me, PLAN_AXIS_DP, per_node);
   out->pp.intra = group_intra(me, PLAN_AXIS_PP, per_node);
+  out->ep.intra = ep_group_intra(me, per_node);
+  /* expert parallelism: one sparse layer's all-to-alls per micro-batch, forward and backward */
+  const int ep = plan_ep(p);
+  const struct plan_ep_exchange x = plan_ep_exchange(p);
+  const struct cluster_link *epl = link_of(c, out->ep.intra);
+  const double a2a = all_to_all((double)x.row_elems * eb, ep, epl, c->comm_efficiency);
+  const double ep_fwd = x.row_calls / 2 * a2a + x.count_calls * all_to_all((double)x.count_bytes, ep, epl,
+                                                                             c->comm_efficiency);
+  const double ep_bwd = x.row_calls / 2 * a2a;
 
   /* per stage: forward, backward and recompute seconds of one micro-batch, TP comm included */
   double *fwd = calloc((size_t)S, sizeof *fwd), *bwd = calloc((size_t)S, sizeof *bwd);
   double *rec = calloc((size_t)S, sizeof *rec), *tpc = calloc((size_t)S, sizeof *tpc);
-  double *pw = calloc((size_t)S, sizeof *pw);
+  double *pw = calloc((size_t)S, sizeof *pw), *epc = calloc((size_t)S, sizeof *epc);
   int *stage_of_layer = calloc((size_t)L + 2, sizeof *stage_of_layer);
   int n_tp = tp_comm_list(p, p->batch.micro, p->batch.seq, NULL, 0);
   struct tp_comm *list = n_tp ? calloc((size_t)n_tp, sizeof *list) : NULL;
-  if (!fwd || !bwd || !rec || !tpc || !pw || !stage_of_layer || (n_tp && !list)) {
-    free(fwd); free(bwd); free(rec); free(tpc); free(pw); free(stage_of_layer); free(list);
+  if (!fwd || !bwd || !rec || !tpc || !pw || !epc || !stage_of_layer || (n_tp && !list)) {
+    free(fwd); free(bwd); free(rec); free(tpc); free(pw); free(epc); free(stage_of_layer); free(list);
     return errf(err, err_size, "out of memory for the cost model");
   }
   tp_comm_list(p, p->batch.micro, p->batch.seq, list, n_tp);
@@ -90,9 +114,10 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   for (int s = 0; s < S; s++) {
     const struct plan_stage *st = &p->stages[s];
     const struct plan_stage_flops sf = plan_stage_flops(p, s);
-    double f = sf.forward, r = sf.recompute, f_att = 0, r_att = 0, n_rc = 0;
+    double f = sf.forward, r = sf.recompute, f_att = 0, r_att = 0, n_rc = 0, n_sparse = 0;
     for (int l = st->first_layer; st->first_layer >= 0 && l < st->first_layer + st->n_layers; l++) {
       stage_of_layer[l + 1] = s;
+      n_sparse += p->layers && p->layers[l].moe ? 1 : 0;
       const uint8_t mask = p->layers ? p->layers[l].recompute : 0;
       f_att += lf.attn_core;
       r_att += mask & (PLAN_RC_ATTN | PLAN_RC_ATTN_CORE) ? lf.attn_core : 0;
@@ -113,6 +138,9 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
     bwd[s] += pw_token * n_layers * 2 / 3;
     rec[s] += pw_token * n_rc / 3;
     pw[s] = pw_token * (n_layers + n_rc / 3);
+    fwd[s] += n_sparse * ep_fwd; /* blocking, as the tp collectives */
+    bwd[s] += n_sparse * ep_bwd;
+    epc[s] = n_sparse * (ep_fwd + ep_bwd);
   }
   const struct cluster_link *tpl = link_of(c, out->tp.intra);
   for (int i = 0; i < n_tp; i++) {
@@ -131,7 +159,7 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   struct sched_sim sim;
   if (sched_from_plan(p, &sch, err, err_size)) {
     sched_free(&sch);
-    free(fwd); free(bwd); free(rec); free(tpc); free(pw); free(stage_of_layer); free(list);
+    free(fwd); free(bwd); free(rec); free(tpc); free(pw); free(epc); free(stage_of_layer); free(list);
     return 1;
   }
   for (int s = 0; s < S; s++) {
@@ -144,10 +172,10 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   sch.costs.comm = me->pp > 1 ? boundary / (ppl->bandwidth * c->comm_efficiency) + ppl->latency : 0.0;
   if (sched_simulate(&sch, &sim, err, err_size)) {
     sched_free(&sch);
-    free(fwd); free(bwd); free(rec); free(tpc); free(pw); free(stage_of_layer); free(list);
+    free(fwd); free(bwd); free(rec); free(tpc); free(pw); free(epc); free(stage_of_layer); free(list);
     return 1;
   }
-  double busiest = 0, makespan = sim.makespan, tp_time = 0;
+  double busiest = 0, makespan = sim.makespan, tp_time = 0, ep_time = 0;
   int busy_rank = 0;
   for (int r = 0; r < me->pp; r++)
     if (sim.ranks[r].busy > busiest) {
@@ -157,10 +185,17 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   for (int s = 0; s < S; s++)
     if (p->stages[s].pp_rank == busy_rank) {
       tp_time += tpc[s] * M;
+      ep_time += epc[s] * M;
       out->pointwise += pw[s] * M;
     }
   out->tp.total = out->tp.exposed = tp_time;
-  out->compute = busiest - tp_time;
+  out->ep.total = out->ep.exposed = ep_time;
+  if (ep > 1) { /* what leaves the busiest rank: its send buffers less its own blocks */
+    unsigned long long ep_calls, ep_bytes;
+    plan_ep_step_traffic(p, busy_rank, eb, &ep_calls, &ep_bytes);
+    out->ep.bytes = (double)(ep - 1) / ep * (double)ep_bytes;
+  }
+  out->compute = busiest - tp_time - ep_time;
   out->bubble = makespan - busiest;
   out->pp.bytes = me->pp > 1 ? 2.0 * boundary * M : 0.0; /* activations out, gradients back */
   out->pp.total = me->pp > 1 ? 2.0 * M * sch.costs.comm : 0.0;
@@ -217,6 +252,6 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   out->model_flops = 3.0 * model_fwd_per_token * global_tokens;
   out->tokens_per_s = out->step > 0 ? global_tokens / out->step : 0;
   out->mfu = out->step > 0 ? out->model_flops / (out->step * me->world * c->peak_flops) : 0;
-  free(fwd); free(bwd); free(rec); free(tpc); free(pw); free(stage_of_layer); free(list);
+  free(fwd); free(bwd); free(rec); free(tpc); free(pw); free(epc); free(stage_of_layer); free(list);
   return 0;
 }

@@ -10,6 +10,16 @@
  *     the link states them: cluster.h), on the intra-node link when the group fits
  *     in a node under the mesh order, else the inter-node one; not overlapped (the executor
  *     blocks on them);
+ *   - expert parallelism (mesh.ep, docs/moe.md): each sparse layer's all-to-alls per micro-batch
+ *     (plan_ep_exchange: dispatch and combine in forward, their duals in backward, the count
+ *     exchange first when dropless), each of B bytes from a rank over the ep group of n ranks at
+ *     (n−1)/n · B / bw + (n−1) · latency (nccl-tests' all-to-all: bus bandwidth = algorithm
+ *     bandwidth × (n−1)/n, a rank's own block not crossing the link; one message per peer) at
+ *     the link's bandwidth × efficiency.comm, on the intra-node link when the ep group (ep
+ *     consecutive dp ranks, dp's stride apart: tp × ep ranks under the default order) fits in a
+ *     node, else the inter-node one; not overlapped (the sparse layer waits for its rows). The
+ *     experts' FLOPs are not divided by ep: a rank computes its experts for its ep group's tokens,
+ *     on average (balanced routing) the work it would do for its own tokens on all experts;
  *   - pipeline: the schedule simulator runs the rank lists with these per-stage times and each
  *     stage boundary's send at its link's cost: makespan = compute + TP comm + bubble;
  *   - data parallel: the gradient all-reduce (zero 0, 1) or reduce-scatters (zero 2, 3) of a
@@ -53,7 +63,7 @@ struct cost {
   double pointwise;     /* of compute: the non-matmul work (overheads.pointwise_ns), per step */
   double optimizer;     /* the optimizer step (overheads.optimizer_ns), after the makespan */
   double share;         /* ranks per device: 1, or more where the job oversubscribes (nodes) */
-  struct cost_group tp, dp, pp;
+  struct cost_group tp, dp, pp, ep; /* ep.bytes: (n−1)/n of the all-to-alls' send buffers, what leaves the rank */
   double step;          /* predicted seconds per step */
   double tokens_per_s;
   double model_flops;   /* per step, the whole job */

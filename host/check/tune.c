@@ -41,6 +41,7 @@ static int try_one(const struct plan *base, int world, const struct cluster *c, 
   p.mesh.tp = ch->tp;
   p.mesh.pp = ch->pp;
   p.mesh.dp = ch->dp;
+  p.mesh.ep = ch->ep;
   p.mesh.world = world;
   p.mesh.dp_auto = 0;
   p.mesh.world_assumed = 0;
@@ -149,12 +150,17 @@ int tune_search(const struct plan *base, int world, const struct cluster *c, dou
           const int micro = micros[mi];
           if (base->batch.global % (micro * dp))
             continue;
-          for (int zero = 1; zero <= 3; zero++)
-            for (size_t ri = 0; ri < sizeof recomputes; ri++) {
-              struct tune_choice ch = { tp, pp, v, dp, micro, zero, tp > 1, tp > 1 && m->n_kv_heads % tp != 0,
-                                        0, 0, recomputes[ri], 0, 0, 0, 0, 0 };
-              tune_zero_every(base, world, c, headroom, keep, &ch, out);
-            }
+          for (int ep = 1; ep <= dp; ep++) {
+            if (dp % ep || (ep > 1 && (m->moe.experts <= 0 || m->moe.experts % ep)))
+              continue;
+            for (int zero = 1; zero <= 3; zero++)
+              for (size_t ri = 0; ri < sizeof recomputes; ri++) {
+                struct tune_choice ch = { .tp = tp, .pp = pp, .v = v, .dp = dp, .micro = micro, .zero = zero,
+                                          .sp = tp > 1, .kv_replicate = tp > 1 && m->n_kv_heads % tp != 0,
+                                          .ep = ep, .moe = m->moe.experts > 0, .recompute = recomputes[ri] };
+                tune_zero_every(base, world, c, headroom, keep, &ch, out);
+              }
+          }
         }
       }
     }
@@ -178,7 +184,10 @@ int tune_write_plan(FILE *f, const char *base_module, const struct tune_choice *
           t->step, 100.0 * t->mfu, t->max_bytes / (1024.0 * 1024.0 * 1024.0), 100.0 * t->headroom);
   fprintf(f, "local tycho = require \"tycho\"\n\n");
   fprintf(f, "return tycho.extend(require \"%s\", {\n", base_module);
-  fprintf(f, "  mesh = { tp = %d, pp = %d, dp = \"auto\" },\n", t->tp, t->pp);
+  if (t->ep > 1 || t->moe) /* ep written for a MoE model even at 1: the base plan may set another */
+    fprintf(f, "  mesh = { tp = %d, pp = %d, dp = \"auto\", ep = %d },\n", t->tp, t->pp, t->ep > 1 ? t->ep : 1);
+  else
+    fprintf(f, "  mesh = { tp = %d, pp = %d, dp = \"auto\" },\n", t->tp, t->pp);
   fprintf(f, "  stages = \"balanced\",\n");
   fprintf(f, "  virtual_stages = %d,\n", t->v);
   fprintf(f, "  schedule = { kind = \"%s\" },\n", t->v > 1 ? "interleaved" : "1f1b");

@@ -5,6 +5,7 @@
  *   1, 2, 4, 8, zero 1, 2 and 3 (2 and 3 with each zero_every choice: gradients reduce-scattered
  *   every micro-batch or once a step; under 3 also parameters gathered every micro-batch or once
  *   a step), recompute none / attn_core / full,
+ *   mesh.ep over the divisors of dp that divide model.moe.experts (a MoE plan; 1 for a dense one),
  *   sequence parallelism on whenever tp > 1 (the same bytes as without, less memory), key/value
  *   heads replicated when tp exceeds n_kv_heads, stages "balanced"
  * that compiles (plan_validate) is billed (bill_predict, every pipeline rank) and priced
@@ -20,6 +21,8 @@
 
 struct tune_choice {
   int tp, pp, v, dp, micro, zero, sp, kv_replicate;
+  int ep;                  /* mesh.ep (1: none) */
+  int moe;                 /* the model has model.moe: the written plan states mesh.ep, 1 included */
   int grads_step, params_step; /* zero_every.grads / .params = "step" (zero ≥ 2 / zero 3), else "micro_batch" */
   uint8_t recompute;       /* enum plan_recompute bits, the same for every layer */
   double step, mfu, tokens_per_s, max_bytes, headroom;

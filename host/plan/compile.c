@@ -521,10 +521,10 @@ static int read_model(struct reader *r, const struct tbl *root)
 
 static int read_mesh(struct reader *r, const struct tbl *root, int world)
 {
-  static const char *const known[] = { "tp", "pp", "dp", "order", NULL };
+  static const char *const known[] = { "tp", "pp", "dp", "ep", "order", NULL };
   static const char *const axes[] = { "tp", "dp", "pp", NULL };
   struct plan_mesh *me = &r->p->mesh;
-  me->tp = me->pp = 1;
+  me->tp = me->pp = me->ep = 1;
   me->dp_auto = 1;
   me->world = world;
   me->order[0] = PLAN_AXIS_TP;
@@ -536,8 +536,9 @@ static int read_mesh(struct reader *r, const struct tbl *root, int world)
     return -1;
   if (!present)
     return 0;
+  /* ep: expert parallelism inside dp (plan.h); whether it divides dp and the experts is plan_validate's */
   if (check_fields(r, &t, known, "mesh") || read_int(r, &t, "tp", 1, 1 << 20, 0, &me->tp) ||
-      read_int(r, &t, "pp", 1, 1 << 20, 0, &me->pp))
+      read_int(r, &t, "pp", 1, 1 << 20, 0, &me->pp) || read_int(r, &t, "ep", 1, 1 << 20, 0, &me->ep))
     return -1;
   char path[128], where[PLAN_PATH_MAX + 32], v[96];
   int type = get(r, &t, "dp", path, sizeof path, where, sizeof where);

@@ -407,3 +407,45 @@ int plan_moe_capacity(const struct plan_model *m, int T)
   double c = ceil(m->moe.capacity_factor * T * m->moe.top_k / m->moe.experts - 1e-9);
   return c >= T ? T : c < 1 ? 1 : (int)c;
 }
+
+struct plan_ep_exchange plan_ep_exchange(const struct plan *p)
+{
+  struct plan_ep_exchange x;
+  memset(&x, 0, sizeof x);
+  const struct plan_model *m = &p->model;
+  const int ep = plan_ep(p);
+  if (ep <= 1 || m->moe.experts <= 0)
+    return x;
+  const long long micro = p->batch.micro, seq = p->batch.seq, C = m->dim;
+  const int cap = plan_moe_capacity(m, p->batch.seq);
+  x.row_calls = 4;
+  x.padded = cap > 0;
+  if (cap > 0) { /* to each of ep peers experts / ep experts × micro × cap rows */
+    x.row_elems = (long long)m->moe.experts * micro * cap * C;
+  } else {
+    x.row_elems = micro * seq * m->moe.top_k * C;
+    x.count_calls = 1;
+    x.count_bytes = 4LL * m->moe.experts; /* the runtime's counts are int32, experts / ep per peer */
+  }
+  return x;
+}
+
+void plan_ep_step_traffic(const struct plan *p, int pp_rank, double elem_bytes, unsigned long long *calls,
+                          unsigned long long *bytes)
+{
+  *calls = *bytes = 0;
+  const struct plan_ep_exchange x = plan_ep_exchange(p);
+  if (x.row_calls == 0)
+    return;
+  unsigned long long sparse = 0; /* sparse layers on this pipeline rank's stages */
+  for (int s = 0; s < p->n_stages; s++) {
+    const struct plan_stage *st = &p->stages[s];
+    if (st->pp_rank != pp_rank || st->first_layer < 0)
+      continue;
+    for (int l = st->first_layer; l < st->first_layer + st->n_layers; l++) sparse += p->layers[l].moe;
+  }
+  const unsigned long long per = sparse * (unsigned long long)p->batch.microbatches;
+  *calls = per * (unsigned long long)(x.row_calls + x.count_calls);
+  *bytes = per * ((unsigned long long)x.row_calls * (unsigned long long)x.row_elems *
+                  (unsigned long long)elem_bytes + (unsigned long long)x.count_bytes);
+}

@@ -177,6 +177,29 @@ struct plan {
  * the model is dense. */
 int plan_moe_capacity(const struct plan_model *m, int T);
 
+/* The all-to-alls of expert parallelism (docs/moe.md, "Expert parallelism") on one ep rank, per
+ * sparse layer and micro-batch of batch.micro × batch.seq tokens: the same for every sparse layer,
+ * and all 0 at ep 1 (or for a dense model). The comm layer counts a rank's send buffer, its own
+ * block included (host/comm/comm.h), and so does this. */
+struct plan_ep_exchange {
+  int row_calls;          /* all-to-alls of rows: dispatch and combine in forward, their duals in backward (4) */
+  long long row_elems;    /* elements each of them sends from a rank: at capacity experts · micro · capacity · dim
+                           * (every (peer, expert) block padded to micro · capacity rows), exact; dropless
+                           * micro · seq · top_k · dim: exact for the dispatch and the combine's dual (each
+                           * of the rank's assignments once, wherever it goes), the mean over the ep group
+                           * for the combine and the dispatch's dual (they send back the rows the rank
+                           * received, as the routing spread them), so exact summed over the group */
+  int count_calls;        /* the row-count exchange before them: 1 dropless, 0 at capacity */
+  long long count_bytes;  /* its bytes from a rank: one int32 per expert of each peer, 4 · experts */
+  int padded;             /* 1 at capacity: each per-peer block is fixed; 0 dropless: the split follows the routing */
+};
+struct plan_ep_exchange plan_ep_exchange(const struct plan *p);
+/* The expert-parallel traffic of one training step on the ep group of pipeline rank pp_rank: every
+ * micro-batch's exchanges of the sparse layers of its stages, with elem_bytes bytes per row element
+ * (what the comm layer moves: traffic_element_bytes). Evaluation is not in a step. */
+void plan_ep_step_traffic(const struct plan *p, int pp_rank, double elem_bytes, unsigned long long *calls,
+                          unsigned long long *bytes);
+
 void plan_init(struct plan *p);
 void plan_free(struct plan *p);
 /* A deep copy (stages, layers, field locations), to be plan_free'd; 0, or -1 out of memory

@@ -112,6 +112,9 @@ void plan_json(const struct plan *p, struct json *j)
   json_key(j, "pp"); json_int(j, p->mesh.pp);
   json_key(j, "dp"); json_int(j, p->mesh.dp);
   json_key(j, "dp_auto"); json_bool(j, p->mesh.dp_auto);
+  if (plan_ep(p) > 1) { /* only with expert parallelism: other plans keep their hash */
+    json_key(j, "ep"); json_int(j, plan_ep(p));
+  }
   json_key(j, "order");
   json_begin_array(j);
   for (int i = 0; i < PLAN_N_AXES; i++)

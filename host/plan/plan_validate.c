@@ -84,8 +84,8 @@ static int validate_mesh(struct plan *p, char *err, size_t n)
   struct plan_mesh *me = &p->mesh;
   long long tp_pp = (long long)me->tp * me->pp;
   if (me->dp_auto) {
-    if (me->world <= 0) { /* no world given: the smallest one, dp = 1 (check says so) */
-      me->world = (int)tp_pp;
+    if (me->world <= 0) { /* no world given: the smallest one, dp = 1, or mesh.ep (check says so) */
+      me->world = (int)tp_pp * plan_ep(p);
       me->world_assumed = 1;
     }
     if (me->world % tp_pp)
@@ -107,6 +107,51 @@ static int validate_mesh(struct plan *p, char *err, size_t n)
       return fail(err, n, p, "mesh", "mesh: tp × pp × dp = %lld ranks is too many", product);
     me->world = (int)product;
   }
+  return 0;
+}
+
+/* "1, 2, 4" : the numbers that divide both a and b, for hints. */
+static const char *common_divisors(int a, int b, char *buf, size_t n)
+{
+  size_t used = 0;
+  buf[0] = 0;
+  for (int d = 1; d <= a && d <= b; d++) {
+    if (a % d || b % d)
+      continue;
+    int w = snprintf(buf + used, n - used, "%s%d", used ? ", " : "", d);
+    if (w < 0 || (size_t)w >= n - used)
+      break;
+    used += (size_t)w;
+  }
+  return buf;
+}
+
+/* mesh.ep (plan.h, docs/moe.md "Expert parallelism"): groups of ep consecutive data-parallel
+ * ranks, each holding experts / ep of every sparse layer's experts. So ep needs experts to
+ * spread, and divides both dp and the experts. */
+static int validate_ep(struct plan *p, char *err, size_t n)
+{
+  const int ep = plan_ep(p), dp = p->mesh.dp, experts = p->model.moe.experts;
+  if (ep == 1)
+    return 0;
+  char d[256], moe_at[PLAN_PATH_MAX + 32];
+  if (experts <= 0)
+    return fail(err, n, p, "mesh.ep", "mesh.ep = %d: expert parallelism spreads the experts of model.moe, and "
+                "this model has none; set mesh.ep = 1 (or leave it out), or give the model a model.moe", ep);
+  snprintf(moe_at, sizeof moe_at, "%s", plan_where(p, "model.moe.experts"));
+  if (dp % ep) {
+    char given[160] = ""; /* without a world size dp "auto" is ep (validate_mesh), so a world was given */
+    if (p->mesh.dp_auto)
+      snprintf(given, sizeof given, " (dp \"auto\" = world %d / (tp %d × pp %d))", p->mesh.world, p->mesh.tp,
+               p->mesh.pp);
+    return fail(err, n, p, "mesh.ep", "mesh.ep = %d does not divide mesh.dp = %d%s: an ep group is ep consecutive "
+                "data-parallel ranks; use ep in {%s} (the divisors of dp that divide model.moe.experts = %d)",
+                ep, dp, given, common_divisors(dp, experts, d, sizeof d), experts);
+  }
+  if (experts % ep)
+    return fail(err, n, p, "mesh.ep", "mesh.ep = %d does not divide model.moe.experts = %d (%s): each ep rank "
+                "holds experts / ep of every sparse layer's experts; use ep in {%s} (the divisors of the experts "
+                "that divide mesh.dp = %d)", ep, experts, moe_at, common_divisors(experts, dp, d, sizeof d), dp);
   return 0;
 }
 
@@ -405,7 +450,8 @@ static int validate_moe(struct plan *p, char *err, size_t n)
 
 int plan_validate(struct plan *p, char *err, size_t n)
 {
-  if (validate_finite(p, err, n) || validate_model(p, err, n) || validate_mesh(p, err, n))
+  if (validate_finite(p, err, n) || validate_model(p, err, n) || validate_mesh(p, err, n) ||
+      validate_ep(p, err, n))
     return -1;
   p->n_stages = p->mesh.pp * p->virtual_stages;
   int vocab_split = p->embed_split == PLAN_SPLIT_VOCAB || p->head_split == PLAN_SPLIT_VOCAB;

@@ -39,6 +39,7 @@
 ---@field pp? integer                # pipeline stages (ranks), default 1
 ---@field dp? integer|"auto"         # data-parallel ranks; "auto" = world / (tp · pp) (default)
 ---@field order? ("tp"|"dp"|"pp")[]  # fastest-varying first; default { "tp", "dp", "pp" }
+---@field ep? integer                # expert parallelism: groups of ep consecutive dp ranks share the experts of model.moe; divides dp and the experts; default 1
 
 ---@class tycho.schedule
 ---@field kind? "gpipe"|"1f1b"|"interleaved"   # default "1f1b"

@@ -17,6 +17,7 @@
  * terms is summed) leaves orders of magnitude of room, and a term left out or counted twice is
  * ≥ 1e-3 of the step. The dp figure is held to 2% because the runtime pads each tensor to 16
  * floats, which the hand count leaves out. */
+#define _POSIX_C_SOURCE 200809L /* fmemopen */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@
 
 #include "check.h"
 #include "check/cost.h"
+#include "check/tune.h"
 #include "plan/compile.h"
 
 static char plan_path[1200];
@@ -250,11 +252,135 @@ static void test_overheads(void)
   }
 }
 
+/* Expert parallelism (cost.h, docs/moe.md): dp_small made sparse (2 sparse layers of 4 experts,
+ * top 2, C = 32, micro 4, seq 32, dp 4 so one micro-batch per step) with ep 2.
+ *   at capacity factor 1.25: capacity ceil(1.25 · 32 · 2 / 4) = 20, each all-to-all sends
+ *     4 experts × 4 sequences × 20 rows × 32 = 10240 elements from a rank; 4 per sparse layer
+ *     and micro-batch, so a step's ep traffic is 2 · 4 = 8 calls of 10240 elements;
+ *   dropless: 4 · 32 tokens × 2 · 32 = 8192 elements each, and a row-count exchange of one int32
+ *     per expert of each peer, 4 · 4 = 16 bytes, first: 5 calls per layer, 2 · (4 · 8192 · eb + 16) bytes a step;
+ *   the cost: each all-to-all (n−1)/n · bytes / bandwidth + (n−1) · latency, blocking, on the
+ *     intra-node link while the ep group (2 consecutive ranks) fits in a node; FLOPs (and so
+ *     model FLOPs and compute) those of ep 1. */
+static void test_expert_parallel_all_to_all(void)
+{
+  const double eb = REAL_IS_DOUBLE ? 8 : 4; /* the CPU comm layer's reals */
+  const char *cap_sets[] = { "model.moe.experts=4", "model.moe.top_k=2", "model.moe.capacity_factor=1.25",
+                             "mesh.ep=2" };
+  struct plan p, p1;
+  if (compile(&p, 4, cap_sets, 4) || compile(&p1, 4, cap_sets, 3))
+    return;
+  struct plan_ep_exchange x = plan_ep_exchange(&p), none = plan_ep_exchange(&p1);
+  CHECK(p.batch.microbatches == 1 && plan_moe_capacity(&p.model, 32) == 20);
+  CHECK(x.row_calls == 4 && x.row_elems == 10240 && x.count_calls == 0 && x.count_bytes == 0 && x.padded);
+  CHECK(none.row_calls == 0 && none.row_elems == 0 && none.count_calls == 0); /* ep 1: no exchange */
+  unsigned long long calls, bytes;
+  plan_ep_step_traffic(&p, 0, eb, &calls, &bytes);
+  CHECK_MSG(calls == 8 && bytes == (unsigned long long)(8 * 10240 * eb), "%llu calls, %llu bytes", calls, bytes);
+  plan_ep_step_traffic(&p1, 0, eb, &calls, &bytes);
+  CHECK(calls == 0 && bytes == 0);
+
+  struct cluster c = easy();
+  c.intra.latency = 1e-3;
+  struct cost k, k1;
+  char err[256];
+  CHECK(cost_predict(&p, &c, &k, err, sizeof err) == 0 && cost_predict(&p1, &c, &k1, err, sizeof err) == 0);
+  const double a2a = 0.5 * 10240 * eb / c.intra.bandwidth + 1 * c.intra.latency;
+  CHECK_MSG(k.ep.intra && rel(k.ep.total, 8 * a2a) < 1e-12 && k.ep.exposed == k.ep.total,
+            "ep comm %.9g s, by hand %.9g s", k.ep.total, 8 * a2a);
+  CHECK(rel(k.ep.bytes, 0.5 * 8 * 10240 * eb) < 1e-12);
+  CHECK(k1.ep.total == 0 && k1.ep.bytes == 0);
+  CHECK_MSG(rel(k.step - k1.step, k.ep.total) < 1e-9, "step %.9g s at ep 2, %.9g s at ep 1, ep comm %.9g s",
+            k.step, k1.step, k.ep.total);
+  CHECK(k.model_flops == k1.model_flops && rel(k.compute, k1.compute) < 1e-12);
+  /* one GPU per node: the ep group spans two nodes, at the inter-node link's half bandwidth */
+  c.gpus_per_node = 1;
+  c.inter.latency = 0;
+  struct cost far;
+  CHECK(cost_predict(&p, &c, &far, err, sizeof err) == 0);
+  CHECK_MSG(!far.ep.intra && rel(far.ep.total, 8 * 0.5 * 10240 * eb / c.inter.bandwidth) < 1e-12,
+            "inter-node ep comm %.9g s", far.ep.total);
+  plan_free(&p);
+  plan_free(&p1);
+
+  const char *dropless_sets[] = { "model.moe.experts=4", "model.moe.top_k=2", "mesh.ep=2" };
+  if (compile(&p, 4, dropless_sets, 3))
+    return;
+  x = plan_ep_exchange(&p);
+  CHECK(x.row_calls == 4 && x.row_elems == 8192 && x.count_calls == 1 && x.count_bytes == 16 && !x.padded);
+  plan_ep_step_traffic(&p, 0, eb, &calls, &bytes);
+  CHECK_MSG(calls == 10 && bytes == (unsigned long long)(2 * (4 * 8192 * eb + 16)), "%llu calls, %llu bytes",
+            calls, bytes);
+  c = easy();
+  c.intra.latency = 1e-3;
+  CHECK(cost_predict(&p, &c, &k, err, sizeof err) == 0);
+  const double rows = 0.5 * 8192 * eb / c.intra.bandwidth + c.intra.latency;
+  const double counts = 0.5 * 16 / c.intra.bandwidth + c.intra.latency;
+  CHECK_MSG(rel(k.ep.total, 2 * (4 * rows + counts)) < 1e-12, "dropless ep comm %.9g s, by hand %.9g s", k.ep.total,
+            2 * (4 * rows + counts));
+  plan_free(&p);
+}
+
+/* tune considers mesh.ep for a MoE model: over the divisors of dp that divide the experts (here
+ * 1, 2, 4 at dp 4 with 4 experts; never 3 or 8), and writes it into the plan it picks, at 1 too
+ * (a base plan's ep would survive tycho.extend otherwise); a dense model's plan has none. */
+static void test_tune_considers_ep(void)
+{
+  const char *sets[] = { "model.moe.experts=4", "model.moe.top_k=2", "model.moe.capacity_factor=1.25" };
+  struct plan p;
+  if (compile(&p, 4, sets, 3))
+    return;
+  struct cluster c = easy();
+  struct tune_result r;
+  char err[256];
+  CHECK(tune_search(&p, 4, &c, 0.10, 400, &r, err, sizeof err) == 0);
+  int seen[9] = { 0 };
+  for (int i = 0; i < r.n_best; i++) {
+    const struct tune_choice *t = &r.best[i];
+    if (t->ep >= 1 && t->ep <= 8)
+      seen[t->ep]++;
+    CHECK(t->dp % t->ep == 0 && 4 % t->ep == 0 && t->moe);
+  }
+  CHECK_MSG(seen[1] && seen[2] && seen[4] && !seen[3] && !seen[8], "ep 1: %d, 2: %d, 4: %d layouts", seen[1],
+            seen[2], seen[4]);
+  char text[4096] = "";
+  for (int want = 1; want <= 2; want++)
+    for (int i = 0; i < r.n_best; i++) {
+      if (r.best[i].ep != want)
+        continue;
+      FILE *f = fmemopen(text, sizeof text, "w");
+      CHECK(f && tune_write_plan(f, "base", &r.best[i], "tune") == 0);
+      if (f)
+        fclose(f);
+      char line[96];
+      snprintf(line, sizeof line, "  mesh = { tp = %d, pp = %d, dp = \"auto\", ep = %d },\n", r.best[i].tp,
+               r.best[i].pp, want);
+      CHECK_STR_CONTAINS(text, line);
+      break;
+    }
+  tune_result_free(&r);
+  plan_free(&p);
+  if (compile(&p, 4, NULL, 0))
+    return;
+  CHECK(tune_search(&p, 4, &c, 0.10, 5, &r, err, sizeof err) == 0 && r.n_best > 0);
+  if (r.n_best > 0) {
+    CHECK(r.best[0].ep == 1 && !r.best[0].moe);
+    FILE *f = fmemopen(text, sizeof text, "w");
+    CHECK(f && tune_write_plan(f, "base", &r.best[0], "tune") == 0);
+    if (f)
+      fclose(f);
+    CHECK(strstr(text, "dp = \"auto\" },\n") && !strstr(text, "ep ="));
+  }
+  tune_result_free(&r);
+  plan_free(&p);
+}
+
 int main(void)
 {
   const char *src = getenv("TYCHO_SOURCE_DIR");
   snprintf(plan_path, sizeof plan_path, "%s/tests/plans/good/dp_small.lua", src ? src : ".");
   static const struct test_case tests[] = { TEST(test_one_rank_is_three_forwards), TEST(test_pipeline_bubble),
-                                            TEST(test_data_parallel_reduction), TEST(test_overheads) };
-  return test_run_all(tests, 4);
+                                            TEST(test_data_parallel_reduction), TEST(test_overheads),
+                                            TEST(test_expert_parallel_all_to_all), TEST(test_tune_considers_ep) };
+  return test_run_all(tests, 6);
 }

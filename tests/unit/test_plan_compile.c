@@ -551,6 +551,110 @@ static void test_moe_forms_and_defaults(void)
   plan_free(&p);
 }
 
+/* mesh.ep (docs/plans.md, docs/moe.md "Expert parallelism"): 1 when unset, read from the plan
+ * and from --set, in the JSON and the hash only above 1 (an ep-1 plan hashes as one that does
+ * not say it); a world not given makes dp "auto" ep. Each refusal: the whole text, at the line
+ * of mesh.ep (or the --set), naming what would be valid. */
+static void test_mesh_ep(void)
+{
+  char err[2048];
+  struct plan p;
+  const char *moe = "{ experts = 8, top_k = 2 }";
+  int rc = compile_moe("ep_unset.lua", moe, "", 4, &p, err, sizeof err);
+  CHECK_MSG(rc == 0, "%s", err);
+  uint64_t h_unset = 0;
+  if (!rc) {
+    CHECK(p.mesh.ep == 1 && plan_ep(&p) == 1);
+    h_unset = plan_hash(&p);
+    struct strbuf b;
+    sb_init(&b);
+    check_write_json(&p, NULL, &b);
+    CHECK(!b.failed && b.s && strstr(b.s, "\"dp_auto\":true,\"order\"")); /* no mesh.ep in the plan's JSON */
+    CHECK(b.s && !strstr(b.s, "\"groups\":{\"tp\":[[0],[1],[2],[3]],\"dp\":[[0,1,2,3]],\"pp\":[[0],[1],[2],[3]],\"ep\""));
+    CHECK(b.s && strstr(b.s, "\"ep_all_to_all\":null"));
+    sb_free(&b);
+    plan_free(&p);
+  }
+  rc = compile_moe("ep_unset.lua", moe, "  mesh = { ep = 1 },\n", 4, &p, err, sizeof err);
+  CHECK_MSG(rc == 0, "%s", err);
+  if (!rc) {
+    CHECK(plan_ep(&p) == 1 && plan_hash(&p) == h_unset);
+    plan_free(&p);
+  }
+  rc = compile_moe("ep_two.lua", moe, "  mesh = { ep = 2 },\n", 4, &p, err, sizeof err);
+  CHECK_MSG(rc == 0, "%s", err);
+  if (!rc) {
+    CHECK(p.mesh.dp == 4 && plan_ep(&p) == 2 && plan_hash(&p) != h_unset);
+    CHECK_STR_CONTAINS(plan_where(&p, "mesh.ep"), "ep_two.lua:6");
+    struct strbuf b;
+    sb_init(&b);
+    check_write_json(&p, NULL, &b);
+    CHECK(b.s && strstr(b.s, "\"dp_auto\":true,\"ep\":2,\"order\""));
+    CHECK(b.s && strstr(b.s, "\"ep\":[[0,1],[2,3]]"));
+    sb_free(&b);
+    plan_free(&p);
+  }
+  /* no world given: dp "auto" is ep, the smallest world that has an ep group */
+  rc = compile_moe("ep_two.lua", moe, "  mesh = { ep = 2 },\n", 0, &p, err, sizeof err);
+  CHECK_MSG(rc == 0, "%s", err);
+  if (!rc) {
+    CHECK(p.mesh.world_assumed && p.mesh.dp == 2 && p.mesh.world == 2);
+    plan_free(&p);
+  }
+  char path[1200];
+  path_of(path, sizeof path, "plans/tiny_moe.lua");
+  const char *sets[] = { "mesh.ep=4" };
+  rc = compile_with(path, 4, sets, 1, &p, err, sizeof err);
+  CHECK_MSG(rc == 0, "%s", err);
+  if (!rc) {
+    CHECK(plan_ep(&p) == 4);
+    CHECK_STR_CONTAINS(plan_where(&p, "mesh.ep"), "--set mesh.ep=4");
+    plan_free(&p);
+  }
+  static const struct { const char *moe, *extra; int world; const char *expect; } bad[] = {
+    { NULL, "  mesh = { ep = 2 },\n", 4,
+      "ep_bad.lua:6: mesh.ep = 2: expert parallelism spreads the experts of model.moe, and this model has none; "
+      "set mesh.ep = 1 (or leave it out), or give the model a model.moe" },
+    { "{ experts = 8, top_k = 2 }", "  mesh = { ep = 3 },\n", 4,
+      "ep_bad.lua:6: mesh.ep = 3 does not divide mesh.dp = 4 (dp \"auto\" = world 4 / (tp 1 × pp 1)): an ep group "
+      "is ep consecutive data-parallel ranks; use ep in {1, 2, 4} (the divisors of dp that divide "
+      "model.moe.experts = 8)" },
+    { "{ experts = 8, top_k = 2 }", "  mesh = { dp = 6, ep = 4 },\n", 0,
+      "ep_bad.lua:6: mesh.ep = 4 does not divide mesh.dp = 6: an ep group is ep consecutive data-parallel ranks; "
+      "use ep in {1, 2} (the divisors of dp that divide model.moe.experts = 8)" },
+    { "{ experts = 6, top_k = 2 }", "  mesh = { ep = 4 },\n", 8,
+      "ep_bad.lua:4): each ep rank holds "
+      "experts / ep of every sparse layer's experts; use ep in {1, 2} (the divisors of the experts that divide "
+      "mesh.dp = 8)" },
+    { "{ experts = 8, top_k = 2 }", "  mesh = { ep = 0 },\n", 4, "ep_bad.lua:6: mesh.ep = 0: must be an integer in 1..1048576" },
+    { "{ experts = 8, top_k = 2 }", "  mesh = { ep = \"auto\" },\n", 4,
+      "ep_bad.lua:6: mesh.ep = \"auto\": must be an integer in 1..1048576" },
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char text[1024];
+    if (bad[i].moe) {
+      rc = compile_moe("ep_bad.lua", bad[i].moe, bad[i].extra, bad[i].world, &p, err, sizeof err);
+    } else { /* the same lines without model.moe */
+      snprintf(text, sizeof text,
+               "local tycho = require \"tycho\"\n"
+               "return tycho.plan {\n"
+               "  model = { n_layers = 4, dim = 64, n_heads = 4, ffn_dim = 128, vocab = 64, max_seq = 64,\n"
+               "    },\n"
+               "  batch = { global = 8, micro = 2, seq = 32 },\n"
+               "%s}\n", bad[i].extra);
+      rc = compile_with(tmp_plan("ep_bad.lua", text), bad[i].world, NULL, 0, &p, err, sizeof err);
+    }
+    CHECK_MSG(rc != 0, "case %zu compiled", i);
+    CHECK_MSG(strstr(err, bad[i].expect) != NULL, "case %zu: \"%s\" lacks \"%s\"", i, err, bad[i].expect);
+    if (!rc)
+      plan_free(&p);
+  }
+  /* a refusal through --set names the --set */
+  const char *bad_set[] = { "mesh.ep=3" };
+  CHECK(compile_with(path, 4, bad_set, 1, &p, err, sizeof err) != 0);
+  CHECK_STR_CONTAINS(err, "--set mesh.ep=3: mesh.ep = 3 does not divide mesh.dp = 4");
+}
+
 /* Every refusal of model.moe: exit 2's message, at the line of the field to change. */
 static void test_moe_refusals(void)
 {
@@ -806,6 +910,7 @@ int main(void)
     TEST(test_balanced_stages_follow_cost),
     TEST(test_moe_forms_and_defaults),
     TEST(test_moe_refusals),
+    TEST(test_mesh_ep),
     TEST(test_moe_json_and_hash),
     TEST(test_moe_resume_fields),
     TEST(test_mixtral_counts),

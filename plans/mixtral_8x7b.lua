@@ -1,0 +1,46 @@
+-- Mixtral 8x7B (plans/models/mixtral.lua: 46.7B parameters, 12.9B active per token) on 80 GB
+-- GPUs, 8 per node, for 256 ranks (32 nodes): 32 pipeline stages of one layer each across
+-- nodes (1F1B), data parallel 8 inside each node, and expert parallelism 8 inside dp: each
+-- rank of an ep group computes one of the 8 experts of its layer for the group's tokens, the
+-- rows going there and back by all-to-all on the node's link (docs/moe.md, "Expert
+-- parallelism"). tp stays 1: tensor parallelism inside experts is refused. The experts'
+-- parameters stay on every rank in this version, so ZeRO-3 shards them over dp with the rest
+-- (each stage gathering and reducing once a step, the pipeline's default zero_every). Capacity
+-- factor 1.25 (Switch Transformer's): with ep the rows a rank receives are padded to the
+-- capacity, 8 × 1280 per sequence, where dropless they could be all 8 × 4096 of its group's
+-- tokens. Recompute of the whole attention block (the sparse MLP is never recomputed).
+-- `tycho check plans/mixtral_8x7b.lua --world 256 --cluster plans/clusters/h100_80g_ib.lua`:
+-- 57.6 GiB on the fullest rank (stage 0, whose activations are 38.0 GiB: 32 micro-batches in
+-- flight), 23% headroom on 80 GB (74.5 GiB); 4.0 s per step, MFU 32.8%, of which the ep
+-- all-to-alls 0.12 s (4 per layer and micro-batch, 80 MiB each from a rank, intra-node) and the
+-- pipeline bubble 0.66 s. The same layout at ep 1 is 3.9 s: with the experts' parameters on
+-- every rank, ep only adds the exchange in this version (`tycho tune` picks ep 1 for it).
+-- Global batch 4M tokens.
+local tycho = require "tycho"
+local mixtral = require "models.mixtral"
+
+return tycho.plan {
+  name = "mixtral-8x7b",
+  model = tycho.extend(mixtral["8x7b"], { moe = { capacity_factor = 1.25 } }),
+  mesh = { tp = 1, pp = 32, dp = "auto", ep = 8, order = { "tp", "dp", "pp" } },
+
+  stages = "balanced",      -- by forward FLOPs: one layer per stage, the head with the last
+  recompute = { "attn" },
+  zero = 3,
+
+  schedule = { kind = "1f1b" },
+  batch = { global = 1024, micro = 1, seq = 4096 },
+  precision = { compute = "bf16", grads = "fp32", master = "fp32" },
+  device = "cuda",          -- a GPU plan: `tycho check` bills it with the GPU runtime's element
+                            -- sizes; `--set device=cpu` describes it on the CPU runtime
+
+  optimizer = { kind = "adamw", lr = 3e-4, beta1 = 0.9, beta2 = 0.95, eps = 1e-5,
+                weight_decay = 0.1, grad_clip = 1.0 },
+  lr_schedule = { warmup = 2000, decay = "cosine", decay_steps = 500000, min_lr = 3e-5 },
+  seeds = { global = 1234 },
+
+  data = { train = "data/train.bin", val = "data/val.bin", shuffle = true },
+  train = { steps = 500000, eval_every = 1000, eval_batches = 20 },
+  checkpoint = { dir = "ckpt/mixtral-8x7b", every = 500, keep = 2, async = true },
+  log = { every = 10, metrics = "runs/mixtral-8x7b/metrics.jsonl" },
+}

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# `tycho check` and `tycho tune` with expert parallelism (mesh.ep, docs/moe.md "Expert
+# parallelism"), against figures worked out by hand from the runtime's contract:
+#  - plans/tiny_moe.lua on 4 ranks with ep 2 (sparse layers 1 and 3, 4 experts, top 2, dim 128,
+#    micro 8, seq 32, capacity ceil(1.25 · 32 · 2 / 4) = 20, one micro-batch per step at dp 4):
+#    the ep groups {0, 1} and {2, 3}; per sparse layer and micro-batch 4 all-to-alls of
+#    4 experts × 8 × 20 rows × 128 = 81920 elements each from a rank ("exact"); a step's ep
+#    traffic 2 layers × 4 = 8 calls of those; dropless: 8 · 32 · 2 · 128 = 65536 elements each
+#    and a row-count exchange of 4 experts × 4 bytes = 16, 10 calls a step ("exact in total");
+#  - the cost on a cluster prints the ep comm on the intra-node link;
+#  - plans/mixtral_8x7b.lua checks cleanly on 256 H100s and every rank fits with ≥ 20% headroom
+#    (its comment says 23%), with ep groups of 8 consecutive ranks and 512 all-to-alls a step on
+#    pp rank 0 (1 layer × 128 micro-batches × 4) of 8 × 1280 × 4096 bf16 elements each;
+#  - tune lists layouts of a MoE plan and writes mesh.ep into the plan it picks, which checks.
+# usage: check_moe_ep.sh TYCHO   (run from the source folder)
+set -u
+tycho=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failed=0
+fail() { echo "FAIL: $*"; failed=1; }
+eb=4
+"$tycho" --version | grep -q "float64 kernels" && eb=8
+
+"$tycho" check plans/tiny_moe.lua --world 4 --set mesh.ep=2 >"$tmp/t.txt" 2>&1 || fail "tiny_moe ep 2: $(cat "$tmp/t.txt")"
+grep -q '^mesh       4 ranks = tp 1 × pp 1 × dp 4 (dp "auto"), ep 2 inside dp;' "$tmp/t.txt" || fail "mesh line"
+grep -q '^           ep groups: 2 of 2 ranks, e.g. {0, 1}: ep consecutive dp ranks of each dp group (ep rank = dp % 2); each holds 2 of the 4 experts of every sparse layer$' "$tmp/t.txt" ||
+  fail "ep groups line: $(grep 'ep groups' "$tmp/t.txt")"
+grep -q '^all-to-all per sparse layer and micro-batch of 8 × 32 tokens on each ep group of 2 ranks' "$tmp/t.txt" || fail "all-to-all block"
+grep -q '^           layers 1, 3, each fwd  dispatch .*4 experts × 8 sequences × capacity 20 rows × dim 128, padded$' "$tmp/t.txt" || fail "dispatch line"
+grep -q '^           4 all-to-all calls, .* per sparse layer and micro-batch: exact$' "$tmp/t.txt" || fail "all-to-all total"
+grep -q '^           pp rank 0, ep    8 all-to-all ' "$tmp/t.txt" || fail "ep traffic: $(grep 'pp rank 0' "$tmp/t.txt")"
+grep -q 'expert parallelism: ep 2, a rank computes 2 of the 4 experts' "$tmp/t.txt" || fail "moe line"
+"$tycho" check plans/tiny_moe.lua --world 4 | grep -q 'ep groups' && fail "ep groups printed at ep 1"
+
+# the JSON: the same figures to the byte
+json() { # json ARGS... -> "ep_all_to_all rows / traffic" as numbers
+  "$tycho" check "$@" --json | perl -MJSON::PP -e '
+    local $/; my $d = decode_json(<STDIN>); my $x = $d->{ep_all_to_all};
+    my $t = $d->{traffic_per_step}[0]{ep}{"all-to-all"};
+    my $layers = join ",", map { "$_->{layer}:$_->{calls}:$_->{bytes}" } @{$x->{layers}};
+    print join(" ", $x->{rows}{calls}, $x->{rows}{elements_each}, $x->{rows}{bytes_each}, $x->{count_exchange}{calls},
+               $x->{count_exchange}{bytes}, $x->{exact}, $t->{calls}, $t->{bytes}, join(";", map { join ",", @$_ } @{$d->{groups}{ep}}),
+               $layers), "\n";'
+}
+got=$(json plans/tiny_moe.lua --world 4 --set mesh.ep=2)
+rows=$((81920 * eb))
+want="4 81920 $rows 0 0 exact 8 $((8 * rows)) 0,1;2,3 1:4:$((4 * rows)),3:4:$((4 * rows))"
+[ "$got" = "$want" ] || fail "capacity JSON: got '$got', want '$want'"
+got=$(json plans/tiny_moe.lua --world 4 --set mesh.ep=2 --set model.moe.capacity_factor=0)
+rows=$((65536 * eb))
+want="4 65536 $rows 1 16 exact in total; per-peer split follows the routing 10 $((2 * (4 * rows + 16))) 0,1;2,3 1:5:$((4 * rows + 16)),3:5:$((4 * rows + 16))"
+[ "$got" = "$want" ] || fail "dropless JSON: got '$got', want '$want'"
+
+"$tycho" check plans/tiny_moe.lua --world 4 --set mesh.ep=2 --cluster plans/clusters/h100_80g_ib.lua >"$tmp/c.txt" 2>&1 || fail "cost: $(cat "$tmp/c.txt")"
+grep -q '^           ep comm [0-9.]* s exposed (all-to-all on the intra-node link, not overlapped)$' "$tmp/c.txt" || fail "ep comm line"
+
+# the comm layer's records of a real step on 4 ranks (ep 2) against check's ep traffic: at capacity
+# every rank's equal to check's; dropless every rank's calls, and the bytes summed over the ranks
+# (each rank sends back what it received, as the routing spread it: check gives the mean)
+if command -v mpirun >/dev/null; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1
+  cat >"$tmp/count.lua" <<'LUA'
+loss = t:step(1)
+n, b = 0, 0
+for _, r in ipairs(t:comm(1000).records) do if r.group == "ep" and r.step == 0 then n = n + 1; b = b + r.bytes end end
+print(string.format("ep step 0: %d %d", n, b))
+LUA
+  for cf in 1.25 0; do
+    # dropless with 8 experts: the row counts (one int32 per expert of each peer, 32 bytes) differ
+    # from one number per peer
+    sets="--set mesh.ep=2 --set model.moe.capacity_factor=$cf --set train.eval_every=0"
+    [ "$cf" = 0 ] && sets="$sets --set model.moe.experts=8"
+    # shellcheck disable=SC2086
+    want=$("$tycho" check plans/tiny_moe.lua --world 4 $sets --json | perl -MJSON::PP -e '
+      local $/; my $t = decode_json(<STDIN>)->{traffic_per_step}[0]{ep}{"all-to-all"}; print "$t->{calls} $t->{bytes}\n"')
+    # shellcheck disable=SC2086
+    timeout 120 mpirun -np 4 "$tycho" repl plans/tiny_moe.lua "$tmp/count.lua" $sets >"$tmp/run.txt" 2>&1 ||
+      { fail "capacity_factor $cf: the run failed: $(tail -5 "$tmp/run.txt")"; continue; }
+    got=$(perl -ne 'if (/^\[([0-9-]+)\] ep step 0: (\d+) (\d+)/) { my ($r, $n, $b) = ($1, $2, $3);
+        my $k = $r =~ /^(\d+)-(\d+)$/ ? $2 - $1 + 1 : 1; $ranks += $k; $calls{$n} = 1; $sum += $k * $b;
+        $each{$b} = 1 } END { print $ranks, " ", join(",", sort keys %calls), " ", $sum, " ", scalar(keys %each), "\n" }' "$tmp/run.txt")
+    set -- $want
+    if [ "$cf" = 0 ]; then
+      [ "$got" = "4 $1 $((4 * $2)) $(echo "$got" | cut -d' ' -f4)" ] || fail "dropless: runs' '$got' (ranks calls sum), check's '$want'"
+    else
+      [ "$got" = "4 $1 $((4 * $2)) 1" ] || fail "capacity: runs' '$got' (ranks calls sum distinct), check's '$want' on every rank"
+    fi
+  done
+fi
+
+# the shipped Mixtral plan
+"$tycho" check plans/mixtral_8x7b.lua --world 256 --cluster plans/clusters/h100_80g_ib.lua >"$tmp/m.txt" 2>&1 || fail "mixtral: $(cat "$tmp/m.txt")"
+grep -q 'every rank fits with at least 10% headroom' "$tmp/m.txt" || fail "mixtral does not fit with headroom: $(grep 'device memory' "$tmp/m.txt")"
+grep -q '^           ep groups: 32 of 8 ranks, e.g. {0..7}' "$tmp/m.txt" || fail "mixtral ep groups"
+grep -q '^           pp rank 0, ep    512 all-to-all 40.0 GiB$' "$tmp/m.txt" || fail "mixtral ep traffic: $(grep 'pp rank 0, ep' "$tmp/m.txt")"
+head=$("$tycho" check plans/mixtral_8x7b.lua --world 256 --cluster plans/clusters/h100_80g_ib.lua --json |
+  perl -MJSON::PP -e 'local $/; my $d = decode_json(<STDIN>); my $t = $d->{traffic_per_step}[0]{ep}{"all-to-all"};
+    print "$d->{memory}{fits} ", ($d->{memory}{min_headroom} >= 0.20 ? "roomy" : "tight $d->{memory}{min_headroom}"),
+    " $t->{calls} $t->{bytes}\n"')
+[ "$head" = "1 roomy 512 $((512 * 8 * 1280 * 4096 * 2))" ] || fail "mixtral JSON: $head"
+# on 64 ranks its 32 stages leave dp 2, which ep 8 does not divide: refused, saying so
+"$tycho" check plans/mixtral_8x7b.lua --world 64 >/dev/null 2>"$tmp/err" && fail "mixtral on 64 ranks compiled"
+grep -q '^tycho: plan error: plans/mixtral_8x7b.lua:[0-9]*: mesh.ep = 8 does not divide mesh.dp = 2 (dp "auto" = world 64 / (tp 1 × pp 32))' "$tmp/err" ||
+  fail "mixtral on 64 ranks: $(cat "$tmp/err")"
+
+# tune: a MoE plan's layouts, the pick's mesh.ep written into the plan, which checks
+"$tycho" tune plans/tiny_moe.lua --world 4 --cluster plans/clusters/h100_80g_ib.lua --out "$tmp/tuned.lua" >"$tmp/tune.txt" 2>&1 ||
+  fail "tune: $(cat "$tmp/tune.txt")"
+grep -q '^ 1\. tp 1 ' "$tmp/tune.txt" || fail "tune lists no tp 1 layout: $(cat "$tmp/tune.txt")"
+grep -Eq '^  mesh = \{ tp = 1, pp = [0-9]+, dp = "auto", ep = [124] \},$' "$tmp/tuned.lua" || fail "tuned plan: $(cat "$tmp/tuned.lua")"
+cp plans/tiny_moe.lua "$tmp/" # the tuned plan requires its base by name, next to it
+"$tycho" check "$tmp/tuned.lua" --world 4 >/dev/null 2>"$tmp/err" || fail "the tuned plan does not check: $(cat "$tmp/err")"
+
+[ "$failed" = 0 ] && echo "ok check_moe_ep"
+exit "$failed"
