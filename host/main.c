@@ -359,9 +359,12 @@ static int cmd_tune(lua_State *L, const struct cli *c)
     if (t->zero >= 2) /* zero_every: how often the step reduce-scatters (and gathers) */
       snprintf(every, sizeof every, " (grads every %s%s%s)", t->grads_step ? "step" : "micro-batch",
                t->zero == 3 ? ", params every " : "", t->zero == 3 ? (t->params_step ? "step" : "micro-batch") : "");
-    printf("%2d. tp %d pp %d v %d dp %d, micro %d, zero %d%s, recompute %s, sequence parallel %s%s: "
+    char ep[24] = "";
+    if (t->ep > 1)
+      snprintf(ep, sizeof ep, " ep %d", t->ep);
+    printf("%2d. tp %d pp %d v %d dp %d%s, micro %d, zero %d%s, recompute %s, sequence parallel %s%s: "
            "%.3f s/step, %.0f tokens/s, MFU %.1f%%, %.1f GiB on the fullest rank (%.0f%% spare)\n", i + 1,
-           t->tp, t->pp, t->v, t->dp, t->micro, t->zero, every, plan_recompute_text(t->recompute, rc, sizeof rc),
+           t->tp, t->pp, t->v, t->dp, ep, t->micro, t->zero, every, plan_recompute_text(t->recompute, rc, sizeof rc),
            t->sp ? "on" : "off", t->kv_replicate ? ", k and v replicated" : "", t->step, t->tokens_per_s,
            100.0 * t->mfu, t->max_bytes / (1024.0 * 1024.0 * 1024.0), 100.0 * t->headroom);
   }

@@ -475,16 +475,6 @@ static void print_traffic(FILE *f, const struct plan *p)
       }
       fputc('\n', f);
     }
-    unsigned long long ep_calls, ep_bytes; /* the ep group (check_ep.h): its all-to-alls */
-    plan_ep_step_traffic(p, r, traffic_element_bytes(p, p->precision.compute), &ep_calls, &ep_bytes);
-    if (ep_calls) {
-      char v[32];
-      if (!any)
-        fprintf(f, "traffic    per training step and rank, as the comm layer counts it:\n");
-      any = 1;
-      fprintf(f, "           pp rank %d, %-5s %llu %s %s\n", r, "ep", ep_calls, comm_names[COMM_ALL_TO_ALL],
-              check_format_bytes((double)ep_bytes, v, sizeof v));
-    }
   }
 }
 
@@ -515,18 +505,6 @@ static void write_traffic_json(struct json *j, const struct plan *p)
       }
       json_end_object(j);
     }
-    unsigned long long ep_calls, ep_bytes;
-    plan_ep_step_traffic(p, r, traffic_element_bytes(p, p->precision.compute), &ep_calls, &ep_bytes);
-    json_key(j, "ep");
-    json_begin_object(j);
-    if (ep_calls) {
-      json_key(j, comm_names[COMM_ALL_TO_ALL]);
-      json_begin_object(j);
-      json_key(j, "calls"); json_int(j, (long long)ep_calls);
-      json_key(j, "bytes"); json_int(j, (long long)ep_bytes);
-      json_end_object(j);
-    }
-    json_end_object(j);
     json_end_object(j);
   }
   json_end_array(j);

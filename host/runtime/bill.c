@@ -322,7 +322,7 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
 
 const char *traffic_group_name(enum traffic_group g)
 {
-  static const char *const names[] = { "tp", "dp", "pp", "embed" };
+  static const char *const names[] = { "tp", "dp", "pp", "embed", "ep" };
   return g < TRAFFIC_N_GROUPS ? names[g] : "?";
 }
 
@@ -434,6 +434,13 @@ int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char
     const unsigned long long tied = p->zero >= 2 ? r.l.buckets[r.l.param_bucket[0]].share : r.m.params[0].n_elems;
     if (p->model.tie_embeddings && (pp_rank == first || pp_rank == last))
       count(out, TRAFFIC_EMBED, COMM_ALL_REDUCE, 1, tied * egrad);
+  }
+  /* ep: the sparse layers' all-to-alls (model_moe.c), the row-count exchange included */
+  unsigned long long ep_calls, ep_bytes;
+  plan_ep_step_traffic(p, pp_rank, (double)eb, &ep_calls, &ep_bytes);
+  if (ep_calls) {
+    count(out, TRAFFIC_EP, COMM_ALL_TO_ALL, ep_calls, ep_bytes);
+    out->summed_only[TRAFFIC_EP] = !plan_ep_exchange(p).padded;
   }
   rank_view_free(&r);
   return 0;

@@ -48,13 +48,18 @@ struct bill {
 /* The collectives of one training step on a rank's groups, as the comm layer counts them (calls
  * and bytes per group and enum comm_op): tp (tp_comm_list per micro-batch on the stage's layers,
  * the norm's partial sums), dp (bucket reductions, ZeRO's gathers, the loss and norm sums), pp
- * (the schedule's sends and receives, the loss broadcast, the norm's sums) and the tied
- * embedding's group (its gradient). Groups of one move nothing. Evaluation is not in a step. */
-enum traffic_group { TRAFFIC_TP, TRAFFIC_DP, TRAFFIC_PP, TRAFFIC_EMBED, TRAFFIC_N_GROUPS };
+ * (the schedule's sends and receives, the loss broadcast, the norm's sums), the tied
+ * embedding's group (its gradient) and the expert-parallel group (the sparse layers' all-to-alls,
+ * plan_ep_step_traffic). Groups of one move nothing. Evaluation is not in a step. */
+enum traffic_group { TRAFFIC_TP, TRAFFIC_DP, TRAFFIC_PP, TRAFFIC_EMBED, TRAFFIC_EP, TRAFFIC_N_GROUPS };
 #define TRAFFIC_N_OPS 7 /* enum comm_op */
 struct traffic {
   unsigned long long calls[TRAFFIC_N_GROUPS][TRAFFIC_N_OPS];
   unsigned long long bytes[TRAFFIC_N_GROUPS][TRAFFIC_N_OPS];
+  /* 1: the group's bytes are exact only summed over its ranks (each rank's the group's mean): the
+   * ep group of a dropless plan, whose combine sends back the rows the routing sent it
+   * (plan_ep_exchange); its calls are exact on every rank */
+  unsigned char summed_only[TRAFFIC_N_GROUPS];
 };
 const char *traffic_group_name(enum traffic_group g);
 /* The traffic of pipeline rank pp_rank (dp and tp ranks alike). 0 ok; nonzero with a message. */
