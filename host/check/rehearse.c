@@ -93,6 +93,12 @@ int rehearse_shrink(const struct plan *big, const struct rehearse_options *o, st
     long long f = ((long long)m->ffn_dim * dim + m->dim - 1) / m->dim;
     ffn = min_int(m->ffn_dim, round_up(f > 0 ? f : 1, tp));
   }
+  /* a sparse layer's experts in the same ratio (mesh.tp is 1 with model.moe) */
+  int moe_ffn = m->moe.ffn_dim;
+  if (m->moe.experts > 0 && dim < m->dim) {
+    long long f = ((long long)m->moe.ffn_dim * dim + m->dim - 1) / m->dim;
+    moe_ffn = min_int(m->moe.ffn_dim, f > 0 ? (int)f : 1);
+  }
   /* the corpus's byte tokens; the plan's divisibility by tp (or its want of it) kept */
   int vocab = m->vocab;
   if (m->vocab > CORPUS_VOCAB) {
@@ -125,6 +131,7 @@ int rehearse_shrink(const struct plan *big, const struct rehearse_options *o, st
   const long long global = (long long)mb * big->batch.micro * big->mesh.dp;
 
   int bad = add_set(out, "model.dim=%d", dim) || add_set(out, "model.ffn_dim=%d", ffn) ||
+            (m->moe.experts > 0 && add_set(out, "model.moe.ffn_dim=%d", moe_ffn)) ||
             add_set(out, "model.vocab=%d", vocab) || add_set(out, "model.max_seq=%d", seq) ||
             add_set(out, "batch.seq=%d", seq) || add_set(out, "batch.global=%lld", global) ||
             add_set(out, "precision.compute=fp32") || add_set(out, "precision.grads=fp32") ||
@@ -388,7 +395,7 @@ static int serial_run(const struct rehearse_options *o, const struct rehearse_sh
 {
   static const char *const serial[] = { "zero=0", "mesh.tp=1", "mesh.pp=1", "mesh.dp=1", "virtual_stages=1",
                                         "stages=even", "schedule.kind=1f1b", "sequence_parallel=false",
-                                        "zero_every=nil" };
+                                        "zero_every=nil", "mesh.ep=1" };
   const char *extra[40];
   int k = 0;
   for (int i = 0; i < s->n_sets; i++) extra[k++] = s->sets[i];

@@ -35,6 +35,13 @@ layouts)
   has "^memory .* equals tycho check's bill on every rank .*: ok$" tp2_pp2_dp2
   has '^verdict +the layout holds$' tp2_pp2_dp2
   grep '^serial' "$tmp/out"
+  # sparse layers with expert parallelism: the experts shrink with dim, the serial run has no ep,
+  # and the ep group's all-to-alls are in the traffic check
+  run moe_ep 0 "$tycho" rehearse plans/tiny_moe.lua --world 4 --launcher "$launcher" --set mesh.ep=2 --set zero=1
+  has '^serial +initial parameters bitwise equal; worst relative difference: .*: ok$' moe_ep
+  has "^traffic .* equal tycho check's prediction on every rank \(12 on rank 0\): ok$" moe_ep
+  has "^memory .* equals tycho check's bill on every rank .*: ok$" moe_ep
+  has '^verdict +the layout holds$' moe_ep
   # the shrink's own options: head size, sequence and micro-batches as given
   run options 0 "$tycho" rehearse plans/tiny.lua --world 2 --launcher "$launcher" --set mesh.tp=2 \
     --set sequence_parallel=true --head-dim 2 --seq 16 --micro-batches 2 --steps 1
