@@ -345,6 +345,7 @@ double dp_run_pass(struct dp *d, const struct dp_pass *ps, const struct piece *t
   /* zero_every.params = "step": the stage's gathered units stay until its last backward, which
    * frees each after the last of its pieces that reads it */
   const int step_held = d->zero == 3 && d->params_step && ps->in_step;
+  ps->a->moe_in_step = ps->in_step;
   const int keep = step_held && !(ps->backward && ps->last);
   if (!ps->backward && !ps->stage->has_embed) /* the input came from the stage before */
     model_forward_begin(d->model, ps->a, ps->dropout, ps->B, ps->T);

@@ -239,6 +239,8 @@ struct model_layer_acts {
 struct model_acts {
   int B_max, T_max;
   int B, T;                  /* of the last forward */
+  int moe_in_step;           /* the forward belongs to a training step (dp_run_pass sets it): every
+                              * rank of an ep group then runs batch.micro sequences */
   real loss_scale;           /* d(objective)/d(each token's loss), 1/(global · T): set by the
                               * backward's caller (model_backward, the passes) before a layer's
                               * backward; the sparse layers scale their router losses by it */

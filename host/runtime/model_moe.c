@@ -162,6 +162,11 @@ static void ep_experts_forward(struct model *m, struct model_acts *a, int layer,
   if (P > 0) {
     pad_rows(m, a->moe_pad, la->moe_xe, counts, P, 0);
     send = a->moe_pad;
+  }
+  /* A training step's forwards all have the plan's micro-batch, so at capacity every block's size
+   * is known; an evaluation's may not (a last, shorter chunk of problems on one rank), so there the
+   * ranks say theirs (evaluation is not in a step's traffic). */
+  if (P > 0 && a->moe_in_step) {
     for (int i = 0; i < E; i++) la->moe_rows[i] = P;
   } else if (comm_all_to_all(m->ep.group, sent, la->moe_rows, (size_t)El, COMM_INT32, NULL)) {
     ep_failed(m, "the row counts' exchange");
