@@ -23,13 +23,13 @@ static int fail(char *err, size_t n, const struct plan *p, const char *path, con
   return -1;
 }
 
-/* "1, 2, 4, 8" : the divisors of x up to `limit` entries, for hints. */
-static const char *divisors(int x, char *buf, size_t n)
+/* "1, 2, 4" : the numbers that divide both a and b, for hints. */
+static const char *common_divisors(int a, int b, char *buf, size_t n)
 {
   size_t used = 0;
   buf[0] = 0;
-  for (int d = 1; d <= x; d++) {
-    if (x % d)
+  for (int d = 1; d <= a && d <= b; d++) {
+    if (a % d || b % d)
       continue;
     int w = snprintf(buf + used, n - used, "%s%d", used ? ", " : "", d);
     if (w < 0 || (size_t)w >= n - used)
@@ -37,6 +37,12 @@ static const char *divisors(int x, char *buf, size_t n)
     used += (size_t)w;
   }
   return buf;
+}
+
+/* "1, 2, 4, 8" : the divisors of x, for hints. */
+static const char *divisors(int x, char *buf, size_t n)
+{
+  return common_divisors(x, x, buf, n);
 }
 
 /* Every real-valued field is finite: inf, -inf and nan are refused, whatever the field's
@@ -110,21 +116,6 @@ static int validate_mesh(struct plan *p, char *err, size_t n)
   return 0;
 }
 
-/* "1, 2, 4" : the numbers that divide both a and b, for hints. */
-static const char *common_divisors(int a, int b, char *buf, size_t n)
-{
-  size_t used = 0;
-  buf[0] = 0;
-  for (int d = 1; d <= a && d <= b; d++) {
-    if (a % d || b % d)
-      continue;
-    int w = snprintf(buf + used, n - used, "%s%d", used ? ", " : "", d);
-    if (w < 0 || (size_t)w >= n - used)
-      break;
-    used += (size_t)w;
-  }
-  return buf;
-}
 
 /* mesh.ep (plan.h, docs/moe.md "Expert parallelism"): groups of ep consecutive data-parallel
  * ranks, each holding experts / ep of every sparse layer's experts. So ep needs experts to
