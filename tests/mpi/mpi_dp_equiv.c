@@ -8,6 +8,8 @@
  *     accuracy) and the final parameters (relative L2 of the difference), within the bounds
  *     argued at loss_tol below: rounding-sized in fp32, 1e-10 in the float64 build, where a
  *     serial run with another micro-batch size is held to the same 1e-10;
+ *   - with sparse layers (model.moe), every step's routing: per layer the assignments routed to
+ *     each expert and those dropped, summed over the ranks, equal (the same tokens drop);
  * and on every rank: the loss and norm of every step bitwise the same on every rank; under
  * zero 0-2 the parameters bitwise the same on every rank of a dp group; the comm layer's counters
  * on every group (tp, dp, pp, the tied embedding's) over the last step equal traffic_predict's
@@ -52,6 +54,11 @@ static struct plan parallel_plan;
 static struct train_step_stats parallel_stats[MAX_STEPS];
 static struct train_eval_stats parallel_eval;
 static real *initial, *final; /* rank 0: the parallel run's parameters in serial order */
+/* Every step's routing (model.moe): per layer l, [l·(E + 1)] the assignments dropped and
+ * [l·(E + 1) + 1 + e] those routed to expert e; in the parallel run summed over the ranks (each
+ * counts its share of the batch on the layers it holds; tp is 1 with model.moe). */
+#define MAX_ROUTING 512
+static long long parallel_routing[MAX_STEPS][MAX_ROUTING];
 static size_t n_logical;       /* Σ parameter elements */
 
 static int compile(struct plan *p, int world_size, const char *const *sets, int n_sets)
@@ -94,6 +101,25 @@ static real *packed_serial(const struct model *m)
   real *out = rehearse_packed(m, &n);
   CHECK(out && n == n_logical);
   return out;
+}
+
+/* Counts of the routing per step (above) for plan p: 0 for a dense model. */
+static int routing_size(const struct plan *p)
+{
+  const int n = p->model.moe.experts > 0 ? p->model.n_layers * (p->model.moe.experts + 1) : 0;
+  CHECK_MSG(n <= MAX_ROUTING, "%d routing counts per step, the test keeps %d", n, MAX_ROUTING);
+  return n <= MAX_ROUTING ? n : 0;
+}
+
+/* This rank's routing of the last step (zeros on a stage without sparse layers). */
+static void routing_counts(const struct model *m, int n, long long *out)
+{
+  const int E = m->config.moe.experts;
+  memset(out, 0, (size_t)n * sizeof *out);
+  for (int l = 0; m->moe_stat && (l + 1) * (E + 1) <= n; l++) {
+    out[l * (E + 1)] = m->moe_stat[l].dropped;
+    for (int e = 0; e < E; e++) out[l * (E + 1) + 1 + e] = m->moe_stat[l].routed[e];
+  }
 }
 
 /* Every rank's value, compared between ranks of the same key (e.g. the tp coordinate). */
@@ -342,11 +368,17 @@ static void test_parallel_run(void)
   initial = gather_packed(&t);
   alloc_reset_peaks(); /* the gather's copy is the test's, not the run's */
   struct comm_counter before[TRAFFIC_N_GROUPS][COMM_N_OPS];
+  const int n_routing = routing_size(&parallel_plan);
   for (long long s = 0; s < parallel_plan.train.steps; s++) {
     rehearse_counters(groups, &t, before);
     CHECK_MSG(trainer_step(&t, &parallel_stats[s], err, sizeof err) == 0, "%s", err);
     CHECK_MSG(same_everywhere(&parallel_stats[s], sizeof parallel_stats[s]),
               "step %lld: loss or norm differs between ranks", s);
+    if (n_routing) {
+      long long mine[MAX_ROUTING];
+      routing_counts(&t.model, n_routing, mine);
+      MPI_Reduce(mine, parallel_routing[s], n_routing, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+    }
   }
   check_bill(&t);
   check_reductions(&t, parallel_plan.train.steps - 1);
@@ -438,6 +470,7 @@ static void bf16_bounds(const struct plan *p)
 
 struct serial_run {
   struct train_step_stats stats[MAX_STEPS];
+  long long routing[MAX_STEPS][MAX_ROUTING];
   struct train_eval_stats eval;
   real *initial, *final;
   long long steps;
@@ -472,8 +505,11 @@ static int serial_train(int micro, struct serial_run *out)
   out->micro = p.batch.micro;
   out->steps = p.train.steps;
   out->initial = packed_serial(&t.model);
-  for (long long s = 0; s < p.train.steps; s++)
+  const int n_routing = routing_size(&p);
+  for (long long s = 0; s < p.train.steps; s++) {
     CHECK_MSG(trainer_step(&t, &out->stats[s], err, sizeof err) == 0, "%s", err);
+    routing_counts(&t.model, n_routing, out->routing[s]);
+  }
   trainer_eval(&t, &out->eval);
   out->final = packed_serial(&t.model);
   trainer_close(&t);
@@ -483,10 +519,32 @@ static int serial_train(int micro, struct serial_run *out)
 
 /* Holds a run (its per-step stats, evaluation and final parameters) to the serial run `ref`
  * within this build's bounds; prints the worst errors. */
-static void hold_to(const char *what, const struct train_step_stats *stats, const struct train_eval_stats *ev,
+static void hold_to(const char *what, const struct train_step_stats *stats,
+                    const long long (*routing)[MAX_ROUTING], const struct train_eval_stats *ev,
                     const real *fin, const struct serial_run *ref)
 {
   double worst_loss = 0, worst_norm = 0;
+  /* the routing first: a token on another expert is what moves a sparse model's loss */
+  const int n_routing = routing_size(&parallel_plan), E = parallel_plan.model.moe.experts;
+  long long dropped = 0, routed = 0;
+  int differ = 0;
+  for (long long s = 0; s < ref->steps && n_routing; s++)
+    for (int i = 0; i < n_routing; i++) {
+      const int l = i / (E + 1), e = i % (E + 1) - 1;
+      *(e < 0 ? &dropped : &routed) += ref->routing[s][i];
+      if (routing[s][i] != ref->routing[s][i]) {
+        char counted[48] = "assignments dropped";
+        if (e >= 0)
+          snprintf(counted, sizeof counted, "assignments to expert %d", e);
+        differ = 1;
+        CHECK_MSG(0, "%s: step %lld: routing: layer %d: %lld %s, serial %lld", what, s, l, routing[s][i],
+                  counted, ref->routing[s][i]);
+        break;
+      }
+    }
+  if (n_routing && !differ)
+    printf("%s: the routing of every step equal: %lld assignments routed, %lld of them dropped\n", what, routed,
+           dropped);
   for (long long s = 0; s < ref->steps; s++) {
     double el = rel(stats[s].loss, ref->stats[s].loss), en = rel(stats[s].grad_norm, ref->stats[s].grad_norm);
     worst_loss = el > worst_loss ? el : worst_loss;
@@ -529,7 +587,7 @@ static void test_serial_run_agrees(void)
             "initial parameters differ from the serial run's");
   printf("initial parameters bitwise equal to the serial run's\n");
   bf16_bounds(&parallel_plan);
-  hold_to("parallel run against the serial run", parallel_stats, &parallel_eval, final, &serial);
+  hold_to("parallel run against the serial run", parallel_stats, parallel_routing, &parallel_eval, final, &serial);
   /* float64: the serial run with another micro-batch size (1, or 2 when the plan's is 1) agrees
    * with it at the same 1e-10. In fp32 the two differ by rounding of the accumulation as much
    * as two layouts do, which the test above already bounds. */
@@ -538,7 +596,7 @@ static void test_serial_run_agrees(void)
     if (serial_train(serial.micro > 1 ? 1 : 2, &other) == 0) {
       char what[96];
       snprintf(what, sizeof what, "serial run with micro %d against micro %d", other.micro, serial.micro);
-      hold_to(what, other.stats, &other.eval, other.final, &serial);
+      hold_to(what, other.stats, other.routing, &other.eval, other.final, &serial);
       serial_run_free(&other);
     }
   }
