@@ -145,10 +145,15 @@ int rehearse_shrink(const struct plan *big, const struct rehearse_options *o, st
   out->stages_set = stages_list(big);
   if (!out->stages_set)
     return errf(err, err_size, "out of memory");
+  /* the sparse layers: experts, top_k and which layers kept, each expert's width shrunk */
+  char experts[160] = "";
+  if (m->moe.experts > 0)
+    snprintf(experts, sizeof experts, ", %d experts top %d (kept) of ffn %d (%d)", m->moe.experts,
+             m->moe.top_k, moe_ffn, m->moe.ffn_dim);
   snprintf(out->summary, sizeof out->summary,
-           "%d layers (kept), dim %d (%d), %d heads / %d kv (kept) of %d (%d), ffn %d (%d), vocab %d (%d), seq %d "
+           "%d layers (kept), dim %d (%d), %d heads / %d kv (kept) of %d (%d), ffn %d (%d)%s, vocab %d (%d), seq %d "
            "(%d); %d micro-batch%s of %d per step per rank (%d)", m->n_layers, dim, m->dim, m->n_heads,
-           m->n_kv_heads, head, m->head_dim, ffn, m->ffn_dim, vocab, m->vocab, seq, big->batch.seq, mb,
+           m->n_kv_heads, head, m->head_dim, ffn, m->ffn_dim, experts, vocab, m->vocab, seq, big->batch.seq, mb,
            mb == 1 ? "" : "es", big->batch.micro, M);
   return 0;
 }

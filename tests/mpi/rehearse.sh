@@ -2,8 +2,9 @@
 # `tycho rehearse`: a plan's layout at toy scale on CPU ranks against the serial run of the same
 # shrunk model. CASE is one of
 #   layouts  tiny.lua as tp 2 × pp 2 × dp 2 with sequence parallelism and ZeRO-1 (8 ranks), and
-#            interleaved 1F1B on pp 2 × 2 virtual stages × dp 2 with dropout 0.1 (4 ranks): both
-#            hold, and the account names what was kept and shrunk;
+#            interleaved 1F1B on pp 2 × 2 virtual stages × dp 2 with dropout 0.1 (4 ranks), and
+#            tiny_moe.lua's sparse layers at ep 2 and at pp 2 × dp 2 (ZeRO 2, dropout): all hold,
+#            and the account names what was kept and shrunk (the experts' width with dim);
 #   faults   a --fault in the layout's run only must fail the rehearsal, each where it should:
 #            another model seed (initial weights differ), smaller buckets (the collectives differ
 #            from check's), full recompute (the activation peak differs from check's bill);
@@ -41,7 +42,18 @@ layouts)
   has '^serial +initial parameters bitwise equal; worst relative difference: .*: ok$' moe_ep
   has "^traffic .* equal tycho check's prediction on every rank \(12 on rank 0\): ok$" moe_ep
   has "^memory .* equals tycho check's bill on every rank .*: ok$" moe_ep
+  has '^shrunk +4 layers \(kept\), dim 32 \(128\), .*, ffn 96 \(384\), 4 experts top 2 \(kept\) of ffn 48 \(192\), vocab 64 ' moe_ep
   has '^verdict +the layout holds$' moe_ep
+  # sparse layers without ep (every rank holds every expert): pipeline stages, each with a sparse
+  # layer, × dp 2 under ZeRO 2, dropout and capacity dropping on
+  run moe_pp2_dp2 0 "$tycho" rehearse plans/tiny_moe.lua --world 4 --launcher "$launcher" --set mesh.pp=2 \
+    --set zero=2 --set model.dropout=0.1
+  has '^layout +tp 1 × pp 2 × dp 2 .*; zero 2;' moe_pp2_dp2
+  has '^shrunk .*, 4 experts top 2 \(kept\) of ffn 48 \(192\), ' moe_pp2_dp2
+  has '^serial +initial parameters bitwise equal; worst relative difference: .*: ok$' moe_pp2_dp2
+  has "^traffic .* equal tycho check's prediction on every rank .*: ok$" moe_pp2_dp2
+  has "^memory .* equals tycho check's bill on every rank .*: ok$" moe_pp2_dp2
+  has '^verdict +the layout holds$' moe_pp2_dp2
   # the shrink's own options: head size, sequence and micro-batches as given
   run options 0 "$tycho" rehearse plans/tiny.lua --world 2 --launcher "$launcher" --set mesh.tp=2 \
     --set sequence_parallel=true --head-dim 2 --seq 16 --micro-batches 2 --steps 1
