@@ -227,6 +227,24 @@ foreach(config "2;0" "4;1" "2;3")
     ENVIRONMENT "${env}")
 endforeach()
 
+# `tycho run` of a plan with sparse layers under mpirun: the metrics' moe object of every step (tokens
+# per expert and dropped per layer exactly, the router losses within the bound) is the serial run's.
+foreach(config "dp2_zero1;2;--set;zero=1" "pp2_dp2_zero3;4;--set;mesh.pp=2;--set;zero=3"
+               "pp2_interleaved_v2;2;--set;mesh.pp=2;--set;virtual_stages=2;--set;schedule.kind=interleaved"
+               "broken_capacity;2;--set;model.moe.capacity_factor=1.25")
+  list(GET config 0 name)
+  list(GET config 1 ranks)
+  list(SUBLIST config 2 -1 sets)
+  add_test(NAME mpi_run_moe.${name} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_moe_metrics.sh ${ranks}
+    ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} $<TARGET_FILE:tycho> ${sets} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  tycho_mpi_env(mpi_run_moe.${name} env)
+  set_tests_properties(mpi_run_moe.${name} PROPERTIES TIMEOUT 90 PROCESSORS ${ranks} LABELS mpi
+    ENVIRONMENT "${env}")
+endforeach()
+# another capacity on the parallel side only must fail the comparison at the routing
+set_tests_properties(mpi_run_moe.broken_capacity PROPERTIES
+  PASS_REGULAR_EXPRESSION "FAIL: the routing \\(tokens per expert, dropped\\) differs from the serial run's")
+
 # `tycho run` under mpirun when something is wrong: every rank stops within seconds, one message.
 foreach(mode world_mismatch hash_mismatch rank_dependent bf16_refused leave_early_pp data_one_rank export_fails leave_early)
   add_test(NAME mpi_run_errors.${mode} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_errors.sh
