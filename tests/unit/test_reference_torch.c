@@ -11,6 +11,7 @@
 #include "plan/compile.h"
 #include "runtime/train.h"
 #include "runtime_fixture.h"
+#include "reference_fixture.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -106,35 +107,7 @@ static void eight_steps_match_the_pytorch_reference(void)
    * relative), and float64 against float64 adds ~1e-15 (seen: no element rounds to another
    * fp32 number). A wrong update (decay on gains, no bias correction) moves weights by ≥ 1e-2
    * relative. */
-  double worst = 0.0, worst_abs = 0.0;
-  for (int i = 0; i < t.model.n_params; i++) {
-    const struct model_param *mp = &t.model.params[i];
-    const struct st_tensor *ref = st_find(&f, mp->name);
-    CHECK_MSG(ref != NULL, "%s missing from the reference", mp->name);
-    if (!ref)
-      continue;
-    real *w = malloc(ref->n_elems * sizeof(real));
-    CHECK(st_read_real(&f, ref, w, ref->n_elems, err, sizeof err) == 0);
-    double max_diff = 0.0;
-    size_t n_far = 0;
-    for (size_t e = 0; e < ref->n_elems; e++) {
-      double d = fabs((double)mp->data[e] - w[e]);
-      max_diff = d > max_diff ? d : max_diff;
-      n_far += !(d <= (FP32_U + 1e-12) * fabs((double)w[e]));
-    }
-    double rel_l2 = fixture_rel_l2(mp->data, w, ref->n_elems);
-    worst = rel_l2 > worst ? rel_l2 : worst;
-    worst_abs = max_diff > worst_abs ? max_diff : worst_abs;
-#if REAL_IS_DOUBLE
-    CHECK_MSG(n_far == 0, "%s: %zu elements are not the reference to fp32 rounding", mp->name, n_far);
-#else
-    (void)n_far;
-    CHECK_MSG(rel_l2 <= 1e-5, "%s: relative L2 |tycho − reference| = %.3g", mp->name, rel_l2);
-#endif
-    free(w);
-  }
-  printf("final weights: relative L2 |tycho − reference| ≤ %.3g per tensor, max |diff| %.3g\n",
-         worst, worst_abs);
+  reference_final_weights_match(&t.model, &f);
   st_close(&f);
   trainer_close(&t);
   plan_free(&p);
