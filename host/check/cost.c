@@ -203,50 +203,61 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   sched_sim_free(&sim);
   sched_free(&sch);
 
-  /* data parallel, for the rank with the most parameters */
-  double n_local = 0;
+  /* data parallel, for the rank with the most parameters: the dense ones over dp, with expert
+   * parallelism the experts (this rank's E/ep of them) over the dp / ep ranks holding the same
+   * experts (dp.h), which span the dp group's nodes */
+  double n_local = 0, n_expert = 0;
   for (int r = 0; r < me->pp; r++) {
-    double n;
-    if (bill_rank_params(p, r, &n, err, err_size))
+    double n, ne;
+    if (bill_rank_params(p, r, &n, &ne, err, err_size))
       break;
-    n_local = n > n_local ? n : n_local;
+    if (n > n_local) {
+      n_local = n;
+      n_expert = ne;
+    }
   }
-  const int dp = me->dp;
-  if (dp > 1) {
-    const struct cluster_link *dpl = link_of(c, out->dp.intra);
-    const double gbytes = n_local * gb, pbytes = n_local * eb;
+  const int dp = me->dp, edp = ep > 1 ? dp / ep : dp;
+  const struct cluster_link *dpl = link_of(c, out->dp.intra);
+  const double bwd_mb = busiest > 0 ? 2.0 / 3.0 * (out->compute / M) : 0.0; /* one micro-batch's backward */
+  const double part_elems[2] = { ep > 1 ? n_local - n_expert : n_local, ep > 1 ? n_expert : 0.0 };
+  const int part_size[2] = { dp, edp };
+  for (int part = 0; part < 2; part++) {
+    const int n = part_size[part];
+    if (n <= 1 || part_elems[part] <= 0)
+      continue;
+    const double gbytes = part_elems[part] * gb, pbytes = part_elems[part] * eb;
     const double buckets = fmax(1.0, ceil(gbytes / (p->bucket_mb * 1048576.0)));
-    const double bwd_mb = busiest > 0 ? 2.0 / 3.0 * (out->compute / M) : 0.0; /* one micro-batch's backward */
     double t_reduce, exposed;
     if (p->zero < 2) {
-      t_reduce = ring(0, gbytes, dp, dpl, c->comm_efficiency) + (buckets - 1) * 2.0 * (dp - 1) * op_latency(dpl, 0);
+      t_reduce = ring(0, gbytes, n, dpl, c->comm_efficiency) + (buckets - 1) * 2.0 * (n - 1) * op_latency(dpl, 0);
       exposed = c->no_overlap ? t_reduce : fmax(0.0, t_reduce - bwd_mb); /* buckets start during the last backward */
-      out->dp.bytes = 2.0 * (dp - 1) / dp * gbytes;
+      out->dp.bytes += 2.0 * (n - 1) / n * gbytes;
     } else { /* zero_every.grads: in every micro-batch's backward, or once in each stage's last */
       const double n_rs = p->zero_every.grads == PLAN_ZERO_EVERY_STEP ? 1.0 : M;
-      double rs = ring(2, gbytes, dp, dpl, c->comm_efficiency) + (buckets - 1) * (dp - 1) * op_latency(dpl, 2);
+      double rs = ring(2, gbytes, n, dpl, c->comm_efficiency) + (buckets - 1) * (n - 1) * op_latency(dpl, 2);
       t_reduce = rs * n_rs;
       exposed = c->no_overlap ? t_reduce : n_rs * fmax(0.0, rs - bwd_mb);
-      out->dp.bytes = (double)(dp - 1) / dp * gbytes * n_rs;
+      out->dp.bytes += (double)(n - 1) / n * gbytes * n_rs;
     }
     double t_gather = 0;
     if (p->zero >= 1 && p->zero < 3) { /* the new parameters after the update */
-      t_gather = ring(1, pbytes, dp, dpl, c->comm_efficiency);
+      t_gather = ring(1, pbytes, n, dpl, c->comm_efficiency);
       exposed += t_gather;
-      out->dp.bytes += (double)(dp - 1) / dp * pbytes;
+      out->dp.bytes += (double)(n - 1) / n * pbytes;
     }
     if (p->zero == 3) { /* gathered before each forward and backward, or once a step (zero_every.params), prefetched */
       const double n_ag = p->zero_every.params == PLAN_ZERO_EVERY_STEP ? 1.0 : 2.0 * M;
-      double ag = ring(1, pbytes, dp, dpl, c->comm_efficiency);
+      double ag = ring(1, pbytes, n, dpl, c->comm_efficiency);
       t_gather = n_ag * ag;
       exposed += c->no_overlap ? t_gather : fmax(0.0, t_gather - out->compute);
-      out->dp.bytes += n_ag * (double)(dp - 1) / dp * pbytes;
+      out->dp.bytes += n_ag * (double)(n - 1) / n * pbytes;
     }
-    out->dp.total = t_reduce + t_gather;
-    out->dp.exposed = exposed;
+    out->dp.total += t_reduce + t_gather;
+    out->dp.exposed += exposed;
   }
   /* the optimizer on the elements this rank updates: its stage's, a 1/dp shard from zero 1 */
-  out->optimizer = c->optimizer_s * n_local / (p->zero >= 1 ? dp : 1) * share;
+  out->optimizer = c->optimizer_s * (part_elems[0] / (p->zero >= 1 ? dp : 1) + part_elems[1] / (p->zero >= 1 ? edp : 1)) *
+                   share;
   out->step = makespan + out->dp.exposed + out->optimizer;
   const double global_tokens = (double)p->batch.global * p->batch.seq;
   out->model_flops = 3.0 * model_fwd_per_token * global_tokens;

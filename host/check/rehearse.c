@@ -259,7 +259,7 @@ int rehearse_gather_packed(struct trainer *t, real **out, size_t *n, char *err, 
 {
   *out = NULL;
   *n = 0;
-  if (t->model.tp.size > 1 || t->plan->mesh.pp > 1) {
+  if (t->model.tp.size > 1 || t->plan->mesh.pp > 1 || t->model.ep.size > 1) {
     struct model whole;
     int have;
     if (dp_gather_whole(&t->dp, &whole, &have, err, err_size))
@@ -309,6 +309,7 @@ static struct comm_group *traffic_group(struct comm_group *const *groups, const 
   case TRAFFIC_DP: return groups[PLAN_AXIS_DP];
   case TRAFFIC_PP: return groups[PLAN_AXIS_PP];
   case TRAFFIC_EP: return t->ep;
+  case TRAFFIC_EDP: return t->edp;
   default: return t->exec.embed;
   }
 }

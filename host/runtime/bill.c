@@ -38,6 +38,7 @@ static size_t unit_elems(const struct dp_layout *l, int u)
 struct zero_grads {
   size_t grads, comm;
   unsigned long long calls, elems;
+  unsigned long long expert_calls, expert_elems; /* of them, the expert buckets' (dp.h) */
 };
 
 static void zero_finish(const struct dp_layout *l, int *inflight, int *n_in, char *has, size_t *g, size_t *c,
@@ -130,6 +131,8 @@ static int zero_grads_replay(const struct plan *p, const struct sched_list *list
         for (int b = l->units[f[a]].last_bucket; b >= 0 && b >= l->units[f[a]].first_bucket; b--) {
           out->calls++;
           out->elems += l->buckets[b].n_elems;
+          out->expert_calls += (unsigned long long)l->buckets[b].expert;
+          out->expert_elems += l->buckets[b].expert ? l->buckets[b].n_elems : 0;
           if (!grads_step)
             inflight[n_in++] = b;
         }
@@ -145,10 +148,11 @@ static int zero_grads_replay(const struct plan *p, const struct sched_list *list
 }
 
 /* ZeRO-3 over a pipeline rank's list of the schedule, piece by piece as the executor runs it
- * (pieces_zero3_replay): the all-gathers of a step, the elements they move, and the most
- * parameter elements gathered at once. 0, or nonzero with a message. */
+ * (pieces_zero3_replay): the all-gathers of a step, the elements they move (of the buckets with
+ * `expert` equal to this, or of all where it is −1), and the most parameter elements gathered at
+ * once. 0, or nonzero with a message. */
 static int zero3_replay(const struct plan *p, const struct sched_list *list, const struct dp_layout *l,
-                        unsigned long long *calls, unsigned long long *moved, size_t *peak,
+                        int expert, unsigned long long *calls, unsigned long long *moved, size_t *peak,
                         char *err, size_t err_size)
 {
   const int U = l->n_units;
@@ -159,6 +163,8 @@ static int zero3_replay(const struct plan *p, const struct sched_list *list, con
     held[u] = unit_elems(l, u);
     const struct dp_unit *k = &l->units[u];
     for (int b = k->first_bucket; k->first_bucket >= 0 && b <= k->last_bucket; b++) {
+      if (expert >= 0 && l->buckets[b].expert != expert)
+        continue;
       n_calls[u]++;
       gathered[u] += l->buckets[b].n_elems;
     }
@@ -192,7 +198,7 @@ static void rank_view_free(struct rank_view *r)
 static int rank_view(const struct plan *p, int pp_rank, struct rank_view *r, char *err, size_t err_size)
 {
   memset(r, 0, sizeof *r);
-  if (model_create_table_at(&r->m, p, 0, pp_rank, err, err_size))
+  if (model_create_table_at(&r->m, p, 0, pp_rank, 0, err, err_size))
     return 1;
   if (dp_layout_build(&r->l, &r->m, p->mesh.dp, p->zero, p->bucket_mb, err, err_size) ||
       sched_from_plan(p, &r->s, err, err_size)) {
@@ -271,7 +277,7 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
     unsigned long long calls, moved;
     struct zero_grads zg;
     if (zero_grads_replay(p, r.list, &r.l, p->zero_every.grads == PLAN_ZERO_EVERY_STEP, &zg, err, err_size) ||
-        (zero == 3 && zero3_replay(p, r.list, &r.l, &calls, &moved, &pz, err, err_size))) {
+        (zero == 3 && zero3_replay(p, r.list, &r.l, -1, &calls, &moved, &pz, err, err_size))) {
       rank_view_free(&r);
       return 1;
     }
@@ -322,7 +328,7 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
 
 const char *traffic_group_name(enum traffic_group g)
 {
-  static const char *const names[] = { "tp", "dp", "pp", "embed", "ep" };
+  static const char *const names[] = { "tp", "dp", "pp", "embed", "ep", "edp" };
   return g < TRAFFIC_N_GROUPS ? names[g] : "?";
 }
 
@@ -333,13 +339,17 @@ static void count(struct traffic *t, enum traffic_group g, enum comm_op op, unsi
   t->bytes[g][op] += bytes;
 }
 
-int bill_rank_params(const struct plan *p, int pp_rank, double *n_elems, char *err, size_t err_size)
+int bill_rank_params(const struct plan *p, int pp_rank, double *n_elems, double *expert_elems, char *err,
+                     size_t err_size)
 {
   struct model m;
-  *n_elems = 0;
-  if (model_create_table_at(&m, p, 0, pp_rank, err, err_size))
+  *n_elems = *expert_elems = 0;
+  if (model_create_table_at(&m, p, 0, pp_rank, 0, err, err_size))
     return 1;
-  for (int i = 0; i < m.n_params; i++) *n_elems += (double)m.params[i].n_elems;
+  for (int i = 0; i < m.n_params; i++) {
+    *n_elems += (double)m.params[i].n_elems;
+    *expert_elems += m.params[i].expert >= 0 ? (double)m.params[i].n_elems : 0.0;
+  }
   model_free(&m);
   return 0;
 }
@@ -386,33 +396,46 @@ int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char
     free(list);
     count(out, TRAFFIC_TP, COMM_ALL_GATHER, 1, 8u * (unsigned long long)tp);
   }
-  /* dp: the buckets, ZeRO's gathers, the loss and norm sums (doubles gathered) */
-  if (dp > 1) {
-    unsigned long long nb = (unsigned long long)r.l.n_buckets, all = 0;
-    for (int b = 0; b < r.l.n_buckets; b++) all += r.l.buckets[b].n_elems;
+  /* dp: the buckets, ZeRO's gathers, the loss and norm sums (doubles gathered); with expert
+   * parallelism the expert buckets over the edp group (dp / ep ranks) instead (dp.h) */
+  const int ep = p->model.moe.experts > 0 ? plan_ep(p) : 1;
+  for (int expert = 0; expert <= (ep > 1); expert++) {
+    const int size = expert ? dp / ep : dp;
+    const enum traffic_group grp = expert ? TRAFFIC_EDP : TRAFFIC_DP;
+    if (size <= 1)
+      continue;
+    unsigned long long nb = 0, all = 0;
+    for (int b = 0; b < r.l.n_buckets; b++)
+      if (r.l.buckets[b].expert == expert) {
+        nb++;
+        all += r.l.buckets[b].n_elems;
+      }
     if (p->zero < 2) {
-      count(out, TRAFFIC_DP, COMM_ALL_REDUCE, nb, all * egrad);
+      count(out, grp, COMM_ALL_REDUCE, nb, all * egrad);
     } else { /* the units each backward (or each stage's last) finishes, bucket by bucket */
       struct zero_grads zg;
       if (zero_grads_replay(p, r.list, &r.l, p->zero_every.grads == PLAN_ZERO_EVERY_STEP, &zg, err, err_size)) {
         rank_view_free(&r);
         return 1;
       }
-      count(out, TRAFFIC_DP, COMM_REDUCE_SCATTER, zg.calls, zg.elems * egrad);
+      const unsigned long long calls = expert ? zg.expert_calls : zg.calls - zg.expert_calls;
+      const unsigned long long elems = expert ? zg.expert_elems : zg.elems - zg.expert_elems;
+      count(out, grp, COMM_REDUCE_SCATTER, calls, elems * egrad);
     }
     if (p->zero == 1 || p->zero == 2)
-      count(out, TRAFFIC_DP, COMM_ALL_GATHER, nb, all * eb);
+      count(out, grp, COMM_ALL_GATHER, nb, all * eb);
     if (p->zero == 3) {
       unsigned long long calls = 0, elems = 0;
       size_t peak;
-      if (zero3_replay(p, r.list, &r.l, &calls, &elems, &peak, err, err_size)) {
+      if (zero3_replay(p, r.list, &r.l, ep > 1 ? expert : -1, &calls, &elems, &peak, err, err_size)) {
         rank_view_free(&r);
         return 1;
       }
-      count(out, TRAFFIC_DP, COMM_ALL_GATHER, calls, elems * eb);
+      count(out, grp, COMM_ALL_GATHER, calls, elems * eb);
     }
-    count(out, TRAFFIC_DP, COMM_ALL_GATHER, 2, 2u * 8u * (unsigned long long)dp);
   }
+  if (dp > 1)
+    count(out, TRAFFIC_DP, COMM_ALL_GATHER, 2, 2u * 8u * (unsigned long long)dp);
   /* pp: the schedule's messages, the loss from the last stage, the norm's sums */
   if (pp > 1) {
     const unsigned long long boundary = (unsigned long long)p->batch.micro *

@@ -49,9 +49,11 @@ struct bill {
  * and bytes per group and enum comm_op): tp (tp_comm_list per micro-batch on the stage's layers,
  * the norm's partial sums), dp (bucket reductions, ZeRO's gathers, the loss and norm sums), pp
  * (the schedule's sends and receives, the loss broadcast, the norm's sums), the tied
- * embedding's group (its gradient) and the expert-parallel group (the sparse layers' all-to-alls,
- * plan_ep_step_traffic). Groups of one move nothing. Evaluation is not in a step. */
-enum traffic_group { TRAFFIC_TP, TRAFFIC_DP, TRAFFIC_PP, TRAFFIC_EMBED, TRAFFIC_EP, TRAFFIC_N_GROUPS };
+ * embedding's group (its gradient), the expert-parallel group (the sparse layers' all-to-alls,
+ * plan_ep_step_traffic) and the expert-data-parallel group (the dp ranks holding the same
+ * experts: their buckets' reductions and gathers, which then leave the dp group's). Groups of one
+ * move nothing. Evaluation is not in a step. */
+enum traffic_group { TRAFFIC_TP, TRAFFIC_DP, TRAFFIC_PP, TRAFFIC_EMBED, TRAFFIC_EP, TRAFFIC_EDP, TRAFFIC_N_GROUPS };
 #define TRAFFIC_N_OPS 7 /* enum comm_op */
 struct traffic {
   unsigned long long calls[TRAFFIC_N_GROUPS][TRAFFIC_N_OPS];
@@ -66,8 +68,10 @@ const char *traffic_group_name(enum traffic_group g);
 int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char *err, size_t err_size);
 
 /* Parameter elements pipeline rank pp_rank holds (its stages' blocks, vocabulary padding
- * included), from the runtime's parameter table. 0 ok; nonzero with a message. */
-int bill_rank_params(const struct plan *p, int pp_rank, double *n_elems, char *err, size_t err_size);
+ * included; with mesh.ep > 1 its ep rank's experts only), from the runtime's parameter table, and
+ * of them the experts'. 0 ok; nonzero with a message. */
+int bill_rank_params(const struct plan *p, int pp_rank, double *n_elems, double *expert_elems, char *err,
+                     size_t err_size);
 
 /* Bytes of one element of dtype d in plan p's runtime: for an fp32 plan (this build's CPU
  * runtime) sizeof(real), 8 in the float64 build (kernels/real.h); otherwise plan_dtype_bytes

@@ -75,8 +75,8 @@ static int for_each_piece(struct trainer *t, int owner_only, piece_fn fn, void *
     for (int kind = 0; kind < CKPT_N_KINDS; kind++) {
       const int sharded = kind == CKPT_PARAM ? d->zero == 3 : d->zero >= 1;
       if (!sharded) {
-        if (owner_only && d->rank != 0)
-          continue;
+        if (owner_only && dp_bucket_rank(d, d->layout.param_bucket[i]) != 0)
+          continue; /* written by one rank of those holding it */
         real *mem = kind == CKPT_PARAM ? p->data : state[kind] + p->offset;
         const size_t hi = owner_only ? tensor_end : p->n_elems;
         if (hi > 0 && fn(ctx, m, p, i, kind, 0, hi, mem))
@@ -84,7 +84,7 @@ static int for_each_piece(struct trainer *t, int owner_only, piece_fn fn, void *
         continue;
       }
       const struct dp_bucket *k = &d->layout.buckets[d->layout.param_bucket[i]];
-      const size_t s0 = k->start + (size_t)d->rank * k->share, s1 = s0 + k->share;
+      const size_t s0 = k->start + (size_t)dp_bucket_rank(d, d->layout.param_bucket[i]) * k->share, s1 = s0 + k->share;
       const size_t lo = p->offset > s0 ? p->offset : s0;
       size_t hi = p->offset + p->n_elems < s1 ? p->offset + p->n_elems : s1;
       if (owner_only && hi > p->offset + tensor_end)

@@ -33,37 +33,55 @@ int dp_fail(struct dp *d, const char *what)
   return -1;
 }
 
-int dp_all_reduce(struct dp *d, real *buf, size_t n_elems, struct comm_request **req)
+struct comm_group *dp_bucket_group(const struct dp *d, int b)
+{
+  return d->layout.buckets[b].expert ? d->edp : d->group;
+}
+
+int dp_bucket_size(const struct dp *d, int b)
+{
+  return d->layout.buckets[b].expert ? d->edp_size : d->size;
+}
+
+int dp_bucket_rank(const struct dp *d, int b)
+{
+  return d->layout.buckets[b].expert ? d->edp_rank : d->rank;
+}
+
+int dp_all_reduce(struct dp *d, int b, real *buf, size_t n_elems, struct comm_request **req)
 {
   *req = NULL;
-  if (!d->group || d->size == 1) /* a group of one: nothing to move */
+  struct comm_group *g = dp_bucket_group(d, b);
+  if (!g || g->size == 1) /* a group of one: nothing to move */
     return 0;
-  return comm_all_reduce(d->group, buf, buf, n_elems, COMM_REAL, COMM_SUM, req)
+  return comm_all_reduce(g, buf, buf, n_elems, COMM_REAL, COMM_SUM, req)
            ? dp_fail(d, "gradient all-reduce") : 0;
 }
 
-int dp_all_gather(struct dp *d, const real *send, real *recv, size_t n_elems,
+int dp_all_gather(struct dp *d, int b, const real *send, real *recv, size_t n_elems,
                   struct comm_request **req)
 {
   *req = NULL;
-  if (!d->group || d->size == 1) {
+  struct comm_group *g = dp_bucket_group(d, b);
+  if (!g || g->size == 1) {
     if (send != recv)
       d->model->k->copy(d->model->kctx, recv, send, n_elems * sizeof(real));
     return 0;
   }
-  return comm_all_gather(d->group, send, recv, n_elems, COMM_REAL, req)
+  return comm_all_gather(g, send, recv, n_elems, COMM_REAL, req)
            ? dp_fail(d, "parameter all-gather") : 0;
 }
 
-int dp_reduce_scatter(struct dp *d, const real *send, real *recv, size_t n_elems,
+int dp_reduce_scatter(struct dp *d, int b, const real *send, real *recv, size_t n_elems,
                       struct comm_request **req)
 {
   *req = NULL;
-  if (!d->group || d->size == 1) {
+  struct comm_group *g = dp_bucket_group(d, b);
+  if (!g || g->size == 1) {
     d->model->k->copy(d->model->kctx, recv, send, n_elems * sizeof(real));
     return 0;
   }
-  return comm_reduce_scatter(d->group, send, recv, n_elems, COMM_REAL, COMM_SUM, req)
+  return comm_reduce_scatter(g, send, recv, n_elems, COMM_REAL, COMM_SUM, req)
            ? dp_fail(d, "gradient reduce-scatter") : 0;
 }
 
@@ -80,13 +98,21 @@ void dp_bind_bucket(struct dp *d, int b, real *base, int grads)
   }
 }
 
-int dp_open(struct dp *d, struct model *m, struct comm_group *group, int zero, double bucket_mb,
-            char *err, size_t err_size)
+int dp_open(struct dp *d, struct model *m, struct comm_group *group, struct comm_group *edp, int zero,
+            double bucket_mb, char *err, size_t err_size)
 {
   memset(d, 0, sizeof *d);
   d->group = group;
   d->size = group ? group->size : 1;
   d->rank = group ? group->rank : 0;
+  d->edp = edp;
+  d->edp_size = edp ? edp->size : 1;
+  d->edp_rank = edp ? edp->rank : 0;
+  const int ep = m->ep.size > 1 ? m->ep.size : 1;
+  if (ep > 1 && (d->size % ep || d->edp_size != d->size / ep || d->rank / ep != d->edp_rank))
+    return errf(err, err_size, "mesh.ep = %d: the expert-data-parallel group has %d rank%s (rank %d), the "
+                "data-parallel group %d (rank %d)", ep, d->edp_size, d->edp_size == 1 ? "" : "s", d->edp_rank,
+                d->size, d->rank);
   d->zero = zero;
   d->model = m;
   if (dp_layout_build(&d->layout, m, d->size, zero, bucket_mb, err, err_size))
@@ -185,8 +211,8 @@ int dp_init_params(struct dp *d, const struct plan *p, char *err, size_t err_siz
       return errf(err, err_size, "out of memory initializing a bucket of %zu elements", k->n_elems);
     dp_bind_bucket(d, b, staging, 0);
     rc = fill_params(d->model, p, err, err_size);
-    d->model->k->copy(d->model->kctx, d->shard_params + k->shard_offset, staging + (size_t)d->rank * k->share,
-                      k->share * sizeof(real));
+    d->model->k->copy(d->model->kctx, d->shard_params + k->shard_offset,
+                      staging + (size_t)dp_bucket_rank(d, b) * k->share, k->share * sizeof(real));
     dp_bind_bucket(d, b, NULL, 0);
     alloc_free(staging);
   }
@@ -194,20 +220,27 @@ int dp_init_params(struct dp *d, const struct plan *p, char *err, size_t err_siz
   return rc;
 }
 
+/* The dp ranks that receive a whole copy of their layout in dp_gather_params: rank 0, and with
+ * expert parallelism every rank of its ep group (rank 0 of the ranks holding those experts). */
+static int gathers_whole(const struct dp *d)
+{
+  return d->rank < (d->layout.ep > 1 ? d->layout.ep : 1);
+}
+
 int dp_gather_params(struct dp *d, real **full)
 {
   *full = NULL;
   if (d->zero < 3) {
-    *full = d->rank == 0 ? d->model->param_memory : NULL;
+    *full = gathers_whole(d) ? d->model->param_memory : NULL;
     return 0;
   }
   const struct dp_layout *l = &d->layout;
-  const int dev = d->model->device;
-  real *out = d->rank == 0 ? alloc_reals_on(dev, ALLOC_WORKSPACE, l->n_elems)
-                            : alloc_reals_on(dev, ALLOC_WORKSPACE, l->max_bucket_elems);
+  const int dev = d->model->device, whole = gathers_whole(d);
+  real *out = whole ? alloc_reals_on(dev, ALLOC_WORKSPACE, l->n_elems)
+                    : alloc_reals_on(dev, ALLOC_WORKSPACE, l->max_bucket_elems);
   char what[128];
   snprintf(what, sizeof what, "out of memory gathering the parameters (%zu elements)",
-           d->rank == 0 ? l->n_elems : l->max_bucket_elems);
+           whole ? l->n_elems : l->max_bucket_elems);
   if (dp_agree_allocated(d, d->group, out != NULL, what)) { /* before any gather: no rank waits alone */
     alloc_free(out);
     return -1;
@@ -216,11 +249,10 @@ int dp_gather_params(struct dp *d, real **full)
   for (int b = 0; b < l->n_buckets && !rc; b++) {
     const struct dp_bucket *k = &l->buckets[b];
     struct comm_request *req;
-    rc = dp_all_gather(d, d->shard_params + k->shard_offset, d->rank == 0 ? out + k->start : out,
-                       k->share, &req);
+    rc = dp_all_gather(d, b, d->shard_params + k->shard_offset, whole ? out + k->start : out, k->share, &req);
     rc = rc ? rc : comm_wait(&req) ? dp_fail(d, "parameter all-gather") : 0;
   }
-  if (d->rank == 0 && !rc)
+  if (whole && !rc)
     *full = out;
   else
     alloc_free(out);
@@ -241,9 +273,9 @@ int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, siz
   real *full;
   if (dp_gather_params(d, &full))
     return errf(err, err_size, "%s", d->err);
-  if (d->rank != 0)
+  if (!full)
     return 0;
-  const int tp = m->tp.size;
+  const int tp = m->tp.size, ep = m->ep.size > 1 ? m->ep.size : 1;
   real *all = NULL;
   int rc = 0;
   if (tp > 1) {
@@ -270,6 +302,8 @@ int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, siz
       const struct model_param *p = &m->params[i];
       if (!p->here || (p->kind == MODEL_EMBED && !m->embed_here))
         continue; /* another pipeline stage's (the first stage's, for a tied embedding) */
+      if (ep > 1 && p->expert < 0 && m->ep.rank != 0)
+        continue; /* ep rank 0's copy; the other ranks of its ep group add their experts */
       if (tp == 1 || p->tp_dim < 0) {
         m->k->copy(m->kctx, whole->params[i].data, full + p->offset, p->n_elems * sizeof(real));
         continue;
@@ -291,6 +325,17 @@ int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, siz
       }
       hostview_close(m->k, m->kctx, whole->params[i].data, w, n_whole, !rc);
     }
+    if (!rc && ep > 1) { /* each rank's experts, zero elsewhere: summed over the ep group */
+      if (comm_all_reduce(m->ep.group, whole->param_memory, whole->param_memory, whole->n_elems,
+                          COMM_REAL, COMM_SUM, NULL))
+        rc = errf(err, err_size, "all-reduce of the expert-parallel ranks' experts: %s", comm_error());
+    }
+    if (!rc && ep > 1 && d->rank != 0) { /* only dp rank 0 goes on to the pipeline's sum */
+      model_free(whole);
+      alloc_free(all);
+      dp_gather_params_free(d, full);
+      return 0;
+    }
     if (!rc && pp > 1) { /* each stage's parameters, zero elsewhere: summed, they are the model */
       if (comm_all_reduce(d->pp_group, whole->param_memory, whole->param_memory, whole->n_elems,
                           COMM_REAL, COMM_SUM, NULL))
@@ -307,7 +352,7 @@ int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, siz
 
 int dp_export(struct dp *d, const char *path, char *err, size_t err_size)
 {
-  if (d->model->tp.size > 1 || (d->pp_group && d->pp_group->size > 1)) { /* put together first */
+  if (d->model->tp.size > 1 || (d->pp_group && d->pp_group->size > 1) || d->layout.ep > 1) { /* put together first */
     struct model whole;
     int have;
     if (dp_gather_whole(d, &whole, &have, err, err_size))

@@ -68,6 +68,8 @@ struct dp_bucket {
   size_t n_elems;              /* size · share: its parameters, aligned, plus padding */
   size_t share;                /* elements each rank owns (16-element aligned) */
   size_t shard_offset;         /* where a rank's share of it sits in the shard: Σ earlier shares */
+  int expert;                  /* mesh.ep > 1: it holds experts, shared by the expert-data-parallel
+                                * group (dp / ep ranks) instead of the whole dp group */
 };
 
 /* The parameters one piece of the passes reads: 0 the embedding, 1 + l layer l, L + 1 the
@@ -79,6 +81,8 @@ struct dp_unit {
 
 struct dp_layout {
   int size, zero;
+  int ep;                      /* mesh.ep (1 without expert parallelism) */
+  int expert_size;             /* the ranks that share an expert bucket: size / ep */
   int n_buckets, n_units;
   struct dp_bucket *buckets;   /* (n_buckets) in flat order */
   struct dp_unit *units;       /* (n_units) */
@@ -117,6 +121,9 @@ struct dp {
   struct comm_group *group;   /* the dp group; NULL: a group of one without the comm layer */
   struct comm_group *pp_group; /* the pipeline group (gradient norm, export), or NULL */
   int size, rank, zero;
+  struct comm_group *edp;     /* mesh.ep > 1: the dp ranks holding this rank's experts (dp rank
+                               * r with r mod ep equal; its rank r / ep), or NULL (one) */
+  int edp_size, edp_rank;
   struct model *model;
   real *shard_params;        /* (n_shard) zero 3: this rank's parameters, the fp32 master */
   real *shard_grads;         /* (n_shard) zero 2, 3: this rank's summed gradients */
@@ -143,8 +150,8 @@ struct dp {
 
 /* Takes m from model_create_table, lays it out for the group (NULL: a group of one), allocates
  * what this rank keeps for `zero` and points the parameters there. 0 ok; nonzero with a message. */
-int dp_open(struct dp *d, struct model *m, struct comm_group *group, int zero, double bucket_mb,
-            char *err, size_t err_size);
+int dp_open(struct dp *d, struct model *m, struct comm_group *group, struct comm_group *edp, int zero,
+            double bucket_mb, char *err, size_t err_size);
 /* Frees what dp_open allocated (the model's memory included; the table stays with the model). */
 void dp_close(struct dp *d);
 /* Fills the parameters: from init.from when set, else model_init with seeds.model. Under ZeRO-3
@@ -228,11 +235,16 @@ int dp_fail(struct dp *d, const char *what);
 /* Points bucket b's parameters' data (or grad) at base + (offset − bucket start); NULL unbinds.
  * The views are refreshed by the caller (model_bind_views). */
 void dp_bind_bucket(struct dp *d, int b, real *base, int grads);
-/* Collectives on the group, or their one-rank copies without it. */
-int dp_all_reduce(struct dp *d, real *buf, size_t n_elems, struct comm_request **req);
-int dp_all_gather(struct dp *d, const real *send, real *recv, size_t n_elems,
+/* Bucket b's group (the dp group, or for an expert bucket the expert-data-parallel one), its size
+ * and this rank's place in it: the rank owns [start + rank·share, start + (rank + 1)·share). */
+struct comm_group *dp_bucket_group(const struct dp *d, int b);
+int dp_bucket_size(const struct dp *d, int b);
+int dp_bucket_rank(const struct dp *d, int b);
+/* Bucket b's collectives over its group (a copy, or nothing, in a group of one). */
+int dp_all_reduce(struct dp *d, int b, real *buf, size_t n_elems, struct comm_request **req);
+int dp_all_gather(struct dp *d, int b, const real *send, real *recv, size_t n_elems,
                   struct comm_request **req);
-int dp_reduce_scatter(struct dp *d, const real *send, real *recv, size_t n_elems,
+int dp_reduce_scatter(struct dp *d, int b, const real *send, real *recv, size_t n_elems,
                       struct comm_request **req);
 
 #endif

@@ -1,7 +1,8 @@
 /* The data-parallel flat layout (dp.h): buckets in the order backward finishes gradients, each
  * padded so that every rank owns an equal, 16-element aligned share of it; and the units the
  * passes read. A pure function of the parameter table, the group size, the stage and the
- * bucket size, so every rank computes the same layout. */
+ * bucket size, so every rank computes the same layout; with expert parallelism the ranks of a dp
+ * group hold different experts of the same shapes, and the layout's sizes are still the same. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,12 @@ enum { ALIGN_FLOATS = 16 };
 static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 /* The unit of parameter i: 0 embedding, 1 + l layer l, L + 1 the final norm and the head. */
+static int is_expert(const struct model *m, int i)
+{
+  const enum model_param_kind k = m->params[i].kind;
+  return m->ep.size > 1 && (k == MODEL_EXPERT_W1 || k == MODEL_EXPERT_W2 || k == MODEL_EXPERT_W3);
+}
+
 static int unit_of(const struct model *m, int i)
 {
   const struct model_param *p = &m->params[i];
@@ -26,6 +33,8 @@ int dp_layout_build(struct dp_layout *l, struct model *m, int size, int zero, do
 {
   memset(l, 0, sizeof *l);
   l->size = size;
+  l->ep = m->ep.size > 1 ? m->ep.size : 1;
+  l->expert_size = size % l->ep == 0 && size >= l->ep ? size / l->ep : 1;
   l->zero = zero;
   l->n_units = m->config.n_layers + 2;
   const int n = m->n_params;
@@ -45,10 +54,16 @@ int dp_layout_build(struct dp_layout *l, struct model *m, int size, int zero, do
   size_t held = 0;
   for (int i = n - 1; i >= 0; i--) {
     held += align_up(m->params[i].n_elems, ALIGN_FLOATS);
-    int boundary = i == 0 || held >= cap_elems ||
+    /* experts' buckets hold experts only; a full bucket of them also takes the other ep ranks'
+     * experts below it (no elements here), so every rank of the dp group cuts at the same sizes */
+    const int kind_change = i > 0 && is_expert(m, i - 1) != is_expert(m, i);
+    const int cut = held >= cap_elems &&
+                    !(i > 0 && is_expert(m, i) && is_expert(m, i - 1) && m->params[i - 1].n_elems == 0);
+    int boundary = i == 0 || cut || kind_change ||
                    (zero >= 2 && unit_of(m, i - 1) != unit_of(m, i));
     if (boundary) {
-      l->buckets[l->n_buckets++] = (struct dp_bucket){ .first_param = i, .last_param = last };
+      l->buckets[l->n_buckets++] = (struct dp_bucket){ .first_param = i, .last_param = last,
+                                                       .expert = is_expert(m, i) };
       last = i - 1;
       held = 0;
     }
@@ -71,8 +86,9 @@ int dp_layout_build(struct dp_layout *l, struct model *m, int size, int zero, do
       l->param_bucket[i] = b;
     }
     size_t used = pos - k->start;
-    k->share = align_up((used + (size_t)size - 1) / (size_t)size, ALIGN_FLOATS);
-    k->n_elems = k->share * (size_t)size;
+    const size_t over = (size_t)(k->expert ? l->expert_size : size); /* the ranks that share it */
+    k->share = align_up((used + over - 1) / over, ALIGN_FLOATS);
+    k->n_elems = k->share * over;
     k->shard_offset = shard;
     shard += k->share;
     pos = k->start + k->n_elems;

@@ -60,7 +60,7 @@ static real *share_grads(struct dp *d, int b)
   const struct dp_bucket *k = &d->layout.buckets[b];
   if (d->zero >= 2)
     return d->shard_grads + k->shard_offset;
-  return d->model->grad_memory + k->start + (size_t)d->rank * k->share;
+  return d->model->grad_memory + k->start + (size_t)dp_bucket_rank(d, b) * k->share;
 }
 
 double dp_grad_norm(struct dp *d)
@@ -76,7 +76,7 @@ double dp_grad_norm(struct dp *d)
      * held by the last pipeline stage as its head counts on the first stage only. */
     for (int b = 0; b < d->layout.n_buckets; b++) {
       const struct dp_bucket *k = &d->layout.buckets[b];
-      const size_t s0 = k->start + (size_t)d->rank * k->share, s1 = s0 + k->share;
+      const size_t s0 = k->start + (size_t)dp_bucket_rank(d, b) * k->share, s1 = s0 + k->share;
       const real *g = share_grads(d, b);
       for (int i = k->first_param; i <= k->last_param; i++) {
         const struct model_param *p = &m->params[i];
@@ -114,7 +114,7 @@ int dp_update(struct dp *d, struct optimizer *o, long long step, double lr, real
   }
   for (int b = 0; b < d->layout.n_buckets; b++) {
     const struct dp_bucket *k = &d->layout.buckets[b];
-    size_t flat = k->start + (size_t)d->rank * k->share;
+    size_t flat = k->start + (size_t)dp_bucket_rank(d, b) * k->share;
     real *params = d->zero == 3 ? d->shard_params + k->shard_offset : m->param_memory + flat;
     optimizer_update_range(o, m, flat, k->share, params, share_grads(d, b), k->shard_offset, step, lr,
                            grad_scale);
@@ -126,7 +126,7 @@ int dp_update(struct dp *d, struct optimizer *o, long long step, double lr, real
   for (int b = 0; b < d->layout.n_buckets; b++) {
     const struct dp_bucket *k = &d->layout.buckets[b];
     real *bucket = m->param_memory + k->start;
-    dp_all_gather(d, bucket + (size_t)d->rank * k->share, bucket, k->share, &reqs[b]);
+    dp_all_gather(d, b, bucket + (size_t)dp_bucket_rank(d, b) * k->share, bucket, k->share, &reqs[b]);
   }
   if (comm_wait_all(reqs, d->layout.n_buckets))
     dp_fail(d, "parameter all-gather");

@@ -95,7 +95,7 @@ static void unit_gather_start(struct dp *d, int u)
   for (int b = unit->first_bucket; b <= unit->last_bucket; b++) {
     const struct dp_bucket *k = &d->layout.buckets[b];
     real *at = s->params + (k->start - first->start);
-    dp_all_gather(d, d->shard_params + k->shard_offset, at, k->share, &s->reqs[b - unit->first_bucket]);
+    dp_all_gather(d, b, d->shard_params + k->shard_offset, at, k->share, &s->reqs[b - unit->first_bucket]);
     dp_bind_bucket(d, b, at, 0);
   }
   s->hold = DP_UNIT_GATHERING;
@@ -201,11 +201,11 @@ static void bucket_start(struct dp *d, int b)
   const struct dp_bucket *k = &d->layout.buckets[b];
   struct dp_bucket_state *s = &d->buckets[b];
   if (d->zero < 2)
-    dp_all_reduce(d, d->model->grad_memory + k->start, k->n_elems, &s->req);
+    dp_all_reduce(d, b, d->model->grad_memory + k->start, k->n_elems, &s->req);
   else if (d->grads_step)
-    dp_reduce_scatter(d, d->step_grads + k->start, d->shard_grads + k->shard_offset, k->share, &s->req);
+    dp_reduce_scatter(d, b, d->step_grads + k->start, d->shard_grads + k->shard_offset, k->share, &s->req);
   else
-    dp_reduce_scatter(d, s->grads, s->recv, k->share, &s->req);
+    dp_reduce_scatter(d, b, s->grads, s->recv, k->share, &s->req);
   d->inflight[d->n_inflight++] = b;
 }
 

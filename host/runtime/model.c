@@ -158,6 +158,9 @@ static int create_table(struct model *m, char *err, size_t err_size)
             split_dim(m->tp.io.split[PLAN_MOD_EMBED]),
             m->embed_here || (c->tie_embeddings && m->head_here), &offset);
   real **views = m->moe_views;
+  /* expert parallelism: this ep rank holds experts [rank·E/ep, (rank + 1)·E/ep) only */
+  const int ep = m->ep.size > 1 ? m->ep.size : 1, ep_rank = ep > 1 ? m->ep.rank : 0;
+#define mine(x) (ep == 1 || (x) / (E / ep) == ep_rank)
   for (int l = 0; l < L; l++) {
     m->layer_param0[l] = m->n_params;
     const int sparse = E && m->moe && m->moe[l];
@@ -178,7 +181,8 @@ static int create_table(struct model *m, char *err, size_t err_size)
           for (int w = 0; w < 3; w++) {
             snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.%d.w%d.weight", l, x, w + 1);
             const int64_t o = w == 1 ? C : Fe, i = w == 1 ? Fe : C;
-            add_param(m, kinds[w], l, name, 2, o, i, o, w == 1 ? std_out : std, -1, m->layer_here[l], &offset);
+            add_param(m, kinds[w], l, name, 2, o, i, o, w == 1 ? std_out : std, -1, m->layer_here[l] && mine(x),
+                      &offset);
             m->params[m->n_params - 1].expert = x;
           }
         }
@@ -209,6 +213,7 @@ static int create_table(struct model *m, char *err, size_t err_size)
         add_param(m, table[j].kind, l, name, 1, C, 0, C, 0.0f, -1, m->layer_here[l], &offset);
     }
   }
+#undef mine
   add_param(m, MODEL_FINAL_NORM, -1, "model.norm.weight", 1, C, 0, C, 0.0f, -1, m->head_here, &offset);
   if (!c->tie_embeddings)
     add_param(m, MODEL_HEAD, -1, "lm_head.weight", 2, V, C, Vp, std,
@@ -278,19 +283,19 @@ int model_create_table_sparse(struct model *m, const struct plan_model *cfg, con
 }
 
 int model_create_table_tp(struct model *m, const struct plan *p, struct comm_group *tp,
-                          int pp_rank, char *err, size_t err_size)
+                          int pp_rank, int ep_rank, char *err, size_t err_size)
 {
   if ((tp ? tp->size : 1) != p->mesh.tp) {
     memset(m, 0, sizeof *m);
     return errf(err, err_size, "mesh.tp = %d, but the tensor-parallel group has %d ranks",
                 p->mesh.tp, tp ? tp->size : 1);
   }
-  int rc = model_create_table_at(m, p, tp ? tp->rank : 0, pp_rank, err, err_size);
+  int rc = model_create_table_at(m, p, tp ? tp->rank : 0, pp_rank, ep_rank, err, err_size);
   m->tp.group = tp;
   return rc;
 }
 
-int model_create_table_at(struct model *m, const struct plan *p, int tp_rank, int pp_rank,
+int model_create_table_at(struct model *m, const struct plan *p, int tp_rank, int pp_rank, int ep_rank,
                           char *err, size_t err_size)
 {
   memset(m, 0, sizeof *m);
@@ -314,7 +319,8 @@ int model_create_table_at(struct model *m, const struct plan *p, int tp_rank, in
     m->recompute[l] = p->layers ? p->layers[l].recompute : 0;
     m->moe[l] = p->model.moe.experts > 0 && p->layers && p->layers[l].moe;
   }
-  m->ep.size = p->model.moe.experts > 0 ? plan_ep(p) : 1; /* rank 0 until the trainer says */
+  m->ep.size = p->model.moe.experts > 0 ? plan_ep(p) : 1; /* the group from the trainer */
+  m->ep.rank = m->ep.size > 1 ? ep_rank : 0;
   if (!p->stages || p->n_stages == 0) { /* a plan made by hand, without stages: all of it here */
     memset(m->layer_here, 1, (size_t)L);
     m->embed_here = m->head_here = 1;

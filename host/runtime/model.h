@@ -131,9 +131,11 @@ struct model {
   int moe_collect;
   /* expert parallelism (mesh.ep, docs/moe.md): this rank computes experts [rank·E/size,
    * (rank + 1)·E/size) of every sparse layer for the tokens of its ep group, which exchange rows by
-   * all-to-all. The experts' parameters stay replicated (the others' gradients stay 0 here).
-   * size from the plan (the activations' layout); group and rank from the trainer (NULL: a
-   * group of one, or the bill's table). */
+   * all-to-all. The table holds only those experts' parameters (the others have no elements
+   * here, as another pipeline stage's), so their gradients and AdamW state are this rank's alone;
+   * dp.h reduces them over the ranks that hold the same experts. size and rank from the plan and
+   * the table's maker (model_create_table_at); group from the trainer (NULL: a group of one, or
+   * the bill's table). */
   struct model_ep {
     struct comm_group *group;
     int size, rank;
@@ -319,12 +321,13 @@ int model_create_table_sparse(struct model *m, const struct plan_model *cfg, con
                               char *err, size_t err_size);
 /* The same for this rank of the plan's TP group (tp: NULL for a group of one, else of size
  * mesh.tp) and pipeline rank pp_rank: split parameters hold this rank's block, parameters of
- * stages on other pipeline ranks none, the layers follow the plan's layouts and recompute. */
+ * stages on other pipeline ranks none, the layers follow the plan's layouts and recompute; with
+ * mesh.ep > 1, experts of other ranks of its ep group (ep_rank of mesh.ep) none. */
 int model_create_table_tp(struct model *m, const struct plan *p, struct comm_group *tp,
-                          int pp_rank, char *err, size_t err_size);
+                          int pp_rank, int ep_rank, char *err, size_t err_size);
 /* The same without a group: the table TP rank tp_rank of mesh.tp would build (for the memory
- * bill; the group pointer stays NULL). */
-int model_create_table_at(struct model *m, const struct plan *p, int tp_rank, int pp_rank,
+ * bill; the group pointers stay NULL). */
+int model_create_table_at(struct model *m, const struct plan *p, int tp_rank, int pp_rank, int ep_rank,
                           char *err, size_t err_size);
 /* Copies this rank's block of parameter p out of its whole stored tensor (rows, shape[1]).
  * Both in host memory (a file's tensor, a host view of p->data: hostview.h). */

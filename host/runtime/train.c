@@ -112,21 +112,23 @@ int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *con
     memset(t, 0, sizeof *t);
     return TRAIN_PLAN_ERROR;
   }
-  if (model_create_table_tp(&t->model, p, tp, pp ? pp->rank : 0, err, err_size))
+  /* expert parallelism: ep groups of ep consecutive dp ranks (mesh.ep); the dp ranks holding the
+   * same experts (one in every ep group) share their state as a dp group shares the rest */
+  const int ep = p->model.moe.experts > 0 ? plan_ep(p) : 1;
+  if (ep > 1 && (!dp || dp->size % ep)) {
+    errf(err, err_size, "%s: mesh.ep = %d, but the data-parallel group has %d rank%s", plan_where(p, "mesh.ep"),
+         ep, dp ? dp->size : 1, dp && dp->size == 1 ? "" : "s");
     goto fail;
-  if (t->model.ep.size > 1) { /* expert parallelism: groups of ep consecutive dp ranks (mesh.ep) */
-    const int ep = t->model.ep.size;
-    if (!dp || dp->size % ep) {
-      errf(err, err_size, "%s: mesh.ep = %d, but the data-parallel group has %d rank%s", plan_where(p, "mesh.ep"),
-           ep, dp ? dp->size : 1, dp && dp->size == 1 ? "" : "s");
-      goto fail;
-    }
-    if (comm_group_split(dp, dp->rank / ep, dp->rank, "ep", &t->ep, err, err_size))
+  }
+  if (model_create_table_tp(&t->model, p, tp, pp ? pp->rank : 0, ep > 1 ? dp->rank % ep : 0, err, err_size))
+    goto fail;
+  if (ep > 1) {
+    if (comm_group_split(dp, dp->rank / ep, dp->rank, "ep", &t->ep, err, err_size) ||
+        comm_group_split(dp, dp->rank % ep, dp->rank, "edp", &t->edp, err, err_size))
       goto fail;
     t->model.ep.group = t->ep;
-    t->model.ep.rank = t->ep->rank;
   }
-  if (dp_open(&t->dp, &t->model, dp, p->zero, p->bucket_mb, err, err_size) ||
+  if (dp_open(&t->dp, &t->model, dp, t->edp, p->zero, p->bucket_mb, err, err_size) ||
       dp_init_params(&t->dp, p, err, err_size) ||
       model_acts_create(&t->acts, &t->model, micro, S, err, err_size) ||
       optimizer_create_sized(&t->opt, p, dp_state_elems(&t->dp), err, err_size) ||
@@ -377,6 +379,7 @@ void trainer_close(struct trainer *t)
   char why[256];
   comm_group_free(t->stage, why, sizeof why); /* NULL: none */
   comm_group_free(t->ep, why, sizeof why);
+  comm_group_free(t->edp, why, sizeof why);
   comm_free_mesh_groups(t->own_groups, why, sizeof why); /* NULL entries: not trainer_open_on_world's */
   memset(t, 0, sizeof *t);
 }

@@ -62,6 +62,7 @@ struct trainer {
   struct dp dp;              /* the data-parallel layer: layout, shards, reductions */
   struct comm_group *world;  /* every rank of the job (agreements, the memory bill), or NULL */
   struct comm_group *ep;     /* mesh.ep > 1: this rank's expert-parallel group (dp ranks), or NULL */
+  struct comm_group *edp;    /* mesh.ep > 1: the dp ranks holding this rank's experts, or NULL */
   struct comm_group *stage;  /* pp > 1 with zero ≥ 2: the ranks running this rank's schedule list
                               * (its pipeline rank's tp × dp ranks), where the step's allocation
                               * rounds are agreed (dp_passes.c); else NULL */

@@ -188,19 +188,23 @@ static int same_everywhere(const void *value, size_t n_bytes)
  *   zero 2, 3 with "step": each such bucket once in the step, in a stage's last backward; and
  *   zero 3 with zero_every.params = "step": each such bucket gathered once in the step.
  * Where a backward issues several, they are spread over it (the first issued before the last). */
-static void check_reductions(const struct trainer *t, long long step)
+static void check_reductions_on(const struct trainer *t, long long step, const char *group, int expert)
 {
   enum { MAX_RECORDS = 4096 };
   static struct comm_record recs[MAX_RECORDS];
-  const int zero = t->dp.zero, M = t->plan->batch.microbatches, n_buckets = t->dp.layout.n_buckets;
+  const int zero = t->dp.zero, M = t->plan->batch.microbatches;
   const int pp = t->plan->mesh.pp;
   enum comm_op op = zero >= 2 ? COMM_REDUCE_SCATTER : COMM_ALL_REDUCE;
   int n = comm_records(recs, MAX_RECORDS), count = 0, wrong_mb = 0, finished_early = 0;
   const struct comm_record *first = NULL, *last = NULL;
-  if (t->dp.size == 1) /* a group of one moves nothing */
+  if ((expert ? t->dp.edp_size : t->dp.size) == 1) /* a group of one moves nothing */
     return;
-  int n_held = 0; /* buckets with this rank's parameters in them */
-  for (int b = 0; b < n_buckets; b++) n_held += t->dp.layout.buckets[b].n_elems > 0;
+  int n_held = 0, n_buckets = 0; /* the group's buckets, and those with this rank's parameters */
+  for (int b = 0; b < t->dp.layout.n_buckets; b++)
+    if (t->dp.layout.buckets[b].expert == expert) {
+      n_buckets++;
+      n_held += t->dp.layout.buckets[b].n_elems > 0;
+    }
   /* the micro-batches of this rank's stages' last backwards */
   int last_mb[MAX_MB] = { 0 };
   for (int s = 0; s < t->plan->n_stages; s++)
@@ -212,7 +216,7 @@ static void check_reductions(const struct trainer *t, long long step)
     double t0[MAX_MB], t1[MAX_MB];
     for (int i = 0; i < n; i++) {
       const struct comm_record *r = &recs[i];
-      if (r->step != step || r->op != op || strcmp(r->group, "dp") != 0)
+      if (r->step != step || r->op != op || strcmp(r->group, group) != 0)
         continue;
       count++;
       if (r->mb < 0 || r->mb >= MAX_MB || (!every_mb && !last_mb[r->mb])) {
@@ -224,8 +228,8 @@ static void check_reductions(const struct trainer *t, long long step)
       t1[r->mb] = r->t_issue;
     }
     const int want = every_mb ? n_held * M : n_held;
-    CHECK_MSG(count == want, "rank %d: %d %s on dp in step %lld, expected %d (%d bucket%s holding this rank's "
-              "parameters%s)", rank, count, comm_op_name(op), step, want, n_held, n_held == 1 ? "" : "s",
+    CHECK_MSG(count == want, "rank %d: %d %s on %s in step %lld, expected %d (%d bucket%s holding this rank's "
+              "parameters%s)", rank, count, comm_op_name(op), group, step, want, n_held, n_held == 1 ? "" : "s",
               every_mb ? ", every micro-batch" : ", once");
     CHECK_MSG(wrong_mb == 0, "rank %d: %d reduce-scatters outside %s", rank, wrong_mb,
               every_mb ? "a micro-batch's backward" : "a stage's last backward");
@@ -240,14 +244,14 @@ static void check_reductions(const struct trainer *t, long long step)
     CHECK_MSG(spread == issuing, "rank %d: %d of %d backwards issued their reduce-scatters all at once", rank,
               issuing - spread, issuing);
     if (rank == 0)
-      printf("last step: %d %s on dp, %s (%d bucket%s with this rank's parameters of %d)\n", count,
-             comm_op_name(op), every_mb ? "every micro-batch's backward" : "once, in the stages' last backwards",
+      printf("last step: %d %s on %s, %s (%d bucket%s with this rank's parameters of %d)\n", count,
+             comm_op_name(op), group, every_mb ? "every micro-batch's backward" : "once, in the stages' last backwards",
              n_held, n_held == 1 ? "" : "s", n_buckets);
     if (zero == 3 && t->dp.params_step) { /* each bucket gathered once in the step's passes */
       int gathers = 0;
       for (int i = 0; i < n; i++)
         gathers += recs[i].step == step && recs[i].op == COMM_ALL_GATHER && recs[i].mb >= 0 &&
-                   !strcmp(recs[i].group, "dp");
+                   !strcmp(recs[i].group, group);
       CHECK_MSG(gathers == n_held, "rank %d: %d parameter all-gathers in step %lld, expected each of the %d "
                 "bucket%s once (zero_every.params = \"step\")", rank, gathers, step, n_held, n_held == 1 ? "" : "s");
     }
@@ -256,12 +260,12 @@ static void check_reductions(const struct trainer *t, long long step)
   if (pp > 1) { /* each bucket once; those final during a stage's last backward start there */
     int early = 0;
     for (int i = 0; i < n; i++)
-      if (recs[i].step == step && recs[i].op == op && !strcmp(recs[i].group, "dp")) {
+      if (recs[i].step == step && recs[i].op == op && !strcmp(recs[i].group, group)) {
         count++;
         early += recs[i].mb >= 0;
       }
-    CHECK_MSG(count == n_buckets, "rank %d: %d %s on dp in step %lld, expected %d", rank, count,
-              comm_op_name(op), step, n_buckets);
+    CHECK_MSG(count == n_buckets, "rank %d: %d %s on %s in step %lld, expected %d", rank, count,
+              comm_op_name(op), group, step, n_buckets);
     if (!t->plan->model.tie_embeddings)
       CHECK_MSG(early >= 1, "rank %d: no bucket reduction overlapped a backward", rank);
     printf("rank %d: %d of %d bucket reductions started during the last backwards\n", rank, early, n_buckets);
@@ -269,7 +273,7 @@ static void check_reductions(const struct trainer *t, long long step)
   }
   for (int i = 0; i < n; i++) {
     const struct comm_record *r = &recs[i];
-    if (r->step != step || r->op != op || strcmp(r->group, "dp") != 0)
+    if (r->step != step || r->op != op || strcmp(r->group, group) != 0)
       continue;
     count++;
     wrong_mb += r->mb != M - 1;
@@ -280,17 +284,25 @@ static void check_reductions(const struct trainer *t, long long step)
   }
   for (int i = 0; i < n && last; i++) {
     const struct comm_record *r = &recs[i];
-    finished_early += r->step == step && r->op == op && !strcmp(r->group, "dp") && r->mb == M - 1 &&
+    finished_early += r->step == step && r->op == op && !strcmp(r->group, group) && r->mb == M - 1 &&
                       r->t_end > 0 && r->t_end <= last->t_issue;
   }
-  CHECK_MSG(count == n_buckets, "rank %d: %d %s on dp in step %lld, expected %d", rank, count,
-            comm_op_name(op), step, n_buckets);
+  CHECK_MSG(count == n_buckets, "rank %d: %d %s on %s in step %lld, expected %d", rank, count,
+            comm_op_name(op), group, step, n_buckets);
   CHECK_MSG(wrong_mb == 0, "rank %d: %d reductions outside the last micro-batch", rank, wrong_mb);
   CHECK(n_buckets < 2 || (first && last && first->t_issue < last->t_issue));
   if (rank == 0 && first && last)
     printf("last step: %d %s of %d buckets issued over %.3f ms of backward; %d of them done before "
            "the last was issued\n", n_buckets, comm_op_name(op), n_buckets,
            1e3 * (last->t_issue - first->t_issue), finished_early);
+}
+
+/* The dp group's buckets, and with expert parallelism the expert buckets on the edp group. */
+static void check_reductions(const struct trainer *t, long long step)
+{
+  check_reductions_on(t, step, "dp", 0);
+  if (t->dp.layout.ep > 1)
+    check_reductions_on(t, step, "edp", 1);
 }
 
 static void check_memory(const struct trainer *t)
@@ -406,7 +418,8 @@ static void test_parallel_run(void)
   CHECK(same_everywhere(&parallel_eval, sizeof parallel_eval));
   if (t.dp.zero < 3) {
     uint64_t h = hash_bytes(t.model.param_memory, t.dp.layout.n_elems * sizeof(real));
-    uint64_t coord = (uint64_t)t.model.tp.rank + 1000u * (uint64_t)(t.exec.rank);
+    /* the same on the dp ranks of a tp rank and stage that hold the same experts */
+    uint64_t coord = (uint64_t)t.model.tp.rank + 1000u * (uint64_t)(t.exec.rank) + 1000000u * (uint64_t)t.model.ep.rank;
     CHECK_MSG(same_within(coord, h), "the parameters differ between the ranks of a dp group");
   }
   final = gather_packed(&t);

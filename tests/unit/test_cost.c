@@ -27,6 +27,7 @@
 #include "check/cost.h"
 #include "check/tune.h"
 #include "plan/compile.h"
+#include "runtime/bill.h"
 
 static char plan_path[1200];
 
@@ -261,7 +262,8 @@ static void test_overheads(void)
  *     per expert of each peer, 4 · 4 = 16 bytes, first: 5 calls per layer, 2 · (4 · 8192 · eb + 16) bytes a step;
  *   the cost: each all-to-all (n−1)/n · bytes / bandwidth + (n−1) · latency, blocking, on the
  *     intra-node link while the ep group (2 consecutive ranks) fits in a node; FLOPs (and so
- *     model FLOPs and compute) those of ep 1. */
+ *     model FLOPs and compute) those of ep 1;
+ *   the experts' state: half of it on a rank, its gradients reduced over dp / ep = 2 ranks. */
 static void test_expert_parallel_all_to_all(void)
 {
   const double eb = REAL_IS_DOUBLE ? 8 : 4; /* the CPU comm layer's reals */
@@ -282,6 +284,7 @@ static void test_expert_parallel_all_to_all(void)
 
   struct cluster c = easy();
   c.intra.latency = 1e-3;
+  c.optimizer_s = 1e-9; /* per element updated */
   struct cost k, k1;
   char err[256];
   CHECK(cost_predict(&p, &c, &k, err, sizeof err) == 0 && cost_predict(&p1, &c, &k1, err, sizeof err) == 0);
@@ -290,8 +293,18 @@ static void test_expert_parallel_all_to_all(void)
             "ep comm %.9g s, by hand %.9g s", k.ep.total, 8 * a2a);
   CHECK(rel(k.ep.bytes, 0.5 * 8 * 10240 * eb) < 1e-12);
   CHECK(k1.ep.total == 0 && k1.ep.bytes == 0);
-  CHECK_MSG(rel(k.step - k1.step, k.ep.total) < 1e-9, "step %.9g s at ep 2, %.9g s at ep 1, ep comm %.9g s",
-            k.step, k1.step, k.ep.total);
+  /* the experts' state is sharded over ep: a rank holds half of them at ep 2, the dense part whole;
+   * the dense gradients all-reduce over the 4 dp ranks, the experts' over the 2 holding the same */
+  double n1, e1, n2, e2;
+  CHECK(bill_rank_params(&p1, 0, &n1, &e1, err, sizeof err) == 0 && bill_rank_params(&p, 0, &n2, &e2, err, sizeof err) == 0);
+  CHECK_MSG(e1 > 0 && rel(e2, e1 / 2) < 1e-12 && rel(n1 - e1, n2 - e2) < 1e-12,
+            "ep 1: %.0f elements (%.0f experts'), ep 2: %.0f (%.0f)", n1, e1, n2, e2);
+  CHECK_MSG(p.zero == 0 && rel(k.dp.bytes, (1.5 * (n2 - e2) + 1.0 * e2) * eb) < 1e-12 &&
+            rel(k1.dp.bytes, 1.5 * n1 * eb) < 1e-12, "dp bytes %.9g at ep 2, %.9g at ep 1", k.dp.bytes, k1.dp.bytes);
+  CHECK_MSG(k1.optimizer > 0 && rel(k.optimizer, k1.optimizer * n2 / n1) < 1e-12, "optimizer %.9g s at ep 2, %.9g at ep 1",
+            k.optimizer, k1.optimizer);
+  CHECK_MSG(rel(k.step - k1.step, k.ep.total + (k.dp.exposed - k1.dp.exposed) + (k.optimizer - k1.optimizer)) < 1e-9,
+            "step %.9g s at ep 2, %.9g s at ep 1, ep comm %.9g s", k.step, k1.step, k.ep.total);
   CHECK(k.model_flops == k1.model_flops && rel(k.compute, k1.compute) < 1e-12);
   /* one GPU per node: the ep group spans two nodes, at the inter-node link's half bandwidth */
   c.gpus_per_node = 1;
