@@ -381,7 +381,13 @@ foreach(config "serial;1;1"
                "tp2_pp2_dp2_zero1_to_serial;8;1;--save;mesh.tp=2;--save;mesh.pp=2;--save;zero=1"
                "dp4_zero3_to_tp2_pp2;4;4;--save;zero=3;--load;mesh.tp=2;--load;mesh.pp=2"
                "tied_vocab63_tp2_to_pp2_dp2_zero1;2;4;--both;model.vocab=63;--both;model.tie_embeddings=true;--save;mesh.tp=2;--load;mesh.pp=2;--load;zero=1"
-               "tied_pp2_dp2_zero3_to_dp2_zero2;4;2;--both;model.tie_embeddings=true;--save;mesh.pp=2;--save;zero=3;--load;zero=2")
+               "tied_pp2_dp2_zero3_to_dp2_zero2;4;2;--both;model.tie_embeddings=true;--save;mesh.pp=2;--save;zero=3;--load;zero=2"
+               # expert parallelism: the experts' state sharded over ep (and under ZeRO over edp),
+               # saved and resumed on other ep layouts; no dropout, so an fp32 near-tie in the
+               # router cannot flip a routing decision (tests/mpi.cmake's ep cases say why)
+               "ep2_zero1_to_serial;4;1;--plan;tests/plans/good/ep_small.lua;--both;model.dropout=0;--save;mesh.ep=2;--save;zero=1"
+               "serial_to_ep4_zero3;1;4;--plan;tests/plans/good/ep_small.lua;--both;model.dropout=0;--load;mesh.ep=4;--load;zero=3"
+               "ep2_zero2_to_ep4_pp2;4;8;--plan;tests/plans/good/ep_small.lua;--both;model.dropout=0;--save;mesh.ep=2;--save;zero=2;--load;mesh.ep=4;--load;mesh.pp=2")
   list(GET config 0 name)
   list(GET config 1 save_ranks)
   list(GET config 2 load_ranks)

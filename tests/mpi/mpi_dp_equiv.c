@@ -364,6 +364,52 @@ static void activations_fall(size_t activations, const char *change, const char 
            what, plain / 1024.0, change, 100.0 * activations / plain);
 }
 
+/* With mesh.ep > 1 the experts' state is sharded: a rank holds experts [r·E/ep, (r+1)·E/ep) of
+ * its ep rank r and no element of any other, only in expert buckets, which the edp group (dp/ep
+ * ranks) shares; its model state is below the same plan's at ep 1, by the experts it left out. */
+static void check_expert_shards(const struct trainer *t)
+{
+  const struct model *m = &t->model;
+  const int ep = m->ep.size, E = t->plan->model.moe.experts;
+  if (ep <= 1)
+    return;
+  size_t held = 0, whole = 0;
+  for (int i = 0; i < m->n_params; i++) {
+    const struct model_param *p = &m->params[i];
+    if (p->expert < 0 || !m->layer_here[p->layer])
+      continue;
+    const int mine = p->expert / (E / ep) == m->ep.rank;
+    CHECK_MSG(p->here == mine && (p->n_elems > 0) == mine, "rank %d (ep rank %d): %s %s here (%zu elements)", rank,
+              m->ep.rank, p->name, p->here ? "held" : "not held", p->n_elems);
+    CHECK_MSG(t->dp.layout.buckets[t->dp.layout.param_bucket[i]].expert, "%s outside an expert bucket", p->name);
+    held += p->n_elems;
+    whole += logical_elems(p);
+  }
+  CHECK_MSG(held * (size_t)ep == whole, "rank %d: %zu of %zu expert elements, expected 1/%d", rank, held, whole, ep);
+  CHECK(t->dp.edp_size == t->plan->mesh.dp / ep && t->dp.edp_rank == t->dp.rank / ep);
+  struct plan q;
+  struct bill sharded, replicated;
+  CHECK(plan_copy(&q, t->plan) == 0);
+  q.mesh.ep = 1;
+  CHECK_MSG(bill_predict(t->plan, t->exec.rank, &sharded, err, sizeof err) == 0 &&
+            bill_predict(&q, t->exec.rank, &replicated, err, sizeof err) == 0, "%s", err);
+  const double state = sharded.held[ALLOC_PARAMS] + sharded.held[ALLOC_GRADS] + sharded.held[ALLOC_OPTIMIZER];
+  const double state1 = replicated.held[ALLOC_PARAMS] + replicated.held[ALLOC_GRADS] + replicated.held[ALLOC_OPTIMIZER];
+  if (held == 0) /* a pipeline stage without sparse layers: nothing changes */
+    CHECK_MSG(state == state1, "rank %d: model state %.0f B at ep %d, %.0f B at ep 1", rank, state, ep, state1);
+  else if (t->dp.zero < 3)
+    CHECK_MSG(state < state1, "rank %d: model state %.0f B at ep %d, %.0f B at ep 1", rank, state, ep, state1);
+  else /* ZeRO-3 held E/dp experts' worth either way; the gathered layers now bring E/ep experts, not E */
+    CHECK_MSG(sharded.bytes[ALLOC_PARAMS] < replicated.bytes[ALLOC_PARAMS], "rank %d: parameter peak %.0f B at "
+              "ep %d, %.0f B at ep 1", rank, sharded.bytes[ALLOC_PARAMS], ep, replicated.bytes[ALLOC_PARAMS]);
+  if (held > 0 && t->dp.rank == 0)
+    printf("experts sharded over ep %d: dp rank 0 of pp rank %d holds %zu of %zu expert elements; its params + "
+           "grads + AdamW state %.1f KiB (%.1f KiB with the experts replicated), parameter peak %.1f KiB (%.1f KiB)\n",
+           ep, t->exec.rank, held, whole, state / 1024.0, state1 / 1024.0, sharded.bytes[ALLOC_PARAMS] / 1024.0,
+           replicated.bytes[ALLOC_PARAMS] / 1024.0);
+  plan_free(&q);
+}
+
 static void test_parallel_run(void)
 {
   if (compile(&parallel_plan, world, all_sets, n_all))
@@ -377,6 +423,7 @@ static void test_parallel_run(void)
   n_logical = 0;
   for (int i = 0; i < t.model.n_params; i++)
     n_logical += logical_elems(&t.model.params[i]);
+  check_expert_shards(&t);
   initial = gather_packed(&t);
   alloc_reset_peaks(); /* the gather's copy is the test's, not the run's */
   struct comm_counter before[TRAFFIC_N_GROUPS][COMM_N_OPS];

@@ -6,14 +6,19 @@
 # reference's within EQUIV_TOL relative (tests/lib/build.sh: 1e-5 in fp32, 1e-10 in the float64
 # build; bit for bit when both layouts are serial), and the checkpoint it writes at step 10 must
 # verify too.
-# usage: run_ckpt.sh SAVE_RANKS LOAD_RANKS MPIEXEC NUMPROC_FLAG TYCHO [--both f=v]... [--save f=v]... [--load f=v]...
+# --plan PATH runs another plan (tests/plans/good/ep_small.lua for the expert-parallel cases, whose
+# ranks hold only their ep rank's experts: each expert is written once, by one of the ranks holding
+# it, and read back by whichever ranks hold it in the resuming layout).
+# usage: run_ckpt.sh SAVE_RANKS LOAD_RANKS MPIEXEC NUMPROC_FLAG TYCHO [--plan PATH] [--both f=v]... [--save f=v]... [--load f=v]...
 set -u
 save_ranks=$1 load_ranks=$2 mpiexec=$3 np=$4 tycho=$5
 shift 5
 . "$(dirname "$0")/../lib/build.sh" "$tycho"
 both=() save=() load=()
+plan=tests/plans/good/dp_small.lua
 while [ $# -gt 0 ]; do
   case $1 in
+    --plan) plan=$2 ;;
     --both) both+=(--set "$2") ;;
     --save) save+=(--set "$2") ;;
     --load) load+=(--set "$2") ;;
@@ -21,7 +26,6 @@ while [ $# -gt 0 ]; do
   esac
   shift 2
 done
-plan=tests/plans/good/dp_small.lua
 tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
 fail() { echo "--- stdout"; cat "$tmp/out" 2>/dev/null; echo "--- stderr"; cat "$tmp/err" 2>/dev/null; echo "FAIL: $*"; exit 1; }
 field() { grep -o "\"$2\": [-0-9.eE+]*" "$1" | awk '{ print $2 }'; }
