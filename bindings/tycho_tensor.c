@@ -72,7 +72,7 @@ static void shard_range(const struct dp *d, int i, const struct model_param *p, 
                         size_t *at, const struct dp_bucket **bucket)
 {
   const struct dp_bucket *k = &d->layout.buckets[d->layout.param_bucket[i]];
-  const size_t s0 = k->start + (size_t)d->rank * k->share, s1 = s0 + k->share;
+  const size_t s0 = k->start + (size_t)dp_bucket_rank(d, d->layout.param_bucket[i]) * k->share, s1 = s0 + k->share;
   const size_t lo = p->offset > s0 ? p->offset : s0;
   const size_t hi = p->offset + p->n_elems < s1 ? p->offset + p->n_elems : s1;
   *bucket = k;
@@ -116,7 +116,8 @@ static void resolve(lua_State *L, int idx, const struct lua_tensor *x, struct vi
   if (x->kind == KIND_PARAM)
     share = d->shard_params + k->shard_offset;
   else if (x->kind == KIND_GRAD)
-    share = zero >= 2 ? d->shard_grads + k->shard_offset : m->grad_memory + k->start + (size_t)d->rank * k->share;
+    share = zero >= 2 ? d->shard_grads + k->shard_offset
+                      : m->grad_memory + k->start + (size_t)dp_bucket_rank(d, d->layout.param_bucket[v->index]) * k->share;
   else
     share = (x->kind == KIND_EXP_AVG ? t->opt.m : t->opt.v) + k->shard_offset;
   v->base = v->count ? share + at : NULL;
@@ -412,10 +413,11 @@ static int tensor_gather(lua_State *L)
     }
   }
   rc = train_agree(t->world, rc, err, sizeof err); /* nobody enters a collective alone */
-  struct comm_group *dp = t->dp.group, *tp = m->tp.group, *pp = t->exec.group;
+  const int b = t->dp.layout.param_bucket[v.index], expert = t->dp.layout.buckets[b].expert;
+  struct comm_group *dp = dp_bucket_group(&t->dp, b), *tp = m->tp.group, *pp = t->exec.group;
   if (!rc && here && v.sharded && dp && dp->size > 1 &&
       comm_all_reduce(dp, block, block, n_block, COMM_REAL, COMM_SUM, NULL))
-    rc = errf(err, sizeof err, "gathering %s over dp: %s", p->name, comm_error());
+    rc = errf(err, sizeof err, "gathering %s over %s: %s", p->name, expert ? "edp" : "dp", comm_error());
   if (!rc && here && tp_split) {
     if (comm_all_gather(tp, block, parts, n_block, COMM_REAL, NULL))
       rc = errf(err, sizeof err, "gathering %s over tp: %s", p->name, comm_error());
@@ -424,6 +426,11 @@ static int tensor_gather(lua_State *L)
   }
   if (!rc && here) /* the padding rows are the last ones */
     memcpy(y->data, tp_split ? stored : block, y->n_elems * sizeof(real));
+  /* an expert: from the ep rank holding it to the rest of its ep group (every ep group alike) */
+  if (!rc && p->expert >= 0 && m->ep.size > 1 &&
+      comm_broadcast(m->ep.group, y->data, y->n_elems, COMM_REAL,
+                     p->expert / (m->config.moe.experts / m->ep.size), NULL))
+    rc = errf(err, sizeof err, "gathering %s over ep: %s", p->name, comm_error());
   if (!rc && pp && pp->size > 1 &&
       comm_broadcast(pp, y->data, y->n_elems, COMM_REAL, holder_pp_rank(t->plan, p), NULL))
     rc = errf(err, sizeof err, "gathering %s over pp: %s", p->name, comm_error());
@@ -460,7 +467,11 @@ static void push_layout(lua_State *L, const struct view *v)
   lua_createtable(L, 0, 6);
   lua_pushboolean(L, p->here);
   lua_setfield(L, -2, "here");
-  if (!p->here) {
+  const int b = t->dp.layout.param_bucket[v->index], expert = t->dp.layout.buckets[b].expert;
+  if (!p->here && p->expert >= 0 && m->ep.size > 1 && m->layer_here[p->layer]) {
+    used += (size_t)snprintf(text + used, sizeof text - used, "another expert-parallel rank's expert (ep rank %d "
+                             "of %d holds it)", p->expert / (m->config.moe.experts / m->ep.size), m->ep.size);
+  } else if (!p->here) {
     used += (size_t)snprintf(text + used, sizeof text - used, "not on this pipeline rank (pp rank %d holds it)",
                              holder_pp_rank(t->plan, p));
   } else if (tp_split) {
@@ -493,11 +504,11 @@ static void push_layout(lua_State *L, const struct view *v)
                              (long long)p->rows);
   if (p->here && v->sharded) {
     lua_createtable(L, 0, 7);
-    lua_pushliteral(L, "dp");
+    lua_pushstring(L, expert ? "edp" : "dp");
     lua_setfield(L, -2, "group");
-    lua_pushinteger(L, t->dp.rank);
+    lua_pushinteger(L, dp_bucket_rank(&t->dp, b));
     lua_setfield(L, -2, "rank");
-    lua_pushinteger(L, t->dp.size);
+    lua_pushinteger(L, dp_bucket_size(&t->dp, b));
     lua_setfield(L, -2, "size");
     lua_pushinteger(L, t->dp.zero);
     lua_setfield(L, -2, "stage");
@@ -511,11 +522,12 @@ static void push_layout(lua_State *L, const struct view *v)
     if (used < sizeof text) {
       if (v->count)
         used += (size_t)snprintf(text + used, sizeof text - used, "; elements %zu-%zu of its %zu (row-major): "
-                                 "the ZeRO-%d shard of dp rank %d of %d", v->first + 1, v->first + v->count,
-                                 p->n_elems, t->dp.zero, t->dp.rank, t->dp.size);
+                                 "the ZeRO-%d shard of %s rank %d of %d", v->first + 1, v->first + v->count,
+                                 p->n_elems, t->dp.zero, expert ? "edp" : "dp", dp_bucket_rank(&t->dp, b),
+                                 dp_bucket_size(&t->dp, b));
       else
         used += (size_t)snprintf(text + used, sizeof text - used, "; none of its %zu elements: they are in "
-                                 "other dp ranks' ZeRO-%d shards", p->n_elems, t->dp.zero);
+                                 "other %s ranks' ZeRO-%d shards", p->n_elems, expert ? "edp" : "dp", t->dp.zero);
     }
   }
   /* the groups over which this rank's elements are copies of the same ones */
@@ -527,12 +539,12 @@ static void push_layout(lua_State *L, const struct view *v)
     if (used < sizeof text)
       used += (size_t)snprintf(text + used, sizeof text - used, "; replicated over tp (%d ranks)", m->tp.size);
   }
-  if (p->here && !v->sharded && t->dp.size > 1) {
-    lua_pushliteral(L, "dp");
+  if (p->here && !v->sharded && dp_bucket_size(&t->dp, b) > 1) {
+    lua_pushstring(L, expert ? "edp" : "dp");
     lua_rawseti(L, -2, ++n_rep);
     if (used < sizeof text)
-      used += (size_t)snprintf(text + used, sizeof text - used, "%s dp (%d ranks)", n_rep == 2 ? "," : "; replicated over",
-                               t->dp.size);
+      used += (size_t)snprintf(text + used, sizeof text - used, "%s %s (%d ranks)", n_rep == 2 ? "," : "; replicated over",
+                               expert ? "edp" : "dp", dp_bucket_size(&t->dp, b));
   }
   lua_setfield(L, -2, "replicated");
   lua_pushstring(L, text);

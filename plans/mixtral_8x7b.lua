@@ -3,18 +3,21 @@
 -- nodes (1F1B), data parallel 8 inside each node, and expert parallelism 8 inside dp: each
 -- rank of an ep group computes one of the 8 experts of its layer for the group's tokens, the
 -- rows going there and back by all-to-all on the node's link (docs/moe.md, "Expert
--- parallelism"). tp stays 1: tensor parallelism inside experts is refused. The experts'
--- parameters stay on every rank in this version, so ZeRO-3 shards them over dp with the rest
--- (each stage gathering and reducing once a step, the pipeline's default zero_every). Capacity
--- factor 1.25 (Switch Transformer's): with ep the rows a rank receives are padded to the
+-- parallelism"). tp stays 1: tensor parallelism inside experts is refused. A rank holds only its
+-- expert of each layer (parameters, gradients, AdamW state); at ep = dp no other rank shares
+-- them, and ZeRO-3 shards the dense rest over dp (each stage gathering and reducing once a step,
+-- the pipeline's default zero_every), its gathers bringing one expert per layer, not eight.
+-- Capacity factor 1.25 (Switch Transformer's): with ep the rows a rank receives are padded to the
 -- capacity, 8 × 1280 per sequence, where dropless they could be all 8 × 4096 of its group's
 -- tokens. Recompute of the whole attention block (the sparse MLP is never recomputed).
 -- `tycho check plans/mixtral_8x7b.lua --world 256 --cluster plans/clusters/h100_80g_ib.lua`:
--- 57.6 GiB on the fullest rank (stage 0, whose activations are 38.0 GiB: 32 micro-batches in
--- flight), 23% headroom on 80 GB (74.5 GiB); 4.0 s per step, MFU 32.8%, of which the ep
+-- 50.7 GiB on the fullest rank (stage 0, whose activations are 38.0 GiB: 32 micro-batches in
+-- flight), 32% headroom on 80 GB (74.5 GiB); 4.0 s per step, MFU 32.9%, of which the ep
 -- all-to-alls 0.12 s (4 per layer and micro-batch, 80 MiB each from a rank, intra-node) and the
--- pipeline bubble 0.66 s. The same layout at ep 1 is 3.9 s: with the experts' parameters on
--- every rank, ep only adds the exchange in this version (`tycho tune` picks ep 1 for it).
+-- pipeline bubble 0.66 s. The same layout at ep 1 is 3.9 s and 49.1 GiB (its activations hold
+-- fewer rows; its gathers bring all 8 experts): where the model fits either way the cost model
+-- sees ep's exchange and not its larger expert products, and `tycho tune` picks ep 1; on 64 ranks
+-- the only layout that fits is dp 64 with ep 8 under ZeRO-3 (tune, 66.6 GiB).
 -- Global batch 4M tokens.
 local tycho = require "tycho"
 local mixtral = require "models.mixtral"

@@ -662,11 +662,16 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
     else
       fprintf(f, "           dropless (capacity_factor 0): every assignment is kept, micro × seq × top_k rows "
               "per sparse layer however they spread over the experts\n");
+    char edp_text[96];
+    if (p->mesh.dp > plan_ep(p))
+      snprintf(edp_text, sizeof edp_text, "reduced over the %d dp ranks holding the same experts", p->mesh.dp / plan_ep(p));
+    else
+      snprintf(edp_text, sizeof edp_text, "held by no other rank: ep = dp");
     if (plan_ep(p) > 1) /* docs/moe.md, "Expert parallelism" */
-      fprintf(f, "           router losses: load balancing %g, z-loss %g; expert parallelism: ep %d, a rank computes "
-              "%d of the %d experts for its ep group's tokens (their parameters stay on every rank, sharded by "
-              "ZeRO over dp as all are)\n", m->moe.aux_loss, m->moe.z_loss, plan_ep(p), m->moe.experts / plan_ep(p),
-              m->moe.experts);
+      fprintf(f, "           router losses: load balancing %g, z-loss %g; expert parallelism: ep %d, a rank holds and "
+              "computes %d of the %d experts for its ep group's tokens (their parameters, gradients and AdamW "
+              "state are its own, %s)\n", m->moe.aux_loss, m->moe.z_loss, plan_ep(p), m->moe.experts / plan_ep(p),
+              m->moe.experts, edp_text);
     else
       fprintf(f, "           router losses: load balancing %g, z-loss %g; expert parallelism: none (every rank "
               "holds every expert, so no all-to-all)\n", m->moe.aux_loss, m->moe.z_loss);
@@ -911,6 +916,9 @@ void check_write_json(const struct plan *p, const struct cluster *cluster, struc
   if (plan_ep(p) > 1) {
     json_key(&j, "ep");
     if (check_ep_write_groups_json(&j, p))
+      b->failed = 1;
+    json_key(&j, "edp");
+    if (check_edp_write_groups_json(&j, p))
       b->failed = 1;
   }
   json_end_object(&j);

@@ -23,6 +23,19 @@ int check_ep_members(const struct plan_mesh *m, int rank, int *members)
   return ep;
 }
 
+int check_edp_members(const struct plan_mesh *m, int rank, int *members)
+{
+  const int ep = m->ep > 1 ? m->ep : 1, n = m->dp / ep;
+  int c[PLAN_N_AXES];
+  mesh_coords(m, rank, c);
+  const int first = c[PLAN_AXIS_DP] % ep;
+  for (int i = 0; i < n; i++) {
+    c[PLAN_AXIS_DP] = first + i * ep;
+    members[i] = mesh_rank(m, c);
+  }
+  return n;
+}
+
 void check_ep_group_indices(const struct plan_mesh *m, int ep, int *index)
 {
   /* a group's lowest rank is its member of dp coordinate q·ep (ranks grow with the dp coordinate) */
@@ -73,6 +86,14 @@ void check_ep_print_groups(FILE *f, const struct plan *p)
   fprintf(f, "           ep groups: %d of %d ranks, e.g. %s: ep consecutive dp ranks of each dp group (ep rank "
           "= dp %% %d); each holds %d of the %d experts of every sparse layer\n", me->world / ep, ep,
           members_text(members, ep, buf, sizeof buf), ep, p->model.moe.experts / ep, p->model.moe.experts);
+  free(members);
+  const int n = me->dp / ep;
+  if (!(members = malloc(sizeof(int) * (size_t)n)))
+    return;
+  check_edp_members(me, 0, members);
+  fprintf(f, "           edp groups: %d of %d rank%s, e.g. %s: the dp ranks holding the same experts (dp %% %d equal); "
+          "the experts' gradients reduce there%s\n", me->world / n, n, n == 1 ? "" : "s",
+          members_text(members, n, buf, sizeof buf), ep, p->zero > 0 ? " and ZeRO shards their state there" : "");
   free(members);
 }
 
@@ -184,6 +205,28 @@ void check_ep_write_exchange_json(struct json *j, const struct plan *p)
   }
   json_end_array(j);
   json_end_object(j);
+}
+
+int check_edp_write_groups_json(struct json *j, const struct plan *p)
+{
+  const struct plan_mesh *me = &p->mesh;
+  const int ep = plan_ep(p), n = me->dp / ep;
+  int *members = malloc(sizeof(int) * (size_t)n), c[PLAN_N_AXES];
+  if (!members)
+    return -1;
+  json_begin_array(j);
+  for (int r = 0; r < me->world; r++) {
+    mesh_coords(me, r, c);
+    if (c[PLAN_AXIS_DP] >= ep)
+      continue; /* each group once, at its lowest rank */
+    check_edp_members(me, r, members);
+    json_begin_array(j);
+    for (int i = 0; i < n; i++) json_int(j, members[i]);
+    json_end_array(j);
+  }
+  json_end_array(j);
+  free(members);
+  return 0;
 }
 
 int check_ep_write_groups_json(struct json *j, const struct plan *p)

@@ -40,6 +40,12 @@
  * reductions (zero ≥ 2: the shards' slices, 1/dp of it) or before them (zero 0, 1: the whole
  * gradient).
  *
+ * Expert parallelism (mesh.ep > 1): the model's table holds this rank's experts only, and the
+ * layout puts experts in buckets of their own (dp_bucket.expert), shared by the edp group instead
+ * of the dp group: the dp / ep ranks holding the same experts. Such a bucket's share is 1/(dp/ep)
+ * of it, its rank's slice that of its edp rank, and its collectives go over edp; everything above
+ * holds for it with edp in place of dp.
+ *
  * Memory comes from the runtime allocator: parameters (full, shard, gathered units, the bucket
  * being initialized) as "params", gradients (full, shard, buckets in flight) as "grads", AdamW
  * state as "optimizer", reduce-scatter outputs as "comm", the export's gathered copy on rank 0
@@ -217,12 +223,14 @@ double dp_grad_norm(struct dp *d);
  * (d->err). */
 int dp_update(struct dp *d, struct optimizer *o, long long step, double lr, real grad_scale);
 /* Collective: every parameter in the flat layout on rank 0 of the group (*full; NULL on the
- * others), for export and tests. Under zero 0-2 that is the model's own memory; under zero 3 a
- * gathered copy that dp_gather_params_free releases. 0 ok; -1 (d->err). */
+ * others), for export and tests; with expert parallelism on every rank of dp rank 0's ep group
+ * (each rank 0 of its experts' edp group), holding its own experts. Under zero 0-2 that is the
+ * model's own memory; under zero 3 a gathered copy that dp_gather_params_free releases. 0 ok; -1
+ * (d->err). */
 int dp_gather_params(struct dp *d, real **full);
 void dp_gather_params_free(struct dp *d, real *full);
-/* Collective over the dp and TP groups: the whole model (every parameter unsplit, in a model
- * of its own with a group of one) on rank 0 of both; *have says where. Free with model_free.
+/* Collective over the dp, TP, ep and pipeline groups: the whole model (every parameter unsplit,
+ * every expert, in a model of its own with a group of one) on rank 0 of all; *have says where. Free with model_free.
  * 0 ok; nonzero with a message. */
 int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, size_t err_size);
 /* Collective: exports every parameter from rank 0 (weights_export). 0 ok; nonzero with a

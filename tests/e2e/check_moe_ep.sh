@@ -9,8 +9,11 @@
 #    and a row-count exchange of 4 experts × 4 bytes = 16, 10 calls a step ("exact in total");
 #  - the cost on a cluster prints the ep comm on the intra-node link;
 #  - plans/mixtral_8x7b.lua checks cleanly on 256 H100s and every rank fits with ≥ 20% headroom
-#    (its comment says 23%), with ep groups of 8 consecutive ranks and 512 all-to-alls a step on
+#    (its comment says 32%), with ep groups of 8 consecutive ranks and 512 all-to-alls a step on
 #    pp rank 0 (1 layer × 128 micro-batches × 4) of 8 × 1280 × 4096 bf16 elements each;
+#  - the experts' state is sharded over ep: on tiny_moe at ep 2 × dp 4 the edp groups {0, 2},
+#    {1, 3} hold the experts' reductions; Mixtral's model states at ep 8 under ZeRO 1 are below
+#    those at ep 1, and on 64 ranks tune finds only ep 8 fits;
 #  - tune lists layouts of a MoE plan and writes mesh.ep into the plan it picks, which checks.
 # usage: check_moe_ep.sh TYCHO   (run from the source folder)
 set -u
@@ -30,7 +33,7 @@ grep -q '^all-to-all per sparse layer and micro-batch of 8 × 32 tokens on each 
 grep -q '^           layers 1, 3, each fwd  dispatch .*4 experts × 8 sequences × capacity 20 rows × dim 128, padded$' "$tmp/t.txt" || fail "dispatch line"
 grep -q '^           4 all-to-all calls, .* per sparse layer and micro-batch: exact$' "$tmp/t.txt" || fail "all-to-all total"
 grep -q '^           pp rank 0, ep    8 all-to-all ' "$tmp/t.txt" || fail "ep traffic: $(grep 'pp rank 0' "$tmp/t.txt")"
-grep -q 'expert parallelism: ep 2, a rank computes 2 of the 4 experts' "$tmp/t.txt" || fail "moe line"
+grep -q 'expert parallelism: ep 2, a rank holds and computes 2 of the 4 experts for its ep group.s tokens (their parameters, gradients and AdamW state are its own, reduced over the 2 dp ranks holding the same experts)$' "$tmp/t.txt" || fail "moe line"
 "$tycho" check plans/tiny_moe.lua --world 4 | grep -q 'ep groups' && fail "ep groups printed at ep 1"
 
 # the JSON: the same figures to the byte
@@ -103,6 +106,21 @@ head=$("$tycho" check plans/mixtral_8x7b.lua --world 256 --cluster plans/cluster
 "$tycho" check plans/mixtral_8x7b.lua --world 64 >/dev/null 2>"$tmp/err" && fail "mixtral on 64 ranks compiled"
 grep -q '^tycho: plan error: plans/mixtral_8x7b.lua:[0-9]*: mesh.ep = 8 does not divide mesh.dp = 2 (dp "auto" = world 64 / (tp 1 × pp 32))' "$tmp/err" ||
   fail "mixtral on 64 ranks: $(cat "$tmp/err")"
+
+# the experts' state over ep: edp groups, the expert buckets' traffic on them, smaller model states
+grep -q '^           edp groups: 2 of 2 ranks, e.g. {0, 2}: the dp ranks holding the same experts (dp % 2 equal); the experts. gradients reduce there$' "$tmp/t.txt" ||
+  fail "edp groups line: $(grep 'edp groups' "$tmp/t.txt")"
+grep -q '^           pp rank 0, edp   2 all-reduce ' "$tmp/t.txt" || fail "edp traffic: $(grep 'pp rank 0, edp' "$tmp/t.txt")"
+states() { # the model states of pp rank 0's first rank in bytes
+  "$tycho" check plans/mixtral_8x7b.lua --world 256 --set zero=1 "$@" --json |
+    perl -MJSON::PP -e 'local $/; my $d = decode_json(<STDIN>); print $d->{ranks}[0]{model_states}{total}, "\n"'
+}
+s8=$(states) s1=$(states --set mesh.ep=1)
+perl -e "exit !($s8 < 0.5 * $s1)" || fail "mixtral zero 1: model states $s8 B at ep 8, $s1 B at ep 1"
+echo "mixtral zero 1, pp rank 0: model states $s8 B at ep 8, $s1 B at ep 1"
+"$tycho" tune plans/mixtral_8x7b.lua --world 64 --cluster plans/clusters/h100_80g_ib.lua --out "$tmp/m64.lua" >"$tmp/tune64.txt" 2>&1 ||
+  fail "tune mixtral on 64 ranks: $(cat "$tmp/tune64.txt")"
+grep -Eq '^ 1\. tp 1 pp [0-9]+ v [0-9]+ dp [0-9]+ ep 8, ' "$tmp/tune64.txt" || fail "tune mixtral on 64 ranks: $(cat "$tmp/tune64.txt")"
 
 # tune: a MoE plan's layouts, the pick's mesh.ep written into the plan, which checks
 "$tycho" tune plans/tiny_moe.lua --world 4 --cluster plans/clusters/h100_80g_ib.lua --out "$tmp/tuned.lua" >"$tmp/tune.txt" 2>&1 ||

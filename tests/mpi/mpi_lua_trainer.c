@@ -12,6 +12,9 @@
  *     the serial ones within the bound;
  *   - pp 2: a weight of the second stage is not on the first pipeline rank (nothing to index),
  *     and :gather() brings it to both, the serial tensor bit for bit;
+ *   - ep 2 (tests/plans/good/ep_small.lua, zero 1): an expert is held by one ep rank only, its
+ *     layout says which; :gather() brings it to both, and after 2 steps it, its gradient and its
+ *     exp_avg are the serial ones within the bound; the router stays replicated over dp;
  *   - t:set with a value that differs between the ranks is refused on both (the plan hashes
  *     differ) and changes nothing; the same value on both is taken;
  *   - t:replan from tp 2 to dp 2 zero 3 after 2 steps goes on with the serial run's losses; a
@@ -38,7 +41,7 @@ static const double tol = 1e-5;
 #endif
 
 static int rank;
-static char err[4096], plan_path[1024];
+static char err[4096], plan_path[1024], ep_plan_path[1024];
 
 static lua_State *new_state(void)
 {
@@ -48,6 +51,8 @@ static lua_State *new_state(void)
   lua_setglobal(L, "tycho");
   lua_pushstring(L, plan_path);
   lua_setglobal(L, "PLAN");
+  lua_pushstring(L, ep_plan_path);
+  lua_setglobal(L, "EP_PLAN");
   luaL_dostring(L, "printed = {}\n"
                    "print = function(...) printed[#printed + 1] = table.concat({...}, '\\t') end");
   return L;
@@ -85,15 +90,20 @@ static const char *string(lua_State *L, const char *expr)
 }
 
 /* The serial trainer of the plan with `sets`, on this rank alone. */
-static int serial(struct trainer *t, const char *const *sets, int n_sets)
+static int serial_of(const char *plan, struct trainer *t, const char *const *sets, int n_sets)
 {
   struct plan p;
-  if (fixture_compile("tests/plans/good/dp_small.lua", 1, sets, n_sets, &p))
+  if (fixture_compile(plan, 1, sets, n_sets, &p))
     return 1;
   int rc = trainer_open(t, &p, NULL, err, sizeof err);
   plan_free(&p);
   CHECK_MSG(rc == TRAIN_OK, "%s", err);
   return rc;
+}
+
+static int serial(struct trainer *t, const char *const *sets, int n_sets)
+{
+  return serial_of("tests/plans/good/dp_small.lua", t, sets, n_sets);
 }
 
 static double serial_step(struct trainer *t)
@@ -209,6 +219,45 @@ static void test_tp2_memory_bill_is_exact(void)
     }
     run(L, "t:close()");
   }
+  lua_close(L);
+}
+
+static void test_ep2_experts(void)
+{
+  lua_State *L = new_state();
+  struct trainer s;
+  const char *sets[] = { "train.eval_every=0", "model.dropout=0", "zero=1" };
+  if (run(L, "t = tycho.open(EP_PLAN, { mesh = { ep = 2 }, zero = 1, model = { dropout = 0 },\n"
+             "                         train = { eval_every = 0 } })\n"
+             "x = t:param('model.layers.1.block_sparse_moe.experts.3.w1.weight')\n"
+             "r = t:param('model.layers.1.block_sparse_moe.gate.weight'); t:step(2)") ||
+      serial_of("tests/plans/good/ep_small.lua", &s, sets, 3)) {
+    lua_close(L);
+    return;
+  }
+  serial_step(&s);
+  serial_step(&s);
+  /* experts 2 and 3 of 4 are ep rank 1's */
+  CHECK(number(L, "x.layout.here and 1 or 0") == (rank == 1) && number(L, "#x") == (rank == 1 ? 1024 : 0));
+  if (rank == 0)
+    CHECK_STR_CONTAINS(string(L, "x.layout.text"), "another expert-parallel rank's expert (ep rank 1 of 2 holds it)");
+  else
+    CHECK_STR_CONTAINS(string(L, "x.layout.text"), "the whole tensor");
+  CHECK_STR_CONTAINS(string(L, "r.layout.text"), "the whole tensor; replicated over dp (2 ranks)");
+  const struct model_param *sx = find(&s, "model.layers.1.block_sparse_moe.experts.3.w1.weight");
+  if (!sx)
+    return;
+  int exact;
+  double e = compare_list(L, "x:gather():table()", sx->data, 1024, &exact);
+  CHECK_MSG(e >= 0 && e <= tol, "rank %d: expert 3's w1 after 2 steps, gathered over ep: relative L2 %.3g", rank, e);
+  e = compare_list(L, "t:grad('model.layers.1.block_sparse_moe.experts.3.w1.weight'):gather():table()", sx->grad,
+                   1024, &exact);
+  CHECK_MSG(e >= 0 && e <= tol, "rank %d: its gradient, gathered: relative L2 %.3g", rank, e);
+  e = compare_list(L, "t:moment('model.layers.1.block_sparse_moe.experts.3.w1.weight', 1):gather():table()",
+                   s.opt.m + sx->offset, 1024, &exact);
+  CHECK_MSG(e >= 0 && e <= tol, "rank %d: its exp_avg, gathered: relative L2 %.3g", rank, e);
+  run(L, "t:close()");
+  trainer_close(&s);
   lua_close(L);
 }
 
@@ -340,10 +389,12 @@ int main(int argc, char **argv)
     comm_fatal("mpi_lua_trainer runs on 2 ranks");
   const char *src = getenv("TYCHO_SOURCE_DIR");
   snprintf(plan_path, sizeof plan_path, "%s/tests/plans/good/dp_small.lua", src ? src : ".");
+  snprintf(ep_plan_path, sizeof ep_plan_path, "%s/tests/plans/good/ep_small.lua", src ? src : ".");
   static const struct test_case tests[] = {
     TEST(test_tp2_split_gather_and_comm),
     TEST(test_tp2_memory_bill_is_exact),
     TEST(test_dp2_zero3_shards),
+    TEST(test_ep2_experts),
     TEST(test_pp2_gather_from_the_other_stage),
     TEST(test_replan_tp2_to_dp2_zero3),
   };
