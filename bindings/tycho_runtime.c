@@ -894,6 +894,8 @@ static int trainer_index(lua_State *L)
       lua_setfield(L, -2, "dp");
       lua_pushinteger(L, t->plan->mesh.pp);
       lua_setfield(L, -2, "pp");
+      lua_pushinteger(L, t->plan->model.moe.experts > 0 ? plan_ep(t->plan) : 1);
+      lua_setfield(L, -2, "ep");
       lua_pushinteger(L, t->plan->zero);
       lua_setfield(L, -2, "zero");
       break;

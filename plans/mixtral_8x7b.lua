@@ -3,7 +3,8 @@
 -- nodes (1F1B), data parallel 8 inside each node, and expert parallelism 8 inside dp: each
 -- rank of an ep group computes one of the 8 experts of its layer for the group's tokens, the
 -- rows going there and back by all-to-all on the node's link (docs/moe.md, "Expert
--- parallelism"). tp stays 1: tensor parallelism inside experts is refused. A rank holds only its
+-- parallelism"). tp stays 1: with tp the experts would be whole on every tp rank, computed tp
+-- times, so the ranks go to pp and dp instead. A rank holds only its
 -- expert of each layer (parameters, gradients, AdamW state); at ep = dp no other rank shares
 -- them, and ZeRO-3 shards the dense rest over dp (each stage gathering and reducing once a step,
 -- the pipeline's default zero_every), its gathers bringing one expert per layer, not eight.

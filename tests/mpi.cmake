@@ -180,6 +180,13 @@ tycho_ep_equiv(ep2_pp2_dropless_zero2 4 --set mesh.ep=2 --set mesh.pp=2 --set ze
 # micro-batches of 3: the evaluation's last chunk of held-out problems is shorter on one rank, so
 # at capacity the ranks exchange their block sizes there (a training step's are the plan's)
 tycho_ep_equiv(ep2_uneven_eval 2 --set mesh.ep=2 --both batch.global=12 --both batch.micro=3 ${ep_capacity_dropout})
+# tensor parallelism beside expert parallelism: attention split over tp 2, the sparse MLP whole on
+# each tp rank (replicated over tp), ep 2 over dp; dropless with ZeRO 1 on 4 ranks, and at
+# capacity with ZeRO 2 × pp 2 on 8
+tycho_ep_equiv(tp2_ep2_dropless_zero1 4 --set mesh.tp=2 --set mesh.ep=2 --set zero=1
+  --both model.moe.capacity_factor=0)
+tycho_ep_equiv(tp2_ep2_pp2_zero2 8 --set mesh.tp=2 --set mesh.ep=2 --set mesh.pp=2 --set zero=2
+  ${ep_capacity_dropout})
 
 # Sparse layers without expert parallelism (ep 1: every rank holds every expert) against the serial
 # run, on tests/plans/good/moe_small.lua (4 layers, 1 and 3 sparse: 4 experts, top 2, capacity

@@ -343,7 +343,9 @@ struct plan_stage_flops plan_stage_flops(const struct plan *p, int s)
     n_sparse += layer_is_sparse(p, l);
     f.recompute += plan_recompute_flops(&lf, p->layers ? p->layers[l].recompute : 0);
   }
-  const double sparse_layer = dense.attn_proj + dense.attn_core + (n_sparse ? sparse_mlp_flops(&p->model) : 0.0);
+  /* a sparse MLP is whole on every tp rank (plan_validate): the tp group computes it tp times */
+  const double sparse_layer = dense.attn_proj + dense.attn_core +
+                              (n_sparse ? sparse_mlp_flops(&p->model) * p->mesh.tp : 0.0);
   f.forward = (st->n_layers - n_sparse) * (dense.attn_proj + dense.attn_core + dense.mlp) + n_sparse * sparse_layer;
   if (st->has_head)
     f.forward += plan_head_flops(p);

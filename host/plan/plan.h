@@ -270,7 +270,8 @@ double plan_head_flops(const struct plan *p); /* the LM head: 2 · dim · vocab 
  * core; norms and SwiGLU are free). */
 double plan_recompute_flops(const struct plan_layer_flops *lf, uint8_t mask);
 /* Forward FLOPs per token of pipeline stage s (its layers and, on the last, the head) and what
- * its recompute policy adds in backward, for the whole tp group (divide by tp for a rank). The
+ * its recompute policy adds in backward, for the whole tp group (divide by tp for a rank; a
+ * sparse MLP, whole on every tp rank, counts tp times). The
  * one count behind the schedule's costs, the step-time model and the trace's compute spans. */
 struct plan_stage_flops { double forward, recompute; };
 struct plan_stage_flops plan_stage_flops(const struct plan *p, int s);

@@ -416,9 +416,17 @@ static int validate_moe(struct plan *p, char *err, size_t n)
     return 0;
   char moe_at[PLAN_PATH_MAX + 32];
   snprintf(moe_at, sizeof moe_at, "%s", plan_where(p, "model.moe"));
-  if (p->mesh.tp > 1)
-    return fail(err, n, p, "mesh.tp", "mesh.tp = %d with model.moe (%s): tensor parallelism inside experts is "
-                "not supported yet; use mesh.tp = 1 (the other ranks go to dp)", p->mesh.tp, moe_at);
+  if (p->mesh.tp > 1 && p->sequence_parallel)
+    return fail(err, n, p, "sequence_parallel", "sequence_parallel = true with model.moe (%s) and mesh.tp = %d: a "
+                "sparse layer routes whole sequences (its capacity is per sequence), and sequence parallelism "
+                "leaves a tp rank part of each; set sequence_parallel = false", moe_at, p->mesh.tp);
+  /* tensor parallelism: a sparse layer's MLP (its router and experts) is not split; it is whole on
+   * every tp rank, which computes it for all of the layer's tokens (replicated in, replicated out:
+   * the "replicate" split of the layout algebra) */
+  for (int l = 0; p->mesh.tp > 1 && l < p->model.n_layers; l++)
+    if (p->layers[l].moe)
+      p->layers[l].split[PLAN_MOD_GATE] = p->layers[l].split[PLAN_MOD_UP] = p->layers[l].split[PLAN_MOD_DOWN] =
+        PLAN_SPLIT_REPLICATE;
   if (p->precision.compute == PLAN_BF16 && plan_on_cpu(p))
     return fail(err, n, p, "precision.compute", "precision.compute = \"bf16\" with model.moe (%s) on the CPU "
                 "runtime: its bf16 mode has no mixture-of-experts kernels; use precision.compute = \"fp32\" "

@@ -570,7 +570,7 @@ void model_layer_dims(const struct model *m, int layer, struct model_layer_dims 
   d->A = d->NHl * HS;
   d->Fl = y->mlp_sharded ? c->ffn_dim / tp : c->ffn_dim;
   if (m->moe && m->moe[layer])
-    d->Fl = c->moe.ffn_dim; /* the experts are whole on every TP rank (mesh.tp = 1 with moe) */
+    d->Fl = c->moe.ffn_dim; /* the experts are whole on every TP rank (replicated over tp) */
 }
 
 /* Whether parameters first .. last (kinds, one after the other in the table) of layer l lie one

@@ -66,6 +66,8 @@ int train_moe_gather(struct train_moe *m, const struct trainer *t, char *err, si
   if (!mine)
     return errf(err, n, "out of memory for the routing statistics");
   pack(m, &t->model, mine);
+  if (t->model.tp.rank != 0) /* the tp ranks route the same tokens alike: counted once */
+    memset(mine, 0, bytes);
   struct comm_group *g = t->world;
   if (!g || g->size == 1) {
     memcpy(m->step, mine, bytes);

@@ -116,7 +116,7 @@ static void routing_counts(const struct model *m, int n, long long *out)
 {
   const int E = m->config.moe.experts;
   memset(out, 0, (size_t)n * sizeof *out);
-  for (int l = 0; m->moe_stat && (l + 1) * (E + 1) <= n; l++) {
+  for (int l = 0; m->tp.rank == 0 && m->moe_stat && (l + 1) * (E + 1) <= n; l++) { /* tp ranks alike: once */
     out[l * (E + 1)] = m->moe_stat[l].dropped;
     for (int e = 0; e < E; e++) out[l * (E + 1) + 1 + e] = m->moe_stat[l].routed[e];
   }

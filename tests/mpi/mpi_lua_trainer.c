@@ -14,7 +14,8 @@
  *     and :gather() brings it to both, the serial tensor bit for bit;
  *   - ep 2 (tests/plans/good/ep_small.lua, zero 1): an expert is held by one ep rank only, its
  *     layout says which; :gather() brings it to both, and after 2 steps it, its gradient and its
- *     exp_avg are the serial ones within the bound; the router stays replicated over dp;
+ *     exp_avg are the serial ones within the bound; the router stays replicated over dp; a
+ *     replan to ep 1 under ZeRO-3 goes on with the serial run's losses;
  *   - t:set with a value that differs between the ranks is refused on both (the plan hashes
  *     differ) and changes nothing; the same value on both is taken;
  *   - t:replan from tp 2 to dp 2 zero 3 after 2 steps goes on with the serial run's losses; a
@@ -256,6 +257,23 @@ static void test_ep2_experts(void)
   e = compare_list(L, "t:moment('model.layers.1.block_sparse_moe.experts.3.w1.weight', 1):gather():table()",
                    s.opt.m + sx->offset, 1024, &exact);
   CHECK_MSG(e >= 0 && e <= tol, "rank %d: its exp_avg, gathered: relative L2 %.3g", rank, e);
+  /* replanned in memory to ep 1 under ZeRO-3 (every rank then holds a shard of every expert), and
+   * on with the serial run's losses */
+  if (run(L, "t:replan{ mesh = { ep = 1 }, zero = 3 }\nlosses = { t:step(), t:step() }"))
+    return;
+  CHECK(number(L, "t.mesh.ep") == 1 && number(L, "x.layout.here and 1 or 0") == 1);
+  double mine = number(L, "#x"), both[2];
+  CHECK(comm_all_gather(comm_world(), &mine, both, 1, COMM_FP64, NULL) == 0);
+  CHECK_MSG(both[0] + both[1] == 1024, "expert 3's w1 after the replan: %g + %g elements", both[0], both[1]);
+  for (int i = 0; i < 2; i++) {
+    const double w = serial_step(&s);
+    char expr[32];
+    snprintf(expr, sizeof expr, "losses[%d]", i + 1);
+    CHECK_MSG(fabs(number(L, expr) - w) <= tol * w, "step %d after the replan to ep 1: %.17g, %.17g serial", i + 3,
+              number(L, expr), w);
+  }
+  e = compare_list(L, "x:gather():table()", sx->data, 1024, &exact);
+  CHECK_MSG(e >= 0 && e <= tol, "rank %d: expert 3's w1 after the replan and 2 more steps: relative L2 %.3g", rank, e);
   run(L, "t:close()");
   trainer_close(&s);
   lua_close(L);

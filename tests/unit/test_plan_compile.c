@@ -695,8 +695,8 @@ static void test_moe_refusals(void)
       "MLP is sparse) or false (dense)" },
     { "{ experts = 2, top_k = 1, layers = function(layer)\n if layer == 2 then error(\"no\") end return true end }", "",
       "moe_bad.lua:5: no (in the model.moe.layers function, called for layer 2)" },
-    { "{ experts = 2, top_k = 1 }", "  mesh = { tp = 2 },\n",
-      "moe_bad.lua:6: mesh.tp = 2 with model.moe (" },
+    { "{ experts = 2, top_k = 1 }", "  mesh = { tp = 2 },\n  sequence_parallel = true,\n",
+      "moe_bad.lua:7: sequence_parallel = true with model.moe (" },
     { "{ experts = 2, top_k = 1 }", "  precision = { compute = \"bf16\" },\n",
       "moe_bad.lua:6: precision.compute = \"bf16\" with model.moe (" },
     { "{ experts = 2, top_k = 1, layers = { 1 } }", "  recompute = \"full\",\n",
@@ -716,10 +716,12 @@ static void test_moe_refusals(void)
   /* the whole text of the three combinations refused for now, each naming where model.moe is */
   char err[2048];
   struct plan p;
-  CHECK(compile_moe("moe_bad.lua", "{ experts = 2, top_k = 1 }", "  mesh = { tp = 2 },\n", 0, &p, err, sizeof err));
-  CHECK_STR_CONTAINS(err, "moe_bad.lua:6: mesh.tp = 2 with model.moe (");
-  CHECK_STR_CONTAINS(err, "moe_bad.lua:4): tensor parallelism inside experts is not supported yet; use mesh.tp = 1 "
-                          "(the other ranks go to dp)");
+  CHECK(compile_moe("moe_bad.lua", "{ experts = 2, top_k = 1 }", "  mesh = { tp = 2 },\n  sequence_parallel = true,\n",
+                    0, &p, err, sizeof err));
+  CHECK_STR_CONTAINS(err, "moe_bad.lua:7: sequence_parallel = true with model.moe (");
+  CHECK_STR_CONTAINS(err, "moe_bad.lua:4) and mesh.tp = 2: a "
+                          "sparse layer routes whole sequences (its capacity is per sequence), and sequence "
+                          "parallelism leaves a tp rank part of each; set sequence_parallel = false");
   CHECK(compile_moe("moe_bad.lua", "{ experts = 2, top_k = 1 }", "  precision = { compute = \"bf16\" },\n", 0, &p,
                     err, sizeof err));
   CHECK_STR_CONTAINS(err, "moe_bad.lua:6: precision.compute = \"bf16\" with model.moe (");
@@ -746,6 +748,20 @@ static void test_moe_refusals(void)
   }
   CHECK(compile_moe("moe_fine.lua", "nil", "  mesh = { tp = 2 },\n", 0, &p, err, sizeof err) == 0);
   plan_free(&p);
+  /* tp 2 with sparse layers: their MLP whole on every tp rank ("replicate"), the dense layers' and
+   * attention's splits as tp_split says */
+  int rc = compile_moe("moe_tp.lua", "{ experts = 2, top_k = 1, layers = { 1, 3 } }", "  mesh = { tp = 2 },\n", 0, &p,
+                   err, sizeof err);
+  CHECK_MSG(rc == 0, "%s", err);
+  for (int l = 0; !rc && l < 4; l++) {
+    const uint8_t *sp = p.layers[l].split, want = l % 2 ? PLAN_SPLIT_REPLICATE : PLAN_SPLIT_COLUMN;
+    CHECK_MSG(sp[PLAN_MOD_GATE] == want && sp[PLAN_MOD_UP] == want && sp[PLAN_MOD_Q] == PLAN_SPLIT_COLUMN &&
+              sp[PLAN_MOD_O] == PLAN_SPLIT_ROW && sp[PLAN_MOD_DOWN] == (l % 2 ? PLAN_SPLIT_REPLICATE : PLAN_SPLIT_ROW),
+              "layer %d: gate %d up %d down %d q %d o %d", l, sp[PLAN_MOD_GATE], sp[PLAN_MOD_UP], sp[PLAN_MOD_DOWN],
+              sp[PLAN_MOD_Q], sp[PLAN_MOD_O]);
+  }
+  if (!rc)
+    plan_free(&p);
 }
 
 /* model.moe enters the plan JSON (so the hash) with its sparse layers; a dense plan's JSON says
