@@ -675,6 +675,26 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
     else
       fprintf(f, "           router losses: load balancing %g, z-loss %g; expert parallelism: none (every rank "
               "holds every expert, so no all-to-all)\n", m->moe.aux_loss, m->moe.z_loss);
+    /* the experts' shard of the rank that holds the most of them (the bill's params below) */
+    double most = 0, whole = 0;
+    int at = 0;
+    for (int r = 0; r < p->mesh.pp; r++) {
+      double n_all, n_expert;
+      char why[256];
+      if (bill_rank_params(p, r, &n_all, &n_expert, why, sizeof why))
+        break;
+      if (n_expert > most) {
+        most = n_expert;
+        at = r;
+      }
+    }
+    for (int l = 0; p->layers && l < m->n_layers; l++)
+      whole += p->layers[l].moe ? 3.0 * m->moe.experts * m->dim * m->moe.ffn_dim : 0.0;
+    char held[32], all[32];
+    fprintf(f, "           expert parameters per rank: at most %s of the model's %s (pp rank %d: %d of the %d "
+            "experts of each sparse layer on its stages)%s\n", thousands((long long)most, held, sizeof held),
+            thousands((long long)whole, all, sizeof all), at, m->moe.experts / plan_ep(p), m->moe.experts,
+            p->zero > 0 && p->mesh.dp > plan_ep(p) ? "; ZeRO shards them further over the edp group" : "");
   }
 
   if (p->device == PLAN_DEVICE_AUTO) /* plan_on_cpu: auto is the CPU in this build */
