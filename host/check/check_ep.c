@@ -207,19 +207,21 @@ void check_ep_write_exchange_json(struct json *j, const struct plan *p)
   json_end_object(j);
 }
 
-int check_edp_write_groups_json(struct json *j, const struct plan *p)
+/* Every group once, at its lowest rank (dp coordinate `lowest` says which are), members by
+ * members_of (n of them). 0, or -1 out of memory. */
+static int write_groups_json(struct json *j, const struct plan_mesh *me, int n, int (*lowest)(int dp, int ep),
+                             int (*members_of)(const struct plan_mesh *, int, int *))
 {
-  const struct plan_mesh *me = &p->mesh;
-  const int ep = plan_ep(p), n = me->dp / ep;
+  const int ep = me->ep > 1 ? me->ep : 1;
   int *members = malloc(sizeof(int) * (size_t)n), c[PLAN_N_AXES];
   if (!members)
     return -1;
   json_begin_array(j);
   for (int r = 0; r < me->world; r++) {
     mesh_coords(me, r, c);
-    if (c[PLAN_AXIS_DP] >= ep)
-      continue; /* each group once, at its lowest rank */
-    check_edp_members(me, r, members);
+    if (!lowest(c[PLAN_AXIS_DP], ep))
+      continue;
+    members_of(me, r, members);
     json_begin_array(j);
     for (int i = 0; i < n; i++) json_int(j, members[i]);
     json_end_array(j);
@@ -229,24 +231,15 @@ int check_edp_write_groups_json(struct json *j, const struct plan *p)
   return 0;
 }
 
+static int lowest_of_ep(int dp, int ep) { return dp % ep == 0; }  /* q·ep */
+static int lowest_of_edp(int dp, int ep) { return dp < ep; }      /* 0 .. ep − 1 */
+
+int check_edp_write_groups_json(struct json *j, const struct plan *p)
+{
+  return write_groups_json(j, &p->mesh, p->mesh.dp / plan_ep(p), lowest_of_edp, check_edp_members);
+}
+
 int check_ep_write_groups_json(struct json *j, const struct plan *p)
 {
-  const struct plan_mesh *me = &p->mesh;
-  const int ep = plan_ep(p);
-  int *members = malloc(sizeof(int) * (size_t)ep), c[PLAN_N_AXES];
-  if (!members)
-    return -1;
-  json_begin_array(j);
-  for (int r = 0; r < me->world; r++) {
-    mesh_coords(me, r, c);
-    if (c[PLAN_AXIS_DP] % ep)
-      continue; /* each group once, at its lowest rank */
-    check_ep_members(me, r, members);
-    json_begin_array(j);
-    for (int i = 0; i < ep; i++) json_int(j, members[i]);
-    json_end_array(j);
-  }
-  json_end_array(j);
-  free(members);
-  return 0;
+  return write_groups_json(j, &p->mesh, plan_ep(p), lowest_of_ep, check_ep_members);
 }

@@ -111,6 +111,9 @@ grep -q '^tycho: plan error: plans/mixtral_8x7b.lua:[0-9]*: mesh.ep = 8 does not
 grep -q '^           edp groups: 2 of 2 ranks, e.g. {0, 2}: the dp ranks holding the same experts (dp % 2 equal); the experts. gradients reduce there$' "$tmp/t.txt" ||
   fail "edp groups line: $(grep 'edp groups' "$tmp/t.txt")"
 grep -q '^           pp rank 0, edp   2 all-reduce ' "$tmp/t.txt" || fail "edp traffic: $(grep 'pp rank 0, edp' "$tmp/t.txt")"
+edp=$("$tycho" check plans/tiny_moe.lua --world 4 --set mesh.ep=2 --json |
+  perl -MJSON::PP -e 'local $/; my $d = decode_json(<STDIN>); print join(" ", map { join(",", @$_) } @{$d->{groups}{edp}}), "\n"')
+[ "$edp" = "0,2 1,3" ] || fail "JSON groups.edp: $edp"
 # 2 sparse layers × 4 experts × 3 weights × 128 × 192 = 589,824 expert parameters; ep 2 holds half
 grep -q '^           expert parameters per rank: at most 294,912 of the model.s 589,824 (pp rank 0: 2 of the 4 experts of each sparse layer on its stages)$' "$tmp/t.txt" ||
   fail "expert shard line: $(grep 'expert parameters' "$tmp/t.txt")"
