@@ -97,13 +97,16 @@ static int gemm_bf16(struct cuda_ctx *c, cublasOperation_t ta, cublasOperation_t
                      size_t err_size)
 {
   const float one = 1.0f;
-  if (CUBLAS_CHECK(c, cublasGemmEx(c->blas, ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb,
-                                   &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT))) {
-    if (err && err_size)
-      snprintf(err, err_size, "%s", c->err);
-    return 1;
-  }
-  return 0;
+  const cublasStatus_t s = cublasGemmEx(c->blas, ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb,
+                                        &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    return 0;
+  /* this call's message in err (the context keeps its first failure, which may be older) */
+  const char *msg = cuda_blas_message(s);
+  if (err && err_size)
+    snprintf(err, err_size, "cuda_dense.cu: cublasGemmEx (bf16, %d x %d x %d): %s", m, n, k, msg);
+  cuda_record(c, __FILE__, __LINE__, "cublasGemmEx", msg);
+  return 1;
 }
 
 static int zero_fill(struct cuda_ctx *c, float *p, size_t n, char *err, size_t err_size)
