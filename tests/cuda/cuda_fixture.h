@@ -22,7 +22,7 @@
 static void *fixture_ctx;
 
 /* The CUDA context on device 0, or exit 77 (skipped) when there is none. */
-static void cuda_test_open(void)
+static inline void cuda_test_open(void)
 {
   if (cuda_device_count() == 0) {
     printf("skipped: no CUDA device (cudaGetDeviceCount sees none)\n");
@@ -37,7 +37,7 @@ static void cuda_test_open(void)
 }
 
 /* A device copy of n_bytes of host memory (NULL-safe for n 0). */
-static void *dev_upload(const void *host, size_t n_bytes)
+static inline void *dev_upload(const void *host, size_t n_bytes)
 {
   void *d = kernel_ops_cuda.mem_alloc(fixture_ctx, n_bytes);
   if (d && n_bytes)
@@ -45,21 +45,21 @@ static void *dev_upload(const void *host, size_t n_bytes)
   return d;
 }
 
-static void *dev_zeros(size_t n_bytes) { return kernel_ops_cuda.mem_alloc(fixture_ctx, n_bytes); }
+static inline void *dev_zeros(size_t n_bytes) { return kernel_ops_cuda.mem_alloc(fixture_ctx, n_bytes); }
 
-static void dev_download(void *host, const void *dev, size_t n_bytes)
+static inline void dev_download(void *host, const void *dev, size_t n_bytes)
 {
   kernel_ops_cuda.to_host(fixture_ctx, host, dev, n_bytes);
 }
 
-static void dev_free(void *dev) { kernel_ops_cuda.mem_free(fixture_ctx, dev); }
+static inline void dev_free(void *dev) { kernel_ops_cuda.mem_free(fixture_ctx, dev); }
 
 /* The context's first failure, as a CHECK: every test ends with it. */
 #define CHECK_CUDA_OK() CHECK_MSG(cuda_ctx_sync(fixture_ctx) == 0 && !cuda_ctx_error(fixture_ctx)[0], "%s", \
                                   cuda_ctx_error(fixture_ctx))
 
 /* Uniform in [-scale, scale), from a fixed LCG (the same inputs on every run). */
-static void fill_uniform(real *x, size_t n, uint64_t seed, double scale)
+static inline void fill_uniform(real *x, size_t n, uint64_t seed, double scale)
 {
   uint64_t s = seed * 6364136223846793005ull + 1442695040888963407ull;
   for (size_t i = 0; i < n; i++) {
@@ -69,7 +69,7 @@ static void fill_uniform(real *x, size_t n, uint64_t seed, double scale)
 }
 
 /* ‖a − b‖ / ‖b‖ (‖a − b‖ when b is 0). */
-static double rel_l2(const real *a, const real *b, size_t n)
+static inline double rel_l2(const real *a, const real *b, size_t n)
 {
   double num = 0, den = 0;
   for (size_t i = 0; i < n; i++) {
@@ -80,7 +80,7 @@ static double rel_l2(const real *a, const real *b, size_t n)
 }
 
 /* max |a − b| / max |b| (max |a − b| when b is 0). */
-static double max_rel(const real *a, const real *b, size_t n)
+static inline double max_rel(const real *a, const real *b, size_t n)
 {
   double d = 0, m = 0;
   for (size_t i = 0; i < n; i++) {
