@@ -464,7 +464,8 @@ static void dispatch_combine_case(int N, int T, int E, int K, int C, int capacit
   /* combine backward: dye = w · dout (one rounded product: the same bits; rows no slot names
    * untouched); dtopw = Σ_c dout·y in double (exact products, sums in another order: C·2^-53
    * relative to Σ|dout·y|), rounded once each side: |Δ| ≤ u·|ref| + u·|ref| + 2C·2^-53·Σ|d y|,
-   * bounded by 2u·|ref| + 1e-12 (Σ|d y| ≤ C ≤ 1000 here); dropped assignments exactly 0 */
+   * and Σ|d y| ≤ C (|dout|, |y| ≤ 1): bounded by 2u·|ref| + 2C²·2^-53 (1.3e-10 at C = 777, far
+   * under u·|ref| for a typical |ref| ~ √C/3); dropped assignments exactly 0 */
   fill_const(a_cpu, rc, SENTINEL);
   kernel_ops_cuda.from_host(fixture_ctx, d_a, a_cpu, rc * sizeof(real));
   fill_const(w_gpu, nk, SENTINEL);
@@ -475,7 +476,7 @@ static void dispatch_combine_case(int N, int T, int E, int K, int C, int capacit
   dev_download(w_gpu, d_dw, nk * sizeof(real));
   CHECK_CUDA_OK();
   CHECK(count_diff_bits("dye", a_gpu, a_cpu, rc, sizeof(real)) == 0);
-  CHECK(count_far("dtopw", w_gpu, w_cpu, nk, 2 * U, 1e-12) == 0);
+  CHECK(count_far("dtopw", w_gpu, w_cpu, nk, 2 * U, 2.0 * C * C * DOUBLE_U) == 0);
   size_t bad = 0;
   for (size_t i = 0; i < nk; i++) bad += m.slot[i] < 0 && w_gpu[i] != 0.0f;
   CHECK(bad == 0);
@@ -529,9 +530,10 @@ static void aux_backward_case(int G, int T, int E, int K, real aux_scale, real z
   dev_download(dl_gpu, d_dl, ne * sizeof(real));
   CHECK_CUDA_OK();
   /* the CPU's row formula, in double, in its order, on the same inputs; the device may contract
-   * a double multiply-add into an FMA (2^-53 relative to terms of size ≤ ~10 here: 1e-15), then
-   * one fp32 rounding each side: |Δ| ≤ 2u·|ref| + 1e-12 */
-  CHECK_MSG(count_far("dlogits", dl_gpu, dl_cpu, ne, 2 * U, 1e-12) == 0, "G %d T %d E %d K %d", G, T, E, K);
+   * a double multiply-add into an FMA (a difference of 2^-53 relative to the term), over the
+   * row's Σ_e of E terms each below M = 1000 (dp ≤ 2/S with S = Σ_k p ≥ K/E, so ≤ E = 300):
+   * E·2^-53·M ≤ 3.4e-11 before one fp32 rounding each side: |Δ| ≤ 2u·|ref| + 1e-10 */
+  CHECK_MSG(count_far("dlogits", dl_gpu, dl_cpu, ne, 2 * U, 1e-10) == 0, "G %d T %d E %d K %d", G, T, E, K);
 
   dev_free(d_probs), dev_free(d_topw), dev_free(d_lse), dev_free(d_dtopw), dev_free(d_topi),
       dev_free(d_aux), dev_free(d_dl);
