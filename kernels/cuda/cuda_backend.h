@@ -5,7 +5,8 @@
  *
  * The context is the `ctx` of kernels_use: one stream and one cuBLAS handle on one device. Calls
  * on it are ordered by the stream; nothing here synchronises with the host except to_host,
- * sumsq (which returns a value) and moe_route's host-visible counts where ops.h says so.
+ * from_host (its host buffer may be reused on return), mem_alloc and mem_free, and sumsq (which
+ * returns a value).
  *
  * Errors. Kernel entries return nothing (ops.h), so a failed CUDA, cuBLAS or NCCL call records
  * the first failure in the context, with file:line, the call and the library's message, and the
