@@ -12,46 +12,15 @@
 #include <math.h>
 
 #include "kernels.h"
-
-/* Whether expert a comes before expert b in a row's top-k order: larger probability first, the
- * lower index on a tie. */
-static int router_before(const real *p, int a, int b)
-{
-  return p[a] > p[b] || (p[a] == p[b] && a < b);
-}
+#include "moe_router.h"
 
 void moe_router_forward(real *probs, int *topi, real *topw, real *lse, const real *logits, int N,
                         int E, int K)
 {
 #pragma omp parallel for
-  for (int n = 0; n < N; n++) {
-    const real *l = logits + (size_t)n * E;
-    real *p = probs + (size_t)n * E;
-    int *ti = topi + (size_t)n * K;
-    real *tw = topw + (size_t)n * K;
-    real max = -INFINITY;
-    for (int e = 0; e < E; e++) max = l[e] > max ? l[e] : max;
-    double sum = 0.0;
-    for (int e = 0; e < E; e++) {
-      p[e] = real_exp(l[e] - max);
-      sum += p[e];
-    }
-    for (int e = 0; e < E; e++) p[e] = (real)(p[e] / sum);
-    lse[n] = (real)(max + log(sum));
-    /* The k-th choice is the first expert, in router_before's order, among those after the
-     * (k−1)-th: a selection in O(K·E) that needs no "taken" flags. */
-    for (int k = 0; k < K; k++) {
-      int best = -1;
-      for (int e = 0; e < E; e++) {
-        if (k > 0 && !router_before(p, ti[k - 1], e)) continue;
-        if (best < 0 || router_before(p, e, best)) best = e;
-      }
-      ti[k] = best;
-    }
-    double s = 0.0;
-    for (int k = 0; k < K; k++) s += p[ti[k]];
-    for (int k = 0; k < K; k++) tw[k] = (real)(p[ti[k]] / s);
-  }
+  for (int n = 0; n < N; n++)
+    moe_router_token(probs + (size_t)n * E, topi + (size_t)n * K, topw + (size_t)n * K, lse + n,
+                     logits + (size_t)n * E, E, K);
 }
 
 /* Sequential: a group's priority order decides which assignments fit, and the expert-major rows

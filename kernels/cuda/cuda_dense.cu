@@ -32,6 +32,7 @@
 #include <stdio.h>
 
 #include "cuda_backend.h"
+#include "cuda_reduce.cuh"
 
 enum { ATT_THREADS = 256, ATT_WARPS = ATT_THREADS / 32 };
 
@@ -255,38 +256,6 @@ extern "C" size_t cuda_attention_scratch_n_elems(void *ctx, int B, int T, int NH
   return (size_t)B * NH * T * T;
 }
 
-/* The fixed tree reductions of a block of ATT_THREADS threads: every thread passes its partial
- * and gets the block's result; `sh` has ATT_THREADS elements; the caller syncs before reuse. */
-__device__ static float block_max(float v, float *sh)
-{
-  sh[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = ATT_THREADS / 2; s > 0; s >>= 1) {
-    if ((int)threadIdx.x < s) {
-      const float o = sh[threadIdx.x + s];
-      sh[threadIdx.x] = o > sh[threadIdx.x] ? o : sh[threadIdx.x];
-    }
-    __syncthreads();
-  }
-  const float r = sh[0];
-  __syncthreads();
-  return r;
-}
-
-__device__ static double block_sum(double v, double *sh)
-{
-  sh[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = ATT_THREADS / 2; s > 0; s >>= 1) {
-    if ((int)threadIdx.x < s)
-      sh[threadIdx.x] = sh[threadIdx.x] + sh[threadIdx.x + s];
-    __syncthreads();
-  }
-  const double r = sh[0];
-  __syncthreads();
-  return r;
-}
-
 /* x · y over HS elements by one warp: lanes over d in order, then a fixed xor tree (every lane
  * ends with the same value). */
 __device__ static float warp_dot(const real *x, const real *y, int HS, int lane)
@@ -321,14 +290,14 @@ attention_forward_kernel(real *out, real *probs, const real *q, const real *k, c
   __syncthreads();
   float m = -INFINITY;
   for (int j = threadIdx.x; j <= t; j += ATT_THREADS) m = P[j] > m ? P[j] : m;
-  m = block_max(m, shf);
+  m = block_max<ATT_THREADS>(m, shf);
   double sum = 0.0;
   for (int j = threadIdx.x; j <= t; j += ATT_THREADS) {
     const float e = expf(P[j] - m);
     P[j] = e;
     sum += e;
   }
-  sum = block_sum(sum, shd);
+  sum = block_sum<ATT_THREADS>(sum, shd);
   const float inv = (float)(1.0 / sum);
   for (int j = threadIdx.x; j < T; j += ATT_THREADS) P[j] = j <= t ? P[j] * inv : 0.0f;
   __syncthreads(); /* the row of probs, written by the block, read by the block below */
@@ -394,7 +363,7 @@ attention_ds_kernel(real *dS, const real *dout, const real *v, int ldkv, const r
   __syncthreads();
   double dot = 0.0;
   for (int j = threadIdx.x; j <= t; j += ATT_THREADS) dot += (double)P[j] * D[j];
-  const float fdot = (float)block_sum(dot, shd);
+  const float fdot = (float)block_sum<ATT_THREADS>(dot, shd);
   for (int j = threadIdx.x; j < T; j += ATT_THREADS) D[j] = j <= t ? P[j] * (D[j] - fdot) : 0.0f;
 }
 

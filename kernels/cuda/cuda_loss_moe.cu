@@ -18,39 +18,14 @@
 #include <math.h>
 
 #include "cuda_backend.h"
+#include "cuda_reduce.cuh"
+#include "../moe_router.h"
 
 #define CE_THREADS 256 /* the row reductions' block: fixes their order */
 #define EW_THREADS 256 /* elementwise kernels (order-free) */
 #define ROUTE_THREADS 256
 
-/* ---- block reductions of a fixed shape (blockDim.x == CE_THREADS) ---- */
-
-__device__ static float block_max(float v, float *sh)
-{
-  sh[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = CE_THREADS / 2; s > 0; s >>= 1) {
-    if ((int)threadIdx.x < s) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + s]);
-    __syncthreads();
-  }
-  float r = sh[0];
-  __syncthreads();
-  return r;
-}
-
-/* Σ in double: thread t's partial, then a fixed tree (t with t + s, s halving). */
-__device__ static double block_sum(double v, double *sh)
-{
-  sh[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = CE_THREADS / 2; s > 0; s >>= 1) {
-    if ((int)threadIdx.x < s) sh[threadIdx.x] = sh[threadIdx.x] + sh[threadIdx.x + s];
-    __syncthreads();
-  }
-  double r = sh[0];
-  __syncthreads();
-  return r;
-}
+/* ---- row reductions (blockDim.x == CE_THREADS; cuda_reduce.cuh) ---- */
 
 /* Max of the first n of l; −inf for n 0 (max is exact: any order gives the same bits). NaN is
  * not propagated the CPU's way (l > max ? l : max); logits are finite. */
@@ -58,7 +33,7 @@ __device__ static float row_max(const float *l, int n, float *sh)
 {
   float m = -INFINITY;
   for (int i = threadIdx.x; i < n; i += CE_THREADS) m = fmaxf(m, l[i]);
-  return block_max(m, sh);
+  return block_max<CE_THREADS>(m, sh);
 }
 
 /* ---- cross-entropy ---- */
@@ -82,7 +57,7 @@ __global__ static void ce_forward_kernel(float *losses, float *probs, const floa
     p[i] = e;
     part += e;
   }
-  const double sum = block_sum(part, shd);
+  const double sum = block_sum<CE_THREADS>(part, shd);
   const float inv_sum = (float)(1.0 / sum);
   for (int i = threadIdx.x; i < V; i += CE_THREADS) p[i] = __fmul_rn(p[i], inv_sum);
   for (int i = V + threadIdx.x; i < Vp; i += CE_THREADS) p[i] = 0.0f;
@@ -152,7 +127,7 @@ __global__ static void ce_shard_sums_kernel(float *stats, const float *logits, c
   const float max = stats[bt];
   double part = 0.0;
   for (int i = threadIdx.x; i < Vvalid; i += CE_THREADS) part += expf(l[i] - max);
-  const double sum = block_sum(part, shd);
+  const double sum = block_sum<CE_THREADS>(part, shd);
   if (threadIdx.x == 0) {
     stats[BT + bt] = (float)sum;
     const int t = targets[bt] - v0;
@@ -236,42 +211,15 @@ extern "C" void cuda_crossentropy_shard_backward(void *ctx, real *dlogits, const
 
 /* ---- mixture of experts ---- */
 
-/* Larger probability first, the lower index on a tie (moe.c's router_before). */
-__device__ static bool router_before(const float *p, int a, int b)
-{
-  return p[a] > p[b] || (p[a] == p[b] && a < b);
-}
-
-/* One thread per token, the CPU's loop as it is (E is small: tens to hundreds). */
+/* One thread per token, the CPU's computation (kernels/moe_router.h; E is small: tens to
+ * hundreds). */
 __global__ static void moe_router_forward_kernel(float *probs, int *topi, float *topw, float *lse,
                                                  const float *logits, int N, int E, int K)
 {
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= N) return;
-  const float *l = logits + (size_t)n * E;
-  float *p = probs + (size_t)n * E;
-  int *ti = topi + (size_t)n * K;
-  float *tw = topw + (size_t)n * K;
-  float max = -INFINITY;
-  for (int e = 0; e < E; e++) max = l[e] > max ? l[e] : max;
-  double sum = 0.0;
-  for (int e = 0; e < E; e++) {
-    p[e] = expf(l[e] - max);
-    sum += p[e];
-  }
-  for (int e = 0; e < E; e++) p[e] = (float)(p[e] / sum);
-  lse[n] = (float)(max + log(sum));
-  for (int k = 0; k < K; k++) {
-    int best = -1;
-    for (int e = 0; e < E; e++) {
-      if (k > 0 && !router_before(p, ti[k - 1], e)) continue;
-      if (best < 0 || router_before(p, e, best)) best = e;
-    }
-    ti[k] = best;
-  }
-  double s = 0.0;
-  for (int k = 0; k < K; k++) s += p[ti[k]];
-  for (int k = 0; k < K; k++) tw[k] = (float)(p[ti[k]] / s);
+  moe_router_token(probs + (size_t)n * E, topi + (size_t)n * K, topw + (size_t)n * K, lse + n,
+                   logits + (size_t)n * E, E, K);
 }
 
 extern "C" void cuda_moe_router_forward(void *ctx, real *probs, int *topi, real *topw, real *lse,
@@ -477,7 +425,7 @@ __global__ static void moe_combine_backward_kernel(float *dye, float *dtopw, con
     part += (double)d[cc] * y[cc];
     dy[cc] = __fmul_rn(w, d[cc]);
   }
-  const double dot = block_sum(part, shd);
+  const double dot = block_sum<CE_THREADS>(part, shd);
   if (threadIdx.x == 0) dtopw[i] = (float)dot;
 }
 
