@@ -157,35 +157,6 @@ void moe_aux_loss(real *aux, const real *probs, const int *topi, int N, int T, i
   }
 }
 
-/* dlogits of one token from dp = ∂L/∂probs, then the softmax's backward and the z-loss:
- *   dp_e = aux_coef · count_e                       (f_e = count_e / T, held constant)
- *        + (dtopw_m − Σ_k dtopw_k topw_k) / S         when e = topi_m (the renormalisation;
- *                                                     S = Σ_k p[topi_k])
- *   dlogits_e = p_e (dp_e − Σ_e' p_e' dp_e') + z_scale · 2 · lse · p_e.
- * count (E) may be the token's own dlogits row: each element is read before it is written. */
-static void router_backward_row(real *dl, const real *count, const real *dtopw, const real *p,
-                                const int *ti, const real *tw, double lse, int E, int K,
-                                double aux_coef, double z_scale)
-{
-  double s = 0.0, dtw_tw = 0.0;
-  for (int k = 0; k < K; k++) {
-    s += p[ti[k]];
-    dtw_tw += (double)dtopw[k] * tw[k];
-  }
-  double dot = 0.0;
-  for (int e = 0; e < E; e++) {
-    double dp = aux_coef * count[e];
-    for (int k = 0; k < K; k++)
-      if (ti[k] == e) dp += (dtopw[k] - dtw_tw) / s;
-    dot += p[e] * dp;
-  }
-  for (int e = 0; e < E; e++) {
-    double dp = aux_coef * count[e];
-    for (int k = 0; k < K; k++)
-      if (ti[k] == e) dp += (dtopw[k] - dtw_tw) / s;
-    dl[e] = (real)(p[e] * (dp - dot) + z_scale * 2.0 * lse * p[e]);
-  }
-}
 
 void moe_router_backward(real *dlogits, const real *dtopw, const real *probs, const int *topi,
                          const real *topw, const real *lse, int N, int T, int E, int K,
@@ -208,7 +179,7 @@ void moe_router_backward(real *dlogits, const real *dtopw, const real *probs, co
   for (int n = 0; n < G * T; n++) {
     if (n % T == 0) continue;
     const size_t n0 = (size_t)(n - n % T);
-    router_backward_row(dlogits + (size_t)n * E, dlogits + n0 * E, dtopw + (size_t)n * K,
+    moe_router_backward_row(dlogits + (size_t)n * E, dlogits + n0 * E, dtopw + (size_t)n * K,
                         probs + (size_t)n * E, topi + (size_t)n * K, topw + (size_t)n * K, lse[n],
                         E, K, aux_coef, z_scale);
   }
@@ -216,7 +187,7 @@ void moe_router_backward(real *dlogits, const real *dtopw, const real *probs, co
 #pragma omp parallel for
   for (int g = 0; g < G; g++) {
     const size_t n0 = (size_t)g * T;
-    router_backward_row(dlogits + n0 * E, dlogits + n0 * E, dtopw + n0 * K, probs + n0 * E,
+    moe_router_backward_row(dlogits + n0 * E, dlogits + n0 * E, dtopw + n0 * K, probs + n0 * E,
                         topi + n0 * K, topw + n0 * K, lse[n0], E, K, aux_coef, z_scale);
   }
 }

@@ -498,31 +498,6 @@ __global__ static void moe_router_counts_kernel(float *dlogits, const int *topi,
   dlogits[n0 * E + e] = (float)count;
 }
 
-/* moe.c's router_backward_row, as it is: count (E) may be the token's own dlogits row (each
- * element read before it is written). */
-__device__ static void router_backward_row(float *dl, const float *count, const float *dtopw,
-                                           const float *p, const int *ti, const float *tw, double lse,
-                                           int E, int K, double aux_coef, double z_scale)
-{
-  double s = 0.0, dtw_tw = 0.0;
-  for (int k = 0; k < K; k++) {
-    s += p[ti[k]];
-    dtw_tw += (double)dtopw[k] * tw[k];
-  }
-  double dot = 0.0;
-  for (int e = 0; e < E; e++) {
-    double dp = aux_coef * count[e];
-    for (int k = 0; k < K; k++)
-      if (ti[k] == e) dp += (dtopw[k] - dtw_tw) / s;
-    dot += p[e] * dp;
-  }
-  for (int e = 0; e < E; e++) {
-    double dp = aux_coef * count[e];
-    for (int k = 0; k < K; k++)
-      if (ti[k] == e) dp += (dtopw[k] - dtw_tw) / s;
-    dl[e] = (float)(p[e] * (dp - dot) + z_scale * 2.0 * lse * p[e]);
-  }
-}
 
 /* first 0: every token but the groups' first ones (thread per token); first 1: the first ones
  * (thread per group), after, over their own rows' counts. */
@@ -541,7 +516,7 @@ __global__ static void moe_router_backward_kernel(float *dlogits, const float *d
     n = idx;
   }
   const size_t n0 = n - n % T;
-  router_backward_row(dlogits + n * E, dlogits + n0 * E, dtopw + n * K, probs + n * E, topi + n * K,
+  moe_router_backward_row(dlogits + n * E, dlogits + n0 * E, dtopw + n * K, probs + n * E, topi + n * K,
                       topw + n * K, lse[n], E, K, aux_coef, z_scale);
 }
 
