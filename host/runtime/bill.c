@@ -399,6 +399,12 @@ int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char
   /* dp: the buckets, ZeRO's gathers, the loss and norm sums (doubles gathered); with expert
    * parallelism the expert buckets over the edp group (dp / ep ranks) instead (dp.h) */
   const int ep = p->model.moe.experts > 0 ? plan_ep(p) : 1;
+  struct zero_grads zg = { 0 }; /* zero ≥ 2: the step's reduce-scatters, the expert buckets' counted apart */
+  if (dp > 1 && p->zero >= 2 &&
+      zero_grads_replay(p, r.list, &r.l, p->zero_every.grads == PLAN_ZERO_EVERY_STEP, &zg, err, err_size)) {
+    rank_view_free(&r);
+    return 1;
+  }
   for (int expert = 0; expert <= (ep > 1); expert++) {
     const int size = expert ? dp / ep : dp;
     const enum traffic_group grp = expert ? TRAFFIC_EDP : TRAFFIC_DP;
@@ -413,11 +419,6 @@ int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char
     if (p->zero < 2) {
       count(out, grp, COMM_ALL_REDUCE, nb, all * egrad);
     } else { /* the units each backward (or each stage's last) finishes, bucket by bucket */
-      struct zero_grads zg;
-      if (zero_grads_replay(p, r.list, &r.l, p->zero_every.grads == PLAN_ZERO_EVERY_STEP, &zg, err, err_size)) {
-        rank_view_free(&r);
-        return 1;
-      }
       const unsigned long long calls = expert ? zg.expert_calls : zg.calls - zg.expert_calls;
       const unsigned long long elems = expert ? zg.expert_elems : zg.elems - zg.expert_elems;
       count(out, grp, COMM_REDUCE_SCATTER, calls, elems * egrad);
