@@ -465,8 +465,12 @@ char *srcmap_rewrite(struct srcmap *m, const char *where, const char *src, size_
         ok = 0;
         break;
       }
+      /* A keyword written against the brace (`return{`, `and{`, `in{`) must stay a keyword: a
+       * space keeps it from running into the call's name. */
+      int glued = o.n > 0 && (isalnum((unsigned char)o.s[o.n - 1]) || o.s[o.n - 1] == '_');
       char head[48];
-      int hl = snprintf(head, sizeof head, "%s__tycho_tc(%d,{", call_arg ? "(" : "", id);
+      int hl = snprintf(head, sizeof head, "%s%s__tycho_tc(%d,{", glued && !call_arg ? " " : "",
+                        call_arg ? "(" : "", id);
       sb_put(&o, head, (size_t)hl);
       if (push_ctx(&stack, &depth, &cap, (struct ctx){ CTX_CTOR, id, call_arg, 1, 1 }) < 0) {
         ok = 0;

@@ -3,7 +3,8 @@
  * Lua does not tell a program on which line a table field was written, yet every plan error
  * must name that line. Before a plan chunk is compiled, srcmap_rewrite scans its text with a
  * small Lua tokenizer and wraps every table constructor `{ ... }` in a call
- * `__tycho_tc(ID, { ... })` on the same line (line numbers are kept exactly). Record ID holds
+ * `__tycho_tc(ID, { ... })` on the same line (line numbers are kept exactly; a space goes before
+ * the call where a keyword is written against the brace, as in `return{`). Record ID holds
  * the file, the line of the `{` and the line of each field key. At run time __tycho_tc ties the
  * new table to its record (see sandbox.h), so the plan compiler can ask "on which line was
  * key `tp` of this table written?". Pure C: no Lua here. */
