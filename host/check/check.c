@@ -69,6 +69,15 @@ static void print_rank_row(FILE *f, const struct plan *p, int rank)
           stage_list(p, rank, stages, sizeof stages));
 }
 
+/* Long per-rank and per-stage tables show their first and last rows only (the rank table's rule,
+ * which the others follow), so the text stays short and is computed for the rows it shows. */
+enum { ROWS_ALL = 16, ROWS_HEAD = 8, ROWS_TAIL = 4 };
+
+static int row_shown(int i, int n)
+{
+  return n <= ROWS_ALL || i < ROWS_HEAD || i >= n - ROWS_TAIL;
+}
+
 static void print_layer_runs(FILE *f, const struct plan *p, int what /* 0 split, 1 recompute */,
                              const char *label)
 {
@@ -298,8 +307,9 @@ static int bill_shows(const struct plan *p, int k)
 }
 
 /* The bill of each pipeline rank (every tp and dp rank of a stage has its stage's), or NULL
- * with the reason in err. */
-static struct bill *bills_of(const struct plan *p, char *err, size_t n)
+ * with the reason in err; with `all` 0 only the rows the text shows (row_shown), the others
+ * left zero. */
+static struct bill *bills_of(const struct plan *p, int all, char *err, size_t n)
 {
   struct bill *b = calloc((size_t)p->mesh.pp, sizeof *b);
   if (!b) {
@@ -307,7 +317,7 @@ static struct bill *bills_of(const struct plan *p, char *err, size_t n)
     return NULL;
   }
   for (int r = 0; r < p->mesh.pp; r++)
-    if (bill_predict(p, r, &b[r], err, n)) {
+    if ((all || row_shown(r, p->mesh.pp)) && bill_predict(p, r, &b[r], err, n)) {
       free(b);
       return NULL;
     }
@@ -378,7 +388,7 @@ static void print_states_rows(FILE *f, const struct plan *p, const struct bill *
 static void print_memory(FILE *f, const struct plan *p, const struct cluster *c)
 {
   char err[512];
-  struct bill *b = bills_of(p, err, sizeof err);
+  struct bill *b = bills_of(p, c != NULL, err, sizeof err); /* a cluster's verdict needs every rank */
   if (!b) {
     fprintf(f, "memory     (no bill: %s)\n", err);
     return;
@@ -400,23 +410,24 @@ static void print_memory(FILE *f, const struct plan *p, const struct cluster *c)
   double worst = 1.0;
   for (int r = 0; r < p->mesh.pp; r++) {
     char stages[64], v[32];
-    int world_rank = 0; /* a rank of this pipeline rank, for its stage list */
-    for (int w = 0; w < p->mesh.world; w++) {
-      int co[PLAN_N_AXES];
-      mesh_coords(&p->mesh, w, co);
-      if (co[PLAN_AXIS_PP] == r) {
-        world_rank = w;
-        break;
-      }
+    if (c) {
+      double head = 1.0 - b[r].total / c->device_memory;
+      worst = head < worst ? head : worst;
     }
-    fprintf(f, "  %8d  %-9s ", r, stage_list(p, world_rank, stages, sizeof stages));
+    if (!row_shown(r, p->mesh.pp)) {
+      if (r == ROWS_HEAD)
+        fprintf(f, "  %8s   (%d more pp ranks; --json lists every one)\n", "...", p->mesh.pp - ROWS_HEAD - ROWS_TAIL);
+      continue;
+    }
+    int co[PLAN_N_AXES] = { 0 }; /* a rank of this pipeline rank, for its stage list */
+    co[PLAN_AXIS_PP] = r;
+    fprintf(f, "  %8d  %-9s ", r, stage_list(p, mesh_rank(&p->mesh, co), stages, sizeof stages));
     for (int k = 0; k < ALLOC_N_CATEGORIES; k++)
       if (bill_shows(p, k))
         fprintf(f, " %11s", check_format_bytes(b[r].bytes[bill_order[k]], v, sizeof v));
     fprintf(f, " %11s", check_format_bytes(b[r].total, v, sizeof v));
     if (c) {
       double head = 1.0 - b[r].total / c->device_memory;
-      worst = head < worst ? head : worst;
       if (head >= 0)
         fprintf(f, "   fits, %.0f%% headroom", 100.0 * head);
       else
@@ -451,6 +462,11 @@ static void print_traffic(FILE *f, const struct plan *p)
   for (int r = 0; r < p->mesh.pp; r++) {
     struct traffic t;
     char err[256];
+    if (!row_shown(r, p->mesh.pp)) {
+      if (r == ROWS_HEAD && any)
+        fprintf(f, "           ... (%d more pp ranks; --json lists every one)\n", p->mesh.pp - ROWS_HEAD - ROWS_TAIL);
+      continue;
+    }
     if (traffic_predict(p, r, &t, err, sizeof err)) {
       fprintf(f, "traffic    (no prediction: %s)\n", err);
       return;
@@ -731,14 +747,14 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
             group_text(me, ax, 0, buf, sizeof buf));
   check_ep_print_groups(f, p);
   fprintf(f, "  %8s %5s %5s %5s   %s\n", "rank", "tp", "dp", "pp", "stages");
-  if (me->world <= 16) {
+  if (me->world <= ROWS_ALL) {
     for (int r = 0; r < me->world; r++)
       print_rank_row(f, p, r);
   } else {
-    for (int r = 0; r < 8; r++)
+    for (int r = 0; r < ROWS_HEAD; r++)
       print_rank_row(f, p, r);
-    fprintf(f, "  %8s   (%d more ranks; --json lists every rank)\n", "...", me->world - 12);
-    for (int r = me->world - 4; r < me->world; r++)
+    fprintf(f, "  %8s   (%d more ranks; --json lists every rank)\n", "...", me->world - ROWS_HEAD - ROWS_TAIL);
+    for (int r = me->world - ROWS_TAIL; r < me->world; r++)
       print_rank_row(f, p, r);
   }
 
@@ -748,6 +764,11 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
   fprintf(f, "  %8s %7s %5s   %s\n", "stage", "pp rank", "chunk", "holds");
   for (int s = 0; s < p->n_stages; s++) {
     const struct plan_stage *st = &p->stages[s];
+    if (!row_shown(s, p->n_stages)) {
+      if (s == ROWS_HEAD)
+        fprintf(f, "  %8s   (%d more stages; --json lists every stage)\n", "...", p->n_stages - ROWS_HEAD - ROWS_TAIL);
+      continue;
+    }
     char layers[64] = "";
     if (st->n_layers == 1)
       snprintf(layers, sizeof layers, "layer %d", st->first_layer);
@@ -884,7 +905,7 @@ void check_write_json(const struct plan *p, const struct cluster *cluster, struc
   json_key(&j, "traffic_per_step");
   write_traffic_json(&j, p);
   char berr[512];
-  struct bill *bills = bills_of(p, berr, sizeof berr);
+  struct bill *bills = bills_of(p, 1, berr, sizeof berr);
   json_key(&j, "memory");
   json_begin_object(&j);
   if (!bills) {
@@ -948,6 +969,21 @@ void check_write_json(const struct plan *p, const struct cluster *cluster, struc
   else if (plan_ep(p) > 1)
     b->failed = 1;
 
+  /* the stages of each pipeline rank, in order (by_pp[at[r] .. at[r + 1])): a look-up per rank,
+   * not a pass over every stage */
+  int *at = calloc((size_t)me->pp + 2, sizeof *at);
+  int *by_pp = malloc(sizeof(int) * (size_t)(p->n_stages > 0 ? p->n_stages : 1));
+  if (!at || !by_pp) {
+    free(at);
+    free(by_pp);
+    free(ep_index);
+    free(bills);
+    b->failed = 1;
+    return;
+  }
+  for (int s = 0; s < p->n_stages; s++) at[p->stages[s].pp_rank + 2]++;
+  for (int r = 0; r < me->pp; r++) at[r + 2] += at[r + 1];
+  for (int s = 0; s < p->n_stages; s++) by_pp[at[p->stages[s].pp_rank + 1]++] = s;
   json_key(&j, "ranks");
   json_begin_array(&j);
   for (int r = 0; r < me->world; r++) {
@@ -960,9 +996,8 @@ void check_write_json(const struct plan *p, const struct cluster *cluster, struc
     json_key(&j, "pp"); json_int(&j, c[PLAN_AXIS_PP]);
     json_key(&j, "stages");
     json_begin_array(&j);
-    for (int s = 0; s < p->n_stages; s++)
-      if (p->stages[s].pp_rank == c[PLAN_AXIS_PP])
-        json_int(&j, s);
+    for (int k = at[c[PLAN_AXIS_PP]]; k < at[c[PLAN_AXIS_PP] + 1]; k++)
+      json_int(&j, by_pp[k]);
     json_end_array(&j);
     json_key(&j, "groups");
     json_begin_object(&j);
@@ -983,6 +1018,8 @@ void check_write_json(const struct plan *p, const struct cluster *cluster, struc
   }
   json_end_array(&j);
   json_end_object(&j);
+  free(at);
+  free(by_pp);
   free(ep_index);
   free(bills);
   sb_put(b, "\n", 1);

@@ -141,7 +141,8 @@ void sched_sim_free(struct sched_sim *r);
  * instruction): "F3" forward and "B3" backward of micro-batch 3 (continued by "--" while it
  * lasts), "R3" its recompute, "." idle; with virtual stages the chunk follows as a letter
  * ("F3b": chunk 1). Wider than max_width characters (0: 120), the middle is cut and the cut
- * said. Then the bubble and the peak in-flight micro-batches per rank. */
+ * said; of more than 16 ranks the first 8 and the last 4 rows show, with how many were left
+ * out. Then the bubble and the peak in-flight micro-batches per rank (cut the same way). */
 void sched_print_timeline(FILE *f, const struct sched *s, const struct sched_sim *r, int max_width);
 /* The same as one JSON object: shape, makespan, bubble, and per rank its busy time, peak
  * in-flight count and the ordered compute instructions with simulated start and end. */

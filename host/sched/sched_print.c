@@ -7,6 +7,14 @@
 
 #define TIMELINE_DEFAULT_WIDTH 120
 #define TIMELINE_MAX_COLUMNS 1000000
+/* A pipeline of more than ROWS_ALL ranks shows its first ROWS_HEAD and last ROWS_TAIL, as
+ * `tycho check`'s rank table does: the text stays short and its cost linear. */
+enum { ROWS_ALL = 16, ROWS_HEAD = 8, ROWS_TAIL = 4 };
+
+static int row_shown(int rank, int pp)
+{
+  return pp <= ROWS_ALL || rank < ROWS_HEAD || rank >= pp - ROWS_TAIL;
+}
 
 static int is_compute(int op)
 {
@@ -166,6 +174,12 @@ void sched_print_timeline(FILE *f, const struct sched *s, const struct sched_sim
   sb_printf(&b, "%-*s| ", prefix_width - 2, "time");
   print_ruler(f, &b, q, columns, head, tail, width);
   for (int rank = 0; rank < s->pp; rank++) {
+    if (!row_shown(rank, s->pp)) {
+      if (rank == ROWS_HEAD)
+        fprintf(f, "%*s   (%d more ranks; --json lists every rank)\n", prefix_width - 3, "...",
+                s->pp - ROWS_HEAD - ROWS_TAIL);
+      continue;
+    }
     sb_printf(&b, "rank %*d | ", prefix_width - 8, rank);
     print_row(f, &b, s, r, rank, q, columns, head, tail, width);
   }
@@ -192,7 +206,10 @@ void sched_print_timeline(FILE *f, const struct sched *s, const struct sched_sim
           r->makespan, 100 * r->bubble_fraction, 100 * r->bubble_over_ideal);
   fprintf(f, "peak in-flight %smicro-batches per rank:", s->v > 1 ? "chunk " : "");
   for (int rank = 0; rank < s->pp; rank++)
-    fprintf(f, " %d", r->ranks[rank].peak_inflight);
+    if (row_shown(rank, s->pp))
+      fprintf(f, " %d", r->ranks[rank].peak_inflight);
+    else if (rank == ROWS_HEAD)
+      fprintf(f, " ... (%d more)", s->pp - ROWS_HEAD - ROWS_TAIL);
   if (s->v > 1)
     fprintf(f, " (each 1/%d of a rank's layers)", s->v);
   fputc('\n', f);
