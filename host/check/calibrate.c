@@ -18,6 +18,7 @@
 #include "plan/compile.h"
 #include "runtime/train.h"
 #include "util/err.h"
+#include "util/path.h"
 
 #define N_SIZES 4
 static const size_t comm_sizes[N_SIZES] = { 8, 64 << 10, 1 << 20, 8 << 20 }; /* bytes, the whole buffer */
@@ -374,9 +375,10 @@ static int write_file(const struct calibrate_options *o, const struct plan *p, c
     snprintf(name, sizeof name, "%s", o->name);
   else
     snprintf(name, sizeof name, "%s: %d cores of %s, one rank of one thread per core", host, f->cores, cpu);
-  FILE *out = fopen(tmp, "w");
-  if (!out)
-    return errf(err, n, "cannot write %s", tmp);
+  FILE *out;
+  int rc = path_fopen_output("--out", tmp, 0, &out, err, n);
+  if (rc)
+    return rc;
   const double eff = f->linears / f->peak; /* ≤ 1: the peak is raised to the linears' rate when below it */
   const struct plan_layer_flops lf = plan_layer_flops(p);
   fprintf(out, "-- Measured by `tycho calibrate` on %s (%s), %s.\n", host, cpu, when);
@@ -447,6 +449,10 @@ static int write_file(const struct calibrate_options *o, const struct plan *p, c
   int bad = ferror(out);
   if (fclose(out) || bad)
     return errf(err, n, "cannot write %s", tmp);
+  if ((rc = path_check_output("--out", o->out, err, n)) != 0) { /* it may have changed since the start */
+    unlink(tmp);
+    return rc;
+  }
   if (rename(tmp, o->out))
     return errf(err, n, "cannot rename %s to %s", tmp, o->out);
   return 0;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "comm_internal.h"
+#include "util/path.h"
 #include "util/strbuf.h"
 
 #define ctx comm_ctx
@@ -133,10 +134,14 @@ static int write_json(const char *path, const struct trace_rank *ranks, int n_ra
   json_end_object(&j);
   sb_puts(&b, "\n");
   int status = 0;
-  FILE *f = b.failed ? NULL : fopen(path, "w");
-  if (b.failed)
+  FILE *f = NULL;
+  char why[1024] = "";
+  /* a path that became a FIFO, a device or a folder since the run began is refused, untouched */
+  if (!b.failed && path_fopen_output(NULL, path, 0, &f, why, sizeof why))
+    status = (snprintf(err, n, "comm trace: %s", why), -1);
+  else if (b.failed)
     status = (snprintf(err, n, "comm trace: out of memory"), -1);
-  else if (!f || fwrite(b.s, 1, b.n, f) != b.n)
+  else if (fwrite(b.s, 1, b.n, f) != b.n)
     status = (snprintf(err, n, "comm trace: cannot write %s", path), -1);
   if (f && fclose(f) && !status)
     status = (snprintf(err, n, "comm trace: cannot write %s", path), -1);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "util/err.h"
+#include "util/path.h"
 
 #include "philox.h"
 
@@ -100,40 +101,27 @@ static int tokens_check_vocab(const struct tokens_file *tf, int vocab, char *err
 int tokens_open(struct tokens_file *tf, const char *path, int vocab, int seq_len,
                 char *err, size_t err_size)
 {
-  struct stat st;
   int rc = 0;
   memset(tf, 0, sizeof *tf);
   if (vocab < 1 || seq_len < 1)
     return errf(err, err_size, "%s: vocab %d and seq_len %d must be positive", path, vocab,
                 seq_len);
-  /* O_NONBLOCK: opening a FIFO (or a device) for reading would wait for a writer forever;
-   * non-blocking it opens at once and fstat refuses it. Regular files ignore the flag. */
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return errf(err, err_size, "%s: cannot open: %s", path, strerror(errno));
-  if (fstat(fd, &st) != 0) {
-    rc = errf(err, err_size, "%s: cannot stat: %s", path, strerror(errno));
-    close(fd);
-    return rc;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    const char *kind = S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)" : S_ISDIR(st.st_mode) ? "a folder"
-                       : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : S_ISSOCK(st.st_mode) ? "a socket"
-                       : "a special file";
-    rc = errf(err, err_size, "%s: %s, not a regular file: token files are memory-mapped", path, kind);
-    close(fd);
-    return rc;
-  }
+  /* opened without waiting (a FIFO or a device would block the open or the mapping), refused
+   * unless a regular file: token files are memory-mapped */
+  int fd;
+  long long size;
+  if ((rc = path_open_input(NULL, path, 0, &fd, &size, err, err_size)) != 0) return rc;
   tf->path = strdup(path);
   tf->seq_len = seq_len;
   if (!tf->path) rc = errf(err, err_size, "%s: out of memory", path);
-  if (!rc && st.st_size > 0) {
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (!rc && size > 0) {
+    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
-      rc = errf(err, err_size, "%s: cannot mmap %lld bytes: %s", path, (long long)st.st_size,
+      rc = errf(err, err_size, "%s: cannot mmap %lld bytes: %s", path, (long long)size,
                 strerror(errno));
     } else {
       tf->map = map;
-      tf->map_bytes = (size_t)st.st_size;
+      tf->map_bytes = (size_t)size;
     }
   }
   close(fd);

@@ -39,7 +39,9 @@ struct tokens_file {
 };
 
 /* Map `path`, pick the format, and check it: the header (llm.c), the size, at least one window
- * of seq_len + 1 tokens, and every token id < vocab (one linear pass over the mapping). */
+ * of seq_len + 1 tokens, and every token id < vocab (one linear pass over the mapping). A path
+ * that is not a regular file (a FIFO, a device, a folder) is refused at once, unread: status 2
+ * (util/path.h); other failures 1. */
 int tokens_open(struct tokens_file *tf, const char *path, int vocab, int seq_len,
                 char *err, size_t err_size);
 /* Release the mapping; safe on a zeroed or already-closed tokens_file. */

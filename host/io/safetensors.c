@@ -27,6 +27,7 @@
 
 #include "util/err.h"
 #include "util/json.h"
+#include "util/path.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c assumes a little-endian host"
@@ -262,36 +263,27 @@ int st_parse(struct st_file *f, const void *buf, size_t n_bytes, const char *nam
 
 int st_open(struct st_file *f, const char *path, char *err, size_t err_size)
 {
-  struct stat st;
   int rc;
   memset(f, 0, sizeof *f);
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) return errf(err, err_size, "%s: cannot open: %s", path, strerror(errno));
-  if (fstat(fd, &st) != 0) {
-    rc = errf(err, err_size, "%s: cannot stat: %s", path, strerror(errno));
-    close(fd);
-    return rc;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    return errf(err, err_size, "%s: not a regular file", path);
-  }
+  int fd;
+  long long size;
+  if ((rc = path_open_input(NULL, path, 0, &fd, &size, err, err_size)) != 0) return rc;
   f->path = strdup(path);
   if (!f->path) {
     close(fd);
     return errf(err, err_size, "%s: out of memory", path);
   }
-  if (st.st_size > 0) {
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (size > 0) {
+    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
-      rc = errf(err, err_size, "%s: cannot mmap %lld bytes: %s", path, (long long)st.st_size,
+      rc = errf(err, err_size, "%s: cannot mmap %lld bytes: %s", path, (long long)size,
                 strerror(errno));
       close(fd);
       st_close(f);
       return rc;
     }
     f->map = map;
-    f->map_bytes = (size_t)st.st_size;
+    f->map_bytes = (size_t)size;
   }
   close(fd);
   rc = st_parse_image(f, f->map, f->map_bytes, err, err_size);
@@ -471,13 +463,12 @@ static int atomic_begin(struct atomic_file *a, const char *path, char *err, size
   a->tmp = malloc(strlen(path) + 5);
   if (!a->tmp) return errf(err, err_size, "%s: out of memory", path);
   sprintf(a->tmp, "%s.tmp", path);
-  a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (a->fd < 0) {
-    int rc = errf(err, err_size, "%s: cannot create: %s", a->tmp, strerror(errno));
-    free(a->tmp);
-    return rc;
-  }
-  return 0;
+  /* neither the file nor its .tmp may be something else than a regular file: a device or a FIFO
+   * there would be written into, or replaced by the rename */
+  int rc = path_check_output(NULL, path, err, err_size);
+  if (!rc) rc = path_open_output(NULL, a->tmp, 0, &a->fd, err, err_size);
+  if (rc) free(a->tmp);
+  return rc;
 }
 
 static int atomic_write(struct atomic_file *a, const void *buf, size_t n, char *err, size_t err_size)
@@ -492,6 +483,7 @@ static int atomic_end(struct atomic_file *a, bool ok, char *err, size_t err_size
   int rc = ok ? 0 : 1;
   if (ok && fsync(a->fd) != 0) rc = errf(err, err_size, "%s: fsync failed: %s", a->tmp, strerror(errno));
   if (close(a->fd) != 0 && !rc) rc = errf(err, err_size, "%s: close failed: %s", a->tmp, strerror(errno));
+  if (!rc) rc = path_check_output(NULL, a->path, err, err_size); /* it may have changed since */
   if (!rc && rename(a->tmp, a->path) != 0)
     rc = errf(err, err_size, "%s: cannot rename to %s: %s", a->tmp, a->path, strerror(errno));
   if (rc) {
@@ -683,17 +675,13 @@ done:
 
 int st_index_open(struct st_index *ix, const char *path, char *err, size_t err_size)
 {
-  struct stat st;
   int rc = 0;
   memset(ix, 0, sizeof *ix);
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) return errf(err, err_size, "%s: cannot open: %s", path, strerror(errno));
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > ST_MAX_HEADER_BYTES) {
-    close(fd);
-    return errf(err, err_size, "%s: not a regular file under %" PRIu64 " bytes", path,
-                ST_MAX_HEADER_BYTES);
-  }
-  size_t n = (size_t)st.st_size, got = 0;
+  int fd;
+  long long size;
+  if ((rc = path_open_input(NULL, path, (long long)ST_MAX_HEADER_BYTES, &fd, &size, err, err_size)) != 0)
+    return rc;
+  size_t n = (size_t)size, got = 0;
   char *text = malloc(n + 1);
   if (!text) { close(fd); return errf(err, err_size, "%s: out of memory", path); }
   while (got < n) {

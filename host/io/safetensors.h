@@ -73,7 +73,8 @@ size_t st_dtype_bytes(enum st_dtype dtype);
  * The buffer must outlive f; tensor data points into it. `name` is used in messages. */
 int st_parse(struct st_file *f, const void *buf, size_t n_bytes, const char *name,
              char *err, size_t err_size);
-/* Memory-map `path` read-only and parse it with st_parse. */
+/* Memory-map `path` read-only and parse it with st_parse. A path that is not a regular file (a
+ * FIFO, a device, a folder) is refused at once, unread (util/path.h: status 2). */
 int st_open(struct st_file *f, const char *path, char *err, size_t err_size);
 /* Release everything; safe on a zeroed or already-closed st_file. */
 void st_close(struct st_file *f);
@@ -87,7 +88,9 @@ int st_read_real(const struct st_file *f, const struct st_tensor *t, real *out, 
 
 /* Write an F32 safetensors file (whatever `real` is): header keys in the order given, `{"__metadata__":{"format":
  * "pt"}}` first, header padded with spaces to a multiple of 8, data contiguous in the order
- * given. Written to `path.tmp`, fsynced, then renamed over `path`. */
+ * given. Written to `path.tmp`, fsynced, then renamed over `path`; a `path` or `path.tmp` that
+ * exists as anything but a regular file (a device, a FIFO, a folder) is refused, at the start
+ * and again before the rename, never written into nor replaced. */
 int st_write_f32(const char *path, const struct st_write_tensor *tensors, int n_tensors,
                  char *err, size_t err_size);
 

@@ -36,9 +36,10 @@ int run_probe_file(const char *field, const char *path, char *err, size_t n)
   if (path_make_parent_dirs(path, why, sizeof why))
     return errf(err, n, "%s %s: %s", field, path, why);
   struct stat st;
+  const int special = path_check_output(field, path, err, n);
+  if (special)
+    return special; /* 2: a device, FIFO, folder or socket is not replaced nor written into */
   if (stat(path, &st) == 0) {
-    if (S_ISDIR(st.st_mode))
-      return errf(err, n, "%s %s: is a folder, not a file", field, path);
     int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC); /* no O_TRUNC: the old file stays */
     if (fd < 0)
       return errf(err, n, "%s %s: cannot write it: %s", field, path, strerror(errno));

@@ -1,9 +1,11 @@
 /* What `tycho run` checks and holds before its first step (train_run.c): every path it will
  * write tried, and the files only one run may write at a time locked.
  *
- * Probes: run_probe_file (export.path, log.trace: files written later) makes the file's folders
- * as the writer would, refuses a path that is a folder, creates and removes a probe file beside
- * it (and, when the file exists, opens it for writing without truncating it); run_probe_dir
+ * Probes: run_probe_file (export.path, log.metrics, log.trace: files written later) makes the
+ * file's folders as the writer would, refuses a path that exists as anything but a regular file
+ * (status 2: a device, FIFO, folder or socket, or a link to one, is never replaced or written
+ * into), creates and removes a probe file beside it (and, when the file exists, opens it for
+ * writing without truncating it); run_probe_dir
  * (checkpoint.dir) makes the folder and creates and removes a probe file in it. Each message
  * names the plan field and the path, with strerror.
  *
@@ -18,6 +20,7 @@
 #define TYCHO_RUNTIME_RUN_GUARD_H
 #include <stddef.h>
 
+/* 0 ok; 1 with a message; run_probe_file 2 for a path that is not a regular file. */
 int run_probe_file(const char *field, const char *path, char *err, size_t err_size);
 int run_probe_dir(const char *field, const char *dir, char *err, size_t err_size);
 

@@ -19,6 +19,7 @@
 #include "kernels.h"
 #include "runtime/alloc.h"
 #include "runtime/ckpt.h"
+#include "runtime/manifest.h"
 #include "runtime/run_guard.h"
 #include "runtime/train.h"
 #include "runtime/train_moe.h"
@@ -53,11 +54,15 @@ struct run_log {
 };
 
 /* Rank 0, before anything else (trainer_open, any step): every path the run will write is tried
- * (run_guard.h: folders made, a probe file created and removed, naming the field and the path),
- * checkpoint.dir and log.metrics are locked for the run (DIR/.lock, METRICS.lock: a second run
- * on either is refused naming the holder's pid and host), and the metrics file is opened. */
+ * (run_guard.h: folders made, a probe file created and removed, naming the field and the path;
+ * a path that exists as anything but a regular file is a plan error, never replaced),
+ * checkpoint.dir, log.metrics and export.path are locked for the run (DIR/.lock, METRICS.lock,
+ * EXPORT.lock: a second run on any is refused naming the holder's pid and host), and the
+ * metrics file is opened. Then every file the run will read (data.train, data.val, init.from
+ * or the manifest it resumes from) is opened without waiting and refused unless it is a
+ * regular file, so a FIFO or a device is a plan error before the trainer opens. */
 struct run_locks {
-  struct run_lock ckpt, metrics;
+  struct run_lock ckpt, metrics, export_;
 };
 
 static int open_metrics(struct run_log *log, const char *path, char *err, size_t n)
@@ -65,28 +70,75 @@ static int open_metrics(struct run_log *log, const char *path, char *err, size_t
   log->metrics_path = path;
   if (!path[0])
     return 0;
-  log->metrics = fopen(path, "a");
-  if (!log->metrics)
-    return errf(err, n, "log.metrics %s: cannot open it for appending: %s", path, strerror(errno));
-  return 0;
+  return path_fopen_output("log.metrics", path, 1, &log->metrics, err, n);
+}
+
+/* 0 ok; TRAIN_PLAN_ERROR for a path that is not a regular file; TRAIN_RUNTIME_ERROR otherwise. */
+static int status_of(int rc)
+{
+  return rc == 2 ? TRAIN_PLAN_ERROR : rc ? TRAIN_RUNTIME_ERROR : TRAIN_OK;
+}
+
+static int check_input(const char *field, const char *path, char *err, size_t n)
+{
+  int fd, rc = path[0] ? path_open_input(field, path, 0, &fd, NULL, err, n) : 0;
+  if (path[0] && rc == 0)
+    close(fd);
+  return rc == 2 ? TRAIN_PLAN_ERROR : TRAIN_OK; /* a missing file: its reader says so */
+}
+
+static int prepare_inputs(const struct plan *p, char *err, size_t n)
+{
+  int rc = TRAIN_OK;
+  if (!p->data.synthetic[0])
+    rc = check_input("data.train", p->data.train, err, n);
+  if (!rc && !p->data.synthetic[0])
+    rc = check_input("data.val", p->data.val, err, n);
+  char latest[4096], why[512];
+  long long step;
+  const int found = p->checkpoint.dir[0] ? ckpt_find_latest(p->checkpoint.dir, latest, sizeof latest, &step, why,
+                                                            sizeof why) : 1;
+  if (!rc && found == 0) {
+    char what[4300];
+    if (manifest_special_file(latest, what, sizeof what)) { /* the manifest or a shard file */
+      errf(err, n, "checkpoint.dir %s: %s", p->checkpoint.dir, what);
+      rc = TRAIN_PLAN_ERROR;
+    }
+  } else if (!rc && found > 0) { /* init.from is not read when resuming */
+    rc = check_input("init.from", p->init.from, err, n);
+  }
+  return rc;
 }
 
 static int prepare_outputs(const struct plan *p, struct run_log *log, struct run_locks *locks, char *err, size_t n)
 {
   char lock[4200];
-  const char *dir = p->checkpoint.dir, *metrics = p->log.metrics;
+  const char *dir = p->checkpoint.dir, *metrics = p->log.metrics, *export_ = p->export_.path;
   if (dir[0]) {
     snprintf(lock, sizeof lock, "%s/.lock", dir);
     if (run_probe_dir("checkpoint.dir", dir, err, n) || run_lock_take(&locks->ckpt, "checkpoint.dir", dir, lock, err, n))
-      return 1;
+      return TRAIN_RUNTIME_ERROR;
   }
+  int rc;
   if (metrics[0]) {
     snprintf(lock, sizeof lock, "%s.lock", metrics);
-    if (run_probe_file("log.metrics", metrics, err, n) ||
-        run_lock_take(&locks->metrics, "log.metrics", metrics, lock, err, n) || open_metrics(log, metrics, err, n))
-      return 1;
+    if ((rc = run_probe_file("log.metrics", metrics, err, n)) != 0)
+      return status_of(rc);
+    if (run_lock_take(&locks->metrics, "log.metrics", metrics, lock, err, n))
+      return TRAIN_RUNTIME_ERROR;
+    if ((rc = open_metrics(log, metrics, err, n)) != 0)
+      return status_of(rc);
   }
-  return run_probe_file("export.path", p->export_.path, err, n) || run_probe_file("log.trace", p->log.trace, err, n);
+  if (export_[0]) {
+    snprintf(lock, sizeof lock, "%s.lock", export_);
+    if ((rc = run_probe_file("export.path", export_, err, n)) != 0)
+      return status_of(rc);
+    if (run_lock_take(&locks->export_, "export.path", export_, lock, err, n))
+      return TRAIN_RUNTIME_ERROR;
+  }
+  if ((rc = run_probe_file("log.trace", p->log.trace, err, n)) != 0)
+    return status_of(rc);
+  return prepare_inputs(p, err, n);
 }
 
 static int write_metrics_line(struct run_log *log, const char *line, char *err, size_t n)
@@ -591,9 +643,10 @@ int train_run(const struct plan *p, struct comm_group *const *groups, FILE *out,
   struct comm_group *all = groups ? comm_world() : NULL;
   const int rank0 = !all || all->rank == 0;
   struct run_log log = { rank0 ? out : NULL, NULL, "" };
-  struct run_locks locks = { { .fd = -1 }, { .fd = -1 } };
-  /* Everything the run will write, tried and locked before the trainer opens (exit 1). */
-  int rc = rank0 && prepare_outputs(p, &log, &locks, err, err_size) ? TRAIN_RUNTIME_ERROR : TRAIN_OK;
+  struct run_locks locks = { { .fd = -1 }, { .fd = -1 }, { .fd = -1 } };
+  /* Everything the run will write, tried and locked, and what it will read, looked at, before
+   * the trainer opens (exit 1; exit 2 for a path that is not a regular file). */
+  int rc = rank0 ? prepare_outputs(p, &log, &locks, err, err_size) : TRAIN_OK;
   rc = train_agree(all, rc, err, err_size);
   struct trainer t;
   int opened = rc;
@@ -637,6 +690,7 @@ int train_run(const struct plan *p, struct comm_group *const *groups, FILE *out,
   }
   if (log.metrics)
     fclose(log.metrics);
+  run_lock_release(&locks.export_);
   run_lock_release(&locks.metrics);
   run_lock_release(&locks.ckpt);
   if (opened == TRAIN_OK)

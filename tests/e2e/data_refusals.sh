@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `tycho run` refuses data it cannot use, at once and naming the field: a FIFO as data.train (its
-# open waited for a writer forever), an llm.c file with a wrong magic (it was read as raw tokens
+# open waited for a writer forever; now exit 2, a plan error), an llm.c file with a wrong magic (it was read as raw tokens
 # and refused for "token 24910 ... is not below vocab 64"), and evaluation asked for without a
 # validation set (it was skipped without a word; now a plan error naming train.eval_every and
 # data.val).
@@ -29,9 +29,9 @@ expect() {
 }
 
 mkfifo "$tmp/train.fifo"
-expect 1 "tycho: data.train: $tmp/train.fifo: a FIFO (named pipe), not a regular file" \
+expect 2 "tycho: plan error: data.train $tmp/train.fifo: is a FIFO, not a regular file" \
   $plan --set data.train="$tmp/train.fifo"
-expect 1 "tycho: data.val: $tmp/train.fifo: a FIFO (named pipe), not a regular file" \
+expect 2 "tycho: plan error: data.val $tmp/train.fifo: is a FIFO, not a regular file" \
   $plan --set data.val="$tmp/train.fifo"
 
 # the reference tokens with the magic 12345678 in place of 20240520

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # `tycho run` tries everything it will write before step 1 and holds what only one run may
 # write. Refused with exit 1 and no step run, naming the field and the path: export.path under a
-# regular file, in /proc, or a folder; log.metrics in /proc or under a file; checkpoint.dir under
-# a file; log.trace in /proc/self. A second run on the checkpoint.dir or log.metrics of a live
-# run is refused naming the holder (pid, host) and leaves that run's step_N.tmp alone; the
-# first run, ended by SIGTERM, gives its locks back (a third run takes them). A stale
-# step_N.tmp is removed at start, and a checkpoint write that fails removes its own. A metrics
-# write that fails mid-run (prlimit's file-size limit) names the path and strerror.
+# regular file or in /proc (a folder, a FIFO or a device there: special_files.sh); log.metrics in
+# /proc or under a file; checkpoint.dir under a file; log.trace in /proc/self. A second run on
+# the checkpoint.dir or log.metrics of a live run is refused naming the holder (pid, host) and
+# leaves that run's step_N.tmp alone; the first run, ended by SIGTERM, gives its locks back (a
+# third run takes them). A stale step_N.tmp is removed at start, and a checkpoint write that
+# fails removes its own. A metrics write that fails mid-run (prlimit's file-size limit) names the
+# path and strerror.
 # usage: run_outputs.sh TYCHO   (run from the source folder)
 set -u
 tycho=$1
@@ -33,7 +34,6 @@ refused "tycho: export.path /proc/model.safetensors: cannot create files in the 
   --set export.path=/proc/model.safetensors
 refused "tycho: export.path /proc/tycho-test/model.safetensors: cannot create the folder /proc/tycho-test: " \
   --set export.path=/proc/tycho-test/model.safetensors
-refused "tycho: export.path $tmp: is a folder, not a file" --set export.path="$tmp"
 refused "tycho: log.metrics /proc/metrics.jsonl: cannot create files in the folder /proc: " \
   --set log.metrics=/proc/metrics.jsonl
 refused "tycho: log.metrics $tmp/file/metrics.jsonl: $tmp/file: not a folder" --set log.metrics="$tmp/file/metrics.jsonl"

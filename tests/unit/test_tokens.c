@@ -281,7 +281,7 @@ static void bad_files_are_refused_with_their_cause(void)
   free(path);
 
   CHECK(tokens_open(&tf, "/tmp", 100, 8, err, sizeof err) != 0);
-  CHECK_STR_CONTAINS(err, "/tmp: a folder, not a regular file");
+  CHECK_STR_CONTAINS(err, "/tmp: is a folder, not a regular file");
   free(t);
 }
 
@@ -297,7 +297,7 @@ static void a_fifo_is_refused_without_blocking(void)
   alarm(20);
   CHECK(tokens_open(&tf, path, 64, 8, err, sizeof err) != 0);
   alarm(0);
-  CHECK_STR_CONTAINS(err, "/train.bin: a FIFO (named pipe), not a regular file");
+  CHECK_STR_CONTAINS(err, "/train.bin: is a FIFO, not a regular file");
   unlink(path);
   rmdir(dir);
 }
