@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,14 +21,11 @@
 #include "runtime/train.h"
 #include "util/err.h"
 
-enum { CKPT_MODEL_KEYS_DENSE = 7, CKPT_MODEL_KEYS = 9 };
+#include "runtime/manifest.h"
 #include "util/hash.h"
 #include "util/json.h"
 #include "util/path.h"
 #include "util/strbuf.h"
-
-enum ckpt_kind { CKPT_PARAM, CKPT_EXP_AVG, CKPT_EXP_AVG_SQ, CKPT_N_KINDS };
-static const char *const kind_names[CKPT_N_KINDS] = { "param", "exp_avg", "exp_avg_sq" };
 
 /* A piece: elements [lo, hi) (row-major) of the block (r0, c0, rows, cols) of one tensor. */
 struct ckpt_piece {
@@ -152,7 +148,7 @@ static int write_piece(void *ctx, const struct model *m, const struct model_para
   const real *view = hostview_open(m->k, m->kctx, mem, bytes, 1);
   if (!view)
     return errf(w->err, w->err_size, "out of host memory staging the %s piece of %s for %s",
-                kind_names[kind], p->name, w->path);
+                ckpt_kind_names[kind], p->name, w->path);
   struct ckpt_piece *q = &w->pieces[w->n++];
   param_block(p, &q->r0, &q->c0, &q->rows, &q->cols);
   q->param = index;
@@ -186,24 +182,60 @@ static void step_folder(char *out, size_t n, const char *dir, long long step, in
   snprintf(out, n, "%s/step_%08lld%s", dir, step, tmp ? ".tmp" : "");
 }
 
-/* rm -r of a folder of plain files (a checkpoint). */
+/* Removes the entry `name` of the folder open as parent_fd, never following a symbolic link: a link
+ * (or any entry not a folder) is unlinked itself, never its target; a folder is emptied the
+ * same way through a descriptor opened with O_NOFOLLOW, then removed. So a step folder that is a
+ * link into another run's checkpoints loses the link, and that run keeps its files. 0, or -1
+ * with errno (of the first failure). */
+static int remove_at(int parent_fd, const char *name, int depth)
+{
+  if (!unlinkat(parent_fd, name, 0) || errno == ENOENT)
+    return 0;
+  if (errno != EISDIR && errno != EPERM) /* a folder: EISDIR (Linux), EPERM (POSIX) */
+    return -1;
+  if (depth >= 8) { /* a checkpoint holds plain files: deeper is not one of ours */
+    errno = ELOOP;
+    return -1;
+  }
+  int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  DIR *dh = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!dh) {
+    const int e = errno;
+    if (fd >= 0)
+      close(fd);
+    errno = e;
+    return -1;
+  }
+  int rc = 0, first = 0;
+  struct dirent *e;
+  while ((e = readdir(dh)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && remove_at(fd, e->d_name, depth + 1) && !rc)
+      rc = -1, first = errno;
+  closedir(dh);
+  if (unlinkat(parent_fd, name, AT_REMOVEDIR) && !rc)
+    rc = -1, first = errno;
+  errno = first;
+  return rc;
+}
+
+/* rm -r of a step folder, path = DIR/NAME: DIR (checkpoint.dir) is opened as given, NAME and
+ * everything under it without following a link (remove_at). Missing: nothing to do. */
 static int remove_folder(const char *path)
 {
-  DIR *dh = opendir(path);
-  if (!dh)
+  char parent[4096];
+  const char *slash = strrchr(path, '/'), *name = slash ? slash + 1 : path;
+  if (slash)
+    snprintf(parent, sizeof parent, "%.*s", (int)(slash == path ? 1 : slash - path), path);
+  else
+    snprintf(parent, sizeof parent, ".");
+  int parent_fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (parent_fd < 0)
     return errno == ENOENT ? 0 : -1;
-  struct dirent *e;
-  char file[4096];
-  int rc = 0;
-  while ((e = readdir(dh))) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-      continue;
-    snprintf(file, sizeof file, "%s/%s", path, e->d_name);
-    if (unlink(file))
-      rc = -1;
-  }
-  closedir(dh);
-  return rmdir(path) || rc ? -1 : 0;
+  int rc = remove_at(parent_fd, name, 0);
+  const int e = errno;
+  close(parent_fd);
+  errno = e;
+  return rc;
 }
 
 /* Steps of the complete checkpoints in dir (step_N folders with a manifest), ascending. */
@@ -412,7 +444,7 @@ static void manifest_text(struct strbuf *b, const struct trainer *t, long long s
           continue;
         json_begin_object(&j);
         json_key(&j, "kind");
-        json_string(&j, kind_names[kind]);
+        json_string(&j, ckpt_kind_names[kind]);
         json_key(&j, "file");
         json_int(&j, e->rank);
         json_key(&j, "offset");
@@ -816,65 +848,24 @@ void ckpt_async_abandon(struct trainer *t)
 
 /* ---- reading ---------------------------------------------------------------------------- */
 
-struct src_piece {
-  int kind, file;
-  int64_t offset, r0, c0, rows, cols, lo, hi;
-  uint64_t hash;
-  int checked;
-};
-
-struct src_tensor {
-  const char *name;
-  int n_dims;
-  int64_t shape[2];
-  int n_pieces;
-  struct src_piece *pieces;
-};
-
-struct mapping {
-  void *map;
-  size_t bytes;
-  int opened; /* 1 mapped, -1 failed */
-};
-
-struct manifest {
-  char path[4096];     /* the checkpoint folder */
-  char *text;
-  struct json_doc j;
-  int parsed;
-  long long step, world, mesh[4]; /* tp, pp, dp, zero */
-  long long model[CKPT_MODEL_KEYS];
-  char plan_hash[32], plan[256];
-  int n_files;
-  const char **files;
-  struct mapping *maps;
-  int n_tensors;
-  struct src_tensor *tensors;
-  int in_memory;       /* a replan's (ckpt_mem): maps[] point into its buffer, text holds the names */
-  int computes;        /* the "computes" object's node, or -1 (a manifest from before it) */
-  int state;           /* the "state" object's node, or -1 */
-};
-
-/* The model's shape a checkpoint must match; the moe_* keys are 0 for a dense model, and a
- * manifest written before them (without them) is a dense model's. */
-static const char *const model_keys[CKPT_MODEL_KEYS] = { "n_layers", "dim", "n_heads", "n_kv_heads",
-                                                         "ffn_dim", "vocab", "tie_embeddings", "moe_experts",
-                                                         "moe_ffn_dim" };
-
-static void manifest_free(struct manifest *mf)
+/* The checkpoint at path: path/manifest.json, or, when path holds step_N folders, the newest.
+ * Read and checked by the one manifest reader (manifest.h). mf is to be freed either way. */
+static int manifest_open(struct manifest *mf, const char *path, char *err, size_t err_size)
 {
-  for (int f = 0; f < mf->n_files && mf->maps; f++)
-    if (!mf->in_memory && mf->maps[f].opened == 1 && mf->maps[f].bytes)
-      munmap(mf->maps[f].map, mf->maps[f].bytes);
-  for (int i = 0; i < mf->n_tensors; i++)
-    free(mf->tensors[i].pieces);
-  free(mf->tensors);
-  free(mf->maps);
-  free(mf->files);
-  if (mf->parsed)
-    json_free(&mf->j);
-  free(mf->text);
+  char file[4200], latest[4096];
+  struct stat st;
   memset(mf, 0, sizeof *mf);
+  snprintf(file, sizeof file, "%s/manifest.json", path);
+  if (stat(file, &st) && errno == ENOENT) {
+    long long step;
+    int found = ckpt_find_latest(path, latest, sizeof latest, &step, err, err_size);
+    if (found < 0)
+      return 1;
+    if (found > 0)
+      return errf(err, err_size, "%s: not a checkpoint (no manifest.json) and holds no step_N checkpoint", path);
+    path = latest;
+  }
+  return manifest_read(mf, path, err, err_size);
 }
 
 static int get_int(const struct json_doc *j, int obj, const char *key, long long *out)
@@ -885,207 +876,6 @@ static int get_int(const struct json_doc *j, int obj, const char *key, long long
     return -1;
   *out = (long long)v;
   return 0;
-}
-
-static int get_ints(const struct json_doc *j, int arr, int64_t *out, int n)
-{
-  if (arr < 0 || j->nodes[arr].type != JSON_ARRAY || j->nodes[arr].n_children != n)
-    return -1;
-  int k = 0;
-  for (int c = j->nodes[arr].first; c >= 0; c = j->nodes[c].next) {
-    uint64_t v;
-    if (!json_uint64(j, c, &v) || v > (uint64_t)INT64_MAX)
-      return -1;
-    out[k++] = (int64_t)v;
-  }
-  return 0;
-}
-
-/* Reads and checks path/manifest.json (or, when path holds step_N folders, the newest). */
-static int manifest_open(struct manifest *mf, const char *path, char *err, size_t err_size)
-{
-  memset(mf, 0, sizeof *mf);
-  mf->computes = -1;
-  mf->state = -1;
-  char file[4200];
-  snprintf(mf->path, sizeof mf->path, "%s", path);
-  snprintf(file, sizeof file, "%s/manifest.json", path);
-  struct stat st;
-  if (stat(file, &st) && errno == ENOENT) {
-    long long step;
-    char latest[4096];
-    int found = ckpt_find_latest(path, latest, sizeof latest, &step, err, err_size);
-    if (found < 0)
-      return 1;
-    if (found > 0)
-      return errf(err, err_size, "%s: not a checkpoint (no manifest.json) and holds no step_N checkpoint", path);
-    snprintf(mf->path, sizeof mf->path, "%s", latest);
-    snprintf(file, sizeof file, "%s/manifest.json", latest);
-  }
-  FILE *f = fopen(file, "rb");
-  if (!f)
-    return errf(err, err_size, "%s: cannot open: %s", file, strerror(errno));
-  if (fseek(f, 0, SEEK_END) || ftell(f) < 0) {
-    fclose(f);
-    return errf(err, err_size, "%s: cannot read", file);
-  }
-  size_t n = (size_t)ftell(f);
-  rewind(f);
-  mf->text = malloc(n + 1);
-  if (!mf->text || fread(mf->text, 1, n, f) != n) {
-    fclose(f);
-    return errf(err, err_size, "%s: cannot read", file);
-  }
-  fclose(f);
-  mf->text[n] = 0;
-  if (json_parse(&mf->j, mf->text, n, file, 0, err, err_size))
-    return 1;
-  mf->parsed = 1;
-  const struct json_doc *j = &mf->j;
-  int fmt = json_member(j, 0, "format"), ver = json_member(j, 0, "version");
-  uint64_t version;
-  if (fmt < 0 || j->nodes[fmt].type != JSON_STRING || strcmp(j->nodes[fmt].str, "tycho-checkpoint"))
-    return errf(err, err_size, "%s: not a tycho checkpoint manifest (\"format\" is not \"tycho-checkpoint\")", file);
-  if (ver < 0 || !json_uint64(j, ver, &version) || version != CKPT_FORMAT_VERSION)
-    return errf(err, err_size, "%s: format version is not %d", file, CKPT_FORMAT_VERSION);
-  int model = json_member(j, 0, "model"), mesh = json_member(j, 0, "mesh");
-  const char *mesh_keys[4] = { "tp", "pp", "dp", "zero" };
-  if (get_int(j, 0, "step", &mf->step) || get_int(j, mesh, "world", &mf->world))
-    return errf(err, err_size, "%s: \"step\" or \"mesh.world\" missing or not a count", file);
-  for (int i = 0; i < 4; i++)
-    if (get_int(j, mesh, mesh_keys[i], &mf->mesh[i]))
-      return errf(err, err_size, "%s: \"mesh.%s\" missing or not a count", file, mesh_keys[i]);
-  for (int i = 0; i < CKPT_MODEL_KEYS; i++)
-    if (get_int(j, model, model_keys[i], &mf->model[i])) {
-      if (i >= CKPT_MODEL_KEYS_DENSE && json_member(j, model, model_keys[i]) < 0)
-        mf->model[i] = 0; /* a dense model's manifest from before the moe keys */
-      else
-        return errf(err, err_size, "%s: \"model.%s\" missing or not a count", file, model_keys[i]);
-    }
-  int h = json_member(j, 0, "plan_hash"), pl = json_member(j, 0, "plan");
-  snprintf(mf->plan_hash, sizeof mf->plan_hash, "%s", h >= 0 && j->nodes[h].type == JSON_STRING ? j->nodes[h].str : "?");
-  snprintf(mf->plan, sizeof mf->plan, "%s", pl >= 0 && j->nodes[pl].type == JSON_STRING ? j->nodes[pl].str : "?");
-  mf->state = json_member(j, 0, "state");
-  mf->computes = json_member(j, 0, "computes");
-  if (mf->computes >= 0 && j->nodes[mf->computes].type != JSON_OBJECT)
-    return errf(err, err_size, "%s: \"computes\" must be an object", file);
-  int files = json_member(j, 0, "files"), tensors = json_member(j, 0, "tensors");
-  if (files < 0 || j->nodes[files].type != JSON_ARRAY || tensors < 0 || j->nodes[tensors].type != JSON_ARRAY)
-    return errf(err, err_size, "%s: \"files\" and \"tensors\" must be arrays", file);
-  mf->n_files = j->nodes[files].n_children;
-  mf->files = calloc((size_t)mf->n_files + 1, sizeof *mf->files);
-  mf->maps = calloc((size_t)mf->n_files + 1, sizeof *mf->maps);
-  mf->n_tensors = j->nodes[tensors].n_children;
-  mf->tensors = calloc((size_t)mf->n_tensors + 1, sizeof *mf->tensors);
-  if (!mf->files || !mf->maps || !mf->tensors)
-    return errf(err, err_size, "%s: out of memory", file);
-  int k = 0;
-  for (int c = j->nodes[files].first; c >= 0; c = j->nodes[c].next, k++) {
-    const char *s = j->nodes[c].type == JSON_STRING ? j->nodes[c].str : NULL;
-    if (!s || !s[0] || strchr(s, '/') || !strcmp(s, "..") || !strcmp(s, "."))
-      return errf(err, err_size, "%s: files[%d] is not a plain file name", file, k);
-    mf->files[k] = s;
-  }
-  k = 0;
-  for (int c = j->nodes[tensors].first; c >= 0; c = j->nodes[c].next, k++) {
-    struct src_tensor *tt = &mf->tensors[k];
-    int name = json_member(j, c, "name"), shape = json_member(j, c, "shape"), pieces = json_member(j, c, "pieces");
-    int dtype = json_member(j, c, "dtype");
-    if (name < 0 || j->nodes[name].type != JSON_STRING || shape < 0 || j->nodes[shape].type != JSON_ARRAY ||
-        pieces < 0 || j->nodes[pieces].type != JSON_ARRAY)
-      return errf(err, err_size, "%s: tensors[%d] needs \"name\", \"shape\" and \"pieces\"", file, k);
-    tt->name = j->nodes[name].str;
-    if (dtype < 0 || j->nodes[dtype].type != JSON_STRING)
-      return errf(err, err_size, "%s: tensor %s: dtype must be \"%s\"", file, tt->name, REAL_DTYPE);
-    if (strcmp(j->nodes[dtype].str, REAL_DTYPE))
-      return errf(err, err_size, "%s: tensor %s is %s, and this build of tycho computes in %s (%s): a "
-                  "checkpoint resumes in a build of its own element type (F64: -DTYCHO_FLOAT64=ON)", file,
-                  tt->name, j->nodes[dtype].str, REAL_NAME, REAL_DTYPE);
-    tt->n_dims = j->nodes[shape].n_children;
-    if (tt->n_dims < 1 || tt->n_dims > 2 || get_ints(j, shape, tt->shape, tt->n_dims))
-      return errf(err, err_size, "%s: tensor %s: shape must be 1 or 2 counts", file, tt->name);
-    if (tt->n_dims == 1)
-      tt->shape[1] = 1;
-    tt->n_pieces = j->nodes[pieces].n_children;
-    tt->pieces = calloc((size_t)tt->n_pieces + 1, sizeof *tt->pieces);
-    if (!tt->pieces)
-      return errf(err, err_size, "%s: out of memory", file);
-    int q = 0;
-    for (int e = j->nodes[pieces].first; e >= 0; e = j->nodes[e].next, q++) {
-      struct src_piece *sp = &tt->pieces[q];
-      int kind = json_member(j, e, "kind"), hash = json_member(j, e, "fnv1a64");
-      long long fileno, offset;
-      int64_t block[4], range[2];
-      sp->kind = -1;
-      for (int kk = 0; kind >= 0 && j->nodes[kind].type == JSON_STRING && kk < CKPT_N_KINDS; kk++)
-        if (!strcmp(j->nodes[kind].str, kind_names[kk]))
-          sp->kind = kk;
-      char *end = NULL;
-      if (hash >= 0 && j->nodes[hash].type == JSON_STRING)
-        sp->hash = strtoull(j->nodes[hash].str, &end, 16);
-      if (sp->kind < 0 || !end || *end || get_int(j, e, "file", &fileno) || get_int(j, e, "offset", &offset) ||
-          get_ints(j, json_member(j, e, "block"), block, 4) || get_ints(j, json_member(j, e, "range"), range, 2))
-        return errf(err, err_size, "%s: tensor %s, piece %d: needs \"kind\" (param, exp_avg or exp_avg_sq), "
-                    "\"file\", \"offset\", \"block\" [4 counts], \"range\" [2 counts] and \"fnv1a64\"", file, tt->name, q);
-      sp->file = (int)fileno;
-      sp->offset = offset;
-      sp->r0 = block[0], sp->c0 = block[1], sp->rows = block[2], sp->cols = block[3];
-      sp->lo = range[0], sp->hi = range[1];
-      if (fileno >= mf->n_files || sp->cols < 1 || sp->rows < 1 || sp->lo > sp->hi ||
-          sp->hi > sp->rows * sp->cols || sp->c0 + sp->cols > tt->shape[1])
-        return errf(err, err_size, "%s: tensor %s, piece %d: file, block or range out of bounds", file, tt->name, q);
-    }
-  }
-  return 0;
-}
-
-/* The bytes of piece sp, mapped, its checksum checked once. NULL with a message. */
-static const real *piece_data(struct manifest *mf, const struct src_tensor *tt, struct src_piece *sp,
-                               char *err, size_t err_size)
-{
-  struct mapping *mp = &mf->maps[sp->file];
-  char file[4400];
-  snprintf(file, sizeof file, "%s/%s", mf->path, mf->files[sp->file]);
-  if (mp->opened == 0) {
-    mp->opened = -1;
-    int fd = open(file, O_RDONLY);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st)) {
-      errf(err, err_size, "checkpoint %s: cannot open %s: %s", mf->path, file, strerror(errno));
-      if (fd >= 0)
-        close(fd);
-      return NULL;
-    }
-    mp->bytes = (size_t)st.st_size;
-    mp->map = mp->bytes ? mmap(NULL, mp->bytes, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
-    close(fd);
-    if (mp->bytes && mp->map == MAP_FAILED) {
-      errf(err, err_size, "checkpoint %s: cannot map %s: %s", mf->path, file, strerror(errno));
-      return NULL;
-    }
-    mp->opened = 1;
-  }
-  if (mp->opened < 0) {
-    errf(err, err_size, "checkpoint %s: cannot read %s", mf->path, file);
-    return NULL;
-  }
-  const size_t bytes = (size_t)(sp->hi - sp->lo) * sizeof(real);
-  if ((size_t)sp->offset > mp->bytes || bytes > mp->bytes - (size_t)sp->offset || sp->offset % sizeof(real)) {
-    errf(err, err_size, "checkpoint %s: %s is truncated: %s's %s piece needs bytes [%lld, %lld) of %zu",
-         mf->path, file, tt->name, kind_names[sp->kind], (long long)sp->offset,
-         (long long)sp->offset + (long long)bytes, mp->bytes);
-    return NULL;
-  }
-  const real *data = (const real *)((const char *)mp->map + sp->offset);
-  if (!sp->checked) {
-    if (hash_fnv1a64_bytes(data, bytes) != sp->hash) {
-      errf(err, err_size, "checkpoint %s: %s is corrupt: %s's %s piece at byte %lld fails its checksum",
-           mf->path, file, tt->name, kind_names[sp->kind], (long long)sp->offset);
-      return NULL;
-    }
-    sp->checked = 1;
-  }
-  return data;
 }
 
 /* Elements with row < limit of the block (rows, cols) range [lo, hi). */
@@ -1105,7 +895,7 @@ static int64_t range_count(int64_t r0, int64_t rows, int64_t cols, int64_t lo, i
  * view of the range) what source piece sp holds of it, over rows below `limit`. Returns the
  * elements copied. */
 static int64_t copy_overlap(real *dst, int64_t tr0, int64_t tc0, int64_t trows, int64_t tcols,
-                            int64_t tlo, int64_t thi, const struct src_piece *sp, const real *src,
+                            int64_t tlo, int64_t thi, const struct manifest_piece *sp, const real *src,
                             int64_t limit)
 {
   int64_t g0 = tr0 > sp->r0 ? tr0 : sp->r0;
@@ -1136,7 +926,7 @@ struct loader {
   size_t err_size;
 };
 
-static struct src_tensor *find_tensor(struct manifest *mf, const char *name)
+static struct manifest_tensor *find_tensor(struct manifest *mf, const char *name)
 {
   for (int i = 0; i < mf->n_tensors; i++)
     if (!strcmp(mf->tensors[i].name, name))
@@ -1150,7 +940,7 @@ static int load_piece(void *ctx, const struct model *m, const struct model_param
   (void)index;
   struct loader *ld = ctx;
   struct manifest *mf = ld->mf;
-  struct src_tensor *tt = find_tensor(mf, p->name);
+  struct manifest_tensor *tt = find_tensor(mf, p->name);
   if (!tt)
     return errf(ld->err, ld->err_size, "checkpoint %s: has no tensor %s", mf->path, p->name);
   const int64_t s1 = p->n_dims == 2 ? p->shape[1] : 1;
@@ -1164,16 +954,16 @@ static int load_piece(void *ctx, const struct model *m, const struct model_param
   real *view = hostview_open(m->k, m->kctx, mem, bytes, 0);
   if (!view)
     return errf(ld->err, ld->err_size, "checkpoint %s: out of host memory staging the %s of %s",
-                mf->path, kind_names[kind], p->name);
+                mf->path, ckpt_kind_names[kind], p->name);
   memset(view, 0, bytes); /* vocabulary padding stays zero */
   int64_t copied = 0;
   for (int k = 0; k < tt->n_pieces; k++) {
-    struct src_piece *sp = &tt->pieces[k];
+    struct manifest_piece *sp = &tt->pieces[k];
     if (sp->kind != kind || sp->r0 >= r0 + rows || sp->r0 + sp->rows <= r0)
       continue;
     if (sp->c0 >= c0 + cols || sp->c0 + sp->cols <= c0)
       continue;
-    const real *src = piece_data(mf, tt, sp, ld->err, ld->err_size);
+    const real *src = manifest_piece_data(mf, tt, sp, ld->err, ld->err_size);
     if (!src) { /* partly loaded, as the range would be had it been written in place */
       hostview_close(m->k, m->kctx, mem, view, bytes, 1);
       return 1;
@@ -1186,13 +976,13 @@ static int load_piece(void *ctx, const struct model *m, const struct model_param
       hostview_close(m->k, m->kctx, mem, view, bytes, 1);
       return errf(ld->err, ld->err_size, "checkpoint %s: the %s of %s holds %s (element %zu of this rank's "
                   "range): the run that saved it had diverged; resume from an earlier checkpoint",
-                  mf->path, kind_names[kind], p->name, isnan(v) ? "nan" : v > 0 ? "inf" : "-inf", lo + e);
+                  mf->path, ckpt_kind_names[kind], p->name, isnan(v) ? "nan" : v > 0 ? "inf" : "-inf", lo + e);
     }
   hostview_close(m->k, m->kctx, mem, view, bytes, 1);
   const int64_t want = range_count(r0, rows, cols, (int64_t)lo, (int64_t)hi, p->shape[0]);
   if (copied != want)
     return errf(ld->err, ld->err_size, "checkpoint %s: the %s pieces of %s cover %lld of the %lld elements "
-                "this rank needs", mf->path, kind_names[kind], p->name, (long long)copied, (long long)want);
+                "this rank needs", mf->path, ckpt_kind_names[kind], p->name, (long long)copied, (long long)want);
   return 0;
 }
 
@@ -1212,7 +1002,7 @@ static int load_manifest(struct trainer *t, struct manifest *mf, char *err, size
   for (int i = 0; i < CKPT_MODEL_KEYS; i++)
     if (mf->model[i] != vals[i])
       return errf(err, err_size, "checkpoint %s: its model has %s = %lld, the plan's %lld", mf->path,
-                  model_keys[i], mf->model[i], vals[i]);
+                  ckpt_model_keys[i], mf->model[i], vals[i]);
   struct loader ld = { mf, err, err_size };
   t->model.bf16_fresh = 0; /* bf16 models: the copies are rounded again before the next forward */
   if (for_each_piece(t, 0, load_piece, &ld))
@@ -1374,7 +1164,7 @@ static int mem_manifest(struct ckpt_mem *cm, const struct trainer *t, const stru
       mf->tensors[all[k].param].n_pieces++;
   for (int i = 0; i < m->n_params; i++) {
     const struct model_param *p = &m->params[i];
-    struct src_tensor *tt = &mf->tensors[i];
+    struct manifest_tensor *tt = &mf->tensors[i];
     size_t len = strlen(p->name) + 1;
     memcpy(s, p->name, len);
     tt->name = s;
@@ -1389,8 +1179,8 @@ static int mem_manifest(struct ckpt_mem *cm, const struct trainer *t, const stru
   }
   for (int k = 0; k < n_all; k++) {
     const struct ckpt_piece *e = &all[k];
-    struct src_tensor *tt = &mf->tensors[e->param];
-    struct src_piece *sp = &tt->pieces[tt->n_pieces++];
+    struct manifest_tensor *tt = &mf->tensors[e->param];
+    struct manifest_piece *sp = &tt->pieces[tt->n_pieces++];
     sp->kind = (int)e->kind;
     sp->file = (int)e->rank;
     sp->offset = e->offset;
@@ -1501,7 +1291,7 @@ int ckpt_inspect(const char *path, FILE *out, char *err, size_t err_size)
   fprintf(out, "checkpoint %s: step %lld of plan %s (hash %s)\n", mf.path, mf.step, mf.plan, mf.plan_hash);
   fprintf(out, "model:");
   for (int i = 0; i < (mf.model[CKPT_MODEL_KEYS_DENSE] > 0 ? CKPT_MODEL_KEYS : CKPT_MODEL_KEYS_DENSE); i++)
-    fprintf(out, " %s %lld", model_keys[i], mf.model[i]);
+    fprintf(out, " %s %lld", ckpt_model_keys[i], mf.model[i]);
   fprintf(out, "\nsaved on %lld ranks: tp %lld, pp %lld, dp %lld, zero %lld\n", mf.world, mf.mesh[0],
           mf.mesh[1], mf.mesh[2], mf.mesh[3]);
   if (mf.computes >= 0) { /* what a resume compares */
@@ -1511,90 +1301,63 @@ int ckpt_inspect(const char *path, FILE *out, char *err, size_t err_size)
         fprintf(out, " %s=%s", mf.j.nodes[c].key, mf.j.nodes[c].str);
     fprintf(out, "\n");
   }
-  long long *bytes = calloc((size_t)mf.n_files + 1, sizeof *bytes), pieces = 0, total = 0;
+  /* sums of bytes the shards are not read to confirm: doubles, which cannot overflow */
+  double *bytes = calloc((size_t)mf.n_files + 1, sizeof *bytes), total = 0;
+  long long pieces = 0;
   for (int i = 0; bytes && i < mf.n_tensors; i++)
     for (int k = 0; k < mf.tensors[i].n_pieces; k++) {
-      const struct src_piece *sp = &mf.tensors[i].pieces[k];
-      bytes[sp->file] += (sp->hi - sp->lo) * (int64_t)sizeof(real);
-      total += (sp->hi - sp->lo) * (int64_t)sizeof(real);
+      const struct manifest_piece *sp = &mf.tensors[i].pieces[k];
+      bytes[sp->file] += (double)(sp->hi - sp->lo) * (double)sizeof(real);
+      total += (double)(sp->hi - sp->lo) * (double)sizeof(real);
       pieces++;
     }
-  fprintf(out, "%d tensors, %lld pieces, %.2f MiB in %d files:\n", mf.n_tensors, pieces, (double)total / 1048576.0, mf.n_files);
+  fprintf(out, "%d tensors, %lld pieces, %.2f MiB in %d files:\n", mf.n_tensors, pieces, total / 1048576.0, mf.n_files);
   for (int f = 0; bytes && f < mf.n_files; f++)
-    fprintf(out, "  %s  %lld bytes\n", mf.files[f], bytes[f]);
+    fprintf(out, "  %s  %.0f bytes\n", mf.files[f], bytes[f]);
   free(bytes);
   manifest_free(&mf);
   return 0;
 }
 
+/* The reader has judged the coverage (every element of every tensor and kind in exactly one
+ * piece) as it does for a resume; this reads every piece: its bytes within its file, its
+ * checksum, every element finite. */
 int ckpt_verify(const char *path, FILE *out, char *err, size_t err_size)
 {
   struct manifest mf;
   if (manifest_open(&mf, path, err, err_size))
     return manifest_free(&mf), 1;
-  long long pieces = 0, total = 0;
-  double largest = 0.0;
+  long long pieces = 0;
+  double total = 0.0, largest = 0.0;
   const char *largest_name = "";
   for (int i = 0; i < mf.n_tensors; i++) {
-    struct src_tensor *tt = &mf.tensors[i];
-    const int64_t n = tt->shape[0] * tt->shape[1];
-    for (int kind = 0; kind < CKPT_N_KINDS; kind++) {
-      /* Every element of the tensor exactly once: counted per element, so an overlap and a
-       * gap cannot cancel out. */
-      unsigned char *seen = calloc((size_t)n + 1, 1);
-      if (!seen)
-        return manifest_free(&mf), errf(err, err_size, "out of memory verifying %s", tt->name);
-      for (int k = 0; k < tt->n_pieces; k++) {
-        struct src_piece *sp = &tt->pieces[k];
-        if (sp->kind != kind)
-          continue;
-        const real *data = piece_data(&mf, tt, sp, err, err_size);
-        if (!data) {
-          free(seen);
+    struct manifest_tensor *tt = &mf.tensors[i];
+    for (int k = 0; k < tt->n_pieces; k++) {
+      struct manifest_piece *sp = &tt->pieces[k];
+      const real *data = manifest_piece_data(&mf, tt, sp, err, err_size);
+      if (!data)
+        return manifest_free(&mf), 1;
+      /* a diverged run's weights: a non-finite element is an error, the largest magnitude shown */
+      for (int64_t e = 0; e < sp->hi - sp->lo; e++) {
+        const double v = (double)data[e];
+        if (!isfinite(v)) {
+          const int64_t at = sp->lo + e, row = sp->r0 + at / sp->cols, col = sp->c0 + at % sp->cols;
+          errf(err, err_size, "checkpoint %s: element [%lld, %lld] of %s (%s) is %s", mf.path, (long long)row,
+               (long long)col, tt->name, ckpt_kind_names[sp->kind], isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
           return manifest_free(&mf), 1;
         }
-        /* a diverged run's weights: a non-finite element is an error, the largest magnitude shown */
-        for (int64_t e = 0; e < sp->hi - sp->lo; e++) {
-          const double v = (double)data[e];
-          if (!isfinite(v)) {
-            const int64_t at = sp->lo + e, row = sp->r0 + at / sp->cols, col = sp->c0 + at % sp->cols;
-            free(seen);
-            errf(err, err_size, "checkpoint %s: element [%lld, %lld] of %s (%s) is %s", mf.path, (long long)row,
-                 (long long)col, tt->name, kind_names[kind], isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
-            return manifest_free(&mf), 1;
-          }
-          if (kind == CKPT_PARAM && fabs(v) > largest) {
-            largest = fabs(v);
-            largest_name = tt->name;
-          }
-        }
-        pieces++;
-        total += (sp->hi - sp->lo) * (int64_t)sizeof(real);
-        for (int64_t e = sp->lo; e < sp->hi; e++) {
-          const int64_t row = sp->r0 + e / sp->cols, col = sp->c0 + e % sp->cols;
-          if (row >= tt->shape[0])
-            continue; /* vocabulary padding */
-          if (seen[row * tt->shape[1] + col]++) {
-            free(seen);
-            errf(err, err_size, "checkpoint %s: element [%lld, %lld] of %s (%s) is in two pieces", mf.path,
-                 (long long)row, (long long)col, tt->name, kind_names[kind]);
-            return manifest_free(&mf), 1;
-          }
+        if (sp->kind == CKPT_PARAM && fabs(v) > largest) {
+          largest = fabs(v);
+          largest_name = tt->name;
         }
       }
-      for (int64_t e = 0; e < n; e++)
-        if (!seen[e]) {
-          free(seen);
-          errf(err, err_size, "checkpoint %s: element [%lld, %lld] of %s (%s) is in no piece", mf.path,
-               (long long)(e / tt->shape[1]), (long long)(e % tt->shape[1]), tt->name, kind_names[kind]);
-          return manifest_free(&mf), 1;
-        }
-      free(seen);
+      pieces++;
+      total += (double)(sp->hi - sp->lo) * (double)sizeof(real);
     }
   }
   fprintf(out, "ok: checkpoint %s, step %lld: %d tensors × %d kinds covered exactly once, %lld pieces "
           "(%.2f MiB in %d files) match their checksums; every element finite, the largest weight "
-          "|%.4g| in %s\n", mf.path, mf.step, mf.n_tensors, CKPT_N_KINDS, pieces, (double)total / 1048576.0,
+          "|%.4g| in %s\n", mf.path, mf.step, mf.n_tensors, CKPT_N_KINDS, pieces, total / 1048576.0,
           mf.n_files, largest, largest_name);
   manifest_free(&mf);
   return 0;

@@ -16,11 +16,14 @@
  * renames the folder to step_N and syncs DIR, then removes the oldest beyond checkpoint.keep:
  * a crash leaves the last good checkpoint and at worst a .tmp folder, which loading ignores and
  * the next run removes (ckpt_remove_partial); a write that fails removes its .tmp folder.
+ * Removing never follows a symbolic link below DIR: a step folder that is a link loses the link,
+ * never its target's files.
  *
  * Loading works on any other mesh, tp / pp / dp / zero (resharding): each rank reads, from the
  * memory-mapped shard files, only the pieces that overlap the blocks and ranges it holds,
- * checks each such piece's checksum, and requires every element it holds to be covered. The
- * data order, learning rate, dropout masks and AdamW's bias correction are functions of the step
+ * checks each such piece's checksum, and requires every element it holds to be covered. Every
+ * manifest is read by one checked reader (manifest.h), for a resume, verify and inspect alike.
+ * The data order, learning rate, dropout masks and AdamW's bias correction are functions of the step
  * and the seeds, so the step is the whole rest of the state; the manifest records the seeds too.
  *
  * Every function returns 0 ok, nonzero with a one-line message naming the checkpoint. */
@@ -39,8 +42,8 @@ int ckpt_find_latest(const char *dir, char *path, size_t path_size, long long *s
                      char *err, size_t err_size);
 /* Removes every step_N.tmp folder in dir (writes that did not finish: a crash, a full disk, a
  * killed run), naming each on out (may be NULL). Only for a dir this process holds locked
- * (train_run.c): another live run's .tmp is its write in progress. 0 ok (dir missing: nothing
- * to do); 1 with a message. Local. */
+ * (train_run.c): another live run's .tmp is its write in progress. A step_N.tmp that is not a
+ * folder (a link, say) is left alone. 0 ok (dir missing: nothing to do); 1 with a message. Local. */
 int ckpt_remove_partial(const char *dir, FILE *out, char *err, size_t err_size);
 /* Collective over the job: saves t (its parameters and optimizer state after `steps_done`
  * steps) as dir/step_N, then keeps the newest `keep`. Every rank returns the same status
@@ -91,8 +94,9 @@ int ckpt_mem_gather(struct trainer *t, size_t max_bytes, struct ckpt_mem **out, 
 int ckpt_mem_load(struct trainer *t, struct ckpt_mem *cm, char *err, size_t err_size);
 size_t ckpt_mem_bytes(const struct ckpt_mem *cm);
 void ckpt_mem_free(struct ckpt_mem *cm);
-/* `tycho ckpt verify`: every file present, every piece's checksum, every tensor and kind
- * covered exactly once. Prints a summary on out. */
+/* `tycho ckpt verify`: the manifest reader's checks (every tensor and kind covered exactly once,
+ * judged as a resume judges it), then every piece's bytes within its file, its checksum and
+ * every element finite. Prints a summary on out. */
 int ckpt_verify(const char *path, FILE *out, char *err, size_t err_size);
 /* `tycho ckpt inspect`: the manifest's step, model, mesh, seeds, files and tensors, without
  * reading the shards. */
