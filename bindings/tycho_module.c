@@ -1,10 +1,13 @@
 /* The `tycho` Lua module: the constructors plan files call. The work of turning a plan table
  * into a compiled plan is the host's (host/plan/compile.c); here are only tycho.plan, which
  * marks a table as a plan, and tycho.extend, which composes plans while keeping, for every
- * field, the file and line it was written on (see host/lua/srcmap.h). */
+ * field, the file and line it was written on (see host/lua/srcmap.h). Both run on plan input:
+ * extend charges its keys to the plan's instruction count and its source records to the memory
+ * cap, and takes time linear in its tables. */
 #include "tycho_module.h"
 
 #include <lauxlib.h>
+#include <string.h>
 
 #include "lua/sandbox.h"
 
@@ -74,7 +77,21 @@ static void check_depth(lua_State *L, int depth)
   if (depth > EXTEND_MAX_DEPTH)
     luaL_error(L, "tycho.extend: tables nested deeper than %d levels (a plan's sections are a few "
                "levels deep)", EXTEND_MAX_DEPTH);
-  luaL_checkstack(L, 8, "tycho.extend: nested tables");
+  luaL_checkstack(L, 12, "tycho.extend: nested tables");
+}
+
+/* What extend's work costs in the plan's instruction count: a key copied or merged is a few
+ * table operations and a source-record lookup. */
+#define EXTEND_KEY_COST 8.0
+
+/* The C heap a source record of n fields takes (srcmap grows its arrays by doubling), which
+ * the sandbox's allocator does not see: it is reserved against the memory cap by hand. */
+static double record_bytes(const struct srcmap_record *r)
+{
+  double bytes = 2.0 * sizeof(struct srcmap_record);
+  for (int i = 0; r && i < r->n_fields; i++)
+    bytes += 2.0 * sizeof(struct srcmap_field) + (r->fields[i].key ? strlen(r->fields[i].key) + 1 : 0);
+  return bytes;
 }
 
 /* Pushes a deep copy of the table at idx; `seen` (absolute index) maps originals to copies, so
@@ -95,10 +112,19 @@ static void deep_copy(lua_State *L, int idx, int seen, int depth)
   int id = sandbox_record_of(L, idx);
   if (id >= 0)
     sandbox_set_record(L, copy, id); /* same keys, same lines */
-  if (lua_getmetatable(L, idx))
+  if (lua_getmetatable(L, idx)) {
+    /* the sandbox's setmetatable refuses __gc, but a plan can add it to a metatable already
+     * set; lua_setmetatable here would then make the copy a finalizer that runs at close */
+    lua_pushliteral(L, "__gc");
+    if (lua_rawget(L, -2) != LUA_TNIL)
+      luaL_error(L, "tycho.extend: a table to copy has a metatable with __gc; finalizers are not "
+                 "available to plans (sandbox)");
+    lua_pop(L, 1);
     lua_setmetatable(L, copy);
+  }
   lua_pushnil(L);
   while (lua_next(L, idx)) {
+    sandbox_charge(L, "tycho.extend", EXTEND_KEY_COST);
     lua_pushvalue(L, -2);
     if (lua_istable(L, -2))
       deep_copy(L, -2, seen, depth + 1);
@@ -107,6 +133,35 @@ static void deep_copy(lua_State *L, int idx, int seen, int depth)
     lua_rawset(L, copy);
     lua_pop(L, 1);
   }
+}
+
+/* Pushes a table from the keys of record id to their positions in its field array, so that a
+ * merge finds a key's line in constant time (a search of the record per key made extending a
+ * table of n keys take n^2 steps). */
+static void push_field_index(lua_State *L, struct sandbox *sb, int id)
+{
+  const struct srcmap_record *r = sb ? srcmap_get(&sb->map, id) : NULL;
+  lua_createtable(L, 0, r ? r->n_fields : 0);
+  for (int i = 0; r && i < r->n_fields; i++) {
+    if (r->fields[i].key)
+      lua_pushstring(L, r->fields[i].key);
+    else
+      lua_pushinteger(L, r->fields[i].index);
+    lua_pushinteger(L, i);
+    lua_rawset(L, -3);
+  }
+}
+
+/* The position of key k (absolute index) in the record's index at idx, or -1. String keys and
+ * integer keys are the ones records know. */
+static int field_pos(lua_State *L, int index_idx, int k)
+{
+  if (lua_type(L, k) != LUA_TSTRING && !lua_isinteger(L, k))
+    return -1;
+  lua_pushvalue(L, k);
+  int pos = lua_rawget(L, index_idx) == LUA_TNUMBER ? (int)lua_tointeger(L, -1) : -1;
+  lua_pop(L, 1);
+  return pos;
 }
 
 /* Merges `over` into `dst` (dst is already a private copy). `active` (absolute index) holds the
@@ -127,6 +182,8 @@ static void merge_into(lua_State *L, int dst, int over, int seen, int active, in
    * the base constructor's place for keys the override does not name). Records may move
    * when one is added, so pointers into the map are taken only after. */
   /* outside a plan's sandbox (the REPL) there are no source records to keep */
+  if (sb)
+    sandbox_reserve(L, "tycho.extend", record_bytes(srcmap_get(&sb->map, dst_id)), 1);
   int new_id = sb ? srcmap_copy_record(&sb->map, dst_id, "tycho.extend", 0) : -1;
   const struct srcmap_record *orec = sb ? srcmap_get(&sb->map, over_id) : NULL;
   const struct srcmap_record *drec = sb ? srcmap_get(&sb->map, dst_id) : NULL;
@@ -141,21 +198,34 @@ static void merge_into(lua_State *L, int dst, int over, int seen, int active, in
     }
     sandbox_set_record(L, dst, new_id);
   }
+  push_field_index(L, sb, over_id);
+  int over_index = lua_gettop(L);
+  push_field_index(L, sb, new_id);
+  int new_index = lua_gettop(L);
   lua_pushnil(L);
   while (lua_next(L, over)) {
     int v = lua_gettop(L), k = v - 1;
+    sandbox_charge(L, "tycho.extend", EXTEND_KEY_COST);
     orec = sb ? srcmap_get(&sb->map, over_id) : NULL; /* re-read: a nested merge may have moved it */
-    if (new_id >= 0 && orec) {
-      const struct srcmap_field *f =
-        lua_type(L, k) == LUA_TSTRING ? srcmap_find_field(&sb->map, over_id, lua_tostring(L, k), 0)
-        : lua_isinteger(L, k) ? srcmap_find_field(&sb->map, over_id, NULL, (long)lua_tointeger(L, k))
-        : NULL;
+    if (new_id >= 0 && orec && (lua_type(L, k) == LUA_TSTRING || lua_isinteger(L, k))) {
+      int opos = field_pos(L, over_index, k);
+      const struct srcmap_field *f = opos >= 0 ? &orec->fields[opos] : NULL;
       int line = f ? f->line : orec->line;
       const char *where = f && f->where ? f->where : orec->where;
-      if (lua_type(L, k) == LUA_TSTRING)
-        srcmap_set_field(&sb->map, new_id, lua_tostring(L, k), 0, where, line);
-      else if (lua_isinteger(L, k))
-        srcmap_set_field(&sb->map, new_id, NULL, (long)lua_tointeger(L, k), where, line);
+      int npos = field_pos(L, new_index, k);
+      if (npos >= 0) {
+        struct srcmap_field *nf = &sb->map.records[new_id].fields[npos];
+        nf->where = where;
+        nf->line = line;
+      } else {
+        const char *key = lua_type(L, k) == LUA_TSTRING ? lua_tostring(L, k) : NULL;
+        sandbox_reserve(L, "tycho.extend", 2.0 * sizeof(struct srcmap_field) + (key ? strlen(key) + 1 : 0), 1);
+        if (srcmap_add_field(&sb->map, new_id, key, key ? 0 : (long)lua_tointeger(L, k), where, line) == 0) {
+          lua_pushvalue(L, k);
+          lua_pushinteger(L, sb->map.records[new_id].n_fields - 1);
+          lua_rawset(L, new_index);
+        }
+      }
     }
     lua_pushvalue(L, k);
     int existing = lua_rawget(L, dst);
@@ -178,6 +248,7 @@ static void merge_into(lua_State *L, int dst, int over, int seen, int active, in
     }
     lua_pop(L, 1);
   }
+  lua_pop(L, 2); /* the field indexes */
   lua_pushvalue(L, over);
   lua_pushnil(L);
   lua_rawset(L, active);

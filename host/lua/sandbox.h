@@ -5,11 +5,11 @@
  * or binary chunks, plus string, table, math and utf8; os cut to clock, time, date, getenv;
  * no io, no package, no debug. `require` finds modules only in the plan search path (the
  * plan's own folder, TYCHO_PATH, the shipped plans/), never outside it. Reading or writing an
- * undeclared global is an error, and that guard cannot be removed; the libraries are read-only
- * and reading a removed function says so ("os.execute is not available to plans"). A count hook
- * stops a plan that runs too long (pcall cannot catch it, pattern matching is charged to it,
- * __gc is refused: see sandbox.c) and a counting allocator stops one that takes too much
- * memory, each with a message naming the limit.
+ * undeclared global is an error, and that guard cannot be removed; the libraries, the modules
+ * written in C and the globals are read-only, and reading a removed function says so
+ * ("os.execute is not available to plans"). A count hook stops a plan that runs too long (pcall
+ * cannot catch it, the C library's work is charged to it, __gc is refused: see sandbox.c) and a
+ * counting allocator stops one that takes too much memory, each with a message naming the limit.
  * `unsafe` lifts all of this for users who need io in plan code.
  *
  * Every chunk is loaded through srcmap_rewrite, so every table built by plan code knows on
@@ -72,6 +72,17 @@ int sandbox_dofile(struct sandbox *sb, const char *path, int nargs, char *err, s
 /* Calls the function below `nargs` arguments on the stack under the sandbox's error handling,
  * leaving `nresults` results. 0 ok; otherwise nothing is left and err holds the message. */
 int sandbox_pcall(struct sandbox *sb, int nargs, int nresults, char *err, size_t err_size);
+
+/* Charges C work done for the plan to its instruction count: `instructions` VM instructions
+ * worth (a binding's loop, a library function's scan). When that passes the limit, the limit
+ * fires (sticky, as from the count hook) with a message naming `what` and the plan line, and
+ * this raises; it returns only when the work fits. No-op outside a sandbox or with no limit. */
+void sandbox_charge(lua_State *L, const char *what, double instructions);
+
+/* Checks that `bytes` more fit under the memory cap, else raises "FILE:LINE: what: plan exceeded
+ * the memory cap of N MiB ...". With keep, counts them as used from now on: for memory the
+ * sandbox's allocator does not see (the source records bindings add). */
+void sandbox_reserve(lua_State *L, const char *what, double bytes, int keep);
 
 /* Source record of the table at idx (see srcmap.h), or -1 when the table has none. */
 int sandbox_record_of(lua_State *L, int idx);

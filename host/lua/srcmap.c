@@ -89,28 +89,37 @@ const struct srcmap_field *srcmap_find_field(const struct srcmap *m, int id, con
   return find_field(&m->records[id], key, index);
 }
 
-int srcmap_set_field(struct srcmap *m, int id, const char *key, long index, const char *where, int line)
+int srcmap_add_field(struct srcmap *m, int id, const char *key, long index, const char *where, int line)
 {
   if (id < 0 || id >= m->n_records)
     return -1;
   struct srcmap_record *r = &m->records[id];
-  struct srcmap_field *f = find_field(r, key, index);
-  if (!f) {
-    if (r->n_fields == r->cap_fields) {
-      int cap = r->cap_fields ? 2 * r->cap_fields : 8;
-      struct srcmap_field *fields = realloc(r->fields, (size_t)cap * sizeof *fields);
-      if (!fields)
-        return -1;
-      r->fields = fields;
-      r->cap_fields = cap;
-    }
-    f = &r->fields[r->n_fields];
-    f->key = NULL;
-    if (key && !(f->key = strdup(key)))
+  if (r->n_fields == r->cap_fields) {
+    int cap = r->cap_fields ? 2 * r->cap_fields : 8;
+    struct srcmap_field *fields = realloc(r->fields, (size_t)cap * sizeof *fields);
+    if (!fields)
       return -1;
-    f->index = index;
-    r->n_fields++;
+    r->fields = fields;
+    r->cap_fields = cap;
   }
+  struct srcmap_field *f = &r->fields[r->n_fields];
+  f->key = NULL;
+  if (key && !(f->key = strdup(key)))
+    return -1;
+  f->index = index;
+  f->where = where;
+  f->line = line;
+  r->n_fields++;
+  return 0;
+}
+
+int srcmap_set_field(struct srcmap *m, int id, const char *key, long index, const char *where, int line)
+{
+  if (id < 0 || id >= m->n_records)
+    return -1;
+  struct srcmap_field *f = find_field(&m->records[id], key, index);
+  if (!f)
+    return srcmap_add_field(m, id, key, index, where, line);
   f->where = where;
   f->line = line;
   return 0;
@@ -125,7 +134,7 @@ int srcmap_copy_record(struct srcmap *m, int from, const char *where, int line)
   for (int i = 0; i < m->records[from].n_fields; i++) {
     struct srcmap_field f = m->records[from].fields[i];
     const char *fw = f.where ? f.where : m->records[from].where;
-    if (srcmap_set_field(m, id, f.key, f.index, fw, f.line) < 0)
+    if (srcmap_add_field(m, id, f.key, f.index, fw, f.line) < 0) /* keys are unique in `from` */
       return -1;
   }
   return id;

@@ -46,6 +46,9 @@ int srcmap_copy_record(struct srcmap *m, int from, const char *where, int line);
 /* Adds or replaces where a key was written (key NULL: integer key `index`; where NULL: the
  * record's own file). 0 ok, -1 no memory. */
 int srcmap_set_field(struct srcmap *m, int id, const char *key, long index, const char *where, int line);
+/* Appends a field the record does not have yet (the caller knows: no search, so building a
+ * record of n fields takes time linear in n). 0 ok, -1 no memory. */
+int srcmap_add_field(struct srcmap *m, int id, const char *key, long index, const char *where, int line);
 /* The field of a key in record id, or NULL when the record does not know the key. */
 const struct srcmap_field *srcmap_find_field(const struct srcmap *m, int id, const char *key, long index);
 const struct srcmap_record *srcmap_get(const struct srcmap *m, int id);

@@ -1,0 +1,7 @@
+-- A hang: table.remove at position 1 shifts every element down to #t, which __len makes 2^50.
+-- expect: table.remove: plan exceeded the instruction limit of 1000000 Lua instructions
+-- args: --max-instructions 1000000
+local base = require "_base"
+local t = setmetatable({}, { __len = function() return 1 << 50 end })
+table.remove(t, 1)  -- @error
+return base
