@@ -30,7 +30,9 @@
 #include "tycho_runtime.h"
 #include "runtime/threads.h"
 #include "runtime/ckpt.h"
+#include "runtime/manifest.h"
 #include "runtime/train.h"
+#include "util/path.h"
 
 #define EXIT_USAGE 2
 #define EXIT_RUNTIME 1
@@ -59,7 +61,9 @@ static const char usage_text[] =
   "        rank the layouts of the plan's model for N ranks of the cluster by predicted step\n"
   "        time among those whose memory bill fits with PCT% spare (0..99, default 10), print\n"
   "        the K best (1..1000, default 5) and write the best as a plan file (default\n"
-  "        PLAN_tuned_N.lua)\n"
+  "        PLAN_tuned_N.lua): the layout over the plan and every --set given, the plan\n"
+  "        loaded by require where a module name finds it from that file's folder, else\n"
+  "        its text written in\n"
   "  run PLAN.lua [--set path=value ...]\n"
   "        compile the plan and train with it (under mpirun or srun for more ranks: data,\n"
   "        tensor and pipeline parallelism, ZeRO 1-3, recompute) on this build's CPU runtime\n"
@@ -368,7 +372,7 @@ static int cmd_tune(lua_State *L, const struct cli *c)
            t->sp ? "on" : "off", t->kv_replicate ? ", k and v replicated" : "", t->step, t->tokens_per_s,
            100.0 * t->mfu, t->max_bytes / (1024.0 * 1024.0 * 1024.0), 100.0 * t->headroom);
   }
-  /* the best as a plan file next to the model's, so that it can require it */
+  /* the best as a plan file, by default next to the model's */
   char module[256], path[1200], command[1600];
   const char *base = strrchr(c->plan, '/');
   base = base ? base + 1 : c->plan;
@@ -381,13 +385,20 @@ static int cmd_tune(lua_State *L, const struct cli *c)
   else
     snprintf(path, sizeof path, "%.*s%s_tuned_%d.lua", (int)(base - c->plan), c->plan, module, c->world);
   snprintf(command, sizeof command, "tycho tune %s --world %d --cluster %s", c->plan, c->world, c->cluster);
-  FILE *f = fopen(path, "w");
-  int bad = !f || tune_write_plan(f, module, &r.best[0], command);
-  if (f && fclose(f))
+  FILE *f;
+  char why[1400];
+  const int opened = path_fopen_output(c->out ? "--out" : NULL, path, 0, &f, why, sizeof why);
+  if (opened) { /* 2: a FIFO, a device or a folder at the path, left as it is */
+    tune_result_free(&r);
+    return host_fail(L, opened == 2 ? EXIT_USAGE : EXIT_RUNTIME, "%s", why);
+  }
+  char werr[1400] = "";
+  int bad = tune_write_plan(f, c->plan, path, c->n_sets, c->sets, &r.best[0], command, werr, sizeof werr);
+  if (fclose(f))
     bad = 1;
   tune_result_free(&r);
   if (bad)
-    return host_fail(L, EXIT_RUNTIME, "cannot write %s", path);
+    return host_fail(L, EXIT_RUNTIME, "%s", werr[0] ? werr : "cannot write the tuned plan");
   printf("wrote %s (check it: tycho check %s --world %d --cluster %s)\n", path, path, c->world, c->cluster);
   return 0;
 }
@@ -640,6 +651,8 @@ static int cmd_calibrate(lua_State *L, int argc, char **argv, int worker)
   if (!o.plan)
     o.plan = "plans/tiny.lua";
   char err[COMM_AGREE_MSG_MAX + 64] = "";
+  if (path_check_output("--out", o.out, err, sizeof err) == 2) /* before any rank starts measuring */
+    return host_fail(L, EXIT_USAGE, "%s", err);
   if (!worker) { /* one rank per online core, started here */
     char self[4096];
     launch_self_path(self, sizeof self, argv[0]);
@@ -670,6 +683,23 @@ static int cmd_calibrate(lua_State *L, int argc, char **argv, int worker)
   if (rc)
     return host_fail(L, rc == 2 ? EXIT_USAGE : EXIT_RUNTIME, "%s", err);
   return 0;
+}
+
+/* The checkpoint `ckpt inspect|verify DIR` reads (DIR, or its newest step_N) looked at first: a
+ * FIFO, a device or a folder as its manifest or one of its shard files is a usage error (exit 2)
+ * naming it, never read nor waited on. 1 with the message; 0 otherwise (the reader reports
+ * anything else). */
+static int ckpt_manifest_special(const char *dir, char *err, size_t n)
+{
+  char file[4200], latest[4096], why[256];
+  long long step;
+  snprintf(file, sizeof file, "%s/manifest.json", dir);
+  if (access(file, F_OK) && errno == ENOENT) {
+    if (ckpt_find_latest(dir, latest, sizeof latest, &step, why, sizeof why))
+      return 0;
+    dir = latest;
+  }
+  return manifest_special_file(dir, err, n);
 }
 
 static int pmain(lua_State *L)
@@ -714,6 +744,8 @@ static int pmain(lua_State *L)
     if (argc != 4 || (strcmp(argv[2], "inspect") && strcmp(argv[2], "verify")))
       return host_fail(L, EXIT_USAGE, "usage: tycho ckpt inspect|verify DIR");
     char err[1024];
+    if (ckpt_manifest_special(argv[3], err, sizeof err))
+      return host_fail(L, EXIT_USAGE, "%s", err);
     int bad = strcmp(argv[2], "verify") == 0 ? ckpt_verify(argv[3], stdout, err, sizeof err)
                                               : ckpt_inspect(argv[3], stdout, err, sizeof err);
     if (bad)

@@ -1,13 +1,18 @@
 /* `tycho tune` (tune.h). */
+#define _XOPEN_SOURCE 700
 #include "check/tune.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "check/cost.h"
+#include "plan/compile.h"
 #include "runtime/bill.h"
 #include "util/err.h"
+#include "util/path.h"
 
 static double now(void)
 {
@@ -175,15 +180,155 @@ void tune_result_free(struct tune_result *r)
   memset(r, 0, sizeof *r);
 }
 
-int tune_write_plan(FILE *f, const char *base_module, const struct tune_choice *t, const char *command)
+/* ---- the written plan ------------------------------------------------------------------- */
+
+/* Whether `rel` (a path under a search folder, without ".lua") is a name `require` takes: parts
+ * of letters, digits, '_' and '-' between single '/' (the sandbox's rule, dots written as '/'). */
+static int module_path(const char *rel)
 {
-  char rc[96];
-  fprintf(f, "-- Written by `%s`:\n", command);
+  if (!*rel || *rel == '/')
+    return 0;
+  for (const char *p = rel; *p; p++) {
+    if (*p == '/') {
+      if (p[1] == '/' || p[1] == 0)
+        return 0;
+    } else if (!(*p == '_' || *p == '-' || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                 (*p >= '0' && *p <= '9'))) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* The folders `require` searches for a plan in folder dir, in the sandbox's order: the plan's own
+ * folder, each of TYCHO_PATH, the shipped plans. */
+static int search_path(const char *dir, char (*dirs)[PATH_MAX], int max)
+{
+  int n = 0;
+  snprintf(dirs[n++], PATH_MAX, "%s", dir);
+  const char *env = getenv("TYCHO_PATH");
+  for (const char *s = env ? env : ""; *s && n < max - 1;) {
+    size_t len = strcspn(s, ":");
+    if (len > 0 && len < PATH_MAX)
+      snprintf(dirs[n++], PATH_MAX, "%.*s", (int)len, s);
+    s += len + (s[len] == ':');
+  }
+  snprintf(dirs[n++], PATH_MAX, "%s", TYCHO_PLANS_DIR);
+  return n;
+}
+
+/* The file `require "rel"` (rel with '/' for dots) loads from the search path, as its real path
+ * in out; 0 when none. The sandbox's own search: the first folder holding rel.lua or
+ * rel/init.lua, a regular file whose real path stays inside that folder. */
+static int resolve(char (*dirs)[PATH_MAX], int n, const char *rel, char *out)
+{
+  static const char *const forms[] = { "%s/%s.lua", "%s/%s/init.lua" };
+  for (int i = 0; i < n; i++) {
+    char real_dir[PATH_MAX], file[2 * PATH_MAX + 16];
+    if (!realpath(dirs[i], real_dir))
+      continue;
+    for (int k = 0; k < 2; k++) {
+      struct stat st;
+      snprintf(file, sizeof file, forms[k], dirs[i], rel);
+      size_t dl = strlen(real_dir);
+      if (stat(file, &st) == 0 && S_ISREG(st.st_mode) && realpath(file, out) &&
+          strncmp(out, real_dir, dl) == 0 && out[dl] == '/')
+        return 1;
+    }
+  }
+  return 0;
+}
+
+/* The module name by which a plan written at out_path requires exactly the file base_path (the
+ * first folder of its search path that holds it under a name require takes, and no other file
+ * found first by that name); 0 when there is none: a file name with dots or other characters,
+ * or a base outside the search path or behind a namesake. */
+static int base_module(const char *base_path, const char *out_path, char *module, size_t n)
+{
+  char out_dir[PATH_MAX], real_base[PATH_MAX], dirs[18][PATH_MAX];
+  snprintf(out_dir, sizeof out_dir, "%s", out_path);
+  char *slash = strrchr(out_dir, '/');
+  if (slash)
+    *slash = 0;
+  else
+    snprintf(out_dir, sizeof out_dir, ".");
+  if (!realpath(base_path, real_base))
+    return 0;
+  const int nd = search_path(out_dir, dirs, 18);
+  for (int i = 0; i < nd; i++) {
+    char real_dir[PATH_MAX], rel[PATH_MAX], found[PATH_MAX];
+    if (!realpath(dirs[i], real_dir))
+      continue;
+    size_t dl = strlen(real_dir), bl = strlen(real_base);
+    if (strncmp(real_base, real_dir, dl) != 0 || real_base[dl] != '/' || bl < dl + 5 ||
+        strcmp(real_base + bl - 4, ".lua") != 0)
+      continue;
+    snprintf(rel, sizeof rel, "%.*s", (int)(bl - dl - 5), real_base + dl + 1);
+    if (!module_path(rel) || strcmp(rel, "tycho") == 0 || strlen(rel) >= n)
+      continue;
+    if (!resolve(dirs, nd, rel, found) || strcmp(found, real_base) != 0)
+      continue;
+    snprintf(module, n, "%s", rel);
+    for (char *p = module; *p; p++)
+      if (*p == '/')
+        *p = '.';
+    return 1;
+  }
+  return 0;
+}
+
+/* s on one line of a Lua comment: a control byte could end the comment and start code. */
+static void comment_text(FILE *f, const char *s)
+{
+  for (; *s; s++)
+    fputc((unsigned char)*s < 0x20 ? '?' : *s, f);
+}
+
+int tune_write_plan(FILE *f, const char *plan_path, const char *out_path, int n_sets, const char *const *sets,
+                    const struct tune_choice *t, const char *command, char *err, size_t err_size)
+{
+  char rc[96], module[256];
+  fputs("-- Written by `", f);
+  comment_text(f, command);
+  fputs("`:\n", f);
   fprintf(f, "-- the fastest layout that fits, by the predicted step time (%.3f s per step, MFU %.1f%%,\n"
              "-- %.1f GiB on the fullest rank, %.0f%% of device memory spare). Check it with tycho check.\n",
           t->step, 100.0 * t->mfu, t->max_bytes / (1024.0 * 1024.0 * 1024.0), 100.0 * t->headroom);
   fprintf(f, "local tycho = require \"tycho\"\n\n");
-  fprintf(f, "return tycho.extend(require \"%s\", {\n", base_module);
+  if (base_module(plan_path, out_path, module, sizeof module)) {
+    fprintf(f, "local plan = require \"%s\" -- ", module);
+    comment_text(f, plan_path);
+    fputs("\n", f);
+  } else {
+    /* No name require takes finds the base from here: its text, as tuned, runs in place. */
+    char *text;
+    size_t n;
+    if (path_read_input("tune: the base plan", plan_path, PATH_MAX_TEXT_BYTES, &text, &n, err, err_size))
+      return -1;
+    fputs("-- The base plan, ", f);
+    comment_text(f, plan_path);
+    fputs(", as it was when tuned: from this folder no name\n"
+          "-- `require` takes (letters, digits, '_' and '-', in the plan search path) finds that file.\n"
+          "local plan = (function()\n", f);
+    fwrite(text, 1, n, f);
+    fputs("\nend)()\n", f);
+    free(text);
+  }
+  if (n_sets > 0) {
+    fputs("\n-- The --set overrides tune was given, applied as --set applies them.\n"
+          "local function set(path, value)\n"
+          "  local t = plan\n"
+          "  for i = 1, #path - 1 do\n"
+          "    if rawget(t, path[i]) == nil then rawset(t, path[i], {}) end\n"
+          "    t = rawget(t, path[i])\n"
+          "  end\n"
+          "  rawset(t, path[#path], value)\n"
+          "end\n", f);
+    for (int i = 0; i < n_sets; i++)
+      plan_set_as_lua(f, sets[i]);
+  }
+  fputs("\n", f);
+  fprintf(f, "return tycho.extend(plan, {\n");
   if (t->ep > 1 || t->moe) /* ep written for a MoE model even at 1: the base plan may set another */
     fprintf(f, "  mesh = { tp = %d, pp = %d, dp = \"auto\", ep = %d },\n", t->tp, t->pp, t->ep > 1 ? t->ep : 1);
   else
@@ -206,5 +351,9 @@ int tune_write_plan(FILE *f, const char *base_module, const struct tune_choice *
   if (t->kv_replicate)
     fprintf(f, "  tp_split = { k = \"replicate\", v = \"replicate\" },\n");
   fprintf(f, "})\n");
-  return ferror(f) ? -1 : 0;
+  if (ferror(f)) {
+    errf(err, err_size, "cannot write %s", out_path);
+    return -1;
+  }
+  return 0;
 }

@@ -40,8 +40,13 @@ struct tune_result {
 int tune_search(const struct plan *base, int world, const struct cluster *c, double headroom, int keep,
                 struct tune_result *out, char *err, size_t err_size);
 void tune_result_free(struct tune_result *r);
-/* The plan file of a choice: tycho.extend of the module `base_module` (the tuned plan's file
- * name without .lua, found next to it) with the layout fields. */
-int tune_write_plan(FILE *f, const char *base_module, const struct tune_choice *t, const char *command);
+/* Writes to f the plan file of a choice, for the path out_path it will have: the base plan
+ * plan_path, the `n_sets` --set overrides `sets` tune compiled it with (applied as --set applies
+ * them), and the layout fields over both (tycho.extend). The base is loaded by `require` when a
+ * module name finds exactly that file from out_path's folder (the search path a plan there
+ * has); otherwise (a file name with dots, a folder outside that search path, a namesake found
+ * first) its text is written in, as it was when tuned. 0 ok; -1 with a message in err. */
+int tune_write_plan(FILE *f, const char *plan_path, const char *out_path, int n_sets, const char *const *sets,
+                    const struct tune_choice *t, const char *command, char *err, size_t err_size);
 
 #endif

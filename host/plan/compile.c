@@ -7,6 +7,7 @@
 #include "compile.h"
 
 #include <lauxlib.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 
 #include "lua/sandbox.h"
 #include "tycho_module.h"
+#include "util/json.h"
 
 struct reader {
   lua_State *L;
@@ -46,6 +48,35 @@ static int rfail(struct reader *r, const char *where, const char *fmt, ...)
   return -1;
 }
 
+/* The string at idx quoted for a message: its first 60 bytes or so, cut between characters, with
+ * bytes that are not UTF-8 text (and control bytes) written as \xNN, so a message stays one line
+ * of valid text whatever the plan wrote. */
+static void quote_prefix(lua_State *L, int idx, char *buf, size_t n)
+{
+  size_t len, used = 0, at = 0;
+  const char *s = lua_tolstring(L, idx, &len);
+  if (n < 8) {
+    snprintf(buf, n, "%s", "");
+    return;
+  }
+  buf[used++] = '"';
+  while (at < len && at < 60) {
+    size_t step = json_utf8_length((const unsigned char *)s + at, len - at);
+    const int escape = step == 0 || (unsigned char)s[at] < 0x20 || s[at] == 0x7f;
+    if (used + (escape ? 4 : step) + 5 > n) /* room for '..."' and the NUL */
+      break;
+    if (escape) {
+      used += (size_t)snprintf(buf + used, n - used, "\\x%02x", (unsigned char)s[at]);
+      step = 1;
+    } else {
+      memcpy(buf + used, s + at, step);
+      used += step;
+    }
+    at += step;
+  }
+  snprintf(buf + used, n - used, "%s\"", at < len ? "..." : "");
+}
+
 static const char *describe(lua_State *L, int idx, char *buf, size_t n)
 {
   switch (lua_type(L, idx)) {
@@ -57,7 +88,7 @@ static const char *describe(lua_State *L, int idx, char *buf, size_t n)
     else
       snprintf(buf, n, "%.14g", lua_tonumber(L, idx));
     break;
-  case LUA_TSTRING: snprintf(buf, n, "\"%.60s%s\"", lua_tostring(L, idx), lua_rawlen(L, idx) > 60 ? "..." : ""); break;
+  case LUA_TSTRING: quote_prefix(L, idx, buf, n); break;
   case LUA_TTABLE: snprintf(buf, n, "a table"); break;
   case LUA_TFUNCTION: snprintf(buf, n, "a function"); break;
   default: snprintf(buf, n, "a %s", lua_typename(L, lua_type(L, idx))); break;
@@ -296,6 +327,18 @@ static int read_str(struct reader *r, const struct tbl *t, const char *key, int 
     describe(r->L, -1, v, sizeof v);
     lua_pop(r->L, 1);
     return rfail(r, where, "%s = %s: must be a non-empty string of at most %zu bytes", path, v, n - 1);
+  }
+  /* Names and paths reach checkpoint manifests and `check --json`, which are UTF-8 JSON that
+   * tycho must read back: a string JSON cannot hold as it is is refused here, at its line. */
+  for (size_t at = 0, step; at < len; at += step) {
+    step = json_utf8_length((const unsigned char *)s + at, len - at);
+    if (step == 0 || s[at] == 0) {
+      const unsigned byte = (unsigned char)s[at];
+      lua_pop(r->L, 1);
+      if (byte == 0)
+        return rfail(r, where, "%s has a NUL byte at offset %zu (names and paths end at NUL)", path, at);
+      return rfail(r, where, "%s is not valid UTF-8 (byte 0x%02x at offset %zu)", path, byte, at);
+    }
   }
   memcpy(out, s, len + 1);
   lua_pop(r->L, 1);
@@ -1155,6 +1198,114 @@ static void push_set_value(lua_State *L, const char *text, int allow_list)
   lua_pushstring(L, text);
 }
 
+/* A Lua string literal of the n bytes at s, byte for byte. */
+static void lua_literal(FILE *f, const char *s, size_t n)
+{
+  fputc('"', f);
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c == '"' || c == '\\')
+      fprintf(f, "\\%c", c);
+    else if (c < 0x20 || c >= 0x7f)
+      fprintf(f, "\\%03u", c);
+    else
+      fputc(c, f);
+  }
+  fputc('"', f);
+}
+
+/* The value push_set_value pushes, as Lua source (the same rules, in the same order). */
+static void set_value_as_lua(FILE *f, const char *text, int allow_list)
+{
+  size_t n = strlen(text);
+  if (n >= 2 && (text[0] == '"' || text[0] == '\'') && text[n - 1] == text[0]) {
+    lua_literal(f, text + 1, n - 2);
+    return;
+  }
+  if (allow_list && strchr(text, ',')) {
+    fputs("{ ", f);
+    const char *s = text;
+    for (;;) {
+      const char *c = strchr(s, ',');
+      size_t len = c ? (size_t)(c - s) : strlen(s);
+      char item[256];
+      snprintf(item, sizeof item, "%.*s", (int)(len < 255 ? len : 255), s);
+      if (item[0]) {
+        set_value_as_lua(f, item, 0);
+        fputs(", ", f);
+      }
+      if (!c)
+        break;
+      s = c + 1;
+    }
+    fputs("}", f);
+    return;
+  }
+  if (strcmp(text, "true") == 0 || strcmp(text, "false") == 0 || strcmp(text, "nil") == 0) {
+    fputs(text, f);
+    return;
+  }
+  char *end;
+  long long i = strtoll(text, &end, 10);
+  if (*text && *end == 0) {
+    if (i == LLONG_MIN) /* -9223372036854775808 would read as a float */
+      fputs("math.mininteger", f);
+    else
+      fprintf(f, "%lld", i);
+    return;
+  }
+  double d = strtod(text, &end);
+  if (*text && *end == 0) {
+    if (isnan(d))
+      fputs("(0/0)", f);
+    else if (isinf(d))
+      fputs(d > 0 ? "(1/0)" : "(-1/0)", f);
+    else
+      fprintf(f, "%a", d); /* a hex float: the same double, and a float as lua_pushnumber's */
+    return;
+  }
+  lua_literal(f, text, n);
+}
+
+void plan_set_as_lua(FILE *f, const char *set)
+{
+  const char *eq = strchr(set, '=');
+  if (!eq)
+    return;
+  fputs("set({ ", f);
+  for (const char *seg = set; seg < eq;) {
+    const char *dot = memchr(seg, '.', (size_t)(eq - seg));
+    const size_t len = dot ? (size_t)(dot - seg) : (size_t)(eq - seg);
+    char key[256], *end;
+    snprintf(key, sizeof key, "%.*s", (int)(len < 255 ? len : 255), seg);
+    long index = strtol(key, &end, 10);
+    if (*end == 0 && index > 0) /* as apply_set reads a numeric component */
+      fprintf(f, "%ld, ", index);
+    else {
+      lua_literal(f, key, strlen(key));
+      fputs(", ", f);
+    }
+    seg += len + (dot ? 1 : 0);
+    if (!dot)
+      break;
+  }
+  fputs("}, ", f);
+  if (eq[1] == '{') { /* a table constructor runs as --set runs it: with an empty environment */
+    fputs("load(", f);
+    lua_literal(f, "return ", 7);
+    fputs(" .. ", f);
+    lua_literal(f, eq + 1, strlen(eq + 1));
+    fputs(", \"=--set\", \"t\", {})()", f);
+  } else {
+    set_value_as_lua(f, eq + 1, 1);
+  }
+  fputs(")", f);
+  fprintf(f, " -- --set ");
+  for (const char *c = set; *c; c++) /* the comment stays one line */
+    fputc((unsigned char)*c < 0x20 ? '?' : *c, f);
+  fputc('\n', f);
+}
+
 /* Pushes a --set value that starts with '{': a Lua table constructor, e.g.
  * --set 'stages={{"embed",0,1},{2,3,"head"}}'. It runs with an empty environment (no globals
  * to call) under the plan's memory and instruction limits. 0, or -1 with nothing pushed. */
@@ -1177,6 +1328,11 @@ static int push_set_table(struct reader *r, const char *text, const char *where)
     rc = lua_pcall(L, 0, 1, 0);
   }
   if (rc != LUA_OK || !lua_istable(L, -1)) {
+    if (rc != LUA_OK && rc != LUA_ERRSYNTAX) { /* it ran and failed (a limit, an error): that, whole */
+      rfail(r, where, "%s", lua_tostring(L, -1) ? lua_tostring(L, -1) : "an error");
+      lua_pop(L, 1);
+      return -1;
+    }
     char v[96];
     if (rc == LUA_OK)
       describe(L, -1, v, sizeof v);
@@ -1338,14 +1494,27 @@ static int read_plan(struct reader *r, struct tbl *root, int world)
   return 0;
 }
 
+/* A plan without a name is named after its file. The name is UTF-8 like one a plan writes (it
+ * goes into manifests and `check --json`): a byte of the file name that is not UTF-8 becomes
+ * U+FFFD, and a long name is cut between characters. */
 static void default_name(struct plan *p, const char *path)
 {
   const char *base = strrchr(path, '/');
   base = base ? base + 1 : path;
-  size_t len = strlen(base);
+  size_t len = strlen(base), used = 0;
   if (len > 4 && strcmp(base + len - 4, ".lua") == 0)
     len -= 4;
-  snprintf(p->name, sizeof p->name, "%.*s", (int)(len < PLAN_NAME_MAX - 1 ? len : PLAN_NAME_MAX - 1), base);
+  for (size_t at = 0, step; at < len; at += step) {
+    step = json_utf8_length((const unsigned char *)base + at, len - at);
+    const char *piece = step ? base + at : "\xef\xbf\xbd";
+    const size_t piece_len = step ? step : 3;
+    if (used + piece_len >= sizeof p->name)
+      break;
+    memcpy(p->name + used, piece, piece_len);
+    used += piece_len;
+    step = step ? step : 1;
+  }
+  p->name[used] = 0;
 }
 
 /* Everything from the plan file's result to the filled struct plan, run under lua_pcall (see

@@ -3,6 +3,7 @@
 #ifndef TYCHO_PLAN_COMPILE_H
 #define TYCHO_PLAN_COMPILE_H
 #include <stddef.h>
+#include <stdio.h>
 
 #include "plan.h"
 
@@ -19,5 +20,10 @@ struct plan_compile_options {
  * the file and line of the offending field). On success `out` owns its memory (plan_free). */
 int plan_compile(const char *path, const struct plan_compile_options *opt, struct plan *out,
                  char *err, size_t err_size);
+
+/* Writes to f a Lua statement that does to the table in the local `plan` what `--set set` does
+ * to a plan (the same path, the same value by the same rules), through the function `set` the
+ * caller has written (tycho tune, whose plan files keep the --set it was given). */
+void plan_set_as_lua(FILE *f, const char *set);
 
 #endif

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/json.h"
+
 void sb_init(struct strbuf *b)
 {
   memset(b, 0, sizeof *b);
@@ -120,10 +122,22 @@ static void json_raw_string(struct strbuf *b, const char *s)
     case '\r': sb_puts(b, "\\r"); break;
     case '\t': sb_puts(b, "\\t"); break;
     default:
-      if (*p < 0x20)
+      if (*p < 0x20) {
         sb_printf(b, "\\u%04x", *p);
-      else
+      } else if (*p < 0x80) {
         sb_put(b, (const char *)p, 1);
+      } else {
+        /* JSON text is UTF-8, and the reader refuses anything else: a byte that does not begin a
+         * valid sequence is written as U+FFFD, so what is written always reads back. */
+        size_t len = json_utf8_length(p, 4); /* stops at the NUL: it is no continuation byte */
+        if (len) {
+          sb_put(b, (const char *)p, len);
+          p += len - 1;
+        } else {
+          sb_puts(b, "\\ufffd");
+          b->replaced++;
+        }
+      }
     }
   }
   sb_put(b, "\"", 1);

@@ -8,6 +8,7 @@ struct strbuf {
   char *s;
   size_t n, cap;
   int failed; /* an allocation failed: the content is incomplete */
+  long replaced; /* bytes json_string/json_key wrote as U+FFFD: not UTF-8, so not as given */
 };
 
 void sb_init(struct strbuf *b);
@@ -16,7 +17,10 @@ void sb_put(struct strbuf *b, const char *s, size_t n);
 void sb_puts(struct strbuf *b, const char *s);
 void sb_printf(struct strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* JSON: the writer tracks whether a comma is due. Keys are written by json_key. */
+/* JSON: the writer tracks whether a comma is due. Keys are written by json_key. Strings are
+ * written as given, with '"', '\\' and control bytes escaped (\n \r \t, the rest \u00XX); a byte
+ * that begins no valid UTF-8 sequence is written as \ufffd (and counted in `replaced`), so the
+ * output is always JSON that util/json.h reads back. */
 struct json {
   struct strbuf *b;
   int depth;

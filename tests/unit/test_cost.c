@@ -356,13 +356,15 @@ static void test_tune_considers_ep(void)
   }
   CHECK_MSG(seen[1] && seen[2] && seen[4] && !seen[3] && !seen[8], "ep 1: %d, 2: %d, 4: %d layouts", seen[1],
             seen[2], seen[4]);
-  char text[4096] = "";
+  char text[4096] = "", out[sizeof plan_path + 16];
+  snprintf(out, sizeof out, "%s", plan_path); /* written beside the base: it requires it */
+  snprintf(strrchr(out, '/') ? strrchr(out, '/') + 1 : out, 16, "tuned.lua");
   for (int want = 1; want <= 2; want++)
     for (int i = 0; i < r.n_best; i++) {
       if (r.best[i].ep != want)
         continue;
       FILE *f = fmemopen(text, sizeof text, "w");
-      CHECK(f && tune_write_plan(f, "base", &r.best[i], "tune") == 0);
+      CHECK(f && tune_write_plan(f, plan_path, out, 0, NULL, &r.best[i], "tune", err, sizeof err) == 0);
       if (f)
         fclose(f);
       char line[96];
@@ -379,7 +381,7 @@ static void test_tune_considers_ep(void)
   if (r.n_best > 0) {
     CHECK(r.best[0].ep == 1 && !r.best[0].moe);
     FILE *f = fmemopen(text, sizeof text, "w");
-    CHECK(f && tune_write_plan(f, "base", &r.best[0], "tune") == 0);
+    CHECK(f && tune_write_plan(f, plan_path, out, 0, NULL, &r.best[0], "tune", err, sizeof err) == 0);
     if (f)
       fclose(f);
     CHECK(strstr(text, "dp = \"auto\" },\n") && !strstr(text, "ep ="));
