@@ -316,11 +316,15 @@ static struct bill *bills_of(const struct plan *p, int all, char *err, size_t n)
     snprintf(err, n, "out of memory");
     return NULL;
   }
+  struct bill_shared sh; /* the schedule, built once for every rank */
+  bill_shared_open(&sh, p);
   for (int r = 0; r < p->mesh.pp; r++)
-    if ((all || row_shown(r, p->mesh.pp)) && bill_predict(p, r, &b[r], err, n)) {
+    if ((all || row_shown(r, p->mesh.pp)) && bill_predict_shared(p, &sh, r, &b[r], err, n)) {
+      bill_shared_close(&sh);
       free(b);
       return NULL;
     }
+  bill_shared_close(&sh);
   return b;
 }
 
@@ -459,6 +463,8 @@ static const char *const comm_names[TRAFFIC_N_OPS] = { "all-reduce", "all-gather
 static void print_traffic(FILE *f, const struct plan *p)
 {
   int any = 0;
+  struct bill_shared sh;
+  bill_shared_open(&sh, p);
   for (int r = 0; r < p->mesh.pp; r++) {
     struct traffic t;
     char err[256];
@@ -467,8 +473,9 @@ static void print_traffic(FILE *f, const struct plan *p)
         fprintf(f, "           ... (%d more pp ranks; --json lists every one)\n", p->mesh.pp - ROWS_HEAD - ROWS_TAIL);
       continue;
     }
-    if (traffic_predict(p, r, &t, err, sizeof err)) {
+    if (traffic_predict_shared(p, &sh, r, &t, err, sizeof err)) {
       fprintf(f, "traffic    (no prediction: %s)\n", err);
+      bill_shared_close(&sh);
       return;
     }
     for (int g = 0; g < TRAFFIC_N_GROUPS; g++) {
@@ -492,17 +499,20 @@ static void print_traffic(FILE *f, const struct plan *p)
       fputc('\n', f);
     }
   }
+  bill_shared_close(&sh);
 }
 
 static void write_traffic_json(struct json *j, const struct plan *p)
 {
+  struct bill_shared sh;
+  bill_shared_open(&sh, p);
   json_begin_array(j);
   for (int r = 0; r < p->mesh.pp; r++) {
     struct traffic t;
     char err[256];
     json_begin_object(j);
     json_key(j, "pp_rank"); json_int(j, r);
-    if (traffic_predict(p, r, &t, err, sizeof err)) {
+    if (traffic_predict_shared(p, &sh, r, &t, err, sizeof err)) {
       json_key(j, "error"); json_string(j, err);
       json_end_object(j);
       continue;
@@ -524,6 +534,7 @@ static void write_traffic_json(struct json *j, const struct plan *p)
     json_end_object(j);
   }
   json_end_array(j);
+  bill_shared_close(&sh);
 }
 
 static void print_cost(FILE *f, const struct plan *p, const struct cluster *c)

@@ -178,34 +178,59 @@ static int zero3_replay(const struct plan *p, const struct sched_list *list, con
   return rc;
 }
 
-/* What pipeline rank pp_rank builds: its parameter table, its data-parallel layout and the
- * plan's schedule (whose list pp_rank runs is r->list). */
+void bill_shared_open(struct bill_shared *sh, const struct plan *p)
+{
+  memset(sh, 0, sizeof *sh);
+  sh->failed = sched_from_plan(p, &sh->s, sh->err, sizeof sh->err) != 0;
+}
+
+void bill_shared_close(struct bill_shared *sh)
+{
+  sched_free(&sh->s);
+  memset(sh, 0, sizeof *sh);
+}
+
+/* What pipeline rank pp_rank builds: its parameter table (in outline: model.h), its
+ * data-parallel layout and the plan's schedule (whose list pp_rank runs is r->list, s that
+ * schedule: sh's, or own's). */
 struct rank_view {
   struct model m;
   struct dp_layout l;
-  struct sched s;
+  struct bill_shared own;
+  const struct sched *s;
   const struct sched_list *list;
 };
 
 static void rank_view_free(struct rank_view *r)
 {
-  sched_free(&r->s);
+  bill_shared_close(&r->own);
   dp_layout_free(&r->l);
   model_free(&r->m);
 }
 
-/* 0 ok; nonzero with a message, nothing left to free. */
-static int rank_view(const struct plan *p, int pp_rank, struct rank_view *r, char *err, size_t err_size)
+/* sh: the plan's shared schedule, or NULL to build one. 0 ok; nonzero with a message, nothing
+ * left to free. */
+static int rank_view(const struct plan *p, const struct bill_shared *sh, int pp_rank, struct rank_view *r,
+                     char *err, size_t err_size)
 {
   memset(r, 0, sizeof *r);
-  if (model_create_table_at(&r->m, p, 0, pp_rank, 0, err, err_size))
+  if (model_create_table_outline(&r->m, p, pp_rank, err, err_size))
     return 1;
-  if (dp_layout_build(&r->l, &r->m, p->mesh.dp, p->zero, p->bucket_mb, err, err_size) ||
-      sched_from_plan(p, &r->s, err, err_size)) {
+  if (dp_layout_build(&r->l, &r->m, p->mesh.dp, p->zero, p->bucket_mb, err, err_size)) {
     rank_view_free(r);
     return 1;
   }
-  r->list = &r->s.ranks[pp_rank];
+  if (!sh) {
+    bill_shared_open(&r->own, p);
+    sh = &r->own;
+  }
+  if (sh->failed) {
+    errf(err, err_size, "%s", sh->err);
+    rank_view_free(r);
+    return 1;
+  }
+  r->s = &sh->s;
+  r->list = &sh->s.ranks[pp_rank];
   return 0;
 }
 
@@ -231,9 +256,15 @@ static void bill_held_between_steps(const struct plan *p, const struct rank_view
 
 int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err, size_t err_size)
 {
+  return bill_predict_shared(p, NULL, pp_rank, out, err, err_size);
+}
+
+int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int pp_rank, struct bill *out,
+                        char *err, size_t err_size)
+{
   memset(out, 0, sizeof *out);
   struct rank_view r;
-  if (rank_view(p, pp_rank, &r, err, err_size))
+  if (rank_view(p, sh, pp_rank, &r, err, err_size))
     return 1;
   const int micro = p->batch.micro, seq = p->batch.seq, zero = p->zero;
   size_t acts[4];
@@ -247,7 +278,7 @@ int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err,
    * stage's first; every other slot has room for its stage only */
   int slots = 0, first_here = 1;
   double slot_floats = 0, id_reals = (double)acts[3];
-  exec_stage_slots(p, &r.s, pp_rank, per_stage);
+  exec_stage_slots(p, r.s, pp_rank, per_stage);
   for (int k = 0; k < p->n_stages; k++) {
     if (!per_stage[k])
       continue;
@@ -344,7 +375,7 @@ int bill_rank_params(const struct plan *p, int pp_rank, double *n_elems, double 
 {
   struct model m;
   *n_elems = *expert_elems = 0;
-  if (model_create_table_at(&m, p, 0, pp_rank, 0, err, err_size))
+  if (model_create_table_outline(&m, p, pp_rank, err, err_size))
     return 1;
   for (int i = 0; i < m.n_params; i++) {
     *n_elems += (double)m.params[i].n_elems;
@@ -367,13 +398,19 @@ double traffic_element_bytes(const struct plan *p, enum plan_dtype d)
 
 int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char *err, size_t err_size)
 {
+  return traffic_predict_shared(p, NULL, pp_rank, out, err, err_size);
+}
+
+int traffic_predict_shared(const struct plan *p, const struct bill_shared *sh, int pp_rank, struct traffic *out,
+                           char *err, size_t err_size)
+{
   /* traffic_element_bytes: activations and parameters in precision.compute, gradients in
    * precision.grads (on the CPU both the runtime's reals) */
   const unsigned long long eb = (unsigned long long)traffic_element_bytes(p, p->precision.compute);
   const unsigned long long egrad = (unsigned long long)traffic_element_bytes(p, p->precision.grads);
   memset(out, 0, sizeof *out);
   struct rank_view r;
-  if (rank_view(p, pp_rank, &r, err, err_size))
+  if (rank_view(p, sh, pp_rank, &r, err, err_size))
     return 1;
   const int tp = p->mesh.tp, dp = p->mesh.dp, pp = p->mesh.pp, M = p->batch.microbatches;
   const int L = p->model.n_layers;

@@ -1,7 +1,7 @@
 /* The memory bill, predicted (DESIGN 3.6): what the runtime allocates on a rank, by the
  * categories of runtime/alloc.h, for any plan and world, without allocating it. It is computed
  * by the runtime's own layout code — the parameter table this rank would build (model.c: TP
- * blocks, pipeline stages), the data-parallel buckets and shards (dp_layout.c), the activation
+ * blocks, pipeline stages; in outline, model_create_table_outline), the data-parallel buckets and shards (dp_layout.c), the activation
  * and workspace layout (model_acts_count, with the recompute area), the pipeline's slots (the
  * schedule simulator's peak in flight) — and, for what ZeRO 2 and 3 allocate and free during a
  * step, the high-water mark of the passes' order over the rank's schedule list (dp_passes.c):
@@ -27,6 +27,7 @@
 
 #include "plan/plan.h"
 #include "runtime/alloc.h"
+#include "sched/sched.h"
 
 struct bill {
   double bytes[ALLOC_N_CATEGORIES];
@@ -86,5 +87,23 @@ double traffic_element_bytes(const struct plan *p, enum plan_dtype d);
 /* The bill of pipeline rank pp_rank (every tp and dp rank of a stage gets the same one: shards
  * are equal by construction). 0 ok; nonzero with a message. */
 int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err, size_t err_size);
+
+/* What the bills and traffic of a plan's pipeline ranks share: the plan's schedule
+ * (sched_from_plan), built once rather than for each rank, so that predicting every rank of a
+ * pipeline costs each its own list and layers. failed: it could not be built (err says why; each
+ * prediction then fails with that message, as it would alone). Valid while the plan is. */
+struct bill_shared {
+  struct sched s;
+  int failed;
+  char err[512];
+};
+void bill_shared_open(struct bill_shared *sh, const struct plan *p);
+void bill_shared_close(struct bill_shared *sh);
+/* bill_predict and traffic_predict with the plan's shared schedule (sh from bill_shared_open on
+ * the same plan; NULL: build it), the same figures. */
+int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int pp_rank, struct bill *out,
+                        char *err, size_t err_size);
+int traffic_predict_shared(const struct plan *p, const struct bill_shared *sh, int pp_rank, struct traffic *out,
+                           char *err, size_t err_size);
 
 #endif

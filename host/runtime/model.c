@@ -25,7 +25,8 @@ static void add_param(struct model *m, enum model_param_kind kind, int layer, co
                       int tp_dim, int here, size_t *offset)
 {
   struct model_param *p = &m->params[m->n_params++];
-  snprintf(p->name, sizeof p->name, "%s", name);
+  if (name) /* NULL: an outline's parameter (model_create_table_outline), unnamed */
+    snprintf(p->name, sizeof p->name, "%s", name);
   p->dtype = m->k->compute_dtype;
   p->device = m->device;
   p->kind = kind;
@@ -114,7 +115,21 @@ static int check_config(struct plan_model *c, char *err, size_t n)
   return 0;
 }
 
-static int create_table(struct model *m, char *err, size_t err_size)
+/* The empty parameters of an outline's layer l, which is not here (model_create_table_outline):
+ * three for a sparse layer whose experts the data-parallel layout keeps apart (mesh.ep > 1); none
+ * under zero < 2 when the layer before is also not here and has no such experts (no unit boundary
+ * cuts a bucket there, so the run of layers is one parameter); else one. */
+static int outline_empty_params(const struct model *m, int l)
+{
+  const int split = m->ep.size > 1 && m->config.moe.experts > 0 && m->moe;
+  if (split && m->moe[l])
+    return 3;
+  return m->zero < 2 && l > 0 && !m->layer_here[l - 1] && !(split && m->moe[l - 1]) ? 0 : 1;
+}
+
+/* outline 1: model_create_table_outline's table (model.h): unnamed parameters, no views, and the
+ * layers not here as outline_empty_params says. */
+static int create_table(struct model *m, int outline, char *err, size_t err_size)
 {
   struct plan_model *c = &m->config;
   m->k = kernels_active();
@@ -134,19 +149,29 @@ static int create_table(struct model *m, char *err, size_t err_size)
   const int E = c->moe.experts > 0 ? c->moe.experts : 0, Fe = c->moe.ffn_dim;
   int n_sparse = 0;
   for (int l = 0; l < L && E; l++) n_sparse += m->moe && m->moe[l];
-  m->params = calloc((size_t)L * 9 + (size_t)n_sparse * (3 * (size_t)E + 1) + 3, sizeof *m->params);
-  m->layers = calloc((size_t)L, sizeof *m->layers);
-  m->layer_grads = calloc((size_t)L, sizeof *m->layer_grads);
+  size_t n_params = (size_t)L * 9 + (size_t)n_sparse * (3 * (size_t)E + 1) + 3;
+  if (outline) {
+    n_params = 3;
+    for (int l = 0; l < L; l++) {
+      const int sparse = E && m->moe && m->moe[l];
+      n_params += m->layer_here[l] ? 9 + (sparse ? 3 * (size_t)E + 1 : 0) : (size_t)outline_empty_params(m, l);
+    }
+  }
+  m->params = calloc(n_params, sizeof *m->params);
   m->layer_param0 = calloc((size_t)L, sizeof *m->layer_param0);
-  m->moe_views = n_sparse ? calloc((size_t)n_sparse * 6 * E, sizeof *m->moe_views) : NULL;
-  if (n_sparse) { /* the statistics, their routed counts after them in one block */
+  if (!outline) {
+    m->layers = calloc((size_t)L, sizeof *m->layers);
+    m->layer_grads = calloc((size_t)L, sizeof *m->layer_grads);
+    m->moe_views = n_sparse ? calloc((size_t)n_sparse * 6 * E, sizeof *m->moe_views) : NULL;
+  }
+  if (n_sparse && !outline) { /* the statistics, their routed counts after them in one block */
     m->moe_stat = calloc(1, (size_t)L * (sizeof *m->moe_stat + (size_t)E * sizeof(long long)));
     long long *routed = m->moe_stat ? (long long *)(m->moe_stat + L) : NULL;
     for (int l = 0; routed && l < L; l++) m->moe_stat[l].routed = routed + (size_t)l * E;
     m->moe_collect = 1;
   }
-  if (!m->params || !m->layers || !m->layer_grads || !m->tp.layers || !m->layer_here ||
-      !m->layer_param0 || (n_sparse && (!m->moe_views || !m->moe || !m->moe_stat))) {
+  if (!m->params || (!outline && (!m->layers || !m->layer_grads)) || !m->tp.layers || !m->layer_here ||
+      !m->layer_param0 || (n_sparse && (!m->moe || (!outline && (!m->moe_views || !m->moe_stat))))) {
     snprintf(err, err_size, "out of memory for the parameter table of a %d-layer model", L);
     model_free(m);
     return 1;
@@ -154,7 +179,7 @@ static int create_table(struct model *m, char *err, size_t err_size)
 
   size_t offset = 0;
   char name[MODEL_NAME_MAX];
-  add_param(m, MODEL_EMBED, -1, "model.embed_tokens.weight", 2, V, C, Vp, std,
+  add_param(m, MODEL_EMBED, -1, outline ? NULL : "model.embed_tokens.weight", 2, V, C, Vp, std,
             split_dim(m->tp.io.split[PLAN_MOD_EMBED]),
             m->embed_here || (c->tie_embeddings && m->head_here), &offset);
   real **views = m->moe_views;
@@ -164,6 +189,21 @@ static int create_table(struct model *m, char *err, size_t err_size)
   for (int l = 0; l < L; l++) {
     m->layer_param0[l] = m->n_params;
     const int sparse = E && m->moe && m->moe[l];
+    if (outline && !m->layer_here[l]) {
+      /* no elements here: what the layout reads of the layer's parameters is their units (the
+       * layer's) and where experts begin and end, so a run of one class is one parameter */
+      const int n = outline_empty_params(m, l);
+      if (n == 0)
+        m->layer_param0[l] = m->n_params - 1; /* the run's parameter, the layer before's */
+      if (n >= 1)
+        add_param(m, MODEL_Q, l, NULL, 1, C, 0, C, 0.0f, -1, 0, &offset);
+      if (n == 3) {
+        add_param(m, MODEL_EXPERT_W1, l, NULL, 1, C, 0, C, 0.0f, -1, 0, &offset);
+        m->params[m->n_params - 1].expert = 0;
+        add_param(m, MODEL_ATTN_NORM, l, NULL, 1, C, 0, C, 0.0f, -1, 0, &offset);
+      }
+      continue;
+    }
     static const struct { enum model_param_kind kind; const char *suffix; int module; } table[] = {
       { MODEL_Q, "self_attn.q_proj.weight", PLAN_MOD_Q }, { MODEL_K, "self_attn.k_proj.weight", PLAN_MOD_K },
       { MODEL_V, "self_attn.v_proj.weight", PLAN_MOD_V }, { MODEL_O, "self_attn.o_proj.weight", PLAN_MOD_O },
@@ -174,18 +214,22 @@ static int create_table(struct model *m, char *err, size_t err_size)
     for (int j = 0; j < 9; j++) {
       int64_t out = 0, in = 0;
       if (sparse && table[j].kind == MODEL_GATE) { /* Mixtral's block_sparse_moe in place of the MLP */
-        snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.gate.weight", l);
-        add_param(m, MODEL_ROUTER, l, name, 2, E, C, E, std, -1, m->layer_here[l], &offset);
+        if (!outline)
+          snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.gate.weight", l);
+        add_param(m, MODEL_ROUTER, l, outline ? NULL : name, 2, E, C, E, std, -1, m->layer_here[l], &offset);
         for (int x = 0; x < E; x++) {
           static const enum model_param_kind kinds[3] = { MODEL_EXPERT_W1, MODEL_EXPERT_W2, MODEL_EXPERT_W3 };
           for (int w = 0; w < 3; w++) {
-            snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.%d.w%d.weight", l, x, w + 1);
+            if (!outline)
+              snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.%d.w%d.weight", l, x, w + 1);
             const int64_t o = w == 1 ? C : Fe, i = w == 1 ? Fe : C;
-            add_param(m, kinds[w], l, name, 2, o, i, o, w == 1 ? std_out : std, -1, m->layer_here[l] && mine(x),
-                      &offset);
+            add_param(m, kinds[w], l, outline ? NULL : name, 2, o, i, o, w == 1 ? std_out : std, -1,
+                      m->layer_here[l] && mine(x), &offset);
             m->params[m->n_params - 1].expert = x;
           }
         }
+        if (outline)
+          continue;
         m->layers[l].w1 = views;
         m->layers[l].w2 = views + E;
         m->layers[l].w3 = views + 2 * E;
@@ -204,19 +248,21 @@ static int create_table(struct model *m, char *err, size_t err_size)
       case MODEL_DOWN: out = C; in = F; break;
       default: break;
       }
-      snprintf(name, sizeof name, "model.layers.%d.%s", l, table[j].suffix);
+      if (!outline)
+        snprintf(name, sizeof name, "model.layers.%d.%s", l, table[j].suffix);
       if (out)
-        add_param(m, table[j].kind, l, name, 2, out, in, out,
+        add_param(m, table[j].kind, l, outline ? NULL : name, 2, out, in, out,
                   table[j].kind == MODEL_O || table[j].kind == MODEL_DOWN ? std_out : std,
                   split_dim(m->tp.layers[l].split[table[j].module]), m->layer_here[l], &offset);
       else
-        add_param(m, table[j].kind, l, name, 1, C, 0, C, 0.0f, -1, m->layer_here[l], &offset);
+        add_param(m, table[j].kind, l, outline ? NULL : name, 1, C, 0, C, 0.0f, -1, m->layer_here[l], &offset);
     }
   }
 #undef mine
-  add_param(m, MODEL_FINAL_NORM, -1, "model.norm.weight", 1, C, 0, C, 0.0f, -1, m->head_here, &offset);
+  add_param(m, MODEL_FINAL_NORM, -1, outline ? NULL : "model.norm.weight", 1, C, 0, C, 0.0f, -1, m->head_here,
+            &offset);
   if (!c->tie_embeddings)
-    add_param(m, MODEL_HEAD, -1, "lm_head.weight", 2, V, C, Vp, std,
+    add_param(m, MODEL_HEAD, -1, outline ? NULL : "lm_head.weight", 2, V, C, Vp, std,
               split_dim(m->tp.io.split[PLAN_MOD_HEAD]), m->head_here, &offset);
   m->n_elems = offset;
   /* bf16 models: a copy of each matmul weight held here, packed in table order */
@@ -230,7 +276,7 @@ static int create_table(struct model *m, char *err, size_t err_size)
       m->n_bf16 += (p->n_elems + BF16_ALIGN - 1) / BF16_ALIGN * BF16_ALIGN;
     }
   }
-  if (m->bf16 && !(m->layers_bf16 = calloc((size_t)L, sizeof *m->layers_bf16))) {
+  if (m->bf16 && !outline && !(m->layers_bf16 = calloc((size_t)L, sizeof *m->layers_bf16))) {
     snprintf(err, err_size, "out of memory for the parameter table of a %d-layer model", L);
     model_free(m);
     return 1;
@@ -279,7 +325,7 @@ int model_create_table_sparse(struct model *m, const struct plan_model *cfg, con
         memset(m->moe, 1, (size_t)cfg->n_layers);
     }
   }
-  return create_table(m, err, err_size);
+  return create_table(m, 0, err, err_size);
 }
 
 int model_create_table_tp(struct model *m, const struct plan *p, struct comm_group *tp,
@@ -295,8 +341,8 @@ int model_create_table_tp(struct model *m, const struct plan *p, struct comm_gro
   return rc;
 }
 
-int model_create_table_at(struct model *m, const struct plan *p, int tp_rank, int pp_rank, int ep_rank,
-                          char *err, size_t err_size)
+static int table_at(struct model *m, const struct plan *p, int tp_rank, int pp_rank, int ep_rank, int outline,
+                    char *err, size_t err_size)
 {
   memset(m, 0, sizeof *m);
   m->config = p->model;
@@ -315,7 +361,8 @@ int model_create_table_at(struct model *m, const struct plan *p, int tp_rank, in
     return errf(err, err_size, "out of memory for the layer layouts");
   }
   for (int l = 0; l < L; l++) {
-    tp_layer_layout(p, l, &m->tp.layers[l]);
+    if (!outline) /* an outline lays out the layers here only, below */
+      tp_layer_layout(p, l, &m->tp.layers[l]);
     m->recompute[l] = p->layers ? p->layers[l].recompute : 0;
     m->moe[l] = p->model.moe.experts > 0 && p->layers && p->layers[l].moe;
   }
@@ -333,7 +380,21 @@ int model_create_table_at(struct model *m, const struct plan *p, int tp_rank, in
     m->head_here |= st->has_head;
     for (int l = st->first_layer; l >= 0 && l < st->first_layer + st->n_layers; l++) m->layer_here[l] = 1;
   }
-  return create_table(m, err, err_size);
+  for (int l = 0; outline && l < L; l++)
+    if (m->layer_here[l])
+      tp_layer_layout(p, l, &m->tp.layers[l]);
+  return create_table(m, outline, err, err_size);
+}
+
+int model_create_table_at(struct model *m, const struct plan *p, int tp_rank, int pp_rank, int ep_rank,
+                          char *err, size_t err_size)
+{
+  return table_at(m, p, tp_rank, pp_rank, ep_rank, 0, err, err_size);
+}
+
+int model_create_table_outline(struct model *m, const struct plan *p, int pp_rank, char *err, size_t err_size)
+{
+  return table_at(m, p, 0, pp_rank, 0, 1, err, err_size);
 }
 
 int model_create(struct model *m, const struct plan_model *cfg, char *err, size_t err_size)
@@ -646,9 +707,9 @@ static void layout_acts(struct model_acts *a, const struct model *m, const struc
   }
   for (int l = 0; l < L; l++) {
     struct model_layer_acts *la = &a->layers[l];
-    memset(la, 0, sizeof *la);
-    if (!IN_SCOPE(l))
+    if (!IN_SCOPE(l)) /* left as the callers allocate them, zero */
       continue;
+    memset(la, 0, sizeof *la);
     struct model_layer_dims d;
     model_layer_dims(m, l, &d);
     const uint8_t rc = m->recompute ? m->recompute[l] : 0;

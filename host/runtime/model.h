@@ -329,6 +329,18 @@ int model_create_table_tp(struct model *m, const struct plan *p, struct comm_gro
  * bill; the group pointers stay NULL). */
 int model_create_table_at(struct model *m, const struct plan *p, int tp_rank, int pp_rank, int ep_rank,
                           char *err, size_t err_size);
+/* What the memory bill and the traffic (runtime/bill.h) read of the table model_create_table_at
+ * builds for TP rank 0, pipeline rank pp_rank and ep rank 0, at a cost in the parameters this rank
+ * holds rather than the model's, so that a check of thousands of pipeline stages stays near-linear
+ * in them: the same parameters, sizes and offsets for the embedding, the final norm, the head and
+ * the layers here, the layouts (tp.layers) of the layers here only; the layers elsewhere, which
+ * have no elements here, as empty parameters that dp_layout_build cuts into the same buckets as
+ * their own (it tells parameters apart by unit and by whether they are experts, and nothing
+ * empty reaches its bucket-size cut there): one per layer, three for a sparse layer under
+ * mesh.ep > 1 (the attention and router, the experts, the norms), and under zero < 2, where units
+ * do not cut, one for a run of such layers without those experts. No names, no weight views, no
+ * MoE statistics: not for training. */
+int model_create_table_outline(struct model *m, const struct plan *p, int pp_rank, char *err, size_t err_size);
 /* Copies this rank's block of parameter p out of its whole stored tensor (rows, shape[1]).
  * Both in host memory (a file's tensor, a host view of p->data: hostview.h). */
 void model_param_take_block(const struct model_param *p, const real *whole, real *block);
