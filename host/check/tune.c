@@ -5,10 +5,10 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "check/cost.h"
+#include "lua/sandbox.h"
 #include "plan/compile.h"
 #include "runtime/bill.h"
 #include "util/err.h"
@@ -182,70 +182,15 @@ void tune_result_free(struct tune_result *r)
 
 /* ---- the written plan ------------------------------------------------------------------- */
 
-/* Whether `rel` (a path under a search folder, without ".lua") is a name `require` takes: parts
- * of letters, digits, '_' and '-' between single '/' (the sandbox's rule, dots written as '/'). */
-static int module_path(const char *rel)
-{
-  if (!*rel || *rel == '/')
-    return 0;
-  for (const char *p = rel; *p; p++) {
-    if (*p == '/') {
-      if (p[1] == '/' || p[1] == 0)
-        return 0;
-    } else if (!(*p == '_' || *p == '-' || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-                 (*p >= '0' && *p <= '9'))) {
-      return 0;
-    }
-  }
-  return 1;
-}
-
-/* The folders `require` searches for a plan in folder dir, in the sandbox's order: the plan's own
- * folder, each of TYCHO_PATH, the shipped plans. */
-static int search_path(const char *dir, char (*dirs)[PATH_MAX], int max)
-{
-  int n = 0;
-  snprintf(dirs[n++], PATH_MAX, "%s", dir);
-  const char *env = getenv("TYCHO_PATH");
-  for (const char *s = env ? env : ""; *s && n < max - 1;) {
-    size_t len = strcspn(s, ":");
-    if (len > 0 && len < PATH_MAX)
-      snprintf(dirs[n++], PATH_MAX, "%.*s", (int)len, s);
-    s += len + (s[len] == ':');
-  }
-  snprintf(dirs[n++], PATH_MAX, "%s", TYCHO_PLANS_DIR);
-  return n;
-}
-
-/* The file `require "rel"` (rel with '/' for dots) loads from the search path, as its real path
- * in out; 0 when none. The sandbox's own search: the first folder holding rel.lua or
- * rel/init.lua, a regular file whose real path stays inside that folder. */
-static int resolve(char (*dirs)[PATH_MAX], int n, const char *rel, char *out)
-{
-  static const char *const forms[] = { "%s/%s.lua", "%s/%s/init.lua" };
-  for (int i = 0; i < n; i++) {
-    char real_dir[PATH_MAX], file[2 * PATH_MAX + 16];
-    if (!realpath(dirs[i], real_dir))
-      continue;
-    for (int k = 0; k < 2; k++) {
-      struct stat st;
-      snprintf(file, sizeof file, forms[k], dirs[i], rel);
-      size_t dl = strlen(real_dir);
-      if (stat(file, &st) == 0 && S_ISREG(st.st_mode) && realpath(file, out) &&
-          strncmp(out, real_dir, dl) == 0 && out[dl] == '/')
-        return 1;
-    }
-  }
-  return 0;
-}
-
-/* The module name by which a plan written at out_path requires exactly the file base_path (the
- * first folder of its search path that holds it under a name require takes, and no other file
- * found first by that name); 0 when there is none: a file name with dots or other characters,
- * or a base outside the search path or behind a namesake. */
+/* The module name by which a plan written at out_path requires exactly the file base_path: the
+ * shortest dotted name, made of the last folders of base_path's real path and its file name
+ * less ".lua", that `require` in the written file resolves to that same file (the sandbox's own
+ * search, sandbox_find_module, from the written file's folder). 0 when there is none: a file
+ * name with dots or other characters require refuses, a base outside the search path or
+ * behind a namesake found first. */
 static int base_module(const char *base_path, const char *out_path, char *module, size_t n)
 {
-  char out_dir[PATH_MAX], real_base[PATH_MAX], dirs[18][PATH_MAX];
+  char out_dir[PATH_MAX], real_base[PATH_MAX], stem[PATH_MAX];
   snprintf(out_dir, sizeof out_dir, "%s", out_path);
   char *slash = strrchr(out_dir, '/');
   if (slash)
@@ -254,25 +199,31 @@ static int base_module(const char *base_path, const char *out_path, char *module
     snprintf(out_dir, sizeof out_dir, ".");
   if (!realpath(base_path, real_base))
     return 0;
-  const int nd = search_path(out_dir, dirs, 18);
-  for (int i = 0; i < nd; i++) {
-    char real_dir[PATH_MAX], rel[PATH_MAX], found[PATH_MAX];
-    if (!realpath(dirs[i], real_dir))
-      continue;
-    size_t dl = strlen(real_dir), bl = strlen(real_base);
-    if (strncmp(real_base, real_dir, dl) != 0 || real_base[dl] != '/' || bl < dl + 5 ||
-        strcmp(real_base + bl - 4, ".lua") != 0)
-      continue;
-    snprintf(rel, sizeof rel, "%.*s", (int)(bl - dl - 5), real_base + dl + 1);
-    if (!module_path(rel) || strcmp(rel, "tycho") == 0 || strlen(rel) >= n)
-      continue;
-    if (!resolve(dirs, nd, rel, found) || strcmp(found, real_base) != 0)
-      continue;
-    snprintf(module, n, "%s", rel);
-    for (char *p = module; *p; p++)
+  const size_t bl = strlen(real_base);
+  if (bl < 5 || strcmp(real_base + bl - 4, ".lua") != 0)
+    return 0;
+  snprintf(stem, sizeof stem, "%.*s", (int)(bl - 4), real_base);
+  for (char *start = strrchr(stem, '/'); start; ) {
+    const char *rel = start + 1; /* the last parts of the path, as folder/folder/file */
+    char name[PATH_MAX], found[PATH_MAX + 600], real_found[PATH_MAX];
+    if (strchr(rel, '.')) /* a dot inside a part: no dotted name reaches it, nor any longer one */
+      return 0;
+    snprintf(name, sizeof name, "%s", rel);
+    for (char *p = name; *p; p++)
       if (*p == '/')
         *p = '.';
-    return 1;
+    if (strlen(name) < n && sandbox_find_module(out_dir, name, found, sizeof found) &&
+        realpath(found, real_found) && strcmp(real_found, real_base) == 0) {
+      snprintf(module, n, "%s", name);
+      return 1;
+    }
+    if (start == stem)
+      break;
+    do
+      start--;
+    while (start > stem && *start != '/');
+    if (*start != '/')
+      break;
   }
   return 0;
 }

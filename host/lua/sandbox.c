@@ -1107,6 +1107,25 @@ static int proxy_pairs(lua_State *L)
 }
 
 /* Pushes a read-only proxy of the library table at idx, named `name` in messages. */
+/* The metatable on top (its __index and __newindex set) completed for a read-only view of the
+ * table at `target`: pairs walks the target through an iterator that never hands it out, the
+ * metatable is hidden, and the view, left on top, is registered as read-only. */
+static void finish_readonly_view(lua_State *L, int target)
+{
+  lua_pushvalue(L, target);
+  lua_pushcclosure(L, proxy_next, 1);
+  lua_pushcclosure(L, proxy_pairs, 1);
+  lua_setfield(L, -2, "__pairs");
+  lua_pushboolean(L, 0);
+  lua_setfield(L, -2, "__metatable");
+  lua_setmetatable(L, -2);
+  lua_getfield(L, LUA_REGISTRYINDEX, READONLY_KEY);
+  lua_pushvalue(L, -2);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
 static void push_readonly(lua_State *L, int idx, const char *name)
 {
   int lib = lua_absindex(L, idx);
@@ -1119,18 +1138,7 @@ static void push_readonly(lua_State *L, int idx, const char *name)
   lua_pushstring(L, name);
   lua_pushcclosure(L, proxy_newindex, 1);
   lua_setfield(L, -2, "__newindex");
-  lua_pushvalue(L, lib);
-  lua_pushcclosure(L, proxy_next, 1);
-  lua_pushcclosure(L, proxy_pairs, 1);
-  lua_setfield(L, -2, "__pairs");
-  lua_pushboolean(L, 0);
-  lua_setfield(L, -2, "__metatable");
-  lua_setmetatable(L, -2);
-  lua_getfield(L, LUA_REGISTRYINDEX, READONLY_KEY);
-  lua_pushvalue(L, -2);
-  lua_pushboolean(L, 1);
-  lua_rawset(L, -3);
-  lua_pop(L, 1);
+  finish_readonly_view(L, lib);
 }
 
 /* Replaces global `name` (a library table) by a read-only proxy of it. */
@@ -1288,18 +1296,7 @@ static void lock_globals(lua_State *L)
   lua_pushvalue(L, real);
   lua_pushcclosure(L, globals_newindex, 1);
   lua_setfield(L, -2, "__newindex");
-  lua_pushvalue(L, real);
-  lua_pushcclosure(L, proxy_next, 1);
-  lua_pushcclosure(L, proxy_pairs, 1);
-  lua_setfield(L, -2, "__pairs");
-  lua_pushboolean(L, 0);
-  lua_setfield(L, -2, "__metatable");
-  lua_setmetatable(L, -2);
-  lua_getfield(L, LUA_REGISTRYINDEX, READONLY_KEY);
-  lua_pushvalue(L, -2);
-  lua_pushboolean(L, 1);
-  lua_rawset(L, -3);
-  lua_pop(L, 1);
+  finish_readonly_view(L, real);
   lua_pushvalue(L, -1);
   lua_setfield(L, real, "_G"); /* _G is the plan's environment */
   lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
@@ -1334,18 +1331,56 @@ static void harden(lua_State *L)
 
 /* ---- set-up ---------------------------------------------------------------------------- */
 
-static int add_search_dir(struct sandbox *sb, const char *dir)
+static int add_search_dir(char **dirs, int *n, const char *dir)
 {
-  if (!dir || !*dir || sb->n_search >= (int)(sizeof sb->search / sizeof sb->search[0]))
+  if (!dir || !*dir || *n >= SANDBOX_MAX_SEARCH)
     return 0;
-  for (int i = 0; i < sb->n_search; i++)
-    if (strcmp(sb->search[i], dir) == 0)
+  for (int i = 0; i < *n; i++)
+    if (strcmp(dirs[i], dir) == 0)
       return 0;
   char *copy = strdup(dir);
   if (!copy)
     return -1;
-  sb->search[sb->n_search++] = copy;
+  dirs[(*n)++] = copy;
   return 0;
+}
+
+/* The plan search path of a plan in folder plan_dir ("" or NULL: the working folder), in order:
+ * that folder, each folder of TYCHO_PATH, the shipped plans; strdup'ed into dirs. -1 out of
+ * memory. */
+static int fill_search_path(char **dirs, int *n, const char *plan_dir)
+{
+  if (add_search_dir(dirs, n, plan_dir && *plan_dir ? plan_dir : ".") < 0)
+    return -1;
+  const char *env = getenv("TYCHO_PATH");
+  if (env) {
+    char *copy = strdup(env);
+    if (!copy)
+      return -1;
+    for (char *save = NULL, *dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save))
+      add_search_dir(dirs, n, dir);
+    free(copy);
+  }
+  return add_search_dir(dirs, n, TYCHO_PLANS_DIR);
+}
+
+int sandbox_find_module(const char *plan_dir, const char *name, char *out, size_t n)
+{
+  if (!valid_module_name(name) || strcmp(name, "tycho") == 0)
+    return 0;
+  char rel[512], *dirs[SANDBOX_MAX_SEARCH];
+  int n_dirs = 0, found = 0;
+  if (snprintf(rel, sizeof rel, "%s", name) >= (int)sizeof rel)
+    return 0;
+  for (char *p = rel; *p; p++)
+    if (*p == '.')
+      *p = '/';
+  if (fill_search_path(dirs, &n_dirs, plan_dir) == 0)
+    for (int i = 0; i < n_dirs && !found; i++)
+      found = find_module(dirs[i], rel, out, n);
+  for (int i = 0; i < n_dirs; i++)
+    free(dirs[i]);
+  return found;
 }
 
 static void open_sandboxed_libs(lua_State *L)
@@ -1439,18 +1474,7 @@ int sandbox_open(struct sandbox *sb, const struct sandbox_options *opt, char *er
     lua_sethook(L, count_hook, LUA_MASKCOUNT, HOOK_EVERY);
   }
 
-  if (add_search_dir(sb, opt->plan_dir && *opt->plan_dir ? opt->plan_dir : ".") < 0)
-    goto nomem;
-  const char *env = getenv("TYCHO_PATH");
-  if (env) {
-    char *copy = strdup(env);
-    if (!copy)
-      goto nomem;
-    for (char *save = NULL, *dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save))
-      add_search_dir(sb, dir);
-    free(copy);
-  }
-  if (add_search_dir(sb, TYCHO_PLANS_DIR) < 0)
+  if (fill_search_path(sb->search, &sb->n_search, opt->plan_dir) < 0)
     goto nomem;
   return 0;
 nomem:

@@ -23,6 +23,7 @@
 
 #define SANDBOX_DEFAULT_MEMORY_LIMIT (256u << 20)
 #define SANDBOX_DEFAULT_INSTRUCTION_LIMIT 200000000LL
+#define SANDBOX_MAX_SEARCH 16 /* folders in the plan search path */
 
 /* A module written in C that `require name` opens (the caller's: the sandbox knows no module
  * of its own, so the bindings above it can use it without a cycle). */
@@ -51,7 +52,7 @@ struct sandbox {
   int limit_hit;                /* the instruction limit fired: every later instruction raises */
   char limit_msg[700];
   int n_search;
-  char *search[16];             /* the plan search path, in order */
+  char *search[SANDBOX_MAX_SEARCH]; /* the plan search path, in order */
   const struct sandbox_module *modules;
   int n_modules;
 };
@@ -62,6 +63,12 @@ void sandbox_close(struct sandbox *sb);
 
 /* The sandbox that owns L. */
 struct sandbox *sandbox_of(lua_State *L);
+
+/* The file `require "name"` loads in a plan whose own folder is plan_dir (the same search as
+ * the sandbox's: plan_dir, TYCHO_PATH's folders, the shipped plans; the first name.lua or
+ * name/init.lua whose real path stays inside its folder), into out. 1 found; 0 when nothing is
+ * found or name is not a module name a plan may require ("tycho" is the built-in module). */
+int sandbox_find_module(const char *plan_dir, const char *name, char *out, size_t n);
 
 /* Loads and runs a Lua file in the sandbox with `nargs` arguments already pushed, leaving
  * its first result on the stack. 0 ok; otherwise nothing is pushed and err holds the

@@ -1148,54 +1148,70 @@ static int read_recompute(struct reader *r, const struct tbl *root)
 
 /* ---- --set overrides ------------------------------------------------------------------ */
 
-/* Pushes the Lua value of a --set text: true/false, nil, integers, numbers, comma lists,
- * otherwise a string ('quoted' or "quoted" forces a string). */
+/* What a --set text means, read by one rule for the value pushed (push_set_value) and the value
+ * written as Lua (set_value_as_lua): 'quoted' or "quoted" forces a string, a comma makes a
+ * list (where allowed), then true/false, nil, an integer, a number, else a string. */
+enum set_kind { SET_QUOTED, SET_LIST, SET_BOOLEAN, SET_NIL, SET_INTEGER, SET_NUMBER, SET_STRING };
+
+static enum set_kind set_value_kind(const char *text, int allow_list, long long *integer, double *number)
+{
+  const size_t n = strlen(text);
+  char *end;
+  if (n >= 2 && (text[0] == '"' || text[0] == '\'') && text[n - 1] == text[0])
+    return SET_QUOTED;
+  if (allow_list && strchr(text, ','))
+    return SET_LIST;
+  if (strcmp(text, "true") == 0 || strcmp(text, "false") == 0)
+    return SET_BOOLEAN;
+  if (strcmp(text, "nil") == 0)
+    return SET_NIL;
+  *integer = strtoll(text, &end, 10);
+  if (*text && *end == 0)
+    return SET_INTEGER;
+  *number = strtod(text, &end);
+  if (*text && *end == 0)
+    return SET_NUMBER;
+  return SET_STRING;
+}
+
+/* The next non-empty item of a comma list at *s (at most 255 bytes of it) into item, *s moved
+ * past it; 0 when the list has no more. */
+static int set_list_next(const char **s, char item[256])
+{
+  while (*s) {
+    const char *c = strchr(*s, ',');
+    const size_t len = c ? (size_t)(c - *s) : strlen(*s);
+    snprintf(item, 256, "%.*s", (int)(len < 255 ? len : 255), *s);
+    *s = c ? c + 1 : NULL;
+    if (item[0])
+      return 1;
+  }
+  return 0;
+}
+
+/* Pushes the Lua value of a --set text (set_value_kind). */
 static void push_set_value(lua_State *L, const char *text, int allow_list)
 {
-  size_t n = strlen(text);
-  if (n >= 2 && (text[0] == '"' || text[0] == '\'') && text[n - 1] == text[0]) {
-    lua_pushlstring(L, text + 1, n - 2);
-    return;
-  }
-  if (allow_list && strchr(text, ',')) {
+  long long integer = 0;
+  double number = 0;
+  char item[256];
+  switch (set_value_kind(text, allow_list, &integer, &number)) {
+  case SET_QUOTED: lua_pushlstring(L, text + 1, strlen(text) - 2); break;
+  case SET_LIST: {
     lua_newtable(L);
     int i = 1;
-    const char *s = text;
-    for (;;) {
-      const char *c = strchr(s, ',');
-      size_t len = c ? (size_t)(c - s) : strlen(s);
-      char item[256];
-      snprintf(item, sizeof item, "%.*s", (int)(len < 255 ? len : 255), s);
-      if (item[0]) {
-        push_set_value(L, item, 0);
-        lua_rawseti(L, -2, i++);
-      }
-      if (!c)
-        break;
-      s = c + 1;
+    for (const char *s = text; set_list_next(&s, item);) {
+      push_set_value(L, item, 0);
+      lua_rawseti(L, -2, i++);
     }
-    return;
+    break;
   }
-  if (strcmp(text, "true") == 0 || strcmp(text, "false") == 0) {
-    lua_pushboolean(L, text[0] == 't');
-    return;
+  case SET_BOOLEAN: lua_pushboolean(L, text[0] == 't'); break;
+  case SET_NIL: lua_pushnil(L); break;
+  case SET_INTEGER: lua_pushinteger(L, (lua_Integer)integer); break;
+  case SET_NUMBER: lua_pushnumber(L, number); break;
+  case SET_STRING: lua_pushstring(L, text); break;
   }
-  if (strcmp(text, "nil") == 0) {
-    lua_pushnil(L);
-    return;
-  }
-  char *end;
-  long long i = strtoll(text, &end, 10);
-  if (*text && *end == 0) {
-    lua_pushinteger(L, (lua_Integer)i);
-    return;
-  }
-  double d = strtod(text, &end);
-  if (*text && *end == 0) {
-    lua_pushnumber(L, d);
-    return;
-  }
-  lua_pushstring(L, text);
 }
 
 /* A Lua string literal of the n bytes at s, byte for byte. */
@@ -1214,57 +1230,39 @@ static void lua_literal(FILE *f, const char *s, size_t n)
   fputc('"', f);
 }
 
-/* The value push_set_value pushes, as Lua source (the same rules, in the same order). */
+/* The value push_set_value pushes, as Lua source. */
 static void set_value_as_lua(FILE *f, const char *text, int allow_list)
 {
-  size_t n = strlen(text);
-  if (n >= 2 && (text[0] == '"' || text[0] == '\'') && text[n - 1] == text[0]) {
-    lua_literal(f, text + 1, n - 2);
-    return;
-  }
-  if (allow_list && strchr(text, ',')) {
+  long long integer = 0;
+  double number = 0;
+  char item[256];
+  switch (set_value_kind(text, allow_list, &integer, &number)) {
+  case SET_QUOTED: lua_literal(f, text + 1, strlen(text) - 2); break;
+  case SET_LIST:
     fputs("{ ", f);
-    const char *s = text;
-    for (;;) {
-      const char *c = strchr(s, ',');
-      size_t len = c ? (size_t)(c - s) : strlen(s);
-      char item[256];
-      snprintf(item, sizeof item, "%.*s", (int)(len < 255 ? len : 255), s);
-      if (item[0]) {
-        set_value_as_lua(f, item, 0);
-        fputs(", ", f);
-      }
-      if (!c)
-        break;
-      s = c + 1;
+    for (const char *s = text; set_list_next(&s, item);) {
+      set_value_as_lua(f, item, 0);
+      fputs(", ", f);
     }
     fputs("}", f);
-    return;
-  }
-  if (strcmp(text, "true") == 0 || strcmp(text, "false") == 0 || strcmp(text, "nil") == 0) {
-    fputs(text, f);
-    return;
-  }
-  char *end;
-  long long i = strtoll(text, &end, 10);
-  if (*text && *end == 0) {
-    if (i == LLONG_MIN) /* -9223372036854775808 would read as a float */
+    break;
+  case SET_BOOLEAN: case SET_NIL: fputs(text, f); break;
+  case SET_INTEGER:
+    if (integer == LLONG_MIN) /* -9223372036854775808 would read as a float */
       fputs("math.mininteger", f);
     else
-      fprintf(f, "%lld", i);
-    return;
-  }
-  double d = strtod(text, &end);
-  if (*text && *end == 0) {
-    if (isnan(d))
+      fprintf(f, "%lld", integer);
+    break;
+  case SET_NUMBER:
+    if (isnan(number))
       fputs("(0/0)", f);
-    else if (isinf(d))
-      fputs(d > 0 ? "(1/0)" : "(-1/0)", f);
+    else if (isinf(number))
+      fputs(number > 0 ? "(1/0)" : "(-1/0)", f);
     else
-      fprintf(f, "%a", d); /* a hex float: the same double, and a float as lua_pushnumber's */
-    return;
+      fprintf(f, "%a", number); /* a hex float: the same double, and a float as lua_pushnumber's */
+    break;
+  case SET_STRING: lua_literal(f, text, strlen(text)); break;
   }
-  lua_literal(f, text, n);
 }
 
 void plan_set_as_lua(FILE *f, const char *set)

@@ -63,6 +63,24 @@ static const char *sep(const char *what)
   return what && what[0] ? " " : "";
 }
 
+/* fd (open on path) stat'ed and required to be a regular file; closed when it is not. 0 ok;
+ * 1 (cannot stat) or 2 (not a regular file) with a message. */
+static int require_regular(int fd, const char *w, const char *path, struct stat *st, char *err,
+                           size_t err_size)
+{
+  if (fstat(fd, st)) {
+    const int e = errno;
+    close(fd);
+    return errf(err, err_size, "%s%s%s: cannot stat: %s", w, sep(w), path, strerror(e));
+  }
+  if (!S_ISREG(st->st_mode)) {
+    close(fd);
+    errf(err, err_size, "%s%s%s: is %s, not a regular file", w, sep(w), path, path_kind(st->st_mode));
+    return 2;
+  }
+  return 0;
+}
+
 int path_open_input(const char *what, const char *path, long long max_bytes, int *fd_out,
                     long long *size, char *err, size_t err_size)
 {
@@ -73,16 +91,9 @@ int path_open_input(const char *what, const char *path, long long max_bytes, int
   if (fd < 0)
     return errf(err, err_size, "%s%s%s: cannot open: %s", w, sep(w), path, strerror(errno));
   struct stat st;
-  if (fstat(fd, &st)) {
-    const int e = errno;
-    close(fd);
-    return errf(err, err_size, "%s%s%s: cannot stat: %s", w, sep(w), path, strerror(e));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    errf(err, err_size, "%s%s%s: is %s, not a regular file", w, sep(w), path, path_kind(st.st_mode));
-    return 2;
-  }
+  const int regular = require_regular(fd, w, path, &st, err, err_size);
+  if (regular)
+    return regular;
   if (max_bytes > 0 && (long long)st.st_size > max_bytes) {
     close(fd);
     errf(err, err_size, "%s%s%s: is %lld bytes, more than the %lld such a file may have", w, sep(w), path,
@@ -189,16 +200,9 @@ int path_open_output(const char *what, const char *path, int append, int *fd_out
     return errf(err, err_size, "%s%s%s: cannot open it for writing: %s", w, sep(w), path, strerror(e));
   }
   struct stat st;
-  if (fstat(fd, &st)) {
-    const int e = errno;
-    close(fd);
-    return errf(err, err_size, "%s%s%s: cannot stat: %s", w, sep(w), path, strerror(e));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    errf(err, err_size, "%s%s%s: is %s, not a regular file", w, sep(w), path, path_kind(st.st_mode));
-    return 2;
-  }
+  const int regular = require_regular(fd, w, path, &st, err, err_size);
+  if (regular)
+    return regular;
   const int flags = fcntl(fd, F_GETFL);
   if ((!append && ftruncate(fd, 0)) || flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK)) {
     const int e = errno;

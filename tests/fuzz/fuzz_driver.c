@@ -5,7 +5,6 @@
  * size, so the sanitizers catch any read past the end. Usage: fuzz_safetensors [iterations [seed]]. */
 #define _POSIX_C_SOURCE 200809L
 #include "io/safetensors.h"
-#include "philox.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -59,21 +58,8 @@ static struct seed written(void)
   return s;
 }
 
-struct rng { uint64_t seed, counter; uint32_t out[4]; int left; };
-
-static uint32_t rng_next(struct rng *r)
-{
-  if (!r->left) {
-    const uint32_t ctr[4] = { (uint32_t)r->counter, (uint32_t)(r->counter >> 32), 0x66757a7a, 0 };
-    const uint32_t key[2] = { (uint32_t)r->seed, (uint32_t)(r->seed >> 32) };
-    philox4x32_10(ctr, key, r->out);
-    r->counter++;
-    r->left = 4;
-  }
-  return r->out[--r->left];
-}
-
-static uint32_t rng_below(struct rng *r, uint32_t n) { return n ? rng_next(r) % n : 0; }
+#define FUZZ_RNG_STREAM 0x66757a7aU /* "fuzz" */
+#include "fuzz_rng.h"
 
 static const char interesting[] = "{}[],:\"\\u0123456789-.eE+ ntfa\x00\xff\x80\xc3\xed\xf4";
 

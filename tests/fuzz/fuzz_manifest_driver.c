@@ -17,7 +17,6 @@
 #include <string.h>
 
 #include "fuzz_manifest.h"
-#include "philox.h"
 #include "util/hash.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -78,21 +77,8 @@ static struct seed manifest(const struct seed_tensor *t, int n_tensors, int n_fi
   return out;
 }
 
-struct rng { uint64_t seed, counter; uint32_t out[4]; int left; };
-
-static uint32_t rng_next(struct rng *r)
-{
-  if (!r->left) {
-    const uint32_t ctr[4] = { (uint32_t)r->counter, (uint32_t)(r->counter >> 32), 0x6d616e69, 0 };
-    const uint32_t key[2] = { (uint32_t)r->seed, (uint32_t)(r->seed >> 32) };
-    philox4x32_10(ctr, key, r->out);
-    r->counter++;
-    r->left = 4;
-  }
-  return r->out[--r->left];
-}
-
-static uint32_t rng_below(struct rng *r, uint32_t n) { return n ? rng_next(r) % n : 0; }
+#define FUZZ_RNG_STREAM 0x6d616e69U /* "mani" */
+#include "fuzz_rng.h"
 
 static const char interesting[] = "{}[],:\"\\-0123456789eE. ntfu\x00\xff";
 static const char *const numbers[] = {

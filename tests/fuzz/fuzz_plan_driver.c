@@ -6,7 +6,6 @@
  * another seed, truncations. A per-input CPU-time limit turns a hang into a failure; the input that
  * crashed or hung is left in the file fuzz_plan names. Usage: fuzz_plan [iterations [seed]]. */
 #define _POSIX_C_SOURCE 200809L
-#include "philox.h"
 
 #include <dirent.h>
 #include <signal.h>
@@ -98,21 +97,8 @@ static const char *const tokens[] = {
   " seeds = { global = -1 }", " mesh = { tp = 3 }", " dp = \"auto\"", " n_layers = 1000",
 };
 
-struct rng { uint64_t seed, counter; uint32_t out[4]; int left; };
-
-static uint32_t rng_next(struct rng *r)
-{
-  if (!r->left) {
-    const uint32_t ctr[4] = { (uint32_t)r->counter, (uint32_t)(r->counter >> 32), 0x706c616e, 0 };
-    const uint32_t key[2] = { (uint32_t)r->seed, (uint32_t)(r->seed >> 32) };
-    philox4x32_10(ctr, key, r->out);
-    r->counter++;
-    r->left = 4;
-  }
-  return r->out[--r->left];
-}
-
-static uint32_t below(struct rng *r, uint32_t n) { return n ? rng_next(r) % n : 0; }
+#define FUZZ_RNG_STREAM 0x706c616eU /* "plan" */
+#include "fuzz_rng.h"
 
 /* The start of the line holding buf[at] and the index just past it (its '\n' included). */
 static void line_around(const char *buf, size_t n, size_t at, size_t *start, size_t *end)
@@ -140,12 +126,12 @@ static void insert(char *buf, size_t *n, size_t at, const char *text, size_t len
 static void mutate(struct rng *r, char *buf, size_t *n)
 {
   static const char bytes[] = "{}()[]=,.\"'-0123456789 \nabcdefxyz_#%^$*+?\\";
-  size_t at = *n ? below(r, (uint32_t)*n) : 0, s, e;
-  switch (below(r, 10)) {
-  case 0: if (*n) buf[at] ^= (char)(1u << below(r, 8)); break;
-  case 1: if (*n) buf[at] = bytes[below(r, sizeof bytes - 1)]; break;
+  size_t at = *n ? rng_below(r, (uint32_t)*n) : 0, s, e;
+  switch (rng_below(r, 10)) {
+  case 0: if (*n) buf[at] ^= (char)(1u << rng_below(r, 8)); break;
+  case 1: if (*n) buf[at] = bytes[rng_below(r, sizeof bytes - 1)]; break;
   case 2: case 3: { /* a token */
-    const char *t = tokens[below(r, sizeof tokens / sizeof tokens[0])];
+    const char *t = tokens[rng_below(r, sizeof tokens / sizeof tokens[0])];
     insert(buf, n, at, t, strlen(t));
     break;
   }
@@ -166,17 +152,17 @@ static void mutate(struct rng *r, char *buf, size_t *n)
     }
     break;
   case 6: { /* splice a line of another seed in */
-    const struct seed *o = &seeds[below(r, (uint32_t)n_seeds)];
+    const struct seed *o = &seeds[rng_below(r, (uint32_t)n_seeds)];
     if (o->n) {
       line_around(buf, *n, at, &at, &e);
-      line_around(o->bytes, o->n, below(r, (uint32_t)o->n), &s, &e);
+      line_around(o->bytes, o->n, rng_below(r, (uint32_t)o->n), &s, &e);
       insert(buf, n, at, o->bytes + s, e - s);
     }
     break;
   }
   case 7: /* delete a run */
     if (*n) {
-      size_t k = 1 + below(r, 12);
+      size_t k = 1 + rng_below(r, 12);
       if (k > *n - at) k = *n - at;
       memmove(buf + at, buf + at + k, *n - at - k);
       *n -= k;
@@ -186,14 +172,14 @@ static void mutate(struct rng *r, char *buf, size_t *n)
     for (size_t i = at; i < *n; i++)
       if (buf[i] >= '0' && buf[i] <= '9') {
         static const char *const nums[] = { "0", "-1", "3", "65", "1e9", "2147483648", "0.5", "1e-300", "7" };
-        const char *t = nums[below(r, sizeof nums / sizeof nums[0])];
+        const char *t = nums[rng_below(r, sizeof nums / sizeof nums[0])];
         buf[i] = t[0];
         insert(buf, n, i + 1, t + 1, strlen(t) - 1);
         break;
       }
     break;
   default: /* truncate */
-    *n = below(r, (uint32_t)*n + 1);
+    *n = rng_below(r, (uint32_t)*n + 1);
   }
 }
 
@@ -274,10 +260,10 @@ int main(int argc, char **argv)
   char *work = malloc(MAX_INPUT);
   struct rng r = { rng_seed, 0, { 0 }, 0 };
   for (long it = 0; it < iterations; it++) {
-    const struct seed *s = &seeds[below(&r, (uint32_t)n_seeds)];
+    const struct seed *s = &seeds[rng_below(&r, (uint32_t)n_seeds)];
     size_t n = s->n;
     memcpy(work, s->bytes, n);
-    int k = 1 + (int)below(&r, 6);
+    int k = 1 + (int)rng_below(&r, 6);
     for (int m = 0; m < k; m++)
       mutate(&r, work, &n);
     char *input = malloc(n ? n : 1); /* exactly n bytes: overreads are caught */
