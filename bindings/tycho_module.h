@@ -1,5 +1,5 @@
 /* The `tycho` Lua module as plan files see it: tycho.plan{...}, tycho.extend(base, overrides),
- * tycho.version. See ../shared/PLAN.md for the schema these tables follow. */
+ * tycho.version. docs/plans.md gives the schema these tables follow. */
 #ifndef TYCHO_MODULE_H
 #define TYCHO_MODULE_H
 #include <lua.h>

@@ -1,8 +1,9 @@
-/* bfloat16 on the CPU: the element type of precision.compute = "bf16" (DESIGN 3.9). A bf16 is
- * the upper 16 bits of an IEEE binary32 (8 exponent bits, 7 mantissa bits): converting from
- * float rounds to nearest, ties to even, keeps infinities and turns every NaN into a quiet NaN
- * (never into an infinity), and converting back is exact. Matrix products take bf16 operands
- * and accumulate and write in fp32 (oneDNN's matmul where the build has it: kernels/cpu/dnnl/).
+/* bfloat16 on the CPU: the element type of precision.compute = "bf16" (docs/design.md, "Kernels and
+ * backends"). A bf16 is the upper 16 bits of an IEEE binary32 (8 exponent bits, 7 mantissa bits):
+ * converting from float rounds to nearest, ties to even, keeps infinities and turns every NaN into
+ * a quiet NaN (never into an infinity), and converting back is exact. Matrix products take bf16
+ * operands and accumulate and write in fp32 (oneDNN's matmul where the build has it:
+ * kernels/cpu/dnnl/).
  *
  * Every function that can fail returns 0, or nonzero with a one-line message in err. */
 #ifndef TYCHO_KERNELS_BF16_H

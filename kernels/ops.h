@@ -108,7 +108,7 @@ struct kernel_ops {
   void (*linear_forward_acc)(void *ctx, real *out, const real *inp, const real *weight, int BT,
                              int IC, int OC);
 
-  /* ---- bf16 compute (precision.compute = "bf16": DESIGN 3.9) ----
+  /* ---- bf16 compute (precision.compute = "bf16": docs/design.md, "Kernels and backends") ----
    * The linears' products take bf16 operands and accumulate and write in fp32; everything else
    * (norms, softmax, SwiGLU's math, AdamW, the residual stream, gradients) stays in real (fp32).
    * The bf16 operands are written once, by the kernel that produces the tensor (the _bf16

@@ -2,7 +2,7 @@
  * C code and CUDA kernels compute bitwise the same numbers. Every random number tycho uses is a
  * pure function of (seed, stream coordinates, element index) — never of rank or of call order —
  * so a rank holding a slice of a tensor draws exactly the serial run's values for that slice
- * (DESIGN.md 3.4). Key = (seed low 32 bits, seed high 32 bits). */
+ * (docs/design.md, "Randomness"). Key = (seed low 32 bits, seed high 32 bits). */
 #ifndef TYCHO_PHILOX_H
 #define TYCHO_PHILOX_H
 #include <math.h>

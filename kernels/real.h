@@ -12,11 +12,11 @@
 #define TYCHO_REAL_H
 #include <math.h>
 
-/* Element types a tensor can have, by their safetensors names. A tensor says which it holds
- * (struct model_param: dtype) and a kernel table which its `real` buffers are
- * (struct kernel_ops: compute_dtype); the runtime refuses a table whose type is not this
- * build's `real`. bf16 and f16 appear in files (converted at the edge) and, later, in tables
- * that compute in them (bf16 compute with fp32 master weights: DESIGN 3.9). */
+/* Element types a tensor can have, by their safetensors names. A tensor says which it holds (struct
+ * model_param: dtype) and a kernel table which its `real` buffers are (struct kernel_ops:
+ * compute_dtype); the runtime refuses a table whose type is not this build's `real`. bf16 and f16
+ * appear in files (converted at the edge) and, later, in tables that compute in them (bf16 compute
+ * with fp32 master weights: docs/design.md, "Kernels and backends"). */
 enum tensor_dtype { TENSOR_F32, TENSOR_F64, TENSOR_BF16, TENSOR_F16, TENSOR_N_DTYPES };
 
 static inline const char *tensor_dtype_name(enum tensor_dtype d)

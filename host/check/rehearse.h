@@ -1,5 +1,5 @@
-/* Rehearsal (DESIGN 3.12): a plan's exact layout run at toy scale on CPU ranks, against the
- * serial run of the same shrunk model — `tycho rehearse PLAN.lua`.
+/* Rehearsal (docs/design.md, "Rehearsal and calibration"): a plan's exact layout run at toy scale
+ * on CPU ranks, against the serial run of the same shrunk model — `tycho rehearse PLAN.lua`.
  *
  * What is kept: the mesh (tp, pp, dp and their order, so every rank's groups are the plan's),
  * the layer count and every layer's stage (the full-size plan's mapping, passed as an explicit

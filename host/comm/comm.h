@@ -1,6 +1,6 @@
-/* The comm layer: process groups and collectives, one interface for every backend (DESIGN 3.2,
- * 3.7). MPI carries CPU buffers now; an NCCL backend will carry GPU buffers behind the same
- * functions, so nothing here names an MPI type.
+/* The comm layer: process groups and collectives, one interface for every backend (docs/design.md,
+ * "The mesh" and "Collectives"). MPI carries CPU buffers now; an NCCL backend will carry GPU
+ * buffers behind the same functions, so nothing here names an MPI type.
  *
  * Conventions.
  * - Counts are elements (`n_elems`, of `enum comm_dtype`); sizes are bytes (`n_bytes`).

@@ -1,10 +1,10 @@
-/* Check mode (DESIGN 3.7): before each collective every member of the group shares what it is
- * about to do (seq, op, n_bytes, root, reduction, dtype) with a small all-gather on the group's
- * control communicator; every member then finds the same first difference and returns the same
- * message, where the collective itself would hang or mix up data. An all-to-all with per-peer
- * counts, whose n_bytes differ from rank to rank by design, shares its counts instead, and every
- * pair must agree (what i sends to j is what j expects from i). A checked send carries its
- * sender's view in a message ahead of the data; the receiver compares. */
+/* Check mode (docs/design.md, "Collectives"): before each collective every member of the group
+ * shares what it is about to do (seq, op, n_bytes, root, reduction, dtype) with a small all-gather
+ * on the group's control communicator; every member then finds the same first difference and
+ * returns the same message, where the collective itself would hang or mix up data. An all-to-all
+ * with per-peer counts, whose n_bytes differ from rank to rank by design, shares its counts
+ * instead, and every pair must agree (what i sends to j is what j expects from i). A checked send
+ * carries its sender's view in a message ahead of the data; the receiver compares. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>

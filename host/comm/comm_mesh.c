@@ -1,6 +1,6 @@
-/* From the mesh to process groups (DESIGN 3.2), the start-of-run plan-hash check (3.1), and the
- * status agreement. All are collective; all end with every rank holding the same verdict, so a
- * failure on one rank cannot leave the others waiting in a later collective. */
+/* From the mesh to process groups (docs/design.md, "The mesh"), the start-of-run plan-hash check,
+ * and the status agreement. All are collective; all end with every rank holding the same verdict,
+ * so a failure on one rank cannot leave the others waiting in a later collective. */
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>

@@ -1,6 +1,7 @@
-/* The flight recorder (DESIGN 3.7): the last N operation records and caller spans in rings,
- * and the per-(group, op) counters. Rings keep a fixed amount of memory however long a run
- * is; the counters never forget, so counted traffic can be compared with predicted traffic. */
+/* The flight recorder (docs/design.md, "Collectives"): the last N operation records and caller
+ * spans in rings, and the per-(group, op) counters. Rings keep a fixed amount of memory however
+ * long a run is; the counters never forget, so counted traffic can be compared with predicted
+ * traffic. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

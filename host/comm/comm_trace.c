@@ -1,8 +1,8 @@
-/* The trace (DESIGN 5): every rank's flight recorder and caller spans, gathered to rank 0 and
- * written as one Chrome trace-event JSON file (open it in Perfetto or chrome://tracing). One
- * process per rank; track 0 holds the caller's spans ("compute"), then one track per group.
- * A slice runs from the operation's start on the comm thread to its end; how long it waited
- * in the queue before that is in its args. */
+/* The trace (docs/design.md, "Files tycho reads and writes"): every rank's flight recorder and
+ * caller spans, gathered to rank 0 and written as one Chrome trace-event JSON file (open it in
+ * Perfetto or chrome://tracing). One process per rank; track 0 holds the caller's spans
+ * ("compute"), then one track per group. A slice runs from the operation's start on the comm thread
+ * to its end; how long it waited in the queue before that is in its args. */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>

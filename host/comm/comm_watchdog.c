@@ -1,8 +1,8 @@
-/* The watchdog (DESIGN 3.7): a thread that turns an operation outliving TYCHO_COMM_TIMEOUT into
- * a diagnosis and a clean abort of the job, never a silent hang. Every tick it also answers
- * peers' questions ("where are you on group dp?") on its own communicator, so a rank stuck in a
- * collective can say which peers never arrived and what they are doing instead: waiting
- * elsewhere, computing, or not answering at all (exited or dead). */
+/* The watchdog (docs/design.md, "Collectives"): a thread that turns an operation outliving
+ * TYCHO_COMM_TIMEOUT into a diagnosis and a clean abort of the job, never a silent hang. Every tick
+ * it also answers peers' questions ("where are you on group dp?") on its own communicator, so a
+ * rank stuck in a collective can say which peers never arrived and what they are doing instead:
+ * waiting elsewhere, computing, or not answering at all (exited or dead). */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <stdio.h>

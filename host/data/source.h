@@ -1,5 +1,6 @@
-/* Where a trainer's tokens come from (DESIGN 5): one interface for every data source, so the
- * trainer asks for windows and never for a kind of data. A source gives
+/* Where a trainer's tokens come from (docs/design.md, "Files tycho reads and writes"): one
+ * interface for every data source, so the trainer asks for windows and never for a kind of data. A
+ * source gives
  *   - training windows: window w = step·G + k (the contract of tokens.h), inputs and targets of
  *     seq_len tokens each;
  *   - validation windows, when it has a validation set;

@@ -14,7 +14,7 @@
  *   unshuffled: o = (w·S) mod (n_tokens − S − 1)   (o = 0 when n_tokens = S + 1);
  *   shuffled:   the epoch has W = floor((n_tokens − 1) / S) windows starting at j·S; window w is
  *               in epoch e = w / W at position q = w mod W, and o = perm_{seed,e}(q)·S, where
- *               perm is tokens_permute (a keyed Feistel permutation; DESIGN.md 3.4).
+ *               perm is tokens_permute (a keyed Feistel permutation; docs/design.md, "Randomness").
  * Every function that can fail returns 0 or nonzero with a one-line message in err. */
 #ifndef TYCHO_DATA_TOKENS_H
 #define TYCHO_DATA_TOKENS_H

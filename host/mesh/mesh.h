@@ -1,8 +1,8 @@
-/* The mesh (DESIGN 3.2): rank ↔ (tp, pp, dp) coordinates and the process groups along each
- * axis, as a pure function of the compiled plan's mesh. `mesh.order` lists the axes from
- * fastest-varying (inside a node) to slowest; with the default { tp, dp, pp } the ranks of a
- * TP group are consecutive and pipeline stages are outermost. Every rank computes the same
- * groups in the same order, so the comm layer can build them with MPI_Comm_split. */
+/* The mesh (docs/design.md, "The mesh"): rank ↔ (tp, pp, dp) coordinates and the process groups
+ * along each axis, as a pure function of the compiled plan's mesh. `mesh.order` lists the axes from
+ * fastest-varying (inside a node) to slowest; with the default { tp, dp, pp } the ranks of a TP
+ * group are consecutive and pipeline stages are outermost. Every rank computes the same groups in
+ * the same order, so the comm layer can build them with MPI_Comm_split. */
 #ifndef TYCHO_MESH_H
 #define TYCHO_MESH_H
 #include "plan/plan.h"

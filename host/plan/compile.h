@@ -1,5 +1,6 @@
-/* The plan compiler: plan.lua → (sandboxed Lua) → plan table → struct plan (DESIGN 3.1).
- * This is the only part of the plan pipeline that touches Lua; what it returns is data. */
+/* The plan compiler: plan.lua → (sandboxed Lua) → plan table → struct plan (docs/design.md, "Plans
+ * are compiled once"). This is the only part of the plan pipeline that touches Lua; what it returns
+ * is data. */
 #ifndef TYCHO_PLAN_COMPILE_H
 #define TYCHO_PLAN_COMPILE_H
 #include <stddef.h>

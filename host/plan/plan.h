@@ -1,6 +1,6 @@
-/* The compiled plan: what a plan file says, validated, with every Lua function already
- * evaluated (DESIGN 3.1). Pure data and pure C: nothing here includes lua.h, so the mesh,
- * layout, schedule, cost model and runtime read plans without a Lua state.
+/* The compiled plan: what a plan file says, validated, with every Lua function already evaluated
+ * (docs/design.md, "Plans are compiled once"). Pure data and pure C: nothing here includes lua.h,
+ * so the mesh, layout, schedule, cost model and runtime read plans without a Lua state.
  *
  * Dimension legend (as in kernels/ops.h): C model dim, NH query heads, NKV key/value heads,
  * HS head size, F ffn dim, V vocab, Vp padded vocab, L layers, S stages. */
@@ -229,12 +229,12 @@ const char *plan_recompute_part_name(int bit_index);
 /* "none", "full" or a comma list of parts, into buf. */
 const char *plan_recompute_text(uint8_t mask, char *buf, size_t n);
 
-/* What a resume compares (checkpoint.allow_changes, DESIGN 8): the fields that change what
- * the run computes, not how it is laid out. The mesh, splits, ZeRO stage, schedule, micro-batch
- * and recompute may change (the checkpoint reshards); these may not, unless the plan lists
- * them in checkpoint.allow_changes. The last PLAN_N_RESUME_PARENTS names are not compared
- * themselves: they are what a derived field follows (seeds.global for the seeds,
- * train.steps for lr_schedule.decay_steps), and allowing one allows the fields that follow it. */
+/* What a resume compares (checkpoint.allow_changes, docs/design.md, "Checkpoints"): the fields that
+ * change what the run computes, not how it is laid out. The mesh, splits, ZeRO stage, schedule,
+ * micro-batch and recompute may change (the checkpoint reshards); these may not, unless the plan
+ * lists them in checkpoint.allow_changes. The last PLAN_N_RESUME_PARENTS names are not compared
+ * themselves: they are what a derived field follows (seeds.global for the seeds, train.steps for
+ * lr_schedule.decay_steps), and allowing one allows the fields that follow it. */
 #define PLAN_N_RESUME_FIELDS 30
 #define PLAN_N_RESUME_PARENTS 2
 #define PLAN_N_RESUME_NAMES (PLAN_N_RESUME_FIELDS + PLAN_N_RESUME_PARENTS)

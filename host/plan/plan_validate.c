@@ -1,8 +1,7 @@
-/* Whole-plan validation: what no single field can check alone (DESIGN 3.1). Every message
- * names where the offending field was written, the field, its value, and what would be
- * valid. A valid plan is never changed silently: what is derived here (dp from "auto", the
- * padded vocab, micro-batches per step, stage ranges, derived seeds) is shown by
- * `tycho check`. */
+/* Whole-plan validation: what no single field can check alone (docs/design.md, "Plans are compiled
+ * once"). Every message names where the offending field was written, the field, its value, and what
+ * would be valid. A valid plan is never changed silently: what is derived here (dp from "auto", the
+ * padded vocab, micro-batches per step, stage ranges, derived seeds) is shown by `tycho check`. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>

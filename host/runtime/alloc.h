@@ -1,7 +1,8 @@
-/* The one allocator of the runtime, and the memory bill it keeps (DESIGN 3.6). Every buffer the
- * trainer owns — parameters, gradients, optimizer state, activations, comm buffers, workspace —
- * comes from alloc_bytes with its category, so the bytes in use and the high-water mark of each
- * category are known exactly and can be held against the cost model's prediction.
+/* The one allocator of the runtime, and the memory bill it keeps (docs/design.md, "The memory
+ * bill"). Every buffer the trainer owns — parameters, gradients, optimizer state, activations, comm
+ * buffers, workspace — comes from alloc_bytes with its category, so the bytes in use and the
+ * high-water mark of each category are known exactly and can be held against the cost model's
+ * prediction.
  *
  * Bills per device: host memory is device ALLOC_HOST, always there; a backend whose memory is
  * not the host's (a GPU) adds its device (alloc_device_add) and makes it current

@@ -1,14 +1,15 @@
-/* The memory bill, predicted (DESIGN 3.6): what the runtime allocates on a rank, by the
- * categories of runtime/alloc.h, for any plan and world, without allocating it. It is computed
- * by the runtime's own layout code — the parameter table this rank would build (model.c: TP
- * blocks, pipeline stages; in outline, model_create_table_outline), the data-parallel buckets and shards (dp_layout.c), the activation
- * and workspace layout (model_acts_count, with the recompute area), the pipeline's slots (the
- * schedule simulator's peak in flight) — and, for what ZeRO 2 and 3 allocate and free during a
- * step, the high-water mark of the passes' order over the rank's schedule list (dp_passes.c):
- * under zero ≥ 2 with zero_every.grads = "micro_batch" the gradients of the unit computing and of
- * the one still reducing, with "step" the stages' whole gradients; under zero 3 the parameters of
- * the piece computing and of the one prefetched, with zero_every.params = "step" every unit the
- * rank's stages gathered until each stage's last backward.
+/* The memory bill, predicted (docs/design.md, "The memory bill"): what the runtime allocates on a
+ * rank, by the categories of runtime/alloc.h, for any plan and world, without allocating it. It is
+ * computed by the runtime's own layout code — the parameter table this rank would build (model.c:
+ * TP blocks, pipeline stages; in outline, model_create_table_outline), the data-parallel buckets
+ * and shards (dp_layout.c), the activation and workspace layout (model_acts_count, with the
+ * recompute area), the pipeline's slots (the schedule simulator's peak in flight) — and, for what
+ * ZeRO 2 and 3 allocate and free during a step, the high-water mark of the passes' order over the
+ * rank's schedule list (dp_passes.c): under zero ≥ 2 with zero_every.grads = "micro_batch" the
+ * gradients of the unit computing and of the one still reducing, with "step" the stages' whole
+ * gradients; under zero 3 the parameters of the piece computing and of the one prefetched, with
+ * zero_every.params = "step" every unit the rank's stages gathered until each stage's last
+ * backward.
  *
  * Element sizes are those of the runtime the plan runs on (plan_on_cpu). On the CPU, every buffer
  * is counted in the runtime's `real` as it carves it (4 bytes, 8 in the float64 proof build:

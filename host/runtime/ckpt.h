@@ -1,4 +1,4 @@
-/* Sharded checkpoints (DESIGN 3.8; plan field `checkpoint`).
+/* Sharded checkpoints (docs/design.md, "Checkpoints"; plan field `checkpoint`).
  *
  * A checkpoint is a folder DIR/step_NNNNNNNN (N = optimizer steps done) holding manifest.json and
  * one shard file per rank, rank_RRRRR.bin: float32 pieces written by the rank that owns them,

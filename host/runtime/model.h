@@ -150,11 +150,11 @@ struct model {
   real *wte, *dwte;         /* (Vp, C) */
   real *final_norm, *dfinal_norm; /* (C) */
   real *head, *dhead;       /* (Vp, C); the embedding's when tie_embeddings */
-  /* precision.compute = "bf16" (DESIGN 3.9): the linears' products read bf16 copies of their
-   * weights and inputs (ops.h, "bf16 compute"); param_memory stays the fp32 master the optimizer
-   * updates, gradients are fp32. The copies of the matmul weights (q .. down, the head, the
-   * embedding when tied) live in bf16_memory (billed "params"); AdamW writes them as it updates
-   * (adamw_update_bf16), and model_bf16_sync rounds them again after any other write. */
+  /* precision.compute = "bf16" (docs/design.md, "Kernels and backends"): the linears' products read
+   * bf16 copies of their weights and inputs (ops.h, "bf16 compute"); param_memory stays the fp32
+   * master the optimizer updates, gradients are fp32. The copies of the matmul weights (q .. down,
+   * the head, the embedding when tied) live in bf16_memory (billed "params"); AdamW writes them as
+   * it updates (adamw_update_bf16), and model_bf16_sync rounds them again after any other write. */
   int bf16;
   int zero;                  /* the plan's ZeRO stage (0 for a model made without a plan) */
   size_t n_bf16;             /* elements of bf16_memory, padding included */

@@ -1,8 +1,8 @@
-/* Forward and backward of the model, piece by piece: embedding, one block, head. Each piece
- * reads and writes the activations of struct model_acts only, so a pipeline stage runs the
- * pieces it owns and a recompute can rerun one. Dropout masks are drawn per sample from its
- * logical coordinates (DESIGN 3.4), never from the batch row or the rank, so micro-batching,
- * data and tensor parallelism and recompute all see the serial run's masks.
+/* Forward and backward of the model, piece by piece: embedding, one block, head. Each piece reads
+ * and writes the activations of struct model_acts only, so a pipeline stage runs the pieces it owns
+ * and a recompute can rerun one. Dropout masks are drawn per sample from its logical coordinates
+ * (docs/design.md, "Randomness"), never from the batch row or the rank, so micro-batching, data and
+ * tensor parallelism and recompute all see the serial run's masks.
  *
  * Tensor parallelism follows plan/tp_layout.h: each linear computes on the layout its split
  * needs, and `convert` turns one layout into another with the collective the algebra names

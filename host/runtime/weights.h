@@ -1,6 +1,6 @@
-/* Hugging Face weights in and out of the model (DESIGN 4: plan fields init.from and
- * export.path), through the safetensors module. Names and shapes are Hugging Face's; the padded
- * vocabulary rows are internal and never written or read. */
+/* Hugging Face weights in and out of the model (docs/design.md, "Files tycho reads and writes":
+ * plan fields init.from and export.path), through the safetensors module. Names and shapes are
+ * Hugging Face's; the padded vocabulary rows are internal and never written or read. */
 #ifndef TYCHO_RUNTIME_WEIGHTS_H
 #define TYCHO_RUNTIME_WEIGHTS_H
 #include <stddef.h>

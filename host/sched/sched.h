@@ -1,10 +1,10 @@
-/* Pipeline schedules as data (DESIGN 3.5). A schedule is, for each pipeline rank, the ordered
- * list of instructions it runs in one training step: FWD / BWD / RECOMPUTE of a (stage,
- * micro-batch), the point-to-point SEND / RECV of activations and gradients between pipeline
- * ranks, REDUCE_GRADS once per stage after its last backward, and OPTIMIZER last. GPipe, 1F1B
- * and interleaved 1F1B are generators of such lists; `sched_check` proves a list complete,
- * `sched_simulate` runs all ranks' lists together under a cost model to prove them free of
- * deadlock and to measure the bubble. The executor runs the very same lists.
+/* Pipeline schedules as data (docs/design.md, "Schedules"). A schedule is, for each pipeline rank,
+ * the ordered list of instructions it runs in one training step: FWD / BWD / RECOMPUTE of a (stage,
+ * micro-batch), the point-to-point SEND / RECV of activations and gradients between pipeline ranks,
+ * REDUCE_GRADS once per stage after its last backward, and OPTIMIZER last. GPipe, 1F1B and
+ * interleaved 1F1B are generators of such lists; `sched_check` proves a list complete,
+ * `sched_simulate` runs all ranks' lists together under a cost model to prove them free of deadlock
+ * and to measure the bubble. The executor runs the very same lists.
  *
  * Stages are global indices 0 .. S-1 in model order, S = pp · v (v virtual stages, or chunks,
  * per rank). Stage s runs on pipeline rank s mod pp as its chunk s / pp: Megatron's

@@ -1,5 +1,5 @@
 /* The one error path below the CLI: functions return a status and write a one-line message
- * naming the cause and the place into a caller's buffer (STYLE: never exit(), never print). */
+ * naming the cause and the place into a caller's buffer (never exit(), never print). */
 #ifndef TYCHO_ERR_H
 #define TYCHO_ERR_H
 #include <stddef.h>

@@ -1,4 +1,5 @@
-/* FNV-1a 64, the one string hash of tycho: parameter names → Philox streams (DESIGN 3.4). */
+/* FNV-1a 64, the one string hash of tycho: parameter names → Philox streams (docs/design.md,
+ * "Randomness"). */
 #ifndef TYCHO_UTIL_HASH_H
 #define TYCHO_UTIL_HASH_H
 #include <stdint.h>

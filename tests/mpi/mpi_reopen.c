@@ -1,8 +1,8 @@
-/* A process closes one plan and opens another on the same world (DESIGN 3.10). On 2 ranks: plan
- * A (tests/plans/good/dp_small.lua with tp 2) opens a trainer on mesh groups of its own
- * (trainer_open_on_world), trains 3 steps and saves a checkpoint; closing the trainer frees its
- * groups. Plan B (the same model with dp 2 and zero 3) opens the same way, loads the checkpoint
- * and trains 3 more. Then:
+/* A process closes one plan and opens another on the same world (docs/design.md, "The runtime is a
+ * library"). On 2 ranks: plan A (tests/plans/good/dp_small.lua with tp 2) opens a trainer on mesh
+ * groups of its own (trainer_open_on_world), trains 3 steps and saves a checkpoint; closing the
+ * trainer frees its groups. Plan B (the same model with dp 2 and zero 3) opens the same way, loads
+ * the checkpoint and trains 3 more. Then:
  *   - B's losses for steps 3-5 equal those of rank 0 training the model alone for 6 steps,
  *     within the bound of this build (tests/mpi/mpi_dp_equiv.c argues it: 1e-5 relative in
  *     fp32, 1e-10 in float64);

@@ -1,5 +1,5 @@
-/* Parameter init is a function of (model seed, parameter name, element index) only (DESIGN
- * 3.4): a tensor that exists under the same name in a model of another depth or width gets
+/* Parameter init is a function of (model seed, parameter name, element index) only (docs/design.md,
+ * "Randomness"): a tensor that exists under the same name in a model of another depth or width gets
  * bitwise the same values; another seed gives other values; the values are the stated formula;
  * padding rows are zero. Also: the parameter table has Hugging Face's names and shapes, and the
  * memory bill counts what the model allocates. */

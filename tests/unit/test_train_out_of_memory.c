@@ -1,9 +1,10 @@
-/* Running out of memory is an error the caller gets, not the end of the process (DESIGN 3.10).
- * With the allocator capped (alloc_set_limit) at fractions of what tests/plans/good/dp_small.lua
- * needs to open, trainer_open returns TRAIN_RUNTIME_ERROR with a message that names what it was
- * allocating, and leaves nothing behind (the allocator's live blocks and bytes back where they
- * were). Then the same process, cap lifted, opens a smaller plan and trains it, and opens the
- * first plan again and trains it to the same losses as a trainer that never saw a failure. */
+/* Running out of memory is an error the caller gets, not the end of the process (docs/design.md,
+ * "The runtime is a library"). With the allocator capped (alloc_set_limit) at fractions of what
+ * tests/plans/good/dp_small.lua needs to open, trainer_open returns TRAIN_RUNTIME_ERROR with a
+ * message that names what it was allocating, and leaves nothing behind (the allocator's live blocks
+ * and bytes back where they were). Then the same process, cap lifted, opens a smaller plan and
+ * trains it, and opens the first plan again and trains it to the same losses as a trainer that
+ * never saw a failure. */
 #include "check.h"
 #include "plan_fixture.h"
 #include "runtime/alloc.h"
