@@ -1,4 +1,5 @@
-/* The sandboxed Lua state that plan files run in (DESIGN 3.1; Redis's scripting is the model).
+/* The sandboxed Lua state that plan files run in (docs/design.md, "Plans are compiled
+ * once"; Redis's scripting is the model).
  *
  * Plans are code users did not all write themselves, and they run on a laptop before a job
  * and on every rank of it. The sandbox gives them the base library without dofile, loadfile
