@@ -1,7 +1,7 @@
 /* Sharded checkpoints (docs/design.md, "Checkpoints"; plan field `checkpoint`).
  *
  * A checkpoint is a folder DIR/step_NNNNNNNN (N = optimizer steps done) holding manifest.json and
- * one shard file per rank, rank_RRRRR.bin: float32 pieces written by the rank that owns them,
+ * one shard file per rank, rank_RRRRR.bin: pieces in the build's element type (F32; F64 in the float64 build) written by the rank that owns them,
  * back to back. The manifest names, for every tensor (Hugging Face name, unpadded shape) and
  * every kind (param: the fp32 master weights; exp_avg, exp_avg_sq: AdamW's moments), each piece:
  * its file and byte offset, the block of the stored tensor it lies in (first row and column,
@@ -10,7 +10,7 @@
  * checksum of its bytes. Each element is written once: a replicated parameter by tensor-parallel
  * rank 0, whole (unsharded) state by data-parallel rank 0, a tied embedding by the first stage.
  * Vocabulary padding rows are not part of the tensor: not written, loaded as zeros. So a
- * checkpoint holds exactly 3 × 4 bytes per model parameter (plus the manifest), whatever the mesh.
+ * checkpoint holds exactly 3 elements per model parameter (plus the manifest), whatever the mesh.
  *
  * Saving writes into step_N.tmp (every rank its file, fsync), then rank 0 the manifest (fsync),
  * renames the folder to step_N and syncs DIR, then removes the oldest beyond checkpoint.keep:
