@@ -279,7 +279,7 @@ static void integer_tensors_are_refused(void)
 }
 
 /* Every tensor stored as F64 (the values of a seeded model, widened): read back to the same
- * numbers, as the README and weights.h promise (F32, F16, BF16 and F64 are read). */
+ * numbers, as docs/design.md and weights.h promise (F32, F16, BF16 and F64 are read). */
 static void f64_tensors_are_read(void)
 {
   struct plan p;
