@@ -1,5 +1,6 @@
 /* What the trainer binding's files share (tycho_runtime.c: the module and the trainer object;
- * tycho_tensor.c: tensor objects; tycho_inspect.c: memory, comm, plan and schedule). */
+ * tycho_runtime_set.c: live settings; tycho_tensor.c: tensor objects; tycho_inspect.c: memory,
+ * comm, plan and schedule). */
 #ifndef TYCHO_RUNTIME_INTERNAL_H
 #define TYCHO_RUNTIME_INTERNAL_H
 #include <lauxlib.h>
@@ -12,6 +13,7 @@ struct trainer;
 
 #define TRAINER_META "tycho.trainer"
 #define TENSOR_META "tycho.tensor"
+#define ERR_MAX 4096 /* a trainer call's error message */
 
 /* The trainer userdata. Made closed (t NULL) before anything is acquired, so that an error while
  * opening leaves nothing __gc cannot free. */
@@ -31,6 +33,9 @@ struct lua_trainer *tycho_check_trainer(lua_State *L, int i);
 void tycho_print(lua_State *L, const char *text);
 /* This process's rank in the world (0 without the comm layer). */
 int tycho_world_rank(void);
+
+/* tycho_runtime_set.c: t:set{...}, the live settings. */
+int tycho_trainer_set(lua_State *L);
 
 /* tycho_tensor.c: t:param, t:grad, t:moment and the tensor metatable. */
 int tycho_trainer_param(lua_State *L);

@@ -1,6 +1,7 @@
 /* `tycho check`: the compiled plan as people read it (a compact summary that stays short for
  * thousands of ranks) and as programs read it (one complete JSON document, docs/check-json.md).
- * Later stages (layout, schedule, cost) add their sections here. */
+ * Later stages (layout, schedule, cost) add their sections here. This file holds the text and the
+ * figures both forms show (check_internal.h); check_json.c writes the JSON document. */
 #include "check.h"
 
 #include <math.h>
@@ -11,6 +12,7 @@
 #include "mesh/mesh.h"
 #include "plan/plan_json.h"
 #include "check/check_ep.h"
+#include "check/check_internal.h"
 #include "comm/comm.h"
 #include "check/cost.h"
 #include "plan/tp_layout.h"
@@ -127,7 +129,7 @@ static void print_schedule(FILE *f, const struct plan *p)
   sched_free(&s);
 }
 
-static const char *const comm_op_names[] = { "all-reduce", "all-gather", "reduce-scatter" };
+const char *const check_comm_op_names[] = { "all-reduce", "all-gather", "reduce-scatter" };
 
 const char *check_format_bytes(double v, char *buf, size_t n)
 {
@@ -142,7 +144,7 @@ const char *check_format_bytes(double v, char *buf, size_t n)
 }
 
 /* The collectives of one micro-batch (tp_comm_list), or NULL with *n = 0 (tp = 1, no memory). */
-static struct tp_comm *tp_comms(const struct plan *p, int *n)
+struct tp_comm *check_tp_comms(const struct plan *p, int *n)
 {
   *n = tp_comm_list(p, p->batch.micro, p->batch.seq, NULL, 0);
   struct tp_comm *list = *n ? malloc((size_t)*n * sizeof *list) : NULL;
@@ -181,7 +183,7 @@ static void print_unit_comms(FILE *f, const struct tp_comm *list, int n, int lay
         continue;
       char size[32];
       fprintf(f, "           %-17s %s  %-15s %10s  %s\n", first ? label : "", dir ? "bwd" : "fwd",
-              comm_op_names[list[i].comm],
+              check_comm_op_names[list[i].comm],
               check_format_bytes((double)list[i].n_elems * bytes_per_elem, size, sizeof size), list[i].what);
       first = 0;
     }
@@ -193,7 +195,7 @@ static void print_unit_comms(FILE *f, const struct tp_comm *list, int n, int lay
 static void print_tp_comms(FILE *f, const struct plan *p)
 {
   int n;
-  struct tp_comm *list = tp_comms(p, &n);
+  struct tp_comm *list = check_tp_comms(p, &n);
   if (!list)
     return;
   const int eb = (int)traffic_element_bytes(p, p->precision.compute), L = p->model.n_layers;
@@ -223,58 +225,13 @@ static void print_tp_comms(FILE *f, const struct plan *p)
   free(list);
 }
 
-static void write_tp_comms_json(struct json *j, const struct plan *p)
-{
-  int n;
-  struct tp_comm *list = tp_comms(p, &n);
-  const int eb = (int)traffic_element_bytes(p, p->precision.compute);
-  json_begin_object(j);
-  json_key(j, "micro_batch"); json_int(j, p->batch.micro);
-  json_key(j, "seq"); json_int(j, p->batch.seq);
-  json_key(j, "bytes_per_element"); json_int(j, eb);
-  long long calls[2] = { 0, 0 }, bytes[2] = { 0, 0 };
-  for (int i = 0; i < n; i++) {
-    calls[list[i].backward]++;
-    bytes[list[i].backward] += list[i].n_elems * eb;
-  }
-  static const char *const dir[2] = { "forward", "backward" };
-  for (int d = 0; d < 2; d++) {
-    json_key(j, dir[d]);
-    json_begin_object(j);
-    json_key(j, "calls"); json_int(j, calls[d]);
-    json_key(j, "bytes"); json_int(j, bytes[d]);
-    json_end_object(j);
-  }
-  json_key(j, "collectives");
-  json_begin_array(j);
-  for (int i = 0; i < n; i++) {
-    json_begin_object(j);
-    json_key(j, "layer");
-    if (list[i].layer < 0)
-      json_string(j, "embed");
-    else if (list[i].layer >= p->model.n_layers)
-      json_string(j, "head");
-    else
-      json_int(j, list[i].layer);
-    json_key(j, "what"); json_string(j, list[i].what);
-    json_key(j, "direction"); json_string(j, dir[list[i].backward]);
-    json_key(j, "op"); json_string(j, comm_op_names[list[i].comm]);
-    json_key(j, "elements"); json_int(j, list[i].n_elems);
-    json_key(j, "bytes"); json_int(j, list[i].n_elems * eb);
-    json_end_object(j);
-  }
-  json_end_array(j);
-  json_end_object(j);
-  free(list);
-}
-
 /* ---- the runtime the figures describe ---- */
 
 /* The one statement of which runtime the byte figures of `check` describe (tp comm, memory,
  * traffic, checkpoint size; the text's "device" line and the JSON's "runtime_note"): this
  * build's CPU runtime for a plan on it (plan_on_cpu), else the GPU runtime's element sizes
  * (check_element_bytes, the bill's rule) over the CPU runtime's layout. */
-static const char *runtime_note(const struct plan *p, char *buf, size_t n)
+const char *check_runtime_note(const struct plan *p, char *buf, size_t n)
 {
   if (plan_on_cpu(p)) {
     snprintf(buf, n, "the byte figures are this build's CPU runtime's (" REAL_NAME " kernels): what it "
@@ -296,20 +253,20 @@ static const char *runtime_dtype_name(const struct plan *p, enum plan_dtype d)
 
 /* ---- the memory bill and the cost on a cluster ---- */
 
-static const enum alloc_category bill_order[ALLOC_N_CATEGORIES] = {
+const enum alloc_category check_bill_order[ALLOC_N_CATEGORIES] = {
   ALLOC_PARAMS, ALLOC_GRADS, ALLOC_OPTIMIZER, ALLOC_ACTIVATIONS, ALLOC_COMM, ALLOC_WORKSPACE, ALLOC_CHECKPOINT
 };
 
 /* The categories a plan's bill shows: "checkpoint" (the async snapshot) only with checkpoint.async. */
-static int bill_shows(const struct plan *p, int k)
+int check_bill_shows(const struct plan *p, int k)
 {
-  return bill_order[k] != ALLOC_CHECKPOINT || (p->checkpoint.async && p->checkpoint.dir[0]);
+  return check_bill_order[k] != ALLOC_CHECKPOINT || (p->checkpoint.async && p->checkpoint.dir[0]);
 }
 
 /* The bill of each pipeline rank (every tp and dp rank of a stage has its stage's), or NULL
  * with the reason in err; with `all` 0 only the rows the text shows (row_shown), the others
  * left zero. */
-static struct bill *bills_of(const struct plan *p, int all, char *err, size_t n)
+struct bill *check_bills_of(const struct plan *p, int all, char *err, size_t n)
 {
   struct bill *b = calloc((size_t)p->mesh.pp, sizeof *b);
   if (!b) {
@@ -331,68 +288,46 @@ static struct bill *bills_of(const struct plan *p, int all, char *err, size_t n)
 /* The two accountings of a rank's bill (bill.held): the model states, as the ZeRO paper counts
  * them (params, grads, optimizer kept between steps), and the transient buffers a step allocates
  * and frees above them (params, grads, comm at their peaks). */
-static const enum alloc_category state_order[3] = { ALLOC_PARAMS, ALLOC_GRADS, ALLOC_OPTIMIZER };
-static const enum alloc_category transient_order[3] = { ALLOC_PARAMS, ALLOC_GRADS, ALLOC_COMM };
+const enum alloc_category check_state_order[3] = { ALLOC_PARAMS, ALLOC_GRADS, ALLOC_OPTIMIZER };
+const enum alloc_category check_transient_order[3] = { ALLOC_PARAMS, ALLOC_GRADS, ALLOC_COMM };
 
-static double model_states_total(const struct bill *b)
+double check_model_states_total(const struct bill *b)
 {
   double t = 0;
-  for (int k = 0; k < 3; k++) t += b->held[state_order[k]];
+  for (int k = 0; k < 3; k++) t += b->held[check_state_order[k]];
   return t;
 }
 
-static double transient_bytes(const struct bill *b, enum alloc_category c) { return b->bytes[c] - b->held[c]; }
+double check_transient_bytes(const struct bill *b, enum alloc_category c) { return b->bytes[c] - b->held[c]; }
 
-static double transient_total(const struct bill *b)
+double check_transient_total(const struct bill *b)
 {
   double t = 0;
-  for (int k = 0; k < 3; k++) t += transient_bytes(b, transient_order[k]);
+  for (int k = 0; k < 3; k++) t += check_transient_bytes(b, check_transient_order[k]);
   return t;
 }
 
-static void write_states_json(struct json *j, const struct bill *b)
-{
-  json_key(j, "model_states");
-  json_begin_object(j);
-  for (int k = 0; k < 3; k++) {
-    json_key(j, alloc_category_name(state_order[k]));
-    json_int(j, (long long)b->held[state_order[k]]);
-  }
-  json_key(j, "total"); json_int(j, (long long)model_states_total(b));
-  json_end_object(j);
-  json_key(j, "transient");
-  json_begin_object(j);
-  for (int k = 0; k < 3; k++) {
-    json_key(j, alloc_category_name(transient_order[k]));
-    json_int(j, (long long)transient_bytes(b, transient_order[k]));
-  }
-  json_key(j, "total"); json_int(j, (long long)transient_total(b));
-  json_end_object(j);
-}
-
-/* Under a pipeline rank's row of peaks, the same columns split: its model states, its transient
- * buffers (blank where a category has none of that kind). */
 static void print_states_rows(FILE *f, const struct plan *p, const struct bill *b)
 {
   char v[32];
   for (int row = 0; row < 2; row++) {
-    const enum alloc_category *order = row ? transient_order : state_order;
+    const enum alloc_category *order = row ? check_transient_order : check_state_order;
     fprintf(f, "          %-12s", row ? "transient" : "model states");
     for (int k = 0; k < ALLOC_N_CATEGORIES; k++) {
-      if (!bill_shows(p, k))
+      if (!check_bill_shows(p, k))
         continue;
-      int here = order[0] == bill_order[k] || order[1] == bill_order[k] || order[2] == bill_order[k];
-      double bytes = row ? transient_bytes(b, bill_order[k]) : b->held[bill_order[k]];
+      int here = order[0] == check_bill_order[k] || order[1] == check_bill_order[k] || order[2] == check_bill_order[k];
+      double bytes = row ? check_transient_bytes(b, check_bill_order[k]) : b->held[check_bill_order[k]];
       fprintf(f, " %11s", here ? check_format_bytes(bytes, v, sizeof v) : "");
     }
-    fprintf(f, " %11s\n", check_format_bytes(row ? transient_total(b) : model_states_total(b), v, sizeof v));
+    fprintf(f, " %11s\n", check_format_bytes(row ? check_transient_total(b) : check_model_states_total(b), v, sizeof v));
   }
 }
 
 static void print_memory(FILE *f, const struct plan *p, const struct cluster *c)
 {
   char err[512];
-  struct bill *b = bills_of(p, c != NULL, err, sizeof err); /* a cluster's verdict needs every rank */
+  struct bill *b = check_bills_of(p, c != NULL, err, sizeof err); /* a cluster's verdict needs every rank */
   if (!b) {
     fprintf(f, "memory     (no bill: %s)\n", err);
     return;
@@ -408,8 +343,8 @@ static void print_memory(FILE *f, const struct plan *p, const struct cluster *c)
             p->precision.compute == PLAN_FP32 ? "" : " + fp32 master");
   fprintf(f, "   pp rank  stages    ");
   for (int k = 0; k < ALLOC_N_CATEGORIES; k++)
-    if (bill_shows(p, k))
-      fprintf(f, " %11s", alloc_category_name(bill_order[k]));
+    if (check_bill_shows(p, k))
+      fprintf(f, " %11s", alloc_category_name(check_bill_order[k]));
   fprintf(f, "       total%s\n", c ? "   on the device" : "");
   double worst = 1.0;
   for (int r = 0; r < p->mesh.pp; r++) {
@@ -427,8 +362,8 @@ static void print_memory(FILE *f, const struct plan *p, const struct cluster *c)
     co[PLAN_AXIS_PP] = r;
     fprintf(f, "  %8d  %-9s ", r, stage_list(p, mesh_rank(&p->mesh, co), stages, sizeof stages));
     for (int k = 0; k < ALLOC_N_CATEGORIES; k++)
-      if (bill_shows(p, k))
-        fprintf(f, " %11s", check_format_bytes(b[r].bytes[bill_order[k]], v, sizeof v));
+      if (check_bill_shows(p, k))
+        fprintf(f, " %11s", check_format_bytes(b[r].bytes[check_bill_order[k]], v, sizeof v));
     fprintf(f, " %11s", check_format_bytes(b[r].total, v, sizeof v));
     if (c) {
       double head = 1.0 - b[r].total / c->device_memory;
@@ -456,8 +391,8 @@ static void print_memory(FILE *f, const struct plan *p, const struct cluster *c)
   free(b);
 }
 
-static const char *const comm_names[TRAFFIC_N_OPS] = { "all-reduce", "all-gather", "reduce-scatter",
-                                                       "broadcast", "send", "recv", "all-to-all" };
+const char *const check_comm_names[TRAFFIC_N_OPS] = { "all-reduce", "all-gather", "reduce-scatter",
+                                                      "broadcast", "send", "recv", "all-to-all" };
 
 /* Per pipeline rank and group, the collectives and messages of one training step. */
 static void print_traffic(FILE *f, const struct plan *p)
@@ -492,48 +427,13 @@ static void print_traffic(FILE *f, const struct plan *p)
         if (!t.calls[g][op])
           continue;
         char v[32];
-        fprintf(f, "%s%llu %s %s", first ? " " : "; ", t.calls[g][op], comm_names[op],
+        fprintf(f, "%s%llu %s %s", first ? " " : "; ", t.calls[g][op], check_comm_names[op],
                 check_format_bytes((double)t.bytes[g][op], v, sizeof v));
         first = 0;
       }
       fputc('\n', f);
     }
   }
-  bill_shared_close(&sh);
-}
-
-static void write_traffic_json(struct json *j, const struct plan *p)
-{
-  struct bill_shared sh;
-  bill_shared_open(&sh, p);
-  json_begin_array(j);
-  for (int r = 0; r < p->mesh.pp; r++) {
-    struct traffic t;
-    char err[256];
-    json_begin_object(j);
-    json_key(j, "pp_rank"); json_int(j, r);
-    if (traffic_predict_shared(p, &sh, r, &t, err, sizeof err)) {
-      json_key(j, "error"); json_string(j, err);
-      json_end_object(j);
-      continue;
-    }
-    for (int g = 0; g < TRAFFIC_N_GROUPS; g++) {
-      json_key(j, traffic_group_name(g));
-      json_begin_object(j);
-      for (int op = 0; op < TRAFFIC_N_OPS; op++) {
-        if (!t.calls[g][op])
-          continue;
-        json_key(j, comm_names[op]);
-        json_begin_object(j);
-        json_key(j, "calls"); json_int(j, (long long)t.calls[g][op]);
-        json_key(j, "bytes"); json_int(j, (long long)t.bytes[g][op]);
-        json_end_object(j);
-      }
-      json_end_object(j);
-    }
-    json_end_object(j);
-  }
-  json_end_array(j);
   bill_shared_close(&sh);
 }
 
@@ -589,54 +489,6 @@ static void print_cost(FILE *f, const struct plan *p, const struct cluster *c)
   else
     fprintf(f, "             optimizer step, embedding lookup and kernel launch costs left out "
             "(host/check/cost.h)\n");
-}
-
-static void write_memory_json(struct json *j, const struct plan *p, const struct bill *b)
-{
-  json_begin_object(j);
-  for (int k = 0; k < ALLOC_N_CATEGORIES; k++) {
-    if (!bill_shows(p, k))
-      continue;
-    json_key(j, alloc_category_name(bill_order[k]));
-    json_int(j, (long long)b->bytes[bill_order[k]]);
-  }
-  json_key(j, "total"); json_int(j, (long long)b->total);
-  json_end_object(j);
-}
-
-static void write_cost_json(struct json *j, const struct plan *p, const struct cluster *c)
-{
-  struct cost k;
-  char err[512];
-  json_begin_object(j);
-  json_key(j, "cluster"); json_string(j, c->name);
-  json_key(j, "cluster_file"); json_string(j, c->file);
-  if (cost_predict(p, c, &k, err, sizeof err)) {
-    json_key(j, "error"); json_string(j, err);
-    json_end_object(j);
-    return;
-  }
-  json_key(j, "step_seconds"); json_number(j, k.step);
-  json_key(j, "tokens_per_second"); json_number(j, k.tokens_per_s);
-  json_key(j, "mfu"); json_number(j, k.mfu);
-  json_key(j, "compute_seconds"); json_number(j, k.compute);
-  json_key(j, "bubble_seconds"); json_number(j, k.bubble);
-  json_key(j, "pointwise_seconds"); json_number(j, k.pointwise);
-  json_key(j, "optimizer_seconds"); json_number(j, k.optimizer);
-  json_key(j, "ranks_per_device"); json_number(j, k.share);
-  static const char *const names[4] = { "tp", "dp", "pp", "ep" };
-  const struct cost_group *g[4] = { &k.tp, &k.dp, &k.pp, &k.ep };
-  for (int i = 0; i < 4; i++) {
-    json_key(j, names[i]);
-    json_begin_object(j);
-    json_key(j, "intra_node"); json_bool(j, g[i]->intra);
-    json_key(j, "seconds"); json_number(j, g[i]->total);
-    json_key(j, "exposed_seconds"); json_number(j, g[i]->exposed);
-    json_key(j, "bytes_per_rank"); json_number(j, g[i]->bytes);
-    json_end_object(j);
-  }
-  json_key(j, "model_flops"); json_number(j, k.model_flops);
-  json_end_object(j);
 }
 
 static const char *thousands(long long v, char *buf, size_t n)
@@ -728,7 +580,7 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
     fprintf(f, "device     auto → cpu (no CUDA backend in this build)\n");
   else
     fprintf(f, "device     %s\n", plan_device_name(p->device));
-  fprintf(f, "           %s\n", runtime_note(p, buf, sizeof buf));
+  fprintf(f, "           %s\n", check_runtime_note(p, buf, sizeof buf));
   if (plan_on_cpu(p) && trainer_plan_supported(p, buf, sizeof buf))
     fprintf(f, "           tycho run refuses this plan on this build: %s\n", buf);
   char ep_text[64] = "";
@@ -869,169 +721,3 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
   fputc('\n', f);
 }
 
-void check_write_json(const struct plan *p, const struct cluster *cluster, struct strbuf *b)
-{
-  struct json j;
-  json_init(&j, b);
-  const struct plan_mesh *me = &p->mesh;
-  char hash[32];
-  snprintf(hash, sizeof hash, "%016llx", (unsigned long long)plan_hash(p));
-  json_begin_object(&j);
-  json_key(&j, "schema"); json_int(&j, 1);
-  json_key(&j, "tycho_version"); json_string(&j, TYCHO_VERSION);
-  json_key(&j, "plan_file"); json_string(&j, p->file);
-  json_key(&j, "hash"); json_string(&j, hash);
-  json_key(&j, "world"); json_int(&j, me->world);
-  char note[320];
-  json_key(&j, "runtime"); json_string(&j, plan_on_cpu(p) ? "cpu" : "cuda");
-  json_key(&j, "runtime_note"); json_string(&j, runtime_note(p, note, sizeof note));
-  json_key(&j, "plan");
-  plan_json(p, &j);
-  char refusal[1024];
-  json_key(&j, "run_refusal");
-  if (plan_on_cpu(p) && trainer_plan_supported(p, refusal, sizeof refusal))
-    json_string(&j, refusal);
-  else
-    json_null(&j);
-
-  struct sched sch;
-  struct sched_sim sim;
-  char err[512];
-  json_key(&j, "schedule");
-  if (sched_from_plan(p, &sch, err, sizeof err) == 0 && sched_simulate(&sch, &sim, err, sizeof err) == 0) {
-    sched_json(&j, &sch, &sim);
-    sched_sim_free(&sim);
-  } else {
-    json_begin_object(&j);
-    json_key(&j, "error");
-    json_string(&j, err);
-    json_end_object(&j);
-  }
-  sched_free(&sch);
-
-  json_key(&j, "tp_comm");
-  write_tp_comms_json(&j, p);
-  json_key(&j, "ep_all_to_all");
-  check_ep_write_exchange_json(&j, p);
-  json_key(&j, "traffic_per_step");
-  write_traffic_json(&j, p);
-  char berr[512];
-  struct bill *bills = bills_of(p, 1, berr, sizeof berr);
-  json_key(&j, "memory");
-  json_begin_object(&j);
-  if (!bills) {
-    json_key(&j, "error"); json_string(&j, berr);
-  } else {
-    json_key(&j, "per_pp_rank");
-    json_begin_array(&j);
-    for (int r = 0; r < me->pp; r++) write_memory_json(&j, p, &bills[r]);
-    json_end_array(&j);
-    if (cluster) {
-      double worst = 1.0;
-      for (int r = 0; r < me->pp; r++) worst = fmin(worst, 1.0 - bills[r].total / cluster->device_memory);
-      json_key(&j, "device_memory"); json_number(&j, cluster->device_memory);
-      json_key(&j, "fits"); json_bool(&j, worst >= 0);
-      json_key(&j, "min_headroom"); json_number(&j, worst);
-    }
-  }
-  json_end_object(&j);
-  if (cluster) {
-    json_key(&j, "cost");
-    write_cost_json(&j, p, cluster);
-  }
-
-  json_key(&j, "groups");
-  json_begin_object(&j);
-  for (int ax = 0; ax < PLAN_N_AXES; ax++) {
-    json_key(&j, plan_axis_name(ax));
-    json_begin_array(&j);
-    int size = mesh_axis_size(me, ax);
-    int *members = malloc(sizeof(int) * (size_t)size);
-    if (!members) {
-      b->failed = 1;
-      return;
-    }
-    for (int r = 0; r < me->world; r++) {
-      int c[PLAN_N_AXES];
-      mesh_coords(me, r, c);
-      if (c[ax] != 0)
-        continue; /* each group once, at its lowest rank */
-      mesh_group_members(me, ax, r, members);
-      json_begin_array(&j);
-      for (int i = 0; i < size; i++)
-        json_int(&j, members[i]);
-      json_end_array(&j);
-    }
-    free(members);
-    json_end_array(&j);
-  }
-  if (plan_ep(p) > 1) {
-    json_key(&j, "ep");
-    if (check_ep_write_groups_json(&j, p))
-      b->failed = 1;
-    json_key(&j, "edp");
-    if (check_edp_write_groups_json(&j, p))
-      b->failed = 1;
-  }
-  json_end_object(&j);
-  int *ep_index = plan_ep(p) > 1 ? malloc(sizeof(int) * (size_t)me->world) : NULL;
-  if (ep_index)
-    check_ep_group_indices(me, plan_ep(p), ep_index);
-  else if (plan_ep(p) > 1)
-    b->failed = 1;
-
-  /* the stages of each pipeline rank, in order (by_pp[at[r] .. at[r + 1])): a look-up per rank,
-   * not a pass over every stage */
-  int *at = calloc((size_t)me->pp + 2, sizeof *at);
-  int *by_pp = malloc(sizeof(int) * (size_t)(p->n_stages > 0 ? p->n_stages : 1));
-  if (!at || !by_pp) {
-    free(at);
-    free(by_pp);
-    free(ep_index);
-    free(bills);
-    b->failed = 1;
-    return;
-  }
-  for (int s = 0; s < p->n_stages; s++) at[p->stages[s].pp_rank + 2]++;
-  for (int r = 0; r < me->pp; r++) at[r + 2] += at[r + 1];
-  for (int s = 0; s < p->n_stages; s++) by_pp[at[p->stages[s].pp_rank + 1]++] = s;
-  json_key(&j, "ranks");
-  json_begin_array(&j);
-  for (int r = 0; r < me->world; r++) {
-    int c[PLAN_N_AXES];
-    mesh_coords(me, r, c);
-    json_begin_object(&j);
-    json_key(&j, "rank"); json_int(&j, r);
-    json_key(&j, "tp"); json_int(&j, c[PLAN_AXIS_TP]);
-    json_key(&j, "dp"); json_int(&j, c[PLAN_AXIS_DP]);
-    json_key(&j, "pp"); json_int(&j, c[PLAN_AXIS_PP]);
-    json_key(&j, "stages");
-    json_begin_array(&j);
-    for (int k = at[c[PLAN_AXIS_PP]]; k < at[c[PLAN_AXIS_PP] + 1]; k++)
-      json_int(&j, by_pp[k]);
-    json_end_array(&j);
-    json_key(&j, "groups");
-    json_begin_object(&j);
-    for (int ax = 0; ax < PLAN_N_AXES; ax++) {
-      json_key(&j, plan_axis_name(ax));
-      json_int(&j, mesh_group_index(me, ax, r));
-    }
-    if (ep_index) {
-      json_key(&j, "ep"); json_int(&j, ep_index[r]);
-    }
-    json_end_object(&j);
-    if (bills) {
-      json_key(&j, "memory");
-      write_memory_json(&j, p, &bills[c[PLAN_AXIS_PP]]);
-      write_states_json(&j, &bills[c[PLAN_AXIS_PP]]);
-    }
-    json_end_object(&j);
-  }
-  json_end_array(&j);
-  json_end_object(&j);
-  free(at);
-  free(by_pp);
-  free(ep_index);
-  free(bills);
-  sb_put(b, "\n", 1);
-}

@@ -1,5 +1,7 @@
 /* The SPMD REPL (repl.h). Shaped like Lua's lua.c: rank 0 reads and compiles to see whether a
- * chunk is complete; every rank compiles and runs what rank 0 sends. */
+ * chunk is complete; every rank compiles and runs what rank 0 sends. This file holds the session:
+ * its state, Ctrl-C, running a chunk, closing dropped trainers and the loop; reading and
+ * completion are in repl_read.c, showing the output in repl_show.c (repl_internal.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "repl/repl.h"
 
@@ -10,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef TYCHO_HAVE_READLINE
@@ -18,100 +21,14 @@
 #endif
 
 #include "comm/comm.h"
+#include "repl/repl_internal.h"
 #include "util/err.h"
 #include "util/strbuf.h"
 
-enum { LINE_MAX_BYTES = 8192, OUTPUT_MAX_BYTES = 256 * 1024 };
-enum chunk_kind { CHUNK_RUN = 1, CHUNK_QUIT = 2 };
-enum rank_status { RANK_RAN = 1, RANK_FAILED = 2, RANK_QUIT = 4 };
-
-/* ---- rank sets and selectors ---- */
-
-static int parse_int(const char **s, int *v)
-{
-  char *end;
-  long x = strtol(*s, &end, 10);
-  if (end == *s || x < 0 || x > 1 << 30)
-    return -1;
-  *v = (int)x;
-  *s = end;
-  return 0;
-}
-
-int repl_parse_selector(const char *sel, int n, unsigned char *members, char *err, size_t err_size)
-{
-  if (strchr(sel, '='))
-    return 1;
-  memset(members, 0, (size_t)n);
-  const char *s = sel;
-  if (!*s)
-    return errf(err, err_size, "@: a selector needs ranks (@0, @2-3, @0,2) or coordinates (@dp=0, @tp=1,pp=0)"), -1;
-  while (*s) {
-    int a, b;
-    if (parse_int(&s, &a))
-      return errf(err, err_size, "@%s: '%s' is not a rank, a range a-b or axis=value", sel, s), -1;
-    b = a;
-    if (*s == '-') {
-      s++;
-      if (parse_int(&s, &b) || b < a)
-        return errf(err, err_size, "@%s: a range is a-b with a ≤ b", sel), -1;
-    }
-    if (b >= n)
-      return errf(err, err_size, "@%s: rank %d is not in the job (ranks 0-%d)", sel, b, n - 1), -1;
-    for (int r = a; r <= b; r++) members[r] = 1;
-    if (*s == ',')
-      s++;
-    else if (*s)
-      return errf(err, err_size, "@%s: '%s' is not a rank, a range a-b or axis=value", sel, s), -1;
-  }
-  return 0;
-}
-
-int repl_selector_match(const char *sel, int tp, int dp, int pp, char *err, size_t err_size)
-{
-  const char *s = sel;
-  int match = 1;
-  while (*s) {
-    const char *eq = strchr(s, '=');
-    if (!eq)
-      return errf(err, err_size, "@%s: '%s' is not axis=value", sel, s), -1;
-    const size_t len = (size_t)(eq - s);
-    int have;
-    if (len == 2 && !strncmp(s, "tp", 2))
-      have = tp;
-    else if (len == 2 && !strncmp(s, "dp", 2))
-      have = dp;
-    else if (len == 2 && !strncmp(s, "pp", 2))
-      have = pp;
-    else
-      return errf(err, err_size, "@%s: the axes are tp, dp and pp ('%.*s' is none)", sel, (int)len, s), -1;
-    s = eq + 1;
-    int v;
-    if (parse_int(&s, &v))
-      return errf(err, err_size, "@%s: %.*s needs a number", sel, (int)len, eq - len), -1;
-    match = match && have == v;
-    if (*s == ',')
-      s++;
-    else if (*s)
-      return errf(err, err_size, "@%s: '%s' is not axis=value", sel, s), -1;
-  }
-  return match;
-}
-
 /* ---- the session's state ---- */
 
-static struct {
-  struct comm_group *world, *group, *interrupt_group; /* the REPL's own groups (split of the world) */
-  int rank, size;
-  int restricted;        /* the running chunk targets part of the job */
-  lua_State *L;
-  struct strbuf out;     /* what this rank's chunk printed */
-  int out_cut;           /* bytes dropped past OUTPUT_MAX_BYTES */
-  int quit_code, quit;   /* a chunk called quit(code) / os.exit(code) */
-  volatile sig_atomic_t interrupt_pending, in_chunk, at_prompt;
-  int chunk_interrupted; /* a step boundary of this chunk stopped it (agreed: the same everywhere) */
-  double last_interrupt;
-} S;
+static struct repl_session S;
+struct repl_session *const repl_state = &S;
 
 static void out_put(const char *s, size_t n)
 {
@@ -251,137 +168,6 @@ int repl_stop_requested(void *ctx)
   return flag;
 }
 
-/* ---- reading (rank 0) ---- */
-
-struct reader {
-  FILE *in;
-  int tty, echo;
-  int eof;
-};
-
-/* One line without its newline into line (LINE_MAX_BYTES); 0, or −1 at the end of input. */
-static int read_line(struct reader *r, const char *prompt, char *line)
-{
-#ifdef TYCHO_HAVE_READLINE
-  if (r->tty) {
-    S.at_prompt = 1; /* Ctrl-C now empties readline's line (on_sigint) and reading goes on */
-    char *s = readline(prompt);
-    S.at_prompt = 0;
-    if (!s)
-      return -1;
-    snprintf(line, LINE_MAX_BYTES, "%s", s);
-    free(s);
-    return 0;
-  }
-#endif
-  for (;;) {
-    if (r->tty) {
-      fputs(prompt, stdout);
-      fflush(stdout);
-    }
-    S.at_prompt = 1;
-    errno = 0;
-    char *s = fgets(line, LINE_MAX_BYTES, r->in);
-    int cleared = S.at_prompt == 2;
-    S.at_prompt = 0;
-    if (!s) {
-      if (errno == EINTR || cleared) {
-        clearerr(r->in);
-        continue;
-      }
-      return -1;
-    }
-    size_t n = strlen(line);
-    if (n && line[n - 1] == '\n')
-      line[--n] = 0;
-    if (r->echo) {
-      printf("%s%s\n", prompt, line);
-      fflush(stdout);
-    }
-    return 0;
-  }
-}
-
-/* Whether `code` is a complete chunk: 1 yes (or an error that more lines cannot fix), 0 when it
- * ends early (a syntax error at <eof>). */
-static int complete(lua_State *L, const char *code, size_t n)
-{
-  int status = luaL_loadbuffer(L, code, n, "=stdin");
-  int incomplete = 0;
-  if (status == LUA_ERRSYNTAX) {
-    size_t len;
-    const char *msg = lua_tolstring(L, -1, &len);
-    incomplete = len >= 5 && strcmp(msg + len - 5, "<eof>") == 0;
-  }
-  lua_pop(L, 1);
-  return !incomplete;
-}
-
-/* The next chunk into b: the selector (without '@'; empty for every rank) into sel. 0, or −1 at
- * the end of input. */
-static int read_chunk(struct reader *r, lua_State *L, struct strbuf *b, char *sel, size_t sel_size)
-{
-  static char line[LINE_MAX_BYTES];
-  struct strbuf typed; /* as typed, for the history */
-  sb_init(&typed);
-  b->n = 0;
-  sel[0] = 0;
-  for (;;) {
-    if (read_line(r, "> ", line)) {
-      sb_free(&typed);
-      return -1;
-    }
-    sb_puts(&typed, line);
-    const char *s = line;
-    while (*s == ' ' || *s == '\t')
-      s++;
-    if (!*s) {
-      typed.n = 0;
-      continue; /* an empty line */
-    }
-    if (*s == '@') {
-      size_t k = 0;
-      s++;
-      while (*s && *s != ' ' && *s != '\t' && k + 1 < sel_size)
-        sel[k++] = *s++;
-      sel[k] = 0;
-      while (*s == ' ' || *s == '\t')
-        s++;
-    }
-    if (*s == '=') { /* =expr: return expr */
-      sb_puts(b, "return ");
-      sb_puts(b, s + 1);
-    } else {
-      /* a line that is an expression prints its values, as lua.c's addreturn */
-      struct strbuf ret;
-      sb_init(&ret);
-      sb_puts(&ret, "return ");
-      sb_puts(&ret, s);
-      int ok = !ret.failed && luaL_loadbuffer(L, ret.s, ret.n, "=stdin") == LUA_OK;
-      lua_pop(L, 1);
-      sb_puts(b, ok ? ret.s : s);
-      sb_free(&ret);
-      if (ok)
-        break;
-    }
-    break;
-  }
-  while (!b->failed && !complete(L, b->s ? b->s : "", b->n)) {
-    if (read_line(r, ">> ", line))
-      break; /* the end of input: run what there is, its error says what is missing */
-    sb_puts(b, "\n");
-    sb_puts(b, line);
-    sb_puts(&typed, "\n");
-    sb_puts(&typed, line);
-  }
-#ifdef TYCHO_HAVE_READLINE
-  if (r->tty && typed.n && !typed.failed)
-    add_history(typed.s);
-#endif
-  sb_free(&typed);
-  return 0;
-}
-
 /* ---- running (every rank) ---- */
 
 static int get_coord(lua_State *L)
@@ -456,190 +242,6 @@ static int run_chunk(lua_State *L, const char *code, size_t n)
   if (S.quit)
     flags |= RANK_QUIT;
   return flags;
-}
-
-/* ---- showing (rank 0) ---- */
-
-struct lines {
-  int n;
-  char **at; /* pointers into the rank's text, 0-terminated lines */
-};
-
-static void split_lines(char *text, struct lines *l)
-{
-  l->n = 0;
-  l->at = NULL;
-  if (!text || !*text)
-    return;
-  int cap = 8;
-  l->at = malloc((size_t)cap * sizeof *l->at);
-  char *s = text;
-  while (*s && l->at) {
-    if (l->n == cap) {
-      cap *= 2;
-      char **grown = realloc(l->at, (size_t)cap * sizeof *l->at);
-      if (!grown)
-        break;
-      l->at = grown;
-    }
-    l->at[l->n++] = s;
-    char *nl = strchr(s, '\n');
-    if (!nl)
-      break;
-    *nl = 0;
-    s = nl + 1;
-  }
-}
-
-/* Lines [from[r], to[r]) of each rank r that ran (l[r].at != NULL), printed line by line when
- * every rank has as many, identical lines of several ranks under one prefix; else rank by rank,
- * ranks with the same lines under one prefix. */
-static void show_range(struct lines *l, const int *from, const int *to, int size, unsigned char *set,
-                       unsigned char *done, FILE *out)
-{
-  char ranks[512];
-  int same_count = 1, n_lines = -1;
-  for (int r = 0; r < size; r++) {
-    if (!l[r].at)
-      continue;
-    if (n_lines < 0)
-      n_lines = to[r] - from[r];
-    same_count = same_count && to[r] - from[r] == n_lines;
-  }
-  if (n_lines < 0)
-    return;
-  if (same_count) {
-    for (int i = 0; i < n_lines; i++) {
-      memset(done, 0, (size_t)size);
-      for (int r = 0; r < size; r++) {
-        if (done[r] || !l[r].at)
-          continue;
-        const char *line = l[r].at[from[r] + i];
-        memset(set, 0, (size_t)size);
-        for (int q = r; q < size; q++)
-          if (!done[q] && l[q].at && strcmp(l[q].at[from[q] + i], line) == 0)
-            set[q] = done[q] = 1;
-        comm_format_ranks(set, size, ranks, sizeof ranks);
-        fprintf(out, "[%s] %s\n", ranks, line);
-      }
-    }
-    return;
-  }
-  memset(done, 0, (size_t)size);
-  for (int r = 0; r < size; r++) {
-    if (done[r] || !l[r].at)
-      continue;
-    memset(set, 0, (size_t)size);
-    for (int q = r; q < size; q++) {
-      int same = !done[q] && l[q].at && to[q] - from[q] == to[r] - from[r];
-      for (int i = 0; same && i < to[r] - from[r]; i++)
-        same = strcmp(l[q].at[from[q] + i], l[r].at[from[r] + i]) == 0;
-      if (same)
-        set[q] = done[q] = 1;
-    }
-    comm_format_ranks(set, size, ranks, sizeof ranks);
-    for (int i = from[r]; i < to[r]; i++) fprintf(out, "[%s] %s\n", ranks, l[r].at[i]);
-  }
-}
-
-/* Prints every rank's output under rank prefixes: the lines every rank begins with and ends with
- * once for all of them, what lies between as show_range does. So a value all ranks return after
- * lines only rank 0 printed (t:step's progress) still shows once: [0-3] 4.1677. */
-static void show(char **texts, const int *status, int size, FILE *out)
-{
-  if (size == 1) {
-    if (texts[0])
-      fputs(texts[0], out);
-    return;
-  }
-  struct lines *l = calloc((size_t)size, sizeof *l);
-  unsigned char *set = calloc((size_t)size, 1), *done = calloc((size_t)size, 1);
-  int *from = calloc((size_t)size, sizeof *from), *to = calloc((size_t)size, sizeof *to);
-  if (!l || !set || !done || !from || !to) {
-    for (int r = 0; r < size; r++)
-      if (texts[r])
-        fprintf(out, "[%d] %s", r, texts[r]);
-    goto out;
-  }
-  int n_ran = 0, shortest = -1;
-  for (int r = 0; r < size; r++) {
-    if (!(status[r] & RANK_RAN))
-      continue;
-    if (!texts[r]) {
-      fprintf(out, "[%d] (its output was lost: rank 0 had no memory for it)\n", r);
-      continue;
-    }
-    split_lines(texts[r], &l[r]);
-    if (!l[r].at) { /* nothing printed: take part with no lines */
-      static char *none[1];
-      l[r].at = none;
-      l[r].n = 0;
-    }
-    n_ran++;
-    shortest = shortest < 0 || l[r].n < shortest ? l[r].n : shortest;
-  }
-  if (!n_ran)
-    goto out;
-  /* the common first and last lines (not overlapping in the shortest output) */
-  int head = 0, tail = 0;
-  for (;; head++) {
-    int same = head < shortest;
-    const char *first = NULL;
-    for (int r = 0; same && r < size; r++)
-      if (l[r].at) {
-        if (!first)
-          first = l[r].at[head];
-        same = strcmp(l[r].at[head], first) == 0;
-      }
-    if (!same)
-      break;
-  }
-  for (;; tail++) {
-    int same = head + tail < shortest;
-    const char *last = NULL;
-    for (int r = 0; same && r < size; r++)
-      if (l[r].at) {
-        const char *x = l[r].at[l[r].n - 1 - tail];
-        if (!last)
-          last = x;
-        same = strcmp(x, last) == 0;
-      }
-    if (!same)
-      break;
-  }
-  memset(set, 0, (size_t)size);
-  for (int r = 0; r < size; r++) set[r] = l[r].at != NULL;
-  char ranks[512];
-  comm_format_ranks(set, size, ranks, sizeof ranks);
-  int any = -1;
-  for (int r = 0; r < size && any < 0; r++) any = l[r].at ? r : -1;
-  for (int i = 0; i < head; i++) fprintf(out, "[%s] %s\n", ranks, l[any].at[i]);
-  if (head || tail) {
-    for (int r = 0; r < size; r++) {
-      from[r] = head;
-      to[r] = l[r].at ? l[r].n - tail : head;
-    }
-    /* ranks with nothing between print nothing there */
-    show_range(l, from, to, size, set, done, out);
-  } else {
-    for (int r = 0; r < size; r++) {
-      from[r] = 0;
-      to[r] = l[r].n;
-    }
-    show_range(l, from, to, size, set, done, out);
-  }
-  memset(set, 0, (size_t)size);
-  for (int r = 0; r < size; r++) set[r] = l[r].at != NULL;
-  for (int i = tail; i > 0; i--) fprintf(out, "[%s] %s\n", ranks, l[any].at[l[any].n - i]);
-out:
-  for (int r = 0; l && r < size; r++)
-    if (l[r].n)
-      free(l[r].at);
-  free(l);
-  free(set);
-  free(done);
-  free(from);
-  free(to);
 }
 
 /* ---- dropped trainers ---- */
@@ -784,11 +386,6 @@ static void install_capture(lua_State *L)
   lua_pop(L, 1);
 }
 
-#ifdef TYCHO_HAVE_READLINE
-static char *completion_word(const char *text, int state);
-static char **complete_names(const char *text, int start, int end);
-#endif
-
 int repl_run(const struct repl_options *o, char *err, size_t err_size)
 {
   memset(&S, 0, sizeof S);
@@ -827,7 +424,7 @@ int repl_run(const struct repl_options *o, char *err, size_t err_size)
 #ifdef TYCHO_HAVE_READLINE
     if (r.tty) {
       rl_catch_signals = 0;
-      rl_attempted_completion_function = complete_names;
+      rl_attempted_completion_function = repl_complete_names;
       const char *home = getenv("HOME");
       if (home) {
         static char path[1024];
@@ -872,7 +469,7 @@ int repl_run(const struct repl_options *o, char *err, size_t err_size)
           put_quoted(&chunk, o->sets[i]);
         }
         sb_puts(&chunk, "})");
-      } else if (read_chunk(&r, L, &chunk, sel, sizeof sel)) {
+      } else if (repl_read_chunk(&r, L, &chunk, sel, sizeof sel)) {
         kind = CHUNK_QUIT;
       }
       next_kind = kind;
@@ -1008,7 +605,7 @@ int repl_run(const struct repl_options *o, char *err, size_t err_size)
           exit_code = qc; /* the lowest quitting rank's code */
       }
       if (status && texts)
-        show(texts, status, S.size, stdout);
+        repl_show(texts, status, S.size, stdout);
       fflush(stdout);
       for (int q = 0; per && q < S.size; q++) free(per[q]);
       free(status);
@@ -1055,101 +652,3 @@ int repl_run(const struct repl_options *o, char *err, size_t err_size)
   S.group = S.interrupt_group = NULL;
   return exit_code < 0 ? 1 : exit_code;
 }
-
-#ifdef TYCHO_HAVE_READLINE
-/* ---- tab completion (rank 0): the names of globals, of a table's fields after '.', of the
- * methods of a value's metatable after ':' ---- */
-
-static char comp_prefix[256], comp_word[256];
-static int comp_method;
-
-static void push_path(lua_State *L, const char *path)
-{
-  lua_pushglobaltable(L);
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s", path);
-  for (char *p = strtok(buf, ".:"); p && !lua_isnil(L, -1); p = strtok(NULL, ".:")) {
-    if (lua_type(L, -1) != LUA_TTABLE && lua_type(L, -1) != LUA_TUSERDATA) {
-      lua_pop(L, 1);
-      lua_pushnil(L);
-      break;
-    }
-    lua_getfield(L, -1, p); /* metamethods may run: rank 0's own values only */
-    lua_remove(L, -2);
-  }
-}
-
-static char *completion_word(const char *text, int state)
-{
-  (void)text;
-  static int index;
-  static char **names;
-  static int n_names;
-  if (!state) {
-    for (int i = 0; i < n_names; i++) free(names[i]);
-    free(names);
-    names = NULL;
-    n_names = index = 0;
-    lua_State *L = S.L;
-    int top = lua_gettop(L);
-    if (comp_prefix[0])
-      push_path(L, comp_prefix);
-    else
-      lua_pushglobaltable(L);
-    /* the table to list: the value itself, or its metatable's __index table */
-    for (int pass = 0; pass < 2; pass++) {
-      int t = lua_gettop(L);
-      if (pass == 1) { /* the metatable's __index table, or its "methods" (the trainer's) */
-        if (!lua_getmetatable(L, top + 1))
-          break;
-        if (lua_getfield(L, -1, "__index") != LUA_TTABLE) {
-          lua_pop(L, 1);
-          lua_getfield(L, -1, "methods");
-        }
-        t = lua_gettop(L);
-      }
-      if (lua_type(L, t) != LUA_TTABLE)
-        continue;
-      lua_pushnil(L);
-      while (lua_next(L, t)) {
-        if (lua_type(L, -2) == LUA_TSTRING && (!comp_method || lua_isfunction(L, -1))) {
-          const char *k = lua_tostring(L, -2);
-          if (strncmp(k, comp_word, strlen(comp_word)) == 0 && k[0] != '_') {
-            char **grown = realloc(names, (size_t)(n_names + 1) * sizeof *names);
-            if (grown) {
-              names = grown;
-              size_t len = strlen(comp_prefix) + strlen(k) + 2;
-              names[n_names] = malloc(len);
-              if (names[n_names])
-                snprintf(names[n_names++], len, "%s%s", comp_prefix, k);
-            }
-          }
-        }
-        lua_pop(L, 1);
-      }
-    }
-    lua_settop(L, top);
-  }
-  return index < n_names ? strdup(names[index++]) : NULL;
-}
-
-static char **complete_names(const char *text, int start, int end)
-{
-  (void)start;
-  (void)end;
-  rl_attempted_completion_over = 1;
-  /* text is the word readline found; split it at its last '.' or ':' */
-  const char *cut = strrchr(text, '.'), *colon = strrchr(text, ':');
-  if (colon && (!cut || colon > cut))
-    cut = colon;
-  comp_method = cut && *cut == ':';
-  if (cut) {
-    snprintf(comp_prefix, sizeof comp_prefix, "%.*s", (int)(cut - text + 1), text);
-    snprintf(comp_word, sizeof comp_word, "%s", cut + 1);
-  } else {
-    comp_prefix[0] = 0;
-    snprintf(comp_word, sizeof comp_word, "%s", text);
-  }
-  return rl_completion_matches(text, completion_word);
-}
-#endif

@@ -28,6 +28,8 @@
 
 #define MODEL_NAME_MAX 96
 #define MODEL_MOE_MAX_EXPERTS 1024 /* model.moe.experts at most */
+/* Every parameter tensor and activation buffer starts on a 64-byte boundary: 16 floats. */
+#define MODEL_ALIGN_FLOATS 16
 
 struct comm_group;
 

@@ -137,7 +137,7 @@ void trainer_close(struct trainer *t);
  * or when the allocator cannot give the buffer, with the bytes named. Then t is closed (its
  * groups freed when it owned them) and opened on p on mesh groups of its own, which it frees at
  * trainer_close (trainer_open_on_world's semantics, even when t was opened with the caller's
- * groups), and loaded from the buffer by ckpt.c's overlap copies.
+ * groups), and loaded from the buffer by ckpt_load.c's overlap copies.
  *
  * Errors are values, agreed over the world (every rank returns the same status and the failing
  * rank's message, "rank R: ..."): TRAIN_PLAN_ERROR for a p that cannot take t's state (another

@@ -1,0 +1,318 @@
+/* The REPL's reading (repl.h): rank selectors (`@0`, `@2-3`, `@dp=0`), rank 0's reading of a
+ * chunk (readline on a terminal, else lines; continuation lines while the chunk is incomplete)
+ * and readline's tab completion. */
+#define _POSIX_C_SOURCE 200809L
+#include "repl/repl.h"
+
+#include <errno.h>
+#include <lauxlib.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef TYCHO_HAVE_READLINE
+#include <readline/history.h>
+#include <readline/readline.h>
+#endif
+
+#include "repl/repl_internal.h"
+#include "util/err.h"
+#include "util/strbuf.h"
+
+/* ---- rank sets and selectors ---- */
+
+static int parse_int(const char **s, int *v)
+{
+  char *end;
+  long x = strtol(*s, &end, 10);
+  if (end == *s || x < 0 || x > 1 << 30)
+    return -1;
+  *v = (int)x;
+  *s = end;
+  return 0;
+}
+
+int repl_parse_selector(const char *sel, int n, unsigned char *members, char *err, size_t err_size)
+{
+  if (strchr(sel, '='))
+    return 1;
+  memset(members, 0, (size_t)n);
+  const char *s = sel;
+  if (!*s)
+    return errf(err, err_size, "@: a selector needs ranks (@0, @2-3, @0,2) or coordinates (@dp=0, @tp=1,pp=0)"), -1;
+  while (*s) {
+    int a, b;
+    if (parse_int(&s, &a))
+      return errf(err, err_size, "@%s: '%s' is not a rank, a range a-b or axis=value", sel, s), -1;
+    b = a;
+    if (*s == '-') {
+      s++;
+      if (parse_int(&s, &b) || b < a)
+        return errf(err, err_size, "@%s: a range is a-b with a ≤ b", sel), -1;
+    }
+    if (b >= n)
+      return errf(err, err_size, "@%s: rank %d is not in the job (ranks 0-%d)", sel, b, n - 1), -1;
+    for (int r = a; r <= b; r++) members[r] = 1;
+    if (*s == ',')
+      s++;
+    else if (*s)
+      return errf(err, err_size, "@%s: '%s' is not a rank, a range a-b or axis=value", sel, s), -1;
+  }
+  return 0;
+}
+
+int repl_selector_match(const char *sel, int tp, int dp, int pp, char *err, size_t err_size)
+{
+  const char *s = sel;
+  int match = 1;
+  while (*s) {
+    const char *eq = strchr(s, '=');
+    if (!eq)
+      return errf(err, err_size, "@%s: '%s' is not axis=value", sel, s), -1;
+    const size_t len = (size_t)(eq - s);
+    int have;
+    if (len == 2 && !strncmp(s, "tp", 2))
+      have = tp;
+    else if (len == 2 && !strncmp(s, "dp", 2))
+      have = dp;
+    else if (len == 2 && !strncmp(s, "pp", 2))
+      have = pp;
+    else
+      return errf(err, err_size, "@%s: the axes are tp, dp and pp ('%.*s' is none)", sel, (int)len, s), -1;
+    s = eq + 1;
+    int v;
+    if (parse_int(&s, &v))
+      return errf(err, err_size, "@%s: %.*s needs a number", sel, (int)len, eq - len), -1;
+    match = match && have == v;
+    if (*s == ',')
+      s++;
+    else if (*s)
+      return errf(err, err_size, "@%s: '%s' is not axis=value", sel, s), -1;
+  }
+  return match;
+}
+
+
+/* ---- reading (rank 0) ---- */
+
+/* One line without its newline into line (LINE_MAX_BYTES); 0, or −1 at the end of input. */
+static int read_line(struct reader *r, const char *prompt, char *line)
+{
+#ifdef TYCHO_HAVE_READLINE
+  if (r->tty) {
+    repl_state->at_prompt = 1; /* Ctrl-C now empties readline's line (on_sigint) and reading goes on */
+    char *s = readline(prompt);
+    repl_state->at_prompt = 0;
+    if (!s)
+      return -1;
+    snprintf(line, LINE_MAX_BYTES, "%s", s);
+    free(s);
+    return 0;
+  }
+#endif
+  for (;;) {
+    if (r->tty) {
+      fputs(prompt, stdout);
+      fflush(stdout);
+    }
+    repl_state->at_prompt = 1;
+    errno = 0;
+    char *s = fgets(line, LINE_MAX_BYTES, r->in);
+    int cleared = repl_state->at_prompt == 2;
+    repl_state->at_prompt = 0;
+    if (!s) {
+      if (errno == EINTR || cleared) {
+        clearerr(r->in);
+        continue;
+      }
+      return -1;
+    }
+    size_t n = strlen(line);
+    if (n && line[n - 1] == '\n')
+      line[--n] = 0;
+    if (r->echo) {
+      printf("%s%s\n", prompt, line);
+      fflush(stdout);
+    }
+    return 0;
+  }
+}
+
+/* Whether `code` is a complete chunk: 1 yes (or an error that more lines cannot fix), 0 when it
+ * ends early (a syntax error at <eof>). */
+static int complete(lua_State *L, const char *code, size_t n)
+{
+  int status = luaL_loadbuffer(L, code, n, "=stdin");
+  int incomplete = 0;
+  if (status == LUA_ERRSYNTAX) {
+    size_t len;
+    const char *msg = lua_tolstring(L, -1, &len);
+    incomplete = len >= 5 && strcmp(msg + len - 5, "<eof>") == 0;
+  }
+  lua_pop(L, 1);
+  return !incomplete;
+}
+
+/* The next chunk into b: the selector (without '@'; empty for every rank) into sel. 0, or −1 at
+ * the end of input. */
+int repl_read_chunk(struct reader *r, lua_State *L, struct strbuf *b, char *sel, size_t sel_size)
+{
+  static char line[LINE_MAX_BYTES];
+  struct strbuf typed; /* as typed, for the history */
+  sb_init(&typed);
+  b->n = 0;
+  sel[0] = 0;
+  for (;;) {
+    if (read_line(r, "> ", line)) {
+      sb_free(&typed);
+      return -1;
+    }
+    sb_puts(&typed, line);
+    const char *s = line;
+    while (*s == ' ' || *s == '\t')
+      s++;
+    if (!*s) {
+      typed.n = 0;
+      continue; /* an empty line */
+    }
+    if (*s == '@') {
+      size_t k = 0;
+      s++;
+      while (*s && *s != ' ' && *s != '\t' && k + 1 < sel_size)
+        sel[k++] = *s++;
+      sel[k] = 0;
+      while (*s == ' ' || *s == '\t')
+        s++;
+    }
+    if (*s == '=') { /* =expr: return expr */
+      sb_puts(b, "return ");
+      sb_puts(b, s + 1);
+    } else {
+      /* a line that is an expression prints its values, as lua.c's addreturn */
+      struct strbuf ret;
+      sb_init(&ret);
+      sb_puts(&ret, "return ");
+      sb_puts(&ret, s);
+      int ok = !ret.failed && luaL_loadbuffer(L, ret.s, ret.n, "=stdin") == LUA_OK;
+      lua_pop(L, 1);
+      sb_puts(b, ok ? ret.s : s);
+      sb_free(&ret);
+      if (ok)
+        break;
+    }
+    break;
+  }
+  while (!b->failed && !complete(L, b->s ? b->s : "", b->n)) {
+    if (read_line(r, ">> ", line))
+      break; /* the end of input: run what there is, its error says what is missing */
+    sb_puts(b, "\n");
+    sb_puts(b, line);
+    sb_puts(&typed, "\n");
+    sb_puts(&typed, line);
+  }
+#ifdef TYCHO_HAVE_READLINE
+  if (r->tty && typed.n && !typed.failed)
+    add_history(typed.s);
+#endif
+  sb_free(&typed);
+  return 0;
+}
+
+
+#ifdef TYCHO_HAVE_READLINE
+/* ---- tab completion (rank 0): the names of globals, of a table's fields after '.', of the
+ * methods of a value's metatable after ':' ---- */
+
+static char comp_prefix[256], comp_word[256];
+static int comp_method;
+
+static void push_path(lua_State *L, const char *path)
+{
+  lua_pushglobaltable(L);
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", path);
+  for (char *p = strtok(buf, ".:"); p && !lua_isnil(L, -1); p = strtok(NULL, ".:")) {
+    if (lua_type(L, -1) != LUA_TTABLE && lua_type(L, -1) != LUA_TUSERDATA) {
+      lua_pop(L, 1);
+      lua_pushnil(L);
+      break;
+    }
+    lua_getfield(L, -1, p); /* metamethods may run: rank 0's own values only */
+    lua_remove(L, -2);
+  }
+}
+
+static char *completion_word(const char *text, int state)
+{
+  (void)text;
+  static int index;
+  static char **names;
+  static int n_names;
+  if (!state) {
+    for (int i = 0; i < n_names; i++) free(names[i]);
+    free(names);
+    names = NULL;
+    n_names = index = 0;
+    lua_State *L = repl_state->L;
+    int top = lua_gettop(L);
+    if (comp_prefix[0])
+      push_path(L, comp_prefix);
+    else
+      lua_pushglobaltable(L);
+    /* the table to list: the value itself, or its metatable's __index table */
+    for (int pass = 0; pass < 2; pass++) {
+      int t = lua_gettop(L);
+      if (pass == 1) { /* the metatable's __index table, or its "methods" (the trainer's) */
+        if (!lua_getmetatable(L, top + 1))
+          break;
+        if (lua_getfield(L, -1, "__index") != LUA_TTABLE) {
+          lua_pop(L, 1);
+          lua_getfield(L, -1, "methods");
+        }
+        t = lua_gettop(L);
+      }
+      if (lua_type(L, t) != LUA_TTABLE)
+        continue;
+      lua_pushnil(L);
+      while (lua_next(L, t)) {
+        if (lua_type(L, -2) == LUA_TSTRING && (!comp_method || lua_isfunction(L, -1))) {
+          const char *k = lua_tostring(L, -2);
+          if (strncmp(k, comp_word, strlen(comp_word)) == 0 && k[0] != '_') {
+            char **grown = realloc(names, (size_t)(n_names + 1) * sizeof *names);
+            if (grown) {
+              names = grown;
+              size_t len = strlen(comp_prefix) + strlen(k) + 2;
+              names[n_names] = malloc(len);
+              if (names[n_names])
+                snprintf(names[n_names++], len, "%s%s", comp_prefix, k);
+            }
+          }
+        }
+        lua_pop(L, 1);
+      }
+    }
+    lua_settop(L, top);
+  }
+  return index < n_names ? strdup(names[index++]) : NULL;
+}
+
+char **repl_complete_names(const char *text, int start, int end)
+{
+  (void)start;
+  (void)end;
+  rl_attempted_completion_over = 1;
+  /* text is the word readline found; split it at its last '.' or ':' */
+  const char *cut = strrchr(text, '.'), *colon = strrchr(text, ':');
+  if (colon && (!cut || colon > cut))
+    cut = colon;
+  comp_method = cut && *cut == ':';
+  if (cut) {
+    snprintf(comp_prefix, sizeof comp_prefix, "%.*s", (int)(cut - text + 1), text);
+    snprintf(comp_word, sizeof comp_word, "%s", cut + 1);
+  } else {
+    comp_prefix[0] = 0;
+    snprintf(comp_word, sizeof comp_word, "%s", text);
+  }
+  return rl_completion_matches(text, completion_word);
+}
+#endif
