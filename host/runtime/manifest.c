@@ -19,23 +19,6 @@ const char *const ckpt_kind_names[CKPT_N_KINDS] = { "param", "exp_avg", "exp_avg
 const char *const ckpt_model_keys[CKPT_MODEL_KEYS] = { "n_layers", "dim", "n_heads", "n_kv_heads", "ffn_dim",
                                                        "vocab", "tie_embeddings", "moe_experts", "moe_ffn_dim" };
 
-/* Every file of a checkpoint that is read — the manifest and the shard files — is opened here,
- * for reading, with its status in *st: without waiting, and refused unless a regular file (a
- * FIFO or a device is neither waited on nor read; util/path.h). The descriptor, or -1 with a
- * message naming path. */
-static int open_input(const char *path, struct stat *st, char *err, size_t err_size)
-{
-  int fd;
-  if (path_open_input(NULL, path, 0, &fd, NULL, err, err_size))
-    return -1;
-  if (fstat(fd, st)) {
-    const int e = errno;
-    close(fd);
-    return errf(err, err_size, "%s: cannot read: %s", path, strerror(e)), -1;
-  }
-  return fd;
-}
-
 void manifest_free(struct manifest *mf)
 {
   for (int f = 0; f < mf->n_files && mf->maps; f++)
@@ -378,34 +361,16 @@ int manifest_parse(struct manifest *mf, char *text, size_t n, const char *folder
   return 0;
 }
 
+/* The manifest and the shard files are opened through util/path.h: without waiting, and refused
+ * unless regular files (a FIFO or a device is neither waited on nor read). */
 int manifest_read(struct manifest *mf, const char *folder, char *err, size_t err_size)
 {
-  char file[4200];
-  struct stat st;
+  char file[4200], *text;
+  size_t n;
   memset(mf, 0, sizeof *mf);
   snprintf(file, sizeof file, "%s/manifest.json", folder);
-  int fd = open_input(file, &st, err, err_size);
-  if (fd < 0)
+  if (path_read_input(NULL, file, 0, &text, &n, err, err_size))
     return 1;
-  const size_t n = (size_t)st.st_size;
-  char *text = malloc(n + 1);
-  size_t got = 0;
-  while (text && got < n) {
-    ssize_t r = read(fd, text + got, n - got);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0)
-      break;
-    got += (size_t)r;
-  }
-  const int e = errno;
-  close(fd);
-  if (!text || got != n) {
-    free(text);
-    return text ? errf(err, err_size, "%s: cannot read: %s", file, got < n ? "shorter than its size" : strerror(e))
-                : errf(err, err_size, "%s: out of memory for its %zu bytes", file, n);
-  }
-  text[n] = 0;
   return manifest_parse(mf, text, n, folder, file, err, err_size);
 }
 
@@ -417,14 +382,14 @@ const real *manifest_piece_data(struct manifest *mf, const struct manifest_tenso
   snprintf(file, sizeof file, "%s/%s", mf->path, mf->files[sp->file]);
   if (mp->opened == 0 && !mf->in_memory) {
     mp->opened = -1;
-    struct stat st;
     char why[4600];
-    int fd = open_input(file, &st, why, sizeof why);
-    if (fd < 0) {
+    int fd;
+    long long size;
+    if (path_open_input(NULL, file, 0, &fd, &size, why, sizeof why)) {
       errf(err, err_size, "checkpoint %s: %s", mf->path, why);
       return NULL;
     }
-    mp->bytes = (size_t)st.st_size;
+    mp->bytes = (size_t)size;
     mp->map = mp->bytes ? mmap(NULL, mp->bytes, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
     const int e = errno;
     close(fd);

@@ -154,21 +154,6 @@ int path_read_input(const char *what, const char *path, long long max_bytes, cha
   return 0;
 }
 
-FILE *path_fopen_input(const char *what, const char *path, long long max_bytes, char *err,
-                       size_t err_size)
-{
-  const char *w = what ? what : "";
-  int fd;
-  if (path_open_input(what, path, max_bytes, &fd, NULL, err, err_size))
-    return NULL;
-  FILE *f = fdopen(fd, "rb");
-  if (!f) {
-    errf(err, err_size, "%s%s%s: %s", w, sep(w), path, strerror(errno));
-    close(fd);
-  }
-  return f;
-}
-
 int path_check_output(const char *what, const char *path, char *err, size_t err_size)
 {
   const char *w = what ? what : "";

@@ -33,10 +33,6 @@ int path_open_input(const char *what, const char *path, long long max_bytes, int
 int path_read_input(const char *what, const char *path, long long max_bytes, char **data,
                     size_t *len, char *err, size_t err_size);
 
-/* path_open_input as a stdio stream ("rb"). NULL with a message. */
-FILE *path_fopen_input(const char *what, const char *path, long long max_bytes, char *err,
-                       size_t err_size);
-
 /* An output path tycho will write (create or replace): refused when it exists, after following
  * links, as anything but a regular file (a device such as /dev/null, a FIFO, a folder, a socket),
  * since writing or renaming onto it would replace or feed something that is not tycho's.
