@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "comm/comm.h"
+#include "mesh/mesh.h"
 #include "kernels.h"
 #include "plan/compile.h"
 #include "runtime/alloc.h"

@@ -6,7 +6,7 @@
  *
  * Collectives and agreement. Every function that changes or reads the whole job runs on every
  * rank (the REPL runs each chunk everywhere); work one rank may fail alone (compiling, opening,
- * loading) is followed by an agreement over the world (train_agree), so every rank raises the
+ * loading) is followed by an agreement over the world (comm_agree_err), so every rank raises the
  * same error, and a chunk that reaches a collective on part of the job only is refused by the
  * comm layer before anyone waits. Closing frees the trainer's mesh groups, which is collective
  * too: close trainers with t:close() (or `local t <close>`) rather than leaving them to the
@@ -34,7 +34,7 @@
 #include "runtime/ckpt.h"
 #include "runtime/train.h"
 #include "runtime/train_progress.h"
-#include "tycho_module.h"
+#include "lua/tycho_module.h"
 #include "tycho_runtime_internal.h"
 
 #define MAX_SETS 256 /* overrides in one call */
@@ -311,7 +311,7 @@ static int compile_agreed(struct lua_trainer *lt, struct plan *p, char *err, siz
   struct plan_compile_options opt = { w ? w->size : 1, 0, 0, 0, lt->n_sets, (const char *const *)lt->sets };
   plan_init(p);
   int rc = plan_compile(lt->path, &opt, p, err, n) ? TRAIN_PLAN_ERROR : TRAIN_OK;
-  rc = train_agree(w, rc, err, n);
+  rc = comm_agree_err(w, rc, err, n, COMM_AGREE_NAME_RANK_UNLESS_PLAN);
   if (!rc && w && comm_check_plan_hash(plan_hash(p), err, n))
     rc = TRAIN_PLAN_ERROR;
   if (rc)
@@ -342,12 +342,12 @@ static int tycho_open(lua_State *L)
   int rc = t ? TRAIN_OK : TRAIN_RUNTIME_ERROR, opened = TRAIN_RUNTIME_ERROR;
   if (!t)
     snprintf(err, sizeof err, "out of memory for a trainer");
-  rc = train_agree(comm_world(), rc, err, sizeof err); /* opening builds groups: everyone or no one */
+  rc = comm_agree_err(comm_world(), rc, err, sizeof err, COMM_AGREE_NAME_RANK_UNLESS_PLAN); /* opening builds groups: everyone or no one */
   if (!rc) {
     alloc_reset_peaks(); /* t:memory()'s measured peaks: from this open on */
     opened = rc = comm_world() ? trainer_open_on_world(t, &p, err, sizeof err)
                                : trainer_open(t, &p, NULL, err, sizeof err);
-    rc = train_agree(comm_world(), rc, err, sizeof err);
+    rc = comm_agree_err(comm_world(), rc, err, sizeof err, COMM_AGREE_NAME_RANK_UNLESS_PLAN);
   }
   plan_free(&p);
   if (rc) {
@@ -522,7 +522,7 @@ static int trainer_load(lua_State *L)
   }
   if (!rc && ckpt_load(t, path, err, sizeof err))
     rc = TRAIN_RUNTIME_ERROR;
-  if (train_agree(t->world, rc, err, sizeof err))
+  if (comm_agree_err(t->world, rc, err, sizeof err, COMM_AGREE_NAME_RANK_UNLESS_PLAN))
     return luaL_error(L, "%s", err);
   lt->has_loss = 0;
   lua_pushinteger(L, (lua_Integer)t->step);

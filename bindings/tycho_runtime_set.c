@@ -1,6 +1,6 @@
 /* The trainer's live settings in Lua (tycho_runtime.h; docs/repl.md): t:set writes the plan
- * fields the runtime reads afresh at every step, checked against the compiler's ranges, all or
- * nothing over the job. */
+ * fields the runtime reads afresh at every step (the plan-field table's live rows), checked by the
+ * compiler's own check with its message, all or nothing over the job. */
 #define _POSIX_C_SOURCE 200809L
 #include <lauxlib.h>
 #include <math.h>
@@ -10,47 +10,25 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "plan/fields.h"
 #include "runtime/train.h"
 #include "runtime/train_progress.h"
 #include "tycho_runtime_internal.h"
 
-enum live_type { LIVE_DOUBLE, LIVE_INT, LIVE_LONG, LIVE_DECAY, LIVE_PATH };
-
-/* The plan fields the runtime reads afresh at every step (optimizer_lr, the update, the
- * clipping, t:step's cadences, evaluation, t:save's default folder), with the compiler's ranges.
- * The optimizer's betas, eps and weight decay are copied into the optimizer at open; t:set
- * writes both. Everything else shapes memory, groups, data or the model: t:replan. */
-static const struct live_field {
-  const char *path;
-  enum live_type type;
-  size_t offset;
-  double min, max;
-  int min_open, max_open;
-} live_fields[] = {
-  { "checkpoint.dir", LIVE_PATH, offsetof(struct plan, checkpoint.dir), 0, 0, 0, 0 },
-  { "log.every", LIVE_INT, offsetof(struct plan, log.every), 1, 1 << 30, 0, 0 },
-  { "lr_schedule.decay", LIVE_DECAY, offsetof(struct plan, lr_schedule.decay), 0, 0, 0, 0 },
-  { "lr_schedule.decay_steps", LIVE_LONG, offsetof(struct plan, lr_schedule.decay_steps), 1, 0x1p53, 0, 0 },
-  { "lr_schedule.min_lr", LIVE_DOUBLE, offsetof(struct plan, lr_schedule.min_lr), 0, INFINITY, 0, 0 },
-  { "lr_schedule.warmup", LIVE_INT, offsetof(struct plan, lr_schedule.warmup), 0, 1 << 30, 0, 0 },
-  { "optimizer.beta1", LIVE_DOUBLE, offsetof(struct plan, optimizer.beta1), 0, 1, 0, 1 },
-  { "optimizer.beta2", LIVE_DOUBLE, offsetof(struct plan, optimizer.beta2), 0, 1, 0, 1 },
-  { "optimizer.eps", LIVE_DOUBLE, offsetof(struct plan, optimizer.eps), 0, INFINITY, 1, 0 },
-  { "optimizer.grad_clip", LIVE_DOUBLE, offsetof(struct plan, optimizer.grad_clip), 0, INFINITY, 0, 0 },
-  { "optimizer.lr", LIVE_DOUBLE, offsetof(struct plan, optimizer.lr), 0, INFINITY, 1, 0 },
-  { "optimizer.weight_decay", LIVE_DOUBLE, offsetof(struct plan, optimizer.weight_decay), 0, INFINITY, 0, 0 },
-  { "train.eval_batches", LIVE_INT, offsetof(struct plan, train.eval_batches), 0, 1 << 30, 0, 0 },
-  { "train.eval_every", LIVE_INT, offsetof(struct plan, train.eval_every), 0, 1 << 30, 0, 0 },
-  { "train.steps", LIVE_LONG, offsetof(struct plan, train.steps), 1, 0x1p53, 0, 0 },
-};
-#define N_LIVE ((int)(sizeof live_fields / sizeof live_fields[0]))
-
-static const struct live_field *live_find(const char *path)
+/* The live fields are the plan-field table's LIVE rows (fields.h): the fields the runtime reads
+ * afresh at every step (optimizer_lr, the update, the clipping, t:step's cadences, evaluation,
+ * t:save's default folder). The optimizer's betas, eps and weight decay are copied into the
+ * optimizer at open; t:set writes both. Everything else shapes memory, groups, data or the
+ * model: t:replan. */
+static const struct plan_field *live_find(const char *path)
 {
-  for (int i = 0; i < N_LIVE; i++)
-    if (strcmp(live_fields[i].path, path) == 0)
-      return &live_fields[i];
-  return NULL;
+  const struct plan_field *f = plan_field_find(path);
+  return f && (f->flags & PLAN_FIELD_LIVE) ? f : NULL;
+}
+
+static int compare_paths(const void *a, const void *b)
+{
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
 /* The value at idx as Lua source, for messages. */
@@ -72,11 +50,17 @@ static int refuse_field(lua_State *L, const char *path, int value)
   describe_value(L, value, v, sizeof v);
   const char *dot = strchr(path, '.');
   snprintf(section, sizeof section, "%.*s", dot ? (int)(dot - path) : (int)strlen(path), path);
+  const char *live[64];
+  int n_live = 0;
+  for (int i = 0; i < plan_n_fields && n_live < 64; i++)
+    if (plan_fields[i].flags & PLAN_FIELD_LIVE)
+      live[n_live++] = plan_fields[i].path;
+  qsort(live, (size_t)n_live, sizeof live[0], compare_paths);
   luaL_Buffer b;
   luaL_buffinit(L, &b);
-  for (int i = 0; i < N_LIVE; i++) {
+  for (int i = 0; i < n_live; i++) {
     luaL_addstring(&b, i ? ", " : "");
-    luaL_addstring(&b, live_fields[i].path);
+    luaL_addstring(&b, live[i]);
   }
   luaL_pushresult(&b);
   if (dot)
@@ -88,51 +72,13 @@ static int refuse_field(lua_State *L, const char *path, int value)
                     v[0] == 'a' && v[1] == ' ' ? "..." : v);
 }
 
-/* Writes the value at idx into field f of p, checked as the compiler checks it. */
-static void live_write(lua_State *L, struct plan *p, const struct live_field *f, int idx)
+/* Writes the value at idx into field f of p, checked as the compiler checks it (the finite
+ * check included, which the compiler makes once the plan is read), with its message. */
+static void live_write(lua_State *L, struct plan *p, const struct plan_field *f, int idx)
 {
-  char *at = (char *)p + f->offset, v[128];
-  describe_value(L, idx, v, sizeof v);
-  if (f->type == LIVE_PATH) {
-    if (lua_type(L, idx) != LUA_TSTRING || lua_rawlen(L, idx) >= PLAN_PATH_MAX)
-      luaL_error(L, "t:set: %s = %s: must be a path (a string shorter than %d bytes)", f->path, v, PLAN_PATH_MAX);
-    snprintf(at, PLAN_PATH_MAX, "%s", lua_tostring(L, idx));
-    return;
-  }
-  if (f->type == LIVE_DECAY) {
-    static const char *const decays[] = { "constant", "cosine", "linear" };
-    for (int k = 0; k < 3 && lua_type(L, idx) == LUA_TSTRING; k++)
-      if (strcmp(lua_tostring(L, idx), decays[k]) == 0) {
-        *(enum plan_decay *)(void *)at = (enum plan_decay)k;
-        return;
-      }
-    luaL_error(L, "t:set: %s = %s: must be \"constant\", \"cosine\" or \"linear\"", f->path, v);
-  }
-  const double x = lua_tonumber(L, idx);
-  int bad = lua_type(L, idx) != LUA_TNUMBER || isnan(x) || (f->min_open ? x <= f->min : x < f->min) ||
-            (f->max_open ? x >= f->max : x > f->max);
-  char why[256];
-  if (f->type != LIVE_DOUBLE) {
-    bad |= x != floor(x);
-    if (bad) {
-      snprintf(why, sizeof why, "t:set: %s = %s: must be an integer in [%.0f, %.0f]", f->path, v, f->min, f->max);
-      luaL_error(L, "%s", why);
-    }
-    if (f->type == LIVE_INT)
-      *(int *)(void *)at = (int)x;
-    else
-      *(long long *)(void *)at = (long long)x;
-    return;
-  }
-  if (bad) {
-    if (isinf(f->max))
-      snprintf(why, sizeof why, "t:set: %s = %s: must be a number %s %g", f->path, v, f->min_open ? ">" : "≥", f->min);
-    else
-      snprintf(why, sizeof why, "t:set: %s = %s: must be a number in %s%g, %g%s", f->path, v, f->min_open ? "(" : "[",
-               f->min, f->max, f->max_open ? ")" : "]");
-    luaL_error(L, "%s", why);
-  }
-  *(double *)(void *)at = x;
+  char msg[1536];
+  if (plan_field_from_lua(L, idx, f, p, 1, msg, sizeof msg))
+    luaL_error(L, "t:set: %s", msg);
 }
 
 /* Pushes the (path, value) pairs of the table at idx into the list at out as {path, value}:
@@ -170,31 +116,12 @@ static int compare_settings(lua_State *L)
   return 1;
 }
 
-/* The fields t:set restores when a change is refused (plain structs: no pointers). */
-struct live_state {
-  __typeof__(((struct plan *)0)->optimizer) optimizer;
-  __typeof__(((struct plan *)0)->lr_schedule) lr_schedule;
-  __typeof__(((struct plan *)0)->train) train;
-  __typeof__(((struct plan *)0)->log) log;
-  __typeof__(((struct plan *)0)->checkpoint) checkpoint;
-};
-
-static void live_save(const struct plan *p, struct live_state *s)
+/* The live fields of p as they were (t:set restores them when a change is refused). */
+static void live_restore(struct plan *p, const struct plan *before)
 {
-  s->optimizer = p->optimizer;
-  s->lr_schedule = p->lr_schedule;
-  s->train = p->train;
-  s->log = p->log;
-  s->checkpoint = p->checkpoint;
-}
-
-static void live_restore(struct plan *p, const struct live_state *s)
-{
-  p->optimizer = s->optimizer;
-  p->lr_schedule = s->lr_schedule;
-  p->train = s->train;
-  p->log = s->log;
-  p->checkpoint = s->checkpoint;
+  for (int i = 0; i < plan_n_fields; i++)
+    if (plan_fields[i].flags & PLAN_FIELD_LIVE)
+      memcpy((char *)p + plan_fields[i].offset, (const char *)before + plan_fields[i].offset, plan_fields[i].size);
 }
 
 /* Applies the pairs in the list at `list` to p (sorted by path, so every rank checks them in
@@ -209,9 +136,10 @@ static int apply_settings(lua_State *L)
     lua_rawgeti(L, -1, 1);
     lua_rawgeti(L, -2, 2);
     const char *path = lua_tostring(L, -2);
-    const struct live_field *f = live_find(path);
-    for (int k = 0; !f && !strchr(path, '.') && k < N_LIVE; k++)
-      if (strncmp(live_fields[k].path, path, strlen(path)) == 0 && live_fields[k].path[strlen(path)] == '.')
+    const struct plan_field *f = live_find(path);
+    for (int k = 0; !f && !strchr(path, '.') && k < plan_n_fields; k++)
+      if ((plan_fields[k].flags & PLAN_FIELD_LIVE) && strncmp(plan_fields[k].path, path, strlen(path)) == 0 &&
+          plan_fields[k].path[strlen(path)] == '.')
         luaL_error(L, "t:set: %s = %s: a section is a table of fields, as in t:set{ optimizer = { lr = 1e-4 } }",
                    path, luaL_tolstring(L, -1, NULL));
     if (!f)
@@ -257,8 +185,7 @@ int tycho_trainer_set(lua_State *L)
       lua_rawseti(L, 3, j - 1);
     }
   struct plan *p = &t->own_plan;
-  struct live_state before;
-  live_save(p, &before);
+  struct plan before = *p; /* for the live fields' bytes only: its pointers are never followed */
   lua_pushcfunction(L, apply_settings);
   lua_pushlightuserdata(L, p);
   lua_pushvalue(L, 3);
@@ -270,7 +197,7 @@ int tycho_trainer_set(lua_State *L)
     lua_pop(L, 1);
   }
   /* a rank that refused stops the others before the hash check, which needs them all */
-  if (train_agree(t->world, refused, err, sizeof err)) {
+  if (comm_agree_err(t->world, refused, err, sizeof err, COMM_AGREE_NAME_RANK_UNLESS_PLAN)) {
     live_restore(p, &before);
     return luaL_error(L, "%s", err);
   }

@@ -412,7 +412,7 @@ static int tensor_gather(lua_State *L)
       rc = errf(err, sizeof err, "out of memory reading %s", p->name);
     }
   }
-  rc = train_agree(t->world, rc, err, sizeof err); /* nobody enters a collective alone */
+  rc = comm_agree_err(t->world, rc, err, sizeof err, COMM_AGREE_NAME_RANK_UNLESS_PLAN); /* nobody enters a collective alone */
   const int b = t->dp.layout.param_bucket[v.index], expert = t->dp.layout.buckets[b].expert;
   struct comm_group *dp = dp_bucket_group(&t->dp, b), *tp = m->tp.group, *pp = t->exec.group;
   if (!rc && here && v.sharded && dp && dp->size > 1 &&
@@ -437,7 +437,7 @@ static int tensor_gather(lua_State *L)
   free(block);
   free(parts);
   free(stored);
-  if (train_agree(t->world, rc, err, sizeof err))
+  if (comm_agree_err(t->world, rc, err, sizeof err, COMM_AGREE_NAME_RANK_UNLESS_PLAN))
     return luaL_error(L, "%s", err);
   return 1;
 }

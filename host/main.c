@@ -16,17 +16,18 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "check/calibrate.h"
+#include "drive/calibrate.h"
 #include "check/launch.h"
 #include "check/check.h"
-#include "check/rehearse.h"
+#include "drive/rehearse.h"
 #include "check/tune.h"
 #include "plan/cluster.h"
 #include "comm/comm.h"
+#include "mesh/mesh.h"
 #include "kernels.h"
 #include "plan/compile.h"
 #include "repl/repl.h"
-#include "tycho_module.h"
+#include "lua/tycho_module.h"
 #include "tycho_runtime.h"
 #include "runtime/threads.h"
 #include "runtime/ckpt.h"
@@ -603,7 +604,7 @@ static int cmd_repl(lua_State *L, int argc, char **argv)
   return 0;
 }
 
-/* `tycho calibrate`: measures this machine (check/calibrate.h); every rank runs it. Run by hand,
+/* `tycho calibrate`: measures this machine (drive/calibrate.h); every rank runs it. Run by hand,
  * it starts one rank per online core through the launcher and waits. */
 static int cmd_calibrate(lua_State *L, int argc, char **argv, int worker)
 {
@@ -687,7 +688,7 @@ static int cmd_calibrate(lua_State *L, int argc, char **argv, int worker)
 
 /* The checkpoint `ckpt inspect|verify DIR` reads (DIR, or its newest step_N) looked at first: a
  * FIFO, a device or a folder as its manifest or one of its shard files is a usage error (exit 2)
- * naming it, never read nor waited on. 1 with the message; 0 otherwise (the reader reports
+ * naming it, never read nor waited on. −1 with the message; 0 otherwise (the reader reports
  * anything else). */
 static int ckpt_manifest_special(const char *dir, char *err, size_t n)
 {

@@ -119,8 +119,8 @@ void dropout_mask(real *mask, size_t n_elems, float p, uint64_t seed, uint32_t c
 void dropout_forward(real *out, const real *inp, const real *mask, size_t n_elems);
 void dropout_backward(real *dinp, const real *dout, const real *mask, size_t n_elems);
 
-/* ---- residual ----------------------------------------------------------------------------- */
-void residual_forward(real *out, const real *a, const real *b, size_t n_elems);
+/* ---- element-wise sum --------------------------------------------------------------------- */
+void vec_add(real *out, const real *a, const real *b, size_t n_elems);
 
 /* ---- cross-entropy over the vocabulary ---------------------------------------------------- */
 void crossentropy_forward(real *losses, real *probs, const real *logits, const int *targets,
@@ -141,6 +141,8 @@ void adamw_update(real *param, const real *grad, real *m, real *v, size_t n_elem
                   double lr, double beta1, double beta2, double eps, double weight_decay, int t,
                   real grad_scale);
 double sumsq(const real *x, size_t n_elems);
+/* x ← x · s over n_elems. Not an entry of the table (clipping is adamw_update's grad_scale): the
+ * reference the folded scale is tested against. */
 void scale_inplace(real *x, size_t n_elems, real s);
 
 #endif

@@ -5,7 +5,7 @@
 #include <stddef.h>
 
 #include "plan/plan.h"
-#include "plan/tp_layout.h"
+#include "layout/tp_layout.h"
 #include "runtime/alloc.h"
 #include "runtime/bill.h"
 

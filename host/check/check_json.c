@@ -13,7 +13,7 @@
 #include "check/check_internal.h"
 #include "comm/comm.h"
 #include "check/cost.h"
-#include "plan/tp_layout.h"
+#include "layout/tp_layout.h"
 #include "runtime/bill.h"
 #include "runtime/train.h"
 #include "sched/sched.h"

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/tp_layout.h"
+#include "layout/tp_layout.h"
 #include "runtime/bill.h"
 #include "sched/sched.h"
 #include "util/err.h"

@@ -30,7 +30,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "plan/plan.h"
 #include "real.h"
 
 #define COMM_NAME_MAX 16
@@ -92,24 +91,20 @@ const char *comm_backend_name(void);
  * build, before comm_init: 0, or -1 with a message naming the ones there are. */
 int comm_backend_check(char *err, size_t err_size);
 
-/* Builds this rank's tp, dp and pp groups (indexed by enum plan_axis) with MPI_Comm_split in
- * the same order on every rank, and checks their members against mesh_group_members. The
- * mesh's world must equal the job's. Collective over the world. */
-int comm_build_mesh_groups(const struct plan_mesh *m, struct comm_group *groups[PLAN_N_AXES],
-                           char *err, size_t err_size);
 /* Splits `parent` by color (ranks with equal colors form one group), ordered by key.
  * Collective over the parent. It runs on the parent's control communicator, so operations
  * in flight on the parent need not finish first. */
 int comm_group_split(struct comm_group *parent, int color, int key, const char *name,
                      struct comm_group **out, char *err, size_t err_size);
 
-/* Frees a group from comm_group_split or comm_build_mesh_groups: its communicators (MPI_Comm_free,
+/* Frees a group from comm_group_split (the mesh groups included): its communicators (MPI_Comm_free,
  * collective over g), counters and sequence numbers; NULL is a no-op. Refused (-1 with the reason)
  * for the world and while an operation on g is in flight. Records of it stay in the recorder. */
 int comm_group_free(struct comm_group *g, char *err, size_t err_size);
-/* comm_group_free of every axis group (NULL entries skipped), which are NULL after; the first
- * failure's message in err. Collective over the world. */
-int comm_free_mesh_groups(struct comm_group *groups[PLAN_N_AXES], char *err, size_t err_size);
+/* The lowest world rank whose status is nonzero (INT_MAX: none) into *first, on every rank: the
+ * verdict after work each rank did on its own (the mesh groups, mesh/mesh.h). Control traffic,
+ * named `what` in the trace. Collective over the world. 0, or -1 with the MPI error. */
+int comm_world_first_failed(int status, const char *what, int *first, char *err, size_t err_size);
 /* Groups this rank holds now, the world included (1 after comm_init). */
 int comm_groups_held(void);
 
@@ -117,20 +112,28 @@ int comm_groups_held(void);
  * which ranks have which hash. Collective over the world. */
 int comm_check_plan_hash(uint64_t hash, char *err, size_t err_size);
 
-/* Agreement after work each rank does on its own (set-up, opening files, writing output): every
- * member passes its status (0 ok, else a positive code) and message; every member gets back the
+/* Agreement after work each rank does on its own (set-up, opening files, writing output), the
+ * primitive under comm_agree_err: every member passes its status (0 ok, else nonzero) and
+ * message; every member gets back the
  * status of the lowest group rank that failed (0 when none did), that rank's message in msg
  * (up to COMM_AGREE_MSG_MAX bytes) and its world rank in *failed_rank (-1 when none). So a
  * failure only one rank saw stops every rank at the same point, with one message. Control
- * traffic (not counted); -1 with the MPI error in msg when the agreement itself fails.
- * Collective over g. */
+ * traffic (not counted); -1 with the MPI error in msg and *failed_rank -1 when the agreement
+ * itself fails. Collective over g. */
 #define COMM_AGREE_MSG_MAX 2048
 int comm_agree(struct comm_group *g, int status, char *msg, size_t msg_size, int *failed_rank);
-/* comm_agree of a status whose message is in err (a group of one or NULL: status as it is):
- * returns the lowest failing rank's status (0 when none failed) with its message in err, after
- * "rank R: " when name_rank (every rank, that one too, reports the same words); −1 with the
- * MPI error in err when the agreement itself fails. */
-int comm_agree_err(struct comm_group *g, int status, char *err, size_t err_size, int name_rank);
+/* The agreement every caller with an err buffer uses: every member of g passes its status (0 ok,
+ * else nonzero: −1, or a code the caller reads back — an error class, a signal) with its message
+ * in err; every member returns the status of the lowest group rank that failed (0 when none did)
+ * with that rank's message in err, the same words on every rank. `naming` says whether the
+ * message follows "rank R: " (R its world rank): COMM_AGREE_PLAIN never, COMM_AGREE_NAME_RANK
+ * always, COMM_AGREE_NAME_RANK_UNLESS_PLAN unless the agreed status is COMM_AGREE_PLAN_ERROR (an
+ * error in the plan reads the same whichever rank found it). A group of one or NULL: the status
+ * as it is, err untouched. −1 with the MPI error in err when the agreement itself fails.
+ * Collective over g. */
+#define COMM_AGREE_PLAN_ERROR (-2)
+enum comm_agree_naming { COMM_AGREE_PLAIN, COMM_AGREE_NAME_RANK, COMM_AGREE_NAME_RANK_UNLESS_PLAN };
+int comm_agree_err(struct comm_group *g, int status, char *err, size_t err_size, enum comm_agree_naming naming);
 
 /* Which world ranks take part in what runs now (a REPL chunk's targets): members[r] for each of
  * the world's n ranks, or NULL for every rank (the default). From then on an operation — a

@@ -13,7 +13,7 @@ int addition_check_vocab(int vocab, char *err, size_t err_size)
   if (err && err_size)
     snprintf(err, err_size, "data.synthetic = \"addition\": vocab %d is too small: the corpus is "
              "byte-level ('=' is token 61), so it needs vocab >= %d", vocab, ADDITION_MIN_VOCAB);
-  return 1;
+  return -1;
 }
 
 static bool pair_held_out(uint32_t n, uint64_t data_seed)

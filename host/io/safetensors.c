@@ -21,11 +21,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "util/err.h"
+#include "util/file.h"
 #include "util/json.h"
 #include "util/path.h"
 
@@ -265,27 +265,15 @@ int st_open(struct st_file *f, const char *path, char *err, size_t err_size)
 {
   int rc;
   memset(f, 0, sizeof *f);
-  int fd;
-  long long size;
-  if ((rc = path_open_input(NULL, path, 0, &fd, &size, err, err_size)) != 0) return rc;
+  struct file_map map;
+  if ((rc = file_map(NULL, path, 0, &map, err, err_size)) != 0) return rc;
+  f->map = map.data;
+  f->map_bytes = map.bytes;
   f->path = strdup(path);
   if (!f->path) {
-    close(fd);
+    st_close(f);
     return errf(err, err_size, "%s: out of memory", path);
   }
-  if (size > 0) {
-    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-      rc = errf(err, err_size, "%s: cannot mmap %lld bytes: %s", path, (long long)size,
-                strerror(errno));
-      close(fd);
-      st_close(f);
-      return rc;
-    }
-    f->map = map;
-    f->map_bytes = (size_t)size;
-  }
-  close(fd);
   rc = st_parse_image(f, f->map, f->map_bytes, err, err_size);
   if (rc) st_close(f);
   return rc;
@@ -293,7 +281,7 @@ int st_open(struct st_file *f, const char *path, char *err, size_t err_size)
 
 void st_close(struct st_file *f)
 {
-  if (f->map) munmap(f->map, f->map_bytes);
+  file_unmap(&(struct file_map){ f->map, f->map_bytes });
   free(f->path);
   free(f->tensors);
   free(f->by_name);
@@ -386,7 +374,8 @@ int st_read_real(const struct st_file *f, const struct st_tensor *t, real *out, 
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* Writing: build the header in memory, then stream it and the data to path.tmp. */
+/* Writing: build the header in memory, then stream it and the data to path.tmp (file.h's atomic
+ * replacement). */
 
 struct text { char *p; size_t n, cap; bool oom; };
 
@@ -441,67 +430,9 @@ static bool valid_utf8(const char *s)
   return true;
 }
 
-static int write_all(int fd, const void *buf, size_t n)
-{
-  const char *p = buf;
-  while (n) {
-    ssize_t w = write(fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return -1;
-    p += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
-
-/* Crash-safe replacement of `path`: write to path.tmp, fsync, rename, fsync the folder. */
-struct atomic_file { int fd; const char *path; char *tmp; };
-
-static int atomic_begin(struct atomic_file *a, const char *path, char *err, size_t err_size)
-{
-  a->path = path;
-  a->tmp = malloc(strlen(path) + 5);
-  if (!a->tmp) return errf(err, err_size, "%s: out of memory", path);
-  sprintf(a->tmp, "%s.tmp", path);
-  /* neither the file nor its .tmp may be something else than a regular file: a device or a FIFO
-   * there would be written into, or replaced by the rename */
-  int rc = path_check_output(NULL, path, err, err_size);
-  if (!rc) rc = path_open_output(NULL, a->tmp, 0, &a->fd, err, err_size);
-  if (rc) free(a->tmp);
-  return rc;
-}
-
-static int atomic_write(struct atomic_file *a, const void *buf, size_t n, char *err, size_t err_size)
-{
-  if (write_all(a->fd, buf, n) == 0) return 0;
-  return errf(err, err_size, "%s: write failed: %s", a->tmp, strerror(errno));
-}
-
-/* Finish (ok) or abandon (!ok, the message already written) the file. */
-static int atomic_end(struct atomic_file *a, bool ok, char *err, size_t err_size)
-{
-  int rc = ok ? 0 : 1;
-  if (ok && fsync(a->fd) != 0) rc = errf(err, err_size, "%s: fsync failed: %s", a->tmp, strerror(errno));
-  if (close(a->fd) != 0 && !rc) rc = errf(err, err_size, "%s: close failed: %s", a->tmp, strerror(errno));
-  if (!rc) rc = path_check_output(NULL, a->path, err, err_size); /* it may have changed since */
-  if (!rc && rename(a->tmp, a->path) != 0)
-    rc = errf(err, err_size, "%s: cannot rename to %s: %s", a->tmp, a->path, strerror(errno));
-  if (rc) {
-    unlink(a->tmp);
-  } else {
-    const char *slash = strrchr(a->path, '/');
-    char *dir = slash ? strndup(a->path, (size_t)(slash - a->path) + 1) : strdup(".");
-    int dfd = dir ? open(dir, O_RDONLY) : -1;
-    if (dfd >= 0) { fsync(dfd); close(dfd); }
-    free(dir);
-  }
-  free(a->tmp);
-  return rc;
-}
-
 /* n_elems reals as F32: as they are in the fp32 build, rounded from double through a small
  * buffer in the float64 build. */
-static int write_f32(struct atomic_file *a, const real *data, size_t n_elems, char *err, size_t err_size)
+static int write_f32(struct file_atomic *a, const real *data, size_t n_elems, char *err, size_t err_size)
 {
 #if REAL_IS_DOUBLE
   enum { CHUNK = 4096 };
@@ -509,11 +440,11 @@ static int write_f32(struct atomic_file *a, const real *data, size_t n_elems, ch
   for (size_t at = 0; at < n_elems; at += CHUNK) {
     size_t n = n_elems - at < CHUNK ? n_elems - at : CHUNK;
     for (size_t i = 0; i < n; i++) buf[i] = (float)data[at + i];
-    if (atomic_write(a, buf, 4 * n, err, err_size)) return 1;
+    if (file_atomic_write(a, buf, 4 * n, err, err_size)) return 1;
   }
   return 0;
 #else
-  return n_elems ? atomic_write(a, data, 4 * n_elems, err, err_size) : 0;
+  return n_elems ? file_atomic_write(a, data, 4 * n_elems, err, err_size) : 0;
 #endif
 }
 
@@ -577,18 +508,19 @@ int st_write_f32(const char *path, const struct st_write_tensor *tensors, int n_
   free(names);
   if (rc) { free(h.p); return rc; }
 
-  struct atomic_file a;
+  struct file_atomic a;
   uint64_t header_bytes = h.n;
-  if (atomic_begin(&a, path, err, err_size)) { free(h.p); return 1; }
-  rc = atomic_write(&a, &header_bytes, 8, err, err_size) ||
-       atomic_write(&a, h.p, h.n, err, err_size);
+  if ((rc = file_atomic_begin(&a, NULL, path, err, err_size)) != 0) { free(h.p); return rc; }
+  rc = file_atomic_write(&a, &header_bytes, 8, err, err_size) ||
+       file_atomic_write(&a, h.p, h.n, err, err_size);
   for (int k = 0; k < n_tensors && !rc; k++) {
     size_t n_elems = 1;
     for (int d = 0; d < tensors[k].n_dims; d++) n_elems *= (size_t)tensors[k].shape[d];
     rc = write_f32(&a, tensors[k].data, n_elems, err, err_size);
   }
   free(h.p);
-  return atomic_end(&a, !rc, err, err_size);
+  const int end = file_atomic_end(&a, !rc, err, err_size);
+  return rc ? rc : end;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -742,7 +674,6 @@ int st_index_write(const char *path, const char *const *names, const char *const
                    int n_entries, uint64_t total_bytes, char *err, size_t err_size)
 {
   struct text s = {0};
-  struct atomic_file a;
   text_printf(&s, "{\n  \"metadata\": {\"total_size\": %" PRIu64 "},\n  \"weight_map\": {",
               total_bytes);
   for (int k = 0; k < n_entries; k++) {
@@ -760,8 +691,7 @@ int st_index_write(const char *path, const char *const *names, const char *const
     free(s.p);
     return errf(err, err_size, "%s: out of memory", path);
   }
-  if (atomic_begin(&a, path, err, err_size)) { free(s.p); return 1; }
-  int rc = atomic_write(&a, s.p, s.n, err, err_size);
+  int rc = file_write_atomic(NULL, path, s.p, s.n, err, err_size);
   free(s.p);
-  return atomic_end(&a, !rc, err, err_size);
+  return rc;
 }

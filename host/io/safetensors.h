@@ -88,9 +88,10 @@ int st_read_real(const struct st_file *f, const struct st_tensor *t, real *out, 
 
 /* Write an F32 safetensors file (whatever `real` is): header keys in the order given, `{"__metadata__":{"format":
  * "pt"}}` first, header padded with spaces to a multiple of 8, data contiguous in the order
- * given. Written to `path.tmp`, fsynced, then renamed over `path`; a `path` or `path.tmp` that
- * exists as anything but a regular file (a device, a FIFO, a folder) is refused, at the start
- * and again before the rename, never written into nor replaced. */
+ * given. Written to `path.tmp`, fsynced, then renamed over `path` (util/file.h); a `path` or
+ * `path.tmp` that exists as anything but a regular file (a device, a FIFO, a folder) is refused,
+ * at the start (`path` again before the rename), never written into nor replaced; `path.tmp` is
+ * made afresh, and a link at either is replaced, never written through. */
 int st_write_f32(const char *path, const struct st_write_tensor *tensors, int n_tensors,
                  char *err, size_t err_size);
 
@@ -106,7 +107,7 @@ void st_index_close(struct st_index *ix);
 const struct st_tensor *st_index_find(const struct st_index *ix, const char *name,
                                       const struct st_file **file);
 /* Write an index: tensor names[i] lives in shard file shard_files[i] (a name relative to the
- * index's folder). metadata.total_size is total_bytes. Written via path.tmp, fsync, rename. */
+ * index's folder). metadata.total_size is total_bytes. Written as st_write_f32 writes a file. */
 int st_index_write(const char *path, const char *const *names, const char *const *shard_files,
                    int n_entries, uint64_t total_bytes, char *err, size_t err_size);
 

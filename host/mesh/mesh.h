@@ -5,6 +5,8 @@
  * the same order, so the comm layer can build them with MPI_Comm_split. */
 #ifndef TYCHO_MESH_H
 #define TYCHO_MESH_H
+#include <stddef.h>
+
 #include "plan/plan.h"
 
 /* Coordinates of `rank`, indexed by enum plan_axis. */
@@ -20,5 +22,16 @@ int mesh_group_index(const struct plan_mesh *m, enum plan_axis a, int rank);
 int mesh_group_members(const struct plan_mesh *m, enum plan_axis a, int rank, int *members);
 /* The rank of step `stride` along axis a: e.g. rank 0's stride in tp is 1 with the default order. */
 int mesh_axis_stride(const struct plan_mesh *m, enum plan_axis a);
+
+struct comm_group;
+/* Builds this rank's tp, dp and pp groups (indexed by enum plan_axis) with the comm layer's
+ * comm_group_split in the same order on every rank, and checks their members against
+ * mesh_group_members. The mesh's world must equal the job's. Collective over the world
+ * (mesh_groups.c). 0, or -1 with a message. */
+int comm_build_mesh_groups(const struct plan_mesh *m, struct comm_group *groups[PLAN_N_AXES],
+                           char *err, size_t err_size);
+/* comm_group_free of every axis group (NULL entries skipped), which are NULL after; the first
+ * failure's message in err. Collective over the world. 0, or -1. */
+int comm_free_mesh_groups(struct comm_group *groups[PLAN_N_AXES], char *err, size_t err_size);
 
 #endif

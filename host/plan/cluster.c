@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "lua/sandbox.h"
-#include "tycho_module.h"
+#include "lua/tycho_module.h"
 
 struct creader {
   lua_State *L;

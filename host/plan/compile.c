@@ -17,8 +17,9 @@
 #include <strings.h>
 
 #include "compile_internal.h"
+#include "fields.h"
 #include "lua/sandbox.h"
-#include "tycho_module.h"
+#include "lua/tycho_module.h"
 #include "util/json.h"
 
 /* ---- sections ------------------------------------------------------------------------- */
@@ -102,17 +103,15 @@ static int read_moe(struct reader *r, const struct tbl *model)
   if (!present)
     return 0;
   e->ffn_dim = r->p->model.ffn_dim;
-  e->aux_loss = 0.01; /* Switch Transformer's coefficient */
-  if (compile_check_fields(r, &t, known, "model.moe") || compile_read_int(r, &t, "experts", 1, 1 << 16, 1, &e->experts) ||
-      compile_read_int(r, &t, "top_k", 1, 1 << 16, 1, &e->top_k))
+  plan_fields_default(r->p, "model.moe"); /* aux_loss: Switch Transformer's coefficient */
+  if (compile_check_fields(r, &t, known, "model.moe") || compile_read_field(r, &t, "experts", NULL) ||
+      compile_read_field(r, &t, "top_k", NULL))
     return -1;
   if (e->top_k > e->experts)
     return compile_rfail(r, plan_where(r->p, "model.moe.top_k"), "model.moe.top_k = %d: more than model.moe.experts = %d; "
                          "each token goes to top_k of the experts, so 1 ≤ top_k ≤ %d", e->top_k, e->experts, e->experts);
-  if (compile_read_int(r, &t, "ffn_dim", 1, 1 << 22, 0, &e->ffn_dim) ||
-      compile_read_num(r, &t, "aux_loss", 0, INFINITY, 0, 0, 0, &e->aux_loss) ||
-      compile_read_num(r, &t, "z_loss", 0, INFINITY, 0, 0, 0, &e->z_loss) ||
-      compile_read_num(r, &t, "capacity_factor", 0, INFINITY, 0, 0, 0, &e->capacity_factor))
+  if (compile_read_field(r, &t, "ffn_dim", NULL) || compile_read_field(r, &t, "aux_loss", NULL) ||
+      compile_read_field(r, &t, "z_loss", NULL) || compile_read_field(r, &t, "capacity_factor", NULL))
     return -1;
   char path[128], where[PLAN_PATH_MAX + 32];
   compile_get(r, &t, "layers", path, sizeof path, where, sizeof where);
@@ -127,35 +126,22 @@ static int read_model(struct reader *r, const struct tbl *root)
   static const char *const known[] = { "family", "n_layers", "dim", "n_heads", "n_kv_heads", "ffn_dim",
                                        "vocab", "max_seq", "norm_eps", "rope_theta", "dropout",
                                        "tie_embeddings", "moe", NULL };
-  static const char *const families[] = { "llama", NULL };
   struct plan_model *m = &r->p->model;
   struct tbl t;
-  int present, family = 0;
+  int present;
   if (compile_open_section(r, root, "model", &t, &present))
     return -1;
   if (!present)
     return compile_rfail(r, root->where, "model: missing; a plan needs a model (e.g. require(\"models.llama2\")[\"7b\"])");
-  m->norm_eps = 1e-5;
-  m->rope_theta = 10000;
-  m->n_kv_heads = 0;
-  int rc = compile_check_fields(r, &t, known, "model") || compile_read_enum(r, &t, "family", families, &family) ||
-           compile_read_int(r, &t, "n_layers", 1, 100000, 1, &m->n_layers) ||
-           compile_read_int(r, &t, "dim", 1, 1 << 20, 1, &m->dim) ||
-           compile_read_int(r, &t, "n_heads", 1, 1 << 16, 1, &m->n_heads) ||
-           compile_read_int(r, &t, "n_kv_heads", 1, 1 << 16, 0, &m->n_kv_heads) ||
-           compile_read_int(r, &t, "ffn_dim", 1, 1 << 22, 1, &m->ffn_dim) ||
-           compile_read_int(r, &t, "vocab", 2, 1 << 24, 1, &m->vocab) ||
-           compile_read_int(r, &t, "max_seq", 1, 1 << 24, 1, &m->max_seq) ||
-           compile_read_num(r, &t, "norm_eps", 0, INFINITY, 1, 0, 0, &m->norm_eps) ||
-           compile_read_num(r, &t, "rope_theta", 0, INFINITY, 1, 0, 0, &m->rope_theta) ||
-           compile_read_num(r, &t, "dropout", 0, 1, 0, 1, 0, &m->dropout) ||
-           compile_read_bool(r, &t, "tie_embeddings", &m->tie_embeddings);
+  m->n_kv_heads = 0; /* not written: model.n_heads */
+  int rc = compile_check_fields(r, &t, known, "model");
+  for (int i = 0; i < 12 && !rc; i++) /* the scalar fields, in the order they are checked */
+    rc = compile_read_field(r, &t, known[i], NULL);
   if (!rc && !(r->p->layers = calloc((size_t)m->n_layers, sizeof *r->p->layers)))
     return compile_rfail(r, root->where, "out of memory");
   if (!rc)
     rc = read_moe(r, &t);
   lua_pop(r->L, 1);
-  snprintf(m->family, sizeof m->family, "%s", families[family]);
   if (!rc && m->n_kv_heads == 0)
     m->n_kv_heads = m->n_heads;
   return rc ? -1 : 0;
@@ -179,8 +165,8 @@ static int read_mesh(struct reader *r, const struct tbl *root, int world)
   if (!present)
     return 0;
   /* ep: expert parallelism inside dp (plan.h); whether it divides dp and the experts is plan_validate's */
-  if (compile_check_fields(r, &t, known, "mesh") || compile_read_int(r, &t, "tp", 1, 1 << 20, 0, &me->tp) ||
-      compile_read_int(r, &t, "pp", 1, 1 << 20, 0, &me->pp) || compile_read_int(r, &t, "ep", 1, 1 << 20, 0, &me->ep))
+  if (compile_check_fields(r, &t, known, "mesh") || compile_read_field(r, &t, "tp", NULL) ||
+      compile_read_field(r, &t, "pp", NULL) || compile_read_field(r, &t, "ep", NULL))
     return -1;
   char path[128], where[PLAN_PATH_MAX + 32], v[96];
   int type = compile_get(r, &t, "dp", path, sizeof path, where, sizeof where);
@@ -273,139 +259,98 @@ static int read_simple_sections(struct reader *r, const struct tbl *root)
 {
   struct plan *p = r->p;
   struct tbl t;
-  int present, k;
+  int present;
 
   static const char *const sched_known[] = { "kind", NULL };
-  static const char *const sched_kinds[] = { "gpipe", "1f1b", "interleaved", NULL };
-  p->schedule = PLAN_SCHED_1F1B;
   if (compile_open_section(r, root, "schedule", &t, &present))
     return -1;
   if (present) {
-    k = p->schedule;
-    if (compile_check_fields(r, &t, sched_known, "schedule") || compile_read_enum(r, &t, "kind", sched_kinds, &k))
+    if (compile_check_fields(r, &t, sched_known, "schedule") || compile_read_field(r, &t, "kind", NULL))
       return -1;
-    p->schedule = (enum plan_schedule)k;
     lua_pop(r->L, 1);
   }
 
   static const char *const batch_known[] = { "global", "micro", "seq", NULL };
-  p->batch.micro = 1;
   if (compile_open_section(r, root, "batch", &t, &present))
     return -1;
   if (!present)
     return compile_rfail(r, root->where, "batch: missing; a plan needs batch = { global = ..., micro = ..., seq = ... }");
-  if (compile_check_fields(r, &t, batch_known, "batch") || compile_read_int(r, &t, "global", 1, 1 << 30, 1, &p->batch.global) ||
-      compile_read_int(r, &t, "micro", 1, 1 << 30, 0, &p->batch.micro) ||
-      compile_read_int(r, &t, "seq", 1, 1 << 24, 1, &p->batch.seq))
+  if (compile_check_fields(r, &t, batch_known, "batch") || compile_read_field(r, &t, "global", NULL) ||
+      compile_read_field(r, &t, "micro", NULL) || compile_read_field(r, &t, "seq", NULL))
     return -1;
   lua_pop(r->L, 1);
 
   static const char *const prec_known[] = { "compute", "grads", "master", NULL };
-  static const char *const dtypes[] = { "fp32", "bf16", "fp16", NULL };
   if (compile_open_section(r, root, "precision", &t, &present))
     return -1;
   if (present) {
-    int c = 0, g = 0, m = 0;
-    if (compile_check_fields(r, &t, prec_known, "precision") || compile_read_enum(r, &t, "compute", dtypes, &c) ||
-        compile_read_enum(r, &t, "grads", dtypes, &g) || compile_read_enum(r, &t, "master", dtypes, &m))
+    if (compile_check_fields(r, &t, prec_known, "precision") || compile_read_field(r, &t, "compute", NULL) ||
+        compile_read_field(r, &t, "grads", NULL) || compile_read_field(r, &t, "master", NULL))
       return -1;
-    p->precision.compute = (enum plan_dtype)c;
-    p->precision.grads = (enum plan_dtype)g;
-    p->precision.master = (enum plan_dtype)m;
     lua_pop(r->L, 1);
   }
 
-  /* torch.optim.AdamW's defaults, and Megatron's default clipping at 1.0 */
   static const char *const opt_known[] = { "kind", "lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip", NULL };
-  static const char *const opt_kinds[] = { "adamw", NULL };
-  snprintf(p->optimizer.kind, sizeof p->optimizer.kind, "adamw");
-  p->optimizer.lr = 1e-3;
-  p->optimizer.beta1 = 0.9;
-  p->optimizer.beta2 = 0.999;
-  p->optimizer.eps = 1e-8;
-  p->optimizer.weight_decay = 0.01;
-  p->optimizer.grad_clip = 1.0;
   if (compile_open_section(r, root, "optimizer", &t, &present))
     return -1;
   if (present) {
-    k = 0;
-    if (compile_check_fields(r, &t, opt_known, "optimizer") || compile_read_enum(r, &t, "kind", opt_kinds, &k) ||
-        compile_read_num(r, &t, "lr", 0, INFINITY, 1, 0, 0, &p->optimizer.lr) ||
-        compile_read_num(r, &t, "beta1", 0, 1, 0, 1, 0, &p->optimizer.beta1) ||
-        compile_read_num(r, &t, "beta2", 0, 1, 0, 1, 0, &p->optimizer.beta2) ||
-        compile_read_num(r, &t, "eps", 0, INFINITY, 1, 0, 0, &p->optimizer.eps) ||
-        compile_read_num(r, &t, "weight_decay", 0, INFINITY, 0, 0, 0, &p->optimizer.weight_decay) ||
-        compile_read_num(r, &t, "grad_clip", 0, INFINITY, 0, 0, 0, &p->optimizer.grad_clip))
+    int rc = compile_check_fields(r, &t, opt_known, "optimizer");
+    for (int i = 0; opt_known[i] && !rc; i++)
+      rc = compile_read_field(r, &t, opt_known[i], NULL);
+    if (rc)
       return -1;
     lua_pop(r->L, 1);
   }
 
   static const char *const lrs_known[] = { "warmup", "decay", "decay_steps", "min_lr", NULL };
-  static const char *const decays[] = { "constant", "cosine", "linear", NULL };
   if (compile_open_section(r, root, "lr_schedule", &t, &present))
     return -1;
   if (present) {
-    k = 0;
-    if (compile_check_fields(r, &t, lrs_known, "lr_schedule") ||
-        compile_read_int(r, &t, "warmup", 0, 1 << 30, 0, &p->lr_schedule.warmup) ||
-        compile_read_enum(r, &t, "decay", decays, &k) ||
-        compile_read_ll(r, &t, "decay_steps", 1, (long long)1 << 53, 0, &p->lr_schedule.decay_steps) ||
-        compile_read_num(r, &t, "min_lr", 0, INFINITY, 0, 0, 0, &p->lr_schedule.min_lr))
+    int rc = compile_check_fields(r, &t, lrs_known, "lr_schedule");
+    for (int i = 0; lrs_known[i] && !rc; i++)
+      rc = compile_read_field(r, &t, lrs_known[i], NULL);
+    if (rc)
       return -1;
-    p->lr_schedule.decay = (enum plan_decay)k;
     lua_pop(r->L, 1);
   }
 
   static const char *const seeds_known[] = { "global", "model", "data", "dropout", NULL };
-  p->seeds.global = 1234;
   for (int s = 0; s < PLAN_N_SEEDS; s++)
     p->seeds.derived[s] = 1;
   if (compile_open_section(r, root, "seeds", &t, &present))
     return -1;
   if (present) {
-    const long long max = ((long long)1 << 53) - 1;
-    if (compile_check_fields(r, &t, seeds_known, "seeds") || compile_read_ll(r, &t, "global", 0, max, 0, &p->seeds.global))
+    if (compile_check_fields(r, &t, seeds_known, "seeds") || compile_read_field(r, &t, "global", NULL))
       return -1;
     for (int s = 0; s < PLAN_N_SEEDS; s++) {
-      long long v = -1;
-      if (compile_read_ll(r, &t, plan_seed_name(s), 0, max, 0, &v))
+      int given;
+      if (compile_read_field(r, &t, plan_seed_name(s), &given))
         return -1;
-      if (v >= 0) {
-        p->seeds.value[s] = v;
-        p->seeds.derived[s] = 0;
-      }
+      p->seeds.derived[s] = !given;
     }
     lua_pop(r->L, 1);
   }
 
   static const char *const data_known[] = { "train", "val", "shuffle", "synthetic", NULL };
-  static const char *const synthetic[] = { "addition", NULL };
   if (compile_open_section(r, root, "data", &t, &present))
     return -1;
   if (present) {
-    k = 0;
-    if (compile_check_fields(r, &t, data_known, "data") ||
-        compile_read_str(r, &t, "train", 0, p->data.train, sizeof p->data.train) ||
-        compile_read_str(r, &t, "val", 0, p->data.val, sizeof p->data.val) ||
-        compile_read_bool(r, &t, "shuffle", &p->data.shuffle))
+    int given;
+    if (compile_check_fields(r, &t, data_known, "data") || compile_read_field(r, &t, "train", NULL) ||
+        compile_read_field(r, &t, "val", NULL) || compile_read_field(r, &t, "shuffle", NULL) ||
+        compile_read_field(r, &t, "synthetic", &given))
       return -1;
-    char path[128], where[PLAN_PATH_MAX + 32];
-    if (compile_get(r, &t, "synthetic", path, sizeof path, where, sizeof where) != LUA_TNIL) {
-      if (compile_match_enum(r, -1, synthetic, path, where, "", &k))
-        return -1;
-      snprintf(p->data.synthetic, sizeof p->data.synthetic, "%s", synthetic[k]);
-      if (p->data.train[0] || p->data.val[0])
-        return compile_rfail(r, where, "%s = \"%s\": a synthetic corpus replaces data.train and data.val; "
-                             "give one or the other", path, synthetic[k]);
-    }
-    lua_pop(r->L, 2);
+    if (given && (p->data.train[0] || p->data.val[0]))
+      return compile_rfail(r, plan_where(p, "data.synthetic"), "data.synthetic = \"%s\": a synthetic corpus replaces "
+                           "data.train and data.val; give one or the other", p->data.synthetic);
+    lua_pop(r->L, 1);
   }
 
   static const char *const init_known[] = { "from", NULL };
   if (compile_open_section(r, root, "init", &t, &present))
     return -1;
   if (present) {
-    if (compile_check_fields(r, &t, init_known, "init") || compile_read_str(r, &t, "from", 1, p->init.from, sizeof p->init.from))
+    if (compile_check_fields(r, &t, init_known, "init") || compile_read_field(r, &t, "from", NULL))
       return -1;
     lua_pop(r->L, 1);
   }
@@ -414,52 +359,43 @@ static int read_simple_sections(struct reader *r, const struct tbl *root)
   if (compile_open_section(r, root, "export", &t, &present))
     return -1;
   if (present) {
-    if (compile_check_fields(r, &t, export_known, "export") ||
-        compile_read_str(r, &t, "path", 1, p->export_.path, sizeof p->export_.path) ||
-        compile_read_int(r, &t, "every", 0, 1 << 30, 0, &p->export_.every))
+    if (compile_check_fields(r, &t, export_known, "export") || compile_read_field(r, &t, "path", NULL) ||
+        compile_read_field(r, &t, "every", NULL))
       return -1;
     lua_pop(r->L, 1);
   }
 
   static const char *const train_known[] = { "steps", "eval_every", "eval_batches", "max_loss_jump", NULL };
-  p->train.steps = 1000;
-  p->train.eval_batches = 10;
   if (compile_open_section(r, root, "train", &t, &present))
     return -1;
   if (present) {
-    if (compile_check_fields(r, &t, train_known, "train") ||
-        compile_read_ll(r, &t, "steps", 1, (long long)1 << 53, 0, &p->train.steps) ||
-        compile_read_int(r, &t, "eval_every", 0, 1 << 30, 0, &p->train.eval_every) ||
-        compile_read_int(r, &t, "eval_batches", 0, 1 << 30, 0, &p->train.eval_batches) ||
-        compile_read_num(r, &t, "max_loss_jump", 0, INFINITY, 0, 1, 0, &p->train.max_loss_jump))
+    int rc = compile_check_fields(r, &t, train_known, "train");
+    for (int i = 0; train_known[i] && !rc; i++)
+      rc = compile_read_field(r, &t, train_known[i], NULL);
+    if (rc)
       return -1;
     lua_pop(r->L, 1);
   }
 
   static const char *const ckpt_known[] = { "dir", "every", "keep", "async", "allow_changes", NULL };
-  p->checkpoint.keep = 3;
   if (compile_open_section(r, root, "checkpoint", &t, &present))
     return -1;
   if (present) {
-    if (compile_check_fields(r, &t, ckpt_known, "checkpoint") ||
-        compile_read_str(r, &t, "dir", 1, p->checkpoint.dir, sizeof p->checkpoint.dir) ||
-        compile_read_int(r, &t, "every", 0, 1 << 30, 0, &p->checkpoint.every) ||
-        compile_read_int(r, &t, "keep", 1, 1 << 20, 0, &p->checkpoint.keep) ||
-        compile_read_bool(r, &t, "async", &p->checkpoint.async) || read_allow_changes(r, &t))
+    if (compile_check_fields(r, &t, ckpt_known, "checkpoint") || compile_read_field(r, &t, "dir", NULL) ||
+        compile_read_field(r, &t, "every", NULL) || compile_read_field(r, &t, "keep", NULL) ||
+        compile_read_field(r, &t, "async", NULL) || read_allow_changes(r, &t))
       return -1;
     lua_pop(r->L, 1);
   }
 
   static const char *const log_known[] = { "every", "metrics", "trace", "trace_steps", NULL };
-  p->log.every = 10;
-  p->log.trace_steps = 5;
   if (compile_open_section(r, root, "log", &t, &present))
     return -1;
   if (present) {
-    if (compile_check_fields(r, &t, log_known, "log") || compile_read_int(r, &t, "every", 1, 1 << 30, 0, &p->log.every) ||
-        compile_read_str(r, &t, "metrics", 0, p->log.metrics, sizeof p->log.metrics) ||
-        compile_read_str(r, &t, "trace", 0, p->log.trace, sizeof p->log.trace) ||
-        compile_read_int(r, &t, "trace_steps", 1, 1 << 20, 0, &p->log.trace_steps))
+    int rc = compile_check_fields(r, &t, log_known, "log");
+    for (int i = 0; log_known[i] && !rc; i++)
+      rc = compile_read_field(r, &t, log_known[i], NULL);
+    if (rc)
       return -1;
     lua_pop(r->L, 1);
   }
@@ -470,7 +406,6 @@ static int read_simple_sections(struct reader *r, const struct tbl *root)
  * names "cuda" (the closest word by spelling, "cpu", is the other device). */
 static int read_device(struct reader *r, const struct tbl *root)
 {
-  static const char *const devices[] = { "auto", "cpu", "cuda", NULL };
   char path[128], where[PLAN_PATH_MAX + 32];
   int type = compile_get(r, root, "device", path, sizeof path, where, sizeof where);
   if (type == LUA_TNIL) {
@@ -484,11 +419,10 @@ static int read_device(struct reader *r, const struct tbl *root)
     return compile_rfail(r, where, "%s = %s: must be one of \"auto\", \"cpu\", \"cuda\" (did you mean \"cuda\"? "
                          "the GPU runtime is named by its backend)", path, v);
   }
-  int d = PLAN_DEVICE_AUTO;
-  int rc = compile_match_enum(r, -1, devices, path, where, "", &d);
+  char msg[1536];
+  int rc = plan_field_from_lua(r->L, -1, plan_field_find("device"), r->p, 0, msg, sizeof msg);
   lua_pop(r->L, 1);
-  r->p->device = (enum plan_device)d;
-  return rc;
+  return rc ? compile_rfail(r, where, "%s", msg) : 0;
 }
 
 /* zero_every = { grads = "micro_batch" | "step", params = ... } (plan.h). Which stages and meshes
@@ -524,14 +458,10 @@ static int read_plan(struct reader *r, struct tbl *root, int world)
                                        "sequence_parallel", "recompute", "zero", "zero_every", "bucket_mb", "schedule", "batch",
                                        "precision", "optimizer", "lr_schedule", "seeds", "data", "init",
                                        "export", "train", "checkpoint", "log", "device", NULL };
-  struct plan *p = r->p;
-  if (compile_check_fields(r, root, known, "plan") ||
-      compile_read_str(r, root, "name", 0, p->name, sizeof p->name) || read_model(r, root) ||
-      read_mesh(r, root, world) ||
-      compile_read_int(r, root, "virtual_stages", 1, 1 << 16, 0, &p->virtual_stages) ||
-      compile_read_bool(r, root, "sequence_parallel", &p->sequence_parallel) ||
-      compile_read_int(r, root, "zero", 0, 3, 0, &p->zero) || read_zero_every(r, root) ||
-      compile_read_num(r, root, "bucket_mb", 0, 1 << 20, 1, 0, 0, &p->bucket_mb) || read_device(r, root) ||
+  if (compile_check_fields(r, root, known, "plan") || compile_read_field(r, root, "name", NULL) || read_model(r, root) ||
+      read_mesh(r, root, world) || compile_read_field(r, root, "virtual_stages", NULL) ||
+      compile_read_field(r, root, "sequence_parallel", NULL) || compile_read_field(r, root, "zero", NULL) ||
+      read_zero_every(r, root) || compile_read_field(r, root, "bucket_mb", NULL) || read_device(r, root) ||
       read_simple_sections(r, root))
     return -1;
   if (compile_read_stages(r, root) || compile_read_tp_split(r, root) || compile_read_recompute(r, root))
@@ -604,8 +534,7 @@ static int read_protected(lua_State *L)
     if (compile_apply_set(r, root.idx, job->opt->sets[i]))
       return 0;
   default_name(out, path);
-  out->virtual_stages = 1;
-  out->bucket_mb = 25;
+  plan_fields_default(out, NULL);
   if (read_plan(r, &root, job->opt->world))
     return 0;
   job->rc = 0;

@@ -34,13 +34,9 @@ int compile_check_fields(struct reader *r, const struct tbl *t, const char *cons
 int compile_get(struct reader *r, const struct tbl *t, const char *key, char *path, size_t pn,
                 char *where, size_t wn);
 int compile_is_integral(lua_State *L, int idx, long long *out);
-int compile_read_ll(struct reader *r, const struct tbl *t, const char *key, long long min, long long max,
-                    int required, long long *out);
-int compile_read_int(struct reader *r, const struct tbl *t, const char *key, int min, int max, int required, int *out);
-int compile_read_num(struct reader *r, const struct tbl *t, const char *key, double min, double max,
-                     int min_open, int max_open, int required, double *out);
-int compile_read_bool(struct reader *r, const struct tbl *t, const char *key, int *out);
-int compile_read_str(struct reader *r, const struct tbl *t, const char *key, int required, char *out, size_t n);
+/* A field of the plan-field table (fields.h), key of t: its type, range and message from the
+ * table; *present (when not NULL) set to whether it was written. */
+int compile_read_field(struct reader *r, const struct tbl *t, const char *key, int *present);
 int compile_match_enum(struct reader *r, int idx, const char *const *names, const char *path,
                        const char *where, const char *context, int *out);
 int compile_read_enum(struct reader *r, const struct tbl *t, const char *key, const char *const *names, int *out);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "compile_internal.h"
+#include "fields.h"
 #include "util/json.h"
 
 int compile_rfail(struct reader *r, const char *where, const char *fmt, ...)
@@ -85,44 +86,9 @@ static void key_where(struct reader *r, const struct tbl *t, const char *key, ch
     snprintf(out, n, "%s", t->where);
 }
 
-/* Edit distance counting a swap of neighbours as one edit ("1fb1" is one away from "1f1b"). */
-static int edit_distance(const char *a, const char *b)
-{
-  int la = (int)strlen(a), lb = (int)strlen(b);
-  if (la > 63 || lb > 63)
-    return 99;
-  int d[64][64];
-  for (int i = 0; i <= la; i++)
-    d[i][0] = i;
-  for (int j = 0; j <= lb; j++)
-    d[0][j] = j;
-  for (int i = 1; i <= la; i++)
-    for (int j = 1; j <= lb; j++) {
-      int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-      if (d[i - 1][j] + 1 < c)
-        c = d[i - 1][j] + 1;
-      if (d[i][j - 1] + 1 < c)
-        c = d[i][j - 1] + 1;
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < c)
-        c = d[i - 2][j - 2] + 1;
-      d[i][j] = c;
-    }
-  return d[la][lb];
-}
-
 static const char *closest(const char *word, const char *const *names)
 {
-  const char *best = NULL;
-  int best_d = 99;
-  for (int i = 0; names[i]; i++) {
-    int d = edit_distance(word, names[i]);
-    if (d < best_d) {
-      best_d = d;
-      best = names[i];
-    }
-  }
-  int len = (int)strlen(word);
-  return best_d <= (len <= 4 ? 1 : len <= 8 ? 2 : 3) ? best : NULL;
+  return plan_field_closest(word, names);
 }
 
 static void list_names(const char *const *names, char *buf, size_t n)
@@ -206,103 +172,67 @@ int compile_is_integral(lua_State *L, int idx, long long *out)
   return 0;
 }
 
-/* required: 1 error when missing; else the default is kept. */
-int compile_read_ll(struct reader *r, const struct tbl *t, const char *key, long long min, long long max,
-                    int required, long long *out)
+/* The checks of one value by type, shared by the compiler's readers and plan_field_from_lua
+ * (t:set): 0, or -1 with "<path> = <value>: must be ..." in err, without the place. */
+static int check_ll(lua_State *L, int idx, const char *path, long long min, long long max, long long *out, char *err,
+                    size_t n)
 {
-  char path[128], where[PLAN_PATH_MAX + 32], v[96];
-  int type = compile_get(r, t, key, path, sizeof path, where, sizeof where);
+  char v[96];
   long long x;
-  if (type == LUA_TNIL) {
-    lua_pop(r->L, 1);
-    if (required)
-      return compile_rfail(r, t->where, "%s: missing; it is required (an integer ≥ %lld)", path, min);
-    return 0;
-  }
-  if (!compile_is_integral(r->L, -1, &x) || x < min || x > max) {
-    compile_describe(r->L, -1, v, sizeof v);
-    lua_pop(r->L, 1);
+  if (!compile_is_integral(L, idx, &x) || x < min || x > max) {
+    compile_describe(L, idx, v, sizeof v);
     if (max >= (long long)1 << 52)
-      return compile_rfail(r, where, "%s = %s: must be an integer ≥ %lld", path, v, min);
-    return compile_rfail(r, where, "%s = %s: must be an integer in %lld..%lld", path, v, min, max);
+      snprintf(err, n, "%s = %s: must be an integer ≥ %lld", path, v, min);
+    else
+      snprintf(err, n, "%s = %s: must be an integer in %lld..%lld", path, v, min, max);
+    return -1;
   }
-  lua_pop(r->L, 1);
   *out = x;
   return 0;
 }
 
-int compile_read_int(struct reader *r, const struct tbl *t, const char *key, int min, int max, int required, int *out)
+/* A number in [min, max] (or with either end open). */
+static int check_num(lua_State *L, int idx, const char *path, double min, double max, int min_open, int max_open,
+                     double *out, char *err, size_t n)
 {
-  long long x = *out;
-  if (compile_read_ll(r, t, key, min, max, required, &x))
-    return -1;
-  *out = (int)x;
-  return 0;
-}
-
-/* A number in [min, max] (or [min, max) when max_open). */
-int compile_read_num(struct reader *r, const struct tbl *t, const char *key, double min, double max,
-                     int min_open, int max_open, int required, double *out)
-{
-  char path[128], where[PLAN_PATH_MAX + 32], v[96];
-  int type = compile_get(r, t, key, path, sizeof path, where, sizeof where);
-  if (type == LUA_TNIL) {
-    lua_pop(r->L, 1);
-    if (required)
-      return compile_rfail(r, t->where, "%s: missing; it is required (a number)", path);
-    return 0;
-  }
-  double x = lua_tonumber(r->L, -1);
-  int bad = type != LUA_TNUMBER || isnan(x) || (min_open ? x <= min : x < min) || (max_open ? x >= max : x > max);
-  if (bad) {
-    compile_describe(r->L, -1, v, sizeof v);
-    lua_pop(r->L, 1);
+  char v[96];
+  double x = lua_tonumber(L, idx);
+  if (lua_type(L, idx) != LUA_TNUMBER || isnan(x) || (min_open ? x <= min : x < min) || (max_open ? x >= max : x > max)) {
+    compile_describe(L, idx, v, sizeof v);
     char range[96];
     if (isinf(max))
       snprintf(range, sizeof range, "a number %s %g", min_open ? ">" : "≥", min);
     else
       snprintf(range, sizeof range, "a number in %s%g, %g%s", min_open ? "(" : "[", min, max, max_open ? ")" : "]");
-    return compile_rfail(r, where, "%s = %s: must be %s", path, v, range);
+    snprintf(err, n, "%s = %s: must be %s", path, v, range);
+    return -1;
   }
-  lua_pop(r->L, 1);
   *out = x;
   return 0;
 }
 
-int compile_read_bool(struct reader *r, const struct tbl *t, const char *key, int *out)
+static int check_bool(lua_State *L, int idx, const char *path, int *out, char *err, size_t n)
 {
-  char path[128], where[PLAN_PATH_MAX + 32], v[96];
-  int type = compile_get(r, t, key, path, sizeof path, where, sizeof where);
-  if (type == LUA_TNIL) {
-    lua_pop(r->L, 1);
-    return 0;
+  char v[96];
+  if (lua_type(L, idx) != LUA_TBOOLEAN) {
+    compile_describe(L, idx, v, sizeof v);
+    snprintf(err, n, "%s = %s: must be true or false", path, v);
+    return -1;
   }
-  if (type != LUA_TBOOLEAN) {
-    compile_describe(r->L, -1, v, sizeof v);
-    lua_pop(r->L, 1);
-    return compile_rfail(r, where, "%s = %s: must be true or false", path, v);
-  }
-  *out = lua_toboolean(r->L, -1);
-  lua_pop(r->L, 1);
+  *out = lua_toboolean(L, idx);
   return 0;
 }
 
-int compile_read_str(struct reader *r, const struct tbl *t, const char *key, int required, char *out, size_t n)
+static int check_str(lua_State *L, int idx, const char *path, char *out, size_t size, char *err, size_t n)
 {
-  char path[128], where[PLAN_PATH_MAX + 32], v[96];
-  int type = compile_get(r, t, key, path, sizeof path, where, sizeof where);
-  if (type == LUA_TNIL) {
-    lua_pop(r->L, 1);
-    if (required)
-      return compile_rfail(r, t->where, "%s: missing; it is required (a string)", path);
-    return 0;
-  }
-  size_t len;
-  const char *s = lua_tolstring(r->L, -1, &len);
-  if (type != LUA_TSTRING || len == 0 || len >= n) {
-    compile_describe(r->L, -1, v, sizeof v);
-    lua_pop(r->L, 1);
-    return compile_rfail(r, where, "%s = %s: must be a non-empty string of at most %zu bytes", path, v, n - 1);
+  char v[96];
+  size_t len = 0;
+  const int type = lua_type(L, idx);
+  const char *s = lua_tolstring(L, idx, &len); /* a number becomes its text, and is quoted so */
+  if (type != LUA_TSTRING || len == 0 || len >= size) {
+    compile_describe(L, idx, v, sizeof v);
+    snprintf(err, n, "%s = %s: must be a non-empty string of at most %zu bytes", path, v, size - 1);
+    return -1;
   }
   /* Names and paths reach checkpoint manifests and `check --json`, which are UTF-8 JSON that
    * tycho must read back: a string JSON cannot hold as it is is refused here, at its line. */
@@ -310,24 +240,24 @@ int compile_read_str(struct reader *r, const struct tbl *t, const char *key, int
     step = json_utf8_length((const unsigned char *)s + at, len - at);
     if (step == 0 || s[at] == 0) {
       const unsigned byte = (unsigned char)s[at];
-      lua_pop(r->L, 1);
       if (byte == 0)
-        return compile_rfail(r, where, "%s has a NUL byte at offset %zu (names and paths end at NUL)", path, at);
-      return compile_rfail(r, where, "%s is not valid UTF-8 (byte 0x%02x at offset %zu)", path, byte, at);
+        snprintf(err, n, "%s has a NUL byte at offset %zu (names and paths end at NUL)", path, at);
+      else
+        snprintf(err, n, "%s is not valid UTF-8 (byte 0x%02x at offset %zu)", path, byte, at);
+      return -1;
     }
   }
   memcpy(out, s, len + 1);
-  lua_pop(r->L, 1);
   return 0;
 }
 
 /* The value at idx must be one of names; its index in *out. */
-int compile_match_enum(struct reader *r, int idx, const char *const *names, const char *path,
-                       const char *where, const char *context, int *out)
+static int check_enum(lua_State *L, int idx, const char *const *names, const char *path, const char *context, int *out,
+                      char *err, size_t n)
 {
   char v[96], list[768], mean[80] = "";
-  if (lua_type(r->L, idx) == LUA_TSTRING) {
-    const char *s = lua_tostring(r->L, idx);
+  if (lua_type(L, idx) == LUA_TSTRING) {
+    const char *s = lua_tostring(L, idx);
     for (int i = 0; names[i]; i++)
       if (strcmp(names[i], s) == 0) {
         *out = i;
@@ -337,7 +267,7 @@ int compile_match_enum(struct reader *r, int idx, const char *const *names, cons
     if (hint)
       snprintf(mean, sizeof mean, " (did you mean \"%s\"?)", hint);
   }
-  compile_describe(r->L, idx, v, sizeof v);
+  compile_describe(L, idx, v, sizeof v);
   size_t used = 0;
   list[0] = 0;
   for (int i = 0; names[i]; i++) {
@@ -346,7 +276,87 @@ int compile_match_enum(struct reader *r, int idx, const char *const *names, cons
       break;
     used += (size_t)w;
   }
-  return compile_rfail(r, where, "%s = %s%s: must be one of %s%s", path, v, context, list, mean);
+  snprintf(err, n, "%s = %s%s: must be one of %s%s", path, v, context, list, mean);
+  return -1;
+}
+
+int plan_field_from_lua(lua_State *L, int idx, const struct plan_field *f, struct plan *p, int finite, char *err,
+                        size_t err_size)
+{
+  void *v = (char *)p + f->offset;
+  long long x;
+  double d;
+  int k;
+  switch (f->type) {
+  case PLAN_FIELD_NUMBER:
+    if (check_num(L, idx, f->path, f->min, f->max, (f->flags & PLAN_FIELD_MIN_OPEN) != 0,
+                  (f->flags & PLAN_FIELD_MAX_OPEN) != 0, &d, err, err_size))
+      return -1;
+    if (finite && (f->flags & PLAN_FIELD_FINITE) && !isfinite(d)) {
+      snprintf(err, err_size, "%s = %s: must be a finite number", f->path, d > 0 ? "inf" : "-inf");
+      return -1;
+    }
+    *(double *)v = d;
+    return 0;
+  case PLAN_FIELD_INT:
+  case PLAN_FIELD_LONG:
+    if (check_ll(L, idx, f->path, (long long)f->min, (long long)f->max, &x, err, err_size))
+      return -1;
+    if (f->type == PLAN_FIELD_INT)
+      *(int *)v = (int)x;
+    else
+      *(long long *)v = x;
+    return 0;
+  case PLAN_FIELD_BOOL: return check_bool(L, idx, f->path, (int *)v, err, err_size);
+  case PLAN_FIELD_ENUM:
+    if (check_enum(L, idx, f->names, f->path, "", &k, err, err_size))
+      return -1;
+    *(int *)v = k;
+    return 0;
+  case PLAN_FIELD_NAME:
+    if (check_enum(L, idx, f->names, f->path, "", &k, err, err_size))
+      return -1;
+    snprintf(v, f->size, "%s", f->names[k]);
+    return 0;
+  case PLAN_FIELD_TEXT: return check_str(L, idx, f->path, v, f->size, err, err_size);
+  }
+  return -1;
+}
+
+/* A field of the table (fields.h) under t; *present (when not NULL) says whether it was written. */
+int compile_read_field(struct reader *r, const struct tbl *t, const char *key, int *present)
+{
+  char path[128], where[PLAN_PATH_MAX + 32], msg[1536];
+  int type = compile_get(r, t, key, path, sizeof path, where, sizeof where);
+  const struct plan_field *f = plan_field_find(path);
+  if (present)
+    *present = type != LUA_TNIL;
+  if (!f) {
+    lua_pop(r->L, 1);
+    return compile_rfail(r, where, "%s: not a field of the plan-field table", path);
+  }
+  if (type == LUA_TNIL) {
+    lua_pop(r->L, 1);
+    if (!(f->flags & PLAN_FIELD_REQUIRED))
+      return 0;
+    if (f->type == PLAN_FIELD_INT || f->type == PLAN_FIELD_LONG)
+      return compile_rfail(r, t->where, "%s: missing; it is required (an integer ≥ %lld)", path, (long long)f->min);
+    return compile_rfail(r, t->where, "%s: missing; it is required (%s)", path,
+                         f->type == PLAN_FIELD_NUMBER ? "a number" : "a string");
+  }
+  int rc = plan_field_from_lua(r->L, -1, f, r->p, 0, msg, sizeof msg);
+  lua_pop(r->L, 1);
+  return rc ? compile_rfail(r, where, "%s", msg) : 0;
+}
+
+/* The value at idx must be one of names; its index in *out. */
+int compile_match_enum(struct reader *r, int idx, const char *const *names, const char *path,
+                       const char *where, const char *context, int *out)
+{
+  char msg[1536];
+  if (check_enum(r->L, idx, names, path, context, out, msg, sizeof msg))
+    return compile_rfail(r, where, "%s", msg);
+  return 0;
 }
 
 int compile_read_enum(struct reader *r, const struct tbl *t, const char *key, const char *const *names, int *out)

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fields.h"
 #include "philox.h"
 #include "util/hash.h"
 
@@ -148,97 +149,35 @@ int plan_on_cpu(const struct plan *p)
   return p->device != PLAN_DEVICE_CUDA; /* no CUDA backend in this build: auto is the CPU */
 }
 
-/* The fields a resume compares (plan.h), each with where its value lives in struct plan and,
- * for a derived one, its flag and the parent it follows. The order is the names' indices. */
-enum resume_kind { R_REAL, R_INT, R_LL, R_TEXT, R_BOOL, R_DECAY, R_DTYPE };
-enum { R_SEEDS_GLOBAL = PLAN_N_RESUME_FIELDS, R_TRAIN_STEPS = PLAN_N_RESUME_FIELDS + 1 };
-#define AT(member) offsetof(struct plan, member)
-static const struct resume_field {
-  const char *name;
-  enum resume_kind kind;
-  size_t at;
-  long derived; /* offset of an int that is 1 when the value follows `parent`, or -1 */
-  int parent;
-} resume_fields[PLAN_N_RESUME_NAMES] = {
-  { "model.norm_eps", R_REAL, AT(model.norm_eps), -1, -1 },
-  { "model.rope_theta", R_REAL, AT(model.rope_theta), -1, -1 },
-  { "model.dropout", R_REAL, AT(model.dropout), -1, -1 },
-  { "batch.global", R_INT, AT(batch.global), -1, -1 },
-  { "batch.seq", R_INT, AT(batch.seq), -1, -1 },
-  { "data.train", R_TEXT, AT(data.train), -1, -1 },
-  { "data.val", R_TEXT, AT(data.val), -1, -1 },
-  { "data.synthetic", R_TEXT, AT(data.synthetic), -1, -1 },
-  { "data.shuffle", R_BOOL, AT(data.shuffle), -1, -1 },
-  { "seeds.model", R_LL, AT(seeds.value[PLAN_SEED_MODEL]), (long)AT(seeds.derived[PLAN_SEED_MODEL]), R_SEEDS_GLOBAL },
-  { "seeds.data", R_LL, AT(seeds.value[PLAN_SEED_DATA]), (long)AT(seeds.derived[PLAN_SEED_DATA]), R_SEEDS_GLOBAL },
-  { "seeds.dropout", R_LL, AT(seeds.value[PLAN_SEED_DROPOUT]), (long)AT(seeds.derived[PLAN_SEED_DROPOUT]),
-    R_SEEDS_GLOBAL },
-  { "optimizer.kind", R_TEXT, AT(optimizer.kind), -1, -1 },
-  { "optimizer.lr", R_REAL, AT(optimizer.lr), -1, -1 },
-  { "optimizer.beta1", R_REAL, AT(optimizer.beta1), -1, -1 },
-  { "optimizer.beta2", R_REAL, AT(optimizer.beta2), -1, -1 },
-  { "optimizer.eps", R_REAL, AT(optimizer.eps), -1, -1 },
-  { "optimizer.weight_decay", R_REAL, AT(optimizer.weight_decay), -1, -1 },
-  { "optimizer.grad_clip", R_REAL, AT(optimizer.grad_clip), -1, -1 },
-  { "lr_schedule.warmup", R_INT, AT(lr_schedule.warmup), -1, -1 },
-  { "lr_schedule.decay", R_DECAY, AT(lr_schedule.decay), -1, -1 },
-  { "lr_schedule.decay_steps", R_LL, AT(lr_schedule.decay_steps), (long)AT(lr_schedule.decay_steps_derived),
-    R_TRAIN_STEPS },
-  { "lr_schedule.min_lr", R_REAL, AT(lr_schedule.min_lr), -1, -1 },
-  { "precision.compute", R_DTYPE, AT(precision.compute), -1, -1 },
-  { "precision.grads", R_DTYPE, AT(precision.grads), -1, -1 },
-  { "precision.master", R_DTYPE, AT(precision.master), -1, -1 },
-  /* model.moe's fields that change what is computed but no tensor's shape (experts, ffn_dim and
-   * layers change the tensors, which the checkpoint's own list catches) */
-  { "model.moe.top_k", R_INT, AT(model.moe.top_k), -1, -1 },
-  { "model.moe.aux_loss", R_REAL, AT(model.moe.aux_loss), -1, -1 },
-  { "model.moe.z_loss", R_REAL, AT(model.moe.z_loss), -1, -1 },
-  { "model.moe.capacity_factor", R_REAL, AT(model.moe.capacity_factor), -1, -1 },
-  /* the parents: named in allow_changes, not compared themselves */
-  [R_SEEDS_GLOBAL] = { "seeds.global", R_LL, AT(seeds.global), -1, -1 },
-  [R_TRAIN_STEPS] = { "train.steps", R_LL, AT(train.steps), -1, -1 },
-};
-#undef AT
+/* The fields a resume compares are the plan-field table's EQUAL and PARENT rows (fields.h),
+ * named by their resume_index. */
+static const struct plan_field *resume_row(int i)
+{
+  for (int k = 0; i >= 0 && i < PLAN_N_RESUME_NAMES && k < plan_n_fields; k++)
+    if (plan_fields[k].resume_index == i &&
+        (plan_fields[k].resume == PLAN_RESUME_EQUAL || plan_fields[k].resume == PLAN_RESUME_PARENT))
+      return &plan_fields[k];
+  return NULL;
+}
 
 const char *plan_resume_field_name(int i)
 {
-  return i >= 0 && i < PLAN_N_RESUME_NAMES ? resume_fields[i].name : NULL;
-}
-
-/* The shortest text that reads back as exactly x. */
-static void exact_number(char *buf, size_t n, double x)
-{
-  if (!buf || n == 0)
-    return;
-  if (x == (double)(long long)x && x > -1e15 && x < 1e15) {
-    snprintf(buf, n, "%lld", (long long)x);
-    return;
-  }
-  for (int prec = 1; prec <= 17; prec++) {
-    snprintf(buf, n, "%.*g", prec, x);
-    if (strtod(buf, NULL) == x)
-      return;
-  }
+  const struct plan_field *f = resume_row(i);
+  return f ? f->path : NULL;
 }
 
 int plan_resume_field(const struct plan *p, int i, char *buf, size_t n)
 {
-  if (i < 0 || i >= PLAN_N_RESUME_NAMES) {
+  const struct plan_field *f = resume_row(i);
+  if (!f) {
     snprintf(buf, n, "?");
     return -1;
   }
-  const struct resume_field *f = &resume_fields[i];
-  const char *at = (const char *)p + f->at;
-  switch (f->kind) {
-  case R_REAL: exact_number(buf, n, *(const double *)at); break;
-  case R_INT: snprintf(buf, n, "%d", *(const int *)at); break;
-  case R_LL: snprintf(buf, n, "%lld", *(const long long *)at); break;
-  case R_TEXT: snprintf(buf, n, at[0] ? "\"%s\"" : "none", at); break;
-  case R_BOOL: snprintf(buf, n, "%s", *(const int *)at ? "true" : "false"); break;
-  case R_DECAY: snprintf(buf, n, "\"%s\"", plan_decay_name(*(const enum plan_decay *)at)); break;
-  case R_DTYPE: snprintf(buf, n, "\"%s\"", plan_dtype_name(*(const enum plan_dtype *)at)); break;
-  }
-  return f->derived >= 0 && *(const int *)((const char *)p + f->derived) ? f->parent : -1;
+  plan_field_text(f, p, buf, n);
+  if (f->derived_at < 0 || !*(const int *)((const char *)p + f->derived_at))
+    return -1;
+  const struct plan_field *parent = plan_field_find(f->follows);
+  return parent ? parent->resume_index : -1;
 }
 
 const char *plan_recompute_part_name(int bit_index)

@@ -234,7 +234,8 @@ const char *plan_recompute_text(uint8_t mask, char *buf, size_t n);
  * micro-batch and recompute may change (the checkpoint reshards); these may not, unless the plan
  * lists them in checkpoint.allow_changes. The last PLAN_N_RESUME_PARENTS names are not compared
  * themselves: they are what a derived field follows (seeds.global for the seeds, train.steps for
- * lr_schedule.decay_steps), and allowing one allows the fields that follow it. */
+ * lr_schedule.decay_steps), and allowing one allows the fields that follow it. The names are the
+ * plan-field table's EQUAL and PARENT rows (fields.h), in the order of their resume_index. */
 #define PLAN_N_RESUME_FIELDS 30
 #define PLAN_N_RESUME_PARENTS 2
 #define PLAN_N_RESUME_NAMES (PLAN_N_RESUME_FIELDS + PLAN_N_RESUME_PARENTS)

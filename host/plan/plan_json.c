@@ -1,10 +1,12 @@
 /* The compiled plan as JSON (the "plan" object of `tycho check --json`, docs/check-json.md)
  * and the plan hash, which is FNV-1a 64 over exactly that JSON: same plan, same bytes, same
  * hash on every machine; any field changed, a different hash. The plan file's path is not
- * part of it, so the same plan checked out in two folders has one hash. */
+ * part of it, so the same plan checked out in two folders has one hash. The fields' values are
+ * written as the plan-field table says (fields.h); the order of the keys is this file's. */
 #include <stdio.h>
 #include <string.h>
 
+#include "fields.h"
 #include "plan.h"
 #include "plan_json.h"
 #include "util/hash.h"
@@ -50,12 +52,7 @@ static void moe_json(const struct plan *p, struct json *j)
   const struct plan_moe *e = &p->model.moe;
   json_key(j, "moe");
   json_begin_object(j);
-  json_key(j, "experts"); json_int(j, e->experts);
-  json_key(j, "top_k"); json_int(j, e->top_k);
-  json_key(j, "ffn_dim"); json_int(j, e->ffn_dim);
-  json_key(j, "aux_loss"); json_number(j, e->aux_loss);
-  json_key(j, "z_loss"); json_number(j, e->z_loss);
-  json_key(j, "capacity_factor"); json_number(j, e->capacity_factor);
+  plan_fields_json("model.moe", p, j);
   json_key(j, "layers_from"); json_string(j, e->layers_is_function ? "function" : "value");
   json_key(j, "n_layers"); json_int(j, e->n_layers);
   json_key(j, "layers");
@@ -68,38 +65,29 @@ static void moe_json(const struct plan *p, struct json *j)
   json_end_object(j);
 }
 
-static void opt_string(struct json *j, const char *key, const char *value)
-{
-  json_key(j, key);
-  if (value[0])
-    json_string(j, value);
-  else
-    json_null(j);
-}
-
 void plan_json(const struct plan *p, struct json *j)
 {
   const struct plan_model *m = &p->model;
   json_begin_object(j);
-  json_key(j, "name");
-  json_string(j, p->name);
+  plan_field_json(plan_field_find("name"), p, j);
 
   json_key(j, "model");
   json_begin_object(j);
-  json_key(j, "family"); json_string(j, m->family);
-  json_key(j, "n_layers"); json_int(j, m->n_layers);
-  json_key(j, "dim"); json_int(j, m->dim);
-  json_key(j, "n_heads"); json_int(j, m->n_heads);
-  json_key(j, "n_kv_heads"); json_int(j, m->n_kv_heads);
-  json_key(j, "head_dim"); json_int(j, m->head_dim);
-  json_key(j, "ffn_dim"); json_int(j, m->ffn_dim);
-  json_key(j, "vocab"); json_int(j, m->vocab);
-  json_key(j, "vocab_padded"); json_int(j, m->vocab_padded);
-  json_key(j, "max_seq"); json_int(j, m->max_seq);
-  json_key(j, "norm_eps"); json_number(j, m->norm_eps);
-  json_key(j, "rope_theta"); json_number(j, m->rope_theta);
-  json_key(j, "dropout"); json_number(j, m->dropout);
-  json_key(j, "tie_embeddings"); json_bool(j, m->tie_embeddings);
+  /* the fields, with what plan_validate derives next to what it is derived from */
+  static const char *const model_fields[] = { "family", "n_layers", "dim", "n_heads", "n_kv_heads", "head_dim",
+                                              "ffn_dim", "vocab", "vocab_padded", "max_seq", "norm_eps",
+                                              "rope_theta", "dropout", "tie_embeddings", NULL };
+  for (int i = 0; model_fields[i]; i++) {
+    char path[64];
+    snprintf(path, sizeof path, "model.%s", model_fields[i]);
+    const struct plan_field *f = plan_field_find(path);
+    if (f) {
+      plan_field_json(f, p, j);
+    } else {
+      json_key(j, model_fields[i]);
+      json_int(j, strcmp(model_fields[i], "head_dim") == 0 ? m->head_dim : m->vocab_padded);
+    }
+  }
   json_key(j, "params"); json_int(j, plan_param_count(p));
   if (m->moe.experts > 0) /* only with experts: dense plans keep their hash */
     moe_json(p, j);
@@ -108,8 +96,8 @@ void plan_json(const struct plan *p, struct json *j)
   json_key(j, "mesh");
   json_begin_object(j);
   json_key(j, "world"); json_int(j, p->mesh.world);
-  json_key(j, "tp"); json_int(j, p->mesh.tp);
-  json_key(j, "pp"); json_int(j, p->mesh.pp);
+  plan_field_json(plan_field_find("mesh.tp"), p, j);
+  plan_field_json(plan_field_find("mesh.pp"), p, j);
   json_key(j, "dp"); json_int(j, p->mesh.dp);
   json_key(j, "dp_auto"); json_bool(j, p->mesh.dp_auto);
   if (plan_ep(p) > 1) { /* only with expert parallelism: other plans keep their hash */
@@ -124,7 +112,7 @@ void plan_json(const struct plan *p, struct json *j)
 
   static const char *const stage_kinds[] = { "even", "balanced", "list", "function" };
   json_key(j, "stages_from"); json_string(j, stage_kinds[p->stages_kind]);
-  json_key(j, "virtual_stages"); json_int(j, p->virtual_stages);
+  plan_field_json(plan_field_find("virtual_stages"), p, j);
   json_key(j, "stages");
   json_begin_array(j);
   for (int s = 0; s < p->n_stages; s++) {
@@ -154,8 +142,8 @@ void plan_json(const struct plan *p, struct json *j)
   json_end_object(j);
   json_key(j, "layers");
   layer_ranges_json(p, j);
-  json_key(j, "sequence_parallel"); json_bool(j, p->sequence_parallel);
-  json_key(j, "zero"); json_int(j, p->zero);
+  plan_field_json(plan_field_find("sequence_parallel"), p, j);
+  plan_field_json(plan_field_find("zero"), p, j);
   /* what ZeRO 2 and 3 do across a step's micro-batches (zero_every): shown when written or with
    * pipeline stages (the default then is "step"); a plan with neither runs as before the field
    * existed and keeps its hash */
@@ -168,19 +156,17 @@ void plan_json(const struct plan *p, struct json *j)
     }
     json_end_object(j);
   }
-  json_key(j, "bucket_mb"); json_number(j, p->bucket_mb);
+  plan_field_json(plan_field_find("bucket_mb"), p, j);
 
   json_key(j, "schedule");
   json_begin_object(j);
-  json_key(j, "kind"); json_string(j, plan_schedule_name(p->schedule));
+  plan_field_json(plan_field_find("schedule.kind"), p, j);
   json_key(j, "microbatches"); json_int(j, p->batch.microbatches);
   json_end_object(j);
 
   json_key(j, "batch");
   json_begin_object(j);
-  json_key(j, "global"); json_int(j, p->batch.global);
-  json_key(j, "micro"); json_int(j, p->batch.micro);
-  json_key(j, "seq"); json_int(j, p->batch.seq);
+  plan_fields_json("batch", p, j);
   json_key(j, "microbatches"); json_int(j, p->batch.microbatches);
   json_key(j, "dp"); json_int(j, p->mesh.dp);
   json_key(j, "tokens_per_step"); json_int(j, (long long)p->batch.global * p->batch.seq);
@@ -188,36 +174,25 @@ void plan_json(const struct plan *p, struct json *j)
 
   json_key(j, "precision");
   json_begin_object(j);
-  json_key(j, "compute"); json_string(j, plan_dtype_name(p->precision.compute));
-  json_key(j, "grads"); json_string(j, plan_dtype_name(p->precision.grads));
-  json_key(j, "master"); json_string(j, plan_dtype_name(p->precision.master));
+  plan_fields_json("precision", p, j);
   json_end_object(j);
   if (p->device != PLAN_DEVICE_AUTO) { /* only when given: plans without it keep their hash */
-    json_key(j, "device"); json_string(j, plan_device_name(p->device));
+    plan_field_json(plan_field_find("device"), p, j);
   }
 
   json_key(j, "optimizer");
   json_begin_object(j);
-  json_key(j, "kind"); json_string(j, p->optimizer.kind);
-  json_key(j, "lr"); json_number(j, p->optimizer.lr);
-  json_key(j, "beta1"); json_number(j, p->optimizer.beta1);
-  json_key(j, "beta2"); json_number(j, p->optimizer.beta2);
-  json_key(j, "eps"); json_number(j, p->optimizer.eps);
-  json_key(j, "weight_decay"); json_number(j, p->optimizer.weight_decay);
-  json_key(j, "grad_clip"); json_number(j, p->optimizer.grad_clip);
+  plan_fields_json("optimizer", p, j);
   json_end_object(j);
 
   json_key(j, "lr_schedule");
   json_begin_object(j);
-  json_key(j, "warmup"); json_int(j, p->lr_schedule.warmup);
-  json_key(j, "decay"); json_string(j, plan_decay_name(p->lr_schedule.decay));
-  json_key(j, "decay_steps"); json_int(j, p->lr_schedule.decay_steps);
-  json_key(j, "min_lr"); json_number(j, p->lr_schedule.min_lr);
+  plan_fields_json("lr_schedule", p, j);
   json_end_object(j);
 
   json_key(j, "seeds");
   json_begin_object(j);
-  json_key(j, "global"); json_int(j, p->seeds.global);
+  plan_field_json(plan_field_find("seeds.global"), p, j);
   for (int s = 0; s < PLAN_N_SEEDS; s++) {
     json_key(j, plan_seed_name(s));
     json_begin_object(j);
@@ -234,35 +209,27 @@ void plan_json(const struct plan *p, struct json *j)
 
   json_key(j, "data");
   json_begin_object(j);
-  opt_string(j, "train", p->data.train);
-  opt_string(j, "val", p->data.val);
-  opt_string(j, "synthetic", p->data.synthetic);
-  json_key(j, "shuffle"); json_bool(j, p->data.shuffle);
+  plan_fields_json("data", p, j);
   json_end_object(j);
   json_key(j, "init");
   json_begin_object(j);
-  opt_string(j, "from", p->init.from);
+  plan_fields_json("init", p, j);
   json_end_object(j);
   json_key(j, "export");
   json_begin_object(j);
-  opt_string(j, "path", p->export_.path);
-  json_key(j, "every"); json_int(j, p->export_.every);
+  plan_fields_json("export", p, j);
   json_end_object(j);
   json_key(j, "train");
   json_begin_object(j);
-  json_key(j, "steps"); json_int(j, p->train.steps);
-  json_key(j, "eval_every"); json_int(j, p->train.eval_every);
-  json_key(j, "eval_batches"); json_int(j, p->train.eval_batches);
-  if (p->train.max_loss_jump > 0) { /* only when set: plans without it keep their hash */
-    json_key(j, "max_loss_jump"); json_number(j, p->train.max_loss_jump);
-  }
+  plan_field_json(plan_field_find("train.steps"), p, j);
+  plan_field_json(plan_field_find("train.eval_every"), p, j);
+  plan_field_json(plan_field_find("train.eval_batches"), p, j);
+  if (p->train.max_loss_jump > 0) /* only when set: plans without it keep their hash */
+    plan_field_json(plan_field_find("train.max_loss_jump"), p, j);
   json_end_object(j);
   json_key(j, "checkpoint");
   json_begin_object(j);
-  opt_string(j, "dir", p->checkpoint.dir);
-  json_key(j, "every"); json_int(j, p->checkpoint.every);
-  json_key(j, "keep"); json_int(j, p->checkpoint.keep);
-  json_key(j, "async"); json_bool(j, p->checkpoint.async);
+  plan_fields_json("checkpoint", p, j);
   if (p->checkpoint.allow_changes) { /* only when given: plans without it keep their hash */
     json_key(j, "allow_changes");
     json_begin_array(j);
@@ -274,12 +241,11 @@ void plan_json(const struct plan *p, struct json *j)
   json_end_object(j);
   json_key(j, "log");
   json_begin_object(j);
-  json_key(j, "every"); json_int(j, p->log.every);
-  opt_string(j, "metrics", p->log.metrics);
-  opt_string(j, "trace", p->log.trace);
-  if (p->log.trace[0]) { /* only with a trace: plans without one keep their hash */
-    json_key(j, "trace_steps"); json_int(j, p->log.trace_steps);
-  }
+  plan_field_json(plan_field_find("log.every"), p, j);
+  plan_field_json(plan_field_find("log.metrics"), p, j);
+  plan_field_json(plan_field_find("log.trace"), p, j);
+  if (p->log.trace[0]) /* only with a trace: plans without one keep their hash */
+    plan_field_json(plan_field_find("log.trace_steps"), p, j);
   json_end_object(j);
   json_end_object(j);
 }

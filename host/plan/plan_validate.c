@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fields.h"
 #include "plan.h"
 
 static int fail(char *err, size_t n, const struct plan *p, const char *path, const char *fmt, ...)
@@ -48,20 +49,10 @@ static const char *divisors(int x, char *buf, size_t n)
  * range (a range such as "> 0" alone lets inf through, and norm_eps = inf trains garbage). */
 static int validate_finite(struct plan *p, char *err, size_t n)
 {
-  const struct { const char *path; double v; } f[] = {
-    { "model.norm_eps", p->model.norm_eps },         { "model.rope_theta", p->model.rope_theta },
-    { "model.dropout", p->model.dropout },           { "optimizer.lr", p->optimizer.lr },
-    { "optimizer.beta1", p->optimizer.beta1 },       { "optimizer.beta2", p->optimizer.beta2 },
-    { "optimizer.eps", p->optimizer.eps },           { "optimizer.weight_decay", p->optimizer.weight_decay },
-    { "optimizer.grad_clip", p->optimizer.grad_clip }, { "lr_schedule.min_lr", p->lr_schedule.min_lr },
-    { "bucket_mb", p->bucket_mb },                   { "train.max_loss_jump", p->train.max_loss_jump },
-    { "model.moe.aux_loss", p->model.moe.aux_loss }, { "model.moe.z_loss", p->model.moe.z_loss },
-    { "model.moe.capacity_factor", p->model.moe.capacity_factor },
-  };
-  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-    if (!isfinite(f[i].v))
-      return fail(err, n, p, f[i].path, "%s = %s: must be a finite number", f[i].path,
-                  isnan(f[i].v) ? "nan" : f[i].v > 0 ? "inf" : "-inf");
+  char msg[256];
+  for (int i = 0; i < plan_n_fields; i++)
+    if (plan_field_check_finite(&plan_fields[i], p, msg, sizeof msg))
+      return fail(err, n, p, plan_fields[i].path, "%s", msg);
   return 0;
 }
 

@@ -437,12 +437,8 @@ int repl_run(const struct repl_options *o, char *err, size_t err_size)
   } else {
     signal(SIGINT, SIG_IGN); /* rank 0 relays interrupts; a forwarded one must not end a rank */
   }
-  /* agree that rank 0 could start (its script file) */
-  char msg[COMM_AGREE_MSG_MAX];
-  snprintf(msg, sizeof msg, "%s", usage ? err : "");
-  int failed_rank;
-  if (comm_agree(S.group, usage ? 2 : 0, msg, sizeof msg, &failed_rank)) {
-    snprintf(err, err_size, "%s", msg);
+  /* agree that rank 0 could start (its script file): a usage error, exit 2 on every rank */
+  if (comm_agree_err(S.group, usage, err, err_size, COMM_AGREE_PLAIN)) {
     lua_close(L);
     return 2;
   }

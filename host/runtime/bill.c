@@ -6,11 +6,11 @@
 
 #include "comm/comm.h"
 #include "runtime/ckpt.h"
-#include "plan/tp_layout.h"
+#include "layout/tp_layout.h"
 #include "runtime/dp.h"
 #include "runtime/model.h"
 #include "runtime/exec.h"
-#include "runtime/pieces.h"
+#include "layout/pieces.h"
 #include "sched/sched.h"
 #include "util/err.h"
 

@@ -21,7 +21,7 @@
 #include "runtime/hostview.h"
 #include "runtime/train.h"
 #include "util/err.h"
-
+#include "util/file.h"
 #include "util/hash.h"
 #include "util/json.h"
 #include "util/path.h"
@@ -62,7 +62,7 @@ int ckpt_for_each_piece(struct trainer *t, int owner_only, ckpt_piece_fn fn, voi
         real *mem = kind == CKPT_PARAM ? p->data : state[kind] + p->offset;
         const size_t hi = owner_only ? tensor_end : p->n_elems;
         if (hi > 0 && fn(ctx, m, p, i, kind, 0, hi, mem))
-          return 1;
+          return -1;
         continue;
       }
       const struct dp_bucket *k = &d->layout.buckets[d->layout.param_bucket[i]];
@@ -75,28 +75,13 @@ int ckpt_for_each_piece(struct trainer *t, int owner_only, ckpt_piece_fn fn, voi
         continue;
       real *base = kind == CKPT_PARAM ? d->shard_params : state[kind];
       if (fn(ctx, m, p, i, kind, lo - p->offset, hi - p->offset, base + k->shard_offset + (lo - s0)))
-        return 1;
+        return -1;
     }
   }
   return 0;
 }
 
 /* ---- saving ---------------------------------------------------------------------------- */
-
-int ckpt_write_all(int fd, const void *buf, size_t n)
-{
-  const char *p = buf;
-  while (n > 0) {
-    ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0)
-      return -1;
-    p += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
 
 int ckpt_write_piece(void *ctx, const struct model *m, const struct model_param *p, int index,
                      int kind, size_t lo, size_t hi, real *mem)
@@ -130,23 +115,13 @@ int ckpt_write_piece(void *ctx, const struct model *m, const struct model_param 
   q->offset = w->offset;
   q->hash = (int64_t)hash_fnv1a64_bytes(view, bytes);
   q->rank = w->rank;
-  const int failed = w->mem ? (memcpy(w->mem + w->offset, view, bytes), 0) : ckpt_write_all(w->fd, view, bytes);
-  const int e = errno;
+  const int failed = w->mem ? (memcpy(w->mem + w->offset, view, bytes), 0)
+                            : file_write_all(w->fd, w->path, view, bytes, w->err, w->err_size);
   hostview_close(m->k, m->kctx, mem, (void *)view, bytes, 0);
   if (failed)
-    return errf(w->err, w->err_size, "cannot write %s: %s", w->path, strerror(e));
+    return failed;
   w->offset += (int64_t)bytes;
   return 0;
-}
-
-static int fsync_path(const char *path, int directory)
-{
-  int fd = open(path, directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0)
-    return -1;
-  int rc = fsync(fd);
-  close(fd);
-  return rc;
 }
 
 void ckpt_step_folder(char *out, size_t n, const char *dir, long long step, int tmp)
@@ -447,28 +422,6 @@ void ckpt_manifest_text(struct strbuf *b, const struct trainer *t, long long ste
   sb_puts(b, "\n");
 }
 
-static int write_file_synced(const char *path, const char *text, size_t n, char *err, size_t err_size)
-{
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0)
-    return errf(err, err_size, "cannot create %s: %s", path, strerror(errno));
-  if (ckpt_write_all(fd, text, n) || fsync(fd)) {
-    int e = errno;
-    close(fd);
-    return errf(err, err_size, "cannot write %s: %s", path, strerror(e));
-  }
-  if (close(fd))
-    return errf(err, err_size, "cannot write %s: %s", path, strerror(errno));
-  return 0;
-}
-
-/* The lowest failing rank's status and message on every rank. */
-int ckpt_agree(struct comm_group *g, int status, char *err, size_t n)
-{
-  int agreed = comm_agree_err(g, status, err, n, 1);
-  return agreed < 0 ? 1 : agreed;
-}
-
 /* Every rank's list of n pieces, all ranks' lists in rank order into *all (malloc'ed, *n_all
  * of them) on every rank. Collective over g (NULL: a copy); agreed: every rank returns the same
  * status, and *all is NULL on failure. */
@@ -480,8 +433,8 @@ int ckpt_gather_pieces(struct comm_group *g, const struct ckpt_piece *pieces, in
   *n_all_out = 0;
   int64_t mine = n, most = n, *counts = malloc((size_t)world * sizeof *counts);
   int rc;
-  if ((rc = ckpt_agree(g, counts ? 0 : errf(err, err_size, "checkpoint: out of memory for %d counts", world), err,
-                       err_size))) { /* before the gathers: no rank waits in one alone */
+  if ((rc = comm_agree_err(g, counts ? 0 : errf(err, err_size, "checkpoint: out of memory for %d counts", world), err,
+                       err_size, COMM_AGREE_NAME_RANK))) { /* before the gathers: no rank waits in one alone */
     free(counts);
     return rc;
   }
@@ -493,7 +446,7 @@ int ckpt_gather_pieces(struct comm_group *g, const struct ckpt_piece *pieces, in
   } else {
     counts[0] = mine;
   }
-  if ((rc = ckpt_agree(g, rc, err, err_size))) {
+  if ((rc = comm_agree_err(g, rc, err, err_size, COMM_AGREE_NAME_RANK))) {
     free(counts);
     return rc;
   }
@@ -503,12 +456,12 @@ int ckpt_gather_pieces(struct comm_group *g, const struct ckpt_piece *pieces, in
   int oom = !send || !recv || !all;
   if (oom)
     errf(err, err_size, "checkpoint: out of memory gathering %lld pieces", (long long)most * world);
-  if (ckpt_agree(g, oom, err, err_size)) {
+  if (comm_agree_err(g, oom, err, err_size, COMM_AGREE_NAME_RANK)) {
     free(send);
     free(recv);
     free(all);
     free(counts);
-    return 1;
+    return -1;
   }
   if (n > 0)
     memcpy(send, pieces, (size_t)n * sizeof *pieces);
@@ -523,7 +476,7 @@ int ckpt_gather_pieces(struct comm_group *g, const struct ckpt_piece *pieces, in
   free(send);
   free(recv);
   free(counts);
-  if ((rc = ckpt_agree(g, rc, err, err_size))) {
+  if ((rc = comm_agree_err(g, rc, err, err_size, COMM_AGREE_NAME_RANK))) {
     free(all);
     return rc;
   }
@@ -545,19 +498,19 @@ int ckpt_failed_write(int rank, const char *tmp, int rc)
 int ckpt_commit(const char *dir, const char *tmp, const char *final, int keep, const struct strbuf *b,
                 char *err, size_t err_size)
 {
-  char file[4200];
+  char file[4200], why[4400];
   int rc = 0;
   snprintf(file, sizeof file, "%s/manifest.json", tmp);
   if (b->failed)
     rc = errf(err, err_size, "checkpoint: out of memory writing the manifest");
-  else if (write_file_synced(file, b->s, b->n, err, err_size))
-    rc = 1;
-  else if (fsync_path(tmp, 1))
-    rc = errf(err, err_size, "checkpoint: cannot sync %s: %s", tmp, strerror(errno));
+  else if (file_write_synced(file, b->s, b->n, err, err_size))
+    rc = -1;
+  else if (file_sync_folder(tmp, why, sizeof why))
+    rc = errf(err, err_size, "checkpoint: %s", why);
   else if ((remove_folder(final), rename(tmp, final)))
     rc = errf(err, err_size, "checkpoint: cannot rename %s to %s: %s", tmp, final, strerror(errno));
-  else if (fsync_path(dir, 1))
-    rc = errf(err, err_size, "checkpoint: cannot sync %s: %s", dir, strerror(errno));
+  else if (file_sync_folder(dir, why, sizeof why))
+    rc = errf(err, err_size, "checkpoint: %s", why);
   /* Keep the newest `keep`. */
   long long *steps;
   int n;
@@ -583,7 +536,7 @@ int ckpt_prepare_tmp(struct comm_group *g, const char *tmp, char *err, size_t er
     if (remove_folder(tmp) || path_make_parent_dirs(probe, err, err_size))
       rc = err[0] ? 1 : errf(err, err_size, "checkpoint: cannot prepare %s: %s", tmp, strerror(errno));
   }
-  return ckpt_agree(g, rc, err, err_size);
+  return comm_agree_err(g, rc, err, err_size, COMM_AGREE_NAME_RANK);
 }
 
 int ckpt_save(struct trainer *t, const char *dir, long long steps_done, int keep, char *err,
@@ -602,17 +555,14 @@ int ckpt_save(struct trainer *t, const char *dir, long long steps_done, int keep
   /* Every rank its shard file. */
   struct writer w = { .fd = -1, .path = file, .rank = rank, .err = err, .err_size = err_size };
   snprintf(file, sizeof file, "%s/rank_%05d.bin", tmp, rank);
-  w.fd = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (w.fd < 0)
-    rc = errf(err, err_size, "checkpoint: cannot create %s: %s", file, strerror(errno));
-  else {
-    rc = ckpt_for_each_piece(t, 1, ckpt_write_piece, &w);
-    if (!rc && fsync(w.fd))
-      rc = errf(err, err_size, "checkpoint: cannot sync %s: %s", file, strerror(errno));
-    if (close(w.fd) && !rc)
-      rc = errf(err, err_size, "checkpoint: cannot write %s: %s", file, strerror(errno));
-  }
-  if ((rc = ckpt_agree(g, rc, err, err_size))) {
+  char why[4400];
+  if (file_create(file, &w.fd, why, sizeof why))
+    rc = errf(err, err_size, "checkpoint: %s", why);
+  else if ((rc = ckpt_for_each_piece(t, 1, ckpt_write_piece, &w)) != 0)
+    close(w.fd);
+  else if (file_sync_close(w.fd, file, why, sizeof why))
+    rc = errf(err, err_size, "checkpoint: %s", why);
+  if ((rc = comm_agree_err(g, rc, err, err_size, COMM_AGREE_NAME_RANK))) {
     free(w.pieces);
     return ckpt_failed_write(rank, tmp, rc);
   }
@@ -633,6 +583,6 @@ int ckpt_save(struct trainer *t, const char *dir, long long steps_done, int keep
     sb_free(&b);
   }
   free(all);
-  rc = ckpt_agree(g, rc, err, err_size);
+  rc = comm_agree_err(g, rc, err, err_size, COMM_AGREE_NAME_RANK);
   return rc ? ckpt_failed_write(rank, tmp, rc) : 0;
 }

@@ -43,7 +43,7 @@ int ckpt_find_latest(const char *dir, char *path, size_t path_size, long long *s
 /* Removes every step_N.tmp folder in dir (writes that did not finish: a crash, a full disk, a
  * killed run), naming each on out (may be NULL). Only for a dir this process holds locked
  * (train_run.c): another live run's .tmp is its write in progress. A step_N.tmp that is not a
- * folder (a link, say) is left alone. 0 ok (dir missing: nothing to do); 1 with a message. Local. */
+ * folder (a link, say) is left alone. 0 ok (dir missing: nothing to do); −1 with a message. Local. */
 int ckpt_remove_partial(const char *dir, FILE *out, char *err, size_t err_size);
 /* Collective over the job: saves t (its parameters and optimizer state after `steps_done`
  * steps) as dir/step_N, then keeps the newest `keep`. Every rank returns the same status
@@ -76,8 +76,9 @@ size_t ckpt_snapshot_elems(size_t layout_elems, size_t shard_elems, int zero);
  * blocks and shards) and sets t->step. Local (the caller agrees on the outcome). First it
  * compares what the run computes (the manifest's "computes": seeds, batch.global and .seq, the
  * data files and shuffle, the optimizer and lr schedule, norm_eps, rope_theta, dropout,
- * precision; plan.h plan_resume_field_name) with t's plan and returns 2, naming every changed
- * field, unless checkpoint.allow_changes lists it; the layout may change freely. */
+ * precision; plan.h plan_resume_field_name) with t's plan and returns TRAIN_PLAN_ERROR (−2),
+ * naming every changed field, unless checkpoint.allow_changes lists it; the layout may change
+ * freely. Else 0, or −1 with the message. */
 int ckpt_load(struct trainer *t, const char *path, char *err, size_t err_size);
 /* In memory: the state a checkpoint would hold, on every rank at once (trainer_replan, train.h).
  * ckpt_mem_gather (collective over t's world, agreed: every rank returns the same status) counts

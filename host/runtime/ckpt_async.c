@@ -1,8 +1,6 @@
 /* checkpoint.async (ckpt.h, ckpt_save_async): the pieces copied into a snapshot at the step, the
  * shard file written and synced on a thread, the commit once every rank's file is synced. */
 #define _POSIX_C_SOURCE 200809L
-#include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +11,7 @@
 #include "runtime/alloc.h"
 #include "runtime/ckpt_internal.h"
 #include "util/err.h"
+#include "util/file.h"
 #include "util/strbuf.h"
 
 /* ---- checkpoint.async: a snapshot now, the files written on a thread ---------------------- */
@@ -27,8 +26,8 @@ struct ckpt_async {
   pthread_t thread;
   int running;         /* the thread was started and not yet joined */
   int done;            /* set by the thread (atomic) when it has synced and closed the file */
-  int status;          /* the thread's: 0, or an errno */
-  const char *failed_call; /* "write", "fsync", "close" or "create" */
+  int failed;          /* the thread's status: 0, or nonzero with its message in why */
+  char why[4400];
   double started;
 };
 
@@ -41,17 +40,13 @@ size_t ckpt_snapshot_elems(size_t layout_elems, size_t shard_elems, int zero)
 static void *async_writer(void *arg)
 {
   struct ckpt_async *a = arg;
-  int fd = open(a->file, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0)
-    a->status = errno, a->failed_call = "create";
-  else {
-    if (ckpt_write_all(fd, a->snapshot, a->bytes))
-      a->status = errno ? errno : EIO, a->failed_call = "write";
-    else if (fsync(fd))
-      a->status = errno, a->failed_call = "sync";
-    if (close(fd) && !a->status)
-      a->status = errno, a->failed_call = "write";
-  }
+  int fd;
+  if (file_create(a->file, &fd, a->why, sizeof a->why))
+    a->failed = 1;
+  else if (file_write_all(fd, a->file, a->snapshot, a->bytes, a->why, sizeof a->why))
+    a->failed = 1, close(fd);
+  else if (file_sync_close(fd, a->file, a->why, sizeof a->why))
+    a->failed = 1;
   __atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
   return NULL;
 }
@@ -76,7 +71,7 @@ int ckpt_save_async(struct trainer *t, const char *dir, long long steps_done, in
   if (t->ckpt_pending)
     return errf(err, err_size, "checkpoint: step %lld's is still being written", t->ckpt_pending->step);
   struct ckpt_async *a = calloc(1, sizeof *a);
-  int rc = ckpt_agree(g, a ? 0 : errf(err, err_size, "checkpoint: out of memory"), err, err_size);
+  int rc = comm_agree_err(g, a ? 0 : errf(err, err_size, "checkpoint: out of memory"), err, err_size, COMM_AGREE_NAME_RANK);
   if (rc)
     return free(a), rc;
   t->ckpt_pending = a;
@@ -107,7 +102,7 @@ int ckpt_save_async(struct trainer *t, const char *dir, long long steps_done, in
   w = (struct writer){ .fd = -1, .path = a->file, .rank = rank, .mem = a->snapshot, .err = err, .err_size = err_size };
   if (!rc)
     rc = ckpt_for_each_piece(t, 1, ckpt_write_piece, &w);
-  if ((rc = ckpt_agree(g, rc, err, err_size))) {
+  if ((rc = comm_agree_err(g, rc, err, err_size, COMM_AGREE_NAME_RANK))) {
     free(w.pieces);
     ckpt_failed_write(rank, a->tmp, rc);
     return async_free(t), rc;
@@ -133,7 +128,7 @@ int ckpt_save_async(struct trainer *t, const char *dir, long long steps_done, in
     else
       a->running = 1;
   }
-  if ((rc = ckpt_agree(g, rc, err, err_size))) {
+  if ((rc = comm_agree_err(g, rc, err, err_size, COMM_AGREE_NAME_RANK))) {
     /* a writer that started on this rank writes on: wait for it before removing its folder */
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s", a->tmp);
@@ -164,20 +159,20 @@ int ckpt_async_poll(struct trainer *t, int wait, long long *committed, double *s
   int state = 0;
   if (!done)
     state = ASYNC_BUSY;
-  else if (a->status) {
-    errf(err, err_size, "checkpoint: cannot %s %s: %s", a->failed_call, a->file, strerror(a->status));
+  else if (a->failed) {
+    errf(err, err_size, "checkpoint: %s", a->why);
     state = ASYNC_FAILED;
   }
-  int agreed = ckpt_agree(g, state, err, err_size);
+  int agreed = comm_agree_err(g, state, err, err_size, COMM_AGREE_NAME_RANK);
   if (agreed == ASYNC_BUSY)
     return 0; /* a rank is still writing (never when waiting): asked again after the next step */
   if (!agreed) /* every rank's file is synced: rank 0 commits */
-    agreed = ckpt_agree(g, rank == 0 ? ckpt_commit(a->dir, a->tmp, a->final, a->keep, &a->manifest, err, err_size) : 0,
-                        err, err_size);
+    agreed = comm_agree_err(g, rank == 0 ? ckpt_commit(a->dir, a->tmp, a->final, a->keep, &a->manifest, err, err_size) : 0,
+                            err, err_size, COMM_AGREE_NAME_RANK);
   if (agreed) {
     ckpt_failed_write(rank, a->tmp, agreed);
     async_free(t);
-    return 1;
+    return -1;
   }
   *committed = a->step;
   *seconds = comm_now() - a->started;

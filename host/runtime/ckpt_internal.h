@@ -45,14 +45,12 @@ typedef int (*ckpt_piece_fn)(void *ctx, const struct model *m, const struct mode
 /* ckpt.c: the pieces, writing them, the step folders and the synchronous save's steps. */
 void ckpt_param_block(const struct model_param *p, int64_t *r0, int64_t *c0, int64_t *rows, int64_t *cols);
 int ckpt_for_each_piece(struct trainer *t, int owner_only, ckpt_piece_fn fn, void *ctx);
-int ckpt_write_all(int fd, const void *buf, size_t n);
 int ckpt_write_piece(void *ctx, const struct model *m, const struct model_param *p, int index, int kind,
                      size_t lo, size_t hi, real *mem);
 void ckpt_step_folder(char *out, size_t n, const char *dir, long long step, int tmp);
 int ckpt_computes_value(const struct plan *p, int i, char *buf, size_t n);
 void ckpt_manifest_text(struct strbuf *b, const struct trainer *t, long long steps_done,
                         const struct ckpt_piece *all, int n_all, int world);
-int ckpt_agree(struct comm_group *g, int status, char *err, size_t n);
 int ckpt_gather_pieces(struct comm_group *g, const struct ckpt_piece *pieces, int n,
                        struct ckpt_piece **all_out, int *n_all_out, char *err, size_t err_size);
 int ckpt_failed_write(int rank, const char *tmp, int rc);

@@ -30,7 +30,7 @@ int ckpt_manifest_open(struct manifest *mf, const char *path, char *err, size_t 
     long long step;
     int found = ckpt_find_latest(path, latest, sizeof latest, &step, err, err_size);
     if (found < 0)
-      return 1;
+      return -1;
     if (found > 0)
       return errf(err, err_size, "%s: not a checkpoint (no manifest.json) and holds no step_N checkpoint", path);
     path = latest;
@@ -136,7 +136,7 @@ static int load_piece(void *ctx, const struct model *m, const struct model_param
     const real *src = manifest_piece_data(mf, tt, sp, ld->err, ld->err_size);
     if (!src) { /* partly loaded, as the range would be had it been written in place */
       hostview_close(m->k, m->kctx, mem, view, bytes, 1);
-      return 1;
+      return -1;
     }
     copied += copy_overlap(view, r0, c0, rows, cols, (int64_t)lo, (int64_t)hi, sp, src, p->shape[0]);
   }
@@ -176,7 +176,7 @@ int ckpt_load_manifest(struct trainer *t, struct manifest *mf, char *err, size_t
   struct loader ld = { mf, err, err_size };
   t->model.bf16_fresh = 0; /* bf16 models: the copies are rounded again before the next forward */
   if (ckpt_for_each_piece(t, 0, load_piece, &ld))
-    return 1;
+    return -1;
   t->step = mf->step;
   /* train.max_loss_jump's window: as saved (a checkpoint without one starts it empty) */
   if (!mf->in_memory) /* a replan keeps the trainer's own */
@@ -198,7 +198,7 @@ int ckpt_load_manifest(struct trainer *t, struct manifest *mf, char *err, size_t
 
 /* A resume continues the run the checkpoint saved: each field of what the run computes must be
  * as the checkpoint recorded it, unless the plan's checkpoint.allow_changes names it (or the
- * parent it follows). 0 ok; 2 with a message naming every changed field. */
+ * parent it follows). 0 ok; TRAIN_PLAN_ERROR with a message naming every changed field. */
 static int check_computes(const struct plan *p, const struct manifest *mf, char *err, size_t err_size)
 {
   if (mf->computes < 0)
@@ -241,7 +241,7 @@ static int check_computes(const struct plan *p, const struct manifest *mf, char 
               "zero, schedule, batch.micro, recompute). To change these anyway, list them in the plan: "
               "checkpoint = { allow_changes = { %s } }", mf->path, changed, changed == 1 ? "" : "s",
               lines.s ? lines.s : "", names.s ? names.s : "");
-    rc = 2;
+    rc = TRAIN_PLAN_ERROR;
   }
   sb_free(&lines);
   sb_free(&names);

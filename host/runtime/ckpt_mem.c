@@ -129,12 +129,12 @@ int ckpt_mem_gather(struct trainer *t, size_t max_bytes, struct ckpt_mem **out, 
   struct writer w = { .fd = -1, .path = "memory", .rank = rank, .count_only = 1, .err = err, .err_size = err_size };
   int rc = !cm || !seg ? errf(err, err_size, "replan: out of memory") : ckpt_for_each_piece(t, 1, ckpt_write_piece, &w);
   const int64_t mine = w.offset;
-  if (!(rc = ckpt_agree(g, rc, err, err_size))) {
+  if (!(rc = comm_agree_err(g, rc, err, err_size, COMM_AGREE_NAME_RANK))) {
     if (world > 1 && comm_all_gather(g, &mine, seg, 1, COMM_INT64, NULL))
       rc = errf(err, err_size, "replan: gathering the state's sizes: %s", comm_error());
     else if (world == 1)
       seg[0] = mine;
-    rc = ckpt_agree(g, rc, err, err_size);
+    rc = comm_agree_err(g, rc, err, err_size, COMM_AGREE_NAME_RANK);
   }
   /* 2. Room for all of it on every rank, within the bound. */
   size_t total = 0, offset = 0;
@@ -153,7 +153,7 @@ int ckpt_mem_gather(struct trainer *t, size_t max_bytes, struct ckpt_mem **out, 
               "hold the whole training state on every rank", total, total / mib);
   if (!rc)
     cm->bytes = total;
-  rc = ckpt_agree(g, rc, err, err_size);
+  rc = comm_agree_err(g, rc, err, err_size, COMM_AGREE_NAME_RANK);
   /* 3. This rank's pieces into its segment, then every segment to every rank. */
   if (!rc) {
     w.count_only = 0;
@@ -164,7 +164,7 @@ int ckpt_mem_gather(struct trainer *t, size_t max_bytes, struct ckpt_mem **out, 
     if (!rc && w.offset != mine)
       rc = errf(err, err_size, "replan: this rank's pieces hold %lld bytes, %lld when counted",
                 (long long)w.offset, (long long)mine);
-    rc = ckpt_agree(g, rc, err, err_size);
+    rc = comm_agree_err(g, rc, err, err_size, COMM_AGREE_NAME_RANK);
   }
   struct ckpt_piece *all = NULL;
   int n_all = 0;
@@ -183,11 +183,11 @@ int ckpt_mem_gather(struct trainer *t, size_t max_bytes, struct ckpt_mem **out, 
       }
       at += (size_t)seg[r];
     }
-    rc = ckpt_agree(g, rc, err, err_size);
+    rc = comm_agree_err(g, rc, err, err_size, COMM_AGREE_NAME_RANK);
   }
   /* 4. The manifest a load reads, as if of a checkpoint whose files are the segments. */
   if (!rc)
-    rc = ckpt_agree(g, mem_manifest(cm, t, all, n_all, seg, world, err, err_size), err, err_size);
+    rc = comm_agree_err(g, mem_manifest(cm, t, all, n_all, seg, world, err, err_size), err, err_size, COMM_AGREE_NAME_RANK);
   free(all);
   free(w.pieces);
   free(seg);

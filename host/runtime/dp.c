@@ -13,24 +13,9 @@
 #include "runtime/weights.h"
 #include "util/err.h"
 
-int dp_agree_allocated(struct dp *d, struct comm_group *g, int ok, const char *what)
-{
-  char msg[COMM_AGREE_MSG_MAX];
-  snprintf(msg, sizeof msg, "%s", ok ? "" : what);
-  if (!comm_agree_err(g, ok ? 0 : 1, msg, sizeof msg, 1))
-    return 0;
-  if (!d->failed)
-    snprintf(d->err, sizeof d->err, "%.500s", msg);
-  d->failed = 1;
-  return -1;
-}
-
 int dp_fail(struct dp *d, const char *what)
 {
-  if (!d->failed)
-    snprintf(d->err, sizeof d->err, "%s: %s", what, comm_error());
-  d->failed = 1;
-  return -1;
+  return fault_set(FAULT_OF(d), FAULT_LEVEL_DP, "%s: %s", what, comm_error());
 }
 
 struct comm_group *dp_bucket_group(const struct dp *d, int b)
@@ -116,7 +101,7 @@ int dp_open(struct dp *d, struct model *m, struct comm_group *group, struct comm
   d->zero = zero;
   d->model = m;
   if (dp_layout_build(&d->layout, m, d->size, zero, bucket_mb, err, err_size))
-    return 1;
+    return -1;
   const struct dp_layout *l = &d->layout;
   d->buckets = calloc((size_t)l->n_buckets, sizeof *d->buckets);
   d->units = calloc((size_t)l->n_units, sizeof *d->units);
@@ -194,7 +179,7 @@ static int fill_params(struct model *m, const struct plan *p, char *err, size_t 
 {
   if (p->init.from[0])
     return weights_load(m, p->init.from, err, err_size);
-  return model_init(m, (uint64_t)p->seeds.value[PLAN_SEED_MODEL], err, err_size) ? 1 : 0;
+  return model_init(m, (uint64_t)p->seeds.value[PLAN_SEED_MODEL], err, err_size) ? -1 : 0;
 }
 
 int dp_init_params(struct dp *d, const struct plan *p, char *err, size_t err_size)
@@ -238,10 +223,11 @@ int dp_gather_params(struct dp *d, real **full)
   const int dev = d->model->device, whole = gathers_whole(d);
   real *out = whole ? alloc_reals_on(dev, ALLOC_WORKSPACE, l->n_elems)
                     : alloc_reals_on(dev, ALLOC_WORKSPACE, l->max_bucket_elems);
-  char what[128];
-  snprintf(what, sizeof what, "out of memory gathering the parameters (%zu elements)",
+  char msg[COMM_AGREE_MSG_MAX];
+  snprintf(msg, sizeof msg, "out of memory gathering the parameters (%zu elements)",
            whole ? l->n_elems : l->max_bucket_elems);
-  if (dp_agree_allocated(d, d->group, out != NULL, what)) { /* before any gather: no rank waits alone */
+  if (comm_agree_err(d->group, out ? 0 : -1, msg, sizeof msg, COMM_AGREE_NAME_RANK)) { /* before any gather: no rank waits alone */
+    fault_set(FAULT_OF(d), FAULT_LEVEL_DP, "%.500s", msg);
     alloc_free(out);
     return -1;
   }
@@ -272,7 +258,7 @@ int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, siz
   memset(whole, 0, sizeof *whole);
   real *full;
   if (dp_gather_params(d, &full))
-    return errf(err, err_size, "%s", d->err);
+    return errf(err, err_size, "%s", FAULT_OF(d)->msg);
   if (!full)
     return 0;
   const int tp = m->tp.size, ep = m->ep.size > 1 ? m->ep.size : 1;
@@ -280,12 +266,13 @@ int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, siz
   int rc = 0;
   if (tp > 1) {
     all = alloc_reals_on(m->device, ALLOC_WORKSPACE, (size_t)tp * m->n_elems);
-    char what[128];
-    snprintf(what, sizeof what, "out of memory gathering the tensor-parallel shards (%zu elements)",
+    char msg[COMM_AGREE_MSG_MAX];
+    snprintf(msg, sizeof msg, "out of memory gathering the tensor-parallel shards (%zu elements)",
              (size_t)tp * m->n_elems);
-    if (dp_agree_allocated(d, m->tp.group, all != NULL, what)) /* before the gather, over the tp group */
-      rc = errf(err, err_size, "%s", d->err);
-    else if (comm_all_gather(m->tp.group, full, all, m->n_elems, COMM_REAL, NULL))
+    if (comm_agree_err(m->tp.group, all ? 0 : -1, msg, sizeof msg, COMM_AGREE_NAME_RANK)) { /* before the gather, over the tp group */
+      fault_set(FAULT_OF(d), FAULT_LEVEL_DP, "%.500s", msg);
+      rc = errf(err, err_size, "%s", FAULT_OF(d)->msg);
+    } else if (comm_all_gather(m->tp.group, full, all, m->n_elems, COMM_REAL, NULL))
       rc = errf(err, err_size, "all-gather of the tensor-parallel shards: %s", comm_error());
   }
   const int pp = d->pp_group ? d->pp_group->size : 1;
@@ -356,7 +343,7 @@ int dp_export(struct dp *d, const char *path, char *err, size_t err_size)
     struct model whole;
     int have;
     if (dp_gather_whole(d, &whole, &have, err, err_size))
-      return 1;
+      return -1;
     int rc = have ? weights_export(&whole, path, err, err_size) : 0;
     if (have)
       model_free(&whole);
@@ -364,7 +351,7 @@ int dp_export(struct dp *d, const char *path, char *err, size_t err_size)
   }
   real *full;
   if (dp_gather_params(d, &full))
-    return errf(err, err_size, "%s", d->err);
+    return errf(err, err_size, "%s", FAULT_OF(d)->msg);
   if (d->rank != 0)
     return 0;
   struct model *m = d->model;

@@ -147,11 +147,14 @@ struct dp {
   long long step;             /* for the comm records */
   struct comm_group *agree;   /* where a step's allocation rounds are agreed (the trainer's world;
                                * NULL: no peers to agree with) */
-  int round_failed;           /* this rank could not allocate in the current round */
+  int round_failed;           /* this rank could not allocate in the current round: its vote at
+                               * the round's end, not yet a failure of the step */
   char round_what[160];       /* what it was allocating */
-  int aborted;                /* a round failed somewhere: the pass stopped, on every rank alike */
-  int failed;                 /* a collective or a round failed; the message is in err */
-  char err[512];
+  int aborted;                /* the agreed end of a failed round: the pass stopped, on every rank
+                               * alike (the executor stops its list on it) */
+  struct fault *fault;        /* where a failed collective or round is recorded: the trainer's, or
+                               * NULL for own_fault (used on its own); read with FAULT_OF */
+  struct fault own_fault;
 };
 
 /* Takes m from model_create_table, lays it out for the group (NULL: a group of one), allocates
@@ -195,24 +198,20 @@ void dp_step_begin(struct dp *d, long long step);
  * computes, and kept), else NULL (every gathered unit is freed at the end). Returns the loss sum
  * of a forward through the head with targets, else 0. */
 double dp_run_pass(struct dp *d, const struct dp_pass *ps, const struct piece *then);
-/* Every rank of g passes whether its allocation went through (ok); all return the same verdict
- * before any collective that needs the memory is issued: 0, or −1 with "rank R: what" of the
- * lowest rank that failed in d->err (d->failed set). A group of one, or none, looks at its own. */
-int dp_agree_allocated(struct dp *d, struct comm_group *g, int ok, const char *what);
 /* After a pass stopped (d->aborted): ends every gather and reduction in flight and frees the
  * step's buffers (gathered units, buckets, reduce-scatter outputs), so the next step starts as
- * from dp_open's state. The same calls on every rank (the rounds were agreed). d->failed and
- * d->err stay for the caller. */
+ * from dp_open's state. The same calls on every rank (the rounds were agreed). The recorded
+ * failure (FAULT_OF(d)) stays for the caller. */
 void dp_pass_abort(struct dp *d);
 /* After the rank's last backward: starts every bucket reduction not yet started, waits for all,
  * and sums a tied embedding's gradient between the first and last pipeline stage over `embed`
  * (their group, or NULL: none); then each rank holds the summed gradients it keeps. Every rank of
- * the group makes the same calls in the same order. 0 ok; -1 when a collective failed (d->err). */
+ * the group makes the same calls in the same order. 0 ok; -1 when a collective failed (FAULT_OF(d)). */
 int dp_reduce_rest(struct dp *d, struct comm_group *embed);
 
 /* ---- after backward (dp_optim.c) ---- */
 /* out[i] = Σ over the group of local[i], summed in rank order: the same bits on every rank.
- * 0 ok; -1 (d->err). n ≤ 8. */
+ * 0 ok; -1 (FAULT_OF(d)). n ≤ 8. */
 int dp_sum(struct dp *d, const double *local, double *out, int n);
 /* The global gradient norm: every rank sums the squares of its share of each bucket, then
  * dp_sum. The same value on every rank. Negative when a collective failed. */
@@ -220,13 +219,13 @@ double dp_grad_norm(struct dp *d);
 /* AdamW on the elements this rank owns (all of them under zero 0), reading each gradient times
  * grad_scale (clipping's coefficient, 1 when not clipping; the gradient memory unchanged), then
  * under zero 1 and 2 the all-gather that gives every rank every new parameter. 0 ok; -1
- * (d->err). */
+ * (FAULT_OF(d)). */
 int dp_update(struct dp *d, struct optimizer *o, long long step, double lr, real grad_scale);
 /* Collective: every parameter in the flat layout on rank 0 of the group (*full; NULL on the
  * others), for export and tests; with expert parallelism on every rank of dp rank 0's ep group
  * (each rank 0 of its experts' edp group), holding its own experts. Under zero 0-2 that is the
  * model's own memory; under zero 3 a gathered copy that dp_gather_params_free releases. 0 ok; -1
- * (d->err). */
+ * (FAULT_OF(d)). */
 int dp_gather_params(struct dp *d, real **full);
 void dp_gather_params_free(struct dp *d, real *full);
 /* Collective over the dp, TP, ep and pipeline groups: the whole model (every parameter unsplit,
@@ -238,7 +237,8 @@ int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, siz
 int dp_export(struct dp *d, const char *path, char *err, size_t err_size);
 
 /* ---- inside the dp module ---- */
-/* Records the first failed collective (comm_error()) in d->err; returns -1. */
+/* Records the failed collective (comm_error()) in FAULT_OF(d), unless a failure is recorded
+ * already; returns -1. */
 int dp_fail(struct dp *d, const char *what);
 /* Points bucket b's parameters' data (or grad) at base + (offset − bucket start); NULL unbinds.
  * The views are refreshed by the caller (model_bind_views). */

@@ -32,9 +32,7 @@ static int ordered_sum(struct dp *d, struct comm_group *g, const double *local, 
   int64_t *all = malloc((size_t)size * (size_t)n * sizeof *all);
   if (!all || n > 8) {
     free(all);
-    snprintf(d->err, sizeof d->err, "dp_sum: out of memory");
-    d->failed = 1;
-    return -1;
+    return fault_set(FAULT_OF(d), FAULT_LEVEL_DP, "dp_sum: out of memory");
   }
   memcpy(mine, local, (size_t)n * sizeof(double));
   if (comm_all_gather(g, mine, all, (size_t)n, COMM_INT64, NULL)) {
@@ -110,7 +108,7 @@ int dp_update(struct dp *d, struct optimizer *o, long long step, double lr, real
   if (d->zero == 0) {
     optimizer_update_range(o, m, 0, d->layout.n_elems, m->param_memory, m->grad_memory, 0, step, lr,
                            grad_scale);
-    return d->failed ? -1 : 0;
+    return FAULT_OF(d)->set ? -1 : 0;
   }
   for (int b = 0; b < d->layout.n_buckets; b++) {
     const struct dp_bucket *k = &d->layout.buckets[b];
@@ -120,7 +118,7 @@ int dp_update(struct dp *d, struct optimizer *o, long long step, double lr, real
                            grad_scale);
   }
   if (d->zero == 3)
-    return d->failed ? -1 : 0;
+    return FAULT_OF(d)->set ? -1 : 0;
   /* Zero 1, 2: every rank gets every bucket's new parameters, in place. */
   struct comm_request **reqs = d->gather_reqs;
   for (int b = 0; b < d->layout.n_buckets; b++) {
@@ -131,5 +129,5 @@ int dp_update(struct dp *d, struct optimizer *o, long long step, double lr, real
   if (comm_wait_all(reqs, d->layout.n_buckets))
     dp_fail(d, "parameter all-gather");
   m->bf16_fresh = 0; /* the other ranks' shares arrived in fp32: rounded before the next forward */
-  return d->failed ? -1 : 0;
+  return FAULT_OF(d)->set ? -1 : 0;
 }

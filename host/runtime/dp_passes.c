@@ -1,5 +1,5 @@
 /* One FWD or BWD of a stage under data parallelism (dp.h), as the executor (exec.c) asks: the
- * stage's pieces (runtime/pieces.h: embedding, layers, head) in order; around each piece the
+ * stage's pieces (layout/pieces.h: embedding, layers, head) in order; around each piece the
  * ZeRO-3 gathers (the piece's units waited for, the next piece's started before computing this
  * one, units no longer needed freed, or under zero_every.params = "step" kept until the stage's
  * last backward) and, in backward, the reductions: once a unit's backward is done its gradients
@@ -15,7 +15,7 @@
 #include "ops.h"
 #include "runtime/alloc.h"
 #include "runtime/dp.h"
-#include "runtime/pieces.h"
+#include "layout/pieces.h"
 
 /* The units a piece reads parameters of: up to two (a tied head reads the embedding). */
 static int units_of(const struct dp *d, const struct piece *pc, int units[2])
@@ -39,7 +39,7 @@ static int piece_needs(const struct dp *d, const struct piece *pc, int u)
  * so they fit the allocator's cap; the system allocator can still fail below it. A rank that
  * cannot allocate a buffer a collective needs cannot take part in it, and its peers would wait
  * for it forever. So each allocation site is a round: every buffer of the round is allocated,
- * then every rank of the trainer's world agrees on the outcome (comm_agree: control traffic,
+ * then every rank of the trainer's world agrees on the outcome (comm_agree_err: control traffic,
  * not counted) before any collective touches them. The rounds are at fixed points of each piece
  * (before its gathers; before a backward's buckets fill; before their reductions start), the
  * same on every rank. When one rank failed, every rank stops the pass at the same round with
@@ -57,13 +57,16 @@ static void *round_alloc(struct dp *d, enum alloc_category c, size_t n_elems, co
 }
 
 /* The end of a round: 0 when every rank allocated everything, else −1 on every rank (the pass
- * stops; d->err names the first rank that failed and what it was allocating). */
-static int round_agree(struct dp *d)
+ * stops, d->aborted; the fault names the first rank that failed and what it was allocating). */
+static int round_end(struct dp *d)
 {
+  char msg[COMM_AGREE_MSG_MAX];
+  snprintf(msg, sizeof msg, "%s", d->round_what);
   const int failed = d->round_failed;
   d->round_failed = 0;
-  if (!dp_agree_allocated(d, d->agree, !failed, d->round_what))
+  if (!comm_agree_err(d->agree, failed ? -1 : 0, msg, sizeof msg, COMM_AGREE_NAME_RANK))
     return 0;
+  fault_set(FAULT_OF(d), FAULT_LEVEL_DP, "%.500s", msg);
   d->aborted = 1;
   return -1;
 }
@@ -141,7 +144,7 @@ static void bucket_finish(struct dp *d, int b)
   const struct dp_bucket *k = &d->layout.buckets[b];
   if (s->recv) {
     real *shard = d->shard_grads + k->shard_offset;
-    d->model->k->residual_forward(d->model->kctx, shard, shard, s->recv, k->share);
+    d->model->k->vec_add(d->model->kctx, shard, shard, s->recv, k->share);
   }
   dp_bind_bucket(d, b, NULL, 1);
   alloc_free(s->grads);
@@ -227,7 +230,7 @@ static int units_final(struct dp *d, const struct dp_pass *ps, const int *units,
     for (int i = 0; i < n; i++)
       for (int b = l->units[units[i]].first_bucket; b >= 0 && b <= l->units[units[i]].last_bucket; b++)
         d->buckets[b].recv = round_alloc(d, ALLOC_COMM, l->buckets[b].share, "a reduce-scatter output");
-    if (round_agree(d))
+    if (round_end(d))
       return -1;
   }
   for (int i = 0; i < n; i++)
@@ -271,7 +274,7 @@ static int compute(struct dp *d, struct piece pc, const struct dp_pass *ps, doub
     buckets_ready_for(d, head);
     if (tied)
       buckets_ready_for(d, 0);
-    if (round && round_agree(d))
+    if (round && round_end(d))
       return -1;
     model_bind_views(m);
     model_head_backward(m, ps->a, ps->loss_scale);
@@ -284,7 +287,7 @@ static int compute(struct dp *d, struct piece pc, const struct dp_pass *ps, doub
   case PIECE_LAYER_BWD: {
     const int unit = 1 + pc.layer;
     buckets_ready_for(d, unit);
-    if (round && round_agree(d))
+    if (round && round_end(d))
       return -1;
     model_bind_views(m);
     ps->a->loss_scale = ps->loss_scale;
@@ -294,7 +297,7 @@ static int compute(struct dp *d, struct piece pc, const struct dp_pass *ps, doub
   case PIECE_EMBED_BWD: {
     const int unit = 0;
     buckets_ready_for(d, unit);
-    if (round && round_agree(d))
+    if (round && round_end(d))
       return -1;
     model_bind_views(m);
     model_embed_backward(m, ps->a);
@@ -360,7 +363,7 @@ double dp_run_pass(struct dp *d, const struct dp_pass *ps, const struct piece *t
         unit_alloc(d, units[i]);
       for (int i = 0; i < n_next; i++)
         unit_alloc(d, next_units[i]);
-      if (round_agree(d))
+      if (round_end(d))
         break;
     }
     for (int i = 0; i < n_units; i++)
@@ -462,5 +465,5 @@ int dp_reduce_rest(struct dp *d, struct comm_group *embed)
   step_grads_free(d);
   if (d->zero >= 2)
     embed_sum(d, embed);
-  return d->failed ? -1 : 0;
+  return FAULT_OF(d)->set ? -1 : 0;
 }

@@ -8,14 +8,12 @@
 #include "runtime/alloc.h"
 #include "runtime/dp.h"
 #include "runtime/model.h"
-#include "runtime/pieces.h"
+#include "layout/pieces.h"
 #include "util/err.h"
 
 static void failed(struct exec *pp, const char *what)
 {
-  if (!pp->failed)
-    snprintf(pp->err, sizeof pp->err, "pipeline %s: %s", what, comm_error());
-  pp->failed = 1;
+  fault_set(FAULT_OF(pp), FAULT_LEVEL_EXEC, "pipeline %s: %s", what, comm_error());
 }
 
 /* Floats of a stage boundary's activation (or its gradient): B × Th × C. */
@@ -78,7 +76,7 @@ int exec_open(struct exec *pp, const struct exec_env *env, struct comm_group *gr
   if (pp->size != p->mesh.pp)
     return errf(err, err_size, "mesh.pp = %d, but the pipeline group has %d ranks", p->mesh.pp, pp->size);
   if (sched_from_plan(p, &pp->sched, err, err_size))
-    return 1;
+    return -1;
   const struct sched_list *list = &pp->sched.ranks[pp->rank];
   const int S = p->n_stages;
   pp->last_bwd = malloc((size_t)S * sizeof *pp->last_bwd);
@@ -131,7 +129,7 @@ int exec_open(struct exec *pp, const struct exec_env *env, struct comm_group *gr
           free(per_stage);
           free(sl->acts);
           sl->acts = NULL;
-          return err[0] ? 1 : errf(err, err_size, "out of memory for an activation slot");
+          return err[0] ? -1 : errf(err, err_size, "out of memory for an activation slot");
         }
       }
       sl->grad = S > 1 ? alloc_reals_on(t->model->device, ALLOC_COMM, boundary_elems(t, micro, seq)) : NULL;
@@ -149,7 +147,7 @@ int exec_open(struct exec *pp, const struct exec_env *env, struct comm_group *gr
     int member = pp->rank == first || pp->rank == last;
     struct comm_group *g = NULL;
     if (comm_group_split(group, member ? 0 : 1, pp->rank, "embed", &g, err, err_size))
-      return 1;
+      return -1;
     pp->embed = member ? g : NULL;
   }
   return 0;
@@ -204,10 +202,7 @@ static struct exec_slot *slot_take(struct exec *pp, int stage, int mb)
       pick = sl;
   }
   if (!pick) { /* the slots are counted from this rank's list: a schedule that needs more is a bug */
-    if (!pp->failed)
-      snprintf(pp->err, sizeof pp->err, "executor: every activation slot of stage %d is in use at micro-batch %d",
-               stage, mb);
-    pp->failed = 1;
+    fault_set(FAULT_OF(pp), FAULT_LEVEL_EXEC, "executor: every activation slot of stage %d is in use at micro-batch %d", stage, mb);
     return NULL;
   }
   if (pick->send_act && comm_wait(&pick->send_act))
@@ -237,6 +232,17 @@ static void drain(struct exec *pp)
       failed(pp, "send or receive");
     sl->stage = sl->mb = -1;
   }
+}
+
+/* The backend's pending failure (a GPU's asynchronous fault, which no kernel call returns),
+ * asked once per step when its compute is done: recorded as the step's failure, so the
+ * optimizer hook applies no update and the step fails with the backend's message. */
+static void check_backend(struct exec *pp)
+{
+  const struct model *m = pp->env.model;
+  char why[FAULT_MSG_MAX];
+  if (m->k->status(m->kctx, why, sizeof why))
+    fault_set(FAULT_OF(pp), FAULT_LEVEL_EXEC, "%s", why);
 }
 
 /* The loss from the rank holding the last stage, as the same bits everywhere. */
@@ -274,10 +280,8 @@ double exec_step(struct exec *pp, int (*optimizer)(void *ctx, double loss), void
       const struct plan_stage *st = &p->stages[in->stage];
       sl = slot_of(pp, in->stage, in->mb);
       if (!sl && (bwd || !(sl = slot_take(pp, in->stage, in->mb)))) {
-        if (bwd && !pp->failed) { /* a list sched_check passed never does this */
-          snprintf(pp->err, sizeof pp->err, "executor: BWD(stage %d, mb %d) has no activations", in->stage, in->mb);
-          pp->failed = 1;
-        }
+        if (bwd) /* a list sched_check passed never does this */
+          fault_set(FAULT_OF(pp), FAULT_LEVEL_EXEC, "executor: BWD(stage %d, mb %d) has no activations", in->stage, in->mb);
         i = list->n; /* the list stops here; the step returns the failure */
         break;
       }
@@ -347,6 +351,7 @@ double exec_step(struct exec *pp, int (*optimizer)(void *ctx, double loss), void
       break;
     case SCHED_OPTIMIZER:
       drain(pp);
+      check_backend(pp);
       share_loss(pp, &loss);
       if (optimizer) {
         int rc = optimizer(ctx, loss);

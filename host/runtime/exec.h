@@ -34,7 +34,8 @@
  * last stage and broadcast over the pp group: every rank reports the same numbers.
  *
  * Failures (a slot the list did not count, a send or receive that failed) are recorded in the
- * executor (x->failed, x->err), the first one kept; the list stops at a slot failure. */
+ * executor's fault (FAULT_OF(x): the trainer's), the first one kept; the list stops at a slot
+ * failure. */
 #ifndef TYCHO_RUNTIME_EXEC_H
 #define TYCHO_RUNTIME_EXEC_H
 #include <stddef.h>
@@ -42,6 +43,7 @@
 
 #include "sched/sched.h"
 #include "real.h"
+#include "util/fault.h"
 
 struct comm_group;
 struct comm_request;
@@ -88,8 +90,9 @@ struct exec {
   double *flops;               /* (n_stages · 2) a micro-batch's forward, backward FLOPs per stage */
   int peak_slots;              /* most slots in use at once in the last step */
   int *last_bwd;               /* (n_stages) the micro-batch of each stage's last BWD on this rank */
-  int failed;                  /* the first failure's message is in err */
-  char err[512];
+  struct fault *fault;         /* where a failure is recorded: the trainer's, or NULL for own_fault
+                                * (used on its own); read with FAULT_OF */
+  struct fault own_fault;
 };
 
 /* Slots per stage of pipeline rank pp_rank under schedule s: (n_stages) entries, 0 for the
@@ -104,7 +107,7 @@ void exec_close(struct exec *x);
  * then at OPTIMIZER optimizer(ctx, loss) when given (NULL: the step stops at its gradients,
  * complete and reduced). `loss` is Σ losses of this data-parallel rank's windows, the same on
  * every pipeline rank; it is also what exec_step returns. A hook's nonzero return is returned
- * through *hook_rc. Failures show in x->failed and the dp layer's (d->failed). */
+ * through *hook_rc. Failures show in FAULT_OF(x) and the dp layer's (one fault under a trainer). */
 double exec_step(struct exec *x, int (*optimizer)(void *ctx, double loss), void *ctx, int *hook_rc);
 /* A forward alone through every stage, stage after stage (evaluation), on slot 0: Σ losses
  * (targets given) on every pipeline rank. */

@@ -6,12 +6,12 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "runtime/ckpt.h"
 #include "util/err.h"
+#include "util/file.h"
 #include "util/hash.h"
 #include "util/path.h"
 
@@ -23,7 +23,7 @@ void manifest_free(struct manifest *mf)
 {
   for (int f = 0; f < mf->n_files && mf->maps; f++)
     if (!mf->in_memory && mf->maps[f].opened == 1 && mf->maps[f].bytes)
-      munmap(mf->maps[f].map, mf->maps[f].bytes);
+      file_unmap(&(struct file_map){ mf->maps[f].map, mf->maps[f].bytes });
   for (int i = 0; i < mf->n_tensors && mf->tensors; i++)
     free(mf->tensors[i].pieces);
   free(mf->tensors);
@@ -251,7 +251,7 @@ int manifest_parse(struct manifest *mf, char *text, size_t n, const char *folder
   const int bad = json_parse(&mf->j, mf->text, n, file, 0, err, err_size);
   mf->parsed = 1; /* a failed parse holds memory too */
   if (bad)
-    return 1;
+    return -1;
   const struct json_doc *j = &mf->j;
   if (j->nodes[0].type != JSON_OBJECT)
     return errf(err, err_size, "%s: not a tycho checkpoint manifest (not a JSON object)", file);
@@ -336,7 +336,7 @@ int manifest_parse(struct manifest *mf, char *text, size_t n, const char *folder
     int q = 0;
     for (int e = j->nodes[pieces].first; e >= 0; e = j->nodes[e].next, q++)
       if (parse_piece(mf, tt, q, e, &tt->pieces[q], file, err, err_size))
-        return 1;
+        return -1;
   }
   /* a tensor listed twice: a resume would read one of them and verify pass both */
   const struct manifest_tensor **order = malloc(((size_t)n_tensors + 1) * sizeof *order);
@@ -351,18 +351,19 @@ int manifest_parse(struct manifest *mf, char *text, size_t n, const char *folder
            (int)(order[i - 1] < order[i] ? order[i - 1] - mf->tensors : order[i] - mf->tensors),
            (int)(order[i - 1] < order[i] ? order[i] - mf->tensors : order[i - 1] - mf->tensors));
       free(order);
-      return 1;
+      return -1;
     }
   free(order);
   for (int i = 0; i < n_tensors; i++)
     for (int kind = 0; kind < CKPT_N_KINDS; kind++)
       if (check_coverage(mf, &mf->tensors[i], kind, err, err_size))
-        return 1;
+        return -1;
   return 0;
 }
 
-/* The manifest and the shard files are opened through util/path.h: without waiting, and refused
- * unless regular files (a FIFO or a device is neither waited on nor read). */
+/* The manifest and the shard files are opened through util/path.h (the shards mapped by
+ * util/file.h): without waiting, and refused unless regular files (a FIFO or a device is neither
+ * waited on nor read). */
 int manifest_read(struct manifest *mf, const char *folder, char *err, size_t err_size)
 {
   char file[4200], *text;
@@ -370,7 +371,7 @@ int manifest_read(struct manifest *mf, const char *folder, char *err, size_t err
   memset(mf, 0, sizeof *mf);
   snprintf(file, sizeof file, "%s/manifest.json", folder);
   if (path_read_input(NULL, file, 0, &text, &n, err, err_size))
-    return 1;
+    return -1;
   return manifest_parse(mf, text, n, folder, file, err, err_size);
 }
 
@@ -383,21 +384,13 @@ const real *manifest_piece_data(struct manifest *mf, const struct manifest_tenso
   if (mp->opened == 0 && !mf->in_memory) {
     mp->opened = -1;
     char why[4600];
-    int fd;
-    long long size;
-    if (path_open_input(NULL, file, 0, &fd, &size, why, sizeof why)) {
+    struct file_map map;
+    if (file_map(NULL, file, 0, &map, why, sizeof why)) {
       errf(err, err_size, "checkpoint %s: %s", mf->path, why);
       return NULL;
     }
-    mp->bytes = (size_t)size;
-    mp->map = mp->bytes ? mmap(NULL, mp->bytes, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
-    const int e = errno;
-    close(fd);
-    if (mp->bytes && mp->map == MAP_FAILED) {
-      mp->bytes = 0;
-      errf(err, err_size, "checkpoint %s: cannot map %s: %s", mf->path, file, strerror(e));
-      return NULL;
-    }
+    mp->map = map.data;
+    mp->bytes = map.bytes;
     mp->opened = 1;
   }
   if (mp->opened != 1) {
@@ -431,7 +424,7 @@ int manifest_special_file(const char *folder, char *err, size_t err_size)
   snprintf(file, sizeof file, "%s/manifest.json", folder);
   const int rc = path_open_input(NULL, file, 0, &fd, NULL, err, err_size);
   if (rc)
-    return rc == 2;
+    return rc == 2 ? -1 : 0;
   close(fd);
   struct manifest mf;
   char why[256];

@@ -69,10 +69,10 @@ struct manifest {
   int state;           /* the "state" object's node, or -1 */
 };
 
-/* Reads and checks folder/manifest.json. 0 ok; 1 with a message. mf is to be freed either way. */
+/* Reads and checks folder/manifest.json. 0 ok; −1 with a message. mf is to be freed either way. */
 int manifest_read(struct manifest *mf, const char *folder, char *err, size_t err_size);
 /* Checks the manifest text[0, n) (malloc'ed, n + 1 bytes, text[n] == 0; mf owns it from here)
- * of the checkpoint folder `folder`; `file` names it in messages. 0 ok; 1 with a message. */
+ * of the checkpoint folder `folder`; `file` names it in messages. 0 ok; −1 with a message. */
 int manifest_parse(struct manifest *mf, char *text, size_t n, const char *folder, const char *file,
                    char *err, size_t err_size);
 /* The bytes of piece sp of tt, its shard file mapped on first use (unless in_memory), checked to
@@ -80,7 +80,7 @@ int manifest_parse(struct manifest *mf, char *text, size_t n, const char *folder
 const real *manifest_piece_data(struct manifest *mf, const struct manifest_tensor *tt,
                                 struct manifest_piece *sp, char *err, size_t err_size);
 void manifest_free(struct manifest *mf);
-/* Looks at the files of the checkpoint in `folder` before anything reads them: 1 with "... is a
+/* Looks at the files of the checkpoint in `folder` before anything reads them: −1 with "... is a
  * FIFO, not a regular file" when folder/manifest.json, or a shard file the manifest names, is
  * not a regular file (a FIFO, a device, a folder), so a caller can refuse it as bad input (exit
  * 2); 0 otherwise, any other fault (a missing or malformed manifest) being left to the reader. */

@@ -102,7 +102,7 @@ static int check_config(struct plan_model *c, char *err, size_t n)
              "ffn_dim %d, vocab %d, vocab_padded %d, rope_theta %g, norm_eps %g, dropout %g)",
              c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->ffn_dim, c->vocab,
              c->vocab_padded, c->rope_theta, c->norm_eps, c->dropout);
-    return 1;
+    return -1;
   }
   const struct plan_moe *e = &c->moe;
   if (e->experts > 0 && (e->top_k < 1 || e->top_k > e->experts || e->ffn_dim < 1 ||
@@ -110,7 +110,7 @@ static int check_config(struct plan_model *c, char *err, size_t n)
     snprintf(err, n, "model.moe: inconsistent (experts %d, top_k %d, ffn_dim %d, aux_loss %g, "
              "z_loss %g, capacity_factor %g)", e->experts, e->top_k, e->ffn_dim, e->aux_loss,
              e->z_loss, e->capacity_factor);
-    return 1;
+    return -1;
   }
   return 0;
 }
@@ -142,7 +142,7 @@ static int create_table(struct model *m, int outline, char *err, size_t err_size
                 m->k->name, tensor_dtype_name(m->k->compute_dtype), tensor_dtype_name(REAL_TENSOR_DTYPE),
                 REAL_NAME);
   if (check_config(c, err, err_size))
-    return 1;
+    return -1;
   const int L = c->n_layers, C = c->dim, F = c->ffn_dim, HS = c->head_dim;
   const int64_t Vp = c->vocab_padded, V = c->vocab;
   const float std = 0.02f, std_out = (float)(0.02 / sqrt(2.0 * L));
@@ -174,7 +174,7 @@ static int create_table(struct model *m, int outline, char *err, size_t err_size
       !m->layer_param0 || (n_sparse && (!m->moe || (!outline && (!m->moe_views || !m->moe_stat))))) {
     snprintf(err, err_size, "out of memory for the parameter table of a %d-layer model", L);
     model_free(m);
-    return 1;
+    return -1;
   }
 
   size_t offset = 0;
@@ -279,7 +279,7 @@ static int create_table(struct model *m, int outline, char *err, size_t err_size
   if (m->bf16 && !outline && !(m->layers_bf16 = calloc((size_t)L, sizeof *m->layers_bf16))) {
     snprintf(err, err_size, "out of memory for the parameter table of a %d-layer model", L);
     model_free(m);
-    return 1;
+    return -1;
   }
   return 0;
 }
@@ -400,14 +400,14 @@ int model_create_table_outline(struct model *m, const struct plan *p, int pp_ran
 int model_create(struct model *m, const struct plan_model *cfg, char *err, size_t err_size)
 {
   if (model_create_table(m, cfg, err, err_size))
-    return 1;
+    return -1;
   m->param_memory = alloc_reals_on(m->device, ALLOC_PARAMS, m->n_elems);
   m->grad_memory = alloc_reals_on(m->device, ALLOC_GRADS, m->n_elems);
   if (!m->param_memory || !m->grad_memory) {
     snprintf(err, err_size, "out of memory for the parameters of a %d-layer model of dim %d",
              m->config.n_layers, m->config.dim);
     model_free(m);
-    return 1;
+    return -1;
   }
   model_bind_memory(m, m->param_memory, m->grad_memory);
   return 0;
@@ -503,7 +503,7 @@ int model_bf16_alloc(struct model *m)
     return 0;
   m->bf16_memory = alloc_bytes_on(m->device, ALLOC_PARAMS, m->n_bf16 * sizeof(bf16));
   if (!m->bf16_memory)
-    return 1;
+    return -1;
   m->bf16_fresh = 0;
   model_bind_views(m);
   return 0;

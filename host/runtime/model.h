@@ -23,8 +23,9 @@
 
 #include "ops.h"
 #include "plan/plan.h"
-#include "plan/tp_layout.h"
+#include "layout/tp_layout.h"
 #include "real.h"
+#include "util/fault.h"
 
 #define MODEL_NAME_MAX 96
 #define MODEL_MOE_MAX_EXPERTS 1024 /* model.moe.experts at most */
@@ -92,8 +93,11 @@ struct model_layer_weights {
   real **w1, **w2, **w3;    /* (E) each */
 };
 
-/* Tensor parallelism (plan/tp_layout.h): the TP group and each layer's layouts. A model made
+/* Tensor parallelism (layout/tp_layout.h): the TP group and each layer's layouts. A model made
  * without a plan (model_create_table) has a group of one and every layout replicated. */
+/* The levels the runtime's parts record a failure at (util/fault.h): the outer layer's wins. */
+enum { FAULT_LEVEL_MODEL, FAULT_LEVEL_DP, FAULT_LEVEL_EXEC };
+
 struct model_tp {
   struct comm_group *group;  /* NULL: a group of one */
   int size, rank;
@@ -101,8 +105,9 @@ struct model_tp {
   void *kctx;
   struct tp_layer_layout *layers; /* (L) */
   struct tp_layer_layout io;      /* embedding and head splits, home layout */
-  int failed;                /* a collective failed; the message is in err */
-  char err[256];
+  struct fault *fault;       /* where a failed collective is recorded: the trainer's, or NULL
+                              * for own_fault (a model used on its own); read with FAULT_OF */
+  struct fault own_fault;
 };
 
 struct model {

@@ -353,7 +353,7 @@ out_of_memory:
   free(a->layers);
   free(a->residual);
   memset(a, 0, sizeof *a);
-  return 1;
+  return -1;
 }
 
 int model_acts_count(const struct model *m, int B_max, int T_max, const struct model_acts_scope *scope,

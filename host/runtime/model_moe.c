@@ -89,7 +89,7 @@ static void experts_backward(struct model *m, struct model_acts *a, int layer, i
                      (size_t)n * Fe);
   k->linear_backward(ctx, din, g->w1[e], a->moe_dgate + f, in, w->w1[e], n, C, Fe);
   k->linear_backward(ctx, dout, g->w3[e], a->moe_dup + f, in, w->w3[e], n, C, Fe);
-  k->residual_forward(ctx, din, din, dout, (size_t)n * C);
+  k->vec_add(ctx, din, din, dout, (size_t)n * C);
 }
 
 /* ---- expert parallelism (mesh.ep) -----------------------------------------------------------
@@ -101,9 +101,9 @@ static void experts_backward(struct model *m, struct model_acts *a, int layer, i
 
 static void ep_failed(struct model *m, const char *what)
 {
-  if (!m->tp.failed)
-    snprintf(m->tp.err, sizeof m->tp.err, "expert parallelism: %s: %s", what, comm_error());
-  m->tp.failed = 1;
+  char msg[256]; /* the bound the model's messages had */
+  snprintf(msg, sizeof msg, "expert parallelism: %s: %s", what, comm_error());
+  fault_set(FAULT_OF(&m->tp), FAULT_LEVEL_MODEL, "%s", msg);
 }
 
 /* dst: each expert's counts[e] rows of src (expert-major, packed) at e · P, the rest of its P
@@ -308,5 +308,5 @@ void model_moe_backward(struct model *m, struct model_acts *a, int layer, const 
   k->moe_router_backward(ctx, a->moe_logits, a->moe_dtopw, la->moe_probs, la->moe_topi,
                          la->moe_topw, la->moe_lse, N, T, E, K, aux_scale, z_scale);
   k->linear_backward(ctx, tmp, g->router, a->moe_logits, x, w->router, N, C, E);
-  k->residual_forward(ctx, dx, dx, tmp, (size_t)N * C);
+  k->vec_add(ctx, dx, dx, tmp, (size_t)N * C);
 }

@@ -4,7 +4,7 @@
  * (docs/design.md, "Randomness"), never from the batch row or the rank, so micro-batching, data and
  * tensor parallelism and recompute all see the serial run's masks.
  *
- * Tensor parallelism follows plan/tp_layout.h: each linear computes on the layout its split
+ * Tensor parallelism follows layout/tp_layout.h: each linear computes on the layout its split
  * needs, and `convert` turns one layout into another with the collective the algebra names
  * (a group of one makes every conversion a copy). The order of conversions here is the order
  * tp_comm_list lists them in; mpi_tp_equiv holds the two together. */
@@ -38,9 +38,7 @@ static int no_conversion(const struct model *m, enum tp_layout from, enum tp_lay
 
 static void bf16_failed(struct model *m, const char *e)
 {
-  if (!m->tp.failed)
-    snprintf(m->tp.err, sizeof m->tp.err, "bf16 product: %s", e);
-  m->tp.failed = 1;
+  fault_set(FAULT_OF(&m->tp), FAULT_LEVEL_MODEL, "bf16 product: %.241s", e);
 }
 
 static void lin_fwd_b(struct model *m, real *out, const bf16 *in, const bf16 *w, int N, int IC, int OC)
@@ -133,12 +131,12 @@ static void norm_input_grads(struct model *m, struct model_acts *a, const struct
       if (!sum)
         sum = d;
       else
-        m->k->residual_forward(m->kctx, sum, sum, d, n);
+        m->k->vec_add(m->kctx, sum, sum, d, n);
     }
     real *dst = wrote ? tmp : out;
     tp_convert(&m->tp, a->pack, dst, sum, arrival, y->home, B, T, C, a->work_c4);
     if (wrote)
-      m->k->residual_forward(m->kctx, out, out, tmp, tp_local_elems(y->home, B, T, C, tp));
+      m->k->vec_add(m->kctx, out, out, tmp, tp_local_elems(y->home, B, T, C, tp));
     wrote = 1;
   }
 }
@@ -285,7 +283,7 @@ static void layer_forward_bf16(struct model *m, struct model_acts *a, int layer,
       draw_masks(m, la->attn_mask, (size_t)T * C, 0, dropout, B, layer, MODEL_DROP_ATTN_OUT);
       m->k->dropout_forward(m->kctx, branch, branch, la->attn_mask, n_home);
     }
-    m->k->residual_forward(m->kctx, la->mid, x, branch, n_home);
+    m->k->vec_add(m->kctx, la->mid, x, branch, n_home);
   }
   if (pieces & F_MLP_NORM)
     m->k->rmsnorm_forward_bf16(m->kctx, la->ln2_b, la->ln2_rstd, la->mid, w->mlp_norm, N, C, eps);
@@ -309,7 +307,7 @@ static void layer_forward_bf16(struct model *m, struct model_acts *a, int layer,
     lin_fwd_b(m, branch, la->down_in_b, wb->wdown, N, d.w_in[PLAN_MOD_DOWN], d.w_out[PLAN_MOD_DOWN]);
     if (drop)
       m->k->dropout_forward(m->kctx, branch, branch, la->mlp_mask, n_home);
-    m->k->residual_forward(m->kctx, out, la->mid, branch, n_home);
+    m->k->vec_add(m->kctx, out, la->mid, branch, n_home);
   }
 }
 
@@ -402,7 +400,7 @@ static void layer_forward_pieces(struct model *m, struct model_acts *a, int laye
                  MODEL_DROP_ATTN_OUT);
       m->k->dropout_forward(m->kctx, branch, branch, la->attn_mask, n_home);
     }
-    m->k->residual_forward(m->kctx, la->mid, x, branch, n_home);
+    m->k->vec_add(m->kctx, la->mid, x, branch, n_home);
   }
 
   /* MLP */
@@ -416,7 +414,7 @@ static void layer_forward_pieces(struct model *m, struct model_acts *a, int laye
                    MODEL_DROP_MLP_OUT);
         m->k->dropout_forward(m->kctx, branch, branch, la->mlp_mask, n_home);
       }
-      m->k->residual_forward(m->kctx, out, la->mid, branch, n_home);
+      m->k->vec_add(m->kctx, out, la->mid, branch, n_home);
     }
     return;
   }
@@ -461,7 +459,7 @@ static void layer_forward_pieces(struct model *m, struct model_acts *a, int laye
                  a->work_c3);
     if (drop)
       m->k->dropout_forward(m->kctx, branch, branch, la->mlp_mask, n_home);
-    m->k->residual_forward(m->kctx, out, la->mid, branch, n_home);
+    m->k->vec_add(m->kctx, out, la->mid, branch, n_home);
   }
 }
 
@@ -525,7 +523,7 @@ static void layer_backward_bf16(struct model *m, struct model_acts *a, int layer
   }
   m->k->rmsnorm_backward(m->kctx, a->work_c1, g->mlp_norm, a->work_c1, la->mid, w->mlp_norm,
                          la->ln2_rstd, N, C);
-  m->k->residual_forward(m->kctx, dres, dres, a->work_c1, n_home);
+  m->k->vec_add(m->kctx, dres, dres, a->work_c1, n_home);
 
   /* attention branch */
   dh = dres;
@@ -558,7 +556,7 @@ static void layer_backward_bf16(struct model *m, struct model_acts *a, int layer
   }
   m->k->rmsnorm_backward(m->kctx, a->work_c1, g->attn_norm, a->work_c1, x, w->attn_norm,
                          la->ln1_rstd, N, C);
-  m->k->residual_forward(m->kctx, dres, dres, a->work_c1, n_home);
+  m->k->vec_add(m->kctx, dres, dres, a->work_c1, n_home);
 }
 
 void model_layer_backward(struct model *m, struct model_acts *a, int layer)
@@ -601,7 +599,7 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
     model_moe_backward(m, a, layer, la->ln2, dh, a->work_c2, a->work_c3);
     m->k->rmsnorm_backward(m->kctx, a->work_c1, g->mlp_norm, a->work_c2, la->mid, w->mlp_norm,
                            la->ln2_rstd, Nh, C);
-    m->k->residual_forward(m->kctx, dres, dres, a->work_c1, n_home);
+    m->k->vec_add(m->kctx, dres, dres, a->work_c1, n_home);
     goto attention;
   }
   want = tp_dual(tp_split_output(s[PLAN_MOD_DOWN]));
@@ -637,7 +635,7 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
   }
   m->k->rmsnorm_backward(m->kctx, a->work_c1, sp ? a->gains + C : g->mlp_norm, a->work_c1, la->mid,
                          w->mlp_norm, la->ln2_rstd, Nh, C);
-  m->k->residual_forward(m->kctx, dres, dres, a->work_c1, n_home);
+  m->k->vec_add(m->kctx, dres, dres, a->work_c1, n_home);
 
 attention:
   /* Attention branch: mid = x + drop(o(atty)). */
@@ -693,12 +691,12 @@ attention:
   }
   m->k->rmsnorm_backward(m->kctx, a->work_c1, sp ? a->gains : g->attn_norm, a->work_c1, x,
                          w->attn_norm, la->ln1_rstd, Nh, C);
-  m->k->residual_forward(m->kctx, dres, dres, a->work_c1, n_home);
+  m->k->vec_add(m->kctx, dres, dres, a->work_c1, n_home);
 
   if (sp) { /* each rank saw its positions only: the gains' gradients are partial sums */
     tp_all_reduce(&m->tp, a->gains, 2 * (size_t)C, COMM_SUM);
-    m->k->residual_forward(m->kctx, g->attn_norm, g->attn_norm, a->gains, (size_t)C);
-    m->k->residual_forward(m->kctx, g->mlp_norm, g->mlp_norm, a->gains + C, (size_t)C);
+    m->k->vec_add(m->kctx, g->attn_norm, g->attn_norm, a->gains, (size_t)C);
+    m->k->vec_add(m->kctx, g->mlp_norm, g->mlp_norm, a->gains + C, (size_t)C);
   }
 }
 
@@ -780,7 +778,7 @@ void model_head_backward(struct model *m, struct model_acts *a, real loss_scale)
                          residual_at(a, m, c->n_layers), m->final_norm, a->lnf_rstd, Nh, C);
   if (sp) {
     tp_all_reduce(&m->tp, a->gains, (size_t)C, COMM_SUM);
-    m->k->residual_forward(m->kctx, m->dfinal_norm, m->dfinal_norm, a->gains, (size_t)C);
+    m->k->vec_add(m->kctx, m->dfinal_norm, m->dfinal_norm, a->gains, (size_t)C);
   }
 }
 

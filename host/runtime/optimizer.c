@@ -71,15 +71,6 @@ double optimizer_clip_coef(double norm, double max_norm)
   return coef < 1.0 ? coef : 1.0;
 }
 
-double optimizer_clip(struct model *m, double max_norm)
-{
-  double norm = optimizer_grad_norm(m);
-  double coef = optimizer_clip_coef(norm, max_norm);
-  if (coef < 1.0)
-    m->k->scale_inplace(m->kctx, m->grad_memory, m->n_elems, (real)coef);
-  return norm;
-}
-
 void optimizer_update(struct optimizer *o, struct model *m, long long step, double lr)
 {
   optimizer_update_range(o, m, 0, m->n_elems, m->param_memory, m->grad_memory, 0, step, lr, 1);

@@ -3,7 +3,7 @@
  * global L2 norm as torch.nn.utils.clip_grad_norm_, and the learning-rate schedule. State (m, v)
  * is one contiguous block each, fp32: on one rank it mirrors the gradient memory (same offsets);
  * under ZeRO it holds only the ranges of the flat layout this rank owns, packed in order
- * (optimizer_update_range). The kernels (sumsq, scale_inplace, adamw_update) are the model's
+ * (optimizer_update_range). The kernels (sumsq, adamw_update) are the model's
  * table (m->k, model.h): the state lives beside the model's memory, on its backend, so the
  * optimizer takes the table from the model it updates rather than holding one. */
 #ifndef TYCHO_RUNTIME_OPTIMIZER_H
@@ -40,8 +40,6 @@ double optimizer_grad_norm(const struct model *m);
 /* The factor clipping scales gradients by: max_norm / (norm + 1e-6) when that is < 1, else 1
  * (max_norm 0: always 1), as torch.nn.utils.clip_grad_norm_. */
 double optimizer_clip_coef(double norm, double max_norm);
-/* Scales all gradients by optimizer_clip_coef. Returns the pre-clip norm. */
-double optimizer_clip(struct model *m, double max_norm);
 /* One AdamW update of every parameter at 0-based step (bias corrections use step + 1). */
 void optimizer_update(struct optimizer *o, struct model *m, long long step, double lr);
 /* The same update on the flat-layout range [flat, flat + n_elems): params and grads point at

@@ -20,7 +20,7 @@
 #define TYCHO_RUNTIME_RUN_GUARD_H
 #include <stddef.h>
 
-/* 0 ok; 1 with a message; run_probe_file 2 for a path that is not a regular file. */
+/* 0 ok; −1 with a message; run_probe_file 2 for a path that is not a regular file. */
 int run_probe_file(const char *field, const char *path, char *err, size_t err_size);
 int run_probe_dir(const char *field, const char *dir, char *err, size_t err_size);
 
@@ -28,7 +28,7 @@ struct run_lock {
   int fd;          /* -1: not held */
   char path[4096]; /* the lock file */
 };
-/* 0 held; 1 with a message ("FIELD: PATH is in use by another run (pid P on host H; lock
+/* 0 held; −1 with a message ("FIELD: PATH is in use by another run (pid P on host H; lock
  * LOCKFILE)", or why the lock file cannot be made). `what` is the locked path named in it. */
 int run_lock_take(struct run_lock *l, const char *field, const char *what, const char *lock_path,
                   char *err, size_t err_size);

@@ -1,4 +1,4 @@
-/* Tensor-parallel conversions between the layouts of plan/tp_layout.h, on a model's TP group:
+/* Tensor-parallel conversions between the layouts of layout/tp_layout.h, on a model's TP group:
  * the collective (or copy) each conversion names, with the staging that turns a sharded layout's
  * strided parts into the contiguous blocks the comm layer moves. A group of one makes every
  * conversion a copy. Copies and staging go through the model's kernel table (t->k: copy,
@@ -15,9 +15,9 @@
 
 void tp_failed(struct model_tp *t, const char *what)
 {
-  if (!t->failed)
-    snprintf(t->err, sizeof t->err, "tensor-parallel %s: %s", what, comm_error());
-  t->failed = 1;
+  char msg[256]; /* the bound the model's messages had */
+  snprintf(msg, sizeof msg, "tensor-parallel %s: %s", what, comm_error());
+  fault_set(FAULT_OF(t), FAULT_LEVEL_MODEL, "%s", msg);
 }
 
 void tp_all_reduce(struct model_tp *t, real *buf, size_t n, enum comm_reduce op)
@@ -119,10 +119,8 @@ real *tp_convert(struct model_tp *t, real *pack, real *out, real *in, enum tp_la
       t->k->copy(t->kctx, out, in, (size_t)B * T * X * sizeof(real));
     break;
   default: /* plan_validate refuses the plans that would need one; the same on every rank */
-    if (!t->failed)
-      snprintf(t->err, sizeof t->err, "tensor parallelism: no conversion from %s to %s", tp_layout_name(from),
-               tp_layout_name(to));
-    t->failed = 1;
+    fault_set(FAULT_OF(t), FAULT_LEVEL_MODEL, "tensor parallelism: no conversion from %s to %s", tp_layout_name(from),
+              tp_layout_name(to));
   }
   return out;
 }
@@ -148,9 +146,7 @@ void tp_expand_kv_backward(struct model_tp *t, const struct plan_model *c, real 
   if (!o_view || !g_view) {
     hostview_close(t->k, t->kctx, out, o_view, n_out, 0);
     hostview_close(t->k, t->kctx, (void *)in, (void *)g_view, n_in, 0);
-    if (!t->failed)
-      snprintf(t->err, sizeof t->err, "tensor parallelism: out of host memory for the KV heads' gradient");
-    t->failed = 1;
+    fault_set(FAULT_OF(t), FAULT_LEVEL_MODEL, "tensor parallelism: out of host memory for the KV heads' gradient");
     return;
   }
   memset(o_view, 0, n_out);

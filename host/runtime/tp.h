@@ -1,5 +1,5 @@
 /* Tensor-parallel conversions (tp.c), used by the passes (model_passes.c). Tensors are
- * (B, T, X) in the logical view; a rank holds its part as plan/tp_layout.h describes. */
+ * (B, T, X) in the logical view; a rank holds its part as layout/tp_layout.h describes. */
 #ifndef TYCHO_RUNTIME_TP_H
 #define TYCHO_RUNTIME_TP_H
 #include <stddef.h>

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "mesh/mesh.h"
 #include "ops.h"
 #include "runtime/alloc.h"
 #include "runtime/bill.h"
@@ -54,7 +55,7 @@ static int check_supported(const struct plan *p, char *err, size_t n)
     return errf(err, n, "%s: device = \"cuda\": this build of tycho has no CUDA backend; run it on the "
                 "CPU with --set device=cpu (or device = \"auto\")", plan_where(p, "device"));
   if (p->precision.compute != PLAN_FP32 && bf16_refused(p, err, n))
-    return 1;
+    return -1;
   if (strcmp(p->optimizer.kind, "adamw") != 0)
     return errf(err, n, "%s: optimizer.kind = \"%s\": only \"adamw\" is implemented",
                 plan_where(p, "optimizer.kind"), p->optimizer.kind);
@@ -122,14 +123,17 @@ int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *con
   }
   if (model_create_table_tp(&t->model, p, tp, pp ? pp->rank : 0, ep > 1 ? dp->rank % ep : 0, err, err_size))
     goto fail;
+  t->model.tp.fault = &t->fault; /* one record of the first failure, for every part */
   if (ep > 1) {
     if (comm_group_split(dp, dp->rank / ep, dp->rank, "ep", &t->ep, err, err_size) ||
         comm_group_split(dp, dp->rank % ep, dp->rank, "edp", &t->edp, err, err_size))
       goto fail;
     t->model.ep.group = t->ep;
   }
-  if (dp_open(&t->dp, &t->model, dp, t->edp, p->zero, p->bucket_mb, err, err_size) ||
-      dp_init_params(&t->dp, p, err, err_size) ||
+  if (dp_open(&t->dp, &t->model, dp, t->edp, p->zero, p->bucket_mb, err, err_size))
+    goto fail;
+  t->dp.fault = &t->fault;
+  if (dp_init_params(&t->dp, p, err, err_size) ||
       model_acts_create(&t->acts, &t->model, micro, S, err, err_size) ||
       optimizer_create_sized(&t->opt, p, dp_state_elems(&t->dp), err, err_size) ||
       data_source_open(&t->data, p, err, err_size))
@@ -163,6 +167,7 @@ int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *con
                                 t->dropout_seed, &t->step, fill_micro_batch, t };
   if (exec_open(&t->exec, &env, pp, err, err_size))
     goto fail;
+  t->exec.fault = &t->fault;
   /* The step's memory, reserved now: the bill is the run's peaks (tests/mpi/mpi_dp_equiv.c). */
   struct bill bill;
   if (bill_predict(p, t->exec.rank, &bill, err, err_size))
@@ -202,13 +207,6 @@ int trainer_open_on_world(struct trainer *t, const struct plan *p, char *err, si
 }
 
 /* ---- trainer_replan ----------------------------------------------------------------------- */
-
-/* The lowest failing rank's status and message on every rank of w (NULL: this one alone). */
-static int agree_on(struct comm_group *w, int status, char *err, size_t n)
-{
-  int agreed = comm_agree_err(w, status, err, n, 1);
-  return agreed < 0 ? TRAIN_RUNTIME_ERROR : agreed;
-}
 
 /* A replan keeps the model: every field of model = { ... } but the derived ones. */
 static int same_model(const struct plan *now, const struct plan *p, char *err, size_t n)
@@ -274,7 +272,7 @@ static int open_and_load(struct trainer *t, const struct plan *p, struct comm_gr
   struct comm_group *groups[PLAN_N_AXES] = { NULL };
   if (w && comm_build_mesh_groups(&p->mesh, groups, err, n)) /* agreed inside */
     return TRAIN_RUNTIME_ERROR;
-  int rc = agree_on(w, trainer_open(t, p, w ? groups : NULL, err, n), err, n);
+  int rc = comm_agree_err(w, trainer_open(t, p, w ? groups : NULL, err, n), err, n, COMM_AGREE_NAME_RANK);
   if (rc) {
     if (t->plan) /* opened here, failed elsewhere: close it while the groups are not its own */
       trainer_close(t);
@@ -285,7 +283,7 @@ static int open_and_load(struct trainer *t, const struct plan *p, struct comm_gr
   }
   if (w)
     memcpy(t->own_groups, groups, sizeof groups); /* freed at trainer_close, as trainer_open_on_world's */
-  if ((rc = agree_on(w, ckpt_mem_load(t, cm, err, n) ? TRAIN_RUNTIME_ERROR : 0, err, n)))
+  if ((rc = comm_agree_err(w, ckpt_mem_load(t, cm, err, n) ? TRAIN_RUNTIME_ERROR : 0, err, n, COMM_AGREE_NAME_RANK)))
     trainer_close(t);
   return rc;
 }
@@ -313,7 +311,7 @@ int trainer_replan(struct trainer *t, const struct plan *p, char *err, size_t er
     rc = TRAIN_PLAN_ERROR;
   else if (plan_copy(&to, p) || plan_copy(&back, t->plan)) /* p may be t->plan, which close frees */
     rc = (errf(err, err_size, "replan: out of memory for copies of the plans"), TRAIN_RUNTIME_ERROR);
-  rc = agree_on(w, rc, err, err_size);
+  rc = comm_agree_err(w, rc, err, err_size, COMM_AGREE_NAME_RANK);
   if (!rc && w && comm_check_plan_hash(plan_hash(&to), err, err_size)) /* agreed: every rank the same p */
     rc = TRAIN_PLAN_ERROR;
   /* 2. The state, every rank's pieces, to every rank (agreed; t is left as it was). */
@@ -349,13 +347,12 @@ int trainer_replan(struct trainer *t, const struct plan *p, char *err, size_t er
 
 const char *trainer_failed(const struct trainer *t)
 {
-  return t->exec.failed ? t->exec.err : t->dp.failed ? t->dp.err : t->model.tp.failed ? t->model.tp.err : NULL;
+  return fault_msg(&t->fault);
 }
 
 void trainer_clear_error(struct trainer *t)
 {
-  t->exec.failed = t->dp.failed = t->model.tp.failed = 0;
-  t->exec.err[0] = t->dp.err[0] = t->model.tp.err[0] = '\0';
+  fault_clear(&t->fault);
 }
 
 void trainer_close(struct trainer *t)
@@ -485,7 +482,7 @@ static int update(void *ctx, double loss_sum)
    * memory first did) */
   double coef = optimizer_clip_coef(stats->grad_norm, p->optimizer.grad_clip);
   if (dp_update(&t->dp, &t->opt, t->step, stats->lr, coef < 1.0 ? (real)coef : (real)1))
-    return errf(u->err, u->err_size, "step %lld: %s", t->step + 1, t->dp.err);
+    return errf(u->err, u->err_size, "step %lld: %s", t->step + 1, FAULT_OF(&t->dp)->msg);
   comm_set_step(t->step, -1);
   comm_trace_work("optimizer", -1, -1, 0.0, t0, comm_now());
   return 0;

@@ -1,7 +1,7 @@
 /* The trainer: `tycho run`. It owns what the model does not — data windows, micro-batches, the
  * loss scale, the optimizer step, evaluation, metrics, export — and drives the model through the
  * data-parallel layer (dp.h), which adds the reductions, gathers and sharding of mesh.dp and
- * zero, on a model split over the tp group (model.h, plan/tp_layout.h), always through the
+ * zero, on a model split over the tp group (model.h, layout/tp_layout.h), always through the
  * executor (exec.h), which runs this rank's list of the plan's schedule — one stage's list when
  * mesh.pp = 1.
  *
@@ -38,8 +38,10 @@
 
 struct comm_group;
 
-/* Return codes of trainer_open and train_run: the CLI's exit codes. */
-enum train_status { TRAIN_OK = 0, TRAIN_RUNTIME_ERROR = 1, TRAIN_PLAN_ERROR = 2 };
+/* Return codes of trainer_open, trainer_replan and train_run: the house's 0 or −1, and −2 for an
+ * error in the plan (the CLI exits 2 for it, 1 for −1). TRAIN_PLAN_ERROR is the agreement's
+ * COMM_AGREE_PLAN_ERROR, so an agreed plan error is not prefixed with a rank (comm.h). */
+enum train_status { TRAIN_OK = 0, TRAIN_RUNTIME_ERROR = -1, TRAIN_PLAN_ERROR = -2 };
 
 #define TRAIN_MIN_EVAL_PROBLEMS 256
 #define TRAIN_MAX_PROBLEM_TOKENS 64 /* prompt plus answer of a held-out problem */
@@ -77,6 +79,8 @@ struct trainer {
   size_t reserved[ALLOC_N_CATEGORIES]; /* the memory bill, reserved at open (alloc_reserve) */
   struct ckpt_async *ckpt_pending; /* checkpoint.async: a save being written (ckpt.h), or NULL */
   struct train_loss_window recent; /* train.max_loss_jump's state (saved in checkpoints) */
+  struct fault fault;        /* the first failure the model, dp layer or executor recorded in a
+                              * call (trainer_failed), until trainer_clear_error */
 };
 
 struct train_step_stats {
@@ -156,7 +160,7 @@ int trainer_replan(struct trainer *t, const struct plan *p, char *err, size_t er
 /* Fills the windows of micro-batch mb of step t->step for this data-parallel rank: inputs and
  * targets (micro, seq) and each row's window index. */
 void trainer_micro_batch(struct trainer *t, int mb, int *inputs, int *targets, uint64_t *samples);
-/* The first failure's message (the executor's, data-parallel or tensor-parallel), or NULL. It
+/* The first failure's message (the executor's, data-parallel or tensor-parallel: t->fault), or NULL. It
  * stays until the caller handles it with trainer_clear_error. A call that failed leaves the
  * trainer usable: a step that stopped changed no parameter, optimizer state or step counter, and
  * ended every collective it started on every rank. */
@@ -178,7 +182,7 @@ void trainer_eval(struct trainer *t, struct train_eval_stats *stats);
  * steps, evaluation, log.metrics JSON lines, export.path every export.every steps and at the
  * end, the memory bill's peaks. Rank 0 of the group writes (progress, metrics, export); `out`
  * is ignored elsewhere. Every failure, even one only a single rank saw (a data file it cannot
- * open, a metrics file it cannot write), is agreed over the group (comm_agree) where it happens,
+ * open, a metrics file it cannot write), is agreed over the group (comm_agree_err) where it happens,
  * so every rank returns the same status with the failing rank's message ("rank R: ..." when the
  * group is larger than one). Returns an enum train_status with a message in err. */
 int train_run(const struct plan *p, struct comm_group *const *groups, FILE *out, char *err,

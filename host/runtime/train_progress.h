@@ -1,5 +1,5 @@
 /* What `tycho run` shows a user (train_run.c), for every loop that trains: the progress line of
- * a step, the evaluation line, durations, and the agreement after work one rank may fail alone.
+ * a step, the evaluation line and durations.
  * train_run prints them on its FILE; the REPL's trainer (bindings/tycho_runtime.c) hands the same
  * text to Lua's print, so a step looks the same in both. */
 #ifndef TYCHO_RUNTIME_TRAIN_PROGRESS_H
@@ -7,8 +7,6 @@
 #include <stddef.h>
 
 #include "runtime/train.h"
-
-struct comm_group;
 
 /* "42.3s", "3m07s", "1h02m". Returns buf. */
 const char *train_format_duration(char *buf, size_t n, double seconds);
@@ -21,9 +19,5 @@ void train_format_progress(char *buf, size_t n, const struct train_step_stats *s
 /* "eval at step 10: val loss 2.3104, accuracy 12.5% (256 held-out problems)", without a
  * newline; 0 (buf empty) when the evaluation had nothing to measure, else 1. */
 int train_format_eval(char *buf, size_t n, const struct train_eval_stats *e);
-/* Every member's status → the lowest failing member's, with its message in err: runtime
- * failures prefixed "rank R: " when the group has more than one rank, plan errors (the same on
- * every rank) as they are. g NULL (no comm layer): the status as it is. Collective over g. */
-int train_agree(struct comm_group *g, int status, char *err, size_t n);
 
 #endif

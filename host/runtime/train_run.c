@@ -73,6 +73,9 @@ static int open_metrics(struct run_log *log, const char *path, char *err, size_t
   return path_fopen_output("log.metrics", path, 1, &log->metrics, err, n);
 }
 
+/* An agreed plan error reads the same on every rank: the agreement leaves it without "rank R: ". */
+_Static_assert(TRAIN_PLAN_ERROR == COMM_AGREE_PLAN_ERROR, "the trainer's plan error is the agreement's");
+
 /* 0 ok; TRAIN_PLAN_ERROR for a path that is not a regular file; TRAIN_RUNTIME_ERROR otherwise. */
 static int status_of(int rc)
 {
@@ -275,22 +278,6 @@ static int log_eval(struct run_log *log, const struct train_eval_stats *e, char 
   return write_metrics_line(log, line, err, n);
 }
 
-int train_agree(struct comm_group *g, int status, char *err, size_t n)
-{
-  if (!g)
-    return status;
-  char msg[COMM_AGREE_MSG_MAX];
-  snprintf(msg, sizeof msg, "%s", status ? err : "");
-  int failed_rank, agreed = comm_agree(g, status, msg, sizeof msg, &failed_rank);
-  if (agreed < 0)
-    return errf(err, n, "%s", msg), TRAIN_RUNTIME_ERROR;
-  if (agreed == TRAIN_PLAN_ERROR || (agreed && g->size == 1))
-    snprintf(err, n, "%s", msg);
-  else if (agreed)
-    snprintf(err, n, "rank %d: %s", failed_rank, msg);
-  return agreed;
-}
-
 static void print_header(FILE *out, const struct plan *p, const struct trainer *t)
 {
   if (!out)
@@ -400,10 +387,10 @@ static int print_peaks(struct comm_group *g, struct run_log *log, char *err, siz
       alloc_print_bill_peaks(out, label, &b);
     }
     if (memory_record(log, r, all + (size_t)r * K, all + (size_t)r * K + ALLOC_N_CATEGORIES + 1, err, n))
-      rc = 1;
+      rc = -1;
   }
   free(all);
-  return rc ? 1 : 0;
+  return rc ? -1 : 0;
 }
 
 /* Collective (ZeRO-3 gathers); rank 0 writes. */
@@ -456,7 +443,7 @@ static int async_commit(struct trainer *t, struct run_log *log, int wait, char *
   double seconds;
   const double k0 = comm_now();
   if (ckpt_async_poll(t, wait, &step, &seconds, err, n))
-    return 1;
+    return -1;
   if (step >= 0) {
     comm_trace_work("checkpoint commit", -1, -1, 0.0, k0, comm_now());
     if (log->out) {
@@ -537,11 +524,11 @@ static int run_steps(struct trainer *t, struct run_log *log, struct train_moe *m
     const int sig = stop_signal;
     char mine[COMM_AGREE_MSG_MAX];
     snprintf(mine, sizeof mine, "%s", failed ? err : "");
-    int agreed = train_agree(g, failed ? TRAIN_RUNTIME_ERROR : sig ? 128 + sig : TRAIN_OK, err, n), stop = 0;
+    int agreed = comm_agree_err(g, failed ? TRAIN_RUNTIME_ERROR : sig ? 128 + sig : TRAIN_OK, err, n, COMM_AGREE_NAME_RANK_UNLESS_PLAN), stop = 0;
     if (agreed > 128) {
       stop = agreed - 128;
       snprintf(err, n, "%s", mine);
-      if (train_agree(g, failed ? TRAIN_RUNTIME_ERROR : TRAIN_OK, err, n))
+      if (comm_agree_err(g, failed ? TRAIN_RUNTIME_ERROR : TRAIN_OK, err, n, COMM_AGREE_NAME_RANK_UNLESS_PLAN))
         return TRAIN_RUNTIME_ERROR;
     } else if (agreed) {
       return TRAIN_RUNTIME_ERROR;
@@ -616,8 +603,8 @@ static int resume(struct trainer *t, struct comm_group *all, FILE *out, char *er
   int rc = found < 0 ? TRAIN_RUNTIME_ERROR : TRAIN_OK;
   int loaded = found == 0 ? ckpt_load(t, path, err, n) : 0;
   if (loaded)
-    rc = loaded == 2 ? TRAIN_PLAN_ERROR : TRAIN_RUNTIME_ERROR; /* 2: the plan changes the run */
-  rc = train_agree(all, rc, err, n);
+    rc = loaded == TRAIN_PLAN_ERROR ? TRAIN_PLAN_ERROR : TRAIN_RUNTIME_ERROR; /* the plan changes the run */
+  rc = comm_agree_err(all, rc, err, n, COMM_AGREE_NAME_RANK_UNLESS_PLAN);
   if (rc == TRAIN_OK && found == 0 && out) {
     fprintf(out, "resumed from %s: step %lld%s\n", path, step,
             t->plan->init.from[0] ? " (init.from is not read when resuming)" : "");
@@ -647,19 +634,19 @@ int train_run(const struct plan *p, struct comm_group *const *groups, FILE *out,
   /* Everything the run will write, tried and locked, and what it will read, looked at, before
    * the trainer opens (exit 1; exit 2 for a path that is not a regular file). */
   int rc = rank0 ? prepare_outputs(p, &log, &locks, err, err_size) : TRAIN_OK;
-  rc = train_agree(all, rc, err, err_size);
+  rc = comm_agree_err(all, rc, err, err_size, COMM_AGREE_NAME_RANK_UNLESS_PLAN);
   struct trainer t;
   int opened = rc;
   if (rc == TRAIN_OK) {
     opened = trainer_open(&t, p, groups, err, err_size);
-    rc = train_agree(all, opened, err, err_size);
+    rc = comm_agree_err(all, opened, err, err_size, COMM_AGREE_NAME_RANK_UNLESS_PLAN);
   }
   if (rc == TRAIN_OK) {
     print_header(log.out, p, &t);
     /* Partial step_N.tmp folders: ours to remove, as checkpoint.dir is locked by this run. */
     if (rank0 && p->checkpoint.dir[0] && ckpt_remove_partial(p->checkpoint.dir, log.out, err, err_size))
       rc = TRAIN_RUNTIME_ERROR;
-    rc = train_agree(all, rc, err, err_size);
+    rc = comm_agree_err(all, rc, err, err_size, COMM_AGREE_NAME_RANK_UNLESS_PLAN);
   }
   if (rc == TRAIN_OK && p->checkpoint.dir[0])
     rc = resume(&t, all, log.out, err, err_size);
@@ -667,7 +654,7 @@ int train_run(const struct plan *p, struct comm_group *const *groups, FILE *out,
   if (rc == TRAIN_OK && p->log.trace[0] && all) { /* rc is agreed: every rank or none */
     if (comm_reserve_records(TRACE_RECORDS))
       rc = errf(err, err_size, "log.trace: out of memory for %d trace records", TRACE_RECORDS);
-    rc = train_agree(all, rc, err, err_size);
+    rc = comm_agree_err(all, rc, err, err_size, COMM_AGREE_NAME_RANK_UNLESS_PLAN);
   }
   int left = 0;
   if (rc == TRAIN_OK) {

@@ -107,7 +107,7 @@ static int load_tensors(struct model *m, const struct source *s, const char *pat
       rc = rc ? rc : all_finite(view, t->n_elems, path, p->name, err, err_size);
       hostview_close(m->k, m->kctx, p->data, view, bytes, !rc);
       if (rc)
-        return 1;
+        return -1;
       m->k->zero(m->kctx, p->data + t->n_elems, (p->n_elems - t->n_elems) * sizeof(real)); /* padding */
       continue;
     }
@@ -132,7 +132,7 @@ static int load_tensors(struct model *m, const struct source *s, const char *pat
     }
     free(whole);
     if (rc)
-      return 1;
+      return -1;
   }
   return 0;
 }
@@ -168,7 +168,7 @@ static size_t export_bytes(const struct model_param *p)
 int weights_export(const struct model *m, const char *path, char *err, size_t err_size)
 {
   if (path_make_parent_dirs(path, err, err_size))
-    return 1;
+    return -1;
   struct st_write_tensor *w = calloc((size_t)m->n_params, sizeof *w);
   if (!w)
     return errf(err, err_size, "export %s: out of memory", path);

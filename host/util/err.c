@@ -12,5 +12,5 @@ int errf(char *err, size_t err_size, const char *fmt, ...)
     vsnprintf(err, err_size, fmt, ap);
     va_end(ap);
   }
-  return 1;
+  return -1;
 }

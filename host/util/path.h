@@ -7,7 +7,7 @@
 #include <stdio.h>
 
 /* mkdir -p of the folder that will hold the file `path` (nothing when it has no folder part).
- * 0 ok; 1 with a message naming the folder. */
+ * 0 ok; −1 with a message naming the folder. */
 int path_make_parent_dirs(const char *path, char *err, size_t err_size);
 
 /* What a file is, in words for a message: "a folder", "a FIFO", "a character device", ... */
@@ -22,14 +22,14 @@ const char *path_kind(unsigned mode);
  * device opens at once), then refuses anything that is not a regular file, and a file larger
  * than max_bytes (0: no limit). On success *fd is an open, blocking descriptor and *size the
  * file's size (size may be NULL). `what` (the field or role, e.g. "init.from"; NULL or "" for
- * none) starts the message. 0 ok; 1 when it cannot be opened ("WHAT PATH: cannot open:
+ * none) starts the message. 0 ok; −1 when it cannot be opened ("WHAT PATH: cannot open:
  * strerror"); 2 when it is not a regular file or too large ("WHAT PATH: is a FIFO, not a
  * regular file", "... is a character device, ...", "... is a folder, ..."). */
 int path_open_input(const char *what, const char *path, long long max_bytes, int *fd,
                     long long *size, char *err, size_t err_size);
 
 /* path_open_input, then the whole file read into a malloc'd buffer with a NUL after its last
- * byte (*len excludes it). 0 ok; 1 or 2 (as path_open_input) with a message. */
+ * byte (*len excludes it). 0 ok; −1 or 2 (as path_open_input) with a message. */
 int path_read_input(const char *what, const char *path, long long max_bytes, char **data,
                     size_t *len, char *err, size_t err_size);
 
@@ -37,18 +37,18 @@ int path_read_input(const char *what, const char *path, long long max_bytes, cha
  * links, as anything but a regular file (a device such as /dev/null, a FIFO, a folder, a socket),
  * since writing or renaming onto it would replace or feed something that is not tycho's.
  * 0 ok (absent, or a regular file); 2 with "WHAT PATH: is a character device, not a regular
- * file"; 1 when it cannot be looked at (strerror). */
+ * file"; −1 when it cannot be looked at (strerror). */
 int path_check_output(const char *what, const char *path, char *err, size_t err_size);
 
 /* Opens the output `path` for writing, creating it (0644) when absent, without blocking and
  * without touching anything that is not a regular file: a FIFO, a device, a folder or a socket
  * at `path` (or a link to one) is refused before a byte is written, and only then is a regular
  * file truncated (append: kept, written at its end). On success *fd is a blocking descriptor.
- * 0 ok; 2 not a regular file (as path_check_output); 1 cannot open or truncate it (strerror). */
+ * 0 ok; 2 not a regular file (as path_check_output); −1 cannot open or truncate it (strerror). */
 int path_open_output(const char *what, const char *path, int append, int *fd, char *err,
                      size_t err_size);
 
-/* path_open_output as a stdio stream ("w", or "a" when append). 0 ok with *f; 1 or 2 with a
+/* path_open_output as a stdio stream ("w", or "a" when append). 0 ok with *f; −1 or 2 with a
  * message, *f NULL. */
 int path_fopen_output(const char *what, const char *path, int append, FILE **f, char *err,
                       size_t err_size);

@@ -158,7 +158,7 @@ void linear_backward(real *dinp, real *dweight, const real *dout, const real *in
               1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
 }
 
-void residual_forward(real *out, const real *a, const real *b, size_t n_elems)
+void vec_add(real *out, const real *a, const real *b, size_t n_elems)
 {
 #pragma omp parallel for
   for (size_t i = 0; i < n_elems; i++) out[i] = a[i] + b[i];

@@ -77,6 +77,22 @@ extern "C" const char *cuda_ctx_error(const void *ctx)
   return c && c->failed ? c->err : "";
 }
 
+/* The status entry: a failure recorded by an entry, or one the stream reports without waiting
+ * (a kernel's fault surfaces asynchronously, at the stream's next query). */
+extern "C" int cuda_status(void *ctx, char *err, size_t err_size)
+{
+  struct cuda_ctx *c = cuda_of(ctx);
+  if (!c->failed) {
+    const cudaError_t e = cudaStreamQuery(c->stream);
+    if (e != cudaSuccess && e != cudaErrorNotReady)
+      cuda_record(c, __FILE__, __LINE__, "cudaStreamQuery(stream)", cudaGetErrorString(e));
+  }
+  if (!c->failed)
+    return 0;
+  snprintf(err, err_size, "%s", c->err);
+  return -1;
+}
+
 extern "C" int cuda_ctx_sync(void *ctx)
 {
   struct cuda_ctx *c = cuda_of(ctx);

@@ -59,7 +59,7 @@ __device__ inline void store(bf16 *p, float x) { *p = to_bf16(x); }
 
 /* ---- element-wise ---- */
 
-__global__ void residual_kernel(real *out, const real *a, const real *b, size_t n)
+__global__ void add_kernel(real *out, const real *a, const real *b, size_t n)
 {
   GRID_STRIDE(i, n) out[i] = __fadd_rn(a[i], b[i]);
 }
@@ -67,11 +67,6 @@ __global__ void residual_kernel(real *out, const real *a, const real *b, size_t 
 __global__ void mul_kernel(real *out, const real *a, const real *b, size_t n)
 {
   GRID_STRIDE(i, n) out[i] = __fmul_rn(a[i], b[i]);
-}
-
-__global__ void scale_kernel(real *x, size_t n, real s)
-{
-  GRID_STRIDE(i, n) x[i] = __fmul_rn(x[i], s);
 }
 
 __global__ void round_bf16_kernel(bf16 *dst, const real *src, size_t n)
@@ -385,12 +380,12 @@ void adamw_any(void *ctx, real *param, bf16 *param_bf16, const real *grad, real 
 
 extern "C" {
 
-void cuda_residual_forward(void *ctx, real *out, const real *a, const real *b, size_t n_elems)
+void cuda_vec_add(void *ctx, real *out, const real *a, const real *b, size_t n_elems)
 {
   struct cuda_ctx *c = cuda_of(ctx);
   if (n_elems == 0)
     return;
-  residual_kernel<<<stride_blocks(n_elems), kThreads, 0, c->stream>>>(out, a, b, n_elems);
+  add_kernel<<<stride_blocks(n_elems), kThreads, 0, c->stream>>>(out, a, b, n_elems);
   CUDA_LAUNCHED(c);
 }
 
@@ -489,15 +484,6 @@ void cuda_dropout_backward(void *ctx, real *dinp, const real *dout, const real *
   if (n_elems == 0)
     return;
   mul_kernel<<<stride_blocks(n_elems), kThreads, 0, c->stream>>>(dinp, dout, mask, n_elems);
-  CUDA_LAUNCHED(c);
-}
-
-void cuda_scale_inplace(void *ctx, real *x, size_t n_elems, real s)
-{
-  struct cuda_ctx *c = cuda_of(ctx);
-  if (n_elems == 0)
-    return;
-  scale_kernel<<<stride_blocks(n_elems), kThreads, 0, c->stream>>>(x, n_elems, s);
   CUDA_LAUNCHED(c);
 }
 

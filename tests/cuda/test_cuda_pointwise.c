@@ -1,8 +1,8 @@
 /* The CUDA backend's element-wise, RMSNorm, embedding and optimizer entries
  * (kernels/cuda/cuda_pointwise.cu) against the CPU table on the same inputs.
  *
- * Bit-identical by construction (compared with memcmp): residual, dropout (mask, forward,
- * backward), scale, round_bf16, AdamW (both variants), RMSNorm's dweight, the embedding's four
+ * Bit-identical by construction (compared with memcmp): vec_add, dropout (mask, forward,
+ * backward), round_bf16, AdamW (both variants), RMSNorm's dweight, the embedding's four
  * entries. Those do the CPU's operations in the CPU's order, without contraction (the CUDA file
  * uses __fmul_rn / __fadd_rn), and the sums that the CPU runs sequentially (dweight in double,
  * dwte in float) run in the same sequence on the GPU. The inputs hold no denormals (the CPU
@@ -29,9 +29,9 @@ static real *host_alloc(size_t n) { return calloc(n ? n : 1, sizeof(real)); }
 
 static int same_bits(const void *a, const void *b, size_t n_bytes) { return memcmp(a, b, n_bytes) == 0; }
 
-/* ---- residual, scale ---- */
+/* ---- element-wise sum ---- */
 
-static void test_residual_and_scale(void)
+static void test_vec_add(void)
 {
   const size_t sizes[] = { 1, 77, 1000003 };
   for (int s = 0; s < 3; s++) {
@@ -39,19 +39,14 @@ static void test_residual_and_scale(void)
     real *a = host_uniform(n, 1 + s, 3.0), *b = host_uniform(n, 11 + s, 3.0), *ref = host_alloc(n),
          *got = host_alloc(n);
     real *da = dev_upload(a, nb), *db = dev_upload(b, nb), *dout = dev_zeros(nb);
-    kernel_ops_cpu.residual_forward(NULL, ref, a, b, n);
-    kernel_ops_cuda.residual_forward(fixture_ctx, dout, da, db, n);
+    kernel_ops_cpu.vec_add(NULL, ref, a, b, n);
+    kernel_ops_cuda.vec_add(fixture_ctx, dout, da, db, n);
     dev_download(got, dout, nb);
-    CHECK_MSG(same_bits(got, ref, nb), "residual n %zu", n); /* one correctly rounded add */
+    CHECK_MSG(same_bits(got, ref, nb), "vec_add n %zu", n); /* one correctly rounded add */
     /* out == a (the "accumulate" use) */
-    kernel_ops_cuda.residual_forward(fixture_ctx, da, da, db, n);
+    kernel_ops_cuda.vec_add(fixture_ctx, da, da, db, n);
     dev_download(got, da, nb);
-    CHECK_MSG(same_bits(got, ref, nb), "residual in place n %zu", n);
-    /* scale: one correctly rounded multiply */
-    kernel_ops_cpu.scale_inplace(NULL, ref, n, 0.37f);
-    kernel_ops_cuda.scale_inplace(fixture_ctx, da, n, 0.37f);
-    dev_download(got, da, nb);
-    CHECK_MSG(same_bits(got, ref, nb), "scale n %zu", n);
+    CHECK_MSG(same_bits(got, ref, nb), "vec_add in place n %zu", n);
     CHECK_CUDA_OK();
     dev_free(da), dev_free(db), dev_free(dout);
     free(a), free(b), free(ref), free(got);
@@ -426,7 +421,7 @@ int main(void)
 {
   cuda_test_open();
   static const struct test_case t[] = {
-    TEST(test_residual_and_scale), TEST(test_swiglu), TEST(test_swiglu_rows), TEST(test_dropout),
+    TEST(test_vec_add), TEST(test_swiglu), TEST(test_swiglu_rows), TEST(test_dropout),
     TEST(test_sumsq), TEST(test_adamw), TEST(test_round_bf16), TEST(test_rmsnorm),
     TEST(test_encoder),
   };

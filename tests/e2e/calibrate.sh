@@ -5,7 +5,7 @@
 # file's gpus_per_node is this machine's online cores, efficiency.compute is the plan's linears'
 # rate over the sgemm peak as the header states them, and the model's serial step on the file
 # (less the optimizer) is the serial forward and backward the header says was measured — the
-# pointwise figure is what makes them equal (host/check/calibrate.h).
+# pointwise figure is what makes them equal (host/drive/calibrate.h).
 # usage: calibrate.sh TYCHO   (run from the source folder)
 set -u
 tycho=$1

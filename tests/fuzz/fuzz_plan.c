@@ -6,7 +6,7 @@
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Ihost -Ibindings -Ikernels \
  *     -DTYCHO_VERSION='"fuzz"' -DTYCHO_PLANS_DIR='"'$PWD/plans'"' tests/fuzz/fuzz_plan.c \
  *     host/plan/compile*.c host/plan/plan.c host/plan/plan_validate.c host/lua/sandbox*.c \
- *     host/lua/srcmap.c bindings/tycho_module.c $(pkg-config --cflags --libs lua5.4) -lm -o fuzz_plan
+ *     host/lua/srcmap.c host/lua/tycho_module.c $(pkg-config --cflags --libs lua5.4) -lm -o fuzz_plan
  *   TYCHO_PATH=$PWD/tests/plans/bad ./fuzz_plan -max_len=4096 corpus/
  * With gcc, fuzz_plan_driver.c supplies main() and the inputs (the ctest run). */
 #define _POSIX_C_SOURCE 200809L

@@ -30,11 +30,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check/rehearse.h"
+#include "drive/rehearse.h"
 #include "comm/comm.h"
+#include "mesh/mesh.h"
 #include "mpi_check.h"
 #include "plan/compile.h"
-#include "plan/tp_layout.h"
+#include "layout/tp_layout.h"
 #include "runtime/alloc.h"
 #include "runtime/bill.h"
 #include "runtime/train.h"

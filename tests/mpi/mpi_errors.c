@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "mesh/mesh.h"
 #include "mpi_check.h"
 
 static int rank;
@@ -50,6 +51,34 @@ static void test_agreement_names_the_first_failing_rank(void)
   CHECK(comm_agree(groups[PLAN_AXIS_DP], rank == 3 ? 1 : 0, msg, sizeof msg, &failed) == (rank % 2 ? 1 : 0));
   CHECK(rank % 2 ? failed == 3 && !strcmp(msg, "rank 3") : failed == -1);
   CHECK(comm_group_seq(comm_world()) == seq);
+}
+
+/* comm_agree_err: the house's −1 (and −2, a plan error) are failures like any other status:
+ * every rank gets the lowest failing rank's status and message, after "rank R: " as the caller
+ * asks; a group of one keeps its status and message as they are. */
+static void test_agree_err_takes_negative_statuses(void)
+{
+  char err[COMM_AGREE_MSG_MAX];
+  snprintf(err, sizeof err, "rank %d: data.bin: no such file", rank);
+  int status = rank == 1 || rank == 3 ? -1 : 0;
+  CHECK(comm_agree_err(comm_world(), status, err, sizeof err, COMM_AGREE_NAME_RANK) == -1);
+  CHECK_MSG(!strcmp(err, "rank 1: rank 1: data.bin: no such file"), "rank %d: %s", rank, err);
+  snprintf(err, sizeof err, "plan.lua:3: mesh.dp = 4 (rank %d)", rank);
+  status = rank >= 2 ? COMM_AGREE_PLAN_ERROR : 0;
+  CHECK(comm_agree_err(comm_world(), status, err, sizeof err, COMM_AGREE_NAME_RANK_UNLESS_PLAN) == -2);
+  CHECK_MSG(!strcmp(err, "plan.lua:3: mesh.dp = 4 (rank 2)"), "rank %d: %s", rank, err);
+  snprintf(err, sizeof err, "export (rank %d)", rank);
+  status = rank == 3 ? -1 : 0;
+  CHECK(comm_agree_err(comm_world(), status, err, sizeof err, COMM_AGREE_NAME_RANK_UNLESS_PLAN) == -1);
+  CHECK_MSG(!strcmp(err, "rank 3: export (rank 3)"), "rank %d: %s", rank, err);
+  snprintf(err, sizeof err, "bad script (rank %d)", rank);
+  status = rank == 0 ? -1 : 0;
+  CHECK(comm_agree_err(comm_world(), status, err, sizeof err, COMM_AGREE_PLAIN) == -1);
+  CHECK_MSG(!strcmp(err, "bad script (rank 0)"), "rank %d: %s", rank, err);
+  snprintf(err, sizeof err, "all fine");
+  CHECK(comm_agree_err(comm_world(), 0, err, sizeof err, COMM_AGREE_NAME_RANK) == 0);
+  snprintf(err, sizeof err, "alone");
+  CHECK(comm_agree_err(NULL, -1, err, sizeof err, COMM_AGREE_NAME_RANK) == -1 && !strcmp(err, "alone"));
 }
 
 /* A correct all-reduce on every group: the layer is still usable after a failure. */
@@ -166,6 +195,7 @@ int main(int argc, char **argv)
     TEST(test_check_mode_names_n_bytes_mismatch), TEST(test_check_mode_names_op_mismatch),
     TEST(test_check_mode_names_root_mismatch), TEST(test_check_mode_names_send_recv_mismatch),
     TEST(test_mpi_errors_come_back_with_rank_and_line), TEST(test_agreement_names_the_first_failing_rank),
+    TEST(test_agree_err_takes_negative_statuses),
   };
   int status = mpi_test_run_all(tests, (int)(sizeof tests / sizeof tests[0]));
   if (comm_finalize(err, sizeof err))

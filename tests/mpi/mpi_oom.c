@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "mesh/mesh.h"
 #include "mpi_check.h"
 #include "plan_fixture.h"
 #include "runtime/alloc.h"
@@ -39,15 +40,15 @@ static void test_a_gather_fails_on_every_rank_and_the_trainer_goes_on(void)
   const int rc = dp_gather_params(&t.dp, &full);
   alloc_set_limit(0);
   CHECK_MSG(rc == -1, "rank %d: the gather returned %d with rank 1 out of memory", rank, rc);
-  CHECK_STR_CONTAINS(t.dp.err, "rank 1: out of memory gathering the parameters");
+  CHECK_STR_CONTAINS(t.fault.msg, "rank 1: out of memory gathering the parameters");
   CHECK(full == NULL);
   CHECK_MSG(comm_now() - t0 < 5.0, "rank %d: %.1f s to fail", rank, comm_now() - t0);
   if (rank == 0)
-    printf("every rank: \"%s\" after %.3f s\n", t.dp.err, comm_now() - t0);
+    printf("every rank: \"%s\" after %.3f s\n", t.fault.msg, comm_now() - t0);
 
   /* usable again: the error state is the caller's to clear, then everything works */
   trainer_clear_error(&t);
-  CHECK_MSG(dp_gather_params(&t.dp, &full) == 0, "%s", t.dp.err);
+  CHECK_MSG(dp_gather_params(&t.dp, &full) == 0, "%s", t.fault.msg);
   CHECK((rank == 0) == (full != NULL));
   dp_gather_params_free(&t.dp, full);
   CHECK_MSG(trainer_step(&t, &st, err, sizeof err) == 0, "%s", err);

@@ -20,7 +20,7 @@
 #include "comm/comm.h"
 #include "mpi_check.h"
 #include "ops.h"
-#include "plan/tp_layout.h"
+#include "layout/tp_layout.h"
 #include "runtime/tp.h"
 
 static int rank, tp;
@@ -82,7 +82,7 @@ static void test_every_conversion(void)
       struct comm_counter before[COMM_N_OPS];
       for (int k = 0; k < COMM_N_OPS; k++) before[k] = comm_counter_get(group.group, (enum comm_op)k);
       tp_convert(&group, pack, out, in, from, to, B, T, X, tmp);
-      CHECK_MSG(!group.failed, "%s", group.err);
+      CHECK_MSG(!group.own_fault.set, "%s", group.own_fault.msg);
       if (op == TP_OP_KEEP_RANK0) {
         if (rank == 0)
           form(want, TP_R);

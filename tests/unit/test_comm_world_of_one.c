@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "comm/comm.h"
+#include "mesh/mesh.h"
 
 #define N 64
 

@@ -53,93 +53,19 @@
 #include "runtime/weights.h"
 #include "runtime_fixture.h"
 
-static char err[512];
+static char ebuf[512];
 
+/* One counter per entry of the table, made from its list (ops_list.h). */
 enum entry {
-  E_MEM_ALLOC,
-  E_MEM_FREE,
-  E_COPY,
-  E_COPY_ROWS,
-  E_ZERO,
-  E_TO_HOST,
-  E_FROM_HOST,
-  E_ENCODER_FORWARD,
-  E_ENCODER_BACKWARD,
-  E_ENCODER_FORWARD_SHARD,
-  E_ENCODER_BACKWARD_SHARD,
-  E_RMSNORM_FORWARD,
-  E_RMSNORM_BACKWARD,
-  E_LINEAR_FORWARD,
-  E_LINEAR_BACKWARD,
-  E_LINEAR_FORWARD_ACC,
-  E_ROUND_BF16,
-  E_LINEAR_FORWARD_BF16,
-  E_LINEAR_FORWARD_ACC_BF16,
-  E_LINEAR_BACKWARD_BF16,
-  E_RMSNORM_FORWARD_BF16,
-  E_SWIGLU_FORWARD_BF16,
-  E_SWIGLU_FORWARD_ROWS_BF16,
-  E_ADAMW_UPDATE_BF16,
-  E_ROPE_TABLE,
-  E_ROPE_FORWARD,
-  E_ROPE_BACKWARD,
-  E_ROPE_FORWARD_QKV,
-  E_ROPE_BACKWARD_QKV,
-  E_ATTENTION_SCRATCH_N_ELEMS,
-  E_ATTENTION_FORWARD,
-  E_ATTENTION_BACKWARD,
-  E_ATTENTION_FORWARD_QKV,
-  E_ATTENTION_BACKWARD_QKV,
-  E_SWIGLU_FORWARD,
-  E_SWIGLU_BACKWARD,
-  E_SWIGLU_FORWARD_ROWS,
-  E_SWIGLU_BACKWARD_ROWS,
-  E_DROPOUT_MASK,
-  E_DROPOUT_FORWARD,
-  E_DROPOUT_BACKWARD,
-  E_RESIDUAL_FORWARD,
-  E_CROSSENTROPY_FORWARD,
-  E_CROSSENTROPY_BACKWARD,
-  E_CROSSENTROPY_SHARD_MAX,
-  E_CROSSENTROPY_SHARD_SUMS,
-  E_CROSSENTROPY_SHARD_FINISH,
-  E_CROSSENTROPY_SHARD_BACKWARD,
-  E_ADAMW_UPDATE,
-  E_SUMSQ,
-  E_SCALE_INPLACE,
-  E_MOE_ROUTER_FORWARD,
-  E_MOE_ROUTE,
-  E_MOE_DISPATCH,
-  E_MOE_DISPATCH_BACKWARD,
-  E_MOE_COMBINE,
-  E_MOE_COMBINE_BACKWARD,
-  E_MOE_AUX_LOSS,
-  E_MOE_ROUTER_BACKWARD,
+#define KERNEL_OP(ret, op, params, args) E_##op,
+#include "ops_list.h"
   N_ENTRIES
 };
 
 static const char *const entry_names[N_ENTRIES] = {
-  "mem_alloc", "mem_free", "copy", "copy_rows", "zero", "to_host", "from_host", "encoder_forward",
-  "encoder_backward", "encoder_forward_shard", "encoder_backward_shard", "rmsnorm_forward",
-  "rmsnorm_backward", "linear_forward", "linear_backward", "linear_forward_acc", "round_bf16",
-  "linear_forward_bf16", "linear_forward_acc_bf16", "linear_backward_bf16", "rmsnorm_forward_bf16",
-  "swiglu_forward_bf16", "swiglu_forward_rows_bf16", "adamw_update_bf16", "rope_table",
-  "rope_forward", "rope_backward", "rope_forward_qkv", "rope_backward_qkv",
-  "attention_scratch_n_elems", "attention_forward", "attention_backward", "attention_forward_qkv",
-  "attention_backward_qkv", "swiglu_forward", "swiglu_backward", "swiglu_forward_rows",
-  "swiglu_backward_rows", "dropout_mask", "dropout_forward", "dropout_backward",
-  "residual_forward", "crossentropy_forward", "crossentropy_backward", "crossentropy_shard_max",
-  "crossentropy_shard_sums", "crossentropy_shard_finish", "crossentropy_shard_backward",
-  "adamw_update", "sumsq", "scale_inplace", "moe_router_forward", "moe_route", "moe_dispatch",
-  "moe_dispatch_backward", "moe_combine", "moe_combine_backward", "moe_aux_loss",
-  "moe_router_backward",
+#define KERNEL_OP(ret, op, params, args) #op,
+#include "ops_list.h"
 };
-
-/* Every function entry of struct kernel_ops is wrapped here (after name and host_visible): an
- * entry added to the table without a wrapper fails to compile. */
-_Static_assert(sizeof(struct kernel_ops) ==
-                 offsetof(struct kernel_ops, mem_alloc) + N_ENTRIES * sizeof(void (*)(void)),
-               "struct kernel_ops has an entry the untouchable table does not wrap");
 
 /* ---- the arena ---- */
 
@@ -328,7 +254,7 @@ static void dev(struct arena *a, enum entry e, const void *p)
 static void *untouchable_mem_alloc(void *ctx, size_t n_bytes)
 {
   struct arena *a = ctx;
-  a->calls[E_MEM_ALLOC]++;
+  a->calls[E_mem_alloc]++;
   const size_t rounded = n_bytes ? (n_bytes + 63) / 64 * 64 : 64;
   if (n_bytes > a->size || rounded > a->size - a->used)
     return NULL;
@@ -355,7 +281,7 @@ static void *untouchable_mem_alloc(void *ctx, size_t n_bytes)
 static void untouchable_mem_free(void *ctx, void *block)
 {
   struct arena *a = ctx;
-  a->calls[E_MEM_FREE]++;
+  a->calls[E_mem_free]++;
   if (!block)
     return;
   const char *c = block;
@@ -372,9 +298,9 @@ static void untouchable_mem_free(void *ctx, void *block)
 
 static void untouchable_copy(void *ctx, void *dst, const void *src, size_t n_bytes)
 {
-  struct arena *a = enter(ctx, E_COPY);
+  struct arena *a = enter(ctx, E_copy);
   if (!on_device(a, dst, n_bytes) || !on_device(a, src, n_bytes))
-    a->host_pointers[E_COPY]++;
+    a->host_pointers[E_copy]++;
   else
     a->inner->copy(NULL, dst, src, n_bytes);
   leave(a);
@@ -383,11 +309,11 @@ static void untouchable_copy(void *ctx, void *dst, const void *src, size_t n_byt
 static void untouchable_copy_rows(void *ctx, void *dst, size_t dst_pitch, const void *src,
                                   size_t src_pitch, size_t row_bytes, size_t n_rows)
 {
-  struct arena *a = enter(ctx, E_COPY_ROWS);
+  struct arena *a = enter(ctx, E_copy_rows);
   const size_t dst_span = n_rows ? (n_rows - 1) * dst_pitch + row_bytes : 0;
   const size_t src_span = n_rows ? (n_rows - 1) * src_pitch + row_bytes : 0;
   if (!on_device(a, dst, dst_span) || !on_device(a, src, src_span))
-    a->host_pointers[E_COPY_ROWS]++;
+    a->host_pointers[E_copy_rows]++;
   else
     a->inner->copy_rows(NULL, dst, dst_pitch, src, src_pitch, row_bytes, n_rows);
   leave(a);
@@ -395,9 +321,9 @@ static void untouchable_copy_rows(void *ctx, void *dst, size_t dst_pitch, const 
 
 static void untouchable_zero(void *ctx, void *dst, size_t n_bytes)
 {
-  struct arena *a = enter(ctx, E_ZERO);
+  struct arena *a = enter(ctx, E_zero);
   if (!on_device(a, dst, n_bytes))
-    a->host_pointers[E_ZERO]++;
+    a->host_pointers[E_zero]++;
   else
     a->inner->zero(NULL, dst, n_bytes);
   leave(a);
@@ -412,9 +338,9 @@ static int on_host(const struct arena *a, const void *p, size_t n_bytes)
 
 static void untouchable_to_host(void *ctx, void *host, const void *src, size_t n_bytes)
 {
-  struct arena *a = enter(ctx, E_TO_HOST);
+  struct arena *a = enter(ctx, E_to_host);
   if (!on_device(a, src, n_bytes) || !on_host(a, host, n_bytes))
-    a->host_pointers[E_TO_HOST]++;
+    a->host_pointers[E_to_host]++;
   else
     a->inner->to_host(NULL, host, src, n_bytes);
   leave(a);
@@ -422,633 +348,85 @@ static void untouchable_to_host(void *ctx, void *host, const void *src, size_t n
 
 static void untouchable_from_host(void *ctx, void *dst, const void *host, size_t n_bytes)
 {
-  struct arena *a = enter(ctx, E_FROM_HOST);
+  struct arena *a = enter(ctx, E_from_host);
   if (!on_device(a, dst, n_bytes) || !on_host(a, host, n_bytes))
-    a->host_pointers[E_FROM_HOST]++;
+    a->host_pointers[E_from_host]++;
   else
     a->inner->from_host(NULL, dst, host, n_bytes);
   leave(a);
 }
 
-static void untouchable_encoder_forward(void *ctx, real *out, const int *tokens, const real *wte,
-                                        int BT, int C)
-{
-  struct arena *a = enter(ctx, E_ENCODER_FORWARD);
-  dev(a, E_ENCODER_FORWARD, out), dev(a, E_ENCODER_FORWARD, tokens), dev(a, E_ENCODER_FORWARD, wte);
-  a->inner->encoder_forward(NULL, out, tokens, wte, BT, C);
-  leave(a);
-}
-
-static void untouchable_encoder_backward(void *ctx, real *dwte, const real *dout,
-                                         const int *tokens, int BT, int C)
-{
-  struct arena *a = enter(ctx, E_ENCODER_BACKWARD);
-  dev(a, E_ENCODER_BACKWARD, dwte), dev(a, E_ENCODER_BACKWARD, dout);
-  dev(a, E_ENCODER_BACKWARD, tokens);
-  a->inner->encoder_backward(NULL, dwte, dout, tokens, BT, C);
-  leave(a);
-}
-
-static void untouchable_encoder_forward_shard(void *ctx, real *out, const int *tokens,
-                                              const real *wte, int v0, int Vl, int BT, int C)
-{
-  struct arena *a = enter(ctx, E_ENCODER_FORWARD_SHARD);
-  dev(a, E_ENCODER_FORWARD_SHARD, out), dev(a, E_ENCODER_FORWARD_SHARD, tokens);
-  dev(a, E_ENCODER_FORWARD_SHARD, wte);
-  a->inner->encoder_forward_shard(NULL, out, tokens, wte, v0, Vl, BT, C);
-  leave(a);
-}
-
-static void untouchable_encoder_backward_shard(void *ctx, real *dwte, const real *dout,
-                                               const int *tokens, int v0, int Vl, int BT, int C)
-{
-  struct arena *a = enter(ctx, E_ENCODER_BACKWARD_SHARD);
-  dev(a, E_ENCODER_BACKWARD_SHARD, dwte), dev(a, E_ENCODER_BACKWARD_SHARD, dout);
-  dev(a, E_ENCODER_BACKWARD_SHARD, tokens);
-  a->inner->encoder_backward_shard(NULL, dwte, dout, tokens, v0, Vl, BT, C);
-  leave(a);
-}
-
-static void untouchable_rmsnorm_forward(void *ctx, real *out, real *rstd, const real *inp,
-                                        const real *weight, int BT, int C, real eps)
-{
-  struct arena *a = enter(ctx, E_RMSNORM_FORWARD);
-  dev(a, E_RMSNORM_FORWARD, out), dev(a, E_RMSNORM_FORWARD, rstd);
-  dev(a, E_RMSNORM_FORWARD, inp), dev(a, E_RMSNORM_FORWARD, weight);
-  a->inner->rmsnorm_forward(NULL, out, rstd, inp, weight, BT, C, eps);
-  leave(a);
-}
-
-static void untouchable_rmsnorm_backward(void *ctx, real *dinp, real *dweight, const real *dout,
-                                         const real *inp, const real *weight, const real *rstd,
-                                         int BT, int C)
-{
-  struct arena *a = enter(ctx, E_RMSNORM_BACKWARD);
-  dev(a, E_RMSNORM_BACKWARD, dinp), dev(a, E_RMSNORM_BACKWARD, dweight);
-  dev(a, E_RMSNORM_BACKWARD, dout), dev(a, E_RMSNORM_BACKWARD, inp);
-  dev(a, E_RMSNORM_BACKWARD, weight), dev(a, E_RMSNORM_BACKWARD, rstd);
-  a->inner->rmsnorm_backward(NULL, dinp, dweight, dout, inp, weight, rstd, BT, C);
-  leave(a);
-}
-
-static void untouchable_linear_forward(void *ctx, real *out, const real *inp, const real *weight,
-                                       int BT, int IC, int OC)
-{
-  struct arena *a = enter(ctx, E_LINEAR_FORWARD);
-  dev(a, E_LINEAR_FORWARD, out), dev(a, E_LINEAR_FORWARD, inp), dev(a, E_LINEAR_FORWARD, weight);
-  a->inner->linear_forward(NULL, out, inp, weight, BT, IC, OC);
-  leave(a);
-}
-
-static void untouchable_linear_backward(void *ctx, real *dinp, real *dweight, const real *dout,
-                                        const real *inp, const real *weight, int BT, int IC,
-                                        int OC)
-{
-  struct arena *a = enter(ctx, E_LINEAR_BACKWARD);
-  dev(a, E_LINEAR_BACKWARD, dinp), dev(a, E_LINEAR_BACKWARD, dweight);
-  dev(a, E_LINEAR_BACKWARD, dout), dev(a, E_LINEAR_BACKWARD, inp);
-  dev(a, E_LINEAR_BACKWARD, weight);
-  a->inner->linear_backward(NULL, dinp, dweight, dout, inp, weight, BT, IC, OC);
-  leave(a);
-}
-
-static void untouchable_linear_forward_acc(void *ctx, real *out, const real *inp,
-                                           const real *weight, int BT, int IC, int OC)
-{
-  struct arena *a = enter(ctx, E_LINEAR_FORWARD_ACC);
-  dev(a, E_LINEAR_FORWARD_ACC, out), dev(a, E_LINEAR_FORWARD_ACC, inp);
-  dev(a, E_LINEAR_FORWARD_ACC, weight);
-  a->inner->linear_forward_acc(NULL, out, inp, weight, BT, IC, OC);
-  leave(a);
-}
-
-static int untouchable_linear_forward_acc_bf16(void *ctx, real *out, const bf16 *inp,
-                                               const bf16 *weight, int BT, int IC, int OC,
-                                               char *emsg, size_t emsg_size)
-{
-  struct arena *a = enter(ctx, E_LINEAR_FORWARD_ACC_BF16);
-  dev(a, E_LINEAR_FORWARD_ACC_BF16, out), dev(a, E_LINEAR_FORWARD_ACC_BF16, inp);
-  dev(a, E_LINEAR_FORWARD_ACC_BF16, weight);
-  int rc = a->inner->linear_forward_acc_bf16(NULL, out, inp, weight, BT, IC, OC, emsg, emsg_size);
-  leave(a);
-  return rc;
-}
-
-static void untouchable_round_bf16(void *ctx, bf16 *dst, const real *src, size_t n_elems)
-{
-  struct arena *a = enter(ctx, E_ROUND_BF16);
-  dev(a, E_ROUND_BF16, dst), dev(a, E_ROUND_BF16, src);
-  a->inner->round_bf16(NULL, dst, src, n_elems);
-  leave(a);
-}
-
-static int untouchable_linear_forward_bf16(void *ctx, real *out, const bf16 *inp,
-                                           const bf16 *weight, int BT, int IC, int OC, char *emsg,
-                                           size_t emsg_size)
-{
-  struct arena *a = enter(ctx, E_LINEAR_FORWARD_BF16);
-  dev(a, E_LINEAR_FORWARD_BF16, out), dev(a, E_LINEAR_FORWARD_BF16, inp);
-  dev(a, E_LINEAR_FORWARD_BF16, weight);
-  int rc = a->inner->linear_forward_bf16(NULL, out, inp, weight, BT, IC, OC, emsg, emsg_size);
-  leave(a);
-  return rc;
-}
-
-static int untouchable_linear_backward_bf16(void *ctx, real *dinp, real *dweight,
-                                            const bf16 *dout, const bf16 *inp, const bf16 *weight,
-                                            int BT, int IC, int OC, char *emsg, size_t emsg_size)
-{
-  struct arena *a = enter(ctx, E_LINEAR_BACKWARD_BF16);
-  dev(a, E_LINEAR_BACKWARD_BF16, dinp), dev(a, E_LINEAR_BACKWARD_BF16, dweight);
-  dev(a, E_LINEAR_BACKWARD_BF16, dout), dev(a, E_LINEAR_BACKWARD_BF16, inp);
-  dev(a, E_LINEAR_BACKWARD_BF16, weight);
-  int rc = a->inner->linear_backward_bf16(NULL, dinp, dweight, dout, inp, weight, BT, IC, OC, emsg,
-                                          emsg_size);
-  leave(a);
-  return rc;
-}
-
-static void untouchable_rmsnorm_forward_bf16(void *ctx, bf16 *out, real *rstd, const real *inp,
-                                             const real *weight, int BT, int C, real eps)
-{
-  struct arena *a = enter(ctx, E_RMSNORM_FORWARD_BF16);
-  dev(a, E_RMSNORM_FORWARD_BF16, out), dev(a, E_RMSNORM_FORWARD_BF16, rstd);
-  dev(a, E_RMSNORM_FORWARD_BF16, inp), dev(a, E_RMSNORM_FORWARD_BF16, weight);
-  a->inner->rmsnorm_forward_bf16(NULL, out, rstd, inp, weight, BT, C, eps);
-  leave(a);
-}
-
-static void untouchable_swiglu_forward_bf16(void *ctx, bf16 *out, const real *gate,
-                                            const real *up, size_t n_elems)
-{
-  struct arena *a = enter(ctx, E_SWIGLU_FORWARD_BF16);
-  dev(a, E_SWIGLU_FORWARD_BF16, out), dev(a, E_SWIGLU_FORWARD_BF16, gate);
-  dev(a, E_SWIGLU_FORWARD_BF16, up);
-  a->inner->swiglu_forward_bf16(NULL, out, gate, up, n_elems);
-  leave(a);
-}
-
-static void untouchable_swiglu_forward_rows_bf16(void *ctx, bf16 *out, const real *gu, int rows,
-                                                 int F)
-{
-  struct arena *a = enter(ctx, E_SWIGLU_FORWARD_ROWS_BF16);
-  dev(a, E_SWIGLU_FORWARD_ROWS_BF16, out), dev(a, E_SWIGLU_FORWARD_ROWS_BF16, gu);
-  a->inner->swiglu_forward_rows_bf16(NULL, out, gu, rows, F);
-  leave(a);
-}
-
-static void untouchable_swiglu_forward_rows(void *ctx, real *out, const real *gu, int rows, int F)
-{
-  struct arena *a = enter(ctx, E_SWIGLU_FORWARD_ROWS);
-  dev(a, E_SWIGLU_FORWARD_ROWS, out), dev(a, E_SWIGLU_FORWARD_ROWS, gu);
-  a->inner->swiglu_forward_rows(NULL, out, gu, rows, F);
-  leave(a);
-}
-
-static void untouchable_swiglu_backward_rows(void *ctx, real *dgu, const real *dout,
-                                             const real *gu, int rows, int F)
-{
-  struct arena *a = enter(ctx, E_SWIGLU_BACKWARD_ROWS);
-  dev(a, E_SWIGLU_BACKWARD_ROWS, dgu), dev(a, E_SWIGLU_BACKWARD_ROWS, dout);
-  dev(a, E_SWIGLU_BACKWARD_ROWS, gu);
-  a->inner->swiglu_backward_rows(NULL, dgu, dout, gu, rows, F);
-  leave(a);
-}
-
-static void untouchable_adamw_update_bf16(void *ctx, real *param, bf16 *param_bf16,
-                                          const real *grad, real *m, real *v, size_t n_elems,
-                                          double lr, double beta1, double beta2, double eps,
-                                          double weight_decay, int t, real grad_scale)
-{
-  struct arena *a = enter(ctx, E_ADAMW_UPDATE_BF16);
-  dev(a, E_ADAMW_UPDATE_BF16, param), dev(a, E_ADAMW_UPDATE_BF16, param_bf16);
-  dev(a, E_ADAMW_UPDATE_BF16, grad), dev(a, E_ADAMW_UPDATE_BF16, m), dev(a, E_ADAMW_UPDATE_BF16, v);
-  a->inner->adamw_update_bf16(NULL, param, param_bf16, grad, m, v, n_elems, lr, beta1, beta2, eps,
-                              weight_decay, t, grad_scale);
-  leave(a);
-}
-
-static void untouchable_rope_forward_qkv(void *ctx, real *qkv, const real *cos_table,
-                                         const real *sin_table, int B, int T, int NH, int NKV, int HS)
-{
-  struct arena *a = enter(ctx, E_ROPE_FORWARD_QKV);
-  dev(a, E_ROPE_FORWARD_QKV, qkv), dev(a, E_ROPE_FORWARD_QKV, cos_table);
-  dev(a, E_ROPE_FORWARD_QKV, sin_table);
-  a->inner->rope_forward_qkv(NULL, qkv, cos_table, sin_table, B, T, NH, NKV, HS);
-  leave(a);
-}
-
-static void untouchable_rope_backward_qkv(void *ctx, real *dqkv, const real *cos_table,
-                                          const real *sin_table, int B, int T, int NH, int NKV,
-                                          int HS)
-{
-  struct arena *a = enter(ctx, E_ROPE_BACKWARD_QKV);
-  dev(a, E_ROPE_BACKWARD_QKV, dqkv), dev(a, E_ROPE_BACKWARD_QKV, cos_table);
-  dev(a, E_ROPE_BACKWARD_QKV, sin_table);
-  a->inner->rope_backward_qkv(NULL, dqkv, cos_table, sin_table, B, T, NH, NKV, HS);
-  leave(a);
-}
-
-static void untouchable_attention_forward_qkv(void *ctx, real *out, real *probs, real *scratch,
-                                              const real *qkv, const real *dropmask, int B, int T,
-                                              int NH, int NKV, int HS)
-{
-  struct arena *a = enter(ctx, E_ATTENTION_FORWARD_QKV);
-  dev(a, E_ATTENTION_FORWARD_QKV, out), dev(a, E_ATTENTION_FORWARD_QKV, probs);
-  dev(a, E_ATTENTION_FORWARD_QKV, qkv);
-  if (scratch)
-    dev(a, E_ATTENTION_FORWARD_QKV, scratch);
-  if (dropmask)
-    dev(a, E_ATTENTION_FORWARD_QKV, dropmask);
-  a->inner->attention_forward_qkv(NULL, out, probs, scratch, qkv, dropmask, B, T, NH, NKV, HS);
-  leave(a);
-}
-
-static void untouchable_attention_backward_qkv(void *ctx, real *dqkv, real *scratch,
-                                               const real *dout, const real *qkv,
-                                               const real *probs, const real *dropmask, int B,
-                                               int T, int NH, int NKV, int HS)
-{
-  struct arena *a = enter(ctx, E_ATTENTION_BACKWARD_QKV);
-  dev(a, E_ATTENTION_BACKWARD_QKV, dqkv), dev(a, E_ATTENTION_BACKWARD_QKV, scratch);
-  dev(a, E_ATTENTION_BACKWARD_QKV, dout), dev(a, E_ATTENTION_BACKWARD_QKV, qkv);
-  dev(a, E_ATTENTION_BACKWARD_QKV, probs);
-  if (dropmask)
-    dev(a, E_ATTENTION_BACKWARD_QKV, dropmask);
-  a->inner->attention_backward_qkv(NULL, dqkv, scratch, dout, qkv, probs, dropmask, B, T, NH, NKV, HS);
-  leave(a);
-}
-
-static void untouchable_rope_table(void *ctx, real *cos_table, real *sin_table, int T, int HS,
-                                   double theta, int pos0)
-{
-  struct arena *a = enter(ctx, E_ROPE_TABLE);
-  dev(a, E_ROPE_TABLE, cos_table), dev(a, E_ROPE_TABLE, sin_table);
-  a->inner->rope_table(NULL, cos_table, sin_table, T, HS, theta, pos0);
-  leave(a);
-}
-
-static void untouchable_rope_forward(void *ctx, real *out, const real *inp, const real *cos_table,
-                                     const real *sin_table, int B, int T, int NHx, int HS)
-{
-  struct arena *a = enter(ctx, E_ROPE_FORWARD);
-  dev(a, E_ROPE_FORWARD, out), dev(a, E_ROPE_FORWARD, inp);
-  dev(a, E_ROPE_FORWARD, cos_table), dev(a, E_ROPE_FORWARD, sin_table);
-  a->inner->rope_forward(NULL, out, inp, cos_table, sin_table, B, T, NHx, HS);
-  leave(a);
-}
-
-static void untouchable_rope_backward(void *ctx, real *dinp, const real *dout,
-                                      const real *cos_table, const real *sin_table, int B, int T,
-                                      int NHx, int HS)
-{
-  struct arena *a = enter(ctx, E_ROPE_BACKWARD);
-  dev(a, E_ROPE_BACKWARD, dinp), dev(a, E_ROPE_BACKWARD, dout);
-  dev(a, E_ROPE_BACKWARD, cos_table), dev(a, E_ROPE_BACKWARD, sin_table);
-  a->inner->rope_backward(NULL, dinp, dout, cos_table, sin_table, B, T, NHx, HS);
-  leave(a);
-}
-
-/* A size only: no memory is touched, so the arena stays shut. */
-static size_t untouchable_attention_scratch_n_elems(void *ctx, int B, int T, int NH, int NKV)
+static int untouchable_status(void *ctx, char *emsg, size_t emsg_size)
 {
   struct arena *a = ctx;
-  a->calls[E_ATTENTION_SCRATCH_N_ELEMS]++;
-  return a->inner->attention_scratch_n_elems(NULL, B, T, NH, NKV);
+  a->calls[E_status]++;
+  return a->inner->status(NULL, emsg, emsg_size);
 }
 
-static void untouchable_attention_forward(void *ctx, real *out, real *probs, real *scratch,
-                                          const real *q, const real *k, const real *v,
-                                          const real *dropmask, int B, int T, int NH, int NKV,
-                                          int HS)
-{
-  struct arena *a = enter(ctx, E_ATTENTION_FORWARD);
-  dev(a, E_ATTENTION_FORWARD, out), dev(a, E_ATTENTION_FORWARD, probs);
-  dev(a, E_ATTENTION_FORWARD, scratch), dev(a, E_ATTENTION_FORWARD, q);
-  dev(a, E_ATTENTION_FORWARD, k), dev(a, E_ATTENTION_FORWARD, v);
-  dev(a, E_ATTENTION_FORWARD, dropmask);
-  a->inner->attention_forward(NULL, out, probs, scratch, q, k, v, dropmask, B, T, NH, NKV, HS);
-  leave(a);
-}
+/* ---- the kernels, made from the list: each opens the arena, records a pointer argument that
+ * is not device memory (err, the host's message buffer, excepted), calls the CPU's entry and
+ * shuts the arena ---- */
 
-static void untouchable_attention_backward(void *ctx, real *dq, real *dk, real *dv, real *scratch,
-                                           const real *dout, const real *q, const real *k,
-                                           const real *v, const real *probs, const real *dropmask,
-                                           int B, int T, int NH, int NKV, int HS)
-{
-  struct arena *a = enter(ctx, E_ATTENTION_BACKWARD);
-  dev(a, E_ATTENTION_BACKWARD, dq), dev(a, E_ATTENTION_BACKWARD, dk);
-  dev(a, E_ATTENTION_BACKWARD, dv), dev(a, E_ATTENTION_BACKWARD, scratch);
-  dev(a, E_ATTENTION_BACKWARD, dout), dev(a, E_ATTENTION_BACKWARD, q);
-  dev(a, E_ATTENTION_BACKWARD, k), dev(a, E_ATTENTION_BACKWARD, v);
-  dev(a, E_ATTENTION_BACKWARD, probs), dev(a, E_ATTENTION_BACKWARD, dropmask);
-  a->inner->attention_backward(NULL, dq, dk, dv, scratch, dout, q, k, v, probs, dropmask, B, T, NH,
-                               NKV, HS);
-  leave(a);
-}
+static void dev_arg(struct arena *a, enum entry e, const void *p) { dev(a, e, p); }
+static void host_arg(struct arena *a, enum entry e, const void *p) { (void)a, (void)e, (void)p; }
+static void value_arg(struct arena *a, enum entry e, double v) { (void)a, (void)e, (void)v; }
+/* A pointer type not named here fails to compile (value_arg takes no pointer). */
+#define CHECK_ARG(x)                                                                              \
+  _Generic((x), real *: dev_arg, const real *: dev_arg, int *: dev_arg, const int *: dev_arg,     \
+           bf16 *: dev_arg, const bf16 *: dev_arg, char *: host_arg, default: value_arg)(ar_, e_, (x));
+#define EACH_CAT_(x, y) x##y
+#define EACH_CAT(x, y) EACH_CAT_(x, y)
+#define EACH_N(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, n, ...) n
+#define EACH(f, ...)                                                                              \
+  EACH_CAT(EACH_, EACH_N(__VA_ARGS__, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1))      \
+  (f, __VA_ARGS__)
+#define EACH_1(f, x) f(x)
+#define EACH_2(f, x, ...) f(x) EACH_1(f, __VA_ARGS__)
+#define EACH_3(f, x, ...) f(x) EACH_2(f, __VA_ARGS__)
+#define EACH_4(f, x, ...) f(x) EACH_3(f, __VA_ARGS__)
+#define EACH_5(f, x, ...) f(x) EACH_4(f, __VA_ARGS__)
+#define EACH_6(f, x, ...) f(x) EACH_5(f, __VA_ARGS__)
+#define EACH_7(f, x, ...) f(x) EACH_6(f, __VA_ARGS__)
+#define EACH_8(f, x, ...) f(x) EACH_7(f, __VA_ARGS__)
+#define EACH_9(f, x, ...) f(x) EACH_8(f, __VA_ARGS__)
+#define EACH_10(f, x, ...) f(x) EACH_9(f, __VA_ARGS__)
+#define EACH_11(f, x, ...) f(x) EACH_10(f, __VA_ARGS__)
+#define EACH_12(f, x, ...) f(x) EACH_11(f, __VA_ARGS__)
+#define EACH_13(f, x, ...) f(x) EACH_12(f, __VA_ARGS__)
+#define EACH_14(f, x, ...) f(x) EACH_13(f, __VA_ARGS__)
+#define EACH_15(f, x, ...) f(x) EACH_14(f, __VA_ARGS__)
+#define EACH_16(f, x, ...) f(x) EACH_15(f, __VA_ARGS__)
+/* The result of a value-returning entry, held across leave(). */
+#define HOLD(ret) HOLD_##ret
+#define HOLD_void
+#define HOLD_int int r_ =
+#define HOLD_size_t size_t r_ =
+#define HOLD_double double r_ =
+#define GIVE(ret) GIVE_##ret
+#define GIVE_void
+#define GIVE_int return r_;
+#define GIVE_size_t return r_;
+#define GIVE_double return r_;
 
-static void untouchable_swiglu_forward(void *ctx, real *out, const real *gate, const real *up,
-                                       size_t n_elems)
-{
-  struct arena *a = enter(ctx, E_SWIGLU_FORWARD);
-  dev(a, E_SWIGLU_FORWARD, out), dev(a, E_SWIGLU_FORWARD, gate), dev(a, E_SWIGLU_FORWARD, up);
-  a->inner->swiglu_forward(NULL, out, gate, up, n_elems);
-  leave(a);
-}
-
-static void untouchable_swiglu_backward(void *ctx, real *dgate, real *dup, const real *dout,
-                                        const real *gate, const real *up, size_t n_elems)
-{
-  struct arena *a = enter(ctx, E_SWIGLU_BACKWARD);
-  dev(a, E_SWIGLU_BACKWARD, dgate), dev(a, E_SWIGLU_BACKWARD, dup);
-  dev(a, E_SWIGLU_BACKWARD, dout), dev(a, E_SWIGLU_BACKWARD, gate);
-  dev(a, E_SWIGLU_BACKWARD, up);
-  a->inner->swiglu_backward(NULL, dgate, dup, dout, gate, up, n_elems);
-  leave(a);
-}
-
-static void untouchable_dropout_mask(void *ctx, real *mask, size_t n_elems, float p,
-                                     uint64_t seed, uint32_t c1, uint32_t c2, uint32_t c3,
-                                     uint64_t first_elem)
-{
-  struct arena *a = enter(ctx, E_DROPOUT_MASK);
-  dev(a, E_DROPOUT_MASK, mask);
-  a->inner->dropout_mask(NULL, mask, n_elems, p, seed, c1, c2, c3, first_elem);
-  leave(a);
-}
-
-static void untouchable_dropout_forward(void *ctx, real *out, const real *inp, const real *mask,
-                                        size_t n_elems)
-{
-  struct arena *a = enter(ctx, E_DROPOUT_FORWARD);
-  dev(a, E_DROPOUT_FORWARD, out), dev(a, E_DROPOUT_FORWARD, inp), dev(a, E_DROPOUT_FORWARD, mask);
-  a->inner->dropout_forward(NULL, out, inp, mask, n_elems);
-  leave(a);
-}
-
-static void untouchable_dropout_backward(void *ctx, real *dinp, const real *dout,
-                                         const real *mask, size_t n_elems)
-{
-  struct arena *a = enter(ctx, E_DROPOUT_BACKWARD);
-  dev(a, E_DROPOUT_BACKWARD, dinp), dev(a, E_DROPOUT_BACKWARD, dout);
-  dev(a, E_DROPOUT_BACKWARD, mask);
-  a->inner->dropout_backward(NULL, dinp, dout, mask, n_elems);
-  leave(a);
-}
-
-static void untouchable_residual_forward(void *ctx, real *out, const real *x, const real *y,
-                                         size_t n_elems)
-{
-  struct arena *a = enter(ctx, E_RESIDUAL_FORWARD);
-  dev(a, E_RESIDUAL_FORWARD, out), dev(a, E_RESIDUAL_FORWARD, x), dev(a, E_RESIDUAL_FORWARD, y);
-  a->inner->residual_forward(NULL, out, x, y, n_elems);
-  leave(a);
-}
-
-static void untouchable_crossentropy_forward(void *ctx, real *losses, real *probs,
-                                             const real *logits, const int *targets, int BT, int V,
-                                             int Vp)
-{
-  struct arena *a = enter(ctx, E_CROSSENTROPY_FORWARD);
-  dev(a, E_CROSSENTROPY_FORWARD, losses), dev(a, E_CROSSENTROPY_FORWARD, probs);
-  dev(a, E_CROSSENTROPY_FORWARD, logits), dev(a, E_CROSSENTROPY_FORWARD, targets);
-  a->inner->crossentropy_forward(NULL, losses, probs, logits, targets, BT, V, Vp);
-  leave(a);
-}
-
-static void untouchable_crossentropy_backward(void *ctx, real *dlogits, const real *probs,
-                                              const int *targets, real dloss_scale, int BT, int V,
-                                              int Vp)
-{
-  struct arena *a = enter(ctx, E_CROSSENTROPY_BACKWARD);
-  dev(a, E_CROSSENTROPY_BACKWARD, dlogits), dev(a, E_CROSSENTROPY_BACKWARD, probs);
-  dev(a, E_CROSSENTROPY_BACKWARD, targets);
-  a->inner->crossentropy_backward(NULL, dlogits, probs, targets, dloss_scale, BT, V, Vp);
-  leave(a);
-}
-
-static void untouchable_crossentropy_shard_max(void *ctx, real *stats, const real *logits, int BT,
-                                               int Vvalid, int Vl)
-{
-  struct arena *a = enter(ctx, E_CROSSENTROPY_SHARD_MAX);
-  dev(a, E_CROSSENTROPY_SHARD_MAX, stats), dev(a, E_CROSSENTROPY_SHARD_MAX, logits);
-  a->inner->crossentropy_shard_max(NULL, stats, logits, BT, Vvalid, Vl);
-  leave(a);
-}
-
-static void untouchable_crossentropy_shard_sums(void *ctx, real *stats, const real *logits,
-                                                const int *targets, int v0, int BT, int Vvalid,
-                                                int Vl)
-{
-  struct arena *a = enter(ctx, E_CROSSENTROPY_SHARD_SUMS);
-  dev(a, E_CROSSENTROPY_SHARD_SUMS, stats), dev(a, E_CROSSENTROPY_SHARD_SUMS, logits);
-  dev(a, E_CROSSENTROPY_SHARD_SUMS, targets);
-  a->inner->crossentropy_shard_sums(NULL, stats, logits, targets, v0, BT, Vvalid, Vl);
-  leave(a);
-}
-
-static void untouchable_crossentropy_shard_finish(void *ctx, real *losses, real *probs,
-                                                  const real *logits, const real *stats,
-                                                  const int *targets, int BT, int Vvalid, int Vl)
-{
-  struct arena *a = enter(ctx, E_CROSSENTROPY_SHARD_FINISH);
-  dev(a, E_CROSSENTROPY_SHARD_FINISH, losses), dev(a, E_CROSSENTROPY_SHARD_FINISH, probs);
-  dev(a, E_CROSSENTROPY_SHARD_FINISH, logits), dev(a, E_CROSSENTROPY_SHARD_FINISH, stats);
-  dev(a, E_CROSSENTROPY_SHARD_FINISH, targets);
-  a->inner->crossentropy_shard_finish(NULL, losses, probs, logits, stats, targets, BT, Vvalid, Vl);
-  leave(a);
-}
-
-static void untouchable_crossentropy_shard_backward(void *ctx, real *dlogits, const real *probs,
-                                                    const int *targets, int v0, real dloss_scale,
-                                                    int BT, int Vvalid, int Vl)
-{
-  struct arena *a = enter(ctx, E_CROSSENTROPY_SHARD_BACKWARD);
-  dev(a, E_CROSSENTROPY_SHARD_BACKWARD, dlogits), dev(a, E_CROSSENTROPY_SHARD_BACKWARD, probs);
-  dev(a, E_CROSSENTROPY_SHARD_BACKWARD, targets);
-  a->inner->crossentropy_shard_backward(NULL, dlogits, probs, targets, v0, dloss_scale, BT, Vvalid,
-                                        Vl);
-  leave(a);
-}
-
-/* ---- mixture of experts ---- */
-static void untouchable_moe_router_forward(void *ctx, real *probs, int *topi, real *topw, real *lse,
-                                           const real *logits, int N, int E, int K)
-{
-  struct arena *a = enter(ctx, E_MOE_ROUTER_FORWARD);
-  dev(a, E_MOE_ROUTER_FORWARD, probs), dev(a, E_MOE_ROUTER_FORWARD, topi);
-  dev(a, E_MOE_ROUTER_FORWARD, topw), dev(a, E_MOE_ROUTER_FORWARD, lse);
-  dev(a, E_MOE_ROUTER_FORWARD, logits);
-  a->inner->moe_router_forward(NULL, probs, topi, topw, lse, logits, N, E, K);
-  leave(a);
-}
-
-static void untouchable_moe_route(void *ctx, int *slot, int *counts, int *routed, const int *topi,
-                                  int N, int T, int E, int K, int capacity)
-{
-  struct arena *a = enter(ctx, E_MOE_ROUTE);
-  dev(a, E_MOE_ROUTE, slot), dev(a, E_MOE_ROUTE, counts), dev(a, E_MOE_ROUTE, routed);
-  dev(a, E_MOE_ROUTE, topi);
-  a->inner->moe_route(NULL, slot, counts, routed, topi, N, T, E, K, capacity);
-  leave(a);
-}
-
-static void untouchable_moe_dispatch(void *ctx, real *xe, const real *x, const int *slot, int N,
-                                     int K, int C)
-{
-  struct arena *a = enter(ctx, E_MOE_DISPATCH);
-  dev(a, E_MOE_DISPATCH, xe), dev(a, E_MOE_DISPATCH, x), dev(a, E_MOE_DISPATCH, slot);
-  a->inner->moe_dispatch(NULL, xe, x, slot, N, K, C);
-  leave(a);
-}
-
-static void untouchable_moe_dispatch_backward(void *ctx, real *dx, const real *dxe, const int *slot,
-                                              int N, int K, int C)
-{
-  struct arena *a = enter(ctx, E_MOE_DISPATCH_BACKWARD);
-  dev(a, E_MOE_DISPATCH_BACKWARD, dx), dev(a, E_MOE_DISPATCH_BACKWARD, dxe);
-  dev(a, E_MOE_DISPATCH_BACKWARD, slot);
-  a->inner->moe_dispatch_backward(NULL, dx, dxe, slot, N, K, C);
-  leave(a);
-}
-
-static void untouchable_moe_combine(void *ctx, real *out, const real *ye, const int *slot,
-                                    const real *topw, int N, int K, int C)
-{
-  struct arena *a = enter(ctx, E_MOE_COMBINE);
-  dev(a, E_MOE_COMBINE, out), dev(a, E_MOE_COMBINE, ye), dev(a, E_MOE_COMBINE, slot);
-  dev(a, E_MOE_COMBINE, topw);
-  a->inner->moe_combine(NULL, out, ye, slot, topw, N, K, C);
-  leave(a);
-}
-
-static void untouchable_moe_combine_backward(void *ctx, real *dye, real *dtopw, const real *dout,
-                                             const real *ye, const int *slot, const real *topw,
-                                             int N, int K, int C)
-{
-  struct arena *a = enter(ctx, E_MOE_COMBINE_BACKWARD);
-  dev(a, E_MOE_COMBINE_BACKWARD, dye), dev(a, E_MOE_COMBINE_BACKWARD, dtopw);
-  dev(a, E_MOE_COMBINE_BACKWARD, dout), dev(a, E_MOE_COMBINE_BACKWARD, ye);
-  dev(a, E_MOE_COMBINE_BACKWARD, slot), dev(a, E_MOE_COMBINE_BACKWARD, topw);
-  a->inner->moe_combine_backward(NULL, dye, dtopw, dout, ye, slot, topw, N, K, C);
-  leave(a);
-}
-
-static void untouchable_moe_aux_loss(void *ctx, real *aux, const real *probs, const int *topi,
-                                     int N, int T, int E, int K)
-{
-  struct arena *a = enter(ctx, E_MOE_AUX_LOSS);
-  dev(a, E_MOE_AUX_LOSS, aux), dev(a, E_MOE_AUX_LOSS, probs), dev(a, E_MOE_AUX_LOSS, topi);
-  a->inner->moe_aux_loss(NULL, aux, probs, topi, N, T, E, K);
-  leave(a);
-}
-
-static void untouchable_moe_router_backward(void *ctx, real *dlogits, const real *dtopw,
-                                            const real *probs, const int *topi, const real *topw,
-                                            const real *lse, int N, int T, int E, int K,
-                                            real aux_scale, real z_scale)
-{
-  struct arena *a = enter(ctx, E_MOE_ROUTER_BACKWARD);
-  dev(a, E_MOE_ROUTER_BACKWARD, dlogits), dev(a, E_MOE_ROUTER_BACKWARD, dtopw);
-  dev(a, E_MOE_ROUTER_BACKWARD, probs), dev(a, E_MOE_ROUTER_BACKWARD, topi);
-  dev(a, E_MOE_ROUTER_BACKWARD, topw), dev(a, E_MOE_ROUTER_BACKWARD, lse);
-  a->inner->moe_router_backward(NULL, dlogits, dtopw, probs, topi, topw, lse, N, T, E, K, aux_scale,
-                                z_scale);
-  leave(a);
-}
-
-static void untouchable_adamw_update(void *ctx, real *param, const real *grad, real *m, real *v,
-                                     size_t n_elems, double lr, double beta1, double beta2,
-                                     double eps, double weight_decay, int t, real grad_scale)
-{
-  struct arena *a = enter(ctx, E_ADAMW_UPDATE);
-  dev(a, E_ADAMW_UPDATE, param), dev(a, E_ADAMW_UPDATE, grad);
-  dev(a, E_ADAMW_UPDATE, m), dev(a, E_ADAMW_UPDATE, v);
-  a->inner->adamw_update(NULL, param, grad, m, v, n_elems, lr, beta1, beta2, eps, weight_decay, t,
-                         grad_scale);
-  leave(a);
-}
-
-static double untouchable_sumsq(void *ctx, const real *x, size_t n_elems)
-{
-  struct arena *a = enter(ctx, E_SUMSQ);
-  dev(a, E_SUMSQ, x);
-  const double s = a->inner->sumsq(NULL, x, n_elems);
-  leave(a);
-  return s;
-}
-
-static void untouchable_scale_inplace(void *ctx, real *x, size_t n_elems, real s)
-{
-  struct arena *a = enter(ctx, E_SCALE_INPLACE);
-  dev(a, E_SCALE_INPLACE, x);
-  a->inner->scale_inplace(NULL, x, n_elems, s);
-  leave(a);
-}
+#define KERNEL_BACKEND(ret, op, params, args)
+#define KERNEL_OP(ret, op, params, args)                                                          \
+  static ret untouchable_##op(void *ctx, KERNEL_UNPACK params)                                  \
+  {                                                                                               \
+    const enum entry e_ = E_##op;                                                                 \
+    struct arena *ar_ = enter(ctx, e_); /* not `a`: an entry may have an argument of that name */ \
+    EACH(CHECK_ARG, KERNEL_UNPACK args)                                                           \
+    HOLD(ret) ar_->inner->op(NULL, KERNEL_UNPACK args);                                           \
+    leave(ar_);                                                                                   \
+    GIVE(ret)                                                                                     \
+  }
+#include "ops_list.h"
 
 static const struct kernel_ops untouchable_ops = {
   .name = "untouchable",
   .compute_dtype = REAL_TENSOR_DTYPE,
   .host_visible = 0,
-  .mem_alloc = untouchable_mem_alloc,
-  .mem_free = untouchable_mem_free,
-  .copy = untouchable_copy,
-  .copy_rows = untouchable_copy_rows,
-  .zero = untouchable_zero,
-  .to_host = untouchable_to_host,
-  .from_host = untouchable_from_host,
-  .encoder_forward = untouchable_encoder_forward,
-  .encoder_backward = untouchable_encoder_backward,
-  .encoder_forward_shard = untouchable_encoder_forward_shard,
-  .encoder_backward_shard = untouchable_encoder_backward_shard,
-  .rmsnorm_forward = untouchable_rmsnorm_forward,
-  .rmsnorm_backward = untouchable_rmsnorm_backward,
-  .linear_forward = untouchable_linear_forward,
-  .linear_backward = untouchable_linear_backward,
-  .linear_forward_acc = untouchable_linear_forward_acc,
-  .round_bf16 = untouchable_round_bf16,
-  .linear_forward_bf16 = untouchable_linear_forward_bf16,
-  .linear_forward_acc_bf16 = untouchable_linear_forward_acc_bf16,
-  .linear_backward_bf16 = untouchable_linear_backward_bf16,
-  .rmsnorm_forward_bf16 = untouchable_rmsnorm_forward_bf16,
-  .swiglu_forward_bf16 = untouchable_swiglu_forward_bf16,
-  .swiglu_forward_rows_bf16 = untouchable_swiglu_forward_rows_bf16,
-  .adamw_update_bf16 = untouchable_adamw_update_bf16,
-  .rope_table = untouchable_rope_table,
-  .rope_forward = untouchable_rope_forward,
-  .rope_backward = untouchable_rope_backward,
-  .rope_forward_qkv = untouchable_rope_forward_qkv,
-  .rope_backward_qkv = untouchable_rope_backward_qkv,
-  .attention_scratch_n_elems = untouchable_attention_scratch_n_elems,
-  .attention_forward = untouchable_attention_forward,
-  .attention_backward = untouchable_attention_backward,
-  .attention_forward_qkv = untouchable_attention_forward_qkv,
-  .attention_backward_qkv = untouchable_attention_backward_qkv,
-  .swiglu_forward = untouchable_swiglu_forward,
-  .swiglu_backward = untouchable_swiglu_backward,
-  .swiglu_forward_rows = untouchable_swiglu_forward_rows,
-  .swiglu_backward_rows = untouchable_swiglu_backward_rows,
-  .moe_router_forward = untouchable_moe_router_forward,
-  .moe_route = untouchable_moe_route,
-  .moe_dispatch = untouchable_moe_dispatch,
-  .moe_dispatch_backward = untouchable_moe_dispatch_backward,
-  .moe_combine = untouchable_moe_combine,
-  .moe_combine_backward = untouchable_moe_combine_backward,
-  .moe_aux_loss = untouchable_moe_aux_loss,
-  .moe_router_backward = untouchable_moe_router_backward,
-  .dropout_mask = untouchable_dropout_mask,
-  .dropout_forward = untouchable_dropout_forward,
-  .dropout_backward = untouchable_dropout_backward,
-  .residual_forward = untouchable_residual_forward,
-  .crossentropy_forward = untouchable_crossentropy_forward,
-  .crossentropy_backward = untouchable_crossentropy_backward,
-  .crossentropy_shard_max = untouchable_crossentropy_shard_max,
-  .crossentropy_shard_sums = untouchable_crossentropy_shard_sums,
-  .crossentropy_shard_finish = untouchable_crossentropy_shard_finish,
-  .crossentropy_shard_backward = untouchable_crossentropy_shard_backward,
-  .adamw_update = untouchable_adamw_update,
-  .sumsq = untouchable_sumsq,
-  .scale_inplace = untouchable_scale_inplace,
+#define KERNEL_OP(ret, op, params, args) .op = untouchable_##op,
+#include "ops_list.h"
 };
 
 /* ---- helpers ---- */
@@ -1291,8 +669,8 @@ static void trains_to_the_cpu_bits_on_memory_the_host_cannot_touch(void)
   struct trainer a, b;
 
   CHECK(runtime_use_backend(NULL, NULL) == 0);
-  CHECK_MSG(trainer_open(&a, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
-  for (int s = 0; s < 3; s++) CHECK_MSG(trainer_step(&a, &cpu[s], err, sizeof err) == 0, "%s", err);
+  CHECK_MSG(trainer_open(&a, &p, NULL, ebuf, sizeof ebuf) == TRAIN_OK, "%s", ebuf);
+  for (int s = 0; s < 3; s++) CHECK_MSG(trainer_step(&a, &cpu[s], ebuf, sizeof ebuf) == 0, "%s", ebuf);
 
   const struct alloc_bill host0 = *alloc_device_bill(ALLOC_HOST);
   CHECK(use_untouchable() == 0);
@@ -1300,8 +678,8 @@ static void trains_to_the_cpu_bits_on_memory_the_host_cannot_touch(void)
   CHECK(dev != ALLOC_HOST && dev >= 0);
   CHECK(alloc_device_name(dev) && strcmp(alloc_device_name(dev), "untouchable") == 0);
   CHECK(use_untouchable() == 0 && alloc_current_device() == dev); /* the same device again */
-  const long allocs0 = arena.calls[E_MEM_ALLOC];
-  CHECK_MSG(trainer_open(&b, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
+  const long allocs0 = arena.calls[E_mem_alloc];
+  CHECK_MSG(trainer_open(&b, &p, NULL, ebuf, sizeof ebuf) == TRAIN_OK, "%s", ebuf);
   CHECK(b.model.k == &untouchable_ops && b.model.kctx == &arena && b.model.device == dev);
   for (int i = 0; i < b.model.n_params; i++) /* each tensor says where it lives and what it holds */
     CHECK(b.model.params[i].device == dev && b.model.params[i].dtype == REAL_TENSOR_DTYPE);
@@ -1309,7 +687,7 @@ static void trains_to_the_cpu_bits_on_memory_the_host_cannot_touch(void)
   CHECK(runtime_use_backend(NULL, NULL) == 0 && alloc_current_device() == ALLOC_HOST);
   CHECK(alloc_device_bill(dev)->n_live > 0);
   CHECK(arena.live_blocks == alloc_device_bill(dev)->n_live);
-  CHECK(arena.calls[E_MEM_ALLOC] > allocs0);
+  CHECK(arena.calls[E_mem_alloc] > allocs0);
   int params_on_device = alloc_device_of(b.model.param_memory) == dev &&
                          alloc_device_of(b.model.grad_memory) == dev;
   for (int i = 0; i < b.model.n_params; i++)
@@ -1319,7 +697,7 @@ static void trains_to_the_cpu_bits_on_memory_the_host_cannot_touch(void)
   CHECK(params_on_device);
 
   for (int s = 0; s < 3; s++)
-    CHECK_MSG(trainer_step(&b, &dev_stats[s], err, sizeof err) == 0, "%s", err);
+    CHECK_MSG(trainer_step(&b, &dev_stats[s], ebuf, sizeof ebuf) == 0, "%s", ebuf);
   for (int s = 0; s < 3; s++) {
     CHECK(same_step(&cpu[s], &dev_stats[s], s));
     CHECK(cpu[s].grad_norm > p.optimizer.grad_clip); /* clipping had work to do */
@@ -1337,8 +715,8 @@ static void trains_to_the_cpu_bits_on_memory_the_host_cannot_touch(void)
 
   for (int e = 0; e < N_ENTRIES; e++) printf("%-28s %ld\n", entry_names[e], arena.calls[e]);
   /* The host moved bytes in and out through the table, and the device computed. */
-  CHECK(arena.calls[E_FROM_HOST] > 0 && arena.calls[E_TO_HOST] > 0);
-  CHECK(arena.calls[E_LINEAR_FORWARD] > 0 && arena.calls[E_ADAMW_UPDATE] > 0);
+  CHECK(arena.calls[E_from_host] > 0 && arena.calls[E_to_host] > 0);
+  CHECK(arena.calls[E_linear_forward] > 0 && arena.calls[E_adamw_update] > 0);
   CHECK_MSG(host_pointer_report() == 0, "an entry was handed host memory (listed above)");
   CHECK(arena.depth == 0);
 
@@ -1375,25 +753,25 @@ static void bf16_trains_to_the_cpu_bits_on_the_device(void)
   struct train_eval_stats cpu_eval, dev_eval;
   struct trainer a, b;
   CHECK(runtime_use_backend(NULL, NULL) == 0);
-  CHECK_MSG(trainer_open(&a, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
-  for (int s = 0; s < 3; s++) CHECK_MSG(trainer_step(&a, &cpu[s], err, sizeof err) == 0, "%s", err);
+  CHECK_MSG(trainer_open(&a, &p, NULL, ebuf, sizeof ebuf) == TRAIN_OK, "%s", ebuf);
+  for (int s = 0; s < 3; s++) CHECK_MSG(trainer_step(&a, &cpu[s], ebuf, sizeof ebuf) == 0, "%s", ebuf);
   trainer_eval(&a, &cpu_eval);
-  const long calls0[3] = { arena.calls[E_LINEAR_FORWARD_BF16], arena.calls[E_ADAMW_UPDATE_BF16],
-                           arena.calls[E_RMSNORM_FORWARD_BF16] };
+  const long calls0[3] = { arena.calls[E_linear_forward_bf16], arena.calls[E_adamw_update_bf16],
+                           arena.calls[E_rmsnorm_forward_bf16] };
   CHECK(use_untouchable() == 0);
   const int dev = alloc_current_device();
-  CHECK_MSG(trainer_open(&b, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
+  CHECK_MSG(trainer_open(&b, &p, NULL, ebuf, sizeof ebuf) == TRAIN_OK, "%s", ebuf);
   CHECK(runtime_use_backend(NULL, NULL) == 0);
   CHECK(b.model.bf16 && b.model.bf16_memory && alloc_device_of(b.model.bf16_memory) == dev);
   CHECK(on_device(&arena, b.model.bf16_memory, b.model.n_bf16 * sizeof(bf16)));
   for (int s = 0; s < 3; s++)
-    CHECK_MSG(trainer_step(&b, &dev_stats[s], err, sizeof err) == 0, "%s", err);
+    CHECK_MSG(trainer_step(&b, &dev_stats[s], ebuf, sizeof ebuf) == 0, "%s", ebuf);
   trainer_eval(&b, &dev_eval);
   for (int s = 0; s < 3; s++) CHECK(same_step(&cpu[s], &dev_stats[s], s));
   CHECK(memcmp(&cpu_eval.val_loss, &dev_eval.val_loss, sizeof(double)) == 0);
   CHECK(params_equal_through_views(&a.model, &b.model));
-  CHECK(arena.calls[E_LINEAR_FORWARD_BF16] > calls0[0] && arena.calls[E_ADAMW_UPDATE_BF16] > calls0[1] &&
-        arena.calls[E_RMSNORM_FORWARD_BF16] > calls0[2]);
+  CHECK(arena.calls[E_linear_forward_bf16] > calls0[0] && arena.calls[E_adamw_update_bf16] > calls0[1] &&
+        arena.calls[E_rmsnorm_forward_bf16] > calls0[2]);
   CHECK_MSG(host_pointer_report() == 0, "an entry was handed host memory (listed above)");
   trainer_close(&b);
   CHECK(alloc_device_bill(dev)->n_live == 0 && arena.live_blocks == 0);
@@ -1419,44 +797,44 @@ static void evaluates_checkpoints_and_exports_as_the_cpu_does(void)
   struct train_eval_stats cpu_eval, dev_eval;
   struct trainer a, a2, r, b, c;
   CHECK(runtime_use_backend(NULL, NULL) == 0);
-  CHECK_MSG(trainer_open(&a, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
-  for (int s = 0; s < 4; s++) CHECK_MSG(trainer_step(&a, &full[s], err, sizeof err) == 0, "%s", err);
-  CHECK_MSG(trainer_open(&a2, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
-  for (int s = 0; s < 2; s++) CHECK_MSG(trainer_step(&a2, &scratch, err, sizeof err) == 0, "%s", err);
+  CHECK_MSG(trainer_open(&a, &p, NULL, ebuf, sizeof ebuf) == TRAIN_OK, "%s", ebuf);
+  for (int s = 0; s < 4; s++) CHECK_MSG(trainer_step(&a, &full[s], ebuf, sizeof ebuf) == 0, "%s", ebuf);
+  CHECK_MSG(trainer_open(&a2, &p, NULL, ebuf, sizeof ebuf) == TRAIN_OK, "%s", ebuf);
+  for (int s = 0; s < 2; s++) CHECK_MSG(trainer_step(&a2, &scratch, ebuf, sizeof ebuf) == 0, "%s", ebuf);
   trainer_eval(&a2, &cpu_eval);
-  CHECK_MSG(ckpt_save(&a2, cpu_dir, 2, 1, err, sizeof err) == 0, "%s", err);
+  CHECK_MSG(ckpt_save(&a2, cpu_dir, 2, 1, ebuf, sizeof ebuf) == 0, "%s", ebuf);
   snprintf(path, sizeof path, "%s/model.safetensors", cpu_dir);
-  CHECK_MSG(weights_export(&a2.model, path, err, sizeof err) == 0, "%s", err);
+  CHECK_MSG(weights_export(&a2.model, path, ebuf, sizeof ebuf) == 0, "%s", ebuf);
   trainer_close(&a2);
   long long step = -1;
-  CHECK(ckpt_find_latest(cpu_dir, path, sizeof path, &step, err, sizeof err) == 0 && step == 2);
-  CHECK_MSG(trainer_open(&r, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
-  CHECK_MSG(ckpt_load(&r, path, err, sizeof err) == 0, "%s", err);
+  CHECK(ckpt_find_latest(cpu_dir, path, sizeof path, &step, ebuf, sizeof ebuf) == 0 && step == 2);
+  CHECK_MSG(trainer_open(&r, &p, NULL, ebuf, sizeof ebuf) == TRAIN_OK, "%s", ebuf);
+  CHECK_MSG(ckpt_load(&r, path, ebuf, sizeof ebuf) == 0, "%s", ebuf);
   CHECK(r.step == 2);
   for (int s = 0; s < 2; s++)
-    CHECK_MSG(trainer_step(&r, &cpu_resumed[s], err, sizeof err) == 0, "%s", err);
+    CHECK_MSG(trainer_step(&r, &cpu_resumed[s], ebuf, sizeof ebuf) == 0, "%s", ebuf);
 
   /* The untouchable device: the same. */
   const int live0 = (int)arena.live_blocks;
   CHECK(use_untouchable() == 0);
   const int dev = alloc_current_device();
-  CHECK_MSG(trainer_open(&b, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
+  CHECK_MSG(trainer_open(&b, &p, NULL, ebuf, sizeof ebuf) == TRAIN_OK, "%s", ebuf);
   CHECK(b.model.k == &untouchable_ops && b.model.device == dev);
   for (int s = 0; s < 2; s++)
-    CHECK_MSG(trainer_step(&b, &dev_first[s], err, sizeof err) == 0, "%s", err);
+    CHECK_MSG(trainer_step(&b, &dev_first[s], ebuf, sizeof ebuf) == 0, "%s", ebuf);
   trainer_eval(&b, &dev_eval);
-  CHECK_MSG(ckpt_save(&b, dev_dir, 2, 1, err, sizeof err) == 0, "%s", err);
+  CHECK_MSG(ckpt_save(&b, dev_dir, 2, 1, ebuf, sizeof ebuf) == 0, "%s", ebuf);
   snprintf(path, sizeof path, "%s/model.safetensors", dev_dir);
-  CHECK_MSG(weights_export(&b.model, path, err, sizeof err) == 0, "%s", err);
+  CHECK_MSG(weights_export(&b.model, path, ebuf, sizeof ebuf) == 0, "%s", ebuf);
   trainer_close(&b);
   step = -1;
-  CHECK(ckpt_find_latest(dev_dir, path, sizeof path, &step, err, sizeof err) == 0 && step == 2);
-  CHECK_MSG(trainer_open(&c, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
+  CHECK(ckpt_find_latest(dev_dir, path, sizeof path, &step, ebuf, sizeof ebuf) == 0 && step == 2);
+  CHECK_MSG(trainer_open(&c, &p, NULL, ebuf, sizeof ebuf) == TRAIN_OK, "%s", ebuf);
   CHECK(c.model.k == &untouchable_ops && c.model.device == dev);
-  CHECK_MSG(ckpt_load(&c, path, err, sizeof err) == 0, "%s", err);
+  CHECK_MSG(ckpt_load(&c, path, ebuf, sizeof ebuf) == 0, "%s", ebuf);
   CHECK(c.step == 2);
   for (int s = 0; s < 2; s++)
-    CHECK_MSG(trainer_step(&c, &dev_resumed[s], err, sizeof err) == 0, "%s", err);
+    CHECK_MSG(trainer_step(&c, &dev_resumed[s], ebuf, sizeof ebuf) == 0, "%s", ebuf);
   CHECK(runtime_use_backend(NULL, NULL) == 0);
 
   for (int s = 0; s < 2; s++) CHECK(same_step(&full[s], &dev_first[s], s));
@@ -1550,10 +928,10 @@ static void a_whole_run_and_its_resumption_write_the_cpu_bytes(void)
   char root[] = "/tmp/tycho-device-run-XXXXXX";
   CHECK(mkdtemp(root) != NULL);
   const size_t live0 = arena.live_blocks;
-  CHECK_MSG(run_in(root, "cpu", 0, err, sizeof err) == 0, "CPU run: %s", err);
-  const long calls0 = arena.calls[E_LINEAR_FORWARD];
-  CHECK_MSG(run_in(root, "dev", 1, err, sizeof err) == 0, "untouchable run: %s", err);
-  CHECK(arena.calls[E_LINEAR_FORWARD] > calls0); /* the device computed it */
+  CHECK_MSG(run_in(root, "cpu", 0, ebuf, sizeof ebuf) == 0, "CPU run: %s", ebuf);
+  const long calls0 = arena.calls[E_linear_forward];
+  CHECK_MSG(run_in(root, "dev", 1, ebuf, sizeof ebuf) == 0, "untouchable run: %s", ebuf);
+  CHECK(arena.calls[E_linear_forward] > calls0); /* the device computed it */
   CHECK(arena.live_blocks == live0 && arena.bad_frees == 0);
   static const char *const files[] = { "model.safetensors", "ckpt/step_00000006/manifest.json",
                                        "ckpt/step_00000006/rank_00000.bin" };
@@ -1578,20 +956,20 @@ static void weights_load_onto_the_device_as_onto_the_cpu(void)
   struct trainer a, c, d;
   struct train_step_stats sc, sd;
   CHECK(runtime_use_backend(NULL, NULL) == 0);
-  CHECK_MSG(trainer_open(&a, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
-  CHECK_MSG(trainer_step(&a, &sc, err, sizeof err) == 0, "%s", err);
+  CHECK_MSG(trainer_open(&a, &p, NULL, ebuf, sizeof ebuf) == TRAIN_OK, "%s", ebuf);
+  CHECK_MSG(trainer_step(&a, &sc, ebuf, sizeof ebuf) == 0, "%s", ebuf);
   snprintf(p.init.from, sizeof p.init.from, "%s/model.safetensors", root);
-  CHECK_MSG(weights_export(&a.model, p.init.from, err, sizeof err) == 0, "%s", err);
+  CHECK_MSG(weights_export(&a.model, p.init.from, ebuf, sizeof ebuf) == 0, "%s", ebuf);
   trainer_close(&a);
 
-  CHECK_MSG(trainer_open(&c, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
+  CHECK_MSG(trainer_open(&c, &p, NULL, ebuf, sizeof ebuf) == TRAIN_OK, "%s", ebuf);
   CHECK(use_untouchable() == 0);
-  CHECK_MSG(trainer_open(&d, &p, NULL, err, sizeof err) == TRAIN_OK, "%s", err);
+  CHECK_MSG(trainer_open(&d, &p, NULL, ebuf, sizeof ebuf) == TRAIN_OK, "%s", ebuf);
   CHECK(runtime_use_backend(NULL, NULL) == 0);
   CHECK(d.model.k == &untouchable_ops);
   CHECK(params_equal_through_views(&c.model, &d.model));
-  CHECK_MSG(trainer_step(&c, &sc, err, sizeof err) == 0, "%s", err);
-  CHECK_MSG(trainer_step(&d, &sd, err, sizeof err) == 0, "%s", err);
+  CHECK_MSG(trainer_step(&c, &sc, ebuf, sizeof ebuf) == 0, "%s", ebuf);
+  CHECK_MSG(trainer_step(&d, &sd, ebuf, sizeof ebuf) == 0, "%s", ebuf);
   CHECK(same_step(&sc, &sd, 0));
   CHECK(params_equal_through_views(&c.model, &d.model));
   CHECK_MSG(host_pointer_report() == 0, "an entry was handed host memory (listed above)");

@@ -332,7 +332,7 @@ static void pointwise_forwards_match_hand_computed(void)
   CHECK_NEAR(out[1], want[1], 5 * (REAL_U + DOUBLE_U) * fabs(want[1]));
   const real a[3] = { 1, 2, 3 }, b[3] = { 10, 20, 30 }, mask[3] = { 0, 2, 2 };
   real sum[3], dropped[3];
-  residual_forward(sum, a, b, 3);
+  vec_add(sum, a, b, 3);
   CHECK(sum[0] == 11 && sum[1] == 22 && sum[2] == 33);
   dropout_forward(dropped, a, mask, 3);
   CHECK(dropped[0] == 0 && dropped[1] == 4 && dropped[2] == 6);

@@ -7,6 +7,8 @@
  *   - t:set{optimizer = {lr, weight_decay}} trains as a C trainer whose plan copy and optimizer
  *     got those values; a field that is not live is refused naming it and t:replan, a value out
  *     of range naming its range, and a refused call changes nothing;
+ *   - t:set refuses exactly what the compiler refuses (inf, a value out of a number's or an
+ *     integer's range, a misspelt name), with the compiler's message after "t:set: ";
  *   - t:param("layers.0.q"): shape, layout, norm and elements equal the C trainer's; short and
  *     Hugging Face names; gradients and AdamW moments after a step; a ZeRO-3 shard's layout;
  *     :gather() equals the tensor;
@@ -198,6 +200,49 @@ static void test_set_changes_what_the_steps_use(void)
   error_of(L, "t:set{ optimizer = { lr = 5e-4 }, mesh = { tp = 2 } }");
   CHECK(number(L, "t:plan().optimizer.lr") == 1e-3);
   CHECK(number(L, "#printed") == 4); /* t:step(2)'s two lines, then log.every 1: one a step */
+  run(L, "t:close()");
+  lua_close(L);
+}
+
+/* t:set refuses exactly what the compiler refuses, with the compiler's message: the same text
+ * after the place (the compiler's --set, t:set's "t:set", which follows the Lua chunk's own
+ * position). A refused call changes nothing. */
+#define CHECK_SAME(got, want) do { const char *g_ = strstr((got), "t:set: ") ? strstr((got), "t:set: ") : (got), \
+  *w_ = (want); \
+  CHECK_MSG(strcmp(g_, w_) == 0, "\n  got  \"%s\"\n  want \"%s\"", g_, w_); } while (0)
+static void test_set_refuses_what_the_compiler_refuses(void)
+{
+  static const struct { const char *set, *code, *msg; } cases[] = {
+    { "optimizer.lr=inf", "t:set{ optimizer = { lr = 1/0 } }", "optimizer.lr = inf: must be a finite number" },
+    { "optimizer.lr=-1", "t:set{ optimizer = { lr = -1 } }", "optimizer.lr = -1: must be a number > 0" },
+    { "log.every=0", "t:set{ log = { every = 0 } }", "log.every = 0: must be an integer in 1..1073741824" },
+    { "train.steps=2.5", "t:set{ train = { steps = 2.5 } }", "train.steps = 2.5: must be an integer ≥ 1" },
+    { "lr_schedule.decay=cosin", "t:set{ lr_schedule = { decay = 'cosin' } }",
+      "lr_schedule.decay = \"cosin\": must be one of \"constant\", \"cosine\", \"linear\" (did you mean \"cosine\"?)" },
+  };
+  lua_State *L = new_state();
+  if (run(L, "t = tycho.open(PLAN, { train = { eval_every = 0 } })")) {
+    lua_close(L);
+    return;
+  }
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char want[512], compiler[1024];
+    const char *sets[] = { cases[i].set };
+    struct plan_compile_options opt = { 1, 0, 0, 0, 1, sets };
+    struct plan q;
+    CHECK(plan_compile(plan_path, &opt, &q, compiler, sizeof compiler) != 0);
+    snprintf(want, sizeof want, "--set %s: %s", cases[i].set, cases[i].msg);
+    CHECK_SAME(compiler, want);
+    snprintf(want, sizeof want, "t:set: %s", cases[i].msg);
+    CHECK_SAME(error_of(L, cases[i].code), want);
+  }
+  CHECK_SAME(error_of(L, "t:set{ model = { dim = 64 } }"),
+            "t:set: model.dim = 64 cannot change between steps (the fields t:set changes: checkpoint.dir, log.every, "
+            "lr_schedule.decay, lr_schedule.decay_steps, lr_schedule.min_lr, lr_schedule.warmup, optimizer.beta1, "
+            "optimizer.beta2, optimizer.eps, optimizer.grad_clip, optimizer.lr, optimizer.weight_decay, "
+            "train.eval_batches, train.eval_every, train.steps); re-plan instead: t:replan{ model = { dim = 64 } }");
+  CHECK(number(L, "t:plan().optimizer.lr") == 3e-3); /* the plan's: every call was refused */
+  CHECK(number(L, "t:plan().log.every") == 5);
   run(L, "t:close()");
   lua_close(L);
 }
@@ -463,6 +508,7 @@ int main(void)
   static const struct test_case tests[] = {
     TEST(test_step_matches_the_c_trainer),
     TEST(test_set_changes_what_the_steps_use),
+    TEST(test_set_refuses_what_the_compiler_refuses),
     TEST(test_param_grad_moment_inspection),
     TEST(test_memory_bill_is_exact),
     TEST(test_save_then_load_resumes),

@@ -64,7 +64,8 @@ static void set_grads_3_4(struct model *m)
   m->dfinal_norm[1] = 4.0f;
 }
 
-static void clipping_scales_to_max_norm_and_reports_the_pre_clip_norm(void)
+/* Clipping is AdamW's grad_scale (optimizer_update_range): the coefficient of the global norm. */
+static void clipping_coefficient_is_max_norm_over_the_global_norm(void)
 {
   struct model m;
   struct plan p;
@@ -72,29 +73,11 @@ static void clipping_scales_to_max_norm_and_reports_the_pre_clip_norm(void)
   CHECK_MSG(model_create(&m, &p.model, err, sizeof err) == 0, "%s", err);
   set_grads_3_4(&m);
   CHECK(optimizer_grad_norm(&m) == 5.0); /* sqrt(9 + 16): exact */
-
-  double norm = optimizer_clip(&m, 1.0);
-  CHECK(norm == 5.0);
-  /* The same operations as optimizer_clip (the coefficient in double, rounded to real once, one
-   * product): bitwise. */
-  real coef = (real)(1.0 / (5.0 + 1e-6));
-  CHECK(m.layer_grads[0].wq[0] == 3.0f * coef);
-  CHECK(m.dfinal_norm[1] == 4.0f * coef);
-  /* After clipping the norm is 5 / (5 + 1e-6) (not 1: the 1e-6 takes 2e-7), to the rounding of
-   * coef and of the two products in real and the sum of squares and sqrt in double: relative
-   * 3 · (REAL_U + DOUBLE_U). */
-  const double clipped = 5.0 / (5.0 + 1e-6);
-  CHECK_NEAR(optimizer_grad_norm(&m), clipped, 3 * (REAL_U + DOUBLE_U) * clipped);
-
-  set_grads_3_4(&m);                                /* under the limit: untouched */
-  CHECK(optimizer_clip(&m, 10.0) == 5.0);
-  CHECK(m.layer_grads[0].wq[0] == 3.0f && m.dfinal_norm[1] == 4.0f);
-  set_grads_3_4(&m);                                /* max_norm 0: clipping off */
-  CHECK(optimizer_clip(&m, 0.0) == 5.0);
-  CHECK(m.layer_grads[0].wq[0] == 3.0f && m.dfinal_norm[1] == 4.0f);
-  set_grads_3_4(&m);                                /* exactly at the limit: coef < 1 by 1e-6 */
-  optimizer_clip(&m, 5.0);
-  CHECK(m.layer_grads[0].wq[0] == 3.0f * (real)(5.0 / (5.0 + 1e-6)));
+  CHECK(optimizer_clip_coef(5.0, 1.0) == 1.0 / (5.0 + 1e-6));
+  CHECK(optimizer_clip_coef(5.0, 10.0) == 1.0); /* under the limit: untouched */
+  CHECK(optimizer_clip_coef(5.0, 0.0) == 1.0);  /* max_norm 0: clipping off */
+  /* exactly at the limit: coef < 1 by 1e-6 */
+  CHECK(optimizer_clip_coef(5.0, 5.0) == 5.0 / (5.0 + 1e-6) && optimizer_clip_coef(5.0, 5.0) < 1.0);
   model_free(&m);
 }
 
@@ -145,5 +128,5 @@ static void weight_decay_applies_to_2d_tensors_only(void)
 }
 
 TEST_MAIN(TEST(lr_schedule_matches_hand_computed_values),
-          TEST(clipping_scales_to_max_norm_and_reports_the_pre_clip_norm),
+          TEST(clipping_coefficient_is_max_norm_over_the_global_norm),
           TEST(weight_decay_applies_to_2d_tensors_only))

@@ -1,6 +1,6 @@
-/* safetensors: write -> read round trips bitwise, F16/BF16 decode to known values, the sharded
- * index finds every tensor across shards, and each kind of malformed header is refused with a
- * message that names the cause. */
+/* safetensors: write -> read round trips bitwise (a link at path.tmp never written through),
+ * F16/BF16 decode to known values, the sharded index finds every tensor across shards, and each
+ * kind of malformed header is refused with a message that names the cause. */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
 #include "io/safetensors.h"
@@ -107,6 +107,21 @@ static void write_then_read_round_trips_names_shapes_and_bits(void)
   CHECK_MSG(st_open(&f, path, err, sizeof err) == 0, "%s", err);
   CHECK(f.n_tensors == 1);
   st_close(&f);
+
+  /* A link at path.tmp (a leftover, or planted) is replaced, never written through: the file it
+   * points to keeps its bytes. */
+  char other[160];
+  snprintf(other, sizeof other, "%s/other", dir);
+  FILE *o = fopen(other, "w");
+  CHECK(o && fputs("not tycho's", o) >= 0 && fclose(o) == 0);
+  CHECK(symlink(other, tmp) == 0);
+  CHECK_MSG(st_write_f32(path, w, 1, err, sizeof err) == 0, "%s", err);
+  char kept[32] = "";
+  o = fopen(other, "r");
+  CHECK(o && fread(kept, 1, sizeof kept - 1, o) == 11 && fclose(o) == 0);
+  CHECK_MSG(strcmp(kept, "not tycho's") == 0, "the link's target now holds '%s'", kept);
+  CHECK(access(tmp, F_OK) != 0);
+  unlink(other);
   unlink(path);
   rmdir(dir);
 }

@@ -26,8 +26,8 @@
  *     affinity is not the node's); device_memory_gb: the
  *     node's memory over them.
  * The file's header comment states when, where and how, with every figure measured. */
-#ifndef TYCHO_CHECK_CALIBRATE_H
-#define TYCHO_CHECK_CALIBRATE_H
+#ifndef TYCHO_DRIVE_CALIBRATE_H
+#define TYCHO_DRIVE_CALIBRATE_H
 #include <stddef.h>
 #include <stdio.h>
 

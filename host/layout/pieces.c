@@ -1,5 +1,5 @@
 /* A step's pieces (pieces.h). */
-#include "runtime/pieces.h"
+#include "layout/pieces.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -31,8 +31,8 @@
  *   rank 0, zero elsewhere.
  * Gradients of one tensor arriving from several consumers are summed per forward conversion
  * they came through (R arrivals joining P ones as "kept on rank 0"), then converted once. */
-#ifndef TYCHO_PLAN_TP_LAYOUT_H
-#define TYCHO_PLAN_TP_LAYOUT_H
+#ifndef TYCHO_LAYOUT_TP_LAYOUT_H
+#define TYCHO_LAYOUT_TP_LAYOUT_H
 #include <stddef.h>
 
 #include "plan/plan.h"

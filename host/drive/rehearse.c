@@ -1,6 +1,6 @@
 /* tycho rehearse: a plan's layout at toy scale on CPU ranks against the serial run (rehearse.h). */
 #define _POSIX_C_SOURCE 200809L
-#include "check/rehearse.h"
+#include "drive/rehearse.h"
 
 #include "check/launch.h"
 
@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "mesh/mesh.h"
 #include "plan/compile.h"
 #include "runtime/alloc.h"
 #include "runtime/bill.h"
@@ -272,7 +273,7 @@ int rehearse_gather_packed(struct trainer *t, real **out, size_t *n, char *err, 
   }
   real *full;
   if (dp_gather_params(&t->dp, &full))
-    return errf(err, err_size, "%s", t->dp.err);
+    return errf(err, err_size, "%s", FAULT_OF(&t->dp)->msg);
   if (!full)
     return 0;
   size_t total = 0, at = 0;
@@ -519,7 +520,7 @@ int rehearse_worker(const struct rehearse_options *o, FILE *out, char *err, size
   }
   if (!code && steps > REHEARSE_MAX_STEPS)
     code = 2, snprintf(why, sizeof why, "--steps %d: at most %d", steps, REHEARSE_MAX_STEPS);
-  if (comm_agree_err(world, code, why, sizeof why, 0)) {
+  if (comm_agree_err(world, code, why, sizeof why, COMM_AGREE_PLAIN)) {
     errf(err, err_size, "plan error: %s", why);
     code = 2;
     goto out;
@@ -534,7 +535,7 @@ int rehearse_worker(const struct rehearse_options *o, FILE *out, char *err, size
     code = trainer_open(&t, &run, groups, why, sizeof why);
     opened = code == TRAIN_OK;
   }
-  if (comm_agree_err(world, code, why, sizeof why, 1)) {
+  if (comm_agree_err(world, code, why, sizeof why, COMM_AGREE_NAME_RANK)) {
     errf(err, err_size, "%s", why);
     code = code == TRAIN_PLAN_ERROR ? 2 : 1;
     goto close;
@@ -550,7 +551,7 @@ int rehearse_worker(const struct rehearse_options *o, FILE *out, char *err, size
       rehearse_counters(groups, &t, before);
     struct train_step_stats st;
     int bad = trainer_step(&t, &st, why, sizeof why);
-    if (comm_agree_err(world, bad ? 1 : 0, why, sizeof why, 1)) {
+    if (comm_agree_err(world, bad ? -1 : 0, why, sizeof why, COMM_AGREE_NAME_RANK)) {
       me.failed = 1;
       snprintf(me.msg, sizeof me.msg, "step %d: %s", i, why);
       break;

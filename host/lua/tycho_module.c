@@ -4,7 +4,7 @@
  * field, the file and line it was written on (see host/lua/srcmap.h). Both run on plan input:
  * extend charges its keys to the plan's instruction count and its source records to the memory
  * cap, and takes time linear in its tables. */
-#include "tycho_module.h"
+#include "lua/tycho_module.h"
 
 #include <lauxlib.h>
 #include <string.h>

@@ -33,8 +33,8 @@
  *     (bill_predict), to the byte.
  * A --fault override changes the layout's run only (not the serial run, not the predictions):
  * a deliberate difference, to see what a failing rehearsal reports. */
-#ifndef TYCHO_CHECK_REHEARSE_H
-#define TYCHO_CHECK_REHEARSE_H
+#ifndef TYCHO_DRIVE_REHEARSE_H
+#define TYCHO_DRIVE_REHEARSE_H
 #include <stddef.h>
 #include <stdio.h>
 

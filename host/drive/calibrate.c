@@ -1,6 +1,6 @@
 /* `tycho calibrate` (calibrate.h). */
 #define _GNU_SOURCE
-#include "check/calibrate.h"
+#include "drive/calibrate.h"
 
 #include <math.h>
 #include <sched.h>

@@ -10,8 +10,8 @@
  * parameters they hold at once. One expansion for both, so the bill is the run's.
  *
  * Pure: no comm layer, no runtime memory. */
-#ifndef TYCHO_RUNTIME_PIECES_H
-#define TYCHO_RUNTIME_PIECES_H
+#ifndef TYCHO_LAYOUT_PIECES_H
+#define TYCHO_LAYOUT_PIECES_H
 #include <stddef.h>
 
 #include "plan/plan.h"

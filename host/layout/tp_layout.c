@@ -1,7 +1,7 @@
 /* The layout algebra of tensor parallelism (tp_layout.h). The collective list below walks a
  * layer in the order runtime/model_passes.c executes it; mpi_tp_equiv compares it with the
  * comm layer's counters. */
-#include "plan/tp_layout.h"
+#include "layout/tp_layout.h"
 
 #include <stdio.h>
 #include <string.h>
