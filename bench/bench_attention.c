@@ -14,7 +14,7 @@
 #include <time.h>
 
 #include "kernels.h"
-#include "runtime/threads.h"
+#include "runtime/train/threads.h"
 
 static double now_seconds(void)
 {

@@ -18,9 +18,9 @@
 #include "mesh/mesh.h"
 #include "kernels.h"
 #include "plan/compile.h"
-#include "runtime/alloc.h"
-#include "runtime/threads.h"
-#include "runtime/train.h"
+#include "runtime/model/alloc.h"
+#include "runtime/train/threads.h"
+#include "runtime/train/train.h"
 
 static double now_seconds(void)
 {

@@ -13,8 +13,8 @@
 
 #include "kernels.h"
 #include "plan/compile.h"
-#include "runtime/threads.h"
-#include "runtime/train.h"
+#include "runtime/train/threads.h"
+#include "runtime/train/train.h"
 
 static double now_seconds(void)
 {

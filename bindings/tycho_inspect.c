@@ -13,9 +13,9 @@
 
 #include "comm/comm.h"
 #include "plan/plan_json.h"
-#include "runtime/alloc.h"
-#include "runtime/bill.h"
-#include "runtime/train.h"
+#include "runtime/model/alloc.h"
+#include "runtime/parallel/bill.h"
+#include "runtime/train/train.h"
 #include "sched/sched.h"
 #include "tycho_runtime_internal.h"
 #include "util/json.h"

@@ -12,7 +12,7 @@
  * too: close trainers with t:close() (or `local t <close>`) rather than leaving them to the
  * garbage collector, which runs on each rank at a time of its own.
  *
- * Output: progress and evaluation lines, as `tycho run` prints them (runtime/train_progress.h),
+ * Output: progress and evaluation lines, as `tycho run` prints them (runtime/train/train_progress.h),
  * on world rank 0 only, through the state's global print.
  *
  * The live settings (t:set) are in tycho_runtime_set.c. */
@@ -30,10 +30,10 @@
 
 #include "comm/comm.h"
 #include "plan/compile.h"
-#include "runtime/alloc.h"
-#include "runtime/ckpt.h"
-#include "runtime/train.h"
-#include "runtime/train_progress.h"
+#include "runtime/model/alloc.h"
+#include "runtime/state/ckpt.h"
+#include "runtime/train/train.h"
+#include "runtime/train/train_progress.h"
 #include "lua/tycho_module.h"
 #include "tycho_runtime_internal.h"
 

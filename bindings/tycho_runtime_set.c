@@ -11,8 +11,8 @@
 
 #include "comm/comm.h"
 #include "plan/fields.h"
-#include "runtime/train.h"
-#include "runtime/train_progress.h"
+#include "runtime/train/train.h"
+#include "runtime/train/train_progress.h"
 #include "tycho_runtime_internal.h"
 
 /* The live fields are the plan-field table's LIVE rows (fields.h): the fields the runtime reads

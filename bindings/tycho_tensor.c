@@ -30,10 +30,10 @@
 #include <string.h>
 
 #include "comm/comm.h"
-#include "runtime/alloc.h"
-#include "runtime/hostview.h"
-#include "runtime/train.h"
-#include "runtime/train_progress.h"
+#include "runtime/model/alloc.h"
+#include "runtime/model/hostview.h"
+#include "runtime/train/train.h"
+#include "runtime/train/train_progress.h"
 #include "tycho_runtime_internal.h"
 #include "util/err.h"
 

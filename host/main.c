@@ -29,10 +29,10 @@
 #include "repl/repl.h"
 #include "lua/tycho_module.h"
 #include "tycho_runtime.h"
-#include "runtime/threads.h"
-#include "runtime/ckpt.h"
-#include "runtime/manifest.h"
-#include "runtime/train.h"
+#include "runtime/train/threads.h"
+#include "runtime/state/ckpt.h"
+#include "runtime/state/manifest.h"
+#include "runtime/train/train.h"
 #include "util/path.h"
 
 #define EXIT_USAGE 2

@@ -4,7 +4,7 @@
  * every other backend is compared to, and the kernel tests call them directly. The contract of
  * each (shapes, what is read, written, accumulated, which buffers may alias), the dimension
  * legend and the conventions are in ops.h. The runtime calls them through its model's table
- * (m->k, host/runtime/model.h), never by name, so another table takes their place. */
+ * (m->k, host/runtime/model/model.h), never by name, so another table takes their place. */
 #ifndef TYCHO_KERNELS_H
 #define TYCHO_KERNELS_H
 #include <stddef.h>

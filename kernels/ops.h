@@ -6,7 +6,7 @@
  * float64 proof build).
  *
  * Selection: kernels_use(table, ctx) names the table and context that models created from then on
- * capture (model_create*, host/runtime/model.h: m->k, m->kctx); a model keeps them for its life,
+ * capture (model_create*, host/runtime/model/model.h: m->k, m->kctx); a model keeps them for its life,
  * so changing the selection never touches a model already made. Every kernel call of the model,
  * the optimizer and the data-parallel optimizer goes through the model's table (optimizer.c and
  * dp_optim.c take it from the model they update), so a backend is a new table and a kernels_use

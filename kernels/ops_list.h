@@ -23,10 +23,10 @@
 
 /* ---- memory ----
  * Every tensor the runtime computes on lives in the backend's memory. The runtime reads and
- * writes it only through these entries (host/runtime/hostview.h), never by dereferencing, so a
+ * writes it only through these entries (host/runtime/model/hostview.h), never by dereferencing, so a
  * backend whose memory the host cannot address (a GPU) needs no change above kernels/. */
 /* n_bytes of the backend's memory, zeroed, 64-byte aligned; NULL when out of it (n_bytes 0: a
- * valid, unique block). The allocator's device hooks (host/runtime/alloc.h). */
+ * valid, unique block). The allocator's device hooks (host/runtime/model/alloc.h). */
 KERNEL_BACKEND(void *, mem_alloc, (size_t n_bytes), (n_bytes))
 KERNEL_BACKEND(void, mem_free, (void *block), (block))
 /* dst ← src, n_bytes, both in the backend's memory; they may overlap. */

@@ -16,8 +16,8 @@
 #include "comm/comm.h"
 #include "check/cost.h"
 #include "layout/tp_layout.h"
-#include "runtime/bill.h"
-#include "runtime/train.h"
+#include "runtime/parallel/bill.h"
+#include "runtime/train/train.h"
 #include "sched/sched.h"
 
 static const char *group_text(const struct plan_mesh *m, enum plan_axis a, int rank, char *buf, size_t n)

@@ -16,7 +16,7 @@
 #include "ops.h"
 #include "plan/cluster.h"
 #include "plan/compile.h"
-#include "runtime/train.h"
+#include "runtime/train/train.h"
 #include "util/err.h"
 #include "util/path.h"
 

@@ -13,9 +13,9 @@
 #include "comm/comm.h"
 #include "mesh/mesh.h"
 #include "plan/compile.h"
-#include "runtime/alloc.h"
-#include "runtime/bill.h"
-#include "runtime/train.h"
+#include "runtime/model/alloc.h"
+#include "runtime/parallel/bill.h"
+#include "runtime/train/train.h"
 #include "util/err.h"
 
 enum { DEFAULT_STEPS = 3, DEFAULT_HEAD_DIM = 4, DEFAULT_SEQ = 32, CORPUS_VOCAB = 64 };

@@ -1,5 +1,5 @@
 /* The layout algebra of tensor parallelism (tp_layout.h). The collective list below walks a
- * layer in the order runtime/model_passes.c executes it; mpi_tp_equiv compares it with the
+ * layer in the order runtime/model/model_passes.c executes it; mpi_tp_equiv compares it with the
  * comm layer's counters. */
 #include "layout/tp_layout.h"
 
@@ -186,7 +186,7 @@ static void norm_input_grads(struct lister *ls, const char *what, const struct t
   }
 }
 
-/* Pieces of a layer's forward, as runtime/model_passes.c runs them (and reruns them to
+/* Pieces of a layer's forward, as runtime/model/model_passes.c runs them (and reruns them to
  * recompute): P_QKV norm output to q, k, v and on to the attention; P_CORE the attention's
  * output to o; P_ATTN_OUT o's output to the residual; P_MLP_IN to gate, up and SwiGLU; P_MLP_ACT
  * SwiGLU to down; P_MLP_OUT down's output to the residual. */

@@ -1,7 +1,7 @@
 /* The layout algebra of tensor parallelism (docs/design.md, "Layout algebra"), as pure functions of
  * the compiled plan: the layout of every activation of a layer on its TP group, the conversion
  * between two layouts, and the list of collectives a micro-batch's forward and backward issue. The
- * runtime (runtime/model_passes.c) executes these decisions and `tycho check` prints the list; a
+ * runtime (runtime/model/model_passes.c) executes these decisions and `tycho check` prints the list; a
  * test holds the comm layer's counters of a real run to the list, so the two cannot drift apart.
  *
  * Layouts of an activation (B, T, X) on a TP group of size tp:

@@ -1,6 +1,6 @@
 /* The CUDA backend's context, its errors and its memory entries (cuda_backend.h). Device memory
  * comes from plain cudaMalloc (never managed memory), zeroed, as ops.h asks of mem_alloc; the
- * runtime's allocator bills it by category on this backend's device (host/runtime/alloc.h). */
+ * runtime's allocator bills it by category on this backend's device (host/runtime/model/alloc.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* The CUDA backend's kernel table (cuda_backend.h): every entry of kernels/ops_list.h, each
  * cuda_<op>, defined in the .cu files beside this one. Its memory is the device's
  * (host_visible 0): the runtime reaches it through the memory entries only
- * (host/runtime/hostview.h). */
+ * (host/runtime/model/hostview.h). */
 #include "cuda_backend.h"
 #include "../ops.h"
 

@@ -17,10 +17,10 @@ mkdir "$tmp/tree"
 cp -r host bindings "$tmp/tree/"
 sh scripts/check-layering.sh "$tmp/tree" "$table" || fail "the copy breaks the layering"
 n=$(($(wc -l < "$tmp/tree/host/plan/plan.c") + 1))
-echo '#include "runtime/train.h"' >> "$tmp/tree/host/plan/plan.c"
+echo '#include "runtime/train/train.h"' >> "$tmp/tree/host/plan/plan.c"
 out=$(sh scripts/check-layering.sh "$tmp/tree" "$table" 2>&1); rc=$?
 [ "$rc" -eq 1 ] || fail "wrong-way include: exit $rc, expected 1 ($out)"
-want="host/plan/plan.c:$n: wrong-way include \"runtime/train.h\": plan -> runtime (plan may include: lua util)"
+want="host/plan/plan.c:$n: wrong-way include \"runtime/train/train.h\": plan -> runtime (plan may include: lua util)"
 case "$out" in *"$want"*) ;; *) fail "'$out' lacks '$want'" ;; esac
 case "$out" in *"layering: 1 wrong-way include(s)"*) ;; *) fail "'$out' lacks the count" ;; esac
 

@@ -1,4 +1,4 @@
-/* libFuzzer target for the checkpoint manifest reader (host/runtime/manifest.c): any byte string
+/* libFuzzer target for the checkpoint manifest reader (host/runtime/state/manifest.c): any byte string
  * is read as a checkpoint's manifest.json, its files standing for shard files of FUZZ_SHARD_BYTES
  * bytes each, held in memory (heap blocks of exactly that size, so the sanitizers catch a read
  * past one). A manifest may be refused (with a message naming it) but must never crash, leak,
@@ -8,9 +8,9 @@
  * band-by-band judgement, for tensors small enough to count — every element of every tensor and
  * kind in exactly one piece; a manifest refused for its coverage must indeed miss or repeat one.
  * With clang: clang -fsanitize=fuzzer,address,undefined -Ihost -Ikernels fuzz_manifest.c
- * host/runtime/manifest.c host/util/json.c host/util/err.c. With gcc, fuzz_manifest_driver.c
+ * host/runtime/state/manifest.c host/util/json.c host/util/err.c. With gcc, fuzz_manifest_driver.c
  * supplies main() and the inputs. */
-#include "runtime/manifest.h"
+#include "runtime/state/manifest.h"
 
 #include <stdint.h>
 #include <stdio.h>

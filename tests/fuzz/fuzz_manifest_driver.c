@@ -7,7 +7,7 @@
  * insertions, deletions and truncations. Each input sits in a buffer of exactly its size.
  * Usage: fuzz_manifest [iterations [seed]]. */
 #define _POSIX_C_SOURCE 200809L
-#include "runtime/manifest.h"
+#include "runtime/state/manifest.h"
 
 #include <inttypes.h>
 #include <limits.h>

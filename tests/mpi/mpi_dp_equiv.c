@@ -36,9 +36,9 @@
 #include "mpi_check.h"
 #include "plan/compile.h"
 #include "layout/tp_layout.h"
-#include "runtime/alloc.h"
-#include "runtime/bill.h"
-#include "runtime/train.h"
+#include "runtime/model/alloc.h"
+#include "runtime/parallel/bill.h"
+#include "runtime/train/train.h"
 
 #define MAX_STEPS 64
 #define MAX_MB 64 /* micro-batches per step the reduction checks follow */

@@ -32,7 +32,7 @@
 #include "comm/comm.h"
 #include "mpi_check.h"
 #include "plan_fixture.h"
-#include "runtime/train.h"
+#include "runtime/train/train.h"
 #include "tycho_runtime.h"
 
 #if REAL_IS_DOUBLE

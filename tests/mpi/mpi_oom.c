@@ -14,8 +14,8 @@
 #include "mesh/mesh.h"
 #include "mpi_check.h"
 #include "plan_fixture.h"
-#include "runtime/alloc.h"
-#include "runtime/train.h"
+#include "runtime/model/alloc.h"
+#include "runtime/train/train.h"
 
 static int rank;
 static char err[2048];

@@ -27,9 +27,9 @@
 #include "comm/comm.h"
 #include "mpi_check.h"
 #include "plan_fixture.h"
-#include "runtime/alloc.h"
-#include "runtime/ckpt.h"
-#include "runtime/train.h"
+#include "runtime/model/alloc.h"
+#include "runtime/state/ckpt.h"
+#include "runtime/train/train.h"
 
 #if REAL_IS_DOUBLE
 static const double loss_tol = 1e-10;

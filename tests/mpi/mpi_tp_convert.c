@@ -1,4 +1,4 @@
-/* Every tensor-parallel layout conversion (runtime/tp.h) against the unsharded tensor, on a TP
+/* Every tensor-parallel layout conversion (runtime/parallel/tp.h) against the unsharded tensor, on a TP
  * group of all ranks. A (B, T, X) tensor of small multiples of 1/4 (so every sum, in real or in
  * double, is exact in any order, and the comparisons are bitwise in both builds) is put in
  * each layout — R: the whole on every rank; P: parts that sum to it; S(seq): this rank's
@@ -21,7 +21,7 @@
 #include "mpi_check.h"
 #include "ops.h"
 #include "layout/tp_layout.h"
-#include "runtime/tp.h"
+#include "runtime/parallel/tp.h"
 
 static int rank, tp;
 static struct model_tp group;

@@ -22,7 +22,7 @@
 #include "mesh/mesh.h"
 #include "mpi_check.h"
 #include "plan/compile.h"
-#include "runtime/train.h"
+#include "runtime/train/train.h"
 #include "sched/sched.h"
 #include "util/json.h"
 

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "plan/plan.h"
-#include "runtime/model.h"
+#include "runtime/model/model.h"
 
 struct fixture_shape {
   int n_layers, dim, n_heads, n_kv_heads, ffn_dim, vocab, seq, global, micro;

@@ -1,5 +1,5 @@
 /* A backend whose memory the host cannot touch: the proof that the runtime reaches tensor memory
- * only through the kernel table's memory entries (kernels/ops.h, host/runtime/hostview.h).
+ * only through the kernel table's memory entries (kernels/ops.h, host/runtime/model/hostview.h).
  *
  * untouchable_ops wraps kernel_ops_cpu with host_visible = 0. Its memory is one arena reserved
  * with mmap(PROT_NONE, MAP_NORESERVE) and handed out by bump allocation, 64-byte aligned, never
@@ -45,12 +45,12 @@
 #include "bf16.h"
 #include "check.h"
 #include "ops.h"
-#include "runtime/alloc.h"
-#include "runtime/backend.h"
-#include "runtime/ckpt.h"
-#include "runtime/hostview.h"
-#include "runtime/train.h"
-#include "runtime/weights.h"
+#include "runtime/model/alloc.h"
+#include "runtime/model/backend.h"
+#include "runtime/state/ckpt.h"
+#include "runtime/model/hostview.h"
+#include "runtime/train/train.h"
+#include "runtime/model/weights.h"
 #include "runtime_fixture.h"
 
 static char ebuf[512];

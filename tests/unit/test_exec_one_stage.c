@@ -4,9 +4,9 @@
  * model: the losses agree (the micro-batches' gradients are summed in the same order, backward
  * by backward), and the memory bill predicts each one's slots and activations exactly. */
 #include "check.h"
-#include "runtime/alloc.h"
-#include "runtime/bill.h"
-#include "runtime/train.h"
+#include "runtime/model/alloc.h"
+#include "runtime/parallel/bill.h"
+#include "runtime/train/train.h"
 #include "runtime_fixture.h"
 
 static char err[512];

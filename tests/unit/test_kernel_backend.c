@@ -13,8 +13,8 @@
 #include "check.h"
 #include "ops.h"
 #include "bf16.h"
-#include "runtime/alloc.h"
-#include "runtime/train.h"
+#include "runtime/model/alloc.h"
+#include "runtime/train/train.h"
 #include "runtime_fixture.h"
 
 static char msg[512];

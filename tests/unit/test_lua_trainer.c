@@ -29,8 +29,8 @@
 #include "check.h"
 #include "comm/comm.h"
 #include "plan_fixture.h"
-#include "runtime/alloc.h"
-#include "runtime/train.h"
+#include "runtime/model/alloc.h"
+#include "runtime/train/train.h"
 #include "tycho_runtime.h"
 
 static char err[4096];

@@ -6,7 +6,7 @@
  * none). Parameters are drawn larger than the 0.02 init so every path carries gradient. */
 #include "check.h"
 #include "philox.h"
-#include "runtime/model.h"
+#include "runtime/model/model.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -5,8 +5,8 @@
  * memory bill counts what the model allocates. */
 #include "check.h"
 #include "philox.h"
-#include "runtime/alloc.h"
-#include "runtime/model.h"
+#include "runtime/model/alloc.h"
+#include "runtime/model/model.h"
 #include "runtime_fixture.h"
 #include "util/hash.h"
 

@@ -9,7 +9,7 @@
  * forward records, and the tensors' Hugging Face Mixtral names. */
 #include "check.h"
 #include "philox.h"
-#include "runtime/model.h"
+#include "runtime/model/model.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * hand, clipping as torch.nn.utils.clip_grad_norm_ (coefficient max_norm / (norm + 1e-6), only
  * when below 1, the pre-clip norm reported), and weight decay on 2-D tensors only. */
 #include "check.h"
-#include "runtime/optimizer.h"
+#include "runtime/model/optimizer.h"
 #include "runtime_fixture.h"
 
 #include <math.h>

@@ -14,7 +14,7 @@
 #include "check.h"
 #include "io/safetensors.h"
 #include "plan/compile.h"
-#include "runtime/train.h"
+#include "runtime/train/train.h"
 #include "runtime_fixture.h"
 #include "reference_fixture.h"
 

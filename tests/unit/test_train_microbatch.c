@@ -3,7 +3,7 @@
  * 1e-5 in fp32), with and without dropout (masks follow the window, not the row of the
  * micro-batch). */
 #include "check.h"
-#include "runtime/train.h"
+#include "runtime/train/train.h"
 #include "runtime_fixture.h"
 
 #include <math.h>

@@ -1,8 +1,8 @@
-/* The run's view of its sparse layers (host/runtime/train_moe.h): the busiest expert's share, the
+/* The run's view of its sparse layers (host/runtime/train/train_moe.h): the busiest expert's share, the
  * imbalance warning over a window of TRAIN_MOE_WINDOW steps (raised above TRAIN_MOE_IMBALANCE ×
  * the fair share, and only then), the totals and the metrics' "moe" object. */
 #include "check.h"
-#include "runtime/train_moe.h"
+#include "runtime/train/train_moe.h"
 
 #include <stdlib.h>
 

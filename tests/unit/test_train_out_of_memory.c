@@ -7,9 +7,9 @@
  * never saw a failure. */
 #include "check.h"
 #include "plan_fixture.h"
-#include "runtime/alloc.h"
-#include "runtime/bill.h"
-#include "runtime/train.h"
+#include "runtime/model/alloc.h"
+#include "runtime/parallel/bill.h"
+#include "runtime/train/train.h"
 
 #include <stdlib.h>
 

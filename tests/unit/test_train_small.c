@@ -8,7 +8,7 @@
 #include "check.h"
 #include "bf16.h"
 #include "plan/compile.h"
-#include "runtime/train.h"
+#include "runtime/train/train.h"
 #include "plan_fixture.h"
 #include "runtime_fixture.h"
 

@@ -9,8 +9,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
 #include "io/safetensors.h"
-#include "runtime/train.h"
-#include "runtime/weights.h"
+#include "runtime/train/train.h"
+#include "runtime/model/weights.h"
 #include "runtime_fixture.h"
 
 #include <stdint.h>

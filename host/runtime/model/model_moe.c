@@ -1,0 +1,312 @@
+/* The sparse MLP of a mixture-of-experts layer (model.moe, docs/moe.md): the router, the
+ * routing, the experts' SwiGLU products on the dispatched rows, and the combine, forward and
+ * backward, on the model's kernel table (kernels/ops.h, "mixture of experts"). The host reads one
+ * small thing per forward: the kept rows per expert, which size the experts' products. */
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/model/model.h"
+#include "comm/comm.h"
+#include "runtime/model/hostview.h"
+
+size_t model_moe_rows(const struct model *m, int B, int T)
+{
+  const struct plan_moe *e = &m->config.moe;
+  if (e->experts <= 0)
+    return 0;
+  const size_t all = (size_t)B * T * e->top_k;
+  const int cap = plan_moe_capacity(&m->config, T);
+  const size_t kept = (size_t)B * e->experts * cap;
+  return cap > 0 && kept < all ? kept : all;
+}
+
+size_t model_moe_rows_received(const struct model *m, int B, int T)
+{
+  const struct plan_moe *e = &m->config.moe;
+  const int ep = m->ep.size;
+  if (e->experts <= 0 || ep <= 1)
+    return model_moe_rows(m, B, T);
+  const int cap = plan_moe_capacity(&m->config, T), El = e->experts / ep;
+  if (cap > 0) /* every expert's block padded to B · capacity rows */
+    return (size_t)e->experts * B * cap;
+  return (size_t)ep * B * T * (size_t)(e->top_k < El ? e->top_k : El);
+}
+
+void model_moe_stats_reset(struct model *m)
+{
+  const int E = m->config.moe.experts;
+  for (int l = 0; m->moe_stat && l < m->config.n_layers; l++) {
+    struct model_moe_stat *s = &m->moe_stat[l];
+    long long *routed = s->routed;
+    memset(s, 0, sizeof *s);
+    s->routed = routed;
+    memset(routed, 0, (size_t)E * sizeof *routed);
+  }
+}
+
+/* n (E) ints of backend memory to the host. */
+static void ints_to_host(const struct model *m, int *dst, const int *src, int n)
+{
+  int *v = hostview_open(m->k, m->kctx, src, (size_t)n * sizeof(int), 1);
+  if (v)
+    memcpy(dst, v, (size_t)n * sizeof(int));
+  else
+    memset(dst, 0, (size_t)n * sizeof(int)); /* no host memory: no rows (never on the CPU) */
+  hostview_close(m->k, m->kctx, (void *)src, v, (size_t)n * sizeof(int), 0);
+}
+
+/* Expert e's SwiGLU on n rows: out (n, C) = w2 · (silu(w1 · in) ⊙ (w3 · in)); its gate, up and
+ * hidden kept at row `row` of the layer's expert buffers. */
+static void experts_forward(struct model *m, int layer, struct model_layer_acts *la, int e, int n,
+                            const real *in, real *out, size_t row)
+{
+  if (n == 0)
+    return;
+  const int C = m->config.dim, Fe = m->config.moe.ffn_dim;
+  const struct model_layer_weights *w = &m->layers[layer];
+  real *g = la->gate + row * Fe, *u = la->up + row * Fe, *h = la->hidden + row * Fe;
+  m->k->linear_forward(m->kctx, g, in, w->w1[e], n, C, Fe);
+  m->k->linear_forward(m->kctx, u, in, w->w3[e], n, C, Fe);
+  m->k->swiglu_forward(m->kctx, h, g, u, (size_t)n * Fe);
+  m->k->linear_forward(m->kctx, out, h, w->w2[e], n, Fe, C);
+}
+
+/* Its backward on the same rows: din (n, C) assigned; dout (n, C) is spent (the rows'
+ * up-projection input gradient goes there first); the expert's gradients accumulate. */
+static void experts_backward(struct model *m, struct model_acts *a, int layer, int e, int n, real *dout,
+                             real *din, const real *in, size_t row)
+{
+  if (n == 0)
+    return;
+  const int C = m->config.dim, Fe = m->config.moe.ffn_dim;
+  const struct model_layer_weights *w = &m->layers[layer], *g = &m->layer_grads[layer];
+  const struct model_layer_acts *la = &a->layers[layer];
+  const struct kernel_ops *k = m->k;
+  void *ctx = m->kctx;
+  const size_t f = row * Fe;
+  k->linear_backward(ctx, a->moe_dhid + f, g->w2[e], dout, la->hidden + f, w->w2[e], n, Fe, C);
+  k->swiglu_backward(ctx, a->moe_dgate + f, a->moe_dup + f, a->moe_dhid + f, la->gate + f, la->up + f,
+                     (size_t)n * Fe);
+  k->linear_backward(ctx, din, g->w1[e], a->moe_dgate + f, in, w->w1[e], n, C, Fe);
+  k->linear_backward(ctx, dout, g->w3[e], a->moe_dup + f, in, w->w3[e], n, C, Fe);
+  k->vec_add(ctx, din, din, dout, (size_t)n * C);
+}
+
+/* ---- expert parallelism (mesh.ep) -----------------------------------------------------------
+ * The kept rows are expert-major, so the block for ep rank r (experts [r·El, (r + 1)·El)) is
+ * contiguous. At capacity every expert's block is padded to B · capacity rows (zero rows give
+ * zero outputs and add nothing to the gradients), so every exchange has the plan's size and
+ * `check` states the traffic exactly; dropless, the ranks first exchange how many rows of each
+ * of the receiver's experts they send. The receiver keeps its rows source-major, then expert. */
+
+static void ep_failed(struct model *m, const char *what)
+{
+  char msg[256]; /* the bound the model's messages had */
+  snprintf(msg, sizeof msg, "expert parallelism: %s: %s", what, comm_error());
+  fault_set(FAULT_OF(&m->tp), FAULT_LEVEL_MODEL, "%s", msg);
+}
+
+/* dst: each expert's counts[e] rows of src (expert-major, packed) at e · P, the rest of its P
+ * rows zero; or the inverse (unpad). */
+static void pad_rows(const struct model *m, real *dst, const real *src, const int *counts, int P, int unpad)
+{
+  const int C = m->config.dim, E = m->config.moe.experts;
+  size_t at = 0;
+  for (int e = 0; e < E; e++) {
+    real *padded = (real *)(unpad ? src : dst) + (size_t)e * P * C;
+    real *packed = (real *)(unpad ? dst : src) + at * C;
+    const size_t bytes = (size_t)counts[e] * C * sizeof(real);
+    if (unpad) {
+      if (bytes)
+        m->k->copy(m->kctx, packed, padded, bytes);
+    } else {
+      if (bytes)
+        m->k->copy(m->kctx, padded, packed, bytes);
+      if (counts[e] < P)
+        m->k->zero(m->kctx, padded + (size_t)counts[e] * C, (size_t)(P - counts[e]) * C * sizeof(real));
+    }
+    at += (size_t)counts[e];
+  }
+}
+
+/* The exchange's element counts per peer: what this rank sends (sent[e] rows of each expert) and
+ * receives (rows[s · El + j] of its j-th expert from ep rank s). */
+static void ep_sizes(const struct model *m, const int *sent, const int *rows, size_t *send_n, size_t *recv_n)
+{
+  const int C = m->config.dim, ep = m->ep.size, El = m->config.moe.experts / ep;
+  for (int r = 0; r < ep; r++) {
+    send_n[r] = recv_n[r] = 0;
+    for (int j = 0; j < El; j++) {
+      send_n[r] += (size_t)sent[r * El + j] * C;
+      recv_n[r] += (size_t)rows[r * El + j] * C;
+    }
+  }
+}
+
+/* Rows of each expert in this rank's send buffer: the kept rows, or B · capacity padded. */
+static int ep_sent(const struct model *m, const struct model_acts *a, const int *counts, int *sent)
+{
+  const int cap = plan_moe_capacity(&m->config, a->T), E = m->config.moe.experts;
+  for (int e = 0; e < E; e++) sent[e] = cap > 0 ? a->B * cap : counts[e];
+  return cap > 0 ? a->B * cap : 0;
+}
+
+static void ep_experts_forward(struct model *m, struct model_acts *a, int layer, const int *counts)
+{
+  const int C = m->config.dim, E = m->config.moe.experts, ep = m->ep.size, El = E / ep;
+  struct model_layer_acts *la = &a->layers[layer];
+  int sent[MODEL_MOE_MAX_EXPERTS];
+  size_t send_n[MODEL_MOE_MAX_EXPERTS], recv_n[MODEL_MOE_MAX_EXPERTS];
+  const int P = ep_sent(m, a, counts, sent);
+  const real *send = la->moe_xe;
+  if (P > 0) {
+    pad_rows(m, a->moe_pad, la->moe_xe, counts, P, 0);
+    send = a->moe_pad;
+  }
+  /* A training step's forwards all have the plan's micro-batch, so at capacity every block's size
+   * is known; an evaluation's may not (a last, shorter chunk of problems on one rank), so there the
+   * ranks say theirs (evaluation is not in a step's traffic). */
+  if (P > 0 && a->moe_in_step) {
+    for (int i = 0; i < E; i++) la->moe_rows[i] = P;
+  } else if (comm_all_to_all(m->ep.group, sent, la->moe_rows, (size_t)El, COMM_INT32, NULL)) {
+    ep_failed(m, "the row counts' exchange");
+    return;
+  }
+  ep_sizes(m, sent, la->moe_rows, send_n, recv_n);
+  if (comm_all_to_all_v(m->ep.group, send, send_n, la->moe_xr, recv_n, COMM_REAL, NULL)) {
+    ep_failed(m, "the dispatch");
+    return;
+  }
+  size_t at = 0;
+  for (int s = 0; s < ep; s++)
+    for (int j = 0; j < El; j++) {
+      const int n = la->moe_rows[s * El + j];
+      experts_forward(m, layer, la, m->ep.rank * El + j, n, la->moe_xr + at * C, a->moe_yr + at * C, at);
+      at += (size_t)n;
+    }
+  if (comm_all_to_all_v(m->ep.group, a->moe_yr, recv_n, P > 0 ? a->moe_pad : la->moe_ye, send_n, COMM_REAL,
+                        NULL)) {
+    ep_failed(m, "the combine");
+    return;
+  }
+  if (P > 0)
+    pad_rows(m, la->moe_ye, a->moe_pad, counts, P, 1);
+}
+
+static void ep_experts_backward(struct model *m, struct model_acts *a, int layer, const int *counts)
+{
+  const int C = m->config.dim, E = m->config.moe.experts, ep = m->ep.size, El = E / ep;
+  const struct model_layer_acts *la = &a->layers[layer];
+  int sent[MODEL_MOE_MAX_EXPERTS];
+  size_t send_n[MODEL_MOE_MAX_EXPERTS], recv_n[MODEL_MOE_MAX_EXPERTS];
+  const int P = ep_sent(m, a, counts, sent);
+  ep_sizes(m, sent, la->moe_rows, send_n, recv_n);
+  const real *send = a->moe_dye;
+  if (P > 0) {
+    pad_rows(m, a->moe_pad, a->moe_dye, counts, P, 0);
+    send = a->moe_pad;
+  }
+  if (comm_all_to_all_v(m->ep.group, send, send_n, a->moe_dyr, recv_n, COMM_REAL, NULL)) {
+    ep_failed(m, "the combine's backward");
+    return;
+  }
+  size_t at = 0;
+  for (int s = 0; s < ep; s++)
+    for (int j = 0; j < El; j++) {
+      const int n = la->moe_rows[s * El + j];
+      experts_backward(m, a, layer, m->ep.rank * El + j, n, a->moe_dyr + at * C, a->moe_dxr + at * C,
+                       la->moe_xr + at * C, at);
+      at += (size_t)n;
+    }
+  if (comm_all_to_all_v(m->ep.group, a->moe_dxr, recv_n, P > 0 ? a->moe_pad : a->moe_dxe, send_n, COMM_REAL,
+                        NULL)) {
+    ep_failed(m, "the dispatch's backward");
+    return;
+  }
+  if (P > 0)
+    pad_rows(m, a->moe_dxe, a->moe_pad, counts, P, 1);
+}
+
+void model_moe_forward(struct model *m, struct model_acts *a, int layer, const real *x, real *out)
+{
+  const struct plan_model *c = &m->config;
+  const int B = a->B, T = a->T, N = B * T, C = c->dim;
+  const int E = c->moe.experts, K = c->moe.top_k;
+  const struct model_layer_weights *w = &m->layers[layer];
+  struct model_layer_acts *la = &a->layers[layer];
+  const struct kernel_ops *k = m->k;
+  void *ctx = m->kctx;
+  int counts[MODEL_MOE_MAX_EXPERTS];
+
+  k->linear_forward(ctx, a->moe_logits, x, w->router, N, C, E);
+  k->moe_router_forward(ctx, la->moe_probs, la->moe_topi, la->moe_topw, la->moe_lse, a->moe_logits,
+                        N, E, K);
+  k->moe_route(ctx, la->moe_slot, la->moe_counts, la->moe_routed, la->moe_topi, N, T, E, K,
+               plan_moe_capacity(c, T));
+  ints_to_host(m, counts, la->moe_counts, E);
+  k->moe_dispatch(ctx, la->moe_xe, x, la->moe_slot, N, K, C);
+  size_t off = 0; /* kept rows here */
+  for (int e = 0; e < E; e++) off += (size_t)counts[e];
+  if (m->ep.size > 1) {
+    ep_experts_forward(m, a, layer, counts);
+  } else {
+    size_t at = 0;
+    for (int e = 0; e < E; e++) {
+      experts_forward(m, layer, la, e, counts[e], la->moe_xe + at * C, la->moe_ye + at * C, at);
+      at += (size_t)counts[e];
+    }
+  }
+  k->moe_combine(ctx, out, la->moe_ye, la->moe_slot, la->moe_topw, N, K, C);
+
+  if (m->moe_collect && m->moe_stat) {
+    struct model_moe_stat *s = &m->moe_stat[layer];
+    int routed[MODEL_MOE_MAX_EXPERTS];
+    k->moe_aux_loss(ctx, a->moe_aux, la->moe_probs, la->moe_topi, N, T, E, K);
+    s->aux += hostview_sum(k, ctx, a->moe_aux, (size_t)B);
+    s->z += k->sumsq(ctx, la->moe_lse, (size_t)N);
+    ints_to_host(m, routed, la->moe_routed, E);
+    for (int e = 0; e < E; e++) s->routed[e] += routed[e];
+    s->sequences += B;
+    s->tokens += N;
+    s->assigned += (long long)N * K;
+    s->dropped += (long long)N * K - (long long)off;
+  }
+}
+
+void model_moe_backward(struct model *m, struct model_acts *a, int layer, const real *x,
+                        const real *dout, real *dx, real *tmp)
+{
+  const struct plan_model *c = &m->config;
+  const int B = a->B, T = a->T, N = B * T, C = c->dim;
+  const int E = c->moe.experts, K = c->moe.top_k;
+  const struct model_layer_weights *w = &m->layers[layer];
+  const struct model_layer_weights *g = &m->layer_grads[layer];
+  const struct model_layer_acts *la = &a->layers[layer];
+  const struct kernel_ops *k = m->k;
+  void *ctx = m->kctx;
+  int counts[MODEL_MOE_MAX_EXPERTS];
+  (void)B;
+
+  ints_to_host(m, counts, la->moe_counts, E);
+  k->moe_combine_backward(ctx, a->moe_dye, a->moe_dtopw, dout, la->moe_ye, la->moe_slot,
+                          la->moe_topw, N, K, C);
+  if (m->ep.size > 1) {
+    ep_experts_backward(m, a, layer, counts);
+  } else {
+    size_t at = 0;
+    for (int e = 0; e < E; e++) {
+      experts_backward(m, a, layer, e, counts[e], a->moe_dye + at * C, a->moe_dxe + at * C,
+                       la->moe_xe + at * C, at);
+      at += (size_t)counts[e];
+    }
+  }
+  k->moe_dispatch_backward(ctx, dx, a->moe_dxe, la->moe_slot, N, K, C);
+  /* the router: its weights' gradient, and its share of d/dx. The load-balancing loss is a mean
+   * over the global batch's sequences (loss_scale · T = 1/global), the z-loss over its tokens. */
+  const real aux_scale = (real)(c->moe.aux_loss * (double)a->loss_scale * T);
+  const real z_scale = (real)(c->moe.z_loss * (double)a->loss_scale);
+  k->moe_router_backward(ctx, a->moe_logits, a->moe_dtopw, la->moe_probs, la->moe_topi,
+                         la->moe_topw, la->moe_lse, N, T, E, K, aux_scale, z_scale);
+  k->linear_backward(ctx, tmp, g->router, a->moe_logits, x, w->router, N, C, E);
+  k->vec_add(ctx, dx, dx, tmp, (size_t)N * C);
+}

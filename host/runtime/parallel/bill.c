@@ -1,0 +1,508 @@
+/* The predicted memory bill (bill.h). */
+#include "runtime/parallel/bill.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "runtime/state/ckpt.h"
+#include "layout/tp_layout.h"
+#include "runtime/parallel/dp.h"
+#include "runtime/model/model.h"
+#include "runtime/parallel/exec.h"
+#include "layout/pieces.h"
+#include "sched/sched.h"
+#include "util/err.h"
+
+/* Floats of unit u's buckets. */
+static size_t unit_elems(const struct dp_layout *l, int u)
+{
+  const struct dp_unit *k = &l->units[u];
+  if (k->first_bucket < 0)
+    return 0;
+  const struct dp_bucket *a = &l->buckets[k->first_bucket], *b = &l->buckets[k->last_bucket];
+  return b->start + b->n_elems - a->start;
+}
+
+/* Zero ≥ 2 over a pipeline rank's list of the schedule, as dp_passes.c runs it: which units each
+ * backward piece writes gradients to (the head: also a tied embedding's) and which are final
+ * after it (the head's; a tied embedding's on a last stage without the embedding; a layer's; the
+ * embedding's), so which buckets reduce where. zero_every.grads = "micro_batch": every piece gives
+ * its units' buckets gradients (a bucket still reducing from the micro-batch before finished
+ * first); once units are final the reductions in flight finish, freeing their buckets and
+ * outputs, and theirs start into outputs allocated then. "step": the whole gradients (n_elems)
+ * from the step's first backward to the end of its reductions, each stage's last backward
+ * reduce-scattering straight into the shard. Out: the most gradient elements held besides the
+ * shard (*grads) and reduce-scatter output elements (*comm) at once, the reduce-scatters of a
+ * step and the elements they are given. 0, or nonzero with a message. */
+struct zero_grads {
+  size_t grads, comm;
+  unsigned long long calls, elems;
+  unsigned long long expert_calls, expert_elems; /* of them, the expert buckets' (dp.h) */
+};
+
+static void zero_finish(const struct dp_layout *l, int *inflight, int *n_in, char *has, size_t *g, size_t *c,
+                        int n)
+{
+  for (int i = 0; i < n; i++) {
+    const int b = inflight[i];
+    has[b] = 0;
+    *g -= l->buckets[b].n_elems;
+    *c -= l->buckets[b].share;
+  }
+  memmove(inflight, inflight + n, (size_t)(*n_in - n) * sizeof *inflight);
+  *n_in -= n;
+}
+
+static int zero_grads_replay(const struct plan *p, const struct sched_list *list, const struct dp_layout *l,
+                             int grads_step, struct zero_grads *out, char *err, size_t err_size)
+{
+  memset(out, 0, sizeof *out);
+  const int L = p->model.n_layers, tied = p->model.tie_embeddings, nb = l->n_buckets;
+  int max_layers = 0;
+  for (int s = 0; s < p->n_stages; s++)
+    max_layers = p->stages[s].n_layers > max_layers ? p->stages[s].n_layers : max_layers;
+  struct piece *pcs = malloc((size_t)(max_layers + 2) * sizeof *pcs);
+  int *inflight = malloc((size_t)nb * sizeof *inflight);
+  char *has = calloc((size_t)nb, 1);
+  int *last_bwd = malloc((size_t)p->n_stages * sizeof *last_bwd);
+  if (!pcs || !inflight || !has || !last_bwd) {
+    free(pcs);
+    free(inflight);
+    free(has);
+    free(last_bwd);
+    return errf(err, err_size, "out of memory");
+  }
+  pieces_last_backwards(list, p->n_stages, last_bwd);
+  int n_in = 0, last_reduce = -1;
+  size_t g = 0, c = 0;
+  for (int i = 0; i < list->n; i++)
+    if (list->instr[i].op == SCHED_REDUCE_GRADS)
+      last_reduce = i;
+  for (int i = 0; i < list->n; i++) {
+    const struct sched_instr *in = &list->instr[i];
+    if (i == last_reduce) { /* the executor acts on the rank's last REDUCE_GRADS only (dp_reduce_rest) */
+      zero_finish(l, inflight, &n_in, has, &g, &c, n_in);
+      continue;
+    }
+    if (in->op != SCHED_BWD)
+      continue;
+    const struct plan_stage *st = &p->stages[in->stage];
+    const int last = last_bwd[in->stage] == i;
+    const int n = pieces_of_stage(st, 1, pcs);
+    for (int k = 0; k < n; k++) {
+      int w[2], nw = 0, f[2], nf = 0;
+      switch (pcs[k].kind) {
+      case PIECE_HEAD_BWD:
+        w[nw++] = f[nf++] = L + 1;
+        if (tied)
+          w[nw++] = 0;
+        if (tied && !st->has_embed)
+          f[nf++] = 0;
+        break;
+      case PIECE_LAYER_BWD: w[nw++] = f[nf++] = 1 + pcs[k].layer; break;
+      case PIECE_EMBED_BWD: w[nw++] = f[nf++] = 0; break;
+      default: break;
+      }
+      if (!grads_step)
+        for (int a = 0; a < nw; a++)
+          for (int b = l->units[w[a]].first_bucket; b >= 0 && b <= l->units[w[a]].last_bucket; b++) {
+            for (int q = 0; q < n_in; q++)
+              if (inflight[q] == b) {
+                zero_finish(l, inflight, &n_in, has, &g, &c, q + 1);
+                break;
+              }
+            if (!has[b]) {
+              has[b] = 1;
+              g += l->buckets[b].n_elems;
+            }
+          }
+      out->grads = g > out->grads ? g : out->grads;
+      if (grads_step && !last)
+        continue;
+      if (!grads_step) {
+        zero_finish(l, inflight, &n_in, has, &g, &c, n_in);
+        for (int a = 0; a < nf; a++)
+          for (int b = l->units[f[a]].first_bucket; b >= 0 && b <= l->units[f[a]].last_bucket; b++)
+            c += l->buckets[b].share;
+        out->comm = c > out->comm ? c : out->comm;
+      }
+      for (int a = 0; a < nf; a++)
+        for (int b = l->units[f[a]].last_bucket; b >= 0 && b >= l->units[f[a]].first_bucket; b--) {
+          out->calls++;
+          out->elems += l->buckets[b].n_elems;
+          out->expert_calls += (unsigned long long)l->buckets[b].expert;
+          out->expert_elems += l->buckets[b].expert ? l->buckets[b].n_elems : 0;
+          if (!grads_step)
+            inflight[n_in++] = b;
+        }
+    }
+  }
+  if (grads_step)
+    out->grads = l->n_elems; /* the step's whole gradients, from its first backward on */
+  free(pcs);
+  free(inflight);
+  free(has);
+  free(last_bwd);
+  return 0;
+}
+
+/* ZeRO-3 over a pipeline rank's list of the schedule, piece by piece as the executor runs it
+ * (pieces_zero3_replay): the all-gathers of a step, the elements they move (of the buckets with
+ * `expert` equal to this, or of all where it is −1), and the most parameter elements gathered at
+ * once. 0, or nonzero with a message. */
+static int zero3_replay(const struct plan *p, const struct sched_list *list, const struct dp_layout *l,
+                        int expert, unsigned long long *calls, unsigned long long *moved, size_t *peak,
+                        char *err, size_t err_size)
+{
+  const int U = l->n_units;
+  size_t *held = calloc((size_t)U, sizeof *held), *gathered = calloc((size_t)U, sizeof *gathered);
+  int *n_calls = calloc((size_t)U, sizeof *n_calls);
+  int rc = !held || !gathered || !n_calls ? errf(err, err_size, "out of memory") : 0;
+  for (int u = 0; !rc && u < U; u++) {
+    held[u] = unit_elems(l, u);
+    const struct dp_unit *k = &l->units[u];
+    for (int b = k->first_bucket; k->first_bucket >= 0 && b <= k->last_bucket; b++) {
+      if (expert >= 0 && l->buckets[b].expert != expert)
+        continue;
+      n_calls[u]++;
+      gathered[u] += l->buckets[b].n_elems;
+    }
+  }
+  const int keep = p->zero_every.params == PLAN_ZERO_EVERY_STEP; /* "step": kept to the last backward */
+  if (!rc && pieces_zero3_replay(p, list, keep, held, n_calls, gathered, calls, moved, peak))
+    rc = errf(err, err_size, "out of memory");
+  free(held);
+  free(gathered);
+  free(n_calls);
+  return rc;
+}
+
+void bill_shared_open(struct bill_shared *sh, const struct plan *p)
+{
+  memset(sh, 0, sizeof *sh);
+  sh->failed = sched_from_plan(p, &sh->s, sh->err, sizeof sh->err) != 0;
+}
+
+void bill_shared_close(struct bill_shared *sh)
+{
+  sched_free(&sh->s);
+  memset(sh, 0, sizeof *sh);
+}
+
+/* What pipeline rank pp_rank builds: its parameter table (in outline: model.h), its
+ * data-parallel layout and the plan's schedule (whose list pp_rank runs is r->list, s that
+ * schedule: sh's, or own's). */
+struct rank_view {
+  struct model m;
+  struct dp_layout l;
+  struct bill_shared own;
+  const struct sched *s;
+  const struct sched_list *list;
+};
+
+static void rank_view_free(struct rank_view *r)
+{
+  bill_shared_close(&r->own);
+  dp_layout_free(&r->l);
+  model_free(&r->m);
+}
+
+/* sh: the plan's shared schedule, or NULL to build one. 0 ok; nonzero with a message, nothing
+ * left to free. */
+static int rank_view(const struct plan *p, const struct bill_shared *sh, int pp_rank, struct rank_view *r,
+                     char *err, size_t err_size)
+{
+  memset(r, 0, sizeof *r);
+  if (model_create_table_outline(&r->m, p, pp_rank, err, err_size))
+    return 1;
+  if (dp_layout_build(&r->l, &r->m, p->mesh.dp, p->zero, p->bucket_mb, err, err_size)) {
+    rank_view_free(r);
+    return 1;
+  }
+  if (!sh) {
+    bill_shared_open(&r->own, p);
+    sh = &r->own;
+  }
+  if (sh->failed) {
+    errf(err, err_size, "%s", sh->err);
+    rank_view_free(r);
+    return 1;
+  }
+  r->s = &sh->s;
+  r->list = &sh->s.ranks[pp_rank];
+  return 0;
+}
+
+/* bill.held: what dp_open allocates for the parameters and gradients and what the optimizer and
+ * the executor allocate at open, in the element sizes of bill_predict (c the compute type's, g the
+ * gradients'); slot_grads the pipeline's slot gradients in compute elements. Zero 3's gathered
+ * units, zero ≥ 2's buckets and reduce-scatter outputs are freed inside each step (dp_passes.c). */
+static void bill_held_between_steps(const struct plan *p, const struct rank_view *r, double c, double g,
+                                    double slot_grads, struct bill *out)
+{
+  const int zero = p->zero;
+  const double params = (double)(zero < 3 ? r->l.n_elems : r->l.n_shard); /* the flat layout, or the shard */
+  const double grads = (double)(zero < 2 ? r->l.n_elems : r->l.n_shard);
+  const double copies = zero < 3 ? (double)r->m.n_bf16 * sizeof(bf16) : 0.0; /* the CPU's bf16 copies */
+  out->held[ALLOC_PARAMS] = params * c + copies;
+  out->held[ALLOC_GRADS] = grads * g;
+  out->held[ALLOC_OPTIMIZER] = out->bytes[ALLOC_OPTIMIZER]; /* AdamW's m, v (and master): from open on */
+  out->held[ALLOC_ACTIVATIONS] = out->bytes[ALLOC_ACTIVATIONS]; /* every slot allocated at open */
+  out->held[ALLOC_WORKSPACE] = out->bytes[ALLOC_WORKSPACE];
+  out->held[ALLOC_COMM] = slot_grads * c;
+  out->held[ALLOC_CHECKPOINT] = 0;
+}
+
+int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err, size_t err_size)
+{
+  return bill_predict_shared(p, NULL, pp_rank, out, err, err_size);
+}
+
+int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int pp_rank, struct bill *out,
+                        char *err, size_t err_size)
+{
+  memset(out, 0, sizeof *out);
+  struct rank_view r;
+  if (rank_view(p, sh, pp_rank, &r, err, err_size))
+    return 1;
+  const int micro = p->batch.micro, seq = p->batch.seq, zero = p->zero;
+  size_t acts[4];
+  int *per_stage = calloc((size_t)p->n_stages, sizeof *per_stage);
+  if (!per_stage || model_acts_count(&r.m, micro, seq, NULL, acts)) {
+    free(per_stage);
+    rank_view_free(&r);
+    return errf(err, err_size, "out of memory counting activations");
+  }
+  /* activation slots (exec.c): the trainer's set (all of this rank's layers) is the first
+   * stage's first; every other slot has room for its stage only */
+  int slots = 0, first_here = 1;
+  double slot_floats = 0, id_reals = (double)acts[3];
+  exec_stage_slots(p, r.s, pp_rank, per_stage);
+  for (int k = 0; k < p->n_stages; k++) {
+    if (!per_stage[k])
+      continue;
+    const struct plan_stage *st = &p->stages[k];
+    struct model_acts_scope scope = { st->first_layer, st->n_layers, st->has_embed, st->has_head };
+    size_t c[4];
+    if (model_acts_count(&r.m, micro, seq, &scope, c)) {
+      free(per_stage);
+      rank_view_free(&r);
+      return errf(err, err_size, "out of memory counting activations");
+    }
+    slot_floats += (double)(c[0] - c[3]) * (per_stage[k] - first_here);
+    id_reals += (double)c[3] * (per_stage[k] - first_here);
+    first_here = 0;
+    slots += per_stage[k];
+  }
+  free(per_stage);
+
+  /* elements (reals) as the runtime allocates them */
+  double params = 0, grads = 0, comm = 0, activations, workspace;
+  if (zero < 3)
+    params = (double)r.l.n_elems;
+  if (zero < 2)
+    grads = (double)r.l.n_elems;
+  if (zero >= 2) {
+    size_t pz = 0;
+    unsigned long long calls, moved;
+    struct zero_grads zg;
+    if (zero_grads_replay(p, r.list, &r.l, p->zero_every.grads == PLAN_ZERO_EVERY_STEP, &zg, err, err_size) ||
+        (zero == 3 && zero3_replay(p, r.list, &r.l, -1, &calls, &moved, &pz, err, err_size))) {
+      rank_view_free(&r);
+      return 1;
+    }
+    grads = (double)(r.l.n_shard + zg.grads);
+    comm = (double)zg.comm;
+    if (zero == 3)
+      params = (double)(r.l.n_shard + pz);
+  }
+  const double state = (double)(zero == 0 ? r.l.n_elems : r.l.n_shard);
+  activations = (double)(acts[0] - acts[3]) + slot_floats + (double)acts[1];
+  workspace = (double)acts[2];
+  const double boundary = (double)micro * (p->sequence_parallel && p->mesh.tp > 1 ? seq / p->mesh.tp : seq) *
+                          p->model.dim;
+  const double slot_grads = p->n_stages > 1 ? boundary * slots : 0.0; /* a gradient buffer per slot */
+  comm += slot_grads;
+  /* the trainer's batch: inputs and targets (ints), each row's window index (8 bytes) */
+  const double batch_bytes = 2.0 * micro * seq * sizeof(int) + (double)micro * sizeof(uint64_t);
+
+  /* On the CPU every buffer is counted in reals as the runtime carves it (a bf16 model's bf16
+   * activations as half as many reals), its fp32 weights are the master, and a bf16 model adds
+   * its matmul weights' bf16 copies (model.h). Otherwise (device = "cuda") the plan's element
+   * sizes over this layout, with an fp32 master when the compute type is not fp32. */
+  const int cpu = plan_on_cpu(p);
+  const double c = cpu ? (double)sizeof(real) : bill_element_bytes(p, p->precision.compute);
+  const double g = bill_element_bytes(p, p->precision.grads);
+  const double fp32 = bill_element_bytes(p, PLAN_FP32); /* AdamW's moments, the master copy */
+  const double master = cpu || p->precision.compute == PLAN_FP32 ? 0.0 : fp32;
+  const double copies = zero < 3 ? (double)r.m.n_bf16 * sizeof(bf16) : 0.0;
+  out->bytes[ALLOC_PARAMS] = params * c + copies;
+  out->bytes[ALLOC_GRADS] = grads * g;
+  out->bytes[ALLOC_OPTIMIZER] = state * (2.0 * fp32 + master);
+  /* each slot's token and target ids: ints carved from this runtime's reals */
+  out->bytes[ALLOC_ACTIVATIONS] = activations * c + id_reals * (double)sizeof(real);
+  out->bytes[ALLOC_COMM] = comm * c;
+  out->bytes[ALLOC_WORKSPACE] = workspace * c + batch_bytes;
+  /* checkpoint.async: the snapshot of the rank's parameters and moments (ckpt.h) */
+  if (p->checkpoint.async && p->checkpoint.dir[0])
+    out->bytes[ALLOC_CHECKPOINT] = (double)ckpt_snapshot_elems(r.l.n_elems, r.l.n_shard, zero) * fp32;
+  for (int k = 0; k < ALLOC_N_CATEGORIES; k++) out->total += out->bytes[k];
+  bill_held_between_steps(p, &r, c, g, slot_grads, out);
+  out->n_slots = slots;
+  for (int i = 0; i < r.m.n_params; i++) out->n_params += (long long)r.m.params[i].n_elems;
+  rank_view_free(&r);
+  return 0;
+}
+
+/* ---- the traffic of a step ---- */
+
+const char *traffic_group_name(enum traffic_group g)
+{
+  static const char *const names[] = { "tp", "dp", "pp", "embed", "ep", "edp" };
+  return g < TRAFFIC_N_GROUPS ? names[g] : "?";
+}
+
+static void count(struct traffic *t, enum traffic_group g, enum comm_op op, unsigned long long calls,
+                  unsigned long long bytes)
+{
+  t->calls[g][op] += calls;
+  t->bytes[g][op] += bytes;
+}
+
+int bill_rank_params(const struct plan *p, int pp_rank, double *n_elems, double *expert_elems, char *err,
+                     size_t err_size)
+{
+  struct model m;
+  *n_elems = *expert_elems = 0;
+  if (model_create_table_outline(&m, p, pp_rank, err, err_size))
+    return 1;
+  for (int i = 0; i < m.n_params; i++) {
+    *n_elems += (double)m.params[i].n_elems;
+    *expert_elems += m.params[i].expert >= 0 ? (double)m.params[i].n_elems : 0.0;
+  }
+  model_free(&m);
+  return 0;
+}
+
+double bill_element_bytes(const struct plan *p, enum plan_dtype d)
+{
+  const int this_runtime = plan_on_cpu(p); /* the CPU's reals; a cuda plan's sizes as written */
+  return d == PLAN_FP32 && this_runtime ? (double)sizeof(real) : plan_dtype_bytes(d);
+}
+
+double traffic_element_bytes(const struct plan *p, enum plan_dtype d)
+{
+  return plan_on_cpu(p) ? (double)sizeof(real) : plan_dtype_bytes(d);
+}
+
+int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char *err, size_t err_size)
+{
+  return traffic_predict_shared(p, NULL, pp_rank, out, err, err_size);
+}
+
+int traffic_predict_shared(const struct plan *p, const struct bill_shared *sh, int pp_rank, struct traffic *out,
+                           char *err, size_t err_size)
+{
+  /* traffic_element_bytes: activations and parameters in precision.compute, gradients in
+   * precision.grads (on the CPU both the runtime's reals) */
+  const unsigned long long eb = (unsigned long long)traffic_element_bytes(p, p->precision.compute);
+  const unsigned long long egrad = (unsigned long long)traffic_element_bytes(p, p->precision.grads);
+  memset(out, 0, sizeof *out);
+  struct rank_view r;
+  if (rank_view(p, sh, pp_rank, &r, err, err_size))
+    return 1;
+  const int tp = p->mesh.tp, dp = p->mesh.dp, pp = p->mesh.pp, M = p->batch.microbatches;
+  const int L = p->model.n_layers;
+  /* tp: the conversions of this rank's layers, per micro-batch; the norm's partial sums */
+  if (tp > 1) {
+    int n = tp_comm_list(p, p->batch.micro, p->batch.seq, NULL, 0);
+    struct tp_comm *list = calloc((size_t)n, sizeof *list);
+    if (!list) {
+      rank_view_free(&r);
+      return errf(err, err_size, "out of memory");
+    }
+    tp_comm_list(p, p->batch.micro, p->batch.seq, list, n);
+    for (int i = 0; i < n; i++) {
+      int ly = list[i].layer;
+      if (ly < 0 ? !r.m.embed_here : ly >= L ? !r.m.head_here : !r.m.layer_here[ly])
+        continue;
+      count(out, TRAFFIC_TP, (enum comm_op)list[i].comm, (unsigned long long)M,
+            (unsigned long long)M * (unsigned long long)list[i].n_elems * eb);
+    }
+    free(list);
+    count(out, TRAFFIC_TP, COMM_ALL_GATHER, 1, 8u * (unsigned long long)tp);
+  }
+  /* dp: the buckets, ZeRO's gathers, the loss and norm sums (doubles gathered); with expert
+   * parallelism the expert buckets over the edp group (dp / ep ranks) instead (dp.h) */
+  const int ep = p->model.moe.experts > 0 ? plan_ep(p) : 1;
+  struct zero_grads zg = { 0 }; /* zero ≥ 2: the step's reduce-scatters, the expert buckets' counted apart */
+  if (dp > 1 && p->zero >= 2 &&
+      zero_grads_replay(p, r.list, &r.l, p->zero_every.grads == PLAN_ZERO_EVERY_STEP, &zg, err, err_size)) {
+    rank_view_free(&r);
+    return 1;
+  }
+  for (int expert = 0; expert <= (ep > 1); expert++) {
+    const int size = expert ? dp / ep : dp;
+    const enum traffic_group grp = expert ? TRAFFIC_EDP : TRAFFIC_DP;
+    if (size <= 1)
+      continue;
+    unsigned long long nb = 0, all = 0;
+    for (int b = 0; b < r.l.n_buckets; b++)
+      if (r.l.buckets[b].expert == expert) {
+        nb++;
+        all += r.l.buckets[b].n_elems;
+      }
+    if (p->zero < 2) {
+      count(out, grp, COMM_ALL_REDUCE, nb, all * egrad);
+    } else { /* the units each backward (or each stage's last) finishes, bucket by bucket */
+      const unsigned long long calls = expert ? zg.expert_calls : zg.calls - zg.expert_calls;
+      const unsigned long long elems = expert ? zg.expert_elems : zg.elems - zg.expert_elems;
+      count(out, grp, COMM_REDUCE_SCATTER, calls, elems * egrad);
+    }
+    if (p->zero == 1 || p->zero == 2)
+      count(out, grp, COMM_ALL_GATHER, nb, all * eb);
+    if (p->zero == 3) {
+      unsigned long long calls = 0, elems = 0;
+      size_t peak;
+      if (zero3_replay(p, r.list, &r.l, ep > 1 ? expert : -1, &calls, &elems, &peak, err, err_size)) {
+        rank_view_free(&r);
+        return 1;
+      }
+      count(out, grp, COMM_ALL_GATHER, calls, elems * eb);
+    }
+  }
+  if (dp > 1)
+    count(out, TRAFFIC_DP, COMM_ALL_GATHER, 2, 2u * 8u * (unsigned long long)dp);
+  /* pp: the schedule's messages, the loss from the last stage, the norm's sums */
+  if (pp > 1) {
+    const unsigned long long boundary = (unsigned long long)p->batch.micro *
+      (unsigned long long)(tp > 1 && p->sequence_parallel ? p->batch.seq / tp : p->batch.seq) *
+      (unsigned long long)p->model.dim * eb;
+    const struct sched_list *list = r.list;
+    for (int i = 0; i < list->n; i++) {
+      int op = list->instr[i].op;
+      if (op == SCHED_SEND_ACT || op == SCHED_SEND_GRAD)
+        count(out, TRAFFIC_PP, COMM_SEND, 1, boundary);
+      else if (op == SCHED_RECV_ACT || op == SCHED_RECV_GRAD)
+        count(out, TRAFFIC_PP, COMM_RECV, 1, boundary);
+    }
+    count(out, TRAFFIC_PP, COMM_BROADCAST, 1, 8);
+    count(out, TRAFFIC_PP, COMM_ALL_GATHER, 1, 8u * (unsigned long long)pp);
+    const int first = p->stages[0].pp_rank, last = p->stages[p->n_stages - 1].pp_rank;
+    /* the tied embedding's gradient between the stages: whole (zero 0, 1), or the rank's share of
+     * its bucket (zero 2, 3) */
+    const unsigned long long tied = p->zero >= 2 ? r.l.buckets[r.l.param_bucket[0]].share : r.m.params[0].n_elems;
+    if (p->model.tie_embeddings && (pp_rank == first || pp_rank == last))
+      count(out, TRAFFIC_EMBED, COMM_ALL_REDUCE, 1, tied * egrad);
+  }
+  /* ep: the sparse layers' all-to-alls (model_moe.c), the row-count exchange included */
+  unsigned long long ep_calls, ep_bytes;
+  plan_ep_step_traffic(p, pp_rank, (double)eb, &ep_calls, &ep_bytes);
+  if (ep_calls) {
+    count(out, TRAFFIC_EP, COMM_ALL_TO_ALL, ep_calls, ep_bytes);
+    out->summed_only[TRAFFIC_EP] = !plan_ep_exchange(p).padded;
+  }
+  rank_view_free(&r);
+  return 0;
+}

@@ -1,0 +1,110 @@
+/* The memory bill, predicted (docs/design.md, "The memory bill"): what the runtime allocates on a
+ * rank, by the categories of runtime/model/alloc.h, for any plan and world, without allocating it. It is
+ * computed by the runtime's own layout code — the parameter table this rank would build (model.c:
+ * TP blocks, pipeline stages; in outline, model_create_table_outline), the data-parallel buckets
+ * and shards (dp_layout.c), the activation and workspace layout (model_acts_count, with the
+ * recompute area), the pipeline's slots (the schedule simulator's peak in flight) — and, for what
+ * ZeRO 2 and 3 allocate and free during a step, the high-water mark of the passes' order over the
+ * rank's schedule list (dp_passes.c): under zero ≥ 2 with zero_every.grads = "micro_batch" the
+ * gradients of the unit computing and of the one still reducing, with "step" the stages' whole
+ * gradients; under zero 3 the parameters of the piece computing and of the one prefetched, with
+ * zero_every.params = "step" every unit the rank's stages gathered until each stage's last
+ * backward.
+ *
+ * Element sizes are those of the runtime the plan runs on (plan_on_cpu). On the CPU, every buffer
+ * is counted in the runtime's `real` as it carves it (4 bytes, 8 in the float64 proof build:
+ * bill_element_bytes), a bf16 plan's bf16 activations as half as many reals, and a bf16 plan's
+ * params are its fp32 weights (the master) plus the bf16 copies of its matmul weights; this is
+ * byte for byte what the allocator bills, and the tests hold runs to it. A device = "cuda" plan
+ * is billed with its precision's sizes over the CPU's layout: params in precision.compute, grads
+ * in precision.grads, AdamW's m and v in fp32 plus an fp32 master copy when the compute type is
+ * not fp32, activations, comm buffers and workspace in precision.compute. Assumptions the numbers
+ * carry: attention keeps its probabilities (B·heads·T²
+ * per layer; no fused attention yet), evaluation and export add nothing beyond training (export
+ * gathers the model on one rank: workspace there, not billed here). */
+#ifndef TYCHO_RUNTIME_BILL_H
+#define TYCHO_RUNTIME_BILL_H
+#include <stddef.h>
+
+#include "plan/plan.h"
+#include "runtime/model/alloc.h"
+#include "sched/sched.h"
+
+struct bill {
+  double bytes[ALLOC_N_CATEGORIES];
+  double total;              /* Σ of the categories' peaks (each category's high-water mark) */
+  int n_slots;               /* activation slots of the schedule (1 for one stage under 1F1B) */
+  long long n_params;        /* parameters held (this rank's blocks, padding included) */
+  /* What each category keeps allocated between steps (after a step has freed its buffers, before
+   * the next allocates them): for params, grads and optimizer the model states, as the ZeRO paper
+   * counts them (Rajbhandari et al. 2020: parameters, gradients, optimizer state; shards under
+   * ZeRO, alignment padding included); for activations, workspace and comm (the pipeline's slot
+   * gradients) the buffers the runtime allocates once at open; 0 for checkpoint (the async
+   * snapshot lives from a save to its commit, across steps). For params, grads and comm,
+   * bytes[k] − held[k] is the transient part, allocated and freed inside a step: gathered ZeRO-3
+   * units (params), gradient buckets in flight with the tied embedding's (grads), reduce-scatter
+   * outputs (comm), each at its peak. */
+  double held[ALLOC_N_CATEGORIES];
+};
+
+/* The collectives of one training step on a rank's groups, as the comm layer counts them (calls
+ * and bytes per group and enum comm_op): tp (tp_comm_list per micro-batch on the stage's layers,
+ * the norm's partial sums), dp (bucket reductions, ZeRO's gathers, the loss and norm sums), pp
+ * (the schedule's sends and receives, the loss broadcast, the norm's sums), the tied
+ * embedding's group (its gradient), the expert-parallel group (the sparse layers' all-to-alls,
+ * plan_ep_step_traffic) and the expert-data-parallel group (the dp ranks holding the same
+ * experts: their buckets' reductions and gathers, which then leave the dp group's). Groups of one
+ * move nothing. Evaluation is not in a step. */
+enum traffic_group { TRAFFIC_TP, TRAFFIC_DP, TRAFFIC_PP, TRAFFIC_EMBED, TRAFFIC_EP, TRAFFIC_EDP, TRAFFIC_N_GROUPS };
+#define TRAFFIC_N_OPS 7 /* enum comm_op */
+struct traffic {
+  unsigned long long calls[TRAFFIC_N_GROUPS][TRAFFIC_N_OPS];
+  unsigned long long bytes[TRAFFIC_N_GROUPS][TRAFFIC_N_OPS];
+  /* 1: the group's bytes are exact only summed over its ranks (each rank's the group's mean): the
+   * ep group of a dropless plan, whose combine sends back the rows the routing sent it
+   * (plan_ep_exchange); its calls are exact on every rank */
+  unsigned char summed_only[TRAFFIC_N_GROUPS];
+};
+const char *traffic_group_name(enum traffic_group g);
+/* The traffic of pipeline rank pp_rank (dp and tp ranks alike). 0 ok; nonzero with a message. */
+int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char *err, size_t err_size);
+
+/* Parameter elements pipeline rank pp_rank holds (its stages' blocks, vocabulary padding
+ * included; with mesh.ep > 1 its ep rank's experts only), from the runtime's parameter table, and
+ * of them the experts'. 0 ok; nonzero with a message. */
+int bill_rank_params(const struct plan *p, int pp_rank, double *n_elems, double *expert_elems, char *err,
+                     size_t err_size);
+
+/* Bytes of one element of dtype d in plan p's runtime: for an fp32 plan (this build's CPU
+ * runtime) sizeof(real), 8 in the float64 build (kernels/real.h); otherwise plan_dtype_bytes
+ * (a bf16 plan's fp32 gradients and AdamW state are 4 bytes whatever this build computes in). */
+double bill_element_bytes(const struct plan *p, enum plan_dtype d);
+
+/* Bytes of one element of dtype d as the plan's runtime moves it between ranks (the traffic, the
+ * tp table): the CPU runtime's comm layer moves reals (COMM_REAL: sizeof(real)) whatever the plan
+ * computes in, a bf16 plan's included; a cuda plan's collectives move plan_dtype_bytes(d). */
+double traffic_element_bytes(const struct plan *p, enum plan_dtype d);
+
+/* The bill of pipeline rank pp_rank (every tp and dp rank of a stage gets the same one: shards
+ * are equal by construction). 0 ok; nonzero with a message. */
+int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err, size_t err_size);
+
+/* What the bills and traffic of a plan's pipeline ranks share: the plan's schedule
+ * (sched_from_plan), built once rather than for each rank, so that predicting every rank of a
+ * pipeline costs each its own list and layers. failed: it could not be built (err says why; each
+ * prediction then fails with that message, as it would alone). Valid while the plan is. */
+struct bill_shared {
+  struct sched s;
+  int failed;
+  char err[512];
+};
+void bill_shared_open(struct bill_shared *sh, const struct plan *p);
+void bill_shared_close(struct bill_shared *sh);
+/* bill_predict and traffic_predict with the plan's shared schedule (sh from bill_shared_open on
+ * the same plan; NULL: build it), the same figures. */
+int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int pp_rank, struct bill *out,
+                        char *err, size_t err_size);
+int traffic_predict_shared(const struct plan *p, const struct bill_shared *sh, int pp_rank, struct traffic *out,
+                           char *err, size_t err_size);
+
+#endif

@@ -1,0 +1,258 @@
+/* Data parallelism and ZeRO stages 1, 2 and 3 (plan fields mesh.dp, zero, bucket_mb) over the
+ * dp group. Every rank of the group holds the same model; each trains on its slice of the
+ * step's windows; gradients are summed over the group in buckets while backward still runs.
+ *
+ * The flat layout. The parameters are laid out in buckets: consecutive parameters, in the
+ * order backward finishes their gradients (head first, embedding last), until a bucket holds
+ * bucket_mb MiB; under ZeRO 2 and 3 a bucket also never spans two units (the embedding, one
+ * layer, the head with the final norm), so a unit's gradients are reduced, and under ZeRO-3
+ * its parameters gathered, on their own. Each bucket is padded to size · share elements, and
+ * rank r owns the slice [start + r·share, start + (r+1)·share) of every bucket: its shard is
+ * those slices, packed in bucket order (Megatron's distributed-optimizer layout; with one bucket
+ * it is one contiguous range of the flattened parameters).
+ *
+ * What each rank keeps, by stage (size = dp):
+ *   zero 0  params, grads and AdamW state for every element; all-reduce per bucket.
+ *   zero 1  AdamW state for its shard only; all-reduce per bucket; each rank updates its
+ *           shard, then all-gather per bucket brings every rank the new parameters.
+ *   zero 2  + gradients for its shard only, held between steps. Within a step, by the plan's
+ *           zero_every.grads:
+ *           "micro_batch": every backward reduce-scatters; a bucket's full gradients exist from
+ *             the backward that first writes them until its reduce-scatter ends, then are added
+ *             into the shard. One unit's reductions are in flight at a time, overlapping the
+ *             next unit's backward: at most two units' gradients besides the shard, and no rank
+ *             ever holds the whole gradient (DeepSpeed's choice);
+ *           "step": the whole gradients of this rank's stages are allocated at the step's first
+ *             backward and accumulate over its micro-batches, as under zero 1; each stage's last
+ *             backward reduce-scatters its buckets straight into the shard as they become final,
+ *             and the whole gradients are freed when the step's reductions end (PyTorch's
+ *             pipeline schedules under FSDP). One reduce-scatter per bucket per step.
+ *   zero 3  + parameters for its shard only. A unit's parameters are all-gathered just before a
+ *           piece reads them, the next piece's gather started (non-blocking) before computing
+ *           the current one; by zero_every.params they are freed after the piece ("micro_batch":
+ *           gathered again for every forward and backward) or kept until the stage's last
+ *           backward of the step ("step": each unit gathered once per step, the stage's whole
+ *           parameters held meanwhile; torchtitan's choice with pipeline stages).
+ * Under zero 0 and 1 only each stage's last backward reduces (gradients accumulate locally
+ * before), all-reducing every bucket of the layout (those of another stage's parameters move 0
+ * bytes); under zero 2 and 3 a pass reduces only the units its stage computes. A tied embedding
+ * held by the first and the last pipeline stage is summed between the two after the data-parallel
+ * reductions (zero ≥ 2: the shards' slices, 1/dp of it) or before them (zero 0, 1: the whole
+ * gradient).
+ *
+ * Expert parallelism (mesh.ep > 1): the model's table holds this rank's experts only, and the
+ * layout puts experts in buckets of their own (dp_bucket.expert), shared by the edp group instead
+ * of the dp group: the dp / ep ranks holding the same experts. Such a bucket's share is 1/(dp/ep)
+ * of it, its rank's slice that of its edp rank, and its collectives go over edp; everything above
+ * holds for it with edp in place of dp.
+ *
+ * Memory comes from the runtime allocator: parameters (full, shard, gathered units, the bucket
+ * being initialized) as "params", gradients (full, shard, buckets in flight) as "grads", AdamW
+ * state as "optimizer", reduce-scatter outputs as "comm", the export's gathered copy on rank 0
+ * as "workspace".
+ *
+ * A NULL group is a group of one without the comm layer (unit tests, benchmarks): collectives
+ * become the copies they are on one rank; everything else runs the same code. */
+#ifndef TYCHO_RUNTIME_DP_H
+#define TYCHO_RUNTIME_DP_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "plan/plan.h"
+#include "runtime/model/model.h"
+#include "runtime/model/optimizer.h"
+
+struct comm_group;
+struct comm_request;
+
+/* Consecutive parameters reduced (and under ZeRO-3 gathered) with one collective. */
+struct dp_bucket {
+  int first_param, last_param; /* parameter indices, inclusive */
+  int first_held;              /* the first of them with elements on this rank (pipeline stages
+                                * hold only theirs): its gradients are final once that one's are */
+  size_t start;                /* flat offset of its first element */
+  size_t n_elems;              /* size · share: its parameters, aligned, plus padding */
+  size_t share;                /* elements each rank owns (16-element aligned) */
+  size_t shard_offset;         /* where a rank's share of it sits in the shard: Σ earlier shares */
+  int expert;                  /* mesh.ep > 1: it holds experts, shared by the expert-data-parallel
+                                * group (dp / ep ranks) instead of the whole dp group */
+};
+
+/* The parameters one piece of the passes reads: 0 the embedding, 1 + l layer l, L + 1 the
+ * final norm and the head. */
+struct dp_unit {
+  int first_param, last_param;
+  int first_bucket, last_bucket; /* the buckets holding its parameters */
+};
+
+struct dp_layout {
+  int size, zero;
+  int ep;                      /* mesh.ep (1 without expert parallelism) */
+  int expert_size;             /* the ranks that share an expert bucket: size / ep */
+  int n_buckets, n_units;
+  struct dp_bucket *buckets;   /* (n_buckets) in flat order */
+  struct dp_unit *units;       /* (n_units) */
+  int *param_bucket;           /* (n_params) the bucket of each parameter */
+  size_t n_elems;              /* the flat layout's length: Σ bucket n_elems */
+  size_t n_shard;              /* one rank's shard: Σ shares */
+  size_t max_bucket_elems;
+};
+
+/* Lays m's parameter table out in buckets for a group of `size` (sets every p->offset and
+ * m->n_elems). 0 ok; nonzero (out of memory) with a message. */
+int dp_layout_build(struct dp_layout *l, struct model *m, int size, int zero, double bucket_mb,
+                    char *err, size_t err_size);
+void dp_layout_free(struct dp_layout *l);
+
+/* A bucket during a step. */
+struct dp_bucket_state {
+  real *grads;               /* zero 2, 3: its full gradients while it fills and reduces */
+  real *recv;                /* zero 2, 3: its reduce-scatter output */
+  struct comm_request *req;   /* its reduction in flight */
+};
+
+enum dp_unit_hold { DP_UNIT_FREE, DP_UNIT_GATHERING, DP_UNIT_HELD };
+
+/* A unit's parameters on this rank: always held under zero 0-2; gathered on demand under 3. */
+struct dp_unit_state {
+  enum dp_unit_hold hold;
+  real *params;              /* zero 3: its buckets' parameters, gathered */
+  struct comm_request **reqs; /* (its buckets) gathers in flight */
+};
+
+struct piece;
+
+struct dp {
+  struct dp_layout layout;
+  struct comm_group *group;   /* the dp group; NULL: a group of one without the comm layer */
+  struct comm_group *pp_group; /* the pipeline group (gradient norm, export), or NULL */
+  int size, rank, zero;
+  struct comm_group *edp;     /* mesh.ep > 1: the dp ranks holding this rank's experts (dp rank
+                               * r with r mod ep equal; its rank r / ep), or NULL (one) */
+  int edp_size, edp_rank;
+  struct model *model;
+  real *shard_params;        /* (n_shard) zero 3: this rank's parameters, the fp32 master */
+  real *shard_grads;         /* (n_shard) zero 2, 3: this rank's summed gradients */
+  int grads_step;             /* zero 2, 3: zero_every.grads = "step" (0: "micro_batch") */
+  int params_step;            /* zero 3: zero_every.params = "step" (0: "micro_batch") */
+  real *step_grads;           /* (n_elems) grads_step: the whole gradients during a step, or NULL */
+  struct dp_bucket_state *buckets;
+  struct dp_unit_state *units;
+  int reducing;               /* this backward reduces its buckets as they become final */
+  int next_bucket;            /* the next bucket to reduce (they go from the last to the first) */
+  int *inflight;              /* (n_buckets) buckets whose reduction is started, oldest first */
+  struct comm_request **gather_reqs; /* (n_buckets) zero 1, 2: the update's all-gathers */
+  struct piece *pieces;       /* (n_layers + 2) a pass's pieces (dp_passes.c) */
+  int n_inflight;
+  long long step;             /* for the comm records */
+  struct comm_group *agree;   /* where a step's allocation rounds are agreed (the trainer's world;
+                               * NULL: no peers to agree with) */
+  int round_failed;           /* this rank could not allocate in the current round: its vote at
+                               * the round's end, not yet a failure of the step */
+  char round_what[160];       /* what it was allocating */
+  int aborted;                /* the agreed end of a failed round: the pass stopped, on every rank
+                               * alike (the executor stops its list on it) */
+  struct fault *fault;        /* where a failed collective or round is recorded: the trainer's, or
+                               * NULL for own_fault (used on its own); read with FAULT_OF */
+  struct fault own_fault;
+};
+
+/* Takes m from model_create_table, lays it out for the group (NULL: a group of one), allocates
+ * what this rank keeps for `zero` and points the parameters there. 0 ok; nonzero with a message. */
+int dp_open(struct dp *d, struct model *m, struct comm_group *group, struct comm_group *edp, int zero,
+            double bucket_mb, char *err, size_t err_size);
+/* Frees what dp_open allocated (the model's memory included; the table stays with the model). */
+void dp_close(struct dp *d);
+/* Fills the parameters: from init.from when set, else model_init with seeds.model. Under ZeRO-3
+ * one bucket at a time, keeping this rank's share. Every rank gets the values of a serial run,
+ * bit for bit. 0 ok; nonzero with a message. */
+int dp_init_params(struct dp *d, const struct plan *p, char *err, size_t err_size);
+/* AdamW state elements this rank keeps: the flat layout (zero 0) or the shard. */
+size_t dp_state_elems(const struct dp *d);
+
+/* ---- one step's passes (dp_passes.c), driven by the executor (exec.h) ---- */
+/* One FWD or BWD of a stage: its pieces (pieces.h) with the gathers and reductions the ZeRO
+ * stage needs. */
+struct dp_pass {
+  const struct plan_stage *stage;
+  int backward;
+  struct model_acts *a;
+  const int *tokens, *targets;       /* targets: NULL for a forward without loss */
+  const struct model_dropout *dropout; /* NULL: none (evaluation) */
+  int B, T;
+  real loss_scale;                   /* backward: the head's gradient scale */
+  int last;        /* backward: the stage's last of the step (its buckets reduce there as their
+                    * gradients become final under zero 0, 1 and zero_every.grads = "step";
+                    * zero_every.params = "step" frees the stage's gathered units there) */
+  int embed_waits; /* backward: a tied embedding's gradient is summed between the stages (in
+                    * dp_reduce_rest); under zero 0, 1 before its bucket may reduce */
+  int in_step;     /* a pass of a training step's list (0: evaluation, which keeps nothing) */
+};
+/* Room for a stage's pieces (d->pieces), so a pass allocates no list. 0, or -1. */
+int dp_pieces_alloc(struct dp *d);
+/* Zeroes the gradients this rank keeps, records the step for the comm records and readies the
+ * bucket reductions (the last bucket first). */
+void dp_step_begin(struct dp *d, long long step);
+/* Runs pass ps. `then`: the first piece of the compute that follows it on this rank when that
+ * is the same (stage, micro-batch) (pieces_follower: its units are gathered while ps's last piece
+ * computes, and kept), else NULL (every gathered unit is freed at the end). Returns the loss sum
+ * of a forward through the head with targets, else 0. */
+double dp_run_pass(struct dp *d, const struct dp_pass *ps, const struct piece *then);
+/* After a pass stopped (d->aborted): ends every gather and reduction in flight and frees the
+ * step's buffers (gathered units, buckets, reduce-scatter outputs), so the next step starts as
+ * from dp_open's state. The same calls on every rank (the rounds were agreed). The recorded
+ * failure (FAULT_OF(d)) stays for the caller. */
+void dp_pass_abort(struct dp *d);
+/* After the rank's last backward: starts every bucket reduction not yet started, waits for all,
+ * and sums a tied embedding's gradient between the first and last pipeline stage over `embed`
+ * (their group, or NULL: none); then each rank holds the summed gradients it keeps. Every rank of
+ * the group makes the same calls in the same order. 0 ok; -1 when a collective failed (FAULT_OF(d)). */
+int dp_reduce_rest(struct dp *d, struct comm_group *embed);
+
+/* ---- after backward (dp_optim.c) ---- */
+/* out[i] = Σ over the group of local[i], summed in rank order: the same bits on every rank.
+ * 0 ok; -1 (FAULT_OF(d)). n ≤ 8. */
+int dp_sum(struct dp *d, const double *local, double *out, int n);
+/* The global gradient norm: every rank sums the squares of its share of each bucket, then
+ * dp_sum. The same value on every rank. Negative when a collective failed. */
+double dp_grad_norm(struct dp *d);
+/* AdamW on the elements this rank owns (all of them under zero 0), reading each gradient times
+ * grad_scale (clipping's coefficient, 1 when not clipping; the gradient memory unchanged), then
+ * under zero 1 and 2 the all-gather that gives every rank every new parameter. 0 ok; -1
+ * (FAULT_OF(d)). */
+int dp_update(struct dp *d, struct optimizer *o, long long step, double lr, real grad_scale);
+/* Collective: every parameter in the flat layout on rank 0 of the group (*full; NULL on the
+ * others), for export and tests; with expert parallelism on every rank of dp rank 0's ep group
+ * (each rank 0 of its experts' edp group), holding its own experts. Under zero 0-2 that is the
+ * model's own memory; under zero 3 a gathered copy that dp_gather_params_free releases. 0 ok; -1
+ * (FAULT_OF(d)). */
+int dp_gather_params(struct dp *d, real **full);
+void dp_gather_params_free(struct dp *d, real *full);
+/* Collective over the dp, TP, ep and pipeline groups: the whole model (every parameter unsplit,
+ * every expert, in a model of its own with a group of one) on rank 0 of all; *have says where. Free with model_free.
+ * 0 ok; nonzero with a message. */
+int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, size_t err_size);
+/* Collective: exports every parameter from rank 0 (weights_export). 0 ok; nonzero with a
+ * message on the rank that failed. */
+int dp_export(struct dp *d, const char *path, char *err, size_t err_size);
+
+/* ---- inside the dp module ---- */
+/* Records the failed collective (comm_error()) in FAULT_OF(d), unless a failure is recorded
+ * already; returns -1. */
+int dp_fail(struct dp *d, const char *what);
+/* Points bucket b's parameters' data (or grad) at base + (offset − bucket start); NULL unbinds.
+ * The views are refreshed by the caller (model_bind_views). */
+void dp_bind_bucket(struct dp *d, int b, real *base, int grads);
+/* Bucket b's group (the dp group, or for an expert bucket the expert-data-parallel one), its size
+ * and this rank's place in it: the rank owns [start + rank·share, start + (rank + 1)·share). */
+struct comm_group *dp_bucket_group(const struct dp *d, int b);
+int dp_bucket_size(const struct dp *d, int b);
+int dp_bucket_rank(const struct dp *d, int b);
+/* Bucket b's collectives over its group (a copy, or nothing, in a group of one). */
+int dp_all_reduce(struct dp *d, int b, real *buf, size_t n_elems, struct comm_request **req);
+int dp_all_gather(struct dp *d, int b, const real *send, real *recv, size_t n_elems,
+                  struct comm_request **req);
+int dp_reduce_scatter(struct dp *d, int b, const real *send, real *recv, size_t n_elems,
+                      struct comm_request **req);
+
+#endif

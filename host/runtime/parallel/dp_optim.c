@@ -1,0 +1,133 @@
+/* After backward under data parallelism (dp.h): sums of doubles over the group that come out
+ * the same on every rank, the global gradient norm, clipping, and the AdamW update on the
+ * elements this rank owns followed (zero 1, 2) by the parameter all-gather. Kernels go through
+ * the model's table (d->model->k), as in optimizer.c. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "ops.h"
+#include "runtime/parallel/dp.h"
+
+/* out = Σ over group g of local, in rank order (the same bits everywhere). */
+static int ordered_sum(struct dp *d, struct comm_group *g, const double *local, double *out, int n);
+
+int dp_sum(struct dp *d, const double *local, double *out, int n)
+{
+  return ordered_sum(d, d->group, local, out, n);
+}
+
+static int ordered_sum(struct dp *d, struct comm_group *g, const double *local, double *out, int n)
+{
+  const int size = g ? g->size : 1;
+  if (size == 1) {
+    memcpy(out, local, (size_t)n * sizeof *out);
+    return 0;
+  }
+  /* All-gathered as 64-bit words (moved, never reduced by MPI), then summed here in rank
+   * order: every rank adds the same numbers in the same order. */
+  int64_t mine[8];
+  int64_t *all = malloc((size_t)size * (size_t)n * sizeof *all);
+  if (!all || n > 8) {
+    free(all);
+    return fault_set(FAULT_OF(d), FAULT_LEVEL_DP, "dp_sum: out of memory");
+  }
+  memcpy(mine, local, (size_t)n * sizeof(double));
+  if (comm_all_gather(g, mine, all, (size_t)n, COMM_INT64, NULL)) {
+    free(all);
+    return dp_fail(d, "all-gather of the loss and norm");
+  }
+  for (int i = 0; i < n; i++) {
+    double sum = 0.0;
+    for (int r = 0; r < size; r++) {
+      double x;
+      memcpy(&x, &all[(size_t)r * (size_t)n + (size_t)i], sizeof x);
+      sum += x;
+    }
+    out[i] = sum;
+  }
+  free(all);
+  return 0;
+}
+
+/* This rank's share of bucket b's gradients (valid after dp_reduce_rest). */
+static real *share_grads(struct dp *d, int b)
+{
+  const struct dp_bucket *k = &d->layout.buckets[b];
+  if (d->zero >= 2)
+    return d->shard_grads + k->shard_offset;
+  return d->model->grad_memory + k->start + (size_t)dp_bucket_rank(d, b) * k->share;
+}
+
+double dp_grad_norm(struct dp *d)
+{
+  double local = 0.0, total;
+  const struct model *m = d->model;
+  const int pp = d->pp_group ? d->pp_group->size : 1;
+  if (m->tp.size == 1 && pp == 1) {
+    for (int b = 0; b < d->layout.n_buckets; b++) /* the padding holds zeros */
+      local += m->k->sumsq(m->kctx, share_grads(d, b), d->layout.buckets[b].share);
+  } else {
+    /* Split parameters count on every TP rank, whole ones on TP rank 0 only; a tied embedding
+     * held by the last pipeline stage as its head counts on the first stage only. */
+    for (int b = 0; b < d->layout.n_buckets; b++) {
+      const struct dp_bucket *k = &d->layout.buckets[b];
+      const size_t s0 = k->start + (size_t)dp_bucket_rank(d, b) * k->share, s1 = s0 + k->share;
+      const real *g = share_grads(d, b);
+      for (int i = k->first_param; i <= k->last_param; i++) {
+        const struct model_param *p = &m->params[i];
+        if ((p->tp_dim < 0 && m->tp.rank != 0) || (p->kind == MODEL_EMBED && !m->embed_here))
+          continue;
+        size_t lo = p->offset > s0 ? p->offset : s0;
+        size_t hi = p->offset + p->n_elems < s1 ? p->offset + p->n_elems : s1;
+        if (lo < hi)
+          local += m->k->sumsq(m->kctx, g + (lo - s0), hi - lo);
+      }
+    }
+  }
+  if (dp_sum(d, &local, &total, 1))
+    return -1.0;
+  if (m->tp.size > 1) {
+    double over_dp = total;
+    if (ordered_sum(d, m->tp.group, &over_dp, &total, 1))
+      return -1.0;
+  }
+  if (pp > 1) {
+    double over_tp = total;
+    if (ordered_sum(d, d->pp_group, &over_tp, &total, 1))
+      return -1.0;
+  }
+  return sqrt(total);
+}
+
+int dp_update(struct dp *d, struct optimizer *o, long long step, double lr, real grad_scale)
+{
+  struct model *m = d->model;
+  if (d->zero == 0) {
+    optimizer_update_range(o, m, 0, d->layout.n_elems, m->param_memory, m->grad_memory, 0, step, lr,
+                           grad_scale);
+    return FAULT_OF(d)->set ? -1 : 0;
+  }
+  for (int b = 0; b < d->layout.n_buckets; b++) {
+    const struct dp_bucket *k = &d->layout.buckets[b];
+    size_t flat = k->start + (size_t)dp_bucket_rank(d, b) * k->share;
+    real *params = d->zero == 3 ? d->shard_params + k->shard_offset : m->param_memory + flat;
+    optimizer_update_range(o, m, flat, k->share, params, share_grads(d, b), k->shard_offset, step, lr,
+                           grad_scale);
+  }
+  if (d->zero == 3)
+    return FAULT_OF(d)->set ? -1 : 0;
+  /* Zero 1, 2: every rank gets every bucket's new parameters, in place. */
+  struct comm_request **reqs = d->gather_reqs;
+  for (int b = 0; b < d->layout.n_buckets; b++) {
+    const struct dp_bucket *k = &d->layout.buckets[b];
+    real *bucket = m->param_memory + k->start;
+    dp_all_gather(d, b, bucket + (size_t)dp_bucket_rank(d, b) * k->share, bucket, k->share, &reqs[b]);
+  }
+  if (comm_wait_all(reqs, d->layout.n_buckets))
+    dp_fail(d, "parameter all-gather");
+  m->bf16_fresh = 0; /* the other ranks' shares arrived in fp32: rounded before the next forward */
+  return FAULT_OF(d)->set ? -1 : 0;
+}

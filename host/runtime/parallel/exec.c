@@ -1,0 +1,410 @@
+/* The executor (exec.h): runs this rank's list of the plan's schedule. */
+#include "runtime/parallel/exec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "runtime/model/alloc.h"
+#include "runtime/parallel/dp.h"
+#include "runtime/model/model.h"
+#include "layout/pieces.h"
+#include "util/err.h"
+
+static void failed(struct exec *pp, const char *what)
+{
+  fault_set(FAULT_OF(pp), FAULT_LEVEL_EXEC, "pipeline %s: %s", what, comm_error());
+}
+
+/* Floats of a stage boundary's activation (or its gradient): B × Th × C. */
+static size_t boundary_elems(const struct exec_env *t, int B, int T)
+{
+  return (size_t)B * model_home_T(t->model, T) * t->model->config.dim;
+}
+
+void exec_stage_slots(const struct plan *p, const struct sched *s, int pp_rank, int *slots)
+{
+  const int S = p->n_stages;
+  int *used = calloc((size_t)S * ((size_t)s->m + 1), sizeof *used); /* (stage, mb) holds a slot */
+  int *now = calloc((size_t)S, sizeof *now);
+  for (int k = 0; k < S; k++) slots[k] = 0;
+  if (!used || !now) { /* no memory to count: one slot per micro-batch, always enough */
+    for (int k = 0; k < S; k++) slots[k] = p->stages[k].pp_rank == pp_rank ? s->m + 1 : 0;
+    free(used);
+    free(now);
+    return;
+  }
+  const struct sched_list *list = &s->ranks[pp_rank];
+  for (int i = 0; i < list->n; i++) {
+    const struct sched_instr *in = &list->instr[i];
+    int st = -1, take = 0;
+    switch ((enum sched_op)in->op) {
+    case SCHED_RECV_ACT: st = in->stage + 1; take = 1; break;
+    case SCHED_FWD: st = in->stage; take = 1; break;
+    case SCHED_SEND_GRAD: st = in->stage; take = -1; break;
+    case SCHED_BWD: st = in->stage; take = p->stages[in->stage].has_embed ? -1 : 0; break;
+    default: break;
+    }
+    if (st < 0 || !take)
+      continue;
+    int *u = &used[(size_t)st * ((size_t)s->m + 1) + (size_t)in->mb];
+    if (take > 0 && !*u) {
+      *u = 1;
+      if (++now[st] > slots[st])
+        slots[st] = now[st];
+    } else if (take < 0 && *u) {
+      *u = 0;
+      now[st]--;
+    }
+  }
+  for (int k = 0; k < S; k++)
+    if (p->stages[k].pp_rank == pp_rank)
+      slots[k] += s->pp > 1; /* room while a given-back slot's send is still in flight */
+  free(used);
+  free(now);
+}
+
+int exec_open(struct exec *pp, const struct exec_env *env, struct comm_group *group, char *err, size_t err_size)
+{
+  memset(pp, 0, sizeof *pp);
+  pp->env = *env;
+  struct exec_env *t = &pp->env;
+  const struct plan *p = t->plan;
+  pp->group = group;
+  pp->size = group ? group->size : 1;
+  pp->rank = group ? group->rank : 0;
+  if (pp->size != p->mesh.pp)
+    return errf(err, err_size, "mesh.pp = %d, but the pipeline group has %d ranks", p->mesh.pp, pp->size);
+  if (sched_from_plan(p, &pp->sched, err, err_size))
+    return -1;
+  const struct sched_list *list = &pp->sched.ranks[pp->rank];
+  const int S = p->n_stages;
+  pp->last_bwd = malloc((size_t)S * sizeof *pp->last_bwd);
+  if (!pp->last_bwd)
+    return errf(err, err_size, "out of memory for the executor");
+  for (int s = 0; s < S; s++) pp->last_bwd[s] = -1;
+  for (int i = 0; i < list->n; i++) {
+    pp->n_reduce += list->instr[i].op == SCHED_REDUCE_GRADS;
+    if (list->instr[i].op == SCHED_BWD)
+      pp->last_bwd[list->instr[i].stage] = list->instr[i].mb;
+  }
+
+  pp->in_index = calloc((size_t)S, sizeof *pp->in_index);
+  int *per_stage = calloc((size_t)S, sizeof *per_stage);
+  if (!pp->in_index || !per_stage) {
+    free(per_stage);
+    return errf(err, err_size, "out of memory for the executor");
+  }
+  for (int s = 1; s < S; s++) pp->in_index[s] = pp->in_index[s - 1] + p->stages[s - 1].n_layers;
+  pp->flops = malloc((size_t)S * 2 * sizeof *pp->flops);
+  if (!pp->flops) {
+    free(per_stage);
+    return errf(err, err_size, "out of memory for the executor");
+  }
+  for (int s = 0; s < S; s++)
+    for (int b = 0; b < 2; b++) pp->flops[2 * s + b] = plan_stage_micro_batch_flops(p, s, b);
+  exec_stage_slots(p, &pp->sched, pp->rank, per_stage);
+  for (int s = 0; s < S; s++) pp->n_slots += per_stage[s];
+  pp->slots = calloc((size_t)pp->n_slots, sizeof *pp->slots);
+  if (!pp->slots) {
+    free(per_stage);
+    return errf(err, err_size, "out of memory for the executor");
+  }
+
+  const int micro = p->batch.micro, seq = p->batch.seq;
+  int k = 0, first_here = 1;
+  for (int s = 0; s < S; s++)
+    for (int j = 0; j < per_stage[s]; j++, k++) {
+      struct exec_slot *sl = &pp->slots[k];
+      sl->pool = s;
+      sl->stage = sl->mb = -1;
+      const struct plan_stage *st = &p->stages[s];
+      struct model_acts_scope scope = { st->first_layer, st->n_layers, st->has_embed, st->has_head };
+      if (first_here) { /* the owner's own set: all of this rank's layers */
+        first_here = 0;
+        sl->acts = t->acts;
+      } else {
+        sl->acts = calloc(1, sizeof *sl->acts);
+        if (!sl->acts || model_acts_create_slot(sl->acts, t->model, t->acts, &scope, err, err_size)) {
+          free(per_stage);
+          free(sl->acts);
+          sl->acts = NULL;
+          return err[0] ? -1 : errf(err, err_size, "out of memory for an activation slot");
+        }
+      }
+      sl->grad = S > 1 ? alloc_reals_on(t->model->device, ALLOC_COMM, boundary_elems(t, micro, seq)) : NULL;
+      if (S > 1 && !sl->grad) {
+        free(per_stage);
+        return errf(err, err_size, "out of memory for an activation slot");
+      }
+    }
+  free(per_stage);
+
+  if (p->model.tie_embeddings && pp->size > 1) {
+    /* The embedding lives on the first stage and, as the head, on the last: their gradients are
+     * summed between the two (every pp rank takes part in the split). */
+    const int first = p->stages[0].pp_rank, last = p->stages[S - 1].pp_rank;
+    int member = pp->rank == first || pp->rank == last;
+    struct comm_group *g = NULL;
+    if (comm_group_split(group, member ? 0 : 1, pp->rank, "embed", &g, err, err_size))
+      return -1;
+    pp->embed = member ? g : NULL;
+  }
+  return 0;
+}
+
+void exec_close(struct exec *pp)
+{
+  for (int k = 0; pp->slots && k < pp->n_slots; k++) {
+    struct exec_slot *sl = &pp->slots[k];
+    if (k > 0 && sl->acts) {
+      model_acts_free(sl->acts);
+      free(sl->acts);
+    }
+    alloc_free(sl->grad);
+  }
+  free(pp->slots);
+  free(pp->in_index);
+  free(pp->flops);
+  free(pp->last_bwd);
+  sched_free(&pp->sched);
+  memset(pp, 0, sizeof *pp);
+}
+
+static struct exec_slot *slot_of(struct exec *pp, int stage, int mb)
+{
+  for (int k = 0; k < pp->n_slots; k++)
+    if (pp->slots[k].stage == stage && pp->slots[k].mb == mb)
+      return &pp->slots[k];
+  return NULL;
+}
+
+/* A free slot for (stage, mb): one whose sends are done if there is one, else the first free one
+ * once its sends are. */
+static struct exec_slot *slot_take(struct exec *pp, int stage, int mb)
+{
+  struct exec_slot *pick = NULL;
+  int used = 0;
+  for (int k = 0; k < pp->n_slots; k++) {
+    struct exec_slot *sl = &pp->slots[k];
+    if (sl->stage >= 0) {
+      used++;
+      continue;
+    }
+    if (sl->pool != stage)
+      continue;
+    int done_act = 1, done_grad = 1;
+    if (sl->send_act && comm_test(&sl->send_act, &done_act))
+      failed(pp, "send");
+    if (sl->send_grad && comm_test(&sl->send_grad, &done_grad))
+      failed(pp, "send");
+    if (!pick || (done_act && done_grad && (pick->send_act || pick->send_grad)))
+      pick = sl;
+  }
+  if (!pick) { /* the slots are counted from this rank's list: a schedule that needs more is a bug */
+    fault_set(FAULT_OF(pp), FAULT_LEVEL_EXEC, "executor: every activation slot of stage %d is in use at micro-batch %d", stage, mb);
+    return NULL;
+  }
+  if (pick->send_act && comm_wait(&pick->send_act))
+    failed(pp, "send of activations");
+  if (pick->send_grad && comm_wait(&pick->send_grad))
+    failed(pp, "send of gradients");
+  pick->stage = stage;
+  pick->mb = mb;
+  used++;
+  pp->peak_slots = used > pp->peak_slots ? used : pp->peak_slots;
+  return pick;
+}
+
+static void slot_wait_recv(struct exec *pp, struct exec_slot *sl)
+{
+  if (sl->recv && comm_wait(&sl->recv))
+    failed(pp, "receive");
+}
+
+/* Ends every send and receive in flight and frees the slots. */
+static void drain(struct exec *pp)
+{
+  for (int k = 0; k < pp->n_slots; k++) {
+    struct exec_slot *sl = &pp->slots[k];
+    if ((sl->send_act && comm_wait(&sl->send_act)) || (sl->send_grad && comm_wait(&sl->send_grad)) ||
+        (sl->recv && comm_wait(&sl->recv)))
+      failed(pp, "send or receive");
+    sl->stage = sl->mb = -1;
+  }
+}
+
+/* The backend's pending failure (a GPU's asynchronous fault, which no kernel call returns),
+ * asked once per step when its compute is done: recorded as the step's failure, so the
+ * optimizer hook applies no update and the step fails with the backend's message. */
+static void check_backend(struct exec *pp)
+{
+  const struct model *m = pp->env.model;
+  char why[FAULT_MSG_MAX];
+  if (m->k->status(m->kctx, why, sizeof why))
+    fault_set(FAULT_OF(pp), FAULT_LEVEL_EXEC, "%s", why);
+}
+
+/* The loss from the rank holding the last stage, as the same bits everywhere. */
+static void share_loss(struct exec *pp, double *loss)
+{
+  const struct plan *p = pp->env.plan;
+  if (pp->size > 1 && comm_broadcast(pp->group, loss, 1, COMM_INT64, p->stages[p->n_stages - 1].pp_rank, NULL))
+    failed(pp, "broadcast of the loss");
+}
+
+double exec_step(struct exec *pp, int (*optimizer)(void *ctx, double loss), void *ctx, int *hook_rc)
+{
+  struct exec_env *t = &pp->env;
+  const long long step = *t->step;
+  const struct plan *p = t->plan;
+  struct model *m = t->model;
+  const int B = p->batch.micro, T = p->batch.seq;
+  const size_t n_boundary = boundary_elems(t, B, T);
+  const real loss_scale = (real)(1.0 / ((double)p->batch.global * T));
+  const struct sched_list *list = &pp->sched.ranks[pp->rank];
+  double loss = 0.0;
+  int reduced = 0;
+  if (hook_rc)
+    *hook_rc = 0;
+  pp->peak_slots = 0;
+  dp_step_begin(t->dp, step);
+  for (int i = 0; i < list->n; i++) {
+    const struct sched_instr *in = &list->instr[i];
+    struct exec_slot *sl;
+    comm_set_step(step, in->mb);
+    switch ((enum sched_op)in->op) {
+    case SCHED_FWD:
+    case SCHED_BWD: {
+      const int bwd = in->op == SCHED_BWD;
+      const struct plan_stage *st = &p->stages[in->stage];
+      sl = slot_of(pp, in->stage, in->mb);
+      if (!sl && (bwd || !(sl = slot_take(pp, in->stage, in->mb)))) {
+        if (bwd) /* a list sched_check passed never does this */
+          fault_set(FAULT_OF(pp), FAULT_LEVEL_EXEC, "executor: BWD(stage %d, mb %d) has no activations", in->stage, in->mb);
+        i = list->n; /* the list stops here; the step returns the failure */
+        break;
+      }
+      if (!bwd || !st->has_head)
+        slot_wait_recv(pp, sl);
+      struct model_dropout dropout = { (real)p->model.dropout, t->dropout_seed, (uint32_t)step, t->samples };
+      if (!bwd)
+        t->micro_batch(t->ctx, in->mb, t->inputs, t->targets, t->samples);
+      else if (!st->has_head)
+        m->k->copy(m->kctx, sl->acts->dresidual, sl->grad, n_boundary * sizeof(real));
+      const struct sched_instr *after = pieces_follower(list, i);
+      struct piece then;
+      if (after)
+        then = pieces_first(p, after);
+      const struct dp_pass pass = { st, bwd, sl->acts, t->inputs, st->has_head ? t->targets : NULL, &dropout, B, T, loss_scale,
+                                    bwd && in->mb == pp->last_bwd[in->stage], pp->embed != NULL, 1 };
+      const double t0 = comm_now();
+      loss += dp_run_pass(t->dp, &pass, after ? &then : NULL);
+      if (t->dp->aborted) { /* a round of the step's buffers failed, on every rank alike */
+        i = list->n;
+        break;
+      }
+      if (bwd) {
+        if (st->has_embed)
+          sl->stage = sl->mb = -1; /* nothing to send back */
+        else
+          m->k->copy(m->kctx, sl->grad, sl->acts->dresidual, n_boundary * sizeof(real));
+      }
+      comm_trace_work(bwd ? "backward" : "forward", in->stage, in->mb, pp->flops[2 * in->stage + bwd], t0,
+                      comm_now());
+      break;
+    }
+    case SCHED_RECOMPUTE: /* done layer by layer inside the BWD that follows */
+      break;
+    case SCHED_SEND_ACT:
+      sl = slot_of(pp, in->stage, in->mb);
+      if (comm_send(pp->group, sl->acts->residual[pp->in_index[in->stage] + p->stages[in->stage].n_layers],
+                    n_boundary, COMM_REAL, in->peer, &sl->send_act))
+        failed(pp, "send of activations");
+      break;
+    case SCHED_RECV_ACT:
+      if (!(sl = slot_take(pp, in->stage + 1, in->mb))) {
+        i = list->n;
+        break;
+      }
+      if (comm_recv(pp->group, sl->acts->residual[pp->in_index[in->stage + 1]], n_boundary, COMM_REAL,
+                    in->peer, &sl->recv))
+        failed(pp, "receive of activations");
+      break;
+    case SCHED_SEND_GRAD:
+      sl = slot_of(pp, in->stage, in->mb);
+      if (comm_send(pp->group, sl->grad, n_boundary, COMM_REAL, in->peer, &sl->send_grad))
+        failed(pp, "send of gradients");
+      sl->stage = sl->mb = -1;
+      break;
+    case SCHED_RECV_GRAD:
+      sl = slot_of(pp, in->stage - 1, in->mb);
+      if (comm_recv(pp->group, sl->grad, n_boundary, COMM_REAL, in->peer, &sl->recv))
+        failed(pp, "receive of gradients");
+      break;
+    case SCHED_REDUCE_GRADS:
+      if (++reduced < pp->n_reduce)
+        break;
+      dp_reduce_rest(t->dp, pp->embed); /* with the tied embedding's sum between the stages */
+      if (t->dp->aborted)
+        i = list->n; /* no update after a failed round */
+      break;
+    case SCHED_OPTIMIZER:
+      drain(pp);
+      check_backend(pp);
+      share_loss(pp, &loss);
+      if (optimizer) {
+        int rc = optimizer(ctx, loss);
+        if (hook_rc)
+          *hook_rc = rc;
+      }
+      break;
+    case SCHED_N_OPS:
+      break;
+    }
+  }
+  drain(pp); /* after a list that stopped early; a no-op after OPTIMIZER */
+  if (t->dp->aborted)
+    dp_pass_abort(t->dp);
+  return loss;
+}
+
+double exec_forward(struct exec *pp, const int *tokens, const int *targets, int B, int T)
+{
+  struct exec_env *t = &pp->env;
+  const struct plan *p = t->plan;
+  const int S = p->n_stages;
+  const size_t n = boundary_elems(t, B, T);
+  struct model_acts *a = t->acts;
+  double loss = 0.0;
+  for (int s = 0; s < S; s++) {
+    const struct plan_stage *st = &p->stages[s];
+    if (st->pp_rank != pp->rank)
+      continue;
+    if (s > 0 && comm_recv(pp->group, a->residual[pp->in_index[s]], n, COMM_REAL, p->stages[s - 1].pp_rank, NULL))
+      failed(pp, "receive of activations");
+    const struct dp_pass pass = { st, 0, a, tokens, targets, NULL, B, T, 0, 0, 0, 0 };
+    loss += dp_run_pass(t->dp, &pass, NULL);
+    if (t->dp->aborted) { /* every rank stops here (ZeRO-3 rounds span the world; no stages) */
+      dp_pass_abort(t->dp);
+      return 0.0;
+    }
+    if (s + 1 < S && comm_send(pp->group, a->residual[pp->in_index[s] + st->n_layers], n, COMM_REAL,
+                               p->stages[s + 1].pp_rank, NULL))
+      failed(pp, "send of activations");
+  }
+  if (targets)
+    share_loss(pp, &loss);
+  return loss;
+}
+
+void exec_argmax(struct exec *pp, const int *rows, int n, int *out)
+{
+  struct exec_env *t = &pp->env;
+  const struct plan *p = t->plan;
+  const int last = p->stages[p->n_stages - 1].pp_rank;
+  if (pp->rank == last)
+    model_head_argmax(t->model, t->acts, rows, n, out);
+  if (pp->size > 1 && comm_broadcast(pp->group, out, (size_t)n, COMM_INT32, last, NULL))
+    failed(pp, "broadcast of the decoded tokens");
+}

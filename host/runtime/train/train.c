@@ -1,0 +1,601 @@
+/* The trainer object (train.h): set-up from a compiled plan, one training step, evaluation. */
+#include "runtime/train/train.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "mesh/mesh.h"
+#include "ops.h"
+#include "runtime/model/alloc.h"
+#include "runtime/parallel/bill.h"
+#include "runtime/state/ckpt.h"
+#include "runtime/model/weights.h"
+#include "bf16.h"
+#include "util/err.h"
+
+/* precision.compute = "bf16" on the CPU (model.h): what it runs, and what it refuses by name. */
+static int bf16_refused(const struct plan *p, char *err, size_t n)
+{
+  const char *where = plan_where(p, "precision.compute");
+  const char *dt = plan_dtype_name(p->precision.compute);
+  if (p->precision.compute != PLAN_BF16)
+    return errf(err, n, "%s: precision.compute = \"%s\": the CPU backend computes in fp32 or bf16; set "
+                "precision = { compute = \"fp32\", grads = \"fp32\", master = \"fp32\" }", where, dt);
+  if (kernels_active()->compute_dtype != TENSOR_F32 || !kernels_active()->linear_forward_bf16)
+    return errf(err, n, "%s: precision.compute = \"bf16\": this build's %s kernels have no bf16 compute "
+                "(the float64 build has none); use an fp32 build, or compute = \"fp32\"", where,
+                kernels_active()->name);
+  char why[256];
+  if (bf16_matmul_available(NULL, why, sizeof why))
+    return errf(err, n, "%s: precision.compute = \"bf16\": %s", where, why);
+  if (p->precision.grads != PLAN_FP32 || p->precision.master != PLAN_FP32)
+    return errf(err, n, "%s: precision = { compute = \"bf16\", grads = \"%s\", master = \"%s\" }: on the CPU "
+                "gradients accumulate in fp32 and the master weights are fp32; set grads = \"fp32\", "
+                "master = \"fp32\"", plan_where(p, "precision.grads"), plan_dtype_name(p->precision.grads),
+                plan_dtype_name(p->precision.master));
+  if (p->mesh.tp > 1)
+    return errf(err, n, "%s: mesh.tp = %d with precision.compute = \"bf16\": the CPU's bf16 mode runs on "
+                "one tensor-parallel rank (its layout conversions are fp32 only); use mesh.tp = 1, or "
+                "compute = \"fp32\"", plan_where(p, "mesh.tp"), p->mesh.tp);
+  if (p->zero == 3)
+    return errf(err, n, "%s: zero = 3 with precision.compute = \"bf16\": the CPU's bf16 mode keeps whole "
+                "bf16 weight copies (ZeRO 0 to 2); use zero = 2, or compute = \"fp32\"",
+                plan_where(p, "zero"));
+  return 0;
+}
+
+/* What this build cannot run yet, as plan errors naming the field. */
+static int check_supported(const struct plan *p, char *err, size_t n)
+{
+  if (p->device == PLAN_DEVICE_CUDA)
+    return errf(err, n, "%s: device = \"cuda\": this build of tycho has no CUDA backend; run it on the "
+                "CPU with --set device=cpu (or device = \"auto\")", plan_where(p, "device"));
+  if (p->precision.compute != PLAN_FP32 && bf16_refused(p, err, n))
+    return -1;
+  if (strcmp(p->optimizer.kind, "adamw") != 0)
+    return errf(err, n, "%s: optimizer.kind = \"%s\": only \"adamw\" is implemented",
+                plan_where(p, "optimizer.kind"), p->optimizer.kind);
+  if (!p->data.train[0] && !p->data.synthetic[0])
+    return errf(err, n, "%s: data: nothing to train on; give data.train (a token file) or "
+                "data.synthetic = \"addition\"", plan_where(p, "data"));
+  return 0;
+}
+
+int trainer_plan_supported(const struct plan *p, char *err, size_t err_size)
+{
+  return check_supported(p, err, err_size);
+}
+
+/* The executor's way to a micro-batch (exec_env). */
+static void fill_micro_batch(void *ctx, int mb, int *inputs, int *targets, uint64_t *samples)
+{
+  trainer_micro_batch(ctx, mb, inputs, targets, samples);
+}
+
+int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *const *groups,
+                 char *err, size_t err_size)
+{
+  memset(t, 0, sizeof *t);
+  if (plan_copy(&t->own_plan, p))
+    return errf(err, err_size, "out of memory for a copy of the plan"), TRAIN_RUNTIME_ERROR;
+  t->plan = p = &t->own_plan; /* the trainer's own: the caller's may go */
+  struct comm_group *dp = groups ? groups[PLAN_AXIS_DP] : NULL;
+  struct comm_group *tp = groups ? groups[PLAN_AXIS_TP] : NULL;
+  struct comm_group *pp = groups ? groups[PLAN_AXIS_PP] : NULL;
+  t->world = groups ? comm_world() : NULL;
+  t->dropout_seed = (uint64_t)p->seeds.value[PLAN_SEED_DROPOUT];
+  const int micro = p->batch.micro, S = p->batch.seq;
+  /* refusals of the plan: what this build cannot run, groups that are not the plan's mesh */
+  static const char *const axis_what[PLAN_N_AXES] = { "tensor-parallel", "data-parallel", "pipeline" };
+  const int have[PLAN_N_AXES] = { tp ? tp->size : 1, dp ? dp->size : 1, pp ? pp->size : 1 };
+  const int want[PLAN_N_AXES] = { p->mesh.tp, p->mesh.dp, p->mesh.pp };
+  int refused = check_supported(p, err, err_size);
+  const struct kernel_ops *ops = kernels_active();
+  if (!refused && !ops->host_visible && (have[0] > 1 || have[1] > 1 || have[2] > 1))
+    refused = errf(err, err_size, "the %s backend's memory is not host memory, and the %s comm backend "
+                   "carries host buffers only: run it on one rank (mesh %d × %d × %d here)", ops->name,
+                   comm_backend_name(), have[PLAN_AXIS_TP], have[PLAN_AXIS_DP], have[PLAN_AXIS_PP]);
+  for (int a = 0; a < PLAN_N_AXES && !refused; a++) {
+    static const int order[PLAN_N_AXES] = { PLAN_AXIS_DP, PLAN_AXIS_TP, PLAN_AXIS_PP };
+    const int x = order[a];
+    char field[16];
+    snprintf(field, sizeof field, "mesh.%s", plan_axis_name((enum plan_axis)x));
+    if (have[x] != want[x])
+      refused = errf(err, err_size, "%s: %s = %d, but the %s group has %d rank%s", plan_where(p, field), field,
+                     want[x], axis_what[x], have[x], have[x] == 1 ? "" : "s");
+  }
+  if (refused) {
+    plan_free(&t->own_plan);
+    memset(t, 0, sizeof *t);
+    return TRAIN_PLAN_ERROR;
+  }
+  /* expert parallelism: ep groups of ep consecutive dp ranks (mesh.ep); the dp ranks holding the
+   * same experts (one in every ep group) share their state as a dp group shares the rest */
+  const int ep = p->model.moe.experts > 0 ? plan_ep(p) : 1;
+  if (ep > 1 && (!dp || dp->size % ep)) {
+    errf(err, err_size, "%s: mesh.ep = %d, but the data-parallel group has %d rank%s", plan_where(p, "mesh.ep"),
+         ep, dp ? dp->size : 1, dp && dp->size == 1 ? "" : "s");
+    goto fail;
+  }
+  if (model_create_table_tp(&t->model, p, tp, pp ? pp->rank : 0, ep > 1 ? dp->rank % ep : 0, err, err_size))
+    goto fail;
+  t->model.tp.fault = &t->fault; /* one record of the first failure, for every part */
+  if (ep > 1) {
+    if (comm_group_split(dp, dp->rank / ep, dp->rank, "ep", &t->ep, err, err_size) ||
+        comm_group_split(dp, dp->rank % ep, dp->rank, "edp", &t->edp, err, err_size))
+      goto fail;
+    t->model.ep.group = t->ep;
+  }
+  if (dp_open(&t->dp, &t->model, dp, t->edp, p->zero, p->bucket_mb, err, err_size))
+    goto fail;
+  t->dp.fault = &t->fault;
+  if (dp_init_params(&t->dp, p, err, err_size) ||
+      model_acts_create(&t->acts, &t->model, micro, S, err, err_size) ||
+      optimizer_create_sized(&t->opt, p, dp_state_elems(&t->dp), err, err_size) ||
+      data_source_open(&t->data, p, err, err_size))
+    goto fail;
+  if (t->data.prompt_tokens + t->data.answer_tokens > TRAIN_MAX_PROBLEM_TOKENS) {
+    errf(err, err_size, "data (%s): held-out problems of %d tokens; the evaluator takes at most %d",
+         t->data.ops->kind, t->data.prompt_tokens + t->data.answer_tokens, TRAIN_MAX_PROBLEM_TOKENS);
+    goto fail;
+  }
+  t->dp.pp_group = pp;
+  t->dp.grads_step = p->zero >= 2 && p->zero_every.grads == PLAN_ZERO_EVERY_STEP;
+  t->dp.params_step = p->zero == 3 && p->zero_every.params == PLAN_ZERO_EVERY_STEP;
+  /* The step's allocation rounds (dp_passes.c) span the ranks that run the same list: every rank
+   * with one pipeline rank; with more, that rank's tp × dp ranks (pipeline ranks reach their
+   * rounds at different times, waiting for each other's activations in between). */
+  t->dp.agree = t->world;
+  if (pp && pp->size > 1 && p->zero >= 2) {
+    if (comm_group_split(t->world, pp->rank, t->world->rank, "stage", &t->stage, err, err_size))
+      goto fail;
+    t->dp.agree = t->stage;
+  }
+  /* host memory: the data source writes them, the passes copy them to the backend */
+  t->inputs = alloc_host_bytes(ALLOC_WORKSPACE, (size_t)micro * S * sizeof(int));
+  t->targets = alloc_host_bytes(ALLOC_WORKSPACE, (size_t)micro * S * sizeof(int));
+  t->samples = alloc_host_bytes(ALLOC_WORKSPACE, (size_t)micro * sizeof(uint64_t));
+  if (!t->inputs || !t->targets || !t->samples) {
+    errf(err, err_size, "out of memory for the batch buffers");
+    goto fail;
+  }
+  const struct exec_env env = { p, &t->model, &t->dp, &t->acts, t->inputs, t->targets, t->samples,
+                                t->dropout_seed, &t->step, fill_micro_batch, t };
+  if (exec_open(&t->exec, &env, pp, err, err_size))
+    goto fail;
+  t->exec.fault = &t->fault;
+  /* The step's memory, reserved now: the bill is the run's peaks (tests/mpi/mpi_dp_equiv.c). */
+  struct bill bill;
+  if (bill_predict(p, t->exec.rank, &bill, err, err_size))
+    goto fail;
+  size_t reserve[ALLOC_N_CATEGORIES];
+  for (int k = 0; k < ALLOC_N_CATEGORIES; k++) reserve[k] = (size_t)bill.bytes[k];
+  int over = 0;
+  if (alloc_reserve(reserve, &over)) {
+    const double mib = 1024.0 * 1024.0;
+    errf(err, err_size, "out of memory for the step's %s: the plan's memory bill needs %.2f MiB of them "
+         "(%.2f MiB in all), more than the allocator's cap leaves", alloc_category_name(over),
+         bill.bytes[over] / mib, bill.total / mib);
+    goto fail;
+  }
+  memcpy(t->reserved, reserve, sizeof reserve);
+  return TRAIN_OK;
+
+fail:
+  trainer_close(t);
+  return TRAIN_RUNTIME_ERROR;
+}
+
+int trainer_open_on_world(struct trainer *t, const struct plan *p, char *err, size_t err_size)
+{
+  struct comm_group *groups[PLAN_N_AXES];
+  memset(t, 0, sizeof *t);
+  if (comm_build_mesh_groups(&p->mesh, groups, err, err_size))
+    return TRAIN_RUNTIME_ERROR;
+  int rc = trainer_open(t, p, groups, err, err_size);
+  if (rc != TRAIN_OK) {
+    char why[256];
+    comm_free_mesh_groups(groups, why, sizeof why);
+    return rc;
+  }
+  memcpy(t->own_groups, groups, sizeof groups);
+  return TRAIN_OK;
+}
+
+/* ---- trainer_replan ----------------------------------------------------------------------- */
+
+/* A replan keeps the model: every field of model = { ... } but the derived ones. */
+static int same_model(const struct plan *now, const struct plan *p, char *err, size_t n)
+{
+  const struct plan_model *a = &now->model, *b = &p->model;
+  static const char *const tail = "a replan moves the training state to another layout of the same model";
+  if (strcmp(a->family, b->family))
+    return errf(err, n, "%s: model.family = \"%s\", but the trainer's model has family \"%s\": %s",
+                plan_where(p, "model.family"), b->family, a->family, tail);
+  const char *const ints[] = { "n_layers", "dim", "n_heads", "n_kv_heads", "ffn_dim", "vocab", "max_seq",
+                               "tie_embeddings" };
+  const int ia[] = { a->n_layers, a->dim, a->n_heads, a->n_kv_heads, a->ffn_dim, a->vocab, a->max_seq, a->tie_embeddings };
+  const int ib[] = { b->n_layers, b->dim, b->n_heads, b->n_kv_heads, b->ffn_dim, b->vocab, b->max_seq, b->tie_embeddings };
+  char field[48];
+  for (int i = 0; i < 8; i++)
+    if (ia[i] != ib[i]) {
+      snprintf(field, sizeof field, "model.%s", ints[i]);
+      return errf(err, n, "%s: %s = %d, but the trainer's model has %s = %d: %s", plan_where(p, field), field,
+                  ib[i], ints[i], ia[i], tail);
+    }
+  const char *const moe_ints[] = { "moe.experts", "moe.top_k", "moe.ffn_dim" };
+  const int ma[] = { a->moe.experts, a->moe.top_k, a->moe.ffn_dim }, mb[] = { b->moe.experts, b->moe.top_k, b->moe.ffn_dim };
+  for (int i = 0; i < 3; i++)
+    if (ma[i] != mb[i]) {
+      snprintf(field, sizeof field, "model.%s", moe_ints[i]);
+      return errf(err, n, "%s: %s = %d, but the trainer's model has %s = %d: %s", plan_where(p, field), field,
+                  mb[i], moe_ints[i], ma[i], tail);
+    }
+  for (int l = 0; l < a->n_layers && now->layers && p->layers; l++)
+    if (now->layers[l].moe != p->layers[l].moe)
+      return errf(err, n, "%s: layer %d is %s, but the trainer's is %s: %s", plan_where(p, "model.moe.layers"), l,
+                  p->layers[l].moe ? "sparse" : "dense", now->layers[l].moe ? "sparse" : "dense", tail);
+  const char *const reals[] = { "norm_eps", "rope_theta", "dropout", "moe.aux_loss", "moe.z_loss",
+                                "moe.capacity_factor" };
+  const double ra[] = { a->norm_eps, a->rope_theta, a->dropout, a->moe.aux_loss, a->moe.z_loss, a->moe.capacity_factor };
+  const double rb[] = { b->norm_eps, b->rope_theta, b->dropout, b->moe.aux_loss, b->moe.z_loss, b->moe.capacity_factor };
+  for (int i = 0; i < 6; i++)
+    if (ra[i] != rb[i]) {
+      snprintf(field, sizeof field, "model.%s", reals[i]);
+      return errf(err, n, "%s: %s = %.17g, but the trainer's model has %s = %.17g: %s", plan_where(p, field),
+                  field, rb[i], reals[i], ra[i], tail);
+    }
+  return 0;
+}
+
+/* TYCHO_REPLAN_LIMIT_MB (MiB; 0: no bound), else TRAINER_REPLAN_LIMIT_BYTES. */
+static size_t replan_limit(void)
+{
+  const char *s = getenv("TYCHO_REPLAN_LIMIT_MB");
+  char *end;
+  double mb = s && *s ? strtod(s, &end) : -1.0;
+  if (!s || !*s || *end || !(mb >= 0.0) || mb > 1e12)
+    return TRAINER_REPLAN_LIMIT_BYTES;
+  return mb == 0.0 ? 0 : (size_t)(mb * 1024.0 * 1024.0) + (mb * 1048576.0 < 1.0);
+}
+
+/* Opens t on p with mesh groups of its own (w NULL: one rank without the comm layer) and loads
+ * cm into it. Collective over w and agreed; on failure t is closed (t->plan NULL) on every rank
+ * and no group is left. */
+static int open_and_load(struct trainer *t, const struct plan *p, struct comm_group *w, struct ckpt_mem *cm,
+                         char *err, size_t n)
+{
+  struct comm_group *groups[PLAN_N_AXES] = { NULL };
+  if (w && comm_build_mesh_groups(&p->mesh, groups, err, n)) /* agreed inside */
+    return TRAIN_RUNTIME_ERROR;
+  int rc = comm_agree_err(w, trainer_open(t, p, w ? groups : NULL, err, n), err, n, COMM_AGREE_NAME_RANK);
+  if (rc) {
+    if (t->plan) /* opened here, failed elsewhere: close it while the groups are not its own */
+      trainer_close(t);
+    char why[256];
+    if (w)
+      comm_free_mesh_groups(groups, why, sizeof why);
+    return rc;
+  }
+  if (w)
+    memcpy(t->own_groups, groups, sizeof groups); /* freed at trainer_close, as trainer_open_on_world's */
+  if ((rc = comm_agree_err(w, ckpt_mem_load(t, cm, err, n) ? TRAIN_RUNTIME_ERROR : 0, err, n, COMM_AGREE_NAME_RANK)))
+    trainer_close(t);
+  return rc;
+}
+
+int trainer_replan(struct trainer *t, const struct plan *p, char *err, size_t err_size)
+{
+  err[0] = '\0';
+  if (!t->plan)
+    return errf(err, err_size, "replan: the trainer is not open"), TRAIN_RUNTIME_ERROR;
+  struct comm_group *w = t->world;
+  const int world = w ? w->size : 1;
+  struct plan to, back;
+  plan_init(&to);
+  plan_init(&back);
+  /* 1. Refusals, before anything moves: t stays as it is. */
+  int rc = 0;
+  if (trainer_failed(t))
+    rc = (errf(err, err_size, "replan: the trainer holds an unhandled failure (%s); handle it and call "
+               "trainer_clear_error first", trainer_failed(t)), TRAIN_RUNTIME_ERROR);
+  else if (p->mesh.world != world)
+    rc = (errf(err, err_size, "%s: mesh tp %d × pp %d × dp %d = %d ranks, but the trainer runs on %d: a "
+               "replan keeps the job's world", plan_where(p, "mesh"), p->mesh.tp, p->mesh.pp, p->mesh.dp,
+               p->mesh.world, world), TRAIN_PLAN_ERROR);
+  else if (same_model(t->plan, p, err, err_size) || check_supported(p, err, err_size))
+    rc = TRAIN_PLAN_ERROR;
+  else if (plan_copy(&to, p) || plan_copy(&back, t->plan)) /* p may be t->plan, which close frees */
+    rc = (errf(err, err_size, "replan: out of memory for copies of the plans"), TRAIN_RUNTIME_ERROR);
+  rc = comm_agree_err(w, rc, err, err_size, COMM_AGREE_NAME_RANK);
+  if (!rc && w && comm_check_plan_hash(plan_hash(&to), err, err_size)) /* agreed: every rank the same p */
+    rc = TRAIN_PLAN_ERROR;
+  /* 2. The state, every rank's pieces, to every rank (agreed; t is left as it was). */
+  struct ckpt_mem *cm = NULL;
+  if (!rc) {
+    comm_set_step(t->step, -1);
+    if (ckpt_mem_gather(t, replan_limit(), &cm, err, err_size))
+      rc = TRAIN_RUNTIME_ERROR;
+  }
+  if (rc) {
+    plan_free(&to);
+    plan_free(&back);
+    return rc;
+  }
+  /* 3. The old trainer closed (its groups freed when it owned them), the new one opened on groups
+   * of its own and loaded from memory; when that fails, the old layout again. */
+  const long long step = t->step;
+  trainer_close(t);
+  rc = open_and_load(t, &to, w, cm, err, err_size);
+  if (rc) {
+    char first[1024], why[1024];
+    snprintf(first, sizeof first, "%s", err);
+    if (open_and_load(t, &back, w, cm, why, sizeof why) == 0)
+      errf(err, err_size, "replan: %s; the trainer is back on its old layout, at step %lld", first, step);
+    else
+      errf(err, err_size, "replan: %s; reopening the old layout failed too (%s): the trainer is closed", first, why);
+  }
+  ckpt_mem_free(cm);
+  plan_free(&to);
+  plan_free(&back);
+  return rc;
+}
+
+const char *trainer_failed(const struct trainer *t)
+{
+  return fault_msg(&t->fault);
+}
+
+void trainer_clear_error(struct trainer *t)
+{
+  fault_clear(&t->fault);
+}
+
+void trainer_close(struct trainer *t)
+{
+  ckpt_async_abandon(t); /* a save still being written: its writer joined, its .tmp left */
+  const int current = alloc_current_device(); /* the reservation is on the model's device */
+  if (alloc_use_device(t->model.device) == 0) {
+    alloc_unreserve(t->reserved);
+    alloc_use_device(current);
+  }
+  exec_close(&t->exec);
+  alloc_free(t->inputs);
+  alloc_free(t->targets);
+  alloc_free(t->samples);
+  data_source_close(&t->data);
+  optimizer_free(&t->opt);
+  model_acts_free(&t->acts);
+  dp_close(&t->dp);
+  model_free(&t->model);
+  plan_free(&t->own_plan);
+  char why[256];
+  comm_group_free(t->stage, why, sizeof why); /* NULL: none */
+  comm_group_free(t->ep, why, sizeof why);
+  comm_group_free(t->edp, why, sizeof why);
+  comm_free_mesh_groups(t->own_groups, why, sizeof why); /* NULL entries: not trainer_open_on_world's */
+  memset(t, 0, sizeof *t);
+}
+
+static void fill_train_window(const struct trainer *t, uint64_t w, int *inputs, int *targets)
+{
+  t->data.ops->train_window(&t->data, w, inputs, targets);
+}
+
+void trainer_micro_batch(struct trainer *t, int mb, int *inputs, int *targets, uint64_t *samples)
+{
+  const struct plan *p = t->plan;
+  const int G = p->batch.global, micro = p->batch.micro, S = p->batch.seq;
+  const int first = t->dp.rank * (G / t->dp.size); /* this rank's slice of the step's windows */
+  for (int b = 0; b < micro; b++) {
+    samples[b] = (uint64_t)t->step * (uint64_t)G + (uint64_t)(first + mb * micro + b);
+    fill_train_window(t, samples[b], inputs + (size_t)b * S, targets + (size_t)b * S);
+  }
+}
+
+/* A forward alone, stage after stage. */
+static double eval_forward(struct trainer *t, const int *tokens, const int *targets, int B, int T)
+{
+  model_bf16_sync(&t->model);
+  return exec_forward(&t->exec, tokens, targets, B, T);
+}
+
+static double global_loss(struct trainer *t, double loss_sum)
+{
+  const struct plan *p = t->plan;
+  double total = 0.0;
+  dp_sum(&t->dp, &loss_sum, &total, 1);
+  return total / ((double)p->batch.global * p->batch.seq);
+}
+
+double trainer_forward_backward(struct trainer *t)
+{
+  model_bf16_sync(&t->model);
+  return global_loss(t, exec_step(&t->exec, NULL, NULL, NULL));
+}
+
+/* The OPTIMIZER instruction's work (exec_step's hook): the loss of the global batch, the
+ * gradient norm, clipping, AdamW. */
+struct update {
+  struct trainer *t;
+  struct train_step_stats *stats;
+  char *err;
+  size_t err_size;
+};
+
+static int update(void *ctx, double loss_sum)
+{
+  struct update *u = ctx;
+  struct trainer *t = u->t;
+  struct train_step_stats *stats = u->stats;
+  const struct plan *p = t->plan;
+  stats->loss = global_loss(t, loss_sum);
+  stats->lr = optimizer_lr(p, t->step);
+  stats->grad_norm = dp_grad_norm(&t->dp);
+  /* steps are named as the progress lines number them: step k is the k-th (t->step + 1) */
+  if (trainer_failed(t))
+    return errf(u->err, u->err_size, "step %lld: %s", t->step + 1, trainer_failed(t));
+  if (!isfinite(stats->loss) || !isfinite(stats->grad_norm)) {
+    char advice[160];
+    if (p->optimizer.grad_clip > 0)
+      snprintf(advice, sizeof advice, "lower optimizer.lr (optimizer.grad_clip = %g is set already)",
+               p->optimizer.grad_clip);
+    else
+      snprintf(advice, sizeof advice, "lower optimizer.lr or set optimizer.grad_clip");
+    return errf(u->err, u->err_size, "step %lld: the loss (%g) or the gradient norm (%g) is not finite, so the "
+                "step is not applied; %s", t->step + 1, stats->loss, stats->grad_norm, advice);
+  }
+  /* train.max_loss_jump: a loss far above the recent mean skips the step (the same verdict on
+   * every rank: the loss is the global batch's) */
+  struct train_loss_window *w = &t->recent;
+  if (p->train.max_loss_jump > 0 && w->n >= TRAIN_LOSS_WINDOW_MIN) {
+    double mean = 0.0;
+    for (int i = 0; i < w->n; i++)
+      mean += w->loss[i];
+    mean /= w->n;
+    if (stats->loss > p->train.max_loss_jump * mean) {
+      if (++w->skipped_in_a_row > TRAIN_MAX_SKIPS)
+        return errf(u->err, u->err_size, "step %lld: the loss (%g) has been above train.max_loss_jump = %g × the "
+                    "recent mean (%g) for %d steps in a row; the run stops (the last %d were skipped): lower "
+                    "optimizer.lr, or resume from an earlier checkpoint", t->step + 1, stats->loss,
+                    p->train.max_loss_jump, mean, TRAIN_MAX_SKIPS + 1, TRAIN_MAX_SKIPS);
+      stats->skipped = 1;
+      stats->recent_loss = mean;
+      comm_set_step(t->step, -1);
+      return 0; /* weights and AdamW's moments unchanged; the step's batch is consumed */
+    }
+  }
+  if (p->train.max_loss_jump > 0) {
+    if (w->n == TRAIN_LOSS_WINDOW)
+      memmove(w->loss, w->loss + 1, (TRAIN_LOSS_WINDOW - 1) * sizeof *w->loss);
+    else
+      w->n++;
+    w->loss[w->n - 1] = stats->loss;
+    w->skipped_in_a_row = 0;
+  }
+  const double t0 = comm_now();
+  /* clipping: AdamW reads each gradient times the coefficient (one rounding, as scaling the
+   * memory first did) */
+  double coef = optimizer_clip_coef(stats->grad_norm, p->optimizer.grad_clip);
+  if (dp_update(&t->dp, &t->opt, t->step, stats->lr, coef < 1.0 ? (real)coef : (real)1))
+    return errf(u->err, u->err_size, "step %lld: %s", t->step + 1, FAULT_OF(&t->dp)->msg);
+  comm_set_step(t->step, -1);
+  comm_trace_work("optimizer", -1, -1, 0.0, t0, comm_now());
+  return 0;
+}
+
+int trainer_step(struct trainer *t, struct train_step_stats *stats, char *err, size_t err_size)
+{
+  struct update u = { t, stats, err, err_size };
+  memset(stats, 0, sizeof *stats);
+  stats->step = t->step;
+  int rc = 0;
+  model_moe_stats_reset(&t->model); /* the sparse layers' routing counts this step's forwards */
+  model_bf16_sync(&t->model); /* bf16 models: copies rounded after anything but AdamW wrote weights */
+  exec_step(&t->exec, update, &u, &rc);
+  if (!rc && trainer_failed(t)) /* a failure the list stopped at, before its OPTIMIZER */
+    rc = errf(err, err_size, "step %lld: %s", t->step + 1, trainer_failed(t));
+  if (rc)
+    return rc;
+  t->step++;
+  return 0;
+}
+
+/* Round k of the rank's share of n chunks: chunk k·dp + rank, or −1 past the end (the rank then
+ * repeats chunk 0 and drops the result, so every rank runs as many forwards). */
+static long long chunk_of_round(const struct trainer *t, long long k, long long n_chunks)
+{
+  long long c = k * t->dp.size + t->dp.rank;
+  return c < n_chunks ? c : -1;
+}
+
+static long long rounds(const struct trainer *t, long long n_chunks)
+{
+  return (n_chunks + t->dp.size - 1) / t->dp.size;
+}
+
+/* Σ losses of this rank's share of the validation windows: chunks of `micro` windows. */
+static double val_loss_sum(struct trainer *t)
+{
+  const struct plan *p = t->plan;
+  const int G = p->batch.global, micro = p->batch.micro, S = p->batch.seq;
+  const long long n_chunks = (long long)p->train.eval_batches * G / micro;
+  double sum = 0.0;
+  for (long long k = 0; k < rounds(t, n_chunks); k++) {
+    long long c = chunk_of_round(t, k, n_chunks);
+    for (int b = 0; b < micro; b++)
+      t->data.ops->val_window(&t->data, (uint64_t)(c < 0 ? 0 : c) * (uint64_t)micro + (uint64_t)b,
+                              t->inputs + (size_t)b * S, t->targets + (size_t)b * S);
+    double loss = eval_forward(t, t->inputs, t->targets, micro, S);
+    sum += c < 0 ? 0.0 : loss;
+  }
+  return sum;
+}
+
+/* Greedy decoding of the data source's held-out problems [first, first + B): how many come out
+ * exactly right. The forward reruns on the growing sequence (the model keeps no KV cache). */
+static int solve_problems(struct trainer *t, uint64_t first, int B)
+{
+  const int P = t->data.prompt_tokens, A = t->data.answer_tokens;
+  int text[TRAIN_MIN_EVAL_PROBLEMS][TRAIN_MAX_PROBLEM_TOKENS], answer[TRAIN_MIN_EVAL_PROBLEMS][TRAIN_MAX_PROBLEM_TOKENS];
+  for (int b = 0; b < B; b++) t->data.ops->eval_problem(&t->data, first + (uint64_t)b, text[b], answer[b]);
+  /* Under sequence parallelism the forward needs whole shards: the sequence is padded at the end
+   * (the causal mask keeps padding out of the positions read). */
+  const int tp = t->model.tp.size, sp = t->model.tp.io.home == TP_SEQ;
+  int rows[TRAIN_MIN_EVAL_PROBLEMS], best[TRAIN_MIN_EVAL_PROBLEMS];
+  for (int g = 0; g < A; g++) {
+    const int T = P + g, Tr = sp ? (T + tp - 1) / tp * tp : T;
+    for (int b = 0; b < B; b++) {
+      memcpy(t->inputs + (size_t)b * Tr, text[b], (size_t)T * sizeof(int));
+      for (int i = T; i < Tr; i++) t->inputs[(size_t)b * Tr + i] = 0;
+      rows[b] = b * Tr + T - 1;
+    }
+    eval_forward(t, t->inputs, NULL, B, Tr);
+    exec_argmax(&t->exec, rows, B, best);
+    for (int b = 0; b < B; b++) text[b][T] = best[b];
+  }
+  int right = 0;
+  for (int b = 0; b < B; b++) right += memcmp(text[b] + P, answer[b], (size_t)A * sizeof(int)) == 0;
+  return right;
+}
+
+void trainer_eval(struct trainer *t, struct train_eval_stats *stats)
+{
+  const struct plan *p = t->plan;
+  memset(stats, 0, sizeof *stats);
+  stats->step = t->step;
+  if (p->train.eval_batches <= 0)
+    return;
+  const int collect = t->model.moe_collect;
+  t->model.moe_collect = 0; /* the routing statistics are the training forwards' */
+  /* sums[0]: Σ validation losses, sums[1]: problems solved; summed over the group. */
+  double sums[2] = { 0.0, 0.0 }, total[2];
+  stats->has_val_loss = t->data.ops->val_window != NULL;
+  if (stats->has_val_loss)
+    sums[0] = val_loss_sum(t);
+  /* Accuracy needs the prompt and all but the last answer token in one window. */
+  stats->has_accuracy = t->data.ops->eval_problem && p->batch.seq >= t->data.prompt_tokens + t->data.answer_tokens - 1;
+  long long n = (long long)p->train.eval_batches * p->batch.global;
+  n = n < TRAIN_MIN_EVAL_PROBLEMS ? TRAIN_MIN_EVAL_PROBLEMS : n;
+  const int chunk = p->batch.micro < TRAIN_MIN_EVAL_PROBLEMS ? p->batch.micro : TRAIN_MIN_EVAL_PROBLEMS;
+  const long long n_chunks = (n + chunk - 1) / chunk;
+  for (long long k = 0; stats->has_accuracy && k < rounds(t, n_chunks); k++) {
+    long long c = chunk_of_round(t, k, n_chunks);
+    long long first = (c < 0 ? 0 : c) * chunk;
+    int B = n - first < chunk ? (int)(n - first) : chunk;
+    int right = solve_problems(t, (uint64_t)first, B);
+    sums[1] += c < 0 ? 0 : right;
+  }
+  t->model.moe_collect = collect;
+  if (dp_sum(&t->dp, sums, total, 2))
+    return;
+  stats->val_loss = total[0] / ((double)p->train.eval_batches * p->batch.global * p->batch.seq);
+  if (stats->has_accuracy) {
+    stats->n_problems = (int)n;
+    stats->accuracy = total[1] / (double)n;
+  }
+}
