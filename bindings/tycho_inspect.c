@@ -14,7 +14,7 @@
 #include "comm/comm.h"
 #include "plan/plan_json.h"
 #include "runtime/model/alloc.h"
-#include "runtime/parallel/bill.h"
+#include "layout/bill.h"
 #include "runtime/train/train.h"
 #include "sched/sched.h"
 #include "tycho_runtime_internal.h"

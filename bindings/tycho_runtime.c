@@ -199,6 +199,11 @@ static void append_overrides(lua_State *L, struct lua_trainer *lt, int idx)
   lua_pop(L, 1);
 }
 
+void tycho_trainer_keep_settings(lua_State *L, struct lua_trainer *lt, int idx)
+{
+  append_overrides(L, lt, idx);
+}
+
 /* ---- the trainer object --------------------------------------------------------------------- */
 
 #define totrainer(L) ((struct lua_trainer *)luaL_checkudata(L, 1, TRAINER_META))
@@ -242,6 +247,9 @@ static void close_trainer(struct trainer *t)
 static int trainer_close_now(lua_State *L)
 {
   struct lua_trainer *lt = totrainer(L);
+  if (lt->borrowed && lt->t)
+    return luaL_error(L, "t:close: t is the running job's trainer (tycho run --listen): the job closes it at its "
+                      "end; detach() leaves it training");
   if (lt->t) {
     struct trainer *t = lt->t;
     lt->t = NULL;
@@ -253,6 +261,11 @@ static int trainer_close_now(lua_State *L)
 static int trainer_gc(lua_State *L)
 {
   struct lua_trainer *lt = totrainer(L);
+  if (lt->borrowed) { /* the job's: it stays open */
+    lt->t = NULL;
+    free_sets(lt);
+    return 0;
+  }
   struct comm_group *w = comm_world();
   if (lt->t && w && w->size > 1) {
     struct collected *grown = realloc(collected, (size_t)(n_collected + 1) * sizeof *collected);
@@ -483,7 +496,8 @@ static int trainer_loss(lua_State *L)
 /* ---- checkpoints ---------------------------------------------------------------------------- */
 
 /* t:save([dir]) → the folder written, dir/step_NNNNNNNN (dir defaults to checkpoint.dir);
- * nothing older is removed. Collective. */
+ * nothing older is removed. Collective: on part of the job (a REPL chunk's selector) it is
+ * refused before anything is made, since rank 0 would create the folders first. */
 static int trainer_save(lua_State *L)
 {
   struct trainer *t = tycho_check_trainer(L, 1)->t;
@@ -491,6 +505,8 @@ static int trainer_save(lua_State *L)
   if (!dir[0])
     return luaL_error(L, "t:save: no folder given and the plan has no checkpoint.dir");
   char err[ERR_MAX];
+  if (comm_restricted_check(t->world, "t:save", err, sizeof err))
+    return luaL_error(L, "%s", err);
   if (ckpt_save(t, dir, t->step, 0, err, sizeof err))
     return luaL_error(L, "%s", err);
   char folder[4200];
@@ -531,12 +547,16 @@ static int trainer_load(lua_State *L)
 
 /* ---- re-planning ---------------------------------------------------------------------------- */
 
-/* t:replan(overrides): the plan file compiled again with open's overrides, every replan's since
- * and these, and the live trainer moved onto it (trainer_replan): parameters, optimizer state,
- * step and data position kept, in memory. Collective. */
+/* t:replan(overrides): the plan file compiled again with open's overrides, every replan's and
+ * t:set's since (so the live plan is where it starts) and these, and the live trainer moved onto
+ * it (trainer_replan): parameters, optimizer state, step and data position kept, in memory.
+ * Collective. */
 static int trainer_replan_lua(lua_State *L)
 {
   struct lua_trainer *lt = tycho_check_trainer(L, 1);
+  if (lt->borrowed)
+    return luaL_error(L, "t:replan: t is the running job's trainer (tycho run --listen): its layout is the job's; "
+                      "replan a checkpoint of it with tycho run or tycho repl instead");
   if (!lua_isnoneornil(L, 2))
     luaL_checktype(L, 2, LUA_TTABLE);
   lua_settop(L, 2);
@@ -588,20 +608,22 @@ static const luaL_Reg trainer_methods[] = {
   { NULL, NULL },
 };
 
-/* Fields first (t.step, t.rank, t.world, t.tp, t.dp, t.pp, t.mesh, t.path, t.closed), then the
- * methods. */
+/* The trainer's fields, in trainer_index's order; also the metatable's __fields, the list the
+ * REPL completes after `t.`. */
+static const char *const trainer_fields[] = { "step", "rank", "world", "tp", "dp", "pp", "mesh", "path", "closed", NULL };
+
+/* Fields first (trainer_fields), then the methods. */
 static int trainer_index(lua_State *L)
 {
   struct lua_trainer *lt = totrainer(L);
   const char *key = lua_tostring(L, 2);
-  if (key && strcmp(key, "closed") == 0) {
-    lua_pushboolean(L, lt->t == NULL);
-    return 1;
-  }
-  static const char *const fields[] = { "step", "rank", "world", "tp", "dp", "pp", "mesh", "path", NULL };
-  for (int i = 0; key && fields[i]; i++) {
-    if (strcmp(key, fields[i]) != 0)
+  for (int i = 0; key && trainer_fields[i]; i++) {
+    if (strcmp(key, trainer_fields[i]) != 0)
       continue;
+    if (i == 8) { /* closed: answered for a closed trainer too */
+      lua_pushboolean(L, lt->t == NULL);
+      return 1;
+    }
     struct trainer *t = tycho_check_trainer(L, 1)->t;
     struct comm_group *w = comm_world();
     switch (i) {
@@ -650,6 +672,12 @@ static void create_trainer_meta(lua_State *L)
   lua_setfield(L, -3, "methods"); /* for the REPL's completion */
   lua_pushcclosure(L, trainer_index, 1);
   lua_setfield(L, -2, "__index");
+  lua_newtable(L);
+  for (int i = 0; trainer_fields[i]; i++) {
+    lua_pushstring(L, trainer_fields[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "__fields"); /* for the REPL's completion */
   lua_pop(L, 1);
 }
 
@@ -684,3 +712,15 @@ int luaopen_tycho_runtime(lua_State *L)
   return 1;
 }
 
+
+void tycho_runtime_bind_borrowed(lua_State *L, struct trainer *t, const char *name)
+{
+  struct lua_trainer *lt = lua_newuserdatauv(L, sizeof *lt, 0);
+  memset(lt, 0, sizeof *lt);
+  luaL_setmetatable(L, TRAINER_META);
+  lt->t = t;
+  lt->borrowed = 1;
+  lt->serial = next_serial++;
+  snprintf(lt->path, sizeof lt->path, "%s", t->plan->file);
+  lua_setglobal(L, name);
+}

@@ -28,4 +28,11 @@ void tycho_runtime_set_stop_hook(int (*stop)(void *ctx), void *ctx);
 int tycho_runtime_collected(unsigned long long *serials, int max);
 void tycho_runtime_close_collected(const unsigned long long *serials, int n);
 
+/* Sets the global `name` in L to a trainer object for t, a trainer this process opened and
+ * closes itself (`tycho run --listen`'s, for the attached REPL): the object's methods and fields
+ * work on it as on tycho.open's, but t:close() and t:replan() are refused (the job owns its
+ * layout and its end) and collecting the object leaves the trainer open. */
+struct trainer;
+void tycho_runtime_bind_borrowed(lua_State *L, struct trainer *t, const char *name);
+
 #endif

@@ -25,6 +25,7 @@ struct lua_trainer {
   char **sets;               /* (n_sets) the --set strings of open and every replan since, in order */
   int has_loss;
   double loss;               /* the last step's loss */
+  int borrowed;              /* t is the running job's (tycho_runtime_bind_borrowed): never closed here */
 };
 
 /* The trainer at index i, open; a Lua error when it is not a trainer or is closed. */
@@ -36,6 +37,9 @@ int tycho_world_rank(void);
 
 /* tycho_runtime_set.c: t:set{...}, the live settings. */
 int tycho_trainer_set(lua_State *L);
+/* tycho_runtime.c: appends the settings at idx (t:set's table, applied) to lt's overrides, so
+ * t:replan compiles the plan as it is live. A Lua error when out of memory. */
+void tycho_trainer_keep_settings(lua_State *L, struct lua_trainer *lt, int idx);
 
 /* tycho_tensor.c: t:param, t:grad, t:moment and the tensor metatable. */
 int tycho_trainer_param(lua_State *L);

@@ -162,7 +162,8 @@ static int apply_settings(lua_State *L)
  * change (the plan hash is compared over the world), leave every field as it was. Collective. */
 int tycho_trainer_set(lua_State *L)
 {
-  struct trainer *t = tycho_check_trainer(L, 1)->t;
+  struct lua_trainer *lt = tycho_check_trainer(L, 1);
+  struct trainer *t = lt->t;
   luaL_checktype(L, 2, LUA_TTABLE);
   lua_settop(L, 2);
   lua_newtable(L);
@@ -212,5 +213,6 @@ int tycho_trainer_set(lua_State *L)
   t->opt.eps = p->optimizer.eps;
   t->opt.weight_decay = p->optimizer.weight_decay;
   t->opt.grad_clip = p->optimizer.grad_clip;
+  tycho_trainer_keep_settings(L, lt, 2); /* t:replan starts from the plan as it is now */
   return 0;
 }

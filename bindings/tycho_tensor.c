@@ -132,13 +132,14 @@ static real *read_all(lua_State *L, const struct view *v)
   const struct model *m = &v->t->model;
   const size_t n_bytes = v->count * sizeof(real);
   real *copy = malloc(n_bytes);
-  void *view = copy ? hostview_open(m->k, m->kctx, v->base, n_bytes, 1) : NULL;
+  char why[FAULT_MSG_MAX] = "out of memory";
+  const void *view = copy ? hostview_read(m->k, m->kctx, v->base, n_bytes, why, sizeof why) : NULL;
   if (!view) {
     free(copy);
-    luaL_error(L, "out of memory reading %I elements of a tensor", (lua_Integer)v->count);
+    luaL_error(L, "reading %I elements of a tensor: %s", (lua_Integer)v->count, why);
   }
   memcpy(copy, view, n_bytes);
-  hostview_close(m->k, m->kctx, (void *)v->base, view, n_bytes, 0);
+  hostview_close(m->k, m->kctx, (void *)v->base, (void *)view, n_bytes, 0);
   return copy;
 }
 
@@ -338,11 +339,12 @@ static int element(lua_State *L, struct lua_tensor *x, lua_Integer i)
                       (lua_Integer)v.count);
   const struct model *m = &v.t->model;
   const real *at = v.base + (i - 1);
-  real *h = hostview_open(m->k, m->kctx, at, sizeof(real), 1);
+  char why[FAULT_MSG_MAX];
+  const real *h = hostview_read(m->k, m->kctx, at, sizeof(real), why, sizeof why);
   if (!h)
-    return luaL_error(L, "out of memory reading an element");
+    return luaL_error(L, "reading an element of %s: %s", x->name, why);
   const real value = *h;
-  hostview_close(m->k, m->kctx, (void *)at, h, sizeof(real), 0);
+  hostview_close(m->k, m->kctx, (void *)at, (void *)h, sizeof(real), 0);
   lua_pushnumber(L, (lua_Number)value);
   return 1;
 }
@@ -404,12 +406,13 @@ static int tensor_gather(lua_State *L)
     rc = errf(err, sizeof err, "out of memory gathering %s", p->name);
   if (!rc && v.count) {
     const size_t n_bytes = v.count * sizeof(real);
-    void *h = hostview_open(m->k, m->kctx, v.base, n_bytes, 1);
+    char why[FAULT_MSG_MAX];
+    const void *h = hostview_read(m->k, m->kctx, v.base, n_bytes, why, sizeof why);
     if (h) {
       memcpy(block + v.first, h, n_bytes);
-      hostview_close(m->k, m->kctx, (void *)v.base, h, n_bytes, 0);
+      hostview_close(m->k, m->kctx, (void *)v.base, (void *)h, n_bytes, 0);
     } else {
-      rc = errf(err, sizeof err, "out of memory reading %s", p->name);
+      rc = errf(err, sizeof err, "reading %s: %s", p->name, why);
     }
   }
   rc = comm_agree_err(t->world, rc, err, sizeof err, COMM_AGREE_NAME_RANK_UNLESS_PLAN); /* nobody enters a collective alone */

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "drive/calibrate.h"
-#include "check/launch.h"
+#include "util/launch.h"
 #include "check/check.h"
 #include "drive/rehearse.h"
 #include "check/tune.h"
@@ -26,6 +26,7 @@
 #include "mesh/mesh.h"
 #include "kernels.h"
 #include "plan/compile.h"
+#include "repl/frontend.h"
 #include "repl/repl.h"
 #include "lua/tycho_module.h"
 #include "tycho_runtime.h"
@@ -33,6 +34,7 @@
 #include "runtime/state/ckpt.h"
 #include "runtime/state/manifest.h"
 #include "runtime/train/train.h"
+#include "util/devices.h"
 #include "util/path.h"
 
 #define EXIT_USAGE 2
@@ -65,17 +67,33 @@ static const char usage_text[] =
   "        PLAN_tuned_N.lua): the layout over the plan and every --set given, the plan\n"
   "        loaded by require where a module name finds it from that file's folder, else\n"
   "        its text written in\n"
-  "  run PLAN.lua [--set path=value ...]\n"
+  "  run PLAN.lua [--set path=value ...] [--listen ADDR]\n"
   "        compile the plan and train with it (under mpirun or srun for more ranks: data,\n"
-  "        tensor and pipeline parallelism, ZeRO 1-3, recompute) on this build's CPU runtime\n"
-  "        (device \"auto\" or \"cpu\"; this build has no CUDA backend), in fp32 or, with\n"
-  "        precision.compute = \"bf16\", the linears' products in bf16 (one TP rank, ZeRO 0-2)\n"
+  "        tensor and pipeline parallelism, ZeRO 1-3, recompute) on the CPU runtime, or with\n"
+  "        device = \"cuda\" on a CUDA device (a build with the CUDA backend, one rank: device\n"
+  "        local rank % devices; refused with exit 2 naming why); \"auto\" (the default) is CUDA\n"
+  "        where the build has it and a device is visible, else the CPU; the header says which.\n"
+  "        In fp32 or, with precision.compute = \"bf16\", the linears' products in bf16 (one TP\n"
+  "        rank, ZeRO 0-2)\n"
+  "        --listen ADDR  serve `tycho repl --attach ADDR` between steps: ADDR a Unix socket\n"
+  "                    path (created 0600) or HOST:PORT; a token file only you can read is\n"
+  "                    written next to it (ADDR.token, or tycho-listen-PORT.token); nothing\n"
+  "                    listens without it. docs/repl.md\n"
   "  repl [PLAN.lua [FILE.lua]] [--set path=value ...] [--timeout S]\n"
   "        an SPMD Lua prompt on every rank of the job (mpirun -np N tycho repl ...): rank 0\n"
   "        reads, every rank runs; PLAN.lua is opened as the trainer t; FILE.lua (or stdin that\n"
   "        is not a terminal) runs chunk by chunk, exit 1 if one failed; @0, @2-3, @dp=0 or\n"
   "        @tp=1,pp=0 before a chunk runs it on those ranks only; --timeout S: the comm\n"
   "        watchdog's seconds during the session (1..604800, default 30). docs/repl.md\n"
+  "  repl [PLAN.lua [FILE.lua]] -n N [--launcher CMD] [--set path=value ...] [--timeout S]\n"
+  "        the same prompt at this terminal, the job's N ranks (1..65536, also --ranks N)\n"
+  "        started here with CMD as for rehearse: each chunk's output shown as it comes,\n"
+  "        Ctrl-C stops a chunk at the next step boundary on every rank (twice within 2 s\n"
+  "        ends the job), Ctrl-D or quit() ends every rank\n"
+  "  repl --attach ADDR [FILE.lua] [--token FILE]\n"
+  "        the same prompt on a running `tycho run --listen ADDR`, t its trainer: chunks run\n"
+  "        between its steps; t:pause(), t:resume(); detach(), quit() or Ctrl-D leave it\n"
+  "        training. The token is read from the file --listen wrote (ADDR.token)\n"
   "  rehearse PLAN.lua [--world N] [--steps K] [--launcher CMD] [--fault path=value ...]\n"
   "        run the plan's exact layout (mesh, stages, splits, sequence parallelism,\n"
   "        recompute, ZeRO, schedule) at toy scale on CPU ranks: the model shrunk (layers,\n"
@@ -102,8 +120,9 @@ static const char usage_text[] =
   "        prints its step, model, mesh and files; verify also checks every piece's checksum\n"
   "        and that every tensor is covered exactly once (exit 1 when not)\n"
   "  --help, -h      this text\n"
-  "  --version       the version, and what the kernels compute in (fp32, or float64 in\n"
-  "                  the proof build: cmake -DTYCHO_FLOAT64=ON)\n"
+  "  --version       the version, what the kernels compute in (fp32, or float64 in the\n"
+  "                  proof build: cmake -DTYCHO_FLOAT64=ON) and whether the build has the\n"
+  "                  CUDA backend\n"
   "\n"
   "options for check, tune, run and rehearse:\n"
   "  --set path.to.field=value   override a plan field (numbers, true/false, nil, strings,\n"
@@ -137,6 +156,7 @@ struct cli {
   const char *command;
   const char *plan;
   const char *cluster, *out;
+  const char *listen; /* run --listen ADDR: the attachable REPL, or NULL */
   int world, json, unsafe, top;
   double headroom;
   int headroom_given; /* --headroom 0 is 0%, not the default */
@@ -155,6 +175,7 @@ struct cli {
 #define MEMORY_MAX_MIB (1LL << 20)          /* 1 TiB of Lua heap: << 20 fits 64 bits */
 #define INSTRUCTIONS_MAX 1000000000000000LL /* 10^15 Lua instructions */
 #define TIMEOUT_MAX 604800LL                /* a week of seconds for the REPL's watchdog */
+#define REPL_RANKS_MAX 65536LL              /* ranks a REPL front-end starts */
 
 /* Parses `value` as a decimal integer in [min, max], strictly: digits with an optional sign,
  * nothing before or after, checked in 64 bits before any narrowing. Anything else, a value
@@ -273,6 +294,11 @@ static void parse_args(lua_State *L, int argc, char **argv, struct cli *c)
     } else if (strcmp(a, "--headroom") == 0) {
       c->headroom = (double)parse_count(L, "--headroom", next, 0, HEADROOM_MAX) / 100.0;
       c->headroom_given = 1;
+      i++;
+    } else if (strcmp(a, "--listen") == 0 && strcmp(c->command, "run") == 0) {
+      if (!next || !*next)
+        host_fail(L, EXIT_USAGE, "--listen needs an address: a Unix socket path or HOST:PORT");
+      c->listen = next;
       i++;
     } else if (strcmp(a, "--cluster") == 0) {
       if (!next)
@@ -443,6 +469,20 @@ static void agree_or_fail(lua_State *L, int code, const char *prefix, const char
   host_fail(L, agreed, "%s%s", prefix, msg);
 }
 
+static void repl_libs(lua_State *L);
+
+/* run --listen: the attached REPL's turn between two steps, and its t (the job's trainer). */
+static int attach_between(void *ctx, struct trainer *t, char *err, size_t n)
+{
+  (void)ctx;
+  return repl_attach_between_steps(t, &t->step, err, n);
+}
+
+static void attach_bind(lua_State *L, void *trainer)
+{
+  tycho_runtime_bind_borrowed(L, trainer, "t");
+}
+
 static int cmd_run(lua_State *L, const struct cli *c)
 {
   struct comm_group *world = comm_world();
@@ -462,7 +502,21 @@ static int cmd_run(lua_State *L, const struct cli *c)
   struct comm_group *groups[PLAN_N_AXES];
   if (comm_build_mesh_groups(&p->mesh, groups, err, sizeof err))
     return host_fail(L, EXIT_RUNTIME, "%s", err);
+  struct train_between between = { attach_between, NULL };
+  if (c->listen) { /* the attachable REPL: it listens before the run's header, served between steps */
+    struct repl_attach_options ao = { c->listen, world->rank == 0 ? stdout : NULL, repl_libs, attach_bind,
+                                      tycho_runtime_collected, tycho_runtime_close_collected };
+    int failed = repl_attach_open(&ao, err, sizeof err);
+    if (failed)
+      return host_fail(L, EXIT_USAGE, "%s", err);
+    train_run_set_between(&between);
+    tycho_runtime_set_stop_hook(repl_stop_requested, NULL); /* the front-end's Ctrl-C stops t:step */
+  }
   int rc = train_run(p, groups, stdout, err, sizeof err);
+  if (c->listen) {
+    train_run_set_between(NULL);
+    repl_attach_close();
+  }
   if (rc == TRAIN_PLAN_ERROR)
     return host_fail(L, EXIT_USAGE, "plan error: %s", err);
   if (rc == 130 || rc == 143) /* stopped by SIGINT / SIGTERM after a step (train_run) */
@@ -474,7 +528,7 @@ static int cmd_run(lua_State *L, const struct cli *c)
 
 /* `rehearse` and `calibrate` run as workers (under MPI) when their launcher started them
  * (--worker) or when they were started by mpirun or srun themselves; otherwise they are the
- * launcher, which starts the ranks (check/launch.h). */
+ * launcher, which starts the ranks (util/launch.h). */
 static int mpi_worker(int argc, char **argv, const char *command)
 {
   if (argc < 2 || strcmp(argv[1], command) != 0)
@@ -576,6 +630,11 @@ static int cmd_repl(lua_State *L, int argc, char **argv)
     } else if (strcmp(a, "--timeout") == 0) {
       o.timeout = (double)parse_count(L, "--timeout", next, 1, TIMEOUT_MAX);
       i++;
+    } else if (strcmp(a, "--frontend") == 0) { /* hidden: a rank a front-end started (repl/repl.h) */
+      if (!next)
+        return host_fail(L, EXIT_USAGE, "--frontend needs the front-end's folder");
+      o.frontend = next;
+      i++;
     } else if (a[0] == '-' && a[1]) {
       return host_fail(L, EXIT_USAGE, "unknown option '%s' for 'repl'; see tycho --help", a);
     } else if (!o.plan) {
@@ -588,6 +647,9 @@ static int cmd_repl(lua_State *L, int argc, char **argv)
   }
   if (o.n_sets && !o.plan)
     return host_fail(L, EXIT_USAGE, "--set needs a plan: tycho repl PLAN.lua --set path=value");
+  if (o.frontend && o.plan)
+    return host_fail(L, EXIT_USAGE, "unexpected argument '%s': a rank of a front-end takes no PLAN.lua or FILE.lua "
+                     "(the front-end sends the plan's open)", o.plan);
   o.open_libs = repl_libs;
   o.collected = tycho_runtime_collected;
   o.close_collected = tycho_runtime_close_collected;
@@ -599,8 +661,103 @@ static int cmd_repl(lua_State *L, int argc, char **argv)
   if (code == 2 || (code && err[0]))
     return host_fail(L, code, "%s", err[0] ? err : "the session failed");
   exit_code = code;
+  if (code && o.frontend)
+    quiet_error = 1; /* the front-end's quit(code): it has shown why */
   if (code)
     return host_fail(L, code, "a chunk failed%s%s", err[0] ? ": " : "", err);
+  return 0;
+}
+
+/* `tycho repl -n N` (or --ranks N, --launcher CMD): the front-end at the terminal, which starts
+ * the ranks itself and never starts MPI here (main() asks before it would); and `tycho repl
+ * --attach ADDR [--token FILE]`, the front-end of a running `tycho run --listen ADDR`. */
+static int repl_frontend_form(int argc, char **argv)
+{
+  for (int i = 2; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--frontend") == 0) /* a rank a front-end started */
+      return 0;
+    if (strcmp(a, "-n") == 0 || strcmp(a, "--ranks") == 0 || strncmp(a, "--ranks=", 8) == 0 ||
+        strcmp(a, "--launcher") == 0 || strcmp(a, "--attach") == 0 || strcmp(a, "--token") == 0)
+      return 1;
+    if (strcmp(a, "--set") == 0 || strcmp(a, "--timeout") == 0)
+      i++; /* their values are not options */
+  }
+  return 0;
+}
+
+static int cmd_repl_frontend(lua_State *L, int argc, char **argv)
+{
+  struct repl_frontend_options o = { 0 };
+  const char **sets = lua_newuserdatauv(L, sizeof(char *) * (size_t)argc, 0);
+  o.sets = sets;
+  o.timeout = 30.0;
+  const char *env = getenv("TYCHO_REPL_TIMEOUT");
+  if (env && *env)
+    o.timeout = (double)parse_count(L, "TYCHO_REPL_TIMEOUT", env, 1, TIMEOUT_MAX);
+  for (int i = 2; i < argc; i++) {
+    const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "--set") == 0) {
+      sets[o.n_sets++] = check_set(L, next);
+      i++;
+    } else if (strncmp(a, "--set=", 6) == 0) {
+      sets[o.n_sets++] = check_set(L, a + 6);
+    } else if (strcmp(a, "--timeout") == 0) {
+      o.timeout = (double)parse_count(L, "--timeout", next, 1, TIMEOUT_MAX);
+      i++;
+    } else if (strcmp(a, "-n") == 0 || strcmp(a, "--ranks") == 0) {
+      o.ranks = (int)parse_count(L, a, next, 1, REPL_RANKS_MAX);
+      i++;
+    } else if (strncmp(a, "--ranks=", 8) == 0) {
+      o.ranks = (int)parse_count(L, "--ranks", a + 8, 1, REPL_RANKS_MAX);
+    } else if (strcmp(a, "--attach") == 0 || strcmp(a, "--token") == 0) {
+      if (!next || !*next)
+        return host_fail(L, EXIT_USAGE, "%s needs %s", a, a[2] == 'a' ? "the address a `tycho run --listen` gave" : "a file");
+      *(a[2] == 'a' ? &o.attach : &o.token_file) = next;
+      i++;
+    } else if (strcmp(a, "--launcher") == 0) {
+      if (!next || !*next)
+        return host_fail(L, EXIT_USAGE, "--launcher needs a command, e.g. --launcher 'srun -n {n}'");
+      if (!strstr(next, "{n}"))
+        return host_fail(L, EXIT_USAGE, "--launcher '%s': write {n} where the rank count goes, e.g. --launcher 'srun -n {n}'",
+                         next);
+      o.launcher = next;
+      i++;
+    } else if (a[0] == '-' && a[1]) {
+      return host_fail(L, EXIT_USAGE, "unknown option '%s' for 'repl'; see tycho --help", a);
+    } else if (!o.plan) {
+      o.plan = a;
+    } else if (!o.script) {
+      o.script = a;
+    } else {
+      return host_fail(L, EXIT_USAGE, "unexpected argument '%s' (repl takes PLAN.lua and FILE.lua); see tycho --help", a);
+    }
+  }
+  if (o.attach && o.plan && !o.script) { /* --attach ADDR FILE.lua: chunks from the file */
+    o.script = o.plan;
+    o.plan = NULL;
+  }
+  if (o.attach && (o.ranks || o.launcher || o.plan || o.n_sets))
+    return host_fail(L, EXIT_USAGE, "--attach takes no %s: the job it attaches to has its plan and ranks (tycho repl --attach ADDR [FILE.lua])",
+                     o.ranks ? "-n" : o.launcher ? "--launcher" : o.n_sets ? "--set" : "PLAN.lua");
+  if (o.token_file && !o.attach)
+    return host_fail(L, EXIT_USAGE, "--token goes with --attach ADDR");
+  if (!o.ranks && !o.attach)
+    return host_fail(L, EXIT_USAGE, "--launcher needs -n N, the ranks to start: tycho repl [PLAN.lua] -n N --launcher CMD");
+  if (o.n_sets && !o.plan)
+    return host_fail(L, EXIT_USAGE, "--set needs a plan: tycho repl PLAN.lua --set path=value");
+  char self[4096];
+  o.self = launch_self_path(self, sizeof self, argv[0]);
+  char err[2048] = "";
+  int code = repl_frontend_run(&o, err, sizeof err);
+  fflush(stdout);
+  exit_code = code;
+  if (err[0])
+    return host_fail(L, code, "%s", err);
+  if (code) {
+    quiet_error = 1; /* said already, or the code of quit(code) */
+    return host_fail(L, code, "the session ended with code %d", code);
+  }
   return 0;
 }
 
@@ -715,8 +872,8 @@ static int pmain(lua_State *L)
     return 0;
   }
   if (strcmp(cmd, "--version") == 0) {
-    printf("tycho %s (Lua %s.%s, %s kernels)\n", TYCHO_VERSION, LUA_VERSION_MAJOR, LUA_VERSION_MINOR,
-           REAL_NAME);
+    printf("tycho %s (Lua %s.%s, %s kernels%s)\n", TYCHO_VERSION, LUA_VERSION_MAJOR, LUA_VERSION_MINOR,
+           REAL_NAME, devices_cuda_built() ? ", with the CUDA backend" : "");
     return 0;
   }
   struct cli c = { 0 };
@@ -736,7 +893,7 @@ static int pmain(lua_State *L)
     return cmd_run(L, &c);
   }
   if (strcmp(cmd, "repl") == 0)
-    return cmd_repl(L, argc, argv);
+    return repl_frontend_form(argc, argv) ? cmd_repl_frontend(L, argc, argv) : cmd_repl(L, argc, argv);
   if (strcmp(cmd, "calibrate") == 0)
     return cmd_calibrate(L, argc, argv, mpi_worker(argc, argv, "calibrate"));
   if (strcmp(cmd, "rehearse") == 0)
@@ -766,7 +923,8 @@ int main(int argc, char **argv)
    * faster (2,200-2,350 → 2,650-2,800 tokens/s), zero 0 within its noise. */
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  const int run = argc >= 2 && (strcmp(argv[1], "run") == 0 || strcmp(argv[1], "repl") == 0 ||
+  const int run = argc >= 2 && (strcmp(argv[1], "run") == 0 ||
+                                (strcmp(argv[1], "repl") == 0 && !repl_frontend_form(argc, argv)) ||
                                 mpi_worker(argc, argv, "calibrate") || mpi_worker(argc, argv, "rehearse"));
   int ranks_on_node = 1;
   if (run) {

@@ -16,9 +16,10 @@
 #include "comm/comm.h"
 #include "check/cost.h"
 #include "layout/tp_layout.h"
-#include "runtime/parallel/bill.h"
-#include "runtime/train/train.h"
+#include "layout/bill.h"
+#include "layout/supported.h"
 #include "sched/sched.h"
+#include "util/devices.h"
 
 static const char *group_text(const struct plan_mesh *m, enum plan_axis a, int rank, char *buf, size_t n)
 {
@@ -238,10 +239,10 @@ const char *check_runtime_note(const struct plan *p, char *buf, size_t n)
              "allocates and what its comm layer moves");
     return buf;
   }
-  snprintf(buf, n, "no CUDA backend in this build: the byte figures use the GPU runtime's element sizes (params, "
+  snprintf(buf, n, "%sthe byte figures use the GPU runtime's element sizes (params, "
            "activations and workspace %s, grads %s, AdamW m and v%s fp32) over the CPU runtime's layout",
-           plan_dtype_name(p->precision.compute), plan_dtype_name(p->precision.grads),
-           p->precision.compute == PLAN_FP32 ? "" : " and the master copy");
+           devices_cuda_built() ? "" : "no CUDA backend in this build: ", plan_dtype_name(p->precision.compute),
+           plan_dtype_name(p->precision.grads), p->precision.compute == PLAN_FP32 ? "" : " and the master copy");
   return buf;
 }
 
@@ -576,8 +577,11 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
             p->zero > 0 && p->mesh.dp > plan_ep(p) ? "; ZeRO shards them further over the edp group" : "");
   }
 
-  if (p->device == PLAN_DEVICE_AUTO) /* plan_on_cpu: auto is the CPU in this build */
-    fprintf(f, "device     auto → cpu (no CUDA backend in this build)\n");
+  char why[96];
+  if (p->device == PLAN_DEVICE_AUTO && !trainer_auto_device(why, sizeof why)) /* plan_on_cpu */
+    fprintf(f, "device     auto → cpu (%s)\n", why);
+  else if (p->device == PLAN_DEVICE_AUTO) /* check describes auto as the CPU; run takes the GPU */
+    fprintf(f, "device     auto → cpu here (%s: tycho run takes cuda; --set device=cuda for its figures)\n", why);
   else
     fprintf(f, "device     %s\n", plan_device_name(p->device));
   fprintf(f, "           %s\n", check_runtime_note(p, buf, sizeof buf));

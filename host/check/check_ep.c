@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "mesh/mesh.h"
-#include "runtime/parallel/bill.h"
+#include "layout/bill.h"
 
 int check_ep_members(const struct plan_mesh *m, int rank, int *members)
 {

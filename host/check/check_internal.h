@@ -6,8 +6,8 @@
 
 #include "plan/plan.h"
 #include "layout/tp_layout.h"
-#include "runtime/model/alloc.h"
-#include "runtime/parallel/bill.h"
+#include "layout/categories.h"
+#include "layout/bill.h"
 
 /* The tensor-parallel collectives of one micro-batch (malloc'd, *n of them) and their ops' names. */
 extern const char *const check_comm_op_names[];

@@ -14,8 +14,8 @@
 #include "comm/comm.h"
 #include "check/cost.h"
 #include "layout/tp_layout.h"
-#include "runtime/parallel/bill.h"
-#include "runtime/train/train.h"
+#include "layout/bill.h"
+#include "layout/supported.h"
 #include "sched/sched.h"
 
 static void write_tp_comms_json(struct json *j, const struct plan *p)

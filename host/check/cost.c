@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "layout/tp_layout.h"
-#include "runtime/parallel/bill.h"
+#include "layout/bill.h"
 #include "sched/sched.h"
 #include "util/err.h"
 

@@ -71,7 +71,7 @@ struct cost {
 };
 
 /* Bytes of one element of dtype d in the runtime the figures of `tycho check`, `tycho tune` and
- * this model describe, by the memory bill's rule (host/runtime/parallel/bill.h): for a plan on this
+ * this model describe, by the memory bill's rule (host/layout/bill.h): for a plan on this
  * build's CPU runtime (plan_on_cpu) what that runtime holds and moves, bill_element_bytes (an
  * fp32 element is a `real`, 8 bytes in the float64 build); for a device = "cuda" plan the GPU
  * runtime's, plan_dtype_bytes (2 for bf16, 4 for fp32). Every element size the check code uses

@@ -10,7 +10,7 @@
 #include "check/cost.h"
 #include "lua/sandbox.h"
 #include "plan/compile.h"
-#include "runtime/parallel/bill.h"
+#include "layout/bill.h"
 #include "util/err.h"
 #include "util/path.h"
 

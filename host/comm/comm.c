@@ -353,6 +353,7 @@ static int issue(struct comm_request *r, struct comm_request **req)
   r->rec.mb = ctx.mb;
   r->rec.t_issue = comm_now();
   s->counters[r->op].calls++;
+  ctx.ops_started++;
   s->counters[r->op].n_bytes += r->rec.n_bytes;
   r->rec_id = comm_recorder_add(&r->rec);
   inflight_add(r);

@@ -150,11 +150,19 @@ int comm_restricted_check(const struct comm_group *g, const char *what, char *er
 /* The REPL's control plane, on a group of its own (comm_group_split of the world): not counted
  * as model traffic and never restricted; its waits last as long as another rank's chunk or the
  * user, so the watchdog names them in its answers (`what`; NULL: waiting for the next chunk)
- * but never times them. comm_control_bcast: n_bytes from root to every member. comm_control_gather: every member's n_bytes to root, which gets each rank's bytes
+ * but never times them, and a peer stuck in a timed wait does not leave its abort to a rank
+ * that waits here. The wait for the next chunk (what NULL) sleeps between tests instead of
+ * polling a core; it is a nonblocking broadcast, which a blocking one does not match, so every
+ * member passes NULL alike. comm_control_bcast: n_bytes from root to every member. comm_control_gather: every member's n_bytes to root, which gets each rank's bytes
  * in per_rank[r] (malloc'd, 0-terminated; NULL when it had no room for them, the bytes read and
- * dropped so nobody waits) and counts[r]. Collective over g; 0, or −1 with err. */
+ * dropped so nobody waits) and counts[r]. Collective over g; 0, or −1 with err.
+ * comm_control_bcast_timed: a broadcast inside a chunk, where every member is due at once (the
+ * REPL's interrupt check at a step boundary): timed as a model collective is, so a chunk that
+ * leaves a member out ends in the watchdog's diagnosis, not a hang. */
 int comm_control_bcast(struct comm_group *g, void *buf, size_t n_bytes, int root, const char *what,
                        char *err, size_t err_size);
+int comm_control_bcast_timed(struct comm_group *g, void *buf, size_t n_bytes, int root, const char *what,
+                             char *err, size_t err_size);
 int comm_control_gather(struct comm_group *g, const void *send, size_t n_bytes, int root, char **per_rank,
                         size_t *counts, const char *what, char *err, size_t err_size);
 
@@ -216,6 +224,10 @@ void comm_set_step(long long step, int mb);
 struct comm_counter comm_counter_get(const struct comm_group *g, enum comm_op op);
 void comm_counters_reset(void); /* all groups, all ops; sequence numbers go on */
 uint64_t comm_group_seq(const struct comm_group *g); /* collectives issued on g so far */
+/* Operations this rank has begun so far, of every kind (collectives, sends, receives, agreements,
+ * control calls): the REPL tells from it whether a chunk has entered one (an interrupt may then
+ * only stop it where every rank agrees). */
+unsigned long long comm_ops_started(void);
 /* Copies the last (up to) max records, oldest first; returns how many. */
 int comm_records(struct comm_record *out, int max);
 /* Grows the flight recorder's rings (records and trace spans) to at least `capacity` each,

@@ -120,7 +120,7 @@ int comm_agree(struct comm_group *g, int status, char *msg, size_t msg_size, int
   if (comm_restricted_check(g, "an agreement", msg, msg_size))
     return -1;
   int mine = status ? g->rank : INT_MAX, first = INT_MAX;
-  comm_control_begin("status agreement");
+  comm_control_begin_on("status agreement", g); /* on g: a timeout asks g's others where they are */
   int rc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, g->state->ctl);
   if (rc == MPI_SUCCESS && first != INT_MAX) {
     struct { int status; char msg[COMM_AGREE_MSG_MAX]; } verdict = { status, "" };

@@ -112,6 +112,8 @@ struct comm_context {
   struct comm_request *inflight;                /* issued, not finished */
   struct { const char *what; double t_begin; int active, untimed; const struct comm_group *group; } control; /* a control-plane call; untimed: named in answers, never diagnosed for its age (a REPL rank waiting for the others' chunk) */
 
+  unsigned long long ops_started; /* operations begun (collectives, sends, control calls): comm_ops_started */
+
   long long step;
   int mb;
   int check;

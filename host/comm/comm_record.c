@@ -173,3 +173,11 @@ uint64_t comm_group_seq(const struct comm_group *g)
   pthread_mutex_unlock(&ctx.lock);
   return seq;
 }
+
+unsigned long long comm_ops_started(void)
+{
+  pthread_mutex_lock(&ctx.lock);
+  unsigned long long n = ctx.ops_started;
+  pthread_mutex_unlock(&ctx.lock);
+  return n;
+}

@@ -1,10 +1,13 @@
 /* Which ranks may take part in operations now (comm_restrict), and the REPL's control plane:
  * a chunk's bytes broadcast, every rank's output gathered, on a group of their own (not counted
- * as model traffic; an idle wait is not watched). */
+ * as model traffic; an idle wait is not timed, and the wait for the next chunk sleeps). */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm_internal.h"
 
@@ -76,19 +79,59 @@ int comm_restricted_check(const struct comm_group *g, const char *what, char *er
 
 /* ---- the REPL's control plane ---- */
 
-int comm_control_bcast(struct comm_group *g, void *buf, size_t n_bytes, int root, const char *what,
-                       char *err, size_t n)
+/* Waits for r without spinning: MPI's own wait polls a core flat out for as long as the user
+ * takes to type. Tested, then slept for 50 us doubling up to 20 ms: a chunk starts at most a
+ * tick late, and an idle rank wakes 50 times a second. */
+static int wait_sleeping(MPI_Request *r)
+{
+  long ns = 50000;
+  for (;;) {
+    int done = 0;
+    int rc = MPI_Test(r, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || done)
+      return rc;
+    struct timespec ts = { 0, ns };
+    while (nanosleep(&ts, &ts) && errno == EINTR) {}
+    ns = ns * 2 > 20000000L ? 20000000L : ns * 2;
+  }
+}
+
+static int control_bcast(struct comm_group *g, void *buf, size_t n_bytes, int root, const char *what, int timed,
+                         char *err, size_t n)
 {
   if (!ctx.initialized || !g || !g->state)
     return snprintf(err, n, "comm_control_bcast: no group"), -1;
   if (n_bytes > (size_t)INT32_MAX)
     return snprintf(err, n, "comm_control_bcast: %zu bytes is more than one message takes", n_bytes), -1;
-  /* every REPL wait lasts as long as another rank's chunk or the user: named, never timed (a
-   * rank stuck in a model collective is timed, and its diagnosis names this wait) */
-  comm_control_begin_untimed(what ? what : "the REPL, waiting for the next chunk", g);
-  int rc = MPI_Bcast(buf, (int)n_bytes, MPI_BYTE, root, g->state->ctl);
+  /* a REPL wait between chunks lasts as long as another rank's chunk or the user: named, never
+   * timed (a rank stuck in a timed wait is diagnosed, and its diagnosis names this one) */
+  if (timed)
+    comm_control_begin_on(what, g);
+  else
+    comm_control_begin_untimed(what ? what : "the REPL, waiting for the next chunk", g);
+  int rc;
+  if (what) {
+    rc = MPI_Bcast(buf, (int)n_bytes, MPI_BYTE, root, g->state->ctl);
+  } else {
+    MPI_Request r = MPI_REQUEST_NULL;
+    rc = MPI_Ibcast(buf, (int)n_bytes, MPI_BYTE, root, g->state->ctl, &r);
+    if (rc == MPI_SUCCESS)
+      rc = wait_sleeping(&r);
+  }
   comm_control_end();
-  return rc == MPI_SUCCESS ? 0 : comm_mpi_fail(rc, "MPI_Bcast", __FILE__, __LINE__, err, n);
+  return rc == MPI_SUCCESS ? 0 : comm_mpi_fail(rc, what ? "MPI_Bcast" : "MPI_Ibcast", __FILE__, __LINE__, err, n);
+}
+
+int comm_control_bcast(struct comm_group *g, void *buf, size_t n_bytes, int root, const char *what,
+                       char *err, size_t n)
+{
+  return control_bcast(g, buf, n_bytes, root, what, 0, err, n);
+}
+
+int comm_control_bcast_timed(struct comm_group *g, void *buf, size_t n_bytes, int root, const char *what,
+                             char *err, size_t n)
+{
+  return control_bcast(g, buf, n_bytes, root, what ? what : "a control broadcast", 1, err, n);
 }
 
 int comm_control_gather(struct comm_group *g, const void *send, size_t n_bytes, int root, char **per_rank,

@@ -35,6 +35,7 @@ void comm_control_begin_on(const char *what, const struct comm_group *group)
   ctx.control.t_begin = comm_now();
   ctx.control.active = 1;
   ctx.control.untimed = 0;
+  ctx.ops_started++;
   pthread_mutex_unlock(&ctx.lock);
 }
 
@@ -91,8 +92,9 @@ static void answer_line(const char *name, char *out, size_t n)
     if (len < n && any)
       snprintf(out + len, n - len, "; it waits in %s %s seq %llu for %.1f s", any->group->name,
                comm_op_name(any->op), (unsigned long long)any->rec.seq, now - any->rec.t_issue);
-    else if (len < n && ctx.control.active)
-      snprintf(out + len, n - len, "; it waits in %s for %.1f s", ctx.control.what, now - ctx.control.t_begin);
+    else if (len < n && ctx.control.active) /* untimed: its watchdog will not end the job (ask_peers) */
+      snprintf(out + len, n - len, ctx.control.untimed ? "; it waits, untimed, in %s for %.1f s" : "; it waits in %s for %.1f s",
+               ctx.control.what, now - ctx.control.t_begin);
     else if (len < n)
       snprintf(out + len, n - len, "; it is in no comm operation (computing, or stuck outside comm)");
   }
@@ -122,7 +124,8 @@ static void sleep_seconds(double s)
 
 /* Asks every other member of g where it is and appends the answers to out. *lower_stuck is set
  * when a peer with a lower world rank answered that it waits too, in an operation on g or
- * elsewhere in comm: its own watchdog will abort the job. */
+ * elsewhere in comm, timed: its own watchdog will abort the job. (A peer in an untimed wait, the
+ * REPL's between chunks, never does: left to it, a chunk that leaves it out would hang.) */
 static size_t ask_peers(const struct comm_group *g, char *out, size_t n, int *lower_stuck)
 {
   *lower_stuck = 0;

@@ -263,10 +263,10 @@ static void fit_link(struct figures *f, int n)
   for (int op = 0; op < 3; op++) fit_ops(f, n, op, op, &f->op_bw[op], &f->op_lat[op], &f->op_rms[op]);
 }
 
-/* The plan compiled for one rank: mesh 1 × 1 × 1, zero 0, the user's settings first. */
+/* The plan compiled for one rank on the CPU: mesh 1 × 1 × 1, zero 0, the user's settings first. */
 static int compile_serial(const struct calibrate_options *o, struct plan *p, char *err, size_t n)
 {
-  const char **sets = calloc((size_t)o->n_sets + 5, sizeof *sets);
+  const char **sets = calloc((size_t)o->n_sets + 6, sizeof *sets);
   if (!sets)
     return errf(err, n, "out of memory");
   for (int i = 0; i < o->n_sets; i++) sets[i] = o->sets[i];
@@ -276,6 +276,7 @@ static int compile_serial(const struct calibrate_options *o, struct plan *p, cha
   sets[k++] = "mesh.dp=1";
   sets[k++] = "zero=0";
   sets[k++] = "sequence_parallel=false";
+  sets[k++] = "device=cpu"; /* the CPU is measured, even where "auto" would take a GPU */
   struct plan_compile_options opt = { 1, o->unsafe, o->memory_limit, o->instruction_limit, k, sets };
   plan_init(p);
   int rc = plan_compile(o->plan, &opt, p, err, n);

@@ -2,7 +2,7 @@
  * `tycho check --cluster` and `tycho tune` price plans against (docs/calibrate.md).
  *
  * It runs under mpirun with 2 or more ranks on one node, at most one per core (run by hand,
- * `tycho calibrate` starts one rank per online core itself: host/main.c, check/launch.h): a "GPU" of the
+ * `tycho calibrate` starts one rank per online core itself: host/main.c, util/launch.h): a "GPU" of the
  * file is one core running one rank of one thread, as `tycho run` runs N ranks on N cores. Every
  * rank measures at once (the cores share caches and memory bandwidth as in a run), and each
  * figure is the slowest rank's best (shortest time) of the repetitions — on a machine other work

@@ -2,7 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "drive/rehearse.h"
 
-#include "check/launch.h"
+#include "util/launch.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -14,7 +14,7 @@
 #include "mesh/mesh.h"
 #include "plan/compile.h"
 #include "runtime/model/alloc.h"
-#include "runtime/parallel/bill.h"
+#include "layout/bill.h"
 #include "runtime/train/train.h"
 #include "util/err.h"
 

@@ -41,7 +41,7 @@
 #include "comm/comm.h"
 #include "real.h"
 #include "plan/plan.h"
-#include "runtime/parallel/bill.h"
+#include "layout/bill.h"
 
 struct trainer;
 struct model;

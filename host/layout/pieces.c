@@ -159,3 +159,45 @@ int pieces_zero3_replay(const struct plan *p, const struct sched_list *list, int
   free(last);
   return 0;
 }
+
+void pieces_stage_slots(const struct plan *p, const struct sched *s, int pp_rank, int *slots)
+{
+  const int S = p->n_stages;
+  int *used = calloc((size_t)S * ((size_t)s->m + 1), sizeof *used); /* (stage, mb) holds a slot */
+  int *now = calloc((size_t)S, sizeof *now);
+  for (int k = 0; k < S; k++) slots[k] = 0;
+  if (!used || !now) { /* no memory to count: one slot per micro-batch, always enough */
+    for (int k = 0; k < S; k++) slots[k] = p->stages[k].pp_rank == pp_rank ? s->m + 1 : 0;
+    free(used);
+    free(now);
+    return;
+  }
+  const struct sched_list *list = &s->ranks[pp_rank];
+  for (int i = 0; i < list->n; i++) {
+    const struct sched_instr *in = &list->instr[i];
+    int st = -1, take = 0;
+    switch ((enum sched_op)in->op) {
+    case SCHED_RECV_ACT: st = in->stage + 1; take = 1; break;
+    case SCHED_FWD: st = in->stage; take = 1; break;
+    case SCHED_SEND_GRAD: st = in->stage; take = -1; break;
+    case SCHED_BWD: st = in->stage; take = p->stages[in->stage].has_embed ? -1 : 0; break;
+    default: break;
+    }
+    if (st < 0 || !take)
+      continue;
+    int *u = &used[(size_t)st * ((size_t)s->m + 1) + (size_t)in->mb];
+    if (take > 0 && !*u) {
+      *u = 1;
+      if (++now[st] > slots[st])
+        slots[st] = now[st];
+    } else if (take < 0 && *u) {
+      *u = 0;
+      now[st]--;
+    }
+  }
+  for (int k = 0; k < S; k++)
+    if (p->stages[k].pp_rank == pp_rank)
+      slots[k] += s->pp > 1; /* room while a given-back slot's send is still in flight */
+  free(used);
+  free(now);
+}

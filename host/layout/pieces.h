@@ -53,4 +53,10 @@ int pieces_zero3_replay(const struct plan *p, const struct sched_list *list, int
                         const size_t *unit_elems, const int *unit_calls, const size_t *unit_gather_elems,
                         unsigned long long *calls, unsigned long long *moved, size_t *peak_held);
 
+/* The executor's activation slots per stage of pipeline rank pp_rank under schedule s (its
+ * peak micro-batches in flight, plus one while a given-back slot's send is still in flight):
+ * (n_stages) entries, 0 for the stages elsewhere. The executor allocates them; the memory bill
+ * counts them. */
+void pieces_stage_slots(const struct plan *p, const struct sched *s, int pp_rank, int *slots);
+
 #endif

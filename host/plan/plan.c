@@ -146,7 +146,7 @@ const char *plan_device_name(enum plan_device d)
 
 int plan_on_cpu(const struct plan *p)
 {
-  return p->device != PLAN_DEVICE_CUDA; /* no CUDA backend in this build: auto is the CPU */
+  return p->device != PLAN_DEVICE_CUDA; /* auto as written; the trainer resolves it at open */
 }
 
 /* The fields a resume compares are the plan-field table's EQUAL and PARENT rows (fields.h),

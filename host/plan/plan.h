@@ -40,10 +40,12 @@ enum plan_decay { PLAN_DECAY_CONSTANT, PLAN_DECAY_COSINE, PLAN_DECAY_LINEAR };
 enum plan_axis { PLAN_AXIS_TP, PLAN_AXIS_DP, PLAN_AXIS_PP, PLAN_N_AXES };
 enum plan_stages_kind { PLAN_STAGES_EVEN, PLAN_STAGES_BALANCED, PLAN_STAGES_LIST, PLAN_STAGES_FUNCTION };
 enum plan_seed { PLAN_SEED_MODEL, PLAN_SEED_DATA, PLAN_SEED_DROPOUT, PLAN_N_SEEDS };
-/* Which runtime the plan runs on and `tycho check` describes: "auto" (the default) picks the
- * best this build has, "cpu" the CPU runtime, "cuda" the GPU runtime (this build has no CUDA
- * backend: `check` describes a cuda plan with the GPU runtime's element sizes, `run` refuses
- * it). Not compared on resume: a checkpoint may move between devices. */
+/* Which runtime the plan runs on and `tycho check` describes: "auto" (the default) is CUDA
+ * where the build has the CUDA backend and a device is visible, else the CPU (the trainer
+ * resolves it at open, runtime/model/device.h; the plan stays a function of its file), "cpu" the
+ * CPU runtime, "cuda" the GPU runtime (`check` describes a cuda plan with the GPU runtime's
+ * element sizes; `run` refuses it, naming why, without the backend or a device). Not compared on
+ * resume: a checkpoint may move between devices. */
 enum plan_device { PLAN_DEVICE_AUTO, PLAN_DEVICE_CPU, PLAN_DEVICE_CUDA };
 /* zero_every.grads / .params: how often ZeRO reduce-scatters the gradients (zero ≥ 2) and
  * gathers the parameters (zero 3) within a step: for every micro-batch's backward (and, for the
@@ -222,8 +224,9 @@ const char *plan_decay_name(enum plan_decay d);
 const char *plan_axis_name(enum plan_axis a);
 const char *plan_seed_name(enum plan_seed s);
 const char *plan_device_name(enum plan_device d);
-/* 1 when the plan runs on, and `tycho check` describes, this build's CPU runtime: device "cpu",
- * or "auto" (this build has no CUDA backend, so auto means cpu); 0 for "cuda". */
+/* 1 when the plan's figures are this build's CPU runtime's: device "cpu", or "auto" as written
+ * (a trainer that finds a CUDA device makes its own copy "cuda"; `check` describes auto as the
+ * CPU, saying why); 0 for "cuda". */
 int plan_on_cpu(const struct plan *p);
 const char *plan_recompute_part_name(int bit_index);
 /* "none", "full" or a comma list of parts, into buf. */

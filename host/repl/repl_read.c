@@ -211,20 +211,29 @@ int repl_read_chunk(struct reader *r, lua_State *L, struct strbuf *b, char *sel,
     sb_puts(&typed, line);
   }
 #ifdef TYCHO_HAVE_READLINE
-  if (r->tty && typed.n && !typed.failed)
+  if (r->tty && typed.n && !typed.failed) {
     add_history(typed.s);
+    /* kept at once, so a session that dies keeps it (append fails on a file not there yet) */
+    if (r->history && append_history(1, r->history) != 0)
+      write_history(r->history);
+    if (r->history)
+      history_truncate_file(r->history, 1000);
+  }
 #endif
   sb_free(&typed);
   return 0;
 }
 
 
-#ifdef TYCHO_HAVE_READLINE
-/* ---- tab completion (rank 0): the names of globals, of a table's fields after '.', of the
- * methods of a value's metatable after ':' ---- */
+/* ---- completion (rank 0, or the rank a front-end asks): the names of globals, of a table's
+ * fields after '.', of an object's fields and methods after '.', of its methods after ':' ---- */
 
-static char comp_prefix[256], comp_word[256];
-static int comp_method;
+struct completion {
+  char prefix[256], stem[256];
+  int method;
+  char **names;
+  int n;
+};
 
 static void push_path(lua_State *L, const char *path)
 {
@@ -237,63 +246,130 @@ static void push_path(lua_State *L, const char *path)
       lua_pushnil(L);
       break;
     }
-    lua_getfield(L, -1, p); /* metamethods may run: rank 0's own values only */
+    lua_getfield(L, -1, p); /* metamethods may run: this rank's own values only */
     lua_remove(L, -2);
   }
 }
 
+static void add_name(struct completion *c, const char *k)
+{
+  if (strncmp(k, c->stem, strlen(c->stem)) != 0 || k[0] == '_')
+    return;
+  char **grown = realloc(c->names, (size_t)(c->n + 1) * sizeof *c->names);
+  if (!grown)
+    return;
+  c->names = grown;
+  size_t len = strlen(c->prefix) + strlen(k) + 1;
+  c->names[c->n] = malloc(len);
+  if (c->names[c->n])
+    snprintf(c->names[c->n++], len, "%s%s", c->prefix, k);
+}
+
+/* Under a protected call (a metamethod may raise): the names into the struct completion that
+ * argument 1 (a light userdata) points to. */
+static int collect_names(lua_State *L)
+{
+  struct completion *c = lua_touserdata(L, 1);
+  lua_settop(L, 0);
+  if (c->prefix[0])
+    push_path(L, c->prefix);
+  else
+    lua_pushglobaltable(L);
+  /* the value itself (a table), its metatable's __index table or "methods" (a trainer's), and
+   * its metatable's __fields (the names its __index function answers) */
+  for (int pass = 0; pass < 3; pass++) {
+    lua_settop(L, 1);
+    int t = 1;
+    if (pass > 0) {
+      if (!lua_getmetatable(L, 1))
+        break;
+      if (pass == 2) {
+        if (c->method || lua_getfield(L, 2, "__fields") != LUA_TTABLE)
+          continue;
+        const lua_Integer n = luaL_len(L, 3);
+        for (lua_Integer i = 1; i <= n; i++) {
+          if (lua_rawgeti(L, 3, i) == LUA_TSTRING)
+            add_name(c, lua_tostring(L, -1));
+          lua_pop(L, 1);
+        }
+        continue;
+      }
+      if (lua_getfield(L, 2, "__index") != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_getfield(L, 2, "methods");
+      }
+      t = lua_gettop(L);
+    }
+    if (lua_type(L, t) != LUA_TTABLE)
+      continue;
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+      if (lua_type(L, -2) == LUA_TSTRING && (!c->method || lua_isfunction(L, -1)))
+        add_name(c, lua_tostring(L, -2));
+      lua_pop(L, 1);
+    }
+  }
+  return 0;
+}
+
+static int compare_names(const void *a, const void *b)
+{
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int repl_completions(lua_State *L, const char *word, struct strbuf *out)
+{
+  struct completion c = { .n = 0 };
+  /* split the word at its last '.' or ':' */
+  const char *cut = strrchr(word, '.'), *colon = strrchr(word, ':');
+  if (colon && (!cut || colon > cut))
+    cut = colon;
+  c.method = cut && *cut == ':';
+  if (cut) {
+    snprintf(c.prefix, sizeof c.prefix, "%.*s", (int)(cut - word + 1), word);
+    snprintf(c.stem, sizeof c.stem, "%s", cut + 1);
+  } else {
+    snprintf(c.stem, sizeof c.stem, "%s", word);
+  }
+  int top = lua_gettop(L);
+  lua_pushcfunction(L, collect_names);
+  lua_pushlightuserdata(L, &c);
+  lua_pcall(L, 1, 0, 0); /* an error (a metamethod's) leaves the names found before it */
+  lua_settop(L, top);
+  if (c.n > 1)
+    qsort(c.names, (size_t)c.n, sizeof *c.names, compare_names);
+  int kept = 0;
+  for (int i = 0; i < c.n; i++) {
+    if (!i || strcmp(c.names[i], c.names[i - 1]) != 0) {
+      sb_puts(out, c.names[i]);
+      sb_put(out, "\n", 1);
+      kept++;
+    }
+  }
+  for (int i = 0; i < c.n; i++) free(c.names[i]);
+  free(c.names);
+  return kept;
+}
+
+#ifdef TYCHO_HAVE_READLINE
+/* readline's generator: the names of repl_completions, one per call. */
 static char *completion_word(const char *text, int state)
 {
-  (void)text;
-  static int index;
-  static char **names;
-  static int n_names;
+  static struct strbuf names;
+  static size_t at;
   if (!state) {
-    for (int i = 0; i < n_names; i++) free(names[i]);
-    free(names);
-    names = NULL;
-    n_names = index = 0;
-    lua_State *L = repl_state->L;
-    int top = lua_gettop(L);
-    if (comp_prefix[0])
-      push_path(L, comp_prefix);
-    else
-      lua_pushglobaltable(L);
-    /* the table to list: the value itself, or its metatable's __index table */
-    for (int pass = 0; pass < 2; pass++) {
-      int t = lua_gettop(L);
-      if (pass == 1) { /* the metatable's __index table, or its "methods" (the trainer's) */
-        if (!lua_getmetatable(L, top + 1))
-          break;
-        if (lua_getfield(L, -1, "__index") != LUA_TTABLE) {
-          lua_pop(L, 1);
-          lua_getfield(L, -1, "methods");
-        }
-        t = lua_gettop(L);
-      }
-      if (lua_type(L, t) != LUA_TTABLE)
-        continue;
-      lua_pushnil(L);
-      while (lua_next(L, t)) {
-        if (lua_type(L, -2) == LUA_TSTRING && (!comp_method || lua_isfunction(L, -1))) {
-          const char *k = lua_tostring(L, -2);
-          if (strncmp(k, comp_word, strlen(comp_word)) == 0 && k[0] != '_') {
-            char **grown = realloc(names, (size_t)(n_names + 1) * sizeof *names);
-            if (grown) {
-              names = grown;
-              size_t len = strlen(comp_prefix) + strlen(k) + 2;
-              names[n_names] = malloc(len);
-              if (names[n_names])
-                snprintf(names[n_names++], len, "%s%s", comp_prefix, k);
-            }
-          }
-        }
-        lua_pop(L, 1);
-      }
-    }
-    lua_settop(L, top);
+    sb_free(&names);
+    sb_init(&names);
+    repl_completions(repl_state->L, text, &names);
+    at = 0;
   }
-  return index < n_names ? strdup(names[index++]) : NULL;
+  if (!names.s || at >= names.n)
+    return NULL;
+  char *nl = memchr(names.s + at, '\n', names.n - at);
+  size_t len = nl ? (size_t)(nl - (names.s + at)) : names.n - at;
+  char *word = strndup(names.s + at, len);
+  at += len + 1;
+  return word;
 }
 
 char **repl_complete_names(const char *text, int start, int end)
@@ -301,18 +377,6 @@ char **repl_complete_names(const char *text, int start, int end)
   (void)start;
   (void)end;
   rl_attempted_completion_over = 1;
-  /* text is the word readline found; split it at its last '.' or ':' */
-  const char *cut = strrchr(text, '.'), *colon = strrchr(text, ':');
-  if (colon && (!cut || colon > cut))
-    cut = colon;
-  comp_method = cut && *cut == ':';
-  if (cut) {
-    snprintf(comp_prefix, sizeof comp_prefix, "%.*s", (int)(cut - text + 1), text);
-    snprintf(comp_word, sizeof comp_word, "%s", cut + 1);
-  } else {
-    comp_prefix[0] = 0;
-    snprintf(comp_word, sizeof comp_word, "%s", text);
-  }
   return rl_completion_matches(text, completion_word);
 }
 #endif

@@ -155,7 +155,9 @@ else bad tune_zero_with_stages "$out"; fi
 # GPU runtime's element sizes over the CPU runtime's layout; --set device=cpu describes them on
 # this build's CPU runtime; tiny is "auto", the CPU here. A cuda plan's fp32 elements are 4 bytes
 # even in the float64 build (its tp comm below), a CPU plan's are the build's reals.
-cuda_note="no CUDA backend in this build: the byte figures use the GPU runtime's element sizes \\(params, activations and workspace bf16, grads fp32, AdamW m and v and the master copy fp32\\) over the CPU runtime's layout"
+cuda_build= cuda_prefix='no CUDA backend in this build: '
+"$tycho" --version | grep -q ', with the CUDA backend)' && cuda_build=1 cuda_prefix=
+cuda_note="${cuda_prefix}the byte figures use the GPU runtime's element sizes \\(params, activations and workspace bf16, grads fp32, AdamW m and v and the master copy fp32\\) over the CPU runtime's layout"
 cpu_note="the byte figures are this build's CPU runtime's \\($REAL_NAME kernels\\): what it allocates and what its comm layer moves"
 out=$("$tycho" check plans/llama2_7b.lua --world 8 2>&1)
 if printf '%s\n' "$out" | grep -Eq '^device +cuda$' && printf '%s\n' "$out" | grep -Eq "^ +$cuda_note\$" &&
@@ -167,7 +169,9 @@ if printf '%s\n' "$out" | grep -Eq '^device +cpu$' && printf '%s\n' "$out" | gre
    ! printf '%s\n' "$out" | grep -q 'GPU runtime'; then
   ok device_cpu_said_once
 else bad device_cpu_said_once "$out"; fi
-expect device_auto 0 '^device +auto → cpu \(no CUDA backend in this build\)$' "$tycho" check plans/tiny.lua
+auto_why='\(no CUDA backend in this build\)' # with the backend: the driver's answer
+[ -n "$cuda_build" ] && auto_why='(\(no CUDA device visible\)|here \([0-9]+ CUDA devices? visible: .*\))'
+expect device_auto 0 "^device +auto → cpu $auto_why\$" "$tycho" check plans/tiny.lua
 expect device_auto_note 0 "^ +$cpu_note\$" "$tycho" check plans/tiny.lua
 expect device_json_cuda 0 "\"world\":8,\"runtime\":\"cuda\",\"runtime_note\":\"$cuda_note\",\"plan\":\\{.*\"precision\":\\{[^}]*\\},\"device\":\"cuda\"," \
   "$tycho" check plans/llama2_7b.lua --world 8 --json

@@ -37,7 +37,7 @@
 #include "plan/compile.h"
 #include "layout/tp_layout.h"
 #include "runtime/model/alloc.h"
-#include "runtime/parallel/bill.h"
+#include "layout/bill.h"
 #include "runtime/train/train.h"
 
 #define MAX_STEPS 64

@@ -27,7 +27,7 @@
 #include "check/cost.h"
 #include "check/tune.h"
 #include "plan/compile.h"
-#include "runtime/parallel/bill.h"
+#include "layout/bill.h"
 
 static char plan_path[1200];
 

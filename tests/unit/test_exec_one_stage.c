@@ -5,7 +5,7 @@
  * by backward), and the memory bill predicts each one's slots and activations exactly. */
 #include "check.h"
 #include "runtime/model/alloc.h"
-#include "runtime/parallel/bill.h"
+#include "layout/bill.h"
 #include "runtime/train/train.h"
 #include "runtime_fixture.h"
 

@@ -7,13 +7,20 @@
  * crossentropy_shard_*) and copy_rows run only under tensor parallelism and are left out of the
  * count, and so are mem_alloc and mem_free: the table is host-visible, so its memory is the host
  * allocator's. The trainer keeps the table it opened with after the selection goes back to the CPU's. */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp */
+#include <dirent.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "ops.h"
 #include "bf16.h"
 #include "runtime/model/alloc.h"
+#include "runtime/model/weights.h"
+#include "runtime/state/ckpt.h"
 #include "runtime/train/train.h"
 #include "runtime_fixture.h"
 
@@ -102,15 +109,15 @@ static void counted_from_host(void *ctx, void *dst, const void *host, size_t n_b
   c->inner->from_host(c->inner_ctx, dst, host, n_bytes);
 }
 
-/* The status entry: the wrapped table's, unless the counter is told to fail from a given call
- * on (the calls are the steps: the runtime asks once per step). */
-static long status_fails_from; /* the 1-based call that first reports the failure; 0: never */
+/* The status entry: the wrapped table's, unless the test makes a failure pending (as a GPU's
+ * asynchronous fault is: every later ask reports it). */
+static int status_failing;
 static const char status_failure[] = "counting.cu:42: kernel fault: an illegal memory access was encountered";
 
 static int counted_status(void *ctx, char *emsg, size_t emsg_size)
 {
   const struct counter *c = count(ctx, ENTRY_status);
-  if (status_fails_from > 0 && c->calls[ENTRY_status] >= status_fails_from) {
+  if (status_failing) {
     snprintf(emsg, emsg_size, "%s", status_failure);
     return -1;
   }
@@ -298,7 +305,8 @@ static void a_table_of_another_element_type_is_refused(void)
 
 /* A failure the backend reports only through its status entry (a GPU's asynchronous fault)
  * stops training at the step whose check sees it: that step fails with the backend's message,
- * its update is not applied and the step count stays; the steps before it are the CPU's. */
+ * hands out no loss or norm, its update is not applied and the step count stays; the steps
+ * before it are the CPU's. The runtime asks at least once per step. */
 static void a_pending_backend_failure_stops_the_step_that_sees_it(void)
 {
   struct plan p;
@@ -309,27 +317,98 @@ static void a_pending_backend_failure_stops_the_step_that_sees_it(void)
   for (int s = 0; s < 2; s++) CHECK_MSG(trainer_step(&a, &st, msg, sizeof msg) == 0, "%s", msg);
 
   struct counter c = { { 0 }, &kernel_ops_cpu, NULL };
-  status_fails_from = 3; /* the third step's check */
   kernels_use(&counting_ops, &c);
   CHECK_MSG(trainer_open(&b, &p, NULL, msg, sizeof msg) == TRAIN_OK, "%s", msg);
   kernels_use(NULL, NULL);
   for (int s = 0; s < 2; s++) CHECK_MSG(trainer_step(&b, &st, msg, sizeof msg) == 0, "%s", msg);
-  CHECK(c.calls[ENTRY_status] == 2);
+  CHECK(c.calls[ENTRY_status] >= 2);
   const long updates = c.calls[ENTRY_adamw_update];
   msg[0] = '\0';
+  status_failing = 1; /* pending from the third step on */
   CHECK(trainer_step(&b, &st, msg, sizeof msg) != 0);
   CHECK_MSG(strcmp(msg, "step 3: counting.cu:42: kernel fault: an illegal memory access was encountered") == 0,
             "%s", msg);
-  CHECK(b.step == 2 && c.calls[ENTRY_status] == 3);
+  CHECK_MSG(st.loss == 0.0 && st.grad_norm == 0.0, "the failed step handed out loss %g, norm %g", st.loss,
+            st.grad_norm); /* read back after the failure: not handed out */
+  CHECK(b.step == 2);
   CHECK(c.calls[ENTRY_adamw_update] == updates); /* no update after the check */
   CHECK(fixture_params_equal(&a.model, &b.model)); /* the weights of two steps */
-  status_fails_from = 0;
+  /* a forward-backward alone hands out no loss either, and says why */
+  trainer_clear_error(&b);
+  const double loss = trainer_forward_backward(&b);
+  CHECK_MSG(isnan(loss), "forward-backward on a failed backend returned loss %g", loss);
+  CHECK(trainer_failed(&b) && strcmp(trainer_failed(&b), status_failure) == 0);
+  status_failing = 0;
   trainer_close(&a);
   trainer_close(&b);
+}
+
+/* Entries of a folder but . and ..; -1 when it cannot be listed. */
+static int folder_entries(const char *path)
+{
+  DIR *d = opendir(path);
+  if (!d)
+    return -1;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+  closedir(d);
+  return n;
+}
+
+/* Nothing leaves the device while its backend holds a failure: a checkpoint save and an export
+ * fail with the backend's message and write nothing (no step folder, no .tmp, no file), where the
+ * same trainer saves and exports once the failure is gone. */
+static void a_pending_backend_failure_fails_a_save_and_an_export_writing_nothing(void)
+{
+  struct plan p;
+  tiny_plan(&p);
+  p.train.eval_batches = 1;
+  p.layers = calloc((size_t)p.model.n_layers, sizeof *p.layers); /* the manifest's plan hash reads it */
+  struct train_step_stats st;
+  struct trainer b;
+  struct counter c = { { 0 }, &kernel_ops_cpu, NULL };
+  kernels_use(&counting_ops, &c);
+  CHECK_MSG(trainer_open(&b, &p, NULL, msg, sizeof msg) == TRAIN_OK, "%s", msg);
+  kernels_use(NULL, NULL);
+  CHECK_MSG(trainer_step(&b, &st, msg, sizeof msg) == 0, "%s", msg);
+
+  char dir[] = "/tmp/tycho-kb-XXXXXX", ckdir[64], file[96], want[512];
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(ckdir, sizeof ckdir, "%s/ck", dir);
+  snprintf(file, sizeof file, "%s/model.safetensors", dir);
+  const char *first = b.model.params[0].name;
+  status_failing = 1;
+  msg[0] = '\0';
+  CHECK(ckpt_save(&b, ckdir, 1, 2, msg, sizeof msg) != 0);
+  snprintf(want, sizeof want, "checkpoint: the param piece of %s for %s/step_00000001.tmp/rank_00000.bin: %s",
+           first, ckdir, status_failure);
+  CHECK_MSG(strcmp(msg, want) == 0, "%s", msg);
+  CHECK_MSG(folder_entries(ckdir) == 0, "%d entries left in %s", folder_entries(ckdir), ckdir);
+  msg[0] = '\0';
+  CHECK(weights_export(&b.model, file, msg, sizeof msg) != 0);
+  snprintf(want, sizeof want, "export %s: '%s': %s", file, first, status_failure);
+  CHECK_MSG(strcmp(msg, want) == 0, "%s", msg);
+  CHECK(access(file, F_OK) != 0);
+  struct train_eval_stats ev;
+  trainer_eval(&b, &ev);
+  CHECK(trainer_failed(&b) && strcmp(trainer_failed(&b), status_failure) == 0);
+  CHECK(!ev.has_val_loss && ev.val_loss == 0.0 && !ev.has_accuracy);
+  trainer_clear_error(&b);
+
+  status_failing = 0; /* the same calls succeed without the failure */
+  CHECK_MSG(ckpt_save(&b, ckdir, 1, 2, msg, sizeof msg) == 0, "%s", msg);
+  CHECK(folder_entries(ckdir) == 1);
+  CHECK_MSG(weights_export(&b.model, file, msg, sizeof msg) == 0, "%s", msg);
+  CHECK(access(file, F_OK) == 0);
+  trainer_close(&b);
+  char rm[128];
+  snprintf(rm, sizeof rm, "rm -rf %s", dir);
+  CHECK(system(rm) == 0);
 }
 
 TEST_MAIN(TEST(a_counting_table_sees_every_kernel_call_and_the_same_bits),
           TEST(a_sparse_layer_computes_through_the_table_too), TEST(bf16_steps_go_through_the_table_too),
           TEST(a_table_of_another_element_type_is_refused),
           TEST(kernels_use_null_goes_back_to_the_cpu_table),
-          TEST(a_pending_backend_failure_stops_the_step_that_sees_it))
+          TEST(a_pending_backend_failure_stops_the_step_that_sees_it),
+          TEST(a_pending_backend_failure_fails_a_save_and_an_export_writing_nothing))

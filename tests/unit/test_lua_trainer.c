@@ -470,6 +470,28 @@ static void test_replan_goes_on_from_the_same_step(void)
   lua_close(L);
 }
 
+/* t:replan starts from the live plan: a t:set before it survives it, and the replan's own
+ * overrides (later) win over it. */
+static void test_replan_keeps_the_live_settings(void)
+{
+  lua_State *L = new_state();
+  if (run(L, "t = tycho.open(PLAN, { train = { eval_every = 0 } })\n"
+             "t:set{ optimizer = { lr = 5e-4 }, log = { every = 7 }, lr_schedule = { decay = 'linear' } }\n"
+             "t:replan{ zero = 3 }") == 0) {
+    CHECK(number(L, "t.mesh.zero") == 3);
+    CHECK(number(L, "t:plan().optimizer.lr") == 5e-4);
+    CHECK(number(L, "t:plan().log.every") == 7);
+    if (run(L, "return t:plan().lr_schedule.decay") == 0)
+      CHECK_STR_CONTAINS(lua_tostring(L, -1), "linear");
+    lua_settop(L, 0);
+    run(L, "t:set{ optimizer = { lr = 6e-4 } }; t:replan{ zero = 0, optimizer = { lr = 4e-4 } }");
+    CHECK(number(L, "t:plan().optimizer.lr") == 4e-4 && number(L, "t.mesh.zero") == 0);
+    CHECK(number(L, "t:plan().log.every") == 7);
+    run(L, "t:close()");
+  }
+  lua_close(L);
+}
+
 static int stop_calls, stop_after;
 static int stop_when(void *ctx)
 {
@@ -515,6 +537,7 @@ int main(void)
     TEST(test_close_is_idempotent_and_use_after_close_fails),
     TEST(test_stop_hook_interrupts_between_steps),
     TEST(test_replan_goes_on_from_the_same_step),
+    TEST(test_replan_keeps_the_live_settings),
   };
   int rc = test_run_all(tests, (int)(sizeof tests / sizeof tests[0]));
   comm_finalize(err, sizeof err);

@@ -8,7 +8,7 @@
 #include "check.h"
 #include "plan_fixture.h"
 #include "runtime/model/alloc.h"
-#include "runtime/parallel/bill.h"
+#include "layout/bill.h"
 #include "runtime/train/train.h"
 
 #include <stdlib.h>

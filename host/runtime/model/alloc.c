@@ -221,13 +221,6 @@ void alloc_set_limit(size_t n_bytes)
   devices[current].limit_bytes = n_bytes;
 }
 
-const char *alloc_category_name(enum alloc_category category)
-{
-  static const char *const names[] = { "params", "grads", "optimizer", "activations", "comm",
-                                       "workspace", "checkpoint" };
-  return (unsigned)category < ALLOC_N_CATEGORIES ? names[category] : "?";
-}
-
 /* ---- blocks ---- */
 
 static void *alloc_on(int device, enum alloc_category category, size_t n_bytes)

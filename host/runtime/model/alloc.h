@@ -19,13 +19,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "layout/categories.h" /* enum alloc_category, alloc_category_name */
 #include "real.h"
-
-enum alloc_category {
-  ALLOC_PARAMS, ALLOC_GRADS, ALLOC_OPTIMIZER, ALLOC_ACTIVATIONS, ALLOC_COMM, ALLOC_WORKSPACE,
-  ALLOC_CHECKPOINT, /* checkpoint.async's snapshot (host memory), from a save until its commit */
-  ALLOC_N_CATEGORIES
-};
 
 struct alloc_bill {
   size_t n_bytes[ALLOC_N_CATEGORIES];    /* in use now */
@@ -96,7 +91,6 @@ const struct alloc_bill *alloc_bill(void);
 const struct alloc_bill *alloc_device_bill(int id);
 /* Sets every peak of the current device to the bytes in use now (to measure one phase). */
 void alloc_reset_peaks(void);
-const char *alloc_category_name(enum alloc_category category);
 /* One line: "memory peak: params 3.1 MiB, grads ..., total ... MiB". */
 void alloc_print_peaks(FILE *out);
 /* The same line for any bill (another rank's), after `label` instead of "memory peak". */

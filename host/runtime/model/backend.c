@@ -38,3 +38,14 @@ int runtime_use_backend(const struct kernel_ops *ops, void *ctx)
   kernels_use(ops, ctx);
   return 0;
 }
+
+int runtime_drop_backend(const struct kernel_ops *ops, void *ctx)
+{
+  for (int i = 0; ops && i < n_known; i++)
+    if (known[i].ops == ops && known[i].ctx == ctx && alloc_device_name(known[i].id)) {
+      if (alloc_device_remove(known[i].id))
+        return -1;
+      known[i].id = -1; /* a free slot: no device has that id */
+    }
+  return 0;
+}

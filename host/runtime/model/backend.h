@@ -12,5 +12,9 @@
  * when those are the same as an earlier call's), made the allocator's current device. 0, or −1
  * when no device can be added (nothing changed then). */
 int runtime_use_backend(const struct kernel_ops *ops, void *ctx);
+/* Forgets the device runtime_use_backend made for (ops, ctx), before ctx goes: it is taken off
+ * the allocator, so a later context at the same address gets a device of its own. It must hold
+ * no block and not be current. 0 (also when there was none), or −1 when it cannot be removed. */
+int runtime_drop_backend(const struct kernel_ops *ops, void *ctx);
 
 #endif

@@ -2,6 +2,7 @@
 #include "runtime/model/hostview.h"
 
 #include "runtime/model/alloc.h"
+#include "util/err.h"
 
 void *hostview_open(const struct kernel_ops *k, void *ctx, const void *p, size_t n_bytes, int read)
 {
@@ -10,6 +11,21 @@ void *hostview_open(const struct kernel_ops *k, void *ctx, const void *p, size_t
   void *view = alloc_host_bytes(ALLOC_WORKSPACE, n_bytes);
   if (view && read)
     k->to_host(ctx, view, p, n_bytes);
+  return view;
+}
+
+const void *hostview_read(const struct kernel_ops *k, void *ctx, const void *p, size_t n_bytes, char *err,
+                          size_t err_size)
+{
+  void *view = hostview_open(k, ctx, p, n_bytes, 1);
+  if (!view) {
+    errf(err, err_size, "out of host memory for %zu bytes", n_bytes);
+    return NULL;
+  }
+  if (k->status(ctx, err, err_size)) {
+    hostview_close(k, ctx, (void *)p, view, n_bytes, 0);
+    return NULL;
+  }
   return view;
 }
 

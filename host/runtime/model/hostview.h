@@ -16,6 +16,13 @@
  * undefined (zero on a fresh staging block). NULL when out of host memory (never on a
  * host-visible backend); n_bytes 0 gives a valid view. */
 void *hostview_open(const struct kernel_ops *k, void *ctx, const void *p, size_t n_bytes, int read);
+/* A read-only view (hostview_open with read) of what leaves the device — checkpoint pieces,
+ * exports, a tensor read from Lua — handed out only when the backend reports no pending failure
+ * (its status entry, asked once the bytes are read): else NULL with the backend's message in err,
+ * so nothing a failed call left stale is written or shown. NULL too when out of host memory
+ * ("out of host memory for N bytes"). End it with hostview_close(k, ctx, p, view, n_bytes, 0). */
+const void *hostview_read(const struct kernel_ops *k, void *ctx, const void *p, size_t n_bytes, char *err,
+                          size_t err_size);
 /* Ends a view from hostview_open(k, ctx, p, n_bytes, ...): its bytes written to p when `write`,
  * the staging block freed. view NULL is ignored. */
 void hostview_close(const struct kernel_ops *k, void *ctx, void *p, void *view, size_t n_bytes,

@@ -23,29 +23,25 @@
 
 #include "ops.h"
 #include "plan/plan.h"
+#include "layout/acts.h"
+#include "layout/params.h"
 #include "layout/tp_layout.h"
 #include "real.h"
 #include "util/fault.h"
 
-#define MODEL_NAME_MAX 96
+#define MODEL_NAME_MAX LAYOUT_NAME_MAX
 #define MODEL_MOE_MAX_EXPERTS 1024 /* model.moe.experts at most */
-/* Every parameter tensor and activation buffer starts on a 64-byte boundary: 16 floats. */
-#define MODEL_ALIGN_FLOATS 16
+/* Every parameter tensor and activation buffer starts on a 64-byte boundary (layout/params.h). */
+#define MODEL_ALIGN_FLOATS LAYOUT_ALIGN
 
 struct comm_group;
 
-enum model_param_kind {
-  MODEL_EMBED, MODEL_ATTN_NORM, MODEL_Q, MODEL_K, MODEL_V, MODEL_O, MODEL_MLP_NORM,
-  MODEL_GATE, MODEL_UP, MODEL_DOWN, MODEL_FINAL_NORM, MODEL_HEAD,
-  /* a sparse layer's MLP (model.moe, docs/moe.md), in place of gate, up and down: the router
-   * (E, C) and each expert's SwiGLU, Hugging Face Mixtral's w1 = gate (Fe, C), w2 = down (C, Fe),
-   * w3 = up (Fe, C) */
-  MODEL_ROUTER, MODEL_EXPERT_W1, MODEL_EXPERT_W2, MODEL_EXPERT_W3, MODEL_N_KINDS
-};
+/* The parameter kinds (enum model_param_kind) are the layout's (layout/params.h). */
 
 /* Dropout sites, the low byte of the Philox counter c3 = (layer << 8) | site. */
 enum model_dropout_site { MODEL_DROP_ATTN_PROBS, MODEL_DROP_ATTN_OUT, MODEL_DROP_MLP_OUT };
 
+/* A parameter: the layout's (struct layout_param, whose fields it repeats) bound to memory. */
 struct model_param {
   char name[MODEL_NAME_MAX]; /* Hugging Face name, e.g. "model.layers.0.mlp.up_proj.weight" */
   enum model_param_kind kind;
@@ -72,7 +68,7 @@ struct model_param {
   size_t bf16_offset;        /* where its bf16 compute copy starts in the model's bf16_memory, or
                               * MODEL_NO_BF16 (not a matmul weight, not held, or an fp32 model) */
 };
-#define MODEL_NO_BF16 ((size_t)-1)
+#define MODEL_NO_BF16 LAYOUT_NO_BF16
 
 /* The bf16 compute copies of a layer's matmul weights (precision.compute = "bf16"). */
 struct model_layer_weights_bf16 {
@@ -111,6 +107,11 @@ struct model_tp {
 };
 
 struct model {
+  /* What the model is laid out from (layout/params.h): the rank, which owns the arrays tp.layers,
+   * layer_here, recompute and moe point to, and the parameter table params is built from, whose
+   * offsets the data-parallel layout rewrites (dp_layout_build) and which owns layer_param0. */
+  struct layout_rank rank;
+  struct layout_params table;
   struct plan_model config;  /* head_dim and vocab_padded filled in */
   const struct kernel_ops *k; /* the kernel table, selected when the table was built */
   void *kctx;                /* its execution context (NULL on the CPU) */
@@ -179,14 +180,7 @@ void model_bf16_sync(struct model *m);
 /* The copy of parameter p at element `at` of it, or NULL (no copy). */
 bf16 *model_param_bf16(const struct model *m, const struct model_param *p, size_t at);
 
-/* This rank's widths in layer l (features per token), from the layer's layouts. */
-struct model_layer_dims {
-  int NHl, NKVl;             /* heads the attention runs on here (KV heads after expansion) */
-  int w_out[PLAN_N_MODULES]; /* output width of each linear q .. down as stored here */
-  int w_in[PLAN_N_MODULES];  /* input width each linear reads */
-  int A;                     /* attention output width: NHl · HS */
-  int Fl;                    /* SwiGLU width (an expert's in a sparse layer) */
-};
+/* This rank's widths in layer l (layout/acts.h). */
 void model_layer_dims(const struct model *m, int layer, struct model_layer_dims *d);
 /* 1 when layer l's gate and up run as one linear (output width 2F) over the two weights, which
  * the flat layout stores one after the other ("fused"): one tensor-parallel rank, ZeRO ≤ 1
@@ -336,18 +330,6 @@ int model_create_table_tp(struct model *m, const struct plan *p, struct comm_gro
  * bill; the group pointers stay NULL). */
 int model_create_table_at(struct model *m, const struct plan *p, int tp_rank, int pp_rank, int ep_rank,
                           char *err, size_t err_size);
-/* What the memory bill and the traffic (runtime/parallel/bill.h) read of the table model_create_table_at
- * builds for TP rank 0, pipeline rank pp_rank and ep rank 0, at a cost in the parameters this rank
- * holds rather than the model's, so that a check of thousands of pipeline stages stays near-linear
- * in them: the same parameters, sizes and offsets for the embedding, the final norm, the head and
- * the layers here, the layouts (tp.layers) of the layers here only; the layers elsewhere, which
- * have no elements here, as empty parameters that dp_layout_build cuts into the same buckets as
- * their own (it tells parameters apart by unit and by whether they are experts, and nothing
- * empty reaches its bucket-size cut there): one per layer, three for a sparse layer under
- * mesh.ep > 1 (the attention and router, the experts, the norms), and under zero < 2, where units
- * do not cut, one for a run of such layers without those experts. No names, no weight views, no
- * MoE statistics: not for training. */
-int model_create_table_outline(struct model *m, const struct plan *p, int pp_rank, char *err, size_t err_size);
 /* Copies this rank's block of parameter p out of its whole stored tensor (rows, shape[1]).
  * Both in host memory (a file's tensor, a host view of p->data: hostview.h). */
 void model_param_take_block(const struct model_param *p, const real *whole, real *block);
@@ -374,17 +356,8 @@ long long model_n_params(const struct model *m);
 
 int model_acts_create(struct model_acts *a, const struct model *m, int B_max, int T_max,
                       char *err, size_t err_size);
-/* What a set of saved activations covers: layers [first, first + n) and the embedding and head
- * as flagged (all of them only where the model holds them). NULL: everything the model holds. */
-struct model_acts_scope {
-  int first, n, embed, head;
-};
-/* Reals model_acts_create would allocate for B_max × T_max tokens over `scope` (NULL: all):
- * counts[0] saved activations (one slot), [1] the recompute area, [2] the workspace; [3] the
- * part of [0] that holds token and target ids rather than compute elements. 0, or −1 out of
- * memory. */
-int model_acts_count(const struct model *m, int B_max, int T_max, const struct model_acts_scope *scope,
-                     size_t counts[4]);
+/* What a set of saved activations covers: struct model_acts_scope (layout/acts.h), where the
+ * sizes and offsets of every buffer are laid out. */
 /* Another set of saved activations (a pipeline slot for one more micro-batch in flight of one
  * stage: `scope`, NULL for everything) that shares `first`'s workspace and recompute area. */
 int model_acts_create_slot(struct model_acts *a, const struct model *m, const struct model_acts *first,

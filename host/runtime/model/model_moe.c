@@ -11,25 +11,12 @@
 
 size_t model_moe_rows(const struct model *m, int B, int T)
 {
-  const struct plan_moe *e = &m->config.moe;
-  if (e->experts <= 0)
-    return 0;
-  const size_t all = (size_t)B * T * e->top_k;
-  const int cap = plan_moe_capacity(&m->config, T);
-  const size_t kept = (size_t)B * e->experts * cap;
-  return cap > 0 && kept < all ? kept : all;
+  return layout_moe_rows(&m->config, B, T);
 }
 
 size_t model_moe_rows_received(const struct model *m, int B, int T)
 {
-  const struct plan_moe *e = &m->config.moe;
-  const int ep = m->ep.size;
-  if (e->experts <= 0 || ep <= 1)
-    return model_moe_rows(m, B, T);
-  const int cap = plan_moe_capacity(&m->config, T), El = e->experts / ep;
-  if (cap > 0) /* every expert's block padded to B · capacity rows */
-    return (size_t)e->experts * B * cap;
-  return (size_t)ep * B * T * (size_t)(e->top_k < El ? e->top_k : El);
+  return layout_moe_rows_received(&m->config, m->ep.size, B, T);
 }
 
 void model_moe_stats_reset(struct model *m)

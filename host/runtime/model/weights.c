@@ -184,9 +184,10 @@ int weights_export(const struct model *m, const char *path, char *err, size_t er
     w[i].shape[1] = p->shape[1];
     if (!p->data)
       continue; /* no data: the writer refuses it, naming the tensor */
-    w[i].data = hostview_open(m->k, m->kctx, p->data, export_bytes(p), 1);
+    char why[FAULT_MSG_MAX]; /* none when the backend holds a failure: nothing is written */
+    w[i].data = hostview_read(m->k, m->kctx, p->data, export_bytes(p), why, sizeof why);
     if (!w[i].data) {
-      rc = errf(err, err_size, "export %s: out of host memory staging '%s'", path, p->name);
+      rc = errf(err, err_size, "export %s: '%s': %s", path, p->name, why);
       break;
     }
   }

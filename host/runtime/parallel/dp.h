@@ -59,50 +59,18 @@
 #include <stdint.h>
 
 #include "plan/plan.h"
+#include "layout/dp_buckets.h"
 #include "runtime/model/model.h"
 #include "runtime/model/optimizer.h"
 
 struct comm_group;
 struct comm_request;
 
-/* Consecutive parameters reduced (and under ZeRO-3 gathered) with one collective. */
-struct dp_bucket {
-  int first_param, last_param; /* parameter indices, inclusive */
-  int first_held;              /* the first of them with elements on this rank (pipeline stages
-                                * hold only theirs): its gradients are final once that one's are */
-  size_t start;                /* flat offset of its first element */
-  size_t n_elems;              /* size · share: its parameters, aligned, plus padding */
-  size_t share;                /* elements each rank owns (16-element aligned) */
-  size_t shard_offset;         /* where a rank's share of it sits in the shard: Σ earlier shares */
-  int expert;                  /* mesh.ep > 1: it holds experts, shared by the expert-data-parallel
-                                * group (dp / ep ranks) instead of the whole dp group */
-};
-
-/* The parameters one piece of the passes reads: 0 the embedding, 1 + l layer l, L + 1 the
- * final norm and the head. */
-struct dp_unit {
-  int first_param, last_param;
-  int first_bucket, last_bucket; /* the buckets holding its parameters */
-};
-
-struct dp_layout {
-  int size, zero;
-  int ep;                      /* mesh.ep (1 without expert parallelism) */
-  int expert_size;             /* the ranks that share an expert bucket: size / ep */
-  int n_buckets, n_units;
-  struct dp_bucket *buckets;   /* (n_buckets) in flat order */
-  struct dp_unit *units;       /* (n_units) */
-  int *param_bucket;           /* (n_params) the bucket of each parameter */
-  size_t n_elems;              /* the flat layout's length: Σ bucket n_elems */
-  size_t n_shard;              /* one rank's shard: Σ shares */
-  size_t max_bucket_elems;
-};
-
-/* Lays m's parameter table out in buckets for a group of `size` (sets every p->offset and
- * m->n_elems). 0 ok; nonzero (out of memory) with a message. */
+/* Lays m's parameter table out in buckets for a group of `size` (layout/dp_buckets.h, on
+ * m->table), then sets every p->offset and m->n_elems from it. 0 ok; nonzero (out of memory)
+ * with a message. */
 int dp_layout_build(struct dp_layout *l, struct model *m, int size, int zero, double bucket_mb,
                     char *err, size_t err_size);
-void dp_layout_free(struct dp_layout *l);
 
 /* A bucket during a step. */
 struct dp_bucket_state {

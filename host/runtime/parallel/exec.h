@@ -95,9 +95,6 @@ struct exec {
   struct fault own_fault;
 };
 
-/* Slots per stage of pipeline rank pp_rank under schedule s: (n_stages) entries, 0 for the
- * stages elsewhere. The memory bill uses it too. */
-void exec_stage_slots(const struct plan *p, const struct sched *s, int pp_rank, int *slots);
 /* Builds the schedule, the slots and the embedding group over env (whose model, dp layer and
  * acts exist; env is copied). Collective over the pp group when there is one (the embedding
  * group is split from it). 0 ok; nonzero with a message. */

@@ -101,11 +101,13 @@ int ckpt_write_piece(void *ctx, const struct model *m, const struct model_param 
     w->cap = cap;
   }
   const size_t bytes = (hi - lo) * sizeof(real);
-  /* The piece's bytes through a read-only host view: checksummed and written from it. */
-  const real *view = hostview_open(m->k, m->kctx, mem, bytes, 1);
+  /* The piece's bytes through a read-only host view: checksummed and written from it (none when
+   * the backend holds a failure: the save fails with it, and its folder goes). */
+  char why[FAULT_MSG_MAX];
+  const real *view = hostview_read(m->k, m->kctx, mem, bytes, why, sizeof why);
   if (!view)
-    return errf(w->err, w->err_size, "out of host memory staging the %s piece of %s for %s",
-                ckpt_kind_names[kind], p->name, w->path);
+    return errf(w->err, w->err_size, "checkpoint: the %s piece of %s for %s: %s", ckpt_kind_names[kind],
+                p->name, w->path, why);
   struct ckpt_piece *q = &w->pieces[w->n++];
   ckpt_param_block(p, &q->r0, &q->c0, &q->rows, &q->cols);
   q->param = index;

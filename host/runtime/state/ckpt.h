@@ -52,7 +52,7 @@ int ckpt_save(struct trainer *t, const char *dir, long long steps_done, int keep
               size_t err_size);
 /* checkpoint.async: ckpt_save in two halves, so that the step after a save does not wait for the
  * disk. ckpt_save_async (collective, agreed) copies the pieces this rank writes into a snapshot
- * in host memory (category ALLOC_CHECKPOINT, sized ckpt_snapshot_elems reals: the rank's whole
+ * in host memory (category ALLOC_CHECKPOINT, sized dp_snapshot_elems reals (layout/dp_buckets.h): the rank's whole
  * state, what the memory bill counts), gathers the piece lists, makes the manifest's text on
  * rank 0 and starts a thread that writes and syncs this rank's file into dir/step_N.tmp.
  * Training goes on: the snapshot is not the trainer's memory. ckpt_async_poll (collective,
@@ -68,9 +68,6 @@ int ckpt_save_async(struct trainer *t, const char *dir, long long steps_done, in
 int ckpt_async_poll(struct trainer *t, int wait, long long *committed, double *seconds, char *err,
                     size_t err_size);
 void ckpt_async_abandon(struct trainer *t);
-/* Reals in a rank's async snapshot: its parameters (the shard under ZeRO 3) and AdamW's two
- * moments (the shard under ZeRO ≥ 1), from its data-parallel layout's sizes. */
-size_t ckpt_snapshot_elems(size_t layout_elems, size_t shard_elems, int zero);
 
 /* Loads the checkpoint folder `path` into t's parameters and optimizer state (this rank's
  * blocks and shards) and sets t->step. Local (the caller agrees on the outcome). First it

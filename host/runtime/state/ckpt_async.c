@@ -31,12 +31,6 @@ struct ckpt_async {
   double started;
 };
 
-size_t ckpt_snapshot_elems(size_t layout_elems, size_t shard_elems, int zero)
-{
-  const size_t params = zero < 3 ? layout_elems : shard_elems, state = zero == 0 ? layout_elems : shard_elems;
-  return params + 2 * state;
-}
-
 static void *async_writer(void *arg)
 {
   struct ckpt_async *a = arg;
@@ -93,7 +87,7 @@ int ckpt_save_async(struct trainer *t, const char *dir, long long steps_done, in
   struct writer w = { .fd = -1, .path = a->file, .rank = rank, .count_only = 1, .err = err, .err_size = err_size };
   ckpt_for_each_piece(t, 1, ckpt_write_piece, &w);
   const size_t need = (size_t)w.offset,
-               billed = ckpt_snapshot_elems(t->dp.layout.n_elems, t->dp.layout.n_shard, t->dp.zero) * sizeof(real);
+               billed = dp_snapshot_elems(t->dp.layout.n_elems, t->dp.layout.n_shard, t->dp.zero) * sizeof(real);
   a->bytes = need;
   a->snapshot = alloc_host_bytes(ALLOC_CHECKPOINT, need > billed ? need : billed);
   if (!a->snapshot)

@@ -10,64 +10,23 @@
 #include "comm/comm.h"
 #include "mesh/mesh.h"
 #include "ops.h"
+#include "layout/supported.h"
 #include "runtime/model/alloc.h"
-#include "runtime/parallel/bill.h"
+#include "runtime/model/backend.h"
+#include "layout/bill.h"
 #include "runtime/state/ckpt.h"
 #include "runtime/model/weights.h"
-#include "bf16.h"
 #include "util/err.h"
 
-/* precision.compute = "bf16" on the CPU (model.h): what it runs, and what it refuses by name. */
-static int bf16_refused(const struct plan *p, char *err, size_t n)
+/* The backend's pending failure (its status entry), recorded as the trainer's: asked before a
+ * result leaves the device, so nothing read back after a failed call is handed out. 1 when the
+ * trainer holds a failure (this one or an earlier). */
+static int backend_failed(struct trainer *t)
 {
-  const char *where = plan_where(p, "precision.compute");
-  const char *dt = plan_dtype_name(p->precision.compute);
-  if (p->precision.compute != PLAN_BF16)
-    return errf(err, n, "%s: precision.compute = \"%s\": the CPU backend computes in fp32 or bf16; set "
-                "precision = { compute = \"fp32\", grads = \"fp32\", master = \"fp32\" }", where, dt);
-  if (kernels_active()->compute_dtype != TENSOR_F32 || !kernels_active()->linear_forward_bf16)
-    return errf(err, n, "%s: precision.compute = \"bf16\": this build's %s kernels have no bf16 compute "
-                "(the float64 build has none); use an fp32 build, or compute = \"fp32\"", where,
-                kernels_active()->name);
-  char why[256];
-  if (bf16_matmul_available(NULL, why, sizeof why))
-    return errf(err, n, "%s: precision.compute = \"bf16\": %s", where, why);
-  if (p->precision.grads != PLAN_FP32 || p->precision.master != PLAN_FP32)
-    return errf(err, n, "%s: precision = { compute = \"bf16\", grads = \"%s\", master = \"%s\" }: on the CPU "
-                "gradients accumulate in fp32 and the master weights are fp32; set grads = \"fp32\", "
-                "master = \"fp32\"", plan_where(p, "precision.grads"), plan_dtype_name(p->precision.grads),
-                plan_dtype_name(p->precision.master));
-  if (p->mesh.tp > 1)
-    return errf(err, n, "%s: mesh.tp = %d with precision.compute = \"bf16\": the CPU's bf16 mode runs on "
-                "one tensor-parallel rank (its layout conversions are fp32 only); use mesh.tp = 1, or "
-                "compute = \"fp32\"", plan_where(p, "mesh.tp"), p->mesh.tp);
-  if (p->zero == 3)
-    return errf(err, n, "%s: zero = 3 with precision.compute = \"bf16\": the CPU's bf16 mode keeps whole "
-                "bf16 weight copies (ZeRO 0 to 2); use zero = 2, or compute = \"fp32\"",
-                plan_where(p, "zero"));
-  return 0;
-}
-
-/* What this build cannot run yet, as plan errors naming the field. */
-static int check_supported(const struct plan *p, char *err, size_t n)
-{
-  if (p->device == PLAN_DEVICE_CUDA)
-    return errf(err, n, "%s: device = \"cuda\": this build of tycho has no CUDA backend; run it on the "
-                "CPU with --set device=cpu (or device = \"auto\")", plan_where(p, "device"));
-  if (p->precision.compute != PLAN_FP32 && bf16_refused(p, err, n))
-    return -1;
-  if (strcmp(p->optimizer.kind, "adamw") != 0)
-    return errf(err, n, "%s: optimizer.kind = \"%s\": only \"adamw\" is implemented",
-                plan_where(p, "optimizer.kind"), p->optimizer.kind);
-  if (!p->data.train[0] && !p->data.synthetic[0])
-    return errf(err, n, "%s: data: nothing to train on; give data.train (a token file) or "
-                "data.synthetic = \"addition\"", plan_where(p, "data"));
-  return 0;
-}
-
-int trainer_plan_supported(const struct plan *p, char *err, size_t err_size)
-{
-  return check_supported(p, err, err_size);
+  char why[FAULT_MSG_MAX];
+  if (t->model.k && t->model.k->status(t->model.kctx, why, sizeof why))
+    fault_set(&t->fault, FAULT_LEVEL_EXEC, "%s", why);
+  return trainer_failed(t) != NULL;
 }
 
 /* The executor's way to a micro-batch (exec_env). */
@@ -76,8 +35,25 @@ static void fill_micro_batch(void *ctx, int mb, int *inputs, int *targets, uint6
   trainer_micro_batch(ctx, mb, inputs, targets, samples);
 }
 
+static int open_on_device(struct trainer *t, const struct plan *p, struct comm_group *const *groups,
+                          char *err, size_t err_size);
+
+/* The selection (kernel table, context, allocator device) is put back as it was on return:
+ * a CUDA trainer's model keeps its own (m->k, m->kctx, m->device). */
 int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *const *groups,
                  char *err, size_t err_size)
+{
+  const struct kernel_ops *ops = kernels_active();
+  void *ctx = kernels_active_context();
+  const int current = alloc_current_device();
+  const int rc = open_on_device(t, p, groups, err, err_size);
+  kernels_use(ops, ctx);
+  alloc_use_device(current);
+  return rc;
+}
+
+static int open_on_device(struct trainer *t, const struct plan *p, struct comm_group *const *groups,
+                          char *err, size_t err_size)
 {
   memset(t, 0, sizeof *t);
   if (plan_copy(&t->own_plan, p))
@@ -93,7 +69,14 @@ int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *con
   static const char *const axis_what[PLAN_N_AXES] = { "tensor-parallel", "data-parallel", "pipeline" };
   const int have[PLAN_N_AXES] = { tp ? tp->size : 1, dp ? dp->size : 1, pp ? pp->size : 1 };
   const int want[PLAN_N_AXES] = { p->mesh.tp, p->mesh.dp, p->mesh.pp };
-  int refused = check_supported(p, err, err_size);
+  int refused = trainer_plan_supported(p, err, err_size);
+  if (!refused && runtime_device_open(&t->device, p->device, runtime_local_rank(), err, err_size)) {
+    plan_free(&t->own_plan);
+    memset(t, 0, sizeof *t);
+    return TRAIN_RUNTIME_ERROR;
+  }
+  if (t->device.cuda) /* "auto" is cuda here: the bill and check's rules for the GPU runtime */
+    t->own_plan.device = PLAN_DEVICE_CUDA;
   const struct kernel_ops *ops = kernels_active();
   if (!refused && !ops->host_visible && (have[0] > 1 || have[1] > 1 || have[2] > 1))
     refused = errf(err, err_size, "the %s backend's memory is not host memory, and the %s comm backend "
@@ -109,6 +92,7 @@ int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *con
                      want[x], axis_what[x], have[x], have[x] == 1 ? "" : "s");
   }
   if (refused) {
+    runtime_device_close(&t->device);
     plan_free(&t->own_plan);
     memset(t, 0, sizeof *t);
     return TRAIN_PLAN_ERROR;
@@ -307,7 +291,7 @@ int trainer_replan(struct trainer *t, const struct plan *p, char *err, size_t er
     rc = (errf(err, err_size, "%s: mesh tp %d × pp %d × dp %d = %d ranks, but the trainer runs on %d: a "
                "replan keeps the job's world", plan_where(p, "mesh"), p->mesh.tp, p->mesh.pp, p->mesh.dp,
                p->mesh.world, world), TRAIN_PLAN_ERROR);
-  else if (same_model(t->plan, p, err, err_size) || check_supported(p, err, err_size))
+  else if (same_model(t->plan, p, err, err_size) || trainer_plan_supported(p, err, err_size))
     rc = TRAIN_PLAN_ERROR;
   else if (plan_copy(&to, p) || plan_copy(&back, t->plan)) /* p may be t->plan, which close frees */
     rc = (errf(err, err_size, "replan: out of memory for copies of the plans"), TRAIN_RUNTIME_ERROR);
@@ -378,6 +362,7 @@ void trainer_close(struct trainer *t)
   comm_group_free(t->ep, why, sizeof why);
   comm_group_free(t->edp, why, sizeof why);
   comm_free_mesh_groups(t->own_groups, why, sizeof why); /* NULL entries: not trainer_open_on_world's */
+  runtime_device_close(&t->device); /* after every block on it is freed */
   memset(t, 0, sizeof *t);
 }
 
@@ -415,7 +400,8 @@ static double global_loss(struct trainer *t, double loss_sum)
 double trainer_forward_backward(struct trainer *t)
 {
   model_bf16_sync(&t->model);
-  return global_loss(t, exec_step(&t->exec, NULL, NULL, NULL));
+  const double loss = global_loss(t, exec_step(&t->exec, NULL, NULL, NULL));
+  return backend_failed(t) ? NAN : loss;
 }
 
 /* The OPTIMIZER instruction's work (exec_step's hook): the loss of the global batch, the
@@ -433,12 +419,14 @@ static int update(void *ctx, double loss_sum)
   struct trainer *t = u->t;
   struct train_step_stats *stats = u->stats;
   const struct plan *p = t->plan;
-  stats->loss = global_loss(t, loss_sum);
-  stats->lr = optimizer_lr(p, t->step);
-  stats->grad_norm = dp_grad_norm(&t->dp);
-  /* steps are named as the progress lines number them: step k is the k-th (t->step + 1) */
-  if (trainer_failed(t))
+  const double loss = global_loss(t, loss_sum), grad_norm = dp_grad_norm(&t->dp);
+  /* steps are named as the progress lines number them: step k is the k-th (t->step + 1); the
+   * norm was read back after the executor's check: asked again before either is handed out */
+  if (backend_failed(t))
     return errf(u->err, u->err_size, "step %lld: %s", t->step + 1, trainer_failed(t));
+  stats->loss = loss;
+  stats->lr = optimizer_lr(p, t->step);
+  stats->grad_norm = grad_norm;
   if (!isfinite(stats->loss) || !isfinite(stats->grad_norm)) {
     char advice[160];
     if (p->optimizer.grad_clip > 0)
@@ -593,6 +581,11 @@ void trainer_eval(struct trainer *t, struct train_eval_stats *stats)
   t->model.moe_collect = collect;
   if (dp_sum(&t->dp, sums, total, 2))
     return;
+  if (backend_failed(t)) { /* the sums were read back from a failed backend: none handed out */
+    memset(stats, 0, sizeof *stats);
+    stats->step = t->step;
+    return;
+  }
   stats->val_loss = total[0] / ((double)p->train.eval_batches * p->batch.global * p->batch.seq);
   if (stats->has_accuracy) {
     stats->n_problems = (int)n;

@@ -30,6 +30,7 @@
 
 #include "data/source.h"
 #include "runtime/model/alloc.h"
+#include "runtime/model/device.h"
 #include "plan/plan.h"
 #include "runtime/parallel/dp.h"
 #include "runtime/model/model.h"
@@ -81,6 +82,7 @@ struct trainer {
   struct train_loss_window recent; /* train.max_loss_jump's state (saved in checkpoints) */
   struct fault fault;        /* the first failure the model, dp layer or executor recorded in a
                               * call (trainer_failed), until trainer_clear_error */
+  struct runtime_device device; /* where it computes: the CPU, or a CUDA context of its own */
 };
 
 struct train_step_stats {
@@ -102,7 +104,10 @@ struct train_eval_stats {
   int n_problems;
 };
 
-/* Checks that this build can run the plan (fp32 compute, a data source), builds the
+/* Checks that this build can run the plan (layout/supported.h), picks its device (device.h:
+ * the CPU's selected kernel table, or for "cuda" — and "auto" where a CUDA device is visible — a
+ * CUDA context of its own on device local rank % device count, whose table and memory the
+ * trainer keeps; the selection is back to what it was on return), builds the
  * model (initialized from seeds.model, or loaded from init.from) split for the tp group and laid
  * out for the dp group (groups: the mesh groups by enum plan_axis, from comm_build_mesh_groups;
  * NULL: one rank without the comm layer), the optimizer and the data, and reserves the plan's
@@ -113,10 +118,6 @@ struct train_eval_stats {
  * nothing is left to free. Local: no collective (train_run agrees on the outcome). */
 int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *const *groups,
                  char *err, size_t err_size);
-/* 0 when this build can run p (what trainer_open checks first: the device, the precision on the
- * CPU, the optimizer, a data source); else nonzero with the plan error trainer_open would give.
- * `tycho check` says so for a CPU plan that `tycho run` would refuse. */
-int trainer_plan_supported(const struct plan *p, char *err, size_t err_size);
 /* trainer_open on mesh groups of its own: builds the plan's tp, dp and pp groups on the job's
  * world (comm_build_mesh_groups, collective) and frees them at trainer_close, which is then
  * collective over the world too. So one process can close one plan and open another on the same
@@ -169,13 +170,17 @@ const char *trainer_failed(const struct trainer *t);
 void trainer_clear_error(struct trainer *t);
 /* Gradients of step t->step (zeroed first, accumulated over the micro-batches, summed over the
  * group): the step's list up to its OPTIMIZER, which it leaves out; returns the loss of the
- * global batch. The step counter does not move. A failure shows in trainer_failed. */
+ * global batch. The step counter does not move. A failure shows in trainer_failed (the loss is
+ * then NaN: nothing read back from a backend with a pending failure is handed out). */
 double trainer_forward_backward(struct trainer *t);
 /* One training step: the step's whole list, whose OPTIMIZER computes the gradient norm,
  * clips, sets the learning rate and runs AdamW; then t->step++. Fails (runtime error) when the
- * loss or the gradient norm is not finite (the parameters are then left as they were). */
+ * loss or the gradient norm is not finite (the parameters are then left as they were), or when
+ * the backend reports a failure (its status entry, asked after the step's compute and again
+ * after the norm is read back): the message is the backend's, and stats carry no loss or norm. */
 int trainer_step(struct trainer *t, struct train_step_stats *stats, char *err, size_t err_size);
-/* Evaluation as described above, with the parameters as they are. */
+/* Evaluation as described above, with the parameters as they are. A backend failure shows in
+ * trainer_failed, with stats empty. */
 void trainer_eval(struct trainer *t, struct train_eval_stats *stats);
 
 /* The whole run: trainer_open, train.steps steps with progress lines on `out` every log.every
@@ -187,5 +192,16 @@ void trainer_eval(struct trainer *t, struct train_eval_stats *stats);
  * group is larger than one). Returns an enum train_status with a message in err. */
 int train_run(const struct plan *p, struct comm_group *const *groups, FILE *out, char *err,
               size_t err_size);
+
+/* What train_run calls between two steps, on every rank and at the same step (after the step's
+ * agreement, checkpoint and trace): `tycho run --listen`'s REPL, which may inspect the trainer,
+ * change its live settings and take steps itself. Collective; returns 0, or −1 with err (the run
+ * stops with it, every rank alike). The run goes on from the trainer's step then, with its plan as
+ * it is then (train.steps included). NULL fn: nothing (the default). Set before train_run. */
+struct train_between {
+  int (*fn)(void *ctx, struct trainer *t, char *err, size_t err_size);
+  void *ctx;
+};
+void train_run_set_between(const struct train_between *b);
 
 #endif

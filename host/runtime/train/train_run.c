@@ -291,7 +291,12 @@ static void print_header(FILE *out, const struct plan *p, const struct trainer *
           p->batch.microbatches == 1 ? "" : "es", p->batch.micro, omp_get_max_threads(),
           omp_get_max_threads() == 1 ? "" : "s");
   char cpu[160];
-  fprintf(out, "kernels: %s\n", kernels_cpu_description(cpu, sizeof cpu));
+  if (t->device.cuda)
+    fprintf(out, "kernels: the CUDA backend's (cuBLAS)\n");
+  else
+    fprintf(out, "kernels: %s\n", kernels_cpu_description(cpu, sizeof cpu));
+  if (p->device != PLAN_DEVICE_CPU) /* where "auto" or "cuda" runs, and why */
+    fprintf(out, "device: %s\n", t->device.text);
   if (t->model.bf16) {
     const char *impl = "?";
     char why[160];
@@ -455,12 +460,20 @@ static int async_commit(struct trainer *t, struct run_log *log, int wait, char *
   return 0;
 }
 
+static struct train_between between;
+
+void train_run_set_between(const struct train_between *b)
+{
+  between = b ? *b : (struct train_between){ 0 };
+}
+
 static int run_steps(struct trainer *t, struct run_log *log, struct train_moe *moe, int *left, char *err,
                      size_t n)
 {
   const struct plan *p = t->plan;
   struct comm_group *g = t->world;
-  const long long steps = p->train.steps, leave_after = leave_after_step(), first = t->step;
+  long long steps = p->train.steps;
+  const long long leave_after = leave_after_step(), first = t->step;
   const double start = now_seconds();
   double interval_seconds = 0.0;
   long long tokens = first * p->batch.global * p->batch.seq, interval_tokens = 0;
@@ -575,6 +588,16 @@ static int run_steps(struct trainer *t, struct run_log *log, struct train_moe *m
         errf(err, n, "interrupted by %s after step %lld: no checkpoint.dir, so the trained steps are not saved",
              name, s + 1);
       return 128 + stop;
+    }
+    /* the REPL's turn between steps (tycho run --listen): it may have stepped or changed the
+     * trainer, so the loop goes on from where the trainer is */
+    if (between.fn) {
+      if (between.fn(between.ctx, t, err, n))
+        return TRAIN_RUNTIME_ERROR;
+      p = t->plan;
+      steps = p->train.steps;
+      tokens += (t->step - (s + 1)) * (long long)p->batch.global * p->batch.seq; /* the REPL's steps */
+      s = t->step - 1;
     }
     if (s == leave_after) {
       fprintf(stderr, "tycho: rank %d: leaving after step %lld (TYCHO_TEST_LEAVE_AFTER_STEP)\n",

@@ -1,8 +1,10 @@
 /* Starting this executable on N ranks through a launcher command: `tycho rehearse` and
- * `tycho calibrate`, run by hand, start their own ranks. */
-#ifndef TYCHO_CHECK_LAUNCH_H
-#define TYCHO_CHECK_LAUNCH_H
+ * `tycho calibrate`, run by hand, start their own ranks and wait; `tycho repl -n N` starts them
+ * and goes on (the REPL's front-end). */
+#ifndef TYCHO_UTIL_LAUNCH_H
+#define TYCHO_UTIL_LAUNCH_H
 #include <stddef.h>
+#include <sys/types.h>
 
 /* The default launcher template, "{n}" the rank count: with Open MPI
  * "mpirun --oversubscribe -np {n}" (a rehearsal runs more ranks than the machine has cores),
@@ -25,5 +27,14 @@ int launch_under_launcher(void);
  * template without {n}. */
 int launch_self(const char *tmpl, int n_ranks, const char *self, const char *const *args, int n_args,
                 double *seconds, char *err, size_t err_size);
+
+/* Starts the same command as launch_self without waiting and without printing it: the launcher
+ * runs in a process group of its own (its pid is the group's id; a Ctrl-C at the terminal reaches
+ * only the caller), with stdin from /dev/null and stdout and stderr into a pipe whose read end
+ * (close-on-exec) goes to *out_fd. 0 with *pid; −1 with err when it could not be started (an
+ * unknown program shows later as the launcher's exit code 127, its reason in the pipe); 2 with
+ * err for a template without {n}. */
+int launch_self_start(const char *tmpl, int n_ranks, const char *self, const char *const *args, int n_args,
+                      pid_t *pid, int *out_fd, char *err, size_t err_size);
 
 #endif

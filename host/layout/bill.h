@@ -1,15 +1,15 @@
 /* The memory bill, predicted (docs/design.md, "The memory bill"): what the runtime allocates on a
- * rank, by the categories of runtime/model/alloc.h, for any plan and world, without allocating it. It is
- * computed by the runtime's own layout code — the parameter table this rank would build (model.c:
- * TP blocks, pipeline stages; in outline, model_create_table_outline), the data-parallel buckets
- * and shards (dp_layout.c), the activation and workspace layout (model_acts_count, with the
- * recompute area), the pipeline's slots (the schedule simulator's peak in flight) — and, for what
- * ZeRO 2 and 3 allocate and free during a step, the high-water mark of the passes' order over the
- * rank's schedule list (dp_passes.c): under zero ≥ 2 with zero_every.grads = "micro_batch" the
- * gradients of the unit computing and of the one still reducing, with "step" the stages' whole
- * gradients; under zero 3 the parameters of the piece computing and of the one prefetched, with
- * zero_every.params = "step" every unit the rank's stages gathered until each stage's last
- * backward.
+ * rank, by the memory categories (layout/categories.h), for any plan and world, without allocating
+ * it. It is computed from the same layout the runtime binds its memory to — the parameter table
+ * this rank would build (params.h: TP blocks, pipeline stages; in outline), the data-parallel
+ * buckets and shards (dp_buckets.h), the activation and workspace layout (acts.h, with the
+ * recompute area), the pipeline's slots (pieces_stage_slots: the schedule's peak in flight) —
+ * and, for what ZeRO 2 and 3 allocate and free during a step, the high-water mark of the passes'
+ * order over the rank's schedule list, piece by piece as the runtime's passes run it (pieces.h):
+ * under zero ≥ 2 with zero_every.grads = "micro_batch" the gradients of the unit computing and of
+ * the one still reducing, with "step" the stages' whole gradients; under zero 3 the parameters of
+ * the piece computing and of the one prefetched, with zero_every.params = "step" every unit the
+ * rank's stages gathered until each stage's last backward.
  *
  * Element sizes are those of the runtime the plan runs on (plan_on_cpu). On the CPU, every buffer
  * is counted in the runtime's `real` as it carves it (4 bytes, 8 in the float64 proof build:
@@ -22,12 +22,13 @@
  * carry: attention keeps its probabilities (B·heads·T²
  * per layer; no fused attention yet), evaluation and export add nothing beyond training (export
  * gathers the model on one rank: workspace there, not billed here). */
-#ifndef TYCHO_RUNTIME_BILL_H
-#define TYCHO_RUNTIME_BILL_H
+#ifndef TYCHO_LAYOUT_BILL_H
+#define TYCHO_LAYOUT_BILL_H
 #include <stddef.h>
 
+#include "comm/comm.h"
 #include "plan/plan.h"
-#include "runtime/model/alloc.h"
+#include "layout/categories.h"
 #include "sched/sched.h"
 
 struct bill {
@@ -56,7 +57,7 @@ struct bill {
  * experts: their buckets' reductions and gathers, which then leave the dp group's). Groups of one
  * move nothing. Evaluation is not in a step. */
 enum traffic_group { TRAFFIC_TP, TRAFFIC_DP, TRAFFIC_PP, TRAFFIC_EMBED, TRAFFIC_EP, TRAFFIC_EDP, TRAFFIC_N_GROUPS };
-#define TRAFFIC_N_OPS 7 /* enum comm_op */
+#define TRAFFIC_N_OPS COMM_N_OPS /* enum comm_op */
 struct traffic {
   unsigned long long calls[TRAFFIC_N_GROUPS][TRAFFIC_N_OPS];
   unsigned long long bytes[TRAFFIC_N_GROUPS][TRAFFIC_N_OPS];

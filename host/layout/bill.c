@@ -1,16 +1,18 @@
 /* The predicted memory bill (bill.h). */
-#include "runtime/parallel/bill.h"
+#include "layout/bill.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops.h"
+#include "real.h"
 #include "comm/comm.h"
-#include "runtime/state/ckpt.h"
-#include "layout/tp_layout.h"
-#include "runtime/parallel/dp.h"
-#include "runtime/model/model.h"
-#include "runtime/parallel/exec.h"
+#include "layout/acts.h"
+#include "layout/dp_buckets.h"
+#include "layout/params.h"
 #include "layout/pieces.h"
+#include "layout/tp_layout.h"
 #include "sched/sched.h"
 #include "util/err.h"
 
@@ -190,11 +192,12 @@ void bill_shared_close(struct bill_shared *sh)
   memset(sh, 0, sizeof *sh);
 }
 
-/* What pipeline rank pp_rank builds: its parameter table (in outline: model.h), its
+/* What pipeline rank pp_rank builds: its parameter table (in outline: layout_rank_of_plan), its
  * data-parallel layout and the plan's schedule (whose list pp_rank runs is r->list, s that
  * schedule: sh's, or own's). */
 struct rank_view {
-  struct model m;
+  struct layout_rank rank;
+  struct layout_params t;
   struct dp_layout l;
   struct bill_shared own;
   const struct sched *s;
@@ -205,7 +208,23 @@ static void rank_view_free(struct rank_view *r)
 {
   bill_shared_close(&r->own);
   dp_layout_free(&r->l);
-  model_free(&r->m);
+  layout_params_free(&r->t);
+  layout_rank_free(&r->rank);
+}
+
+/* The outline table of pipeline rank pp_rank (TP rank 0, ep rank 0). 0, or −1 with a message,
+ * nothing left to free. */
+static int outline_table(const struct plan *p, int pp_rank, struct layout_rank *rank, struct layout_params *t,
+                         char *err, size_t err_size)
+{
+  memset(t, 0, sizeof *t);
+  if (layout_rank_of_plan(rank, p, 0, pp_rank, 0, 1, err, err_size))
+    return -1;
+  if (layout_params_build(t, rank, err, err_size)) {
+    layout_rank_free(rank);
+    return -1;
+  }
+  return 0;
 }
 
 /* sh: the plan's shared schedule, or NULL to build one. 0 ok; nonzero with a message, nothing
@@ -214,9 +233,10 @@ static int rank_view(const struct plan *p, const struct bill_shared *sh, int pp_
                      char *err, size_t err_size)
 {
   memset(r, 0, sizeof *r);
-  if (model_create_table_outline(&r->m, p, pp_rank, err, err_size))
+  if (outline_table(p, pp_rank, &r->rank, &r->t, err, err_size))
     return 1;
-  if (dp_layout_build(&r->l, &r->m, p->mesh.dp, p->zero, p->bucket_mb, err, err_size)) {
+  if (dp_buckets_build(&r->l, &r->t, r->rank.config.n_layers, r->rank.ep_size, p->mesh.dp, p->zero, p->bucket_mb,
+                       err, err_size)) {
     rank_view_free(r);
     return 1;
   }
@@ -234,6 +254,24 @@ static int rank_view(const struct plan *p, const struct bill_shared *sh, int pp_
   return 0;
 }
 
+/* Elements of rank r's activation areas over `scope` (NULL: all): counts[0] saved activations
+ * (one slot), [1] the recompute area, [2] the workspace; [3] the part of [0] that holds ids.
+ * 0, or −1 out of memory. */
+static int acts_count(const struct rank_view *r, int B, int T, const struct model_acts_scope *scope,
+                      size_t counts[4])
+{
+  struct acts_layout y;
+  /* the workspace holds the attention scratch of the kernel table the runtime would select */
+  if (layout_acts_build(&y, &r->rank, &r->t, kernels_active(), kernels_active_context(), B, T, scope, 0))
+    return -1;
+  counts[0] = y.n[ACTS_SAVED];
+  counts[1] = y.n[ACTS_RECOMPUTE];
+  counts[2] = y.n[ACTS_WORK];
+  counts[3] = y.ids;
+  layout_acts_free(&y);
+  return 0;
+}
+
 /* bill.held: what dp_open allocates for the parameters and gradients and what the optimizer and
  * the executor allocate at open, in the element sizes of bill_predict (c the compute type's, g the
  * gradients'); slot_grads the pipeline's slot gradients in compute elements. Zero 3's gathered
@@ -244,7 +282,7 @@ static void bill_held_between_steps(const struct plan *p, const struct rank_view
   const int zero = p->zero;
   const double params = (double)(zero < 3 ? r->l.n_elems : r->l.n_shard); /* the flat layout, or the shard */
   const double grads = (double)(zero < 2 ? r->l.n_elems : r->l.n_shard);
-  const double copies = zero < 3 ? (double)r->m.n_bf16 * sizeof(bf16) : 0.0; /* the CPU's bf16 copies */
+  const double copies = zero < 3 ? (double)r->t.n_bf16 * sizeof(bf16) : 0.0; /* the CPU's bf16 copies */
   out->held[ALLOC_PARAMS] = params * c + copies;
   out->held[ALLOC_GRADS] = grads * g;
   out->held[ALLOC_OPTIMIZER] = out->bytes[ALLOC_OPTIMIZER]; /* AdamW's m, v (and master): from open on */
@@ -269,23 +307,24 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
   const int micro = p->batch.micro, seq = p->batch.seq, zero = p->zero;
   size_t acts[4];
   int *per_stage = calloc((size_t)p->n_stages, sizeof *per_stage);
-  if (!per_stage || model_acts_count(&r.m, micro, seq, NULL, acts)) {
+  if (!per_stage || acts_count(&r, micro, seq, NULL, acts)) {
     free(per_stage);
     rank_view_free(&r);
     return errf(err, err_size, "out of memory counting activations");
   }
-  /* activation slots (exec.c): the trainer's set (all of this rank's layers) is the first
-   * stage's first; every other slot has room for its stage only */
+  /* activation slots (pieces_stage_slots, as the executor allocates them): the trainer's set (all
+   * of this rank's layers) is the first stage's first; every other slot has room for its stage
+   * only */
   int slots = 0, first_here = 1;
   double slot_floats = 0, id_reals = (double)acts[3];
-  exec_stage_slots(p, r.s, pp_rank, per_stage);
+  pieces_stage_slots(p, r.s, pp_rank, per_stage);
   for (int k = 0; k < p->n_stages; k++) {
     if (!per_stage[k])
       continue;
     const struct plan_stage *st = &p->stages[k];
     struct model_acts_scope scope = { st->first_layer, st->n_layers, st->has_embed, st->has_head };
     size_t c[4];
-    if (model_acts_count(&r.m, micro, seq, &scope, c)) {
+    if (acts_count(&r, micro, seq, &scope, c)) {
       free(per_stage);
       rank_view_free(&r);
       return errf(err, err_size, "out of memory counting activations");
@@ -336,7 +375,7 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
   const double g = bill_element_bytes(p, p->precision.grads);
   const double fp32 = bill_element_bytes(p, PLAN_FP32); /* AdamW's moments, the master copy */
   const double master = cpu || p->precision.compute == PLAN_FP32 ? 0.0 : fp32;
-  const double copies = zero < 3 ? (double)r.m.n_bf16 * sizeof(bf16) : 0.0;
+  const double copies = zero < 3 ? (double)r.t.n_bf16 * sizeof(bf16) : 0.0;
   out->bytes[ALLOC_PARAMS] = params * c + copies;
   out->bytes[ALLOC_GRADS] = grads * g;
   out->bytes[ALLOC_OPTIMIZER] = state * (2.0 * fp32 + master);
@@ -346,11 +385,11 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
   out->bytes[ALLOC_WORKSPACE] = workspace * c + batch_bytes;
   /* checkpoint.async: the snapshot of the rank's parameters and moments (ckpt.h) */
   if (p->checkpoint.async && p->checkpoint.dir[0])
-    out->bytes[ALLOC_CHECKPOINT] = (double)ckpt_snapshot_elems(r.l.n_elems, r.l.n_shard, zero) * fp32;
+    out->bytes[ALLOC_CHECKPOINT] = (double)dp_snapshot_elems(r.l.n_elems, r.l.n_shard, zero) * fp32;
   for (int k = 0; k < ALLOC_N_CATEGORIES; k++) out->total += out->bytes[k];
   bill_held_between_steps(p, &r, c, g, slot_grads, out);
   out->n_slots = slots;
-  for (int i = 0; i < r.m.n_params; i++) out->n_params += (long long)r.m.params[i].n_elems;
+  for (int i = 0; i < r.t.n; i++) out->n_params += (long long)r.t.p[i].n_elems;
   rank_view_free(&r);
   return 0;
 }
@@ -373,15 +412,17 @@ static void count(struct traffic *t, enum traffic_group g, enum comm_op op, unsi
 int bill_rank_params(const struct plan *p, int pp_rank, double *n_elems, double *expert_elems, char *err,
                      size_t err_size)
 {
-  struct model m;
+  struct layout_rank rank;
+  struct layout_params t;
   *n_elems = *expert_elems = 0;
-  if (model_create_table_outline(&m, p, pp_rank, err, err_size))
+  if (outline_table(p, pp_rank, &rank, &t, err, err_size))
     return 1;
-  for (int i = 0; i < m.n_params; i++) {
-    *n_elems += (double)m.params[i].n_elems;
-    *expert_elems += m.params[i].expert >= 0 ? (double)m.params[i].n_elems : 0.0;
+  for (int i = 0; i < t.n; i++) {
+    *n_elems += (double)t.p[i].n_elems;
+    *expert_elems += t.p[i].expert >= 0 ? (double)t.p[i].n_elems : 0.0;
   }
-  model_free(&m);
+  layout_params_free(&t);
+  layout_rank_free(&rank);
   return 0;
 }
 
@@ -425,7 +466,7 @@ int traffic_predict_shared(const struct plan *p, const struct bill_shared *sh, i
     tp_comm_list(p, p->batch.micro, p->batch.seq, list, n);
     for (int i = 0; i < n; i++) {
       int ly = list[i].layer;
-      if (ly < 0 ? !r.m.embed_here : ly >= L ? !r.m.head_here : !r.m.layer_here[ly])
+      if (ly < 0 ? !r.rank.embed_here : ly >= L ? !r.rank.head_here : !r.rank.layer_here[ly])
         continue;
       count(out, TRAFFIC_TP, (enum comm_op)list[i].comm, (unsigned long long)M,
             (unsigned long long)M * (unsigned long long)list[i].n_elems * eb);
@@ -492,11 +533,11 @@ int traffic_predict_shared(const struct plan *p, const struct bill_shared *sh, i
     const int first = p->stages[0].pp_rank, last = p->stages[p->n_stages - 1].pp_rank;
     /* the tied embedding's gradient between the stages: whole (zero 0, 1), or the rank's share of
      * its bucket (zero 2, 3) */
-    const unsigned long long tied = p->zero >= 2 ? r.l.buckets[r.l.param_bucket[0]].share : r.m.params[0].n_elems;
+    const unsigned long long tied = p->zero >= 2 ? r.l.buckets[r.l.param_bucket[0]].share : r.t.p[0].n_elems;
     if (p->model.tie_embeddings && (pp_rank == first || pp_rank == last))
       count(out, TRAFFIC_EMBED, COMM_ALL_REDUCE, 1, tied * egrad);
   }
-  /* ep: the sparse layers' all-to-alls (model_moe.c), the row-count exchange included */
+  /* ep: the sparse layers' all-to-alls (the runtime's model_moe.c), the row-count exchange included */
   unsigned long long ep_calls, ep_bytes;
   plan_ep_step_traffic(p, pp_rank, (double)eb, &ep_calls, &ep_bytes);
   if (ep_calls) {

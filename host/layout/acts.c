@@ -1,0 +1,305 @@
+/* The activation and workspace layout (acts.h): one walk of the buffers, in the order the areas
+ * are carved. */
+#include "layout/acts.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+#include "real.h"
+
+void layout_layer_dims(const struct layout_rank *r, int layer, struct model_layer_dims *d)
+{
+  const struct plan_model *c = &r->config;
+  const struct tp_layer_layout *y = &r->layers[layer];
+  const int tp = r->tp_size, HS = c->head_dim;
+  const int full_out[PLAN_N_MODULES] = { 0, c->n_heads * HS, c->n_kv_heads * HS, c->n_kv_heads * HS,
+                                         c->dim, c->ffn_dim, c->ffn_dim, c->dim, 0 };
+  const int full_in[PLAN_N_MODULES] = { 0, c->dim, c->dim, c->dim, c->n_heads * HS, c->dim, c->dim,
+                                        c->ffn_dim, 0 };
+  memset(d, 0, sizeof *d);
+  for (int k = PLAN_LAYER_MOD_FIRST; k <= PLAN_LAYER_MOD_LAST; k++) {
+    d->w_out[k] = full_out[k] / (y->split[k] == PLAN_SPLIT_COLUMN ? tp : 1);
+    d->w_in[k] = full_in[k] / (y->split[k] == PLAN_SPLIT_ROW ? tp : 1);
+  }
+  d->NHl = y->attn_sharded ? c->n_heads / tp : c->n_heads;
+  d->NKVl = y->kv == TP_FEAT ? c->n_kv_heads / tp : y->kv == TP_KV ? d->NHl : c->n_kv_heads;
+  d->A = d->NHl * HS;
+  d->Fl = y->mlp_sharded ? c->ffn_dim / tp : c->ffn_dim;
+  if (r->moe && r->moe[layer])
+    d->Fl = c->moe.ffn_dim; /* the experts are whole on every TP rank (replicated over tp) */
+}
+
+int layout_home_T(const struct layout_rank *r, int T)
+{
+  return r->io.home == TP_SEQ ? T / r->tp_size : T;
+}
+
+size_t layout_moe_rows(const struct plan_model *c, int B, int T)
+{
+  const struct plan_moe *e = &c->moe;
+  if (e->experts <= 0)
+    return 0;
+  const size_t all = (size_t)B * T * e->top_k;
+  const int cap = plan_moe_capacity(c, T);
+  const size_t kept = (size_t)B * e->experts * cap;
+  return cap > 0 && kept < all ? kept : all;
+}
+
+size_t layout_moe_rows_received(const struct plan_model *c, int ep_size, int B, int T)
+{
+  const struct plan_moe *e = &c->moe;
+  const int ep = ep_size;
+  if (e->experts <= 0 || ep <= 1)
+    return layout_moe_rows(c, B, T);
+  const int cap = plan_moe_capacity(c, T), El = e->experts / ep;
+  if (cap > 0) /* every expert's block padded to B · capacity rows */
+    return (size_t)e->experts * B * cap;
+  return (size_t)ep * B * T * (size_t)(e->top_k < El ? e->top_k : El);
+}
+
+/* One area being carved: consecutive aligned slices. */
+struct carve {
+  enum acts_area area;
+  size_t used;
+  size_t id_used; /* of used: what carve_bytes handed out (ids, not compute elements) */
+};
+
+static struct acts_at carve(struct carve *c, size_t n_elems)
+{
+  const struct acts_at at = { c->used, c->area };
+  c->used += (n_elems + LAYOUT_ALIGN - 1) / LAYOUT_ALIGN * LAYOUT_ALIGN;
+  return at;
+}
+
+/* n bf16 elements, carved as whole reals (billed as compute elements: bytes, not reals, count). */
+static struct acts_at carve_bf16(struct carve *c, size_t n)
+{
+  return carve(c, (n * sizeof(bf16) + sizeof(real) - 1) / sizeof(real));
+}
+
+/* n_bytes of another type (token ids, sample indices) carved as whole reals. */
+static struct acts_at carve_bytes(struct carve *c, size_t n_bytes)
+{
+  const size_t before = c->used;
+  const struct acts_at at = carve(c, (n_bytes + sizeof(real) - 1) / sizeof(real));
+  c->id_used += c->used - before;
+  return at;
+}
+
+static const struct acts_at none = { 0, ACTS_NULL };
+
+/* `by` elements past a buffer (a view into it). */
+static struct acts_at shift(struct acts_at at, size_t by)
+{
+  at.off += by;
+  return at;
+}
+
+/* What the layer's recompute policy discards after forward (and its backward recomputes): the
+ * buffers of each part. */
+static int discarded(uint8_t rc, uint8_t parts)
+{
+  return (rc & parts) != 0;
+}
+
+void layout_acts_free(struct acts_layout *a)
+{
+  free(a->residual);
+  free(a->layers);
+  memset(a, 0, sizeof *a);
+}
+
+int layout_acts_build(struct acts_layout *a, const struct layout_rank *r, const struct layout_params *t,
+                      const struct kernel_ops *kt, void *kctx, int B_max, int T_max,
+                      const struct model_acts_scope *sc, int shares)
+{
+  memset(a, 0, sizeof *a);
+  const struct plan_model *c = &r->config;
+  const int L = c->n_layers;
+  a->layers = calloc((size_t)L, sizeof *a->layers);
+  a->residual = calloc((size_t)L + 1, sizeof *a->residual);
+  if (!a->layers || !a->residual) {
+    layout_acts_free(a);
+    return -1;
+  }
+  struct carve act_ = { ACTS_SAVED, 0, 0 }, rec_ = { ACTS_RECOMPUTE, 0, 0 }, work_ = { ACTS_WORK, 0, 0 };
+  struct carve *act = &act_, *rec = &rec_, *work = &work_;
+  const size_t BT = (size_t)B_max * T_max, C = (size_t)c->dim, F = (size_t)c->ffn_dim;
+  const size_t BTh = (size_t)B_max * layout_home_T(r, T_max);
+  const size_t TT = (size_t)T_max * T_max, HS = (size_t)c->head_dim;
+  const size_t Vl = (size_t)c->vocab_padded / (r->io.split[PLAN_MOD_HEAD] == PLAN_SPLIT_VOCAB ? r->tp_size : 1);
+  const int drop = c->dropout > 0.0, lowp = r->bf16;
+  int NH_max = 1, any_fused = 0, any_sparse = 0;
+  size_t qkv_max = 0; /* the widest fused q|k|v row */
+  size_t rec_max = 0;
+  /* what this set covers: the rank's, cut to the scope */
+#define IN_SCOPE(l) (r->layer_here[l] && (!sc || ((l) >= sc->first && (l) < sc->first + sc->n)))
+  const int embed = r->embed_here && (!sc || sc->embed), head = r->head_here && (!sc || sc->head);
+  for (int i = 0; i <= L; i++) { /* residual[i]: the input of layer i, the output of layer i − 1 */
+    int needed = (i < L && IN_SCOPE(i)) || (i > 0 && IN_SCOPE(i - 1)) || (i == 0 && embed) || (i == L && head);
+    a->residual[i] = needed ? carve(act, BTh * C) : none;
+  }
+  for (int l = 0; l < L; l++) {
+    struct acts_layer_layout *la = &a->layers[l];
+    if (!IN_SCOPE(l)) /* left as the callers have them */
+      continue;
+    la->in_scope = 1;
+#define NONE_(f) la->f = none;
+    ACTS_LAYER_BUFFERS(NONE_)
+#undef NONE_
+    struct model_layer_dims d;
+    layout_layer_dims(r, l, &d);
+    const uint8_t rc = r->recompute ? r->recompute[l] : 0;
+    const size_t rec_start = rec->used;
+#define BUF(parts, n) (discarded(rc, (parts)) ? carve(rec, (n)) : carve(act, (n)))
+    NH_max = d.NHl > NH_max ? d.NHl : NH_max;
+#define BUF_B(parts, n) (discarded(rc, (parts)) ? carve_bf16(rec, (n)) : carve_bf16(act, (n)))
+    if (lowp) /* the linears' inputs in bf16 only, as their producers write them */
+      la->ln1_b = BUF_B(PLAN_RC_ATTN_NORM | PLAN_RC_ATTN, BTh * C);
+    else
+      la->ln1 = BUF(PLAN_RC_ATTN_NORM | PLAN_RC_ATTN, BTh * C);
+    la->ln1_rstd = BUF(PLAN_RC_ATTN_NORM | PLAN_RC_ATTN, BTh);
+    if (layout_params_adjacent(r, t, l, MODEL_Q, MODEL_V)) { /* fused: rows of [q | k | v] */
+      const size_t Dq = (size_t)d.NHl * HS, Dkv = (size_t)d.NKVl * HS;
+      la->q = BUF(PLAN_RC_ATTN, BT * (Dq + 2 * Dkv));
+      la->k = shift(la->q, Dq);
+      la->v = shift(la->q, Dq + Dkv);
+      qkv_max = Dq + 2 * Dkv > qkv_max ? Dq + 2 * Dkv : qkv_max;
+    } else {
+      la->q = BUF(PLAN_RC_ATTN, BT * (size_t)d.NHl * HS);
+      la->k = BUF(PLAN_RC_ATTN, BT * (size_t)d.NKVl * HS);
+      la->v = BUF(PLAN_RC_ATTN, BT * (size_t)d.NKVl * HS);
+    }
+    la->probs = BUF(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, (size_t)B_max * (size_t)d.NHl * TT);
+    la->probs_mask = drop ? BUF(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, (size_t)B_max * (size_t)d.NHl * TT) : none;
+    if (lowp) {
+      la->o_in_b = BUF_B(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, BT * (size_t)d.w_in[PLAN_MOD_O]);
+    } else {
+      la->atty = BUF(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, BT * (size_t)d.A);
+      la->o_in = r->layers[l].attn_sharded == (r->layers[l].split[PLAN_MOD_O] == PLAN_SPLIT_ROW)
+                   ? la->atty : BUF(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, BT * (size_t)d.w_in[PLAN_MOD_O]);
+    }
+    la->attn_mask = drop ? BUF(PLAN_RC_ATTN, BTh * C) : none;
+    la->mid = BUF(PLAN_RC_ATTN, BTh * C);
+    if (lowp)
+      la->ln2_b = BUF_B(PLAN_RC_MLP_NORM | PLAN_RC_MLP, BTh * C);
+    else
+      la->ln2 = BUF(PLAN_RC_MLP_NORM | PLAN_RC_MLP, BTh * C);
+    la->ln2_rstd = BUF(PLAN_RC_MLP_NORM | PLAN_RC_MLP, BTh);
+    if (r->moe && r->moe[l]) { /* the sparse MLP; never recomputed (plan_validate) */
+      const size_t E = (size_t)c->moe.experts, K = (size_t)c->moe.top_k, Fe = (size_t)c->moe.ffn_dim;
+      const size_t R = layout_moe_rows(c, B_max, T_max);
+      const size_t Rx = layout_moe_rows_received(c, r->ep_size, B_max, T_max); /* the experts' rows here */
+      la->moe_probs = carve(act, BT * E);
+      la->moe_topw = carve(act, BT * K);
+      la->moe_lse = carve(act, BT);
+      la->moe_topi = carve_bytes(act, BT * K * sizeof(int));
+      la->moe_slot = carve_bytes(act, BT * K * sizeof(int));
+      la->moe_counts = carve_bytes(act, E * sizeof(int));
+      la->moe_routed = carve_bytes(act, E * sizeof(int));
+      la->moe_xe = carve(act, R * C);
+      la->moe_xr = r->ep_size > 1 ? carve(act, Rx * C) : none;
+      la->gate = carve(act, Rx * Fe);
+      la->up = carve(act, Rx * Fe);
+      la->hidden = carve(act, Rx * Fe);
+      la->moe_ye = carve(act, R * C);
+      la->mlp_mask = drop ? carve(act, BTh * C) : none;
+      any_sparse = 1;
+      rec_max = rec->used - rec_start > rec_max ? rec->used - rec_start : rec_max;
+      rec->used = rec_start;
+      continue;
+    }
+    if (layout_params_adjacent(r, t, l, MODEL_GATE, MODEL_UP)) {
+      la->gate = BUF(PLAN_RC_MLP, BT * 2 * (size_t)d.Fl);
+      any_fused = 1;
+    } else {
+      la->gate = BUF(PLAN_RC_MLP, BT * (size_t)d.Fl);
+      la->up = BUF(PLAN_RC_MLP, BT * (size_t)d.Fl);
+    }
+    if (lowp) {
+      la->down_in_b = BUF_B(PLAN_RC_MLP_ACT | PLAN_RC_MLP, BT * (size_t)d.w_in[PLAN_MOD_DOWN]);
+    } else {
+      la->hidden = BUF(PLAN_RC_MLP_ACT | PLAN_RC_MLP, BT * (size_t)d.Fl);
+      la->down_in = (r->layers[l].mlp_sharded == (r->layers[l].split[PLAN_MOD_DOWN] == PLAN_SPLIT_ROW))
+                      ? la->hidden : BUF(PLAN_RC_MLP_ACT | PLAN_RC_MLP, BT * (size_t)d.w_in[PLAN_MOD_DOWN]);
+    }
+    la->mlp_mask = drop ? BUF(PLAN_RC_MLP, BTh * C) : none;
+#undef BUF
+#undef BUF_B
+    rec_max = rec->used - rec_start > rec_max ? rec->used - rec_start : rec_max;
+    rec->used = rec_start; /* the next layer writes over this one's */
+  }
+#undef IN_SCOPE
+  rec->used += rec_max;
+  if (head) {
+    if (lowp) {
+      a->head_in_b = carve_bf16(act, BT * C);
+    } else {
+      a->lnf = carve(act, BTh * C);
+      a->head_in = r->io.home == TP_R ? a->lnf : carve(act, BT * C);
+    }
+    a->lnf_rstd = carve(act, BTh);
+    a->logits = carve(act, BT * Vl);
+    a->losses = carve(act, BT);
+    a->targets = carve_bytes(act, BT * sizeof(int));
+  }
+  a->ce_stats = carve(act, BT * 3);
+  a->rope_cos = carve(act, (size_t)T_max * HS / 2);
+  a->rope_sin = carve(act, (size_t)T_max * HS / 2);
+  a->tokens = carve_bytes(act, BT * sizeof(int));
+
+  if (!shares) {
+    size_t widest = C > F ? C : F;
+    widest = widest > (size_t)c->vocab_padded ? widest : (size_t)c->vocab_padded;
+    a->dresidual = carve(work, BTh * C);
+    a->work_c1 = carve(work, BT * C);
+    a->work_c2 = carve(work, BT * C);
+    a->work_c3 = carve(work, BT * C);
+    a->work_c4 = carve(work, BT * C);
+    a->in_r = carve(work, BT * C);
+    a->in_f = carve(work, BT * C);
+    a->dq = carve(work, BT * (qkv_max > C ? qkv_max : C));
+    a->dk = carve(work, BT * C);
+    a->dv = carve(work, BT * C);
+    a->dhidden = carve(work, BT * F);
+    a->dgate = carve(work, BT * F * (any_fused ? 2 : 1));
+    a->dup = carve(work, BT * F);
+    a->work_f1 = carve(work, BT * F);
+    a->work_f2 = carve(work, BT * F);
+    a->pack = r->tp_size > 1 ? carve(work, BT * widest) : none;
+    a->gains = carve(work, 2 * C);
+    if (any_sparse) {
+      const size_t E = (size_t)c->moe.experts, K = (size_t)c->moe.top_k, Fe = (size_t)c->moe.ffn_dim;
+      const size_t R = layout_moe_rows(c, B_max, T_max);
+      const size_t Rx = layout_moe_rows_received(c, r->ep_size, B_max, T_max);
+      a->moe_dxe = carve(work, R * C);
+      a->moe_dye = carve(work, R * C);
+      a->moe_dgate = carve(work, Rx * Fe);
+      a->moe_dup = carve(work, Rx * Fe);
+      a->moe_dhid = carve(work, Rx * Fe);
+      if (r->ep_size > 1) {
+        const int cap = plan_moe_capacity(c, T_max);
+        a->moe_pad = cap > 0 ? carve(work, E * (size_t)B_max * (size_t)cap * C) : none;
+        a->moe_yr = carve(work, Rx * C);
+        a->moe_dyr = carve(work, Rx * C);
+        a->moe_dxr = carve(work, Rx * C);
+      }
+      a->moe_logits = carve(work, BT * E);
+      a->moe_dtopw = carve(work, BT * K);
+      a->moe_aux = carve(work, (size_t)B_max);
+    }
+    a->attn_scratch = carve(work, kt->attention_scratch_n_elems(kctx, B_max, T_max, NH_max, NH_max));
+    if (lowp) { /* the widest product output: a fused gate|up's is 2F */
+      size_t out_max = widest > Vl ? widest : Vl;
+      out_max = any_fused && 2 * F > out_max ? 2 * F : out_max;
+      out_max = qkv_max > out_max ? qkv_max : out_max;
+      a->dout_b = carve_bf16(work, BT * out_max);
+    }
+  }
+  a->n[ACTS_SAVED] = act->used;
+  a->n[ACTS_RECOMPUTE] = rec->used;
+  a->n[ACTS_WORK] = work->used;
+  a->ids = act->id_used;
+  return 0;
+}

@@ -1,0 +1,88 @@
+/* Whether this build's runtime can run a plan (supported.h). */
+#include "layout/supported.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bf16.h"
+#include "ops.h"
+#include "util/devices.h"
+#include "util/err.h"
+
+/* precision.compute = "bf16" (runtime/model/model.h): what the model's bf16 mode runs, and what it
+ * refuses by name; on the CPU (cuda 0) its kernels need bf16 products too. */
+static int bf16_refused(const struct plan *p, int cuda, char *err, size_t n)
+{
+  const char *where = plan_where(p, "precision.compute");
+  const char *dt = plan_dtype_name(p->precision.compute);
+  const char *on = cuda ? "the GPU" : "the CPU";
+  if (p->precision.compute != PLAN_BF16)
+    return errf(err, n, "%s: precision.compute = \"%s\": the %s backend computes in fp32 or bf16; set "
+                "precision = { compute = \"fp32\", grads = \"fp32\", master = \"fp32\" }", where, dt,
+                cuda ? "CUDA" : "CPU");
+  /* the CUDA table has its bf16 entries in every build that has it (fp32 builds only) */
+  if (!cuda && (kernels_active()->compute_dtype != TENSOR_F32 || !kernels_active()->linear_forward_bf16))
+    return errf(err, n, "%s: precision.compute = \"bf16\": this build's %s kernels have no bf16 compute "
+                "(the float64 build has none); use an fp32 build, or compute = \"fp32\"", where,
+                kernels_active()->name);
+  char why[256];
+  if (!cuda && bf16_matmul_available(NULL, why, sizeof why))
+    return errf(err, n, "%s: precision.compute = \"bf16\": %s", where, why);
+  if (p->precision.grads != PLAN_FP32 || p->precision.master != PLAN_FP32)
+    return errf(err, n, "%s: precision = { compute = \"bf16\", grads = \"%s\", master = \"%s\" }: on %s "
+                "gradients accumulate in fp32 and the master weights are fp32; set grads = \"fp32\", "
+                "master = \"fp32\"", plan_where(p, "precision.grads"), on, plan_dtype_name(p->precision.grads),
+                plan_dtype_name(p->precision.master));
+  if (p->mesh.tp > 1)
+    return errf(err, n, "%s: mesh.tp = %d with precision.compute = \"bf16\": %s's bf16 mode runs on "
+                "one tensor-parallel rank (its layout conversions are fp32 only); use mesh.tp = 1, or "
+                "compute = \"fp32\"", plan_where(p, "mesh.tp"), p->mesh.tp, on);
+  if (p->zero == 3)
+    return errf(err, n, "%s: zero = 3 with precision.compute = \"bf16\": %s's bf16 mode keeps whole "
+                "bf16 weight copies (ZeRO 0 to 2); use zero = 2, or compute = \"fp32\"",
+                plan_where(p, "zero"), on);
+  return 0;
+}
+
+int trainer_auto_device(char *why, size_t n)
+{
+  const int count = devices_cuda_count();
+  if (!devices_cuda_built())
+    snprintf(why, n, "no CUDA backend in this build");
+  else if (count < 1)
+    snprintf(why, n, "no CUDA device visible");
+  else
+    snprintf(why, n, "%d CUDA device%s visible", count, count == 1 ? "" : "s");
+  return devices_cuda_built() && count > 0;
+}
+
+/* A cuda plan on this build and machine: the backend built and a device visible. */
+static int cuda_refused(const struct plan *p, char *err, size_t n)
+{
+  if (!devices_cuda_built())
+    return errf(err, n, "%s: device = \"cuda\": this build of tycho has no CUDA backend; run it on the "
+                "CPU with --set device=cpu (or device = \"auto\")", plan_where(p, "device"));
+  if (devices_cuda_count() < 1)
+    return errf(err, n, "%s: device = \"cuda\": no CUDA device visible (the driver reports none%s); run it "
+                "on the CPU with --set device=cpu (or device = \"auto\")", plan_where(p, "device"),
+                getenv("CUDA_VISIBLE_DEVICES") ? ", CUDA_VISIBLE_DEVICES is set" : "");
+  return p->precision.compute != PLAN_FP32 && bf16_refused(p, 1, err, n) ? -1 : 0;
+}
+
+int trainer_plan_supported(const struct plan *p, char *err, size_t n)
+{
+  if (p->device == PLAN_DEVICE_CUDA) {
+    if (cuda_refused(p, err, n))
+      return -1;
+  } else if (p->precision.compute != PLAN_FP32 && bf16_refused(p, 0, err, n)) {
+    return -1;
+  }
+  if (strcmp(p->optimizer.kind, "adamw") != 0)
+    return errf(err, n, "%s: optimizer.kind = \"%s\": only \"adamw\" is implemented",
+                plan_where(p, "optimizer.kind"), p->optimizer.kind);
+  if (!p->data.train[0] && !p->data.synthetic[0])
+    return errf(err, n, "%s: data: nothing to train on; give data.train (a token file) or "
+                "data.synthetic = \"addition\"", plan_where(p, "data"));
+  return 0;
+}

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# `tycho run --listen` and `tycho repl --attach`: a 2-rank run listens on a Unix socket (0600,
+# with a 0600 token file next to it); a front-end without the token is refused and the job logs
+# it; the front-end with it attaches, pauses the job, reads the step k, sets the learning rate and
+# detaches; the job trains to its end. Its losses equal, bit for bit, those of the same plan in
+# `tycho repl` with the same change scripted at step k. After the run the socket and the token are
+# gone. usage: repl_attach.sh TYCHO   (run from the source folder)
+set -u
+tycho=$(readlink -f "$1")
+command -v mpirun >/dev/null 2>&1 || { echo "skip: no mpirun"; exit 77; }
+dir=$(mktemp -d)
+trap 'pkill -KILL -f -- "--listen $dir/" 2>/dev/null; rm -rf "$dir"' EXIT
+export HOME="$dir" OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_btl=self,vader OMPI_MCA_mpi_yield_when_idle=1
+fail() { echo "FAIL: $*"; [ -f "$dir/run.out" ] && { echo "--- the run's output:"; tail -20 "$dir/run.out"; }; exit 1; }
+steps=60
+sets=(--set train.steps=$steps --set log.every=20 --set mesh.dp=2 --set train.eval_every=0)
+lr=0.0025
+
+mpirun -np 2 "$tycho" run plans/tiny.lua "${sets[@]}" --set log.metrics="$dir/run.jsonl" \
+  --listen "$dir/sock" > "$dir/run.out" 2>&1 &
+job=$!
+for _ in $(seq 100); do [ -S "$dir/sock" ] && [ -s "$dir/sock.token" ] && break; sleep 0.1; done
+[ -S "$dir/sock" ] || fail "no socket at $dir/sock"
+[ "$(stat -c %a "$dir/sock")" = 600 ] || fail "the socket's mode is $(stat -c %a "$dir/sock"), not 600"
+[ "$(stat -c %a "$dir/sock.token")" = 600 ] || fail "the token file's mode is $(stat -c %a "$dir/sock.token")"
+
+# without the token: refused, and the job says so
+echo 0123456789abcdef0123456789abcdef > "$dir/wrong.token"
+out=$(echo '=1' | "$tycho" repl --attach "$dir/sock" --token "$dir/wrong.token" 2>&1)
+rc=$?
+[ $rc -ne 0 ] || fail "a front-end with a wrong token was let in: $out"
+grep -qF "refused this front-end: refused: a wrong token" <<< "$out" || fail "the refusal says: $out"
+
+# with it: pause, the step, the change, detach
+cat > "$dir/attach.lua" <<LUA
+t:pause()
+print("K=" .. t.step)
+t:set{optimizer = {lr = $lr}}
+print("LR=" .. t:plan().optimizer.lr)
+=t.mesh.dp
+detach()
+LUA
+out=$("$tycho" repl --attach "$dir/sock" "$dir/attach.lua" 2>&1) || fail "attach: $out"
+k=$(sed -n 's/^\[0,1\] K=\([0-9]*\)$/\1/p' <<< "$out")
+[ -n "$k" ] || fail "the attached session printed no step: $out"
+grep -qx '\[0,1\] 2' <<< "$out" || fail "=t.mesh.dp did not give 2 on both ranks: $out"
+grep -qx "\[0,1\] LR=$lr" <<< "$out" || fail "the live plan's lr is not $lr after t:set: $out"
+wait $job || fail "the run failed after the detach"
+grep -q "refused a REPL connection (a wrong token)" "$dir/run.out" || fail "the job did not log the refusal"
+grep -q "a REPL attached at step" "$dir/run.out" || fail "the job did not log the attach"
+grep -q "the REPL detached at step $k; training goes on" "$dir/run.out" || fail "the job did not log the detach at step $k"
+grep -q "^done: $steps steps" "$dir/run.out" || fail "the run did not finish its $steps steps"
+[ ! -e "$dir/sock" ] && [ ! -e "$dir/sock.token" ] || fail "the socket or its token is left after the run"
+[ "$k" -lt "$steps" ] || fail "attached only after the last step ($k)"
+
+# the same change scripted at step k, in the REPL: one loss per step, every digit
+cat > "$dir/scripted.lua" <<LUA
+for i = 1, $steps do
+  if t.step == $k then t:set{optimizer = {lr = $lr}} end
+  local loss = t:step(1)
+  if t.rank == 0 then io.write(string.format("loss %.17g\n", loss)) end
+end
+LUA
+mpirun -np 2 "$tycho" repl plans/tiny.lua "$dir/scripted.lua" "${sets[@]}" > "$dir/repl.out" 2>&1 ||
+  fail "the scripted run failed: $(tail -5 "$dir/repl.out")"
+sed -n 's/.*"loss": \([^,]*\),.*/loss \1/p' "$dir/run.jsonl" > "$dir/a"
+grep -o 'loss [0-9][0-9.e+-]*$' "$dir/repl.out" > "$dir/b"
+[ "$(wc -l < "$dir/a")" = $steps ] || fail "the run logged $(wc -l < "$dir/a") losses, not $steps"
+cmp -s "$dir/a" "$dir/b" || fail "the attached change and the scripted change differ: $(diff "$dir/a" "$dir/b" | head -6)"
+echo "ok: attach at step $k, lr set, detached; $steps losses equal the scripted change's"
