@@ -26,28 +26,12 @@
 #endif
 
 #include "comm/comm.h"
+#include "repl/frontend_internal.h"
 #include "repl/link.h"
 #include "repl/repl_internal.h"
 #include "util/err.h"
 #include "util/launch.h"
 #include "util/strbuf.h"
-
-/* A line some ranks printed waits this long for the others' line before it is shown alone: so
- * lines all ranks print collapse, and progress only rank 0 prints still appears live. */
-#define SHOW_ALONE_AFTER 0.3
-
-struct pending {
-  char *text;
-  double at; /* when it arrived */
-};
-
-struct rank_link {
-  int fd;
-  int done, flags, quit_code;
-  struct strbuf partial; /* output after its last newline */
-  struct pending *q;     /* lines not shown yet: [head, n) */
-  int head, n, cap;
-};
 
 /* The session: one per process (signal handlers and readline's callbacks reach it). */
 static struct {
@@ -63,13 +47,6 @@ static struct {
   int attached;           /* --attach: one connection to a running job, no launcher */
   double last_interrupt;
 } F = { .listen_fd = -1, .launcher = -1, .launcher_out = -1, .sig = { -1, -1 } };
-
-static double now_seconds(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void on_signal(int sig)
 {
@@ -153,10 +130,10 @@ static void launcher_reap(void)
  * a second more). 1 when it has ended. */
 static int launcher_wait(double seconds)
 {
-  const double end = now_seconds() + seconds;
+  const double end = fe_now() + seconds;
   for (;;) {
     launcher_reap();
-    double left = end - now_seconds();
+    double left = end - fe_now();
     if (F.launcher_exited && (F.launcher_out < 0 || left <= 0))
       return 1;
     if (F.launcher_exited && left > 1.0) /* its output: the ranks may hold the pipe a moment */
@@ -250,170 +227,6 @@ static _Noreturn void rank_ended(int q, const char *when, const char *why)
   fe_end(1, NOTE_EXITED, 0, "rank %d ended %s (%s)", q, when, why && *why ? why : "its connection closed");
 }
 
-/* ---- showing each chunk's output ---- */
-
-static void push_line(struct rank_link *k, const char *s, size_t n, double at)
-{
-  if (k->n == k->cap) {
-    if (k->head) { /* reuse the shown part */
-      memmove(k->q, k->q + k->head, (size_t)(k->n - k->head) * sizeof *k->q);
-      k->n -= k->head;
-      k->head = 0;
-    }
-    if (k->n == k->cap) {
-      int cap = k->cap ? 2 * k->cap : 16;
-      struct pending *grown = realloc(k->q, (size_t)cap * sizeof *grown);
-      if (!grown)
-        return; /* the line is lost; the session goes on */
-      k->q = grown;
-      k->cap = cap;
-    }
-  }
-  char *text = strndup(s, n);
-  if (!text)
-    return;
-  k->q[k->n].text = text;
-  k->q[k->n].at = at;
-  k->n++;
-}
-
-static void rank_output(int q, const char *s, size_t n)
-{
-  struct rank_link *k = &F.r[q];
-  const double at = now_seconds();
-  sb_put(&k->partial, s, n);
-  size_t from = 0;
-  for (size_t i = 0; i < k->partial.n; i++)
-    if (k->partial.s[i] == '\n') {
-      push_line(k, k->partial.s + from, i - from, at);
-      from = i + 1;
-    }
-  memmove(k->partial.s, k->partial.s + from, k->partial.n - from);
-  k->partial.n -= from;
-}
-
-/* Shows the head line of every rank flagged in take, identical ones under one prefix. */
-static void show_row(const unsigned char *take, unsigned char *set, unsigned char *shown, struct strbuf *out)
-{
-  char ranks[512];
-  memset(shown, 0, (size_t)F.n);
-  for (int r = 0; r < F.n; r++) {
-    if (!take[r] || shown[r])
-      continue;
-    const char *line = F.r[r].q[F.r[r].head].text;
-    memset(set, 0, (size_t)F.n);
-    for (int s = r; s < F.n; s++)
-      if (take[s] && !shown[s] && strcmp(F.r[s].q[F.r[s].head].text, line) == 0)
-        set[s] = shown[s] = 1;
-    comm_format_ranks(set, F.n, ranks, sizeof ranks);
-    sb_printf(out, "[%s] %s\n", ranks, line);
-  }
-  for (int r = 0; r < F.n; r++)
-    if (take[r])
-      free(F.r[r].q[F.r[r].head++].text);
-}
-
-/* The lines that can be shown now into out: a line every rank still running has printed alike
- * (ranks done with nothing left stand aside), or lines waiting over SHOW_ALONE_AFTER for the
- * others. Returns the seconds until a waiting line is due, or −1 when none waits. */
-static double show_ready(struct strbuf *out)
-{
-  unsigned char *take = calloc((size_t)F.n, 1), *set = calloc((size_t)F.n, 1), *shown = calloc((size_t)F.n, 1);
-  double due = -1;
-  while (take && set && shown) {
-    if (F.n == 1) { /* one rank: its lines as they are */
-      struct rank_link *k = &F.r[0];
-      for (; k->head < k->n; k->head++) {
-        sb_printf(out, "%s\n", k->q[k->head].text);
-        free(k->q[k->head].text);
-      }
-      break;
-    }
-    int any = 0, ready = 1, alike = 1;
-    const char *first = NULL;
-    double oldest = 0;
-    for (int r = 0; r < F.n; r++) {
-      struct rank_link *k = &F.r[r];
-      if (k->head < k->n) {
-        const char *line = k->q[k->head].text;
-        if (!any || k->q[k->head].at < oldest)
-          oldest = k->q[k->head].at;
-        any = 1;
-        if (!first)
-          first = line;
-        else if (strcmp(first, line) != 0)
-          alike = 0;
-      } else if (!k->done) {
-        ready = 0;
-      }
-    }
-    if (!any)
-      break;
-    const double t = now_seconds();
-    if (ready && alike) {
-      for (int r = 0; r < F.n; r++) take[r] = F.r[r].head < F.r[r].n;
-    } else {
-      if (t - oldest < SHOW_ALONE_AFTER) {
-        due = SHOW_ALONE_AFTER - (t - oldest);
-        break;
-      }
-      for (int r = 0; r < F.n; r++)
-        take[r] = F.r[r].head < F.r[r].n && t - F.r[r].q[F.r[r].head].at >= SHOW_ALONE_AFTER;
-    }
-    show_row(take, set, shown, out);
-  }
-  free(take);
-  free(set);
-  free(shown);
-  return due;
-}
-
-/* At the chunk's end: what is left of every rank's output, as the one-process REPL shows a
- * chunk's (repl_show: the lines all ranks end with once for all of them). */
-static void show_rest(void)
-{
-  int *status = calloc((size_t)F.n, sizeof *status);
-  char **texts = calloc((size_t)F.n, sizeof *texts);
-  for (int r = 0; r < F.n; r++) {
-    struct rank_link *k = &F.r[r];
-    if (k->partial.n) { /* a last line without its newline */
-      push_line(k, k->partial.s, k->partial.n, now_seconds());
-      k->partial.n = 0;
-    }
-  }
-  if (status && texts && F.n > 1) {
-    for (int r = 0; r < F.n; r++) {
-      struct rank_link *k = &F.r[r];
-      status[r] = k->flags;
-      struct strbuf t;
-      sb_init(&t);
-      sb_puts(&t, "");
-      for (int i = k->head; i < k->n; i++) sb_printf(&t, "%s\n", k->q[i].text);
-      texts[r] = t.failed ? NULL : t.s;
-      if (!texts[r] && (k->flags & RANK_RAN))
-        status[r] = 0;
-    }
-    repl_show(texts, status, F.n, stdout);
-  } else { /* one rank; or, lacking memory above, line by line */
-    struct strbuf out;
-    sb_init(&out);
-    show_ready(&out);
-    if (out.n)
-      fwrite(out.s, 1, out.n, stdout);
-    sb_free(&out);
-  }
-  fflush(stdout);
-  for (int r = 0; r < F.n; r++) {
-    struct rank_link *k = &F.r[r];
-    for (int i = k->head; i < k->n; i++) free(k->q[i].text);
-    k->head = k->n = 0;
-    if (texts)
-      free(texts[r]);
-  }
-  free(status);
-  free(texts);
-}
-
 /* ---- the ranks' frames ---- */
 
 /* One frame from rank q: output queued, the end of its chunk noted. Its connection's end ends the
@@ -428,7 +241,7 @@ static void rank_frame(int q, const char *when)
   if (rc)
     rank_ended(q, when, rc < 0 ? why : NULL);
   if (type == LINK_OUTPUT) {
-    rank_output(q, p, n);
+    fe_output(&F.r[q], p, n);
   } else if (type == LINK_DONE) {
     int flags = 0, code = 0;
     sscanf(p, "%d %d", &flags, &code);
@@ -498,7 +311,7 @@ static int wait_input(int fd)
         rank_frame(which[i], "while the session was at the prompt");
         struct strbuf out;
         sb_init(&out);
-        show_ready(&out);
+        fe_show_ready(F.r, F.n, &out);
         if (out.n)
           print_above(stdout, out.s, out.n);
         sb_free(&out);
@@ -568,10 +381,10 @@ static char **fe_complete(const char *text, int start, int end)
   char why[256];
   if (F.r[0].fd < 0 || link_send(F.r[0].fd, LINK_COMPLETE, text, strlen(text), why, sizeof why))
     return NULL; /* its end shows at the next wait */
-  const double end_at = now_seconds() + 10;
+  const double end_at = fe_now() + 10;
   for (;;) {
     struct pollfd p = { F.r[0].fd, POLLIN, 0 };
-    double left = end_at - now_seconds();
+    double left = end_at - fe_now();
     if (left <= 0 || poll(&p, 1, (int)(left * 1000) + 1) == 0)
       return NULL;
     if (!p.revents)
@@ -614,11 +427,11 @@ static ssize_t stdin_read(void *cookie, char *buf, size_t size)
  * launcher ending first ends it with its exit code. */
 static void accept_ranks(const char *token, double limit)
 {
-  const double deadline = now_seconds() + limit;
+  const double deadline = fe_now() + limit;
   int connected = 0;
   while (connected < F.n) {
     struct pollfd p[3] = { { F.sig[0], POLLIN, 0 }, { F.launcher_out, POLLIN, 0 }, { F.listen_fd, POLLIN, 0 } };
-    double left = deadline - now_seconds();
+    double left = deadline - fe_now();
     if (left <= 0)
       fe_end(1, NOTE_NONE, 0, "%d of %d ranks connected within %.0f s: ending the job", connected, F.n, limit);
     if (poll(p, 3, (int)(left * 1000) + 1) < 0 && errno != EINTR)
@@ -713,7 +526,7 @@ static void run_chunk(const char *sel, const char *code, size_t code_n, int *fai
     if (all_done)
       break;
     out.n = 0;
-    double due = show_ready(&out);
+    double due = fe_show_ready(F.r, F.n, &out);
     if (out.n) {
       fwrite(out.s, 1, out.n, stdout);
       fflush(stdout);
@@ -725,7 +538,7 @@ static void run_chunk(const char *sel, const char *code, size_t code_n, int *fai
       fe_end(1, NOTE_NONE, 0, "poll during a chunk: %s", strerror(errno));
     }
     if (p[0].revents && take_signals()) {
-      const double t = now_seconds();
+      const double t = fe_now();
       if (F.last_interrupt > 0 && t - F.last_interrupt < 2.0) {
         fflush(stdout);
         fputs(F.attached ? "\ntycho repl: interrupted twice: detaching (the job goes on)\n"
@@ -752,7 +565,7 @@ static void run_chunk(const char *sel, const char *code, size_t code_n, int *fai
   sb_free(&out);
   free(p);
   free(which);
-  show_rest();
+  fe_show_rest(F.r, F.n);
   for (int q = 0; q < F.n; q++) {
     if (F.r[q].flags & RANK_FAILED)
       *failed = 1;

@@ -1,6 +1,7 @@
 /* Inside the REPL: the session's state and what repl.c (the session, Ctrl-C, running a chunk),
- * repl_read.c (selectors, reading a chunk, tab completion) and repl_show.c (showing every rank's
- * output) share. Not for use outside host/repl/. */
+ * repl_read.c (selectors, reading a chunk, tab completion, the plan's open), repl_agree.c (the
+ * chunk broadcast, dropped trainers), repl_show.c (showing every rank's output), repl_attach.c
+ * (a running job's REPL) and the front-end share. Not for use outside host/repl/. */
 #ifndef TYCHO_REPL_INTERNAL_H
 #define TYCHO_REPL_INTERNAL_H
 #include <lua.h>

@@ -1,6 +1,6 @@
 /* The REPL's reading (repl.h): rank selectors (`@0`, `@2-3`, `@dp=0`), rank 0's reading of a
  * chunk (readline on a terminal, else lines; continuation lines while the chunk is incomplete)
- * and readline's tab completion. */
+ * readline's tab completion, and the chunk that opens the plan. */
 #define _POSIX_C_SOURCE 200809L
 #include "repl/repl.h"
 
@@ -380,3 +380,34 @@ char **repl_complete_names(const char *text, int start, int end)
   return rl_completion_matches(text, completion_word);
 }
 #endif
+
+/* ---- the plan's open ---- */
+
+/* s as a Lua string literal. */
+static void put_quoted(struct strbuf *b, const char *s)
+{
+  sb_put(b, "\"", 1);
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\')
+      sb_put(b, "\\", 1);
+    if (*s == '\n') {
+      sb_puts(b, "\\n");
+      continue;
+    }
+    sb_put(b, s, 1);
+  }
+  sb_put(b, "\"", 1);
+}
+
+void repl_open_chunk(struct strbuf *b, const char *plan, const char *const *sets, int n_sets)
+{
+  sb_puts(b, "t = tycho.open(");
+  put_quoted(b, plan);
+  sb_puts(b, ", {");
+  for (int i = 0; i < n_sets; i++) {
+    if (i)
+      sb_puts(b, ", ");
+    put_quoted(b, sets[i]);
+  }
+  sb_puts(b, "})");
+}
