@@ -611,25 +611,42 @@ static void repl_libs(lua_State *L)
   lua_pop(L, 1);
 }
 
+/* The options every form of `tycho repl` takes: --set path=value and --timeout S (default 30, or
+ * TYCHO_REPL_TIMEOUT). 1 when argv[*i] was one of them (its value consumed). */
+static double repl_default_timeout(lua_State *L)
+{
+  const char *env = getenv("TYCHO_REPL_TIMEOUT");
+  return env && *env ? (double)parse_count(L, "TYCHO_REPL_TIMEOUT", env, 1, TIMEOUT_MAX) : 30.0;
+}
+
+static int repl_common_option(lua_State *L, int argc, char **argv, int *i, const char **sets, int *n_sets,
+                              double *timeout)
+{
+  const char *a = argv[*i], *next = *i + 1 < argc ? argv[*i + 1] : NULL;
+  if (strcmp(a, "--set") == 0) {
+    sets[(*n_sets)++] = check_set(L, next);
+    ++*i;
+  } else if (strncmp(a, "--set=", 6) == 0) {
+    sets[(*n_sets)++] = check_set(L, a + 6);
+  } else if (strcmp(a, "--timeout") == 0) {
+    *timeout = (double)parse_count(L, "--timeout", next, 1, TIMEOUT_MAX);
+    ++*i;
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
 static int cmd_repl(lua_State *L, int argc, char **argv)
 {
   struct repl_options o = { 0 };
   const char **sets = lua_newuserdatauv(L, sizeof(char *) * (size_t)argc, 0);
   o.sets = sets;
-  o.timeout = 30.0;
-  const char *env = getenv("TYCHO_REPL_TIMEOUT");
-  if (env && *env)
-    o.timeout = (double)parse_count(L, "TYCHO_REPL_TIMEOUT", env, 1, TIMEOUT_MAX);
+  o.timeout = repl_default_timeout(L);
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strcmp(a, "--set") == 0) {
-      sets[o.n_sets++] = check_set(L, next);
-      i++;
-    } else if (strncmp(a, "--set=", 6) == 0) {
-      sets[o.n_sets++] = check_set(L, a + 6);
-    } else if (strcmp(a, "--timeout") == 0) {
-      o.timeout = (double)parse_count(L, "--timeout", next, 1, TIMEOUT_MAX);
-      i++;
+    if (repl_common_option(L, argc, argv, &i, sets, &o.n_sets, &o.timeout)) {
+      continue;
     } else if (strcmp(a, "--frontend") == 0) { /* hidden: a rank a front-end started (repl/repl.h) */
       if (!next)
         return host_fail(L, EXIT_USAGE, "--frontend needs the front-end's folder");
@@ -691,20 +708,11 @@ static int cmd_repl_frontend(lua_State *L, int argc, char **argv)
   struct repl_frontend_options o = { 0 };
   const char **sets = lua_newuserdatauv(L, sizeof(char *) * (size_t)argc, 0);
   o.sets = sets;
-  o.timeout = 30.0;
-  const char *env = getenv("TYCHO_REPL_TIMEOUT");
-  if (env && *env)
-    o.timeout = (double)parse_count(L, "TYCHO_REPL_TIMEOUT", env, 1, TIMEOUT_MAX);
+  o.timeout = repl_default_timeout(L);
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strcmp(a, "--set") == 0) {
-      sets[o.n_sets++] = check_set(L, next);
-      i++;
-    } else if (strncmp(a, "--set=", 6) == 0) {
-      sets[o.n_sets++] = check_set(L, a + 6);
-    } else if (strcmp(a, "--timeout") == 0) {
-      o.timeout = (double)parse_count(L, "--timeout", next, 1, TIMEOUT_MAX);
-      i++;
+    if (repl_common_option(L, argc, argv, &i, sets, &o.n_sets, &o.timeout)) {
+      continue;
     } else if (strcmp(a, "-n") == 0 || strcmp(a, "--ranks") == 0) {
       o.ranks = (int)parse_count(L, a, next, 1, REPL_RANKS_MAX);
       i++;

@@ -13,12 +13,13 @@
 -- tokens. Recompute of the whole attention block (the sparse MLP is never recomputed).
 -- `tycho check plans/mixtral_8x7b.lua --world 256 --cluster plans/clusters/h100_80g_ib.lua`:
 -- 50.7 GiB on the fullest rank (stage 0, whose activations are 38.0 GiB: 32 micro-batches in
--- flight), 32% headroom on 80 GB (74.5 GiB); 4.0 s per step, MFU 32.9%, of which the ep
+-- flight; the async snapshot's 2.2 GiB of it is host memory), 35% headroom on 80 GB (74.5 GiB) for
+-- the 48.5 GiB on the GPU; 4.0 s per step, MFU 32.9%, of which the ep
 -- all-to-alls 0.12 s (4 per layer and micro-batch, 80 MiB each from a rank, intra-node) and the
 -- pipeline bubble 0.66 s. The same layout at ep 1 is 3.9 s and 49.1 GiB (its activations hold
 -- fewer rows; its gathers bring all 8 experts): where the model fits either way the cost model
 -- sees ep's exchange and not its larger expert products, and `tycho tune` picks ep 1; on 64 ranks
--- the only layout that fits is dp 64 with ep 8 under ZeRO-3 (tune, 66.6 GiB).
+-- every layout that fits shards the experts (tune's best: pp 8 × dp 8, ep 4, ZeRO-3, 65.9 GiB).
 -- Global batch 4M tokens.
 local tycho = require "tycho"
 local mixtral = require "models.mixtral"

@@ -19,7 +19,7 @@ set(TYCHO_MPI_ENV
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
   OMPI_MCA_btl=self,vader OMPI_MCA_mpi_yield_when_idle=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1)
 
-foreach(name mpi_collectives mpi_overlap mpi_errors mpi_watchdog mpi_dp_equiv mpi_tp_convert mpi_trace mpi_groups mpi_oom mpi_reopen mpi_replan mpi_lua_trainer)
+foreach(name mpi_collectives mpi_overlap mpi_errors mpi_watchdog mpi_dp_equiv mpi_tp_convert mpi_trace mpi_groups mpi_oom mpi_reopen mpi_replan mpi_lua_trainer mpi_staged)
   add_executable(${name} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${name}.c)
   target_include_directories(${name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/unit ${CMAKE_CURRENT_SOURCE_DIR}/mpi)
   target_compile_options(${name} PRIVATE ${TYCHO_WARNINGS})
@@ -272,6 +272,20 @@ set_tests_properties(mpi_run_signals PROPERTIES TIMEOUT 150 PROCESSORS 2 LABELS 
   ENVIRONMENT "${env}")
 
 # Each layout conversion against the unsharded tensor, and the KV expansion against its adjoint.
+# Staged comm (runtime/parallel/dcomm.h) on the untouchable table, memory the host cannot touch,
+# against the direct run on the CPU's table of the same layout: losses, norms, evaluation, the
+# parameters and the gathered model bit for bit, the same comm counters; comm "mpi" and "nccl"
+# refused there. A few steps of the small plans, one layout per parallelism.
+function(tycho_staged name ranks plan)
+  tycho_mpi_test(mpi_staged.${name} ${ranks} COMMAND $<TARGET_FILE:mpi_staged>
+    ${PROJECT_SOURCE_DIR}/tests/plans/good/${plan} --set train.steps=3 ${ARGN})
+endfunction()
+tycho_staged(dp2_zero1 2 dp_small.lua --set zero=1)
+tycho_staged(dp2_zero2 2 dp_small.lua --set zero=2)
+tycho_staged(dp4_zero3 4 dp_small.lua --set zero=3)
+tycho_staged(tp2_sp 2 dp_small.lua --set mesh.tp=2 --set sequence_parallel=true)
+tycho_staged(pp2 2 dp_small.lua --set mesh.pp=2)
+tycho_staged(ep2 2 moe_small.lua --set mesh.ep=2)
 foreach(ranks 2 3 4)
   tycho_mpi_test(mpi_tp_convert.tp${ranks} ${ranks} COMMAND $<TARGET_FILE:mpi_tp_convert>)
 endforeach()

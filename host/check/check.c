@@ -239,8 +239,8 @@ const char *check_runtime_note(const struct plan *p, char *buf, size_t n)
              "allocates and what its comm layer moves");
     return buf;
   }
-  snprintf(buf, n, "%sthe byte figures use the GPU runtime's element sizes (params, "
-           "activations and workspace %s, grads %s, AdamW m and v%s fp32) over the CPU runtime's layout",
+  snprintf(buf, n, "%sthe byte figures use the GPU runtime's element sizes (params, activations and workspace "
+           "%s, grads %s, AdamW m and v%s fp32) over the CPU runtime's layout; host memory billed apart",
            devices_cuda_built() ? "" : "no CUDA backend in this build: ", plan_dtype_name(p->precision.compute),
            plan_dtype_name(p->precision.grads), p->precision.compute == PLAN_FP32 ? "" : " and the master copy");
   return buf;
@@ -301,6 +301,8 @@ double check_model_states_total(const struct bill *b)
 
 double check_transient_bytes(const struct bill *b, enum alloc_category c) { return b->bytes[c] - b->held[c]; }
 
+double check_device_total(const struct bill *b) { return b->total - b->host_total; }
+
 double check_transient_total(const struct bill *b)
 {
   double t = 0;
@@ -322,6 +324,24 @@ static void print_states_rows(FILE *f, const struct plan *p, const struct bill *
       fprintf(f, " %11s", here ? check_format_bytes(bytes, v, sizeof v) : "");
     }
     fprintf(f, " %11s\n", check_format_bytes(row ? check_transient_total(b) : check_model_states_total(b), v, sizeof v));
+  }
+}
+
+/* A plan on a device of its own: the peaks split into the device's and the host's (bill.host;
+ * blank where a category has no host memory). */
+static void print_device_host_rows(FILE *f, const struct plan *p, const struct bill *b)
+{
+  char v[32];
+  for (int row = 0; row < 2; row++) {
+    fprintf(f, "          %-12s", row ? "on host" : "on device");
+    for (int k = 0; k < ALLOC_N_CATEGORIES; k++) {
+      if (!check_bill_shows(p, k))
+        continue;
+      const enum alloc_category c = check_bill_order[k];
+      const double bytes = row ? b->host[c] : b->bytes[c] - b->host[c];
+      fprintf(f, " %11s", row && !bytes ? "" : check_format_bytes(bytes, v, sizeof v));
+    }
+    fprintf(f, " %11s\n", check_format_bytes(row ? b->host_total : check_device_total(b), v, sizeof v));
   }
 }
 
@@ -351,7 +371,7 @@ static void print_memory(FILE *f, const struct plan *p, const struct cluster *c)
   for (int r = 0; r < p->mesh.pp; r++) {
     char stages[64], v[32];
     if (c) {
-      double head = 1.0 - b[r].total / c->device_memory;
+      double head = 1.0 - check_device_total(&b[r]) / c->device_memory;
       worst = head < worst ? head : worst;
     }
     if (!row_shown(r, p->mesh.pp)) {
@@ -367,7 +387,7 @@ static void print_memory(FILE *f, const struct plan *p, const struct cluster *c)
         fprintf(f, " %11s", check_format_bytes(b[r].bytes[check_bill_order[k]], v, sizeof v));
     fprintf(f, " %11s", check_format_bytes(b[r].total, v, sizeof v));
     if (c) {
-      double head = 1.0 - b[r].total / c->device_memory;
+      double head = 1.0 - check_device_total(&b[r]) / c->device_memory;
       if (head >= 0)
         fprintf(f, "   fits, %.0f%% headroom", 100.0 * head);
       else
@@ -375,6 +395,8 @@ static void print_memory(FILE *f, const struct plan *p, const struct cluster *c)
     }
     fputc('\n', f);
     print_states_rows(f, p, &b[r]);
+    if (!plan_on_cpu(p))
+      print_device_host_rows(f, p, &b[r]);
   }
   fprintf(f, "           model states: the ZeRO paper's accounting, what a rank keeps between steps (shards "
           "under ZeRO);\n"
@@ -382,6 +404,9 @@ static void print_memory(FILE *f, const struct plan *p, const struct cluster *c)
           "ZeRO-3\n             units, gradient buckets in flight and the tied embedding's, reduce-scatter "
           "outputs).\n           A params or grads peak is its model states + transient; activations, workspace "
           "and the\n             pipeline's slot buffers (comm) stay allocated between steps\n");
+  if (!plan_on_cpu(p))
+    fprintf(f, "           on host: the part of each peak in host memory (the batch's token ids and targets, the "
+            "async\n             checkpoint's snapshot); on device: the rest, what the device's memory must hold\n");
   if (c) {
     char dm[32];
     fprintf(f, "           device memory %s (%s): %s\n", check_format_bytes(c->device_memory, dm, sizeof dm), c->name,
@@ -587,6 +612,11 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
   fprintf(f, "           %s\n", check_runtime_note(p, buf, sizeof buf));
   if (plan_on_cpu(p) && trainer_plan_supported(p, buf, sizeof buf))
     fprintf(f, "           tycho run refuses this plan on this build: %s\n", buf);
+  if (p->comm == PLAN_COMM_AUTO) /* the trainer's rule (train.c): direct on host memory, else staged */
+    fprintf(f, "comm       auto → %s\n", plan_on_cpu(p) ? "mpi (collectives on the buffers: host memory)"
+                                                        : "staged (device buffers through host staging; no NCCL in this build)");
+  else
+    fprintf(f, "comm       %s\n", plan_comm_name(p->comm));
   char ep_text[64] = "";
   if (plan_ep(p) > 1)
     snprintf(ep_text, sizeof ep_text, ", ep %d inside dp", plan_ep(p));

@@ -26,6 +26,9 @@ extern const enum alloc_category check_transient_order[3];
 double check_model_states_total(const struct bill *b);
 double check_transient_bytes(const struct bill *b, enum alloc_category c);
 double check_transient_total(const struct bill *b);
+/* What a rank's bill puts on its device (bill.host: a cuda plan's host memory apart): the total
+ * held against a device's memory; the whole total on the CPU. */
+double check_device_total(const struct bill *b);
 
 /* The names of the traffic prediction's collectives (bill.h, TRAFFIC_N_OPS). */
 extern const char *const check_comm_names[TRAFFIC_N_OPS];

@@ -133,6 +133,21 @@ static void write_memory_json(struct json *j, const struct plan *p, const struct
     json_int(j, (long long)b->bytes[check_bill_order[k]]);
   }
   json_key(j, "total"); json_int(j, (long long)b->total);
+  /* a plan on a device of its own: the part of each peak in host memory (bill.host), flat keys
+   * (host_<category>), and the totals of each side; the device's part of a category is the
+   * category's peak less its host_ */
+  if (!plan_on_cpu(p)) {
+    for (int k = 0; k < ALLOC_N_CATEGORIES; k++) {
+      if (!check_bill_shows(p, k))
+        continue;
+      char key[48];
+      snprintf(key, sizeof key, "host_%s", alloc_category_name(check_bill_order[k]));
+      json_key(j, key);
+      json_int(j, (long long)b->host[check_bill_order[k]]);
+    }
+    json_key(j, "host_total"); json_int(j, (long long)b->host_total);
+    json_key(j, "device_total"); json_int(j, (long long)check_device_total(b));
+  }
   json_end_object(j);
 }
 
@@ -231,7 +246,7 @@ void check_write_json(const struct plan *p, const struct cluster *cluster, struc
     json_end_array(&j);
     if (cluster) {
       double worst = 1.0;
-      for (int r = 0; r < me->pp; r++) worst = fmin(worst, 1.0 - bills[r].total / cluster->device_memory);
+      for (int r = 0; r < me->pp; r++) worst = fmin(worst, 1.0 - check_device_total(&bills[r]) / cluster->device_memory);
       json_key(&j, "device_memory"); json_number(&j, cluster->device_memory);
       json_key(&j, "fits"); json_bool(&j, worst >= 0);
       json_key(&j, "min_headroom"); json_number(&j, worst);

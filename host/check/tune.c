@@ -77,7 +77,7 @@ static int try_one(const struct plan *base, int world, const struct cluster *c, 
       if (bill_predict(&p, k, &b, err, sizeof err))
         ok = 0;
       else
-        worst = b.total > worst ? b.total : worst;
+        worst = b.total - b.host_total > worst ? b.total - b.host_total : worst; /* the device's part */
     }
     struct cost cost;
     if (ok && worst <= c->device_memory * (1.0 - headroom) && cost_predict(&p, c, &cost, err, sizeof err) == 0) {

@@ -35,6 +35,12 @@ static void set_error(const char *fmt, ...)
 
 const char *comm_error(void) { return ctx.error; }
 
+int comm_set_error(const char *msg)
+{
+  set_error("%s", msg);
+  return -1;
+}
+
 double comm_clock(void)
 {
   struct timespec ts;
@@ -502,11 +508,19 @@ int comm_all_to_all_counts(struct comm_group *g, const size_t *send_counts, size
 
 /* ---- waiting ---- */
 
+void comm_request_then(struct comm_request *req, void (*fn)(void *arg, int status), void *arg)
+{
+  req->then = fn;
+  req->then_arg = arg;
+}
+
 int comm_wait(struct comm_request **req)
 {
   if (!req || !*req)
     return 0;
   int status = wait_done(*req);
+  if ((*req)->then)
+    (*req)->then((*req)->then_arg, status);
   request_free(*req);
   *req = NULL;
   return status;

@@ -208,6 +208,11 @@ int comm_all_to_all_v(struct comm_group *g, const void *send, const size_t *send
 int comm_all_to_all_counts(struct comm_group *g, const size_t *send_counts, size_t *recv_counts,
                            struct comm_request **req);
 
+/* Work the caller attaches to a started operation, run when it ends, on the thread that ends it
+ * (comm_wait, comm_wait_all, comm_test), before the handle is freed: fn(arg, the operation's
+ * status). The staged comm of device buffers (runtime/parallel/dcomm.h) copies what a receive
+ * brought back to the device there, ordered with the caller's kernels. One per request. */
+void comm_request_then(struct comm_request *req, void (*fn)(void *arg, int status), void *arg);
 /* Ends a started operation: waits for it, frees the handle, sets *req to NULL and returns the
  * operation's status. NULL *req is a no-op. */
 int comm_wait(struct comm_request **req);
@@ -218,6 +223,9 @@ int comm_test(struct comm_request **req, int *done);
 
 /* The last operation error on this rank. */
 const char *comm_error(void);
+/* Sets it (a layer above that fails an operation before it starts: the staged comm out of host
+ * memory); returns -1. */
+int comm_set_error(const char *msg);
 
 /* Records. The step and micro-batch go into every following record. */
 void comm_set_step(long long step, int mb);

@@ -52,6 +52,8 @@ struct comm_request {
   struct comm_record rec;
   uint64_t rec_id;  /* its index in the flight recorder */
   int on_stack;     /* a blocking call's request, owned by the caller's frame */
+  void (*then)(void *arg, int status); /* comm_request_then's: run by whoever ends it */
+  void *then_arg;
   atomic_int done; /* set last, by the comm thread: the caller may spin on it without the lock */
   int status;
   char err[COMM_ERR_MAX];

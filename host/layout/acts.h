@@ -8,7 +8,15 @@
  * One walk of the buffers: the runtime (model_acts.c) allocates the areas at these sizes and binds
  * its pointers at these offsets, and the memory bill (bill.h) reads the sizes, so the bill counts
  * what is carved. The buffers are named once, in ACTS_LAYER_BUFFERS and ACTS_BUFFERS, which the
- * layout and the runtime's struct model_acts both follow. */
+ * layout and the runtime's struct model_acts both follow.
+ *
+ * Element types, stated here only (every kernel table takes them so: ops.h): every buffer is
+ * `real` (fp32: the CPU's and the CUDA kernels' float; the attention scratch too) but the bf16
+ * ones of a bf16 plan — ln1_b, o_in_b, ln2_b, down_in_b, head_in_b (the linears' inputs, as their
+ * producers write them) and dout_b (the products' output gradient) — and the ids (tokens,
+ * targets, moe_topi, moe_slot, moe_counts, moe_routed: ints). The areas' sizes n[] are in reals
+ * with those carved in, so the runtime allocates n[a] reals and the bill counts n[a] elements of
+ * the runtime's real (on the CPU, and for an fp32 cuda plan). */
 #ifndef TYCHO_LAYOUT_ACTS_H
 #define TYCHO_LAYOUT_ACTS_H
 #include <stddef.h>

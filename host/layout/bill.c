@@ -387,6 +387,11 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
   if (p->checkpoint.async && p->checkpoint.dir[0])
     out->bytes[ALLOC_CHECKPOINT] = (double)dp_snapshot_elems(r.l.n_elems, r.l.n_shard, zero) * fp32;
   for (int k = 0; k < ALLOC_N_CATEGORIES; k++) out->total += out->bytes[k];
+  if (!cpu) { /* a device of its own: what stays in host memory (bill.host) */
+    out->host[ALLOC_WORKSPACE] = batch_bytes;
+    out->host[ALLOC_CHECKPOINT] = out->bytes[ALLOC_CHECKPOINT];
+    for (int k = 0; k < ALLOC_N_CATEGORIES; k++) out->host_total += out->host[k];
+  }
   bill_held_between_steps(p, &r, c, g, slot_grads, out);
   out->n_slots = slots;
   for (int i = 0; i < r.t.n; i++) out->n_params += (long long)r.t.p[i].n_elems;

@@ -18,7 +18,11 @@
  * byte for byte what the allocator bills, and the tests hold runs to it. A device = "cuda" plan
  * is billed with its precision's sizes over the CPU's layout: params in precision.compute, grads
  * in precision.grads, AdamW's m and v in fp32 plus an fp32 master copy when the compute type is
- * not fp32, activations, comm buffers and workspace in precision.compute. Assumptions the numbers
+ * not fp32, activations, comm buffers and workspace in precision.compute. For an fp32 plan that
+ * is what the CUDA runtime allocates (the layout's buffers, acts.h, as 4-byte floats); a bf16
+ * cuda plan is refused by the runtime until the GPU keeps bf16 weight copies (a cuda plan's
+ * layout has none yet, layout/params.c), so its figures are the plan's bf16 layout. Host memory
+ * (the batch, the async snapshot) is in `host` too. Assumptions the numbers
  * carry: attention keeps its probabilities (B·heads·T²
  * per layer; no fused attention yet), evaluation and export add nothing beyond training (export
  * gathers the model on one rank: workspace there, not billed here). */
@@ -46,6 +50,14 @@ struct bill {
    * units (params), gradient buckets in flight with the tied embedding's (grads), reduce-scatter
    * outputs (comm), each at its peak. */
   double held[ALLOC_N_CATEGORIES];
+  /* Of bytes[k], what a plan on a device with memory of its own (device = "cuda") keeps in host
+   * memory, billed to the host (alloc.h: alloc_host_bytes): the async checkpoint's snapshot, the
+   * trainer's batch (token ids, targets, sample indices: workspace the host fills); the rest of
+   * bytes[k] is the device's (parameters, gradients, optimizer state, activations, the layout's
+   * workspace, comm buffers). host_total: their Σ. All 0 on the CPU, whose memory is all the
+   * host's, one bill. Not counted: host views of device memory (hostview.h), transient staging. */
+  double host[ALLOC_N_CATEGORIES];
+  double host_total;
 };
 
 /* The collectives of one training step on a rank's groups, as the comm layer counts them (calls

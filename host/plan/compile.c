@@ -457,11 +457,12 @@ static int read_plan(struct reader *r, struct tbl *root, int world)
   static const char *const known[] = { "name", "model", "mesh", "stages", "virtual_stages", "tp_split",
                                        "sequence_parallel", "recompute", "zero", "zero_every", "bucket_mb", "schedule", "batch",
                                        "precision", "optimizer", "lr_schedule", "seeds", "data", "init",
-                                       "export", "train", "checkpoint", "log", "device", NULL };
+                                       "export", "train", "checkpoint", "log", "device", "comm", NULL };
   if (compile_check_fields(r, root, known, "plan") || compile_read_field(r, root, "name", NULL) || read_model(r, root) ||
       read_mesh(r, root, world) || compile_read_field(r, root, "virtual_stages", NULL) ||
       compile_read_field(r, root, "sequence_parallel", NULL) || compile_read_field(r, root, "zero", NULL) ||
       read_zero_every(r, root) || compile_read_field(r, root, "bucket_mb", NULL) || read_device(r, root) ||
+      compile_read_field(r, root, "comm", NULL) ||
       read_simple_sections(r, root))
     return -1;
   if (compile_read_stages(r, root) || compile_read_tp_split(r, root) || compile_read_recompute(r, root))

@@ -21,6 +21,7 @@
 
 static const char *const families[] = { "llama", NULL };
 static const char *const devices[] = { "auto", "cpu", "cuda", NULL };
+static const char *const comms[] = { "auto", "staged", "mpi", "nccl", NULL }; /* enum plan_comm */
 static const char *const schedules[] = { "gpipe", "1f1b", "interleaved", NULL };
 static const char *const dtypes[] = { "fp32", "bf16", "fp16", NULL };
 static const char *const opt_kinds[] = { "adamw", NULL };
@@ -85,6 +86,8 @@ const struct plan_field plan_fields[] = {
   { "precision.master", PLAN_FIELD_ENUM, AT(precision.master), 0, 0, 0, dtypes, PLAN_FP32, NULL, EQ(25) },
   /* not compared: a checkpoint may move between devices */
   { "device", PLAN_FIELD_ENUM, AT(device), 0, 0, 0, devices, PLAN_DEVICE_AUTO, NULL, FREE },
+  /* not compared: staged and direct collectives move the same bits */
+  { "comm", PLAN_FIELD_ENUM, AT(comm), 0, 0, 0, comms, PLAN_COMM_AUTO, NULL, FREE },
   /* torch.optim.AdamW's defaults, and Megatron's default clipping at 1.0 */
   { "optimizer.kind", PLAN_FIELD_NAME, AT(optimizer.kind), 0, 0, 0, opt_kinds, 0, "adamw", EQ(12) },
   { "optimizer.lr", PLAN_FIELD_NUMBER, AT(optimizer.lr), 0, INF, LO | FIN | LIVE, NULL, 1e-3, NULL, EQ(13) },

@@ -144,6 +144,12 @@ const char *plan_device_name(enum plan_device d)
   return (unsigned)d < 3 ? names[d] : "?";
 }
 
+const char *plan_comm_name(enum plan_comm c)
+{
+  static const char *const names[] = { "auto", "staged", "mpi", "nccl" };
+  return (unsigned)c < 4 ? names[c] : "?";
+}
+
 int plan_on_cpu(const struct plan *p)
 {
   return p->device != PLAN_DEVICE_CUDA; /* auto as written; the trainer resolves it at open */

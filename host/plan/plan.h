@@ -47,6 +47,12 @@ enum plan_seed { PLAN_SEED_MODEL, PLAN_SEED_DATA, PLAN_SEED_DROPOUT, PLAN_N_SEED
  * element sizes; `run` refuses it, naming why, without the backend or a device). Not compared on
  * resume: a checkpoint may move between devices. */
 enum plan_device { PLAN_DEVICE_AUTO, PLAN_DEVICE_CPU, PLAN_DEVICE_CUDA };
+/* How collectives reach the model's memory (runtime/parallel/dcomm.h): "mpi" hands the buffers
+ * to MPI as they are (memory the host can see only), "staged" copies them through host staging
+ * buffers (any memory, any number of ranks per device), "nccl" is the NCCL backend (not built
+ * yet: refused), "auto" (the default) mpi where the host can see the memory, else staged. The
+ * trainer resolves it at open; `check` shows it. Not compared on resume: the bits are the same. */
+enum plan_comm { PLAN_COMM_AUTO, PLAN_COMM_STAGED, PLAN_COMM_MPI, PLAN_COMM_NCCL };
 /* zero_every.grads / .params: how often ZeRO reduce-scatters the gradients (zero ≥ 2) and
  * gathers the parameters (zero 3) within a step: for every micro-batch's backward (and, for the
  * parameters, its forward), or once per step (docs/plans.md). */
@@ -128,6 +134,7 @@ struct plan {
   int sequence_parallel;
   int tp_split_is_function, recompute_is_function, stages_is_function;
   enum plan_device device;    /* as written ("auto" unless given); plan_on_cpu resolves it */
+  enum plan_comm comm;        /* as written ("auto" unless given); the trainer resolves it */
 
   int zero;
   struct {
@@ -224,6 +231,7 @@ const char *plan_decay_name(enum plan_decay d);
 const char *plan_axis_name(enum plan_axis a);
 const char *plan_seed_name(enum plan_seed s);
 const char *plan_device_name(enum plan_device d);
+const char *plan_comm_name(enum plan_comm c);
 /* 1 when the plan's figures are this build's CPU runtime's: device "cpu", or "auto" as written
  * (a trainer that finds a CUDA device makes its own copy "cuda"; `check` describes auto as the
  * CPU, saying why); 0 for "cuda". */

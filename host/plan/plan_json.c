@@ -179,6 +179,8 @@ void plan_json(const struct plan *p, struct json *j)
   if (p->device != PLAN_DEVICE_AUTO) { /* only when given: plans without it keep their hash */
     plan_field_json(plan_field_find("device"), p, j);
   }
+  if (p->comm != PLAN_COMM_AUTO) /* likewise */
+    plan_field_json(plan_field_find("comm"), p, j);
 
   json_key(j, "optimizer");
   json_begin_object(j);

@@ -208,11 +208,11 @@ static struct addrinfo *resolve(const struct link_addr *a, int passive, char *er
   return res;
 }
 
-int link_listen_addr(const struct link_addr *a, char *err, size_t err_size)
+/* A TCP socket bound and listening (passive) or connected to a's address: the first of its
+ * resolved addresses that works. The fd, or −1 with err. */
+static int tcp_open(const struct link_addr *a, int passive, char *err, size_t err_size)
 {
-  if (!a->tcp)
-    return link_listen_unix(a->path, err, err_size);
-  struct addrinfo *res = resolve(a, 1, err, err_size);
+  struct addrinfo *res = resolve(a, passive, err, err_size);
   if (!res)
     return -1;
   int fd = -1, e = 0;
@@ -223,8 +223,9 @@ int link_listen_addr(const struct link_addr *a, char *err, size_t err_size)
       continue;
     }
     int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, r->ai_addr, r->ai_addrlen) || listen(fd, 16)) {
+    if (passive)
+      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (passive ? bind(fd, r->ai_addr, r->ai_addrlen) || listen(fd, 16) : connect(fd, r->ai_addr, r->ai_addrlen)) {
       e = errno;
       close(fd);
       fd = -1;
@@ -232,32 +233,16 @@ int link_listen_addr(const struct link_addr *a, char *err, size_t err_size)
   }
   freeaddrinfo(res);
   if (fd < 0)
-    return errf(err, err_size, "%s:%d: cannot listen: %s", a->host, a->port, strerror(e));
+    return errf(err, err_size, "%s:%d: cannot %s: %s", a->host, a->port, passive ? "listen" : "connect", strerror(e));
   return fd;
+}
+
+int link_listen_addr(const struct link_addr *a, char *err, size_t err_size)
+{
+  return a->tcp ? tcp_open(a, 1, err, err_size) : link_listen_unix(a->path, err, err_size);
 }
 
 int link_connect_addr(const struct link_addr *a, char *err, size_t err_size)
 {
-  if (!a->tcp)
-    return link_connect_unix(a->path, err, err_size);
-  struct addrinfo *res = resolve(a, 0, err, err_size);
-  if (!res)
-    return -1;
-  int fd = -1, e = 0;
-  for (struct addrinfo *r = res; r && fd < 0; r = r->ai_next) {
-    fd = socket(r->ai_family, r->ai_socktype | SOCK_CLOEXEC, r->ai_protocol);
-    if (fd < 0) {
-      e = errno;
-      continue;
-    }
-    if (connect(fd, r->ai_addr, r->ai_addrlen)) {
-      e = errno;
-      close(fd);
-      fd = -1;
-    }
-  }
-  freeaddrinfo(res);
-  if (fd < 0)
-    return errf(err, err_size, "%s:%d: cannot connect: %s", a->host, a->port, strerror(e));
-  return fd;
+  return a->tcp ? tcp_open(a, 0, err, err_size) : link_connect_unix(a->path, err, err_size);
 }

@@ -8,6 +8,13 @@
  * from_host (its host buffer may be reused on return), mem_alloc and mem_free, and sumsq (which
  * returns a value).
  *
+ * Math modes. The context's cuBLAS handle is in CUBLAS_PEDANTIC_MATH: the fp32 products
+ * (cublasSgemm) compute in fp32, never TF32, so the exactness tests hold the CPU's bounds. The bf16
+ * products (cublasGemmEx: bf16 operands, fp32 output, CUBLAS_COMPUTE_32F) switch the handle to
+ * CUBLAS_DEFAULT_MATH for their call only, which lets cuBLAS run them on tensor cores (fp32
+ * accumulation), and put it back to pedantic after; a bf16 product's bits may then differ from
+ * the CPU's by the accumulation order (the bf16 bound), an fp32 product's never depend on it.
+ *
  * Errors. Kernel entries return nothing (ops.h), so a failed CUDA, cuBLAS or NCCL call records
  * the first failure in the context, with file:line, the call and the library's message, and the
  * entry returns; the status entry (cuda_status) hands it to the runtime, which stops the step

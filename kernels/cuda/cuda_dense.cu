@@ -6,8 +6,9 @@
  * yᵀ (OC, BT) = op_T(W as (IC, OC), ld IC) · (x as (IC, BT), ld IC), and likewise for the two
  * backward products (comments at each call). fp32 through cublasSgemm on the context's handle,
  * which is in CUBLAS_PEDANTIC_MATH (no TF32); bf16 through cublasGemmEx with CUDA_R_16BF operands,
- * CUDA_R_32F output and CUBLAS_COMPUTE_32F. cuBLAS gives the same bits for the same problem on the
- * same device and library (no atomics in gemm).
+ * CUDA_R_32F output and CUBLAS_COMPUTE_32F, each call in CUBLAS_DEFAULT_MATH (tensor cores) and the
+ * handle put back in the pedantic mode after it (cuda_backend.h, "Math modes"). cuBLAS gives the
+ * same bits for the same problem on the same device and library (no atomics in gemm).
  *
  * RoPE. One thread per rotated pair; the products and sums with __fmul_rn / __fadd_rn so that
  * nvcc does not contract them into FMAs (the CPU builds with -ffp-contract=off); the table is
@@ -98,8 +99,15 @@ static int gemm_bf16(struct cuda_ctx *c, cublasOperation_t ta, cublasOperation_t
                      size_t err_size)
 {
   const float one = 1.0f;
-  const cublasStatus_t s = cublasGemmEx(c->blas, ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb,
-                                        &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  /* tensor cores for this product only: the fp32 products stay pedantic (the mode is the handle's,
+   * a host-side setting: no synchronisation) */
+  cublasStatus_t s = cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
+  if (s == CUBLAS_STATUS_SUCCESS) {
+    s = cublasGemmEx(c->blas, ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &beta, C,
+                     CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    const cublasStatus_t back = cublasSetMathMode(c->blas, CUBLAS_PEDANTIC_MATH);
+    s = s == CUBLAS_STATUS_SUCCESS ? back : s;
+  }
   if (s == CUBLAS_STATUS_SUCCESS)
     return 0;
   /* this call's message in err (the context keeps its first failure, which may be older) */

@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "check/check.h"
+#include "layout/supported.h"
 #include "lua/srcmap.h"
 #include "mesh/mesh.h"
 #include "plan/compile.h"
@@ -147,6 +148,45 @@ static void test_set_overrides(void)
   CHECK_STR_CONTAINS(plan_where(&p, "mesh.tp"), "--set mesh.tp=4");
   CHECK_STR_CONTAINS(plan_where(&p, "mesh.pp"), "llama2_7b.lua:");
   plan_free(&p);
+}
+
+/* comm: "auto" unless given, each name as written; only a comm that is not "auto" enters the plan
+ * JSON (plans without it keep their hash); "nccl" is refused by the runtime's rules (no NCCL
+ * backend in this build), the others pass them; an unknown value is refused naming the choices. */
+static void test_comm_field(void)
+{
+  char path[1200], err[2048];
+  struct plan p;
+  path_of(path, sizeof path, "plans/tiny.lua");
+  CHECK(compile_with(path, 1, NULL, 0, &p, err, sizeof err) == 0);
+  CHECK(p.comm == PLAN_COMM_AUTO && trainer_plan_supported(&p, err, sizeof err) == 0);
+  const uint64_t h_auto = plan_hash(&p);
+  plan_free(&p);
+  const char *names[] = { "auto", "staged", "mpi", "nccl" };
+  for (int c = PLAN_COMM_AUTO; c <= PLAN_COMM_NCCL; c++) {
+    char set[32];
+    snprintf(set, sizeof set, "comm=%s", names[c]);
+    const char *sets[] = { set };
+    CHECK(compile_with(path, 1, sets, 1, &p, err, sizeof err) == 0);
+    CHECK((int)p.comm == c && strcmp(plan_comm_name(p.comm), names[c]) == 0);
+    CHECK(c == PLAN_COMM_AUTO ? plan_hash(&p) == h_auto : plan_hash(&p) != h_auto);
+    struct strbuf b;
+    sb_init(&b);
+    check_write_json(&p, NULL, &b);
+    char field[48];
+    snprintf(field, sizeof field, "\"comm\":\"%s\"", names[c]);
+    CHECK(!b.failed && b.s && (strstr(b.s, field) != NULL) == (c != PLAN_COMM_AUTO));
+    sb_free(&b);
+    err[0] = '\0';
+    CHECK((trainer_plan_supported(&p, err, sizeof err) != 0) == (c == PLAN_COMM_NCCL));
+    if (c == PLAN_COMM_NCCL)
+      CHECK_STR_CONTAINS(err, "--set comm=nccl: comm = \"nccl\": not available in this build (there is no NCCL "
+                              "backend yet); use \"staged\" (or \"auto\")");
+    plan_free(&p);
+  }
+  const char *bad[] = { "comm=gloo" };
+  CHECK(compile_with(path, 1, bad, 1, &p, err, sizeof err) != 0);
+  CHECK_STR_CONTAINS(err, "comm = \"gloo\": must be one of \"auto\", \"staged\", \"mpi\", \"nccl\"");
 }
 
 /* device: "auto" unless given; "cpu" and "cuda" as written (plan file or --set); the shipped GPU
@@ -919,6 +959,7 @@ int main(void)
     TEST(test_llama_parameter_counts),
     TEST(test_set_overrides),
     TEST(test_device_field),
+    TEST(test_comm_field),
     TEST(test_function_fields),
     TEST(test_extend_merges_deeply_and_replaces_lists),
     TEST(test_hash_is_stable_and_sensitive),

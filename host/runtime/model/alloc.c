@@ -1,7 +1,11 @@
 /* The runtime allocator: blocks come from their device's hooks, and a table keyed by address
  * (open addressing, linear probing, deletion by shifting back) records each block's size,
  * category and device, so alloc_free can take it off the right bill without the caller
- * repeating any of them and without writing into device memory. */
+ * repeating any of them and without writing into device memory. A device with a zero hook keeps
+ * the blocks freed on it in a cache of idle blocks (alloc.h, "The cache"), one array per device,
+ * searched from its end for a block of the class asked for (LIFO: the block freed last is the
+ * likeliest to be asked for again); a step frees and asks for tens to hundreds of blocks, so a
+ * scan costs nothing beside a kernel launch. */
 #include "runtime/model/alloc.h"
 
 #include "ops.h"
@@ -12,12 +16,20 @@
 
 enum { ALLOC_ALIGN = 64 };
 
+/* A cached block: its address and its class size (what the device's alloc hook was asked for). */
+struct idle_block {
+  void *at;
+  size_t n_bytes;
+};
+
 struct device_state {
   int used;
   struct alloc_device hooks;
   struct alloc_bill bill;
   size_t limit_bytes;                  /* 0: none */
   size_t reserved[ALLOC_N_CATEGORIES]; /* Σ of the reservations held */
+  struct idle_block *idle;             /* the cache: blocks freed, kept for reuse */
+  size_t n_idle, cap_idle, idle_bytes; /* idle_bytes: Σ of their class sizes */
 };
 
 /* Host memory is the CPU backend's (zeroed, 64-byte aligned). */
@@ -109,6 +121,73 @@ static void table_remove(struct block_entry *e)
   }
 }
 
+/* ---- the cache ---- */
+
+/* The size a cached device allocates a request of n_bytes at: whole ALLOC_CLASS_BYTES. */
+static size_t class_bytes(size_t n_bytes)
+{
+  const size_t n = n_bytes ? n_bytes : 1;
+  return (n + ALLOC_CLASS_BYTES - 1) / ALLOC_CLASS_BYTES * ALLOC_CLASS_BYTES;
+}
+
+static int cached(const struct device_state *d)
+{
+  return d->hooks.zero != NULL;
+}
+
+/* An idle block of class size n_bytes, taken out of the cache; NULL when there is none. */
+static void *cache_take(struct device_state *d, size_t n_bytes)
+{
+  for (size_t i = d->n_idle; i-- > 0;)
+    if (d->idle[i].n_bytes == n_bytes) {
+      void *at = d->idle[i].at;
+      d->idle[i] = d->idle[--d->n_idle];
+      d->idle_bytes -= n_bytes;
+      return at;
+    }
+  return NULL;
+}
+
+/* Keeps a block for reuse; gives it back to the device when the cache cannot grow. */
+static void cache_put(struct device_state *d, void *at, size_t n_bytes)
+{
+  if (d->n_idle == d->cap_idle) {
+    const size_t cap = d->cap_idle ? 2 * d->cap_idle : 64;
+    struct idle_block *t = realloc(d->idle, cap * sizeof *t);
+    if (!t) {
+      d->hooks.free(d->hooks.ctx, at);
+      return;
+    }
+    d->idle = t;
+    d->cap_idle = cap;
+  }
+  d->idle[d->n_idle++] = (struct idle_block){ at, n_bytes };
+  d->idle_bytes += n_bytes;
+}
+
+static void cache_release(struct device_state *d)
+{
+  for (size_t i = 0; i < d->n_idle; i++) d->hooks.free(d->hooks.ctx, d->idle[i].at);
+  free(d->idle);
+  d->idle = NULL;
+  d->n_idle = d->cap_idle = d->idle_bytes = 0;
+}
+
+void alloc_release_cache(int id)
+{
+  if (id >= 0 && id < ALLOC_MAX_DEVICES && devices[id].used)
+    cache_release(&devices[id]);
+}
+
+int alloc_device_cache(int id, size_t *n_blocks, size_t *n_bytes)
+{
+  if (id < 0 || id >= ALLOC_MAX_DEVICES || !devices[id].used)
+    return -1;
+  *n_blocks = devices[id].n_idle;
+  *n_bytes = devices[id].idle_bytes;
+  return 0;
+}
+
 /* ---- devices ---- */
 
 int alloc_device_add(const struct alloc_device *device)
@@ -133,6 +212,7 @@ int alloc_device_remove(int id)
   for (int k = 0; k < ALLOC_N_CATEGORIES; k++)
     if (devices[id].reserved[k])
       return -1;
+  cache_release(&devices[id]);
   devices[id].used = 0;
   return 0;
 }
@@ -236,7 +316,19 @@ static void *alloc_on(int device, enum alloc_category category, size_t n_bytes)
     fail_after--;
   if (2 * (table_n + 1) > table_cap && table_grow())
     return NULL;
-  void *block = d->hooks.alloc(d->hooks.ctx, n_bytes);
+  void *block = NULL;
+  if (cached(d)) { /* a block of its class from the cache, zeroed on the device as alloc's would be */
+    const size_t cls = class_bytes(n_bytes);
+    if ((block = cache_take(d, cls))) {
+      if (n_bytes)
+        d->hooks.zero(d->hooks.ctx, block, n_bytes);
+    } else if (!(block = d->hooks.alloc(d->hooks.ctx, cls)) && d->n_idle) {
+      cache_release(d); /* the device is full, perhaps of idle blocks: give them back, try once more */
+      block = d->hooks.alloc(d->hooks.ctx, cls);
+    }
+  } else {
+    block = d->hooks.alloc(d->hooks.ctx, n_bytes);
+  }
   if (!block)
     return NULL;
   size_t j = slot_of(block, table_cap);
@@ -298,8 +390,15 @@ void alloc_free(void *block)
   b->n_bytes[e->category] -= e->n_bytes;
   b->total_bytes -= e->n_bytes;
   b->n_live--;
+  const size_t n_bytes = e->n_bytes;
   table_remove(e);
-  d->hooks.free(d->hooks.ctx, block);
+  if (!cached(d)) {
+    d->hooks.free(d->hooks.ctx, block);
+    return;
+  }
+  cache_put(d, block, class_bytes(n_bytes));
+  if (!b->n_live) /* nothing of the runtime's left there (its trainers closed): the device gets it all back */
+    cache_release(d);
 }
 
 const struct alloc_bill *alloc_bill(void)

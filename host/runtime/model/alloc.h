@@ -12,6 +12,27 @@
  * gives host memory (staging, the trainer's token ids). On the CPU backend the current device is
  * the host, so every block is billed to one bill, as before.
  *
+ * The cache. A device with a zero hook (runtime_use_backend gives every backend whose memory is
+ * not the host's one: its mem_alloc, mem_free and zero) keeps the blocks freed on it instead of
+ * handing them back: a later request of the same size class takes one (zeroed through the zero
+ * hook, ordered on the device like any entry, so without a synchronisation), so a training step,
+ * which asks for the same sizes every step (ZeRO's gathered units, gradient buckets,
+ * reduce-scatter outputs), calls the device's alloc and free hooks not at all once the first
+ * steps have filled the cache (on CUDA cudaMalloc and cudaFree each synchronise the device). The
+ * cache goes back to the device (its free hook, block by block) when the device's last live
+ * block is freed (its trainers closed), when alloc_release_cache is called, when the device is
+ * removed, and when the device's alloc hook fails: then the whole cache is given back and the
+ * allocation tried once more. Size classes: whole ALLOC_CLASS_BYTES (512 B), an exact-size reuse
+ * in effect, since the runtime's sizes come from its layout and repeat exactly from step to step;
+ * classes in powers of two would waste up to a quarter of every block (of the parameters' and the
+ * optimizer's too, allocated once) for reuse between sizes that a step does not need. The host
+ * has no zero hook: host memory is not cached (malloc does not synchronise anything).
+ *
+ * What the bill counts: the bytes the runtime holds, block by block as asked for (not rounded to
+ * the class), as before; the cache's idle blocks and the classes' rounding are not in it
+ * (alloc_device_cache reports them), nor in the cap of alloc_set_limit. What the device holds is
+ * the bill's bytes in use plus that slack.
+ *
  * Not thread-safe: allocate from the thread that drives the run, never from inside a parallel
  * region. */
 #ifndef TYCHO_RUNTIME_ALLOC_H
@@ -37,7 +58,11 @@ struct alloc_device {
   void *(*alloc)(void *ctx, size_t n_bytes);
   void (*free)(void *ctx, void *block);
   void *ctx;
+  /* NULL: blocks go back to free at once. Else the device is cached (above), and zero(ctx, block,
+   * n_bytes) zeroes the first n_bytes of a block it reuses (the backend's zero entry). */
+  void (*zero)(void *ctx, void *block, size_t n_bytes);
 };
+enum { ALLOC_CLASS_BYTES = 512 }; /* a cached device's blocks are whole multiples of this */
 enum { ALLOC_HOST = 0, ALLOC_MAX_DEVICES = 8 };
 /* Adds a device (the hooks are copied; name must outlive it). Its id, or −1 when there are
  * ALLOC_MAX_DEVICES already. */
@@ -85,6 +110,13 @@ void alloc_unreserve(const size_t bytes[ALLOC_N_CATEGORIES]);
 /* Frees a block from alloc_bytes or alloc_host_bytes (on whichever device) and takes it off
  * that device's bill; NULL is ignored. */
 void alloc_free(void *block);
+
+/* Gives device id's cache back to it (the free hook for each idle block); nothing for an uncached
+ * device or one without idle blocks. */
+void alloc_release_cache(int id);
+/* The idle blocks device id's cache holds and their bytes (class sizes); −1 when there is no such
+ * device. */
+int alloc_device_cache(int id, size_t *n_blocks, size_t *n_bytes);
 
 /* The current device's bill; alloc_device_bill(id) any device's (NULL when there is none). */
 const struct alloc_bill *alloc_bill(void);

@@ -23,7 +23,8 @@ int runtime_use_backend(const struct kernel_ops *ops, void *ctx)
         known[i].ctx == ctx && alloc_device_name(known[i].id))
       id = known[i].id;
   if (id < 0) {
-    const struct alloc_device dev = { ops->name, ops->mem_alloc, ops->mem_free, ctx };
+    /* cached (alloc.h): the step's blocks are reused, not allocated and freed on the device */
+    const struct alloc_device dev = { ops->name, ops->mem_alloc, ops->mem_free, ctx, ops->zero };
     if ((id = alloc_device_add(&dev)) < 0)
       return -1;
     int slot = 0;

@@ -8,8 +8,9 @@
 #include "ops.h"
 
 /* Makes (ops, ctx) the backend from now on; ops NULL goes back to the CPU. A table that is not
- * host_visible gets a device built from its mem_alloc/mem_free and ctx (the same device again
- * when those are the same as an earlier call's), made the allocator's current device. 0, or −1
+ * host_visible gets a device built from its mem_alloc/mem_free and ctx, cached through its zero
+ * (alloc.h; the same device again when those are the same as an earlier call's), made the
+ * allocator's current device. 0, or −1
  * when no device can be added (nothing changed then). */
 int runtime_use_backend(const struct kernel_ops *ops, void *ctx);
 /* Forgets the device runtime_use_backend made for (ops, ctx), before ctx goes: it is taken off

@@ -99,6 +99,7 @@ struct model_tp {
   int size, rank;
   const struct kernel_ops *k; /* the model's kernel table and context: staging copies */
   void *kctx;
+  int comm_staged;           /* the model's: its collectives go through host staging (dcomm.h) */
   struct tp_layer_layout *layers; /* (L) */
   struct tp_layer_layout io;      /* embedding and head splits, home layout */
   struct fault *fault;       /* where a failed collective is recorded: the trainer's, or NULL
@@ -115,6 +116,8 @@ struct model {
   struct plan_model config;  /* head_dim and vocab_padded filled in */
   const struct kernel_ops *k; /* the kernel table, selected when the table was built */
   void *kctx;                /* its execution context (NULL on the CPU) */
+  int comm_staged;           /* 1: collectives on its memory go through host staging buffers
+                              * (runtime/parallel/dcomm.h; the trainer sets it from plan.comm) */
   int device;                /* the allocator's device its memory lives on (alloc.h; the host on
                               * the CPU), current when the table was built */
   struct model_tp tp;

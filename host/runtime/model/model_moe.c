@@ -7,6 +7,7 @@
 
 #include "runtime/model/model.h"
 #include "comm/comm.h"
+#include "runtime/parallel/dcomm.h"
 #include "runtime/model/hostview.h"
 
 size_t model_moe_rows(const struct model *m, int B, int T)
@@ -160,7 +161,7 @@ static void ep_experts_forward(struct model *m, struct model_acts *a, int layer,
     return;
   }
   ep_sizes(m, sent, la->moe_rows, send_n, recv_n);
-  if (comm_all_to_all_v(m->ep.group, send, send_n, la->moe_xr, recv_n, COMM_REAL, NULL)) {
+  if (dcomm_all_to_all_v(DCOMM_OF(m), m->ep.group, send, send_n, la->moe_xr, recv_n, COMM_REAL, NULL)) {
     ep_failed(m, "the dispatch");
     return;
   }
@@ -171,7 +172,7 @@ static void ep_experts_forward(struct model *m, struct model_acts *a, int layer,
       experts_forward(m, layer, la, m->ep.rank * El + j, n, la->moe_xr + at * C, a->moe_yr + at * C, at);
       at += (size_t)n;
     }
-  if (comm_all_to_all_v(m->ep.group, a->moe_yr, recv_n, P > 0 ? a->moe_pad : la->moe_ye, send_n, COMM_REAL,
+  if (dcomm_all_to_all_v(DCOMM_OF(m), m->ep.group, a->moe_yr, recv_n, P > 0 ? a->moe_pad : la->moe_ye, send_n, COMM_REAL,
                         NULL)) {
     ep_failed(m, "the combine");
     return;
@@ -193,7 +194,7 @@ static void ep_experts_backward(struct model *m, struct model_acts *a, int layer
     pad_rows(m, a->moe_pad, a->moe_dye, counts, P, 0);
     send = a->moe_pad;
   }
-  if (comm_all_to_all_v(m->ep.group, send, send_n, a->moe_dyr, recv_n, COMM_REAL, NULL)) {
+  if (dcomm_all_to_all_v(DCOMM_OF(m), m->ep.group, send, send_n, a->moe_dyr, recv_n, COMM_REAL, NULL)) {
     ep_failed(m, "the combine's backward");
     return;
   }
@@ -205,7 +206,7 @@ static void ep_experts_backward(struct model *m, struct model_acts *a, int layer
                        la->moe_xr + at * C, at);
       at += (size_t)n;
     }
-  if (comm_all_to_all_v(m->ep.group, a->moe_dxr, recv_n, P > 0 ? a->moe_pad : a->moe_dxe, send_n, COMM_REAL,
+  if (dcomm_all_to_all_v(DCOMM_OF(m), m->ep.group, a->moe_dxr, recv_n, P > 0 ? a->moe_pad : a->moe_dxe, send_n, COMM_REAL,
                         NULL)) {
     ep_failed(m, "the dispatch's backward");
     return;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "runtime/parallel/dcomm.h"
 #include "ops.h"
 #include "runtime/model/alloc.h"
 #include "runtime/parallel/dp.h"
@@ -39,7 +40,7 @@ int dp_all_reduce(struct dp *d, int b, real *buf, size_t n_elems, struct comm_re
   struct comm_group *g = dp_bucket_group(d, b);
   if (!g || g->size == 1) /* a group of one: nothing to move */
     return 0;
-  return comm_all_reduce(g, buf, buf, n_elems, COMM_REAL, COMM_SUM, req)
+  return dcomm_all_reduce(DCOMM_OF(d->model), g, buf, buf, n_elems, COMM_REAL, COMM_SUM, req)
            ? dp_fail(d, "gradient all-reduce") : 0;
 }
 
@@ -53,7 +54,7 @@ int dp_all_gather(struct dp *d, int b, const real *send, real *recv, size_t n_el
       d->model->k->copy(d->model->kctx, recv, send, n_elems * sizeof(real));
     return 0;
   }
-  return comm_all_gather(g, send, recv, n_elems, COMM_REAL, req)
+  return dcomm_all_gather(DCOMM_OF(d->model), g, send, recv, n_elems, COMM_REAL, req)
            ? dp_fail(d, "parameter all-gather") : 0;
 }
 
@@ -66,7 +67,7 @@ int dp_reduce_scatter(struct dp *d, int b, const real *send, real *recv, size_t 
     d->model->k->copy(d->model->kctx, recv, send, n_elems * sizeof(real));
     return 0;
   }
-  return comm_reduce_scatter(g, send, recv, n_elems, COMM_REAL, COMM_SUM, req)
+  return dcomm_reduce_scatter(DCOMM_OF(d->model), g, send, recv, n_elems, COMM_REAL, COMM_SUM, req)
            ? dp_fail(d, "gradient reduce-scatter") : 0;
 }
 
@@ -272,7 +273,7 @@ int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, siz
     if (comm_agree_err(m->tp.group, all ? 0 : -1, msg, sizeof msg, COMM_AGREE_NAME_RANK)) { /* before the gather, over the tp group */
       fault_set(FAULT_OF(d), FAULT_LEVEL_DP, "%.500s", msg);
       rc = errf(err, err_size, "%s", FAULT_OF(d)->msg);
-    } else if (comm_all_gather(m->tp.group, full, all, m->n_elems, COMM_REAL, NULL))
+    } else if (dcomm_all_gather(DCOMM_OF(m), m->tp.group, full, all, m->n_elems, COMM_REAL, NULL))
       rc = errf(err, err_size, "all-gather of the tensor-parallel shards: %s", comm_error());
   }
   const int pp = d->pp_group ? d->pp_group->size : 1;
@@ -313,7 +314,7 @@ int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, siz
       hostview_close(m->k, m->kctx, whole->params[i].data, w, n_whole, !rc);
     }
     if (!rc && ep > 1) { /* each rank's experts, zero elsewhere: summed over the ep group */
-      if (comm_all_reduce(m->ep.group, whole->param_memory, whole->param_memory, whole->n_elems,
+      if (dcomm_all_reduce(DCOMM_OF(m), m->ep.group, whole->param_memory, whole->param_memory, whole->n_elems,
                           COMM_REAL, COMM_SUM, NULL))
         rc = errf(err, err_size, "all-reduce of the expert-parallel ranks' experts: %s", comm_error());
     }
@@ -324,7 +325,7 @@ int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, siz
       return 0;
     }
     if (!rc && pp > 1) { /* each stage's parameters, zero elsewhere: summed, they are the model */
-      if (comm_all_reduce(d->pp_group, whole->param_memory, whole->param_memory, whole->n_elems,
+      if (dcomm_all_reduce(DCOMM_OF(m), d->pp_group, whole->param_memory, whole->param_memory, whole->n_elems,
                           COMM_REAL, COMM_SUM, NULL))
         rc = errf(err, err_size, "all-reduce of the pipeline stages' parameters: %s", comm_error());
     }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "runtime/parallel/dcomm.h"
 #include "ops.h"
 #include "runtime/model/alloc.h"
 #include "runtime/parallel/dp.h"
@@ -447,7 +448,7 @@ static int embed_sum(struct dp *d, struct comm_group *embed)
     at = d->shard_grads + k->shard_offset;
     n = k->share;
   }
-  if (comm_all_reduce(embed, at, at, n, COMM_REAL, COMM_SUM, NULL))
+  if (dcomm_all_reduce(DCOMM_OF(d->model), embed, at, at, n, COMM_REAL, COMM_SUM, NULL))
     return dp_fail(d, "all-reduce of the tied embedding's gradient");
   return 0;
 }

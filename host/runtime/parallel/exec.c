@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "runtime/parallel/dcomm.h"
 #include "runtime/model/alloc.h"
 #include "runtime/parallel/dp.h"
 #include "runtime/model/model.h"
@@ -276,7 +277,7 @@ double exec_step(struct exec *pp, int (*optimizer)(void *ctx, double loss), void
       break;
     case SCHED_SEND_ACT:
       sl = slot_of(pp, in->stage, in->mb);
-      if (comm_send(pp->group, sl->acts->residual[pp->in_index[in->stage] + p->stages[in->stage].n_layers],
+      if (dcomm_send(DCOMM_OF(m), pp->group, sl->acts->residual[pp->in_index[in->stage] + p->stages[in->stage].n_layers],
                     n_boundary, COMM_REAL, in->peer, &sl->send_act))
         failed(pp, "send of activations");
       break;
@@ -285,19 +286,19 @@ double exec_step(struct exec *pp, int (*optimizer)(void *ctx, double loss), void
         i = list->n;
         break;
       }
-      if (comm_recv(pp->group, sl->acts->residual[pp->in_index[in->stage + 1]], n_boundary, COMM_REAL,
+      if (dcomm_recv(DCOMM_OF(m), pp->group, sl->acts->residual[pp->in_index[in->stage + 1]], n_boundary, COMM_REAL,
                     in->peer, &sl->recv))
         failed(pp, "receive of activations");
       break;
     case SCHED_SEND_GRAD:
       sl = slot_of(pp, in->stage, in->mb);
-      if (comm_send(pp->group, sl->grad, n_boundary, COMM_REAL, in->peer, &sl->send_grad))
+      if (dcomm_send(DCOMM_OF(m), pp->group, sl->grad, n_boundary, COMM_REAL, in->peer, &sl->send_grad))
         failed(pp, "send of gradients");
       sl->stage = sl->mb = -1;
       break;
     case SCHED_RECV_GRAD:
       sl = slot_of(pp, in->stage - 1, in->mb);
-      if (comm_recv(pp->group, sl->grad, n_boundary, COMM_REAL, in->peer, &sl->recv))
+      if (dcomm_recv(DCOMM_OF(m), pp->group, sl->grad, n_boundary, COMM_REAL, in->peer, &sl->recv))
         failed(pp, "receive of gradients");
       break;
     case SCHED_REDUCE_GRADS:
@@ -339,7 +340,8 @@ double exec_forward(struct exec *pp, const int *tokens, const int *targets, int 
     const struct plan_stage *st = &p->stages[s];
     if (st->pp_rank != pp->rank)
       continue;
-    if (s > 0 && comm_recv(pp->group, a->residual[pp->in_index[s]], n, COMM_REAL, p->stages[s - 1].pp_rank, NULL))
+    if (s > 0 && dcomm_recv(DCOMM_OF(t->model), pp->group, a->residual[pp->in_index[s]], n, COMM_REAL,
+                            p->stages[s - 1].pp_rank, NULL))
       failed(pp, "receive of activations");
     const struct dp_pass pass = { st, 0, a, tokens, targets, NULL, B, T, 0, 0, 0, 0 };
     loss += dp_run_pass(t->dp, &pass, NULL);
@@ -347,8 +349,8 @@ double exec_forward(struct exec *pp, const int *tokens, const int *targets, int 
       dp_pass_abort(t->dp);
       return 0.0;
     }
-    if (s + 1 < S && comm_send(pp->group, a->residual[pp->in_index[s] + st->n_layers], n, COMM_REAL,
-                               p->stages[s + 1].pp_rank, NULL))
+    if (s + 1 < S && dcomm_send(DCOMM_OF(t->model), pp->group, a->residual[pp->in_index[s] + st->n_layers], n, COMM_REAL,
+                                p->stages[s + 1].pp_rank, NULL))
       failed(pp, "send of activations");
   }
   if (targets)

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "runtime/parallel/dcomm.h"
 #include "ops.h"
 #include "runtime/model/hostview.h"
 
@@ -22,7 +23,7 @@ void tp_failed(struct model_tp *t, const char *what)
 
 void tp_all_reduce(struct model_tp *t, real *buf, size_t n, enum comm_reduce op)
 {
-  if (comm_all_reduce(t->group, buf, buf, n, COMM_REAL, op, NULL))
+  if (dcomm_all_reduce(DCOMM_OF(t), t->group, buf, buf, n, COMM_REAL, op, NULL))
     tp_failed(t, "all-reduce");
 }
 
@@ -59,7 +60,7 @@ static void all_gather_chunks(struct model_tp *t, real *full, const real *part, 
                               real *pack)
 {
   const int tp = t->size;
-  if (comm_all_gather(t->group, part, pack, c.outer * c.inner, COMM_REAL, NULL))
+  if (dcomm_all_gather(DCOMM_OF(t), t->group, part, pack, c.outer * c.inner, COMM_REAL, NULL))
     tp_failed(t, "all-gather");
   const size_t row = c.inner * sizeof(real);
   for (int r = 0; r < tp; r++)
@@ -75,7 +76,7 @@ static void reduce_scatter_chunks(struct model_tp *t, real *part, const real *fu
   for (int r = 0; r < tp; r++)
     t->k->copy_rows(t->kctx, pack + (size_t)r * c.outer * c.inner, row, full + (size_t)r * c.inner,
                     (size_t)tp * row, row, c.outer);
-  if (comm_reduce_scatter(t->group, pack, part, c.outer * c.inner, COMM_REAL, COMM_SUM, NULL))
+  if (dcomm_reduce_scatter(DCOMM_OF(t), t->group, pack, part, c.outer * c.inner, COMM_REAL, COMM_SUM, NULL))
     tp_failed(t, "reduce-scatter");
 }
 

@@ -16,6 +16,7 @@
 #include "layout/bill.h"
 #include "runtime/state/ckpt.h"
 #include "runtime/model/weights.h"
+#include "runtime/parallel/dcomm.h"
 #include "util/err.h"
 
 /* The backend's pending failure (its status entry), recorded as the trainer's: asked before a
@@ -77,11 +78,14 @@ static int open_on_device(struct trainer *t, const struct plan *p, struct comm_g
   }
   if (t->device.cuda) /* "auto" is cuda here: the bill and check's rules for the GPU runtime */
     t->own_plan.device = PLAN_DEVICE_CUDA;
+  /* comm (plan.h): "auto" is direct MPI on memory the host can see and staged otherwise; "mpi" on
+   * memory it cannot see would hand device pointers to MPI */
   const struct kernel_ops *ops = kernels_active();
-  if (!refused && !ops->host_visible && (have[0] > 1 || have[1] > 1 || have[2] > 1))
-    refused = errf(err, err_size, "the %s backend's memory is not host memory, and the %s comm backend "
-                   "carries host buffers only: run it on one rank (mesh %d × %d × %d here)", ops->name,
-                   comm_backend_name(), have[PLAN_AXIS_TP], have[PLAN_AXIS_DP], have[PLAN_AXIS_PP]);
+  const int staged = p->comm == PLAN_COMM_STAGED || (p->comm == PLAN_COMM_AUTO && !ops->host_visible);
+  if (!refused && p->comm == PLAN_COMM_MPI && !ops->host_visible)
+    refused = errf(err, err_size, "%s: comm = \"mpi\": the %s backend's memory is not host memory, and MPI "
+                   "carries host buffers only; use comm = \"staged\" (or \"auto\")", plan_where(p, "comm"),
+                   ops->name);
   for (int a = 0; a < PLAN_N_AXES && !refused; a++) {
     static const int order[PLAN_N_AXES] = { PLAN_AXIS_DP, PLAN_AXIS_TP, PLAN_AXIS_PP };
     const int x = order[a];
@@ -108,6 +112,7 @@ static int open_on_device(struct trainer *t, const struct plan *p, struct comm_g
   if (model_create_table_tp(&t->model, p, tp, pp ? pp->rank : 0, ep > 1 ? dp->rank % ep : 0, err, err_size))
     goto fail;
   t->model.tp.fault = &t->fault; /* one record of the first failure, for every part */
+  t->model.comm_staged = t->model.tp.comm_staged = staged;
   if (ep > 1) {
     if (comm_group_split(dp, dp->rank / ep, dp->rank, "ep", &t->ep, err, err_size) ||
         comm_group_split(dp, dp->rank % ep, dp->rank, "edp", &t->edp, err, err_size))
@@ -157,7 +162,8 @@ static int open_on_device(struct trainer *t, const struct plan *p, struct comm_g
   if (bill_predict(p, t->exec.rank, &bill, err, err_size))
     goto fail;
   size_t reserve[ALLOC_N_CATEGORIES];
-  for (int k = 0; k < ALLOC_N_CATEGORIES; k++) reserve[k] = (size_t)bill.bytes[k];
+  /* on the model's device: a cuda plan's host memory (bill.host) is not the device's to reserve */
+  for (int k = 0; k < ALLOC_N_CATEGORIES; k++) reserve[k] = (size_t)(bill.bytes[k] - bill.host[k]);
   int over = 0;
   if (alloc_reserve(reserve, &over)) {
     const double mib = 1024.0 * 1024.0;
@@ -363,6 +369,7 @@ void trainer_close(struct trainer *t)
   comm_group_free(t->edp, why, sizeof why);
   comm_free_mesh_groups(t->own_groups, why, sizeof why); /* NULL entries: not trainer_open_on_world's */
   runtime_device_close(&t->device); /* after every block on it is freed */
+  dcomm_release(); /* the staging buffers no operation holds: a later trainer makes its own */
   memset(t, 0, sizeof *t);
 }
 
