@@ -4,7 +4,9 @@
 # it; the front-end with it attaches, pauses the job, reads the step k, sets the learning rate and
 # detaches; the job trains to its end. Its losses equal, bit for bit, those of the same plan in
 # `tycho repl` with the same change scripted at step k. After the run the socket and the token are
-# gone. usage: repl_attach.sh TYCHO   (run from the source folder)
+# gone. Then a 1-rank run paused: no step of its own between chunks, t:step(2) steps it, t:close
+# and t:replan refused, t:resume() and it finishes.
+# usage: repl_attach.sh TYCHO   (run from the source folder)
 set -u
 tycho=$(readlink -f "$1")
 command -v mpirun >/dev/null 2>&1 || { echo "skip: no mpirun"; exit 77; }
@@ -69,4 +71,19 @@ sed -n 's/.*"loss": \([^,]*\),.*/loss \1/p' "$dir/run.jsonl" > "$dir/a"
 grep -o 'loss [0-9][0-9.e+-]*$' "$dir/repl.out" > "$dir/b"
 [ "$(wc -l < "$dir/a")" = $steps ] || fail "the run logged $(wc -l < "$dir/a") losses, not $steps"
 cmp -s "$dir/a" "$dir/b" || fail "the attached change and the scripted change differ: $(diff "$dir/a" "$dir/b" | head -6)"
-echo "ok: attach at step $k, lr set, detached; $steps losses equal the scripted change's"
+
+# paused, the job takes no step of its own between chunks (1 s apart), t:step(n) steps it, t:close
+# and t:replan are refused (the job's), and t:resume() lets it go on: it finishes
+"$tycho" run plans/tiny.lua --set train.steps=150 --set log.every=1000 --listen "$dir/p.sock" > "$dir/p.out" 2>&1 &
+job=$!
+for _ in $(seq 100); do [ -S "$dir/p.sock" ] && [ -s "$dir/p.sock.token" ] && break; sleep 0.1; done
+out=$( (printf '%s\n' 't:pause()' 'k = t.step'; sleep 1; printf '%s\n' 'print("held", t.step - k)' 't:step(2)' \
+  'print("stepped", t.step - k)' 'print(pcall(t.close, t))' 'print(pcall(t.replan, t))' 't:resume()' 'detach()') |
+  "$tycho" repl --attach "$dir/p.sock" 2>&1) || fail "the paused session: $out"
+grep -qx 'held	0' <<< "$out" || fail "the job stepped while paused: $out"
+grep -qx 'stepped	2' <<< "$out" || fail "t:step(2) while paused did not take 2 steps: $out"
+grep -q "^false	.*t:close: t is the running job's trainer" <<< "$out" || fail "t:close was not refused: $out"
+grep -q "^false	.*t:replan: t is the running job's trainer" <<< "$out" || fail "t:replan was not refused: $out"
+wait $job || fail "the paused run failed after the detach: $(tail -5 "$dir/p.out")"
+grep -q '^done: 150 steps' "$dir/p.out" || fail "the paused run did not finish: $(tail -5 "$dir/p.out")"
+echo "ok: attach at step $k, lr set, detached; $steps losses equal the scripted change's; pause held, t:step(2) stepped"
