@@ -752,48 +752,12 @@ int repl_run(const struct repl_options *o, char *err, size_t err_size)
     free(m);
     S.interrupt_pending = 0;
 
-    /* every rank's status byte and output to rank 0 */
-    struct strbuf reply;
-    sb_init(&reply);
-    sb_printf(&reply, "%d %d\n", flags, S.quit_code);
-    sb_put(&reply, S.out.s ? S.out.s : "", S.out.n);
-    char **per = S.rank == 0 ? calloc((size_t)S.size, sizeof *per) : NULL;
-    size_t *counts = S.rank == 0 ? calloc((size_t)S.size, sizeof *counts) : NULL;
-    char *none[1] = { NULL };
-    size_t zero[1] = { 0 };
-    int rc = comm_control_gather(S.group, reply.s ? reply.s : "1 0\n", reply.n ? reply.n : 4, 0, per ? per : none,
-                                 counts ? counts : zero, "the REPL's end-of-chunk gather", err, err_size);
-    sb_free(&reply);
+    /* every rank's status and output, shown by rank 0 */
+    int rc = repl_gather_show(flags, S.quit_code, "the REPL's end-of-chunk gather", stdout, &any_failed, &exit_code,
+                              err, err_size);
     S.quit = 0;
     if (rc)
       break;
-    if (S.rank == 0) {
-      int *status = calloc((size_t)S.size, sizeof *status);
-      char **texts = calloc((size_t)S.size, sizeof *texts);
-      for (int q = 0; q < S.size; q++) {
-        int f = RANK_RAN, qc = 0;
-        char *nl = per && per[q] ? strchr(per[q], '\n') : NULL;
-        if (nl && sscanf(per[q], "%d %d", &f, &qc) == 2) {
-          texts[q] = nl + 1;
-        } else {
-          f = RANK_RAN;
-          texts[q] = NULL; /* lost: show says so */
-        }
-        status[q] = f;
-        if (f & RANK_FAILED)
-          any_failed = 1;
-        if ((f & RANK_QUIT) && exit_code < 0)
-          exit_code = qc; /* the lowest quitting rank's code */
-      }
-      if (status && texts)
-        repl_show(texts, status, S.size, stdout);
-      fflush(stdout);
-      for (int q = 0; per && q < S.size; q++) free(per[q]);
-      free(status);
-      free(texts);
-    }
-    free(per);
-    free(counts);
     if (repl_close_dropped(o, L, err, err_size))
       break;
     /* a chunk asked to quit: rank 0 sends the quit with its code next */

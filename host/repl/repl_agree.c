@@ -118,3 +118,47 @@ int repl_close_dropped(const struct repl_options *o, lua_State *L, char *err, si
     o->close_collected(all + 1, (int)all[0]);
   return 0;
 }
+
+int repl_gather_show(int flags, int quit_code, const char *what, FILE *out, int *any_failed, int *first_quit,
+                     char *err, size_t err_size)
+{
+  struct strbuf reply;
+  sb_init(&reply);
+  sb_printf(&reply, "%d %d\n", flags, quit_code);
+  sb_put(&reply, S.out.s ? S.out.s : "", S.out.n);
+  char **per = S.rank == 0 ? calloc((size_t)S.size, sizeof *per) : NULL;
+  size_t *counts = S.rank == 0 ? calloc((size_t)S.size, sizeof *counts) : NULL;
+  char *none[1] = { NULL };
+  size_t zero[1] = { 0 };
+  int rc = comm_control_gather(S.group, reply.s ? reply.s : "1 0\n", reply.n ? reply.n : 4, 0, per ? per : none,
+                               counts ? counts : zero, what, err, err_size);
+  sb_free(&reply);
+  if (!rc && S.rank == 0) {
+    int *status = calloc((size_t)S.size, sizeof *status);
+    char **texts = calloc((size_t)S.size, sizeof *texts);
+    for (int q = 0; status && texts && q < S.size; q++) {
+      int f = RANK_RAN, qc = 0;
+      char *nl = per && per[q] ? strchr(per[q], '\n') : NULL;
+      if (nl && sscanf(per[q], "%d %d", &f, &qc) == 2) {
+        texts[q] = nl + 1;
+      } else {
+        f = RANK_RAN;
+        texts[q] = NULL; /* lost: show says so */
+      }
+      status[q] = f;
+      if (f & RANK_FAILED)
+        *any_failed = 1;
+      if ((f & RANK_QUIT) && *first_quit < 0)
+        *first_quit = qc; /* the lowest quitting rank's code */
+    }
+    if (status && texts)
+      repl_show(texts, status, S.size, out);
+    fflush(out);
+    free(status);
+    free(texts);
+  }
+  for (int q = 0; per && q < S.size; q++) free(per[q]);
+  free(per);
+  free(counts);
+  return rc;
+}

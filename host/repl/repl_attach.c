@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <lauxlib.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,8 +88,9 @@ static int write_token(const char *path, const char *token, char *err, size_t n)
 
 static int rank0_listen(char *err, size_t n)
 {
-  if (link_parse_addr(A.o.addr, &A.addr, err, n))
-    return -1;
+  char why[256];
+  if (link_parse_addr(A.o.addr, &A.addr, why, sizeof why))
+    return errf(err, n, "--listen %s", why);
   if (clear_address(&A.addr, err, n) || link_new_token(A.token, sizeof A.token, err, n))
     return -1;
   A.listen_fd = link_listen_addr(&A.addr, err, n);
@@ -110,11 +112,15 @@ static int rank0_listen(char *err, size_t n)
   return 0;
 }
 
-static void say(const char *fmt, const char *detail, long long step)
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...)
 {
   if (!A.log)
     return;
-  fprintf(A.log, fmt, detail, step);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(A.log, fmt, ap);
+  va_end(ap);
   fflush(A.log);
 }
 
@@ -165,7 +171,7 @@ static void accept_pending(long long step)
       continue;
     }
     A.conn_fd = fd;
-    say("tycho: a REPL attached%s at step %lld\n", "", step);
+    say("tycho: a REPL attached at step %lld\n", step);
   }
 }
 
@@ -326,47 +332,24 @@ static int serve_chunk(const char *m, size_t n, char *err, size_t err_size)
   if (S.quit) /* quit() and os.exit() in an attached session leave the job running */
     A.detach = 1;
   S.quit = 0;
-  struct strbuf reply;
-  sb_init(&reply);
-  sb_printf(&reply, "%d\n", flags & ~RANK_QUIT);
-  sb_put(&reply, S.out.s ? S.out.s : "", S.out.n);
-  char **per = S.rank == 0 ? calloc((size_t)S.size, sizeof *per) : NULL;
-  size_t *counts = S.rank == 0 ? calloc((size_t)S.size, sizeof *counts) : NULL;
-  char *none[1] = { NULL };
-  size_t zero[1] = { 0 };
-  int rc = comm_control_gather(S.group, reply.s ? reply.s : "1\n", reply.n ? reply.n : 2, 0, per ? per : none,
-                               counts ? counts : zero, "the attached REPL's end-of-chunk gather", err, err_size);
-  sb_free(&reply);
+  /* the output shown into memory on rank 0, for the front-end */
+  char *shown = NULL;
+  size_t shown_n = 0;
+  FILE *mem = S.rank == 0 ? open_memstream(&shown, &shown_n) : NULL;
+  int any_failed = 0, no_quit = -1;
+  int rc = repl_gather_show(flags & ~RANK_QUIT, 0, "the attached REPL's end-of-chunk gather", mem ? mem : stderr,
+                            &any_failed, &no_quit, err, err_size);
+  if (mem)
+    fclose(mem);
   if (!rc && S.rank == 0) {
-    int *status = calloc((size_t)S.size, sizeof *status);
-    char **texts = calloc((size_t)S.size, sizeof *texts);
-    int any_failed = 0;
-    char *shown = NULL;
-    size_t shown_n = 0;
-    FILE *mem = open_memstream(&shown, &shown_n);
-    for (int q = 0; status && texts && q < S.size; q++) {
-      char *nl = per && per[q] ? strchr(per[q], '\n') : NULL;
-      status[q] = nl ? atoi(per[q]) : RANK_RAN;
-      texts[q] = nl ? nl + 1 : NULL;
-      any_failed |= (status[q] & RANK_FAILED) != 0;
-    }
-    if (mem && status && texts)
-      repl_show(texts, status, S.size, mem);
-    if (mem)
-      fclose(mem);
     char why[256], done[32];
     /* a detach ends the front-end's session as quit(0) would */
     int k = snprintf(done, sizeof done, "%d 0", RANK_RAN | (any_failed ? RANK_FAILED : 0) | (A.detach ? RANK_QUIT : 0));
     if (A.conn_fd >= 0 && ((shown_n && link_send(A.conn_fd, LINK_OUTPUT, shown, shown_n, why, sizeof why)) ||
                            link_send(A.conn_fd, LINK_DONE, done, (size_t)k, why, sizeof why)))
       A.detach = 1; /* the front-end is gone */
-    free(shown);
-    free(status);
-    free(texts);
-    for (int q = 0; per && q < S.size; q++) free(per[q]);
   }
-  free(per);
-  free(counts);
+  free(shown);
   if (rc)
     return -1;
   return repl_close_dropped(&A.ro, A.L, err, err_size);
@@ -379,7 +362,7 @@ static void end_attachment(long long step)
   if (S.rank == 0 && A.conn_fd >= 0) {
     close(A.conn_fd);
     A.conn_fd = -1;
-    say("tycho: the REPL detached%s at step %lld; training goes on\n", "", step);
+    say("tycho: the REPL detached at step %lld; training goes on\n", step);
   }
 }
 

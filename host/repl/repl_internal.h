@@ -82,6 +82,13 @@ int repl_run_message(lua_State *L, const char *sel, const char *code, size_t cod
 /* After a chunk: trainers every rank dropped are closed (collective). 0, or −1 with err. */
 int repl_close_dropped(const struct repl_options *o, lua_State *L, char *err, size_t err_size);
 
+/* After a chunk (collective): every rank's RANK_* flags, quit code and output (the session's
+ * out) gathered to rank 0 on the REPL's group and shown there on `out` (repl_show); rank 0 sets
+ * *any_failed when some rank failed and *first_quit (when still < 0) to the lowest quitting
+ * rank's code. 0, or −1 with err. */
+int repl_gather_show(int flags, int quit_code, const char *what, FILE *out, int *any_failed, int *first_quit,
+                     char *err, size_t err_size);
+
 /* repl_show.c: every rank's output under rank prefixes, identical lines collapsed. */
 void repl_show(char **texts, const int *status, int size, FILE *out);
 
