@@ -1,5 +1,6 @@
 /* Causal attention alone on the CPU: milliseconds of one attention_forward and one
- * attention_backward over a whole batch, with and without a dropout mask, for the attention
+ * attention_backward over a whole batch, with and without dropout (p 0.1, drawn inside both
+ * kernels, as in training), for the attention
  * shapes of bench_train (the dim-256 model: B 8 × T 128, 8 heads of 32; plans/tiny.lua: B 8 ×
  * T 32 per micro-batch, 8 query heads of 16 over 4 KV heads), a longer sequence (B 2 × T 512,
  * 8 heads of 32) and heads of 128 (B 1 × T 512, 4 heads). Each figure is the best of 5 timed
@@ -41,27 +42,26 @@ static void bench(const struct shape *s, int use_mask, double seconds)
 {
   const int B = s->B, T = s->T, NH = s->NH, NKV = s->NKV, HS = s->HS;
   const size_t nq = (size_t)B * T * NH * HS, nkv = (size_t)B * T * NKV * HS;
-  const size_t nprobs = (size_t)B * NH * T * T;
   uint32_t st = 7;
   real *q = rand_buf(nq, &st), *k = rand_buf(nkv, &st), *v = rand_buf(nkv, &st);
-  real *dout = rand_buf(nq, &st), *mask = NULL;
-  real *out = malloc(nq * sizeof(real)), *probs = malloc(nprobs * sizeof(real));
+  real *dout = rand_buf(nq, &st);
+  real *out = malloc(nq * sizeof(real)), *lse = malloc((size_t)B * NH * T * sizeof(real));
   real *dq = malloc(nq * sizeof(real)), *dk = malloc(nkv * sizeof(real));
   real *dv = malloc(nkv * sizeof(real));
-  real *scratch = malloc(attention_scratch_n_elems(B, T, NH, NKV) * sizeof(real));
-  if (use_mask) {
-    mask = malloc(nprobs * sizeof(real));
-    dropout_mask(mask, nprobs, 0.1f, 1, 2, 3, 4, 0);
-  }
+  real *scratch = malloc(attention_scratch_n_elems(B, T, NH, NKV, HS) * sizeof(real));
+  uint32_t *samples = malloc((size_t)B * sizeof *samples);
+  for (int b = 0; b < B; b++) samples[b] = 2 + (uint32_t)b;
+  const struct attention_dropout drop = { 0.1f, 1, 2, 4, 0, samples };
+  const struct attention_dropout *mask = use_mask ? &drop : NULL;
   double best_f = 1e30, best_b = 1e30, worst_f = 0.0, worst_b = 0.0;
   for (int rep = 0; rep < 5; rep++) {
     double tf = 0.0, tb = 0.0;
     int n = 0;
     while (n < 3 || tf + tb < seconds / 5) {
       double t0 = now_seconds();
-      attention_forward(out, probs, scratch, q, k, v, mask, B, T, NH, NKV, HS);
+      attention_forward(out, lse, scratch, q, k, v, mask, B, T, NH, NKV, HS);
       double t1 = now_seconds();
-      attention_backward(dq, dk, dv, scratch, dout, q, k, v, probs, mask, B, T, NH, NKV, HS);
+      attention_backward(dq, dk, dv, scratch, dout, q, k, v, out, lse, mask, B, T, NH, NKV, HS);
       tb += now_seconds() - t1;
       tf += t1 - t0;
       n++;
@@ -77,7 +77,7 @@ static void bench(const struct shape *s, int use_mask, double seconds)
          "sum %7.3f ms\n", s->label, use_mask ? "dropout" : "-", best_f, worst_f, best_b,
          worst_b, best_f + best_b);
   fflush(stdout);
-  free(q); free(k); free(v); free(dout); free(mask); free(out); free(probs);
+  free(q); free(k); free(v); free(dout); free(samples); free(out); free(lse);
   free(dq); free(dk); free(dv); free(scratch);
 }
 

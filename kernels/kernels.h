@@ -78,18 +78,20 @@ void rope_backward_qkv(real *dqkv, const real *cos_table, const real *sin_table,
                        int NH, int NKV, int HS);
 
 /* ---- causal self-attention with grouped KV heads ------------------------------------------ */
-size_t attention_scratch_n_elems(int B, int T, int NH, int NKV);
-void attention_forward(real *out, real *probs, real *scratch, const real *q, const real *k,
-                       const real *v, const real *dropmask, int B, int T, int NH, int NKV,
-                       int HS);
+size_t attention_scratch_n_elems(int B, int T, int NH, int NKV, int HS);
+void attention_forward(real *out, real *lse, real *scratch, const real *q, const real *k,
+                       const real *v, const struct attention_dropout *drop, int B, int T, int NH,
+                       int NKV, int HS);
 void attention_backward(real *dq, real *dk, real *dv, real *scratch, const real *dout,
-                        const real *q, const real *k, const real *v, const real *probs,
-                        const real *dropmask, int B, int T, int NH, int NKV, int HS);
-void attention_forward_qkv(real *out, real *probs, real *scratch, const real *qkv,
-                           const real *dropmask, int B, int T, int NH, int NKV, int HS);
+                        const real *q, const real *k, const real *v, const real *out,
+                        const real *lse, const struct attention_dropout *drop, int B, int T, int NH,
+                        int NKV, int HS);
+void attention_forward_qkv(real *out, real *lse, real *scratch, const real *qkv,
+                           const struct attention_dropout *drop, int B, int T, int NH, int NKV,
+                           int HS);
 void attention_backward_qkv(real *dqkv, real *scratch, const real *dout, const real *qkv,
-                            const real *probs, const real *dropmask, int B, int T, int NH, int NKV,
-                            int HS);
+                            const real *out, const real *lse, const struct attention_dropout *drop,
+                            int B, int T, int NH, int NKV, int HS);
 
 /* ---- SwiGLU ------------------------------------------------------------------------------- */
 void swiglu_forward(real *out, const real *gate, const real *up, size_t n_elems);

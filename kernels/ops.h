@@ -54,6 +54,20 @@
 #define KERNEL_RETURN_size_t return
 #define KERNEL_RETURN_double return
 
+/* The dropout of attention probabilities, drawn inside the kernel from Philox (no mask is
+ * kept): element (b, h, i, j) — sample b, this call's query head h, query row i, key j — is
+ * kept with scale 1/(1 − p) unless attention_drop_u(d, b, h, i, j, T) < p, the same number
+ * dropout_mask draws for element (h·T + i)·T + j of sample b's (NH, T, T) block at offset
+ * first. p == 0 or a NULL pointer: no dropout. */
+struct attention_dropout {
+  float p;
+  uint64_t seed;
+  uint32_t c1;              /* the training step */
+  uint32_t c3;              /* (layer << 8) | site */
+  uint64_t first;           /* element index of this call's head 0, row 0, key 0 (a tp rank's heads start at rank · NHl · T · T) */
+  const uint32_t *samples;  /* (B) each sample's c2, host memory */
+};
+
 struct kernel_ops {
   const char *name; /* "cpu", ... */
   /* The element type of every `real` buffer the entries take (real.h): a model refuses a table

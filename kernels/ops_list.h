@@ -171,37 +171,40 @@ KERNEL_OP(void, rope_backward_qkv,
           (dqkv, cos_table, sin_table, B, T, NH, NKV, HS))
 
 /* ---- causal self-attention with grouped KV heads ---- */
-/* Elements of scratch attention_forward and attention_backward need for these sizes (a size
- * only, no work; the CPU's: B · T · T · max(NH, 2 · NKV)). The runtime sizes its workspace
- * with it. */
-KERNEL_OP(size_t, attention_scratch_n_elems, (int B, int T, int NH, int NKV), (B, T, NH, NKV))
-/* scores = q·kᵀ / sqrt(HS) with a causal mask; probs = softmax(scores) (saved, pre-dropout,
- * zero above the diagonal); out = (probs ⊙ dropmask) · v. Query head h reads KV head
- * h / (NH / NKV). out (B, T, NH·HS), probs (B, NH, T, T), q (B, T, NH, HS),
- * k and v (B, T, NKV, HS), dropmask (B, NH, T, T) holding 0 or 1/(1 − p), or NULL for none.
- * scratch: attention_scratch_n_elems elements; may be NULL when dropmask is NULL. */
+/* Flash-style: no (T, T) matrix is kept. Layouts: out and dout (B, T, NH·HS), q (B, T, NH, HS),
+ * k and v (B, T, NKV, HS); query head h reads KV head h / (NH / NKV); causal. lse (B, NH, T):
+ * each query row's natural-log log-sum-exp of its scaled scores s_ij = q_i·k_j / sqrt(HS),
+ * j ≤ i (before dropout). Dropout (drop, ops.h: struct attention_dropout; NULL or p == 0 for
+ * none) is drawn from Philox inside the kernels, forward and backward alike.
+ * scratch: attention_scratch_n_elems elements of the backend's memory, with no T·T term (a size
+ * only, no work, independent of the thread count). The runtime sizes its workspace with it. */
+KERNEL_OP(size_t, attention_scratch_n_elems, (int B, int T, int NH, int NKV, int HS), (B, T, NH, NKV, HS))
+/* out = softmax(scores) ⊙ M · v in key blocks with an online softmax; lse written. */
 KERNEL_OP(void, attention_forward,
-          (real *out, real *probs, real *scratch, const real *q, const real *k, const real *v,
-           const real *dropmask, int B, int T, int NH, int NKV, int HS),
-          (out, probs, scratch, q, k, v, dropmask, B, T, NH, NKV, HS))
-/* dq (B, T, NH, HS), dk and dv (B, T, NKV, HS), all assigned, from dout (B, T, NH·HS) and
- * the forward's q, k, v, probs and dropmask. scratch as above (not NULL). */
+          (real *out, real *lse, real *scratch, const real *q, const real *k, const real *v,
+           const struct attention_dropout *drop, int B, int T, int NH, int NKV, int HS),
+          (out, lse, scratch, q, k, v, drop, B, T, NH, NKV, HS))
+/* dq (B, T, NH, HS), dk and dv (B, T, NKV, HS), all assigned, recomputing the scores block by
+ * block: P_ij = exp(s_ij − lse_i), D_i = Σ_d dout_i,d · out_i,d (out: the forward's output as
+ * saved), dP_ij = (dout_i · v_j) · M_ij, dS_ij = P_ij (dP_ij − D_i), dq_i = Σ_j dS_ij k_j /
+ * sqrt(HS), dk_j = Σ_i dS_ij q_i / sqrt(HS), dv_j = Σ_i P_ij M_ij dout_i, where M_ij is 0 or
+ * 1/(1 − p) (1 without dropout). */
 KERNEL_OP(void, attention_backward,
           (real *dq, real *dk, real *dv, real *scratch, const real *dout, const real *q,
-           const real *k, const real *v, const real *probs, const real *dropmask, int B, int T,
-           int NH, int NKV, int HS),
-          (dq, dk, dv, scratch, dout, q, k, v, probs, dropmask, B, T, NH, NKV, HS))
+           const real *k, const real *v, const real *out, const real *lse,
+           const struct attention_dropout *drop, int B, int T, int NH, int NKV, int HS),
+          (dq, dk, dv, scratch, dout, q, k, v, out, lse, drop, B, T, NH, NKV, HS))
 /* Both on the fused layout: q, k and v read from qkv's rows [q | k | v] (as rope_forward_qkv),
  * dq, dk and dv written (assigned) into dqkv's rows in the same layout; out and dout as above.
  * The same products and sums as the separate entries, so the same bits. */
 KERNEL_OP(void, attention_forward_qkv,
-          (real *out, real *probs, real *scratch, const real *qkv, const real *dropmask, int B,
-           int T, int NH, int NKV, int HS),
-          (out, probs, scratch, qkv, dropmask, B, T, NH, NKV, HS))
+          (real *out, real *lse, real *scratch, const real *qkv, const struct attention_dropout *drop,
+           int B, int T, int NH, int NKV, int HS),
+          (out, lse, scratch, qkv, drop, B, T, NH, NKV, HS))
 KERNEL_OP(void, attention_backward_qkv,
-          (real *dqkv, real *scratch, const real *dout, const real *qkv, const real *probs,
-           const real *dropmask, int B, int T, int NH, int NKV, int HS),
-          (dqkv, scratch, dout, qkv, probs, dropmask, B, T, NH, NKV, HS))
+          (real *dqkv, real *scratch, const real *dout, const real *qkv, const real *out,
+           const real *lse, const struct attention_dropout *drop, int B, int T, int NH, int NKV, int HS),
+          (dqkv, scratch, dout, qkv, out, lse, drop, B, T, NH, NKV, HS))
 
 /* ---- SwiGLU ---- */
 /* out = silu(gate) ⊙ up, silu(x) = x · sigmoid(x). All n_elems (BT · F). */

@@ -53,6 +53,15 @@ TYCHO_HD static inline float philox_uniform(uint64_t seed, uint32_t c1, uint32_t
   return (float)(out[elem & 3] >> 8) * (1.0f / 16777216.0f);
 }
 
+/* The uniform attention's dropout compares with p for sample b's (c2) query head h, row i,
+ * key j: element (h·T + i)·T + j of the sample's (NH, T, T) block at offset first — the number
+ * dropout_mask draws for that element, so a kernel draws it where it needs it and keeps no mask. */
+TYCHO_HD static inline float attention_drop_u(uint64_t seed, uint32_t c1, uint32_t c2, uint32_t c3,
+                                              uint64_t first, int h, int i, int j, int T)
+{
+  return philox_uniform(seed, c1, c2, c3, first + ((uint64_t)h * T + i) * T + j);
+}
+
 /* Standard normal float by Box–Muller in double: element elem uses block elem / 2 (counter
  * (block low 32, block high 32, stream_lo, stream_hi)) and its words w = 2·(elem % 2), w + 1:
  * u1 = (word_w + 1) / 2^32 in (0, 1], u2 = word_{w+1} / 2^32, z = sqrt(−2 ln u1) · cos(2π u2).

@@ -133,26 +133,26 @@ static int time_attention(const struct kernel_ops *k, const struct plan *p, int 
   const int B = p->batch.micro, T = p->batch.seq, NH = p->model.n_heads, NKV = p->model.n_kv_heads;
   const int HS = p->model.head_dim;
   const size_t n_qkv = (size_t)B * T * (NH + 2 * NKV) * HS, n_out = (size_t)B * T * NH * HS;
-  const size_t n_probs = (size_t)B * NH * T * T, n_scratch = k->attention_scratch_n_elems(NULL, B, T, NH, NKV);
+  const size_t n_lse = (size_t)B * NH * T, n_scratch = k->attention_scratch_n_elems(NULL, B, T, NH, NKV, HS);
   real *qkv = malloc(sizeof(real) * n_qkv), *dqkv = malloc(sizeof(real) * n_qkv);
   real *out = malloc(sizeof(real) * n_out), *dout = malloc(sizeof(real) * n_out);
-  real *probs = malloc(sizeof(real) * n_probs), *scratch = malloc(sizeof(real) * (n_scratch ? n_scratch : 1));
+  real *lse = malloc(sizeof(real) * (n_lse ? n_lse : 1)), *scratch = malloc(sizeof(real) * (n_scratch ? n_scratch : 1));
   double *t = calloc((size_t)reps + 1, sizeof(double));
   int rc = -1;
-  if (qkv && dqkv && out && dout && probs && scratch && t) {
+  if (qkv && dqkv && out && dout && lse && scratch && t) {
     fill(qkv, n_qkv, 0.5);
     fill(dout, n_out, 0.1);
     for (int r = 0; r <= reps; r++) {
       double t0 = cpu_now();
-      k->attention_forward_qkv(NULL, out, probs, scratch, qkv, NULL, B, T, NH, NKV, HS);
-      k->attention_backward_qkv(NULL, dqkv, scratch, dout, qkv, probs, NULL, B, T, NH, NKV, HS);
+      k->attention_forward_qkv(NULL, out, lse, scratch, qkv, NULL, B, T, NH, NKV, HS);
+      k->attention_backward_qkv(NULL, dqkv, scratch, dout, qkv, out, lse, NULL, B, T, NH, NKV, HS);
       if (r)
         t[r - 1] = cpu_now() - t0;
     }
     *seconds = best(t, reps);
     rc = 0;
   }
-  free(qkv); free(dqkv); free(out); free(dout); free(probs); free(scratch); free(t);
+  free(qkv); free(dqkv); free(out); free(dout); free(lse); free(scratch); free(t);
   return rc;
 }
 

@@ -127,7 +127,7 @@ int layout_acts_build(struct acts_layout *a, const struct layout_rank *r, const 
   struct carve *act = &act_, *rec = &rec_, *work = &work_;
   const size_t BT = (size_t)B_max * T_max, C = (size_t)c->dim, F = (size_t)c->ffn_dim;
   const size_t BTh = (size_t)B_max * layout_home_T(r, T_max);
-  const size_t TT = (size_t)T_max * T_max, HS = (size_t)c->head_dim;
+  const size_t HS = (size_t)c->head_dim;
   const size_t Vl = (size_t)c->vocab_padded / (r->io.split[PLAN_MOD_HEAD] == PLAN_SPLIT_VOCAB ? r->tp_size : 1);
   const int drop = c->dropout > 0.0, lowp = r->bf16;
   int NH_max = 1, any_fused = 0, any_sparse = 0;
@@ -171,12 +171,13 @@ int layout_acts_build(struct acts_layout *a, const struct layout_rank *r, const 
       la->k = BUF(PLAN_RC_ATTN, BT * (size_t)d.NKVl * HS);
       la->v = BUF(PLAN_RC_ATTN, BT * (size_t)d.NKVl * HS);
     }
-    la->probs = BUF(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, (size_t)B_max * (size_t)d.NHl * TT);
-    la->probs_mask = drop ? BUF(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, (size_t)B_max * (size_t)d.NHl * TT) : none;
+    /* The attention keeps O(T · d) for its backward: each row's log-sum-exp and its output in
+     * fp32 (a bf16 model's too: backward's Σ dout · out must see what the forward computed). */
+    la->lse = BUF(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, (size_t)B_max * (size_t)d.NHl * T_max);
+    la->atty = BUF(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, BT * (size_t)d.A);
     if (lowp) {
       la->o_in_b = BUF_B(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, BT * (size_t)d.w_in[PLAN_MOD_O]);
     } else {
-      la->atty = BUF(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, BT * (size_t)d.A);
       la->o_in = r->layers[l].attn_sharded == (r->layers[l].split[PLAN_MOD_O] == PLAN_SPLIT_ROW)
                    ? la->atty : BUF(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, BT * (size_t)d.w_in[PLAN_MOD_O]);
     }
@@ -289,7 +290,7 @@ int layout_acts_build(struct acts_layout *a, const struct layout_rank *r, const 
       a->moe_dtopw = carve(work, BT * K);
       a->moe_aux = carve(work, (size_t)B_max);
     }
-    a->attn_scratch = carve(work, kt->attention_scratch_n_elems(kctx, B_max, T_max, NH_max, NH_max));
+    a->attn_scratch = carve(work, kt->attention_scratch_n_elems(kctx, B_max, T_max, NH_max, NH_max, (int)HS));
     if (lowp) { /* the widest product output: a fused gate|up's is 2F */
       size_t out_max = widest > Vl ? widest : Vl;
       out_max = any_fused && 2 * F > out_max ? 2 * F : out_max;

@@ -59,7 +59,7 @@ struct acts_at {
 
 /* A layer's buffers (struct model_layer_acts names them the same). */
 #define ACTS_LAYER_BUFFERS(X)                                                                      \
-  X(ln1) X(ln1_rstd) X(q) X(k) X(v) X(probs) X(probs_mask) X(atty) X(o_in) X(attn_mask) X(mid)    \
+  X(ln1) X(ln1_rstd) X(q) X(k) X(v) X(lse) X(atty) X(o_in) X(attn_mask) X(mid)                    \
   X(ln2) X(ln2_rstd) X(gate) X(up) X(hidden) X(down_in) X(mlp_mask) X(ln1_b) X(o_in_b) X(ln2_b)   \
   X(down_in_b) X(moe_probs) X(moe_topw) X(moe_lse) X(moe_topi) X(moe_slot) X(moe_counts)          \
   X(moe_routed) X(moe_xe) X(moe_ye) X(moe_xr)

@@ -1,33 +1,40 @@
 /* Rotary position embedding and causal self-attention with grouped KV heads.
- * Attention works one (batch, head) at a time and keeps the (T, T) probabilities for backward,
- * which is what a CPU reference needs; the CUDA backend is free to be flash-style behind the
- * same signature. Each (batch, head) is walked in blocks of ATTENTION_BLOCK query rows: rows
- * [r0, r1) meet keys [0, r1) only, so the sgemms skip the key blocks above the causal diagonal
- * (at T = 128 with blocks of 64, 1/4 of the full square's products), and a block's scores are
- * soft-maxed while they are in cache. The probabilities are stored as the full (B, NH, T, T)
- * with zeros above the diagonal, written once. A row's softmax is the same operations as on the
- * full square, so probs are those of the full-square kernel wherever the sgemm rounds a score
- * alike at every shape (OpenBLAS's SkylakeX, Cooperlake and Sandybridge kernels do; Haswell's
- * rounds a few scores a unit apart by their tile position). Query head h reads KV head
+ * Attention is flash-style: no (T, T) matrix is kept. Each (batch, head) is walked in blocks of
+ * ATTENTION_BLOCK query rows; rows [r0, r1) meet keys [0, r1) only (the key blocks above the
+ * causal diagonal are skipped), in chunks of at most ATTENTION_KEYS keys. Forward keeps an online
+ * softmax per row (running max, Σ exp in double, the output rows rescaled when the max grows)
+ * and writes out and each row's log-sum-exp; backward recomputes a chunk's scores from q and k,
+ * P = exp(s − lse), and draws the dropout again from Philox (attention_drop_u, the numbers
+ * dropout_mask draws), so memory is O(T · HS) per head plus fixed blocks. The products are sgemms
+ * of a block of rows against a chunk of keys: q·kᵀ, P·v forward; q·kᵀ, dout·vᵀ, Pᵀ·dout, dS·k,
+ * dSᵀ·q backward (one more than a kernel that keeps P). Query head h reads KV head
  * h / (NH / NKV); in backward several query heads add into the same dk, dv, so backward gives
- * each OpenMP task one (batch, KV head) and walks its query heads, and each head's blocks, in
- * a fixed order — no two threads write one element and the sum order is fixed. */
+ * each OpenMP task one (batch, KV head) and walks its query heads, and each head's blocks and
+ * chunks, in a fixed order — no two threads write one element and the sum order is fixed, so a
+ * (batch, head)'s results do not depend on B, NH or the thread count. */
 #include "blas.h"
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
 #include "kernels.h"
+#include "philox.h"
 #include "vec.h"
 
 /* Query rows per block. Measured with bench/bench_attention, one thread (host/runtime/README.md,
- * "Attention on CPU"): under OpenBLAS's SkylakeX kernel 64 is as fast as 32 at T = 128 and up to
- * 10% faster at T = 512 (HS 128), and keeps the probabilities bit-identical to the full-square
- * kernel (with 32 that kernel rounds some scores of the narrower sgemms differently); under
- * Haswell 32 is 7-13% faster at T = 128, the same at T = 512; 128 and 16 are slower in both. A
- * build may set another (-DATTENTION_BLOCK=N) to measure. */
+ * "Attention on CPU"): 64 is as fast as 32 or faster under OpenBLAS's SkylakeX and Haswell
+ * kernels; 128 and 16 are slower. Keys per chunk: a multiple of the block (so every row meets a
+ * key in every chunk it reads); 512 keeps the sgemms as wide as a whole row's up to T = 512 and
+ * a chunk's scores (block × chunk) in cache. A build may set others (-DATTENTION_BLOCK=N,
+ * -DATTENTION_KEYS=N) to measure. */
 #ifndef ATTENTION_BLOCK
 #define ATTENTION_BLOCK 64
+#endif
+#ifndef ATTENTION_KEYS
+#define ATTENTION_KEYS 512
+#endif
+#if ATTENTION_KEYS % ATTENTION_BLOCK != 0
+#error "ATTENTION_KEYS must be a multiple of ATTENTION_BLOCK"
 #endif
 
 void rope_table(real *cos_table, real *sin_table, int T, int HS, double theta, int pos0)
@@ -95,10 +102,28 @@ void rope_backward_qkv(real *dqkv, const real *cos_table, const real *sin_table,
               -1.0f);
 }
 
-size_t attention_scratch_n_elems(int B, int T, int NH, int NKV)
+/* Keys per chunk for a T-long sequence: ATTENTION_KEYS, or T rounded up to a block when shorter. */
+static int chunk_keys(int T)
 {
-  size_t per_row = (size_t)(NH > 2 * NKV ? NH : 2 * NKV);
-  return (size_t)B * T * T * per_row;
+  const int up = (T + ATTENTION_BLOCK - 1) / ATTENTION_BLOCK * ATTENTION_BLOCK;
+  return up < ATTENTION_KEYS ? up : ATTENTION_KEYS;
+}
+
+/* A block × chunk of scores: at most min(T, block) rows of min(T, chunk) keys. */
+static size_t task_scratch(int T)
+{
+  const int rows = T < ATTENTION_BLOCK ? T : ATTENTION_BLOCK, keys = T < ATTENTION_KEYS ? T : ATTENTION_KEYS;
+  return (size_t)rows * (size_t)keys;
+}
+
+/* One block × chunk of scores per forward task (batch, head), two per backward task (batch, KV
+ * head): no T · T term, whatever the thread count. */
+size_t attention_scratch_n_elems(int B, int T, int NH, int NKV, int HS)
+{
+  (void)HS;
+  const size_t per_task = task_scratch(T);
+  const size_t fwd = (size_t)NH, bwd = 2 * (size_t)NKV;
+  return (size_t)B * per_task * (fwd > bwd ? fwd : bwd);
 }
 
 /* With at least as many tasks as OpenMP threads, run tasks in parallel with single-threaded
@@ -134,149 +159,211 @@ static real row_max(const real *row, int n)
   return max;
 }
 
-/* Rows [r0, r1) of the dropped probabilities A = P ⊙ M against keys [0, r1), packed with
- * leading dimension r1 (zero above the diagonal, like P). P and M are whole (T, T) squares. */
-static void dropped_block(real *A, const real *P, const real *M, int T, int r0, int r1)
+/* The dropout of struct attention_dropout, resolved for one call: on, p and the kept scale
+ * (dropout_mask's: 1/(1 − p) in real, 0 at p ≥ 1). */
+struct drop_at {
+  const struct attention_dropout *d;
+  real keep;
+};
+
+static struct drop_at drop_resolve(const struct attention_dropout *d)
 {
-  for (int t = r0; t < r1; t++) {
-    real *row = A + (size_t)(t - r0) * r1;
-    const real *prow = P + (size_t)t * T, *mrow = M + (size_t)t * T;
-    for (int j = 0; j <= t; j++) row[j] = prow[j] * mrow[j];
-    for (int j = t + 1; j < r1; j++) row[j] = 0.0f;
+  struct drop_at r = { NULL, 0 };
+  if (d && d->p > 0.0f) {
+    r.d = d;
+    r.keep = d->p < 1.0f ? (real)1 / (1 - (real)d->p) : 0;
+  }
+  return r;
+}
+
+/* M_ij for sample b, query head h, row i, keys j = c0 .. c0 + n − 1 into m: attention_drop_u's
+ * numbers (philox_uniform's, word e % 4 of block e / 4), one Philox block per 4 keys. */
+static void drop_row(real *m, const struct drop_at *x, int b, int h, int i, int c0, int n, int T)
+{
+  const struct attention_dropout *d = x->d;
+  const uint32_t key[2] = { (uint32_t)d->seed, (uint32_t)(d->seed >> 32) };
+  uint64_t e = d->first + ((uint64_t)h * T + i) * T + (uint64_t)c0;
+  uint32_t w[4] = { 0, 0, 0, 0 };
+  for (int j = 0; j < n; j++, e++) {
+    if (j == 0 || (e & 3) == 0) {
+      const uint32_t ctr[4] = { (uint32_t)(e >> 2), d->c1, d->samples[b], d->c3 };
+      philox4x32_10(ctr, key, w);
+    }
+    const float u = (float)(w[e & 3] >> 8) * (1.0f / 16777216.0f);
+    m[j] = u < d->p ? 0 : x->keep;
   }
 }
 
 /* q's token rows ldq apart, k's and v's ldkv apart (packed: NH · HS and NKV · HS; the fused
- * q|k|v product's rows: both (NH + 2 NKV) · HS); out packed (NH · HS). */
-static void forward_ld(real *out, real *probs, real *scratch, const real *q, const real *k,
-                       const real *v, int ldq, int ldkv, const real *dropmask, int B, int T,
-                       int NH, int NKV, int HS)
+ * q|k|v product's rows: both (NH + 2 NKV) · HS); out packed (NH · HS). The output rows hold the
+ * running Σ_j exp(s_ij − m_i) M_ij v_j until a block's keys are all seen. */
+static void forward_ld(real *out, real *lse, real *scratch, const real *q, const real *k,
+                       const real *v, int ldq, int ldkv, const struct attention_dropout *drop,
+                       int B, int T, int NH, int NKV, int HS)
 {
-  const int group = NH / NKV, ldo = NH * HS;
+  const int group = NH / NKV, ldo = NH * HS, BK = chunk_keys(T);
   const real scale = 1.0f / real_sqrt((real)HS);
-  const size_t TT = (size_t)T * T;
+  const struct drop_at dr = drop_resolve(drop);
   const struct vec_ops *vrows = VEC_FOR_REAL;
   int blas_threads, parallel = tasks_parallel_begin(B * NH, &blas_threads);
 #pragma omp parallel for if (parallel)
   for (int task = 0; task < B * NH; task++) {
-    int b = task / NH, h = task % NH, kvh = h / group;
+    const int b = task / NH, h = task % NH, kvh = h / group;
     const real *qb = q + (size_t)b * T * ldq + (size_t)h * HS;
     const real *kb = k + (size_t)b * T * ldkv + (size_t)kvh * HS;
     const real *vb = v + (size_t)b * T * ldkv + (size_t)kvh * HS;
-    real *ob = out + (size_t)b * T * ldo + (size_t)h * HS;
-    real *P = probs + (size_t)task * TT;
-    const real *M = dropmask ? dropmask + (size_t)task * TT : NULL;
-    real *dropped = M ? scratch + (size_t)task * TT : NULL; /* one block: ≤ BLOCK · T */
+    real *ob = out + (size_t)b * T * ldo + (size_t)h * HS, *lb = lse + (size_t)task * T;
+    real *S = scratch + (size_t)task * task_scratch(T);
+    real rmax[ATTENTION_BLOCK];
+    double rsum[ATTENTION_BLOCK];
     for (int r0 = 0; r0 < T; r0 += ATTENTION_BLOCK) {
       const int r1 = r0 + ATTENTION_BLOCK < T ? r0 + ATTENTION_BLOCK : T, m = r1 - r0;
-      real *Pb = P + (size_t)r0 * T;
-      /* Scores of the block's rows against keys [0, r1) only; the rest of each row is 0. */
-      real_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, HS,
-                scale, qb + (size_t)r0 * ldq, ldq, kb, ldkv, 0.0f, Pb, T);
-      for (int t = r0; t < r1; t++) {
-        real *row = P + (size_t)t * T;
-        real max = row_max(row, t + 1);
-        if (vrows) { /* exp(s − max) and its sum in double, then the scaling, in vectors */
-          const double sum = vrows->exp_sum((float *)row, (const float *)row, (float)max, (size_t)t + 1);
-          vrows->scale((float *)row, (size_t)t + 1, (float)(1.0 / sum));
-        } else {
+      real *ob0 = ob + (size_t)r0 * ldo;
+      for (int c0 = 0; c0 < r1; c0 += BK) {
+        const int c1 = c0 + BK < r1 ? c0 + BK : r1, n = c1 - c0;
+        real_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, HS,
+                  scale, qb + (size_t)r0 * ldq, ldq, kb + (size_t)c0 * ldkv, ldkv, 0.0f, S, n);
+        for (int t = r0; t < r1; t++) {
+          real *row = S + (size_t)(t - r0) * n;
+          const int nv = t + 1 < c1 ? t + 1 - c0 : n; /* keys c0 .. min(c1, t + 1) */
+          const real cmax = row_max(row, nv), mold = c0 == 0 ? -INFINITY : rmax[t - r0];
+          const real mnew = cmax > mold ? cmax : mold;
           double sum = 0.0;
-          for (int j = 0; j <= t; j++) {
-            row[j] = real_exp(row[j] - max);
-            sum += row[j];
+          if (vrows) {
+            sum = vrows->exp_sum((float *)row, (const float *)row, (float)mnew, (size_t)nv);
+          } else {
+            for (int j = 0; j < nv; j++) {
+              row[j] = real_exp(row[j] - mnew);
+              sum += row[j];
+            }
           }
-          real inv_sum = (real)(1.0 / sum);
-          for (int j = 0; j <= t; j++) row[j] *= inv_sum;
+          if (c0 == 0) {
+            rsum[t - r0] = sum;
+          } else { /* the earlier chunks' terms were taken against mold */
+            const real alpha = real_exp(mold - mnew);
+            rsum[t - r0] = rsum[t - r0] * alpha + sum;
+            if (alpha != 1) {
+              real *orow = ob + (size_t)t * ldo;
+              for (int d = 0; d < HS; d++) orow[d] *= alpha;
+            }
+          }
+          rmax[t - r0] = mnew;
+          if (dr.d) {
+            real mrow[ATTENTION_KEYS];
+            drop_row(mrow, &dr, b, h, t, c0, nv, T);
+            for (int j = 0; j < nv; j++) row[j] *= mrow[j];
+          }
+          if (nv < n) memset(row + nv, 0, sizeof(real) * (size_t)(n - nv));
         }
-        if (t + 1 < T) memset(row + t + 1, 0, sizeof(real) * (size_t)(T - t - 1));
+        real_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, HS, n,
+                  1.0f, S, n, vb + (size_t)c0 * ldkv, ldkv, c0 == 0 ? 0.0f : 1.0f, ob0, ldo);
       }
-      const real *A = Pb;
-      int lda = T;
-      if (M) {
-        dropped_block(dropped, P, M, T, r0, r1);
-        A = dropped;
-        lda = r1;
+      for (int t = r0; t < r1; t++) {
+        real *orow = ob + (size_t)t * ldo;
+        const real inv = (real)(1.0 / rsum[t - r0]);
+        for (int d = 0; d < HS; d++) orow[d] *= inv;
+        lb[t] = (real)((double)rmax[t - r0] + log(rsum[t - r0]));
       }
-      real_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, HS, r1,
-                1.0f, A, lda, vb, ldkv, 0.0f, ob + (size_t)r0 * ldo, ldo);
     }
   }
   tasks_parallel_end(parallel, blas_threads);
 }
 
-void attention_forward(real *out, real *probs, real *scratch, const real *q, const real *k,
-                       const real *v, const real *dropmask, int B, int T, int NH, int NKV,
-                       int HS)
+void attention_forward(real *out, real *lse, real *scratch, const real *q, const real *k,
+                       const real *v, const struct attention_dropout *drop, int B, int T, int NH,
+                       int NKV, int HS)
 {
-  forward_ld(out, probs, scratch, q, k, v, NH * HS, NKV * HS, dropmask, B, T, NH, NKV, HS);
+  forward_ld(out, lse, scratch, q, k, v, NH * HS, NKV * HS, drop, B, T, NH, NKV, HS);
 }
 
-void attention_forward_qkv(real *out, real *probs, real *scratch, const real *qkv,
-                           const real *dropmask, int B, int T, int NH, int NKV, int HS)
+void attention_forward_qkv(real *out, real *lse, real *scratch, const real *qkv,
+                           const struct attention_dropout *drop, int B, int T, int NH, int NKV,
+                           int HS)
 {
   const int ld = (NH + 2 * NKV) * HS;
-  forward_ld(out, probs, scratch, qkv, qkv + (size_t)NH * HS, qkv + (size_t)(NH + NKV) * HS, ld, ld,
-             dropmask, B, T, NH, NKV, HS);
+  forward_ld(out, lse, scratch, qkv, qkv + (size_t)NH * HS, qkv + (size_t)(NH + NKV) * HS, ld, ld,
+             drop, B, T, NH, NKV, HS);
 }
 
-/* As forward_ld: q and dq rows ldq apart, k, v, dk and dv ldkv apart; dout packed. */
+/* As forward_ld: q and dq rows ldq apart, k, v, dk and dv ldkv apart; out and dout packed. */
 static void backward_ld(real *dq, real *dk, real *dv, real *scratch, const real *dout,
                         const real *q, const real *k, const real *v, int ldq, int ldkv,
-                        const real *probs, const real *dropmask, int B, int T, int NH, int NKV,
-                        int HS)
+                        const real *out, const real *lse, const struct attention_dropout *drop,
+                        int B, int T, int NH, int NKV, int HS)
 {
-  const int group = NH / NKV, ldo = NH * HS;
+  const int group = NH / NKV, ldo = NH * HS, BK = chunk_keys(T);
   const real scale = 1.0f / real_sqrt((real)HS);
-  const size_t TT = (size_t)T * T;
-  const int last_r0 = T > 0 ? (T - 1) / ATTENTION_BLOCK * ATTENTION_BLOCK : 0;
+  const struct drop_at dr = drop_resolve(drop);
+  const struct vec_ops *vrows = VEC_FOR_REAL;
   int blas_threads, parallel = tasks_parallel_begin(B * NKV, &blas_threads);
 #pragma omp parallel for if (parallel)
   for (int task = 0; task < B * NKV; task++) {
-    int b = task / NKV, kvh = task % NKV;
+    const int b = task / NKV, kvh = task % NKV;
     const real *kb = k + (size_t)b * T * ldkv + (size_t)kvh * HS;
     const real *vb = v + (size_t)b * T * ldkv + (size_t)kvh * HS;
     real *dkb = dk + (size_t)b * T * ldkv + (size_t)kvh * HS;
     real *dvb = dv + (size_t)b * T * ldkv + (size_t)kvh * HS;
-    real *dS = scratch + (size_t)task * 2 * TT, *dropped = dS + TT; /* one block each */
+    real *P = scratch + (size_t)task * 2 * task_scratch(T), *dS = P + task_scratch(T);
+    double D[ATTENTION_BLOCK];
+    for (int t = 0; t < T; t++) { /* every product below adds into dk and dv */
+      memset(dkb + (size_t)t * ldkv, 0, sizeof(real) * (size_t)HS);
+      memset(dvb + (size_t)t * ldkv, 0, sizeof(real) * (size_t)HS);
+    }
     for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-      const real *P = probs + ((size_t)b * NH + h) * TT;
-      const real *M = dropmask ? dropmask + ((size_t)b * NH + h) * TT : NULL;
       const real *qb = q + (size_t)b * T * ldq + (size_t)h * HS;
       const real *dob = dout + (size_t)b * T * ldo + (size_t)h * HS;
+      const real *outb = out + (size_t)b * T * ldo + (size_t)h * HS;
+      const real *lb = lse + ((size_t)b * NH + h) * T;
       real *dqb = dq + (size_t)b * T * ldq + (size_t)h * HS;
-      /* The last block first: it reaches every key, so the group's first head assigns dk and
-       * dv there (beta 0) and every later product adds into them. */
-      for (int r0 = last_r0; T > 0 && r0 >= 0; r0 -= ATTENTION_BLOCK) {
+      for (int r0 = 0; r0 < T; r0 += ATTENTION_BLOCK) {
         const int r1 = r0 + ATTENTION_BLOCK < T ? r0 + ATTENTION_BLOCK : T, m = r1 - r0;
-        const real beta = h == kvh * group && r0 == last_r0 ? 0.0f : 1.0f;
-        const real *Pb = P + (size_t)r0 * T, *A = Pb;
-        int lda = T;
-        if (M) {
-          dropped_block(dropped, P, M, T, r0, r1);
-          A = dropped;
-          lda = r1;
-        }
-        /* out = A·v: dv[0:r1] += Aᵀ·dout, dA = dout·vᵀ (into dS, leading dimension r1). */
-        real_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, m,
-                  1.0f, A, lda, dob + (size_t)r0 * ldo, ldo, beta, dvb, ldkv);
-        real_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, HS,
-                  1.0f, dob + (size_t)r0 * ldo, ldo, vb, ldkv, 0.0f, dS, r1);
-        /* dP = dA ⊙ M; softmax backward dS = P ⊙ (dP − Σ_j P_j dP_j), 0 above the diagonal. */
-        for (int t = r0; t < r1; t++) {
-          real *row = dS + (size_t)(t - r0) * r1;
-          const real *prow = P + (size_t)t * T;
-          if (M)
-            for (int j = 0; j <= t; j++) row[j] *= M[(size_t)t * T + j];
+        for (int t = r0; t < r1; t++) { /* D_t = dout_t · out_t = Σ_j P_tj dP_tj */
+          const real *a = dob + (size_t)t * ldo, *o = outb + (size_t)t * ldo;
           double dot = 0.0;
-          for (int j = 0; j <= t; j++) dot += (double)prow[j] * row[j];
-          for (int j = 0; j <= t; j++) row[j] = prow[j] * (row[j] - (real)dot);
-          for (int j = t + 1; j < r1; j++) row[j] = 0.0f;
+          for (int d = 0; d < HS; d++) dot += (double)a[d] * o[d];
+          D[t - r0] = dot;
         }
-        /* scores = scale · q·kᵀ: dq[r0:r1] = scale · dS·k, dk[0:r1] += scale · dSᵀ·q. */
-        real_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, HS, r1,
-                  scale, dS, r1, kb, ldkv, 0.0f, dqb + (size_t)r0 * ldq, ldq);
-        real_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HS, m,
-                  scale, dS, r1, qb + (size_t)r0 * ldq, ldq, beta, dkb, ldkv);
+        for (int c0 = 0; c0 < r1; c0 += BK) {
+          const int c1 = c0 + BK < r1 ? c0 + BK : r1, n = c1 - c0;
+          real_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, HS,
+                    scale, qb + (size_t)r0 * ldq, ldq, kb + (size_t)c0 * ldkv, ldkv, 0.0f, P, n);
+          real_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, HS,
+                    1.0f, dob + (size_t)r0 * ldo, ldo, vb + (size_t)c0 * ldkv, ldkv, 0.0f, dS, n);
+          /* P = exp(s − lse); dP = (dout·vᵀ) ⊙ M; dS = P ⊙ (dP − D); P ⊙ M for dv. */
+          for (int t = r0; t < r1; t++) {
+            real *prow = P + (size_t)(t - r0) * n, *srow = dS + (size_t)(t - r0) * n;
+            const int nv = t + 1 < c1 ? t + 1 - c0 : n;
+            const real Dt = (real)D[t - r0];
+            if (vrows)
+              vrows->exp_scale((float *)prow, (const float *)prow, (float)lb[t], 1.0f, (size_t)nv);
+            else
+              for (int j = 0; j < nv; j++) prow[j] = real_exp(prow[j] - lb[t]);
+            if (dr.d) {
+              real mrow[ATTENTION_KEYS];
+              drop_row(mrow, &dr, b, h, t, c0, nv, T);
+              for (int j = 0; j < nv; j++) {
+                const real mij = mrow[j];
+                srow[j] = prow[j] * (srow[j] * mij - Dt);
+                prow[j] *= mij;
+              }
+            } else {
+              for (int j = 0; j < nv; j++) srow[j] = prow[j] * (srow[j] - Dt);
+            }
+            if (nv < n) {
+              memset(prow + nv, 0, sizeof(real) * (size_t)(n - nv));
+              memset(srow + nv, 0, sizeof(real) * (size_t)(n - nv));
+            }
+          }
+          /* dv[c0:c1] += (P ⊙ M)ᵀ·dout; scores = scale · q·kᵀ: dq[r0:r1] (+)= scale · dS·k,
+           * dk[c0:c1] += scale · dSᵀ·q. */
+          real_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, HS, m,
+                    1.0f, P, n, dob + (size_t)r0 * ldo, ldo, 1.0f, dvb + (size_t)c0 * ldkv, ldkv);
+          real_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, HS, n,
+                    scale, dS, n, kb + (size_t)c0 * ldkv, ldkv, c0 == 0 ? 0.0f : 1.0f,
+                    dqb + (size_t)r0 * ldq, ldq);
+          real_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, HS, m,
+                    scale, dS, n, qb + (size_t)r0 * ldq, ldq, 1.0f, dkb + (size_t)c0 * ldkv, ldkv);
+        }
       }
     }
   }
@@ -284,19 +371,20 @@ static void backward_ld(real *dq, real *dk, real *dv, real *scratch, const real 
 }
 
 void attention_backward(real *dq, real *dk, real *dv, real *scratch, const real *dout,
-                        const real *q, const real *k, const real *v, const real *probs,
-                        const real *dropmask, int B, int T, int NH, int NKV, int HS)
+                        const real *q, const real *k, const real *v, const real *out,
+                        const real *lse, const struct attention_dropout *drop, int B, int T, int NH,
+                        int NKV, int HS)
 {
-  backward_ld(dq, dk, dv, scratch, dout, q, k, v, NH * HS, NKV * HS, probs, dropmask, B, T, NH, NKV,
+  backward_ld(dq, dk, dv, scratch, dout, q, k, v, NH * HS, NKV * HS, out, lse, drop, B, T, NH, NKV,
               HS);
 }
 
 void attention_backward_qkv(real *dqkv, real *scratch, const real *dout, const real *qkv,
-                            const real *probs, const real *dropmask, int B, int T, int NH, int NKV,
-                            int HS)
+                            const real *out, const real *lse, const struct attention_dropout *drop,
+                            int B, int T, int NH, int NKV, int HS)
 {
   const int ld = (NH + 2 * NKV) * HS;
   const size_t k0 = (size_t)NH * HS, v0 = (size_t)(NH + NKV) * HS;
-  backward_ld(dqkv, dqkv + k0, dqkv + v0, scratch, dout, qkv, qkv + k0, qkv + v0, ld, ld, probs,
-              dropmask, B, T, NH, NKV, HS);
+  backward_ld(dqkv, dqkv + k0, dqkv + v0, scratch, dout, qkv, qkv + k0, qkv + v0, ld, ld, out, lse,
+              drop, B, T, NH, NKV, HS);
 }

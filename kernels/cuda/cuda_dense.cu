@@ -14,26 +14,30 @@
  * nvcc does not contract them into FMAs (the CPU builds with -ffp-contract=off); the table is
  * computed in double, as on the CPU.
  *
- * Attention (correctness over speed; nothing here is flash-style). Forward: one block of
- * ATT_THREADS threads per query row (b, h, t). Its scores s_j = scale · (q_t · k_j), j ≤ t, are
- * computed one key per warp (lanes over the head dimension, then a fixed xor-shuffle tree), and
- * written into the row of probs, which is the row's buffer; the max and Σ exp(s − max) (in
- * double, as the CPU) are block reductions with a fixed tree over a fixed thread count; probs =
- * exp(s − max) · (real)(1 / Σ), zero above the diagonal, exactly the CPU's formula. After a
- * __syncthreads the same block computes out_t = Σ_j (P ⊙ M)_tj v_j, one thread per output
- * element summing j in order. Backward: (1) one block per row (b, h, t) writes dS into scratch
- * (B, NH, T, T): dP_j = (dout_t · v_j) · M_tj, dot = Σ_j P_j dP_j in double (block tree),
- * dS_j = P_j (dP_j − (real)dot), 0 above the diagonal; (2) dq_t = scale · Σ_{j ≤ t} dS_tj k_j,
- * one thread per element; (3) per (b, KV head, key j): dv_j = Σ_{h in group} Σ_{t ≥ j} A_tj dout_t
- * and dk_j = Σ_h scale · Σ_{t ≥ j} dS_tj q_t, one thread per element, heads then rows in order.
- * Every output element is written by one thread with a fixed summation order, and every block
- * reduction has a fixed shape, so the bits do not depend on anything but the inputs; no atomics.
- * Scratch: B · NH · T · T reals (dS), only in backward; the forward takes none (it may be NULL). */
+ * Attention, flash-style (the CPU's twin, kernels/cpu/attention.c: the same formulas, no (T, T)
+ * matrix anywhere). Tiles of BR query rows against BR keys, BR and the head dimensions a thread
+ * holds chosen from HS alone (flash_cfg_of: BR 64 up to HS 128, 32 up to 256; a larger HS is
+ * refused as the context's failure), ATT_THREADS = 256 threads per block as 16 × 16, each thread
+ * owning rows ty + 16 i and columns (keys or dimensions) tx + 16 j of a tile. Forward: one block
+ * per (query tile, head, sample) walks the key tiles up to the diagonal in order with an online
+ * softmax (running max, Σ exp in double) and keeps O in registers; it writes out and lse.
+ * Backward: D_i = dout_i · out_i into scratch (one warp per row); then one block per (key tile,
+ * KV head, sample) recomputes P = exp(s − lse) and dS = P (dP · M − D) tile by tile for the
+ * group's query heads in order and their query tiles from the diagonal on, accumulating dk and
+ * dv in registers; then one block per (query tile, head, sample) recomputes them against the key
+ * tiles up to the diagonal for dq. Dropout is drawn where it is used (attention_drop_u,
+ * philox.h), the same numbers forward and backward; a launch with dropout covers one sample
+ * (its c2 passed by value). Every output element has one writer and one summation order, fixed
+ * by HS and T, so the bits of a (sample, head) depend on nothing but its inputs: not on B, on the
+ * other heads or on the launch; no atomics. Scratch: B · NH · T reals (D), backward only.
+ * fp32 arithmetic (FMAs where nvcc contracts, as the rest of the backend); there is no bf16
+ * tensor-core path yet. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cuda_backend.h"
-#include "cuda_reduce.cuh"
+#include "../philox.h"
 
 enum { ATT_THREADS = 256, ATT_WARPS = ATT_THREADS / 32 };
 
@@ -256,12 +260,193 @@ extern "C" void cuda_rope_backward_qkv(void *ctx, real *dqkv, const real *cos_ta
               -1.0f);
 }
 
-/* ---- attention ---- */
+/* ---- attention (flash-style) ---- */
 
-extern "C" size_t cuda_attention_scratch_n_elems(void *ctx, int B, int T, int NH, int NKV)
+/* A tile configuration, chosen from HS alone (flash_cfg_of): BR query rows per query tile and
+ * BR keys per key tile, NJ chunks of 16 head dimensions per thread (16 · NJ ≥ HS). Shared tiles
+ * of head-dimension rows are LD = 16 · NJ + 1 floats apart (odd: a column walk meets 16
+ * different banks), zero from column HS on; score tiles are SL = BR + 1 apart. */
+template <int BR, int NJ>
+struct flash_cfg {
+  static constexpr int W = 16 * NJ, LD = W + 1, SL = BR + 1;
+  /* dynamic shared memory per block, in bytes (the launch opts in above 48 KiB) */
+  static constexpr size_t fwd_bytes = sizeof(double) * BR + sizeof(float) * (3 * BR * LD + BR * SL + 2 * BR);
+  static constexpr size_t dkv_bytes = sizeof(float) * (4 * BR * LD + 2 * BR * SL + 2 * BR);
+  static constexpr size_t dq_bytes = sizeof(float) * (4 * BR * LD + BR * SL + 2 * BR);
+};
+/* Bytes per block (forward, dkv, dq): HS ≤ 32 (64, 2): 43008, 67584, 50944; HS ≤ 64 (64, 4):
+ * 67584, 100352, 83712; HS ≤ 128 (64, 8): 116736, 165888, 149248; HS ≤ 256 (32, 16): 103424,
+ * 140288, 136064. The largest, 162 KiB, is under the 227 KiB a Hopper block may opt in to (one
+ * block per SM then), so no configuration depends on the device. */
+static_assert(flash_cfg<64, 8>::dkv_bytes <= 227 * 1024 && flash_cfg<32, 16>::dkv_bytes <= 227 * 1024 &&
+                  flash_cfg<64, 8>::fwd_bytes <= 227 * 1024 && flash_cfg<64, 8>::dq_bytes <= 227 * 1024,
+              "attention tiles over the shared memory a block may have");
+
+/* The dropout as the kernels take it, by value: c2 is one sample's, so a launch with dropout
+ * covers one sample (on 0: none, one launch covers every sample). */
+struct att_drop {
+  int on;
+  float p, keep;
+  uint64_t seed, first;
+  uint32_t c1, c2, c3;
+};
+
+/* M_ij: 0 or 1/(1 − p), from the number dropout_mask draws for that element (philox.h). */
+__device__ static inline float att_mask(const struct att_drop &dr, int h, int i, int j, int T)
 {
-  (void)ctx, (void)NKV; /* dS of every head, backward only (ctx may be NULL: a size only) */
-  return (size_t)B * NH * T * T;
+  return attention_drop_u(dr.seed, dr.c1, dr.c2, dr.c3, dr.first, h, i, j, T) < dr.p ? 0.0f : dr.keep;
+}
+
+/* Rows [r0, r0 + BR) of an operand whose row t (this head's) starts at base + t · ld, HS wide,
+ * into a BR × LD shared tile; zeros for rows ≥ T and columns in [HS, W). */
+template <int BR, int W, int LD>
+__device__ static inline void load_tile(float *dst, const real *base, size_t ld, int r0, int T, int HS)
+{
+  for (int e = threadIdx.x; e < BR * W; e += ATT_THREADS) {
+    const int r = e / W, d = e % W, t = r0 + r;
+    dst[r * LD + d] = t < T && d < HS ? base[(size_t)t * ld + d] : 0.0f;
+  }
+}
+
+/* acc[i][jj] = Σ_d A[r][d] · Bm[c][d], d = 0 .. HS − 1 in order, for the thread's rows
+ * r = ty + 16 i and columns c = tx + 16 jj of a BR × BR tile. The same code forms every score
+ * in forward and backward, so a score is the same number wherever it is recomputed. */
+template <int BR, int LD>
+__device__ static inline void tile_dots(float (&acc)[BR / 16][BR / 16], const float *A, const float *Bm, int HS,
+                                        int tx, int ty)
+{
+  constexpr int RI = BR / 16;
+#pragma unroll
+  for (int i = 0; i < RI; i++)
+#pragma unroll
+    for (int jj = 0; jj < RI; jj++) acc[i][jj] = 0.0f;
+  for (int d = 0; d < HS; d++) {
+    float a[RI], bb[RI];
+#pragma unroll
+    for (int i = 0; i < RI; i++) a[i] = A[(ty + 16 * i) * LD + d];
+#pragma unroll
+    for (int jj = 0; jj < RI; jj++) bb[jj] = Bm[(tx + 16 * jj) * LD + d];
+#pragma unroll
+    for (int i = 0; i < RI; i++)
+#pragma unroll
+      for (int jj = 0; jj < RI; jj++) acc[i][jj] += a[i] * bb[jj];
+  }
+}
+
+/* Forward: one block per (query tile, query head, sample): blockIdx = (qt, h, b − b0). The key
+ * tiles 0 .. qt in order (those above the diagonal skipped); per tile the scores, then per row
+ * the new max m, P = exp(s − m), l = l · exp(m_old − m) + Σ P (in double) and, with dropout,
+ * P ⊙ M in place; then O = O · exp(m_old − m) + (P ⊙ M) · V in registers. At the end
+ * out = O · (1 / l), lse = m + log l. */
+template <int BR, int NJ>
+__global__ void __launch_bounds__(ATT_THREADS)
+flash_forward_kernel(real *out, real *lse, const real *q, const real *k, const real *v, int ldq, int ldkv, int T,
+                     int NH, int NKV, int HS, float scale, struct att_drop dr, int b0)
+{
+  typedef flash_cfg<BR, NJ> C;
+  constexpr int W = C::W, LD = C::LD, SL = C::SL, RI = BR / 16, TPR = ATT_THREADS / BR, CPT = BR / TPR;
+  extern __shared__ double att_smem[];
+  double *row_l = att_smem;                                  /* BR */
+  float *Qs = (float *)(row_l + BR), *Ks = Qs + BR * LD;     /* BR × LD each */
+  float *Vs = Ks + BR * LD, *Ss = Vs + BR * LD;              /* BR × LD, BR × SL */
+  float *row_m = Ss + BR * SL, *row_a = row_m + BR;          /* BR each */
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const int qt = blockIdx.x, h = blockIdx.y, b = b0 + (int)blockIdx.z, kvh = h / (NH / NKV), i0 = qt * BR;
+  const real *qb = q + (size_t)b * T * ldq + (size_t)h * HS;
+  const real *kb = k + (size_t)b * T * ldkv + (size_t)kvh * HS;
+  const real *vb = v + (size_t)b * T * ldkv + (size_t)kvh * HS;
+  load_tile<BR, W, LD>(Qs, qb, ldq, i0, T, HS);
+  if (tid < BR) {
+    row_l[tid] = 0.0;
+    row_m[tid] = -INFINITY;
+  }
+  float o[RI][NJ];
+#pragma unroll
+  for (int i = 0; i < RI; i++)
+#pragma unroll
+    for (int jj = 0; jj < NJ; jj++) o[i][jj] = 0.0f;
+  for (int kt = 0; kt <= qt; kt++) {
+    const int j0 = kt * BR;
+    __syncthreads(); /* the last tile's Ks, Vs, Ss read by every thread */
+    load_tile<BR, W, LD>(Ks, kb, ldkv, j0, T, HS);
+    load_tile<BR, W, LD>(Vs, vb, ldkv, j0, T, HS);
+    __syncthreads();
+    float s[RI][RI];
+    tile_dots<BR, LD>(s, Qs, Ks, HS, tx, ty);
+#pragma unroll
+    for (int i = 0; i < RI; i++)
+#pragma unroll
+      for (int jj = 0; jj < RI; jj++) {
+        const int r = ty + 16 * i, c = tx + 16 * jj, j = j0 + c;
+        /* causal; a padding row (≥ T) sees every real key, so no row is empty */
+        Ss[r * SL + c] = j <= i0 + r && j < T ? scale * s[i][jj] : -INFINITY;
+      }
+    __syncthreads();
+    { /* the online softmax of this tile: TPR adjacent lanes per row, CPT columns each */
+      const int r = tid / TPR, part = tid % TPR, row = i0 + r, lane = tid % 32;
+      float *srow = Ss + r * SL;
+      float mx = -INFINITY;
+#pragma unroll
+      for (int x = 0; x < CPT; x++) mx = fmaxf(mx, srow[part + TPR * x]);
+#pragma unroll
+      for (int o_ = 1; o_ < TPR; o_ <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o_));
+      mx = __shfl_sync(0xffffffffu, mx, lane - part); /* one max per row, whatever a NaN did */
+      const float m_old = row_m[r], m_new = fmaxf(mx, m_old);
+      double sum = 0.0;
+#pragma unroll
+      for (int x = 0; x < CPT; x++) {
+        const int c = part + TPR * x, j = j0 + c;
+        const float p = expf(srow[c] - m_new); /* −inf (masked): 0 */
+        sum += p;
+        srow[c] = dr.on && row < T && j <= row ? p * att_mask(dr, h, row, j, T) : p;
+      }
+#pragma unroll
+      for (int o_ = 1; o_ < TPR; o_ <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o_);
+      const float alpha = expf(m_old - m_new); /* the first tile: exp(−inf) = 0 */
+      __syncwarp(); /* the row's lanes have read row_m before lane `part 0` writes it */
+      if (part == 0) {
+        row_l[r] = row_l[r] * alpha + sum;
+        row_m[r] = m_new;
+        row_a[r] = alpha;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < RI; i++) {
+      const float a = row_a[ty + 16 * i];
+#pragma unroll
+      for (int jj = 0; jj < NJ; jj++) o[i][jj] *= a;
+    }
+    for (int c = 0; c < BR; c++) {
+      float pv[RI];
+#pragma unroll
+      for (int i = 0; i < RI; i++) pv[i] = Ss[(ty + 16 * i) * SL + c];
+#pragma unroll
+      for (int jj = 0; jj < NJ; jj++) {
+        const float vv = Vs[c * LD + tx + 16 * jj];
+#pragma unroll
+        for (int i = 0; i < RI; i++) o[i][jj] += pv[i] * vv;
+      }
+    }
+  }
+  /* row_l and row_m were last written before the loop's last __syncthreads */
+  const int ldo = NH * HS;
+#pragma unroll
+  for (int i = 0; i < RI; i++) {
+    const int r = ty + 16 * i, row = i0 + r;
+    if (row >= T)
+      continue;
+    const float inv = (float)(1.0 / row_l[r]);
+    real *orow = out + ((size_t)b * T + row) * ldo + (size_t)h * HS;
+#pragma unroll
+    for (int jj = 0; jj < NJ; jj++) {
+      const int d = tx + 16 * jj;
+      if (d < HS)
+        orow[d] = o[i][jj] * inv;
+    }
+  }
+  if (tid < BR && i0 + tid < T)
+    lse[((size_t)b * NH + h) * T + i0 + tid] = (float)((double)row_m[tid] + log(row_l[tid]));
 }
 
 /* x · y over HS elements by one warp: lanes over d in order, then a fixed xor tree (every lane
@@ -274,200 +459,373 @@ __device__ static float warp_dot(const real *x, const real *y, int HS, int lane)
   return acc;
 }
 
-/* One block per query row: blockIdx.x = (b · NH + h) · T + t. */
+/* Backward, first: D_i = dout_i · out_i of every row, one warp per row (b, h, t) =
+ * ((b · NH + h) · T + t), into scratch (B, NH, T). */
 __global__ void __launch_bounds__(ATT_THREADS)
-attention_forward_kernel(real *out, real *probs, const real *q, const real *k, const real *v, int ldq, int ldkv,
-                         const real *dropmask, int T, int NH, int NKV, int HS, float scale)
+attention_rowdot_kernel(real *Dv, const real *dout, const real *out, int T, int NH, int HS, size_t rows)
 {
-  __shared__ double shd[ATT_THREADS];
-  __shared__ float shf[ATT_THREADS];
-  const size_t row = blockIdx.x;
-  const int t = (int)(row % T), bh = (int)(row / T), b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
-  const real *qt = q + ((size_t)b * T + t) * ldq + (size_t)h * HS;
-  const real *kb = k + (size_t)b * T * ldkv + (size_t)kvh * HS;
-  const real *vb = v + (size_t)b * T * ldkv + (size_t)kvh * HS;
-  real *P = probs + row * T;
-  const real *M = dropmask ? dropmask + row * T : NULL;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  /* scores, one key per warp, into the row of probs */
-  for (int j = warp; j <= t; j += ATT_WARPS) {
-    const float s = warp_dot(qt, kb + (size_t)j * ldkv, HS, lane);
-    if (lane == 0)
-      P[j] = scale * s;
+  const size_t row = (size_t)blockIdx.x * ATT_WARPS + threadIdx.x / 32;
+  if (row >= rows)
+    return; /* a whole warp: the shuffles below see every lane */
+  const int t = (int)(row % T), bh = (int)(row / T), b = bh / NH, h = bh % NH, lane = threadIdx.x % 32;
+  const size_t at = ((size_t)b * T + t) * NH * HS + (size_t)h * HS;
+  const float s = warp_dot(dout + at, out + at, HS, lane);
+  if (lane == 0)
+    Dv[row] = s;
+}
+
+/* The recomputed tile of one query tile against one key tile, in the thread's elements
+ * (r = ty + 16 i, c = tx + 16 jj): P = exp(s − lse), dS = P (dP · M − D), and A = P · M; 0 where
+ * masked (causal, or a row ≥ T). Qs, dOs, Ks, Vs, lse_s and D_s are the tiles in shared
+ * memory. */
+template <int BR, int LD>
+__device__ static inline void flash_ds(float (&a)[BR / 16][BR / 16], float (&ds)[BR / 16][BR / 16],
+                                       const float *Qs, const float *dOs, const float *Ks, const float *Vs,
+                                       const float *lse_s, const float *D_s, int i0, int j0, int h, int T,
+                                       int HS, float scale, const struct att_drop &dr, int tx, int ty)
+{
+  constexpr int RI = BR / 16;
+  float s[RI][RI], dp[RI][RI];
+  tile_dots<BR, LD>(s, Qs, Ks, HS, tx, ty);
+  tile_dots<BR, LD>(dp, dOs, Vs, HS, tx, ty);
+#pragma unroll
+  for (int i = 0; i < RI; i++)
+#pragma unroll
+    for (int jj = 0; jj < RI; jj++) {
+      const int r = ty + 16 * i, row = i0 + r, j = j0 + tx + 16 * jj;
+      a[i][jj] = 0.0f, ds[i][jj] = 0.0f;
+      if (row < T && j <= row) {
+        const float p = expf(scale * s[i][jj] - lse_s[r]);
+        const float m = dr.on ? att_mask(dr, h, row, j, T) : 1.0f;
+        a[i][jj] = p * m;
+        ds[i][jj] = p * (dp[i][jj] * m - D_s[r]);
+      }
+    }
+}
+
+/* Backward, dk and dv: one block per (key tile, KV head, sample): blockIdx = (kt, kvh, b − b0).
+ * The group's query heads in order, each over the query tiles kt .. last in order (those below
+ * the diagonal see no key of the tile), each tile's rows in order: dv_j = Σ A_ij dout_i,
+ * dk_j = scale · Σ dS_ij q_i, accumulated in registers, one thread per element. */
+template <int BR, int NJ>
+__global__ void __launch_bounds__(ATT_THREADS)
+flash_backward_dkv_kernel(real *dk, real *dv, const real *dout, const real *q, const real *k, const real *v,
+                          int ldq, int ldkv, const real *lse, const real *Dv, int T, int NH, int NKV, int HS,
+                          float scale, struct att_drop dr, int b0)
+{
+  typedef flash_cfg<BR, NJ> C;
+  constexpr int W = C::W, LD = C::LD, SL = C::SL, RI = BR / 16;
+  extern __shared__ double att_smem[];
+  float *Ks = (float *)att_smem, *Vs = Ks + BR * LD, *Qs = Vs + BR * LD, *dOs = Qs + BR * LD; /* BR × LD */
+  float *As = dOs + BR * LD, *dSs = As + BR * SL;                                           /* BR × SL */
+  float *lse_s = dSs + BR * SL, *D_s = lse_s + BR;                                          /* BR */
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const int kt = blockIdx.x, kvh = blockIdx.y, b = b0 + (int)blockIdx.z, group = NH / NKV, j0 = kt * BR;
+  const int nq = (T + BR - 1) / BR, ldo = NH * HS;
+  load_tile<BR, W, LD>(Ks, k + (size_t)b * T * ldkv + (size_t)kvh * HS, ldkv, j0, T, HS);
+  load_tile<BR, W, LD>(Vs, v + (size_t)b * T * ldkv + (size_t)kvh * HS, ldkv, j0, T, HS);
+  float dka[RI][NJ], dva[RI][NJ];
+#pragma unroll
+  for (int i = 0; i < RI; i++)
+#pragma unroll
+    for (int jj = 0; jj < NJ; jj++) dka[i][jj] = 0.0f, dva[i][jj] = 0.0f;
+  for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+    const real *qb = q + (size_t)b * T * ldq + (size_t)h * HS, *ob = dout + (size_t)b * T * ldo + (size_t)h * HS;
+    const real *lh = lse + ((size_t)b * NH + h) * T, *Dh = Dv + ((size_t)b * NH + h) * T;
+    for (int qt = kt; qt < nq; qt++) {
+      const int i0 = qt * BR;
+      __syncthreads(); /* the last tile's Qs, dOs, As, dSs read by every thread */
+      load_tile<BR, W, LD>(Qs, qb, ldq, i0, T, HS);
+      load_tile<BR, W, LD>(dOs, ob, ldo, i0, T, HS);
+      if (tid < BR) {
+        const int row = i0 + tid;
+        lse_s[tid] = row < T ? lh[row] : 0.0f;
+        D_s[tid] = row < T ? Dh[row] : 0.0f;
+      }
+      __syncthreads();
+      float a[RI][RI], ds[RI][RI];
+      flash_ds<BR, LD>(a, ds, Qs, dOs, Ks, Vs, lse_s, D_s, i0, j0, h, T, HS, scale, dr, tx, ty);
+#pragma unroll
+      for (int i = 0; i < RI; i++)
+#pragma unroll
+        for (int jj = 0; jj < RI; jj++) {
+          const int at = (ty + 16 * i) * SL + tx + 16 * jj;
+          As[at] = a[i][jj];
+          dSs[at] = ds[i][jj];
+        }
+      __syncthreads();
+      /* the thread's keys c = ty + 16 i, dimensions d = tx + 16 jj, over the tile's rows r */
+      for (int r = 0; r < BR; r++) {
+        float pa[RI], pd[RI];
+#pragma unroll
+        for (int i = 0; i < RI; i++) {
+          pa[i] = As[r * SL + ty + 16 * i];
+          pd[i] = dSs[r * SL + ty + 16 * i];
+        }
+#pragma unroll
+        for (int jj = 0; jj < NJ; jj++) {
+          const float od = dOs[r * LD + tx + 16 * jj], qd = Qs[r * LD + tx + 16 * jj];
+#pragma unroll
+          for (int i = 0; i < RI; i++) {
+            dva[i][jj] += pa[i] * od;
+            dka[i][jj] += pd[i] * qd;
+          }
+        }
+      }
+    }
   }
-  __syncthreads();
-  float m = -INFINITY;
-  for (int j = threadIdx.x; j <= t; j += ATT_THREADS) m = P[j] > m ? P[j] : m;
-  m = block_max<ATT_THREADS>(m, shf);
-  double sum = 0.0;
-  for (int j = threadIdx.x; j <= t; j += ATT_THREADS) {
-    const float e = expf(P[j] - m);
-    P[j] = e;
-    sum += e;
-  }
-  sum = block_sum<ATT_THREADS>(sum, shd);
-  const float inv = (float)(1.0 / sum);
-  for (int j = threadIdx.x; j < T; j += ATT_THREADS) P[j] = j <= t ? P[j] * inv : 0.0f;
-  __syncthreads(); /* the row of probs, written by the block, read by the block below */
-  real *o = out + ((size_t)b * T + t) * NH * HS + (size_t)h * HS;
-  for (int d = threadIdx.x; d < HS; d += ATT_THREADS) {
-    float acc = 0.0f;
-    if (M)
-      for (int j = 0; j <= t; j++) acc += (P[j] * M[j]) * vb[(size_t)j * ldkv + d];
-    else
-      for (int j = 0; j <= t; j++) acc += P[j] * vb[(size_t)j * ldkv + d];
-    o[d] = acc;
+#pragma unroll
+  for (int i = 0; i < RI; i++) {
+    const int j = j0 + ty + 16 * i;
+    if (j >= T)
+      continue;
+    real *dkj = dk + ((size_t)b * T + j) * ldkv + (size_t)kvh * HS;
+    real *dvj = dv + ((size_t)b * T + j) * ldkv + (size_t)kvh * HS;
+#pragma unroll
+    for (int jj = 0; jj < NJ; jj++) {
+      const int d = tx + 16 * jj;
+      if (d < HS) {
+        dkj[d] = scale * dka[i][jj];
+        dvj[d] = dva[i][jj];
+      }
+    }
   }
 }
 
-static void forward_ld(struct cuda_ctx *c, real *out, real *probs, const real *q, const real *k, const real *v,
-                       int ldq, int ldkv, const real *dropmask, int B, int T, int NH, int NKV, int HS)
+/* Backward, dq: one block per (query tile, query head, sample), the key tiles 0 .. qt in order,
+ * each tile's keys in order: dq_i = scale · Σ_j dS_ij k_j in registers. */
+template <int BR, int NJ>
+__global__ void __launch_bounds__(ATT_THREADS)
+flash_backward_dq_kernel(real *dq, const real *dout, const real *q, const real *k, const real *v, int ldq,
+                         int ldkv, const real *lse, const real *Dv, int T, int NH, int NKV, int HS, float scale,
+                         struct att_drop dr, int b0)
 {
-  const size_t rows = (size_t)B * NH * T;
-  if (rows == 0 || HS == 0)
+  typedef flash_cfg<BR, NJ> C;
+  constexpr int W = C::W, LD = C::LD, SL = C::SL, RI = BR / 16;
+  extern __shared__ double att_smem[];
+  float *Qs = (float *)att_smem, *dOs = Qs + BR * LD, *Ks = dOs + BR * LD, *Vs = Ks + BR * LD; /* BR × LD */
+  float *dSs = Vs + BR * LD, *lse_s = dSs + BR * SL, *D_s = lse_s + BR;                     /* BR × SL, BR, BR */
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const int qt = blockIdx.x, h = blockIdx.y, b = b0 + (int)blockIdx.z, kvh = h / (NH / NKV), i0 = qt * BR;
+  const int ldo = NH * HS;
+  const real *kb = k + (size_t)b * T * ldkv + (size_t)kvh * HS, *vb = v + (size_t)b * T * ldkv + (size_t)kvh * HS;
+  load_tile<BR, W, LD>(Qs, q + (size_t)b * T * ldq + (size_t)h * HS, ldq, i0, T, HS);
+  load_tile<BR, W, LD>(dOs, dout + (size_t)b * T * ldo + (size_t)h * HS, ldo, i0, T, HS);
+  if (tid < BR) {
+    const int row = i0 + tid;
+    lse_s[tid] = row < T ? lse[((size_t)b * NH + h) * T + row] : 0.0f;
+    D_s[tid] = row < T ? Dv[((size_t)b * NH + h) * T + row] : 0.0f;
+  }
+  float dqa[RI][NJ];
+#pragma unroll
+  for (int i = 0; i < RI; i++)
+#pragma unroll
+    for (int jj = 0; jj < NJ; jj++) dqa[i][jj] = 0.0f;
+  for (int kt = 0; kt <= qt; kt++) {
+    const int j0 = kt * BR;
+    __syncthreads(); /* the last tile's Ks, dSs read by every thread */
+    load_tile<BR, W, LD>(Ks, kb, ldkv, j0, T, HS);
+    load_tile<BR, W, LD>(Vs, vb, ldkv, j0, T, HS);
+    __syncthreads();
+    float a[RI][RI], ds[RI][RI];
+    flash_ds<BR, LD>(a, ds, Qs, dOs, Ks, Vs, lse_s, D_s, i0, j0, h, T, HS, scale, dr, tx, ty);
+#pragma unroll
+    for (int i = 0; i < RI; i++)
+#pragma unroll
+      for (int jj = 0; jj < RI; jj++) dSs[(ty + 16 * i) * SL + tx + 16 * jj] = ds[i][jj];
+    __syncthreads();
+    for (int c = 0; c < BR; c++) {
+      float pd[RI];
+#pragma unroll
+      for (int i = 0; i < RI; i++) pd[i] = dSs[(ty + 16 * i) * SL + c];
+#pragma unroll
+      for (int jj = 0; jj < NJ; jj++) {
+        const float kd = Ks[c * LD + tx + 16 * jj];
+#pragma unroll
+        for (int i = 0; i < RI; i++) dqa[i][jj] += pd[i] * kd;
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < RI; i++) {
+    const int row = i0 + ty + 16 * i;
+    if (row >= T)
+      continue;
+    real *dqi = dq + ((size_t)b * T + row) * ldq + (size_t)h * HS;
+#pragma unroll
+    for (int jj = 0; jj < NJ; jj++) {
+      const int d = tx + 16 * jj;
+      if (d < HS)
+        dqi[d] = scale * dqa[i][jj];
+    }
+  }
+}
+
+extern "C" size_t cuda_attention_scratch_n_elems(void *ctx, int B, int T, int NH, int NKV, int HS)
+{
+  (void)ctx, (void)NKV, (void)HS; /* D of every row, backward only (ctx may be NULL: a size only) */
+  return (size_t)B * NH * T;
+}
+
+/* The dropout as the kernels take it (c2 filled per sample at launch). */
+static struct att_drop att_drop_of(const struct attention_dropout *drop)
+{
+  struct att_drop dr;
+  memset(&dr, 0, sizeof dr);
+  if (!drop || !(drop->p > 0.0f))
+    return dr;
+  dr.on = 1;
+  dr.p = drop->p;
+  dr.keep = drop->p < 1.0f ? 1.0f / (1.0f - drop->p) : 0.0f; /* dropout_mask's keep_scale */
+  dr.seed = drop->seed, dr.first = drop->first, dr.c1 = drop->c1, dr.c3 = drop->c3;
+  return dr;
+}
+
+/* The tile configuration for a head size: BR = 64 rows with 16 · NJ ≥ HS up to 128, BR = 32 at
+ * 256 (the shared tiles would not fit at 64); 0 over 256, recorded as the context's failure. */
+enum { FLASH_MAX_HS = 256 };
+static int flash_cfg_of(struct cuda_ctx *c, int HS)
+{
+  if (HS <= FLASH_MAX_HS)
+    return HS <= 32 ? 32 : HS <= 64 ? 64 : HS <= 128 ? 128 : 256;
+  char msg[128];
+  snprintf(msg, sizeof msg, "head size %d: the CUDA attention takes at most %d", HS, FLASH_MAX_HS);
+  cuda_record(c, __FILE__, __LINE__, "attention", msg);
+  return 0;
+}
+
+/* Launches `launch(dr, b0, nb)` once for every sample (nb = B) without dropout, or once per
+ * sample with its c2 (nb = 1); 0, or 1 after a failed launch. */
+template <typename F>
+static int per_sample(struct cuda_ctx *c, const struct attention_dropout *drop, int B, F launch)
+{
+  struct att_drop dr = att_drop_of(drop);
+  if (!dr.on) {
+    launch(dr, 0, B);
+    return CUDA_LAUNCHED(c);
+  }
+  for (int b = 0; b < B; b++) {
+    dr.c2 = drop->samples[b];
+    launch(dr, b, 1);
+    if (CUDA_LAUNCHED(c))
+      return 1;
+  }
+  return 0;
+}
+
+template <int BR, int NJ>
+static void flash_forward(struct cuda_ctx *c, real *out, real *lse, const real *q, const real *k, const real *v,
+                          int ldq, int ldkv, const struct attention_dropout *drop, int B, int T, int NH, int NKV,
+                          int HS)
+{
+  typedef flash_cfg<BR, NJ> C;
+  if (CUDA_CHECK(c, cudaFuncSetAttribute(flash_forward_kernel<BR, NJ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)C::fwd_bytes)))
     return;
   const float scale = 1.0f / sqrtf((float)HS);
-  attention_forward_kernel<<<(unsigned)rows, ATT_THREADS, 0, c->stream>>>(out, probs, q, k, v, ldq, ldkv, dropmask,
-                                                                          T, NH, NKV, HS, scale);
-  CUDA_LAUNCHED(c);
+  const unsigned tiles = (unsigned)((T + BR - 1) / BR);
+  per_sample(c, drop, B, [&](const struct att_drop &dr, int b0, int nb) {
+    flash_forward_kernel<BR, NJ><<<dim3(tiles, (unsigned)NH, (unsigned)nb), ATT_THREADS, C::fwd_bytes, c->stream>>>(
+        out, lse, q, k, v, ldq, ldkv, T, NH, NKV, HS, scale, dr, b0);
+  });
 }
 
-extern "C" void cuda_attention_forward(void *ctx, real *out, real *probs, real *scratch, const real *q,
-                                       const real *k, const real *v, const real *dropmask, int B, int T, int NH,
+static void forward_ld(struct cuda_ctx *c, real *out, real *lse, const real *q, const real *k, const real *v,
+                       int ldq, int ldkv, const struct attention_dropout *drop, int B, int T, int NH, int NKV, int HS)
+{
+  if (B == 0 || T == 0 || NH == 0 || HS == 0)
+    return;
+  switch (flash_cfg_of(c, HS)) {
+  case 32: flash_forward<64, 2>(c, out, lse, q, k, v, ldq, ldkv, drop, B, T, NH, NKV, HS); break;
+  case 64: flash_forward<64, 4>(c, out, lse, q, k, v, ldq, ldkv, drop, B, T, NH, NKV, HS); break;
+  case 128: flash_forward<64, 8>(c, out, lse, q, k, v, ldq, ldkv, drop, B, T, NH, NKV, HS); break;
+  case 256: flash_forward<32, 16>(c, out, lse, q, k, v, ldq, ldkv, drop, B, T, NH, NKV, HS); break;
+  default: break;
+  }
+}
+
+extern "C" void cuda_attention_forward(void *ctx, real *out, real *lse, real *scratch, const real *q, const real *k,
+                                       const real *v, const struct attention_dropout *drop, int B, int T, int NH,
                                        int NKV, int HS)
 {
   (void)scratch;
-  forward_ld(cuda_of(ctx), out, probs, q, k, v, NH * HS, NKV * HS, dropmask, B, T, NH, NKV, HS);
+  forward_ld(cuda_of(ctx), out, lse, q, k, v, NH * HS, NKV * HS, drop, B, T, NH, NKV, HS);
 }
 
-extern "C" void cuda_attention_forward_qkv(void *ctx, real *out, real *probs, real *scratch, const real *qkv,
-                                           const real *dropmask, int B, int T, int NH, int NKV, int HS)
+extern "C" void cuda_attention_forward_qkv(void *ctx, real *out, real *lse, real *scratch, const real *qkv,
+                                           const struct attention_dropout *drop, int B, int T, int NH, int NKV,
+                                           int HS)
 {
   (void)scratch;
   const int ld = (NH + 2 * NKV) * HS;
-  forward_ld(cuda_of(ctx), out, probs, qkv, qkv + (size_t)NH * HS, qkv + (size_t)(NH + NKV) * HS, ld, ld,
-             dropmask, B, T, NH, NKV, HS);
+  forward_ld(cuda_of(ctx), out, lse, qkv, qkv + (size_t)NH * HS, qkv + (size_t)(NH + NKV) * HS, ld, ld, drop, B, T,
+             NH, NKV, HS);
 }
 
-/* Backward (1): dS of one row (b, h, t) into scratch, blockIdx.x = (b · NH + h) · T + t. */
-__global__ void __launch_bounds__(ATT_THREADS)
-attention_ds_kernel(real *dS, const real *dout, const real *v, int ldkv, const real *probs, const real *dropmask,
-                    int T, int NH, int NKV, int HS)
+template <int BR, int NJ>
+static void flash_backward(struct cuda_ctx *c, real *dq, real *dk, real *dv, const real *Dv, const real *dout,
+                           const real *q, const real *k, const real *v, int ldq, int ldkv, const real *lse,
+                           const struct attention_dropout *drop, int B, int T, int NH, int NKV, int HS)
 {
-  __shared__ double shd[ATT_THREADS];
-  const size_t row = blockIdx.x;
-  const int t = (int)(row % T), bh = (int)(row / T), b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
-  const real *dot_ = dout + ((size_t)b * T + t) * NH * HS + (size_t)h * HS;
-  const real *vb = v + (size_t)b * T * ldkv + (size_t)kvh * HS;
-  const real *P = probs + row * T;
-  const real *M = dropmask ? dropmask + row * T : NULL;
-  real *D = dS + row * T;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int j = warp; j <= t; j += ATT_WARPS) {
-    const float a = warp_dot(dot_, vb + (size_t)j * ldkv, HS, lane);
-    if (lane == 0)
-      D[j] = M ? a * M[j] : a;
-  }
-  __syncthreads();
-  double dot = 0.0;
-  for (int j = threadIdx.x; j <= t; j += ATT_THREADS) dot += (double)P[j] * D[j];
-  const float fdot = (float)block_sum<ATT_THREADS>(dot, shd);
-  for (int j = threadIdx.x; j < T; j += ATT_THREADS) D[j] = j <= t ? P[j] * (D[j] - fdot) : 0.0f;
-}
-
-/* Backward (2): dq_t = scale · Σ_{j ≤ t} dS_tj k_j; one block per row, threads over d. */
-__global__ void attention_dq_kernel(real *dq, int ldq, const real *dS, const real *k, int ldkv, int T, int NH,
-                                    int NKV, int HS, float scale)
-{
-  const size_t row = blockIdx.x;
-  const int t = (int)(row % T), bh = (int)(row / T), b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
-  const real *kb = k + (size_t)b * T * ldkv + (size_t)kvh * HS;
-  const real *D = dS + row * T;
-  real *o = dq + ((size_t)b * T + t) * ldq + (size_t)h * HS;
-  for (int d = threadIdx.x; d < HS; d += blockDim.x) {
-    float acc = 0.0f;
-    for (int j = 0; j <= t; j++) acc += D[j] * kb[(size_t)j * ldkv + d];
-    o[d] = scale * acc;
-  }
-}
-
-/* Backward (3): dk_j and dv_j of KV head kvh, blockIdx.x = (b · NKV + kvh) · T + j; the group's
- * query heads in order, each over rows t ≥ j in order. */
-__global__ void attention_dkv_kernel(real *dk, real *dv, int ldkv, const real *dS, const real *dout,
-                                     const real *q, int ldq, const real *probs, const real *dropmask, int T,
-                                     int NH, int NKV, int HS, float scale)
-{
-  const size_t blk = blockIdx.x;
-  const int j = (int)(blk % T), bkv = (int)(blk / T), b = bkv / NKV, kvh = bkv % NKV, group = NH / NKV;
-  const size_t TT = (size_t)T * T;
-  real *dkj = dk + ((size_t)b * T + j) * ldkv + (size_t)kvh * HS;
-  real *dvj = dv + ((size_t)b * T + j) * ldkv + (size_t)kvh * HS;
-  for (int d = threadIdx.x; d < HS; d += blockDim.x) {
-    float ak = 0.0f, av = 0.0f;
-    for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-      const size_t bh = (size_t)b * NH + h;
-      const real *D = dS + bh * TT, *P = probs + bh * TT;
-      const real *M = dropmask ? dropmask + bh * TT : NULL;
-      const real *qh = q + (size_t)b * T * ldq + (size_t)h * HS + d;
-      const real *dh = dout + (size_t)b * T * NH * HS + (size_t)h * HS + d;
-      float hk = 0.0f;
-      for (int t = j; t < T; t++) {
-        const size_t tj = (size_t)t * T + j;
-        const float a = M ? P[tj] * M[tj] : P[tj];
-        av += a * dh[(size_t)t * NH * HS];
-        hk += D[tj] * qh[(size_t)t * ldq];
-      }
-      ak += scale * hk;
-    }
-    dkj[d] = ak;
-    dvj[d] = av;
-  }
-}
-
-static unsigned head_threads(int HS)
-{
-  const int t = (HS + 31) / 32 * 32;
-  return (unsigned)(t > 256 ? 256 : t < 32 ? 32 : t);
+  typedef flash_cfg<BR, NJ> C;
+  if (CUDA_CHECK(c, cudaFuncSetAttribute(flash_backward_dkv_kernel<BR, NJ>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::dkv_bytes)) ||
+      CUDA_CHECK(c, cudaFuncSetAttribute(flash_backward_dq_kernel<BR, NJ>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::dq_bytes)))
+    return;
+  const float scale = 1.0f / sqrtf((float)HS);
+  const unsigned tiles = (unsigned)((T + BR - 1) / BR);
+  /* dk, dv then dq: each output has one writer, and in the fused layout they are disjoint parts
+   * of dqkv's rows while q, k, v are read from qkv, so the order is free */
+  if (per_sample(c, drop, B, [&](const struct att_drop &dr, int b0, int nb) {
+        flash_backward_dkv_kernel<BR, NJ><<<dim3(tiles, (unsigned)NKV, (unsigned)nb), ATT_THREADS, C::dkv_bytes,
+                                            c->stream>>>(dk, dv, dout, q, k, v, ldq, ldkv, lse, Dv, T, NH, NKV, HS,
+                                                         scale, dr, b0);
+      }))
+    return;
+  per_sample(c, drop, B, [&](const struct att_drop &dr, int b0, int nb) {
+    flash_backward_dq_kernel<BR, NJ><<<dim3(tiles, (unsigned)NH, (unsigned)nb), ATT_THREADS, C::dq_bytes, c->stream>>>(
+        dq, dout, q, k, v, ldq, ldkv, lse, Dv, T, NH, NKV, HS, scale, dr, b0);
+  });
 }
 
 static void backward_ld(struct cuda_ctx *c, real *dq, real *dk, real *dv, real *scratch, const real *dout,
-                        const real *q, const real *k, const real *v, int ldq, int ldkv, const real *probs,
-                        const real *dropmask, int B, int T, int NH, int NKV, int HS)
+                        const real *q, const real *k, const real *v, int ldq, int ldkv, const real *out,
+                        const real *lse, const struct attention_dropout *drop, int B, int T, int NH, int NKV, int HS)
 {
-  const size_t rows = (size_t)B * NH * T, kv_rows = (size_t)B * NKV * T;
-  if (rows == 0 || HS == 0)
+  if (B == 0 || T == 0 || NH == 0 || HS == 0)
     return;
-  const float scale = 1.0f / sqrtf((float)HS);
-  attention_ds_kernel<<<(unsigned)rows, ATT_THREADS, 0, c->stream>>>(scratch, dout, v, ldkv, probs, dropmask, T,
-                                                                     NH, NKV, HS);
+  const int cfg = flash_cfg_of(c, HS);
+  if (!cfg)
+    return;
+  const size_t rows = (size_t)B * NH * T;
+  attention_rowdot_kernel<<<cuda_blocks(rows, ATT_WARPS), ATT_THREADS, 0, c->stream>>>(scratch, dout, out, T, NH, HS,
+                                                                                     rows);
   if (CUDA_LAUNCHED(c))
     return;
-  const unsigned th = head_threads(HS);
-  /* dq before dk, dv: in the fused layout all three are rows of one buffer, and no kernel reads
-   * what another writes (q, k, v are inputs; dS is scratch), so the order is free */
-  attention_dq_kernel<<<(unsigned)rows, th, 0, c->stream>>>(dq, ldq, scratch, k, ldkv, T, NH, NKV, HS, scale);
-  if (CUDA_LAUNCHED(c))
-    return;
-  attention_dkv_kernel<<<(unsigned)kv_rows, th, 0, c->stream>>>(dk, dv, ldkv, scratch, dout, q, ldq, probs,
-                                                                dropmask, T, NH, NKV, HS, scale);
-  CUDA_LAUNCHED(c);
+  switch (cfg) {
+  case 32: flash_backward<64, 2>(c, dq, dk, dv, scratch, dout, q, k, v, ldq, ldkv, lse, drop, B, T, NH, NKV, HS); break;
+  case 64: flash_backward<64, 4>(c, dq, dk, dv, scratch, dout, q, k, v, ldq, ldkv, lse, drop, B, T, NH, NKV, HS); break;
+  case 128: flash_backward<64, 8>(c, dq, dk, dv, scratch, dout, q, k, v, ldq, ldkv, lse, drop, B, T, NH, NKV, HS); break;
+  default: flash_backward<32, 16>(c, dq, dk, dv, scratch, dout, q, k, v, ldq, ldkv, lse, drop, B, T, NH, NKV, HS); break;
+  }
 }
 
-extern "C" void cuda_attention_backward(void *ctx, real *dq, real *dk, real *dv, real *scratch,
-                                        const real *dout, const real *q, const real *k, const real *v,
-                                        const real *probs, const real *dropmask, int B, int T, int NH, int NKV,
-                                        int HS)
+extern "C" void cuda_attention_backward(void *ctx, real *dq, real *dk, real *dv, real *scratch, const real *dout,
+                                        const real *q, const real *k, const real *v, const real *out,
+                                        const real *lse, const struct attention_dropout *drop, int B, int T, int NH,
+                                        int NKV, int HS)
 {
-  backward_ld(cuda_of(ctx), dq, dk, dv, scratch, dout, q, k, v, NH * HS, NKV * HS, probs, dropmask, B, T, NH,
-              NKV, HS);
+  backward_ld(cuda_of(ctx), dq, dk, dv, scratch, dout, q, k, v, NH * HS, NKV * HS, out, lse, drop, B, T, NH, NKV,
+              HS);
 }
 
-extern "C" void cuda_attention_backward_qkv(void *ctx, real *dqkv, real *scratch, const real *dout,
-                                            const real *qkv, const real *probs, const real *dropmask, int B,
-                                            int T, int NH, int NKV, int HS)
+extern "C" void cuda_attention_backward_qkv(void *ctx, real *dqkv, real *scratch, const real *dout, const real *qkv,
+                                            const real *out, const real *lse, const struct attention_dropout *drop,
+                                            int B, int T, int NH, int NKV, int HS)
 {
   const int ld = (NH + 2 * NKV) * HS;
   const size_t k0 = (size_t)NH * HS, v0 = (size_t)(NH + NKV) * HS;
-  backward_ld(cuda_of(ctx), dqkv, dqkv + k0, dqkv + v0, scratch, dout, qkv, qkv + k0, qkv + v0, ld, ld, probs,
-              dropmask, B, T, NH, NKV, HS);
+  backward_ld(cuda_of(ctx), dqkv, dqkv + k0, dqkv + v0, scratch, dout, qkv, qkv + k0, qkv + v0, ld, ld, out, lse,
+              drop, B, T, NH, NKV, HS);
 }

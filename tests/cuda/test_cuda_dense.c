@@ -1,17 +1,14 @@
-/* The CUDA backend's products and attention (kernels/cuda/cuda_dense.cu) against the CPU table:
- * linear (fp32 and bf16 operands), RoPE and causal grouped-query attention, forward and
- * backward, separate and fused q|k|v layouts, with and without a dropout mask.
+/* The CUDA backend's products and RoPE (kernels/cuda/cuda_dense.cu) against the CPU table:
+ * linear (fp32 and bf16 operands) and RoPE, forward and backward, separate and fused q|k|v
+ * layouts (the attention of that file: test_cuda_attention.c).
  *
- * Bounds. Where an output is a straight-line computation of sums and products (the linears, the
- * attention backward), each side is within γ_n · |the same computation on absolute values| of
- * the exact result (γ_n ≈ n · u, n the roundings along the longest path: the reduction lengths
- * added), so the two sides are within 2 · n · u of that "magnitude" computation, which the test
- * computes in double beside the reference; it is checked per element. The softmax is bounded
- * through its condition: a score error δs moves p_j by at most p_j · (|δs_j| + max |δs|) to first
- * order, plus the roundings of exp (≤ 1 ulp on the CPU, ≤ 2 on CUDA) and of the scaling. The
- * orders differ (cuBLAS' tiling, the CPU's sgemm, one key per warp here), so bits are not
- * expected to match except where the operations are the same (RoPE: one product each, no FMA on
- * either side; the fused and separate attention entries of one backend). */
+ * Bounds. Where an output is a straight-line computation of sums and products (the linears),
+ * each side is within γ_n · |the same computation on absolute values| of the exact result
+ * (γ_n ≈ n · u, n the roundings along the longest path: the reduction lengths added), so the two
+ * sides are within 2 · n · u of that "magnitude" computation, which the test computes in double
+ * beside the reference; it is checked per element. The orders differ (cuBLAS' tiling, the CPU's
+ * sgemm), so bits are not expected to match except where the operations are the same (RoPE: one
+ * product each, no FMA on either side). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -348,229 +345,13 @@ static void rope_case(int B, int T, int NH, int NKV, int HS, uint64_t seed)
 static void test_rope_small(void) { rope_case(2, 37, 4, 2, 10, 31); }
 static void test_rope_large(void) { rope_case(2, 300, 8, 2, 128, 32); }
 
-/* ---- attention ---- */
-
-struct att {
-  int B, T, NH, NKV, HS;
-  size_t nq, nk, nout, np;
-  real *q, *k, *v, *mask, *dout; /* host inputs (mask NULL: none) */
-};
-
-static void att_init(struct att *a, int B, int T, int NH, int NKV, int HS, int dropout, uint64_t seed)
-{
-  a->B = B, a->T = T, a->NH = NH, a->NKV = NKV, a->HS = HS;
-  a->nq = (size_t)B * T * NH * HS, a->nk = (size_t)B * T * NKV * HS, a->nout = a->nq;
-  a->np = (size_t)B * NH * T * T;
-  a->q = host_alloc(a->nq), a->k = host_alloc(a->nk), a->v = host_alloc(a->nk), a->dout = host_alloc(a->nout);
-  fill_uniform(a->q, a->nq, seed, 2.0);
-  fill_uniform(a->k, a->nk, seed + 1, 2.0);
-  fill_uniform(a->v, a->nk, seed + 2, 1.0);
-  fill_uniform(a->dout, a->nout, seed + 3, 1.0);
-  a->mask = NULL;
-  if (dropout) { /* p = 0.25: 0 or 4/3, from the fixture's LCG */
-    a->mask = host_alloc(a->np);
-    fill_uniform(a->mask, a->np, seed + 4, 1.0);
-    for (size_t i = 0; i < a->np; i++) a->mask[i] = a->mask[i] < -0.5f ? 0.0f : (real)(1.0 / 0.75);
-  }
-}
-
-static void att_free(struct att *a) { free(a->q), free(a->k), free(a->v), free(a->dout), free(a->mask); }
-
-/* The fused row [q | k | v] of the same q, k, v. */
-static real *att_fuse(const struct att *a, const real *q, const real *k, const real *v)
-{
-  const size_t lq = (size_t)a->NH * a->HS, lk = (size_t)a->NKV * a->HS, ld = lq + 2 * lk;
-  real *f = host_alloc((size_t)a->B * a->T * ld);
-  for (size_t bt = 0; bt < (size_t)a->B * a->T; bt++) {
-    memcpy(f + bt * ld, q + bt * lq, sizeof(real) * lq);
-    memcpy(f + bt * ld + lq, k + bt * lk, sizeof(real) * lk);
-    memcpy(f + bt * ld + lq + lk, v + bt * lk, sizeof(real) * lk);
-  }
-  return f;
-}
-
-static void attention_case(int B, int T, int NH, int NKV, int HS, int dropout, uint64_t seed)
-{
-  struct att a;
-  att_init(&a, B, T, NH, NKV, HS, dropout, seed);
-  const int group = NH / NKV;
-  const size_t TT = (size_t)T * T, ld = (size_t)(NH + 2 * NKV) * HS, nqkv = (size_t)B * T * ld;
-  const double u = REAL_U, scale = 1.0 / sqrt((double)HS);
-  const size_t ns_cpu = kernel_ops_cpu.attention_scratch_n_elems(NULL, B, T, NH, NKV);
-  const size_t ns_cuda = kernel_ops_cuda.attention_scratch_n_elems(NULL, B, T, NH, NKV);
-  real *scratch = host_alloc(ns_cpu), *out = host_alloc(a.nout), *probs = host_alloc(a.np);
-  real *dq = host_alloc(a.nq), *dk = host_alloc(a.nk), *dv = host_alloc(a.nk);
-  kernel_ops_cpu.attention_forward(NULL, out, probs, scratch, a.q, a.k, a.v, a.mask, B, T, NH, NKV, HS);
-
-  real *q_d = dev_copy(a.q, a.nq), *k_d = dev_copy(a.k, a.nk), *v_d = dev_copy(a.v, a.nk);
-  real *m_d = a.mask ? dev_copy(a.mask, a.np) : NULL, *dout_d = dev_copy(a.dout, a.nout);
-  real *out_d = dev_zeros(sizeof(real) * a.nout), *p_d = dev_zeros(sizeof(real) * a.np);
-  real *s_d = dev_zeros(sizeof(real) * ns_cuda);
-  kernel_ops_cuda.attention_forward(fixture_ctx, out_d, p_d, s_d, q_d, k_d, v_d, m_d, B, T, NH, NKV, HS);
-  real *g = host_alloc(a.np > nqkv ? a.np : nqkv);
-  double *bnd = (double *)calloc(a.np > nqkv ? a.np : nqkv, sizeof(double));
-
-  /* probs: per row, the score error e_s = 2 (HS + 4) u · scale · max_j Σ_d |q_d k_jd| (a dot of HS
-   * terms, the scaling, and s − max, each side); p_j moves by ≤ p_j (2 e_s + 12u): log p_j =
-   * s_j − logsumexp(s) moves by ≤ |δs_j| + max |δs| ≤ 2 e_s, then exp (≤ 1 ulp on the CPU, ≤ 2 on
-   * CUDA: 6u), 1/Σ rounded and the product (2u a side: 4u), 2u spare (Σ is in double). */
-  double *row_es = (double *)calloc((size_t)B * NH * T, sizeof(double));
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++)
-      for (int t = 0; t < T; t++) {
-        const real *qt = a.q + ((size_t)b * T + t) * NH * HS + (size_t)h * HS;
-        double mx = 0;
-        for (int j = 0; j <= t; j++) {
-          const real *kj = a.k + ((size_t)b * T + j) * NKV * HS + (size_t)(h / group) * HS;
-          double m = 0;
-          for (int d = 0; d < HS; d++) m += fabs((double)qt[d]) * fabs((double)kj[d]);
-          mx = m > mx ? m : mx;
-        }
-        const size_t row = ((size_t)b * NH + h) * T + t;
-        row_es[row] = 2.0 * (HS + 4) * u * scale * mx;
-        for (int j = 0; j < T; j++) bnd[row * T + j] = probs[row * T + j] * (2.0 * row_es[row] + 12.0 * u);
-      }
-  download(g, p_d, a.np);
-  CHECK(within(g, probs, bnd, a.np, "attention_forward probs"));
-  int upper_zero = 1;
-  for (size_t row = 0; row < (size_t)B * NH * T; row++)
-    for (int j = (int)(row % T) + 1; j < T; j++) upper_zero &= g[row * T + j] == 0.0f;
-  CHECK_MSG(upper_zero, "probs not 0 above the diagonal");
-
-  /* out_d = Σ_j A_j v_jd: the probabilities' error (as above) plus T products and adds on each
-   * side: (2 e_s + 12u + 2 (T + 2) u) · Σ_j A_j |v_jd|. */
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++)
-      for (int t = 0; t < T; t++) {
-        const size_t row = ((size_t)b * NH + h) * T + t;
-        for (int d = 0; d < HS; d++) {
-          double m = 0;
-          for (int j = 0; j <= t; j++)
-            m += probs[row * T + j] * (a.mask ? a.mask[row * T + j] : 1.0) *
-                 fabs((double)a.v[((size_t)b * T + j) * NKV * HS + (size_t)(h / group) * HS + d]);
-          bnd[((size_t)b * T + t) * NH * HS + (size_t)h * HS + d] =
-              (2.0 * row_es[row] + 12.0 * u + 2.0 * (T + 2) * u) * m;
-        }
-      }
-  download(g, out_d, a.nout);
-  CHECK(within(g, out, bnd, a.nout, "attention_forward out"));
-
-  /* the fused forward: the same bits as the separate one */
-  real *qkv = att_fuse(&a, a.q, a.k, a.v);
-  real *qkv_d = dev_copy(qkv, nqkv), *out2_d = dev_zeros(sizeof(real) * a.nout), *p2_d = dev_zeros(sizeof(real) * a.np);
-  kernel_ops_cuda.attention_forward_qkv(fixture_ctx, out2_d, p2_d, s_d, qkv_d, m_d, B, T, NH, NKV, HS);
-  real *g2 = host_alloc(a.np > nqkv ? a.np : nqkv);
-  download(g, p_d, a.np);
-  download(g2, p2_d, a.np);
-  CHECK_MSG(memcmp(g, g2, sizeof(real) * a.np) == 0, "attention_forward_qkv probs differ from attention_forward's");
-  download(g, out_d, a.nout);
-  download(g2, out2_d, a.nout);
-  CHECK_MSG(memcmp(g, g2, sizeof(real) * a.nout) == 0, "attention_forward_qkv out differs from attention_forward's");
-
-  /* backward from the CPU's probs on both sides (the same inputs). Bound per element: 2 n u ·
-   * the computation on magnitudes, n = HS + T (dP, then the dot) + T·group (dk's and dv's sums
-   * over the group's rows) + 8 (the scalings, the difference, the products). */
-  kernel_ops_cpu.attention_backward(NULL, dq, dk, dv, scratch, a.dout, a.q, a.k, a.v, probs, a.mask, B, T, NH, NKV,
-                                    HS);
-  real *pc_d = dev_copy(probs, a.np);
-  real *dq_d = dev_zeros(sizeof(real) * a.nq), *dk_d = dev_zeros(sizeof(real) * a.nk), *dv_d = dev_zeros(sizeof(real) * a.nk);
-  kernel_ops_cuda.attention_backward(fixture_ctx, dq_d, dk_d, dv_d, s_d, dout_d, q_d, k_d, v_d, pc_d, m_d, B, T, NH,
-                                     NKV, HS);
-  double *mdS = (double *)calloc(a.np, sizeof(double)); /* |dS| on magnitudes */
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++)
-      for (int t = 0; t < T; t++) {
-        const size_t row = ((size_t)b * NH + h) * T + t;
-        const real *dot = a.dout + ((size_t)b * T + t) * NH * HS + (size_t)h * HS;
-        double sdot = 0;
-        for (int j = 0; j <= t; j++) {
-          const real *vj = a.v + ((size_t)b * T + j) * NKV * HS + (size_t)(h / group) * HS;
-          double m = 0;
-          for (int d = 0; d < HS; d++) m += fabs((double)dot[d]) * fabs((double)vj[d]);
-          mdS[row * T + j] = m * (a.mask ? a.mask[row * T + j] : 1.0); /* |dP| */
-          sdot += probs[row * T + j] * mdS[row * T + j];
-        }
-        for (int j = 0; j <= t; j++) mdS[row * T + j] = probs[row * T + j] * (mdS[row * T + j] + sdot);
-      }
-  const double fac = 2.0 * (HS + T + (double)T * group + 8) * u;
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++)
-      for (int t = 0; t < T; t++)
-        for (int d = 0; d < HS; d++) {
-          const size_t row = ((size_t)b * NH + h) * T + t;
-          double m = 0;
-          for (int j = 0; j <= t; j++)
-            m += mdS[row * T + j] * fabs((double)a.k[((size_t)b * T + j) * NKV * HS + (size_t)(h / group) * HS + d]);
-          bnd[((size_t)b * T + t) * NH * HS + (size_t)h * HS + d] = fac * scale * m;
-        }
-  download(g, dq_d, a.nq);
-  CHECK(within(g, dq, bnd, a.nq, "attention_backward dq"));
-  double *bv = (double *)calloc(a.nk, sizeof(double));
-  for (int b = 0; b < B; b++)
-    for (int kv = 0; kv < NKV; kv++)
-      for (int j = 0; j < T; j++)
-        for (int d = 0; d < HS; d++) {
-          double mk = 0, mv = 0;
-          for (int h = kv * group; h < (kv + 1) * group; h++)
-            for (int t = j; t < T; t++) {
-              const size_t pj = ((size_t)b * NH + h) * TT + (size_t)t * T + j;
-              const size_t qi = ((size_t)b * T + t) * NH * HS + (size_t)h * HS + d;
-              mk += mdS[pj] * fabs((double)a.q[qi]);
-              mv += probs[pj] * (a.mask ? a.mask[pj] : 1.0) * fabs((double)a.dout[qi]);
-            }
-          const size_t at = ((size_t)b * T + j) * NKV * HS + (size_t)kv * HS + d;
-          bnd[at] = fac * scale * mk;
-          bv[at] = fac * mv;
-        }
-  download(g, dk_d, a.nk);
-  CHECK(within(g, dk, bnd, a.nk, "attention_backward dk"));
-  download(g, dv_d, a.nk);
-  CHECK(within(g, dv, bv, a.nk, "attention_backward dv"));
-
-  /* the fused backward: the same bits in dqkv's rows; dqkv starts as garbage (assigned) */
-  real *junk = host_alloc(nqkv);
-  fill_uniform(junk, nqkv, seed + 9, 100.0);
-  real *dqkv_d = dev_copy(junk, nqkv);
-  kernel_ops_cuda.attention_backward_qkv(fixture_ctx, dqkv_d, s_d, dout_d, qkv_d, pc_d, m_d, B, T, NH, NKV, HS);
-  download(g, dq_d, a.nq);
-  real *gk = host_alloc(a.nk), *gv = host_alloc(a.nk);
-  download(gk, dk_d, a.nk);
-  download(gv, dv_d, a.nk);
-  real *fused = att_fuse(&a, g, gk, gv);
-  download(g2, dqkv_d, nqkv);
-  CHECK_MSG(memcmp(fused, g2, sizeof(real) * nqkv) == 0, "attention_backward_qkv differs from attention_backward");
-  /* the backward from the GPU's own probs runs too and is finite */
-  kernel_ops_cuda.attention_backward(fixture_ctx, dq_d, dk_d, dv_d, s_d, dout_d, q_d, k_d, v_d, p_d, m_d, B, T, NH,
-                                     NKV, HS);
-  download(g, dq_d, a.nq);
-  int finite = 1;
-  for (size_t i = 0; i < a.nq; i++) finite &= isfinite(g[i]) != 0;
-  CHECK(finite);
-  CHECK_CUDA_OK();
-
-  dev_free(q_d), dev_free(k_d), dev_free(v_d), dev_free(m_d), dev_free(dout_d), dev_free(out_d), dev_free(p_d);
-  dev_free(s_d), dev_free(qkv_d), dev_free(out2_d), dev_free(p2_d), dev_free(pc_d), dev_free(dq_d), dev_free(dk_d);
-  dev_free(dv_d), dev_free(dqkv_d);
-  free(scratch), free(out), free(probs), free(dq), free(dk), free(dv), free(g), free(g2), free(bnd), free(row_es);
-  free(qkv), free(mdS), free(bv), free(junk), free(gk), free(gv), free(fused);
-  att_free(&a);
-}
-
-static void test_attention_small(void) { attention_case(2, 37, 4, 2, 24, 0, 41); }
-static void test_attention_small_dropout(void) { attention_case(2, 37, 4, 2, 24, 1, 42); }
-static void test_attention_mha(void) { attention_case(1, 45, 3, 3, 40, 1, 43); }
-static void test_attention_large(void) { attention_case(1, 300, 8, 2, 64, 0, 44); }
-static void test_attention_large_dropout(void) { attention_case(2, 280, 4, 1, 72, 1, 45); }
-
 int main(void)
 {
   cuda_test_open();
   static const struct test_case t[] = {
     TEST(test_linear_small),         TEST(test_linear_large),          TEST(test_linear_bf16_small),
     TEST(test_linear_bf16_large),    TEST(test_linear_bf16_error),     TEST(test_rope_table),
-    TEST(test_rope_small),           TEST(test_rope_large),            TEST(test_attention_small),
-    TEST(test_attention_small_dropout), TEST(test_attention_mha),      TEST(test_attention_large),
-    TEST(test_attention_large_dropout),
+    TEST(test_rope_small),           TEST(test_rope_large),
   };
   return test_run_all(t, (int)(sizeof t / sizeof t[0]));
 }

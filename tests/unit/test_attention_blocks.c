@@ -1,29 +1,29 @@
-/* The blocked causal attention (kernels/cpu/attention.c: query rows in blocks, keys above a
- * block's diagonal skipped) against a plain reference written here: the full T × T square per
- * (batch, head), every sum in double. Sequence lengths around the block sizes measured (64 is
- * the kernel's, 32 the other candidate; 1, 7, 31, 32, 33, 63, 64, 65, 130: one row, a partial
- * block, one and two blocks and a row either side, three blocks with a two-row tail),
- * multi-head, grouped and multi-query heads, with and without a dropout mask, with 1 and 4
- * threads (4: parallel tasks for the larger cases, threaded sgemm in turn for the smaller).
- * Every output buffer, and the scratch, starts as NaN: each element must be assigned, and the
- * probabilities above the diagonal must be exactly 0.
+/* The flash-style causal attention (kernels/cpu/attention.c: query rows in blocks, keys in
+ * chunks with an online softmax, keys above a block's diagonal skipped, backward recomputing the
+ * scores and the dropout) against a plain reference written here: the full T × T square per
+ * (batch, head), every sum in double, the dropout as dropout_mask draws it for each sample's
+ * (NH, T, T) block (so the kernels' kept pattern is dropout_mask's). Sequence lengths around the
+ * block sizes (64 the kernel's query block, 512 its key chunk: 1, 7, 31, 32, 33, 63, 64, 65, 130
+ * and 511, 513, 1100 — one row, a partial block, one and two blocks and a row either side, three
+ * blocks with a two-row tail, one chunk less a row, two and three chunks), multi-head, grouped
+ * and multi-query heads, with and without dropout, with 1 and 4 threads (4: parallel tasks for
+ * the larger cases, threaded sgemm in turn for the smaller). Every output buffer, and the
+ * scratch, starts as NaN: each element must be assigned.
  *
- * Bound, for each output X (probs, out, dq, dk, dv) over a whole case: max |X − X_ref| ≤
+ * Bound, for each output X (lse, out, dq, dk, dv) over a whole case: max |X − X_ref| ≤
  * TOL_UNITS · REAL_U · max |X_ref| (normwise, so an element near 0 by cancellation does not
  * count as a relative error). The kernel rounds in `real` along chains of: a score (an HS-term
  * dot product, |score| ≤ HS · 4 / sqrt(HS) = 16 at HS 16 with inputs in [−2, 2), whose absolute
- * error γ_HS · 16 becomes the relative error of exp), the softmax (exp, Σ in double, 1/Σ, a
- * product: 3 roundings), up to T terms against v or dout (γ_T relative to the sum of
- * magnitudes, which for probabilities summing to ≤ 1/(1 − p) is the size of the result), and
- * backward's Σ_j P_j dP_j (in double) and difference (2 roundings) before dq, dk (≤ T terms
- * again). Worst-case this is ≈ (HS · 16 + 2T + 10) u relative to the largest element: at HS 16,
- * T 130: 526 u; the rounding errors add as a random walk, so seen errors are far lower (printed
- * at the end; under OpenBLAS's Haswell, SkylakeX and Sandybridge kernels): ≤ 10 u in fp32 (dq),
- * ≤ 14 u in float64 (dk, dv: there the reference's double roundings are as large as the
- * kernel's). The bound, 64 units (the reference's share, DOUBLE_U, added), is an eighth of the
- * worst case and 4.5× the largest seen. A masked element used, a key above the diagonal
- * leaking in, a block's row or key range off by one, or a KV head read by the wrong query head
- * moves an output by the size of a term: 1e-3 or more relative here, ≥ 2^14 units in fp32. */
+ * error γ_HS · 16 becomes the relative error of exp), the online softmax (exp, Σ in double, a
+ * rescaling per chunk, 1/Σ, a product), lse (its absolute error, ≈ |lse| u, is the relative
+ * error of backward's P = exp(s − lse)), up to T terms against v or dout (γ_T relative to the sum
+ * of magnitudes), and backward's D = dout · out and difference before dq, dk (≤ T terms again).
+ * Worst-case this is ≈ (HS · 16 + 2T + 30) u relative to the largest element; the rounding
+ * errors add as a random walk, so seen errors are far lower (printed at the end). The bound, 64
+ * units (the reference's share, DOUBLE_U, added), is far above what is seen and far below what
+ * a real fault gives: a masked element used, a key above the diagonal leaking in, a block's or
+ * chunk's row or key range off by one, a missed rescaling or a KV head read by the wrong query
+ * head moves an output by the size of a term: 1e-3 or more relative here, ≥ 2^14 units in fp32. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -55,18 +55,41 @@ static real *nan_buf(size_t n)
 }
 
 struct ref {
-  double *probs, *out, *dq, *dk, *dv;
+  double *lse, *out, *dq, *dk, *dv;
 };
+
+/* The dropout of a case: dropout_mask's numbers for each sample's (NH, T, T) block, and the
+ * kernels' settings that draw the same. */
+struct drop_case {
+  real *mask; /* (B, NH, T, T) or NULL */
+  uint32_t samples[4];
+  struct attention_dropout d;
+};
+
+static void drop_case_make(struct drop_case *c, int use_mask, int B, int T, int NH, float p,
+                           uint64_t seed, uint32_t c1, uint32_t c3, uint64_t first)
+{
+  c->mask = NULL;
+  for (int b = 0; b < 4; b++) c->samples[b] = 17u + 5u * (uint32_t)b;
+  const struct attention_dropout d = { p, seed, c1, c3, first, c->samples };
+  c->d = d;
+  if (!use_mask)
+    return;
+  const size_t per = (size_t)NH * T * T;
+  c->mask = malloc((size_t)B * per * sizeof(real));
+  for (int b = 0; b < B; b++) dropout_mask(c->mask + b * per, per, p, seed, c1, c->samples[b], c3, first);
+}
 
 /* The whole attention, forward and backward, on full squares in double. */
 static struct ref reference(const real *q, const real *k, const real *v, const real *dout,
                             const real *mask, int B, int T, int NH, int NKV, int HS)
 {
   const size_t nq = (size_t)B * T * NH * HS, nkv = (size_t)B * T * NKV * HS, TT = (size_t)T * T;
-  struct ref r = { calloc((size_t)B * NH * TT, sizeof(double)), calloc(nq, sizeof(double)),
+  struct ref r = { calloc((size_t)B * NH * T, sizeof(double)), calloc(nq, sizeof(double)),
                    calloc(nq, sizeof(double)), calloc(nkv, sizeof(double)),
                    calloc(nkv, sizeof(double)) };
   double *s = malloc(TT * sizeof(double)), *dS = malloc(TT * sizeof(double));
+  double *P = malloc(TT * sizeof(double));
   const double scale = 1.0 / sqrt((double)HS);
 #define Q(b, t, h, i) q[(((size_t)(b) * T + (t)) * NH + (h)) * HS + (i)]
 #define K(b, t, h, i) k[(((size_t)(b) * T + (t)) * NKV + (h)) * HS + (i)]
@@ -76,7 +99,6 @@ static struct ref reference(const real *q, const real *k, const real *v, const r
     for (int h = 0; h < NH; h++) {
       const int kvh = h / (NH / NKV);
       const size_t bh = ((size_t)b * NH + h) * TT;
-      double *P = r.probs + bh;
       const real *M = mask ? mask + bh : NULL;
       for (int t = 0; t < T; t++) { /* P over the full square: −inf above the diagonal */
         double max = -INFINITY, sum = 0.0;
@@ -88,6 +110,7 @@ static struct ref reference(const real *q, const real *k, const real *v, const r
         }
         for (int j = 0; j < T; j++) sum += P[(size_t)t * T + j] = exp(s[(size_t)t * T + j] - max);
         for (int j = 0; j < T; j++) P[(size_t)t * T + j] /= sum;
+        r.lse[((size_t)b * NH + h) * T + t] = max + log(sum);
       }
       for (int t = 0; t < T; t++)
         for (int i = 0; i < HS; i++) {
@@ -108,7 +131,7 @@ static struct ref reference(const real *q, const real *k, const real *v, const r
           dS[(size_t)t * T + j] = P[(size_t)t * T + j] * (dS[(size_t)t * T + j] - dot);
       }
       for (int t = 0; t < T; t++)
-        for (int j = 0; j < T; j++) {
+        for (int j = 0; j <= t; j++) {
           const double a = P[(size_t)t * T + j] * (M ? M[(size_t)t * T + j] : 1.0);
           const double g = scale * dS[(size_t)t * T + j];
           for (int i = 0; i < HS; i++) {
@@ -124,6 +147,7 @@ static struct ref reference(const real *q, const real *k, const real *v, const r
 #undef DO
   free(s);
   free(dS);
+  free(P);
   return r;
 }
 
@@ -144,34 +168,25 @@ static double seen_units[5]; /* the worst error of each output over the cases ru
 static void check_case(int B, int T, int NH, int NKV, int HS, int use_mask, int n_threads)
 {
   const size_t nq = (size_t)B * T * NH * HS, nkv = (size_t)B * T * NKV * HS;
-  const size_t nprobs = (size_t)B * NH * T * T;
+  const size_t nlse = (size_t)B * NH * T;
   uint32_t s = 1000u + (uint32_t)(T * 31 + NH * 7 + NKV * 3 + use_mask);
   real *q = rand_buf(nq, 2, &s), *k = rand_buf(nkv, 2, &s), *v = rand_buf(nkv, 1, &s);
-  real *dout = rand_buf(nq, 1, &s), *mask = NULL;
-  if (use_mask) {
-    mask = malloc(nprobs * sizeof(real));
-    dropout_mask(mask, nprobs, 0.25f, 99, (uint32_t)T, 1, 2, 0);
-  }
-  real *out = nan_buf(nq), *probs = nan_buf(nprobs), *dq = nan_buf(nq), *dk = nan_buf(nkv);
-  real *dv = nan_buf(nkv), *scratch = nan_buf(attention_scratch_n_elems(B, T, NH, NKV));
+  real *dout = rand_buf(nq, 1, &s);
+  struct drop_case dc;
+  drop_case_make(&dc, use_mask, B, T, NH, 0.25f, 99, (uint32_t)T, 2, 0);
+  const struct attention_dropout *drop = use_mask ? &dc.d : NULL;
+  real *out = nan_buf(nq), *lse = nan_buf(nlse), *dq = nan_buf(nq), *dk = nan_buf(nkv);
+  real *dv = nan_buf(nkv), *scratch = nan_buf(attention_scratch_n_elems(B, T, NH, NKV, HS));
   kernels_init_cpu(n_threads);
-  attention_forward(out, probs, scratch, q, k, v, mask, B, T, NH, NKV, HS);
-  attention_backward(dq, dk, dv, scratch, dout, q, k, v, probs, mask, B, T, NH, NKV, HS);
+  attention_forward(out, lse, scratch, q, k, v, drop, B, T, NH, NKV, HS);
+  attention_backward(dq, dk, dv, scratch, dout, q, k, v, out, lse, drop, B, T, NH, NKV, HS);
   kernels_init_cpu(1);
-  struct ref r = reference(q, k, v, dout, mask, B, T, NH, NKV, HS);
+  struct ref r = reference(q, k, v, dout, dc.mask, B, T, NH, NKV, HS);
 
-  long nonzero_above = 0;
-  for (size_t bh = 0; bh < (size_t)B * NH; bh++)
-    for (int t = 0; t < T; t++)
-      for (int j = t + 1; j < T; j++)
-        nonzero_above += !(probs[(bh * T + t) * T + j] == 0.0f);
-  CHECK_MSG(nonzero_above == 0, "T %d NH %d NKV %d mask %d threads %d: %ld probabilities above "
-            "the diagonal are not 0", T, NH, NKV, use_mask, n_threads, nonzero_above);
-
-  const real *got[5] = { probs, out, dq, dk, dv };
-  const double *want[5] = { r.probs, r.out, r.dq, r.dk, r.dv };
-  const size_t sizes[5] = { nprobs, nq, nq, nkv, nkv };
-  static const char *names[5] = { "probs", "out", "dq", "dk", "dv" };
+  const real *got[5] = { lse, out, dq, dk, dv };
+  const double *want[5] = { r.lse, r.out, r.dq, r.dk, r.dv };
+  const size_t sizes[5] = { nlse, nq, nq, nkv, nkv };
+  static const char *names[5] = { "lse", "out", "dq", "dk", "dv" };
   const double tol = TOL_UNITS * (1.0 + DOUBLE_U / REAL_U);
   for (int i = 0; i < 5; i++) {
     double units = normwise_units(got[i], want[i], sizes[i]);
@@ -180,9 +195,9 @@ static void check_case(int B, int T, int NH, int NKV, int HS, int use_mask, int 
               "of max |ref|, bound %d", T, NH, NKV, HS, use_mask, n_threads, names[i], units,
               TOL_UNITS);
   }
-  free(q); free(k); free(v); free(dout); free(mask); free(out); free(probs); free(dq);
+  free(q); free(k); free(v); free(dout); free(dc.mask); free(out); free(lse); free(dq);
   free(dk); free(dv); free(scratch);
-  free(r.probs); free(r.out); free(r.dq); free(r.dk); free(r.dv);
+  free(r.lse); free(r.out); free(r.dq); free(r.dk); free(r.dv);
 }
 
 static const int lengths[] = { 1, 7, 31, 32, 33, 63, 64, 65, 130 };
@@ -211,6 +226,15 @@ static void multi_query_matches_full_square_reference(void)
   run_heads(4, 1);
 }
 
+/* Sequences of more than one key chunk: the online softmax's rescaling across chunks. */
+static void several_key_chunks_match_full_square_reference(void)
+{
+  static const int longer[] = { 511, 513, 1100 };
+  for (int i = 0; i < 3; i++)
+    for (int use_mask = 0; use_mask < 2; use_mask++)
+      check_case(1, longer[i], 4, 2, 16, use_mask, i == 1 ? 4 : 1);
+}
+
 static void one_head_odd_head_size_matches_full_square_reference(void)
 {
   /* B 1, one head: a single task, so 4 threads run it on threaded sgemm; HS 12 (not a power
@@ -220,7 +244,7 @@ static void one_head_odd_head_size_matches_full_square_reference(void)
       check_case(1, lengths[i], 1, 1, 12, use_mask, 4);
       check_case(1, lengths[i], 1, 1, 1, use_mask, 1);
     }
-  printf("worst errors seen, units of REAL_U (bound %d): probs %.3g, out %.3g, dq %.3g, dk %.3g, "
+  printf("worst errors seen, units of REAL_U (bound %d): lse %.3g, out %.3g, dq %.3g, dk %.3g, "
          "dv %.3g\n", TOL_UNITS, seen_units[0], seen_units[1], seen_units[2], seen_units[3],
          seen_units[4]);
 }
@@ -236,7 +260,7 @@ static void fused_qkv_layout_gives_the_separate_bits(void)
     for (int use_mask = 0; use_mask < 2; use_mask++) {
       const int B = cases[ci][0], T = cases[ci][1], NH = cases[ci][2], NKV = cases[ci][3], HS = cases[ci][4];
       const size_t N = (size_t)B * T, Dq = (size_t)NH * HS, Dkv = (size_t)NKV * HS, D = Dq + 2 * Dkv;
-      const size_t TT = (size_t)B * NH * T * T;
+      const size_t TT = (size_t)B * NH * T; /* lse */
       real *q = rand_buf(N * Dq, 1, &st), *k = rand_buf(N * Dkv, 1, &st), *v = rand_buf(N * Dkv, 1, &st);
       real *dout = rand_buf(N * Dq, 1, &st), *qkv = malloc(N * D * sizeof(real));
       real *cosT = malloc((size_t)T * HS / 2 * sizeof(real)), *sinT = malloc((size_t)T * HS / 2 * sizeof(real));
@@ -246,12 +270,10 @@ static void fused_qkv_layout_gives_the_separate_bits(void)
         memcpy(qkv + t * D + Dq, k + t * Dkv, Dkv * sizeof(real));
         memcpy(qkv + t * D + Dq + Dkv, v + t * Dkv, Dkv * sizeof(real));
       }
-      real *mask = NULL;
-      if (use_mask) {
-        mask = malloc(TT * sizeof(real));
-        dropout_mask(mask, TT, 0.2f, 7, 1, 2, 3, 0);
-      }
-      const size_t ns = attention_scratch_n_elems(B, T, NH, NKV);
+      struct drop_case dc;
+      drop_case_make(&dc, 0, B, T, NH, 0.2f, 7, 1, 3, 0);
+      const struct attention_dropout *mask = use_mask ? &dc.d : NULL;
+      const size_t ns = attention_scratch_n_elems(B, T, NH, NKV, HS);
       real *scratch = malloc(ns * sizeof(real)), *out1 = malloc(N * Dq * sizeof(real));
       real *out2 = malloc(N * Dq * sizeof(real)), *p1 = malloc(TT * sizeof(real)), *p2 = malloc(TT * sizeof(real));
       real *dq = malloc(N * Dq * sizeof(real)), *dk = malloc(N * Dkv * sizeof(real));
@@ -262,10 +284,10 @@ static void fused_qkv_layout_gives_the_separate_bits(void)
       attention_forward(out1, p1, scratch, q, k, v, mask, B, T, NH, NKV, HS);
       attention_forward_qkv(out2, p2, scratch, qkv, mask, B, T, NH, NKV, HS);
       CHECK(memcmp(out1, out2, N * Dq * sizeof(real)) == 0 && memcmp(p1, p2, TT * sizeof(real)) == 0);
-      attention_backward(dq, dk, dv, scratch, dout, q, k, v, p1, mask, B, T, NH, NKV, HS);
+      attention_backward(dq, dk, dv, scratch, dout, q, k, v, out1, p1, mask, B, T, NH, NKV, HS);
       rope_backward(dq, dq, cosT, sinT, B, T, NH, HS);
       rope_backward(dk, dk, cosT, sinT, B, T, NKV, HS);
-      attention_backward_qkv(dqkv, scratch, dout, qkv, p2, mask, B, T, NH, NKV, HS);
+      attention_backward_qkv(dqkv, scratch, dout, qkv, out2, p2, mask, B, T, NH, NKV, HS);
       rope_backward_qkv(dqkv, cosT, sinT, B, T, NH, NKV, HS);
       int same = 1;
       for (size_t t = 0; t < N; t++)
@@ -276,7 +298,7 @@ static void fused_qkv_layout_gives_the_separate_bits(void)
                 !memcmp(dqkv + t * D + Dq + Dkv, dv + t * Dkv, Dkv * sizeof(real));
       CHECK_MSG(same, "B %d T %d NH %d NKV %d HS %d mask %d: the fused layout differs", B, T, NH, NKV, HS,
                 use_mask);
-      free(q), free(k), free(v), free(dout), free(qkv), free(cosT), free(sinT), free(mask), free(scratch);
+      free(q), free(k), free(v), free(dout), free(qkv), free(cosT), free(sinT), free(scratch);
       free(out1), free(out2), free(p1), free(p2), free(dq), free(dk), free(dv), free(dqkv);
     }
 }
@@ -285,4 +307,5 @@ TEST_MAIN(TEST(fused_qkv_layout_gives_the_separate_bits),
           TEST(multi_head_matches_full_square_reference),
           TEST(grouped_heads_match_full_square_reference),
           TEST(multi_query_matches_full_square_reference),
+          TEST(several_key_chunks_match_full_square_reference),
           TEST(one_head_odd_head_size_matches_full_square_reference))

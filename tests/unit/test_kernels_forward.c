@@ -158,18 +158,20 @@ static void attention_forward_matches_hand_computed(void)
   /* T = 2, HS = 4 (scale 1/2). Row 0 sees only key 0: out0 = v0. Row 1 scores:
    * q1·k0/2 = (1·2 + 1·2)/2 = 2, q1·k1/2 = 0; softmax = (e²/(e²+1), 1/(e²+1))
    * = (0.88079708, 0.11920292); out1 = 0.88079708 v0 + 0.11920292 v1.
-   * Scores are exact (small integers · 1/2); row 0 is exactly (1, 0) (exp 0 / 1) and out0
-   * exactly v0. A row-1 prob passes exp, Σ, 1/Σ and a product: relative ≤ 3.2 roundings, bound
-   * 4 · (REAL_U + DOUBLE_U); out1 adds the probs' errors and the gemm's product and sum: ≤ 5.2
-   * roundings of Σ_j p_j |v_j| (≤ 3.2), bound 6. */
+   * lse = (1, log(e² + 1) = 2.12692801).
+   * Scores are exact (small integers · 1/2); row 0 meets one key (exp 0 = 1, Σ 1), so lse0 is
+   * exactly 1 and out0 exactly v0. lse1 passes exp(−2), Σ and log in double and a cast:
+   * relative ≤ 4 · (REAL_U + DOUBLE_U). out1 = (Σ_j exp(s_j − 2) v_j) · (1/Σ): exp, the gemm's
+   * product and sum, 1/Σ and a product: ≤ 5.2 roundings of Σ_j p_j |v_j| (≤ 3.2), bound 6. */
   const real q[8] = { 1, 0, 0, 0, 1, 1, 0, 0 }, k[8] = { 2, 2, 0, 0, 0, 0, 0, 0 };
   const real v[8] = { 3, 1, 0, -1, 5, 0, 2, 1 };
   const double p0 = 1.0 / (1.0 + exp(-2.0)), p1 = exp(-2.0) / (1.0 + exp(-2.0));
-  real out[8], probs[4];
-  attention_forward(out, probs, NULL, q, k, v, NULL, 1, 2, 1, 1, 4);
-  CHECK(probs[0] == 1.0f && probs[1] == 0.0f);
-  CHECK_NEAR(probs[2], p0, 4 * (REAL_U + DOUBLE_U) * p0);
-  CHECK_NEAR(probs[3], p1, 4 * (REAL_U + DOUBLE_U) * p1);
+  const double lse1 = log(exp(2.0) + 1.0);
+  real out[8], lse[2], *scratch = malloc(attention_scratch_n_elems(1, 2, 1, 1, 4) * sizeof(real));
+  attention_forward(out, lse, scratch, q, k, v, NULL, 1, 2, 1, 1, 4);
+  free(scratch);
+  CHECK(lse[0] == 1.0f);
+  CHECK_NEAR(lse[1], lse1, 4 * (REAL_U + DOUBLE_U) * lse1);
   for (int i = 0; i < 4; i++) {
     CHECK(out[i] == v[i]);
     double want = p0 * v[i] + p1 * v[4 + i], size = p0 * fabs(v[i]) + p1 * fabs(v[4 + i]);
@@ -178,7 +180,7 @@ static void attention_forward_matches_hand_computed(void)
 }
 
 /* Straightforward causal GQA attention in double, for one (b, h, t) row. */
-static void attention_reference_row(double *out_row, double *probs_row, const real *q,
+static void attention_reference_row(double *out_row, double *lse, double *probs_row, const real *q,
                                     const real *k, const real *v, const real *mask, int b,
                                     int h, int t, int T, int NH, int NKV, int HS)
 {
@@ -194,6 +196,7 @@ static void attention_reference_row(double *out_row, double *probs_row, const re
     if (probs_row[j] > max) max = probs_row[j];
   }
   for (int j = 0; j <= t; j++) sum += probs_row[j] = exp(probs_row[j] - max);
+  *lse = max + log(sum);
   for (int j = 0; j <= t; j++) probs_row[j] /= sum;
   for (int i = 0; i < HS; i++) out_row[i] = 0.0;
   for (int j = 0; j <= t; j++) {
@@ -209,26 +212,28 @@ static void check_attention_against_reference(int use_mask)
   uint32_t s = 3;
   real *q = rand_buf(B * T * NH * HS, &s), *k = rand_buf(B * T * NKV * HS, &s);
   real *v = rand_buf(B * T * NKV * HS, &s);
-  real out[B * T * NH * HS], probs[B * NH * T * T], mask[B * NH * T * T];
-  real *scratch = malloc(attention_scratch_n_elems(B, T, NH, NKV) * sizeof(real));
-  dropout_mask(mask, B * NH * T * T, 0.3f, 5, 0, 0, 0, 0);
-  attention_forward(out, probs, scratch, q, k, v, use_mask ? mask : NULL, B, T, NH, NKV, HS);
+  real out[B * T * NH * HS], lse[B * NH * T], mask[B * NH * T * T];
+  real *scratch = malloc(attention_scratch_n_elems(B, T, NH, NKV, HS) * sizeof(real));
+  /* the kernel draws sample b's dropout as dropout_mask draws its (NH, T, T) block */
+  const uint32_t samples[B] = { 0, 1 };
+  const struct attention_dropout drop = { 0.3f, 5, 0, 0, 0, samples };
+  for (int b = 0; b < B; b++)
+    dropout_mask(mask + b * NH * T * T, NH * T * T, 0.3f, 5, 0, samples[b], 0, 0);
+  attention_forward(out, lse, scratch, q, k, v, use_mask ? &drop : NULL, B, T, NH, NKV, HS);
   double max_err = 0.0;
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
       for (int t = 0; t < T; t++) {
-        double out_ref[HS], probs_ref[T];
-        attention_reference_row(out_ref, probs_ref, q, k, v, use_mask ? mask : NULL, b, h, t,
-                                T, NH, NKV, HS);
-        for (int j = 0; j < T; j++)
-          max_err = fmax(max_err, fabs(probs[(((size_t)b * NH + h) * T + t) * T + j]
-                                       - probs_ref[j]));
+        double out_ref[HS], probs_ref[T], lse_ref;
+        attention_reference_row(out_ref, &lse_ref, probs_ref, q, k, v, use_mask ? mask : NULL, b,
+                                h, t, T, NH, NKV, HS);
+        max_err = fmax(max_err, fabs(lse[((size_t)b * NH + h) * T + t] - lse_ref));
         for (int i = 0; i < HS; i++)
           max_err = fmax(max_err, fabs(out[((size_t)(b * T + t) * NH + h) * HS + i]
                                        - out_ref[i]));
       }
-  /* Absolute, over probs (≤ 1) and outputs (|out| ≤ 1.43, the mask's 1/0.7): each passes ~10
-   * roundings (a 4-term score, exp, Σ, 1/Σ, a product, a ≤ 5-term sum against v) on each side;
+  /* Absolute, over lse (|lse| ≤ 2.7: scores ≤ 2 in size, T 5) and outputs (|out| ≤ 1.43, the
+   * mask's 1/0.7): each passes ~10 roundings (a 4-term score, exp, Σ, 1/Σ, a product, a ≤ 5-term sum against v) on each side;
    * they add up like a random walk to 1..2 units, seen; 16 · (REAL_U + DOUBLE_U) (1e-6 in fp32)
    * leaves a margin of 8. */
   const double tol = 16 * (REAL_U + DOUBLE_U);

@@ -201,35 +201,36 @@ static void rope_backward_matches_finite_differences(void)
 /* ---- attention ---- */
 struct attn_ctx {
   int B, T, NH, NKV, HS;
-  real *out, *probs, *scratch, *q, *k, *v, *mask, *R;
+  real *out, *lse, *scratch, *q, *k, *v, *R;
+  const struct attention_dropout *drop;
 };
 static double attn_objective(void *p)
 {
   struct attn_ctx *c = p;
-  attention_forward(c->out, c->probs, c->scratch, c->q, c->k, c->v, c->mask, c->B, c->T, c->NH,
+  attention_forward(c->out, c->lse, c->scratch, c->q, c->k, c->v, c->drop, c->B, c->T, c->NH,
                     c->NKV, c->HS);
   return dot(c->out, c->R, (size_t)c->B * c->T * c->NH * c->HS);
 }
 
-static void check_attention_grad(int NH, int NKV, int use_mask)
+/* T 5: one block; T 70: two query blocks, the second's rows against two key blocks. The
+ * backward recomputes the scores and the dropout from q, k and Philox: the forward's out and
+ * lse are all it keeps. */
+static void check_attention_grad(int NH, int NKV, int use_mask, int T)
 {
-  const int B = 2, T = 5, HS = 4;
+  const int B = 2, HS = 4;
   const size_t nq = (size_t)B * T * NH * HS, nkv = (size_t)B * T * NKV * HS;
-  const size_t nprobs = (size_t)B * NH * T * T;
+  const uint32_t samples[2] = { 2, 9 };
+  const struct attention_dropout drop = { 0.3f, 77, 1, 3, 0, samples };
   uint32_t s = 15 + NKV + 10 * use_mask;
   struct attn_ctx c = { B, T, NH, NKV, HS, malloc(nq * sizeof(real)),
-                        malloc(nprobs * sizeof(real)),
-                        malloc(attention_scratch_n_elems(B, T, NH, NKV) * sizeof(real)),
-                        rand_buf(nq, 2, &s), rand_buf(nkv, 2, &s), rand_buf(nkv, 1, &s), NULL,
-                        rand_buf(nq, 1, &s) };
-  if (use_mask) {
-    c.mask = malloc(nprobs * sizeof(real));
-    dropout_mask(c.mask, nprobs, 0.3f, 77, 1, 2, 3, 0);
-  }
+                        malloc((size_t)B * NH * T * sizeof(real)),
+                        malloc(attention_scratch_n_elems(B, T, NH, NKV, HS) * sizeof(real)),
+                        rand_buf(nq, 2, &s), rand_buf(nkv, 2, &s), rand_buf(nkv, 1, &s),
+                        rand_buf(nq, 1, &s), use_mask ? &drop : NULL };
   real *dq = filled(nq, GARBAGE), *dk = filled(nkv, GARBAGE), *dv = filled(nkv, GARBAGE);
   attn_objective(&c);
-  attention_backward(dq, dk, dv, c.scratch, c.R, c.q, c.k, c.v, c.probs, c.mask, B, T, NH, NKV,
-                     HS);
+  attention_backward(dq, dk, dv, c.scratch, c.R, c.q, c.k, c.v, c.out, c.lse, c.drop, B, T, NH,
+                     NKV, HS);
   char name[64];
   snprintf(name, sizeof name, "NH %d NKV %d mask %d: dq", NH, NKV, use_mask);
   check_grad(name, c.q, nq, dq, NULL, attn_objective, &c);
@@ -237,24 +238,26 @@ static void check_attention_grad(int NH, int NKV, int use_mask)
   check_grad(name, c.k, nkv, dk, NULL, attn_objective, &c);
   snprintf(name, sizeof name, "NH %d NKV %d mask %d: dv", NH, NKV, use_mask);
   check_grad(name, c.v, nkv, dv, NULL, attn_objective, &c);
-  free(c.out); free(c.probs); free(c.scratch); free(c.q); free(c.k); free(c.v); free(c.mask);
+  free(c.out); free(c.lse); free(c.scratch); free(c.q); free(c.k); free(c.v);
   free(c.R); free(dq); free(dk); free(dv);
 }
 
 static void attention_backward_gqa_matches_finite_differences(void)
 {
-  check_attention_grad(4, 2, 0);
+  check_attention_grad(4, 2, 0, 5);
+  check_attention_grad(4, 2, 0, 70);
 }
 
 static void attention_backward_gqa_with_dropout_matches_finite_differences(void)
 {
-  check_attention_grad(4, 2, 1);
+  check_attention_grad(4, 2, 1, 5);
+  check_attention_grad(4, 2, 1, 70);
 }
 
 static void attention_backward_mha_and_mqa_match_finite_differences(void)
 {
-  check_attention_grad(4, 4, 0);
-  check_attention_grad(4, 1, 1);
+  check_attention_grad(4, 4, 0, 5);
+  check_attention_grad(4, 1, 1, 5);
 }
 
 /* ---- SwiGLU and dropout ---- */

@@ -26,25 +26,25 @@ static real *rand_buf(size_t n, uint32_t *state)
   return x;
 }
 
-struct attn_run { real *out, *probs, *dq, *dk, *dv; };
+struct attn_run { real *out, *lse, *dq, *dk, *dv; };
 
 static struct attn_run attention_run(int n_threads, int B, int T, int NH, int NKV, int HS)
 {
   const size_t nq = (size_t)B * T * NH * HS, nkv = (size_t)B * T * NKV * HS;
-  const size_t nprobs = (size_t)B * NH * T * T;
-  uint32_t s = 31;
+  const size_t nlse = (size_t)B * NH * T;
+  uint32_t s = 31, samples[2] = { 3, 8 };
   real *q = rand_buf(nq, &s), *k = rand_buf(nkv, &s), *v = rand_buf(nkv, &s);
-  real *dout = rand_buf(nq, &s), *mask = malloc(nprobs * sizeof(real));
-  real *scratch = malloc(attention_scratch_n_elems(B, T, NH, NKV) * sizeof(real));
-  struct attn_run r = { malloc(nq * sizeof(real)), malloc(nprobs * sizeof(real)),
+  real *dout = rand_buf(nq, &s);
+  const struct attention_dropout mask = { 0.1f, 1, 2, 4, 0, samples }; /* B ≤ 2 */
+  real *scratch = malloc(attention_scratch_n_elems(B, T, NH, NKV, HS) * sizeof(real));
+  struct attn_run r = { malloc(nq * sizeof(real)), malloc(nlse * sizeof(real)),
                         malloc(nq * sizeof(real)), malloc(nkv * sizeof(real)),
                         malloc(nkv * sizeof(real)) };
-  dropout_mask(mask, nprobs, 0.1f, 1, 2, 3, 4, 0);
   kernels_init_cpu(n_threads);
-  attention_forward(r.out, r.probs, scratch, q, k, v, mask, B, T, NH, NKV, HS);
-  attention_backward(r.dq, r.dk, r.dv, scratch, dout, q, k, v, r.probs, mask, B, T, NH, NKV, HS);
+  attention_forward(r.out, r.lse, scratch, q, k, v, &mask, B, T, NH, NKV, HS);
+  attention_backward(r.dq, r.dk, r.dv, scratch, dout, q, k, v, r.out, r.lse, &mask, B, T, NH, NKV, HS);
   kernels_init_cpu(1);
-  free(q); free(k); free(v); free(dout); free(mask); free(scratch);
+  free(q); free(k); free(v); free(dout); free(scratch);
   return r;
 }
 
@@ -57,21 +57,21 @@ static double max_diff(const real *a, const real *b, size_t n)
 
 static void free_run(struct attn_run *r)
 {
-  free(r->out); free(r->probs); free(r->dq); free(r->dk); free(r->dv);
+  free(r->out); free(r->lse); free(r->dq); free(r->dk); free(r->dv);
 }
 
 /* tol 0: bitwise equal to 1 thread; else within tol of it and bitwise equal run to run. */
 static void check_attention_threads(int B, int T, int NH, int NKV, int HS, double tol)
 {
   const size_t nq = (size_t)B * T * NH * HS, nkv = (size_t)B * T * NKV * HS;
-  const size_t nprobs = (size_t)B * NH * T * T;
+  const size_t nlse = (size_t)B * NH * T;
   struct attn_run a = attention_run(1, B, T, NH, NKV, HS), b = attention_run(4, B, T, NH, NKV, HS);
   struct attn_run c = attention_run(4, B, T, NH, NKV, HS);
-  const real *a_bufs[5] = { a.out, a.probs, a.dq, a.dk, a.dv };
-  const real *b_bufs[5] = { b.out, b.probs, b.dq, b.dk, b.dv };
-  const real *c_bufs[5] = { c.out, c.probs, c.dq, c.dk, c.dv };
-  const size_t sizes[5] = { nq, nprobs, nq, nkv, nkv };
-  static const char *names[5] = { "out", "probs", "dq", "dk", "dv" };
+  const real *a_bufs[5] = { a.out, a.lse, a.dq, a.dk, a.dv };
+  const real *b_bufs[5] = { b.out, b.lse, b.dq, b.dk, b.dv };
+  const real *c_bufs[5] = { c.out, c.lse, c.dq, c.dk, c.dv };
+  const size_t sizes[5] = { nq, nlse, nq, nkv, nkv };
+  static const char *names[5] = { "out", "lse", "dq", "dk", "dv" };
   for (int i = 0; i < 5; i++) {
     double diff = max_diff(a_bufs[i], b_bufs[i], sizes[i]);
     CHECK_MSG(tol == 0.0 ? diff == 0.0 : diff <= tol, "%s: 1 vs 4 threads differ by %g",

@@ -74,7 +74,8 @@ static int acts_create(struct model_acts *a, const struct model *m, int B_max, i
   struct acts_layout y;
   a->layers = calloc((size_t)L, sizeof *a->layers);
   a->residual = calloc((size_t)L + 1, sizeof *a->residual);
-  uint64_t *samples = calloc((size_t)B_max, sizeof *samples);
+  /* the samples' indices, then their low 32 bits (drop.c2) in the same block */
+  uint64_t *samples = calloc((size_t)B_max, sizeof *samples + sizeof(uint32_t));
   int *moe_rows = m->moe_stat ? calloc((size_t)L * (size_t)m->config.moe.experts, sizeof *moe_rows) : NULL;
   if (!a->layers || !a->residual || !samples || (m->moe_stat && !moe_rows) ||
       layout_acts_build(&y, &m->rank, &m->table, m->k, m->kctx, B_max, T_max, scope, first != NULL)) {
@@ -115,6 +116,7 @@ static int acts_create(struct model_acts *a, const struct model *m, int B_max, i
     a->shares = 1;
   }
   a->drop.samples = samples;
+  a->drop.c2 = (uint32_t *)(samples + B_max);
   a->moe_rows_memory = moe_rows;
   bind_acts(a, m, &y, base);
   layout_acts_free(&y);

@@ -76,6 +76,24 @@ static void draw_masks(const struct model *m, real *mask, size_t per_sample, uin
                        (uint32_t)d->samples[b], ((uint32_t)layer << 8) | (uint32_t)site, first);
 }
 
+/* The attention's dropout of layer `layer` for the kernels (no mask is kept: they draw it),
+ * the numbers draw_masks would put in a (NH, T, T) mask per sample: this rank's heads start at
+ * head rank · NHl when the attention is sharded. NULL when the forward has no dropout. */
+static const struct attention_dropout *attn_drop(const struct model *m, const struct model_acts *a,
+                                                 struct attention_dropout *ad, int layer, int NHl, int T)
+{
+  if (!a->dropout_on)
+    return NULL;
+  const int sharded = m->tp.layers[layer].attn_sharded;
+  ad->p = (float)a->drop.p;
+  ad->seed = a->drop.seed;
+  ad->c1 = a->drop.step;
+  ad->c3 = ((uint32_t)layer << 8) | (uint32_t)MODEL_DROP_ATTN_PROBS;
+  ad->first = (uint64_t)(sharded ? m->tp.rank * NHl : 0) * (uint64_t)T * (uint64_t)T;
+  ad->samples = a->drop.c2;
+  return ad;
+}
+
 /* Where this rank's part of a (T, C) branch starts in the sample: row r·Th under SP. */
 static uint64_t home_first(const struct model *m, int T)
 {
@@ -154,6 +172,7 @@ void model_forward_begin(const struct model *m, struct model_acts *a,
     a->drop.seed = dropout->seed;
     a->drop.step = dropout->step;
     memcpy(a->drop.samples, dropout->samples, (size_t)B * sizeof *dropout->samples);
+    for (int b = 0; b < B; b++) a->drop.c2[b] = (uint32_t)dropout->samples[b];
   }
 }
 
@@ -263,16 +282,17 @@ static void layer_forward_bf16(struct model *m, struct model_acts *a, int layer,
     m->k->rope_forward(m->kctx, la->k, la->k, a->rope_cos, a->rope_sin, B, T, d.NKVl, HS);
   }
   if (pieces & F_CORE) {
-    if (drop)
-      draw_masks(m, la->probs_mask, (size_t)d.NHl * T * T, 0, dropout, B, layer, MODEL_DROP_ATTN_PROBS);
-    /* the attention computes in fp32 into the workspace; o_proj's input is rounded once from it */
+    struct attention_dropout ad;
+    const struct attention_dropout *pd = attn_drop(m, a, &ad, layer, d.NHl, T);
+    /* the attention computes in fp32, kept for its backward; o_proj's input is rounded once
+     * from it */
     if (qkv_fused)
-      m->k->attention_forward_qkv(m->kctx, a->work_c1, la->probs, a->attn_scratch, la->q,
-                                  drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
+      m->k->attention_forward_qkv(m->kctx, la->atty, la->lse, a->attn_scratch, la->q, pd, B, T,
+                                  d.NHl, d.NKVl, HS);
     else
-      m->k->attention_forward(m->kctx, a->work_c1, la->probs, a->attn_scratch, la->q, la->k, la->v,
-                              drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
-    m->k->round_bf16(m->kctx, la->o_in_b, a->work_c1, (size_t)N * d.A);
+      m->k->attention_forward(m->kctx, la->atty, la->lse, a->attn_scratch, la->q, la->k, la->v, pd,
+                              B, T, d.NHl, d.NKVl, HS);
+    m->k->round_bf16(m->kctx, la->o_in_b, la->atty, (size_t)N * d.A);
   }
   if ((pieces & F_ATTN_OUT) && !drop) { /* mid = x + o(atty), the add in the product */
     m->k->copy(m->kctx, la->mid, x, n_home * sizeof(real));
@@ -371,16 +391,14 @@ static void layer_forward_pieces(struct model *m, struct model_acts *a, int laye
     m->k->rope_forward(m->kctx, la->k, la->k, a->rope_cos, a->rope_sin, B, T, d.NKVl, HS);
   }
   if (pieces & F_CORE) {
-    if (drop)
-      draw_masks(m, la->probs_mask, (size_t)d.NHl * T * T,
-                 (uint64_t)(y->attn_sharded ? m->tp.rank * d.NHl : 0) * T * T, dropout, B, layer,
-                 MODEL_DROP_ATTN_PROBS);
+    struct attention_dropout ad;
+    const struct attention_dropout *pd = attn_drop(m, a, &ad, layer, d.NHl, T);
     if (qkv_fused)
-      m->k->attention_forward_qkv(m->kctx, la->atty, la->probs, a->attn_scratch, la->q,
-                                  drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
+      m->k->attention_forward_qkv(m->kctx, la->atty, la->lse, a->attn_scratch, la->q, pd, B, T,
+                                  d.NHl, d.NKVl, HS);
     else
-      m->k->attention_forward(m->kctx, la->atty, la->probs, a->attn_scratch, la->q, la->k, la->v,
-                              drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
+      m->k->attention_forward(m->kctx, la->atty, la->lse, a->attn_scratch, la->q, la->k, la->v, pd,
+                              B, T, d.NHl, d.NKVl, HS);
     tp_convert(&m->tp, a->pack, la->o_in, la->atty, A, tp_split_input(s[PLAN_MOD_O]), B, T, C, a->work_c4);
   }
   if ((pieces & F_ATTN_OUT) && !drop && no_conversion(m, tp_split_output(s[PLAN_MOD_O]), y->home)) {
@@ -532,16 +550,18 @@ static void layer_backward_bf16(struct model *m, struct model_acts *a, int layer
     m->k->dropout_backward(m->kctx, dh, dres, la->attn_mask, n_home);
   }
   lin_bwd_b(m, a, a->work_c3, g->wo, dh, la->o_in_b, wb->wo, N, d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
+  struct attention_dropout ad;
+  const struct attention_dropout *pd = attn_drop(m, a, &ad, layer, d.NHl, T);
   if (model_qkv_fused(m, layer)) { /* [dq | dk | dv] rows into dq, one product: both gradients */
-    m->k->attention_backward_qkv(m->kctx, a->dq, a->attn_scratch, a->work_c3, la->q, la->probs,
-                                 drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
+    m->k->attention_backward_qkv(m->kctx, a->dq, a->attn_scratch, a->work_c3, la->q, la->atty,
+                                 la->lse, pd, B, T, d.NHl, d.NKVl, HS);
     m->k->rope_backward_qkv(m->kctx, a->dq, a->rope_cos, a->rope_sin, B, T, d.NHl, d.NKVl, HS);
     dins[PLAN_MOD_Q] = a->dk;
     lin_bwd_b(m, a, a->dk, g->wq, a->dq, la->ln1_b, wb->wq, N, C, d.A + 2 * d.NKVl * HS);
     norm_input_grads(m, a, y, dins, PLAN_MOD_Q, PLAN_MOD_Q, a->work_c1, a->work_c2);
   } else {
     m->k->attention_backward(m->kctx, a->dq, a->dk, a->dv, a->attn_scratch, a->work_c3, la->q, la->k,
-                             la->v, la->probs, drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
+                             la->v, la->atty, la->lse, pd, B, T, d.NHl, d.NKVl, HS);
     m->k->rope_backward(m->kctx, a->dq, a->dq, a->rope_cos, a->rope_sin, B, T, d.NHl, HS);
     m->k->rope_backward(m->kctx, a->dk, a->dk, a->rope_cos, a->rope_sin, B, T, d.NKVl, HS);
     real *datt_in[3] = { a->dq, a->dk, a->dv }, *wg[3] = { g->wq, g->wk, g->wv };
@@ -653,9 +673,11 @@ attention:
                         d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
   real *datt = att_direct ? a->work_c3
               : tp_convert(&m->tp, a->pack, a->work_c3, a->dq, arrival, A, B, T, C, NULL);
+  struct attention_dropout ad;
+  const struct attention_dropout *pd = attn_drop(m, a, &ad, layer, d.NHl, T);
   if (model_qkv_fused(m, layer)) { /* [dq | dk | dv] rows into dq, one product: both gradients */
-    m->k->attention_backward_qkv(m->kctx, a->dq, a->attn_scratch, datt, la->q, la->probs,
-                                 drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl, HS);
+    m->k->attention_backward_qkv(m->kctx, a->dq, a->attn_scratch, datt, la->q, la->atty, la->lse,
+                                 pd, B, T, d.NHl, d.NKVl, HS);
     m->k->rope_backward_qkv(m->kctx, a->dq, a->rope_cos, a->rope_sin, B, T, d.NHl, d.NKVl, HS);
     norm_inputs(m, a, y, la->ln1, PLAN_MOD_Q, PLAN_MOD_V, in);
     dins[PLAN_MOD_Q] = a->dk;
@@ -664,8 +686,7 @@ attention:
     norm_input_grads(m, a, y, dins, PLAN_MOD_Q, PLAN_MOD_Q, a->work_c1, a->work_c2);
   } else {
     m->k->attention_backward(m->kctx, a->dq, a->dk, a->dv, a->attn_scratch, datt, la->q, la->k,
-                             la->v, la->probs, drop ? la->probs_mask : NULL, B, T, d.NHl, d.NKVl,
-                             HS);
+                             la->v, la->atty, la->lse, pd, B, T, d.NHl, d.NKVl, HS);
     m->k->rope_backward(m->kctx, a->dq, a->dq, a->rope_cos, a->rope_sin, B, T, d.NHl, HS);
     m->k->rope_backward(m->kctx, a->dk, a->dk, a->rope_cos, a->rope_sin, B, T, d.NKVl, HS);
     real *datt_in[3] = { a->dq, a->dk, a->dv }, *dqkv[3] = { a->work_c1, a->work_c2, a->work_c3 };
