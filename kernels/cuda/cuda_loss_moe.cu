@@ -10,7 +10,11 @@
  * Arithmetic. As the CPU: the softmax's exp(l − max) in fp32 (expf, ≤ 2 ulp on the device, the
  * CPU's ≤ 1 ulp), Σ in double, the losses' log in double; float products and sums that the CPU
  * does as separate roundings use __fmul_rn / __fadd_rn so that nvcc does not contract them into
- * an FMA (the CPU kernels build with -ffp-contract=off).
+ * an FMA (the CPU kernels build with -ffp-contract=off). The whole-vocabulary cross-entropy reads
+ * a row twice, not three times: its first pass keeps an online max and Σ (each thread's Σ
+ * rescaled in double when its max grows), so Σ's terms are exp(l − a running max) rather than
+ * the CPU's exp(l − the row's max): another rounding of the exp's argument (see the test's bound).
+ * Element kernels over (rows, columns) index on a 2-D grid (ROW_LOOP), no 64-bit division. 
  *
  * Nothing here allocates or synchronises: moe_route keeps its work in slot and counts (device
  * memory, as ops.h says: no host-visible output), moe_router_backward its group counts in the
@@ -38,8 +42,12 @@ __device__ static float row_max(const float *l, int n, float *sh)
 
 /* ---- cross-entropy ---- */
 
-/* One block per row. p may equal l: the target's logit is read before the first barrier, and
- * after it every thread reads and writes only its own columns. */
+/* One block per row, two passes over it. First: each thread's running max m and Σ exp(l − m)
+ * in double (Σ times exp(m − l) in double when l raises m: rare, about ln(V / CE_THREADS)
+ * times a thread), then the block's max and Σ of the threads' Σ · exp(m_t − max) by the fixed
+ * trees. Second: p = exp(l − max) · (1/Σ), the CPU's element. p may equal l: the target's logit
+ * is read before the first barrier, and after it every thread reads and writes only its own
+ * columns. */
 __global__ static void ce_forward_kernel(float *losses, float *probs, const float *logits,
                                          const int *targets, int V, int Vp)
 {
@@ -50,16 +58,22 @@ __global__ static void ce_forward_kernel(float *losses, float *probs, const floa
   float *p = probs + bt * Vp;
   const int target = targets[bt];
   const float target_logit = target >= 0 ? l[target] : 0.0f;
-  const float max = row_max(l, V, shf); /* its barriers order every read of l[target] first */
+  float m = -INFINITY;
   double part = 0.0;
   for (int i = threadIdx.x; i < V; i += CE_THREADS) {
-    const float e = expf(l[i] - max);
-    p[i] = e;
-    part += e;
+    const float li = l[i];
+    if (li > m) {
+      part = m == -INFINITY ? 0.0 : part * exp((double)m - (double)li);
+      m = li;
+    }
+    if (m != -INFINITY) /* a −inf logit before any finite one adds exp(−inf) = 0, as the CPU's */
+      part += expf(li - m);
   }
-  const double sum = block_sum<CE_THREADS>(part, shd);
+  const float max = block_max<CE_THREADS>(m, shf); /* its barriers order every read of l[target] first */
+  const double sum =
+      block_sum<CE_THREADS>(m == -INFINITY ? 0.0 : part * exp((double)m - (double)max), shd);
   const float inv_sum = (float)(1.0 / sum);
-  for (int i = threadIdx.x; i < V; i += CE_THREADS) p[i] = __fmul_rn(p[i], inv_sum);
+  for (int i = threadIdx.x; i < V; i += CE_THREADS) p[i] = __fmul_rn(expf(l[i] - max), inv_sum);
   for (int i = V + threadIdx.x; i < Vp; i += CE_THREADS) p[i] = 0.0f;
   if (threadIdx.x == 0)
     losses[bt] = target >= 0 ? (float)(log(sum) - ((double)target_logit - max)) : 0.0f;
@@ -68,13 +82,11 @@ __global__ static void ce_forward_kernel(float *losses, float *probs, const floa
 /* d = (p − onehot(t)) · scale on the first Vvalid columns, 0 after them and in rows without a
  * target; elementwise (d may equal p). Also the shard's backward (t = target − v0). */
 __global__ static void ce_backward_kernel(float *dlogits, const float *probs, const int *targets,
-                                          int v0, float scale, size_t BT, int Vvalid, int Vl)
+                                          int v0, float scale, int BT, int Vvalid, int Vl)
 {
-  const size_t n = BT * (size_t)Vl;
-  for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < n;
-       idx += (size_t)gridDim.x * blockDim.x) {
-    const size_t bt = idx / (size_t)Vl;
-    const int i = (int)(idx - bt * (size_t)Vl);
+  ROW_LOOP(bt, i, BT, Vl)
+  {
+    const size_t idx = (size_t)bt * Vl + i;
     const int target = targets[bt];
     float d = 0.0f;
     if (target >= 0 && i < Vvalid)
@@ -103,10 +115,9 @@ extern "C" void cuda_crossentropy_backward(void *ctx, real *dlogits, const real 
                                            const int *targets, real dloss_scale, int BT, int V, int Vp)
 {
   struct cuda_ctx *c = cuda_of(ctx);
-  const size_t n = (size_t)(BT > 0 ? BT : 0) * (size_t)(Vp > 0 ? Vp : 0);
-  if (!n) return;
-  ce_backward_kernel<<<ew_blocks(n), EW_THREADS, 0, c->stream>>>(dlogits, probs, targets, 0, dloss_scale,
-                                                                 (size_t)BT, V, Vp);
+  if (BT <= 0 || Vp <= 0) return;
+  ce_backward_kernel<<<row_grid(BT, Vp, EW_THREADS), EW_THREADS, 0, c->stream>>>(dlogits, probs, targets, 0,
+                                                                                 dloss_scale, BT, V, Vp);
   CUDA_LAUNCHED(c);
 }
 
@@ -137,13 +148,11 @@ __global__ static void ce_shard_sums_kernel(float *stats, const float *logits, c
 
 /* Elementwise over (BT, Vl): p may equal l (each element read, then written, by one thread). */
 __global__ static void ce_shard_finish_probs(float *probs, const float *logits, const float *stats,
-                                             size_t BT, int Vvalid, int Vl)
+                                             int BT, int Vvalid, int Vl)
 {
-  const size_t n = BT * (size_t)Vl;
-  for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < n;
-       idx += (size_t)gridDim.x * blockDim.x) {
-    const size_t bt = idx / (size_t)Vl;
-    const int i = (int)(idx - bt * (size_t)Vl);
+  ROW_LOOP(bt, i, BT, Vl)
+  {
+    const size_t idx = (size_t)bt * Vl + i;
     float p = 0.0f;
     if (i < Vvalid) {
       const float inv_sum = (float)(1.0 / (double)stats[BT + bt]);
@@ -186,10 +195,9 @@ extern "C" void cuda_crossentropy_shard_finish(void *ctx, real *losses, real *pr
 {
   struct cuda_ctx *c = cuda_of(ctx);
   if (BT <= 0) return;
-  const size_t n = (size_t)BT * (size_t)(Vl > 0 ? Vl : 0);
-  if (n) {
-    ce_shard_finish_probs<<<ew_blocks(n), EW_THREADS, 0, c->stream>>>(probs, logits, stats, (size_t)BT,
-                                                                      Vvalid, Vl);
+  if (Vl > 0) {
+    ce_shard_finish_probs<<<row_grid(BT, Vl, EW_THREADS), EW_THREADS, 0, c->stream>>>(probs, logits, stats,
+                                                                                      BT, Vvalid, Vl);
     if (CUDA_LAUNCHED(c)) return;
   }
   ce_shard_finish_losses<<<cuda_blocks((size_t)BT, EW_THREADS), EW_THREADS, 0, c->stream>>>(losses, stats,
@@ -202,10 +210,9 @@ extern "C" void cuda_crossentropy_shard_backward(void *ctx, real *dlogits, const
                                                  int Vvalid, int Vl)
 {
   struct cuda_ctx *c = cuda_of(ctx);
-  const size_t n = (size_t)(BT > 0 ? BT : 0) * (size_t)(Vl > 0 ? Vl : 0);
-  if (!n) return;
-  ce_backward_kernel<<<ew_blocks(n), EW_THREADS, 0, c->stream>>>(dlogits, probs, targets, v0, dloss_scale,
-                                                                 (size_t)BT, Vvalid, Vl);
+  if (BT <= 0 || Vl <= 0) return;
+  ce_backward_kernel<<<row_grid(BT, Vl, EW_THREADS), EW_THREADS, 0, c->stream>>>(dlogits, probs, targets, v0,
+                                                                                 dloss_scale, BT, Vvalid, Vl);
   CUDA_LAUNCHED(c);
 }
 

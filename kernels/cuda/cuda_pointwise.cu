@@ -10,12 +10,18 @@
  *   SwiGLU uses expf (CUDA: within 2 ulp), so it differs from the CPU by exp's rounding.
  * - Reductions never use floating-point atomics: RMSNorm's row sums are one block per row, each
  *   thread summing a fixed strided set of columns in double, then a fixed shared-memory tree;
- *   dweight (RMSNorm) and dwte (embedding) are one thread per column running over the rows in
- *   row order, the CPU's order, so those are bit-identical to the CPU's; sumsq is a fixed
- *   two-pass reduction in double (SUMSQ_PARTS parts, a fixed tree in each).
+ *   RMSNorm's dweight is a blocked sum over rows in double (blocks of kDwRows rows, each a
+ *   fixed lane order, then the blocks in order: its bits depend on BT and C only, not the
+ *   CPU's, whose one sequential sum per column would leave a 4096-column weight 16 blocks of
+ *   work); dwte (embedding) is one thread per (column, token class) running over the tokens in
+ *   order, the CPU's order, so bit-identical to the CPU's; sumsq is a fixed two-pass reduction
+ *   in double (kSumsqParts parts, a fixed tree in each).
+ * - Row-form kernels (SwiGLU's [gate | up] rows, the embedding's rows) index by (row, column)
+ *   on a 2-D grid (cuda_reduce.cuh's ROW_LOOP), never by dividing a 64-bit element index.
  * - The dropout mask is philox_uniform of the element's logical index (philox.h, the same code
  *   on host and device): the CPU's mask bit for bit. */
 #include "cuda_backend.h"
+#include "cuda_reduce.cuh"
 
 #include <math.h>
 
@@ -31,6 +37,9 @@ constexpr unsigned kRowThreads = 256;  /* one block per row (RMSNorm); a power o
 constexpr unsigned kSumsqParts = 1024; /* sumsq's first pass: parts, each one block */
 constexpr unsigned kSumsqThreads = 256;
 constexpr int kEncClasses = 32; /* encoder_backward: token classes (row % 32), one thread each */
+constexpr int kDwRows = 128;    /* RMSNorm dweight: rows per partial sum (fixes the order) */
+constexpr int kDwCols = 32;     /* its block: 32 columns (a warp reads 128 contiguous bytes) ... */
+constexpr int kDwLanes = 8;     /* ... by 8 lanes, lane k taking the block's rows ≡ k mod 8 */
 
 /* Blocks for a grid-stride loop over n elements: enough to fill the device, never more than
  * needed (the loop covers any n). */
@@ -114,28 +123,26 @@ __global__ void swiglu_backward_kernel(real *dgate, real *dup, const real *dout,
   }
 }
 
-/* gu (rows, 2F) = [gate | up] per row; element i of the (rows, F) output. */
+/* gu (rows, 2F) = [gate | up] per row; element (r, c) of the (rows, F) output. */
 template <typename O>
-__global__ void swiglu_forward_rows_kernel(O *out, const real *gu, size_t F, size_t n)
+__global__ void swiglu_forward_rows_kernel(O *out, const real *gu, int rows, int F)
 {
-  GRID_STRIDE(i, n)
+  ROW_LOOP(r, c, rows, F)
   {
-    const size_t r = i / F, c = i - r * F;
-    const real *g = gu + r * 2 * F;
-    store(out + i, swiglu_value(g[c], g[F + c]));
+    const real *g = gu + (size_t)r * 2 * F;
+    store(out + (size_t)r * F + c, swiglu_value(g[c], g[F + c]));
   }
 }
 
-__global__ void swiglu_backward_rows_kernel(real *dgu, const real *dout, const real *gu, size_t F,
-                                            size_t n)
+__global__ void swiglu_backward_rows_kernel(real *dgu, const real *dout, const real *gu, int rows,
+                                            int F)
 {
-  GRID_STRIDE(i, n)
+  ROW_LOOP(r, c, rows, F)
   {
-    const size_t r = i / F, c = i - r * F;
-    const real *g = gu + r * 2 * F;
+    const real *g = gu + (size_t)r * 2 * F;
     float dg, du;
-    swiglu_grad(dout[i], g[c], g[F + c], &dg, &du);
-    real *d = dgu + r * 2 * F;
+    swiglu_grad(dout[(size_t)r * F + c], g[c], g[F + c], &dg, &du);
+    real *d = dgu + (size_t)r * 2 * F;
     d[c] = dg;
     d[F + c] = du;
   }
@@ -238,20 +245,42 @@ __global__ void rmsnorm_forward_kernel(O *out, real *rstd, const real *inp, cons
     rstd[row] = r;
 }
 
-/* dweight[c] += (real) Σ_bt (double) dout · x · rstd, bt in order: one thread per column (the
- * CPU's order and precision, so its bits). */
-__global__ void rmsnorm_dweight_kernel(real *dweight, const real *dout, const real *inp,
-                                       const real *rstd, int BT, int C)
+/* dweight[c] += (real) Σ_bt (double) dout · x · rstd (each term as the CPU rounds it), in two
+ * passes. First: block (x, y) sums rows [y·kDwRows, (y + 1)·kDwRows) of columns
+ * [x·kDwCols, (x + 1)·kDwCols): lane k its rows ≡ k mod kDwLanes in row order, then the lanes
+ * 0, 1, ... in order, into parts[y·C + c]. Second: parts[0..n_parts) of column c in order, then
+ * one float add. rmsnorm_dweight_model in tests/cuda/test_cuda_pointwise.c is this order on the
+ * host. */
+__global__ void rmsnorm_dweight_parts_kernel(double *parts, const real *dout, const real *inp,
+                                             const real *rstd, int BT, int C)
+{
+  __shared__ double sh[kDwLanes][kDwCols];
+  const int c = (int)(blockIdx.x * kDwCols + threadIdx.x);
+  const int r0 = (int)blockIdx.y * kDwRows;
+  const int r1 = r0 + kDwRows < BT ? r0 + kDwRows : BT;
+  double acc = 0.0;
+  if (c < C)
+    for (int bt = r0 + (int)threadIdx.y; bt < r1; bt += kDwLanes) {
+      const size_t i = (size_t)bt * C + c;
+      acc = __dadd_rn(acc, __dmul_rn(__dmul_rn((double)dout[i], (double)inp[i]), (double)rstd[bt]));
+    }
+  sh[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    double s = sh[0][threadIdx.x];
+    for (int k = 1; k < kDwLanes; k++) s = __dadd_rn(s, sh[k][threadIdx.x]);
+    parts[(size_t)blockIdx.y * C + c] = s;
+  }
+}
+
+__global__ void rmsnorm_dweight_total_kernel(real *dweight, const double *parts, int n_parts, int C)
 {
   const int c = (int)(blockIdx.x * blockDim.x + threadIdx.x);
   if (c >= C)
     return;
-  double acc = 0.0;
-  for (int bt = 0; bt < BT; bt++) {
-    const size_t i = (size_t)bt * C + c;
-    acc = __dadd_rn(acc, __dmul_rn(__dmul_rn((double)dout[i], (double)inp[i]), (double)rstd[bt]));
-  }
-  dweight[c] = __fadd_rn(dweight[c], (real)acc);
+  double s = parts[c];
+  for (int p = 1; p < n_parts; p++) s = __dadd_rn(s, parts[(size_t)p * C + c]);
+  dweight[c] = __fadd_rn(dweight[c], (real)s);
 }
 
 /* dx = r · w · dy − (r³ / C) x Σ_c dy g x (dense.c). dinp may equal dout: the dot reads the
@@ -280,13 +309,12 @@ __global__ void rmsnorm_dinp_kernel(real *dinp, const real *dout, const real *in
 /* out[bt, c] = wte[tokens[bt] − v0, c] when that row is in [0, Vl), else 0 (v0 0, Vl INT_MAX:
  * the whole table). */
 __global__ void encoder_forward_kernel(real *out, const int *tokens, const real *wte, int v0, int Vl,
-                                       size_t C, size_t n)
+                                       int BT, int C)
 {
-  GRID_STRIDE(i, n)
+  ROW_LOOP(bt, c, BT, C)
   {
-    const size_t bt = i / C, c = i - bt * C;
     const int row = tokens[bt] - v0;
-    out[i] = row >= 0 && row < Vl ? wte[(size_t)row * C + c] : 0.0f;
+    out[(size_t)bt * C + c] = row >= 0 && row < Vl ? wte[(size_t)row * C + c] : 0.0f;
   }
 }
 
@@ -314,11 +342,10 @@ void encoder_forward_any(void *ctx, real *out, const int *tokens, const real *wt
                          int BT, int C)
 {
   struct cuda_ctx *c = cuda_of(ctx);
-  const size_t n = (size_t)BT * (size_t)C;
-  if (n == 0)
+  if (BT <= 0 || C <= 0)
     return;
-  encoder_forward_kernel<<<stride_blocks(n), kThreads, 0, c->stream>>>(out, tokens, wte, v0, Vl,
-                                                                       (size_t)C, n);
+  encoder_forward_kernel<<<row_grid(BT, C, kThreads), kThreads, 0, c->stream>>>(out, tokens, wte,
+                                                                               v0, Vl, BT, C);
   CUDA_LAUNCHED(c);
 }
 
@@ -424,22 +451,20 @@ void cuda_swiglu_backward(void *ctx, real *dgate, real *dup, const real *dout, c
 void cuda_swiglu_forward_rows(void *ctx, real *out, const real *gu, int rows, int F)
 {
   struct cuda_ctx *c = cuda_of(ctx);
-  const size_t n = (size_t)rows * (size_t)F;
   if (rows <= 0 || F <= 0)
     return;
-  swiglu_forward_rows_kernel<real><<<stride_blocks(n), kThreads, 0, c->stream>>>(out, gu,
-                                                                                 (size_t)F, n);
+  swiglu_forward_rows_kernel<real><<<row_grid(rows, F, kThreads), kThreads, 0, c->stream>>>(
+      out, gu, rows, F);
   CUDA_LAUNCHED(c);
 }
 
 void cuda_swiglu_forward_rows_bf16(void *ctx, bf16 *out, const real *gu, int rows, int F)
 {
   struct cuda_ctx *c = cuda_of(ctx);
-  const size_t n = (size_t)rows * (size_t)F;
   if (rows <= 0 || F <= 0)
     return;
-  swiglu_forward_rows_kernel<bf16><<<stride_blocks(n), kThreads, 0, c->stream>>>(out, gu,
-                                                                                 (size_t)F, n);
+  swiglu_forward_rows_kernel<bf16><<<row_grid(rows, F, kThreads), kThreads, 0, c->stream>>>(
+      out, gu, rows, F);
   CUDA_LAUNCHED(c);
 }
 
@@ -447,11 +472,10 @@ void cuda_swiglu_backward_rows(void *ctx, real *dgu, const real *dout, const rea
                                int F)
 {
   struct cuda_ctx *c = cuda_of(ctx);
-  const size_t n = (size_t)rows * (size_t)F;
   if (rows <= 0 || F <= 0)
     return;
-  swiglu_backward_rows_kernel<<<stride_blocks(n), kThreads, 0, c->stream>>>(dgu, dout, gu,
-                                                                            (size_t)F, n);
+  swiglu_backward_rows_kernel<<<row_grid(rows, F, kThreads), kThreads, 0, c->stream>>>(
+      dgu, dout, gu, rows, F);
   CUDA_LAUNCHED(c);
 }
 
@@ -554,16 +578,33 @@ void cuda_rmsnorm_forward_bf16(void *ctx, bf16 *out, real *rstd, const real *inp
   rmsnorm_forward_any<bf16>(ctx, out, rstd, inp, weight, BT, C, eps);
 }
 
-/* dweight first (its own kernel, before dinp on the stream): dinp may overwrite dout. */
+/* dweight first (its own kernels, before dinp on the stream): dinp may overwrite dout. The
+ * partial sums, ceil(BT / kDwRows) · C doubles, are stream-ordered scratch (cudaMallocAsync, as
+ * sumsq's: the context keeps no workspace), freed on the stream after the second pass. */
 void cuda_rmsnorm_backward(void *ctx, real *dinp, real *dweight, const real *dout, const real *inp,
                            const real *weight, const real *rstd, int BT, int C)
 {
   struct cuda_ctx *c = cuda_of(ctx);
   if (BT <= 0 || C <= 0)
     return;
-  rmsnorm_dweight_kernel<<<cuda_blocks((size_t)C, kThreads), kThreads, 0, c->stream>>>(
-      dweight, dout, inp, rstd, BT, C);
-  if (CUDA_LAUNCHED(c))
+  const int n_parts = (BT + kDwRows - 1) / kDwRows;
+  if (n_parts > 65535) { /* the grid's y limit: 8.4M rows */
+    cuda_record(c, __FILE__, __LINE__, "cuda_rmsnorm_backward", "BT over 65535 · 128 rows");
+    return;
+  }
+  double *parts = NULL;
+  if (CUDA_CHECK(c, cudaMallocAsync((void **)&parts, (size_t)n_parts * C * sizeof(double), c->stream)))
+    return;
+  const dim3 block(kDwCols, kDwLanes), grid((unsigned)((C + kDwCols - 1) / kDwCols), (unsigned)n_parts);
+  rmsnorm_dweight_parts_kernel<<<grid, block, 0, c->stream>>>(parts, dout, inp, rstd, BT, C);
+  int failed = CUDA_LAUNCHED(c);
+  if (!failed) {
+    rmsnorm_dweight_total_kernel<<<cuda_blocks((size_t)C, kThreads), kThreads, 0, c->stream>>>(
+        dweight, parts, n_parts, C);
+    failed = CUDA_LAUNCHED(c);
+  }
+  CUDA_CHECK(c, cudaFreeAsync(parts, c->stream));
+  if (failed)
     return;
   rmsnorm_dinp_kernel<<<(unsigned)BT, kRowThreads, 0, c->stream>>>(dinp, dout, inp, weight, rstd,
                                                                    C);

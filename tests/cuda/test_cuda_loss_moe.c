@@ -117,10 +117,25 @@ static void ce_case(int BT, int V, int Vp, int in_place)
   dev_download(probs_gpu, d_probs, n * sizeof(real));
   dev_download(loss_gpu, d_loss, BT * sizeof(real));
   CHECK_CUDA_OK();
-  /* probs = exp(l − max) · (1/Σ): exp 3u apart (see the top), Σ's relative difference at most
-   * the exps' (3u) plus N·2^-53, 1/Σ rounded (u each side), the product rounded (u each side):
-   * 3 + 3 + 2 + 2 = 10u relative, bounded by 16u; padding must be exactly 0 (abs 0 there: the
-   * reference is 0, the bound rel·0 + 0). */
+  /* Σ: the CPU's terms are exp(fl(l − max)), the GPU's exp(fl(l − m)) · exp(m − max) for a
+   * thread's running max m ≤ max (the rescale in double, ~2^-52). Rounding the argument moves a
+   * term by ≤ u·|l − m| ≤ u·x relative, x = max − l, on each side, and the exps are 3u apart, so
+   * the two Σ differ by ≤ (3 + 2·x̄)u relative, x̄ = Σ p·x the row's mean distance below its
+   * max under p, plus N·2^-53. Logits uniform on a width-8 interval give x̄ ≈ 1; held ≤ 1.5 here
+   * (the bounds below assume it): Σ within 6u.
+   * probs = exp(l − max) · (1/Σ), the same argument on both sides: exp 3u apart, Σ 6u, 1/Σ
+   * rounded (u each side), the product rounded (u each side): 3 + 6 + 2 + 2 = 13u relative,
+   * bounded by 16u; padding must be exactly 0 (abs 0 there: the reference is 0, the bound
+   * rel·0 + 0). */
+  double worst_xbar = 0;
+  for (int bt = 0; bt < BT; bt++) {
+    const real *l = logits + (size_t)bt * Vp, *pr = probs_cpu + (size_t)bt * Vp;
+    double mx = -INFINITY, xbar = 0;
+    for (int i = 0; i < V; i++) mx = l[i] > mx ? l[i] : mx;
+    for (int i = 0; i < V; i++) xbar += pr[i] * (mx - l[i]);
+    worst_xbar = xbar > worst_xbar ? xbar : worst_xbar;
+  }
+  CHECK_MSG(worst_xbar <= 1.5, "mean distance below the max %.3g > 1.5: the bounds do not hold", worst_xbar);
   CHECK(count_far("probs", probs_gpu, probs_cpu, n, 16 * U, 0) == 0);
   /* and so in norm: ‖Δ‖ ≤ 16u·‖ref‖ and max |Δ| ≤ 16u·max |ref| (the fixture's summaries) */
   CHECK(rel_l2(probs_gpu, probs_cpu, n) <= 16 * U && max_rel(probs_gpu, probs_cpu, n) <= 16 * U);
@@ -171,6 +186,7 @@ static void test_crossentropy(void)
   ce_case(37, 1001, 1024, 1); /* in place: probs = logits, dlogits = probs */
   ce_case(5, 7, 7, 0);        /* fewer columns than threads, no padding */
   ce_case(64, 50257, 50304, 1); /* the GPT-2 vocabulary, padded to 128 */
+  ce_case(4096, 32000, 32000, 0); /* a real size: seq 4096 of Llama's vocabulary */
 }
 
 /* ---- cross-entropy, vocabulary shards ---- */

@@ -2,15 +2,19 @@
  * (kernels/cuda/cuda_pointwise.cu) against the CPU table on the same inputs.
  *
  * Bit-identical by construction (compared with memcmp): vec_add, dropout (mask, forward,
- * backward), round_bf16, AdamW (both variants), RMSNorm's dweight, the embedding's four
- * entries. Those do the CPU's operations in the CPU's order, without contraction (the CUDA file
- * uses __fmul_rn / __fadd_rn), and the sums that the CPU runs sequentially (dweight in double,
- * dwte in float) run in the same sequence on the GPU. The inputs hold no denormals (the CPU
- * reference here runs without FTZ, the GPU without -ftz: both keep them, but we do not rely on it).
+ * backward), round_bf16, AdamW (both variants), the embedding's four entries. Those do the CPU's
+ * operations in the CPU's order, without contraction (the CUDA file uses __fmul_rn / __fadd_rn),
+ * and the sum that the CPU runs sequentially (dwte in float) runs in the same sequence on the GPU.
+ * RMSNorm's dweight is a blocked sum over rows: the same bits as rmsnorm_dweight_model below (its
+ * order on the host), and within a stated bound of the CPU's sequential sum. The inputs hold no
+ * denormals (the CPU reference here runs without FTZ, the GPU without -ftz: both keep them, but
+ * we do not rely on it).
  *
  * Within a stated bound: SwiGLU (CUDA's expf, within 2 ulp, against the CPU's exp, within 1 ulp),
  * RMSNorm's rstd, out and dinp (row sums in double in another order), sumsq (double, another
- * order). Sizes are not multiples of the block sizes (256), and each group has a larger shape. */
+ * order). Sizes are not multiples of the block sizes (256), and each group has a larger shape;
+ * RMSNorm and SwiGLU's rows also run at real sizes (4096 rows of dim 4096 and 8192, 4096 rows of
+ * a 11008-wide feed-forward). */
 #include <float.h>
 
 #include "check.h"
@@ -141,8 +145,8 @@ static void test_swiglu(void)
 /* The fused rows: the same per-element bounds, on gu (rows, 2F). */
 static void test_swiglu_rows(void)
 {
-  const int shapes[2][2] = { { 3, 77 }, { 301, 2053 } };
-  for (int s = 0; s < 2; s++) {
+  const int shapes[3][2] = { { 3, 77 }, { 301, 2053 }, { 4096, 11008 } };
+  for (int s = 0; s < 3; s++) {
     const int rows = shapes[s][0], F = shapes[s][1];
     const size_t n = (size_t)rows * F, nb = n * sizeof(real);
     real *gu = host_uniform(2 * n, 51 + s, 6.0), *d = host_uniform(n, 61 + s, 1.0);
@@ -301,11 +305,44 @@ static void test_round_bf16(void)
  * out = (x · r) · w: r ≤ 2u apart plus two roundings each side: |Δ| ≤ 6u · |out|; bound 8u.
  * dinp = r·w·dy − k·x with k from a double dot (another order) rounded to float (≤ 2u apart):
  * |Δ| ≤ 4u · (|r w dy| + |k x|); bound 8u · the same.
- * dweight: the CPU's sequence of double adds, so its bits; accumulated onto a nonzero start. */
+ * dweight, accumulated onto a nonzero start: the bits of rmsnorm_dweight_model (the kernels'
+ * order), and against the CPU: the same terms (each (dy·x)·rstd rounded once in double on both
+ * sides) summed in another order, each order within (BT − 1)·2^-53·S of the exact sum,
+ * S = Σ|term|, so the double sums are 2·BT·2^-53·S apart; each is rounded to float (u·S each)
+ * and added to dw0 (u·(|dw0| + S) each): |Δ| ≤ 2·BT·2^-53·S + 4u·(S + |dw0|). */
+#define DW_ROWS 128 /* cuda_pointwise.cu's kDwRows and kDwLanes */
+#define DW_LANES 8
+
+/* dweight[c] += Σ (dy·x)·rstd in the CUDA kernels' order: per block of DW_ROWS rows, lane k
+ * the rows ≡ k mod DW_LANES in order, lanes summed 0, 1, ...; then the blocks in order. */
+static void rmsnorm_dweight_model(real *dw, const real *dy, const real *x, const real *rstd, int BT,
+                                  int C)
+{
+  for (int c = 0; c < C; c++) {
+    double total = 0;
+    for (int r0 = 0; r0 < BT; r0 += DW_ROWS) {
+      const int r1 = r0 + DW_ROWS < BT ? r0 + DW_ROWS : BT;
+      double lane[DW_LANES];
+      for (int k = 0; k < DW_LANES; k++) {
+        double acc = 0.0;
+        for (int bt = r0 + k; bt < r1; bt += DW_LANES) {
+          const size_t i = (size_t)bt * C + c;
+          acc = acc + ((double)dy[i] * (double)x[i]) * (double)rstd[bt];
+        }
+        lane[k] = acc;
+      }
+      double part = lane[0];
+      for (int k = 1; k < DW_LANES; k++) part = part + lane[k];
+      total = r0 == 0 ? part : total + part;
+    }
+    dw[c] = dw[c] + (real)total;
+  }
+}
+
 static void test_rmsnorm(void)
 {
-  const int shapes[3][2] = { { 1, 5 }, { 37, 1000 }, { 513, 4099 } };
-  for (int s = 0; s < 3; s++) {
+  const int shapes[5][2] = { { 1, 5 }, { 37, 1000 }, { 513, 4099 }, { 4096, 4096 }, { 4096, 8192 } };
+  for (int s = 0; s < 5; s++) {
     const int BT = shapes[s][0], C = shapes[s][1];
     const size_t n = (size_t)BT * C, nb = n * sizeof(real), cb = (size_t)C * sizeof(real);
     const real eps = 1e-5f;
@@ -339,10 +376,26 @@ static void test_rmsnorm(void)
     CHECK_MSG(bf16_close(gb, rb, n), "bf16 BT %d C %d", BT, C);
     /* backward from the same (CPU) rstd on both sides; dinp in place over a copy of dy */
     real *drr = dev_upload(rr, BT * sizeof(real));
+    real *dw0 = host_alloc(C), *mdw = host_alloc(C);
+    memcpy(dw0, dw, cb);
+    memcpy(mdw, dw, cb);
+    rmsnorm_dweight_model(mdw, dy, x, rr, BT, C);
     kernel_ops_cpu.rmsnorm_backward(NULL, rdx, dw, dy, x, w, rr, BT, C);
     kernel_ops_cuda.rmsnorm_backward(fixture_ctx, ddy, ddw, ddy, dx_, dwt, drr, BT, C);
     dev_download(got, ddy, nb), dev_download(gdw, ddw, cb);
-    CHECK_MSG(same_bits(gdw, dw, cb), "dweight BT %d C %d", BT, C);
+    CHECK_MSG(same_bits(gdw, mdw, cb), "dweight (the blocked order) BT %d C %d", BT, C);
+    ok = 1;
+    for (int c = 0; c < C && ok; c++) {
+      double S = 0;
+      for (int b = 0; b < BT; b++)
+        S += fabs((double)dy[(size_t)b * C + c] * x[(size_t)b * C + c] * rr[b]);
+      const double tol = 2.0 * BT * DOUBLE_U * S + 4 * U * (S + fabs((double)dw0[c]));
+      if (!(fabs((double)gdw[c] - dw[c]) <= tol)) {
+        fprintf(stderr, "dweight [%d]: %.9g vs %.9g (bound %.3g)\n", c, gdw[c], dw[c], tol);
+        ok = 0;
+      }
+    }
+    CHECK_MSG(ok, "dweight against the CPU BT %d C %d", BT, C);
     ok = 1;
     for (int b = 0; b < BT && ok; b++) {
       double dot = 0;
@@ -363,7 +416,7 @@ static void test_rmsnorm(void)
     dev_free(dx_), dev_free(dwt), dev_free(ddy), dev_free(ddw), dev_free(dout), dev_free(drstd);
     dev_free(dcopy), dev_free(db), dev_free(drr);
     free(x), free(w), free(dy), free(dw), free(ref), free(got), free(rr), free(gr), free(rdx);
-    free(gdw), free(got2), free(rb), free(gb);
+    free(gdw), free(got2), free(rb), free(gb), free(dw0), free(mdw);
   }
 }
 
