@@ -1,15 +1,21 @@
 /* The `tycho` Lua module: the constructors plan files call. The work of turning a plan table
  * into a compiled plan is the host's (host/plan/compile.c); here are only tycho.plan, which
- * marks a table as a plan, and tycho.extend, which composes plans while keeping, for every
- * field, the file and line it was written on (see host/lua/srcmap.h). Both run on plan input:
- * extend charges its keys to the plan's instruction count and its source records to the memory
- * cap, and takes time linear in its tables. */
+ * marks a table as a plan, tycho.extend, which composes plans while keeping, for every
+ * field, the file and line it was written on (see host/lua/srcmap.h), and tycho.models.from_hf,
+ * the model table of a Hugging Face config.json. All run on plan input: extend charges its keys
+ * to the plan's instruction count and its source records to the memory cap, and takes time
+ * linear in its tables; from_hf charges the file's bytes to both. */
 #include "lua/tycho_module.h"
 
 #include <lauxlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "io/hf.h"
 #include "lua/sandbox.h"
+#include "lua/sandbox_internal.h"
+#include "util/path.h"
 
 #define PLANS_KEY "tycho.plans"
 
@@ -290,6 +296,53 @@ static int l_extend(lua_State *L)
   return 1;
 }
 
+/* tycho.models.from_hf(dir): the one file a plan reads besides its modules, and only this one:
+ * DIR/config.json, opened without waiting, refused unless a regular file of at most
+ * PATH_MAX_TEXT_BYTES, its bytes charged to the instruction count and the memory cap first, and
+ * nothing of it reaches the plan but the model's numbers. */
+static int l_from_hf(lua_State *L)
+{
+  const char *dir = luaL_checkstring(L, 1);
+  char path[4200], why[1024];
+  struct stat st;
+  snprintf(path, sizeof path, "%s/%s", dir, HF_CONFIG);
+  const double bytes = stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < PATH_MAX_TEXT_BYTES
+                           ? (double)st.st_size : (double)PATH_MAX_TEXT_BYTES;
+  sandbox_charge(L, "tycho.models.from_hf", bytes / SCAN_BYTES_PER_INSTRUCTION);
+  sandbox_reserve(L, "tycho.models.from_hf", 4.0 * bytes, 0); /* the text, its nodes and strings */
+  struct hf_config c;
+  if (hf_config_read(dir, &c, why, sizeof why))
+    return luaL_error(L, "tycho.models.from_hf: %s", why);
+  lua_createtable(L, 0, 12);
+  lua_pushstring(L, "llama");
+  lua_setfield(L, -2, "family");
+  const struct { const char *key; int v; } ints[] = {
+    { "n_layers", c.n_layers }, { "dim", c.dim }, { "n_heads", c.n_heads }, { "n_kv_heads", c.n_kv_heads },
+    { "ffn_dim", c.ffn_dim }, { "vocab", c.vocab }, { "max_seq", c.max_seq },
+  };
+  for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+    lua_pushinteger(L, ints[i].v);
+    lua_setfield(L, -2, ints[i].key);
+  }
+  lua_pushnumber(L, c.norm_eps);
+  lua_setfield(L, -2, "norm_eps");
+  lua_pushnumber(L, c.rope_theta);
+  lua_setfield(L, -2, "rope_theta");
+  lua_pushboolean(L, c.tie_embeddings);
+  lua_setfield(L, -2, "tie_embeddings");
+  if (c.experts > 0) { /* Mixtral: every layer's MLP sparse, each expert intermediate_size wide */
+    lua_createtable(L, 0, 3);
+    lua_pushinteger(L, c.experts);
+    lua_setfield(L, -2, "experts");
+    lua_pushinteger(L, c.top_k);
+    lua_setfield(L, -2, "top_k");
+    lua_pushnumber(L, c.aux_loss);
+    lua_setfield(L, -2, "aux_loss");
+    lua_setfield(L, -2, "moe");
+  }
+  return 1;
+}
+
 static const luaL_Reg tycho_functions[] = {
   { "plan", l_plan },
   { "extend", l_extend },
@@ -301,5 +354,9 @@ int luaopen_tycho(lua_State *L)
   luaL_newlib(L, tycho_functions);
   lua_pushstring(L, TYCHO_VERSION);
   lua_setfield(L, -2, "version");
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, l_from_hf);
+  lua_setfield(L, -2, "from_hf");
+  lua_setfield(L, -2, "models");
   return 1;
 }

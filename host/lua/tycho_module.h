@@ -1,4 +1,5 @@
 /* The `tycho` Lua module as plan files see it: tycho.plan{...}, tycho.extend(base, overrides),
+ * tycho.models.from_hf(dir) (the model table of a Hugging Face folder's config.json),
  * tycho.version. docs/plans.md gives the schema these tables follow. */
 #ifndef TYCHO_MODULE_H
 #define TYCHO_MODULE_H

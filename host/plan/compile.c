@@ -355,12 +355,13 @@ static int read_simple_sections(struct reader *r, const struct tbl *root)
     lua_pop(r->L, 1);
   }
 
-  static const char *const export_known[] = { "path", "every", NULL };
+  static const char *const export_known[] = { "path", "every", "format", "shard_mb", NULL };
   if (compile_open_section(r, root, "export", &t, &present))
     return -1;
   if (present) {
     if (compile_check_fields(r, &t, export_known, "export") || compile_read_field(r, &t, "path", NULL) ||
-        compile_read_field(r, &t, "every", NULL))
+        compile_read_field(r, &t, "every", NULL) || compile_read_field(r, &t, "format", NULL) ||
+        compile_read_field(r, &t, "shard_mb", NULL))
       return -1;
     lua_pop(r->L, 1);
   }

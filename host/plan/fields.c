@@ -27,6 +27,7 @@ static const char *const dtypes[] = { "fp32", "bf16", "fp16", NULL };
 static const char *const opt_kinds[] = { "adamw", NULL };
 static const char *const decays[] = { "constant", "cosine", "linear", NULL };
 static const char *const synthetic[] = { "addition", NULL };
+static const char *const export_formats[] = { "safetensors", "hf", NULL };
 
 #define AT(member) offsetof(struct plan, member), sizeof(((struct plan *)0)->member)
 #define INF INFINITY
@@ -120,6 +121,8 @@ const struct plan_field plan_fields[] = {
   { "init.from", PLAN_FIELD_TEXT, AT(init.from), 0, 0, REQ, NULL, 0, NULL, FREE },
   { "export.path", PLAN_FIELD_TEXT, AT(export_.path), 0, 0, REQ, NULL, 0, NULL, FREE },
   { "export.every", PLAN_FIELD_INT, AT(export_.every), 0, 1 << 30, 0, NULL, 0, NULL, FREE },
+  { "export.format", PLAN_FIELD_NAME, AT(export_.format), 0, 0, 0, export_formats, 0, "safetensors", FREE },
+  { "export.shard_mb", PLAN_FIELD_NUMBER, AT(export_.shard_mb), 0.001, 1e9, FIN, NULL, 5000, NULL, FREE },
   { "train.steps", PLAN_FIELD_LONG, AT(train.steps), 1, TWO53, LIVE, NULL, 1000, NULL, PLAN_RESUME_PARENT,
     R_TRAIN_STEPS, -1, NULL },
   { "train.eval_every", PLAN_FIELD_INT, AT(train.eval_every), 0, 1 << 30, LIVE, NULL, 0, NULL, FREE },

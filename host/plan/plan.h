@@ -160,7 +160,12 @@ struct plan {
   } seeds;
   struct { char train[PLAN_PATH_MAX], val[PLAN_PATH_MAX], synthetic[32]; int shuffle; } data;
   struct { char from[PLAN_PATH_MAX]; } init;
-  struct { char path[PLAN_PATH_MAX]; int every; } export_;
+  struct {
+    char path[PLAN_PATH_MAX];
+    int every;
+    char format[16];  /* "safetensors" (one file) or "hf" (a Hugging Face model folder) */
+    double shard_mb;  /* "hf": each shard at most this many MB (10^6 bytes) */
+  } export_;
   struct {
     long long steps;
     int eval_every, eval_batches;

@@ -219,7 +219,12 @@ void plan_json(const struct plan *p, struct json *j)
   json_end_object(j);
   json_key(j, "export");
   json_begin_object(j);
-  plan_fields_json("export", p, j);
+  plan_field_json(plan_field_find("export.path"), p, j);
+  plan_field_json(plan_field_find("export.every"), p, j);
+  if (strcmp(p->export_.format, "safetensors") != 0) { /* only when set: plans without it keep their hash */
+    plan_field_json(plan_field_find("export.format"), p, j);
+    plan_field_json(plan_field_find("export.shard_mb"), p, j);
+  }
   json_end_object(j);
   json_key(j, "train");
   json_begin_object(j);

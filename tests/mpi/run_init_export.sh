@@ -7,14 +7,20 @@
 # tp and pp rank, must be the model: a serial run started from P has the same losses, within
 # EQUIV_TOL, as one started from S. (The float64 build exports F32 too: S and P are its weights
 # rounded to fp32, which differ only where weights 1e-15 apart round apart, one chance in ~1e9
-# per weight.)
-# usage: run_init_export.sh RANKS MPIEXEC NUMPROC_FLAG TYCHO [--both path=value]... [--set path=value]...
+# per weight.) With --hf every export is a Hugging Face folder (export.format = "hf", shards of
+# 0.02 MB) and every init.from that folder; the parallel export's index must then equal the serial
+# one's, byte for byte.
+# usage: run_init_export.sh RANKS MPIEXEC NUMPROC_FLAG TYCHO [--hf] [--both path=value]... [--set path=value]...
 #   --both: for every run (the model), --set: for the parallel run (the layout)
 set -u
 ranks=$1 mpiexec=$2 np=$3 tycho=$4
 shift 4
 . "$(dirname "$0")/../lib/build.sh" "$tycho"
-both=()
+both=() fmt=() ext=.safetensors hf=0
+if [ "${1:-}" = --hf ]; then
+  fmt=(--set export.format=hf --set export.shard_mb=0.02) ext= hf=1
+  shift
+fi
 while [ "${1:-}" = --both ]; do both+=(--set "$2"); shift 2; done
 plan=tests/plans/good/dp_small.lua
 tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
@@ -29,12 +35,17 @@ same() { # same FILE_A FILE_B WHAT: every step's loss within EQUIV_TOL relative
 }
 run1() { "$tycho" run "$plan" --set train.steps=5 --set train.eval_every=0 "${both[@]}" "$@" >"$tmp/out" 2>"$tmp/err" || fail "serial run $*"; }
 
-run1 --set export.path="$tmp/a.safetensors"
-run1 --set init.from="$tmp/a.safetensors" --set export.path="$tmp/s.safetensors" --set log.metrics="$tmp/s.jsonl"
+run1 --set export.path="$tmp/a$ext" "${fmt[@]}"
+run1 --set init.from="$tmp/a$ext" --set export.path="$tmp/s$ext" "${fmt[@]}" --set log.metrics="$tmp/s.jsonl"
 timeout 60 "$mpiexec" "$np" "$ranks" "$tycho" run "$plan" --set train.steps=5 --set train.eval_every=0 "${both[@]}" "$@" \
-  --set init.from="$tmp/a.safetensors" --set export.path="$tmp/p.safetensors" --set log.metrics="$tmp/p.jsonl" \
+  --set init.from="$tmp/a$ext" --set export.path="$tmp/p$ext" "${fmt[@]}" --set log.metrics="$tmp/p.jsonl" \
   >"$tmp/out" 2>"$tmp/err" || fail "the parallel run"
 same "$tmp/s.jsonl" "$tmp/p.jsonl" "started from A, serial against $*"
-run1 --set init.from="$tmp/s.safetensors" --set log.metrics="$tmp/from_s.jsonl"
-run1 --set init.from="$tmp/p.safetensors" --set log.metrics="$tmp/from_p.jsonl"
+if [ "$hf" = 1 ]; then
+  [ -f "$tmp/p/model-00002-of-"*.safetensors ] || fail "the parallel export has fewer than two shards"
+  cmp "$tmp/s/model.safetensors.index.json" "$tmp/p/model.safetensors.index.json" || fail "the indexes differ"
+  cmp "$tmp/s/config.json" "$tmp/p/config.json" || fail "the configs differ"
+fi
+run1 --set init.from="$tmp/s$ext" --set log.metrics="$tmp/from_s.jsonl"
+run1 --set init.from="$tmp/p$ext" --set log.metrics="$tmp/from_p.jsonl"
 same "$tmp/from_s.jsonl" "$tmp/from_p.jsonl" "started from the serial and from the parallel export"

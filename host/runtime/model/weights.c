@@ -4,11 +4,15 @@
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/model/weights.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "io/hf.h"
 #include "io/safetensors.h"
 #include "runtime/model/hostview.h"
 #include "util/err.h"
@@ -137,14 +141,148 @@ static int load_tensors(struct model *m, const struct source *s, const char *pat
   return 0;
 }
 
+/* A number as short as prints it exactly, for messages. */
+static void format_number(char *buf, size_t n, double v)
+{
+  snprintf(buf, n, "%g", v);
+  if (strtod(buf, NULL) != v)
+    snprintf(buf, n, "%.17g", v);
+}
+
+int weights_hf_config(const struct plan_model *m, struct hf_config *c, char *err, size_t err_size)
+{
+  if (m->moe.experts > 0 && m->moe.n_layers != m->n_layers)
+    return errf(err, err_size, "%d of the model's %d layers are sparse (model.moe.layers): a Hugging Face Mixtral "
+                "has every layer sparse and a Llama none", m->moe.n_layers, m->n_layers), 2;
+  memset(c, 0, sizeof *c);
+  c->n_layers = m->n_layers;
+  c->dim = m->dim;
+  c->n_heads = m->n_heads;
+  c->n_kv_heads = m->n_kv_heads;
+  c->ffn_dim = m->moe.experts > 0 ? m->moe.ffn_dim : m->ffn_dim;
+  c->vocab = m->vocab;
+  c->max_seq = m->max_seq;
+  c->norm_eps = m->norm_eps;
+  c->rope_theta = m->rope_theta;
+  c->tie_embeddings = m->tie_embeddings;
+  c->experts = m->moe.experts > 0 ? m->moe.experts : 0;
+  c->top_k = c->experts ? m->moe.top_k : 0;
+  c->aux_loss = c->experts ? m->moe.aux_loss : 0;
+  return 0;
+}
+
+/* The plan's model against a folder's config.json: every field both have, the first that differs
+ * refused with both values (2). */
+static int config_check(const struct plan_model *m, const struct hf_config *c, const char *dir, char *err,
+                        size_t err_size)
+{
+  const int sparse = m->moe.experts > 0;
+  const struct { const char *plan, *hf; double mine, theirs; int is_bool; } f[] = {
+    { "model.n_layers", "num_hidden_layers", m->n_layers, c->n_layers, 0 },
+    { "model.dim", "hidden_size", m->dim, c->dim, 0 },
+    { "model.n_heads", "num_attention_heads", m->n_heads, c->n_heads, 0 },
+    { "model.n_kv_heads", "num_key_value_heads", m->n_kv_heads, c->n_kv_heads, 0 },
+    { "model.moe.experts", "num_local_experts", sparse ? m->moe.experts : 0, c->experts, 0 },
+    { "model.moe.top_k", "num_experts_per_tok", sparse ? m->moe.top_k : 0, c->top_k, 0 },
+    { sparse ? "model.moe.ffn_dim" : "model.ffn_dim", "intermediate_size", sparse ? m->moe.ffn_dim : m->ffn_dim,
+      c->ffn_dim, 0 },
+    { "model.vocab", "vocab_size", m->vocab, c->vocab, 0 },
+    { "model.rope_theta", "rope_theta", m->rope_theta, c->rope_theta, 0 },
+    { "model.norm_eps", "rms_norm_eps", m->norm_eps, c->norm_eps, 0 },
+    { "model.tie_embeddings", "tie_word_embeddings", m->tie_embeddings, c->tie_embeddings, 1 },
+  };
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+    if (f[i].mine == f[i].theirs)
+      continue;
+    char mine[32], theirs[32];
+    if (f[i].is_bool) {
+      snprintf(mine, sizeof mine, "%s", f[i].mine ? "true" : "false");
+      snprintf(theirs, sizeof theirs, "%s", f[i].theirs ? "true" : "false");
+    } else {
+      format_number(mine, sizeof mine, f[i].mine);
+      format_number(theirs, sizeof theirs, f[i].theirs);
+    }
+    const char *sep = dir[0] && dir[strlen(dir) - 1] == '/' ? "" : "/";
+    errf(err, err_size, "init.from %s: %s = %s in the plan, but %s%s" HF_CONFIG " has %s = %s", dir, f[i].plan, mine,
+         dir, sep, f[i].hf, theirs);
+    return 2;
+  }
+  return 0;
+}
+
+/* A folder's config checked against the model and its weights' file found: 0, 2 or -1. */
+static int open_folder(const struct plan_model *m, const char *dir, char *weights, size_t n, char *err,
+                       size_t err_size)
+{
+  struct hf_config c;
+  char why[1024];
+  int rc = hf_config_read(dir, &c, why, sizeof why);
+  if (rc)
+    return errf(err, err_size, "init.from %s: %s", dir, why), rc;
+  if ((rc = config_check(m, &c, dir, err, err_size)) != 0)
+    return rc;
+  if ((rc = hf_weights_path(dir, weights, n, why, sizeof why)) != 0)
+    return errf(err, err_size, "init.from %s", why), rc;
+  return 0;
+}
+
+int weights_probe_hf(const struct plan_model *m, const char *dir, char *err, size_t err_size)
+{
+  struct hf_config c;
+  char why[512], probe[4300];
+  int rc = weights_hf_config(m, &c, why, sizeof why);
+  if (rc)
+    return errf(err, err_size, "export.format = \"hf\": %s", why), rc;
+  if ((rc = hf_check_output("export.path", dir, err, err_size)) != 0)
+    return rc;
+  size_t len = strlen(dir);
+  while (len > 1 && dir[len - 1] == '/')
+    len--;
+  /* DIR.tmp is made beside DIR: the folder that holds it must take new files */
+  snprintf(probe, sizeof probe, "%.*s.tycho-probe-%ld", (int)len, dir, (long)getpid());
+  if (path_make_parent_dirs(probe, why, sizeof why))
+    return errf(err, err_size, "export.path %s: %s", dir, why);
+  int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return errf(err, err_size, "export.path %s: cannot create files beside it (%s): %s", dir, probe, strerror(errno));
+  close(fd);
+  unlink(probe);
+  return 0;
+}
+
+int weights_check_from(const struct plan_model *m, const char *path, char *err, size_t err_size)
+{
+  char weights[4200];
+  const char *file = path;
+  int rc, fd;
+  if (!path[0])
+    return 0;
+  if (hf_is_folder(path)) {
+    if ((rc = open_folder(m, path, weights, sizeof weights, err, err_size)) != 0)
+      return rc;
+    file = weights;
+  }
+  rc = path_open_input("init.from", file, 0, &fd, NULL, err, err_size);
+  if (rc == 0)
+    close(fd);
+  return rc == 2 ? 2 : 0; /* a missing file: its reader says so */
+}
+
 int weights_load(struct model *m, const char *path, char *err, size_t err_size)
 {
   struct source s;
   memset(&s, 0, sizeof s);
-  s.sharded = ends_with(path, ".json");
+  char folder_weights[4200];
+  const char *file = path;
+  if (hf_is_folder(path)) {
+    if (open_folder(&m->config, path, folder_weights, sizeof folder_weights, err, err_size))
+      return -1;
+    file = folder_weights;
+  }
+  s.sharded = ends_with(file, ".json");
   char why[768];
-  int rc = s.sharded ? st_index_open(&s.index, path, why, sizeof why)
-                     : st_open(&s.file, path, why, sizeof why);
+  int rc = s.sharded ? st_index_open(&s.index, file, why, sizeof why)
+                     : st_open(&s.file, file, why, sizeof why);
   if (rc != 0)
     errf(err, err_size, "init.from: %s", why);
   else
@@ -165,8 +303,15 @@ static size_t export_bytes(const struct model_param *p)
   return n * sizeof(real);
 }
 
-int weights_export(const struct model *m, const char *path, char *err, size_t err_size)
+/* One writer for both forms: hf_shard_bytes 0, one file; else a Hugging Face folder. */
+static int export_to(const struct model *m, const char *path, uint64_t hf_shard_bytes, char *err, size_t err_size)
 {
+  struct hf_config c;
+  if (hf_shard_bytes) {
+    char why[512];
+    if (weights_hf_config(&m->config, &c, why, sizeof why))
+      return errf(err, err_size, "export %s: %s", path, why);
+  }
   if (path_make_parent_dirs(path, err, err_size))
     return -1;
   struct st_write_tensor *w = calloc((size_t)m->n_params, sizeof *w);
@@ -191,10 +336,22 @@ int weights_export(const struct model *m, const char *path, char *err, size_t er
       break;
     }
   }
-  if (!rc)
+  if (!rc && hf_shard_bytes)
+    rc = hf_write_folder("export.path", path, &c, w, m->n_params, hf_shard_bytes, err, err_size) ? -1 : 0;
+  else if (!rc)
     rc = st_write_f32(path, w, m->n_params, err, err_size);
   for (int i = 0; i < opened; i++)
     hostview_close(m->k, m->kctx, m->params[i].data, (void *)w[i].data, export_bytes(&m->params[i]), 0);
   free(w);
   return rc;
+}
+
+int weights_export(const struct model *m, const char *path, char *err, size_t err_size)
+{
+  return export_to(m, path, 0, err, err_size);
+}
+
+int weights_export_hf(const struct model *m, const char *dir, uint64_t shard_bytes, char *err, size_t err_size)
+{
+  return export_to(m, dir, shard_bytes ? shard_bytes : HF_DEFAULT_SHARD_BYTES, err, err_size);
 }

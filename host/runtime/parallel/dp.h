@@ -200,9 +200,9 @@ void dp_gather_params_free(struct dp *d, real *full);
  * every expert, in a model of its own with a group of one) on rank 0 of all; *have says where. Free with model_free.
  * 0 ok; nonzero with a message. */
 int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, size_t err_size);
-/* Collective: exports every parameter from rank 0 (weights_export). 0 ok; nonzero with a
- * message on the rank that failed. */
-int dp_export(struct dp *d, const char *path, char *err, size_t err_size);
+/* Collective: exports every parameter from rank 0 (weights_export; hf_shard_bytes > 0: a Hugging
+ * Face folder, weights_export_hf). 0 ok; nonzero with a message on the rank that failed. */
+int dp_export(struct dp *d, const char *path, uint64_t hf_shard_bytes, char *err, size_t err_size);
 
 /* ---- inside the dp module ---- */
 /* Records the failed collective (comm_error()) in FAULT_OF(d), unless a failure is recorded

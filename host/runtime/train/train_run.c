@@ -21,6 +21,7 @@
 #include "runtime/state/ckpt.h"
 #include "runtime/state/manifest.h"
 #include "runtime/train/run_guard.h"
+#include "runtime/train/threads.h"
 #include "runtime/train/train.h"
 #include "runtime/train/train_moe.h"
 #include "runtime/train/train_progress.h"
@@ -108,7 +109,7 @@ static int prepare_inputs(const struct plan *p, char *err, size_t n)
       rc = TRAIN_PLAN_ERROR;
     }
   } else if (!rc && found > 0) { /* init.from is not read when resuming */
-    rc = check_input("init.from", p->init.from, err, n);
+    rc = status_of(weights_check_from(&p->model, p->init.from, err, n)); /* a folder: its config checked too */
   }
   return rc;
 }
@@ -133,8 +134,12 @@ static int prepare_outputs(const struct plan *p, struct run_log *log, struct run
       return status_of(rc);
   }
   if (export_[0]) {
-    snprintf(lock, sizeof lock, "%s.lock", export_);
-    if ((rc = run_probe_file("export.path", export_, err, n)) != 0)
+    const int hf = strcmp(p->export_.format, "hf") == 0;
+    size_t len = strlen(export_);
+    while (hf && len > 1 && export_[len - 1] == '/') /* the folder's lock beside it, not in it */
+      len--;
+    snprintf(lock, sizeof lock, "%.*s.lock", (int)len, export_);
+    if ((rc = hf ? weights_probe_hf(&p->model, export_, err, n) : run_probe_file("export.path", export_, err, n)) != 0)
       return status_of(rc);
     if (run_lock_take(&locks->export_, "export.path", export_, lock, err, n))
       return TRAIN_RUNTIME_ERROR;
@@ -285,11 +290,12 @@ static void print_header(FILE *out, const struct plan *p, const struct trainer *
   const struct plan_model *m = &p->model;
   long long n_params = model_n_params(&t->model);
   fprintf(out, "run %s: %lld parameters (%d layers, dim %d, %d heads / %d kv, ffn %d, vocab %d), "
-          "%lld steps of %d × %d tokens (%d micro-batch%s of %d), %d thread%s\n",
+          "%lld steps of %d × %d tokens (%d micro-batch%s of %d), %d thread%s%s%s%s\n",
           p->name[0] ? p->name : p->file, n_params, m->n_layers, m->dim, m->n_heads, m->n_kv_heads,
           m->ffn_dim, m->vocab, p->train.steps, p->batch.global, p->batch.seq, p->batch.microbatches,
           p->batch.microbatches == 1 ? "" : "es", p->batch.micro, omp_get_max_threads(),
-          omp_get_max_threads() == 1 ? "" : "s");
+          omp_get_max_threads() == 1 ? "" : "s", threads_reason()[0] ? " (" : "", threads_reason(),
+          threads_reason()[0] ? ")" : "");
   char cpu[160];
   if (t->device.cuda)
     fprintf(out, "kernels: the CUDA backend's (cuBLAS)\n");
@@ -403,7 +409,8 @@ static int export_weights(struct trainer *t, FILE *out, long long step, char *er
 {
   const char *path = t->plan->export_.path;
   char why[1024];
-  if (dp_export(&t->dp, path, why, sizeof why))
+  const int hf = strcmp(t->plan->export_.format, "hf") == 0;
+  if (dp_export(&t->dp, path, hf ? (uint64_t)(t->plan->export_.shard_mb * 1e6) : 0, why, sizeof why))
     return errf(err, n, "export.path %s: %s", path, why);
   if (out) {
     fprintf(out, "exported %s after step %lld\n", path, step);

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Hugging Face model folders through `tycho run`: export.format = "hf" with a small shard_mb writes
+# several shards, their index and config.json; a run from that folder (init.from) gives the same
+# losses and gradient norms, to the bit, as a run from the same weights exported as one file; a
+# plan whose model differs from config.json is refused (2) naming the field and both values;
+# tycho.models.from_hf of the written config.json compiles to the plan's own model; a config
+# with a field tycho lacks is refused by from_hf (2), naming it; an export path that is a link
+# is refused (2). Where python3 can import torch and transformers, transformers' from_pretrained
+# loads the folder and its loss on the reference batch equals tycho's (else: skipped, saying why).
+# usage: run_hf_folder.sh TYCHO   (run from the source folder)
+set -u
+tycho=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; [ -f "$tmp/err" ] && cat "$tmp/err"; exit 1; }
+plan=tests/plans/good/train_small.lua
+run() { "$tycho" run "$plan" --set train.eval_every=0 "$@" >"$tmp/out" 2>"$tmp/err"; }
+expect() { # expect CODE TEXT COMMAND...: exit code CODE and TEXT as the first stderr line
+  local code=$1 text=$2
+  shift 2
+  "$@" >/dev/null 2>"$tmp/err"
+  local rc=$?
+  [ "$rc" -eq "$code" ] || fail "$* exited $rc, expected $code"
+  [ "$(head -n 1 "$tmp/err")" = "$text" ] || fail "$*: '$(head -n 1 "$tmp/err")', expected '$text'"
+}
+
+# the same weights (the same run, twice) as a folder of 0.05 MB shards and as one file
+run --set train.steps=3 --set export.path="$tmp/F" --set export.format=hf --set export.shard_mb=0.05 || fail "hf export"
+grep -q "^exported $tmp/F after step 2" "$tmp/out" || fail "no export line"
+run --set train.steps=3 --set export.path="$tmp/s.safetensors" || fail "file export"
+shards=$(ls "$tmp/F" | grep -c '^model-000[0-9][0-9]-of-000[0-9][0-9]\.safetensors$')
+[ "$shards" -gt 2 ] || fail "$shards shards"
+[ -f "$tmp/F/model.safetensors.index.json" ] && [ -f "$tmp/F/config.json" ] || fail "no index or config"
+for f in "$tmp"/F/model-*.safetensors; do
+  [ "$(stat -c %s "$f")" -le 50000 ] || fail "$f is larger than 0.05 MB"
+done
+grep -q '"architectures":\["LlamaForCausalLM"\]' "$tmp/F/config.json" || fail "config: $(cat "$tmp/F/config.json")"
+echo "ok: $shards shards of at most 50000 bytes, the index and config.json"
+
+field() { grep -o "\"$2\": [-0-9.eE+]*" "$1" | awk '{ print $2 }'; }
+run --set train.steps=4 --set init.from="$tmp/F" --set log.metrics="$tmp/f.jsonl" || fail "run from the folder"
+run --set train.steps=4 --set init.from="$tmp/s.safetensors" --set log.metrics="$tmp/s.jsonl" || fail "run from the file"
+for k in loss grad_norm; do
+  [ "$(field "$tmp/f.jsonl" $k | wc -l)" -eq 4 ] && [ "$(field "$tmp/f.jsonl" $k)" = "$(field "$tmp/s.jsonl" $k)" ] ||
+    fail "$k from the folder and from the file differ"
+done
+echo "ok: init.from the folder and from the file: the same losses and gradient norms"
+
+expect 2 "tycho: plan error: init.from $tmp/F: model.n_layers = 3 in the plan, but $tmp/F/config.json has num_hidden_layers = 2" \
+  "$tycho" run "$plan" --set init.from="$tmp/F" --set model.n_layers=3
+expect 2 "tycho: plan error: init.from $tmp/F: model.n_kv_heads = 4 in the plan, but $tmp/F/config.json has num_key_value_heads = 2" \
+  "$tycho" run "$plan" --set init.from="$tmp/F" --set model.n_kv_heads=4
+expect 2 "tycho: plan error: init.from $tmp/F: model.tie_embeddings = true in the plan, but $tmp/F/config.json has tie_word_embeddings = false" \
+  "$tycho" run "$plan" --set init.from="$tmp/F" --set model.tie_embeddings=true
+ln -s "$tmp/F" "$tmp/L"
+expect 2 "tycho: plan error: export.path $tmp/L: is a symbolic link; give the folder itself" \
+  "$tycho" run "$plan" --set train.steps=1 --set export.path="$tmp/L" --set export.format=hf
+echo "ok: refusals"
+
+# from_hf: the plan with its model read from the written config.json is the plan
+cat >"$tmp/from_hf.lua" <<'EOF'
+local tycho = require "tycho"
+return tycho.extend(require "train_small", { model = tycho.models.from_hf(os.getenv("HF_DIR")) })
+EOF
+TYCHO_PATH=tests/plans/good HF_DIR="$tmp/F" "$tycho" check "$tmp/from_hf.lua" >"$tmp/c1" 2>"$tmp/err" || fail "from_hf check"
+"$tycho" check "$plan" >"$tmp/c2" || fail "check"
+diff <(tail -n +2 "$tmp/c1") <(tail -n +2 "$tmp/c2") >/dev/null || fail "from_hf's plan differs: $(diff "$tmp/c1" "$tmp/c2")"
+mkdir "$tmp/G"
+printf '{"model_type":"llama","num_hidden_layers":2,"hidden_size":64,"num_attention_heads":4,"intermediate_size":192,"vocab_size":64,"rope_scaling":{"rope_type":"llama3","factor":8.0}}\n' >"$tmp/G/config.json"
+TYCHO_PATH=tests/plans/good HF_DIR="$tmp/G" expect 2 \
+  "tycho: plan error: $tmp/from_hf.lua:2: tycho.models.from_hf: $tmp/G/config.json: rope_scaling of type 'llama3' is not one tycho implements: tycho's RoPE is unscaled" \
+  "$tycho" check "$tmp/from_hf.lua"
+echo "ok: tycho.models.from_hf"
+
+# transformers, where it is there (nothing is installed for it)
+if why=$(python3 -c 'import torch, transformers' 2>&1); then
+  ref=tests/golden/llama_ref_plan.lua
+  "$tycho" run "$ref" --set export.path="$tmp/R" --set export.format=hf >/dev/null 2>"$tmp/err" || fail "reference export"
+  "$tycho" run "$ref" --set init.from="$tmp/R" --set train.steps=1 --set log.metrics="$tmp/r.jsonl" >/dev/null 2>"$tmp/err" ||
+    fail "run from the reference export"
+  python3 - "$tmp/R" "$(field "$tmp/r.jsonl" loss)" <<'EOF' || fail "transformers"
+import struct, sys
+import torch
+from transformers import AutoModelForCausalLM
+folder, tycho_loss = sys.argv[1], float(sys.argv[2])
+model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32).eval()
+raw = open("tests/golden/llama_ref_tokens.bin", "rb").read()
+n = struct.unpack("<3i", raw[:12])[2]  # llm.c token file: 256 int32 of header, then uint16 tokens
+tokens = torch.tensor(struct.unpack(f"<{n}H", raw[1024:1024 + 2 * n]), dtype=torch.long)
+seq, batch = 16, 4  # step 0's windows, as tests/reference/llama_ref.py draws them
+rows = [(w * seq) % (n - seq - 1) for w in range(batch)]
+x = torch.stack([tokens[o:o + seq] for o in rows])
+y = torch.stack([tokens[o + 1:o + seq + 1] for o in rows])
+with torch.no_grad():
+    logits = model(x).logits
+loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).item()
+print(f"transformers: loss {loss:.8f}, tycho {tycho_loss:.8f}")
+assert abs(loss - tycho_loss) <= 1e-5 * abs(tycho_loss), "the losses differ"
+EOF
+  echo "ok: transformers loads the folder; its loss is tycho's"
+else
+  echo "skipped: transformers' from_pretrained check (python3 cannot import torch and transformers: $(printf '%s' "$why" | tail -n 1))"
+fi
+echo "ok: hf folders"
