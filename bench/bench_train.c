@@ -89,10 +89,10 @@ int main(int argc, char **argv)
   double seconds = argc > 1 ? atof(argv[1]) : 5.0;
   if (!(seconds > 0.0))
     seconds = 5.0;
-  printf("bench_train: %d thread%s (OMP_NUM_THREADS=%s, OMP_WAIT_POLICY=%s, OPENBLAS_CORETYPE=%s)\n",
-         omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s",
-         getenv("OMP_NUM_THREADS") ? getenv("OMP_NUM_THREADS") : "unset",
+  printf("bench_train: %d thread%s (%s; OMP_WAIT_POLICY=%s, GOMP_SPINCOUNT=%s, OPENBLAS_CORETYPE=%s)\n",
+         omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s", threads_reason(),
          getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "unset",
+         getenv("GOMP_SPINCOUNT") ? getenv("GOMP_SPINCOUNT") : "unset",
          getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "auto");
   char cpu[160];
   printf("kernels: %s\n", kernels_cpu_description(cpu, sizeof cpu));

@@ -3,22 +3,53 @@
 #ifndef TYCHO_RUNTIME_THREADS_H
 #define TYCHO_RUNTIME_THREADS_H
 
-/* OMP_NUM_THREADS when set to a positive number, else the number of online CPUs. */
+#include <stddef.h>
+
+/* What the process was given, each read by threads_per_rank from the system; 0 where a source
+ * says nothing. */
+struct threads_given {
+  int omp_env;        /* OMP_NUM_THREADS as a positive number: the user's explicit count */
+  int mask_cpus;      /* CPUs in the process's affinity mask (taskset, cpuset, a launcher's binding) */
+  int mask_shared;    /* the mask is the launcher's own, so the node's ranks share it; 0 when it
+                       * was narrowed for this rank (Open MPI's or Slurm's binding) */
+  double quota_cpus;  /* the cgroup's CPU quota in CPUs (quota / period), shared by the node's ranks */
+  int slurm_cpus;     /* SLURM_CPUS_PER_TASK: this rank's CPUs */
+  int online_cpus;    /* the online CPUs, where no mask is known */
+  int ranks_on_node;  /* ranks of this job on the node (at least 1) */
+};
+
+/* The thread count per rank from what was given (pure): OMP_NUM_THREADS when set; else the
+ * fewest of the mask's CPUs (divided among the ranks only where they share it), the quota's
+ * share of each rank and Slurm's CPUs per task; at least 1. Writes where the count came from
+ * into why (e.g. "affinity mask: 1 CPU"). */
+int threads_decide(const struct threads_given *g, char *why, size_t why_size);
+
+/* The CPU quota of the cgroups /proc/self/cgroup's text names, in CPUs: the smallest of cgroup
+ * v2's cpu.max and v1's cpu.cfs_quota_us / cpu.cfs_period_us over each named group and its
+ * ancestors, the files read under root (/sys/fs/cgroup; a folder of the test's own in tests).
+ * 0 when no quota is set or none can be read. */
+double threads_cgroup_quota(const char *root, const char *proc_cgroup_text);
+
+/* threads_per_rank(1). */
 int threads_count(void);
-/* The same for one of `ranks_on_node` ranks sharing the node: OMP_NUM_THREADS when set, else
- * the online CPUs divided among the ranks (at least 1). */
+/* The count for one of `ranks_on_node` ranks on the node, from this process's affinity mask,
+ * cgroup quota, Slurm's environment and OMP_NUM_THREADS (threads_decide); remembered with its
+ * reason for threads_reason. */
 int threads_per_rank(int ranks_on_node);
+/* Where the last threads_per_rank's count came from, e.g. "affinity mask: 2 CPUs"; "" before. */
+const char *threads_reason(void);
 
 /* libgomp and OpenBLAS read their settings from the environment when they load, before main
  * runs. OpenBLAS starts its pool before kernels_init_cpu can give it flush-to-zero, so where
  * OPENBLAS_NUM_THREADS is unset this sets 1 (kernels_init_cpu then grows OpenBLAS to the thread
- * count). Where OMP_WAIT_POLICY is unset it sets "active" when OpenBLAS is its OpenMP build (one
- * pool: nothing else spins beside its threads, and a region starts without waking them) and
- * "passive" when OpenBLAS has a pthread pool of its own (two pools: OpenMP threads spinning after
- * a region take the cores OpenBLAS's threads need next, 4x slower than one thread on 2 cores).
- * Then it re-executes the program once with the same arguments.
- * Call first thing in main, before any thread exists. Returns only when nothing needed doing or
- * exec failed (then the program goes on as it is). */
+ * count). Where OMP_WAIT_POLICY and GOMP_SPINCOUNT are both unset it sets how long an idle
+ * thread spins before it sleeps: briefly when OpenBLAS is its OpenMP build (one pool: a region
+ * usually starts before the spin ends, and a thread that sleeps gives its core to whatever else
+ * the machine runs), and not at all ("passive") when OpenBLAS has a pthread pool of its own (two
+ * pools: OpenMP threads spinning after a region take the cores OpenBLAS's threads need next, 4x
+ * slower than one thread on 2 cores). Then it re-executes the program once with the same
+ * arguments. Call first thing in main, before any thread exists. Returns only when nothing
+ * needed doing or exec failed (then the program goes on as it is). */
 void threads_exec_with_settings(char **argv);
 
 #endif
