@@ -19,6 +19,7 @@
 #include "drive/calibrate.h"
 #include "util/launch.h"
 #include "check/check.h"
+#include "check/sbatch.h"
 #include "drive/rehearse.h"
 #include "check/tune.h"
 #include "plan/cluster.h"
@@ -48,7 +49,8 @@ static const char usage_text[] =
   "usage: tycho <command> [arguments]\n"
   "\n"
   "commands:\n"
-  "  check PLAN.lua [--world N] [--json] [--cluster C.lua] [--set path=value ...]\n"
+  "  check PLAN.lua [--world N] [--json] [--cluster C.lua [--sbatch [--cpus-per-task N]]]\n"
+  "        [--set path=value ...]\n"
   "        compile and validate a plan and print what it does: mesh and groups, stages,\n"
   "        per-module tensor-parallel splits and the collectives they insert, recompute,\n"
   "        schedule, the memory bill per rank (each category's peak, and the model states kept\n"
@@ -60,6 +62,12 @@ static const char usage_text[] =
   "        --json      one JSON document on stdout (schema: docs/check-json.md)\n"
   "        --cluster C.lua  price the plan on a cluster (plans/clusters/): headroom of the\n"
   "                    memory bill, predicted step time and MFU\n"
+  "        --sbatch    instead, a Slurm batch script for the plan on that cluster: nodes, tasks\n"
+  "                    and GPUs per node from the cluster file and the world, the srun line\n"
+  "                    running tycho run of the same plan and --sets, the checkpoint and\n"
+  "                    metrics paths, the memory and step-time summary as comments\n"
+  "        --cpus-per-task N  the script's CPUs per rank, 1..4096 (default: 1 on a CPU\n"
+  "                    cluster; on a GPU one whole nodes, their CPUs shared out by srun)\n"
   "  tune PLAN.lua --world N --cluster C.lua [--top K] [--headroom PCT] [--out FILE]\n"
   "        rank the layouts of the plan's model for N ranks of the cluster by predicted step\n"
   "        time among those whose memory bill fits with PCT% spare (0..99, default 10), print\n"
@@ -71,11 +79,11 @@ static const char usage_text[] =
   "        compile the plan and train with it (under mpirun or srun for more ranks: data,\n"
   "        tensor and pipeline parallelism, ZeRO 1-3, recompute) on the CPU runtime, or with\n"
   "        device = \"cuda\" on a CUDA device (a build with the CUDA backend: device local\n"
-  "        rank % devices, ranks exchanging through host staging, comm = \"staged\"; refused\n"
-  "        with exit 2 naming why); \"auto\" (the default) is CUDA where the build has it and a\n"
-  "        device is visible, else the CPU; the header says which. In fp32 or, on the CPU\n"
-  "        with precision.compute = \"bf16\", the linears' products in bf16 (one TP rank,\n"
-  "        ZeRO 0-2)\n"
+  "        rank % devices, ranks exchanging through NCCL where each has its own GPU, else\n"
+  "        through host staging, plan field comm; refused with exit 2 naming why); \"auto\"\n"
+  "        (the default) is CUDA where the build has it and a device is visible, else the CPU;\n"
+  "        the header says which. In fp32 or, with precision.compute = \"bf16\", the\n"
+  "        linears' products in bf16 (one TP rank, ZeRO 0-2)\n"
   "        --listen ADDR  serve `tycho repl --attach ADDR` between steps: ADDR a Unix socket\n"
   "                    path (created 0600) or HOST:PORT; a token file only you can read is\n"
   "                    written next to it (ADDR.token, or tycho-listen-PORT.token); nothing\n"
@@ -159,6 +167,7 @@ struct cli {
   const char *cluster, *out;
   const char *listen; /* run --listen ADDR: the attachable REPL, or NULL */
   int world, json, unsafe, top;
+  int sbatch, cpus_per_task; /* check --sbatch [--cpus-per-task N] */
   double headroom;
   int headroom_given; /* --headroom 0 is 0%, not the default */
   size_t memory_limit;
@@ -177,6 +186,7 @@ struct cli {
 #define INSTRUCTIONS_MAX 1000000000000000LL /* 10^15 Lua instructions */
 #define TIMEOUT_MAX 604800LL                /* a week of seconds for the REPL's watchdog */
 #define REPL_RANKS_MAX 65536LL              /* ranks a REPL front-end starts */
+#define CPUS_PER_TASK_MAX 4096LL            /* check --sbatch --cpus-per-task */
 
 /* Parses `value` as a decimal integer in [min, max], strictly: digits with an optional sign,
  * nothing before or after, checked in 64 bits before any narrowing. Anything else, a value
@@ -286,6 +296,11 @@ static void parse_args(lua_State *L, int argc, char **argv, struct cli *c)
       c->world = (int)parse_count(L, "--world", a + 8, 1, WORLD_MAX);
     } else if (strcmp(a, "--json") == 0) {
       c->json = 1;
+    } else if (strcmp(a, "--sbatch") == 0 && strcmp(c->command, "check") == 0) {
+      c->sbatch = 1;
+    } else if (strcmp(a, "--cpus-per-task") == 0 && strcmp(c->command, "check") == 0) {
+      c->cpus_per_task = (int)parse_count(L, "--cpus-per-task", next, 1, CPUS_PER_TASK_MAX);
+      i++;
     } else if (strcmp(a, "--out") == 0 && next) {
       c->out = next;
       i++;
@@ -433,9 +448,25 @@ static int cmd_tune(lua_State *L, const struct cli *c)
 
 static int cmd_check(lua_State *L, const struct cli *c)
 {
+  if (c->sbatch && !c->cluster)
+    return host_fail(L, EXIT_USAGE, "--sbatch needs --cluster C.lua, the cluster the job runs on (e.g. "
+                     "plans/clusters/h100_80g_ib.lua): its nodes size the script");
+  if (c->sbatch && c->json)
+    return host_fail(L, EXIT_USAGE, "--sbatch and --json: choose one (the script, or the JSON document)");
+  if (c->cpus_per_task && !c->sbatch)
+    return host_fail(L, EXIT_USAGE, "--cpus-per-task is for the batch script: tycho check PLAN --world N "
+                     "--cluster C.lua --sbatch --cpus-per-task N");
   struct plan *p = compile_or_fail(L, c, c->world);
   const struct cluster *cl = load_cluster(L, c);
-  if (c->json) {
+  if (c->sbatch) {
+    char self[4096], cwd[4096], err[1024];
+    if (!getcwd(cwd, sizeof cwd))
+      return host_fail(L, EXIT_RUNTIME, "--sbatch: cannot read the current folder: %s", strerror(errno));
+    const struct sbatch_options so = { c->plan, c->cluster, launch_self_path(self, sizeof self, "tycho"), cwd,
+                                       c->n_sets, c->sets, c->cpus_per_task, c->unsafe };
+    if (check_write_sbatch(p, cl, &so, stdout, err, sizeof err))
+      return host_fail(L, EXIT_RUNTIME, "%s", err);
+  } else if (c->json) {
     struct strbuf b;
     sb_init(&b);
     check_write_json(p, cl, &b);

@@ -1,5 +1,5 @@
--- Mixtral 8x7B (plans/models/mixtral.lua: 46.7B parameters, 12.9B active per token) on 80 GB
--- GPUs, 8 per node, for 256 ranks (32 nodes): 32 pipeline stages of one layer each across
+-- Mixtral 8x7B (plans/models/mixtral.lua: 46.7B parameters, 12.9B active per token) on 141 GB
+-- GPUs (H200), 8 per node, for 256 ranks (32 nodes): 32 pipeline stages of one layer each across
 -- nodes (1F1B), data parallel 8 inside each node, and expert parallelism 8 inside dp: each
 -- rank of an ep group computes one of the 8 experts of its layer for the group's tokens, the
 -- rows going there and back by all-to-all on the node's link (docs/moe.md, "Expert
@@ -11,15 +11,16 @@
 -- Capacity factor 1.25 (Switch Transformer's): with ep the rows a rank receives are padded to the
 -- capacity, 8 × 1280 per sequence, where dropless they could be all 8 × 4096 of its group's
 -- tokens. Recompute of the whole attention block (the sparse MLP is never recomputed).
--- `tycho check plans/mixtral_8x7b.lua --world 256 --cluster plans/clusters/h100_80g_ib.lua`:
--- 50.7 GiB on the fullest rank (stage 0, whose activations are 38.0 GiB: 32 micro-batches in
--- flight; the async snapshot's 2.2 GiB of it is host memory), 35% headroom on 80 GB (74.5 GiB) for
--- the 48.5 GiB on the GPU; 4.0 s per step, MFU 32.9%, of which the ep
--- all-to-alls 0.12 s (4 per layer and micro-batch, 80 MiB each from a rank, intra-node) and the
--- pipeline bubble 0.66 s. The same layout at ep 1 is 3.9 s and 49.1 GiB (its activations hold
--- fewer rows; its gathers bring all 8 experts): where the model fits either way the cost model
--- sees ep's exchange and not its larger expert products, and `tycho tune` picks ep 1; on 64 ranks
--- every layout that fits shards the experts (tune's best: pp 8 × dp 8, ep 4, ZeRO-3, 65.9 GiB).
+-- `tycho check plans/mixtral_8x7b.lua --world 256 --cluster plans/clusters/h200_141g_ib.lua`:
+-- 87.4 GiB on the fullest rank (stage 0, whose activations are 73.1 GiB: 32 micro-batches in
+-- flight, in the bf16 mode's element sizes — fp32 beside the linears' bf16 inputs; the async
+-- snapshot's 2.2 GiB of it is host memory), 35% headroom on 141 GB (131.3 GiB) for the 85.2 GiB
+-- on the GPU; 4.2 s per step, MFU 31.4%. On 80 GB GPUs (h100_80g_ib.lua) the first stages do
+-- not fit, and `tycho tune` finds no layout that does: the activations are the limit. The same
+-- layout at ep 1 is 3.9 s and 79.6 GiB (its activations hold fewer rows; its gathers bring all
+-- 8 experts): where the model fits either way the cost model sees ep's exchange and not its
+-- larger expert products; on 64 H200s the best layouts shard the experts (tune's best: pp 4 ×
+-- dp 16, ep 8, ZeRO-3, 116.5 GiB).
 -- Global batch 4M tokens.
 local tycho = require "tycho"
 local mixtral = require "models.mixtral"

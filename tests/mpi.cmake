@@ -286,6 +286,8 @@ tycho_staged(dp4_zero3 4 dp_small.lua --set zero=3)
 tycho_staged(tp2_sp 2 dp_small.lua --set mesh.tp=2 --set sequence_parallel=true)
 tycho_staged(pp2 2 dp_small.lua --set mesh.pp=2)
 tycho_staged(ep2 2 moe_small.lua --set mesh.ep=2)
+# the bf16 mode (no float64 form): its weight copies and bf16 activations on the untouchable table
+tycho_staged(dp2_zero2_bf16 2 dp_small.lua --set zero=2 --set precision.compute=bf16)
 foreach(ranks 2 3 4)
   tycho_mpi_test(mpi_tp_convert.tp${ranks} ${ranks} COMMAND $<TARGET_FILE:mpi_tp_convert>)
 endforeach()
@@ -384,7 +386,8 @@ tycho_bill(moe_dropless_serial 1 moe_small.lua --set model.moe.capacity_factor=0
 
 # init.from read block by block and export put together under tensor and pipeline parallelism.
 foreach(config "tp2;2;--set;mesh.tp=2" "tp2_pp2;4;--set;mesh.tp=2;--set;mesh.pp=2"
-               "tp2_pp2_tied_vocab63;4;--both;model.vocab=63;--both;model.tie_embeddings=true;--set;mesh.tp=2;--set;mesh.pp=2")
+               "tp2_pp2_tied_vocab63;4;--both;model.vocab=63;--both;model.tie_embeddings=true;--set;mesh.tp=2;--set;mesh.pp=2"
+               "hf_tp2;2;--hf;--set;mesh.tp=2")
   list(GET config 0 name)
   list(GET config 1 ranks)
   list(SUBLIST config 2 -1 sets)

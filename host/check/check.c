@@ -230,8 +230,8 @@ static void print_tp_comms(FILE *f, const struct plan *p)
 
 /* The one statement of which runtime the byte figures of `check` describe (tp comm, memory,
  * traffic, checkpoint size; the text's "device" line and the JSON's "runtime_note"): this
- * build's CPU runtime for a plan on it (plan_on_cpu), else the GPU runtime's element sizes
- * (check_element_bytes, the bill's rule) over the CPU runtime's layout. */
+ * build's CPU runtime for a plan on it (plan_on_cpu), else the GPU runtime's: the same layout in
+ * fp32 elements (the bill's rule). */
 const char *check_runtime_note(const struct plan *p, char *buf, size_t n)
 {
   if (plan_on_cpu(p)) {
@@ -239,10 +239,10 @@ const char *check_runtime_note(const struct plan *p, char *buf, size_t n)
              "allocates and what its comm layer moves");
     return buf;
   }
-  snprintf(buf, n, "%sthe byte figures use the GPU runtime's element sizes (params, activations and workspace "
-           "%s, grads %s, AdamW m and v%s fp32) over the CPU runtime's layout; host memory billed apart",
-           devices_cuda_built() ? "" : "no CUDA backend in this build: ", plan_dtype_name(p->precision.compute),
-           plan_dtype_name(p->precision.grads), p->precision.compute == PLAN_FP32 ? "" : " and the master copy");
+  snprintf(buf, n, "%sthe byte figures are the GPU runtime's: the CPU runtime's layout in fp32 elements%s; "
+           "host memory billed apart", devices_cuda_built() ? "" : "no CUDA backend in this build: ",
+           p->precision.compute == PLAN_BF16 ? " (bf16 mode: fp32 master weights, gradients and AdamW m and v, "
+           "bf16 copies of the matmul weights and the linears' inputs)" : "");
   return buf;
 }
 
@@ -353,13 +353,15 @@ static void print_memory(FILE *f, const struct plan *p, const struct cluster *c)
     fprintf(f, "memory     (no bill: %s)\n", err);
     return;
   }
-  if (plan_on_cpu(p) && p->precision.compute == PLAN_BF16) /* the CPU's bf16 mode (host/runtime/README.md) */
+  if (p->precision.compute == PLAN_BF16) /* the bf16 mode, the CPU's and the GPU's (host/runtime/README.md) */
     fprintf(f, "memory     per rank, the peak of each category as the runtime allocates it (params fp32 master "
             "+ bf16 copies of the matmul weights, grads %s, optimizer AdamW m and v; the linears' inputs in "
-            "bf16; attention keeps its probabilities)\n", plan_dtype_name(p->precision.grads));
+            "bf16; attention keeps O(T) per head: its output and each row's log-sum-exp)\n",
+            plan_dtype_name(p->precision.grads));
   else /* the CPU's fp32 elements are its reals (float64 in the proof build) */
     fprintf(f, "memory     per rank, the peak of each category as the runtime allocates it (params %s, "
-            "grads %s, optimizer AdamW m and v%s; attention keeps its probabilities)\n",
+            "grads %s, optimizer AdamW m and v%s; attention keeps O(T) per head: its output and "
+            "each row's log-sum-exp)\n",
             runtime_dtype_name(p, p->precision.compute), runtime_dtype_name(p, p->precision.grads),
             p->precision.compute == PLAN_FP32 ? "" : " + fp32 master");
   fprintf(f, "   pp rank  stages    ");

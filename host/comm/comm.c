@@ -96,6 +96,34 @@ int comm_group_add(struct comm_group *g)
 
 /* ---- setters and queries ---- */
 
+static _Thread_local void *stream_now; /* comm_stream_set's, per issuing thread */
+
+void comm_stream_set(void *stream) { stream_now = stream; }
+
+int comm_stream_status(char *err, size_t n)
+{
+  pthread_mutex_lock(&ctx.lock);
+  const int failed = ctx.stream_error[0] != 0;
+  if (failed)
+    snprintf(err, n, "%s", ctx.stream_error);
+  pthread_mutex_unlock(&ctx.lock);
+  return failed ? -1 : 0;
+}
+
+void comm_stream_drain(const struct comm_group *g)
+{
+  pthread_mutex_lock(&ctx.lock);
+  for (;;) {
+    int busy = 0;
+    for (const struct comm_request *r = ctx.inflight; r && !busy; r = r->next_inflight)
+      busy = r->stream && r->group == g;
+    if (!busy)
+      break;
+    pthread_cond_wait(&ctx.finished, &ctx.lock);
+  }
+  pthread_mutex_unlock(&ctx.lock);
+}
+
 void comm_set_step(long long step, int mb)
 {
   pthread_mutex_lock(&ctx.lock);
@@ -134,6 +162,8 @@ static void inflight_remove(struct comm_request *r)
   if (r->next_inflight)
     r->next_inflight->prev_inflight = r->prev_inflight;
 }
+
+static void request_free(struct comm_request *r);
 
 /* Ends r under ctx.lock. The caller may free r as soon as the lock is released. */
 static void finish_locked(struct comm_request *r)
@@ -191,7 +221,8 @@ static void *comm_thread_main(void *arg)
     int moved = taken != NULL;
     if (taken) { /* start in issue order: the order every rank agrees on */
       for (struct comm_request *q = taken; q; q = q->next_queued)
-        ctx.backend->start(q);
+        if (!q->stream) /* a stream operation was started on its caller's thread */
+          ctx.backend->start(q);
       if (active_tail)
         active_tail->next_queued = taken;
       else
@@ -202,7 +233,9 @@ static void *comm_thread_main(void *arg)
     while (q) {
       struct comm_request *next = q->next_queued;
       int done = q->status != 0;
-      if (!done)
+      if (!done && q->stream)
+        comm_nccl_progress(q, &done);
+      else if (!done)
         ctx.backend->progress(q, &done);
       if (done) {
         if (prev)
@@ -211,9 +244,16 @@ static void *comm_thread_main(void *arg)
           active = next;
         if (active_tail == q)
           active_tail = prev;
+        const int orphan = q->stream != NULL; /* a stream operation: nobody waits for it */
         pthread_mutex_lock(&ctx.lock);
-        finish_locked(q); /* q may be gone from here on */
+        if (orphan && q->status && !ctx.stream_error[0])
+          snprintf(ctx.stream_error, sizeof ctx.stream_error, "%s", q->err);
+        finish_locked(q); /* q may be gone from here on, unless it is an orphan */
         pthread_mutex_unlock(&ctx.lock);
+        if (orphan) {
+          comm_nccl_release(q);
+          request_free(q);
+        }
         moved = 1;
       } else {
         prev = q;
@@ -290,7 +330,7 @@ static int validate(struct comm_request *r, char *err, size_t n)
     if (overlaps(r->send, sent * elem, r->recv, received * elem))
       return snprintf(err, n, "comm all-to-all on %s: send and recv buffers overlap (the per-peer form has "
                       "no in place)", g->name), -1;
-    return ctx.backend->validate(r, err, n);
+    return r->stream ? comm_nccl_validate(r, err, n) : ctx.backend->validate(r, err, n);
   }
   if (r->n_elems > SIZE_MAX / elem / size)
     return snprintf(err, n, "comm %s on %s: n_elems %zu overflows a byte count", op, g->name, r->n_elems), -1;
@@ -312,7 +352,7 @@ static int validate(struct comm_request *r, char *err, size_t n)
   if (!in_place && overlaps(r->send, send_bytes, r->recv, recv_bytes))
     return snprintf(err, n, "comm %s on %s: send and recv buffers overlap (in place is send == recv "
                     "for all-reduce, send == recv + rank · n_elems for all-gather)", op, g->name), -1;
-  return ctx.backend->validate(r, err, n);
+  return r->stream ? comm_nccl_validate(r, err, n) : ctx.backend->validate(r, err, n);
 }
 
 static int wait_done(struct comm_request *r)
@@ -376,6 +416,18 @@ static int issue(struct comm_request *r, struct comm_request **req)
     return -1;
   }
 
+  if (r->stream) { /* onto the stream now, on this thread: ordered with its kernels */
+    comm_nccl_start(r);
+    if (r->status) {
+      pthread_mutex_lock(&ctx.lock);
+      finish_locked(r);
+      pthread_mutex_unlock(&ctx.lock);
+      set_error("%s", r->err);
+      comm_nccl_release(r);
+      request_free(r);
+      return -1;
+    }
+  }
   pthread_mutex_lock(&ctx.lock);
   r->next_queued = NULL;
   if (ctx.queue_tail)
@@ -387,6 +439,11 @@ static int issue(struct comm_request *r, struct comm_request **req)
   pthread_cond_signal(&ctx.work);
   pthread_mutex_unlock(&ctx.lock);
 
+  if (r->stream) { /* the comm thread ends and frees it; nothing to wait for here */
+    if (req)
+      *req = NULL;
+    return 0;
+  }
   if (req) {
     *req = r;
     return 0;
@@ -399,12 +456,13 @@ static int issue(struct comm_request *r, struct comm_request **req)
 /* Runs the operation described by `proto`: on the stack when blocking, else on the heap. */
 static int run(const struct comm_request *proto, struct comm_request **req)
 {
-  if (!req) {
+  if (!req && !stream_now) {
     struct comm_request r = *proto;
     r.on_stack = 1;
     return issue(&r, NULL);
   }
-  *req = NULL;
+  if (req)
+    *req = NULL;
   struct comm_request *r = malloc(sizeof *r);
   if (!r) {
     set_error("comm %s: out of memory", comm_op_name(proto->op));
@@ -412,6 +470,7 @@ static int run(const struct comm_request *proto, struct comm_request **req)
     return -1;
   }
   *r = *proto;
+  r->stream = stream_now;
   return issue(r, req);
 }
 

@@ -1,6 +1,6 @@
 /* The comm layer: process groups and collectives, one interface for every backend (docs/design.md,
- * "The mesh" and "Collectives"). MPI carries CPU buffers now; an NCCL backend will carry GPU
- * buffers behind the same functions, so nothing here names an MPI type.
+ * "The mesh" and "Collectives"). MPI carries host buffers; NCCL carries a GPU's buffers on a CUDA
+ * stream behind the same functions (comm_stream_set), so nothing here names an MPI type.
  *
  * Conventions.
  * - Counts are elements (`n_elems`, of `enum comm_dtype`); sizes are bytes (`n_bytes`).
@@ -220,6 +220,26 @@ int comm_wait(struct comm_request **req);
 int comm_wait_all(struct comm_request **reqs, int n);
 /* *done = 1 when the operation has completed; then as comm_wait. Otherwise returns 0. */
 int comm_test(struct comm_request **req, int *done);
+
+/* Device operations on a stream (NCCL, where this build has it: comm_stream_built()). A group
+ * given a communicator by comm_stream_open carries, on the thread that called
+ * comm_stream_set(stream) with a CUDA stream, every operation that thread issues until
+ * comm_stream_set(NULL), as an NCCL call on that stream: ordered with the kernels issued on the
+ * stream before and after it, with no host synchronisation. Such an operation returns once it is
+ * on the stream, whether or not req is given (*req is set to NULL: there is nothing to wait for
+ * on the host); it is numbered, counted and recorded as any other, and the comm thread ends its
+ * record when the device has run it, so the watchdog times it on the device. A failure the
+ * device reports later is kept: comm_stream_status. Buffers are the stream's device's memory.
+ * comm_stream_open: collective over g; the id made on g's rank 0 and broadcast over g's control
+ * communicator; on the calling thread's current CUDA device. comm_stream_close: after the
+ * group's stream operations have run (it waits for their records to end), frees the
+ * communicator; a group without one: nothing. comm_stream_status: 0, or -1 with the first
+ * failure of a stream operation in err. */
+int comm_stream_built(void);
+int comm_stream_open(struct comm_group *g, char *err, size_t err_size);
+void comm_stream_close(struct comm_group *g);
+void comm_stream_set(void *stream);
+int comm_stream_status(char *err, size_t err_size);
 
 /* The last operation error on this rank. */
 const char *comm_error(void);

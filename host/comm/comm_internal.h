@@ -30,6 +30,7 @@ struct comm_group_state {
   struct comm_counter counters[COMM_N_OPS];
   struct comm_record last_done; /* the last finished operation, for the watchdog's answers */
   int has_last_done;
+  void *nccl;         /* the group's NCCL communicator (comm_stream_open), NULL without one */
 };
 
 /* One operation from issue to completion; the public handle. */
@@ -57,6 +58,8 @@ struct comm_request {
   atomic_int done; /* set last, by the comm thread: the caller may spin on it without the lock */
   int status;
   char err[COMM_ERR_MAX];
+  void *stream;     /* a stream operation's CUDA stream (comm_stream_set), NULL for the comm thread's */
+  void *event;      /* its CUDA event, recorded after the NCCL call; the comm thread polls it */
   MPI_Request mpi[2]; /* data, and the check message of a send or recv */
   int n_mpi;
   struct comm_request *next_queued;
@@ -128,6 +131,8 @@ struct comm_context {
   uint64_t n_spans;
 
   char error[COMM_ERR_MAX];    /* comm_error() */
+  char stream_error[COMM_ERR_MAX]; /* the first stream operation that failed on the device
+                                    * (nobody waits for one): comm_stream_status */
 };
 
 extern struct comm_context comm_ctx;
@@ -158,6 +163,15 @@ int comm_mpi_leave_barrier(char *err, size_t err_size);
  * communicator is a duplicate of it; added to the context. */
 int comm_mpi_group_new(MPI_Comm ctl, const char *name, struct comm_group **out, char *err, size_t err_size);
 void comm_mpi_group_free(struct comm_group *g);
+
+/* comm_nccl.c: the stream data plane. validate on the caller's thread; start there too (the NCCL
+ * call on r->stream, then the event); progress and release on the comm thread. */
+int comm_nccl_validate(const struct comm_request *r, char *err, size_t err_size);
+void comm_nccl_start(struct comm_request *r);
+void comm_nccl_progress(struct comm_request *r, int *done);
+void comm_nccl_release(struct comm_request *r);
+/* comm.c: waits until no stream operation on g is in flight (the device has run them). */
+void comm_stream_drain(const struct comm_group *g);
 
 /* comm_check.c: check mode's cross-check of a collective, on the caller's thread. */
 int comm_check_collective(struct comm_request *r, char *err, size_t err_size);

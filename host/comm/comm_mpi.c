@@ -185,6 +185,7 @@ void comm_mpi_group_free(struct comm_group *g)
   if (!g)
     return;
   if (g->state) {
+    comm_stream_close(g); /* its NCCL communicator, if it still has one */
     if (g->state->data)
       ctx.backend->group_close(g);
     if (g->state->ctl != MPI_COMM_NULL)

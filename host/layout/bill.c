@@ -15,6 +15,9 @@
 #include "layout/tp_layout.h"
 #include "sched/sched.h"
 #include "util/err.h"
+#ifdef TYCHO_HAVE_CUDA_BACKEND
+#include "cuda/cuda_backend.h"
+#endif
 
 /* Floats of unit u's buckets. */
 static size_t unit_elems(const struct dp_layout *l, int u)
@@ -257,12 +260,32 @@ static int rank_view(const struct plan *p, const struct bill_shared *sh, int pp_
 /* Elements of rank r's activation areas over `scope` (NULL: all): counts[0] saved activations
  * (one slot), [1] the recompute area, [2] the workspace; [3] the part of [0] that holds ids.
  * 0, or −1 out of memory. */
-static int acts_count(const struct rank_view *r, int B, int T, const struct model_acts_scope *scope,
-                      size_t counts[4])
+/* The kernel table whose sizes (the attention's scratch) a plan's bill uses: the one selected
+ * when it is a device's (a trainer on its device, a test's device table); else, for a cuda plan
+ * in a build with the CUDA backend, the CUDA table (a size needs no device); else the selected
+ * one (the CPU's). */
+static const struct kernel_ops *sizing_table(const struct plan *p, void **ctx)
+{
+  *ctx = kernels_active_context();
+#ifdef TYCHO_HAVE_CUDA_BACKEND
+  if (!plan_on_cpu(p) && kernels_active()->host_visible) {
+    *ctx = NULL;
+    return &kernel_ops_cuda;
+  }
+#else
+  (void)p;
+#endif
+  return kernels_active();
+}
+
+static int acts_count(const struct plan *p, const struct rank_view *r, int B, int T,
+                      const struct model_acts_scope *scope, size_t counts[4])
 {
   struct acts_layout y;
+  void *kctx;
   /* the workspace holds the attention scratch of the kernel table the runtime would select */
-  if (layout_acts_build(&y, &r->rank, &r->t, kernels_active(), kernels_active_context(), B, T, scope, 0))
+  const struct kernel_ops *kt = sizing_table(p, &kctx);
+  if (layout_acts_build(&y, &r->rank, &r->t, kt, kctx, B, T, scope, 0))
     return -1;
   counts[0] = y.n[ACTS_SAVED];
   counts[1] = y.n[ACTS_RECOMPUTE];
@@ -307,7 +330,7 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
   const int micro = p->batch.micro, seq = p->batch.seq, zero = p->zero;
   size_t acts[4];
   int *per_stage = calloc((size_t)p->n_stages, sizeof *per_stage);
-  if (!per_stage || acts_count(&r, micro, seq, NULL, acts)) {
+  if (!per_stage || acts_count(p, &r, micro, seq, NULL, acts)) {
     free(per_stage);
     rank_view_free(&r);
     return errf(err, err_size, "out of memory counting activations");
@@ -324,7 +347,7 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
     const struct plan_stage *st = &p->stages[k];
     struct model_acts_scope scope = { st->first_layer, st->n_layers, st->has_embed, st->has_head };
     size_t c[4];
-    if (acts_count(&r, micro, seq, &scope, c)) {
+    if (acts_count(p, &r, micro, seq, &scope, c)) {
       free(per_stage);
       rank_view_free(&r);
       return errf(err, err_size, "out of memory counting activations");
@@ -366,19 +389,18 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
   /* the trainer's batch: inputs and targets (ints), each row's window index (8 bytes) */
   const double batch_bytes = 2.0 * micro * seq * sizeof(int) + (double)micro * sizeof(uint64_t);
 
-  /* On the CPU every buffer is counted in reals as the runtime carves it (a bf16 model's bf16
+  /* Every buffer is counted in the runtime's reals as it carves them (a bf16 model's bf16
    * activations as half as many reals), its fp32 weights are the master, and a bf16 model adds
-   * its matmul weights' bf16 copies (model.h). Otherwise (device = "cuda") the plan's element
-   * sizes over this layout, with an fp32 master when the compute type is not fp32. */
+   * its matmul weights' bf16 copies (model.h): the CPU's and the GPU's bf16 modes are one. The
+   * reals are this build's on the CPU (float64 in the proof build) and fp32 on a GPU. */
   const int cpu = plan_on_cpu(p);
-  const double c = cpu ? (double)sizeof(real) : bill_element_bytes(p, p->precision.compute);
+  const double c = cpu ? (double)sizeof(real) : bill_element_bytes(p, PLAN_FP32);
   const double g = bill_element_bytes(p, p->precision.grads);
-  const double fp32 = bill_element_bytes(p, PLAN_FP32); /* AdamW's moments, the master copy */
-  const double master = cpu || p->precision.compute == PLAN_FP32 ? 0.0 : fp32;
+  const double fp32 = bill_element_bytes(p, PLAN_FP32); /* AdamW's moments */
   const double copies = zero < 3 ? (double)r.t.n_bf16 * sizeof(bf16) : 0.0;
   out->bytes[ALLOC_PARAMS] = params * c + copies;
   out->bytes[ALLOC_GRADS] = grads * g;
-  out->bytes[ALLOC_OPTIMIZER] = state * (2.0 * fp32 + master);
+  out->bytes[ALLOC_OPTIMIZER] = state * 2.0 * fp32;
   /* each slot's token and target ids: ints carved from this runtime's reals */
   out->bytes[ALLOC_ACTIVATIONS] = activations * c + id_reals * (double)sizeof(real);
   out->bytes[ALLOC_COMM] = comm * c;
@@ -439,7 +461,9 @@ double bill_element_bytes(const struct plan *p, enum plan_dtype d)
 
 double traffic_element_bytes(const struct plan *p, enum plan_dtype d)
 {
-  return plan_on_cpu(p) ? (double)sizeof(real) : plan_dtype_bytes(d);
+  (void)d; /* the runtime's tensors move as its reals (COMM_REAL), whatever the plan computes in: this
+            * build's on the CPU, fp32 on a GPU (its bf16 mode keeps fp32 activations and gradients) */
+  return plan_on_cpu(p) ? (double)sizeof(real) : plan_dtype_bytes(PLAN_FP32);
 }
 
 int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char *err, size_t err_size)

@@ -23,8 +23,8 @@
  * cuda plan is refused by the runtime until the GPU keeps bf16 weight copies (a cuda plan's
  * layout has none yet, layout/params.c), so its figures are the plan's bf16 layout. Host memory
  * (the batch, the async snapshot) is in `host` too. Assumptions the numbers
- * carry: attention keeps its probabilities (B·heads·T²
- * per layer; no fused attention yet), evaluation and export add nothing beyond training (export
+ * carry: attention keeps O(T · d) per layer (its output and each query row's log-sum-exp: the
+ * kernels are flash-style), evaluation and export add nothing beyond training (export
  * gathers the model on one rank: workspace there, not billed here). */
 #ifndef TYCHO_LAYOUT_BILL_H
 #define TYCHO_LAYOUT_BILL_H
@@ -95,7 +95,7 @@ double bill_element_bytes(const struct plan *p, enum plan_dtype d);
 
 /* Bytes of one element of dtype d as the plan's runtime moves it between ranks (the traffic, the
  * tp table): the CPU runtime's comm layer moves reals (COMM_REAL: sizeof(real)) whatever the plan
- * computes in, a bf16 plan's included; a cuda plan's collectives move plan_dtype_bytes(d). */
+ * computes in, a bf16 plan's included; the GPU runtime's move fp32 (its reals) likewise. */
 double traffic_element_bytes(const struct plan *p, enum plan_dtype d);
 
 /* The bill of pipeline rank pp_rank (every tp and dp rank of a stage gets the same one: shards

@@ -65,7 +65,7 @@ int layout_rank_of_plan(struct layout_rank *r, const struct plan *p, int tp_rank
 {
   memset(r, 0, sizeof *r);
   r->config = p->model;
-  r->bf16 = p->precision.compute == PLAN_BF16 && plan_on_cpu(p); /* else the GPU's accounting */
+  r->bf16 = p->precision.compute == PLAN_BF16; /* the CPU's and the GPU's bf16 mode alike */
   r->zero = p->zero;
   r->outline = outline;
   r->tp_size = p->mesh.tp;

@@ -67,12 +67,6 @@ static int cuda_refused(const struct plan *p, char *err, size_t n)
     return errf(err, n, "%s: device = \"cuda\": no CUDA device visible (the driver reports none%s); run it "
                 "on the CPU with --set device=cpu (or device = \"auto\")", plan_where(p, "device"),
                 getenv("CUDA_VISIBLE_DEVICES") ? ", CUDA_VISIBLE_DEVICES is set" : "");
-  /* the layout gives a cuda plan no bf16 weight copies (params.c): its products would run in fp32,
-   * so the field would be accepted and do nothing */
-  if (p->precision.compute == PLAN_BF16)
-    return errf(err, n, "%s: precision.compute = \"bf16\" on device \"cuda\": the CUDA runtime does not keep "
-                "bf16 weight copies yet, so its products would run in fp32; use compute = \"fp32\" on the GPU "
-                "(or device = \"cpu\" for the CPU's bf16 mode)", plan_where(p, "precision.compute"));
   return p->precision.compute != PLAN_FP32 && bf16_refused(p, 1, err, n) ? -1 : 0;
 }
 
@@ -84,9 +78,6 @@ int trainer_plan_supported(const struct plan *p, char *err, size_t n)
   } else if (p->precision.compute != PLAN_FP32 && bf16_refused(p, 0, err, n)) {
     return -1;
   }
-  if (p->comm == PLAN_COMM_NCCL)
-    return errf(err, n, "%s: comm = \"nccl\": not available in this build (there is no NCCL backend yet); "
-                "use \"staged\" (or \"auto\")", plan_where(p, "comm"));
   if (strcmp(p->optimizer.kind, "adamw") != 0)
     return errf(err, n, "%s: optimizer.kind = \"%s\": only \"adamw\" is implemented",
                 plan_where(p, "optimizer.kind"), p->optimizer.kind);

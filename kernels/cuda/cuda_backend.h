@@ -39,6 +39,9 @@ int cuda_device_count(void);
 /* A context on device `device`: its stream and cuBLAS handle. NULL with a message in err. */
 void *cuda_ctx_create(int device, char *err, size_t err_size);
 void cuda_ctx_destroy(void *ctx);
+/* ctx's stream (a cudaStream_t): where the comm layer's NCCL operations go, ordered with the
+ * kernels (comm/comm.h, comm_stream_set). */
+void *cuda_ctx_stream(void *ctx);
 /* The first failure recorded in ctx ("" none): file:line, the call, the library's message. */
 const char *cuda_ctx_error(const void *ctx);
 /* Waits for everything issued on ctx; 0, or -1 with the failure recorded. */

@@ -59,6 +59,11 @@ extern "C" void *cuda_ctx_create(int device, char *err, size_t err_size)
   return c;
 }
 
+extern "C" void *cuda_ctx_stream(void *ctx)
+{
+  return ctx ? (void *)cuda_of(ctx)->stream : NULL;
+}
+
 extern "C" void cuda_ctx_destroy(void *ctx)
 {
   struct cuda_ctx *c = cuda_of(ctx);

@@ -152,12 +152,12 @@ else bad tune_zero_with_stages "$out"; fi
 
 # device: which runtime the byte figures describe, said once (the "device" line, the JSON's
 # "runtime" and "runtime_note"), not per section. The shipped GPU plans are device "cuda": the
-# GPU runtime's element sizes over the CPU runtime's layout; --set device=cpu describes them on
+# GPU runtime's (the CPU runtime's layout in fp32 elements, its bf16 mode the CPU's); --set device=cpu describes them on
 # this build's CPU runtime; tiny is "auto", the CPU here. A cuda plan's fp32 elements are 4 bytes
 # even in the float64 build (its tp comm below), a CPU plan's are the build's reals.
 cuda_build= cuda_prefix='no CUDA backend in this build: '
 "$tycho" --version | grep -q ', with the CUDA backend)' && cuda_build=1 cuda_prefix=
-cuda_note="${cuda_prefix}the byte figures use the GPU runtime's element sizes \\(params, activations and workspace bf16, grads fp32, AdamW m and v and the master copy fp32\\) over the CPU runtime's layout; host memory billed apart"
+cuda_note="${cuda_prefix}the byte figures are the GPU runtime's: the CPU runtime's layout in fp32 elements \\(bf16 mode: fp32 master weights, gradients and AdamW m and v, bf16 copies of the matmul weights and the linears' inputs\\); host memory billed apart"
 cpu_note="the byte figures are this build's CPU runtime's \\($REAL_NAME kernels\\): what it allocates and what its comm layer moves"
 out=$("$tycho" check plans/llama2_7b.lua --world 8 2>&1)
 if printf '%s\n' "$out" | grep -Eq '^device +cuda$' && printf '%s\n' "$out" | grep -Eq "^ +$cuda_note\$" &&

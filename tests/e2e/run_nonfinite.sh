@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Non-finite runs explain themselves: a loss or gradient norm that is not finite stops the run
-# before the step is applied, naming the step as the progress lines number it (one after the
+# before the step is applied (unclipped in fp32, so does a norm whose elements' squares could
+# overflow AdamW's second moment: the step would leave an infinite moment), naming the step as the progress lines number it (one after the
 # last progress line) with advice that fits (lower the lr, or set grad_clip when it is not set);
 # weights from init.from holding an inf are refused at start, naming the file and the tensor;
 # a diverging run's checkpoints are all finite (the failing step is never saved), and a
@@ -20,6 +21,8 @@ blow_up() { # blow_up GRAD_CLIP: a run whose lr makes the loss diverge
   msg=$(head -1 "$tmp/err")
   case "$msg" in
     "tycho: step $((last + 1)): the loss ("*") or the gradient norm ("*") is not finite, so the step is not applied; $2") ;;
+    "tycho: step $((last + 1)): the gradient norm ("*") is too large for fp32: the square of a gradient element could overflow AdamW's second moment, so the step is not applied; lower optimizer.lr or set optimizer.grad_clip")
+      [ "$1" = 0 ] || fail "grad_clip $1: refused for a norm too large, but clipping bounds the moments: '$msg'" ;;
     *) fail "grad_clip $1: '$msg' (the last progress line was step $last)" ;;
   esac
 }

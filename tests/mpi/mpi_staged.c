@@ -13,7 +13,7 @@
  *     the arena (a touch ends the rank with the address and a backtrace);
  *   - staging buffers were used (billed to the host's "comm" memory) and given back at close.
  * Then the refusals on the untouchable table: comm = "mpi" (names why and what to use instead)
- * and comm = "nccl" (not in this build), both as plan errors.
+ * and comm = "nccl" (its memory is not a CUDA device's), both as plan errors.
  * usage: mpi_staged PLAN [--set path=value]... */
 #define _GNU_SOURCE
 #include <string.h>
@@ -187,8 +187,8 @@ static void test_refusals(void)
 {
   refused("comm=mpi", "--set comm=mpi: comm = \"mpi\": the untouchable backend's memory is not host memory, and "
           "MPI carries host buffers only; use comm = \"staged\" (or \"auto\")");
-  refused("comm=nccl", "--set comm=nccl: comm = \"nccl\": not available in this build (there is no NCCL backend "
-          "yet); use \"staged\" (or \"auto\")");
+  refused("comm=nccl", "--set comm=nccl: comm = \"nccl\": NCCL carries a CUDA device's memory, and the "
+          "untouchable backend's is not; use comm = \"auto\" (or \"staged\")");
 }
 
 int main(int argc, char **argv)

@@ -12,7 +12,8 @@
  * the backend fails once gives the whole cache back and succeeds on the retry; closing the
  * trainer gives every block back (as many frees as allocations). And the bill of a device = "cuda"
  * plan puts on the device exactly the activations and workspace the runtime allocates there for
- * it, in the kernels' element sizes, and the batch's ids on the host. */
+ * it, in the kernels' element sizes, and the batch's ids on the host, in fp32 and in the bf16
+ * mode (whose weight copies the model keeps on the device). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,9 @@
 #include "runtime/model/model.h"
 #include "runtime/train/train.h"
 #include "runtime_fixture.h"
+#ifdef TYCHO_HAVE_CUDA_BACKEND
+#include "cuda/cuda_backend.h"
+#endif
 
 static char ebuf[512];
 
@@ -163,8 +167,12 @@ static void the_device_bill_is_what_the_device_holds(void)
   struct plan gpu;
   tiny_plan(&gpu, 0);
   gpu.device = PLAN_DEVICE_CUDA;
-  for (int lowp = 0; lowp < 1; lowp++) {
+  for (int lowp = 0; lowp < 2; lowp++) { /* fp32, then the bf16 mode (the CPU's, on the device) */
     gpu.precision.compute = lowp ? PLAN_BF16 : PLAN_FP32;
+    /* billed with the device table selected, as the trainer bills its plan (the attention's
+     * scratch is the selected table's size) */
+    if (!REAL_IS_DOUBLE)
+      CHECK(use_counting() == 0);
     struct bill bill;
     CHECK_MSG(bill_predict(&gpu, 0, &bill, ebuf, sizeof ebuf) == 0, "%s", ebuf);
     /* host memory: the batch (inputs, targets: ints; a sample index per row), nothing else here */
@@ -174,13 +182,19 @@ static void the_device_bill_is_what_the_device_holds(void)
     for (int k = 0; k < ALLOC_N_CATEGORIES; k++) CHECK(k == ALLOC_WORKSPACE || bill.host[k] == 0);
     if (REAL_IS_DOUBLE) /* the CUDA runtime is the fp32 build's: this build does not keep its sizes */
       continue;
-    CHECK(use_counting() == 0);
     const int device = alloc_current_device();
     alloc_reset_peaks(); /* the device's, which held the test before's */
     struct model m;
     struct model_acts acts;
     CHECK_MSG(model_create_table_tp(&m, &gpu, NULL, 0, 0, ebuf, sizeof ebuf) == 0, "%s", ebuf);
     CHECK_MSG(model_acts_create(&acts, &m, gpu.batch.micro, gpu.batch.seq, ebuf, sizeof ebuf) == 0, "%s", ebuf);
+    /* the bf16 mode keeps bf16 copies of the matmul weights on the device, billed with the params */
+    CHECK(m.bf16 == lowp && (m.n_bf16 > 0) == lowp);
+    if (lowp) {
+      const size_t before = alloc_device_bill(device)->n_bytes[ALLOC_PARAMS];
+      CHECK_MSG(model_bf16_alloc(&m) == 0, "no room for the bf16 copies");
+      CHECK(alloc_device_bill(device)->n_bytes[ALLOC_PARAMS] - before == m.n_bf16 * sizeof(bf16));
+    }
     CHECK(runtime_use_backend(NULL, NULL) == 0);
     const struct alloc_bill *d = alloc_device_bill(device);
     static const enum alloc_category laid_out[] = { ALLOC_ACTIVATIONS, ALLOC_WORKSPACE };
@@ -193,6 +207,19 @@ static void the_device_bill_is_what_the_device_holds(void)
     model_acts_free(&acts);
     model_free(&m);
     CHECK(d->n_live == 0 && counts.live == 0);
+#ifdef TYCHO_HAVE_CUDA_BACKEND
+    /* `tycho check` (the CPU's table selected) bills a cuda plan's attention scratch at the CUDA
+     * table's size, not the CPU's */
+    struct bill checked;
+    CHECK_MSG(bill_predict(&gpu, 0, &checked, ebuf, sizeof ebuf) == 0, "%s", ebuf);
+    const int B = gpu.batch.micro, T = gpu.batch.seq, NH = gpu.model.n_heads, HS = gpu.model.dim / NH;
+    const double extra = ((double)kernel_ops_cuda.attention_scratch_n_elems(NULL, B, T, NH, NH, HS) -
+                          (double)kernel_ops_cpu.attention_scratch_n_elems(NULL, B, T, NH, NH, HS)) * sizeof(float);
+    CHECK_MSG(checked.bytes[ALLOC_WORKSPACE] - bill.bytes[ALLOC_WORKSPACE] == extra,
+              "workspace billed by check %.0f, with the device table %.0f: %.0f apart, the tables' scratch %.0f",
+              checked.bytes[ALLOC_WORKSPACE], bill.bytes[ALLOC_WORKSPACE],
+              checked.bytes[ALLOC_WORKSPACE] - bill.bytes[ALLOC_WORKSPACE], extra);
+#endif
   }
   plan_free(&gpu);
 }

@@ -58,6 +58,16 @@ int runtime_device_open(struct runtime_device *d, enum plan_device device, int l
 #endif
 }
 
+void *runtime_device_stream(const struct runtime_device *d)
+{
+#ifdef TYCHO_HAVE_CUDA_BACKEND
+  return d->cuda ? cuda_ctx_stream(d->ctx) : NULL;
+#else
+  (void)d;
+  return NULL;
+#endif
+}
+
 void runtime_device_close(struct runtime_device *d)
 {
 #ifdef TYCHO_HAVE_CUDA_BACKEND

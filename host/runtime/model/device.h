@@ -23,6 +23,8 @@ struct runtime_device {
  * (trainer_plan_supported); what fails here is the context itself. 0, or −1 with a message. */
 int runtime_device_open(struct runtime_device *d, enum plan_device device, int local_rank, char *err,
                         size_t err_size);
+/* The CUDA context's stream (a cudaStream_t), where NCCL operations go; NULL on the CPU. */
+void *runtime_device_stream(const struct runtime_device *d);
 /* Ends the context (after every block on its device is freed); the CPU: nothing. d zeroed. */
 void runtime_device_close(struct runtime_device *d);
 /* The local rank this process runs as: the comm layer's when it is up (it reads Open MPI's and

@@ -99,7 +99,8 @@ struct model_tp {
   int size, rank;
   const struct kernel_ops *k; /* the model's kernel table and context: staging copies */
   void *kctx;
-  int comm_staged;           /* the model's: its collectives go through host staging (dcomm.h) */
+  int comm_mode;             /* the model's: how its collectives travel (enum dcomm_mode, dcomm.h) */
+  void *comm_stream;         /* the model's: the CUDA stream NCCL operations go on (comm_mode nccl) */
   struct tp_layer_layout *layers; /* (L) */
   struct tp_layer_layout io;      /* embedding and head splits, home layout */
   struct fault *fault;       /* where a failed collective is recorded: the trainer's, or NULL
@@ -116,8 +117,10 @@ struct model {
   struct plan_model config;  /* head_dim and vocab_padded filled in */
   const struct kernel_ops *k; /* the kernel table, selected when the table was built */
   void *kctx;                /* its execution context (NULL on the CPU) */
-  int comm_staged;           /* 1: collectives on its memory go through host staging buffers
-                              * (runtime/parallel/dcomm.h; the trainer sets it from plan.comm) */
+  int comm_mode;             /* how collectives on its memory travel: direct, host staging or NCCL
+                              * (enum dcomm_mode, runtime/parallel/dcomm.h; the trainer sets it
+                              * from plan.comm with dcomm_choose) */
+  void *comm_stream;         /* the CUDA stream NCCL operations go on (comm_mode nccl), else NULL */
   int device;                /* the allocator's device its memory lives on (alloc.h; the host on
                               * the CPU), current when the table was built */
   struct model_tp tp;
@@ -210,9 +213,10 @@ struct model_layer_acts {
                              * [q | k | v], k and v pointing into them */
   real *k;                  /* (B, T, NKVl, HS) after RoPE */
   real *v;                  /* (B, T, NKVl, HS) */
-  real *probs;              /* (B, NHl, T, T) softmax before dropout */
-  real *probs_mask;         /* (B, NHl, T, T) dropout mask, NULL when the model has no dropout */
-  real *atty;               /* (B, T, NHl·HS) the attention's output */
+  real *lse;                /* (B, NHl, T) each query row's log-sum-exp of its scores: with q, k,
+                             * v and atty, all the attention's backward reads (no (T, T) matrix;
+                             * the dropout is drawn again from Philox) */
+  real *atty;               /* (B, T, NHl·HS) the attention's output, fp32 (bf16 models too) */
   real *o_in;               /* input of o_proj in the layout its split needs (atty when equal) */
   real *attn_mask;          /* (B, Th, C) dropout mask on the attention branch, or NULL */
   real *mid;                /* (B, Th, C) the residual stream between attention and MLP */
@@ -224,7 +228,7 @@ struct model_layer_acts {
   real *down_in;            /* input of down_proj in the layout its split needs (hidden when equal) */
   real *mlp_mask;           /* (B, Th, C) dropout mask on the MLP branch, or NULL */
   /* bf16 models: the linears' inputs as their producers write them (ln1, o_in, ln2, down_in
-   * stay NULL: no fp32 copy is kept, and atty is the workspace's) */
+   * stay NULL: no fp32 copy is kept; atty is, for the attention's backward) */
   bf16 *ln1_b, *o_in_b, *ln2_b, *down_in_b;
   /* a sparse layer (model_moe.c): the router's outputs, the routing and the dispatched rows
    * (R rows, expert-major: kernels/ops.h). gate, up and hidden then hold (R, Fe) rows. */
@@ -256,6 +260,8 @@ struct model_acts {
     uint64_t seed;
     uint32_t step;
     uint64_t *samples;       /* (B_max) host memory: the host draws the masks' counters */
+    uint32_t *c2;            /* (B_max) host memory: each sample's c2 (its index's low 32 bits),
+                              * which the attention kernels draw their dropout with */
   } drop;
   int *tokens;               /* (B, T) inputs of the last forward (backend memory) */
   int *targets;              /* (B, T) targets of the last forward through the head with a loss
@@ -281,7 +287,7 @@ struct model_acts {
   real *work_f1, *work_f2;  /* (B, T, F) */
   real *pack;               /* (B, T, max(C, F, Vp)) staging for gathers and reduce-scatters */
   real *gains;              /* (2C) norm-gain gradients of sequence-parallel norms */
-  real *attn_scratch;       /* attention_scratch_n_elems(B_max, T_max, NH, NH) */
+  real *attn_scratch;       /* attention_scratch_n_elems(B_max, T_max, NH, NH, HS) */
   /* sparse layers' workspace (NULL in a dense model): R = model_moe_rows(B_max, T_max) */
   real *moe_dxe, *moe_dye;  /* (R, C) */
   real *moe_dgate, *moe_dup, *moe_dhid; /* (R, Fe) */

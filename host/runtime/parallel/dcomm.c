@@ -8,6 +8,48 @@
 
 #include "ops.h"
 #include "runtime/model/alloc.h"
+#include "util/err.h"
+
+const char *dcomm_mode_name(enum dcomm_mode m)
+{
+  return m == DCOMM_NCCL ? "nccl" : m == DCOMM_STAGED ? "staged" : "mpi";
+}
+
+int dcomm_choose(const struct plan *p, const struct dcomm_facts *f, enum dcomm_mode *mode, char *err,
+                 size_t err_size)
+{
+  const char *at = plan_where(p, "comm");
+  const int own_gpu = f->ranks_per_gpu <= 1;
+  switch (p->comm) {
+  case PLAN_COMM_MPI:
+    if (!f->host_visible)
+      return errf(err, err_size, "%s: comm = \"mpi\": the %s backend's memory is not host memory, and MPI "
+                  "carries host buffers only; use comm = \"staged\" (or \"auto\")", at, f->backend), -2;
+    *mode = DCOMM_DIRECT;
+    return 0;
+  case PLAN_COMM_STAGED:
+    *mode = DCOMM_STAGED;
+    return 0;
+  case PLAN_COMM_NCCL:
+    if (!f->cuda)
+      return errf(err, err_size, "%s: comm = \"nccl\": NCCL carries a CUDA device's memory, and the %s "
+                  "backend's is not; use comm = \"auto\"%s", at, f->backend,
+                  f->host_visible ? " (or \"mpi\")" : " (or \"staged\")"), -2;
+    if (!f->nccl_built)
+      return errf(err, err_size, "%s: comm = \"nccl\": this build of tycho has no NCCL (CMake found none "
+                  "beside the CUDA toolkit); use comm = \"staged\" (or \"auto\")", at), -2;
+    if (!own_gpu)
+      return errf(err, err_size, "%s: comm = \"nccl\": %d ranks share one GPU, and NCCL cannot run two "
+                  "ranks on one device; use comm = \"staged\" (or \"auto\"), or one rank per GPU", at,
+                  f->ranks_per_gpu), -2;
+    *mode = DCOMM_NCCL;
+    return 0;
+  case PLAN_COMM_AUTO:
+  default:
+    *mode = f->host_visible ? DCOMM_DIRECT : f->cuda && f->nccl_built && own_gpu ? DCOMM_NCCL : DCOMM_STAGED;
+    return 0;
+  }
+}
 
 /* One staging buffer, and the copy back its operation owes the device. */
 struct stage {
@@ -105,7 +147,13 @@ static void owe(struct stage *s, void *dst, size_t back_at, size_t n_back)
 int dcomm_all_reduce(const struct dcomm_mem *d, struct comm_group *g, const void *send, void *recv,
                      size_t n_elems, enum comm_dtype dtype, enum comm_reduce reduce, struct comm_request **req)
 {
-  if (!d->staged || !g)
+  if (d->mode == DCOMM_NCCL && g) {
+    comm_stream_set(d->stream);
+    const int rc = comm_all_reduce(g, send, recv, n_elems, dtype, reduce, req);
+    comm_stream_set(NULL);
+    return rc;
+  }
+  if (d->mode == DCOMM_DIRECT || !g)
     return comm_all_reduce(g, send, recv, n_elems, dtype, reduce, req);
   const size_t n = n_elems * comm_dtype_size(dtype);
   struct stage *s = stage_take(d, n);
@@ -119,7 +167,13 @@ int dcomm_all_reduce(const struct dcomm_mem *d, struct comm_group *g, const void
 int dcomm_all_gather(const struct dcomm_mem *d, struct comm_group *g, const void *send, void *recv,
                      size_t n_elems, enum comm_dtype dtype, struct comm_request **req)
 {
-  if (!d->staged || !g)
+  if (d->mode == DCOMM_NCCL && g) {
+    comm_stream_set(d->stream);
+    const int rc = comm_all_gather(g, send, recv, n_elems, dtype, req);
+    comm_stream_set(NULL);
+    return rc;
+  }
+  if (d->mode == DCOMM_DIRECT || !g)
     return comm_all_gather(g, send, recv, n_elems, dtype, req);
   const size_t n = n_elems * comm_dtype_size(dtype), mine = (size_t)g->rank * n;
   struct stage *s = stage_take(d, (size_t)g->size * n);
@@ -133,7 +187,13 @@ int dcomm_all_gather(const struct dcomm_mem *d, struct comm_group *g, const void
 int dcomm_reduce_scatter(const struct dcomm_mem *d, struct comm_group *g, const void *send, void *recv,
                          size_t n_elems, enum comm_dtype dtype, enum comm_reduce reduce, struct comm_request **req)
 {
-  if (!d->staged || !g)
+  if (d->mode == DCOMM_NCCL && g) {
+    comm_stream_set(d->stream);
+    const int rc = comm_reduce_scatter(g, send, recv, n_elems, dtype, reduce, req);
+    comm_stream_set(NULL);
+    return rc;
+  }
+  if (d->mode == DCOMM_DIRECT || !g)
     return comm_reduce_scatter(g, send, recv, n_elems, dtype, reduce, req);
   const size_t n = n_elems * comm_dtype_size(dtype), whole = (size_t)g->size * n;
   struct stage *s = stage_take(d, whole + n);
@@ -147,7 +207,13 @@ int dcomm_reduce_scatter(const struct dcomm_mem *d, struct comm_group *g, const 
 int dcomm_broadcast(const struct dcomm_mem *d, struct comm_group *g, void *buf, size_t n_elems,
                     enum comm_dtype dtype, int root, struct comm_request **req)
 {
-  if (!d->staged || !g)
+  if (d->mode == DCOMM_NCCL && g) {
+    comm_stream_set(d->stream);
+    const int rc = comm_broadcast(g, buf, n_elems, dtype, root, req);
+    comm_stream_set(NULL);
+    return rc;
+  }
+  if (d->mode == DCOMM_DIRECT || !g)
     return comm_broadcast(g, buf, n_elems, dtype, root, req);
   const size_t n = n_elems * comm_dtype_size(dtype);
   struct stage *s = stage_take(d, n);
@@ -163,7 +229,13 @@ int dcomm_broadcast(const struct dcomm_mem *d, struct comm_group *g, void *buf, 
 int dcomm_send(const struct dcomm_mem *d, struct comm_group *g, const void *buf, size_t n_elems,
                enum comm_dtype dtype, int peer, struct comm_request **req)
 {
-  if (!d->staged || !g)
+  if (d->mode == DCOMM_NCCL && g) {
+    comm_stream_set(d->stream);
+    const int rc = comm_send(g, buf, n_elems, dtype, peer, req);
+    comm_stream_set(NULL);
+    return rc;
+  }
+  if (d->mode == DCOMM_DIRECT || !g)
     return comm_send(g, buf, n_elems, dtype, peer, req);
   const size_t n = n_elems * comm_dtype_size(dtype);
   struct stage *s = stage_take(d, n);
@@ -176,7 +248,13 @@ int dcomm_send(const struct dcomm_mem *d, struct comm_group *g, const void *buf,
 int dcomm_recv(const struct dcomm_mem *d, struct comm_group *g, void *buf, size_t n_elems,
                enum comm_dtype dtype, int peer, struct comm_request **req)
 {
-  if (!d->staged || !g)
+  if (d->mode == DCOMM_NCCL && g) {
+    comm_stream_set(d->stream);
+    const int rc = comm_recv(g, buf, n_elems, dtype, peer, req);
+    comm_stream_set(NULL);
+    return rc;
+  }
+  if (d->mode == DCOMM_DIRECT || !g)
     return comm_recv(g, buf, n_elems, dtype, peer, req);
   const size_t n = n_elems * comm_dtype_size(dtype);
   struct stage *s = stage_take(d, n);
@@ -190,7 +268,13 @@ int dcomm_all_to_all_v(const struct dcomm_mem *d, struct comm_group *g, const vo
                        const size_t *send_counts, void *recv, const size_t *recv_counts,
                        enum comm_dtype dtype, struct comm_request **req)
 {
-  if (!d->staged || !g || !send_counts || !recv_counts)
+  if (d->mode == DCOMM_NCCL && g) {
+    comm_stream_set(d->stream);
+    const int rc = comm_all_to_all_v(g, send, send_counts, recv, recv_counts, dtype, req);
+    comm_stream_set(NULL);
+    return rc;
+  }
+  if (d->mode == DCOMM_DIRECT || !g || !send_counts || !recv_counts)
     return comm_all_to_all_v(g, send, send_counts, recv, recv_counts, dtype, req);
   size_t ns = 0, nr = 0;
   for (int j = 0; j < g->size; j++) {

@@ -1,6 +1,8 @@
 /* The trainer object (train.h): set-up from a compiled plan, one training step, evaluation. */
 #include "runtime/train/train.h"
 
+#include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -38,6 +40,39 @@ static void fill_micro_batch(void *ctx, int mb, int *inputs, int *targets, uint6
 
 static int open_on_device(struct trainer *t, const struct plan *p, struct comm_group *const *groups,
                           char *err, size_t err_size);
+
+/* The plan's comm resolved for this trainer's kernel table (dcomm_choose). Whether any rank shares
+ * its GPU with another is agreed over the world, so every rank chooses alike. 0, or −1 with the
+ * refusal in err. */
+static int choose_comm(struct trainer *t, const struct plan *p, enum dcomm_mode *mode, char *err, size_t err_size)
+{
+  const struct kernel_ops *ops = kernels_active();
+  struct dcomm_facts f = { ops->name, ops->host_visible, t->device.cuda, comm_stream_built(), 1 };
+  if (t->device.cuda) {
+    const int local = comm_world() ? comm_local_size() : 1, n = t->device.count > 0 ? t->device.count : 1;
+    f.ranks_per_gpu = (local + n - 1) / n;
+    int first = INT_MAX;
+    if (t->world && t->world->size > 1 &&
+        comm_world_first_failed(f.ranks_per_gpu > 1, "ranks per GPU", &first, err, err_size))
+      return -1;
+    if (first != INT_MAX && f.ranks_per_gpu < 2)
+      f.ranks_per_gpu = 2; /* another node's ranks share one */
+  }
+  return dcomm_choose(p, &f, mode, err, err_size) ? -1 : 0;
+}
+
+/* An NCCL communicator for g (NULL: none to open), remembered for close. Collective over g. */
+static int open_nccl(struct trainer *t, struct comm_group *g, char *err, size_t err_size)
+{
+  if (!g)
+    return 0;
+  if (t->n_nccl == (int)(sizeof t->nccl / sizeof t->nccl[0]))
+    return errf(err, err_size, "NCCL: more groups than the trainer keeps");
+  if (comm_stream_open(g, err, err_size))
+    return -1;
+  t->nccl[t->n_nccl++] = g;
+  return 0;
+}
 
 /* The selection (kernel table, context, allocator device) is put back as it was on return:
  * a CUDA trainer's model keeps its own (m->k, m->kctx, m->device). */
@@ -78,14 +113,10 @@ static int open_on_device(struct trainer *t, const struct plan *p, struct comm_g
   }
   if (t->device.cuda) /* "auto" is cuda here: the bill and check's rules for the GPU runtime */
     t->own_plan.device = PLAN_DEVICE_CUDA;
-  /* comm (plan.h): "auto" is direct MPI on memory the host can see and staged otherwise; "mpi" on
-   * memory it cannot see would hand device pointers to MPI */
-  const struct kernel_ops *ops = kernels_active();
-  const int staged = p->comm == PLAN_COMM_STAGED || (p->comm == PLAN_COMM_AUTO && !ops->host_visible);
-  if (!refused && p->comm == PLAN_COMM_MPI && !ops->host_visible)
-    refused = errf(err, err_size, "%s: comm = \"mpi\": the %s backend's memory is not host memory, and MPI "
-                   "carries host buffers only; use comm = \"staged\" (or \"auto\")", plan_where(p, "comm"),
-                   ops->name);
+  /* comm (plan.h, dcomm_choose): how collectives on the model's memory travel */
+  enum dcomm_mode comm_mode = DCOMM_DIRECT;
+  if (!refused && choose_comm(t, p, &comm_mode, err, err_size))
+    refused = 1;
   for (int a = 0; a < PLAN_N_AXES && !refused; a++) {
     static const int order[PLAN_N_AXES] = { PLAN_AXIS_DP, PLAN_AXIS_TP, PLAN_AXIS_PP };
     const int x = order[a];
@@ -112,12 +143,18 @@ static int open_on_device(struct trainer *t, const struct plan *p, struct comm_g
   if (model_create_table_tp(&t->model, p, tp, pp ? pp->rank : 0, ep > 1 ? dp->rank % ep : 0, err, err_size))
     goto fail;
   t->model.tp.fault = &t->fault; /* one record of the first failure, for every part */
-  t->model.comm_staged = t->model.tp.comm_staged = staged;
+  if (comm_mode == DCOMM_NCCL && (open_nccl(t, tp, err, err_size) || open_nccl(t, dp, err, err_size) ||
+                                  open_nccl(t, pp, err, err_size)))
+    goto fail;
+  t->model.comm_mode = t->model.tp.comm_mode = (int)comm_mode;
+  t->model.comm_stream = t->model.tp.comm_stream = comm_mode == DCOMM_NCCL ? runtime_device_stream(&t->device) : NULL;
   if (ep > 1) {
     if (comm_group_split(dp, dp->rank / ep, dp->rank, "ep", &t->ep, err, err_size) ||
         comm_group_split(dp, dp->rank % ep, dp->rank, "edp", &t->edp, err, err_size))
       goto fail;
     t->model.ep.group = t->ep;
+    if (comm_mode == DCOMM_NCCL && (open_nccl(t, t->ep, err, err_size) || open_nccl(t, t->edp, err, err_size)))
+      goto fail;
   }
   if (dp_open(&t->dp, &t->model, dp, t->edp, p->zero, p->bucket_mb, err, err_size))
     goto fail;
@@ -157,6 +194,8 @@ static int open_on_device(struct trainer *t, const struct plan *p, struct comm_g
   if (exec_open(&t->exec, &env, pp, err, err_size))
     goto fail;
   t->exec.fault = &t->fault;
+  if (comm_mode == DCOMM_NCCL && open_nccl(t, t->exec.embed, err, err_size))
+    goto fail;
   /* The step's memory, reserved now: the bill is the run's peaks (tests/mpi/mpi_dp_equiv.c). */
   struct bill bill;
   if (bill_predict(p, t->exec.rank, &bill, err, err_size))
@@ -348,6 +387,9 @@ void trainer_clear_error(struct trainer *t)
 void trainer_close(struct trainer *t)
 {
   ckpt_async_abandon(t); /* a save still being written: its writer joined, its .tmp left */
+  for (int i = t->n_nccl - 1; i >= 0; i--) /* once the device has run their operations */
+    comm_stream_close(t->nccl[i]);
+  t->n_nccl = 0;
   const int current = alloc_current_device(); /* the reservation is on the model's device */
   if (alloc_use_device(t->model.device) == 0) {
     alloc_unreserve(t->reserved);
@@ -444,6 +486,14 @@ static int update(void *ctx, double loss_sum)
     return errf(u->err, u->err_size, "step %lld: the loss (%g) or the gradient norm (%g) is not finite, so the "
                 "step is not applied; %s", t->step + 1, stats->loss, stats->grad_norm, advice);
   }
+  /* Unclipped, a gradient element's square enters AdamW's second moment as it is: in fp32 it
+   * overflows to inf once the element passes sqrt(FLT_MAX) ≈ 1.8e19, which only a norm that large
+   * allows. The step would leave an infinite moment (and every later update NaN) with a finite
+   * loss and norm, so it is refused as a non-finite one is. */
+  if (!REAL_IS_DOUBLE && p->optimizer.grad_clip <= 0 && stats->grad_norm >= sqrt((double)FLT_MAX))
+    return errf(u->err, u->err_size, "step %lld: the gradient norm (%g) is too large for fp32: the square of a "
+                "gradient element could overflow AdamW's second moment, so the step is not applied; lower "
+                "optimizer.lr or set optimizer.grad_clip", t->step + 1, stats->grad_norm);
   /* train.max_loss_jump: a loss far above the recent mean skips the step (the same verdict on
    * every rank: the loss is the global batch's) */
   struct train_loss_window *w = &t->recent;

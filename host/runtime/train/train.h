@@ -69,6 +69,8 @@ struct trainer {
   struct comm_group *stage;  /* pp > 1 with zero ≥ 2: the ranks running this rank's schedule list
                               * (its pipeline rank's tp × dp ranks), where the step's allocation
                               * rounds are agreed (dp_passes.c); else NULL */
+  struct comm_group *nccl[8]; /* comm nccl: the groups given an NCCL communicator here, closed first at close */
+  int n_nccl;
   struct exec exec;          /* the executor of this rank's schedule list (every plan) */
   struct model_acts acts;    /* for batch.micro × batch.seq tokens */
   struct optimizer opt;      /* AdamW state for the elements this rank owns */
