@@ -5,7 +5,8 @@
  * T 32 per micro-batch, 8 query heads of 16 over 4 KV heads), a longer sequence (B 2 × T 512,
  * 8 heads of 32) and heads of 128 (B 1 × T 512, 4 heads). Each figure is the best of 5 timed
  * loops (the worst is printed beside it), so a busy machine shows as a wider spread more than
- * as a worse best. Runs with the same thread settings as bench_train.
+ * as a worse best. Runs with the same thread settings as bench_train; the header names the
+ * vector layer's path (TYCHO_SIMD chooses another), which draws the dropout in the fp32 build.
  * usage: bench_attention [seconds per shape, default 1] */
 #define _POSIX_C_SOURCE 200809L
 #include <omp.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "cpu/vec.h"
 #include "kernels.h"
 #include "runtime/train/threads.h"
 
@@ -88,8 +90,8 @@ int main(int argc, char **argv)
   double seconds = argc > 1 ? atof(argv[1]) : 1.0;
   if (!(seconds > 0.0))
     seconds = 1.0;
-  printf("bench_attention: %d thread%s, %s\n", omp_get_max_threads(),
-         omp_get_max_threads() == 1 ? "" : "s", REAL_NAME);
+  printf("bench_attention: %d thread%s, %s, vector path %s\n", omp_get_max_threads(),
+         omp_get_max_threads() == 1 ? "" : "s", REAL_NAME, vec_isa_name(vec_current()));
   static const struct shape shapes[] = {
     { "dim 256: B 8 T 128 8/8x32", 8, 128, 8, 8, 32 },
     { "tiny: B 8 T 32 8/4x16", 8, 32, 8, 4, 16 },

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "philox.h"
+
 static const char *const isa_names[VEC_N_ISAS] = { "scalar", "avx2", "avx512" };
 
 static atomic_int chosen = -1;   /* an enum vec_isa once made */
@@ -103,4 +105,18 @@ int vec_select(enum vec_isa isa)
     return -1;
   atomic_store_explicit(&chosen, (int)isa, memory_order_release);
   return 0;
+}
+
+void vec_dropout_stream(struct vec_dropout *d, uint64_t seed, uint32_t c1, uint32_t c2,
+                        uint32_t c3, float p, float keep)
+{
+  d->c1 = c1;
+  d->c2 = c2;
+  d->c3 = c3;
+  d->p = p;
+  d->keep = keep;
+  for (uint32_t r = 0; r < 10; r++) { /* philox4x32_10's key, round by round */
+    d->k0[r] = (uint32_t)seed + r * PHILOX_W0;
+    d->k1[r] = (uint32_t)(seed >> 32) + r * PHILOX_W1;
+  }
 }

@@ -1,6 +1,8 @@
 /* The CPU kernels' vector layer: the element-wise parts of SwiGLU, AdamW, the gradient norm and
- * scale, and the softmax of cross-entropy and its backward, on fp32, in AVX2 (with FMA) or
- * AVX-512 (F, DQ, BW, VL), chosen once at run time from what the CPU supports.
+ * scale, and the softmax of cross-entropy and its backward, on fp32, and the attention's dropout
+ * draw (Philox4x32-10 on 8 or 16 counters at once: integer work, the scalar draw's numbers on
+ * every path), in AVX2 (with FMA) or AVX-512 (F, DQ, BW, VL), chosen once at run time from what
+ * the CPU supports.
  *
  * - The kernels (pointwise.c, optim.c, loss.c) call vec_active(): NULL means the scalar path, their
  *   own C loops, which stay the reference. The float64 build (kernels/real.h) always takes the
@@ -31,6 +33,7 @@
 #ifndef TYCHO_KERNELS_CPU_VEC_H
 #define TYCHO_KERNELS_CPU_VEC_H
 #include <stddef.h>
+#include <stdint.h>
 
 #include "real.h"
 
@@ -40,6 +43,18 @@ enum vec_isa { VEC_SCALAR, VEC_AVX2, VEC_AVX512, VEC_N_ISAS };
 struct vec_adamw {
   float grad_scale, decay, m_weight, v_decay, v_weight, step_size, bias_correction2_sqrt, eps;
 };
+
+/* One stream of Philox draws for a dropout (kernels/philox.h): the counter's words c1..c3, an
+ * element dropped where its uniform is below p and the others scaled by keep, and the key
+ * schedule (k0[r], k1[r]: the key's words in round r), as vec_dropout_stream fills it. */
+struct vec_dropout {
+  uint32_t c1, c2, c3;
+  float p, keep;
+  uint32_t k0[10], k1[10];
+};
+/* *d for key (seed low 32 bits, seed high 32 bits) and the rest as named. */
+void vec_dropout_stream(struct vec_dropout *d, uint64_t seed, uint32_t c1, uint32_t c2,
+                        uint32_t c3, float p, float keep);
 
 /* One path's functions. Every n may be 0; pointers need no alignment. */
 struct vec_ops {
@@ -69,6 +84,13 @@ struct vec_ops {
    * and a multiply each, the scalar loop's bits (loss.c); a target outside [0, n) puts the 1
    * nowhere; out may equal p. */
   void (*ce_backward)(float *out, const float *p, ptrdiff_t target, float s, size_t n);
+  /* Dropout values of elements e0 .. e0 + n − 1 of the Philox stream d: out[j] = 0 where
+   * philox_uniform(seed, c1, c2, c3, e0 + j) < p, else keep (kernels/philox.h) — the scalar
+   * draw's numbers bit for bit, the counter's first word (e0 + j) / 4 wrapping at 2^32 as there.
+   * 16 Philox blocks (64 elements) a step in AVX-512, 8 in AVX2. */
+  void (*dropout_keep)(float *out, const struct vec_dropout *d, uint64_t e0, size_t n);
+  /* x[i] ← x[i] · m[i]. */
+  void (*mul)(float *x, const float *m, size_t n);
 };
 
 /* The chosen path's table, NULL for the scalar path. */

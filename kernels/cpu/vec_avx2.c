@@ -11,7 +11,9 @@
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
+#include "philox.h"
 #include "vec.h"
 
 /* Lanes j < left set (all 8 when left ≥ 8). */
@@ -298,6 +300,88 @@ static void v_ce_backward(float *out, const float *p, ptrdiff_t target, float s,
   }
 }
 
+/* vec_avx512.c's philox_keep on 4 · sets blocks (counters ctr0 + l): one block per 64-bit lane,
+ * its words in the lanes' low halves (_mm256_mul_epu32 reads only those); the 16 · sets words in
+ * the elements' order become dropout values in out. */
+static inline void philox_keep(float *out, int sets, uint32_t ctr0, const struct vec_dropout *d)
+{
+  const __m256i m0 = _mm256_set1_epi32((int)PHILOX_M0), m1 = _mm256_set1_epi32((int)PHILOX_M1);
+  const uint64_t q = (uint64_t)PHILOX_M1 * d->c2;
+  const __m256i base = _mm256_set1_epi64x(ctr0);
+  const __m256i ctr[2] = { _mm256_add_epi64(base, _mm256_setr_epi64x(0, 1, 2, 3)),
+                           _mm256_add_epi64(base, _mm256_setr_epi64x(4, 5, 6, 7)) };
+  __m256i c0[2], c1[2], c2[2], c3[2];
+  for (int s = 0; s < sets; s++) {
+    const __m256i p0 = _mm256_mul_epu32(ctr[s], m0);
+    c0[s] = _mm256_set1_epi32((int)((uint32_t)(q >> 32) ^ d->c1 ^ d->k0[0]));
+    c1[s] = _mm256_set1_epi32((int)(uint32_t)q);
+    c2[s] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p0, 32),
+                                              _mm256_set1_epi32((int)d->c3)),
+                             _mm256_set1_epi32((int)d->k1[0]));
+    c3[s] = p0;
+  }
+  for (int r = 1; r < 10; r++) {
+    const __m256i k0 = _mm256_set1_epi32((int)d->k0[r]), k1 = _mm256_set1_epi32((int)d->k1[r]);
+    for (int s = 0; s < sets; s++) {
+      const __m256i p0 = _mm256_mul_epu32(c0[s], m0), p1 = _mm256_mul_epu32(c2[s], m1);
+      c0[s] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p1, 32), c1[s]), k0);
+      c2[s] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p0, 32), c3[s]), k1);
+      c1[s] = p1;
+      c3[s] = p0;
+    }
+  }
+  const __m256 pv = _mm256_set1_ps(d->p), keep = _mm256_set1_ps(d->keep);
+  const __m256 unit = _mm256_set1_ps(1.0f / 16777216.0f);
+  for (int s = 0; s < sets; s++) {
+    /* each lane's words 0, 1 and 2, 3 as one 64-bit pair, then the pairs in block order */
+    const __m256i w01 = _mm256_blend_epi32(c0[s], _mm256_slli_epi64(c1[s], 32), 0xAA);
+    const __m256i w23 = _mm256_blend_epi32(c2[s], _mm256_slli_epi64(c3[s], 32), 0xAA);
+    const __m256i lo = _mm256_unpacklo_epi64(w01, w23), hi = _mm256_unpackhi_epi64(w01, w23);
+    const __m256i w[2] = { _mm256_permute2x128_si256(lo, hi, 0x20),
+                           _mm256_permute2x128_si256(lo, hi, 0x31) };
+    for (int h = 0; h < 2; h++) {
+      const __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(w[h], 8)), unit);
+      const __m256 drop = _mm256_cmp_ps(u, pv, _CMP_LT_OQ);
+      _mm256_storeu_ps(out + 16 * s + 8 * h, _mm256_andnot_ps(drop, keep));
+    }
+  }
+}
+
+/* vec_avx512.c's v_dropout_keep in groups of 32 elements, the last one of 16 where that covers
+ * what is left. */
+static void v_dropout_keep(float *out, const struct vec_dropout *d, uint64_t e0, size_t n)
+{
+  uint64_t block = e0 >> 2;
+  size_t skip = (size_t)(e0 & 3), done = 0;
+  float buf[32];
+  while (done < n) {
+    const size_t size = skip + (n - done) <= 16 ? 16 : 32;
+    const size_t take = n - done < size - skip ? n - done : size - skip;
+    float *dst = take == size ? out + done : buf;
+    if (size == 32)
+      philox_keep(dst, 2, (uint32_t)block, d);
+    else
+      philox_keep(dst, 1, (uint32_t)block, d);
+    if (dst == buf)
+      memcpy(out + done, buf + skip, take * sizeof(float));
+    done += take;
+    skip = 0;
+    block += size / 4;
+  }
+}
+
+static void v_mul(float *x, const float *m, size_t n)
+{
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(m + i)));
+  if (i < n) {
+    const __m256i k = tail_mask(n - i);
+    _mm256_maskstore_ps(x + i, k, _mm256_mul_ps(_mm256_maskload_ps(x + i, k),
+                                                _mm256_maskload_ps(m + i, k)));
+  }
+}
+
 const struct vec_ops vec_ops_avx2 = {
   .name = "avx2",
   .exp = v_exp,
@@ -310,5 +394,7 @@ const struct vec_ops vec_ops_avx2 = {
   .exp_sum = v_exp_sum,
   .exp_scale = v_exp_scale,
   .ce_backward = v_ce_backward,
+  .dropout_keep = v_dropout_keep,
+  .mul = v_mul,
 };
 #endif

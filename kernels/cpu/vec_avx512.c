@@ -11,7 +11,9 @@
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
+#include "philox.h"
 #include "vec.h"
 
 static inline __mmask16 tail_mask(size_t left)
@@ -216,6 +218,89 @@ static void v_ce_backward(float *out, const float *p, ptrdiff_t target, float s,
   }
 }
 
+/* Philox4x32-10 (kernels/philox.h) on 8 · sets blocks (sets 1 or 2) with counters (ctr0 + l, c1,
+ * c2, c3), the first word wrapping at 2^32: one block per 64-bit lane, its words in the lanes'
+ * low halves. _mm512_mul_epu32 reads only the low halves and gives the whole 64-bit product, so
+ * what the high halves collect is never read. Round 0's product of c2 is the same in every
+ * lane, taken once. The 32 · sets words, block l's word w at 4 l + w (the elements' order),
+ * become dropout values in out. Two sets keep two chains of multiplies in flight. */
+static inline void philox_keep(float *out, int sets, uint32_t ctr0, const struct vec_dropout *d)
+{
+  const __m512i m0 = _mm512_set1_epi32((int)PHILOX_M0), m1 = _mm512_set1_epi32((int)PHILOX_M1);
+  const uint64_t q = (uint64_t)PHILOX_M1 * d->c2;
+  const __m512i base = _mm512_set1_epi64(ctr0);
+  const __m512i ctr[2] = { _mm512_add_epi64(base, _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7)),
+                           _mm512_add_epi64(base, _mm512_setr_epi64(8, 9, 10, 11, 12, 13, 14, 15)) };
+  __m512i c0[2], c1[2], c2[2], c3[2];
+  for (int s = 0; s < sets; s++) {
+    const __m512i p0 = _mm512_mul_epu32(ctr[s], m0);
+    c0[s] = _mm512_set1_epi32((int)((uint32_t)(q >> 32) ^ d->c1 ^ d->k0[0]));
+    c1[s] = _mm512_set1_epi32((int)(uint32_t)q);
+    c2[s] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p0, 32), _mm512_set1_epi32((int)d->c3),
+                                      _mm512_set1_epi32((int)d->k1[0]), 0x96);
+    c3[s] = p0;
+  }
+  for (int r = 1; r < 10; r++) {
+    const __m512i k0 = _mm512_set1_epi32((int)d->k0[r]), k1 = _mm512_set1_epi32((int)d->k1[r]);
+    for (int s = 0; s < sets; s++) {
+      const __m512i p0 = _mm512_mul_epu32(c0[s], m0), p1 = _mm512_mul_epu32(c2[s], m1);
+      c0[s] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p1, 32), c1[s], k0, 0x96);
+      c2[s] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p0, 32), c3[s], k1, 0x96);
+      c1[s] = p1;
+      c3[s] = p0;
+    }
+  }
+  const __m512i lo = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11);
+  const __m512i hi = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
+  const __m512 pv = _mm512_set1_ps(d->p), keep = _mm512_set1_ps(d->keep);
+  const __m512 unit = _mm512_set1_ps(1.0f / 16777216.0f), zero = _mm512_setzero_ps();
+  for (int s = 0; s < sets; s++) {
+    /* each lane's words 0, 1 and 2, 3 as one 64-bit pair, then the pairs in block order */
+    const __m512i w01 = _mm512_mask_blend_epi32(0xAAAA, c0[s], _mm512_slli_epi64(c1[s], 32));
+    const __m512i w23 = _mm512_mask_blend_epi32(0xAAAA, c2[s], _mm512_slli_epi64(c3[s], 32));
+    const __m512i w[2] = { _mm512_permutex2var_epi64(w01, lo, w23),
+                           _mm512_permutex2var_epi64(w01, hi, w23) };
+    for (int h = 0; h < 2; h++) {
+      const __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(w[h], 8)), unit);
+      const __mmask16 drop = _mm512_cmp_ps_mask(u, pv, _CMP_LT_OQ);
+      _mm512_storeu_ps(out + 32 * s + 16 * h, _mm512_mask_blend_ps(drop, keep, zero));
+    }
+  }
+}
+
+/* Groups of 64 elements (16 blocks), the last one of 32 where 8 blocks cover what is left.
+ * A group that starts before e0 (e0 not a multiple of 4) or ends past n goes through a buffer;
+ * the others straight to out. */
+static void v_dropout_keep(float *out, const struct vec_dropout *d, uint64_t e0, size_t n)
+{
+  uint64_t block = e0 >> 2;
+  size_t skip = (size_t)(e0 & 3), done = 0;
+  float buf[64];
+  while (done < n) {
+    const size_t size = skip + (n - done) <= 32 ? 32 : 64;
+    const size_t take = n - done < size - skip ? n - done : size - skip;
+    float *dst = take == size ? out + done : buf;
+    if (size == 64)
+      philox_keep(dst, 2, (uint32_t)block, d);
+    else
+      philox_keep(dst, 1, (uint32_t)block, d);
+    if (dst == buf)
+      memcpy(out + done, buf + skip, take * sizeof(float));
+    done += take;
+    skip = 0;
+    block += size / 4;
+  }
+}
+
+static void v_mul(float *x, const float *m, size_t n)
+{
+  for (size_t i = 0; i < n; i += 16) {
+    const int full = i + 16 <= n;
+    const __mmask16 k = tail_mask(n - i);
+    STORE(x, i, k, full, _mm512_mul_ps(LOAD(x, i, k, full), LOAD(m, i, k, full)));
+  }
+}
+
 const struct vec_ops vec_ops_avx512 = {
   .name = "avx512",
   .exp = v_exp,
@@ -228,5 +313,7 @@ const struct vec_ops vec_ops_avx512 = {
   .exp_sum = v_exp_sum,
   .exp_scale = v_exp_scale,
   .ce_backward = v_ce_backward,
+  .dropout_keep = v_dropout_keep,
+  .mul = v_mul,
 };
 #endif

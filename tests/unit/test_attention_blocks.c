@@ -28,7 +28,9 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "cpu/vec.h"
 #include "kernels.h"
+#include "philox.h"
 
 #define TOL_UNITS 64
 
@@ -303,7 +305,90 @@ static void fused_qkv_layout_gives_the_separate_bits(void)
     }
 }
 
+/* The vector layer's dropout draw (vec.h, dropout_keep: 8 or 16 Philox blocks at a time) gives
+ * philox_uniform's numbers, element by element, bit for bit: every length 0 .. 200 (whole
+ * groups, a last short group and the tails) from starts at every offset within a block, and
+ * rows whose counter (elem / 4, its low 32 bits) crosses 2^32 and 2^33 or sits at the top of
+ * the 64-bit range, for keys with both words set; nothing is written past n. */
+static void vector_dropout_draw_gives_the_scalar_numbers(void)
+{
+  static const uint64_t starts[] = { 0, 1, 2, 3, 4, 61, (1ull << 34) - 70, (1ull << 34) - 69,
+                                     (1ull << 34) - 66, (1ull << 34) - 3, (1ull << 35) - 37,
+                                     3ull << 34, UINT64_MAX - 300 };
+  static const float ps[] = { 0.25f, 0.5f, 1.0f };
+  const uint64_t seed = 0x9E3779B97F4A7C15ull;
+  float got[208], want[208];
+  int paths = 0;
+  for (int isa = VEC_AVX2; isa <= VEC_AVX512; isa++) {
+    const struct vec_ops *v = vec_ops_of((enum vec_isa)isa);
+    if (!v)
+      continue;
+    paths++;
+    for (size_t si = 0; si < sizeof starts / sizeof starts[0]; si++)
+      for (int pi = 0; pi < 3; pi++) {
+        const float p = ps[pi], keep = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+        const uint32_t c1 = 7, c2 = 0xFFFFFFF0u + (uint32_t)si, c3 = 3;
+        struct vec_dropout d;
+        vec_dropout_stream(&d, seed + si, c1, c2, c3, p, keep);
+        for (size_t j = 0; j < 200; j++)
+          want[j] = philox_uniform(seed + si, c1, c2, c3, starts[si] + j) < p ? 0.0f : keep;
+        int same = 1;
+        for (size_t n = 0; n <= 200; n++) {
+          for (size_t j = 0; j < 208; j++) got[j] = -1.0f;
+          v->dropout_keep(got, &d, starts[si], n);
+          same &= memcmp(got, want, n * sizeof(float)) == 0;
+          for (size_t j = n; j < 208; j++) same &= got[j] == -1.0f;
+        }
+        CHECK_MSG(same, "%s: start %llu p %g: the vector draw differs from philox_uniform",
+                  v->name, (unsigned long long)starts[si], p);
+      }
+  }
+  printf("dropout draw checked on %d vector path%s\n", paths, paths == 1 ? "" : "s");
+}
+
+/* The attention with dropout on every path of the vector layer this CPU has (the scalar path,
+ * which the float64 build always takes, included) against the reference; AVX2 and AVX-512
+ * give the same bits as each other (vec.h). */
+static void dropout_on_every_simd_path_matches_full_square_reference(void)
+{
+  const enum vec_isa was = vec_current();
+  for (int isa = VEC_SCALAR; isa < VEC_N_ISAS; isa++) {
+    if (vec_select((enum vec_isa)isa) != 0)
+      continue;
+    check_case(2, 65, 4, 2, 16, 1, 1);
+    check_case(1, 513, 2, 1, 8, 1, 1);
+  }
+  if (vec_supported(VEC_AVX2) && vec_supported(VEC_AVX512)) {
+    const int B = 2, T = 77, NH = 4, NKV = 2, HS = 8;
+    const size_t nq = (size_t)B * T * NH * HS, nkv = (size_t)B * T * NKV * HS;
+    uint32_t st = 5;
+    real *q = rand_buf(nq, 2, &st), *k = rand_buf(nkv, 2, &st), *v = rand_buf(nkv, 1, &st);
+    real *dout = rand_buf(nq, 1, &st), *scratch = nan_buf(attention_scratch_n_elems(B, T, NH, NKV, HS));
+    struct drop_case dc;
+    drop_case_make(&dc, 0, B, T, NH, 0.3f, 0x123456789ull, 5, 6, (1ull << 34) - 1000);
+    real *r[2][5];
+    for (int i = 0; i < 2; i++) {
+      real *out = nan_buf(nq), *lse = nan_buf((size_t)B * NH * T), *dq = nan_buf(nq);
+      real *dk = nan_buf(nkv), *dv = nan_buf(nkv);
+      vec_select(i == 0 ? VEC_AVX2 : VEC_AVX512);
+      attention_forward(out, lse, scratch, q, k, v, &dc.d, B, T, NH, NKV, HS);
+      attention_backward(dq, dk, dv, scratch, dout, q, k, v, out, lse, &dc.d, B, T, NH, NKV, HS);
+      r[i][0] = out, r[i][1] = lse, r[i][2] = dq, r[i][3] = dk, r[i][4] = dv;
+    }
+    const size_t sizes[5] = { nq, (size_t)B * NH * T, nq, nkv, nkv };
+    for (int o = 0; o < 5; o++) {
+      CHECK_MSG(memcmp(r[0][o], r[1][o], sizes[o] * sizeof(real)) == 0,
+                "output %d: AVX2 and AVX-512 differ with dropout", o);
+      free(r[0][o]), free(r[1][o]);
+    }
+    free(q), free(k), free(v), free(dout), free(scratch);
+  }
+  vec_select(was);
+}
+
 TEST_MAIN(TEST(fused_qkv_layout_gives_the_separate_bits),
+          TEST(vector_dropout_draw_gives_the_scalar_numbers),
+          TEST(dropout_on_every_simd_path_matches_full_square_reference),
           TEST(multi_head_matches_full_square_reference),
           TEST(grouped_heads_match_full_square_reference),
           TEST(multi_query_matches_full_square_reference),
