@@ -5,7 +5,8 @@
  * softmax per row (running max, Σ exp in double, the output rows rescaled when the max grows)
  * and writes out and each row's log-sum-exp; backward recomputes a chunk's scores from q and k,
  * P = exp(s − lse), and draws the dropout again from Philox (attention_drop_u, the numbers
- * dropout_mask draws), so memory is O(T · HS) per head plus fixed blocks. The products are sgemms
+ * dropout_mask draws; a row's keys of a chunk at once, 8 or 16 Philox blocks at a time on the
+ * vector layer), so memory is O(T · HS) per head plus fixed blocks. The products are sgemms
  * of a block of rows against a chunk of keys: q·kᵀ, P·v forward; q·kᵀ, dout·vᵀ, Pᵀ·dout, dS·k,
  * dSᵀ·q backward (one more than a kernel that keeps P). Query head h reads KV head
  * h / (NH / NKV); in backward several query heads add into the same dk, dv, so backward gives
@@ -55,19 +56,24 @@ void rope_table(real *cos_table, real *sin_table, int T, int HS, double theta, i
 static void rope_rotate(real *out, const real *inp, size_t ld, const real *cos_tab, const real *sin_tab,
                         int B, int T, int NHx, int HS, real sign)
 {
-  int half = HS / 2;
-  long n_rows = (long)B * T * NHx;
+  const int half = HS / 2;
+  const long n_tokens = (long)B * T;
+  /* Threads take tokens and walk their heads (no division per head row); the simd pragma lets
+   * the in-place call vectorise: iteration i reads and writes elements i and i + half only. */
 #pragma omp parallel for
-  for (long row = 0; row < n_rows; row++) {
-    const size_t token = (size_t)(row / NHx), at = token * ld + (size_t)(row % NHx) * HS;
-    int t = (int)(token % (size_t)T);
-    const real *x = inp + at, *c = cos_tab + (size_t)t * half;
-    const real *s = sin_tab + (size_t)t * half;
-    real *y = out + at;
-    for (int i = 0; i < half; i++) {
-      real x1 = x[i], x2 = x[i + half], si = sign * s[i];
-      y[i] = x1 * c[i] - x2 * si;
-      y[i + half] = x2 * c[i] + x1 * si;
+  for (long token = 0; token < n_tokens; token++) {
+    const size_t t = (size_t)(token % T);
+    const real *c = cos_tab + t * half, *s = sin_tab + t * half;
+    for (int h = 0; h < NHx; h++) {
+      const size_t at = (size_t)token * ld + (size_t)h * HS;
+      const real *x = inp + at;
+      real *y = out + at;
+#pragma omp simd
+      for (int i = 0; i < half; i++) {
+        real x1 = x[i], x2 = x[i + half], si = sign * s[i];
+        y[i] = x1 * c[i] - x2 * si;
+        y[i + half] = x2 * c[i] + x1 * si;
+      }
     }
   }
 }
@@ -160,29 +166,42 @@ static real row_max(const real *row, int n)
 }
 
 /* The dropout of struct attention_dropout, resolved for one call: on, p and the kept scale
- * (dropout_mask's: 1/(1 − p) in real, 0 at p ≥ 1). */
+ * (dropout_mask's: 1/(1 − p) in real, 0 at p ≥ 1), and the vector layer's stream with all but
+ * the sample's counter word (c2) filled in. */
 struct drop_at {
   const struct attention_dropout *d;
   real keep;
+  struct vec_dropout stream;
 };
 
 static struct drop_at drop_resolve(const struct attention_dropout *d)
 {
-  struct drop_at r = { NULL, 0 };
+  struct drop_at r;
+  memset(&r, 0, sizeof r);
   if (d && d->p > 0.0f) {
     r.d = d;
     r.keep = d->p < 1.0f ? (real)1 / (1 - (real)d->p) : 0;
+    vec_dropout_stream(&r.stream, d->seed, d->c1, 0, d->c3, d->p, (float)r.keep);
   }
   return r;
 }
 
 /* M_ij for sample b, query head h, row i, keys j = c0 .. c0 + n − 1 into m: attention_drop_u's
- * numbers (philox_uniform's, word e % 4 of block e / 4), one Philox block per 4 keys. */
-static void drop_row(real *m, const struct drop_at *x, int b, int h, int i, int c0, int n, int T)
+ * numbers (philox_uniform's, word e % 4 of block e / 4). The vector layer draws 8 or 16 Philox
+ * blocks at a time (vec.h, dropout_keep: the same numbers); the scalar path, and the float64
+ * build, one block per 4 keys. */
+static void drop_row(real *m, const struct drop_at *x, const struct vec_ops *v, int b, int h,
+                     int i, int c0, int n, int T)
 {
   const struct attention_dropout *d = x->d;
-  const uint32_t key[2] = { (uint32_t)d->seed, (uint32_t)(d->seed >> 32) };
   uint64_t e = d->first + ((uint64_t)h * T + i) * T + (uint64_t)c0;
+  if (v) {
+    struct vec_dropout s = x->stream;
+    s.c2 = d->samples[b];
+    v->dropout_keep((float *)m, &s, e, (size_t)n);
+    return;
+  }
+  const uint32_t key[2] = { (uint32_t)d->seed, (uint32_t)(d->seed >> 32) };
   uint32_t w[4] = { 0, 0, 0, 0 };
   for (int j = 0; j < n; j++, e++) {
     if (j == 0 || (e & 3) == 0) {
@@ -250,8 +269,11 @@ static void forward_ld(real *out, real *lse, real *scratch, const real *q, const
           rmax[t - r0] = mnew;
           if (dr.d) {
             real mrow[ATTENTION_KEYS];
-            drop_row(mrow, &dr, b, h, t, c0, nv, T);
-            for (int j = 0; j < nv; j++) row[j] *= mrow[j];
+            drop_row(mrow, &dr, vrows, b, h, t, c0, nv, T);
+            if (vrows)
+              vrows->mul((float *)row, (const float *)mrow, (size_t)nv);
+            else
+              for (int j = 0; j < nv; j++) row[j] *= mrow[j];
           }
           if (nv < n) memset(row + nv, 0, sizeof(real) * (size_t)(n - nv));
         }
@@ -338,9 +360,15 @@ static void backward_ld(real *dq, real *dk, real *dv, real *scratch, const real 
               vrows->exp_scale((float *)prow, (const float *)prow, (float)lb[t], 1.0f, (size_t)nv);
             else
               for (int j = 0; j < nv; j++) prow[j] = real_exp(prow[j] - lb[t]);
-            if (dr.d) {
+            if (dr.d && vrows) { /* the loop below in three passes: the same operations */
               real mrow[ATTENTION_KEYS];
-              drop_row(mrow, &dr, b, h, t, c0, nv, T);
+              drop_row(mrow, &dr, vrows, b, h, t, c0, nv, T);
+              vrows->mul((float *)srow, (const float *)mrow, (size_t)nv);
+              for (int j = 0; j < nv; j++) srow[j] = prow[j] * (srow[j] - Dt);
+              vrows->mul((float *)prow, (const float *)mrow, (size_t)nv);
+            } else if (dr.d) {
+              real mrow[ATTENTION_KEYS];
+              drop_row(mrow, &dr, vrows, b, h, t, c0, nv, T);
               for (int j = 0; j < nv; j++) {
                 const real mij = mrow[j];
                 srow[j] = prow[j] * (srow[j] * mij - Dt);

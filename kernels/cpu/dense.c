@@ -68,24 +68,71 @@ void encoder_backward(real *dwte, const real *dout, const int *tokens, int BT, i
   }
 }
 
-/* 1 / sqrt(mean(x²) + eps) of one row, the sum in double. */
-static real row_rstd(const real *x, int C, real eps)
+/* The row sums below run ROW_GROUP rows side by side: each row's sum is still one chain of adds
+ * in column order (the single-row loop's bits, whatever the grouping or the thread count), but
+ * the rows' chains overlap instead of each add waiting on the one before it. */
+enum { ROW_GROUP = 8 };
+
+/* Σ_c x_c² in double of each of `rows` ≤ ROW_GROUP rows of C elements, one after another. */
+static void group_sumsq(double *ss, const real *x, int rows, int C)
 {
-  double ss = 0.0;
-  for (int c = 0; c < C; c++) ss += (double)x[c] * x[c];
-  return (real)(1.0 / sqrt(ss / C + eps));
+  double s[ROW_GROUP] = { 0 };
+  if (rows == ROW_GROUP) {
+    for (int c = 0; c < C; c++)
+      for (int j = 0; j < ROW_GROUP; j++) {
+        const double v = x[(size_t)j * C + c];
+        s[j] += v * v;
+      }
+  } else {
+    for (int j = 0; j < rows; j++)
+      for (int c = 0; c < C; c++) {
+        const double v = x[(size_t)j * C + c];
+        s[j] += v * v;
+      }
+  }
+  for (int j = 0; j < rows; j++) ss[j] = s[j];
 }
+
+/* Σ_c d_c · w_c · x_c in double (multiplied in that order) of each of `rows` ≤ ROW_GROUP rows. */
+static void group_dot(double *dot, const real *d, const real *w, const real *x, int rows, int C)
+{
+  double s[ROW_GROUP] = { 0 };
+  if (rows == ROW_GROUP) {
+    for (int c = 0; c < C; c++) {
+      const double wc = w[c];
+      for (int j = 0; j < ROW_GROUP; j++)
+        s[j] += (double)d[(size_t)j * C + c] * wc * x[(size_t)j * C + c];
+    }
+  } else {
+    for (int j = 0; j < rows; j++)
+      for (int c = 0; c < C; c++) s[j] += (double)d[(size_t)j * C + c] * w[c] * x[(size_t)j * C + c];
+  }
+  for (int j = 0; j < rows; j++) dot[j] = s[j];
+}
+
+/* 1 / sqrt(mean(x²) + eps) of each of `rows` ≤ ROW_GROUP rows. */
+static void group_rstd(real *r, const real *x, int rows, int C, real eps)
+{
+  double ss[ROW_GROUP];
+  group_sumsq(ss, x, rows, C);
+  for (int j = 0; j < rows; j++) r[j] = (real)(1.0 / sqrt(ss[j] / C + eps));
+}
+
+#define N_GROUPS(BT) (((BT) + ROW_GROUP - 1) / ROW_GROUP)
+#define GROUP_ROWS(BT, g) ((BT) - (g) * ROW_GROUP < ROW_GROUP ? (BT) - (g) * ROW_GROUP : ROW_GROUP)
 
 void rmsnorm_forward(real *out, real *rstd, const real *inp, const real *weight,
                      int BT, int C, real eps)
 {
 #pragma omp parallel for
-  for (int bt = 0; bt < BT; bt++) {
-    const real *x = inp + (size_t)bt * C;
-    real *o = out + (size_t)bt * C;
-    const real r = row_rstd(x, C, eps);
-    for (int c = 0; c < C; c++) o[c] = x[c] * r * weight[c];
-    rstd[bt] = r;
+  for (int g = 0; g < N_GROUPS(BT); g++) {
+    const int bt0 = g * ROW_GROUP, rows = GROUP_ROWS(BT, g);
+    group_rstd(rstd + bt0, inp + (size_t)bt0 * C, rows, C, eps);
+    for (int bt = bt0; bt < bt0 + rows; bt++) {
+      const real *x = inp + (size_t)bt * C, r = rstd[bt];
+      real *o = out + (size_t)bt * C;
+      for (int c = 0; c < C; c++) o[c] = x[c] * r * weight[c];
+    }
   }
 }
 
@@ -95,12 +142,14 @@ void rmsnorm_forward_bf16(bf16 *out, real *rstd, const real *inp, const real *we
                           int C, real eps)
 {
 #pragma omp parallel for
-  for (int bt = 0; bt < BT; bt++) {
-    const real *x = inp + (size_t)bt * C;
-    bf16 *o = out + (size_t)bt * C;
-    const real r = row_rstd(x, C, eps);
-    for (int c = 0; c < C; c++) o[c] = bf16_from_float(x[c] * r * weight[c]);
-    rstd[bt] = r;
+  for (int g = 0; g < N_GROUPS(BT); g++) {
+    const int bt0 = g * ROW_GROUP, rows = GROUP_ROWS(BT, g);
+    group_rstd(rstd + bt0, inp + (size_t)bt0 * C, rows, C, eps);
+    for (int bt = bt0; bt < bt0 + rows; bt++) {
+      const real *x = inp + (size_t)bt * C, r = rstd[bt];
+      bf16 *o = out + (size_t)bt * C;
+      for (int c = 0; c < C; c++) o[c] = bf16_from_float(x[c] * r * weight[c]);
+    }
   }
 }
 #endif
@@ -123,13 +172,17 @@ void rmsnorm_backward(real *dinp, real *dweight, const real *dout, const real *i
   /* y_c = g_c x_c r with r = (mean(x²) + eps)^(-1/2), dr/dx_j = −r³ x_j / C:
    * dx_j = r g_j dy_j − (r³ / C) x_j Σ_c dy_c g_c x_c. */
 #pragma omp parallel for
-  for (int bt = 0; bt < BT; bt++) {
-    const real *x = inp + (size_t)bt * C, *d = dout + (size_t)bt * C;
-    real *dx = dinp + (size_t)bt * C;
-    double r = rstd[bt], dot = 0.0;
-    for (int c = 0; c < C; c++) dot += (double)d[c] * weight[c] * x[c];
-    real k = (real)(r * r * r * dot / C);
-    for (int c = 0; c < C; c++) dx[c] = (real)r * weight[c] * d[c] - k * x[c];
+  for (int g = 0; g < N_GROUPS(BT); g++) {
+    const int bt0 = g * ROW_GROUP, rows = GROUP_ROWS(BT, g);
+    double dots[ROW_GROUP];
+    group_dot(dots, dout + (size_t)bt0 * C, weight, inp + (size_t)bt0 * C, rows, C);
+    for (int bt = bt0; bt < bt0 + rows; bt++) {
+      const real *x = inp + (size_t)bt * C, *d = dout + (size_t)bt * C;
+      real *dx = dinp + (size_t)bt * C;
+      double r = rstd[bt], dot = dots[bt - bt0];
+      real k = (real)(r * r * r * dot / C);
+      for (int c = 0; c < C; c++) dx[c] = (real)r * weight[c] * d[c] - k * x[c];
+    }
   }
 }
 

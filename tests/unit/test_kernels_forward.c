@@ -8,8 +8,10 @@
  * integers) are exact in both builds. exp, log, sin and cos count as one rounding each (glibc's
  * are within 0.502 ulp). Every bound is ~1e-6 of the outputs or less in fp32, so a wrong index,
  * term or scale (O(1e-2) or more) fails it. */
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
 #include "kernels.h"
@@ -349,8 +351,59 @@ static void pointwise_forwards_match_hand_computed(void)
   CHECK(memcmp(emb, expect, sizeof emb) == 0);
 }
 
+/* The norms sum several rows side by side; each row must still get the one-row loops' bits (the
+ * sums in column order), whatever BT, here a group of 8 rows and a tail of 5, at 1 and 2 threads;
+ * backward also in place (dinp = dout), as the model calls it. */
+static void rmsnorm_rows_give_the_one_row_loops_bits(void)
+{
+  enum { BT = 13, C = 37 };
+  uint32_t s = 7;
+  real *x = rand_buf(BT * C, &s), *g = rand_buf(C, &s), *d = rand_buf(BT * C, &s);
+  real out[BT * C], rstd[BT], want_out[BT * C], want_rstd[BT];
+  real dx[BT * C], dg[C], want_dx[BT * C], want_dg[C], inplace[BT * C], dg2[C];
+  const real eps = 1e-5f;
+  for (int bt = 0; bt < BT; bt++) {
+    double ss = 0.0;
+    for (int c = 0; c < C; c++) ss += (double)x[bt * C + c] * x[bt * C + c];
+    want_rstd[bt] = (real)(1.0 / sqrt(ss / C + eps));
+    for (int c = 0; c < C; c++) want_out[bt * C + c] = x[bt * C + c] * want_rstd[bt] * g[c];
+  }
+  for (int c = 0; c < C; c++) {
+    double acc = 0.0;
+    for (int bt = 0; bt < BT; bt++) acc += (double)d[bt * C + c] * x[bt * C + c] * want_rstd[bt];
+    want_dg[c] = (real)acc;
+  }
+  for (int bt = 0; bt < BT; bt++) {
+    double r = want_rstd[bt], dot = 0.0;
+    for (int c = 0; c < C; c++) dot += (double)d[bt * C + c] * g[c] * x[bt * C + c];
+    real k = (real)(r * r * r * dot / C);
+    for (int c = 0; c < C; c++) want_dx[bt * C + c] = (real)r * g[c] * d[bt * C + c] - k * x[bt * C + c];
+  }
+  const int threads0 = omp_get_max_threads();
+  for (int threads = 1; threads <= 2; threads++) {
+    omp_set_num_threads(threads);
+    rmsnorm_forward(out, rstd, x, g, BT, C, eps);
+    CHECK(memcmp(rstd, want_rstd, sizeof rstd) == 0);
+    CHECK(memcmp(out, want_out, sizeof out) == 0);
+    memset(dg, 0, sizeof dg);
+    rmsnorm_backward(dx, dg, d, x, g, rstd, BT, C);
+    CHECK(memcmp(dx, want_dx, sizeof dx) == 0);
+    CHECK(memcmp(dg, want_dg, sizeof dg) == 0);
+    memcpy(inplace, d, sizeof inplace);
+    memset(dg2, 0, sizeof dg2);
+    rmsnorm_backward(inplace, dg2, inplace, x, g, rstd, BT, C);
+    CHECK(memcmp(inplace, want_dx, sizeof inplace) == 0);
+    CHECK(memcmp(dg2, want_dg, sizeof dg2) == 0);
+  }
+  omp_set_num_threads(threads0);
+  free(x);
+  free(g);
+  free(d);
+}
+
 TEST_MAIN(TEST(rmsnorm_forward_matches_hand_computed),
           TEST(rmsnorm_forward_matches_double_reference),
+          TEST(rmsnorm_rows_give_the_one_row_loops_bits),
           TEST(rope_table_matches_hand_computed_angles),
           TEST(rope_table_with_pos0_equals_rows_of_full_table),
           TEST(rope_forward_matches_hand_computed),
