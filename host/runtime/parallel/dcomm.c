@@ -10,6 +10,11 @@
 #include "runtime/model/alloc.h"
 #include "util/err.h"
 
+/* Returns call's status, issued with d's CUDA stream set for this thread (the comm layer's NCCL
+ * plane), so the operation goes on the stream; the other operations of the thread do not. */
+#define ON_STREAM(d, call) do { comm_stream_set((d)->stream); const int rc_ = (call); comm_stream_set(NULL); \
+  return rc_; } while (0)
+
 const char *dcomm_mode_name(enum dcomm_mode m)
 {
   return m == DCOMM_NCCL ? "nccl" : m == DCOMM_STAGED ? "staged" : "mpi";
@@ -147,12 +152,8 @@ static void owe(struct stage *s, void *dst, size_t back_at, size_t n_back)
 int dcomm_all_reduce(const struct dcomm_mem *d, struct comm_group *g, const void *send, void *recv,
                      size_t n_elems, enum comm_dtype dtype, enum comm_reduce reduce, struct comm_request **req)
 {
-  if (d->mode == DCOMM_NCCL && g) {
-    comm_stream_set(d->stream);
-    const int rc = comm_all_reduce(g, send, recv, n_elems, dtype, reduce, req);
-    comm_stream_set(NULL);
-    return rc;
-  }
+  if (d->mode == DCOMM_NCCL && g)
+    ON_STREAM(d, comm_all_reduce(g, send, recv, n_elems, dtype, reduce, req));
   if (d->mode == DCOMM_DIRECT || !g)
     return comm_all_reduce(g, send, recv, n_elems, dtype, reduce, req);
   const size_t n = n_elems * comm_dtype_size(dtype);
@@ -167,12 +168,8 @@ int dcomm_all_reduce(const struct dcomm_mem *d, struct comm_group *g, const void
 int dcomm_all_gather(const struct dcomm_mem *d, struct comm_group *g, const void *send, void *recv,
                      size_t n_elems, enum comm_dtype dtype, struct comm_request **req)
 {
-  if (d->mode == DCOMM_NCCL && g) {
-    comm_stream_set(d->stream);
-    const int rc = comm_all_gather(g, send, recv, n_elems, dtype, req);
-    comm_stream_set(NULL);
-    return rc;
-  }
+  if (d->mode == DCOMM_NCCL && g)
+    ON_STREAM(d, comm_all_gather(g, send, recv, n_elems, dtype, req));
   if (d->mode == DCOMM_DIRECT || !g)
     return comm_all_gather(g, send, recv, n_elems, dtype, req);
   const size_t n = n_elems * comm_dtype_size(dtype), mine = (size_t)g->rank * n;
@@ -187,12 +184,8 @@ int dcomm_all_gather(const struct dcomm_mem *d, struct comm_group *g, const void
 int dcomm_reduce_scatter(const struct dcomm_mem *d, struct comm_group *g, const void *send, void *recv,
                          size_t n_elems, enum comm_dtype dtype, enum comm_reduce reduce, struct comm_request **req)
 {
-  if (d->mode == DCOMM_NCCL && g) {
-    comm_stream_set(d->stream);
-    const int rc = comm_reduce_scatter(g, send, recv, n_elems, dtype, reduce, req);
-    comm_stream_set(NULL);
-    return rc;
-  }
+  if (d->mode == DCOMM_NCCL && g)
+    ON_STREAM(d, comm_reduce_scatter(g, send, recv, n_elems, dtype, reduce, req));
   if (d->mode == DCOMM_DIRECT || !g)
     return comm_reduce_scatter(g, send, recv, n_elems, dtype, reduce, req);
   const size_t n = n_elems * comm_dtype_size(dtype), whole = (size_t)g->size * n;
@@ -207,12 +200,8 @@ int dcomm_reduce_scatter(const struct dcomm_mem *d, struct comm_group *g, const 
 int dcomm_broadcast(const struct dcomm_mem *d, struct comm_group *g, void *buf, size_t n_elems,
                     enum comm_dtype dtype, int root, struct comm_request **req)
 {
-  if (d->mode == DCOMM_NCCL && g) {
-    comm_stream_set(d->stream);
-    const int rc = comm_broadcast(g, buf, n_elems, dtype, root, req);
-    comm_stream_set(NULL);
-    return rc;
-  }
+  if (d->mode == DCOMM_NCCL && g)
+    ON_STREAM(d, comm_broadcast(g, buf, n_elems, dtype, root, req));
   if (d->mode == DCOMM_DIRECT || !g)
     return comm_broadcast(g, buf, n_elems, dtype, root, req);
   const size_t n = n_elems * comm_dtype_size(dtype);
@@ -229,12 +218,8 @@ int dcomm_broadcast(const struct dcomm_mem *d, struct comm_group *g, void *buf, 
 int dcomm_send(const struct dcomm_mem *d, struct comm_group *g, const void *buf, size_t n_elems,
                enum comm_dtype dtype, int peer, struct comm_request **req)
 {
-  if (d->mode == DCOMM_NCCL && g) {
-    comm_stream_set(d->stream);
-    const int rc = comm_send(g, buf, n_elems, dtype, peer, req);
-    comm_stream_set(NULL);
-    return rc;
-  }
+  if (d->mode == DCOMM_NCCL && g)
+    ON_STREAM(d, comm_send(g, buf, n_elems, dtype, peer, req));
   if (d->mode == DCOMM_DIRECT || !g)
     return comm_send(g, buf, n_elems, dtype, peer, req);
   const size_t n = n_elems * comm_dtype_size(dtype);
@@ -248,12 +233,8 @@ int dcomm_send(const struct dcomm_mem *d, struct comm_group *g, const void *buf,
 int dcomm_recv(const struct dcomm_mem *d, struct comm_group *g, void *buf, size_t n_elems,
                enum comm_dtype dtype, int peer, struct comm_request **req)
 {
-  if (d->mode == DCOMM_NCCL && g) {
-    comm_stream_set(d->stream);
-    const int rc = comm_recv(g, buf, n_elems, dtype, peer, req);
-    comm_stream_set(NULL);
-    return rc;
-  }
+  if (d->mode == DCOMM_NCCL && g)
+    ON_STREAM(d, comm_recv(g, buf, n_elems, dtype, peer, req));
   if (d->mode == DCOMM_DIRECT || !g)
     return comm_recv(g, buf, n_elems, dtype, peer, req);
   const size_t n = n_elems * comm_dtype_size(dtype);
@@ -268,12 +249,8 @@ int dcomm_all_to_all_v(const struct dcomm_mem *d, struct comm_group *g, const vo
                        const size_t *send_counts, void *recv, const size_t *recv_counts,
                        enum comm_dtype dtype, struct comm_request **req)
 {
-  if (d->mode == DCOMM_NCCL && g) {
-    comm_stream_set(d->stream);
-    const int rc = comm_all_to_all_v(g, send, send_counts, recv, recv_counts, dtype, req);
-    comm_stream_set(NULL);
-    return rc;
-  }
+  if (d->mode == DCOMM_NCCL && g)
+    ON_STREAM(d, comm_all_to_all_v(g, send, send_counts, recv, recv_counts, dtype, req));
   if (d->mode == DCOMM_DIRECT || !g || !send_counts || !recv_counts)
     return comm_all_to_all_v(g, send, send_counts, recv, recv_counts, dtype, req);
   size_t ns = 0, nr = 0;
