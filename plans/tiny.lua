@@ -1,8 +1,10 @@
 -- A ~1M-parameter Llama that learns 3-digit addition on 2 CPU cores in a few minutes.
 -- The default training example: `tycho run plans/tiny.lua`. Byte-level tokens (the token id
 -- is the byte value), so the vocabulary only needs to cover "0-9 + = \n".
--- Measured on 2 cores (AMD EPYC, quiet): 98.6% exact-match on 1024 held-out sums after 6000
--- steps in 3m42s (98.5% in 1m57s with precision.compute = "bf16"; under OpenBLAS's Cooperlake
+-- Measured on 2 cores (AMD EPYC, quiet): 98.0% exact-match on 1024 held-out sums after 6000
+-- steps in 4m53s (2026-12-03, with the short OpenMP spin that shares a busy machine; 98.6% in
+-- 3m42s with the attention before and threads that spun; 98.5% in 1m57s with
+-- precision.compute = "bf16", measured then; under OpenBLAS's Cooperlake
 -- kernel 99.3% and 98.4%). The loss sits near 1.56 until the model finds which digits to add
 -- (steps 1000-2000 here; the step moves with the seed and with any change of rounding, and at
 -- 4000 steps the same runs ranged 91.9-99.8%: the 6000 steps leave room past it),
