@@ -359,10 +359,16 @@ static int read_simple_sections(struct reader *r, const struct tbl *root)
   if (compile_open_section(r, root, "export", &t, &present))
     return -1;
   if (present) {
+    int shard_given = 0;
     if (compile_check_fields(r, &t, export_known, "export") || compile_read_field(r, &t, "path", NULL) ||
         compile_read_field(r, &t, "every", NULL) || compile_read_field(r, &t, "format", NULL) ||
-        compile_read_field(r, &t, "shard_mb", NULL))
+        compile_read_field(r, &t, "shard_mb", &shard_given))
       return -1;
+    /* a single file has no shards: the size would be accepted and do nothing */
+    if (shard_given && strcmp(r->p->export_.format, "hf") != 0)
+      return compile_rfail(r, plan_where(r->p, "export.shard_mb"), "export.shard_mb is the shard size of a "
+                           "Hugging Face folder; set export.format = \"hf\", or leave shard_mb out (a %s export "
+                           "is one file)", r->p->export_.format);
     lua_pop(r->L, 1);
   }
 
