@@ -13,6 +13,8 @@
 #                    active    OMP_WAIT_POLICY=active (threads spin between parallel regions)
 #                    passive   OMP_WAIT_POLICY=passive (threads sleep at once)
 #                    spin:N    GOMP_SPINCOUNT=N with OMP_WAIT_POLICY=active (spin N rounds, then sleep)
+#                    fixed:W   W with OMP_NUM_THREADS=nproc: the thread count set by hand, so it does
+#                              not fall while other work uses the CPUs (as before that existed)
 #   --models L     tycho's plans (default "tiny vs_torch"): plans/tiny.lua (150 steps) and
 #                  bench/plans/vs_torch.lua (45 steps), the model PyTorch trains (bench_vs_torch.sh)
 #   --no-torch     leave PyTorch out
@@ -40,13 +42,13 @@ while [ $# -gt 0 ]; do
     --waits) waits=${2:?--waits needs a list}; shift 2 ;;
     --models) models=${2:?--models needs a list}; shift 2 ;;
     --no-torch) torch=0; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "bench_load.sh: unknown argument '$1' (bash bench/bench_load.sh --help)" >&2; exit 2 ;;
   esac
 done
 case "$rounds" in ''|*[!0-9]*|0) echo "bench_load.sh: --rounds must be a positive integer, not '$rounds'" >&2; exit 2 ;; esac
 for w in $waits; do
-  case "$w" in default|active|passive) ;; spin:*[0-9]) ;;
+  case "${w#fixed:}" in default|active|passive) ;; spin:*[0-9]) ;;
     *) echo "bench_load.sh: --waits: '$w' is none of default, active, passive, spin:N" >&2; exit 2 ;; esac
 done
 for m in $models; do
@@ -99,6 +101,7 @@ echo "  $rounds round(s); tycho waits: $waits; models: $models"
 
 wait_env() {
   case "$1" in
+    fixed:*) echo "OMP_NUM_THREADS=$(nproc) $(wait_env "${1#fixed:}")" ;;
     default) ;;
     active|passive) echo "OMP_WAIT_POLICY=$1" ;;
     spin:*) echo "OMP_WAIT_POLICY=active GOMP_SPINCOUNT=${1#spin:}" ;;

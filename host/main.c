@@ -32,6 +32,7 @@
 #include "lua/tycho_module.h"
 #include "tycho_runtime.h"
 #include "runtime/train/threads.h"
+#include "runtime/train/threads_adapt.h"
 #include "runtime/state/ckpt.h"
 #include "runtime/state/manifest.h"
 #include "runtime/train/train.h"
@@ -980,7 +981,11 @@ int main(int argc, char **argv)
     }
     ranks_on_node = comm_local_size();
   }
-  kernels_init_cpu(threads_per_rank(ranks_on_node)); /* worker threads inherit flush-to-zero */
+  const int threads = threads_per_rank(ranks_on_node);
+  kernels_init_cpu(threads); /* worker threads inherit flush-to-zero */
+  /* training (run, repl) follows the CPUs' load between steps; calibrate and rehearse keep theirs */
+  if (argc >= 2 && (strcmp(argv[1], "run") == 0 || strcmp(argv[1], "repl") == 0))
+    threads_adapt_start(threads, threads_adaptable());
   lua_State *L = luaL_newstate();
   if (!L) {
     fprintf(stderr, "%s: cannot create a Lua state: not enough memory\n", progname);

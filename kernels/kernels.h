@@ -13,13 +13,14 @@
 #include "ops.h"
 #include "real.h"
 
-/* Call first thing in main, before any other thread exists. Sets OpenBLAS to 1 thread, turns on
- * flush-to-zero and denormals-are-zero (x86 MXCSR) in the calling thread, then sets OpenBLAS and
- * OpenMP to n_threads, so worker threads created from now on inherit the mode (denormals make
- * sgemm ~100x slower on some CPUs). OpenBLAS (0.3.21) starts its pool when the library loads and
- * never copies MXCSR to it, so the pool only gets the mode if the process was started with
- * OPENBLAS_NUM_THREADS=1. Returns 0, or 1 when OpenBLAS already had more than one thread on
- * entry (its old workers then run without flush-to-zero; the caller may warn). */
+/* Call first thing in main, before any other thread exists. Sets OpenBLAS to 1 thread (for good:
+ * the kernels share each product's row tiles among OpenMP's threads, kernels/cpu/blas.h), turns on
+ * flush-to-zero and denormals-are-zero (x86 MXCSR) in the calling thread, then sets OpenMP to
+ * n_threads, so worker threads created from now on inherit the mode (denormals make sgemm ~100x
+ * slower on some CPUs). OpenBLAS (0.3.21) starts its pool when the library loads and never copies
+ * MXCSR to it, so the process must start with OPENBLAS_NUM_THREADS=1 for no thread to lack the
+ * mode. Returns 0, or 1 when OpenBLAS already had more than one thread on entry (its old workers,
+ * now idle, were made without flush-to-zero; the caller may warn). */
 int kernels_init_cpu(int n_threads);
 /* 1 when the OpenBLAS linked is its OpenMP build: its threads are the OpenMP pool the kernels'
  * loops use (one pool), 0 when it runs a pthread pool of its own. */

@@ -132,20 +132,13 @@ size_t attention_scratch_n_elems(int B, int T, int NH, int NKV, int HS)
   return (size_t)B * per_task * (fwd > bwd ? fwd : bwd);
 }
 
-/* With at least as many tasks as OpenMP threads, run tasks in parallel with single-threaded
- * sgemm; otherwise run them one after another and let OpenBLAS use its threads inside each
- * sgemm. Returns whether the task loop is parallel; *blas_threads keeps the setting to restore. */
-static int tasks_parallel_begin(int n_tasks, int *blas_threads)
+/* With at least as many tasks as OpenMP threads, run the tasks in parallel, each product's
+ * tiles one after another; otherwise run the tasks one after another and share each product's
+ * tiles among the threads (blas.h). Either way every product is the same tiles, so the bits do not
+ * depend on the thread count. */
+static int tasks_parallel(int n_tasks)
 {
-  *blas_threads = openblas_get_num_threads();
-  int parallel = omp_get_max_threads() > 1 && n_tasks >= omp_get_max_threads();
-  if (parallel && *blas_threads > 1) openblas_set_num_threads(1);
-  return parallel;
-}
-
-static void tasks_parallel_end(int parallel, int blas_threads)
-{
-  if (parallel && blas_threads > 1) openblas_set_num_threads(blas_threads);
+  return omp_get_max_threads() > 1 && n_tasks >= omp_get_max_threads();
 }
 
 /* max_j row[j] over n ≥ 1 elements in 8 lanes (vector max instructions). The maximum of a set
@@ -224,7 +217,7 @@ static void forward_ld(real *out, real *lse, real *scratch, const real *q, const
   const real scale = 1.0f / real_sqrt((real)HS);
   const struct drop_at dr = drop_resolve(drop);
   const struct vec_ops *vrows = VEC_FOR_REAL;
-  int blas_threads, parallel = tasks_parallel_begin(B * NH, &blas_threads);
+  const int parallel = tasks_parallel(B * NH);
 #pragma omp parallel for if (parallel)
   for (int task = 0; task < B * NH; task++) {
     const int b = task / NH, h = task % NH, kvh = h / group;
@@ -240,7 +233,7 @@ static void forward_ld(real *out, real *lse, real *scratch, const real *q, const
       real *ob0 = ob + (size_t)r0 * ldo;
       for (int c0 = 0; c0 < r1; c0 += BK) {
         const int c1 = c0 + BK < r1 ? c0 + BK : r1, n = c1 - c0;
-        real_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, HS,
+        gemm_rows(CblasNoTrans, CblasTrans, m, n, HS,
                   scale, qb + (size_t)r0 * ldq, ldq, kb + (size_t)c0 * ldkv, ldkv, 0.0f, S, n);
         for (int t = r0; t < r1; t++) {
           real *row = S + (size_t)(t - r0) * n;
@@ -277,7 +270,7 @@ static void forward_ld(real *out, real *lse, real *scratch, const real *q, const
           }
           if (nv < n) memset(row + nv, 0, sizeof(real) * (size_t)(n - nv));
         }
-        real_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, HS, n,
+        gemm_rows(CblasNoTrans, CblasNoTrans, m, HS, n,
                   1.0f, S, n, vb + (size_t)c0 * ldkv, ldkv, c0 == 0 ? 0.0f : 1.0f, ob0, ldo);
       }
       for (int t = r0; t < r1; t++) {
@@ -288,7 +281,6 @@ static void forward_ld(real *out, real *lse, real *scratch, const real *q, const
       }
     }
   }
-  tasks_parallel_end(parallel, blas_threads);
 }
 
 void attention_forward(real *out, real *lse, real *scratch, const real *q, const real *k,
@@ -317,7 +309,7 @@ static void backward_ld(real *dq, real *dk, real *dv, real *scratch, const real 
   const real scale = 1.0f / real_sqrt((real)HS);
   const struct drop_at dr = drop_resolve(drop);
   const struct vec_ops *vrows = VEC_FOR_REAL;
-  int blas_threads, parallel = tasks_parallel_begin(B * NKV, &blas_threads);
+  const int parallel = tasks_parallel(B * NKV);
 #pragma omp parallel for if (parallel)
   for (int task = 0; task < B * NKV; task++) {
     const int b = task / NKV, kvh = task % NKV;
@@ -347,9 +339,9 @@ static void backward_ld(real *dq, real *dk, real *dv, real *scratch, const real 
         }
         for (int c0 = 0; c0 < r1; c0 += BK) {
           const int c1 = c0 + BK < r1 ? c0 + BK : r1, n = c1 - c0;
-          real_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, HS,
+          gemm_rows(CblasNoTrans, CblasTrans, m, n, HS,
                     scale, qb + (size_t)r0 * ldq, ldq, kb + (size_t)c0 * ldkv, ldkv, 0.0f, P, n);
-          real_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, HS,
+          gemm_rows(CblasNoTrans, CblasTrans, m, n, HS,
                     1.0f, dob + (size_t)r0 * ldo, ldo, vb + (size_t)c0 * ldkv, ldkv, 0.0f, dS, n);
           /* P = exp(s − lse); dP = (dout·vᵀ) ⊙ M; dS = P ⊙ (dP − D); P ⊙ M for dv. */
           for (int t = r0; t < r1; t++) {
@@ -384,18 +376,17 @@ static void backward_ld(real *dq, real *dk, real *dv, real *scratch, const real 
           }
           /* dv[c0:c1] += (P ⊙ M)ᵀ·dout; scores = scale · q·kᵀ: dq[r0:r1] (+)= scale · dS·k,
            * dk[c0:c1] += scale · dSᵀ·q. */
-          real_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, HS, m,
+          gemm_rows(CblasTrans, CblasNoTrans, n, HS, m,
                     1.0f, P, n, dob + (size_t)r0 * ldo, ldo, 1.0f, dvb + (size_t)c0 * ldkv, ldkv);
-          real_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, HS, n,
+          gemm_rows(CblasNoTrans, CblasNoTrans, m, HS, n,
                     scale, dS, n, kb + (size_t)c0 * ldkv, ldkv, c0 == 0 ? 0.0f : 1.0f,
                     dqb + (size_t)r0 * ldq, ldq);
-          real_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, HS, m,
+          gemm_rows(CblasTrans, CblasNoTrans, n, HS, m,
                     scale, dS, n, qb + (size_t)r0 * ldq, ldq, 1.0f, dkb + (size_t)c0 * ldkv, ldkv);
         }
       }
     }
   }
-  tasks_parallel_end(parallel, blas_threads);
 }
 
 void attention_backward(real *dq, real *dk, real *dv, real *scratch, const real *dout,

@@ -1,5 +1,5 @@
-/* Token-wise layers: embedding lookup, RMSNorm, linear (through real_gemm: sgemm, or dgemm in
- * the float64 build) and the residual add. Each row (token) is independent, so rows are split across OpenMP threads; gradients of
+/* Token-wise layers: embedding lookup, RMSNorm, linear (through gemm_rows: sgemm, or dgemm in
+ * the float64 build, in row tiles) and the residual add. Each row (token) is independent, so rows are split across OpenMP threads; gradients of
  * parameters shared by all rows are reduced over column blocks instead, so every thread owns
  * whole columns and the sum order is the same for any thread count. */
 #include "blas.h"
@@ -189,15 +189,15 @@ void rmsnorm_backward(real *dinp, real *dweight, const real *dout, const real *i
 void linear_forward(real *out, const real *inp, const real *weight, int BT, int IC, int OC)
 {
   if (BT == 0 || OC == 0) return;
-  real_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, OC, IC,
-              1.0f, inp, IC, weight, IC, 0.0f, out, OC);
+  gemm_rows(CblasNoTrans, CblasTrans, BT, OC, IC,
+            1.0f, inp, IC, weight, IC, 0.0f, out, OC);
 }
 
 void linear_forward_acc(real *out, const real *inp, const real *weight, int BT, int IC, int OC)
 {
   if (BT == 0 || OC == 0) return;
-  real_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, OC, IC,
-              1.0f, inp, IC, weight, IC, 1.0f, out, OC);
+  gemm_rows(CblasNoTrans, CblasTrans, BT, OC, IC,
+            1.0f, inp, IC, weight, IC, 1.0f, out, OC);
 }
 
 void linear_backward(real *dinp, real *dweight, const real *dout, const real *inp,
@@ -205,10 +205,10 @@ void linear_backward(real *dinp, real *dweight, const real *dout, const real *in
 {
   if (BT == 0) return;
   if (dinp)
-    real_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, IC, OC,
-                1.0f, dout, OC, weight, IC, 0.0f, dinp, IC);
-  real_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, BT,
-              1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
+    gemm_rows(CblasNoTrans, CblasNoTrans, BT, IC, OC,
+              1.0f, dout, OC, weight, IC, 0.0f, dinp, IC);
+  gemm_rows(CblasTrans, CblasNoTrans, OC, IC, BT,
+            1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
 }
 
 void vec_add(real *out, const real *a, const real *b, size_t n_elems)

@@ -2,7 +2,8 @@
  * flush-to-zero. Denormal floats (which appear late in training, in tiny gradients and Adam
  * moments) make sgemm up to ~100x slower on some x86 CPUs; FTZ/DAZ turns them into zeros, as
  * GPUs do anyway. MXCSR is per thread and copied only into threads created afterwards, hence
- * the order: one BLAS thread, set the mode, then grow the pools. */
+ * the order: one BLAS thread, set the mode, then grow OpenMP's pool. OpenBLAS stays on one
+ * thread: the kernels share a product's row tiles among the OpenMP threads themselves (blas.h). */
 #include <cblas.h>
 #include <omp.h>
 
@@ -24,7 +25,6 @@ int kernels_init_cpu(int n_threads)
 #if defined(__x86_64__)
   _mm_setcsr(_mm_getcsr() | 0x8040); /* bit 15 flush-to-zero, bit 6 denormals-are-zero */
 #endif
-  openblas_set_num_threads(n_threads);
   omp_set_num_threads(n_threads);
   return pool_predates_mode;
 }

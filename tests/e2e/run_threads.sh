@@ -3,7 +3,9 @@
 # where from: one thread under `taskset -c 0` ("affinity mask: 1 CPU"), OMP_NUM_THREADS as the
 # explicit override (under taskset too), the whole mask for one rank, the mask shared by two
 # ranks that mpirun did not bind, and one CPU for a rank it bound (a one-layer tiny plan, one step:
-# only the header matters).
+# only the header matters). The weights do not depend on the count: 1, 2 and 3 threads train the
+# same bits; and beside busy processes on its CPUs a run takes fewer threads, says so, and still
+# trains those bits.
 # usage: run_threads.sh TYCHO   (run from the source folder)
 set -u
 tycho=$1
@@ -37,5 +39,37 @@ if [ "$cpus" -ge 2 ]; then
   line=$(printf '%s\n' "$out" | head -1)
   case "$line" in *" bound to this rank)") echo "ok: bound: ${line##*, }" ;;
     *) fail "mpirun --bind-to core: header '$line' does not say the mask is bound to the rank" ;; esac
+fi
+
+tmp=$(mktemp -d /tmp/tycho-threads.XXXXXX)
+busy=()
+cleanup() { local p; for p in "${busy[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$tmp"; }
+trap cleanup EXIT
+short=(run plans/tiny.lua --set model.n_layers=2 --set train.eval_every=0 --set train.eval_batches=1)
+for t in 1 2 3; do
+  out=$(OMP_NUM_THREADS=$t timeout 100 "$tycho" "${short[@]}" --set train.steps=6 --set export.path="$tmp/w$t.bin" 2>&1) ||
+    fail "OMP_NUM_THREADS=$t: $out"
+done
+cmp -s "$tmp/w1.bin" "$tmp/w2.bin" || fail "2 threads trained other weights than 1"
+cmp -s "$tmp/w1.bin" "$tmp/w3.bin" || fail "3 threads trained other weights than 1"
+echo "ok: 1, 2 and 3 threads train the same weights"
+
+if [ "$cpus" -ge 2 ]; then
+  # busy processes on this process's CPUs (they inherit its mask): more than the CPUs can hold
+  for _ in $(seq $((cpus + 1))); do yes > /dev/null & busy+=($!); done
+  out=$(timeout 100 "$tycho" "${short[@]}" --set train.steps=150 --set log.every=1000 --set export.path="$tmp/busy.bin" \
+    --set log.metrics="$tmp/busy.jsonl" 2>&1) || fail "beside busy processes: $out"
+  for p in "${busy[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  busy=()
+  printf '%s\n' "$out" | grep -q "^threads: fewer while other programs use this rank's $cpus CPUs" ||
+    fail "the header does not say the count follows the load: $out"
+  printf '%s\n' "$out" | grep -Eq "^step [0-9]+: [0-9]+ threads? from here: other programs are using [0-9.]+ of the $cpus CPUs" ||
+    fail "beside $((cpus + 1)) busy processes the run did not take fewer threads: $out"
+  grep -o '"threads": [0-9]*' "$tmp/busy.jsonl" | awk -v c="$cpus" '$2 < c { f = 1 } END { exit !f }' ||
+    fail "no step of the metrics ran with fewer threads: $(head -3 "$tmp/busy.jsonl")"
+  out=$(OMP_NUM_THREADS=1 timeout 100 "$tycho" "${short[@]}" --set train.steps=150 --set log.every=1000 \
+    --set export.path="$tmp/one.bin" 2>&1) || fail "150 steps on one thread: $out"
+  cmp -s "$tmp/busy.bin" "$tmp/one.bin" || fail "the run whose thread count changed trained other weights than one thread"
+  echo "ok: beside busy processes, steps by thread count:$(grep -o '"threads": [0-9]*' "$tmp/busy.jsonl" | sort | uniq -c | tr -s ' \n' ' '); the same weights as one thread"
 fi
 echo "run_threads: ok"

@@ -2,7 +2,6 @@
 #define _GNU_SOURCE /* sched_getaffinity and the CPU_* macros */
 #include "runtime/train/threads.h"
 
-#include "kernels.h"
 
 #include <math.h>
 #include <sched.h>
@@ -26,13 +25,13 @@ static int env_count(const char *name)
 }
 
 /* How many rounds libgomp's idle threads spin before they sleep (GOMP_SPINCOUNT), where nothing
- * in the environment says. Measured on 2 cores with plans/tiny.lua (host/runtime/README.md,
- * "Threads"): spinning without end (OMP_WAIT_POLICY=active) is the fastest on a quiet machine
- * and starves beside other work (tokens/s down 10-100x: a spinning thread holds the core its
- * partner needs); sleeping at once (passive) shares well and is ~35% slower alone; 300 rounds
- * shares about as well as passive and is ~8% slower than active alone; 1,000 rounds and more
- * lose a third and more under load, 100 much of active's speed. */
-#define THREADS_SPINCOUNT "300"
+ * in the environment says. Measured on 2 cores (host/runtime/README.md, "Threads"): alone, 30,000
+ * rounds (well under a millisecond) run plans/tiny.lua and bench_train's dim-256 model as fast as
+ * spinning without end (OMP_WAIT_POLICY=active), where 300 rounds were 23% and 10% slower (a
+ * thread that sleeps between two regions of a step pays a wake-up at the next). Beside other work
+ * a long spin would hold the core a descheduled partner needs; there the thread count falls to
+ * what the CPUs have free (threads_adapt.h), and one thread has no partner to wait for. */
+#define THREADS_SPINCOUNT "30000"
 
 static const char *plural(long n) { return n == 1 ? "" : "s"; }
 
@@ -185,8 +184,11 @@ double threads_cgroup_quota(const char *root, const char *text)
 }
 
 static char reason[160];
+static int adaptable;
 
 const char *threads_reason(void) { return reason; }
+
+int threads_adaptable(void) { return adaptable; }
 
 int threads_count(void)
 {
@@ -216,6 +218,8 @@ int threads_per_rank(int ranks_on_node)
     text[n] = '\0';
     g.quota_cpus = threads_cgroup_quota("/sys/fs/cgroup", text);
   }
+  /* by hand, or ranks sharing one mask (each would count the others' threads as other work) */
+  adaptable = g.omp_env == 0 && !(g.mask_shared && ranks_on_node > 1);
   return threads_decide(&g, reason, sizeof reason);
 }
 
@@ -224,14 +228,9 @@ void threads_exec_with_settings(char **argv)
   if (getenv("TYCHO_THREAD_SETTINGS"))
     return; /* already re-executed, or the user opted out */
   int changed = 0;
-  /* one pool (OpenBLAS's OpenMP build): spin briefly, then sleep; two pools: passive, or each
-   * pool's spinning starves the other's */
-  if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT")) {
-    if (kernels_blas_shares_openmp_pool())
-      changed |= setenv("GOMP_SPINCOUNT", THREADS_SPINCOUNT, 1) == 0;
-    else
-      changed |= setenv("OMP_WAIT_POLICY", "passive", 1) == 0;
-  }
+  /* OpenBLAS runs on one thread (kernels_init_cpu), so OpenMP's is the only pool in either build */
+  if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT"))
+    changed |= setenv("GOMP_SPINCOUNT", THREADS_SPINCOUNT, 1) == 0;
   if (!getenv("OPENBLAS_NUM_THREADS"))
     changed |= setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0;
   if (changed && setenv("TYCHO_THREAD_SETTINGS", "1", 1) == 0)

@@ -38,18 +38,19 @@ int threads_count(void);
 int threads_per_rank(int ranks_on_node);
 /* Where the last threads_per_rank's count came from, e.g. "affinity mask: 2 CPUs"; "" before. */
 const char *threads_reason(void);
+/* Whether the last threads_per_rank's count may follow the CPUs' load (threads_adapt.h): not when
+ * OMP_NUM_THREADS set it, nor when the node's ranks share one affinity mask. */
+int threads_adaptable(void);
 
 /* libgomp and OpenBLAS read their settings from the environment when they load, before main
  * runs. OpenBLAS starts its pool before kernels_init_cpu can give it flush-to-zero, so where
- * OPENBLAS_NUM_THREADS is unset this sets 1 (kernels_init_cpu then grows OpenBLAS to the thread
- * count). Where OMP_WAIT_POLICY and GOMP_SPINCOUNT are both unset it sets how long an idle
- * thread spins before it sleeps: briefly when OpenBLAS is its OpenMP build (one pool: a region
- * usually starts before the spin ends, and a thread that sleeps gives its core to whatever else
- * the machine runs), and not at all ("passive") when OpenBLAS has a pthread pool of its own (two
- * pools: OpenMP threads spinning after a region take the cores OpenBLAS's threads need next, 4x
- * slower than one thread on 2 cores). Then it re-executes the program once with the same
- * arguments. Call first thing in main, before any thread exists. Returns only when nothing
- * needed doing or exec failed (then the program goes on as it is). */
+ * OPENBLAS_NUM_THREADS is unset this sets 1 (OpenBLAS stays on one thread: the kernels share the
+ * products' tiles among OpenMP's threads). Where OMP_WAIT_POLICY and GOMP_SPINCOUNT are both
+ * unset it sets how long an idle OpenMP thread spins before it sleeps: long enough to span the
+ * gaps between a step's parallel regions (threads_adapt.h takes threads away when other work
+ * wants the cores). Then it re-executes the program once with the same arguments. Call first
+ * thing in main, before any thread exists. Returns only when nothing needed doing or exec failed
+ * (then the program goes on as it is). */
 void threads_exec_with_settings(char **argv);
 
 #endif

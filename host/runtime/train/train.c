@@ -2,6 +2,7 @@
 #include "runtime/train/train.h"
 
 #include <float.h>
+#include <omp.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -17,6 +18,7 @@
 #include "runtime/model/backend.h"
 #include "layout/bill.h"
 #include "runtime/state/ckpt.h"
+#include "runtime/train/threads_adapt.h"
 #include "runtime/model/weights.h"
 #include "runtime/parallel/dcomm.h"
 #include "util/err.h"
@@ -538,6 +540,7 @@ int trainer_step(struct trainer *t, struct train_step_stats *stats, char *err, s
   struct update u = { t, stats, err, err_size };
   memset(stats, 0, sizeof *stats);
   stats->step = t->step;
+  stats->threads = omp_get_max_threads();
   int rc = 0;
   model_moe_stats_reset(&t->model); /* the sparse layers' routing counts this step's forwards */
   model_bf16_sync(&t->model); /* bf16 models: copies rounded after anything but AdamW wrote weights */
@@ -547,6 +550,8 @@ int trainer_step(struct trainer *t, struct train_step_stats *stats, char *err, s
   if (rc)
     return rc;
   t->step++;
+  /* the kernels' results do not depend on the thread count: fewer while other work holds the CPUs */
+  stats->threads_next = threads_adapt_tick(&stats->others_cpus);
   return 0;
 }
 

@@ -94,6 +94,10 @@ struct train_step_stats {
   double grad_norm;          /* before clipping */
   int skipped;               /* train.max_loss_jump: the step was not applied (a loss spike) */
   double recent_loss;        /* with skipped: the mean of the recent applied steps' losses */
+  int threads;               /* the CPU kernels' threads this step ran with */
+  int threads_next;          /* and the next steps will (threads_adapt.h) */
+  double others_cpus;        /* with threads_next != threads: the CPUs' worth other processes
+                              * used of this rank's CPUs, by which it changed */
 };
 
 

@@ -22,6 +22,7 @@
 #include "runtime/state/manifest.h"
 #include "runtime/train/run_guard.h"
 #include "runtime/train/threads.h"
+#include "runtime/train/threads_adapt.h"
 #include "runtime/train/train.h"
 #include "runtime/train/train_moe.h"
 #include "runtime/train/train_progress.h"
@@ -218,8 +219,8 @@ static int log_step(struct run_log *log, const struct plan *p, const struct trai
   const double tokens_per_sec = (double)p->batch.global * p->batch.seq / step_seconds;
   /* %.17g: every digit of the double, so runs can be compared to 1e-10 (the float64 build) */
   snprintf(line, size, "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, "
-           "\"tokens\": %lld, \"tokens_per_sec\": %.1f, \"elapsed_s\": %.3f%s%s}\n", s->step, s->loss,
-           s->lr, s->grad_norm, tokens, tokens_per_sec, elapsed, s->skipped ? ", \"skipped\": true" : "",
+           "\"tokens\": %lld, \"tokens_per_sec\": %.1f, \"elapsed_s\": %.3f, \"threads\": %d%s%s}\n", s->step,
+           s->loss, s->lr, s->grad_norm, tokens, tokens_per_sec, elapsed, s->threads, s->skipped ? ", \"skipped\": true" : "",
            part);
   int rc = write_metrics_line(log, line, err, n);
   free(line);
@@ -301,6 +302,9 @@ static void print_header(FILE *out, const struct plan *p, const struct trainer *
     fprintf(out, "kernels: the CUDA backend's (cuBLAS)\n");
   else
     fprintf(out, "kernels: %s\n", kernels_cpu_description(cpu, sizeof cpu));
+  if (!t->device.cuda && threads_adapt_on())
+    fprintf(out, "threads: fewer while other programs use this rank's %d CPUs, all again when they are "
+            "free (the results do not depend on the count)\n", threads_adapt_cpus());
   if (p->device != PLAN_DEVICE_CPU) /* where "auto" or "cuda" runs, and why */
     fprintf(out, "device: %s\n", t->device.text);
   if (t->model.bf16) {
@@ -505,6 +509,16 @@ static int run_steps(struct trainer *t, struct run_log *log, struct train_moe *m
     char warnings[1024];
     if (!failed && train_moe_window(moe, s, s + 1 == steps, warnings, sizeof warnings) && log->out) {
       fputs(warnings, log->out);
+      fflush(log->out);
+    }
+    if (st.threads_next != st.threads && st.threads_next > 0 && log->out) {
+      if (st.threads_next < st.threads)
+        fprintf(log->out, "step %lld: %d thread%s from here: other programs are using %.1f of the %d CPU%s this "
+                "rank was given (results do not depend on the thread count)\n", s + 1, st.threads_next,
+                st.threads_next == 1 ? "" : "s", st.others_cpus, threads_adapt_cpus(), threads_adapt_cpus() == 1 ? "" : "s");
+      else
+        fprintf(log->out, "step %lld: %d threads from here: other programs are using %.1f of the %d CPUs\n",
+                s + 1, st.threads_next, st.others_cpus, threads_adapt_cpus());
       fflush(log->out);
     }
     if (st.skipped && log->out) {
