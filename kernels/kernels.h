@@ -25,8 +25,9 @@ int kernels_init_cpu(int n_threads);
 /* 1 when the OpenBLAS linked is its OpenMP build: its threads are the OpenMP pool the kernels'
  * loops use (one pool), 0 when it runs a pthread pool of its own. */
 int kernels_blas_shares_openmp_pool(void);
-/* What runs the CPU kernels, for headers: "avx512 element-wise kernels, OpenBLAS Haswell (OpenMP
- * build)" (the vector path chosen, kernels/cpu/vec.h; OpenBLAS's core type and build). */
+/* What runs the CPU kernels, for headers: "avx512 element-wise kernels, products on oneDNN's sgemm
+ * in row tiles, OpenBLAS Haswell (OpenMP build)" (the vector path chosen, kernels/cpu/vec.h; the
+ * products' engine, kernels/cpu/blas.h; OpenBLAS's core type and build). */
 const char *kernels_cpu_description(char *buf, size_t n);
 
 /* ---- embedding ---------------------------------------------------------------------------- */

@@ -1,5 +1,6 @@
 /* The CPU kernels' matrix product. real_gemm is cblas_sgemm on fp32 and cblas_dgemm in the
- * float64 build (kernels/real.h), called on one thread only; gemm_rows is what the kernels call:
+ * float64 build (kernels/real.h), called on one thread only (oneDNN's sgemm stands in for it in
+ * fp32 where the build has oneDNN, gemm_engine); gemm_rows is what the kernels call:
  * the same arguments, the product cut into row tiles fixed by the shape and the tiles shared
  * among the OpenMP threads. */
 #ifndef TYCHO_KERNELS_CPU_BLAS_H
@@ -13,6 +14,11 @@
 #else
 #define real_gemm cblas_sgemm
 #endif
+
+/* What computes the tiles: "oneDNN's sgemm" (fp32 where the build has oneDNN: ~2x OpenBLAS's
+ * Haswell kernel on the step's shapes, 1.04-1.10x its Cooperlake one), else "OpenBLAS's sgemm"
+ * ("OpenBLAS's dgemm" in the float64 build). TYCHO_GEMM=openblas chooses OpenBLAS. */
+const char *gemm_engine(void);
 
 /* Rows of C per tile for an M-row product: at least 64, a multiple of 16, and at most 64 tiles.
  * A function of M alone, never of the thread count. */

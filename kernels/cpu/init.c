@@ -7,6 +7,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include "blas.h"
 #include "kernels.h"
 #include "real.h"
 #include "vec.h"
@@ -37,7 +38,8 @@ int kernels_blas_shares_openmp_pool(void)
 const char *kernels_cpu_description(char *buf, size_t n)
 {
   const char *isa = REAL_IS_DOUBLE ? "scalar (float64)" : vec_isa_name(vec_current());
-  snprintf(buf, n, "%s element-wise kernels, OpenBLAS %s (%s)", isa, openblas_get_corename(),
+  snprintf(buf, n, "%s element-wise kernels, products on %s in row tiles, OpenBLAS %s (%s)", isa,
+           gemm_engine(), openblas_get_corename(),
            kernels_blas_shares_openmp_pool() ? "OpenMP build" : "pthread build");
   return buf;
 }

@@ -41,6 +41,16 @@ if [ "$cpus" -ge 2 ]; then
     *) fail "mpirun --bind-to core: header '$line' does not say the mask is bound to the rank" ;; esac
 fi
 
+# the products' engine, as the second line of the header says; a wrong TYCHO_GEMM is named
+one=(run plans/tiny.lua --set train.steps=1 --set train.eval_every=0 --set train.eval_batches=1 --set model.n_layers=1)
+out=$(TYCHO_GEMM=openblas timeout 100 "$tycho" "${one[@]}" 2>&1) || fail "TYCHO_GEMM=openblas: $out"
+printf '%s\n' "$out" | grep -q "^kernels: .*, products on OpenBLAS's sgemm in row tiles, " ||
+  fail "TYCHO_GEMM=openblas: the header does not say OpenBLAS computes the products: $out"
+out=$(TYCHO_GEMM=bogus timeout 100 "$tycho" "${one[@]}" 2>&1) || fail "TYCHO_GEMM=bogus: $out"
+printf '%s\n' "$out" | grep -q "^tycho: TYCHO_GEMM=bogus: not one of openblas, onednn; the products use " ||
+  fail "TYCHO_GEMM=bogus is not named: $out"
+echo "ok: TYCHO_GEMM"
+
 tmp=$(mktemp -d /tmp/tycho-threads.XXXXXX)
 busy=()
 cleanup() { local p; for p in "${busy[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$tmp"; }
