@@ -18,14 +18,16 @@
 # torch.autocast("cpu", dtype=torch.bfloat16). tycho bf16 (precision.compute = "bf16": the
 # linears' products in bf16 through oneDNN) is run too, and reported n/a with tycho's message
 # where the build or CPU refuses it (the float64 build, no oneDNN, no AVX-512 BF16 or AMX).
-# Thread settings, n from --threads: tycho gets OMP_NUM_THREADS=n and OPENBLAS_NUM_THREADS=1
-# (what `tycho run` sets for itself, growing OpenBLAS to n once it has started; host/runtime/
-# README.md "Threads"); PyTorch gets torch.set_num_threads(n), OMP_NUM_THREADS=n and
+# Thread settings, n from --threads: tycho gets OMP_NUM_THREADS=n (its count fixed: it does not
+# fall while other programs use the CPUs) and OPENBLAS_NUM_THREADS=1 (what `tycho run` sets for
+# itself: its products run in row tiles shared by the OpenMP threads; host/runtime/README.md
+# "Threads"); PyTorch gets torch.set_num_threads(n), OMP_NUM_THREADS=n and
 # OPENBLAS_NUM_THREADS=n (Debian's torch calls OpenBLAS for fp32 matrix products, oneDNN for bf16).
 # With n > 1 each side runs with OMP_WAIT_POLICY=passive and =active (threads spin between
 # parallel regions) and keeps its faster; the table says which. (Where neither variable is set,
-# tycho sets GOMP_SPINCOUNT=300, a short spin then sleep, and libgomp's own default is a spin of
-# 300,000 rounds; the explicit settings here measure each side at its faster policy.) OPENBLAS_CORETYPE is left as the environment has it, for both sides.
+# tycho sets GOMP_SPINCOUNT=30000, a spin of under a millisecond then sleep, and libgomp's own
+# default is a spin of 300,000 rounds; the explicit settings here measure each side at its faster
+# policy.) OPENBLAS_CORETYPE is left as the environment has it, for both sides.
 # Statistics (torch_bench.py): median = tokens per step / median step time; slow tail = tokens
 # per step / 90th-percentile step time (the 10th percentile of per-step tokens/s); spread =
 # slow tail / median. A benchmark, not a test: nothing here is run by ctest.

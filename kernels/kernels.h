@@ -19,9 +19,18 @@
  * n_threads, so worker threads created from now on inherit the mode (denormals make sgemm ~100x
  * slower on some CPUs). OpenBLAS (0.3.21) starts its pool when the library loads and never copies
  * MXCSR to it, so the process must start with OPENBLAS_NUM_THREADS=1 for no thread to lack the
- * mode. Returns 0, or 1 when OpenBLAS already had more than one thread on entry (its old workers,
- * now idle, were made without flush-to-zero; the caller may warn). */
+ * mode. The OpenMP threads are started here, with the asynchronous signals blocked
+ * (kernels_compute_begin). Returns 0, or 1 when OpenBLAS already had more than one thread on entry
+ * (its old workers, now idle, were made without flush-to-zero; the caller may warn). */
 int kernels_init_cpu(int n_threads);
+/* Around the kernels' work on the calling thread (a step, an evaluation): the asynchronous
+ * signals (all but SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT and SIGSYS) are blocked in
+ * it between begin and end, as they are for good in the OpenMP threads kernels_init_cpu starts;
+ * one caught meanwhile runs its handler on a thread that does not compute, or at end. oneDNN's
+ * jitted code does not survive a handler running on its thread: a process taking signals during
+ * its sgemm had its heap corrupted within seconds (OpenBLAS's did not). Nests; per thread. */
+void kernels_compute_begin(void);
+void kernels_compute_end(void);
 /* 1 when the OpenBLAS linked is its OpenMP build: its threads are the OpenMP pool the kernels'
  * loops use (one pool), 0 when it runs a pthread pool of its own. */
 int kernels_blas_shares_openmp_pool(void);

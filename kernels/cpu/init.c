@@ -6,6 +6,8 @@
  * thread: the kernels share a product's row tiles among the OpenMP threads themselves (blas.h). */
 #include <cblas.h>
 #include <omp.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include "blas.h"
 #include "kernels.h"
@@ -27,7 +29,35 @@ int kernels_init_cpu(int n_threads)
   _mm_setcsr(_mm_getcsr() | 0x8040); /* bit 15 flush-to-zero, bit 6 denormals-are-zero */
 #endif
   omp_set_num_threads(n_threads);
+  /* the pool, started now, inherits the mode and a mask without the asynchronous signals */
+  kernels_compute_begin();
+#pragma omp parallel num_threads(n_threads)
+  {
+    (void)0;
+  }
+  kernels_compute_end();
   return pool_predates_mode;
+}
+
+static _Thread_local int compute_depth;
+static _Thread_local sigset_t compute_saved;
+
+void kernels_compute_begin(void)
+{
+  if (compute_depth++ > 0)
+    return;
+  sigset_t async;
+  sigfillset(&async);
+  static const int synchronous[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS };
+  for (size_t i = 0; i < sizeof synchronous / sizeof synchronous[0]; i++)
+    sigdelset(&async, synchronous[i]);
+  pthread_sigmask(SIG_BLOCK, &async, &compute_saved);
+}
+
+void kernels_compute_end(void)
+{
+  if (compute_depth > 0 && --compute_depth == 0)
+    pthread_sigmask(SIG_SETMASK, &compute_saved, NULL);
 }
 
 int kernels_blas_shares_openmp_pool(void)

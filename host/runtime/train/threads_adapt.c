@@ -77,17 +77,11 @@ static struct {
   unsigned long long busy0;
 } st;
 
-static double wall_now(void)
+/* CLOCK_MONOTONIC: the wall; CLOCK_PROCESS_CPUTIME_ID: this process's threads' CPU time */
+static double seconds_on(clockid_t clock)
 {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double own_cpu_now(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  clock_gettime(clock, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -119,8 +113,8 @@ int threads_adapt_start(int max, int enabled)
     return 0;
   st.on = 1;
   st.max = st.n = max;
-  st.wall0 = wall_now();
-  st.own0 = own_cpu_now();
+  st.wall0 = seconds_on(CLOCK_MONOTONIC);
+  st.own0 = seconds_on(CLOCK_PROCESS_CPUTIME_ID);
   return 1;
 }
 
@@ -133,7 +127,7 @@ int threads_adapt_tick(double *others)
   *others = -1.0;
   if (!st.on)
     return omp_get_max_threads();
-  const double wall = wall_now();
+  const double wall = seconds_on(CLOCK_MONOTONIC);
   if (wall - st.wall0 < WINDOW_MS * 1e-3)
     return st.n;
   unsigned long long busy;
@@ -141,7 +135,7 @@ int threads_adapt_tick(double *others)
     st.on = 0; /* the mask changed under us, or /proc went away: keep the count as it is */
     return st.n;
   }
-  const double own = own_cpu_now();
+  const double own = seconds_on(CLOCK_PROCESS_CPUTIME_ID);
   const double span = wall - st.wall0;
   double used = (double)(busy - st.busy0) * st.tick_s - (own - st.own0);
   *others = used > 0.0 ? used / span : 0.0;

@@ -12,6 +12,7 @@
 
 #include "comm/comm.h"
 #include "mesh/mesh.h"
+#include "kernels.h"
 #include "ops.h"
 #include "layout/supported.h"
 #include "runtime/model/alloc.h"
@@ -450,8 +451,10 @@ static double global_loss(struct trainer *t, double loss_sum)
 
 double trainer_forward_backward(struct trainer *t)
 {
+  kernels_compute_begin();
   model_bf16_sync(&t->model);
   const double loss = global_loss(t, exec_step(&t->exec, NULL, NULL, NULL));
+  kernels_compute_end();
   return backend_failed(t) ? NAN : loss;
 }
 
@@ -535,7 +538,17 @@ static int update(void *ctx, double loss_sum)
   return 0;
 }
 
+static int step_once(struct trainer *t, struct train_step_stats *stats, char *err, size_t err_size);
+
 int trainer_step(struct trainer *t, struct train_step_stats *stats, char *err, size_t err_size)
+{
+  kernels_compute_begin(); /* signals are handled elsewhere or after the step (kernels.h) */
+  const int rc = step_once(t, stats, err, err_size);
+  kernels_compute_end();
+  return rc;
+}
+
+static int step_once(struct trainer *t, struct train_step_stats *stats, char *err, size_t err_size)
 {
   struct update u = { t, stats, err, err_size };
   memset(stats, 0, sizeof *stats);
@@ -613,7 +626,16 @@ static int solve_problems(struct trainer *t, uint64_t first, int B)
   return right;
 }
 
+static void eval_once(struct trainer *t, struct train_eval_stats *stats);
+
 void trainer_eval(struct trainer *t, struct train_eval_stats *stats)
+{
+  kernels_compute_begin();
+  eval_once(t, stats);
+  kernels_compute_end();
+}
+
+static void eval_once(struct trainer *t, struct train_eval_stats *stats)
 {
   const struct plan *p = t->plan;
   memset(stats, 0, sizeof *stats);
