@@ -13,7 +13,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
 #include "check.h"
+#include "kernels.h"
 #include "plan/compile.h"
 #include "runtime/train/train.h"
 #include "plan_fixture.h"
@@ -30,6 +33,38 @@ static void on_usr1(int sig)
 }
 
 enum { STEPS = 25 };
+
+/* kernels_init_cpu starts the OpenMP threads with the asynchronous signals blocked, and leaves
+ * the caller's mask as it was (runs first: no parallel region has started a thread before). */
+static void the_pool_starts_with_signals_held(void)
+{
+  sigset_t before, after;
+  pthread_sigmask(SIG_BLOCK, NULL, &before);
+  kernels_init_cpu(3);
+  pthread_sigmask(SIG_BLOCK, NULL, &after);
+  CHECK(sigismember(&before, SIGUSR1) == sigismember(&after, SIGUSR1));
+  CHECK(!sigismember(&after, SIGINT));
+  int held[3] = { -1, -1, -1 };
+#pragma omp parallel num_threads(3)
+  {
+    sigset_t m;
+    pthread_sigmask(SIG_BLOCK, NULL, &m);
+    held[omp_get_thread_num()] = sigismember(&m, SIGINT) && sigismember(&m, SIGTERM) &&
+                                 sigismember(&m, SIGUSR1) && !sigismember(&m, SIGSEGV);
+  }
+  CHECK(held[0] == 0); /* the caller, outside kernels_compute_begin */
+  CHECK_MSG(held[1] == 1 && held[2] == 1, "the pool's threads hold the signals: %d %d", held[1], held[2]);
+  kernels_compute_begin();
+  kernels_compute_begin(); /* nests */
+  kernels_compute_end();
+  sigset_t m;
+  pthread_sigmask(SIG_BLOCK, NULL, &m);
+  CHECK(sigismember(&m, SIGINT));
+  kernels_compute_end();
+  pthread_sigmask(SIG_BLOCK, NULL, &m);
+  CHECK(!sigismember(&m, SIGINT));
+  omp_set_num_threads(1);
+}
 
 /* Trains STEPS steps and an evaluation from the plan's seeds; with `storm`, a child process
  * sends SIGUSR1 to this one all the while. */
@@ -108,4 +143,4 @@ static void a_signal_storm_changes_nothing(void)
   signal(SIGUSR1, SIG_DFL);
 }
 
-TEST_MAIN(TEST(a_signal_storm_changes_nothing))
+TEST_MAIN(TEST(the_pool_starts_with_signals_held), TEST(a_signal_storm_changes_nothing))
