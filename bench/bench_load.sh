@@ -49,7 +49,7 @@ done
 case "$rounds" in ''|*[!0-9]*|0) echo "bench_load.sh: --rounds must be a positive integer, not '$rounds'" >&2; exit 2 ;; esac
 for w in $waits; do
   case "${w#fixed:}" in default|active|passive) ;; spin:*[0-9]) ;;
-    *) echo "bench_load.sh: --waits: '$w' is none of default, active, passive, spin:N" >&2; exit 2 ;; esac
+    *) echo "bench_load.sh: --waits: '$w' is none of default, active, passive, spin:N, each perhaps after fixed:" >&2; exit 2 ;; esac
 done
 for m in $models; do
   case "$m" in tiny|vs_torch) ;; *) echo "bench_load.sh: --models: '$m' is neither tiny nor vs_torch" >&2; exit 2 ;; esac
