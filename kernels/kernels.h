@@ -103,6 +103,25 @@ void attention_forward_qkv(real *out, real *lse, real *scratch, const real *qkv,
 void attention_backward_qkv(real *dqkv, real *scratch, const real *dout, const real *qkv,
                             const real *out, const real *lse, const struct attention_dropout *drop,
                             int B, int T, int NH, int NKV, int HS);
+/* The same with the products on bf16 operands (kernels/cpu/gemm_bf16.h), for the bf16 mode; their
+ * scratch is attention_scratch_n_elems_bf16. */
+size_t attention_scratch_n_elems_bf16(int B, int T, int NH, int NKV, int HS);
+/* What computes their products: "avx512_bf16" (vdpbf16ps) or "scalar" (gemm_bf16_path). */
+const char *attention_bf16_path(void);
+void attention_forward_bf16(real *out, real *lse, real *scratch, const real *q, const real *k,
+                            const real *v, const struct attention_dropout *drop, int B, int T, int NH,
+                            int NKV, int HS);
+void attention_backward_bf16(real *dq, real *dk, real *dv, real *scratch, const real *dout,
+                             const real *q, const real *k, const real *v, const real *out,
+                             const real *lse, const struct attention_dropout *drop, int B, int T,
+                             int NH, int NKV, int HS);
+void attention_forward_qkv_bf16(real *out, real *lse, real *scratch, const real *qkv,
+                                const struct attention_dropout *drop, int B, int T, int NH, int NKV,
+                                int HS);
+void attention_backward_qkv_bf16(real *dqkv, real *scratch, const real *dout, const real *qkv,
+                                 const real *out, const real *lse,
+                                 const struct attention_dropout *drop, int B, int T, int NH, int NKV,
+                                 int HS);
 
 /* ---- SwiGLU ------------------------------------------------------------------------------- */
 void swiglu_forward(real *out, const real *gate, const real *up, size_t n_elems);

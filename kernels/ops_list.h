@@ -8,6 +8,9 @@
  *   KERNEL_OP(ret, op, params, args)       a kernel;
  *   KERNEL_OP_BF16(ret, op, params, args)  a bf16-compute kernel: NULL in a table without bf16
  *                                          (the float64 build's); KERNEL_OP when not defined;
+ *   KERNEL_OP_BF16_OPT(ret, op, params, args)  a bf16-compute kernel a backend may leave NULL
+ *                                          (the CUDA one does): the runtime then calls the fp32
+ *                                          entry it stands for; KERNEL_OP_BF16 when not defined;
  *   KERNEL_BACKEND(ret, op, params, args)  the backend's own service (memory, status), which
  *                                          each backend and each wrapping table writes itself;
  *                                          KERNEL_OP when not defined.
@@ -16,6 +19,9 @@
  * in parentheses (ops.h: KERNEL_UNPACK, KERNEL_RETURN). */
 #ifndef KERNEL_OP_BF16
 #define KERNEL_OP_BF16 KERNEL_OP
+#endif
+#ifndef KERNEL_OP_BF16_OPT
+#define KERNEL_OP_BF16_OPT KERNEL_OP_BF16
 #endif
 #ifndef KERNEL_BACKEND
 #define KERNEL_BACKEND KERNEL_OP
@@ -205,6 +211,30 @@ KERNEL_OP(void, attention_backward_qkv,
           (real *dqkv, real *scratch, const real *dout, const real *qkv, const real *out,
            const real *lse, const struct attention_dropout *drop, int B, int T, int NH, int NKV, int HS),
           (dqkv, scratch, dout, qkv, out, lse, drop, B, T, NH, NKV, HS))
+/* The four above for the bf16 mode: the same walk, softmax and sums, each product's operands
+ * rounded to bf16 (nearest even) and accumulated in fp32; scratch of
+ * attention_scratch_n_elems_bf16 elements. Where a backend has none (NULL), the bf16 mode's
+ * attention runs the fp32 entries. */
+KERNEL_OP_BF16_OPT(size_t, attention_scratch_n_elems_bf16, (int B, int T, int NH, int NKV, int HS),
+                   (B, T, NH, NKV, HS))
+KERNEL_OP_BF16_OPT(void, attention_forward_bf16,
+                   (real *out, real *lse, real *scratch, const real *q, const real *k, const real *v,
+                    const struct attention_dropout *drop, int B, int T, int NH, int NKV, int HS),
+                   (out, lse, scratch, q, k, v, drop, B, T, NH, NKV, HS))
+KERNEL_OP_BF16_OPT(void, attention_backward_bf16,
+                   (real *dq, real *dk, real *dv, real *scratch, const real *dout, const real *q,
+                    const real *k, const real *v, const real *out, const real *lse,
+                    const struct attention_dropout *drop, int B, int T, int NH, int NKV, int HS),
+                   (dq, dk, dv, scratch, dout, q, k, v, out, lse, drop, B, T, NH, NKV, HS))
+KERNEL_OP_BF16_OPT(void, attention_forward_qkv_bf16,
+                   (real *out, real *lse, real *scratch, const real *qkv,
+                    const struct attention_dropout *drop, int B, int T, int NH, int NKV, int HS),
+                   (out, lse, scratch, qkv, drop, B, T, NH, NKV, HS))
+KERNEL_OP_BF16_OPT(void, attention_backward_qkv_bf16,
+                   (real *dqkv, real *scratch, const real *dout, const real *qkv, const real *out,
+                    const real *lse, const struct attention_dropout *drop, int B, int T, int NH,
+                    int NKV, int HS),
+                   (dqkv, scratch, dout, qkv, out, lse, drop, B, T, NH, NKV, HS))
 
 /* ---- SwiGLU ---- */
 /* out = silu(gate) ⊙ up, silu(x) = x · sigmoid(x). All n_elems (BT · F). */
@@ -357,4 +387,5 @@ KERNEL_OP(double, sumsq, (const real *x, size_t n_elems), (x, n_elems))
 
 #undef KERNEL_OP
 #undef KERNEL_OP_BF16
+#undef KERNEL_OP_BF16_OPT
 #undef KERNEL_BACKEND

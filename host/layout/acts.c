@@ -290,7 +290,10 @@ int layout_acts_build(struct acts_layout *a, const struct layout_rank *r, const 
       a->moe_dtopw = carve(work, BT * K);
       a->moe_aux = carve(work, (size_t)B_max);
     }
-    a->attn_scratch = carve(work, kt->attention_scratch_n_elems(kctx, B_max, T_max, NH_max, NH_max, (int)HS));
+    /* the bf16 mode's attention packs its bf16 operands there too, where the backend has it */
+    a->attn_scratch = carve(work, (lowp && kt->attention_scratch_n_elems_bf16 ? kt->attention_scratch_n_elems_bf16
+                                                                              : kt->attention_scratch_n_elems)(
+                                    kctx, B_max, T_max, NH_max, NH_max, (int)HS));
     if (lowp) { /* the widest product output: a fused gate|up's is 2F */
       size_t out_max = widest > Vl ? widest : Vl;
       out_max = any_fused && 2 * F > out_max ? 2 * F : out_max;

@@ -18,6 +18,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "gemm_bf16.h"
 #include "kernels.h"
 #include "philox.h"
 #include "vec.h"
@@ -132,6 +133,65 @@ size_t attention_scratch_n_elems(int B, int T, int NH, int NKV, int HS)
   return (size_t)B * per_task * (fwd > bwd ? fwd : bwd);
 }
 
+/* The bf16 entries' tasks (attention_*_bf16): the same scores, then a pack buffer for the bf16
+ * operands of the task's largest product (gemm_bf16_pack_elems), each part a whole number of
+ * 64-byte lines. The products: q·kᵀ and dout·vᵀ (rows × keys × HS), P·v and dS·k (rows × HS ×
+ * keys), Pᵀ·dout and dSᵀ·q (keys × HS × rows), a block's rows and a chunk's keys at most
+ * min(T, block) and min(T, chunk). */
+static size_t line_up(size_t n_reals)
+{
+  const size_t line = 64 / sizeof(real);
+  return (n_reals + line - 1) / line * line;
+}
+
+static size_t pack_reals(int T, int HS)
+{
+#if REAL_IS_DOUBLE
+  (void)T, (void)HS;
+  return 0;
+#else
+  const int rows = T < ATTENTION_BLOCK ? T : ATTENTION_BLOCK, keys = T < ATTENTION_KEYS ? T : ATTENTION_KEYS;
+  size_t n = gemm_bf16_pack_elems(rows, keys, HS);
+  const size_t pv = gemm_bf16_pack_elems(rows, HS, keys), tr = gemm_bf16_pack_elems(keys, HS, rows);
+  n = pv > n ? pv : n;
+  n = tr > n ? tr : n;
+  return line_up((n * sizeof(bf16) + sizeof(real) - 1) / sizeof(real));
+#endif
+}
+
+static size_t task_stride_bf16(int T, int HS, int n_scores)
+{
+  return line_up((size_t)n_scores * task_scratch(T)) + pack_reals(T, HS);
+}
+
+const char *attention_bf16_path(void)
+{
+  return gemm_bf16_path();
+}
+
+size_t attention_scratch_n_elems_bf16(int B, int T, int NH, int NKV, int HS)
+{
+  const size_t fwd = (size_t)NH * task_stride_bf16(T, HS, 1), bwd = (size_t)NKV * task_stride_bf16(T, HS, 2);
+  return (size_t)B * (fwd > bwd ? fwd : bwd);
+}
+
+/* One product of the attention: in bf16 operands on the task's pack buffer (gemm_bf16) where
+ * pack is given, else in fp32 row tiles (gemm_rows). Either way a result's bits do not depend
+ * on the thread count or on whether the caller is inside a parallel region. */
+static void product(bf16 *pack, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K,
+                    real alpha, const real *A, int lda, const real *B, int ldb, real beta, real *C, int ldc)
+{
+#if !REAL_IS_DOUBLE
+  if (pack) {
+    gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, pack);
+    return;
+  }
+#else
+  (void)pack;
+#endif
+  gemm_rows(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 /* With at least as many tasks as OpenMP threads, run the tasks in parallel, each product's
  * tiles one after another; otherwise run the tasks one after another and share each product's
  * tiles among the threads (blas.h). Either way every product is the same tiles, so the bits do not
@@ -211,7 +271,7 @@ static void drop_row(real *m, const struct drop_at *x, const struct vec_ops *v, 
  * running Σ_j exp(s_ij − m_i) M_ij v_j until a block's keys are all seen. */
 static void forward_ld(real *out, real *lse, real *scratch, const real *q, const real *k,
                        const real *v, int ldq, int ldkv, const struct attention_dropout *drop,
-                       int B, int T, int NH, int NKV, int HS)
+                       int B, int T, int NH, int NKV, int HS, int lowp)
 {
   const int group = NH / NKV, ldo = NH * HS, BK = chunk_keys(T);
   const real scale = 1.0f / real_sqrt((real)HS);
@@ -225,7 +285,8 @@ static void forward_ld(real *out, real *lse, real *scratch, const real *q, const
     const real *kb = k + (size_t)b * T * ldkv + (size_t)kvh * HS;
     const real *vb = v + (size_t)b * T * ldkv + (size_t)kvh * HS;
     real *ob = out + (size_t)b * T * ldo + (size_t)h * HS, *lb = lse + (size_t)task * T;
-    real *S = scratch + (size_t)task * task_scratch(T);
+    real *S = scratch + (size_t)task * (lowp ? task_stride_bf16(T, HS, 1) : task_scratch(T));
+    bf16 *pack = lowp ? (bf16 *)(S + line_up(task_scratch(T))) : NULL;
     real rmax[ATTENTION_BLOCK];
     double rsum[ATTENTION_BLOCK];
     for (int r0 = 0; r0 < T; r0 += ATTENTION_BLOCK) {
@@ -233,8 +294,8 @@ static void forward_ld(real *out, real *lse, real *scratch, const real *q, const
       real *ob0 = ob + (size_t)r0 * ldo;
       for (int c0 = 0; c0 < r1; c0 += BK) {
         const int c1 = c0 + BK < r1 ? c0 + BK : r1, n = c1 - c0;
-        gemm_rows(CblasNoTrans, CblasTrans, m, n, HS,
-                  scale, qb + (size_t)r0 * ldq, ldq, kb + (size_t)c0 * ldkv, ldkv, 0.0f, S, n);
+        product(pack, CblasNoTrans, CblasTrans, m, n, HS,
+                scale, qb + (size_t)r0 * ldq, ldq, kb + (size_t)c0 * ldkv, ldkv, 0.0f, S, n);
         for (int t = r0; t < r1; t++) {
           real *row = S + (size_t)(t - r0) * n;
           const int nv = t + 1 < c1 ? t + 1 - c0 : n; /* keys c0 .. min(c1, t + 1) */
@@ -270,8 +331,8 @@ static void forward_ld(real *out, real *lse, real *scratch, const real *q, const
           }
           if (nv < n) memset(row + nv, 0, sizeof(real) * (size_t)(n - nv));
         }
-        gemm_rows(CblasNoTrans, CblasNoTrans, m, HS, n,
-                  1.0f, S, n, vb + (size_t)c0 * ldkv, ldkv, c0 == 0 ? 0.0f : 1.0f, ob0, ldo);
+        product(pack, CblasNoTrans, CblasNoTrans, m, HS, n,
+                1.0f, S, n, vb + (size_t)c0 * ldkv, ldkv, c0 == 0 ? 0.0f : 1.0f, ob0, ldo);
       }
       for (int t = r0; t < r1; t++) {
         real *orow = ob + (size_t)t * ldo;
@@ -287,7 +348,7 @@ void attention_forward(real *out, real *lse, real *scratch, const real *q, const
                        const real *v, const struct attention_dropout *drop, int B, int T, int NH,
                        int NKV, int HS)
 {
-  forward_ld(out, lse, scratch, q, k, v, NH * HS, NKV * HS, drop, B, T, NH, NKV, HS);
+  forward_ld(out, lse, scratch, q, k, v, NH * HS, NKV * HS, drop, B, T, NH, NKV, HS, 0);
 }
 
 void attention_forward_qkv(real *out, real *lse, real *scratch, const real *qkv,
@@ -296,14 +357,14 @@ void attention_forward_qkv(real *out, real *lse, real *scratch, const real *qkv,
 {
   const int ld = (NH + 2 * NKV) * HS;
   forward_ld(out, lse, scratch, qkv, qkv + (size_t)NH * HS, qkv + (size_t)(NH + NKV) * HS, ld, ld,
-             drop, B, T, NH, NKV, HS);
+             drop, B, T, NH, NKV, HS, 0);
 }
 
 /* As forward_ld: q and dq rows ldq apart, k, v, dk and dv ldkv apart; out and dout packed. */
 static void backward_ld(real *dq, real *dk, real *dv, real *scratch, const real *dout,
                         const real *q, const real *k, const real *v, int ldq, int ldkv,
                         const real *out, const real *lse, const struct attention_dropout *drop,
-                        int B, int T, int NH, int NKV, int HS)
+                        int B, int T, int NH, int NKV, int HS, int lowp)
 {
   const int group = NH / NKV, ldo = NH * HS, BK = chunk_keys(T);
   const real scale = 1.0f / real_sqrt((real)HS);
@@ -317,7 +378,9 @@ static void backward_ld(real *dq, real *dk, real *dv, real *scratch, const real 
     const real *vb = v + (size_t)b * T * ldkv + (size_t)kvh * HS;
     real *dkb = dk + (size_t)b * T * ldkv + (size_t)kvh * HS;
     real *dvb = dv + (size_t)b * T * ldkv + (size_t)kvh * HS;
-    real *P = scratch + (size_t)task * 2 * task_scratch(T), *dS = P + task_scratch(T);
+    real *P = scratch + (size_t)task * (lowp ? task_stride_bf16(T, HS, 2) : 2 * task_scratch(T));
+    real *dS = P + task_scratch(T);
+    bf16 *pack = lowp ? (bf16 *)(P + line_up(2 * task_scratch(T))) : NULL;
     double D[ATTENTION_BLOCK];
     for (int t = 0; t < T; t++) { /* every product below adds into dk and dv */
       memset(dkb + (size_t)t * ldkv, 0, sizeof(real) * (size_t)HS);
@@ -339,10 +402,10 @@ static void backward_ld(real *dq, real *dk, real *dv, real *scratch, const real 
         }
         for (int c0 = 0; c0 < r1; c0 += BK) {
           const int c1 = c0 + BK < r1 ? c0 + BK : r1, n = c1 - c0;
-          gemm_rows(CblasNoTrans, CblasTrans, m, n, HS,
-                    scale, qb + (size_t)r0 * ldq, ldq, kb + (size_t)c0 * ldkv, ldkv, 0.0f, P, n);
-          gemm_rows(CblasNoTrans, CblasTrans, m, n, HS,
-                    1.0f, dob + (size_t)r0 * ldo, ldo, vb + (size_t)c0 * ldkv, ldkv, 0.0f, dS, n);
+          product(pack, CblasNoTrans, CblasTrans, m, n, HS,
+                  scale, qb + (size_t)r0 * ldq, ldq, kb + (size_t)c0 * ldkv, ldkv, 0.0f, P, n);
+          product(pack, CblasNoTrans, CblasTrans, m, n, HS,
+                  1.0f, dob + (size_t)r0 * ldo, ldo, vb + (size_t)c0 * ldkv, ldkv, 0.0f, dS, n);
           /* P = exp(s − lse); dP = (dout·vᵀ) ⊙ M; dS = P ⊙ (dP − D); P ⊙ M for dv. */
           for (int t = r0; t < r1; t++) {
             real *prow = P + (size_t)(t - r0) * n, *srow = dS + (size_t)(t - r0) * n;
@@ -376,13 +439,13 @@ static void backward_ld(real *dq, real *dk, real *dv, real *scratch, const real 
           }
           /* dv[c0:c1] += (P ⊙ M)ᵀ·dout; scores = scale · q·kᵀ: dq[r0:r1] (+)= scale · dS·k,
            * dk[c0:c1] += scale · dSᵀ·q. */
-          gemm_rows(CblasTrans, CblasNoTrans, n, HS, m,
-                    1.0f, P, n, dob + (size_t)r0 * ldo, ldo, 1.0f, dvb + (size_t)c0 * ldkv, ldkv);
-          gemm_rows(CblasNoTrans, CblasNoTrans, m, HS, n,
-                    scale, dS, n, kb + (size_t)c0 * ldkv, ldkv, c0 == 0 ? 0.0f : 1.0f,
-                    dqb + (size_t)r0 * ldq, ldq);
-          gemm_rows(CblasTrans, CblasNoTrans, n, HS, m,
-                    scale, dS, n, qb + (size_t)r0 * ldq, ldq, 1.0f, dkb + (size_t)c0 * ldkv, ldkv);
+          product(pack, CblasTrans, CblasNoTrans, n, HS, m,
+                  1.0f, P, n, dob + (size_t)r0 * ldo, ldo, 1.0f, dvb + (size_t)c0 * ldkv, ldkv);
+          product(pack, CblasNoTrans, CblasNoTrans, m, HS, n,
+                  scale, dS, n, kb + (size_t)c0 * ldkv, ldkv, c0 == 0 ? 0.0f : 1.0f,
+                  dqb + (size_t)r0 * ldq, ldq);
+          product(pack, CblasTrans, CblasNoTrans, n, HS, m,
+                  scale, dS, n, qb + (size_t)r0 * ldq, ldq, 1.0f, dkb + (size_t)c0 * ldkv, ldkv);
         }
       }
     }
@@ -395,7 +458,7 @@ void attention_backward(real *dq, real *dk, real *dv, real *scratch, const real 
                         int NKV, int HS)
 {
   backward_ld(dq, dk, dv, scratch, dout, q, k, v, NH * HS, NKV * HS, out, lse, drop, B, T, NH, NKV,
-              HS);
+              HS, 0);
 }
 
 void attention_backward_qkv(real *dqkv, real *scratch, const real *dout, const real *qkv,
@@ -405,5 +468,42 @@ void attention_backward_qkv(real *dqkv, real *scratch, const real *dout, const r
   const int ld = (NH + 2 * NKV) * HS;
   const size_t k0 = (size_t)NH * HS, v0 = (size_t)(NH + NKV) * HS;
   backward_ld(dqkv, dqkv + k0, dqkv + v0, scratch, dout, qkv, qkv + k0, qkv + v0, ld, ld, out, lse,
-              drop, B, T, NH, NKV, HS);
+              drop, B, T, NH, NKV, HS, 0);
+}
+
+/* The bf16 mode's entries: the same walk, sums and softmax, the products on bf16 operands. */
+void attention_forward_bf16(real *out, real *lse, real *scratch, const real *q, const real *k,
+                            const real *v, const struct attention_dropout *drop, int B, int T, int NH,
+                            int NKV, int HS)
+{
+  forward_ld(out, lse, scratch, q, k, v, NH * HS, NKV * HS, drop, B, T, NH, NKV, HS, 1);
+}
+
+void attention_forward_qkv_bf16(real *out, real *lse, real *scratch, const real *qkv,
+                                const struct attention_dropout *drop, int B, int T, int NH, int NKV,
+                                int HS)
+{
+  const int ld = (NH + 2 * NKV) * HS;
+  forward_ld(out, lse, scratch, qkv, qkv + (size_t)NH * HS, qkv + (size_t)(NH + NKV) * HS, ld, ld,
+             drop, B, T, NH, NKV, HS, 1);
+}
+
+void attention_backward_bf16(real *dq, real *dk, real *dv, real *scratch, const real *dout,
+                             const real *q, const real *k, const real *v, const real *out,
+                             const real *lse, const struct attention_dropout *drop, int B, int T,
+                             int NH, int NKV, int HS)
+{
+  backward_ld(dq, dk, dv, scratch, dout, q, k, v, NH * HS, NKV * HS, out, lse, drop, B, T, NH, NKV,
+              HS, 1);
+}
+
+void attention_backward_qkv_bf16(real *dqkv, real *scratch, const real *dout, const real *qkv,
+                                 const real *out, const real *lse,
+                                 const struct attention_dropout *drop, int B, int T, int NH, int NKV,
+                                 int HS)
+{
+  const int ld = (NH + 2 * NKV) * HS;
+  const size_t k0 = (size_t)NH * HS, v0 = (size_t)(NH + NKV) * HS;
+  backward_ld(dqkv, dqkv + k0, dqkv + v0, scratch, dout, qkv, qkv + k0, qkv + v0, ld, ld, out, lse,
+              drop, B, T, NH, NKV, HS, 1);
 }

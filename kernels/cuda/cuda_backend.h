@@ -91,6 +91,7 @@ extern "C" {
 #endif
 /* ---- the entries (ops_list.h's), cuda_<op>, defined across the .cu files here ---- */
 #define KERNEL_OP(ret, op, params, args) ret cuda_##op(void *ctx, KERNEL_UNPACK params);
+#define KERNEL_OP_BF16_OPT(ret, op, params, args)
 #include "../ops_list.h"
 
 #ifdef __cplusplus

@@ -48,7 +48,7 @@ fi
 "$tycho" run "$plan" "${common[@]}" --set precision.compute=bf16 --set log.metrics="$tmp/bf16.jsonl" \
   --set checkpoint.dir="$tmp/ck" --set checkpoint.every=25 >"$tmp/bf16.out" 2>"$tmp/bf16.err" ||
   fail "the bf16 run failed"
-grep -q '^precision: bf16 products (oneDNN ' "$tmp/bf16.out" || fail "the bf16 run's header does not say bf16"
+grep -q "^precision: bf16 products (the linears' on oneDNN .*, the attention's on tycho's " "$tmp/bf16.out" || fail "the bf16 run's header does not say bf16 (linears and attention)"
 grep -q '^precision: ' "$tmp/fp32.out" && fail "the fp32 run's header says bf16"
 
 # tycho check's bill of the bf16 plan on the CPU is the run's peaks (to the printed 0.1 MiB; the

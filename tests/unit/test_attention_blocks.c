@@ -28,6 +28,7 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "cpu/gemm_bf16.h"
 #include "cpu/vec.h"
 #include "kernels.h"
 #include "philox.h"
@@ -58,6 +59,10 @@ static real *nan_buf(size_t n)
 
 struct ref {
   double *lse, *out, *dq, *dk, *dv;
+  /* Σ |terms| of the products that round P, P ⊙ M or dS to bf16 in the bf16 entries: out_t =
+   * Σ_j (P M)_tj v_j, dv_j = Σ_t (P M)_tj dout_t, dq_t = scale Σ_j dS_tj k_j, dk_j = scale Σ_t
+   * dS_tj q_t */
+  double *mout, *mdq, *mdk, *mdv;
 };
 
 /* The dropout of a case: dropout_mask's numbers for each sample's (NH, T, T) block, and the
@@ -89,7 +94,8 @@ static struct ref reference(const real *q, const real *k, const real *v, const r
   const size_t nq = (size_t)B * T * NH * HS, nkv = (size_t)B * T * NKV * HS, TT = (size_t)T * T;
   struct ref r = { calloc((size_t)B * NH * T, sizeof(double)), calloc(nq, sizeof(double)),
                    calloc(nq, sizeof(double)), calloc(nkv, sizeof(double)),
-                   calloc(nkv, sizeof(double)) };
+                   calloc(nkv, sizeof(double)), calloc(nq, sizeof(double)), calloc(nq, sizeof(double)),
+                   calloc(nkv, sizeof(double)), calloc(nkv, sizeof(double)) };
   double *s = malloc(TT * sizeof(double)), *dS = malloc(TT * sizeof(double));
   double *P = malloc(TT * sizeof(double));
   const double scale = 1.0 / sqrt((double)HS);
@@ -116,10 +122,13 @@ static struct ref reference(const real *q, const real *k, const real *v, const r
       }
       for (int t = 0; t < T; t++)
         for (int i = 0; i < HS; i++) {
-          double o = 0.0;
-          for (int j = 0; j < T; j++)
-            o += P[(size_t)t * T + j] * (M ? M[(size_t)t * T + j] : 1.0) * V(b, j, kvh, i);
+          double o = 0.0, mag = 0.0;
+          for (int j = 0; j < T; j++) {
+            const double term = P[(size_t)t * T + j] * (M ? M[(size_t)t * T + j] : 1.0) * V(b, j, kvh, i);
+            o += term, mag += fabs(term);
+          }
           r.out[(((size_t)b * T + t) * NH + h) * HS + i] = o;
+          r.mout[(((size_t)b * T + t) * NH + h) * HS + i] = mag;
         }
       for (int t = 0; t < T; t++) { /* dA = dout·vᵀ, dP = dA ⊙ M, dS = P ⊙ (dP − Σ P dP) */
         double dot = 0.0;
@@ -140,6 +149,9 @@ static struct ref reference(const real *q, const real *k, const real *v, const r
             r.dq[(((size_t)b * T + t) * NH + h) * HS + i] += g * K(b, j, kvh, i);
             r.dk[(((size_t)b * T + j) * NKV + kvh) * HS + i] += g * Q(b, t, h, i);
             r.dv[(((size_t)b * T + j) * NKV + kvh) * HS + i] += a * DO(b, t, h, i);
+            r.mdq[(((size_t)b * T + t) * NH + h) * HS + i] += fabs(g * K(b, j, kvh, i));
+            r.mdk[(((size_t)b * T + j) * NKV + kvh) * HS + i] += fabs(g * Q(b, t, h, i));
+            r.mdv[(((size_t)b * T + j) * NKV + kvh) * HS + i] += fabs(a * DO(b, t, h, i));
           }
         }
     }
@@ -200,6 +212,113 @@ static void check_case(int B, int T, int NH, int NKV, int HS, int use_mask, int 
   free(q); free(k); free(v); free(dout); free(dc.mask); free(out); free(lse); free(dq);
   free(dk); free(dv); free(scratch);
   free(r.lse); free(r.out); free(r.dq); free(r.dk); free(r.dv);
+  free(r.mout); free(r.mdq); free(r.mdk); free(r.mdv);
+}
+
+#if !REAL_IS_DOUBLE
+/* The bf16 mode's entries (attention_*_bf16): the same walk with each product's operands rounded
+ * to bf16. Here q, k, v and dout are bf16 numbers already (rounded before the call), and
+ * backward is given the reference's out and lse, so what the entries round beyond fp32 is the
+ * probabilities (P ⊙ M, before P·v and Pᵀ·dout) and dS (before dS·k and dSᵀ·q), each to within
+ * 2^-8 of itself (nearest with 8 significant bits: unit roundoff 2^-8). An output that sums such
+ * products is then off by at most 2^-8 · Σ |terms| (the reference's m* sums) beyond fp32
+ * rounding; 2^-6 more of it covers the fp32 error of the P and dS that get rounded and the fp32
+ * sum of up to 1,024 terms (γ_1024 = 2^-14 = 2^-6 · 2^-8). So each element is held to
+ * 2^-8 (1 + 2^-6) Σ|terms| + TOL_UNITS fp32 units of the output's largest; lse, which no
+ * rounded probability reaches, to the fp32 bound alone. The worst seen is printed: a single
+ * dominant term rounded by nearly 2^-8 comes close to the bound, as it may. A fault (a task's pack
+ * buffer shared with another's, a product on the wrong rows) moves outputs by whole terms.
+ * The bits do not depend on the thread count, and they differ from the fp32 entries' (the
+ * rounding happened). */
+static double seen_bf16[5]; /* the worst error of each output as a fraction of its bound */
+
+static void check_case_bf16(int B, int T, int NH, int NKV, int HS, int use_mask)
+{
+  const size_t nq = (size_t)B * T * NH * HS, nkv = (size_t)B * T * NKV * HS, nlse = (size_t)B * NH * T;
+  uint32_t s = 2000u + (uint32_t)(T * 31 + NH * 7 + NKV * 3 + use_mask);
+  real *q = rand_buf(nq, 2, &s), *k = rand_buf(nkv, 2, &s), *v = rand_buf(nkv, 1, &s);
+  real *dout = rand_buf(nq, 1, &s);
+  real *bufs[4] = { q, k, v, dout };
+  const size_t lens[4] = { nq, nkv, nkv, nq };
+  for (int b = 0; b < 4; b++)
+    for (size_t i = 0; i < lens[b]; i++) bufs[b][i] = bf16_to_float(bf16_from_float(bufs[b][i]));
+  struct drop_case dc;
+  drop_case_make(&dc, use_mask, B, T, NH, 0.25f, 99, (uint32_t)T, 2, 0);
+  const struct attention_dropout *drop = use_mask ? &dc.d : NULL;
+  struct ref r = reference(q, k, v, dout, dc.mask, B, T, NH, NKV, HS);
+  real *out_ref = malloc(nq * sizeof(real)), *lse_ref = malloc(nlse * sizeof(real));
+  for (size_t i = 0; i < nq; i++) out_ref[i] = (real)r.out[i];
+  for (size_t i = 0; i < nlse; i++) lse_ref[i] = (real)r.lse[i];
+  real *got[5], *first[5];
+  const size_t sizes[5] = { nlse, nq, nq, nkv, nkv };
+  for (int th = 1; th <= 4; th += 3) {
+    for (int i = 0; i < 5; i++) got[i] = nan_buf(sizes[i]);
+    real *scratch = nan_buf(attention_scratch_n_elems_bf16(B, T, NH, NKV, HS));
+    kernels_init_cpu(th);
+    attention_forward_bf16(got[1], got[0], scratch, q, k, v, drop, B, T, NH, NKV, HS);
+    attention_backward_bf16(got[2], got[3], got[4], scratch, dout, q, k, v, out_ref, lse_ref, drop, B, T, NH,
+                            NKV, HS);
+    kernels_init_cpu(1);
+    free(scratch);
+    if (th == 1) {
+      for (int i = 0; i < 5; i++) first[i] = got[i];
+      continue;
+    }
+    for (int i = 0; i < 5; i++) {
+      CHECK_MSG(memcmp(got[i], first[i], sizes[i] * sizeof(real)) == 0, "bf16 T %d NH %d NKV %d HS %d mask %d: "
+                "output %d differs at 4 threads", T, NH, NKV, HS, use_mask, i);
+      free(got[i]);
+    }
+  }
+  /* the fp32 entries' out differs (beyond one key, P is not 1 and its rounding shows) */
+  if (T >= 7) {
+    real *out32 = nan_buf(nq), *lse32 = nan_buf(nlse), *scr = nan_buf(attention_scratch_n_elems(B, T, NH, NKV, HS));
+    attention_forward(out32, lse32, scr, q, k, v, drop, B, T, NH, NKV, HS);
+    CHECK_MSG(memcmp(out32, first[1], nq * sizeof(real)) != 0, "bf16 T %d: the bf16 entries gave the fp32 bits", T);
+    free(out32), free(lse32), free(scr);
+  }
+  const double *want[5] = { r.lse, r.out, r.dq, r.dk, r.dv }, *mag[5] = { NULL, r.mout, r.mdq, r.mdk, r.mdv };
+  static const char *names[5] = { "lse", "out", "dq", "dk", "dv" };
+  const double tol = TOL_UNITS * (1.0 + DOUBLE_U / REAL_U);
+  for (int o = 0; o < 5; o++) {
+    double size = 0.0;
+    for (size_t i = 0; i < sizes[o]; i++) size = fmax(size, fabs(want[o][i]));
+    double worst = 0.0;
+    size_t at = 0;
+    for (size_t i = 0; i < sizes[o]; i++) {
+      /* an output that cancels to 0 everywhere (dq, dk at T 1) is held in absolute units, as
+       * normwise_units holds it */
+      const double bound = (mag[o] ? 0x1p-8 * (1 + 0x1p-6) * mag[o][i] : 0.0) + tol * REAL_U * (size > 0 ? size : 1);
+      const double err = fabs(first[o][i] - want[o][i]);
+      const double frac = !isfinite(first[o][i]) ? INFINITY : err == 0.0 ? 0.0 : err / bound;
+      if (!(frac <= worst)) worst = frac, at = i;
+    }
+    seen_bf16[o] = fmax(seen_bf16[o], worst);
+    CHECK_MSG(worst <= 1.0, "bf16 T %d NH %d NKV %d HS %d mask %d: %s[%zu] %.9g, reference %.9g: %.3g of its "
+              "bound", T, NH, NKV, HS, use_mask, names[o], at, (double)first[o][at], want[o][at], worst);
+  }
+  for (int i = 0; i < 5; i++) free(first[i]);
+  free(q), free(k), free(v), free(dout), free(dc.mask), free(out_ref), free(lse_ref);
+  free(r.lse), free(r.out), free(r.dq), free(r.dk), free(r.dv), free(r.mout), free(r.mdq), free(r.mdk), free(r.mdv);
+}
+#endif
+
+static void bf16_entries_round_only_the_products(void)
+{
+#if REAL_IS_DOUBLE
+  printf("the float64 build has no bf16 entries\n");
+  CHECK(kernel_ops_cpu.attention_forward_bf16 == NULL);
+#else
+  static const int Ts[] = { 1, 7, 33, 64, 65, 130 };
+  for (size_t i = 0; i < sizeof Ts / sizeof *Ts; i++)
+    for (int use_mask = 0; use_mask < 2; use_mask++) check_case_bf16(2, Ts[i], 4, 2, 16, use_mask);
+  check_case_bf16(1, 513, 2, 1, 32, 1); /* two key chunks */
+  check_case_bf16(1, 65, 1, 1, 12, 0);  /* one task: the products' rows shared by the threads */
+  check_case_bf16(1, 40, 2, 2, 128, 0); /* wide heads */
+  printf("bf16 entries (products on %s): worst error as a fraction of the bound: lse %.3g, out %.3g, "
+         "dq %.3g, dk %.3g, dv %.3g\n", gemm_bf16_path(), seen_bf16[0], seen_bf16[1], seen_bf16[2],
+         seen_bf16[3], seen_bf16[4]);
+#endif
 }
 
 static const int lengths[] = { 1, 7, 31, 32, 33, 63, 64, 65, 130 };
@@ -252,12 +371,13 @@ static void one_head_odd_head_size_matches_full_square_reference(void)
 }
 
 /* The fused q|k|v layout (rows of [q | k | v], kernels/ops.h attention_*_qkv, rope_*_qkv) gives
- * the separate buffers' results bit for bit: the same products on the same numbers, read through
+ * the separate buffers' results bit for bit, in the fp32 and the bf16 entries: the same products on the same numbers, read through
  * another row stride. */
 static void fused_qkv_layout_gives_the_separate_bits(void)
 {
   static const int cases[][5] = { { 2, 33, 4, 2, 8 }, { 1, 130, 4, 4, 16 }, { 3, 7, 6, 1, 4 } };
   uint32_t st = 99;
+  for (int lowp = 0; lowp < (REAL_IS_DOUBLE ? 1 : 2); lowp++) /* and the bf16 entries */
   for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
     for (int use_mask = 0; use_mask < 2; use_mask++) {
       const int B = cases[ci][0], T = cases[ci][1], NH = cases[ci][2], NKV = cases[ci][3], HS = cases[ci][4];
@@ -275,7 +395,11 @@ static void fused_qkv_layout_gives_the_separate_bits(void)
       struct drop_case dc;
       drop_case_make(&dc, 0, B, T, NH, 0.2f, 7, 1, 3, 0);
       const struct attention_dropout *mask = use_mask ? &dc.d : NULL;
+#if REAL_IS_DOUBLE
       const size_t ns = attention_scratch_n_elems(B, T, NH, NKV, HS);
+#else
+      const size_t ns = (lowp ? attention_scratch_n_elems_bf16 : attention_scratch_n_elems)(B, T, NH, NKV, HS);
+#endif
       real *scratch = malloc(ns * sizeof(real)), *out1 = malloc(N * Dq * sizeof(real));
       real *out2 = malloc(N * Dq * sizeof(real)), *p1 = malloc(TT * sizeof(real)), *p2 = malloc(TT * sizeof(real));
       real *dq = malloc(N * Dq * sizeof(real)), *dk = malloc(N * Dkv * sizeof(real));
@@ -283,13 +407,15 @@ static void fused_qkv_layout_gives_the_separate_bits(void)
       rope_forward(q, q, cosT, sinT, B, T, NH, HS);
       rope_forward(k, k, cosT, sinT, B, T, NKV, HS);
       rope_forward_qkv(qkv, cosT, sinT, B, T, NH, NKV, HS);
-      attention_forward(out1, p1, scratch, q, k, v, mask, B, T, NH, NKV, HS);
-      attention_forward_qkv(out2, p2, scratch, qkv, mask, B, T, NH, NKV, HS);
+      (lowp ? attention_forward_bf16 : attention_forward)(out1, p1, scratch, q, k, v, mask, B, T, NH, NKV, HS);
+      (lowp ? attention_forward_qkv_bf16 : attention_forward_qkv)(out2, p2, scratch, qkv, mask, B, T, NH, NKV, HS);
       CHECK(memcmp(out1, out2, N * Dq * sizeof(real)) == 0 && memcmp(p1, p2, TT * sizeof(real)) == 0);
-      attention_backward(dq, dk, dv, scratch, dout, q, k, v, out1, p1, mask, B, T, NH, NKV, HS);
+      (lowp ? attention_backward_bf16 : attention_backward)(dq, dk, dv, scratch, dout, q, k, v, out1, p1, mask, B,
+                                                            T, NH, NKV, HS);
       rope_backward(dq, dq, cosT, sinT, B, T, NH, HS);
       rope_backward(dk, dk, cosT, sinT, B, T, NKV, HS);
-      attention_backward_qkv(dqkv, scratch, dout, qkv, out2, p2, mask, B, T, NH, NKV, HS);
+      (lowp ? attention_backward_qkv_bf16 : attention_backward_qkv)(dqkv, scratch, dout, qkv, out2, p2, mask, B, T,
+                                                                    NH, NKV, HS);
       rope_backward_qkv(dqkv, cosT, sinT, B, T, NH, NKV, HS);
       int same = 1;
       for (size_t t = 0; t < N; t++)
@@ -298,8 +424,8 @@ static void fused_qkv_layout_gives_the_separate_bits(void)
                 !memcmp(dqkv + t * D, dq + t * Dq, Dq * sizeof(real)) &&
                 !memcmp(dqkv + t * D + Dq, dk + t * Dkv, Dkv * sizeof(real)) &&
                 !memcmp(dqkv + t * D + Dq + Dkv, dv + t * Dkv, Dkv * sizeof(real));
-      CHECK_MSG(same, "B %d T %d NH %d NKV %d HS %d mask %d: the fused layout differs", B, T, NH, NKV, HS,
-                use_mask);
+      CHECK_MSG(same, "B %d T %d NH %d NKV %d HS %d mask %d bf16 %d: the fused layout differs", B, T, NH, NKV, HS,
+                use_mask, lowp);
       free(q), free(k), free(v), free(dout), free(qkv), free(cosT), free(sinT), free(scratch);
       free(out1), free(out2), free(p1), free(p2), free(dq), free(dk), free(dv), free(dqkv);
     }
@@ -387,6 +513,7 @@ static void dropout_on_every_simd_path_matches_full_square_reference(void)
 }
 
 TEST_MAIN(TEST(fused_qkv_layout_gives_the_separate_bits),
+          TEST(bf16_entries_round_only_the_products),
           TEST(vector_dropout_draw_gives_the_scalar_numbers),
           TEST(dropout_on_every_simd_path_matches_full_square_reference),
           TEST(multi_head_matches_full_square_reference),

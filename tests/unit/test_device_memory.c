@@ -213,8 +213,13 @@ static void the_device_bill_is_what_the_device_holds(void)
     struct bill checked;
     CHECK_MSG(bill_predict(&gpu, 0, &checked, ebuf, sizeof ebuf) == 0, "%s", ebuf);
     const int B = gpu.batch.micro, T = gpu.batch.seq, NH = gpu.model.n_heads, HS = gpu.model.dim / NH;
-    const double extra = ((double)kernel_ops_cuda.attention_scratch_n_elems(NULL, B, T, NH, NH, HS) -
-                          (double)kernel_ops_cpu.attention_scratch_n_elems(NULL, B, T, NH, NH, HS)) * sizeof(float);
+    /* (the CPU's bf16 mode packs its attention's bf16 operands in its scratch; the CUDA table has
+     * no bf16 attention entries, so its bf16 mode bills the fp32 scratch) */
+    CHECK(kernel_ops_cuda.attention_scratch_n_elems_bf16 == NULL && kernel_ops_cuda.attention_forward_bf16 == NULL);
+    const double cpu_scratch = (double)(lowp ? kernel_ops_cpu.attention_scratch_n_elems_bf16
+                                             : kernel_ops_cpu.attention_scratch_n_elems)(NULL, B, T, NH, NH, HS);
+    const double extra = ((double)kernel_ops_cuda.attention_scratch_n_elems(NULL, B, T, NH, NH, HS) - cpu_scratch) *
+                         sizeof(float);
     CHECK_MSG(checked.bytes[ALLOC_WORKSPACE] - bill.bytes[ALLOC_WORKSPACE] == extra,
               "workspace billed by check %.0f, with the device table %.0f: %.0f apart, the tables' scratch %.0f",
               checked.bytes[ALLOC_WORKSPACE], bill.bytes[ALLOC_WORKSPACE],

@@ -145,16 +145,20 @@ static int uncounted_entry(enum entry e, int lowp, int moe)
     return !moe; /* a dense model has no router */
   const int bf16_entry = e == ENTRY_round_bf16 || e == ENTRY_linear_forward_bf16 ||
                          e == ENTRY_linear_backward_bf16 || e == ENTRY_rmsnorm_forward_bf16 ||
-                         e == ENTRY_swiglu_forward_rows_bf16 || e == ENTRY_adamw_update_bf16;
+                         e == ENTRY_swiglu_forward_rows_bf16 || e == ENTRY_adamw_update_bf16 ||
+                         e == ENTRY_attention_scratch_n_elems_bf16 || e == ENTRY_attention_forward_qkv_bf16 ||
+                         e == ENTRY_attention_backward_qkv_bf16;
   const int fp32_only = e == ENTRY_linear_forward || e == ENTRY_linear_backward ||
-                        e == ENTRY_rmsnorm_forward || e == ENTRY_swiglu_forward_rows;
+                        e == ENTRY_rmsnorm_forward || e == ENTRY_swiglu_forward_rows ||
+                        e == ENTRY_attention_scratch_n_elems || e == ENTRY_attention_forward_qkv ||
+                        e == ENTRY_attention_backward_qkv;
   if (lowp ? fp32_only : bf16_entry)
     return 1;
   if (e == ENTRY_linear_forward_acc || e == ENTRY_linear_forward_acc_bf16)
     return 1; /* the residual folded into o's and down's products runs without dropout only */
   if (e == ENTRY_swiglu_forward || e == ENTRY_swiglu_backward || e == ENTRY_swiglu_forward_bf16 ||
       e == ENTRY_rope_forward || e == ENTRY_rope_backward || e == ENTRY_attention_forward ||
-      e == ENTRY_attention_backward)
+      e == ENTRY_attention_backward || e == ENTRY_attention_forward_bf16 || e == ENTRY_attention_backward_bf16)
     return 1;
   if (e == ENTRY_mem_alloc || e == ENTRY_mem_free || e == ENTRY_copy_rows)
     return 1;

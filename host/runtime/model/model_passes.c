@@ -284,14 +284,14 @@ static void layer_forward_bf16(struct model *m, struct model_acts *a, int layer,
   if (pieces & F_CORE) {
     struct attention_dropout ad;
     const struct attention_dropout *pd = attn_drop(m, a, &ad, layer, d.NHl, T);
-    /* the attention computes in fp32, kept for its backward; o_proj's input is rounded once
-     * from it */
+    /* the attention's products on bf16 operands where the backend has them (its sums, softmax
+     * and output in fp32, kept for its backward); o_proj's input is rounded once from it */
     if (qkv_fused)
-      m->k->attention_forward_qkv(m->kctx, la->atty, la->lse, a->attn_scratch, la->q, pd, B, T,
-                                  d.NHl, d.NKVl, HS);
+      (m->k->attention_forward_qkv_bf16 ? m->k->attention_forward_qkv_bf16 : m->k->attention_forward_qkv)(
+        m->kctx, la->atty, la->lse, a->attn_scratch, la->q, pd, B, T, d.NHl, d.NKVl, HS);
     else
-      m->k->attention_forward(m->kctx, la->atty, la->lse, a->attn_scratch, la->q, la->k, la->v, pd,
-                              B, T, d.NHl, d.NKVl, HS);
+      (m->k->attention_forward_bf16 ? m->k->attention_forward_bf16 : m->k->attention_forward)(
+        m->kctx, la->atty, la->lse, a->attn_scratch, la->q, la->k, la->v, pd, B, T, d.NHl, d.NKVl, HS);
     m->k->round_bf16(m->kctx, la->o_in_b, la->atty, (size_t)N * d.A);
   }
   if ((pieces & F_ATTN_OUT) && !drop) { /* mid = x + o(atty), the add in the product */
@@ -553,15 +553,16 @@ static void layer_backward_bf16(struct model *m, struct model_acts *a, int layer
   struct attention_dropout ad;
   const struct attention_dropout *pd = attn_drop(m, a, &ad, layer, d.NHl, T);
   if (model_qkv_fused(m, layer)) { /* [dq | dk | dv] rows into dq, one product: both gradients */
-    m->k->attention_backward_qkv(m->kctx, a->dq, a->attn_scratch, a->work_c3, la->q, la->atty,
-                                 la->lse, pd, B, T, d.NHl, d.NKVl, HS);
+    (m->k->attention_backward_qkv_bf16 ? m->k->attention_backward_qkv_bf16 : m->k->attention_backward_qkv)(
+      m->kctx, a->dq, a->attn_scratch, a->work_c3, la->q, la->atty, la->lse, pd, B, T, d.NHl, d.NKVl, HS);
     m->k->rope_backward_qkv(m->kctx, a->dq, a->rope_cos, a->rope_sin, B, T, d.NHl, d.NKVl, HS);
     dins[PLAN_MOD_Q] = a->dk;
     lin_bwd_b(m, a, a->dk, g->wq, a->dq, la->ln1_b, wb->wq, N, C, d.A + 2 * d.NKVl * HS);
     norm_input_grads(m, a, y, dins, PLAN_MOD_Q, PLAN_MOD_Q, a->work_c1, a->work_c2);
   } else {
-    m->k->attention_backward(m->kctx, a->dq, a->dk, a->dv, a->attn_scratch, a->work_c3, la->q, la->k,
-                             la->v, la->atty, la->lse, pd, B, T, d.NHl, d.NKVl, HS);
+    (m->k->attention_backward_bf16 ? m->k->attention_backward_bf16 : m->k->attention_backward)(
+      m->kctx, a->dq, a->dk, a->dv, a->attn_scratch, a->work_c3, la->q, la->k, la->v, la->atty,
+      la->lse, pd, B, T, d.NHl, d.NKVl, HS);
     m->k->rope_backward(m->kctx, a->dq, a->dq, a->rope_cos, a->rope_sin, B, T, d.NHl, HS);
     m->k->rope_backward(m->kctx, a->dk, a->dk, a->rope_cos, a->rope_sin, B, T, d.NKVl, HS);
     real *datt_in[3] = { a->dq, a->dk, a->dv }, *wg[3] = { g->wq, g->wk, g->wv };

@@ -311,8 +311,14 @@ static void print_header(FILE *out, const struct plan *p, const struct trainer *
     const char *impl = "?";
     char why[160];
     bf16_matmul_available(&impl, why, sizeof why);
-    fprintf(out, "precision: bf16 products (oneDNN %s) on bf16 copies of the weights and the linears' "
-            "inputs; fp32 master weights, gradients, norms, softmax and residual stream\n", impl);
+    char attn[96];
+    if (t->model.k->attention_forward_bf16)
+      snprintf(attn, sizeof attn, "the attention's on tycho's %s kernel", attention_bf16_path());
+    else
+      snprintf(attn, sizeof attn, "the attention's in fp32 on this backend");
+    fprintf(out, "precision: bf16 products (the linears' on oneDNN %s, %s) on bf16 copies of the weights "
+            "and the linears' inputs; fp32 master weights, gradients, norms, softmax and residual stream\n",
+            impl, attn);
   }
   fprintf(out, "data: %s; init: %s\n", t->data.description,
           p->init.from[0] ? p->init.from : "random (seeds.model)");
