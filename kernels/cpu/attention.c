@@ -59,8 +59,11 @@ static void rope_rotate(real *out, const real *inp, size_t ld, const real *cos_t
 {
   const int half = HS / 2;
   const long n_tokens = (long)B * T;
-  /* Threads take tokens and walk their heads (no division per head row); the simd pragma lets
-   * the in-place call vectorise: iteration i reads and writes elements i and i + half only. */
+  const struct vec_ops *vrows = VEC_FOR_REAL;
+  /* Threads take tokens and walk their heads (no division per head row), each head's row on the
+   * vector layer where it has a path (the same operations: the same bits), else in the loop
+   * below, whose simd pragma lets the in-place call vectorise: iteration i reads and writes
+   * elements i and i + half only. */
 #pragma omp parallel for
   for (long token = 0; token < n_tokens; token++) {
     const size_t t = (size_t)(token % T);
@@ -69,6 +72,10 @@ static void rope_rotate(real *out, const real *inp, size_t ld, const real *cos_t
       const size_t at = (size_t)token * ld + (size_t)h * HS;
       const real *x = inp + at;
       real *y = out + at;
+      if (vrows) {
+        vrows->rope((float *)y, (const float *)x, (const float *)c, (const float *)s, (float)sign, (size_t)half);
+        continue;
+      }
 #pragma omp simd
       for (int i = 0; i < half; i++) {
         real x1 = x[i], x2 = x[i + half], si = sign * s[i];

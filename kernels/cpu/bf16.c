@@ -6,8 +6,9 @@
 
 /* bf16_from_float without a branch, so the compiler vectorises the loop, and built for AVX-512
  * and AVX2 besides the baseline, chosen when the program loads (the same bits on every path:
- * integer operations only). */
-__attribute__((target_clones("arch=skylake-avx512", "avx2", "default")))
+ * integer operations only). The AVX-512 clone is chosen by the feature, not by a CPU model
+ * ("arch=skylake-avx512" was never taken on other AVX-512 CPUs, AMD's among them). */
+__attribute__((target_clones("avx512f", "avx2", "default")))
 static void round_span(bf16 *dst, const float *src, size_t n)
 {
   for (size_t i = 0; i < n; i++) {

@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "kernels.h"
+#include "vec.h"
 
 enum { COLUMN_BLOCK = 64 };
 
@@ -157,7 +158,9 @@ void rmsnorm_forward_bf16(bf16 *out, real *rstd, const real *inp, const real *we
 void rmsnorm_backward(real *dinp, real *dweight, const real *dout, const real *inp,
                       const real *weight, const real *rstd, int BT, int C)
 {
-  /* dweight first: dinp may overwrite dout. dweight[c] += Σ_bt dout · x · rstd. */
+  /* dweight first: dinp may overwrite dout. dweight[c] += Σ_bt dout · x · rstd. Both passes on
+   * the vector layer where it has a path (the same operations, the same bits). */
+  const struct vec_ops *vrows = VEC_FOR_REAL;
   int n_blocks = (C + COLUMN_BLOCK - 1) / COLUMN_BLOCK;
 #pragma omp parallel for
   for (int blk = 0; blk < n_blocks; blk++) {
@@ -165,7 +168,10 @@ void rmsnorm_backward(real *dinp, real *dweight, const real *dout, const real *i
     double acc[COLUMN_BLOCK] = { 0 };
     for (int bt = 0; bt < BT; bt++) {
       const real *x = inp + (size_t)bt * C, *d = dout + (size_t)bt * C;
-      for (int c = c0; c < c1; c++) acc[c - c0] += (double)d[c] * x[c] * rstd[bt];
+      if (vrows)
+        vrows->norm_wgrad(acc, (const float *)d + c0, (const float *)x + c0, rstd[bt], (size_t)(c1 - c0));
+      else
+        for (int c = c0; c < c1; c++) acc[c - c0] += (double)d[c] * x[c] * rstd[bt];
     }
     for (int c = c0; c < c1; c++) dweight[c] += (real)acc[c - c0];
   }
@@ -181,7 +187,11 @@ void rmsnorm_backward(real *dinp, real *dweight, const real *dout, const real *i
       real *dx = dinp + (size_t)bt * C;
       double r = rstd[bt], dot = dots[bt - bt0];
       real k = (real)(r * r * r * dot / C);
-      for (int c = 0; c < C; c++) dx[c] = (real)r * weight[c] * d[c] - k * x[c];
+      if (vrows)
+        vrows->norm_dx((float *)dx, (const float *)weight, (const float *)d, (const float *)x, (float)r, (float)k,
+                       (size_t)C);
+      else
+        for (int c = 0; c < C; c++) dx[c] = (real)r * weight[c] * d[c] - k * x[c];
     }
   }
 }

@@ -91,6 +91,16 @@ struct vec_ops {
   void (*dropout_keep)(float *out, const struct vec_dropout *d, uint64_t e0, size_t n);
   /* x[i] ← x[i] · m[i]. */
   void (*mul)(float *x, const float *m, size_t n);
+  /* RoPE on one head's row (attention.c rope_rotate): with si = sign · s[i],
+   * y[i] = x[i] · c[i] − x[i + half] · si and y[i + half] = x[i + half] · c[i] + x[i] · si, each
+   * product and sum rounded (no FMA), i < half; y may equal x. */
+  void (*rope)(float *y, const float *x, const float *c, const float *s, float sign, size_t half);
+  /* RMSNorm backward's weight-gradient terms of one row (dense.c): acc[i] += ((double)d[i] ·
+   * x[i]) · r, in double. */
+  void (*norm_wgrad)(double *acc, const float *d, const float *x, double r, size_t n);
+  /* RMSNorm backward's input gradient of one row: dx[i] = (r · w[i]) · d[i] − k · x[i], each
+   * operation rounded; dx may equal d. */
+  void (*norm_dx)(float *dx, const float *w, const float *d, const float *x, float r, float k, size_t n);
 };
 
 /* The chosen path's table, NULL for the scalar path. */

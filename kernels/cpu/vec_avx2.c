@@ -382,6 +382,45 @@ static void v_mul(float *x, const float *m, size_t n)
   }
 }
 
+static void v_rope(float *y, const float *x, const float *c, const float *s, float sign, size_t half)
+{
+  const __m256 sg = _mm256_set1_ps(sign);
+  size_t i = 0;
+  for (; i + 8 <= half; i += 8) {
+    const __m256 x1 = _mm256_loadu_ps(x + i), x2 = _mm256_loadu_ps(x + half + i), ci = _mm256_loadu_ps(c + i);
+    const __m256 si = _mm256_mul_ps(sg, _mm256_loadu_ps(s + i));
+    _mm256_storeu_ps(y + i, _mm256_sub_ps(_mm256_mul_ps(x1, ci), _mm256_mul_ps(x2, si)));
+    _mm256_storeu_ps(y + half + i, _mm256_add_ps(_mm256_mul_ps(x2, ci), _mm256_mul_ps(x1, si)));
+  }
+  for (; i < half; i++) { /* the same operations one at a time (-ffp-contract=off) */
+    const float x1 = x[i], x2 = x[i + half], si = sign * s[i];
+    y[i] = x1 * c[i] - x2 * si;
+    y[i + half] = x2 * c[i] + x1 * si;
+  }
+}
+
+static void v_norm_wgrad(double *acc, const float *d, const float *x, double r, size_t n)
+{
+  const __m256d vr = _mm256_set1_pd(r);
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256d p = _mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(d + i)), _mm256_cvtps_pd(_mm_loadu_ps(x + i)));
+    _mm256_storeu_pd(acc + i, _mm256_add_pd(_mm256_loadu_pd(acc + i), _mm256_mul_pd(p, vr)));
+  }
+  for (; i < n; i++) acc[i] += (double)d[i] * x[i] * r;
+}
+
+static void v_norm_dx(float *dx, const float *w, const float *d, const float *x, float r, float k, size_t n)
+{
+  const __m256 vr = _mm256_set1_ps(r), vk = _mm256_set1_ps(k);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 a = _mm256_mul_ps(_mm256_mul_ps(vr, _mm256_loadu_ps(w + i)), _mm256_loadu_ps(d + i));
+    _mm256_storeu_ps(dx + i, _mm256_sub_ps(a, _mm256_mul_ps(vk, _mm256_loadu_ps(x + i))));
+  }
+  for (; i < n; i++) dx[i] = r * w[i] * d[i] - k * x[i];
+}
+
 const struct vec_ops vec_ops_avx2 = {
   .name = "avx2",
   .exp = v_exp,
@@ -396,5 +435,8 @@ const struct vec_ops vec_ops_avx2 = {
   .ce_backward = v_ce_backward,
   .dropout_keep = v_dropout_keep,
   .mul = v_mul,
+  .rope = v_rope,
+  .norm_wgrad = v_norm_wgrad,
+  .norm_dx = v_norm_dx,
 };
 #endif

@@ -301,6 +301,41 @@ static void v_mul(float *x, const float *m, size_t n)
   }
 }
 
+static void v_rope(float *y, const float *x, const float *c, const float *s, float sign, size_t half)
+{
+  const __m512 sg = _mm512_set1_ps(sign);
+  for (size_t i = 0; i < half; i += 16) {
+    const int full = i + 16 <= half;
+    const __mmask16 k = tail_mask(half - i);
+    const __m512 x1 = LOAD(x, i, k, full), x2 = LOAD(x + half, i, k, full), ci = LOAD(c, i, k, full);
+    const __m512 si = _mm512_mul_ps(sg, LOAD(s, i, k, full));
+    STORE(y, i, k, full, _mm512_sub_ps(_mm512_mul_ps(x1, ci), _mm512_mul_ps(x2, si)));
+    STORE(y + half, i, k, full, _mm512_add_ps(_mm512_mul_ps(x2, ci), _mm512_mul_ps(x1, si)));
+  }
+}
+
+static void v_norm_wgrad(double *acc, const float *d, const float *x, double r, size_t n)
+{
+  const __m512d vr = _mm512_set1_pd(r);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m512d p = _mm512_mul_pd(_mm512_cvtps_pd(_mm256_loadu_ps(d + i)), _mm512_cvtps_pd(_mm256_loadu_ps(x + i)));
+    _mm512_storeu_pd(acc + i, _mm512_add_pd(_mm512_loadu_pd(acc + i), _mm512_mul_pd(p, vr)));
+  }
+  for (; i < n; i++) acc[i] += (double)d[i] * x[i] * r;
+}
+
+static void v_norm_dx(float *dx, const float *w, const float *d, const float *x, float r, float k, size_t n)
+{
+  const __m512 vr = _mm512_set1_ps(r), vk = _mm512_set1_ps(k);
+  for (size_t i = 0; i < n; i += 16) {
+    const int full = i + 16 <= n;
+    const __mmask16 m = tail_mask(n - i);
+    const __m512 a = _mm512_mul_ps(_mm512_mul_ps(vr, LOAD(w, i, m, full)), LOAD(d, i, m, full));
+    STORE(dx, i, m, full, _mm512_sub_ps(a, _mm512_mul_ps(vk, LOAD(x, i, m, full))));
+  }
+}
+
 const struct vec_ops vec_ops_avx512 = {
   .name = "avx512",
   .exp = v_exp,
@@ -315,5 +350,8 @@ const struct vec_ops vec_ops_avx512 = {
   .ce_backward = v_ce_backward,
   .dropout_keep = v_dropout_keep,
   .mul = v_mul,
+  .rope = v_rope,
+  .norm_wgrad = v_norm_wgrad,
+  .norm_dx = v_norm_dx,
 };
 #endif

@@ -414,6 +414,74 @@ static void adamw_and_scale_give_the_scalar_bits(void)
   vec_select(VEC_SCALAR);
 }
 
+/* RoPE (forward and backward, separate and fused q|k|v rows, in place and not) and RMSNorm's
+ * backward (its weight gradient and input gradient, dinp in place over dout too) on each path:
+ * the scalar path's bits (the same operations, no FMA), for head sizes whose half is a whole
+ * number of vectors and not, and widths around the 64-column block. */
+static void rope_and_rmsnorm_backward_give_the_scalar_bits(void)
+{
+  static const int heads[][4] = { { 2, 3, 4, 12 }, { 1, 5, 2, 34 }, { 2, 4, 2, 32 }, { 1, 2, 1, 128 } };
+  for (size_t hi = 0; hi < sizeof heads / sizeof *heads; hi++) {
+    const int B = heads[hi][0], T = heads[hi][1], NH = heads[hi][2], HS = heads[hi][3], NKV = NH / 2 ? NH / 2 : 1;
+    const size_t nq = (size_t)B * T * NH * HS, nqkv = (size_t)B * T * (NH + 2 * NKV) * HS;
+    real *cosT = malloc((size_t)T * HS / 2 * sizeof(real)), *sinT = malloc((size_t)T * HS / 2 * sizeof(real));
+    rope_table(cosT, sinT, T, HS, 10000.0, 3);
+    real *x0 = buf(nq, -2, 2), *qkv0 = buf(nqkv, -2, 2);
+    real *ref[4] = { NULL, NULL, NULL, NULL };
+    FOR_EACH_PATH(isa) {
+      real *out = copy(x0, nq), *back = copy(x0, nq), *inpl = copy(x0, nq), *qkv = copy(qkv0, nqkv);
+      rope_forward(out + OFFSET, x0 + OFFSET, cosT, sinT, B, T, NH, HS);
+      rope_backward(back + OFFSET, out + OFFSET, cosT, sinT, B, T, NH, HS);
+      rope_forward(inpl + OFFSET, inpl + OFFSET, cosT, sinT, B, T, NH, HS);
+      CHECK_MSG(memcmp(inpl, out, (nq + OFFSET + 1) * sizeof(real)) == 0, "%s HS %d: rope in place differs",
+                vec_isa_name(isa), HS);
+      rope_forward_qkv(qkv + OFFSET, cosT, sinT, B, T, NH, NKV, HS);
+      rope_backward_qkv(qkv + OFFSET, cosT, sinT, B, T, NH, NKV, HS);
+      real *got[4] = { out, back, inpl, qkv };
+      const size_t n[4] = { nq, nq, nq, nqkv };
+      for (int i = 0; i < 4; i++) {
+        if (isa == VEC_SCALAR)
+          ref[i] = got[i];
+        else {
+          CHECK_MSG(memcmp(got[i], ref[i], (n[i] + OFFSET + 1) * sizeof(real)) == 0, "%s HS %d: rope output %d is "
+                    "not the scalar bits", vec_isa_name(isa), HS, i);
+          free(got[i]);
+        }
+      }
+    }
+    for (int i = 0; i < 4; i++) free(ref[i]);
+    free(cosT), free(sinT), free(x0), free(qkv0);
+  }
+  static const int widths[] = { 1, 7, 16, 64, 65, 200, 256 };
+  for (size_t wi = 0; wi < sizeof widths / sizeof *widths; wi++) {
+    const int C = widths[wi], BT = 11;
+    const size_t n = (size_t)BT * C;
+    real *inp = buf(n, -2, 2), *dout = buf(n, -1, 1), *w = buf((size_t)C, 0.5, 1.5), *rstd = buf((size_t)BT, 0.5, 2);
+    real *ref_dx = NULL, *ref_dw = NULL, *ref_in = NULL;
+    FOR_EACH_PATH(isa) {
+      real *dx = buf(n, 0, 1), *dw = buf((size_t)C, -1, 1), *in = copy(dout, n);
+      memcpy(dw, w, ((size_t)C + OFFSET + 1) * sizeof(real));
+      rmsnorm_backward(dx + OFFSET, dw + OFFSET, dout + OFFSET, inp + OFFSET, w + OFFSET, rstd + OFFSET, BT, C);
+      real *dw2 = copy(w, (size_t)C);
+      rmsnorm_backward(in + OFFSET, dw2 + OFFSET, in + OFFSET, inp + OFFSET, w + OFFSET, rstd + OFFSET, BT, C);
+      CHECK_MSG(memcmp(in + OFFSET, dx + OFFSET, n * sizeof(real)) == 0 && memcmp(dw2, dw, ((size_t)C + OFFSET + 1) *
+                sizeof(real)) == 0, "%s C %d: rmsnorm_backward in place differs", vec_isa_name(isa), C);
+      free(dw2);
+      if (isa == VEC_SCALAR) {
+        ref_dx = dx, ref_dw = dw, ref_in = in;
+      } else {
+        CHECK_MSG(memcmp(dx + OFFSET, ref_dx + OFFSET, n * sizeof(real)) == 0, "%s C %d: dinp not the scalar bits",
+                  vec_isa_name(isa), C);
+        CHECK_MSG(memcmp(dw, ref_dw, ((size_t)C + OFFSET + 1) * sizeof(real)) == 0, "%s C %d: dweight not the "
+                  "scalar bits", vec_isa_name(isa), C);
+        free(dx), free(dw), free(in);
+      }
+    }
+    free(ref_dx), free(ref_dw), free(ref_in), free(inp), free(dout), free(w), free(rstd);
+  }
+  vec_select(VEC_SCALAR);
+}
+
 /* sumsq: squares of floats are exact in double, so the paths differ only in the order of a
  * double sum of n nonnegative terms: each within (n − 1) · DOUBLE_U relative of the exact sum,
  * bound 2 n · DOUBLE_U relative between them. The same bits for 1 and 2 threads on each path
@@ -622,4 +690,5 @@ TEST_MAIN(TEST(the_environment_chooses_the_path),
           TEST(sumsq_paths_agree_to_double_rounding),
           TEST(crossentropy_paths_match_the_scalar_path),
           TEST(crossentropy_backward_gives_the_scalar_bits),
+          TEST(rope_and_rmsnorm_backward_give_the_scalar_bits),
           TEST(the_float64_build_stays_scalar))
