@@ -103,8 +103,9 @@ KERNEL_OP(void, linear_forward_acc,
           (out, inp, weight, BT, IC, OC))
 
 /* ---- bf16 compute (precision.compute = "bf16": docs/design.md, "Kernels and backends") ----
- * The linears' products take bf16 operands and accumulate and write in fp32; everything else
- * (norms, softmax, SwiGLU's math, AdamW, the residual stream, gradients) stays in real (fp32).
+ * The linears' products take bf16 operands and accumulate and write in fp32 (the attention's
+ * products too where the backend has attention_*_bf16, below); everything else (norms, softmax,
+ * SwiGLU's math, AdamW, the residual stream, gradients) stays in real (fp32).
  * The bf16 operands are written once, by the kernel that produces the tensor (the _bf16
  * variants below write what their fp32 twin would have written, rounded to nearest even), and
  * read by every product that uses it. NULL in a table without bf16 (the float64 build). */

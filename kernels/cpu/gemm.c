@@ -95,12 +95,19 @@ void gemm_rows(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, i
    * region: a call made outside one runs with the thread count set to 1 for its duration. */
   const int threads = parallel ? 0 : omp_get_max_threads(), dnnl = tiles_on_dnnl();
   if (threads > 1) omp_set_num_threads(1);
-#pragma omp parallel for schedule(dynamic, 1) if (parallel)
-  for (int t = 0; t < tiles; t++) {
-    const int i = t * tile, m = M - i < tile ? M - i : tile;
-    /* rows i.. of op(A): rows of A, or columns of A when it is transposed */
-    const real *a = ta == CblasNoTrans ? A + (size_t)i * lda : A + i;
-    tile_gemm(dnnl, ta, tb, m, N, K, alpha, a, lda, B, ldb, beta, C + (size_t)i * ldc, ldc);
+  /* rows i.. of op(A): rows of A, or columns of A when it is transposed */
+#define TILE(t)                                                                                      \
+  do {                                                                                               \
+    const int i = (t) * tile, m = M - i < tile ? M - i : tile;                                       \
+    const real *a = ta == CblasNoTrans ? A + (size_t)i * lda : A + i;                                \
+    tile_gemm(dnnl, ta, tb, m, N, K, alpha, a, lda, B, ldb, beta, C + (size_t)i * ldc, ldc);         \
+  } while (0)
+  if (parallel) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int t = 0; t < tiles; t++) TILE(t);
+  } else { /* a plain loop: an inactive parallel region costs a call into the runtime */
+    for (int t = 0; t < tiles; t++) TILE(t);
   }
+#undef TILE
   if (threads > 1) omp_set_num_threads(threads);
 }

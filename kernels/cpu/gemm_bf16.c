@@ -74,10 +74,14 @@ void gemm_bf16(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, i
   }
   /* rows in blocks of 16 shared among the threads when called outside a parallel region */
   const int blocks = (M + 15) / 16;
-#pragma omp parallel for if (blocks > 1 && !omp_in_parallel() && omp_get_max_threads() > 1)
-  for (int blk = 0; blk < blocks; blk++) {
-    const int i = blk * 16, m = M - i < 16 ? M - i : 16;
-    const float *a = ta == CblasNoTrans ? A + (size_t)i * lda : A + i;
-    gemm_bf16_scalar(ta, tb, m, N, K, alpha, a, lda, B, ldb, beta, C + (size_t)i * ldc, ldc);
+  if (blocks > 1 && !omp_in_parallel() && omp_get_max_threads() > 1) {
+#pragma omp parallel for
+    for (int blk = 0; blk < blocks; blk++) {
+      const int i = blk * 16, m = M - i < 16 ? M - i : 16;
+      const float *a = ta == CblasNoTrans ? A + (size_t)i * lda : A + i;
+      gemm_bf16_scalar(ta, tb, m, N, K, alpha, a, lda, B, ldb, beta, C + (size_t)i * ldc, ldc);
+    }
+  } else {
+    gemm_bf16_scalar(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
 }

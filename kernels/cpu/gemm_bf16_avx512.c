@@ -145,6 +145,41 @@ static inline __attribute__((always_inline)) void tile(const int MR, const int N
     }
 }
 
+/* A product's packed operands and its C. */
+struct tiles {
+  int K2;
+  const u32 *ap;
+  size_t rs, ks;
+  const u32 *bp;
+  size_t N16;
+  float alpha, beta;
+  float *C;
+  size_t ldc;
+  int M, N;
+};
+
+/* Tile t of C: rows 8 (t mod row blocks) .., columns 32 (t div row blocks) .. */
+static void one_tile(const struct tiles *w, int t)
+{
+  const int rblocks = (w->M + 7) / 8;
+  const int r0 = (t % rblocks) * 8, j0 = (t / rblocks) * 32;
+  const int mr = w->M - r0 < 8 ? w->M - r0 : 8, ncols = w->N - j0 < 32 ? w->N - j0 : 32;
+  const int nv = w->N16 - (size_t)j0 >= 32 ? 2 : 1;
+  const u32 *a = w->ap + (size_t)r0 * w->rs, *b = w->bp + j0;
+  float *c = w->C + (size_t)r0 * w->ldc + j0;
+#define TILE(mr_)                                                                                   \
+  case mr_:                                                                                         \
+    if (nv == 2)                                                                                    \
+      tile(mr_, 2, w->K2, a, w->rs, w->ks, b, w->N16, w->alpha, w->beta, c, w->ldc, ncols);         \
+    else                                                                                            \
+      tile(mr_, 1, w->K2, a, w->rs, w->ks, b, w->N16, w->alpha, w->beta, c, w->ldc, ncols);         \
+    break;
+  switch (mr) {
+    TILE(8) TILE(7) TILE(6) TILE(5) TILE(4) TILE(3) TILE(2) TILE(1)
+  }
+#undef TILE
+}
+
 void gemm_bf16_avx512(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K,
                       float alpha, const float *A, int lda, const float *B, int ldb, float beta,
                       float *C, int ldc, bf16 *pack)
@@ -168,26 +203,15 @@ void gemm_bf16_avx512(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, i
     pack_transpose(bp, N16, B, ldb, N, K);
 
   /* tiles of 8 rows × 32 columns, column-block major (a block of op(B) stays in cache while the
-   * rows go by); shared among the threads when called outside a parallel region */
-  const int rblocks = (M + 7) / 8, cblocks = (N + 31) / 32, tiles = rblocks * cblocks;
-#pragma omp parallel for schedule(static) if (tiles > 1 && !omp_in_parallel() && omp_get_max_threads() > 1)
-  for (int t = 0; t < tiles; t++) {
-    const int r0 = (t % rblocks) * 8, j0 = (t / rblocks) * 32;
-    const int mr = M - r0 < 8 ? M - r0 : 8, ncols = N - j0 < 32 ? N - j0 : 32;
-    const int nv = N16 - (size_t)j0 >= 32 ? 2 : 1;
-    const u32 *a = ap + (size_t)r0 * rs, *b = bp + j0;
-    float *c = C + (size_t)r0 * ldc + j0;
-#define TILE(mr_)                                                                                   \
-  case mr_:                                                                                         \
-    if (nv == 2)                                                                                    \
-      tile(mr_, 2, K2, a, rs, ks, b, N16, alpha, beta, c, (size_t)ldc, ncols);                      \
-    else                                                                                            \
-      tile(mr_, 1, K2, a, rs, ks, b, N16, alpha, beta, c, (size_t)ldc, ncols);                      \
-    break;
-    switch (mr) {
-      TILE(8) TILE(7) TILE(6) TILE(5) TILE(4) TILE(3) TILE(2) TILE(1)
-    }
-#undef TILE
+   * rows go by); shared among the threads when called outside a parallel region (the attention's
+   * tasks call it inside one: a plain loop then, without the cost of an inactive region) */
+  const struct tiles w = { K2, ap, rs, ks, bp, N16, alpha, beta, C, (size_t)ldc, M, N };
+  const int n_tiles = ((M + 7) / 8) * ((N + 31) / 32);
+  if (n_tiles > 1 && !omp_in_parallel() && omp_get_max_threads() > 1) {
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < n_tiles; t++) one_tile(&w, t);
+  } else {
+    for (int t = 0; t < n_tiles; t++) one_tile(&w, t);
   }
 }
 #else

@@ -31,7 +31,8 @@ static int no_conversion(const struct model *m, enum tp_layout from, enum tp_lay
   return m->tp.size == 1 || tp_convert_op(from, to) == TP_OP_NONE;
 }
 
-/* ---- bf16 compute (precision.compute = "bf16", model.h): the linears' products on bf16 copies.
+/* ---- bf16 compute (precision.compute = "bf16", model.h): the linears' products on bf16 copies,
+ * the attention's on bf16 operands its kernels round where the backend has them (ops_list.h).
  * Tensor parallelism is refused for these models (train.c), so every conversion is no work and
  * each product reads its producer's buffer. A failed product is the step's error, as a failed
  * collective is. */
