@@ -2,7 +2,7 @@
 # plans/tiny.lua as shipped, with precision.compute = "bf16", learns the addition corpus: at least
 # 95% exact match on its 1,024 held-out problems after its 6,000 steps (the bar for the
 # CPU's bf16 mode). Measured 98.5% (OpenBLAS's Haswell kernel) and 98.4% (Cooperlake) in about
-# 2 minutes on 2 cores; where the model finds the digits moves with any change of rounding, so the
+# 2 minutes on 2 cores, and 99.9% (val loss 1.2528) with the attention's products in bf16 too; where the model finds the digits moves with any change of rounding, so the
 # plan trains long enough past it (at 4,000 steps the same runs gave 91.9-99.8%). The float64
 # build refuses bf16, so there this test checks the refusal only.
 # usage: run_tiny_bf16.sh TYCHO   (run from the source folder)
