@@ -351,22 +351,6 @@ static void forward_ld(real *out, real *lse, real *scratch, const real *q, const
   }
 }
 
-void attention_forward(real *out, real *lse, real *scratch, const real *q, const real *k,
-                       const real *v, const struct attention_dropout *drop, int B, int T, int NH,
-                       int NKV, int HS)
-{
-  forward_ld(out, lse, scratch, q, k, v, NH * HS, NKV * HS, drop, B, T, NH, NKV, HS, 0);
-}
-
-void attention_forward_qkv(real *out, real *lse, real *scratch, const real *qkv,
-                           const struct attention_dropout *drop, int B, int T, int NH, int NKV,
-                           int HS)
-{
-  const int ld = (NH + 2 * NKV) * HS;
-  forward_ld(out, lse, scratch, qkv, qkv + (size_t)NH * HS, qkv + (size_t)(NH + NKV) * HS, ld, ld,
-             drop, B, T, NH, NKV, HS, 0);
-}
-
 /* As forward_ld: q and dq rows ldq apart, k, v, dk and dv ldkv apart; out and dout packed. */
 static void backward_ld(real *dq, real *dk, real *dv, real *scratch, const real *dout,
                         const real *q, const real *k, const real *v, int ldq, int ldkv,
@@ -459,6 +443,39 @@ static void backward_ld(real *dq, real *dk, real *dv, real *scratch, const real 
   }
 }
 
+/* The fused layout's row stride and k's and v's offsets in a row: [q | k | v]. */
+static void forward_qkv(real *out, real *lse, real *scratch, const real *qkv, const struct attention_dropout *drop,
+                        int B, int T, int NH, int NKV, int HS, int lowp)
+{
+  const int ld = (NH + 2 * NKV) * HS;
+  forward_ld(out, lse, scratch, qkv, qkv + (size_t)NH * HS, qkv + (size_t)(NH + NKV) * HS, ld, ld, drop, B, T, NH,
+             NKV, HS, lowp);
+}
+
+static void backward_qkv(real *dqkv, real *scratch, const real *dout, const real *qkv, const real *out,
+                         const real *lse, const struct attention_dropout *drop, int B, int T, int NH, int NKV,
+                         int HS, int lowp)
+{
+  const int ld = (NH + 2 * NKV) * HS;
+  const size_t k0 = (size_t)NH * HS, v0 = (size_t)(NH + NKV) * HS;
+  backward_ld(dqkv, dqkv + k0, dqkv + v0, scratch, dout, qkv, qkv + k0, qkv + v0, ld, ld, out, lse, drop, B, T, NH,
+              NKV, HS, lowp);
+}
+
+void attention_forward(real *out, real *lse, real *scratch, const real *q, const real *k,
+                       const real *v, const struct attention_dropout *drop, int B, int T, int NH,
+                       int NKV, int HS)
+{
+  forward_ld(out, lse, scratch, q, k, v, NH * HS, NKV * HS, drop, B, T, NH, NKV, HS, 0);
+}
+
+void attention_forward_qkv(real *out, real *lse, real *scratch, const real *qkv,
+                           const struct attention_dropout *drop, int B, int T, int NH, int NKV,
+                           int HS)
+{
+  forward_qkv(out, lse, scratch, qkv, drop, B, T, NH, NKV, HS, 0);
+}
+
 void attention_backward(real *dq, real *dk, real *dv, real *scratch, const real *dout,
                         const real *q, const real *k, const real *v, const real *out,
                         const real *lse, const struct attention_dropout *drop, int B, int T, int NH,
@@ -472,10 +489,7 @@ void attention_backward_qkv(real *dqkv, real *scratch, const real *dout, const r
                             const real *out, const real *lse, const struct attention_dropout *drop,
                             int B, int T, int NH, int NKV, int HS)
 {
-  const int ld = (NH + 2 * NKV) * HS;
-  const size_t k0 = (size_t)NH * HS, v0 = (size_t)(NH + NKV) * HS;
-  backward_ld(dqkv, dqkv + k0, dqkv + v0, scratch, dout, qkv, qkv + k0, qkv + v0, ld, ld, out, lse,
-              drop, B, T, NH, NKV, HS, 0);
+  backward_qkv(dqkv, scratch, dout, qkv, out, lse, drop, B, T, NH, NKV, HS, 0);
 }
 
 /* The bf16 mode's entries: the same walk, sums and softmax, the products on bf16 operands. */
@@ -490,9 +504,7 @@ void attention_forward_qkv_bf16(real *out, real *lse, real *scratch, const real 
                                 const struct attention_dropout *drop, int B, int T, int NH, int NKV,
                                 int HS)
 {
-  const int ld = (NH + 2 * NKV) * HS;
-  forward_ld(out, lse, scratch, qkv, qkv + (size_t)NH * HS, qkv + (size_t)(NH + NKV) * HS, ld, ld,
-             drop, B, T, NH, NKV, HS, 1);
+  forward_qkv(out, lse, scratch, qkv, drop, B, T, NH, NKV, HS, 1);
 }
 
 void attention_backward_bf16(real *dq, real *dk, real *dv, real *scratch, const real *dout,
@@ -509,8 +521,5 @@ void attention_backward_qkv_bf16(real *dqkv, real *scratch, const real *dout, co
                                  const struct attention_dropout *drop, int B, int T, int NH, int NKV,
                                  int HS)
 {
-  const int ld = (NH + 2 * NKV) * HS;
-  const size_t k0 = (size_t)NH * HS, v0 = (size_t)(NH + NKV) * HS;
-  backward_ld(dqkv, dqkv + k0, dqkv + v0, scratch, dout, qkv, qkv + k0, qkv + v0, ld, ld, out, lse,
-              drop, B, T, NH, NKV, HS, 1);
+  backward_qkv(dqkv, scratch, dout, qkv, out, lse, drop, B, T, NH, NKV, HS, 1);
 }
