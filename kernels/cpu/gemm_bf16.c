@@ -7,18 +7,20 @@
 
 #include "vec.h"
 
+/* The CPU's AVX-512 BF16, found once; the vector layer's path (TYCHO_SIMD, vec_select) at each
+ * call. */
 static int avx512_bf16(void)
 {
-  static int have = -1;
-  if (have < 0) {
+  static int cpu = -1;
+  if (cpu < 0) {
     int ok = 0;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();
-    ok = vec_current() == VEC_AVX512 && __builtin_cpu_supports("avx512bf16");
+    ok = __builtin_cpu_supports("avx512bf16");
 #endif
-    have = ok;
+    cpu = ok;
   }
-  return have;
+  return cpu && vec_current() == VEC_AVX512;
 }
 
 const char *gemm_bf16_path(void)
@@ -62,6 +64,31 @@ void gemm_bf16_scalar(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, i
     }
 }
 
+/* The scalar path at speed: the operands rounded once into the pack buffer (op(A) as M rows of
+ * K, op(B) as N rows of K, so the inner loop runs along both), and each exact product added with
+ * one float addition, which is what fmaf does with an exact product (this file is built with
+ * -ffp-contract=off, so the compiler fuses nothing). So the bits are gemm_bf16_scalar's, without
+ * a software fmaf on CPUs the baseline build cannot assume have FMA. Rows [i0, i1) of C. */
+static void scalar_rows(int i0, int i1, int N, int K, float alpha, const bf16 *a, const bf16 *b, float beta,
+                        float *C, int ldc)
+{
+  for (int i = i0; i < i1; i++)
+    for (int j = 0; j < N; j++) {
+      const bf16 *x = a + (size_t)i * K, *y = b + (size_t)j * K;
+      /* each pair odd element first: k ^ 1. (Written as two adds per pair, the loop came out of
+       * Debian 12's GCC 12.2 at -O3 wrong: six products of 1 summed to 7. test_gemm_bf16 holds
+       * this path to the reference loop bit for bit.) */
+      float acc = 0.0f;
+      const int even = K & ~1;
+      for (int k = 0; k < even; k++) acc += bf16_to_float(x[k ^ 1]) * bf16_to_float(y[k ^ 1]);
+      if (K % 2) /* the odd K's last term, after its zero partner */
+        acc += bf16_to_float(x[K - 1]) * bf16_to_float(y[K - 1]);
+      float *c = &C[(size_t)i * ldc + j];
+      const float scaled = alpha * acc;
+      *c = beta == 0.0f ? scaled : scaled + beta * *c;
+    }
+}
+
 void gemm_bf16(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
                const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
                bf16 *pack)
@@ -72,16 +99,21 @@ void gemm_bf16(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, i
     gemm_bf16_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, pack);
     return;
   }
+  /* M·K + N·K elements: within gemm_bf16_pack_elems */
+  bf16 *a = pack, *b = pack + (size_t)M * K;
+  for (int i = 0; i < M; i++)
+    for (int k = 0; k < K; k++)
+      a[(size_t)i * K + k] = bf16_from_float(ta == CblasNoTrans ? A[(size_t)i * lda + k] : A[(size_t)k * lda + i]);
+  for (int j = 0; j < N; j++)
+    for (int k = 0; k < K; k++)
+      b[(size_t)j * K + k] = bf16_from_float(tb == CblasNoTrans ? B[(size_t)k * ldb + j] : B[(size_t)j * ldb + k]);
   /* rows in blocks of 16 shared among the threads when called outside a parallel region */
   const int blocks = (M + 15) / 16;
   if (blocks > 1 && !omp_in_parallel() && omp_get_max_threads() > 1) {
 #pragma omp parallel for
-    for (int blk = 0; blk < blocks; blk++) {
-      const int i = blk * 16, m = M - i < 16 ? M - i : 16;
-      const float *a = ta == CblasNoTrans ? A + (size_t)i * lda : A + i;
-      gemm_bf16_scalar(ta, tb, m, N, K, alpha, a, lda, B, ldb, beta, C + (size_t)i * ldc, ldc);
-    }
+    for (int blk = 0; blk < blocks; blk++)
+      scalar_rows(blk * 16, blk * 16 + 16 < M ? blk * 16 + 16 : M, N, K, alpha, a, b, beta, C, ldc);
   } else {
-    gemm_bf16_scalar(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    scalar_rows(0, M, N, K, alpha, a, b, beta, C, ldc);
   }
 }

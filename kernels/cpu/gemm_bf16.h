@@ -32,13 +32,15 @@ void gemm_bf16(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, i
                const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
                bf16 *pack);
 
-/* The scalar loop, whichever path gemm_bf16 takes (for the tests). */
+/* The arithmetic above as a plain loop with fmaf, rounding each operand where it is read: the
+ * reference the tests hold both of gemm_bf16's paths to (callable whatever path is chosen). */
 void gemm_bf16_scalar(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K,
                       float alpha, const float *A, int lda, const float *B, int ldb, float beta,
                       float *C, int ldc);
 
 /* "avx512_bf16" where gemm_bf16 runs the vector kernel, else "scalar" (no AVX-512 BF16 on this
- * CPU, TYCHO_SIMD below avx512, or not x86-64). */
+ * CPU, the vector layer below avx512 (TYCHO_SIMD, vec_select), or not x86-64): asked at each
+ * call. */
 const char *gemm_bf16_path(void);
 
 /* The vector kernel (gemm_bf16_avx512.c, built for AVX-512 BF16); gemm_bf16 calls it only where

@@ -1,8 +1,9 @@
 /* The attention's bf16-operand products (kernels/cpu/gemm_bf16.h): the operands really rounded to
  * bf16 (nearest, ties to even); every transpose, beta, tail and odd K within the fp32 summation
  * bound of a double reference on the rounded operands; the same bits at any thread count, inside
- * or outside a parallel region; beta 0 never reads C. Where the CPU has AVX-512 BF16, the vector
- * kernel is held to the scalar loop too. */
+ * or outside a parallel region; beta 0 never reads C. The scalar path (TYCHO_SIMD below avx512, or
+ * no AVX-512 BF16) gives the reference loop's bits; where the CPU has AVX-512 BF16 the vector
+ * kernel's agreement with it is counted and printed. */
 #include <float.h>
 #include <math.h>
 #include <omp.h>
@@ -12,6 +13,7 @@
 
 #include "check.h"
 #include "cpu/gemm_bf16.h"
+#include "cpu/vec.h"
 #include "kernels.h"
 
 #if !REAL_IS_DOUBLE
@@ -65,6 +67,18 @@ static void one_case(int M, int N, int K, int ta, int tb, int acc, unsigned seed
   CHECK_MSG(memcmp(C, one, nc * sizeof *C) == 0, "M %d N %d K %d: inside a parallel region the bits differ", M, N, K);
   memcpy(S, C0, nc * sizeof *S);
   gemm_bf16_scalar(TA, TB, M, N, K, alpha, A, lda, B, ldb, beta, S, ldc);
+  /* the scalar path gemm_bf16 takes without AVX-512 BF16 (packed, its sums in double): the
+   * reference loop's bits, at 1 and 3 threads */
+  const enum vec_isa isa0 = vec_current();
+  vec_select(VEC_SCALAR);
+  for (int th = 1; th <= 3; th += 2) {
+    omp_set_num_threads(th);
+    memcpy(C, C0, nc * sizeof *C);
+    gemm_bf16(TA, TB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, pack);
+    CHECK_MSG(memcmp(C, S, nc * sizeof *C) == 0, "M %d N %d K %d ta %d tb %d beta %d: the scalar path (%d "
+              "threads) differs from the reference loop", M, N, K, ta, tb, acc, th);
+  }
+  vec_select(isa0);
   /* A sum of K exact products in fp32 is within (K − 1)·u·Σ|terms| of the exact sum (u = 2^-24,
    * first order); alpha·acc and the add of beta·C round once more each: (K + 2)·u of
    * |alpha|·Σ|a b| + |beta C|, with 1% for the second-order terms. */
