@@ -8,7 +8,9 @@
  * dropout_mask draws; a row's keys of a chunk at once, 8 or 16 Philox blocks at a time on the
  * vector layer), so memory is O(T · HS) per head plus fixed blocks. The products are sgemms
  * of a block of rows against a chunk of keys: q·kᵀ, P·v forward; q·kᵀ, dout·vᵀ, Pᵀ·dout, dS·k,
- * dSᵀ·q backward (one more than a kernel that keeps P). Query head h reads KV head
+ * dSᵀ·q backward (one more than a kernel that keeps P). The bf16 mode's entries (_bf16) walk the
+ * same way and compute the same products on bf16 operands (gemm_bf16.h), packed into each
+ * task's part of the scratch. Query head h reads KV head
  * h / (NH / NKV); in backward several query heads add into the same dk, dv, so backward gives
  * each OpenMP task one (batch, KV head) and walks its query heads, and each head's blocks and
  * chunks, in a fixed order — no two threads write one element and the sum order is fixed, so a
