@@ -353,6 +353,26 @@ static void forward_ld(real *out, real *lse, real *scratch, const real *q, const
   }
 }
 
+/* D[t] = Σ_d a_t,d · o_t,d in double for rows t < rows (ld apart): 8 rows side by side, each
+ * row's sum the one-row loop's operations in its order (the same bits), so 8 chains of adds
+ * overlap instead of each add waiting on the last (one row's chain was most of backward's time
+ * outside its products: a double add's latency per element). */
+static void row_dots(double *D, const real *a, const real *o, size_t ld, int rows, int HS)
+{
+  int t = 0;
+  for (; t + 8 <= rows; t += 8) {
+    double acc[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+    for (int d = 0; d < HS; d++)
+      for (int r = 0; r < 8; r++) acc[r] += (double)a[(size_t)(t + r) * ld + d] * o[(size_t)(t + r) * ld + d];
+    for (int r = 0; r < 8; r++) D[t + r] = acc[r];
+  }
+  for (; t < rows; t++) {
+    double dot = 0.0;
+    for (int d = 0; d < HS; d++) dot += (double)a[(size_t)t * ld + d] * o[(size_t)t * ld + d];
+    D[t] = dot;
+  }
+}
+
 /* As forward_ld: q and dq rows ldq apart, k, v, dk and dv ldkv apart; out and dout packed. */
 static void backward_ld(real *dq, real *dk, real *dv, real *scratch, const real *dout,
                         const real *q, const real *k, const real *v, int ldq, int ldkv,
@@ -387,12 +407,8 @@ static void backward_ld(real *dq, real *dk, real *dv, real *scratch, const real 
       real *dqb = dq + (size_t)b * T * ldq + (size_t)h * HS;
       for (int r0 = 0; r0 < T; r0 += ATTENTION_BLOCK) {
         const int r1 = r0 + ATTENTION_BLOCK < T ? r0 + ATTENTION_BLOCK : T, m = r1 - r0;
-        for (int t = r0; t < r1; t++) { /* D_t = dout_t · out_t = Σ_j P_tj dP_tj */
-          const real *a = dob + (size_t)t * ldo, *o = outb + (size_t)t * ldo;
-          double dot = 0.0;
-          for (int d = 0; d < HS; d++) dot += (double)a[d] * o[d];
-          D[t - r0] = dot;
-        }
+        /* D_t = dout_t · out_t = Σ_j P_tj dP_tj */
+        row_dots(D, dob + (size_t)r0 * ldo, outb + (size_t)r0 * ldo, (size_t)ldo, m, HS);
         for (int c0 = 0; c0 < r1; c0 += BK) {
           const int c1 = c0 + BK < r1 ? c0 + BK : r1, n = c1 - c0;
           product(pack, CblasNoTrans, CblasTrans, m, n, HS,
