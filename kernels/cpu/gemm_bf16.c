@@ -1,5 +1,6 @@
-/* bf16-operand products (gemm_bf16.h): the path chosen once, and the scalar loop. Built without
- * ISA flags and with -ffp-contract=off (every multiply and add as written). */
+/* bf16-operand products (gemm_bf16.h): the choice of path (the CPU's AVX-512 BF16, found once,
+ * and the vector layer's path, asked at each call), the scalar path and the reference loop. Built
+ * without ISA flags and with -ffp-contract=off (every multiply and add as written). */
 #include "gemm_bf16.h"
 
 #include <math.h>
