@@ -36,7 +36,8 @@ endfunction()
 # tycho_mpi_test(NAME RANKS [ENV var=value...] COMMAND exe args...)
 function(tycho_mpi_test name ranks)
   cmake_parse_arguments(T "" "" "ENV;COMMAND" ${ARGN})
-  add_test(NAME ${name} COMMAND ${TYCHO_TIMEOUT} 60 ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} ${ranks}
+  math(EXPR hang "60 * ${TYCHO_TEST_TIME_SCALE}") # under the test's own timeout (90, scaled)
+  add_test(NAME ${name} COMMAND ${TYCHO_TIMEOUT} ${hang} ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} ${ranks}
     ${MPIEXEC_PREFLAGS} ${T_COMMAND} ${MPIEXEC_POSTFLAGS})
   tycho_mpi_env(${name} env)
   set_tests_properties(${name} PROPERTIES TIMEOUT 90 PROCESSORS ${ranks} LABELS mpi
