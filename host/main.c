@@ -466,8 +466,9 @@ static int cmd_check(lua_State *L, const struct cli *c)
       return host_fail(L, EXIT_RUNTIME, "--sbatch: cannot read the current folder: %s", strerror(errno));
     const struct sbatch_options so = { c->plan, c->cluster, launch_self_path(self, sizeof self, "tycho"), cwd,
                                        c->n_sets, c->sets, c->cpus_per_task, c->unsafe };
-    if (check_write_sbatch(p, cl, &so, stdout, err, sizeof err))
-      return host_fail(L, EXIT_RUNTIME, "%s", err);
+    const int rc = check_write_sbatch(p, cl, &so, stdout, err, sizeof err);
+    if (rc)
+      return host_fail(L, rc == 2 ? EXIT_USAGE : EXIT_RUNTIME, "%s", err);
   } else if (c->json) {
     struct strbuf b;
     sb_init(&b);

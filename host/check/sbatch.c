@@ -11,14 +11,31 @@
 #include "check/sbatch.h"
 #include "util/err.h"
 
-/* s as one shell word: single-quoted where it holds anything but safe characters. */
+/* s as one shell word on one line: as it is where it holds only safe characters; single-quoted
+ * where it holds others; as $'...' (bash's escapes, the script's interpreter is bash) where it
+ * holds a control character, so that a line break or a carriage return in a value never starts
+ * a new line of the script. */
 static void put_word(FILE *f, const char *s)
 {
-  int plain = *s != 0;
-  for (const char *c = s; *c && plain; c++)
-    plain = strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./=,:+@%", *c) != NULL;
+  int plain = *s != 0, control = 0;
+  for (const char *c = s; *c; c++) {
+    plain = plain && strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./=,:+@%", *c) != NULL;
+    control = control || (unsigned char)*c < 0x20 || *c == 0x7f;
+  }
   if (plain) {
     fputs(s, f);
+    return;
+  }
+  if (control) {
+    fputs("$'", f);
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++)
+      if (*c == '\\' || *c == '\'')
+        fprintf(f, "\\%c", *c);
+      else if (*c < 0x20 || *c == 0x7f)
+        fprintf(f, "\\x%02x", *c);
+      else
+        fputc(*c, f);
+    fputc('\'', f);
     return;
   }
   fputc('\'', f);
@@ -28,6 +45,16 @@ static void put_word(FILE *f, const char *s)
     else
       fputc(*c, f);
   fputc('\'', f);
+}
+
+/* The first control character in s (a line break ends an #SBATCH line: what follows would be
+ * a line of the script), or NULL. */
+static const char *control_char(const char *s)
+{
+  for (; *s; s++)
+    if ((unsigned char)*s < 0x20 || *s == 0x7f)
+      return s;
+  return NULL;
 }
 
 /* s on a comment line: a line break in it would end the comment and run the rest. */
@@ -63,6 +90,13 @@ int check_write_sbatch(const struct plan *p, const struct cluster *c, const stru
   const int nodes = (world + c->gpus_per_node - 1) / c->gpus_per_node;
   const int cpus = o->cpus_per_task ? o->cpus_per_task : cpu_cluster ? 1 : 0;
 
+  const char *bad = control_char(o->cwd);
+  if (bad) {
+    errf(err, err_size, "--sbatch: the current folder's path holds a control character (byte 0x%02x at offset %d), "
+         "which an #SBATCH --chdir line cannot carry: run check from a folder whose path has none (%s)",
+         (unsigned char)*bad, (int)(bad - o->cwd), o->cwd);
+    return 2;
+  }
   char why[512];
   struct bill *b = check_bills_of(p, 1, why, sizeof why);
   if (!b)

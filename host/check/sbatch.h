@@ -20,8 +20,10 @@ struct sbatch_options {
 /* Writes the script for plan p (compiled for its world) on cluster c to f: #SBATCH nodes, tasks
  * and devices per node from the cluster's gpus_per_node and the world, CPUs per task, job name,
  * output file; the checkpoint and metrics paths and check's memory and step-time summary as
- * comments; the srun line running `tycho run` of the same plan with the same --sets. 0 ok, −1
- * with the reason in err (the bill or the cost could not be computed). */
+ * comments; the srun line running `tycho run` of the same plan with the same --sets, each word
+ * quoted so that no byte of it ends the word or the line. 0 ok; −1 with the reason in err (the
+ * bill or the cost could not be computed); 2, before anything is written, for a working folder
+ * whose path holds a control character (an #SBATCH line cannot carry a line break). */
 int check_write_sbatch(const struct plan *p, const struct cluster *c, const struct sbatch_options *o, FILE *f,
                        char *err, size_t err_size);
 

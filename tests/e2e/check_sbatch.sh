@@ -92,4 +92,27 @@ refused "tycho: --cpus-per-task is for the batch script: tycho check PLAN --worl
 refused "tycho: --cpus-per-task needs an integer in 1..4096 (got 0: out of range); see tycho --help" \
   check "$plan" --world 4 --cluster tests/slurm/local4.lua --sbatch --cpus-per-task 0
 refused "tycho: unknown option '--sbatch' for 'run'; see tycho --help" run "$plan" --sbatch
-echo "ok: the batch script on a CPU and a GPU cluster, refusals"
+
+# A working folder whose path holds a line break: an #SBATCH line cannot carry it (the rest would
+# be a line of the script, run by bash), so the script is refused before a byte is written.
+src=$PWD
+hostile="$tmp/cw"$'\n''touch PWNED #'
+mkdir "$hostile" || fail "mkdir of a folder with a line break"
+(cd "$hostile" && "$tycho" check "$src/$plan" --world 4 --cluster "$src/tests/slurm/local4.lua" --sbatch >"$tmp/o" 2>"$tmp/e")
+rc=$?
+[ "$rc" -eq 2 ] || fail "a folder with a line break: exit $rc, expected 2 ($(cat "$tmp/e"))"
+grep -q "^tycho: --sbatch: the current folder's path holds a control character (byte 0x0a at offset $((${#tmp} + 3)))" "$tmp/e" ||
+  fail "a folder with a line break: stderr '$(cat "$tmp/e")'"
+[ -s "$tmp/o" ] && fail "a folder with a line break: a script on stdout"
+# --set values with a line break, a carriage return, a quote and a backslash: one line each, and
+# the srun line reads back into the same words; running the script's lines runs no other command.
+(cd "$tmp" && "$tycho" check "$src/$plan" --world 4 --cluster "$src/tests/slurm/local4.lua" --sbatch \
+  --set "log.metrics=a"$'\n'"touch PWNED #" --set "checkpoint.dir=b"$'\r'"c'd\\e" >"$tmp/s" 2>"$tmp/e") ||
+  fail "check --sbatch with a line break in a --set: exit $? ($(cat "$tmp/e"))"
+[ "$(grep -c '^srun ' "$tmp/s")" -eq 1 ] || fail "the srun line is not one line: $(cat "$tmp/s")"
+words=$(grep '^srun ' "$tmp/s" | sed 's/^srun /printf "%s|" /' | bash)
+[ "$words" = "--mpi=pmix|--cpus-per-task=1|$tycho|run|$src/$plan|--set|log.metrics=a"$'\n'"touch PWNED #|--set|checkpoint.dir=b"$'\r'"c'd\\e|" ] ||
+  fail "the srun line with control characters reads back as $words"
+(cd "$tmp" && grep -v '^srun ' "$tmp/s" | bash) || fail "the script's other lines fail under bash"
+[ -e "$tmp/PWNED" ] && fail "a line of the script ran a command from a --set value"
+echo "ok: the batch script on a CPU and a GPU cluster, refusals, hostile folder and values"
