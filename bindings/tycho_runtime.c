@@ -32,8 +32,10 @@
 #include "plan/compile.h"
 #include "runtime/model/alloc.h"
 #include "runtime/state/ckpt.h"
+#include "runtime/train/run_guard.h"
 #include "runtime/train/train.h"
 #include "runtime/train/train_progress.h"
+#include "util/path.h"
 #include "lua/tycho_module.h"
 #include "tycho_runtime_internal.h"
 
@@ -507,7 +509,23 @@ static int trainer_save(lua_State *L)
   char err[ERR_MAX];
   if (comm_restricted_check(t->world, "t:save", err, sizeof err))
     return luaL_error(L, "%s", err);
-  if (ckpt_save(t, dir, t->step, 0, err, sizeof err))
+  /* The folder's lock (DIR/.lock, as `tycho run` takes it) for the save: a run writing DIR is
+   * named and nothing is written; a save inside the run that holds it (tycho run --listen) goes on. */
+  struct run_lock lock = { .fd = -1 };
+  char lock_path[4200];
+  snprintf(lock_path, sizeof lock_path, "%s/.lock", dir);
+  int rc = 0;
+  if ((!t->world || t->world->rank == 0) && !run_lock_held(lock_path)) {
+    char inside[4200];
+    snprintf(inside, sizeof inside, "%s/x", dir);
+    rc = path_make_parent_dirs(inside, err, sizeof err) ? -1
+                                                          : run_lock_take(&lock, "t:save", dir, lock_path, err, sizeof err);
+  }
+  rc = comm_agree_err(t->world, rc ? -1 : 0, err, sizeof err, COMM_AGREE_NAME_RANK);
+  if (!rc)
+    rc = ckpt_save(t, dir, t->step, 0, err, sizeof err);
+  run_lock_release(&lock);
+  if (rc)
     return luaL_error(L, "%s", err);
   char folder[4200];
   snprintf(folder, sizeof folder, "%s/step_%08lld", dir, t->step);
@@ -589,36 +607,45 @@ static int trainer_close_method(lua_State *L)
   return trainer_close_now(L);
 }
 
-static const luaL_Reg trainer_methods[] = {
-  { "step", trainer_step_n },
-  { "eval", trainer_eval_now },
-  { "loss", trainer_loss },
-  { "save", trainer_save },
-  { "load", trainer_load },
-  { "set", tycho_trainer_set },
-  { "replan", trainer_replan_lua },
-  { "param", tycho_trainer_param },
-  { "grad", tycho_trainer_grad },
-  { "moment", tycho_trainer_moment },
-  { "memory", tycho_trainer_memory },
-  { "comm", tycho_trainer_comm },
-  { "plan", tycho_trainer_plan },
-  { "schedule", tycho_trainer_schedule },
-  { "close", trainer_close_method },
-  { NULL, NULL },
+/* The trainer's fields (first, in trainer_index's order) and methods, each with its line of help:
+ * the metatable's `methods`, `__fields` and `__help` are made from this one list (tycho_help.c). */
+#define N_TRAINER_FIELDS 9
+static const struct tycho_entry trainer_entries[] = {
+  { "step", NULL, "t.step", "optimizer steps done (the next step to run, 0-based)" },
+  { "rank", NULL, "t.rank", "this process's rank in the world" },
+  { "world", NULL, "t.world", "the world's size" },
+  { "tp", NULL, "t.tp", "this rank's tensor-parallel coordinate" },
+  { "dp", NULL, "t.dp", "this rank's data-parallel coordinate" },
+  { "pp", NULL, "t.pp", "this rank's pipeline coordinate" },
+  { "mesh", NULL, "t.mesh", "the plan's mesh: { tp, dp, pp, ep, zero }" },
+  { "path", NULL, "t.path", "the plan file" },
+  { "closed", NULL, "t.closed", "true once the trainer is closed" },
+  { "step", trainer_step_n, "t:step([n])", "run n steps (default 1), return the last loss; Ctrl-C stops at a step boundary" },
+  { "eval", trainer_eval_now, "t:eval()", "the plan's evaluation now: val_loss, accuracy" },
+  { "loss", trainer_loss, "t:loss()", "the last step's loss, or nil" },
+  { "save", trainer_save, "t:save([dir])", "a checkpoint of this step in dir/step_N (default checkpoint.dir)" },
+  { "load", trainer_load, "t:load([path])", "load a checkpoint (a step folder, or the newest in a folder)" },
+  { "set", tycho_trainer_set, "t:set{...}", "change live plan fields between steps, e.g. t:set{ optimizer = { lr = 1e-4 } }" },
+  { "replan", trainer_replan_lua, "t:replan{...}", "compile the plan again with these overrides and move the trainer onto it" },
+  { "param", tycho_trainer_param, "t:param(name)", "a view of this rank's part of a parameter (embed, layers.0.q, ...)" },
+  { "grad", tycho_trainer_grad, "t:grad(name)", "the same for its gradient" },
+  { "moment", tycho_trainer_moment, "t:moment(name, 1|2)", "the same for AdamW's exp_avg (1) or exp_avg_sq (2)" },
+  { "memory", tycho_trainer_memory, "t:memory()", "this rank's memory by category: predicted, measured, in_use" },
+  { "comm", tycho_trainer_comm, "t:comm([n])", "the last n collectives of this rank and per-group counters" },
+  { "plan", tycho_trainer_plan, "t:plan()", "the compiled plan as a table (tycho check --json's plan)" },
+  { "schedule", tycho_trainer_schedule, "t:schedule([width])", "one step of the schedule as a per-rank timeline" },
+  { "help", tycho_help, "t:help()", "this list" },
+  { "close", trainer_close_method, "t:close()", "close the trainer and free its groups (collective)" },
+  { NULL, NULL, NULL, NULL },
 };
 
-/* The trainer's fields, in trainer_index's order; also the metatable's __fields, the list the
- * REPL completes after `t.`. */
-static const char *const trainer_fields[] = { "step", "rank", "world", "tp", "dp", "pp", "mesh", "path", "closed", NULL };
-
-/* Fields first (trainer_fields), then the methods. */
+/* Fields first (trainer_entries[0..N_TRAINER_FIELDS)), then the methods. */
 static int trainer_index(lua_State *L)
 {
   struct lua_trainer *lt = totrainer(L);
   const char *key = lua_tostring(L, 2);
-  for (int i = 0; key && trainer_fields[i]; i++) {
-    if (strcmp(key, trainer_fields[i]) != 0)
+  for (int i = 0; key && i < N_TRAINER_FIELDS; i++) {
+    if (strcmp(key, trainer_entries[i].name) != 0)
       continue;
     if (i == 8) { /* closed: answered for a closed trainer too */
       lua_pushboolean(L, lt->t == NULL);
@@ -666,18 +693,9 @@ static void create_trainer_meta(lua_State *L)
 {
   luaL_newmetatable(L, TRAINER_META);
   luaL_setfuncs(L, trainer_meta, 0);
-  luaL_newlibtable(L, trainer_methods);
-  luaL_setfuncs(L, trainer_methods, 0);
-  lua_pushvalue(L, -1);
-  lua_setfield(L, -3, "methods"); /* for the REPL's completion */
-  lua_pushcclosure(L, trainer_index, 1);
+  tycho_entries_register(L, -1, trainer_entries, "the trainer t (t = tycho.open(PLAN), or the plan given to tycho repl)");
+  lua_pushcclosure(L, trainer_index, 1); /* the methods */
   lua_setfield(L, -2, "__index");
-  lua_newtable(L);
-  for (int i = 0; trainer_fields[i]; i++) {
-    lua_pushstring(L, trainer_fields[i]);
-    lua_rawseti(L, -2, i + 1);
-  }
-  lua_setfield(L, -2, "__fields"); /* for the REPL's completion */
   lua_pop(L, 1);
 }
 
@@ -693,9 +711,16 @@ static void make_numbers_callable(lua_State *L)
   lua_pop(L, 1);
 }
 
-static const luaL_Reg runtime_functions[] = {
-  { "open", tycho_open },
-  { NULL, NULL },
+/* The module's entries: the functions this file adds (open, help) and, for help(), those the plan
+ * module (lua/tycho_module.h) has put there already. */
+static const struct tycho_entry module_entries[] = {
+  { "open", tycho_open, "tycho.open(path [, overrides])", "compile a plan for the job and open a trainer on it (collective)" },
+  { "help", tycho_help, "help([x])", "this list; help(t), help(tycho), help(x) for a tensor, help(\"t:step\") for one entry" },
+  { "plan", NULL, "tycho.plan{...}", "mark a table as a plan (what a plan file returns)" },
+  { "extend", NULL, "tycho.extend(base, changes)", "a plan made from another, every field keeping its file and line" },
+  { "models", NULL, "tycho.models.from_hf(path)", "the model table of a Hugging Face config.json" },
+  { "version", NULL, "tycho.version", "this build's version" },
+  { NULL, NULL, NULL, NULL },
 };
 
 int luaopen_tycho_runtime(lua_State *L)
@@ -708,7 +733,12 @@ int luaopen_tycho_runtime(lua_State *L)
   create_trainer_meta(L);
   tycho_tensor_register(L);
   make_numbers_callable(L);
-  luaL_setfuncs(L, runtime_functions, 0);
+  for (int i = 0; module_entries[i].name; i++)
+    if (module_entries[i].fn) {
+      lua_pushcfunction(L, module_entries[i].fn);
+      lua_setfield(L, -2, module_entries[i].name);
+    }
+  tycho_help_register_module(L, module_entries);
   return 1;
 }
 

@@ -170,6 +170,29 @@ int path_check_output(const char *what, const char *path, char *err, size_t err_
   return 0;
 }
 
+int path_check_own(const char *what, const char *path, int fd, char *err, size_t err_size)
+{
+  const char *w = what ? what : "";
+  struct stat st, at;
+  if (lstat(path, &st) != 0) {
+    if (errno == ENOENT && fd < 0)
+      return 0;
+    return errf(err, err_size, "%s%s%s: %s", w, sep(w), path, strerror(errno));
+  }
+  if (S_ISLNK(st.st_mode)) {
+    errf(err, err_size, "%s%s%s: is a symbolic link; give the file itself", w, sep(w), path);
+    return 2;
+  }
+  if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
+    errf(err, err_size, "%s%s%s: has %ld names (hard links); give a file of its own", w, sep(w), path,
+         (long)st.st_nlink);
+    return 2;
+  }
+  if (fd >= 0 && (fstat(fd, &at) != 0 || at.st_ino != st.st_ino || at.st_dev != st.st_dev))
+    return errf(err, err_size, "%s%s%s: was replaced while it was opened", w, sep(w), path);
+  return 0;
+}
+
 int path_open_output(const char *what, const char *path, int append, int *fd_out, char *err,
                      size_t err_size)
 {

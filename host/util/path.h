@@ -40,6 +40,14 @@ int path_read_input(const char *what, const char *path, long long max_bytes, cha
  * file"; −1 when it cannot be looked at (strerror). */
 int path_check_output(const char *what, const char *path, char *err, size_t err_size);
 
+/* An output tycho appends to that must be a file of its own (log.metrics: two runs writing one
+ * file through two names would interleave their lines and each hold its own lock): refused when
+ * `path` is a symbolic link ("WHAT PATH: is a symbolic link; give the file itself") or a regular
+ * file of more than one name ("WHAT PATH: has N names (hard links); give a file of its own").
+ * With fd >= 0 (open on path) it must also be the file at `path` now, so a link made between a
+ * check and the open is caught. 0 ok (absent when fd < 0); 2 refused; −1 cannot look (strerror). */
+int path_check_own(const char *what, const char *path, int fd, char *err, size_t err_size);
+
 /* Opens the output `path` for writing, creating it (0644) when absent, without blocking and
  * without touching anything that is not a regular file: a FIFO, a device, a folder or a socket
  * at `path` (or a link to one) is refused before a byte is written, and only then is a regular

@@ -5,7 +5,8 @@
 # /proc or under a file; checkpoint.dir under a file; log.trace in /proc/self. A second run on
 # the checkpoint.dir or log.metrics of a live run is refused naming the holder (pid, host) and
 # leaves that run's step_N.tmp alone; the first run, ended by SIGTERM, gives its locks back (a
-# third run takes them). A stale step_N.tmp is removed at start, and a checkpoint write that
+# third run takes them), and so is a REPL's t:save there. A link where a lock belongs, and a
+# log.metrics that is a link, are refused with exit 2. A stale step_N.tmp is removed at start, and a checkpoint write that
 # fails removes its own. A metrics write that fails mid-run (prlimit's file-size limit) names the
 # path and strerror.
 # usage: run_outputs.sh TYCHO   (run from the source folder)
@@ -16,12 +17,12 @@ tmp=$(mktemp -d)
 bg=
 trap '[ -n "$bg" ] && kill -KILL "$bg" 2>/dev/null; rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; echo "--- stdout"; cat "$tmp/out"; echo "--- stderr"; cat "$tmp/err"; exit 1; }
-refused() { # refused TEXT ARGS...: exit 1 before any step, TEXT in the first stderr line
-  local text=$1 rc first
+refused() { # refused TEXT ARGS...: exit $code (1 unless set) before any step, TEXT in the first stderr line
+  local text=$1 rc first want=${code:-1}
   shift
   "$tycho" run "$plan" "$@" >"$tmp/out" 2>"$tmp/err"
   rc=$?
-  [ "$rc" -eq 1 ] || fail "$*: exit code $rc, expected 1"
+  [ "$rc" -eq "$want" ] || fail "$*: exit code $rc, expected $want"
   first=$(head -n 1 "$tmp/err")
   case "$first" in *"$text"*) ;; *) fail "$*: first stderr line '$first' lacks '$text'" ;; esac
   grep -q '^step' "$tmp/out" && fail "$*: a step ran before the refusal"
@@ -43,6 +44,35 @@ refused "tycho: log.trace /proc/self/trace.json: cannot create files in the fold
   --set log.trace=/proc/self/trace.json
 echo "ok: unwritable outputs refused before step 1"
 
+# A link where a lock belongs is refused (exit 2) naming the field, the path and the lock file,
+# and nothing is written through it: a link to a file leaves the file as it was, a dangling one
+# creates nothing. log.metrics itself a symbolic link, or a hard link to another file, is refused
+# too (two runs would append to one file, each holding its own lock). Before, each ran and
+# wrote "pid host" into the link's target.
+echo precious >"$tmp/precious"
+mkdir "$tmp/lk"
+ln -s "$tmp/precious" "$tmp/lk/e.safetensors.lock"
+ln -s "$tmp/nowhere" "$tmp/lk/m.jsonl.lock"
+mkdir "$tmp/lk/ck" && ln -s "$tmp/precious" "$tmp/lk/ck/.lock"
+ln -s "$tmp/precious" "$tmp/lk/linked.jsonl"
+ln "$tmp/precious" "$tmp/lk/hard.jsonl"
+is_link="is a symbolic link; remove it (tycho never writes a lock through a link)"
+code=2
+refused "tycho: plan error: export.path $tmp/lk/e.safetensors: the lock file $tmp/lk/e.safetensors.lock $is_link" \
+  --set export.path="$tmp/lk/e.safetensors"
+refused "tycho: plan error: log.metrics $tmp/lk/m.jsonl: the lock file $tmp/lk/m.jsonl.lock $is_link" \
+  --set log.metrics="$tmp/lk/m.jsonl"
+refused "tycho: plan error: checkpoint.dir $tmp/lk/ck: the lock file $tmp/lk/ck/.lock $is_link" \
+  --set checkpoint.dir="$tmp/lk/ck"
+refused "tycho: plan error: log.metrics $tmp/lk/linked.jsonl: is a symbolic link; give the file itself" \
+  --set log.metrics="$tmp/lk/linked.jsonl"
+refused "tycho: plan error: log.metrics $tmp/lk/hard.jsonl: has 2 names (hard links); give a file of its own" \
+  --set log.metrics="$tmp/lk/hard.jsonl"
+code=
+[ "$(cat "$tmp/precious")" = precious ] || fail "a lock was written through a link: $(cat "$tmp/precious")"
+[ -e "$tmp/nowhere" ] && fail "a dangling lock link made $tmp/nowhere"
+echo "ok: links where locks belong, and a linked log.metrics, refused by name"
+
 # A live run holds checkpoint.dir and log.metrics.
 "$tycho" run "$plan" --set train.steps=1000000 --set checkpoint.dir="$tmp/ck" \
   --set log.metrics="$tmp/m.jsonl" >"$tmp/bg_out" 2>"$tmp/bg_err" &
@@ -56,6 +86,12 @@ refused "tycho: checkpoint.dir $tmp/ck: in use by another run (pid $bg on host $
 [ -d "$tmp/ck/step_99999999.tmp" ] || fail "the refused run removed the live run's .tmp folder"
 refused "tycho: log.metrics $tmp/m.jsonl: in use by another run (pid $bg on host $host; lock $tmp/m.jsonl.lock)" \
   --set log.metrics="$tmp/m.jsonl"
+# a REPL's t:save into the live run's checkpoint.dir: refused naming the holder, nothing written
+# (before, it wrote step_00000001 beside the run's checkpoints)
+printf 'print(t:save())\n' | timeout 60 "$tycho" repl "$plan" --set checkpoint.dir="$tmp/ck" >"$tmp/out" 2>&1
+grep -qF "t:save $tmp/ck: in use by another run (pid $bg on host $host; lock $tmp/ck/.lock)" "$tmp/out" ||
+  fail "a REPL save into a live run's checkpoint.dir: $(cat "$tmp/out")"
+[ -e "$tmp/ck/step_00000000" ] && fail "the REPL saved into a live run's checkpoint.dir"
 kill -TERM "$bg"
 wait "$bg"
 rc=$?

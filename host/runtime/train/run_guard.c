@@ -69,15 +69,53 @@ int run_probe_dir(const char *field, const char *dir, char *err, size_t n)
   return probe_in(field, dir, dir, err, n);
 }
 
+/* The locks this process holds (run_lock_held): a REPL's save inside a run that holds its
+ * folder's lock must not be refused by that run's own lock. */
+enum { HELD_MAX = 8 };
+static struct run_lock *held[HELD_MAX];
+
+/* 2 with "FIELD WHAT: the lock file LOCK is ..., not ..." when the lock file fd (open on
+ * lock_path, not through a link) is not a regular file of one name; 0 otherwise. */
+static int refuse_odd_lock(int fd, const char *field, const char *what, const char *lock_path, char *err,
+                           size_t n)
+{
+  struct stat st;
+  if (fstat(fd, &st))
+    return errf(err, n, "%s %s: cannot look at the lock file %s: %s", field, what, lock_path, strerror(errno));
+  if (!S_ISREG(st.st_mode)) {
+    errf(err, n, "%s %s: the lock file %s is %s, not a regular file; remove it", field, what, lock_path,
+         path_kind(st.st_mode));
+    return 2;
+  }
+  if (st.st_nlink > 1) { /* a second name of another file: writing "pid host" would change that file */
+    errf(err, n, "%s %s: the lock file %s has %ld names (a hard link to another file); remove it", field, what,
+         lock_path, (long)st.st_nlink);
+    return 2;
+  }
+  return 0;
+}
+
 int run_lock_take(struct run_lock *l, const char *field, const char *what, const char *lock_path,
                   char *err, size_t n)
 {
   l->fd = -1;
   snprintf(l->path, sizeof l->path, "%s", lock_path);
   for (int attempt = 0; attempt < 100; attempt++) {
-    int fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    /* O_NOFOLLOW: a link at the lock's name is refused, never written through (nor, dangling,
+     * made to create the file it points to); O_NONBLOCK: a FIFO there does not wait */
+    int fd = open(lock_path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == ELOOP) {
+      errf(err, n, "%s %s: the lock file %s is a symbolic link; remove it (tycho never writes a lock through a "
+           "link)", field, what, lock_path);
+      return 2;
+    }
     if (fd < 0)
       return errf(err, n, "%s %s: cannot create the lock file %s: %s", field, what, lock_path, strerror(errno));
+    const int odd = refuse_odd_lock(fd, field, what, lock_path, err, n);
+    if (odd) {
+      close(fd);
+      return odd;
+    }
     if (flock(fd, LOCK_EX | LOCK_NB)) {
       const int e = errno;
       if (e != EWOULDBLOCK) {
@@ -95,7 +133,7 @@ int run_lock_take(struct run_lock *l, const char *field, const char *what, const
                   host, lock_path);
     }
     struct stat a, b;
-    if (fstat(fd, &a) || stat(lock_path, &b) || a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
+    if (fstat(fd, &a) || lstat(lock_path, &b) || a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
       close(fd); /* the holder removed it as we opened it: open the new one */
       continue;
     }
@@ -111,15 +149,34 @@ int run_lock_take(struct run_lock *l, const char *field, const char *what, const
       return errf(err, n, "%s %s: cannot write the lock file %s: %s", field, what, lock_path, strerror(e));
     }
     l->fd = fd;
+    for (int i = 0; i < HELD_MAX; i++)
+      if (!held[i]) {
+        held[i] = l;
+        break;
+      }
     return 0;
   }
   return errf(err, n, "%s %s: cannot take the lock %s (it keeps being replaced)", field, what, lock_path);
+}
+
+int run_lock_held(const char *lock_path)
+{
+  struct stat a, b;
+  if (lstat(lock_path, &b))
+    return 0;
+  for (int i = 0; i < HELD_MAX; i++)
+    if (held[i] && held[i]->fd >= 0 && fstat(held[i]->fd, &a) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+      return 1;
+  return 0;
 }
 
 void run_lock_release(struct run_lock *l)
 {
   if (l->fd < 0)
     return;
+  for (int i = 0; i < HELD_MAX; i++)
+    if (held[i] == l)
+      held[i] = NULL;
   unlink(l->path); /* while held: the next run creates and locks a new one */
   close(l->fd);
   l->fd = -1;

@@ -11,7 +11,12 @@
  *
  * Locks: run_lock_take opens (creating) the lock file PATH and takes flock(LOCK_EX | LOCK_NB)
  * on it, then writes "pid host" into it; a lock another process holds is refused naming that
- * holder (pid, host, read from the file), the field and the locked path. run_lock_release
+ * holder (pid, host, read from the file), the field and the locked path. The lock file is never
+ * opened through a link: a symbolic link at PATH (dangling or not), a hard link (a file of more
+ * than one name) or anything but a regular file there is refused (status 2, naming the field, the
+ * locked path and the lock file), so no file outside the given paths is written or created.
+ * run_lock_held says whether this process holds a lock file (a REPL's save inside the run
+ * that holds its folder). run_lock_release
  * removes the lock file and closes it (the OS releases a dead process's lock; its file, left
  * behind, is taken over by the next run). A lock file removed between open and flock by the
  * holder's release is detected (inode check) and opened again. Local: under mpirun rank 0 takes
@@ -29,9 +34,13 @@ struct run_lock {
   char path[4096]; /* the lock file */
 };
 /* 0 held; −1 with a message ("FIELD: PATH is in use by another run (pid P on host H; lock
- * LOCKFILE)", or why the lock file cannot be made). `what` is the locked path named in it. */
+ * LOCKFILE)", or why the lock file cannot be made); 2 the lock file is a link or not a regular
+ * file ("FIELD PATH: the lock file LOCKFILE is a symbolic link; remove it ..."). `what` is the
+ * locked path named in it. */
 int run_lock_take(struct run_lock *l, const char *field, const char *what, const char *lock_path,
                   char *err, size_t err_size);
+/* 1 when lock_path is a lock this process holds (run_lock_take), else 0. */
+int run_lock_held(const char *lock_path);
 void run_lock_release(struct run_lock *l);
 
 #endif

@@ -72,7 +72,14 @@ static int open_metrics(struct run_log *log, const char *path, char *err, size_t
   log->metrics_path = path;
   if (!path[0])
     return 0;
-  return path_fopen_output("log.metrics", path, 1, &log->metrics, err, n);
+  int rc = path_check_own("log.metrics", path, -1, err, n); /* a link or a second name: refused */
+  if (!rc)
+    rc = path_fopen_output("log.metrics", path, 1, &log->metrics, err, n);
+  if (!rc && (rc = path_check_own("log.metrics", path, fileno(log->metrics), err, n)) != 0) {
+    fclose(log->metrics); /* made a link as it was opened: nothing written */
+    log->metrics = NULL;
+  }
+  return rc;
 }
 
 /* An agreed plan error reads the same on every rank: the agreement leaves it without "rank R: ". */
@@ -118,19 +125,21 @@ static int prepare_inputs(const struct plan *p, char *err, size_t n)
 static int prepare_outputs(const struct plan *p, struct run_log *log, struct run_locks *locks, char *err, size_t n)
 {
   char lock[4200];
+  int rc;
   const char *dir = p->checkpoint.dir, *metrics = p->log.metrics, *export_ = p->export_.path;
   if (dir[0]) {
     snprintf(lock, sizeof lock, "%s/.lock", dir);
-    if (run_probe_dir("checkpoint.dir", dir, err, n) || run_lock_take(&locks->ckpt, "checkpoint.dir", dir, lock, err, n))
+    if (run_probe_dir("checkpoint.dir", dir, err, n))
       return TRAIN_RUNTIME_ERROR;
+    if ((rc = run_lock_take(&locks->ckpt, "checkpoint.dir", dir, lock, err, n)) != 0)
+      return status_of(rc); /* 2: a link where the lock belongs */
   }
-  int rc;
   if (metrics[0]) {
     snprintf(lock, sizeof lock, "%s.lock", metrics);
-    if ((rc = run_probe_file("log.metrics", metrics, err, n)) != 0)
+    if ((rc = run_probe_file("log.metrics", metrics, err, n)) != 0 ||
+        (rc = path_check_own("log.metrics", metrics, -1, err, n)) != 0 ||
+        (rc = run_lock_take(&locks->metrics, "log.metrics", metrics, lock, err, n)) != 0)
       return status_of(rc);
-    if (run_lock_take(&locks->metrics, "log.metrics", metrics, lock, err, n))
-      return TRAIN_RUNTIME_ERROR;
     if ((rc = open_metrics(log, metrics, err, n)) != 0)
       return status_of(rc);
   }
@@ -142,8 +151,8 @@ static int prepare_outputs(const struct plan *p, struct run_log *log, struct run
     snprintf(lock, sizeof lock, "%.*s.lock", (int)len, export_);
     if ((rc = hf ? weights_probe_hf(&p->model, export_, err, n) : run_probe_file("export.path", export_, err, n)) != 0)
       return status_of(rc);
-    if (run_lock_take(&locks->export_, "export.path", export_, lock, err, n))
-      return TRAIN_RUNTIME_ERROR;
+    if ((rc = run_lock_take(&locks->export_, "export.path", export_, lock, err, n)) != 0)
+      return status_of(rc);
   }
   if ((rc = run_probe_file("log.trace", p->log.trace, err, n)) != 0)
     return status_of(rc);
