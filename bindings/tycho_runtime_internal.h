@@ -1,6 +1,6 @@
 /* What the trainer binding's files share (tycho_runtime.c: the module and the trainer object;
  * tycho_runtime_set.c: live settings; tycho_tensor.c: tensor objects; tycho_inspect.c: memory,
- * comm, plan and schedule). */
+ * comm, plan and schedule; tycho_help.c: help()). */
 #ifndef TYCHO_RUNTIME_INTERNAL_H
 #define TYCHO_RUNTIME_INTERNAL_H
 #include <lauxlib.h>
@@ -27,6 +27,25 @@ struct lua_trainer {
   double loss;               /* the last step's loss */
   int borrowed;              /* t is the running job's (tycho_runtime_bind_borrowed): never closed here */
 };
+
+/* One entry of an object's (or the module's) table: the one list the object is built from, the
+ * REPL completes from (its metatable's `methods` and `__fields`) and help() prints (`__help`). */
+struct tycho_entry {
+  const char *name;
+  lua_CFunction fn;  /* a method or function; NULL: a field (answered by __index) */
+  const char *usage; /* how it is written: "t:step([n])", "x.shape" */
+  const char *help;  /* what it does or holds, one line */
+};
+
+/* tycho_help.c: sets the metatable (or module table) at idx up from entries (ended by a NULL
+ * name): `methods` (the functions, also left on the stack for __index's upvalue), `__fields`
+ * (the fields' names) and `__help` (every entry, titled `title`). Leaves the methods table. */
+void tycho_entries_register(lua_State *L, int idx, const struct tycho_entry *entries, const char *title);
+/* tycho_help.c: help([x]) (also tycho.help and t:help()): one line per command, function, field
+ * and method, from the `__help` tables of the REPL, the module, the trainer and tensors. */
+int tycho_help(lua_State *L);
+/* tycho_help.c: the module's entries as help() prints them (the registry's "tycho.help.module"). */
+void tycho_help_register_module(lua_State *L, const struct tycho_entry *entries);
 
 /* The trainer at index i, open; a Lua error when it is not a trainer or is closed. */
 struct lua_trainer *tycho_check_trainer(lua_State *L, int i);

@@ -593,12 +593,24 @@ static int tensor_tostring(lua_State *L)
   return 1;
 }
 
-static const luaL_Reg tensor_methods[] = {
-  { "norm", tensor_norm },
-  { "stats", tensor_stats },
-  { "table", tensor_table },
-  { "gather", tensor_gather },
-  { NULL, NULL },
+/* A tensor's fields (first, in tensor_index's order) and methods, each with its line of help: the
+ * metatable's `methods`, `__fields` and `__help` are made from this one list (tycho_help.c). */
+#define N_TENSOR_FIELDS 8
+static const struct tycho_entry tensor_entries[] = {
+  { "name", NULL, "x.name", "the Hugging Face name" },
+  { "kind", NULL, "x.kind", "param, grad, exp_avg, exp_avg_sq, or host (a gathered copy)" },
+  { "shape", NULL, "x.shape", "the global shape, {rows, cols} or {n}" },
+  { "local_shape", NULL, "x.local_shape", "this rank's tp block as stored" },
+  { "count", NULL, "x.count", "the elements this rank holds (also #x; x[i] is one, 1-based)" },
+  { "layout", NULL, "x.layout", "how the tensor is split over tp and sharded by ZeRO; .text in words" },
+  { "dtype", NULL, "x.dtype", "the element type" },
+  { "device", NULL, "x.device", "the allocator's device" },
+  { "norm", tensor_norm, "x:norm()", "the L2 norm of the elements this rank holds" },
+  { "stats", tensor_stats, "x:stats()", "{ min, max, mean, std, count } of them" },
+  { "table", tensor_table, "x:table()", "them as a Lua list" },
+  { "gather", tensor_gather, "x:gather()", "the whole tensor on every rank, a host copy (collective)" },
+  { "help", tycho_help, "x:help()", "this list" },
+  { NULL, NULL, NULL, NULL },
 };
 
 /* x[i] (an integer: an element), then the fields name, kind, shape, local_shape, count, layout,
@@ -619,9 +631,8 @@ static int tensor_index(lua_State *L)
     lua_pushstring(L, kind_names[x->kind]);
     return 1;
   }
-  static const char *const fields[] = { "shape", "local_shape", "count", "layout", "dtype", "device", NULL };
-  for (int i = 0; fields[i]; i++) {
-    if (strcmp(key, fields[i]) != 0)
+  for (int i = 0; i < N_TENSOR_FIELDS - 2; i++) { /* shape .. device */
+    if (strcmp(key, tensor_entries[i + 2].name) != 0)
       continue;
     if (x->kind == KIND_HOST) {
       switch (i) {
@@ -669,10 +680,7 @@ static int tensor_newindex(lua_State *L)
 void tycho_tensor_register(lua_State *L)
 {
   luaL_newmetatable(L, TENSOR_META);
-  luaL_newlibtable(L, tensor_methods);
-  luaL_setfuncs(L, tensor_methods, 0);
-  lua_pushvalue(L, -1);
-  lua_setfield(L, -3, "methods");
+  tycho_entries_register(L, -1, tensor_entries, "a tensor x (x = t:param(name), t:grad(name), t:moment(name, k))");
   lua_pushcclosure(L, tensor_index, 1);
   lua_setfield(L, -2, "__index");
   lua_pushcfunction(L, tensor_newindex);

@@ -621,6 +621,7 @@ void repl_install_capture(lua_State *L)
   lua_setglobal(L, "print");
   lua_pushcfunction(L, l_quit);
   lua_setglobal(L, "quit");
+  repl_install_help(L);
   if (lua_getglobal(L, "io") == LUA_TTABLE) {
     lua_pushcfunction(L, l_io_write);
     lua_setfield(L, -2, "write");

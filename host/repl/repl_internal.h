@@ -68,8 +68,11 @@ void repl_open_chunk(struct strbuf *b, const char *plan, const char *const *sets
 
 /* repl.c, for the attached session (repl_attach.c) as for repl_run: */
 struct repl_options;
-/* print, io.write, quit and os.exit captured into the session's output. */
+/* print, io.write, quit and os.exit captured into the session's output; help (repl_install_help). */
 void repl_install_capture(lua_State *L);
+/* repl_read.c: the global help (tycho.help, where the state has the module) and the REPL's own
+ * commands for it to list. */
+void repl_install_help(lua_State *L);
 /* Rank 0's chunk message ("kind code", selector, code) broadcast on the REPL's group; every rank
  * gets it in *msg (malloc'd; NULL when it had no room). idle: the others' wait sleeps (the wait
  * for a person's next chunk), the same on every rank. 0, or −1 with err. Collective. */

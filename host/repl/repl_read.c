@@ -1,6 +1,7 @@
 /* The REPL's reading (repl.h): rank selectors (`@0`, `@2-3`, `@dp=0`), rank 0's reading of a
  * chunk (readline on a terminal, else lines; continuation lines while the chunk is incomplete)
- * readline's tab completion, and the chunk that opens the plan. */
+ * readline's tab completion, the REPL's own commands as help() lists them, and the chunk that
+ * opens the plan. */
 #define _POSIX_C_SOURCE 200809L
 #include "repl/repl.h"
 
@@ -224,6 +225,44 @@ int repl_read_chunk(struct reader *r, lua_State *L, struct strbuf *b, char *sel,
   return 0;
 }
 
+
+/* ---- the REPL's commands, as help() lists them: the registry's "tycho.help.repl" in the shape
+ * of the module's and the trainer's entries (bindings/tycho_help.c prints them all) ---- */
+
+static const struct {
+  const char *name, *usage, *help;
+} repl_commands[] = {
+  { "=", "=expr", "print the values of expr (a line that is an expression prints them too)" },
+  { "@", "@0 / @2-3 / @dp=0 ...", "before a chunk: run it on those ranks only (@tp=1,pp=0: every coordinate holds)" },
+  { "quit", "quit([code])", "end the session on every rank after this chunk, with that exit code (also Ctrl-D)" },
+  { "detach", "detach()", "(tycho repl --attach) leave the job, which goes on training" },
+  { "Ctrl-C", "Ctrl-C", "stop a chunk at the next step boundary on every rank; twice within 2 s ends the job" },
+};
+
+void repl_install_help(lua_State *L)
+{
+  const int top = lua_gettop(L);
+  if (lua_getglobal(L, "tycho") == LUA_TTABLE && lua_getfield(L, -1, "help") == LUA_TFUNCTION)
+    lua_setglobal(L, "help"); /* the module's (bindings), which prints these lines too */
+  lua_settop(L, top);
+  const int n = (int)(sizeof repl_commands / sizeof repl_commands[0]);
+  lua_createtable(L, n, 1);
+  lua_pushliteral(L, "the REPL");
+  lua_setfield(L, -2, "title");
+  for (int i = 0; i < n; i++) {
+    lua_createtable(L, 0, 4);
+    lua_pushstring(L, repl_commands[i].name);
+    lua_setfield(L, -2, "name");
+    lua_pushstring(L, repl_commands[i].usage);
+    lua_setfield(L, -2, "usage");
+    lua_pushstring(L, repl_commands[i].help);
+    lua_setfield(L, -2, "help");
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "method");
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, LUA_REGISTRYINDEX, "tycho.help.repl");
+}
 
 /* ---- completion (rank 0, or the rank a front-end asks): the names of globals, of a table's
  * fields after '.', of an object's fields and methods after '.', of its methods after ':' ---- */

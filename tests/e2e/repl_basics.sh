@@ -3,7 +3,7 @@
 # lines, print and io.write captured per rank, continuation lines, an error with its traceback
 # after which the session goes on, identical lines of several ranks collapsed under one prefix,
 # selectors by rank (@1-2, @0,3) and their refusals, an error on one rank only, quit(code) as
-# the exit code of every rank, and exit 1 when a chunk failed.
+# the exit code of every rank, exit 1 when a chunk failed, and help().
 # usage: repl_basics.sh TYCHO   (run from the source folder)
 set -u
 tycho=$1
@@ -90,4 +90,19 @@ rc=$?
 grep -q 'not reached' /tmp/repl_quit.$$ && fail "a chunk ran after quit(3)"
 rm -f /tmp/repl_quit.$$
 [ "$rc" -eq 3 ] || fail "quit(3) must end the job with exit code 3 (got $rc)"
+# help(): the REPL's commands, the module's functions and the trainer's fields and methods, one
+# line each, from the tables completion uses; help("t:step") that one line; t:help() and help(x)
+out=$(printf '%s\n' 'help()' 'help("t:step")' 't = tycho.open("plans/tiny.lua")' 't:help()' \
+  'help(t:param("embed"))' 'help("nothing")' | "$tycho" repl 2>&1)
+squeezed=$(tr -s ' ' <<<"$out")
+for line in ' quit([code]) end the session' ' tycho.open(path [, overrides]) compile' ' t:step([n]) run n steps' \
+  ' t:save([dir]) a checkpoint' ' t:eval() the plan' ' t.step optimizer steps done' \
+  " t:set's fields: optimizer.lr" ' x:norm() the L2 norm'; do
+  grep -qF -- "$line" <<<"$squeezed" || fail "help: no line '$line' in: $out"
+done
+[ "$(grep -cF ' t:step([n]) run n steps' <<<"$squeezed")" -eq 3 ] ||
+  fail "help(), help(\"t:step\") and t:help() must each print t:step's line once: $out"
+one=$(sed -n '/^> help("t:step")/,/^> /p' <<<"$out")
+[ "$(wc -l <<<"$one")" -eq 3 ] || fail "help(\"t:step\") must print one line: $one"
+grep -q "help: nothing is named 'nothing'" <<<"$out" || fail "help(\"nothing\") must say so: $out"
 echo "ok: repl basics"
