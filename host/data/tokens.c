@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "util/err.h"
+#include "util/file.h"
 #include "util/path.h"
 
 #include "philox.h"
@@ -122,6 +123,7 @@ int tokens_open(struct tokens_file *tf, const char *path, int vocab, int seq_len
     } else {
       tf->map = map;
       tf->map_bytes = (size_t)size;
+      map_guard_add(map, (size_t)size, NULL, path); /* shrunk under the run: one line, exit 1 */
     }
   }
   close(fd);
@@ -140,7 +142,10 @@ int tokens_open(struct tokens_file *tf, const char *path, int vocab, int seq_len
 
 void tokens_close(struct tokens_file *tf)
 {
-  if (tf->map) munmap(tf->map, tf->map_bytes);
+  if (tf->map) {
+    map_guard_remove(tf->map);
+    munmap(tf->map, tf->map_bytes);
+  }
   free(tf->path);
   memset(tf, 0, sizeof *tf);
 }

@@ -1,9 +1,13 @@
-/* Writing files whole and durably, and mapping them for reading (file.h). */
+/* Writing files whole and durably, and mapping them for reading, guarded against the file
+ * shrinking under the mapping (file.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "util/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,6 +233,7 @@ int file_map(const char *what, const char *path, long long max_bytes, struct fil
     }
     m->data = data;
     m->bytes = (size_t)size;
+    map_guard_add(data, (size_t)size, what, path); /* shrunk while mapped: one line, exit 1 */
   }
   close(fd); /* the mapping stays */
   return 0;
@@ -236,8 +241,122 @@ int file_map(const char *what, const char *path, long long max_bytes, struct fil
 
 void file_unmap(struct file_map *m)
 {
-  if (m->data)
+  if (m->data) {
+    map_guard_remove(m->data);
     munmap(m->data, m->bytes);
+  }
   m->data = NULL;
   m->bytes = 0;
+}
+
+/* ---- the mapping guard (file.h). The SIGBUS handler reads a fixed table filled beforehand,
+ * formats with its own digit loop and writes with write(2): nothing it calls may allocate or
+ * lock (async-signal safety). ---- */
+
+struct guarded {
+  volatile sig_atomic_t used;
+  uintptr_t start, end;
+  char head[768];   /* "tycho: WHAT PATH: the file shrank ...: byte " */
+  size_t head_len;
+};
+
+static struct guarded table[MAP_GUARD_MAX];
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sigaction previous; /* the SIGBUS handler before ours (Open MPI's after MPI_Init) */
+
+static size_t put_u64(char *out, uint64_t v)
+{
+  char digits[24];
+  size_t n = 0, k = 0;
+  do digits[n++] = (char)('0' + v % 10); while ((v /= 10) != 0);
+  while (n) out[k++] = digits[--n];
+  return k;
+}
+
+static void on_sigbus(int sig, siginfo_t *info, void *ctx)
+{
+  const uintptr_t a = (uintptr_t)info->si_addr;
+  for (int i = 0; i < MAP_GUARD_MAX; i++) {
+    const struct guarded *g = &table[i];
+    if (!g->used || a < g->start || a >= g->end)
+      continue;
+    char line[900];
+    size_t n = g->head_len;
+    memcpy(line, g->head, n);
+    n += put_u64(line + n, (uint64_t)(a - g->start));
+    static const char of[] = " of the ";
+    memcpy(line + n, of, sizeof of - 1);
+    n += sizeof of - 1;
+    n += put_u64(line + n, (uint64_t)(g->end - g->start));
+    static const char tail[] = " mapped is gone\n";
+    memcpy(line + n, tail, sizeof tail - 1);
+    n += sizeof tail - 1;
+    (void)!write(2, line, n);
+    _exit(1);
+  }
+  /* not ours: the handler that was there before, or the default action (the fault repeats on
+   * return and kills the process as it would have) */
+  if (previous.sa_flags & SA_SIGINFO) {
+    if (previous.sa_sigaction) {
+      previous.sa_sigaction(sig, info, ctx);
+      return;
+    }
+  } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
+    previous.sa_handler(sig);
+    return;
+  }
+  signal(SIGBUS, SIG_DFL);
+}
+
+/* Ours unless it is already the current handler; called under lock. */
+static void install(void)
+{
+  struct sigaction now;
+  if (sigaction(SIGBUS, NULL, &now) != 0)
+    return;
+  if ((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == on_sigbus)
+    return;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_sigbus;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  previous = now;
+  sigaction(SIGBUS, &sa, NULL);
+}
+
+void map_guard_add(const void *addr, size_t bytes, const char *what, const char *path)
+{
+  if (!addr || !bytes)
+    return;
+  pthread_mutex_lock(&lock);
+  install();
+  for (int i = 0; i < MAP_GUARD_MAX; i++) {
+    struct guarded *g = &table[i];
+    if (g->used)
+      continue;
+    g->start = (uintptr_t)addr;
+    g->end = (uintptr_t)addr + bytes;
+    int n = snprintf(g->head, sizeof g->head, "tycho: %s%s%s: the file shrank while the run had it "
+                     "mapped (truncated or rewritten in place): byte ", what ? what : "",
+                     what && what[0] ? " " : "", path ? path : "(a mapped file)");
+    g->head_len = n < 0 ? 0 : (size_t)n < sizeof g->head ? (size_t)n : sizeof g->head - 1;
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    g->used = 1;
+    break;
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+void map_guard_remove(const void *addr)
+{
+  if (!addr)
+    return;
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < MAP_GUARD_MAX; i++)
+    if (table[i].used && table[i].start == (uintptr_t)addr) {
+      table[i].used = 0;
+      break;
+    }
+  pthread_mutex_unlock(&lock);
 }

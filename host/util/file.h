@@ -66,7 +66,24 @@ struct file_map {
  * N bytes: strerror". */
 int file_map(const char *what, const char *path, long long max_bytes, struct file_map *m, char *err,
              size_t err_size);
-/* Unmaps (nothing when empty) and zeroes m. */
+/* Unmaps (nothing when empty) and zeroes m. The mapping is guarded while it lasts (below). */
 void file_unmap(struct file_map *m);
+
+/* The guard of read-only mappings (file_map's, token files'): one line and exit 1 when the file
+ * shrinks under them. A page of a mapping past the file's new end raises SIGBUS when touched (a
+ * token file truncated while a run reads it, a weights file rewritten during a load); unhandled,
+ * that is a signal death and, under Open MPI, a backtrace. map_guard_add registers a mapping and
+ * installs the handler when it is not the current one (so after MPI_Init, which installs Open
+ * MPI's own): a SIGBUS inside a registered mapping writes
+ *   "tycho: WHAT PATH: the file shrank while the run had it mapped (...): byte N of the M mapped is gone"
+ * and exits 1 (a change made to the input during the run, not a fault of the input as given); any
+ * other SIGBUS goes to the handler that was there before (or the default action). */
+#define MAP_GUARD_MAX 256 /* mappings registered at once; more are left unguarded */
+
+/* Registers [addr, addr + bytes) as the mapping of `path` (what: a field such as "data.train",
+ * or NULL). Both strings are copied. */
+void map_guard_add(const void *addr, size_t bytes, const char *what, const char *path);
+/* Forgets the mapping at addr (before munmap); a no-op for an address never registered. */
+void map_guard_remove(const void *addr);
 
 #endif

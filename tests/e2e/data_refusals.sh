@@ -3,7 +3,7 @@
 # open waited for a writer forever; now exit 2, a plan error), an llm.c file with a wrong magic (it was read as raw tokens
 # and refused for "token 24910 ... is not below vocab 64"), and evaluation asked for without a
 # validation set (it was skipped without a word; now a plan error naming train.eval_every and
-# data.val).
+# data.val); and a token file truncated while a run reads it ends the run with one line (exit 1).
 # usage: data_refusals.sh TYCHO   (run from the source folder)
 set -u
 tycho=$1
@@ -48,6 +48,26 @@ if timeout 60 "$tycho" run $plan --set train.eval_every=4 --set data.val=tests/g
   echo "ok   run with data.val evaluates"
 else
   echo "FAIL: run with data.val:"; cat "$tmp/out"; failed=1
+fi
+
+# A token file truncated under a running job: reading a window past the new end faulted
+# (SIGBUS, exit 135 with Open MPI's backtrace); now one line naming the file and exit 1.
+# big.bin: the reference tokens three times under one llm.c header (9000 tokens, 562 windows).
+g=tests/golden/llama_ref_tokens.bin
+{ head -c 8 $g; printf '\x28\x23\x00\x00'; head -c 1012 /dev/zero; for i in 1 2 3; do tail -c +1025 $g; done; } \
+  >"$tmp/big.bin"
+timeout 120 "$tycho" run $plan --set data.train="$tmp/big.bin" --set train.steps=1000000 \
+  >"$tmp/trunc.out" 2>"$tmp/trunc.err" </dev/null &
+pid=$!
+for _ in $(seq 600); do grep -q '^step' "$tmp/trunc.out" 2>/dev/null && break; sleep 0.1; done
+truncate -s 4096 "$tmp/big.bin"
+wait $pid
+rc=$?
+if [ "$rc" -eq 1 ] && [ "$(wc -l <"$tmp/trunc.err")" -eq 1 ] &&
+   grep -q "^tycho: $tmp/big.bin: the file shrank while the run had it mapped (truncated or rewritten in place): byte [0-9]* of the 19024 mapped is gone$" "$tmp/trunc.err"; then
+  echo "ok   run with data.train truncated under it: exit 1, one line"
+else
+  echo "FAIL: run with data.train truncated under it exited $rc (expected 1); stderr:"; cat "$tmp/trunc.err"; failed=1
 fi
 
 [ "$failed" -eq 0 ] || exit 1
