@@ -199,12 +199,18 @@ int path_open_output(const char *what, const char *path, int append, int *fd_out
   const char *w = what ? what : "";
   *fd_out = -1;
   /* No O_TRUNC until it is known to be a regular file; O_NONBLOCK: a FIFO with no reader fails
-   * at once (ENXIO) instead of waiting for one. */
-  int fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC | O_NOCTTY | (append ? O_APPEND : 0), 0644);
+   * at once (ENXIO) instead of waiting for one; O_NOFOLLOW: a link is not written through (nor,
+   * dangling, made to create the file it names). */
+  int fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW | (append ? O_APPEND : 0),
+                0644);
   if (fd < 0) {
     const int e = errno;
     if (path_check_output(what, path, err, err_size) == 2) /* a folder, a FIFO without reader */
       return 2;
+    if (e == ELOOP) {
+      errf(err, err_size, "%s%s%s: is a symbolic link; give the file itself", w, sep(w), path);
+      return 2;
+    }
     return errf(err, err_size, "%s%s%s: cannot open it for writing: %s", w, sep(w), path, strerror(e));
   }
   struct stat st;

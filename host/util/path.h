@@ -51,8 +51,10 @@ int path_check_own(const char *what, const char *path, int fd, char *err, size_t
 /* Opens the output `path` for writing, creating it (0644) when absent, without blocking and
  * without touching anything that is not a regular file: a FIFO, a device, a folder or a socket
  * at `path` (or a link to one) is refused before a byte is written, and only then is a regular
- * file truncated (append: kept, written at its end). On success *fd is a blocking descriptor.
- * 0 ok; 2 not a regular file (as path_check_output); −1 cannot open or truncate it (strerror). */
+ * file truncated (append: kept, written at its end). A symbolic link at `path` is never written
+ * through: 2 with "WHAT PATH: is a symbolic link; give the file itself". On success *fd is a
+ * blocking descriptor. 0 ok; 2 not a regular file (as path_check_output) or a link; −1 cannot
+ * open or truncate it (strerror). */
 int path_open_output(const char *what, const char *path, int append, int *fd, char *err,
                      size_t err_size);
 

@@ -69,6 +69,12 @@ refused "tycho: plan error: log.metrics $tmp/lk/linked.jsonl: is a symbolic link
 refused "tycho: plan error: log.metrics $tmp/lk/hard.jsonl: has 2 names (hard links); give a file of its own" \
   --set log.metrics="$tmp/lk/hard.jsonl"
 code=
+# an output opened for writing (tune's --out here) is not written through a link either
+"$tycho" tune plans/tiny.lua --world 2 --cluster plans/clusters/h100_80g_ib.lua --out "$tmp/lk/linked.jsonl" \
+  >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ "$rc" -eq 2 ] && grep -qF "tycho: --out $tmp/lk/linked.jsonl: is a symbolic link; give the file itself" "$tmp/err" ||
+  fail "tune --out onto a link: exit $rc"
 [ "$(cat "$tmp/precious")" = precious ] || fail "a lock was written through a link: $(cat "$tmp/precious")"
 [ -e "$tmp/nowhere" ] && fail "a dangling lock link made $tmp/nowhere"
 echo "ok: links where locks belong, and a linked log.metrics, refused by name"
