@@ -38,6 +38,7 @@
 #include "runtime/train/train.h"
 #include "util/devices.h"
 #include "util/path.h"
+#include "usage.h"
 
 #define EXIT_USAGE 2
 #define EXIT_RUNTIME 1
@@ -45,107 +46,6 @@
 static const char *const progname = "tycho";
 static int exit_code = EXIT_RUNTIME; /* the code of the error being raised */
 static int quiet_error;              /* rank 0 reports this error (the same on every rank) */
-
-static const char usage_text[] =
-  "usage: tycho <command> [arguments]\n"
-  "\n"
-  "commands:\n"
-  "  check PLAN.lua [--world N] [--json] [--cluster C.lua [--sbatch [--cpus-per-task N]]]\n"
-  "        [--set path=value ...]\n"
-  "        compile and validate a plan and print what it does: mesh and groups, stages,\n"
-  "        per-module tensor-parallel splits and the collectives they insert, recompute,\n"
-  "        schedule, the memory bill per rank (each category's peak, and the model states kept\n"
-  "        between steps apart from the transient buffers), the traffic of a step, batch\n"
-  "        arithmetic, seeds, and the runtime the byte figures describe: this build's CPU\n"
-  "        runtime, or for a plan with device = \"cuda\" the GPU runtime's element sizes\n"
-  "        (--set device=cpu|cuda)\n"
-  "        --world N   ranks in the job, 1..16777216 (needed when mesh.dp is \"auto\")\n"
-  "        --json      one JSON document on stdout (schema: docs/check-json.md)\n"
-  "        --cluster C.lua  price the plan on a cluster (plans/clusters/): headroom of the\n"
-  "                    memory bill, predicted step time and MFU\n"
-  "        --sbatch    instead, a Slurm batch script for the plan on that cluster: nodes, tasks\n"
-  "                    and GPUs per node from the cluster file and the world, the srun line\n"
-  "                    running tycho run of the same plan and --sets, the checkpoint and\n"
-  "                    metrics paths, the memory and step-time summary as comments\n"
-  "        --cpus-per-task N  the script's CPUs per rank, 1..4096 (default: 1 on a CPU\n"
-  "                    cluster; on a GPU one whole nodes, their CPUs shared out by srun)\n"
-  "  tune PLAN.lua --world N --cluster C.lua [--top K] [--headroom PCT] [--out FILE]\n"
-  "        rank the layouts of the plan's model for N ranks of the cluster by predicted step\n"
-  "        time among those whose memory bill fits with PCT% spare (0..99, default 10), print\n"
-  "        the K best (1..1000, default 5) and write the best as a plan file (default\n"
-  "        PLAN_tuned_N.lua): the layout over the plan and every --set given, the plan\n"
-  "        loaded by require where a module name finds it from that file's folder, else\n"
-  "        its text written in\n"
-  "  run PLAN.lua [--set path=value ...] [--listen ADDR]\n"
-  "        compile the plan and train with it (under mpirun or srun for more ranks: data,\n"
-  "        tensor and pipeline parallelism, ZeRO 1-3, recompute) on the CPU runtime, or with\n"
-  "        device = \"cuda\" on a CUDA device (a build with the CUDA backend: device local\n"
-  "        rank % devices, ranks exchanging through NCCL where each has its own GPU, else\n"
-  "        through host staging, plan field comm; refused with exit 2 naming why); \"auto\"\n"
-  "        (the default) is CUDA where the build has it and a device is visible, else the CPU;\n"
-  "        the header says which. In fp32 or, with precision.compute = \"bf16\", the\n"
-  "        linears' products in bf16 (one TP rank, ZeRO 0-2), and on the CPU the\n"
-  "        attention's too\n"
-  "        --listen ADDR  serve `tycho repl --attach ADDR` between steps: ADDR a Unix socket\n"
-  "                    path (created 0600) or HOST:PORT; a token file only you can read is\n"
-  "                    written next to it (ADDR.token, or tycho-listen-PORT.token); nothing\n"
-  "                    listens without it. docs/repl.md\n"
-  "  repl [PLAN.lua [FILE.lua]] [--set path=value ...] [--timeout S]\n"
-  "        an SPMD Lua prompt on every rank of the job (mpirun -np N tycho repl ...): rank 0\n"
-  "        reads, every rank runs; PLAN.lua is opened as the trainer t; FILE.lua (or stdin that\n"
-  "        is not a terminal) runs chunk by chunk, exit 1 if one failed; @0, @2-3, @dp=0 or\n"
-  "        @tp=1,pp=0 before a chunk runs it on those ranks only; --timeout S: the comm\n"
-  "        watchdog's seconds during the session (1..604800, default 30). docs/repl.md\n"
-  "  repl [PLAN.lua [FILE.lua]] -n N [--launcher CMD] [--set path=value ...] [--timeout S]\n"
-  "        the same prompt at this terminal, the job's N ranks (1..65536, also --ranks N)\n"
-  "        started here with CMD as for rehearse: each chunk's output shown as it comes,\n"
-  "        Ctrl-C stops a chunk at the next step boundary on every rank (twice within 2 s\n"
-  "        ends the job), Ctrl-D or quit() ends every rank\n"
-  "  repl --attach ADDR [FILE.lua] [--token FILE]\n"
-  "        the same prompt on a running `tycho run --listen ADDR`, t its trainer: chunks run\n"
-  "        between its steps; t:pause(), t:resume(); detach(), quit() or Ctrl-D leave it\n"
-  "        training. The token is read from the file --listen wrote (ADDR.token)\n"
-  "  rehearse PLAN.lua [--world N] [--steps K] [--launcher CMD] [--fault path=value ...]\n"
-  "        run the plan's exact layout (mesh, stages, splits, sequence parallelism,\n"
-  "        recompute, ZeRO, schedule) at toy scale on CPU ranks: the model shrunk (layers,\n"
-  "        heads and every divisibility kept), K steps (1..64, default 3) on the addition\n"
-  "        corpus, against the serial run of the same shrunk model; prints the worst relative\n"
-  "        difference, whether each rank's collectives equal check's traffic and its memory\n"
-  "        peaks check's bill; exit 1 when any fails. The ranks start with CMD, {n} their\n"
-  "        count (default with Open MPI 'mpirun --oversubscribe -np {n}', run as root with\n"
-  "        --allow-run-as-root too). docs/rehearse.md\n"
-  "        --head-dim D, --seq S, --micro-batches M  the shrunk head size (default 4), sequence\n"
-  "                    (default 32) and micro-batches per step per rank (default at most\n"
-  "                    max(4, 2·pp·virtual_stages))\n"
-  "        --fault path=value  an override for the layout's run only, to see a rehearsal fail\n"
-  "  calibrate [PLAN.lua] --out FILE [--set path=value ...] [--reps N] [--name TEXT]\n"
-  "            [--launcher CMD]\n"
-  "        on one rank per core (started with CMD as for rehearse, or under mpirun): measure\n"
-  "        this machine at PLAN's shapes (default plans/tiny.lua) - sgemm peak, the plan's\n"
-  "        linears, attention, pointwise work, the optimizer, the collectives' latency and\n"
-  "        bandwidth, cores, memory - and write a cluster file for check --cluster and tune\n"
-  "        (a device = one core running one rank of one thread); --reps N: repetitions per\n"
-  "        measurement, 1..1000 (default 10). docs/calibrate.md\n"
-  "  ckpt inspect|verify DIR\n"
-  "        a checkpoint (checkpoint.dir/step_N, or checkpoint.dir for its newest): inspect\n"
-  "        prints its step, model, mesh and files; verify also checks every piece's checksum\n"
-  "        and that every tensor is covered exactly once (exit 1 when not)\n"
-  "  --help, -h      this text\n"
-  "  --version       the version, what the kernels compute in (fp32, or float64 in the\n"
-  "                  proof build: cmake -DTYCHO_FLOAT64=ON) and whether the build has the\n"
-  "                  CUDA backend\n"
-  "\n"
-  "options for check, tune, run and rehearse:\n"
-  "  --set path.to.field=value   override a plan field (numbers, true/false, nil, strings,\n"
-  "                              comma lists, or a Lua table constructor {...}, e.g.\n"
-  "                              'stages={{\"embed\",0,1},{2,3,\"head\"}}'); may repeat,\n"
-  "                              applied in order\n"
-  "  --unsafe                    lift the plan sandbox (io, package, no limits)\n"
-  "  --max-memory MiB            the plan's Lua heap cap, 1..1048576 (default 256)\n"
-  "  --max-instructions N        the plan's Lua instruction cap, 1000..10^15 (default 200000000)\n"
-  "  numbers are decimal integers; one out of its range is refused (exit 2)\n"
-  "\n"
-  "exit codes: 0 ok, 1 runtime failure, 2 usage or plan error\n";
 
 /* Raises an error that pmain's caller reports; `code` becomes the exit code. The message is
  * formatted by vsnprintf (C's formats: %lld, %.0f, %.*s; lua_pushfstring knows few of them). */
@@ -908,12 +808,14 @@ static int pmain(lua_State *L)
   int argc = (int)lua_tointeger(L, 1);
   char **argv = lua_touserdata(L, 2);
   if (argc < 2)
-    return host_fail(L, EXIT_USAGE, "no command given\n%s", usage_text);
+    return host_fail(L, EXIT_USAGE, "no command given\n%s", usage_text());
   const char *cmd = argv[1];
   if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
-    fputs(usage_text, stdout);
+    fputs(usage_text(), stdout);
     return 0;
   }
+  if (usage_asked(argc, argv) && usage_print_command(stdout, cmd) == 0) /* tycho COMMAND --help */
+    return 0;
   if (strcmp(cmd, "--version") == 0) {
     printf("tycho %s (Lua %s.%s, %s kernels%s)\n", TYCHO_VERSION, LUA_VERSION_MAJOR, LUA_VERSION_MINOR,
            REAL_NAME, devices_cuda_built() ? ", with the CUDA backend" : "");
@@ -966,7 +868,7 @@ int main(int argc, char **argv)
    * faster (2,200-2,350 → 2,650-2,800 tokens/s), zero 0 within its noise. */
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  const int run = argc >= 2 && (strcmp(argv[1], "run") == 0 ||
+  const int run = argc >= 2 && !usage_asked(argc, argv) && (strcmp(argv[1], "run") == 0 ||
                                 (strcmp(argv[1], "repl") == 0 && !repl_frontend_form(argc, argv)) ||
                                 mpi_worker(argc, argv, "calibrate") || mpi_worker(argc, argv, "rehearse"));
   int ranks_on_node = 1;

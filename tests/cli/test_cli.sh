@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The command line as a user meets it: help, version, exit codes, `check` output for the shipped
+# The command line as a user meets it: help (tycho --help, tycho COMMAND --help), version, exit codes, `check` output for the shipped
 # plans at several world sizes, --json, --set, --unsafe, TYCHO_PATH and the sandbox's require.
 # usage: test_cli.sh TYCHO   (run from the source folder)
 set -u
@@ -207,6 +207,13 @@ echo 'return { secret = true }' >"$tmp/outside/secret.lua"
 ln -s "$tmp/outside/secret.lua" "$tmp/plan/escape.lua"
 echo 'local s = require "escape"' >"$tmp/plan/p.lua"
 expect symlink_escape 2 "module 'escape' not found in the plan search path" "$tycho" check "$tmp/plan/p.lua"
+
+# tycho COMMAND --help (or -h): that command's usage, exit 0, nothing run (run compiles no plan)
+for c in check tune run repl rehearse calibrate ckpt; do
+  expect "help_$c" 0 "^  $c " "$tycho" "$c" --help
+done
+expect help_run_plan 0 '^usage:$' "$tycho" run nothere.lua -h
+expect help_repl_prompt 0 'help\(\) lists the REPL' "$tycho" repl plans/tiny.lua -n 2 --help
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
