@@ -352,7 +352,8 @@ static int export_name(const char *s)
 }
 
 /* The first entry of folder `dir` that an export does not write, into `foreign`: 1 found, 0 none,
- * -1 cannot read the folder. */
+ * -1 cannot read the folder. A folder under an export file's name is foreign: removing the old
+ * export (unlinkat) would fail on it after the new one is written. */
 static int foreign_entry(const char *dir, char *foreign, size_t n)
 {
   DIR *d = opendir(dir);
@@ -360,7 +361,9 @@ static int foreign_entry(const char *dir, char *foreign, size_t n)
     return -1;
   int found = 0;
   for (struct dirent *e; !found && (e = readdir(d));) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 || export_name(e->d_name))
+    struct stat st;
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+        (export_name(e->d_name) && !(fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))))
       continue;
     snprintf(foreign, n, "%s", e->d_name);
     found = 1;

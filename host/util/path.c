@@ -38,6 +38,38 @@ int path_make_parent_dirs(const char *path, char *err, size_t err_size)
   return 0;
 }
 
+int path_normalize(const char *in, char *out, size_t n)
+{
+  size_t used = 0;
+  const int absolute = in[0] == '/';
+  if (n < 2)
+    return -1;
+  if (absolute)
+    out[used++] = '/';
+  for (const char *c = in; *c;) {
+    while (*c == '/')
+      c++;
+    const char *end = c;
+    while (*end && *end != '/')
+      end++;
+    const size_t len = (size_t)(end - c);
+    if (len && !(len == 1 && c[0] == '.')) {
+      const int slash = used > (size_t)absolute;
+      if (used + slash + len + 1 > n)
+        return -1;
+      if (slash)
+        out[used++] = '/';
+      memcpy(out + used, c, len);
+      used += len;
+    }
+    c = end;
+  }
+  if (used == 0)
+    out[used++] = '.';
+  out[used] = '\0';
+  return 0;
+}
+
 const char *path_kind(unsigned mode)
 {
   if (S_ISREG(mode))

@@ -10,6 +10,11 @@
  * 0 ok; −1 with a message naming the folder. */
 int path_make_parent_dirs(const char *path, char *err, size_t err_size);
 
+/* `in` with its empty and "." components dropped: "X/." and "X/" give "X", "a//./b" gives
+ * "a/b", "./X" gives "X"; ".." is kept (a link before it would change what it means). A path
+ * of no other component gives "." or "/". Into out (n bytes). 0 ok; −1 too long. */
+int path_normalize(const char *in, char *out, size_t n);
+
 /* What a file is, in words for a message: "a folder", "a FIFO", "a character device", ... */
 const char *path_kind(unsigned mode);
 

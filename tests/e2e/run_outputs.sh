@@ -79,6 +79,34 @@ rc=$?
 [ -e "$tmp/nowhere" ] && fail "a dangling lock link made $tmp/nowhere"
 echo "ok: links where locks belong, and a linked log.metrics, refused by name"
 
+# export.path is normalised before its lock is named: X/. is X (lock X.lock, X.tmp beside it;
+# before, the lock X/..lock went into X and the export refused it after training). What the
+# export would refuse at the end is refused before step 1 with exit 2 naming the path: a path
+# ending in '..', an old export holding a folder under a shard's name, a foreign file in X.old,
+# a folder at a file export's PATH.tmp (before: exit 1 after the steps, X.tmp left behind).
+"$tycho" run "$plan" --set train.steps=2 --set export.format=hf --set export.path="$tmp/hx/." >"$tmp/out" 2>"$tmp/err" ||
+  fail "export.path $tmp/hx/.: exit $?"
+[ -f "$tmp/hx/config.json" ] && [ ! -e "$tmp/hx/..lock" ] && [ ! -e "$tmp/hx.lock" ] && [ ! -e "$tmp/hx.tmp" ] ||
+  fail "export.path $tmp/hx/.: $(ls -a "$tmp" "$tmp/hx")"
+code=2
+refused "tycho: plan error: export.path $tmp/hx/..: names no file of its own" --set export.format=hf \
+  --set export.path="$tmp/hx/.."
+shard=$(cd "$tmp/hx" && ls model-*.safetensors)
+rm "$tmp/hx/$shard" && mkdir "$tmp/hx/$shard"
+refused "tycho: plan error: export.path $tmp/hx: holds '$shard', which an export does not write" \
+  --set export.format=hf --set export.path="$tmp/hx"
+rmdir "$tmp/hx/$shard"
+mkdir "$tmp/hx.old" && echo mine >"$tmp/hx.old/notes.txt"
+refused "tycho: plan error: export.path $tmp/hx: $tmp/hx.old: holds 'notes.txt', which an export does not write" \
+  --set export.format=hf --set export.path="$tmp/hx"
+mkdir "$tmp/e.safetensors.tmp"
+refused "tycho: plan error: export.path $tmp/e.safetensors: $tmp/e.safetensors.tmp is a folder;" \
+  --set export.path="$tmp/e.safetensors"
+code=
+[ -e "$tmp/hx.tmp" ] && fail "a refused export left $tmp/hx.tmp"
+[ -f "$tmp/hx.old/notes.txt" ] || fail "a refused export removed $tmp/hx.old/notes.txt"
+echo "ok: export paths normalised, and what the export would refuse refused before step 1"
+
 # A live run holds checkpoint.dir and log.metrics.
 "$tycho" run "$plan" --set train.steps=1000000 --set checkpoint.dir="$tmp/ck" \
   --set log.metrics="$tmp/m.jsonl" >"$tmp/bg_out" 2>"$tmp/bg_err" &

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "io/hf.h"
@@ -238,6 +239,14 @@ int weights_probe_hf(const struct plan_model *m, const char *dir, char *err, siz
   size_t len = strlen(dir);
   while (len > 1 && dir[len - 1] == '/')
     len--;
+  /* DIR.tmp and DIR.old, made afresh by the export, must be removable as it will remove them (a
+   * link, or a folder of export files): refused now, not after the steps */
+  for (int i = 0; i < 2; i++) {
+    struct stat st;
+    snprintf(probe, sizeof probe, "%.*s.%s", (int)len, dir, i ? "old" : "tmp");
+    if (lstat(probe, &st) == 0 && !S_ISLNK(st.st_mode) && (rc = hf_check_output("", probe, why, sizeof why)) != 0)
+      return errf(err, err_size, "export.path %s: %s", dir, why), rc;
+  }
   /* DIR.tmp is made beside DIR: the folder that holds it must take new files */
   snprintf(probe, sizeof probe, "%.*s.tycho-probe-%ld", (int)len, dir, (long)getpid());
   if (path_make_parent_dirs(probe, why, sizeof why))

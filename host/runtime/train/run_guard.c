@@ -58,6 +58,22 @@ int run_probe_file(const char *field, const char *path, char *err, size_t n)
   return probe_in(field, path, dir, err, n);
 }
 
+int run_probe_replaced(const char *field, const char *path, char *err, size_t n)
+{
+  int rc = run_probe_file(field, path, err, n);
+  if (rc || !path[0])
+    return rc;
+  char tmp[4200];
+  struct stat st;
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  if (lstat(tmp, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+    errf(err, n, "%s %s: %s is %s; the new file is written there first, so it must be absent or a regular file",
+         field, path, tmp, path_kind(st.st_mode));
+    return 2; /* the writer would refuse it after the steps (file_atomic_begin) */
+  }
+  return 0;
+}
+
 int run_probe_dir(const char *field, const char *dir, char *err, size_t n)
 {
   char why[4200], inside[4200];

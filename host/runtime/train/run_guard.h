@@ -28,6 +28,10 @@
 /* 0 ok; −1 with a message; run_probe_file 2 for a path that is not a regular file. */
 int run_probe_file(const char *field, const char *path, char *err, size_t err_size);
 int run_probe_dir(const char *field, const char *dir, char *err, size_t err_size);
+/* run_probe_file of a file replaced whole (util/file.h, file_atomic: export.path's safetensors,
+ * log.trace): PATH.tmp, where the new file is written first, refused (2) when it exists as
+ * anything but a regular file or a link, as the writer would refuse it after the steps. */
+int run_probe_replaced(const char *field, const char *path, char *err, size_t err_size);
 
 struct run_lock {
   int fd;          /* -1: not held */

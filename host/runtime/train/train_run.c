@@ -122,6 +122,24 @@ static int prepare_inputs(const struct plan *p, char *err, size_t n)
   return rc;
 }
 
+/* export.path as the export writes it: normalised (path_normalize: "X/.", "X/" and "X//" are
+ * X), so that its lock (X.lock), X.tmp and X.old sit beside X. 0 ok; 2 a path that names no
+ * file of its own ("." or "/", or one ending in ".."). */
+static int export_path(const char *given, char *out, size_t size, char *err, size_t n)
+{
+  const char *last = out;
+  if (path_normalize(given, out, size))
+    return errf(err, n, "export.path %s: path too long", given);
+  if (strrchr(out, '/'))
+    last = strrchr(out, '/') + 1;
+  if (strcmp(last, ".") == 0 || strcmp(last, "..") == 0 || !last[0]) {
+    errf(err, n, "export.path %s: names no file of its own (it is '.', '/' or ends in '..'); give the export's own "
+         "name", given);
+    return 2;
+  }
+  return 0;
+}
+
 static int prepare_outputs(const struct plan *p, struct run_log *log, struct run_locks *locks, char *err, size_t n)
 {
   char lock[4200];
@@ -145,13 +163,13 @@ static int prepare_outputs(const struct plan *p, struct run_log *log, struct run
   }
   if (export_[0]) {
     const int hf = strcmp(p->export_.format, "hf") == 0;
-    size_t len = strlen(export_);
-    while (hf && len > 1 && export_[len - 1] == '/') /* the folder's lock beside it, not in it */
-      len--;
-    snprintf(lock, sizeof lock, "%.*s.lock", (int)len, export_);
-    if ((rc = hf ? weights_probe_hf(&p->model, export_, err, n) : run_probe_file("export.path", export_, err, n)) != 0)
+    char path[4096];
+    if ((rc = export_path(export_, path, sizeof path, err, n)) != 0)
       return status_of(rc);
-    if ((rc = run_lock_take(&locks->export_, "export.path", export_, lock, err, n)) != 0)
+    snprintf(lock, sizeof lock, "%s.lock", path); /* a folder's lock beside it, not in it */
+    if ((rc = hf ? weights_probe_hf(&p->model, path, err, n) : run_probe_replaced("export.path", path, err, n)) != 0)
+      return status_of(rc);
+    if ((rc = run_lock_take(&locks->export_, "export.path", path, lock, err, n)) != 0)
       return status_of(rc);
   }
   if ((rc = run_probe_file("log.trace", p->log.trace, err, n)) != 0)
@@ -169,7 +187,8 @@ static int write_metrics_line(struct run_log *log, const char *line, char *err, 
 }
 
 /* SIGINT and SIGTERM during the steps: the first is noted, and the run stops at the next step
- * boundary that every rank agrees on (run_loop); a second one ends the process at once. */
+ * boundary that every rank agrees on (run_loop), or during an evaluation at its next batch
+ * (trainer_eval_until) and then after that step; a second one ends the process at once. */
 static volatile sig_atomic_t stop_signal;
 
 static void on_stop_signal(int sig)
@@ -426,8 +445,9 @@ static int print_peaks(struct comm_group *g, struct run_log *log, char *err, siz
 /* Collective (ZeRO-3 gathers); rank 0 writes. */
 static int export_weights(struct trainer *t, FILE *out, long long step, char *err, size_t n)
 {
-  const char *path = t->plan->export_.path;
-  char why[1024];
+  char path[4096], why[1024];
+  if (export_path(t->plan->export_.path, path, sizeof path, err, n))
+    return -1;
   const int hf = strcmp(t->plan->export_.format, "hf") == 0;
   if (dp_export(&t->dp, path, hf ? (uint64_t)(t->plan->export_.shard_mb * 1e6) : 0, why, sizeof why))
     return errf(err, n, "export.path %s: %s", path, why);
@@ -551,10 +571,14 @@ static int run_steps(struct trainer *t, struct run_log *log, struct train_moe *m
     if ((p->train.eval_every > 0 && (s + 1) % p->train.eval_every == 0) || last) {
       struct train_eval_stats ev;
       const double e0 = comm_now();
-      trainer_eval(t, &ev);
+      trainer_eval_until(t, &ev, &stop_signal); /* a signal ends it at the next batch, agreed */
       comm_trace_work("evaluation", -1, -1, 0.0, e0, comm_now());
       if (trainer_failed(t))
         return errf(err, n, "evaluation after step %lld: %s", s, trainer_failed(t)), TRAIN_RUNTIME_ERROR;
+      if (ev.stopped && log->out) { /* the step's agreement below stops the run */
+        fprintf(log->out, "eval at step %lld: cut short by a signal\n", ev.step);
+        fflush(log->out);
+      }
       char why[1024];
       if (log_eval(log, &ev, why, sizeof why) && !failed)
         failed = errf(err, n, "%s", why);
