@@ -572,6 +572,22 @@ static int repl_common_option(lua_State *L, int argc, char **argv, int *i, const
   return 1;
 }
 
+/* A REPL's plan compiled before its session (for `world` ranks; agreed over the world when the
+ * ranks run already): one that does not open is refused as `tycho run` refuses it, exit 2, before
+ * a prompt shows or, for a front-end, before any rank starts. */
+static void repl_check_plan(lua_State *L, const char *plan, const char **sets, int n_sets, int world, int agree)
+{
+  const struct cli c = { .plan = plan, .sets = sets, .n_sets = n_sets };
+  struct plan *p;
+  char err[COMM_AGREE_MSG_MAX];
+  const int bad = compile_plan(L, &c, world, &p, err, sizeof err);
+  if (agree)
+    agree_or_fail(L, bad ? EXIT_USAGE : 0, "plan error: ", err);
+  else if (bad)
+    host_fail(L, EXIT_USAGE, "plan error: %s", err);
+  lua_pop(L, 1); /* the plan: tycho.open compiles its own */
+}
+
 static int cmd_repl(lua_State *L, int argc, char **argv)
 {
   struct repl_options o = { 0 };
@@ -607,6 +623,8 @@ static int cmd_repl(lua_State *L, int argc, char **argv)
   o.close_collected = tycho_runtime_close_collected;
   tycho_runtime_set_stop_hook(repl_stop_requested, NULL); /* Ctrl-C stops t:step at a boundary */
   quiet_error = comm_world()->rank != 0;
+  if (o.plan)
+    repl_check_plan(L, o.plan, sets, o.n_sets, comm_world()->size, 1);
   char err[2048] = "";
   int code = repl_run(&o, err, sizeof err);
   fflush(stdout);
@@ -689,6 +707,8 @@ static int cmd_repl_frontend(lua_State *L, int argc, char **argv)
     return host_fail(L, EXIT_USAGE, "--launcher needs -n N, the ranks to start: tycho repl [PLAN.lua] -n N --launcher CMD");
   if (o.n_sets && !o.plan)
     return host_fail(L, EXIT_USAGE, "--set needs a plan: tycho repl PLAN.lua --set path=value");
+  if (o.plan)
+    repl_check_plan(L, o.plan, sets, o.n_sets, o.ranks, 0);
   char self[4096];
   o.self = launch_self_path(self, sizeof self, argv[0]);
   char err[2048] = "";

@@ -90,6 +90,16 @@ rc=$?
 grep -q 'not reached' /tmp/repl_quit.$$ && fail "a chunk ran after quit(3)"
 rm -f /tmp/repl_quit.$$
 [ "$rc" -eq 3 ] || fail "quit(3) must end the job with exit code 3 (got $rc)"
+# a plan that does not open: tycho run's refusal (exit 2) before the session, on one rank and on two
+for np in 1 2; do
+  out=$(mpirun -np $np "$tycho" repl plans/tyni.lua 2>&1 < /dev/null)
+  rc=$?
+  [ "$rc" -eq 2 ] || fail "a missing plan on $np rank(s): exit $rc, expected 2: $out"
+  [ "$(grep -cxF 'tycho: plan error: plans/tyni.lua: cannot open: No such file or directory' <<<"$out")" -eq 1 ] ||
+    fail "a missing plan on $np rank(s): expected tycho run's message once: $out"
+  grep -q '^> ' <<<"$out" && fail "a missing plan on $np rank(s): a prompt showed: $out"
+done
+
 # help(): the REPL's commands, the module's functions and the trainer's fields and methods, one
 # line each, from the tables completion uses; help("t:step") that one line; t:help() and help(x)
 out=$(printf '%s\n' 'help()' 'help("t:step")' 't = tycho.open("plans/tiny.lua")' 't:help()' \

@@ -5,7 +5,8 @@
 # it at a step boundary on every rank and the trainer answers after; the idle ranks at the prompt
 # use next to no CPU (blocked, not spinning); killing one rank ends the session with a message
 # naming it. Then Ctrl-C twice during a chunk ends the job (exit 130, no rank left), and Ctrl-D
-# ends a session with 0. The session's folder is gone after each.
+# ends a session with 0. The session's folder is gone after each. A plan that does not open is
+# refused (exit 2, tycho run's message) before the launcher starts.
 # usage: repl_frontend.sh TYCHO   (run from the source folder; ctest sets $TYCHO_PTYDRIVE)
 set -u
 tycho=$(readlink -f "$1")
@@ -155,4 +156,18 @@ expect_fail 2 "tycho: --launcher 'srun -n 4': write {n} where the rank count goe
 expect_fail 2 "tycho: --launcher needs -n N, the ranks to start" repl --launcher 'srun -n {n}'
 expect_fail 1 "tycho repl: the ranks did not start (launcher exit code 1)" repl -n 2 --launcher 'false {n}'
 no_leftovers "a launcher that fails"
+# a plan that does not open is refused as tycho run refuses it, before the launcher starts anything
+printf '#!/bin/sh\ntouch "%s/launched"\nexec mpirun "$@"\n' "$home" > "$home/launcher"
+chmod +x "$home/launcher"
+out=$("$tycho" repl plans/tyni.lua -n 2 --launcher "$home/launcher -np {n}" 2>"$home/plan.err" < /dev/null)
+rc=$?
+[ $rc -eq 2 ] || fail "a missing plan: exit $rc, expected 2: $(cat "$home/plan.err")"
+grep -qxF "tycho: plan error: plans/tyni.lua: cannot open: No such file or directory" "$home/plan.err" ||
+  fail "a missing plan: expected tycho run's message, got: $(cat "$home/plan.err")"
+[ -z "$out" ] || fail "a missing plan: nothing may show on stdout (no prompt), got: $out"
+[ ! -e "$home/launched" ] || fail "a missing plan: the launcher was started"
+expect_fail 2 "tycho: plan error: plans/tiny.lua:32: batch.global = 32: not a multiple" repl plans/tiny.lua -n 3 \
+  --launcher "$home/launcher -np {n}"
+[ ! -e "$home/launched" ] || fail "a plan that does not compile for 3 ranks: the launcher was started"
+no_leftovers "a plan that does not open"
 echo "ok: repl -n 4 at a terminal"
