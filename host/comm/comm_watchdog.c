@@ -203,8 +203,9 @@ static size_t last_records(char *out, size_t n)
 }
 
 /* Prints the diagnosis in one write, so ranks' reports do not interleave, and ends the job.
- * When a lower-ranked peer is stuck in the same group it will abort too; this rank then leaves the
- * abort to it and only aborts itself if still alive DEFER_SECONDS later. One MPI_Abort per job
+ * When a lower-ranked peer is stuck in the same group it will diagnose and abort too; this rank
+ * then leaves both to it (one diagnosis per job, not one per stuck rank) and only prints its own
+ * and aborts if still alive DEFER_SECONDS later. One MPI_Abort per job
  * instead of one per stuck rank: Open MPI 4.1's launcher can crash or hang in its own teardown
  * (PMIx_server_finalize) when several ranks abort at once next to a rank that already finalized. */
 static void diagnose_and_abort(const struct comm_record *stuck, const struct comm_group *g,
@@ -230,17 +231,19 @@ static void diagnose_and_abort(const struct comm_record *stuck, const struct com
     len += ask_peers(g, out + len, n - len, &lower_stuck);
   if (len < n)
     len += last_records(out + len, n - len);
-  fputs(out, stderr);
-  fflush(stderr);
   if (lower_stuck) {
     double until = comm_now() + DEFER_SECONDS;
     while (comm_now() < until) {
       answer_queries();
       sleep_seconds(0.05);
     }
+    fputs(out, stderr);
     fprintf(stderr, "tycho: rank %d: comm watchdog: the job did not end %.0f s after the diagnosis; aborting\n",
             ctx.rank, DEFER_SECONDS);
+  } else {
+    fputs(out, stderr);
   }
+  fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 1);
   abort(); /* MPI_Abort does not return */
 }
