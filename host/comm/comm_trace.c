@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "comm_internal.h"
-#include "util/path.h"
+#include "util/file.h"
 #include "util/strbuf.h"
 
 #define ctx comm_ctx
@@ -134,17 +134,15 @@ static int write_json(const char *path, const struct trace_rank *ranks, int n_ra
   json_end_object(&j);
   sb_puts(&b, "\n");
   int status = 0;
-  FILE *f = NULL;
   char why[1024] = "";
-  /* a path that became a FIFO, a device or a folder since the run began is refused, untouched */
-  if (!b.failed && path_fopen_output(NULL, path, 0, &f, why, sizeof why))
-    status = (snprintf(err, n, "comm trace: %s", why), -1);
-  else if (b.failed)
+  /* Written whole to PATH.tmp, synced and renamed (util/file.h): a full disk leaves the old file
+   * (or none), never a cut one under the final name, and the message says why. A path that became
+   * a FIFO, a device or a folder since the run began is refused, untouched; a link there is
+   * replaced, its target left as it is. */
+  if (b.failed)
     status = (snprintf(err, n, "comm trace: out of memory"), -1);
-  else if (fwrite(b.s, 1, b.n, f) != b.n)
-    status = (snprintf(err, n, "comm trace: cannot write %s", path), -1);
-  if (f && fclose(f) && !status)
-    status = (snprintf(err, n, "comm trace: cannot write %s", path), -1);
+  else if (file_write_atomic(NULL, path, b.s, b.n, why, sizeof why))
+    status = (snprintf(err, n, "comm trace: %s", why), -1);
   sb_free(&b);
   return status;
 }

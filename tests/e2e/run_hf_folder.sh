@@ -26,7 +26,7 @@ expect() { # expect CODE TEXT COMMAND...: exit code CODE and TEXT as the first s
 
 # the same weights (the same run, twice) as a folder of 0.05 MB shards and as one file
 run --set train.steps=3 --set export.path="$tmp/F" --set export.format=hf --set export.shard_mb=0.05 || fail "hf export"
-grep -q "^exported $tmp/F after step 2" "$tmp/out" || fail "no export line"
+grep -q "^exported $tmp/F after step 3\$" "$tmp/out" || fail "no export line"
 run --set train.steps=3 --set export.path="$tmp/s.safetensors" || fail "file export"
 shards=$(ls "$tmp/F" | grep -c '^model-000[0-9][0-9]-of-000[0-9][0-9]\.safetensors$')
 [ "$shards" -gt 2 ] || fail "$shards shards"

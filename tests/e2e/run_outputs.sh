@@ -86,6 +86,7 @@ echo "ok: links where locks belong, and a linked log.metrics, refused by name"
 # a folder at a file export's PATH.tmp (before: exit 1 after the steps, X.tmp left behind).
 "$tycho" run "$plan" --set train.steps=2 --set export.format=hf --set export.path="$tmp/hx/." >"$tmp/out" 2>"$tmp/err" ||
   fail "export.path $tmp/hx/.: exit $?"
+grep -qx "exported $tmp/hx after step 2" "$tmp/out" || fail "no 'exported $tmp/hx after step 2' line (2 steps)"
 [ -f "$tmp/hx/config.json" ] && [ ! -e "$tmp/hx/..lock" ] && [ ! -e "$tmp/hx.lock" ] && [ ! -e "$tmp/hx.tmp" ] ||
   fail "export.path $tmp/hx/.: $(ls -a "$tmp" "$tmp/hx")"
 code=2
@@ -181,4 +182,36 @@ if command -v prlimit >/dev/null; then
   echo "ok: a failed metrics write names the path and strerror"
 else
   echo "skipped: the failed metrics write (no prlimit)"
+fi
+
+# A full disk (a 64 KiB tmpfs; skipped when it cannot be mounted). log.metrics: each line is
+# written whole or not at all, and the message gives the cause (before: a record cut in the
+# middle). log.trace: written to a temporary name and renamed, so a failed write leaves no file
+# under the final name (before: a 0-byte trace.json), with the cause in the message.
+mnt=$tmp/small_disk
+mkdir "$mnt"
+if mount -t tmpfs -o size=64k tmpfs "$mnt" 2>/dev/null; then
+  trap '[ -n "$bg" ] && kill -KILL "$bg" 2>/dev/null; umount "$mnt" 2>/dev/null; rm -rf "$tmp"' EXIT
+  head -c 57344 /dev/zero >"$mnt/filler" # some 8 KiB left: tens of records
+  "$tycho" run "$plan" --set train.steps=1000000 --set log.metrics="$mnt/m.jsonl" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  [ "$rc" -eq 1 ] || fail "metrics on a full disk: exit $rc, expected 1"
+  first=$(head -n 1 "$tmp/err")
+  [ "$first" = "tycho: log.metrics: cannot write to $mnt/m.jsonl: No space left on device" ] ||
+    fail "metrics on a full disk: first stderr line '$first'"
+  [ -s "$mnt/m.jsonl" ] && [ "$(tail -c 1 "$mnt/m.jsonl" | od -An -c | tr -d ' ')" = '\n' ] ||
+    fail "metrics on a full disk: the file does not end with a whole line: $(tail -c 200 "$mnt/m.jsonl")"
+  grep -qv '}$' "$mnt/m.jsonl" && fail "metrics on a full disk: a cut record: $(grep -v '}$' "$mnt/m.jsonl" | head -c 300)"
+  rm -f "$mnt/m.jsonl" "$mnt/m.jsonl.lock"
+  head -c 65536 /dev/zero >>"$mnt/filler" 2>/dev/null # full
+  "$tycho" run "$plan" --set train.steps=3 --set log.trace="$mnt/trace.json" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  [ "$rc" -eq 1 ] || fail "trace on a full disk: exit $rc, expected 1"
+  grep -q "^tycho: log.trace: .*$mnt/trace.json.tmp: No space left on device" "$tmp/err" ||
+    fail "trace on a full disk: no cause in '$(head -n 1 "$tmp/err")'"
+  [ -e "$mnt/trace.json" ] || [ -e "$mnt/trace.json.tmp" ] && fail "trace on a full disk left $(ls -la "$mnt")"
+  umount "$mnt"
+  echo "ok: a full disk cuts no metrics record and leaves no trace file, naming the cause"
+else
+  echo "skipped: the full-disk cases (cannot mount a tmpfs)"
 fi

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +29,7 @@
 #include "runtime/train/train_progress.h"
 #include "runtime/model/weights.h"
 #include "util/err.h"
+#include "util/file.h"
 #include "util/path.h"
 
 static double now_seconds(void)
@@ -84,6 +86,14 @@ static int open_metrics(struct run_log *log, const char *path, char *err, size_t
 
 /* An agreed plan error reads the same on every rank: the agreement leaves it without "rank R: ". */
 _Static_assert(TRAIN_PLAN_ERROR == COMM_AGREE_PLAN_ERROR, "the trainer's plan error is the agreement's");
+
+/* TRAIN_RUNTIME_ERROR made TRAIN_INPUT_ERROR when the fault was recorded as an input error on
+ * this thread (util/err.h): the class is decided where the fault was found, and the status
+ * carries it through the ranks' agreement to the exit code. */
+static int classed(int rc)
+{
+  return rc == TRAIN_RUNTIME_ERROR && err_class_is_input() ? TRAIN_INPUT_ERROR : rc;
+}
 
 /* 0 ok; TRAIN_PLAN_ERROR for a path that is not a regular file; TRAIN_RUNTIME_ERROR otherwise. */
 static int status_of(int rc)
@@ -172,17 +182,28 @@ static int prepare_outputs(const struct plan *p, struct run_log *log, struct run
     if ((rc = run_lock_take(&locks->export_, "export.path", path, lock, err, n)) != 0)
       return status_of(rc);
   }
-  if ((rc = run_probe_file("log.trace", p->log.trace, err, n)) != 0)
+  if ((rc = run_probe_replaced("log.trace", p->log.trace, err, n)) != 0)
     return status_of(rc);
   return prepare_inputs(p, err, n);
 }
 
+/* One line appended whole or not at all: written with write() past short writes (no stdio
+ * buffer), and when the disk fills or a limit is reached part way, the file is cut back to its
+ * length before the line, so a reader never sees half a record; the message gives the cause. */
 static int write_metrics_line(struct run_log *log, const char *line, char *err, size_t n)
 {
   if (!log->metrics)
     return 0;
-  if (fputs(line, log->metrics) < 0 || fflush(log->metrics) != 0)
+  const int fd = fileno(log->metrics);
+  struct stat st;
+  if (fstat(fd, &st))
     return errf(err, n, "log.metrics: cannot write to %s: %s", log->metrics_path, strerror(errno));
+  char why[64];
+  if (file_write_all(fd, log->metrics_path, line, strlen(line), why, sizeof why)) {
+    const int e = errno;
+    (void)!ftruncate(fd, st.st_size); /* O_APPEND: the next line goes at the new end */
+    return errf(err, n, "log.metrics: cannot write to %s: %s", log->metrics_path, strerror(e));
+  }
   return 0;
 }
 
@@ -443,7 +464,7 @@ static int print_peaks(struct comm_group *g, struct run_log *log, char *err, siz
 }
 
 /* Collective (ZeRO-3 gathers); rank 0 writes. */
-static int export_weights(struct trainer *t, FILE *out, long long step, char *err, size_t n)
+static int export_weights(struct trainer *t, FILE *out, long long steps_done, char *err, size_t n)
 {
   char path[4096], why[1024];
   if (export_path(t->plan->export_.path, path, sizeof path, err, n))
@@ -452,7 +473,7 @@ static int export_weights(struct trainer *t, FILE *out, long long step, char *er
   if (dp_export(&t->dp, path, hf ? (uint64_t)(t->plan->export_.shard_mb * 1e6) : 0, why, sizeof why))
     return errf(err, n, "export.path %s: %s", path, why);
   if (out) {
-    fprintf(out, "exported %s after step %lld\n", path, step);
+    fprintf(out, "exported %s after step %lld\n", path, steps_done);
     fflush(out);
   }
   return 0;
@@ -586,7 +607,7 @@ static int run_steps(struct trainer *t, struct run_log *log, struct train_moe *m
     if (p->export_.path[0] && ((p->export_.every > 0 && (s + 1) % p->export_.every == 0) || last)) {
       char why[1024];
       const double x0 = comm_now();
-      if (export_weights(t, log->out, s, why, sizeof why) && !failed)
+      if (export_weights(t, log->out, s + 1, why, sizeof why) && !failed) /* s + 1 steps done */
         failed = errf(err, n, "%s", why);
       comm_trace_work("export", -1, -1, 0.0, x0, comm_now());
     }
@@ -683,10 +704,10 @@ static int resume(struct trainer *t, struct comm_group *all, FILE *out, char *er
   char path[4096];
   long long step;
   int found = ckpt_find_latest(t->plan->checkpoint.dir, path, sizeof path, &step, err, n);
-  int rc = found < 0 ? TRAIN_RUNTIME_ERROR : TRAIN_OK;
+  int rc = found < 0 ? classed(TRAIN_RUNTIME_ERROR) : TRAIN_OK;
   int loaded = found == 0 ? ckpt_load(t, path, err, n) : 0;
-  if (loaded)
-    rc = loaded == TRAIN_PLAN_ERROR ? TRAIN_PLAN_ERROR : TRAIN_RUNTIME_ERROR; /* the plan changes the run */
+  if (loaded) /* the plan changes the run, or the checkpoint's content is bad (an input error) */
+    rc = loaded == TRAIN_PLAN_ERROR ? TRAIN_PLAN_ERROR : classed(TRAIN_RUNTIME_ERROR);
   rc = comm_agree_err(all, rc, err, n, COMM_AGREE_NAME_RANK_UNLESS_PLAN);
   if (rc == TRAIN_OK && found == 0 && out) {
     fprintf(out, "resumed from %s: step %lld%s\n", path, step,
@@ -716,12 +737,13 @@ int train_run(const struct plan *p, struct comm_group *const *groups, FILE *out,
   struct run_locks locks = { { .fd = -1 }, { .fd = -1 }, { .fd = -1 } };
   /* Everything the run will write, tried and locked, and what it will read, looked at, before
    * the trainer opens (exit 1; exit 2 for a path that is not a regular file). */
-  int rc = rank0 ? prepare_outputs(p, &log, &locks, err, err_size) : TRAIN_OK;
+  err_class_reset();
+  int rc = rank0 ? classed(prepare_outputs(p, &log, &locks, err, err_size)) : TRAIN_OK;
   rc = comm_agree_err(all, rc, err, err_size, COMM_AGREE_NAME_RANK_UNLESS_PLAN);
   struct trainer t;
   int opened = rc;
   if (rc == TRAIN_OK) {
-    opened = trainer_open(&t, p, groups, err, err_size);
+    opened = classed(trainer_open(&t, p, groups, err, err_size));
     rc = comm_agree_err(all, opened, err, err_size, COMM_AGREE_NAME_RANK_UNLESS_PLAN);
   }
   if (rc == TRAIN_OK) {
