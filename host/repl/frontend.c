@@ -424,16 +424,25 @@ static ssize_t stdin_read(void *cookie, char *buf, size_t size)
 
 /* Rank connections until all N have said hello with the session's token: each checked (a wrong
  * token is refused and reported; a wrong job size or a rank twice ends the session). The
- * launcher ending first ends it with its exit code. */
+ * launcher ending first ends it with its exit code. At a terminal, a start slower than
+ * SAY_WAITING_AFTER says what the prompt waits for, once (a slow launcher is no blank screen). */
+#define SAY_WAITING_AFTER 2.0
 static void accept_ranks(const char *token, double limit)
 {
-  const double deadline = fe_now() + limit;
-  int connected = 0;
+  const double deadline = fe_now() + limit, say_at = fe_now() + SAY_WAITING_AFTER;
+  int connected = 0, said = !isatty(STDERR_FILENO);
   while (connected < F.n) {
     struct pollfd p[3] = { { F.sig[0], POLLIN, 0 }, { F.launcher_out, POLLIN, 0 }, { F.listen_fd, POLLIN, 0 } };
     double left = deadline - fe_now();
     if (left <= 0)
       fe_end(1, NOTE_NONE, 0, "%d of %d ranks connected within %.0f s: ending the job", connected, F.n, limit);
+    if (!said && fe_now() >= say_at) {
+      fprintf(stderr, "tycho repl: waiting for %d rank%s to connect (%d so far)...\n", F.n, F.n == 1 ? "" : "s",
+              connected);
+      said = 1;
+    }
+    if (!said && say_at - fe_now() < left)
+      left = say_at - fe_now() > 0 ? say_at - fe_now() : 0;
     if (poll(p, 3, (int)(left * 1000) + 1) < 0 && errno != EINTR)
       fe_end(1, NOTE_NONE, 0, "poll while the ranks start: %s", strerror(errno));
     if (p[0].revents && take_signals())

@@ -5,8 +5,9 @@
 # it at a step boundary on every rank and the trainer answers after; the idle ranks at the prompt
 # use next to no CPU (blocked, not spinning); killing one rank ends the session with a message
 # naming it. Then Ctrl-C twice during a chunk ends the job (exit 130, no rank left), and Ctrl-D
-# ends a session with 0. The session's folder is gone after each. A plan that does not open is
-# refused (exit 2, tycho run's message) before the launcher starts.
+# ends a session with 0; a slow start says what it waits for. The session's folder is gone after
+# each. A plan that does not open is refused (exit 2, tycho run's message) before the launcher
+# starts.
 # usage: repl_frontend.sh TYCHO   (run from the source folder; ctest sets $TYCHO_PTYDRIVE)
 set -u
 tycho=$(readlink -f "$1")
@@ -141,7 +142,26 @@ rc=$?
 [ $rc -eq 143 ] || fail "SIGTERM: exit $rc, expected 143: $(cat "$home/term.out")"
 no_leftovers "SIGTERM"
 
-# 5. refusals before anything starts (exit 2), and a launcher that cannot start the ranks
+# 5. a slow start (a launcher that takes 3 s) says what the prompt waits for, then the prompt comes
+printf '#!/bin/sh\nsleep 3\nexec mpirun "$@"\n' > "$home/slow"
+chmod +x "$home/slow"
+cat > "$home/slow.script" <<'SCRIPT'
+timeout 30
+expect tycho repl: waiting for 2 ranks to connect (0 so far)...
+timeout 60
+expect > 
+timeout 15
+send =1+1\r
+expect [0,1] 2
+expect > 
+send \x04
+timeout 20
+exit 0
+SCRIPT
+"$drive" "$home/slow.script" -- "$tycho" repl -n 2 --launcher "$home/slow -np {n}" || fail "a slow start (exit $?)"
+no_leftovers "a slow start"
+
+# 6. refusals before anything starts (exit 2), and a launcher that cannot start the ranks
 expect_fail() { # CODE MESSAGE ARGS...
   local code=$1 msg=$2
   shift 2
