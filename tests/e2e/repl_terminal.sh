@@ -4,7 +4,8 @@
 # ~/.tycho_history is written at the end), Ctrl-C at the prompt clearing the line typed so far,
 # Ctrl-C during a long Lua loop ("interrupted!") with the prompt back, Ctrl-D ending the session
 # with exit code 0; then a trainer: Ctrl-C during t:step(100000) stops it at a step boundary and
-# the trainer goes on; tab completion of the tycho module's names and the trainer's methods.
+# the trainer goes on; tab completion of the tycho module's names and the trainer's methods,
+# t:help among them.
 # usage: repl_terminal.sh TYCHO   (run from the source folder; ctest sets $TYCHO_PTYDRIVE)
 set -u
 tycho=$(readlink -f "$1")
@@ -63,6 +64,12 @@ timeout 10
 send =tycho.ope\t
 expect =tycho.open
 send \x15\r
+expect > 
+# help from the same table: t:hel<Tab> completes to t:help, which prints t:step's line
+send t:hel\t
+expect t:help
+send ()\r
+expect t:step([n])
 expect > 
 send t:ste\t
 expect t:step
