@@ -454,6 +454,8 @@ static int cmd_run(lua_State *L, const struct cli *c)
   }
   if (rc == TRAIN_PLAN_ERROR)
     return host_fail(L, EXIT_USAGE, "plan error: %s", err);
+  if (rc == TRAIN_INPUT_ERROR) /* bad content in a file the user gave (util/err.h) */
+    return host_fail(L, EXIT_USAGE, "%s", err);
   if (rc == 130 || rc == 143) /* stopped by SIGINT / SIGTERM after a step (train_run) */
     return host_fail(L, rc, "%s", err);
   if (rc != TRAIN_OK)

@@ -1,6 +1,7 @@
 /* The data sources behind data_source_open (source.h): token files and the addition corpus. */
 #include "data/source.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -41,6 +42,35 @@ static void addition_problem(const struct data_source *s, uint64_t j, int *promp
 
 static const struct data_source_ops addition_ops = { "addition", addition_train, addition_val, addition_problem };
 
+/* train.eval_batches against the validation set: the evaluator reads eval_batches · G windows
+ * from window 0 (and as many held-out problems), and a window past the set's end would wrap round
+ * to its start, so those batches would repeat windows and the evaluation run on with no end the
+ * data sets. Refused (an input error: exit 2) naming the field, the value and the largest allowed. */
+static int check_eval_batches(const struct data_source *s, const struct plan *p, char *err, size_t n)
+{
+  const long long want = p->train.eval_batches, G = p->batch.global;
+  if (want <= 0 || !s->ops->val_window)
+    return 0;
+  const int S = s->seq_len;
+  uint64_t windows, problems = UINT64_MAX;
+  char set[PLAN_PATH_MAX + 64];
+  if (s->ops->eval_problem) { /* addition: the held-out problems' stream, ADDITION_N_HELD_OUT long */
+    windows = ((uint64_t)ADDITION_N_HELD_OUT * ADDITION_PROBLEM_BYTES - 1) / (uint64_t)S;
+    if (S >= s->prompt_tokens + s->answer_tokens - 1) /* the accuracy's problems too */
+      problems = ADDITION_N_HELD_OUT;
+    snprintf(set, sizeof set, "the synthetic addition's held-out set of %d problems", ADDITION_N_HELD_OUT);
+  } else {
+    windows = tokens_epoch_windows(&s->val);
+    snprintf(set, sizeof set, "data.val %s", s->val.path);
+  }
+  const uint64_t most = (windows < problems ? windows : problems) / (uint64_t)G;
+  if ((uint64_t)want <= most)
+    return 0;
+  return errf_input(err, n, "%s: train.eval_batches = %lld is more than the validation set holds: %s gives %" PRIu64
+                    " windows of batch.seq + 1 = %d tokens, %lld (batch.global) to a batch; at most %" PRIu64,
+                    plan_where(p, "train.eval_batches"), want, set, problems < windows ? problems : windows, S + 1, G, most);
+}
+
 int data_source_open(struct data_source *s, const struct plan *p, char *err, size_t n)
 {
   memset(s, 0, sizeof *s);
@@ -52,7 +82,9 @@ int data_source_open(struct data_source *s, const struct plan *p, char *err, siz
     snprintf(s->description, sizeof s->description, "synthetic addition");
     s->prompt_tokens = ADDITION_PROMPT_TOKENS; /* within TRAIN_MAX_PROBLEM_TOKENS (train.h) */
     s->answer_tokens = ADDITION_ANSWER_TOKENS;
-    return addition_check_vocab(p->model.vocab, err, n);
+    if (addition_check_vocab(p->model.vocab, err, n))
+      return -1;
+    return check_eval_batches(s, p, err, n);
   }
   if (!p->data.train[0])
     return errf(err, n, "%s: data: nothing to train on; give data.train (a token file) or "
@@ -66,6 +98,10 @@ int data_source_open(struct data_source *s, const struct plan *p, char *err, siz
   }
   s->ops = s->val.map ? &tokens_ops : &tokens_no_val_ops;
   snprintf(s->description, sizeof s->description, "%s", p->data.train);
+  if (check_eval_batches(s, p, err, n)) {
+    data_source_close(s);
+    return -1;
+  }
   return 0;
 }
 

@@ -57,26 +57,26 @@ static int tokens_layout(struct tokens_file *tf, char *err, size_t err_size)
   if (header[0] == TOKENS_MAGIC) {
     tf->format = TOKENS_LLMC;
     if (n < TOKENS_HEADER_BYTES)
-      return errf(err, err_size, "%s: %zu bytes, shorter than the %d-byte llm.c header",
+      return errf_input(err, err_size, "%s: %zu bytes, shorter than the %d-byte llm.c header",
                   tf->path, n, TOKENS_HEADER_BYTES);
     if (header[1] != TOKENS_VERSION)
-      return errf(err, err_size, "%s: llm.c header version %" PRId32 " (expected %d: uint16 "
+      return errf_input(err, err_size, "%s: llm.c header version %" PRId32 " (expected %d: uint16 "
                   "tokens)", tf->path, header[1], TOKENS_VERSION);
     uint64_t body = n - TOKENS_HEADER_BYTES;
     if (header[2] < 0 || (uint64_t)header[2] * 2 != body)
-      return errf(err, err_size, "%s: header says %" PRId32 " tokens but the file holds %" PRIu64
+      return errf_input(err, err_size, "%s: header says %" PRId32 " tokens but the file holds %" PRIu64
                   " bytes of tokens after the header (%" PRIu64 " tokens%s)", tf->path,
                   header[2], body, body / 2, body % 2 ? " and a stray byte" : "");
     tf->tokens = (const uint16_t *)((const char *)tf->map + TOKENS_HEADER_BYTES);
     tf->n_tokens = (uint64_t)header[2];
   } else if (looks_like_llmc_header(tf->map, n, header)) {
-    return errf(err, err_size, "%s: a bad llm.c header: magic %" PRId32 " where llm.c writes %d "
+    return errf_input(err, err_size, "%s: a bad llm.c header: magic %" PRId32 " where llm.c writes %d "
                 "(the rest is an llm.c header: version %" PRId32 ", %" PRId32 " tokens); a damaged "
                 "file or another format", tf->path, header[0], TOKENS_MAGIC, header[1], header[2]);
   } else {
     tf->format = TOKENS_RAW;
     if (n % 2)
-      return errf(err, err_size, "%s: %zu bytes is odd and the magic %d is absent: neither an "
+      return errf_input(err, err_size, "%s: %zu bytes is odd and the magic %d is absent: neither an "
                   "llm.c token file nor raw uint16 tokens", tf->path, n, TOKENS_MAGIC);
     tf->tokens = tf->map;
     tf->n_tokens = n / 2;
@@ -95,7 +95,7 @@ static int tokens_check_vocab(const struct tokens_file *tf, int vocab, char *err
   uint64_t k = 0;
   while (tf->tokens[k] < vocab) k++;
   uint64_t offset = (uint64_t)((const char *)&tf->tokens[k] - (const char *)tf->map);
-  return errf(err, err_size, "%s: token %u at index %" PRIu64 " (byte offset %" PRIu64 ") is "
+  return errf_input(err, err_size, "%s: token %u at index %" PRIu64 " (byte offset %" PRIu64 ") is "
               "not below vocab %d", tf->path, tf->tokens[k], k, offset, vocab);
 }
 
@@ -129,7 +129,7 @@ int tokens_open(struct tokens_file *tf, const char *path, int vocab, int seq_len
   close(fd);
   if (!rc) rc = tokens_layout(tf, err, err_size);
   if (!rc && tf->n_tokens < (uint64_t)seq_len + 1)
-    rc = errf(err, err_size, "%s: %" PRIu64 " tokens, shorter than one window of seq_len + 1 = "
+    rc = errf_input(err, err_size, "%s: %" PRIu64 " tokens, shorter than one window of seq_len + 1 = "
               "%" PRIu64 " tokens", path, tf->n_tokens, (uint64_t)seq_len + 1);
   if (!rc) {
     posix_madvise(tf->map, tf->map_bytes, POSIX_MADV_SEQUENTIAL);

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # `tycho run` refuses data it cannot use, at once and naming the field: a FIFO as data.train (its
-# open waited for a writer forever; now exit 2, a plan error), an llm.c file with a wrong magic (it was read as raw tokens
-# and refused for "token 24910 ... is not below vocab 64"), and evaluation asked for without a
-# validation set (it was skipped without a word; now a plan error naming train.eval_every and
-# data.val); and a token file truncated while a run reads it ends the run with one line (exit 1).
+# open waited for a writer forever; now exit 2, a plan error), an llm.c file with a wrong magic
+# (it was read as raw tokens and refused for "token 24910 ... is not below vocab 64"; now exit 2,
+# an input error, where it was 1), evaluation asked for without a validation set (it was skipped
+# without a word; now a plan error naming train.eval_every and data.val), and train.eval_batches
+# beyond the validation set (it was unbounded; now exit 2 naming the largest allowed). A token
+# file truncated while a run reads it ends the run with one line (exit 1).
 # usage: data_refusals.sh TYCHO   (run from the source folder)
 set -u
 tycho=$1
@@ -37,11 +39,18 @@ expect 2 "tycho: plan error: data.val $tmp/train.fifo: is a FIFO, not a regular 
 # the reference tokens with the magic 12345678 in place of 20240520
 cp tests/golden/llama_ref_tokens.bin "$tmp/bad.bin"
 printf '\x4e\x61\xbc\x00' | dd of="$tmp/bad.bin" conv=notrunc status=none
-expect 1 "tycho: data.train: $tmp/bad.bin: a bad llm.c header: magic 12345678 where llm.c writes 20240520" \
+expect 2 "tycho: data.train: $tmp/bad.bin: a bad llm.c header: magic 12345678 where llm.c writes 20240520" \
   $plan --set data.train="$tmp/bad.bin"
 
 expect 2 'tycho: plan error: --set train.eval_every=4: train.eval_every = 4: evaluation needs a validation set, and data.train = "tests/golden/llama_ref_tokens.bin" comes without data.val; give data.val' \
   $plan --set train.eval_every=4
+# train.eval_batches beyond the validation set (it wrapped round and evaluated on with no bound):
+# refused naming the field, the value and the largest allowed, for a token file and for the
+# synthetic addition corpus (whose held-out set is what the evaluator reads)
+expect 2 "tycho: --set train.eval_batches=47: train.eval_batches = 47 is more than the validation set holds: data.val tests/golden/llama_ref_tokens.bin gives 187 windows of batch.seq + 1 = 17 tokens, 4 (batch.global) to a batch; at most 46" \
+  $plan --set data.val=tests/golden/llama_ref_tokens.bin --set train.eval_batches=47
+expect 2 "tycho: --set train.eval_batches=1270: train.eval_batches = 1270 is more than the validation set holds: the synthetic addition's held-out set of 100000 problems gives 40624 windows of batch.seq + 1 = 33 tokens, 32 (batch.global) to a batch; at most 1269" \
+  plans/tiny.lua --set train.eval_batches=1270
 # with data.val it evaluates
 if timeout 60 "$tycho" run $plan --set train.eval_every=4 --set data.val=tests/golden/llama_ref_tokens.bin \
      >"$tmp/out" 2>&1 && grep -q 'eval at step 4: val loss' "$tmp/out"; then

@@ -4,7 +4,7 @@
 # 143 (SIGTERM) with one line saying so; the checkpoint verifies and a second run resumes from
 # it. Without checkpoint.dir the line says that the steps are not saved. A second signal during
 # the step (SIGINT and SIGTERM back to back, on plans/tiny.lua's longer steps) exits at once with
-# 128 + that signal and its own line.
+# 128 + that signal and its own line. SIGTERM during a long evaluation ends it at the next batch.
 # usage: run_signals.sh TYCHO   (run from the source folder)
 set -u
 tycho=$1
@@ -69,3 +69,23 @@ bg=
 case "$rc" in 130) second=SIGINT ;; 143) second=SIGTERM ;; *) fail "second signal: exit code $rc, expected 130 or 143" ;; esac
 [ "$(cat "$tmp/err")" = "tycho: a second signal ($second): exiting at once" ] || fail "second signal: stderr '$(cat "$tmp/err")'"
 echo "ok: a second signal exits at once ($second, $rc)"
+
+# SIGTERM during a long evaluation (1000 batches after every step): it ends at the next batch,
+# agreed, and the run stops after that step with its usual line. The signal was held back until
+# the evaluation's end (minutes here), so timeout, Slurm and systemd could not stop the run.
+"$tycho" run plans/tiny.lua --set train.steps=1000 --set train.eval_every=1 --set train.eval_batches=1000 \
+  --set log.every=1 >"$tmp/out" 2>"$tmp/err" &
+bg=$!
+for _ in $(seq 600); do grep -q '^step' "$tmp/out" 2>/dev/null && break; sleep 0.1; done
+sleep 0.5
+kill -TERM "$bg"
+for _ in $(seq 300); do kill -0 "$bg" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$bg" 2>/dev/null && { kill -KILL "$bg"; fail "SIGTERM during evaluation: still running 30 s after it"; }
+wait "$bg"
+rc=$?
+bg=
+[ "$rc" -eq 143 ] || fail "SIGTERM during evaluation: exit code $rc, expected 143"
+grep -q '^eval at step 1: cut short by a signal$' "$tmp/out" || fail "SIGTERM during evaluation: no 'cut short' line"
+[ "$(cat "$tmp/err")" = "tycho: interrupted by SIGTERM after step 1: no checkpoint.dir, so the trained steps are not saved" ] ||
+  fail "SIGTERM during evaluation: stderr '$(cat "$tmp/err")'"
+echo "ok: SIGTERM during a long evaluation ends it at the next batch: exit 143"

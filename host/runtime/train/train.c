@@ -581,14 +581,32 @@ static long long rounds(const struct trainer *t, long long n_chunks)
   return (n_chunks + t->dp.size - 1) / t->dp.size;
 }
 
-/* Σ losses of this rank's share of the validation windows: chunks of `micro` windows. */
-static double val_loss_sum(struct trainer *t)
+/* Whether the evaluation stops here: every rank of the world says whether it caught a signal
+ * (*stop), and all leave at the same batch when any did. The compute block is lifted for a
+ * moment first, so a signal held back by it (kernels.h) runs its handler on this thread between
+ * two batches, never inside a product. Without stop (the REPL's t:eval), never. */
+static int eval_stops(struct trainer *t, const volatile sig_atomic_t *stop)
+{
+  if (!stop)
+    return 0;
+  kernels_compute_end();
+  kernels_compute_begin();
+  const int sig = *stop;
+  char msg[COMM_AGREE_MSG_MAX] = "";
+  return comm_agree_err(t->world, sig ? 128 + sig : 0, msg, sizeof msg, COMM_AGREE_PLAIN) != 0;
+}
+
+/* Σ losses of this rank's share of the validation windows: chunks of `micro` windows; *stopped
+ * when a signal ended it (eval_stops). */
+static double val_loss_sum(struct trainer *t, const volatile sig_atomic_t *stop, int *stopped)
 {
   const struct plan *p = t->plan;
   const int G = p->batch.global, micro = p->batch.micro, S = p->batch.seq;
   const long long n_chunks = (long long)p->train.eval_batches * G / micro;
   double sum = 0.0;
   for (long long k = 0; k < rounds(t, n_chunks); k++) {
+    if ((*stopped = eval_stops(t, stop)) != 0)
+      return 0.0;
     long long c = chunk_of_round(t, k, n_chunks);
     for (int b = 0; b < micro; b++)
       t->data.ops->val_window(&t->data, (uint64_t)(c < 0 ? 0 : c) * (uint64_t)micro + (uint64_t)b,
@@ -626,16 +644,21 @@ static int solve_problems(struct trainer *t, uint64_t first, int B)
   return right;
 }
 
-static void eval_once(struct trainer *t, struct train_eval_stats *stats);
+static void eval_once(struct trainer *t, struct train_eval_stats *stats, const volatile sig_atomic_t *stop);
 
 void trainer_eval(struct trainer *t, struct train_eval_stats *stats)
 {
+  trainer_eval_until(t, stats, NULL);
+}
+
+void trainer_eval_until(struct trainer *t, struct train_eval_stats *stats, const volatile sig_atomic_t *stop)
+{
   kernels_compute_begin();
-  eval_once(t, stats);
+  eval_once(t, stats, stop);
   kernels_compute_end();
 }
 
-static void eval_once(struct trainer *t, struct train_eval_stats *stats)
+static void eval_once(struct trainer *t, struct train_eval_stats *stats, const volatile sig_atomic_t *stop)
 {
   const struct plan *p = t->plan;
   memset(stats, 0, sizeof *stats);
@@ -647,15 +670,18 @@ static void eval_once(struct trainer *t, struct train_eval_stats *stats)
   /* sums[0]: Σ validation losses, sums[1]: problems solved; summed over the group. */
   double sums[2] = { 0.0, 0.0 }, total[2];
   stats->has_val_loss = t->data.ops->val_window != NULL;
+  int stopped = 0;
   if (stats->has_val_loss)
-    sums[0] = val_loss_sum(t);
+    sums[0] = val_loss_sum(t, stop, &stopped);
   /* Accuracy needs the prompt and all but the last answer token in one window. */
   stats->has_accuracy = t->data.ops->eval_problem && p->batch.seq >= t->data.prompt_tokens + t->data.answer_tokens - 1;
   long long n = (long long)p->train.eval_batches * p->batch.global;
   n = n < TRAIN_MIN_EVAL_PROBLEMS ? TRAIN_MIN_EVAL_PROBLEMS : n;
   const int chunk = p->batch.micro < TRAIN_MIN_EVAL_PROBLEMS ? p->batch.micro : TRAIN_MIN_EVAL_PROBLEMS;
   const long long n_chunks = (n + chunk - 1) / chunk;
-  for (long long k = 0; stats->has_accuracy && k < rounds(t, n_chunks); k++) {
+  for (long long k = 0; !stopped && stats->has_accuracy && k < rounds(t, n_chunks); k++) {
+    if ((stopped = eval_stops(t, stop)) != 0)
+      break;
     long long c = chunk_of_round(t, k, n_chunks);
     long long first = (c < 0 ? 0 : c) * chunk;
     int B = n - first < chunk ? (int)(n - first) : chunk;
@@ -663,6 +689,12 @@ static void eval_once(struct trainer *t, struct train_eval_stats *stats)
     sums[1] += c < 0 ? 0 : right;
   }
   t->model.moe_collect = collect;
+  if (stopped) { /* agreed: every rank leaves here, without the sums */
+    memset(stats, 0, sizeof *stats);
+    stats->step = t->step;
+    stats->stopped = 1;
+    return;
+  }
   if (dp_sum(&t->dp, sums, total, 2))
     return;
   if (backend_failed(t)) { /* the sums were read back from a failed backend: none handed out */

@@ -24,6 +24,7 @@
  * work repeats chunk 0 and drops the result), as ZeRO-3's gathers need. */
 #ifndef TYCHO_RUNTIME_TRAIN_H
 #define TYCHO_RUNTIME_TRAIN_H
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -41,8 +42,10 @@ struct comm_group;
 
 /* Return codes of trainer_open, trainer_replan and train_run: the house's 0 or −1, and −2 for an
  * error in the plan (the CLI exits 2 for it, 1 for −1). TRAIN_PLAN_ERROR is the agreement's
- * COMM_AGREE_PLAN_ERROR, so an agreed plan error is not prefixed with a rank (comm.h). */
-enum train_status { TRAIN_OK = 0, TRAIN_RUNTIME_ERROR = -1, TRAIN_PLAN_ERROR = -2 };
+ * COMM_AGREE_PLAN_ERROR, so an agreed plan error is not prefixed with a rank (comm.h).
+ * train_run also returns −3 for an input error (util/err.h: bad content in a file the user gave,
+ * a lock held by another run; exit 2), agreed over the ranks like the others. */
+enum train_status { TRAIN_OK = 0, TRAIN_RUNTIME_ERROR = -1, TRAIN_PLAN_ERROR = -2, TRAIN_INPUT_ERROR = -3 };
 
 #define TRAIN_MIN_EVAL_PROBLEMS 256
 #define TRAIN_MAX_PROBLEM_TOKENS 64 /* prompt plus answer of a held-out problem */
@@ -108,6 +111,7 @@ struct train_eval_stats {
   int has_accuracy;
   double accuracy;           /* exact-match fraction */
   int n_problems;
+  int stopped;               /* cut short by a signal (trainer_eval_until): no figures */
 };
 
 /* Checks that this build can run the plan (layout/supported.h), picks its device (device.h:
@@ -188,6 +192,13 @@ int trainer_step(struct trainer *t, struct train_step_stats *stats, char *err, s
 /* Evaluation as described above, with the parameters as they are. A backend failure shows in
  * trainer_failed, with stats empty. */
 void trainer_eval(struct trainer *t, struct train_eval_stats *stats);
+/* trainer_eval that a signal can end: before each batch of windows or problems the ranks of the
+ * world agree on whether *stop (a caught SIGINT/SIGTERM, 0 when none) is set on any of them; when
+ * it is, every rank leaves at that same batch with stats->stopped set and no figures. The
+ * asynchronous signals held back during the compute (kernels_compute_begin) are let in at that
+ * point, so a signal sent during a long evaluation ends it at the next batch. Collective over
+ * the world. */
+void trainer_eval_until(struct trainer *t, struct train_eval_stats *stats, const volatile sig_atomic_t *stop);
 
 /* The whole run: trainer_open, train.steps steps with progress lines on `out` every log.every
  * steps, evaluation, log.metrics JSON lines, export.path every export.every steps and at the
