@@ -1,7 +1,16 @@
 /* A REPL attached to a running job (repl.h, `tycho run --listen ADDR`): rank 0 listens; between
  * two steps every rank asks rank 0 whether its front-end sent something, and runs what it sent
  * as the REPL runs a chunk under an outside launcher (rank 0 broadcasts it, every rank runs it,
- * rank 0 gathers and collapses the output), with `t` the job's own trainer. */
+ * rank 0 gathers and collapses the output), with `t` the job's own trainer.
+ *
+ * The listening socket is rank 0's door, served by a thread of its own: it accepts, reads each
+ * connection's hello without blocking (all of it within HELLO_SECONDS, at most HELLO_MAX bytes),
+ * checks the token, answers, and only then hands the connection to the training thread. The
+ * training thread never reads from a connection that has not shown the token: at a step boundary
+ * its share of the door is one lock held around two integers and a poll() that does not wait,
+ * well under 1 ms, so no client without the token can delay a step by more than that, however
+ * slowly or silently it speaks and however many connect. (The attached front-end, which has the
+ * token, can hold the job on purpose: t:pause().) */
 #define _GNU_SOURCE
 #include "repl/repl.h"
 
@@ -9,12 +18,15 @@
 #include <fcntl.h>
 #include <lauxlib.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm/comm.h"
@@ -86,6 +98,8 @@ static int write_token(const char *path, const char *token, char *err, size_t n)
   return 0;
 }
 
+static int door_open(char *err, size_t n);
+
 static int rank0_listen(char *err, size_t n)
 {
   char why[256];
@@ -102,6 +116,14 @@ static int rank0_listen(char *err, size_t n)
     A.listen_fd = -1;
     if (!A.addr.tcp)
       unlink(A.addr.path);
+    return -1;
+  }
+  if (door_open(err, n)) {
+    close(A.listen_fd);
+    A.listen_fd = -1;
+    if (!A.addr.tcp)
+      unlink(A.addr.path);
+    unlink(A.addr.token_file);
     return -1;
   }
   if (A.log) {
@@ -124,55 +146,292 @@ static void say(const char *fmt, ...)
   fflush(A.log);
 }
 
-/* A connection waiting at the listening socket: the first is checked (its LINK_HELLO must
- * carry the token, within 5 s) and becomes the front-end; while one is attached, others are told
- * so and closed. Every refusal is logged. */
-static void accept_pending(long long step)
+/* ---- rank 0: the door (a thread of its own, see the header) ---- */
+
+enum {
+  HELLO_SECONDS = 5,  /* a connection's whole hello must arrive within this */
+  HELLO_MAX = 512,    /* the longest hello payload taken ("- - PID TOKEN" is under 64 bytes) */
+  PENDING_MAX = 16,   /* connections read at once; a 17th drops the oldest */
+};
+
+struct pending {
+  int fd;
+  double deadline;
+  size_t got;                      /* bytes of the frame read so far */
+  unsigned char buf[5 + HELLO_MAX]; /* the frame: type, length, payload */
+};
+
+static struct door {
+  pthread_t thread;
+  int started;
+  int stop[2];              /* a pipe: a byte written ends the thread */
+  pthread_mutex_t lock;     /* guards handed and attached, held around those two only */
+  int handed;               /* a connection that showed the token, for the training thread; −1 */
+  int attached;             /* the training thread holds a front-end */
+  long long step;           /* the last step boundary the training thread saw, for the log */
+  struct pending p[PENDING_MAX];
+  int n;
+  double next_log;          /* the log's next refusal line not before this (mono_now) */
+  long long quiet;          /* refusals left out of the log since its last such line */
+} D = { .stop = { -1, -1 }, .lock = PTHREAD_MUTEX_INITIALIZER, .handed = -1 };
+
+static double mono_now(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static long long door_step(void)
+{
+  return __atomic_load_n(&D.step, __ATOMIC_RELAXED);
+}
+
+/* 1 when a front-end is attached or about to be (handed, not yet taken). */
+static int door_busy(void)
+{
+  pthread_mutex_lock(&D.lock);
+  int busy = D.attached || D.handed >= 0;
+  pthread_mutex_unlock(&D.lock);
+  return busy;
+}
+
+/* Logs a refusal: at most one line a second, so that a flood of connections cannot flood the
+ * job's output; the line after a quiet spell counts the refusals it left out. */
+static void log_refusal(const char *why)
+{
+  const double t = mono_now();
+  if (t < D.next_log) {
+    D.quiet++;
+    return;
+  }
+  D.next_log = t + 1;
+  char more[64] = "";
+  if (D.quiet)
+    snprintf(more, sizeof more, " (and %lld more since the last such line)", D.quiet);
+  D.quiet = 0;
+  say("tycho: refused a REPL connection (%s) at step %lld%s\n", why, door_step(), more);
+}
+
+/* Tells the connection why (a message frame, never waiting: its send buffer is empty), closes it
+ * and logs the refusal. */
+static void refuse(int fd, const char *why, const char *to_peer)
+{
+  char err[256];
+  link_send(fd, LINK_OUTPUT, to_peer, strlen(to_peer), err, sizeof err);
+  close(fd);
+  log_refusal(why);
+}
+
+static void refuse_hello(int fd, const char *why)
+{
+  char msg[4300];
+  snprintf(msg, sizeof msg, "refused: %s (the token is in %s)\n", why, A.addr.token_file);
+  refuse(fd, why, msg);
+}
+
+static void refuse_busy(int fd)
+{
+  refuse(fd, "another front-end is attached", "another front-end is attached to this job\n");
+}
+
+static void drop_pending(int i)
+{
+  D.p[i] = D.p[--D.n];
+}
+
+/* A whole hello in p: the token checked, the job's hello sent back, the connection handed to the
+ * training thread (blocking again, as the link expects). */
+static void hello_complete(struct pending *p)
+{
+  const size_t len = p->got - 5;
+  char payload[HELLO_MAX + 1];
+  memcpy(payload, p->buf + 5, len);
+  payload[len] = 0;
+  const char *tok = strrchr(payload, ' ');
+  tok = tok ? tok + 1 : payload;
+  if (strlen(tok) != strlen(A.token) || strcmp(tok, A.token) != 0) {
+    refuse_hello(p->fd, "a wrong token");
+    return;
+  }
+  if (door_busy()) {
+    refuse_busy(p->fd);
+    return;
+  }
+  char hello[64], err[256];
+  int k = snprintf(hello, sizeof hello, "0 1 %ld -", (long)getpid());
+  fcntl(p->fd, F_SETFL, fcntl(p->fd, F_GETFL) & ~O_NONBLOCK);
+  if (link_send(p->fd, LINK_HELLO, hello, (size_t)k, err, sizeof err)) {
+    close(p->fd);
+    return;
+  }
+  /* not busy above, and only the door hands: nothing took the slot meanwhile */
+  pthread_mutex_lock(&D.lock);
+  D.handed = p->fd;
+  pthread_mutex_unlock(&D.lock);
+}
+
+/* Reads what pending connection i has sent. 1 when the connection left the list (refused,
+ * handed or closed), 0 when it still waits for more. */
+static int read_pending(int i)
+{
+  struct pending *p = &D.p[i];
+  for (;;) {
+    size_t want = p->got < 5 ? 5 : 5 + ((size_t)p->buf[1] | (size_t)p->buf[2] << 8 | (size_t)p->buf[3] << 16 |
+                                        (size_t)p->buf[4] << 24);
+    if (p->got >= 5 && (p->buf[0] != LINK_HELLO || want > sizeof p->buf)) {
+      refuse_hello(p->fd, "no hello");
+      drop_pending(i);
+      return 1;
+    }
+    if (p->got == want && p->got >= 5) {
+      hello_complete(p);
+      drop_pending(i);
+      return 1;
+    }
+    ssize_t r = read(p->fd, p->buf + p->got, want - p->got);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return 0;
+    if (r <= 0) { /* gone before its hello ended */
+      close(p->fd);
+      log_refusal("no hello");
+      drop_pending(i);
+      return 1;
+    }
+    p->got += (size_t)r;
+  }
+}
+
+static void accept_new(void)
 {
   for (;;) {
-    int fd = accept4(A.listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    int fd = accept4(A.listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0)
       return;
-    char err[256];
-    if (A.conn_fd >= 0) {
-      static const char msg[] = "another front-end is attached to this job\n";
-      link_send(fd, LINK_OUTPUT, msg, sizeof msg - 1, err, sizeof err);
-      close(fd);
-      say("tycho: refused a REPL connection (%s) at step %lld\n", "another front-end is attached", step);
+    if (door_busy()) {
+      refuse_busy(fd);
       continue;
     }
-    struct timeval tv = { 5, 0 };
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    int type = 0;
-    char *payload = NULL;
-    size_t len = 0;
-    int ok = link_recv(fd, &type, &payload, &len, NULL, err, sizeof err) == 0 && type == LINK_HELLO;
-    const char *why = !ok ? "no hello" : "a wrong token";
-    if (ok) {
-      const char *tok = strrchr(payload, ' ');
-      tok = tok ? tok + 1 : payload;
-      ok = strlen(tok) == strlen(A.token) && strcmp(tok, A.token) == 0;
+    if (D.n == PENDING_MAX) { /* the oldest has had the longest to speak */
+      int oldest = 0;
+      for (int i = 1; i < D.n; i++)
+        if (D.p[i].deadline < D.p[oldest].deadline)
+          oldest = i;
+      refuse_hello(D.p[oldest].fd, "no hello");
+      drop_pending(oldest);
     }
-    free(payload);
-    if (!ok) {
-      char msg[128];
-      int k = snprintf(msg, sizeof msg, "refused: %s (the token is in %s)\n", why, A.addr.token_file);
-      link_send(fd, LINK_OUTPUT, msg, (size_t)k, err, sizeof err);
-      close(fd);
-      say("tycho: refused a REPL connection (%s) at step %lld\n", why, step);
-      continue;
-    }
-    tv.tv_sec = 0;
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    char hello[64];
-    int k = snprintf(hello, sizeof hello, "0 1 %ld -", (long)getpid());
-    if (link_send(fd, LINK_HELLO, hello, (size_t)k, err, sizeof err)) {
-      close(fd);
-      continue;
-    }
-    A.conn_fd = fd;
-    say("tycho: a REPL attached at step %lld\n", step);
+    D.p[D.n++] = (struct pending){ .fd = fd, .deadline = mono_now() + HELLO_SECONDS };
   }
+}
+
+static void *door_main(void *arg)
+{
+  (void)arg;
+  for (;;) {
+    struct pollfd f[2 + PENDING_MAX];
+    f[0] = (struct pollfd){ D.stop[0], POLLIN, 0 };
+    f[1] = (struct pollfd){ A.listen_fd, POLLIN, 0 };
+    double now = mono_now(), first = now + 3600;
+    for (int i = 0; i < D.n; i++) {
+      f[2 + i] = (struct pollfd){ D.p[i].fd, POLLIN, 0 };
+      if (D.p[i].deadline < first)
+        first = D.p[i].deadline;
+    }
+    const int n = D.n;
+    int r = poll(f, (nfds_t)(2 + n), D.n ? (int)((first - now) * 1000) + 1 : -1);
+    if (r < 0 && errno != EINTR)
+      break;
+    if (r > 0 && f[0].revents)
+      break;
+    /* from the last: a connection leaving the list moves the last one into its place */
+    for (int i = n - 1; r > 0 && i >= 0; i--)
+      if (f[2 + i].revents)
+        read_pending(i);
+    now = mono_now();
+    for (int i = D.n - 1; i >= 0; i--)
+      if (D.p[i].deadline <= now) {
+        refuse_hello(D.p[i].fd, "no hello");
+        drop_pending(i);
+      }
+    if (r > 0 && f[1].revents)
+      accept_new();
+  }
+  return NULL;
+}
+
+static int door_open(char *err, size_t n)
+{
+  D.handed = -1;
+  D.attached = 0;
+  D.n = 0;
+  D.next_log = 0;
+  D.quiet = 0;
+  if (pipe2(D.stop, O_CLOEXEC))
+    return errf(err, n, "--listen: cannot create a pipe: %s", strerror(errno));
+  /* the door takes no signal: Ctrl-C and the rest stay the training thread's */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int rc = pthread_create(&D.thread, NULL, door_main, NULL);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc) {
+    close(D.stop[0]);
+    close(D.stop[1]);
+    D.stop[0] = D.stop[1] = -1;
+    return errf(err, n, "--listen: cannot start the thread that accepts front-ends: %s", strerror(rc));
+  }
+  D.started = 1;
+  return 0;
+}
+
+static void door_close(void)
+{
+  if (!D.started)
+    return;
+  ssize_t w;
+  do
+    w = write(D.stop[1], "", 1);
+  while (w < 0 && errno == EINTR);
+  pthread_join(D.thread, NULL);
+  D.started = 0;
+  for (int i = 0; i < D.n; i++)
+    close(D.p[i].fd);
+  D.n = 0;
+  if (D.quiet)
+    say("tycho: refused %lld more REPL connection%s after the last such line\n", D.quiet, D.quiet == 1 ? "" : "s");
+  D.quiet = 0;
+  if (D.handed >= 0)
+    close(D.handed);
+  D.handed = -1;
+  close(D.stop[0]);
+  close(D.stop[1]);
+  D.stop[0] = D.stop[1] = -1;
+}
+
+/* The training thread, at a step boundary: takes the connection the door handed, if any. */
+static void take_handed(long long step)
+{
+  __atomic_store_n(&D.step, step, __ATOMIC_RELAXED);
+  pthread_mutex_lock(&D.lock);
+  int fd = D.handed;
+  D.handed = -1;
+  if (fd >= 0)
+    D.attached = 1;
+  pthread_mutex_unlock(&D.lock);
+  if (fd < 0)
+    return;
+  A.conn_fd = fd;
+  say("tycho: a REPL attached at step %lld\n", step);
+}
+
+/* The training thread: its front-end is gone; the door may let another in. */
+static void door_detached(void)
+{
+  pthread_mutex_lock(&D.lock);
+  D.attached = 0;
+  pthread_mutex_unlock(&D.lock);
 }
 
 /* Rank 0: the next thing its front-end asks for, without waiting unless `wait`. Completions are
@@ -182,20 +441,16 @@ static int next_request(int wait, long long step, char **payload, size_t *len)
 {
   *payload = NULL;
   *len = 0;
+  take_handed(step);
   for (;;) {
-    accept_pending(step);
-    if (A.conn_fd < 0 && !wait)
+    if (A.conn_fd < 0)
       return CHUNK_NOTHING;
-    struct pollfd p[2] = { { A.conn_fd, POLLIN, 0 }, { A.listen_fd, POLLIN, 0 } };
-    int r = poll(p, 2, wait ? -1 : 0);
+    struct pollfd p = { A.conn_fd, POLLIN, 0 };
+    int r = poll(&p, 1, wait ? -1 : 0);
     if (r < 0 && errno == EINTR)
       continue;
     if (r <= 0)
       return CHUNK_NOTHING;
-    if (p[1].revents)
-      accept_pending(step);
-    if (A.conn_fd < 0 || !(p[0].revents & (POLLIN | POLLHUP | POLLERR)))
-      continue;
     int type = 0;
     char *m = NULL;
     size_t n = 0;
@@ -362,6 +617,7 @@ static void end_attachment(long long step)
   if (S.rank == 0 && A.conn_fd >= 0) {
     close(A.conn_fd);
     A.conn_fd = -1;
+    door_detached();
     say("tycho: the REPL detached at step %lld; training goes on\n", step);
   }
 }
@@ -427,6 +683,7 @@ void repl_attach_close(void)
     return;
   if (A.conn_fd >= 0)
     close(A.conn_fd);
+  door_close();
   if (A.listen_fd >= 0) {
     close(A.listen_fd);
     if (!A.addr.tcp)

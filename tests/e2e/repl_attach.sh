@@ -5,13 +5,17 @@
 # detaches; the job trains to its end. Its losses equal, bit for bit, those of the same plan in
 # `tycho repl` with the same change scripted at step k. After the run the socket and the token are
 # gone. Then a 1-rank run paused: no step of its own between chunks, t:step(2) steps it, t:close
-# and t:replan refused, t:resume() and it finishes.
+# and t:replan refused, t:resume() and it finishes. Then clients without the token that never
+# finish their hello (3 send a byte every 3 s, 2 say nothing, each connecting again when dropped)
+# hold neither an attached session nor the job's steps: the session, paused while they connect,
+# runs its chunks, the job drops each after 5 s and logs it, and the run ends its 40 steps while
+# they all still go on (with the door on the training thread it waited for each hello).
 # usage: repl_attach.sh TYCHO   (run from the source folder)
 set -u
 tycho=$(readlink -f "$1")
 command -v mpirun >/dev/null 2>&1 || { echo "skip: no mpirun"; exit 77; }
 dir=$(mktemp -d)
-trap 'pkill -KILL -f -- "--listen $dir/" 2>/dev/null; rm -rf "$dir"' EXIT
+trap 'pkill -KILL -f -- "--listen $dir/" 2>/dev/null; [ -s "$dir/trickle.pids" ] && kill $(cat "$dir/trickle.pids") 2>/dev/null; rm -rf "$dir"' EXIT
 export HOME="$dir" OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_btl=self,vader OMPI_MCA_mpi_yield_when_idle=1
@@ -86,4 +90,27 @@ grep -q "^false	.*t:close: t is the running job's trainer" <<< "$out" || fail "t
 grep -q "^false	.*t:replan: t is the running job's trainer" <<< "$out" || fail "t:replan was not refused: $out"
 wait $job || fail "the paused run failed after the detach: $(tail -5 "$dir/p.out")"
 grep -q '^done: 150 steps' "$dir/p.out" || fail "the paused run did not finish: $(tail -5 "$dir/p.out")"
-echo "ok: attach at step $k, lr set, detached; $steps losses equal the scripted change's; pause held, t:step(2) stepped"
+
+# clients without the token that never end their hello: they delay neither the attached session
+# nor a step. They live 120 s; the session and the run's 40 steps take a few seconds.
+trickle=${TYCHO_TRICKLE:-$(dirname "$tycho")/tests/trickle}
+[ -x "$trickle" ] || fail "no trickle tool at $trickle"
+"$tycho" run plans/tiny.lua --set train.steps=40 --set log.every=1000 --listen "$dir/s.sock" > "$dir/s.out" 2>&1 &
+job=$!
+for _ in $(seq 100); do [ -S "$dir/s.sock" ] && [ -s "$dir/s.sock.token" ] && break; sleep 0.1; done
+out=$( (printf '%s\n' 't:pause()' 'k = t.step'; sleep 1
+  for mode in trickle trickle trickle silent silent; do
+    "$trickle" "$dir/s.sock" 120 $mode > /dev/null 2>&1 &
+    echo $! >> "$dir/trickle.pids"
+  done
+  sleep 6; printf '%s\n' 'print("held", t.step - k)' 't:step(2)' 'print("stepped", t.step - k)' 't:resume()' 'detach()') |
+  "$tycho" repl --attach "$dir/s.sock" 2>&1) || fail "the session beside slow clients: $out"
+alive() { for p in $(cat "$dir/trickle.pids"); do kill -0 "$p" 2>/dev/null || return 1; done; }
+alive || fail "the attached session ended only after the slow clients gave up: $out"
+grep -qx 'held	0' <<< "$out" || fail "the job stepped while paused beside slow clients: $out"
+grep -qx 'stepped	2' <<< "$out" || fail "t:step(2) beside slow clients did not take 2 steps: $out"
+wait $job || fail "the run beside slow clients failed: $(tail -5 "$dir/s.out")"
+alive || fail "the run ended only after the slow clients gave up: $(tail -5 "$dir/s.out")"
+grep -q '^done: 40 steps' "$dir/s.out" || fail "the run beside slow clients did not finish: $(tail -5 "$dir/s.out")"
+grep -q 'refused a REPL connection (no hello)' "$dir/s.out" || fail "the job did not drop the clients without a hello"
+echo "ok: attach at step $k, lr set, detached; $steps losses equal the scripted change's; pause held, t:step(2) stepped; 5 slow clients held nothing"
