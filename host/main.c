@@ -28,6 +28,7 @@
 #include "kernels.h"
 #include "plan/compile.h"
 #include "repl/frontend.h"
+#include "repl/link.h"
 #include "repl/repl.h"
 #include "lua/tycho_module.h"
 #include "tycho_runtime.h"
@@ -37,6 +38,7 @@
 #include "runtime/state/manifest.h"
 #include "runtime/train/train.h"
 #include "util/devices.h"
+#include "util/err.h"
 #include "util/path.h"
 #include "usage.h"
 
@@ -68,6 +70,7 @@ struct cli {
   const char *plan;
   const char *cluster, *out;
   const char *listen; /* run --listen ADDR: the attachable REPL, or NULL */
+  int listen_public;  /* run --listen-public: ADDR may be reachable from other machines */
   int world, json, unsafe, top;
   int sbatch, cpus_per_task; /* check --sbatch [--cpus-per-task N] */
   double headroom;
@@ -218,6 +221,8 @@ static void parse_args(lua_State *L, int argc, char **argv, struct cli *c)
         host_fail(L, EXIT_USAGE, "--listen needs an address: a Unix socket path or HOST:PORT");
       c->listen = next;
       i++;
+    } else if (strcmp(a, "--listen-public") == 0 && strcmp(c->command, "run") == 0) {
+      c->listen_public = 1;
     } else if (strcmp(a, "--cluster") == 0) {
       if (!next)
         host_fail(L, EXIT_USAGE, "--cluster needs a cluster file, e.g. plans/clusters/h100_80g_ib.lua");
@@ -233,6 +238,13 @@ static void parse_args(lua_State *L, int argc, char **argv, struct cli *c)
   }
   if (!c->plan)
     host_fail(L, EXIT_USAGE, "'%s' needs a plan file, e.g. tycho %s plans/tiny.lua", c->command, c->command);
+  /* a TCP address other machines can reach is asked for by name: the token is the only guard */
+  struct link_addr la;
+  if (c->listen_public && !c->listen)
+    host_fail(L, EXIT_USAGE, "--listen-public needs --listen HOST:PORT");
+  if (c->listen && !c->listen_public && link_parse_addr(c->listen, &la, NULL, 0) == 0 && link_addr_public(&la))
+    host_fail(L, EXIT_USAGE, "--listen %s: not a loopback address, so other machines could connect; give "
+              "--listen-public too to listen there, or listen on localhost:%d or a Unix socket path", c->listen, la.port);
 }
 
 /* Compiles the plan; a plan error raises with exit code 2. The plan is owned by a userdata
@@ -441,6 +453,10 @@ static int cmd_run(lua_State *L, const struct cli *c)
   if (c->listen) { /* the attachable REPL: it listens before the run's header, served between steps */
     struct repl_attach_options ao = { c->listen, world->rank == 0 ? stdout : NULL, repl_libs, attach_bind,
                                       tycho_runtime_collected, tycho_runtime_close_collected };
+    struct link_addr la;
+    if (c->listen_public && world->rank == 0 && link_parse_addr(c->listen, &la, NULL, 0) == 0 && link_addr_public(&la))
+      fprintf(stderr, "tycho: warning: --listen %s --listen-public: other machines can connect to this job; only "
+              "its token (in %s) keeps them out\n", c->listen, la.token_file);
     int failed = repl_attach_open(&ao, err, sizeof err);
     if (failed)
       return host_fail(L, EXIT_USAGE, "%s", err);
@@ -871,10 +887,11 @@ static int pmain(lua_State *L)
     char err[1024];
     if (ckpt_manifest_special(argv[3], err, sizeof err))
       return host_fail(L, EXIT_USAGE, "%s", err);
+    err_class_reset();
     int bad = strcmp(argv[2], "verify") == 0 ? ckpt_verify(argv[3], stdout, err, sizeof err)
                                               : ckpt_inspect(argv[3], stdout, err, sizeof err);
-    if (bad)
-      return host_fail(L, EXIT_RUNTIME, "%s", err);
+    if (bad) /* a bad manifest or shard: an input error (util/err.h) */
+      return host_fail(L, err_class_is_input() ? EXIT_USAGE : EXIT_RUNTIME, "%s", err);
     return 0;
   }
   return host_fail(L, EXIT_USAGE, "unknown command '%s'; the commands are check, tune, run, repl, rehearse, calibrate and ckpt (tycho --help)", cmd);

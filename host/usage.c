@@ -43,7 +43,7 @@ static const struct {
     "        loaded by require where a module name finds it from that file's folder, else\n"
     "        its text written in\n" },
   { "run",
-    "  run PLAN.lua [--set path=value ...] [--listen ADDR]\n"
+    "  run PLAN.lua [--set path=value ...] [--listen ADDR [--listen-public]]\n"
     "        compile the plan and train with it (under mpirun or srun for more ranks: data,\n"
     "        tensor and pipeline parallelism, ZeRO 1-3, recompute) on the CPU runtime, or with\n"
     "        device = \"cuda\" on a CUDA device (a build with the CUDA backend: device local\n"
@@ -56,7 +56,9 @@ static const struct {
     "        --listen ADDR  serve `tycho repl --attach ADDR` between steps: ADDR a Unix socket\n"
     "                    path (created 0600) or HOST:PORT; a token file only you can read is\n"
     "                    written next to it (ADDR.token, or tycho-listen-PORT.token); nothing\n"
-    "                    listens without it. docs/repl.md\n" },
+    "                    listens without it (a one-rank run opens no TCP port). docs/repl.md\n"
+    "        --listen-public  let --listen's HOST be other than loopback (e.g. 0.0.0.0), which\n"
+    "                    other machines can reach: refused without it (exit 2), warned with it\n" },
   { "repl",
     "  repl [PLAN.lua [FILE.lua]] [--set path=value ...] [--timeout S]\n"
     "        an SPMD Lua prompt on every rank of the job (mpirun -np N tycho repl ...): rank 0\n"

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "comm_internal.h"
+#include "util/launch.h"
 
 #define ctx comm_ctx
 
@@ -67,6 +68,25 @@ static int find_local_rank(char *err, size_t n)
   return 0;
 }
 
+/* A process no launcher started (a one-rank `tycho run`, `tycho repl` without -n) is Open MPI's
+ * singleton, and Open MPI 4.1 starts it listening on TCP on every interface: the process itself
+ * (its TCP transport, e.g. 0.0.0.0:1024 and [::]:1024) and the daemon it forks (orted, on two
+ * more ports). A run with no peers needs none of that. Measured with `ss -ltnp` during a run:
+ * oob_tcp_if_include=lo leaves orted on 0.0.0.0; the two settings below leave no listening socket
+ * at all — no daemon (ess_singleton_isolated: the singleton runs alone, which only loses
+ * MPI_Comm_spawn, unused here) and no TCP transport (btl self,vader: the process talks to itself
+ * only). Starting MPI anyway keeps one code path for every world size. A value the user set is
+ * kept; under a launcher nothing is changed. */
+static void singleton_alone(void)
+{
+#ifdef OMPI_MAJOR_VERSION
+  if (launch_under_launcher())
+    return;
+  setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
+  setenv("OMPI_MCA_btl", "self,vader", 0);
+#endif
+}
+
 int comm_mpi_init(int *argc, char ***argv, char *err, size_t n)
 {
   int initialized = 0, finalized = 0, provided = MPI_THREAD_SINGLE;
@@ -75,6 +95,7 @@ int comm_mpi_init(int *argc, char ***argv, char *err, size_t n)
     return snprintf(err, n, "comm_init: MPI has already been finalized"), -1;
   MPI_Initialized(&initialized);
   if (!initialized) {
+    singleton_alone();
     int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
     if (rc != MPI_SUCCESS)
       return comm_mpi_fail(rc, "MPI_Init_thread", __FILE__, __LINE__, err, n);

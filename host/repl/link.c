@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <netdb.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <unistd.h>
 
@@ -235,6 +236,29 @@ static int tcp_open(const struct link_addr *a, int passive, char *err, size_t er
   if (fd < 0)
     return errf(err, err_size, "%s:%d: cannot %s: %s", a->host, a->port, passive ? "listen" : "connect", strerror(e));
   return fd;
+}
+
+int link_addr_public(const struct link_addr *a)
+{
+  if (!a->tcp)
+    return 0;
+  char why[256];
+  struct addrinfo *res = resolve(a, 1, why, sizeof why);
+  int public = 0;
+  for (struct addrinfo *r = res; r; r = r->ai_next) {
+    if (r->ai_family == AF_INET) {
+      const struct sockaddr_in *in = (const struct sockaddr_in *)r->ai_addr;
+      public |= (ntohl(in->sin_addr.s_addr) >> 24) != 127;
+    } else if (r->ai_family == AF_INET6) {
+      const struct in6_addr *in6 = &((const struct sockaddr_in6 *)r->ai_addr)->sin6_addr;
+      public |= !IN6_IS_ADDR_LOOPBACK(in6) && !(IN6_IS_ADDR_V4MAPPED(in6) && in6->s6_addr[12] == 127);
+    } else {
+      public = 1;
+    }
+  }
+  if (res)
+    freeaddrinfo(res);
+  return public;
 }
 
 int link_listen_addr(const struct link_addr *a, char *err, size_t err_size)

@@ -64,6 +64,10 @@ int link_parse_addr(const char *addr, struct link_addr *a, char *err, size_t err
  * fd, or −1 with err. */
 int link_listen_addr(const struct link_addr *a, char *err, size_t err_size);
 int link_connect_addr(const struct link_addr *a, char *err, size_t err_size);
+/* 1 when a is TCP and its host resolves (as for listening) to any address other than loopback
+ * (127.0.0.0/8, ::1): other machines could connect there. 0 for a Unix socket, a loopback host
+ * or a host that does not resolve (listening there fails with the resolver's reason). */
+int link_addr_public(const struct link_addr *a);
 
 /* Fills token with 32 random hex digits from the kernel's generator (getrandom) and a 0
  * (token_size ≥ 33). 0, or −1 with err. */

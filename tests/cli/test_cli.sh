@@ -31,6 +31,12 @@ expect unknown_option 2 "^tycho: unknown option '--wrold'" "$tycho" check plans/
 expect missing_plan_arg 2 "^tycho: 'check' needs a plan file" "$tycho" check
 expect bad_world 2 '^tycho: --world needs an integer' "$tycho" check plans/tiny.lua --world zero
 expect missing_file 2 '^tycho: plan error: nothere.lua: cannot open' "$tycho" check nothere.lua
+# --listen on an address other machines can reach only with --listen-public, and then with a warning
+expect listen_public_refused 2 '^tycho: --listen 0\.0\.0\.0:4711: not a loopback address, so other machines could connect; give --listen-public too' "$tycho" run plans/tiny.lua --listen 0.0.0.0:4711 --set train.steps=1
+expect listen_public_alone 2 '^tycho: --listen-public needs --listen HOST:PORT' "$tycho" run plans/tiny.lua --listen-public
+port=$((20000 + $$ % 20000))
+expect listen_public_warned 0 "^tycho: warning: --listen 0\.0\.0\.0:$port --listen-public: other machines can connect to this job" \
+  bash -c 'cd "$1" && exec "$2" run "$3/plans/tiny.lua" --listen 0.0.0.0:"$4" --listen-public --set train.steps=1 --set train.eval_every=0' _ "$tmp" "$(readlink -f "$tycho")" "$PWD" "$port"
 expect comm_backend_unknown 2 '^tycho: TYCHO_COMM_BACKEND="nccl": no such comm backend in this build \(it has "mpi"\)' env TYCHO_COMM_BACKEND=nccl "$tycho" run plans/tiny.lua
 
 # Shipped plans at several world sizes: the numbers a user would work out by hand.
