@@ -76,14 +76,30 @@ static int find_local_rank(char *err, size_t n)
  * at all — no daemon (ess_singleton_isolated: the singleton runs alone, which only loses
  * MPI_Comm_spawn, unused here) and no TCP transport (btl self,vader: the process talks to itself
  * only). Starting MPI anyway keeps one code path for every world size. A value the user set is
- * kept; under a launcher nothing is changed. */
+ * kept, ours are unset once MPI_Init has read them; under a launcher nothing is changed. */
+#ifdef OMPI_MAJOR_VERSION
+static const char *const singleton_env[][2] = { { "OMPI_MCA_ess_singleton_isolated", "1" },
+                                                  { "OMPI_MCA_btl", "self,vader" } };
+static int singleton_set[2]; /* which of them this process set: unset again once MPI has read them */
+#endif
+
 static void singleton_alone(void)
 {
 #ifdef OMPI_MAJOR_VERSION
   if (launch_under_launcher())
     return;
-  setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
-  setenv("OMPI_MCA_btl", "self,vader", 0);
+  for (int i = 0; i < 2; i++)
+    singleton_set[i] = !getenv(singleton_env[i][0]) && setenv(singleton_env[i][0], singleton_env[i][1], 0) == 0;
+#endif
+}
+
+/* After MPI_Init: the settings were the singleton's, not those of programs it may start. */
+static void singleton_env_clear(void)
+{
+#ifdef OMPI_MAJOR_VERSION
+  for (int i = 0; i < 2; i++)
+    if (singleton_set[i])
+      unsetenv(singleton_env[i][0]);
 #endif
 }
 
@@ -97,6 +113,7 @@ int comm_mpi_init(int *argc, char ***argv, char *err, size_t n)
   if (!initialized) {
     singleton_alone();
     int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+    singleton_env_clear();
     if (rc != MPI_SUCCESS)
       return comm_mpi_fail(rc, "MPI_Init_thread", __FILE__, __LINE__, err, n);
     ctx.mpi_owned = 1;
