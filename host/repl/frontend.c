@@ -674,7 +674,8 @@ static int attach_job(const struct repl_frontend_options *o, char *err, size_t e
   char *reply = NULL;
   size_t len = 0;
   struct pollfd p = { fd, POLLIN, 0 };
-  /* the job answers between two steps: as long as its slowest step */
+  /* the job's accept thread answers at once (repl_attach.c); no deadline: a job stopped by the
+   * user (SIGSTOP) answers when it is continued */
   if (link_send(fd, LINK_HELLO, hello, (size_t)n, why, sizeof why) || poll(&p, 1, -1) != 1 ||
       link_recv(fd, &type, &reply, &len, NULL, why, sizeof why)) {
     close(fd);
