@@ -54,3 +54,9 @@ add_test(NAME cli_ckpt_errors COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/ckpt_
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 tycho_session_env(cli_ckpt_errors session)
 set_tests_properties(cli_ckpt_errors PROPERTIES TIMEOUT 120 ENVIRONMENT "${session}")
+
+# Exit codes by class: bad content in weights, token files, a manifest, a cluster file, a lock held.
+add_test(NAME cli_input_errors COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/input_errors.sh $<TARGET_FILE:tycho>
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+tycho_session_env(cli_input_errors session)
+set_tests_properties(cli_input_errors PROPERTIES TIMEOUT 120 ENVIRONMENT "${session};OPENBLAS_NUM_THREADS=1")

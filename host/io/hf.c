@@ -49,7 +49,7 @@ static int refuse(const struct hf_parse *h, const char *fmt, const char *a, cons
 {
   char what[512];
   snprintf(what, sizeof what, fmt, a, b);
-  errf(h->err, h->err_size, "%s: %s", h->name, what);
+  errf_input(h->err, h->err_size, "%s: %s", h->name, what);
   return 2;
 }
 
@@ -57,7 +57,7 @@ static int read_int(const struct hf_parse *h, int id, int min, int *out)
 {
   uint64_t v;
   if (!json_uint64(h->j, id, &v) || v < (uint64_t)min || v > INT_MAX) {
-    errf(h->err, h->err_size, "%s: %s must be a whole number from %d to %d", h->name, h->j->nodes[id].key, min,
+    errf_input(h->err, h->err_size, "%s: %s must be a whole number from %d to %d", h->name, h->j->nodes[id].key, min,
          INT_MAX);
     return 2;
   }
@@ -69,7 +69,7 @@ static int read_number(const struct hf_parse *h, int id, int positive, double *o
 {
   double v;
   if (!json_double(h->j, id, &v) || !isfinite(v) || v < 0 || (positive && v == 0)) {
-    errf(h->err, h->err_size, "%s: %s must be a finite number %s 0", h->name, h->j->nodes[id].key,
+    errf_input(h->err, h->err_size, "%s: %s must be a finite number %s 0", h->name, h->j->nodes[id].key,
          positive ? "above" : "of at least");
     return 2;
   }
@@ -206,17 +206,17 @@ int hf_config_parse(struct hf_config *c, const char *text, size_t n, const char 
   if (!rc && !c->n_kv_heads)
     c->n_kv_heads = c->n_heads;
   if (!rc && head_dim && (c->dim % c->n_heads || head_dim != c->dim / c->n_heads)) {
-    errf(err, err_size, "%s: head_dim %d is not hidden_size / num_attention_heads (%d / %d): tycho's heads "
+    errf_input(err, err_size, "%s: head_dim %d is not hidden_size / num_attention_heads (%d / %d): tycho's heads "
          "split hidden_size", name, head_dim, c->dim, c->n_heads);
     rc = 2;
   }
   if (!rc && sliding && sliding < c->max_seq) {
-    errf(err, err_size, "%s: sliding_window %d is shorter than max_position_embeddings %d: tycho's attention is "
+    errf_input(err, err_size, "%s: sliding_window %d is shorter than max_position_embeddings %d: tycho's attention is "
          "not windowed", name, sliding, c->max_seq);
     rc = 2;
   }
   if (!rc && c->experts && c->top_k > c->experts) {
-    errf(err, err_size, "%s: num_experts_per_tok %d is more than num_local_experts %d", name, c->top_k, c->experts);
+    errf_input(err, err_size, "%s: num_experts_per_tok %d is more than num_local_experts %d", name, c->top_k, c->experts);
     rc = 2;
   }
   json_free(&j);
@@ -325,7 +325,7 @@ int hf_weights_path(const char *dir, char *out, size_t n, char *err, size_t err_
   join(out, n, dir, HF_SINGLE);
   if (lstat(out, &st) == 0)
     return 0;
-  errf(err, err_size, "%s: holds neither %s nor %s", dir, HF_INDEX, HF_SINGLE);
+  errf_input(err, err_size, "%s: holds neither %s nor %s", dir, HF_INDEX, HF_SINGLE);
   return 2;
 }
 

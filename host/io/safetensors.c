@@ -70,37 +70,37 @@ static int st_tensor_entry(struct st_file *f, struct json_doc *j, int id, struct
   int dtype = -1, shape = -1, offsets = -1;
   uint64_t range[2];
   t->name = nd->key;
-  if (!t->name[0]) return errf(err, err_size, "%s: a tensor has an empty name", f->path);
+  if (!t->name[0]) return errf_input(err, err_size, "%s: a tensor has an empty name", f->path);
   if (nd->type != JSON_OBJECT)
-    return errf(err, err_size, "%s: tensor '%s': expected an object with dtype, shape and "
+    return errf_input(err, err_size, "%s: tensor '%s': expected an object with dtype, shape and "
                 "data_offsets", f->path, t->name);
   for (int c = nd->first; c >= 0; c = j->nodes[c].next) {
     const char *key = j->nodes[c].key;
     if (strcmp(key, "dtype") == 0) dtype = c;
     else if (strcmp(key, "shape") == 0) shape = c;
     else if (strcmp(key, "data_offsets") == 0) offsets = c;
-    else return errf(err, err_size, "%s: tensor '%s': unknown field '%.100s'", f->path, t->name, key);
+    else return errf_input(err, err_size, "%s: tensor '%s': unknown field '%.100s'", f->path, t->name, key);
   }
   if (dtype < 0 || shape < 0 || offsets < 0)
-    return errf(err, err_size, "%s: tensor '%s': missing '%s'", f->path, t->name,
+    return errf_input(err, err_size, "%s: tensor '%s': missing '%s'", f->path, t->name,
                 dtype < 0 ? "dtype" : shape < 0 ? "shape" : "data_offsets");
   if (j->nodes[dtype].type != JSON_STRING)
-    return errf(err, err_size, "%s: tensor '%s': dtype is not a string", f->path, t->name);
+    return errf_input(err, err_size, "%s: tensor '%s': dtype is not a string", f->path, t->name);
   t->dtype = ST_N_DTYPES;
   for (int k = 0; k < ST_N_DTYPES; k++)
     if (strcmp(j->nodes[dtype].str, st_dtypes[k].name) == 0) t->dtype = (enum st_dtype)k;
   if (t->dtype == ST_N_DTYPES)
-    return errf(err, err_size, "%s: tensor '%s': unknown dtype '%.40s'", f->path, t->name,
+    return errf_input(err, err_size, "%s: tensor '%s': unknown dtype '%.40s'", f->path, t->name,
                 j->nodes[dtype].str);
   if (j->nodes[shape].type != JSON_ARRAY || j->nodes[shape].n_children > ST_MAX_DIMS)
-    return errf(err, err_size, "%s: tensor '%s': shape must be an array of at most %d integers",
+    return errf_input(err, err_size, "%s: tensor '%s': shape must be an array of at most %d integers",
                 f->path, t->name, ST_MAX_DIMS);
   bool has_zero = false, overflow = false;
   t->n_elems = 1;
   for (int c = j->nodes[shape].first; c >= 0; c = j->nodes[c].next) {
     uint64_t d;
     if (!json_uint64(j, c, &d) || d > INT64_MAX)
-      return errf(err, err_size, "%s: tensor '%s': shape must hold non-negative integers",
+      return errf_input(err, err_size, "%s: tensor '%s': shape must hold non-negative integers",
                   f->path, t->name);
     t->shape[t->n_dims++] = (int64_t)d;
     if (d == 0) has_zero = true;
@@ -110,25 +110,25 @@ static int st_tensor_entry(struct st_file *f, struct json_doc *j, int id, struct
   if (has_zero) t->n_elems = 0;
   size_t unit = st_dtypes[t->dtype].n_bytes;
   if (overflow || t->n_elems > SIZE_MAX / unit)
-    return errf(err, err_size, "%s: tensor '%s': shape overflows the address space", f->path,
+    return errf_input(err, err_size, "%s: tensor '%s': shape overflows the address space", f->path,
                 t->name);
   t->n_bytes = t->n_elems * unit;
   if (j->nodes[offsets].type != JSON_ARRAY || j->nodes[offsets].n_children != 2 ||
       !json_uint64(j, j->nodes[offsets].first, &range[0]) ||
       !json_uint64(j, j->nodes[j->nodes[offsets].first].next, &range[1]))
-    return errf(err, err_size, "%s: tensor '%s': data_offsets must be two non-negative integers",
+    return errf_input(err, err_size, "%s: tensor '%s': data_offsets must be two non-negative integers",
                 f->path, t->name);
   if (range[0] > range[1])
-    return errf(err, err_size, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] are "
+    return errf_input(err, err_size, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] are "
                 "out of order", f->path, t->name, range[0], range[1]);
   if (range[1] > f->data_bytes)
-    return errf(err, err_size, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] run "
+    return errf_input(err, err_size, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] run "
                 "past the end of the %zu-byte data area", f->path, t->name, range[0], range[1],
                 f->data_bytes);
   if (range[1] - range[0] != t->n_bytes) {
     char s[160];
     shape_string(s, sizeof s, t);
-    return errf(err, err_size, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] hold "
+    return errf_input(err, err_size, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] hold "
                 "%" PRIu64 " bytes but shape %s of %s needs %zu", f->path, t->name, range[0],
                 range[1], range[1] - range[0], s, st_dtypes[t->dtype].name, t->n_bytes);
   }
@@ -141,14 +141,14 @@ static int st_metadata(struct st_file *f, struct json_doc *j, int id, char *err,
 {
   const struct json_node *nd = &j->nodes[id];
   if (nd->type != JSON_OBJECT)
-    return errf(err, err_size, "%s: __metadata__ is not an object", f->path);
+    return errf_input(err, err_size, "%s: __metadata__ is not an object", f->path);
   f->metadata_keys = calloc((size_t)nd->n_children + 1, sizeof *f->metadata_keys);
   f->metadata_values = calloc((size_t)nd->n_children + 1, sizeof *f->metadata_values);
   if (!f->metadata_keys || !f->metadata_values)
     return errf(err, err_size, "%s: out of memory", f->path);
   for (int c = nd->first; c >= 0; c = j->nodes[c].next) {
     if (j->nodes[c].type != JSON_STRING)
-      return errf(err, err_size, "%s: __metadata__ value of '%.100s' is not a string", f->path,
+      return errf_input(err, err_size, "%s: __metadata__ value of '%.100s' is not a string", f->path,
                   j->nodes[c].key);
     f->metadata_keys[f->n_metadata] = j->nodes[c].key;
     f->metadata_values[f->n_metadata++] = j->nodes[c].str;
@@ -194,7 +194,7 @@ static int st_index_tensors(struct st_file *f, char *err, size_t err_size)
   for (int k = 1; k < m; k++) {
     if (spans[k].begin < spans[k - 1].end) {
       const struct span *a = &spans[k - 1], *b = &spans[k];
-      rc = errf(err, err_size, "%s: tensors '%s' [%zu, %zu] and '%s' [%zu, %zu] overlap", f->path,
+      rc = errf_input(err, err_size, "%s: tensors '%s' [%zu, %zu] and '%s' [%zu, %zu] overlap", f->path,
                 f->tensors[a->index].name, a->begin, a->end, f->tensors[b->index].name,
                 b->begin, b->end);
       break;
@@ -214,21 +214,24 @@ static int st_parse_image(struct st_file *f, const uint8_t *buf, size_t n, char 
   struct json_doc j;
   int rc;
   if (n < 8)
-    return errf(err, err_size, "%s: file is %zu bytes, shorter than the 8-byte header length: "
+    return errf_input(err, err_size, "%s: file is %zu bytes, shorter than the 8-byte header length: "
                 "not a safetensors file", f->path, n);
   memcpy(&header_bytes, buf, 8);
   if (header_bytes > ST_MAX_HEADER_BYTES)
-    return errf(err, err_size, "%s: header length %" PRIu64 " is over the %" PRIu64 "-byte cap: "
+    return errf_input(err, err_size, "%s: header length %" PRIu64 " is over the %" PRIu64 "-byte cap: "
                 "not a safetensors file", f->path, header_bytes, ST_MAX_HEADER_BYTES);
   if (header_bytes > n - 8)
-    return errf(err, err_size, "%s: header length %" PRIu64 " is larger than the %zu bytes after "
+    return errf_input(err, err_size, "%s: header length %" PRIu64 " is larger than the %zu bytes after "
                 "the length prefix (file is %zu bytes)", f->path, header_bytes, n - 8, n);
   f->data = buf + 8 + header_bytes;
   f->data_bytes = n - 8 - (size_t)header_bytes;
   rc = json_parse(&j, (const char *)buf + 8, (size_t)header_bytes, f->path, 8, err, err_size);
-  if (rc) goto done;
+  if (rc) {
+    err_mark_input(); /* a header that is not JSON: the file's content */
+    goto done;
+  }
   if (j.nodes[0].type != JSON_OBJECT) {
-    rc = errf(err, err_size, "%s: header is not a JSON object", f->path);
+    rc = errf_input(err, err_size, "%s: header is not a JSON object", f->path);
     goto done;
   }
   f->tensors = calloc((size_t)j.nodes[0].n_children + 1, sizeof *f->tensors);
@@ -330,7 +333,7 @@ int st_read_real(const struct st_file *f, const struct st_tensor *t, real *out, 
                  char *err, size_t err_size)
 {
   if (n_elems != t->n_elems)
-    return errf(err, err_size, "%s: tensor '%s' has %zu elements but the buffer holds %zu",
+    return errf_input(err, err_size, "%s: tensor '%s' has %zu elements but the buffer holds %zu",
                 f->path, t->name, t->n_elems, n_elems);
   const uint8_t *p = t->data;
   switch (t->dtype) {
@@ -368,7 +371,7 @@ int st_read_real(const struct st_file *f, const struct st_tensor *t, real *out, 
     }
     return 0;
   default:
-    return errf(err, err_size, "%s: tensor '%s' is %s; only F32, F16, BF16 and F64 convert to "
+    return errf_input(err, err_size, "%s: tensor '%s' is %s; only F32, F16, BF16 and F64 convert to "
                 "%s", f->path, t->name, st_dtype_name(t->dtype), REAL_NAME);
   }
 }
@@ -554,19 +557,22 @@ int st_index_parse(struct st_index *ix, const char *json, size_t n_bytes, const 
   ix->path = strdup(name ? name : "<memory>");
   if (!ix->path) return errf(err, err_size, "out of memory");
   rc = json_parse(&j, json, n_bytes, ix->path, 0, err, err_size);
-  if (rc) goto done;
+  if (rc) {
+    err_mark_input(); /* an index that is not JSON: the file's content */
+    goto done;
+  }
   if (j.nodes[0].type != JSON_OBJECT) {
-    rc = errf(err, err_size, "%s: not a JSON object", ix->path);
+    rc = errf_input(err, err_size, "%s: not a JSON object", ix->path);
     goto done;
   }
   for (int c = j.nodes[0].first; c >= 0 && !rc; c = j.nodes[c].next) {
     if (strcmp(j.nodes[c].key, "weight_map") == 0) map = c;
     else if (strcmp(j.nodes[c].key, "metadata") == 0 && j.nodes[c].type != JSON_OBJECT)
-      rc = errf(err, err_size, "%s: \"metadata\" is not an object", ix->path);
+      rc = errf_input(err, err_size, "%s: \"metadata\" is not an object", ix->path);
   }
   if (rc) goto done;
   if (map < 0 || j.nodes[map].type != JSON_OBJECT) {
-    rc = errf(err, err_size, "%s: no \"weight_map\" object: not a safetensors index", ix->path);
+    rc = errf_input(err, err_size, "%s: no \"weight_map\" object: not a safetensors index", ix->path);
     goto done;
   }
   size_t n = (size_t)j.nodes[map].n_children;
@@ -579,7 +585,7 @@ int st_index_parse(struct st_index *ix, const char *json, size_t n_bytes, const 
   }
   for (int c = j.nodes[map].first; c >= 0; c = j.nodes[c].next) {
     if (j.nodes[c].type != JSON_STRING || !shard_name_ok(j.nodes[c].str)) {
-      rc = errf(err, err_size, "%s: weight_map entry '%.100s' must be a file name inside the "
+      rc = errf_input(err, err_size, "%s: weight_map entry '%.100s' must be a file name inside the "
                 "index's folder", ix->path, j.nodes[c].key);
       goto done;
     }
@@ -641,7 +647,7 @@ int st_index_open(struct st_index *ix, const char *path, char *err, size_t err_s
   for (int k = 0; k < ix->n_entries && !rc; k++) {
     const struct st_file *f = &ix->shards[ix->entries[k].shard];
     if (!st_find(f, ix->entries[k].name))
-      rc = errf(err, err_size, "%s: tensor '%s' is listed in the index but missing from shard %s",
+      rc = errf_input(err, err_size, "%s: tensor '%s' is listed in the index but missing from shard %s",
                 path, ix->entries[k].name, f->path);
   }
   if (rc) st_index_close(ix);

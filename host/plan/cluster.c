@@ -9,6 +9,7 @@
 
 #include "lua/sandbox.h"
 #include "lua/tycho_module.h"
+#include "util/err.h"
 
 struct creader {
   lua_State *L;
@@ -250,5 +251,7 @@ int cluster_load(const char *path, int unsafe, struct cluster *out, char *err, s
   rc = job.rc;
 done:
   sandbox_close(&sb);
+  if (rc) /* the file's content, or the file missing: an input error (util/err.h) */
+    err_mark_input();
   return rc;
 }

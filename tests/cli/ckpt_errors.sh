@@ -3,7 +3,7 @@
 # checkpoints every 2 steps keeping 2; then a corrupt byte, a truncated shard file, a broken
 # manifest, another model, a checkpoint of the other build's element type, a crash's leftover
 # .tmp folder, and crafted manifests (each refused alike by `ckpt verify` and by a resume: the one
-# manifest reader).
+# manifest reader). Each is an input error: exit 2 (they exited 1, as a machine's failure does).
 # usage: ckpt_errors.sh TYCHO   (run from the source folder)
 set -u
 tycho=$1
@@ -34,22 +34,22 @@ rm -rf "$tmp/ck/step_00000012.tmp" "$tmp/ck/step_00000011"
 
 # another model
 run --set train.steps=12 --set checkpoint.dir="$tmp/ck" --set model.ffn_dim=96
-rc=$?; expect_fail 1 "/step_00000010: its model has ffn_dim = 64, the plan's 96"
+rc=$?; expect_fail 2 "/step_00000010: its model has ffn_dim = 64, the plan's 96"
 
 # one flipped byte in the shard file
 cp -r "$tmp/ck/step_00000010" "$tmp/bad"
 printf '\x7f' | dd of="$tmp/bad/rank_00000.bin" bs=1 seek=5000 conv=notrunc status=none
 "$tycho" ckpt verify "$tmp/bad" >"$tmp/out" 2>"$tmp/err"
-rc=$?; expect_fail 1 "rank_00000.bin is corrupt: model.embed_tokens.weight's param piece at byte 0 fails its checksum"
+rc=$?; expect_fail 2 "rank_00000.bin is corrupt: model.embed_tokens.weight's param piece at byte 0 fails its checksum"
 mkdir "$tmp/bad_dir" && mv "$tmp/bad" "$tmp/bad_dir/step_00000010"
 run --set train.steps=12 --set checkpoint.dir="$tmp/bad_dir"
-rc=$?; expect_fail 1 "is corrupt: model.embed_tokens.weight's param piece at byte 0 fails its checksum"
+rc=$?; expect_fail 2 "is corrupt: model.embed_tokens.weight's param piece at byte 0 fails its checksum"
 
 # a truncated shard file
 cp -r "$tmp/ck/step_00000010" "$tmp/short"
 truncate -s 100000 "$tmp/short/rank_00000.bin"
 "$tycho" ckpt verify "$tmp/short" >"$tmp/out" 2>"$tmp/err"
-rc=$?; expect_fail 1 "rank_00000.bin is truncated: "
+rc=$?; expect_fail 2 "rank_00000.bin is truncated: "
 
 # a manifest cut short, and a folder that is no checkpoint
 cp -r "$tmp/ck/step_00000010" "$tmp/cut"
@@ -57,12 +57,12 @@ head -c 300 "$tmp/ck/step_00000010/manifest.json" >"$tmp/cut/manifest.json"
 "$tycho" ckpt verify "$tmp/cut" >"$tmp/out" 2>"$tmp/err"
 # where the cut falls (inside a string or between values) moves with the manifest's content: the
 # error names the file and a byte within the 300 kept
-rc=$?; expect_fail 1 "/cut/manifest.json: bad JSON at byte "
+rc=$?; expect_fail 2 "/cut/manifest.json: bad JSON at byte "
 at=$(sed -n 's/.*bad JSON at byte \([0-9]*\):.*/\1/p' "$tmp/err")
 [ -n "$at" ] && [ "$at" -le 300 ] || fail "the bad JSON's byte ($at) is not within the 300 kept"
 mkdir "$tmp/empty"
 "$tycho" ckpt inspect "$tmp/empty" >"$tmp/out" 2>"$tmp/err"
-rc=$?; expect_fail 1 "/empty: not a checkpoint (no manifest.json) and holds no step_N checkpoint"
+rc=$?; expect_fail 2 "/empty: not a checkpoint (no manifest.json) and holds no step_N checkpoint"
 "$tycho" ckpt frobnicate "$tmp/ck" >"$tmp/out" 2>"$tmp/err"
 rc=$?; expect_fail 2 "usage: tycho ckpt inspect|verify DIR"
 
@@ -72,9 +72,9 @@ sed 's/{"kind":"exp_avg","file":0,"offset":[0-9]*,"block":\[0,0,64,32\],"range":
 cmp -s "$tmp/m.json" "$tmp/ck/step_00000010/manifest.json" && fail "the sed did not drop a piece"
 mkdir -p "$tmp/gap" && cp -r "$tmp/ck/step_00000010" "$tmp/gap/" && cp "$tmp/m.json" "$tmp/gap/step_00000010/manifest.json"
 "$tycho" ckpt verify "$tmp/gap" >"$tmp/out" 2>"$tmp/err"
-rc=$?; expect_fail 1 "element [0, 0] of model.embed_tokens.weight (exp_avg) is in no piece"
+rc=$?; expect_fail 2 "element [0, 0] of model.embed_tokens.weight (exp_avg) is in no piece"
 run --set train.steps=12 --set checkpoint.dir="$tmp/gap"
-rc=$?; expect_fail 1 "/step_00000010: element [0, 0] of model.embed_tokens.weight (exp_avg) is in no piece"
+rc=$?; expect_fail 2 "/step_00000010: element [0, 0] of model.embed_tokens.weight (exp_avg) is in no piece"
 # a checkpoint the other build wrote (F32 in the float64 build, F64 in the fp32 one): refused,
 # naming the tensor, both types and the build that reads it
 mkdir -p "$tmp/other" && cp -r "$tmp/ck/step_00000010" "$tmp/other/"
@@ -82,9 +82,9 @@ sed "s/\"dtype\":\"$mine\"/\"dtype\":\"$other\"/g" "$tmp/ck/step_00000010/manife
   >"$tmp/other/step_00000010/manifest.json"
 cmp -s "$tmp/other/step_00000010/manifest.json" "$tmp/ck/step_00000010/manifest.json" && fail "the sed changed no dtype"
 run --set train.steps=12 --set checkpoint.dir="$tmp/other"
-rc=$?; expect_fail 1 "tensor model.embed_tokens.weight is $other, and this build of tycho computes in $REAL_NAME ($mine)"
+rc=$?; expect_fail 2 "tensor model.embed_tokens.weight is $other, and this build of tycho computes in $REAL_NAME ($mine)"
 "$tycho" ckpt verify "$tmp/other" >"$tmp/out" 2>"$tmp/err"
-rc=$?; expect_fail 1 "tensor model.embed_tokens.weight is $other, and this build of tycho computes in $REAL_NAME ($mine)"
+rc=$?; expect_fail 2 "tensor model.embed_tokens.weight is $other, and this build of tycho computes in $REAL_NAME ($mine)"
 
 # Crafted manifests: `ckpt verify` and a resume read them through the same checked reader, so
 # each is refused by both with the same message (before, some crashed verify, some verify called
@@ -101,9 +101,9 @@ crafted() { # crafted NAME SED: $tmp/c_NAME/step_00000010, the good checkpoint w
 }
 refused() { # refused NAME TEXT: verify and a resume both exit 1 with TEXT
   "$tycho" ckpt verify "$tmp/c_$1" >"$tmp/out" 2>"$tmp/err"
-  rc=$?; expect_fail 1 "$2"
+  rc=$?; expect_fail 2 "$2"
   run --set train.steps=12 --set checkpoint.dir="$tmp/c_$1"
-  rc=$?; expect_fail 1 "$2"
+  rc=$?; expect_fail 2 "$2"
 }
 # a first column near 2^63 (verify: SIGSEGV before)
 crafted c0 's/"offset":0,"block":\[0,0,64,32\]/"offset":0,"block":[0,9223372036854775807,64,32]/'

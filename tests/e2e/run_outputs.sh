@@ -116,11 +116,13 @@ for _ in $(seq 300); do [ -s "$tmp/m.jsonl" ] && break; sleep 0.1; done
 [ -s "$tmp/m.jsonl" ] || fail "the first run wrote no metrics in 30 s: $(cat "$tmp/bg_err")"
 host=$(uname -n)
 mkdir "$tmp/ck/step_99999999.tmp" # as if the live run were writing it
+code=2 # "in use by another run" is an input error (exit 2)
 refused "tycho: checkpoint.dir $tmp/ck: in use by another run (pid $bg on host $host; lock $tmp/ck/.lock)" \
   --set checkpoint.dir="$tmp/ck"
 [ -d "$tmp/ck/step_99999999.tmp" ] || fail "the refused run removed the live run's .tmp folder"
 refused "tycho: log.metrics $tmp/m.jsonl: in use by another run (pid $bg on host $host; lock $tmp/m.jsonl.lock)" \
   --set log.metrics="$tmp/m.jsonl"
+code=
 # a REPL's t:save into the live run's checkpoint.dir: refused naming the holder, nothing written
 # (before, it wrote step_00000001 beside the run's checkpoints)
 printf 'print(t:save())\n' | timeout 60 "$tycho" repl "$plan" --set checkpoint.dir="$tmp/ck" >"$tmp/out" 2>&1

@@ -66,7 +66,7 @@ static int all_finite(const real *x, size_t n, const char *path, const char *nam
 {
   for (size_t i = 0; i < n; i++)
     if (!isfinite(x[i]))
-      return errf(err, err_size, "init.from %s: tensor '%s' holds a non-finite value (%g at element %zu): "
+      return errf_input(err, err_size, "init.from %s: tensor '%s' holds a non-finite value (%g at element %zu): "
                   "a run cannot start from these weights", path, name, (double)x[i], i);
   return 0;
 }
@@ -77,7 +77,7 @@ static int load_tensors(struct model *m, const struct source *s, const char *pat
   for (int i = 0; i < source_count(s); i++) {
     const char *name = source_name(s, i);
     if (!model_find(m, name) && !ends_with(name, ".rotary_emb.inv_freq"))
-      return errf(err, err_size, "init.from %s: tensor '%s' is not a parameter of this model "
+      return errf_input(err, err_size, "init.from %s: tensor '%s' is not a parameter of this model "
                   "(check model.n_layers and model.tie_embeddings)", path, name);
   }
   for (int i = 0; i < m->n_params; i++) {
@@ -85,18 +85,18 @@ static int load_tensors(struct model *m, const struct source *s, const char *pat
     const struct st_file *file;
     const struct st_tensor *t = source_find(s, p->name, &file);
     if (!t)
-      return errf(err, err_size, "init.from %s: tensor '%s' is missing", path, p->name);
+      return errf_input(err, err_size, "init.from %s: tensor '%s' is missing", path, p->name);
     int same = t->n_dims == p->n_dims;
     for (int d = 0; same && d < p->n_dims; d++) same = t->shape[d] == p->shape[d];
     if (!same) {
       char want[64], found[128];
       format_shape(want, sizeof want, p->n_dims, p->shape);
       format_shape(found, sizeof found, t->n_dims, t->shape);
-      return errf(err, err_size, "init.from %s: tensor '%s' has shape %s, the model expects %s",
+      return errf_input(err, err_size, "init.from %s: tensor '%s' has shape %s, the model expects %s",
                   path, p->name, found, want);
     }
     if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16 && t->dtype != ST_F64)
-      return errf(err, err_size, "init.from %s: tensor '%s' is %s; F32, F16, BF16 and F64 are read",
+      return errf_input(err, err_size, "init.from %s: tensor '%s' is %s; F32, F16, BF16 and F64 are read",
                   path, p->name, st_dtype_name(t->dtype));
     if (!p->data || !p->here)
       continue; /* not held here now, or on another pipeline stage */
@@ -204,7 +204,7 @@ static int config_check(const struct plan_model *m, const struct hf_config *c, c
       format_number(theirs, sizeof theirs, f[i].theirs);
     }
     const char *sep = dir[0] && dir[strlen(dir) - 1] == '/' ? "" : "/";
-    errf(err, err_size, "init.from %s: %s = %s in the plan, but %s%s" HF_CONFIG " has %s = %s", dir, f[i].plan, mine,
+    errf_input(err, err_size, "init.from %s: %s = %s in the plan, but %s%s" HF_CONFIG " has %s = %s", dir, f[i].plan, mine,
          dir, sep, f[i].hf, theirs);
     return 2;
   }

@@ -32,7 +32,7 @@ int ckpt_manifest_open(struct manifest *mf, const char *path, char *err, size_t 
     if (found < 0)
       return -1;
     if (found > 0)
-      return errf(err, err_size, "%s: not a checkpoint (no manifest.json) and holds no step_N checkpoint", path);
+      return errf_input(err, err_size, "%s: not a checkpoint (no manifest.json) and holds no step_N checkpoint", path);
     path = latest;
   }
   return manifest_read(mf, path, err, err_size);
@@ -112,10 +112,10 @@ static int load_piece(void *ctx, const struct model *m, const struct model_param
   struct manifest *mf = ld->mf;
   struct manifest_tensor *tt = find_tensor(mf, p->name);
   if (!tt)
-    return errf(ld->err, ld->err_size, "checkpoint %s: has no tensor %s", mf->path, p->name);
+    return errf_input(ld->err, ld->err_size, "checkpoint %s: has no tensor %s", mf->path, p->name);
   const int64_t s1 = p->n_dims == 2 ? p->shape[1] : 1;
   if (tt->n_dims != p->n_dims || tt->shape[0] != p->shape[0] || tt->shape[1] != s1)
-    return errf(ld->err, ld->err_size, "checkpoint %s: tensor %s has shape [%lld, %lld], the plan's model [%lld, %lld]",
+    return errf_input(ld->err, ld->err_size, "checkpoint %s: tensor %s has shape [%lld, %lld], the plan's model [%lld, %lld]",
                 mf->path, p->name, (long long)tt->shape[0], (long long)tt->shape[1], (long long)p->shape[0], (long long)s1);
   int64_t r0, c0, rows, cols;
   ckpt_param_block(p, &r0, &c0, &rows, &cols);
@@ -144,14 +144,14 @@ static int load_piece(void *ctx, const struct model *m, const struct model_param
     if (!isfinite((double)view[e])) {
       const double v = (double)view[e];
       hostview_close(m->k, m->kctx, mem, view, bytes, 1);
-      return errf(ld->err, ld->err_size, "checkpoint %s: the %s of %s holds %s (element %zu of this rank's "
+      return errf_input(ld->err, ld->err_size, "checkpoint %s: the %s of %s holds %s (element %zu of this rank's "
                   "range): the run that saved it had diverged; resume from an earlier checkpoint",
                   mf->path, ckpt_kind_names[kind], p->name, isnan(v) ? "nan" : v > 0 ? "inf" : "-inf", lo + e);
     }
   hostview_close(m->k, m->kctx, mem, view, bytes, 1);
   const int64_t want = range_count(r0, rows, cols, (int64_t)lo, (int64_t)hi, p->shape[0]);
   if (copied != want)
-    return errf(ld->err, ld->err_size, "checkpoint %s: the %s pieces of %s cover %lld of the %lld elements "
+    return errf_input(ld->err, ld->err_size, "checkpoint %s: the %s pieces of %s cover %lld of the %lld elements "
                 "this rank needs", mf->path, ckpt_kind_names[kind], p->name, (long long)copied, (long long)want);
   return 0;
 }
@@ -171,7 +171,7 @@ int ckpt_load_manifest(struct trainer *t, struct manifest *mf, char *err, size_t
   ckpt_model_values(&t->plan->model, vals);
   for (int i = 0; i < CKPT_MODEL_KEYS; i++)
     if (mf->model[i] != vals[i])
-      return errf(err, err_size, "checkpoint %s: its model has %s = %lld, the plan's %lld", mf->path,
+      return errf_input(err, err_size, "checkpoint %s: its model has %s = %lld, the plan's %lld", mf->path,
                   ckpt_model_keys[i], mf->model[i], vals[i]);
   struct loader ld = { mf, err, err_size };
   t->model.bf16_fresh = 0; /* bf16 models: the copies are rounded again before the next forward */
@@ -188,7 +188,7 @@ int ckpt_load_manifest(struct trainer *t, struct manifest *mf, char *err, size_t
     if (arr >= 0 && j->nodes[arr].type == JSON_ARRAY) {
       for (int c = j->nodes[arr].first; c >= 0 && t->recent.n < TRAIN_LOSS_WINDOW; c = j->nodes[c].next)
         if (!json_double(j, c, &t->recent.loss[t->recent.n++]))
-          return errf(err, err_size, "checkpoint %s: state.recent_losses holds a non-number", mf->path);
+          return errf_input(err, err_size, "checkpoint %s: state.recent_losses holds a non-number", mf->path);
       if (!get_int(j, mf->state, "skipped_in_a_row", &in_a_row))
         t->recent.skipped_in_a_row = (int)in_a_row;
     }

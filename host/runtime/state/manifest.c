@@ -179,10 +179,10 @@ static int check_coverage(const struct manifest *mf, const struct manifest_tenso
     for (int k = 0; !rc && k <= n_active; k++) {
       const int64_t x0 = k < n_active ? band[k].x0 : cols;
       if (x0 > end)
-        rc = errf(err, err_size, "checkpoint %s: element [%lld, %lld] of %s (%s) is in no piece", mf->path,
+        rc = errf_input(err, err_size, "checkpoint %s: element [%lld, %lld] of %s (%s) is in no piece", mf->path,
                   (long long)y, (long long)end, tt->name, ckpt_kind_names[kind]);
       else if (x0 < end)
-        rc = errf(err, err_size, "checkpoint %s: element [%lld, %lld] of %s (%s) is in two pieces", mf->path,
+        rc = errf_input(err, err_size, "checkpoint %s: element [%lld, %lld] of %s (%s) is in two pieces", mf->path,
                   (long long)y, (long long)x0, tt->name, ckpt_kind_names[kind]);
       else if (k < n_active)
         end = band[k].x1;
@@ -214,27 +214,27 @@ static int parse_piece(struct manifest *mf, const struct manifest_tensor *tt, in
   if (j->nodes[e].type != JSON_OBJECT || sp->kind < 0 || hash < 0 || j->nodes[hash].type != JSON_STRING ||
       parse_hash(j->nodes[hash].str, &sp->hash) || get_int(j, e, "file", &fileno) || get_int(j, e, "offset", &offset) ||
       get_ints(j, json_member(j, e, "block"), block, 4) || get_ints(j, json_member(j, e, "range"), range, 2))
-    return errf(err, err_size, "%s: tensor %s, piece %d: needs \"kind\" (param, exp_avg or exp_avg_sq), "
+    return errf_input(err, err_size, "%s: tensor %s, piece %d: needs \"kind\" (param, exp_avg or exp_avg_sq), "
                 "\"file\", \"offset\", \"block\" [4 counts], \"range\" [2 counts] and \"fnv1a64\" (hex)", file,
                 tt->name, q);
   sp->offset = offset;
   sp->r0 = block[0], sp->c0 = block[1], sp->rows = block[2], sp->cols = block[3];
   sp->lo = range[0], sp->hi = range[1];
   if (fileno >= mf->n_files)
-    return errf(err, err_size, "%s: tensor %s, piece %d: file %lld, and \"files\" lists %d", file, tt->name, q,
+    return errf_input(err, err_size, "%s: tensor %s, piece %d: file %lld, and \"files\" lists %d", file, tt->name, q,
                 fileno, mf->n_files);
   sp->file = (int)fileno;
   const int64_t size = elems(sp->rows, sp->cols);
   if (sp->rows < 1 || sp->cols < 1 || size < 0 || sp->r0 > MANIFEST_MAX_ELEMS || sp->c0 > tt->shape[1] - sp->cols)
-    return errf(err, err_size, "%s: tensor %s, piece %d: block [%lld, %lld, %lld, %lld] is outside the "
+    return errf_input(err, err_size, "%s: tensor %s, piece %d: block [%lld, %lld, %lld, %lld] is outside the "
                 "tensor's %lld columns or over 2^60 rows or elements", file, tt->name, q, (long long)sp->r0,
                 (long long)sp->c0, (long long)sp->rows, (long long)sp->cols, (long long)tt->shape[1]);
   if (sp->lo > sp->hi || sp->hi > size)
-    return errf(err, err_size, "%s: tensor %s, piece %d: range [%lld, %lld] is not within its block's %lld "
+    return errf_input(err, err_size, "%s: tensor %s, piece %d: range [%lld, %lld] is not within its block's %lld "
                 "elements", file, tt->name, q, (long long)sp->lo, (long long)sp->hi, (long long)size);
   const int64_t bytes = (sp->hi - sp->lo) * (int64_t)sizeof(real);
   if (sp->offset % (int64_t)sizeof(real) || sp->offset > INT64_MAX - bytes)
-    return errf(err, err_size, "%s: tensor %s, piece %d: offset %lld is not a multiple of %zu, or its %lld "
+    return errf_input(err, err_size, "%s: tensor %s, piece %d: offset %lld is not a multiple of %zu, or its %lld "
                 "bytes would end past 2^63", file, tt->name, q, (long long)sp->offset, sizeof(real),
                 (long long)bytes);
   return 0;
@@ -251,16 +251,16 @@ int manifest_parse(struct manifest *mf, char *text, size_t n, const char *folder
   const int bad = json_parse(&mf->j, mf->text, n, file, 0, err, err_size);
   mf->parsed = 1; /* a failed parse holds memory too */
   if (bad)
-    return -1;
+    return err_mark_input(); /* not JSON: the file's content */
   const struct json_doc *j = &mf->j;
   if (j->nodes[0].type != JSON_OBJECT)
-    return errf(err, err_size, "%s: not a tycho checkpoint manifest (not a JSON object)", file);
+    return errf_input(err, err_size, "%s: not a tycho checkpoint manifest (not a JSON object)", file);
   int fmt = json_member(j, 0, "format"), ver = json_member(j, 0, "version");
   uint64_t version;
   if (fmt < 0 || j->nodes[fmt].type != JSON_STRING || strcmp(j->nodes[fmt].str, "tycho-checkpoint"))
-    return errf(err, err_size, "%s: not a tycho checkpoint manifest (\"format\" is not \"tycho-checkpoint\")", file);
+    return errf_input(err, err_size, "%s: not a tycho checkpoint manifest (\"format\" is not \"tycho-checkpoint\")", file);
   if (ver < 0 || !json_uint64(j, ver, &version) || version != CKPT_FORMAT_VERSION)
-    return errf(err, err_size, "%s: format version is not %d", file, CKPT_FORMAT_VERSION);
+    return errf_input(err, err_size, "%s: format version is not %d", file, CKPT_FORMAT_VERSION);
   int model = json_member(j, 0, "model"), mesh = json_member(j, 0, "mesh");
   if (model >= 0 && j->nodes[model].type != JSON_OBJECT)
     model = -1;
@@ -268,29 +268,29 @@ int manifest_parse(struct manifest *mf, char *text, size_t n, const char *folder
     mesh = -1;
   const char *mesh_keys[4] = { "tp", "pp", "dp", "zero" };
   if (get_int(j, 0, "step", &mf->step) || get_int(j, mesh, "world", &mf->world))
-    return errf(err, err_size, "%s: \"step\" or \"mesh.world\" missing or not a count", file);
+    return errf_input(err, err_size, "%s: \"step\" or \"mesh.world\" missing or not a count", file);
   for (int i = 0; i < 4; i++)
     if (get_int(j, mesh, mesh_keys[i], &mf->mesh[i]))
-      return errf(err, err_size, "%s: \"mesh.%s\" missing or not a count", file, mesh_keys[i]);
+      return errf_input(err, err_size, "%s: \"mesh.%s\" missing or not a count", file, mesh_keys[i]);
   for (int i = 0; i < CKPT_MODEL_KEYS; i++)
     if (get_int(j, model, ckpt_model_keys[i], &mf->model[i])) {
       if (i >= CKPT_MODEL_KEYS_DENSE && model >= 0 && json_member(j, model, ckpt_model_keys[i]) < 0)
         mf->model[i] = 0; /* a dense model's manifest from before the moe keys */
       else
-        return errf(err, err_size, "%s: \"model.%s\" missing or not a count", file, ckpt_model_keys[i]);
+        return errf_input(err, err_size, "%s: \"model.%s\" missing or not a count", file, ckpt_model_keys[i]);
     }
   int h = json_member(j, 0, "plan_hash"), pl = json_member(j, 0, "plan");
   snprintf(mf->plan_hash, sizeof mf->plan_hash, "%s", h >= 0 && j->nodes[h].type == JSON_STRING ? j->nodes[h].str : "?");
   snprintf(mf->plan, sizeof mf->plan, "%s", pl >= 0 && j->nodes[pl].type == JSON_STRING ? j->nodes[pl].str : "?");
   mf->state = json_member(j, 0, "state");
   if (mf->state >= 0 && j->nodes[mf->state].type != JSON_OBJECT)
-    return errf(err, err_size, "%s: \"state\" must be an object", file);
+    return errf_input(err, err_size, "%s: \"state\" must be an object", file);
   mf->computes = json_member(j, 0, "computes");
   if (mf->computes >= 0 && j->nodes[mf->computes].type != JSON_OBJECT)
-    return errf(err, err_size, "%s: \"computes\" must be an object", file);
+    return errf_input(err, err_size, "%s: \"computes\" must be an object", file);
   int files = json_member(j, 0, "files"), tensors = json_member(j, 0, "tensors");
   if (files < 0 || j->nodes[files].type != JSON_ARRAY || tensors < 0 || j->nodes[tensors].type != JSON_ARRAY)
-    return errf(err, err_size, "%s: \"files\" and \"tensors\" must be arrays", file);
+    return errf_input(err, err_size, "%s: \"files\" and \"tensors\" must be arrays", file);
   const int n_files = j->nodes[files].n_children, n_tensors = j->nodes[tensors].n_children;
   mf->files = calloc((size_t)n_files + 1, sizeof *mf->files);
   mf->maps = calloc((size_t)n_files + 1, sizeof *mf->maps);
@@ -303,7 +303,7 @@ int manifest_parse(struct manifest *mf, char *text, size_t n, const char *folder
   for (int c = j->nodes[files].first; c >= 0; c = j->nodes[c].next, k++) {
     const char *s = j->nodes[c].type == JSON_STRING ? j->nodes[c].str : NULL;
     if (!s || !s[0] || strchr(s, '/') || !strcmp(s, "..") || !strcmp(s, "."))
-      return errf(err, err_size, "%s: files[%d] is not a plain file name", file, k);
+      return errf_input(err, err_size, "%s: files[%d] is not a plain file name", file, k);
     mf->files[k] = s;
   }
   k = 0;
@@ -313,21 +313,21 @@ int manifest_parse(struct manifest *mf, char *text, size_t n, const char *folder
     int dtype = json_member(j, c, "dtype");
     if (name < 0 || j->nodes[name].type != JSON_STRING || shape < 0 || j->nodes[shape].type != JSON_ARRAY ||
         pieces < 0 || j->nodes[pieces].type != JSON_ARRAY)
-      return errf(err, err_size, "%s: tensors[%d] needs \"name\", \"shape\" and \"pieces\"", file, k);
+      return errf_input(err, err_size, "%s: tensors[%d] needs \"name\", \"shape\" and \"pieces\"", file, k);
     tt->name = j->nodes[name].str;
     if (dtype < 0 || j->nodes[dtype].type != JSON_STRING)
-      return errf(err, err_size, "%s: tensor %s: dtype must be \"%s\"", file, tt->name, REAL_DTYPE);
+      return errf_input(err, err_size, "%s: tensor %s: dtype must be \"%s\"", file, tt->name, REAL_DTYPE);
     if (strcmp(j->nodes[dtype].str, REAL_DTYPE))
-      return errf(err, err_size, "%s: tensor %s is %s, and this build of tycho computes in %s (%s): a "
+      return errf_input(err, err_size, "%s: tensor %s is %s, and this build of tycho computes in %s (%s): a "
                   "checkpoint resumes in a build of its own element type (F64: -DTYCHO_FLOAT64=ON)", file,
                   tt->name, j->nodes[dtype].str, REAL_NAME, REAL_DTYPE);
     tt->n_dims = j->nodes[shape].n_children;
     if (tt->n_dims < 1 || tt->n_dims > 2 || get_ints(j, shape, tt->shape, tt->n_dims))
-      return errf(err, err_size, "%s: tensor %s: shape must be 1 or 2 counts", file, tt->name);
+      return errf_input(err, err_size, "%s: tensor %s: shape must be 1 or 2 counts", file, tt->name);
     if (tt->n_dims == 1)
       tt->shape[1] = 1;
     if (elems(tt->shape[0], tt->shape[1]) < 0)
-      return errf(err, err_size, "%s: tensor %s: shape [%lld, %lld] has more than 2^60 elements", file, tt->name,
+      return errf_input(err, err_size, "%s: tensor %s: shape [%lld, %lld] has more than 2^60 elements", file, tt->name,
                   (long long)tt->shape[0], (long long)tt->shape[1]);
     tt->pieces = calloc((size_t)j->nodes[pieces].n_children + 1, sizeof *tt->pieces);
     if (!tt->pieces)
@@ -347,7 +347,7 @@ int manifest_parse(struct manifest *mf, char *text, size_t n, const char *folder
   qsort(order, (size_t)n_tensors, sizeof *order, by_name);
   for (int i = 1; i < n_tensors; i++)
     if (!strcmp(order[i - 1]->name, order[i]->name)) {
-      errf(err, err_size, "%s: tensor %s is listed twice (tensors[%d] and [%d])", file, order[i]->name,
+      errf_input(err, err_size, "%s: tensor %s is listed twice (tensors[%d] and [%d])", file, order[i]->name,
            (int)(order[i - 1] < order[i] ? order[i - 1] - mf->tensors : order[i] - mf->tensors),
            (int)(order[i - 1] < order[i] ? order[i] - mf->tensors : order[i - 1] - mf->tensors));
       free(order);
@@ -400,7 +400,7 @@ const real *manifest_piece_data(struct manifest *mf, const struct manifest_tenso
   /* the reader bounds offset + bytes within int64 */
   const int64_t bytes = (sp->hi - sp->lo) * (int64_t)sizeof(real);
   if ((uint64_t)sp->offset > mp->bytes || (uint64_t)bytes > mp->bytes - (uint64_t)sp->offset) {
-    errf(err, err_size, "checkpoint %s: %s is truncated: %s's %s piece needs bytes [%lld, %lld) of %zu",
+    errf_input(err, err_size, "checkpoint %s: %s is truncated: %s's %s piece needs bytes [%lld, %lld) of %zu",
          mf->path, file, tt->name, ckpt_kind_names[sp->kind], (long long)sp->offset,
          (long long)(sp->offset + bytes), mp->bytes);
     return NULL;
@@ -408,7 +408,7 @@ const real *manifest_piece_data(struct manifest *mf, const struct manifest_tenso
   const real *data = (const real *)((const char *)mp->map + sp->offset);
   if (!sp->checked) {
     if (hash_fnv1a64_bytes(data, (size_t)bytes) != sp->hash) {
-      errf(err, err_size, "checkpoint %s: %s is corrupt: %s's %s piece at byte %lld fails its checksum",
+      errf_input(err, err_size, "checkpoint %s: %s is corrupt: %s's %s piece at byte %lld fails its checksum",
            mf->path, file, tt->name, ckpt_kind_names[sp->kind], (long long)sp->offset);
       return NULL;
     }
@@ -429,13 +429,17 @@ int manifest_special_file(const char *folder, char *err, size_t err_size)
   struct manifest mf;
   char why[256];
   int special = 0;
-  if (manifest_read(&mf, folder, why, sizeof why) == 0)
+  const int was_input = err_class_is_input(); /* a bad manifest here is its reader's to report */
+  if (manifest_read(&mf, folder, why, sizeof why) == 0) {
     for (int f = 0; f < mf.n_files && !special; f++) {
       struct stat st;
       snprintf(file, sizeof file, "%s/%s", folder, mf.files[f]);
       if (stat(file, &st) == 0 && !S_ISREG(st.st_mode))
         special = errf(err, err_size, "%s: is %s, not a regular file", file, path_kind(st.st_mode));
     }
+  } else if (!was_input) {
+    err_class_reset();
+  }
   manifest_free(&mf);
   return special;
 }

@@ -144,8 +144,8 @@ int run_lock_take(struct run_lock *l, const char *field, const char *what, const
       close(fd);
       text[got > 0 ? got : 0] = '\0';
       if (sscanf(text, "%ld %299s", &pid, host) < 1)
-        return errf(err, n, "%s %s: in use by another run (lock %s, being taken)", field, what, lock_path);
-      return errf(err, n, "%s %s: in use by another run (pid %ld on host %s; lock %s)", field, what, pid,
+        return errf_input(err, n, "%s %s: in use by another run (lock %s, being taken)", field, what, lock_path);
+      return errf_input(err, n, "%s %s: in use by another run (pid %ld on host %s; lock %s)", field, what, pid,
                   host, lock_path);
     }
     struct stat a, b;
