@@ -167,12 +167,70 @@ void plan_set_as_lua(FILE *f, const char *set)
   fputc('\n', f);
 }
 
+/* How deep a --set table constructor may nest its brackets ({, ( and [ together). Lua's parser
+ * stops near 200 levels with "C stack overflow", which names neither the cause nor the limit;
+ * no plan field needs more than a few. */
+#define SET_MAX_NESTING 100
+
+/* Length of the long bracket opening at s ("[[" 2, "[==[" 4), or 0 when s opens none. */
+static size_t long_bracket(const char *s, size_t *level)
+{
+  size_t k = 1;
+  while (s[k] == '=') k++;
+  *level = k - 1;
+  return s[0] == '[' && s[k] == '[' ? k + 1 : 0;
+}
+
+/* The deepest nesting of brackets in a Lua expression, outside its strings and comments. */
+static int set_nesting(const char *s)
+{
+  int depth = 0, most = 0;
+  while (*s) {
+    size_t level, open;
+    if (*s == '"' || *s == '\'') { /* a short string: to its closing quote, escapes skipped */
+      const char q = *s++;
+      while (*s && *s != q) s += s[0] == '\\' && s[1] ? 2 : 1;
+      if (*s) s++;
+    } else if ((open = long_bracket(s, &level)) != 0 || (s[0] == '-' && s[1] == '-')) {
+      if (open == 0) { /* a comment: long when a long bracket follows, else to the line's end */
+        s += 2;
+        open = long_bracket(s, &level);
+        if (open == 0) {
+          while (*s && *s != '\n') s++;
+          continue;
+        }
+      }
+      s += open; /* a long string or comment: to "]" level × "=" "]" */
+      for (; *s; s++) {
+        size_t k = 1;
+        while (s[0] == ']' && s[k] == '=') k++;
+        if (s[0] == ']' && k - 1 == level && s[k] == ']') {
+          s += k + 1;
+          break;
+        }
+      }
+    } else {
+      if (*s == '{' || *s == '(' || *s == '[') {
+        if (++depth > most) most = depth;
+      } else if ((*s == '}' || *s == ')' || *s == ']') && depth > 0) {
+        depth--;
+      }
+      s++;
+    }
+  }
+  return most;
+}
+
 /* Pushes a --set value that starts with '{': a Lua table constructor, e.g.
  * --set 'stages={{"embed",0,1},{2,3,"head"}}'. It runs with an empty environment (no globals
  * to call) under the plan's memory and instruction limits. 0, or -1 with nothing pushed. */
 static int push_set_table(struct reader *r, const char *text, const char *where)
 {
   lua_State *L = r->L;
+  const int nesting = set_nesting(text);
+  if (nesting > SET_MAX_NESTING)
+    return compile_rfail(r, where, "the table constructor nests %d levels deep; at most %d levels of "
+                         "brackets ({, ( and [ together) are read", nesting, SET_MAX_NESTING);
   luaL_Buffer b;
   luaL_buffinit(L, &b);
   luaL_addstring(&b, "return ");
@@ -216,7 +274,11 @@ int compile_apply_set(struct reader *r, int plan_idx, const char *set)
   snprintf(path, sizeof path, "%.*s", (int)(eq - set < 255 ? eq - set : 255), set);
   struct sandbox *sb = r->sb;
   char desc[512];
-  snprintf(desc, sizeof desc, "--set %s", set);
+  const size_t len = strlen(set);
+  if (len > 200) /* a long value is named by its start and its size, not echoed whole */
+    snprintf(desc, sizeof desc, "--set %.*s... (%zu bytes)", (int)(eq - set < 150 ? eq - set + 40 : 190), set, len);
+  else
+    snprintf(desc, sizeof desc, "--set %s", set);
   const char *where = srcmap_intern(&sb->map, desc);
   const size_t plen = strlen(path); /* strtok_r would read a..b as a.b: refuse empty components */
   if (path[0] == '.' || path[plen - 1] == '.' || strstr(path, ".."))

@@ -91,6 +91,13 @@ expect set_table_checked 2 '^tycho: plan error: --set stages=\{\{"embed",0\},\{2
 expect set_table_syntax 2 "^tycho: plan error: --set stages=\\{\\{0\\}: a value that starts with '\\{' must be a Lua table constructor \\(--set:1: '\\}' expected" \
   "$tycho" check plans/tiny.lua --set 'stages={{0}'
 expect set_table_no_globals 2 "attempt to index a nil value \\(global 'os'\\)" "$tycho" check plans/tiny.lua --set 'stages={os.exit(1)}'
+# a constructor nested 60,000 deep is refused naming the limit (it said "C stack overflow"), its
+# value named by its start and size; brackets inside strings do not count
+deep=$(printf '%60000s' '' | tr ' ' '{')$(printf '%60000s' '' | tr ' ' '}')
+expect set_table_nesting 2 "^tycho: plan error: --set model\\.x=\\{+\\.\\.\\. \\(120008 bytes\\): the table constructor nests 60000 levels deep; at most 100 levels of brackets \\(\\{, \\( and \\[ together\\) are read\$" \
+  "$tycho" check plans/tiny.lua --set "model.x=$deep"
+expect set_table_nesting_strings 2 "^tycho: plan error: --set stages=.*: stages: 2 entries, but pp 1" \
+  "$tycho" check plans/tiny.lua --set "stages={\"$(printf '%300s' '' | tr ' ' '{')\", [[((((]]}"
 # check says when this build's run would refuse a CPU plan it describes, and only then
 expect run_refusal 0 'tycho run refuses this plan on this build: .*precision.compute = "bf16"' \
   "$tycho" check plans/tiny.lua --set precision.compute=bf16 --set mesh.tp=2 --world 2
