@@ -130,7 +130,7 @@ static const char plan_options[] =
   "  numbers are decimal integers; one out of its range is refused (exit 2)\n"
   "\n";
 
-static const char exit_codes[] = "exit codes: 0 ok, 1 runtime failure, 2 usage or plan error\n";
+static const char exit_codes[] = "exit codes: 0 ok, 1 runtime failure (the machine or a peer), 2 usage, plan or input error (bad content in a file given)\n";
 
 #define N_SECTIONS (sizeof sections / sizeof sections[0])
 

@@ -36,7 +36,7 @@ n=$(od -An -t u8 -N8 "$tmp/w.safetensors" | tr -d ' ')
 printf '\x00\x00\x80\x7f' | dd of="$tmp/w.safetensors" bs=1 seek=$((8 + n)) conv=notrunc 2>/dev/null
 err=$("$tycho" run plans/tiny.lua --set train.steps=2 --set init.from="$tmp/w.safetensors" 2>&1 >/dev/null)
 rc=$?
-[ "$rc" -eq 1 ] || fail "weights with an inf: exit $rc, expected 1"
+[ "$rc" -eq 2 ] || fail "weights with an inf: exit $rc, expected 2 (an input error)"
 case "$err" in
   *"init.from $tmp/w.safetensors: tensor '"*"' holds a non-finite value (inf at element 0): a run cannot start from these weights"*) ;;
   *) fail "weights with an inf: '$err'" ;;
@@ -85,7 +85,7 @@ grep -q "checkpoint $c: element \[0, 0\] of .* (param) is inf" "$tmp/v" || fail 
 rm -rf "$tmp/ck1" && mkdir "$tmp/ck1" && cp -r "$c" "$tmp/ck1/"
 "$tycho" run plans/tiny.lua --set train.steps=3 --set train.eval_every=0 --set optimizer.lr=1e4 --set optimizer.grad_clip=0 \
   --set checkpoint.dir="$tmp/ck1" >"$tmp/out" 2>"$tmp/err"
-[ $? -eq 1 ] || fail "a resume from a checkpoint holding an inf: not exit 1"
+[ $? -eq 2 ] || fail "a resume from a checkpoint holding an inf: not exit 2 (an input error)"
 grep -q "the param of .* holds inf (element 0 of this rank's range): the run that saved it had diverged" "$tmp/err" ||
   fail "resume from inf: '$(cat "$tmp/err")'"
 echo "ok: non-finite runs"

@@ -156,7 +156,7 @@ for _ in $(seq 200); do [ -s "$tmp/m.jsonl" ] && break; sleep 0.1; done
 timeout 20 "$tycho" run $small --set export.path="$tmp/e.safetensors" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 text="tycho: export.path $tmp/e.safetensors: in use by another run (pid $bg on host $(uname -n); lock $tmp/e.safetensors.lock)"
-[ "$rc" -eq 1 ] && [ "$(head -n 1 "$tmp/err")" = "$text" ] && echo "ok   a second run on a live run's export.path" ||
+[ "$rc" -eq 2 ] && [ "$(head -n 1 "$tmp/err")" = "$text" ] && echo "ok   a second run on a live run's export.path" ||
   fail "second run on a live run's export.path: exit $rc, stderr '$(head -n 1 "$tmp/err")', expected '$text'"
 grep -q '^step' "$tmp/out" && fail "the second run trained"
 kill -TERM "$bg"
