@@ -221,7 +221,10 @@ int file_map(const char *what, const char *path, long long max_bytes, struct fil
   m->bytes = 0;
   int fd;
   long long size;
-  if (path_open_input(what, path, max_bytes, &fd, &size, err, err_size) != 0)
+  const int opened = path_open_input(what, path, max_bytes, &fd, &size, err, err_size);
+  if (opened == 2) /* a FIFO or device given as an input (a shard named by an index): exit 2 */
+    return err_mark_input();
+  if (opened != 0)
     return -1;
   if (size > 0) { /* an empty mapping is refused (EINVAL): an empty file maps to nothing */
     void *data = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);

@@ -63,7 +63,7 @@ struct file_map {
 
 /* Opens `path` as path_open_input does (without waiting, refused unless a regular file of at most
  * max_bytes, 0: no limit; `what` starts its messages) and maps it whole: "WHAT PATH: cannot mmap
- * N bytes: strerror". */
+ * N bytes: strerror". A path that is not a regular file is an input error (util/err.h). */
 int file_map(const char *what, const char *path, long long max_bytes, struct file_map *m, char *err,
              size_t err_size);
 /* Unmaps (nothing when empty) and zeroes m. The mapping is guarded while it lasts (below). */

@@ -39,7 +39,8 @@ st() {
   head -c "$3" /dev/zero >>"$1"
 }
 
-# weights: offsets past the data, overlapping tensors, a tensor the model lacks, one missing
+# weights: offsets past the data, overlapping tensors, a tensor the model lacks, one missing, a
+# dtype tycho does not read
 st "$tmp/past.safetensors" '{"model.embed_tokens.weight":{"dtype":"F32","shape":[2],"data_offsets":[0,16]}}' 8
 expect 2 "tycho: init.from: $tmp/past.safetensors: tensor 'model.embed_tokens.weight': data_offsets [0, 16] run past the end of the 8-byte data area" \
   run $plan --set init.from="$tmp/past.safetensors"
@@ -53,7 +54,28 @@ st "$tmp/empty.safetensors" '{}' 0
 expect 2 "tycho: init.from $tmp/empty.safetensors: tensor 'model.embed_tokens.weight' is missing" \
   run $plan --set init.from="$tmp/empty.safetensors"
 
-# token files: an odd length, a token id not below the vocab, an empty file, one for data.val
+st "$tmp/dtype.safetensors" '{"model.embed_tokens.weight":{"dtype":"I32","shape":[64,32],"data_offsets":[0,8192]}}' 8192
+expect 2 "tycho: init.from $tmp/dtype.safetensors: tensor 'model.embed_tokens.weight' is I32; F32, F16, BF16 and F64 are read" \
+  run $plan --set init.from="$tmp/dtype.safetensors"
+# a Hugging Face folder (exported by a 1-step run) whose index names a file outside it, or
+# whose shard is a FIFO
+timeout 60 "$tycho" run $plan --set train.steps=1 --set export.path="$tmp/hf" --set export.format=hf \
+  --set export.shard_mb=0.05 >/dev/null 2>&1 || { echo "FAIL: the export run"; failed=1; }
+cp -r "$tmp/hf" "$tmp/hf_up"
+sed -i '0,/"model-00001-of-00002.safetensors"/s//"..\/model-00001-of-00002.safetensors"/' "$tmp/hf_up/model.safetensors.index.json"
+expect 2 "tycho: init.from: $tmp/hf_up/model.safetensors.index.json: weight_map entry 'model.embed_tokens.weight' must be a file name inside the index's folder" \
+  run $plan --set init.from="$tmp/hf_up"
+cp -r "$tmp/hf" "$tmp/hf_fifo"
+rm "$tmp/hf_fifo/model-00002-of-00002.safetensors" && mkfifo "$tmp/hf_fifo/model-00002-of-00002.safetensors"
+expect 2 "tycho: init.from: $tmp/hf_fifo/model-00002-of-00002.safetensors: is a FIFO, not a regular file" \
+  run $plan --set init.from="$tmp/hf_fifo"
+
+# token files: a count the file does not hold, an odd length, a token id not below the vocab, an
+# empty file, one for data.val
+{ head -c 8 tests/golden/llama_ref_tokens.bin; printf '\x88\x13\x00\x00'; tail -c +13 tests/golden/llama_ref_tokens.bin; } \
+  >"$tmp/count.bin" # the header says 5000 tokens, 3000 follow
+expect 2 "tycho: data.train: $tmp/count.bin: header says 5000 tokens but the file holds 6000 bytes of tokens after the header (3000 tokens)" \
+  run $plan --set data.train="$tmp/count.bin"
 head -c 7001 tests/golden/llama_ref_tokens.bin | tail -c 6001 >"$tmp/odd.bin"
 expect 2 "tycho: data.train: $tmp/odd.bin: 6001 bytes is odd and the magic 20240520 is absent" \
   run $plan --set data.train="$tmp/odd.bin"
