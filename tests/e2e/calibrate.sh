@@ -17,7 +17,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 refused() { # refused TEXT COMMAND...: exit 2 with TEXT on stderr
   local text=$1 err rc
   shift
-  err=$(timeout 60 "$@" 2>&1 >/dev/null)
+  err=$(timeout 240 "$@" 2>&1 >/dev/null)
   rc=$?
   [ "$rc" -eq 2 ] || fail "$*: exit $rc, expected 2 ($err)"
   case "$err" in *"$text"*) ;; *) fail "$*: '$err' lacks '$text'" ;; esac
@@ -34,7 +34,7 @@ refused "ranks on $cores cores would share them" \
 refused "plan error: " mpirun -np 2 "$tycho" calibrate plans/tiny.lua --out "$tmp/c.lua" --set model.dim=-1
 [ ! -e "$tmp/c.lua" ] || fail "a refused calibrate wrote $tmp/c.lua"
 
-out=$(timeout 100 mpirun -np 2 "$tycho" calibrate plans/tiny.lua --out "$tmp/c.lua" --reps 2 2>&1) ||
+out=$(timeout 300 mpirun -np 2 "$tycho" calibrate plans/tiny.lua --out "$tmp/c.lua" --reps 2 2>&1) ||
   fail "calibrate: $out"
 case "$out" in *"wrote $tmp/c.lua"*) ;; *) fail "calibrate said: $out" ;; esac
 f=$tmp/c.lua
@@ -87,7 +87,7 @@ refused "intra_node.reduce_scatter.bandwidth_gbs: must be a positive, finite num
 sed 's/optimizer_ns = /optimiser_ns = /' "$f" >"$tmp/bad.lua"
 refused "overheads.optimiser_ns: not a cluster field" "$tycho" check plans/tiny.lua --cluster "$tmp/bad.lua"
 # run by hand, calibrate starts one rank per online core itself (the default launcher)
-out=$(timeout 100 "$tycho" calibrate plans/tiny.lua --out "$tmp/self.lua" --reps 1 2>&1) || fail "calibrate, self-launched: $out"
+out=$(timeout 300 "$tycho" calibrate plans/tiny.lua --out "$tmp/self.lua" --reps 1 2>&1) || fail "calibrate, self-launched: $out"
 case "$out" in *"launch     mpirun "*"-np $cores "*" calibrate plans/tiny.lua --out $tmp/self.lua --reps 1 --worker"*) ;;
   *) fail "calibrate did not start its ranks: $out" ;; esac
 case "$out" in *"wrote $tmp/self.lua"*) ;; *) fail "calibrate, self-launched, said: $out" ;; esac

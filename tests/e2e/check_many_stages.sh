@@ -17,7 +17,7 @@ trap 'rm -rf "$tmp"' EXIT
 failed=0
 fail() { echo "FAIL: $*"; failed=1; }
 
-timeout 60 "$tycho" check plans/tiny.lua --set model.n_layers=4000 --set mesh.pp=4000 --set mesh.dp=1 \
+timeout 240 "$tycho" check plans/tiny.lua --set model.n_layers=4000 --set mesh.pp=4000 --set mesh.dp=1 \
   --set batch.micro=1 --set batch.global=8 >"$tmp/out" 2>"$tmp/err"
 rc=$?
 [ "$rc" -eq 0 ] || { fail "exit code $rc"; cat "$tmp/err"; }
@@ -40,7 +40,7 @@ grep -q '^rank 3999 | ' "$tmp/out" || fail "no schedule row of rank 3999"
 # --json: every stage, and every pipeline rank's bill and traffic
 many="--set model.n_layers=4000 --set mesh.pp=4000 --set mesh.dp=1 --set batch.micro=1 --set batch.global=8"
 # shellcheck disable=SC2086
-timeout 60 "$tycho" check plans/tiny.lua $many --json >"$tmp/json" 2>"$tmp/err"
+timeout 240 "$tycho" check plans/tiny.lua $many --json >"$tmp/json" 2>"$tmp/err"
 rc=$?
 [ "$rc" -eq 0 ] || { fail "--json: exit code $rc"; cat "$tmp/err"; }
 count() { grep -oF -- "$1" "$tmp/json" | wc -l; }
@@ -63,7 +63,7 @@ count() { grep -oF -- "$1" "$tmp/json" | wc -l; }
 
 # --cluster: the verdict over every rank's bill, the step time
 # shellcheck disable=SC2086
-timeout 60 "$tycho" check plans/tiny.lua $many --cluster plans/clusters/h100_80g_ib.lua >"$tmp/cluster" 2>"$tmp/err"
+timeout 240 "$tycho" check plans/tiny.lua $many --cluster plans/clusters/h100_80g_ib.lua >"$tmp/cluster" 2>"$tmp/err"
 rc=$?
 [ "$rc" -eq 0 ] || { fail "--cluster: exit code $rc"; cat "$tmp/err"; }
 for want in \

@@ -13,12 +13,12 @@ plan=tests/golden/llama_ref_plan.lua
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failed=0
-# expect CODE TEXT ARGS...: `tycho run ARGS` exits with CODE within 60 s, TEXT in its first stderr line
+# expect CODE TEXT ARGS...: `tycho run ARGS` exits with CODE within 240 s, TEXT in its first stderr line
 expect() {
   local code=$1 text=$2
   shift 2
   local stderr rc first
-  stderr=$(timeout 60 "$tycho" run "$@" 2>&1 >/dev/null </dev/null)
+  stderr=$(timeout 240 "$tycho" run "$@" 2>&1 >/dev/null </dev/null)
   rc=$?
   first=$(printf '%s\n' "$stderr" | head -n 1)
   if [ "$rc" -ne "$code" ]; then
@@ -68,7 +68,7 @@ g=tests/golden/llama_ref_tokens.bin
 timeout 120 "$tycho" run $plan --set data.train="$tmp/big.bin" --set train.steps=1000000 \
   >"$tmp/trunc.out" 2>"$tmp/trunc.err" </dev/null &
 pid=$!
-for _ in $(seq 600); do grep -q '^step' "$tmp/trunc.out" 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 1200); do grep -q '^step' "$tmp/trunc.out" 2>/dev/null && break; sleep 0.1; done
 truncate -s 4096 "$tmp/big.bin"
 wait $pid
 rc=$?

@@ -27,7 +27,7 @@ lr=0.0025
 mpirun -np 2 "$tycho" run plans/tiny.lua "${sets[@]}" --set log.metrics="$dir/run.jsonl" \
   --listen "$dir/sock" > "$dir/run.out" 2>&1 &
 job=$!
-for _ in $(seq 100); do [ -S "$dir/sock" ] && [ -s "$dir/sock.token" ] && break; sleep 0.1; done
+for _ in $(seq 1200); do [ -S "$dir/sock" ] && [ -s "$dir/sock.token" ] && break; sleep 0.1; done
 [ -S "$dir/sock" ] || fail "no socket at $dir/sock"
 [ "$(stat -c %a "$dir/sock")" = 600 ] || fail "the socket's mode is $(stat -c %a "$dir/sock"), not 600"
 [ "$(stat -c %a "$dir/sock.token")" = 600 ] || fail "the token file's mode is $(stat -c %a "$dir/sock.token")"
@@ -80,7 +80,7 @@ cmp -s "$dir/a" "$dir/b" || fail "the attached change and the scripted change di
 # and t:replan are refused (the job's), and t:resume() lets it go on: it finishes
 "$tycho" run plans/tiny.lua --set train.steps=150 --set log.every=1000 --listen "$dir/p.sock" > "$dir/p.out" 2>&1 &
 job=$!
-for _ in $(seq 100); do [ -S "$dir/p.sock" ] && [ -s "$dir/p.sock.token" ] && break; sleep 0.1; done
+for _ in $(seq 1200); do [ -S "$dir/p.sock" ] && [ -s "$dir/p.sock.token" ] && break; sleep 0.1; done
 out=$( (printf '%s\n' 't:pause()' 'k = t.step'; sleep 1; printf '%s\n' 'print("held", t.step - k)' 't:step(2)' \
   'print("stepped", t.step - k)' 'print(pcall(t.close, t))' 'print(pcall(t.replan, t))' 't:resume()' 'detach()') |
   "$tycho" repl --attach "$dir/p.sock" 2>&1) || fail "the paused session: $out"
@@ -97,7 +97,7 @@ trickle=${TYCHO_TRICKLE:-$(dirname "$tycho")/tests/trickle}
 [ -x "$trickle" ] || fail "no trickle tool at $trickle"
 "$tycho" run plans/tiny.lua --set train.steps=40 --set log.every=1000 --listen "$dir/s.sock" > "$dir/s.out" 2>&1 &
 job=$!
-for _ in $(seq 100); do [ -S "$dir/s.sock" ] && [ -s "$dir/s.sock.token" ] && break; sleep 0.1; done
+for _ in $(seq 1200); do [ -S "$dir/s.sock" ] && [ -s "$dir/s.sock.token" ] && break; sleep 0.1; done
 out=$( (printf '%s\n' 't:pause()' 'k = t.step'; sleep 1
   for mode in trickle trickle trickle silent silent; do
     "$trickle" "$dir/s.sock" 120 $mode > /dev/null 2>&1 &

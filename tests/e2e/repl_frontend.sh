@@ -64,7 +64,7 @@ exit 1
 SCRIPT
 "$drive" "$home/main.script" -- "$tycho" "${repl[@]}" &
 driver=$!
-for _ in $(seq 600); do [ -e "$home/idle" ] && break; sleep 0.1; done
+for _ in $(seq 1200); do [ -e "$home/idle" ] && break; sleep 0.1; done
 [ -e "$home/idle" ] || { wait $driver; fail "the session never reached the idle point"; }
 sleep 1 # the chunk's end and the prompt
 pids=$(ranks)
@@ -134,7 +134,7 @@ no_leftovers "Ctrl-D"
 # 4. SIGTERM to the front-end ends the job and removes the session's folder
 "$tycho" repl -n 2 < <(sleep 20) > "$home/term.out" 2>&1 &
 frontend=$!
-for _ in $(seq 300); do [ "$(ranks | wc -l)" -eq 2 ] && break; sleep 0.1; done
+for _ in $(seq 1200); do [ "$(ranks | wc -l)" -eq 2 ] && break; sleep 0.1; done
 sleep 0.5
 kill -TERM $frontend
 wait $frontend

@@ -81,7 +81,7 @@ until done
 quit 5
 exit 5
 SCRIPT
-timeout 100 "$drive" "$tmp/two" "$tmp/two.script" -- mpirun -np 2 "$tycho" repl --frontend "$tmp/two" \
+timeout 300 "$drive" "$tmp/two" "$tmp/two.script" -- mpirun -np 2 "$tycho" repl --frontend "$tmp/two" \
   >"$tmp/out" 2>&1 || fail "two ranks: the driver failed"
 has "0 2 token"
 has "1 2 token"

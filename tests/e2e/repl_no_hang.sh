@@ -15,13 +15,15 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 now() { date +%s.%N; }
 
-# divergent CHUNK WANT...: runs `print("go")` then CHUNK on 4 ranks with --timeout 3 under a 60 s
-# guard; from "go" (the chunk before the divergent one ended) to the job's end at most 13 s
+# divergent CHUNK WANT...: runs `print("go")` then CHUNK on 4 ranks with --timeout 3 under a 300 s
+# guard; from "go" (the chunk before the divergent one ended) to the job's end at most 60 s: the
+# watchdog's 3 s, the abort's grace and a loaded machine's slowness, well before the guard (a
+# hang detector, not a speed test)
 divergent() {
   local chunk=$1
   shift
   printf '%s\n' 'print("go")' "$chunk" >"$tmp/chunks.lua"
-  timeout 60 mpirun -np 4 "$tycho" repl plans/tiny.lua "$tmp/chunks.lua" --set train.eval_every=0 --timeout 3 \
+  timeout 300 mpirun -np 4 "$tycho" repl plans/tiny.lua "$tmp/chunks.lua" --set train.eval_every=0 --timeout 3 \
     >"$tmp/out" 2>"$tmp/err" &
   local job=$! t0=
   while kill -0 $job 2>/dev/null; do
@@ -31,12 +33,12 @@ divergent() {
   wait $job
   local rc=$? t1
   t1=$(now)
-  [ "$rc" -ne 124 ] || fail "'$chunk' hung: killed by the 60 s guard"$'\n'"$(cat "$tmp/out" "$tmp/err")"
+  [ "$rc" -ne 124 ] || fail "'$chunk' hung: killed by the 300 s guard"$'\n'"$(cat "$tmp/out" "$tmp/err")"
   [ -n "$t0" ] || fail "'$chunk': the session ended before its first chunk (exit $rc)"$'\n'"$(cat "$tmp/out" "$tmp/err")"
   [ "$rc" -ne 0 ] || fail "'$chunk': exit 0 after a collective some ranks skipped"
   local took
   took=$(echo "$t1 - $t0" | bc)
-  [ "$(echo "$took <= 13" | bc)" -eq 1 ] || fail "'$chunk' ended $took s after it began: more than --timeout 3 + 10 s"
+  [ "$(echo "$took <= 60" | bc)" -eq 1 ] || fail "'$chunk' ended $took s after it began: more than 60 s with --timeout 3"
   [ "$(grep -c 'comm watchdog: .* has not finished after' "$tmp/err")" -eq 1 ] ||
     fail "'$chunk': the diagnosis must be printed once per job, not once per waiting rank"$'\n'"$(cat "$tmp/err")"
   local want
@@ -67,12 +69,12 @@ divergent 'if t.rank ~= 0 then t:eval() end' \
 # front-end names a rank that ended and exits nonzero
 t0=$(now)
 printf '%s\n' 'if t.rank ~= 0 then t:step(1) end' '=1' |
-  timeout 60 "$tycho" repl plans/tiny.lua -n 4 --set train.eval_every=0 --timeout 3 >"$tmp/out" 2>"$tmp/err"
+  timeout 300 "$tycho" repl plans/tiny.lua -n 4 --set train.eval_every=0 --timeout 3 >"$tmp/out" 2>"$tmp/err"
 rc=$?
 took=$(echo "$(now) - $t0" | bc)
 [ "$rc" -ne 124 ] || fail "the front-end's divergent chunk hung"$'\n'"$(cat "$tmp/out" "$tmp/err")"
 [ "$rc" -ne 0 ] || fail "the front-end's divergent chunk: exit 0"
-[ "$(echo "$took <= 20" | bc)" -eq 1 ] || fail "the front-end's divergent chunk ended after $took s (start and --timeout 3 + 10 s)"
+[ "$(echo "$took <= 90" | bc)" -eq 1 ] || fail "the front-end's divergent chunk ended after $took s (start, --timeout 3 and the abort: at most 90 s)"
 [ "$(grep -c 'comm watchdog: .* has not finished after 3' "$tmp/err")" -eq 1 ] ||
   fail "the front-end must show the diagnosis once (not once per waiting rank)"$'\n'"$(cat "$tmp/err")"
 grep -qE "^tycho repl: rank [0-3] ended during the chunk" "$tmp/err" || fail "the front-end named no rank"$'\n'"$(cat "$tmp/err")"
@@ -84,7 +86,7 @@ mpirun -np 4 "$tycho" repl --timeout 37 <"$tmp/in" >"$tmp/out" 2>"$tmp/err" &
 job=$!
 exec 3>"$tmp/in"
 printf '%s\n' 'print("ready")' >&3
-for _ in $(seq 600); do # 60 s: mpirun starts slowly on a loaded machine
+for _ in $(seq 1200); do # 120 s: mpirun starts slowly on a loaded machine
   grep -q '^\[0-3\] ready$' "$tmp/out" && break
   sleep 0.1
 done

@@ -46,7 +46,7 @@ interrupt_session() { # interrupt_session CHUNK SIGNALS: the chunk, SIGINT to ra
   local job=$! p r0=
   exec 3>"$tmp/in"
   printf '%s\n' "$1" >&3
-  for _ in $(seq 300); do # 30 s: mpirun starts slowly on a loaded machine
+  for _ in $(seq 1200); do # 120 s: mpirun starts slowly on a loaded machine
     for p in $(pgrep -f "$tycho repl plans/tiny.lua --set train.steps=100000 --set log.every=100000"); do # this build's only
       tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0' && r0=$p
     done
@@ -88,7 +88,7 @@ grep -q 'interrupted twice: ending the job' "$tmp/err4" || fail "no message for 
 # --timeout, names where each rank waits and ends the job; it never hangs
 start=$SECONDS
 printf '%s\n' 'if t.rank == 0 then t:step(1) end' '=1' |
-  timeout 60 mpirun -np 2 "$tycho" repl plans/tiny.lua --timeout 3 >"$tmp/out3" 2>"$tmp/err3"
+  timeout 240 mpirun -np 2 "$tycho" repl plans/tiny.lua --timeout 3 >"$tmp/out3" 2>"$tmp/err3"
 rc=$?
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "a diverged chunk must end the job with the diagnosis (exit $rc)"
 grep -q "all-reduce on dp (seq 0.*has not finished after 3" "$tmp/err3" || fail "no watchdog diagnosis"$'\n'"$(cat "$tmp/err3")"

@@ -51,7 +51,7 @@ grep -q "^resumed from $tmp/async/step_00000007: step 7" "$tmp/out" || fail "no 
 "$tycho" run "$plan" --set train.steps=1000000 --set checkpoint.dir="$tmp/int" --set checkpoint.every=5 \
   --set checkpoint.async=true --set log.metrics="$tmp/mi.jsonl" >"$tmp/out" 2>"$tmp/err" &
 bg=$!
-for _ in $(seq 300); do [ "$(grep -c '"loss"' "$tmp/mi.jsonl" 2>/dev/null)" -ge 12 ] 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 1200); do [ "$(grep -c '"loss"' "$tmp/mi.jsonl" 2>/dev/null)" -ge 12 ] 2>/dev/null && break; sleep 0.1; done
 kill -INT "$bg"
 wait "$bg"
 rc=$?
@@ -69,7 +69,7 @@ if command -v prlimit >/dev/null; then
   (trap '' XFSZ; exec "$tycho" run "$plan" --set train.steps=1000000 --set checkpoint.dir="$tmp/big" \
     --set checkpoint.every=1 --set checkpoint.async=true) >"$tmp/out" 2>"$tmp/err" &
   bg=$!
-  for _ in $(seq 300); do ls -d "$tmp"/big/step_[0-9]*[0-9] >/dev/null 2>&1 && break; sleep 0.1; done
+  for _ in $(seq 1200); do ls -d "$tmp"/big/step_[0-9]*[0-9] >/dev/null 2>&1 && break; sleep 0.1; done
   prlimit --pid "$bg" --fsize=65536 || fail "prlimit failed"
   wait "$bg"
   rc=$?

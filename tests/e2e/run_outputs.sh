@@ -112,8 +112,8 @@ echo "ok: export paths normalised, and what the export would refuse refused befo
 "$tycho" run "$plan" --set train.steps=1000000 --set checkpoint.dir="$tmp/ck" \
   --set log.metrics="$tmp/m.jsonl" >"$tmp/bg_out" 2>"$tmp/bg_err" &
 bg=$!
-for _ in $(seq 300); do [ -s "$tmp/m.jsonl" ] && break; sleep 0.1; done
-[ -s "$tmp/m.jsonl" ] || fail "the first run wrote no metrics in 30 s: $(cat "$tmp/bg_err")"
+for _ in $(seq 1200); do [ -s "$tmp/m.jsonl" ] && break; sleep 0.1; done
+[ -s "$tmp/m.jsonl" ] || fail "the first run wrote no metrics in 120 s: $(cat "$tmp/bg_err")"
 host=$(uname -n)
 mkdir "$tmp/ck/step_99999999.tmp" # as if the live run were writing it
 code=2 # "in use by another run" is an input error (exit 2)
@@ -125,7 +125,7 @@ refused "tycho: log.metrics $tmp/m.jsonl: in use by another run (pid $bg on host
 code=
 # a REPL's t:save into the live run's checkpoint.dir: refused naming the holder, nothing written
 # (before, it wrote step_00000001 beside the run's checkpoints)
-printf 'print(t:save())\n' | timeout 60 "$tycho" repl "$plan" --set checkpoint.dir="$tmp/ck" >"$tmp/out" 2>&1
+printf 'print(t:save())\n' | timeout 240 "$tycho" repl "$plan" --set checkpoint.dir="$tmp/ck" >"$tmp/out" 2>&1
 grep -qF "t:save $tmp/ck: in use by another run (pid $bg on host $host; lock $tmp/ck/.lock)" "$tmp/out" ||
   fail "a REPL save into a live run's checkpoint.dir: $(cat "$tmp/out")"
 [ -e "$tmp/ck/step_00000000" ] && fail "the REPL saved into a live run's checkpoint.dir"
@@ -155,7 +155,7 @@ if command -v prlimit >/dev/null; then
   (trap '' XFSZ; exec "$tycho" run "$plan" --set train.steps=1000000 --set checkpoint.dir="$tmp/ck2" \
     --set checkpoint.every=1) >"$tmp/out" 2>"$tmp/err" &
   bg=$!
-  for _ in $(seq 300); do [ -d "$tmp/ck2/step_00000002" ] && break; sleep 0.1; done
+  for _ in $(seq 1200); do [ -d "$tmp/ck2/step_00000002" ] && break; sleep 0.1; done
   prlimit --pid "$bg" --fsize=65536 || fail "prlimit failed"
   wait "$bg"
   rc=$?
@@ -172,7 +172,7 @@ if command -v prlimit >/dev/null; then
   (trap '' XFSZ; exec "$tycho" run "$plan" --set train.steps=1000000 --set log.metrics="$tmp/small.jsonl") \
     >"$tmp/out" 2>"$tmp/err" &
   bg=$!
-  for _ in $(seq 300); do [ -s "$tmp/small.jsonl" ] && break; sleep 0.1; done
+  for _ in $(seq 1200); do [ -s "$tmp/small.jsonl" ] && break; sleep 0.1; done
   prlimit --pid "$bg" --fsize=$(( $(stat -c %s "$tmp/small.jsonl") + 4096 )) || fail "prlimit failed"
   wait "$bg"
   rc=$?

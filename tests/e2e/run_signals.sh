@@ -20,10 +20,10 @@ interrupt() {
   rm -f "$tmp/m.jsonl"
   "$tycho" run "$plan" --set train.steps=1000000 --set log.metrics="$tmp/m.jsonl" "$@" >"$tmp/out" 2>"$tmp/err" &
   bg=$!
-  for _ in $(seq 300); do [ "$(grep -c '"loss"' "$tmp/m.jsonl" 2>/dev/null)" -ge 20 ] 2>/dev/null && break; sleep 0.1; done
+  for _ in $(seq 1200); do [ "$(grep -c '"loss"' "$tmp/m.jsonl" 2>/dev/null)" -ge 20 ] 2>/dev/null && break; sleep 0.1; done
   kill "-$sig" "$bg"
-  for _ in $(seq 200); do kill -0 "$bg" 2>/dev/null || break; sleep 0.1; done
-  kill -0 "$bg" 2>/dev/null && { kill -KILL "$bg"; fail "SIG$sig: still running 20 s after the signal"; }
+  for _ in $(seq 1200); do kill -0 "$bg" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$bg" 2>/dev/null && { kill -KILL "$bg"; fail "SIG$sig: still running 120 s after the signal"; }
   wait "$bg"
   rc=$?
   bg=
@@ -57,11 +57,11 @@ echo "ok: SIGTERM after step $steps without checkpoint.dir: exit 143"
 # A second signal before the step ends: out at once, with that signal's code and its own line.
 "$tycho" run plans/tiny.lua --set train.steps=1000000 --set log.metrics="$tmp/t.jsonl" >"$tmp/out" 2>"$tmp/err" &
 bg=$!
-for _ in $(seq 300); do [ "$(grep -c '"loss"' "$tmp/t.jsonl" 2>/dev/null)" -ge 3 ] 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 1200); do [ "$(grep -c '"loss"' "$tmp/t.jsonl" 2>/dev/null)" -ge 3 ] 2>/dev/null && break; sleep 0.1; done
 kill -INT "$bg"
 kill -TERM "$bg"
-for _ in $(seq 200); do kill -0 "$bg" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$bg" 2>/dev/null && { kill -KILL "$bg"; fail "second signal: still running 20 s after it"; }
+for _ in $(seq 1200); do kill -0 "$bg" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$bg" 2>/dev/null && { kill -KILL "$bg"; fail "second signal: still running 120 s after it"; }
 wait "$bg"
 rc=$?
 bg=
@@ -76,11 +76,11 @@ echo "ok: a second signal exits at once ($second, $rc)"
 "$tycho" run plans/tiny.lua --set train.steps=1000 --set train.eval_every=1 --set train.eval_batches=1000 \
   --set log.every=1 >"$tmp/out" 2>"$tmp/err" &
 bg=$!
-for _ in $(seq 600); do grep -q '^step' "$tmp/out" 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 1200); do grep -q '^step' "$tmp/out" 2>/dev/null && break; sleep 0.1; done
 sleep 0.5
 kill -TERM "$bg"
-for _ in $(seq 300); do kill -0 "$bg" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$bg" 2>/dev/null && { kill -KILL "$bg"; fail "SIGTERM during evaluation: still running 30 s after it"; }
+for _ in $(seq 900); do kill -0 "$bg" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$bg" 2>/dev/null && { kill -KILL "$bg"; fail "SIGTERM during evaluation: still running 90 s after it"; }
 wait "$bg"
 rc=$?
 bg=

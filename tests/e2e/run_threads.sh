@@ -16,7 +16,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 header() {
   local want=$1 out rc line
   shift
-  out=$(timeout 100 "$@" run plans/tiny.lua --set train.steps=1 --set train.eval_every=0 --set train.eval_batches=1 --set model.n_layers=1 2>&1)
+  out=$(timeout 300 "$@" run plans/tiny.lua --set train.steps=1 --set train.eval_every=0 --set train.eval_batches=1 --set model.n_layers=1 2>&1)
   rc=$?
   [ "$rc" -eq 0 ] || fail "$*: exit $rc: $out"
   line=$(printf '%s\n' "$out" | head -1)
@@ -34,7 +34,7 @@ if [ "$cpus" -ge 2 ]; then
   header ", $half thread$hs (affinity mask: $cpus CPUs shared by 2 ranks on the node)" \
     mpirun --bind-to none -np 2 "$tycho"
   # bound to a core each: one CPU, or the core's hardware threads
-  out=$(timeout 100 mpirun --bind-to core -np 2 "$tycho" run plans/tiny.lua --set train.steps=1 --set train.eval_batches=1 --set model.n_layers=1 \
+  out=$(timeout 300 mpirun --bind-to core -np 2 "$tycho" run plans/tiny.lua --set train.steps=1 --set train.eval_batches=1 --set model.n_layers=1 \
     --set train.eval_every=0 2>&1) || fail "mpirun --bind-to core: $out"
   line=$(printf '%s\n' "$out" | head -1)
   case "$line" in *" bound to this rank)") echo "ok: bound: ${line##*, }" ;;
@@ -43,10 +43,10 @@ fi
 
 # the products' engine, as the second line of the header says; a wrong TYCHO_GEMM is named
 one=(run plans/tiny.lua --set train.steps=1 --set train.eval_every=0 --set train.eval_batches=1 --set model.n_layers=1)
-out=$(TYCHO_GEMM=openblas timeout 100 "$tycho" "${one[@]}" 2>&1) || fail "TYCHO_GEMM=openblas: $out"
+out=$(TYCHO_GEMM=openblas timeout 300 "$tycho" "${one[@]}" 2>&1) || fail "TYCHO_GEMM=openblas: $out"
 printf '%s\n' "$out" | grep -q "^kernels: .*, products on OpenBLAS's sgemm in row tiles, " ||
   fail "TYCHO_GEMM=openblas: the header does not say OpenBLAS computes the products: $out"
-out=$(TYCHO_GEMM=bogus timeout 100 "$tycho" "${one[@]}" 2>&1) || fail "TYCHO_GEMM=bogus: $out"
+out=$(TYCHO_GEMM=bogus timeout 300 "$tycho" "${one[@]}" 2>&1) || fail "TYCHO_GEMM=bogus: $out"
 printf '%s\n' "$out" | grep -q "^tycho: TYCHO_GEMM=bogus: not one of openblas, onednn; the products use " ||
   fail "TYCHO_GEMM=bogus is not named: $out"
 echo "ok: TYCHO_GEMM"
@@ -57,7 +57,7 @@ cleanup() { local p; for p in "${busy[@]}"; do kill "$p" 2>/dev/null; wait "$p" 
 trap cleanup EXIT
 short=(run plans/tiny.lua --set model.n_layers=2 --set train.eval_every=0 --set train.eval_batches=1)
 for t in 1 2 3; do
-  out=$(OMP_NUM_THREADS=$t timeout 100 "$tycho" "${short[@]}" --set train.steps=6 --set export.path="$tmp/w$t.bin" 2>&1) ||
+  out=$(OMP_NUM_THREADS=$t timeout 300 "$tycho" "${short[@]}" --set train.steps=6 --set export.path="$tmp/w$t.bin" 2>&1) ||
     fail "OMP_NUM_THREADS=$t: $out"
 done
 cmp -s "$tmp/w1.bin" "$tmp/w2.bin" || fail "2 threads trained other weights than 1"
@@ -67,7 +67,7 @@ echo "ok: 1, 2 and 3 threads train the same weights"
 if [ "$cpus" -ge 2 ]; then
   # busy processes on this process's CPUs (they inherit its mask): more than the CPUs can hold
   for _ in $(seq $((cpus + 1))); do yes > /dev/null & busy+=($!); done
-  out=$(timeout 100 "$tycho" "${short[@]}" --set train.steps=150 --set log.every=1000 --set export.path="$tmp/busy.bin" \
+  out=$(timeout 300 "$tycho" "${short[@]}" --set train.steps=150 --set log.every=1000 --set export.path="$tmp/busy.bin" \
     --set log.metrics="$tmp/busy.jsonl" 2>&1) || fail "beside busy processes: $out"
   for p in "${busy[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
   busy=()
@@ -77,7 +77,7 @@ if [ "$cpus" -ge 2 ]; then
     fail "beside $((cpus + 1)) busy processes the run did not take fewer threads: $out"
   grep -o '"threads": [0-9]*' "$tmp/busy.jsonl" | awk -v c="$cpus" '$2 < c { f = 1 } END { exit !f }' ||
     fail "no step of the metrics ran with fewer threads: $(head -3 "$tmp/busy.jsonl")"
-  out=$(OMP_NUM_THREADS=1 timeout 100 "$tycho" "${short[@]}" --set train.steps=150 --set log.every=1000 \
+  out=$(OMP_NUM_THREADS=1 timeout 300 "$tycho" "${short[@]}" --set train.steps=150 --set log.every=1000 \
     --set export.path="$tmp/one.bin" 2>&1) || fail "150 steps on one thread: $out"
   cmp -s "$tmp/busy.bin" "$tmp/one.bin" || fail "the run whose thread count changed trained other weights than one thread"
   echo "ok: beside busy processes, steps by thread count:$(grep -o '"threads": [0-9]*' "$tmp/busy.jsonl" | sort | uniq -c | tr -s ' \n' ' '); the same weights as one thread"

@@ -43,12 +43,12 @@ still_there() { # the node is what it was
     dir) [ -d "$tmp/dir" ] ;;
   esac || fail "$tmp/$1 is no longer what it was: $(ls -la "$tmp")"
 }
-# expect NODE TEXT ARGS...: `tycho ARGS` exits 2 within 20 s, TEXT (NODE's kind appended) in
+# expect NODE TEXT ARGS...: `tycho ARGS` exits 2 within 120 s, TEXT (NODE's kind appended) in
 # its first stderr line, and NODE is still there
 expect() {
   local node=$1 text="$2: is $(kind_of "$1"), not a regular file" rc first
   shift 2
-  timeout 20 "$tycho" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+  timeout 120 "$tycho" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
   rc=$?
   first=$(head -n 1 "$tmp/err")
   if [ "$rc" -ne 2 ]; then
@@ -78,7 +78,7 @@ for k in $kinds; do
   # a module and a manifest are names tycho looks for: the node takes that name
   if [ "$k" != dir ]; then # a folder named m.lua is not a module (m/init.lua is looked for)
     mv "$n" "$tmp/mods/m.lua"
-    timeout 20 "$tycho" check "$tmp/mods/plan.lua" >"$tmp/out" 2>"$tmp/err"
+    timeout 120 "$tycho" check "$tmp/mods/plan.lua" >"$tmp/out" 2>"$tmp/err"
     rc=$?
     text="tycho: plan error: $tmp/mods/plan.lua:1: $tmp/mods/m.lua: is $(kind_of "$k"), not a regular file"
     [ "$rc" -eq 2 ] && [ "$(head -n 1 "$tmp/err")" = "$text" ] && echo "ok   require of a module that is $k" ||
@@ -97,13 +97,13 @@ done
 
 # a checkpoint's shard (a real checkpoint, its rank file replaced): read neither by verify nor
 # by a resume, refused naming it as bad input (exit 2) before anything is read
-timeout 60 "$tycho" run $small --set train.steps=2 --set checkpoint.dir="$tmp/real" >"$tmp/out" 2>"$tmp/err" ||
+timeout 240 "$tycho" run $small --set train.steps=2 --set checkpoint.dir="$tmp/real" >"$tmp/out" 2>"$tmp/err" ||
   fail "the checkpointed run failed: $(cat "$tmp/err")"
 s=$tmp/real/step_00000002
 rm -f "$s/rank_00000.bin"
 mkfifo "$s/rank_00000.bin"
 for cmd in "ckpt verify $tmp/real" "ckpt inspect $s" "run $small --set train.steps=4 --set checkpoint.dir=$tmp/real"; do
-  timeout 20 "$tycho" $cmd >"$tmp/out" 2>"$tmp/err" </dev/null
+  timeout 120 "$tycho" $cmd >"$tmp/out" 2>"$tmp/err" </dev/null
   rc=$?
   text="tycho: $s/rank_00000.bin: is a FIFO, not a regular file"
   case $cmd in run*) text="tycho: plan error: checkpoint.dir $tmp/real: $s/rank_00000.bin: is a FIFO, not a regular file" ;; esac
@@ -128,12 +128,12 @@ done
 "$tycho" run $small --set train.steps=1000000 --set export.every=2 --set export.path="$tmp/w/model.safetensors" \
   >"$tmp/bg_out" 2>"$tmp/bg_err" &
 bg=$!
-for _ in $(seq 200); do [ -f "$tmp/w/model.safetensors" ] && break; sleep 0.1; done
-[ -f "$tmp/w/model.safetensors" ] || fail "the run exported nothing in 20 s: $(cat "$tmp/bg_err")"
+for _ in $(seq 1200); do [ -f "$tmp/w/model.safetensors" ] && break; sleep 0.1; done
+[ -f "$tmp/w/model.safetensors" ] || fail "the run exported nothing in 120 s: $(cat "$tmp/bg_err")"
 mkfifo "$tmp/w/fifo" && mv -f "$tmp/w/fifo" "$tmp/w/model.safetensors"
-for _ in $(seq 200); do kill -0 "$bg" 2>/dev/null || break; sleep 0.1; done
+for _ in $(seq 1200); do kill -0 "$bg" 2>/dev/null || break; sleep 0.1; done
 if kill -0 "$bg" 2>/dev/null; then
-  fail "the run still trains 20 s after its export.path became a FIFO"
+  fail "the run still trains 120 s after its export.path became a FIFO"
   kill -KILL "$bg"
   wait "$bg"
 else
@@ -151,9 +151,9 @@ bg=
 "$tycho" run $small --set train.steps=1000000 --set export.path="$tmp/e.safetensors" \
   --set log.metrics="$tmp/m.jsonl" >"$tmp/bg_out" 2>"$tmp/bg_err" &
 bg=$!
-for _ in $(seq 200); do [ -s "$tmp/m.jsonl" ] && break; sleep 0.1; done
-[ -s "$tmp/m.jsonl" ] || fail "the first run wrote no metrics in 20 s: $(cat "$tmp/bg_err")"
-timeout 20 "$tycho" run $small --set export.path="$tmp/e.safetensors" >"$tmp/out" 2>"$tmp/err"
+for _ in $(seq 1200); do [ -s "$tmp/m.jsonl" ] && break; sleep 0.1; done
+[ -s "$tmp/m.jsonl" ] || fail "the first run wrote no metrics in 120 s: $(cat "$tmp/bg_err")"
+timeout 120 "$tycho" run $small --set export.path="$tmp/e.safetensors" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 text="tycho: export.path $tmp/e.safetensors: in use by another run (pid $bg on host $(uname -n); lock $tmp/e.safetensors.lock)"
 [ "$rc" -eq 2 ] && [ "$(head -n 1 "$tmp/err")" = "$text" ] && echo "ok   a second run on a live run's export.path" ||

@@ -27,7 +27,7 @@ done
 set -- "${args[@]}"
 fail() { echo "--- stdout"; cat "$tmp/out" 2>/dev/null; echo "--- stderr"; cat "$tmp/err" 2>/dev/null; echo "FAIL: $*"; exit 1; }
 
-timeout 60 "$mpiexec" "$np" "$ranks" "$tycho" run "$plan" "$@" --set log.metrics="$tmp/m.jsonl" \
+timeout 240 "$mpiexec" "$np" "$ranks" "$tycho" run "$plan" "$@" --set log.metrics="$tmp/m.jsonl" \
   >"$tmp/out" 2>"$tmp/err" || fail "tycho run failed"
 "$tycho" check "$plan" --world "$ranks" --json "$@" >"$tmp/check.json" 2>"$tmp/err" || fail "tycho check failed"
 [ "$(grep -c '"event": "memory"' "$tmp/m.jsonl")" -eq "$ranks" ] || fail "expected $ranks memory records"

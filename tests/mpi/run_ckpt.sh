@@ -32,7 +32,7 @@ field() { grep -o "\"$2\": [-0-9.eE+]*" "$1" | awk '{ print $2 }'; }
 launch() { # launch RANKS ARGS...: one rank without mpirun, more under it
   local ranks=$1
   shift
-  if [ "$ranks" -eq 1 ]; then "$tycho" run "$plan" "$@"; else timeout 60 "$mpiexec" "$np" "$ranks" "$tycho" run "$plan" "$@"; fi
+  if [ "$ranks" -eq 1 ]; then "$tycho" run "$plan" "$@"; else timeout 240 "$mpiexec" "$np" "$ranks" "$tycho" run "$plan" "$@"; fi
 }
 common=(--set train.eval_every=0 "${both[@]}")
 

@@ -16,7 +16,7 @@ fail() { echo "--- stdout"; cat "$tmp/out"; echo "--- stderr"; cat "$tmp/err"; e
 "$tycho" run "$plan" --set log.metrics="$tmp/serial.jsonl" >"$tmp/serial.out" 2>&1 ||
   { cat "$tmp/serial.out"; echo "FAIL: the serial run"; exit 1; }
 start=$(date +%s%N)
-timeout 60 "$mpiexec" "$np" "$ranks" "$tycho" run "$plan" --set zero="$zero" \
+timeout 240 "$mpiexec" "$np" "$ranks" "$tycho" run "$plan" --set zero="$zero" \
   --set log.metrics="$tmp/dp.jsonl" --set export.path="$tmp/export/model.safetensors" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 echo "dp$ranks zero $zero: exit code $rc after $(( ($(date +%s%N) - start) / 1000000 )) ms"

@@ -26,38 +26,38 @@ fail() { echo "--- stdout"; cat "$tmp/out"; echo "--- stderr"; cat "$tmp/err"; e
 start=$(date +%s%N)
 case $mode in
   world_mismatch)
-    timeout 60 "$mpiexec" "$np" 2 "$tycho" run "$plan" --set mesh.dp=4 ;;
+    timeout 240 "$mpiexec" "$np" 2 "$tycho" run "$plan" --set mesh.dp=4 ;;
   hash_mismatch)
-    timeout 60 "$mpiexec" "$np" 1 "$tycho" run "$plan" --set seeds.global=1 : \
+    timeout 240 "$mpiexec" "$np" 1 "$tycho" run "$plan" --set seeds.global=1 : \
       "$np" 1 "$tycho" run "$plan" --set seeds.global=2 ;;
   rank_dependent)
     printf 'local p = dofile("%s")\np.seeds = { global = tonumber(os.getenv("OMPI_COMM_WORLD_RANK") or "0") }\nreturn p\n' \
       "$plan" >"$tmp/rank_plan.lua"
-    timeout 60 "$mpiexec" "$np" 2 "$tycho" run --unsafe "$tmp/rank_plan.lua" ;;
+    timeout 240 "$mpiexec" "$np" 2 "$tycho" run --unsafe "$tmp/rank_plan.lua" ;;
   bf16_refused)
-    timeout 60 "$mpiexec" "$np" 2 "$tycho" run "$plan" --set precision.compute=bf16 --set mesh.tp=2 ;;
+    timeout 240 "$mpiexec" "$np" 2 "$tycho" run "$plan" --set precision.compute=bf16 --set mesh.tp=2 ;;
   data_one_rank)
     mkdir -p "$tmp/a" "$tmp/b" && cp tests/golden/llama_ref_tokens.bin "$tmp/a/train.bin"
     sets=(--set data.train=train.bin --set init.from="$src/tests/golden/llama_ref_init.safetensors"
           --set batch.micro=2)
     ref=$src/tests/golden/llama_ref_plan.lua
-    timeout 60 "$mpiexec" "$np" 1 -wdir "$tmp/a" "$tycho" run "$ref" "${sets[@]}" : \
+    timeout 240 "$mpiexec" "$np" 1 -wdir "$tmp/a" "$tycho" run "$ref" "${sets[@]}" : \
       "$np" 1 -wdir "$tmp/b" "$tycho" run "$ref" "${sets[@]}" ;;
   export_fails)
-    timeout 60 "$mpiexec" "$np" 2 "$tycho" run "$plan" --set zero=3 --set export.every=5 \
+    timeout 240 "$mpiexec" "$np" 2 "$tycho" run "$plan" --set zero=3 --set export.every=5 \
       --set export.path=/proc/tycho-test/model.safetensors ;;
   leave_early)
-    TYCHO_COMM_TIMEOUT=3 timeout 60 "$mpiexec" "$np" 1 "$tycho" run "$plan" --set train.steps=1000 : \
+    TYCHO_COMM_TIMEOUT=3 timeout 240 "$mpiexec" "$np" 1 "$tycho" run "$plan" --set train.steps=1000 : \
       "$np" 1 env TYCHO_TEST_LEAVE_AFTER_STEP=3 "$tycho" run "$plan" --set train.steps=1000 ;;
   leave_early_pp)
-    TYCHO_COMM_TIMEOUT=3 timeout 60 "$mpiexec" "$np" 1 "$tycho" run "$plan" --set train.steps=1000 --set mesh.pp=2 : \
+    TYCHO_COMM_TIMEOUT=3 timeout 240 "$mpiexec" "$np" 1 "$tycho" run "$plan" --set train.steps=1000 --set mesh.pp=2 : \
       "$np" 1 env TYCHO_TEST_LEAVE_AFTER_STEP=3 "$tycho" run "$plan" --set train.steps=1000 --set mesh.pp=2 ;;
   *) echo "unknown mode $mode"; exit 2 ;;
 esac >"$tmp/out" 2>"$tmp/err"
 rc=$?
 elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
 echo "--- mode $mode: exit code $rc after $elapsed_ms ms"
-[ "$rc" -ne 124 ] || fail "the job hung until timeout 60 killed it"
+[ "$rc" -ne 124 ] || fail "the job hung until timeout 240 killed it"
 [ "$elapsed_ms" -lt 20000 ] || fail "the job took $elapsed_ms ms"
 
 # The first line of stderr is tycho's (mpirun's own report comes after), and it comes once.

@@ -37,7 +37,7 @@ run1() { "$tycho" run "$plan" --set train.steps=5 --set train.eval_every=0 "${bo
 
 run1 --set export.path="$tmp/a$ext" "${fmt[@]}"
 run1 --set init.from="$tmp/a$ext" --set export.path="$tmp/s$ext" "${fmt[@]}" --set log.metrics="$tmp/s.jsonl"
-timeout 60 "$mpiexec" "$np" "$ranks" "$tycho" run "$plan" --set train.steps=5 --set train.eval_every=0 "${both[@]}" "$@" \
+timeout 240 "$mpiexec" "$np" "$ranks" "$tycho" run "$plan" --set train.steps=5 --set train.eval_every=0 "${both[@]}" "$@" \
   --set init.from="$tmp/a$ext" --set export.path="$tmp/p$ext" "${fmt[@]}" --set log.metrics="$tmp/p.jsonl" \
   >"$tmp/out" 2>"$tmp/err" || fail "the parallel run"
 same "$tmp/s.jsonl" "$tmp/p.jsonl" "started from A, serial against $*"

@@ -17,7 +17,7 @@ fail() { echo "--- stdout"; cat "$tmp/out"; echo "--- stderr"; cat "$tmp/err"; e
 
 "$tycho" run "$plan" --set log.metrics="$tmp/serial.jsonl" >"$tmp/serial.out" 2>&1 ||
   { cat "$tmp/serial.out"; echo "FAIL: the serial run"; exit 1; }
-timeout 60 "$mpiexec" "$np" "$ranks" "$tycho" run "$plan" "$@" --set log.metrics="$tmp/par.jsonl" \
+timeout 240 "$mpiexec" "$np" "$ranks" "$tycho" run "$plan" "$@" --set log.metrics="$tmp/par.jsonl" \
   >"$tmp/out" 2>"$tmp/err" || fail "the run on $ranks ranks failed"
 [ -s "$tmp/err" ] && fail "unexpected stderr"
 steps=$(grep -c '"loss"' "$tmp/serial.jsonl")

@@ -12,10 +12,10 @@ job=
 trap '[ -n "$job" ] && kill -KILL "$job" 2>/dev/null; rm -rf "$tmp"' EXIT
 fail() { echo "--- stdout"; cat "$tmp/out"; echo "--- stderr"; cat "$tmp/err"; echo "FAIL: $*"; exit 1; }
 
-timeout 60 "$mpiexec" "$np" 2 "$tycho" run "$plan" --set train.steps=1000000 --set checkpoint.dir="$tmp/ck" \
+timeout 240 "$mpiexec" "$np" 2 "$tycho" run "$plan" --set train.steps=1000000 --set checkpoint.dir="$tmp/ck" \
   --set checkpoint.every=1000000 --set log.metrics="$tmp/m.jsonl" >"$tmp/out" 2>"$tmp/err" &
 job=$!
-for _ in $(seq 300); do [ "$(grep -c '"loss"' "$tmp/m.jsonl" 2>/dev/null)" -ge 20 ] 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 1200); do [ "$(grep -c '"loss"' "$tmp/m.jsonl" 2>/dev/null)" -ge 20 ] 2>/dev/null && break; sleep 0.1; done
 # The rank-1 process: a descendant of the job whose environment says so (Open MPI, MPICH, PMIx).
 rank1=
 for pid in $(pgrep -P "$job") $(for c in $(pgrep -P "$job"); do pgrep -P "$c"; done); do
@@ -30,7 +30,7 @@ kill -TERM "$rank1"
 wait "$job"
 rc=$?
 job=
-[ "$rc" -ne 124 ] || fail "the job hung until timeout 60 killed it"
+[ "$rc" -ne 124 ] || fail "the job hung until timeout 240 killed it"
 [ "$rc" -eq 143 ] || fail "exit code $rc, expected 143"
 steps=$(grep -c '"loss"' "$tmp/m.jsonl")
 ckpt=$(printf '%s/ck/step_%08d' "$tmp" "$steps")
@@ -39,7 +39,7 @@ ckpt=$(printf '%s/ck/step_%08d' "$tmp" "$steps")
   fail "first stderr line '$(head -n 1 "$tmp/err")'"
 [ -f "$ckpt/rank_00000.bin" ] && [ -f "$ckpt/rank_00001.bin" ] || fail "$ckpt lacks a rank's shard"
 "$tycho" ckpt verify "$ckpt" >"$tmp/verify" 2>&1 || fail "the checkpoint does not verify: $(cat "$tmp/verify")"
-timeout 60 "$mpiexec" "$np" 2 "$tycho" run "$plan" --set train.steps=$((steps + 3)) --set checkpoint.dir="$tmp/ck" \
+timeout 240 "$mpiexec" "$np" 2 "$tycho" run "$plan" --set train.steps=$((steps + 3)) --set checkpoint.dir="$tmp/ck" \
   --set log.metrics="$tmp/m.jsonl" >"$tmp/out" 2>"$tmp/err" || fail "the resumed run failed"
 grep -q "^resumed from $ckpt: step $steps\$" "$tmp/out" || fail "the resumed run did not start from $ckpt"
 [ "$(grep -c '"loss"' "$tmp/m.jsonl")" -eq $((steps + 3)) ] || fail "the resumed run did not add 3 steps"
