@@ -7,25 +7,27 @@
 
 static _Thread_local int input_class;
 
+static void put(char *err, size_t err_size, const char *fmt, va_list ap)
+{
+  if (err && err_size)
+    vsnprintf(err, err_size, fmt, ap);
+}
+
 int errf(char *err, size_t err_size, const char *fmt, ...)
 {
-  if (err && err_size) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-  }
+  va_list ap;
+  va_start(ap, fmt);
+  put(err, err_size, fmt, ap);
+  va_end(ap);
   return -1;
 }
 
 int errf_input(char *err, size_t err_size, const char *fmt, ...)
 {
-  if (err && err_size) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-  }
+  va_list ap;
+  va_start(ap, fmt);
+  put(err, err_size, fmt, ap);
+  va_end(ap);
   input_class = 1;
   return -1;
 }
