@@ -135,20 +135,13 @@ tycho_equiv_must_fail(broken_dropout_seed 2 --set seeds.dropout=5)
 # bf16 compute on the CPU (both runs bf16; the bounds are argued in mpi_dp_equiv.c at
 # bf16_bounds): data parallelism with ZeRO 0-2, pipeline stages, recompute; the bill against the
 # peaks with the bf16 copies. The broken seed must still fail under the wider bounds.
-if(TYCHO_HAVE_DNNL AND NOT TYCHO_FLOAT64)
+if(NOT TYCHO_FLOAT64)
   tycho_dp_equiv(bf16_dp2 2 --both precision.compute=bf16)
   tycho_dp_equiv(bf16_dp2_zero2 2 --both precision.compute=bf16 --set zero=2)
   tycho_dp_equiv(bf16_dp2_zero1_tied 2 --both precision.compute=bf16 --set zero=1 --both model.tie_embeddings=true)
   tycho_dp_equiv(bf16_pp2_1f1b 2 --both precision.compute=bf16 --set mesh.pp=2)
   tycho_dp_equiv(bf16_recompute_full_dp2 2 --both precision.compute=bf16 --set recompute=full)
   tycho_equiv_must_fail(bf16_broken_dropout_seed 2 --both precision.compute=bf16 --set seeds.dropout=5)
-  # a CPU without bf16 products (oneDNN has no bf16 matmul for it, e.g. AVX2 only) refuses these
-  # plans at precision.compute: ctest reports them skipped, saying so, not passed
-  foreach(case bf16_dp2 bf16_dp2_zero2 bf16_dp2_zero1_tied bf16_pp2_1f1b bf16_recompute_full_dp2
-          bf16_broken_dropout_seed)
-    set_tests_properties(mpi_dp_equiv.${case} PROPERTIES
-      SKIP_REGULAR_EXPRESSION "precision.compute = \"bf16\": oneDNN: no bf16 matmul")
-  endforeach()
 endif()
 if(TYCHO_FLOAT64)
   tycho_equiv_must_fail(broken_lr_1e-6 2 --set optimizer.lr=0.003000003)
@@ -289,10 +282,6 @@ tycho_staged(pp2 2 dp_small.lua --set mesh.pp=2)
 tycho_staged(ep2 2 moe_small.lua --set mesh.ep=2)
 # the bf16 mode (no float64 form): its weight copies and bf16 activations on the untouchable table
 tycho_staged(dp2_zero2_bf16 2 dp_small.lua --set zero=2 --set precision.compute=bf16)
-# a CPU without bf16 products (AVX2 only: oneDNN has no bf16 matmul for it) refuses the plan at
-# precision.compute: reported skipped, saying so
-set_tests_properties(mpi_staged.dp2_zero2_bf16 PROPERTIES
-  SKIP_REGULAR_EXPRESSION "precision.compute = \"bf16\": oneDNN: no bf16 matmul")
 foreach(ranks 2 3 4)
   tycho_mpi_test(mpi_tp_convert.tp${ranks} ${ranks} COMMAND $<TARGET_FILE:mpi_tp_convert>)
 endforeach()

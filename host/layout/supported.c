@@ -11,7 +11,7 @@
 #include "util/err.h"
 
 /* precision.compute = "bf16" (runtime/model/model.h): what the model's bf16 mode runs, and what it
- * refuses by name; on the CPU (cuda 0) its kernels need bf16 products too. */
+ * refuses by name. On a CPU without bf16 products the products run widened (kernels/bf16.h). */
 static int bf16_refused(const struct plan *p, int cuda, char *err, size_t n)
 {
   const char *where = plan_where(p, "precision.compute");
@@ -26,9 +26,6 @@ static int bf16_refused(const struct plan *p, int cuda, char *err, size_t n)
     return errf(err, n, "%s: precision.compute = \"bf16\": this build's %s kernels have no bf16 compute "
                 "(the float64 build has none); use an fp32 build, or compute = \"fp32\"", where,
                 kernels_active()->name);
-  char why[256];
-  if (!cuda && bf16_matmul_available(NULL, why, sizeof why))
-    return errf(err, n, "%s: precision.compute = \"bf16\": %s", where, why);
   if (p->precision.grads != PLAN_FP32 || p->precision.master != PLAN_FP32)
     return errf(err, n, "%s: precision = { compute = \"bf16\", grads = \"%s\", master = \"%s\" }: on %s "
                 "gradients accumulate in fp32 and the master weights are fp32; set grads = \"fp32\", "

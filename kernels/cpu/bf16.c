@@ -1,5 +1,6 @@
-/* bf16 conversions (bf16.h). Without oneDNN the products are refused by name. */
+/* bf16 conversions (bf16.h), and without oneDNN the products: widened (bf16_widen.c). */
 #include "bf16.h"
+#include "real.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -38,45 +39,56 @@ void bf16_widen(float *dst, const bf16 *src, size_t n)
 }
 
 #ifndef TYCHO_HAVE_DNNL
-static int no_dnnl(char *err, size_t err_size)
-{
-  snprintf(err, err_size, "bf16 products need oneDNN, and this build of tycho has none "
-           "(install libdnnl-dev, scripts/install-deps.sh, and build again)");
-  return 1;
-}
-
+/* Without oneDNN the products are the widened ones (fp32 builds), or refused (the float64
+ * build, which has no bf16 compute). */
 int bf16_matmul_available(const char **impl, char *err, size_t err_size)
 {
   if (impl)
     *impl = "none";
-  return no_dnnl(err, err_size);
+  snprintf(err, err_size, "this build of tycho has no oneDNN for bf16 products (install libdnnl-dev, "
+           "scripts/install-deps.sh, and build again)");
+  return 1;
+}
+
+const char *bf16_linear_path(char *buf, size_t n)
+{
+  snprintf(buf, n, "fp32 products over bf16 operands widened (this build has no oneDNN)");
+  return buf;
+}
+
+static int product(int kind, float *dst, const bf16 *src, const bf16 *wei, int BT, int IC, int OC,
+                   char *err, size_t err_size)
+{
+#if REAL_IS_DOUBLE
+  (void)kind, (void)dst, (void)src, (void)wei, (void)BT, (void)IC, (void)OC;
+  snprintf(err, err_size, "the float64 build has no bf16 products");
+  return 1;
+#else
+  return linear_bf16_widened(kind, dst, src, wei, BT, IC, OC, err, err_size);
+#endif
 }
 
 int linear_bf16_forward(float *out, const bf16 *inp, const bf16 *weight, int BT, int IC, int OC,
                         char *err, size_t err_size)
 {
-  (void)out, (void)inp, (void)weight, (void)BT, (void)IC, (void)OC;
-  return no_dnnl(err, err_size);
+  return product(BF16_LINEAR_FORWARD, out, inp, weight, BT, IC, OC, err, err_size);
 }
 
 int linear_bf16_forward_acc(float *out, const bf16 *inp, const bf16 *weight, int BT, int IC, int OC,
                             char *err, size_t err_size)
 {
-  (void)out, (void)inp, (void)weight, (void)BT, (void)IC, (void)OC;
-  return no_dnnl(err, err_size);
+  return product(BF16_LINEAR_FORWARD_ACC, out, inp, weight, BT, IC, OC, err, err_size);
 }
 
 int linear_bf16_backward_input(float *dinp, const bf16 *dout, const bf16 *weight, int BT, int IC,
                                int OC, char *err, size_t err_size)
 {
-  (void)dinp, (void)dout, (void)weight, (void)BT, (void)IC, (void)OC;
-  return no_dnnl(err, err_size);
+  return product(BF16_LINEAR_BACKWARD_INPUT, dinp, dout, weight, BT, IC, OC, err, err_size);
 }
 
 int linear_bf16_backward_weight(float *dweight, const bf16 *dout, const bf16 *inp, int BT, int IC,
                                 int OC, char *err, size_t err_size)
 {
-  (void)dweight, (void)dout, (void)inp, (void)BT, (void)IC, (void)OC;
-  return no_dnnl(err, err_size);
+  return product(BF16_LINEAR_BACKWARD_WEIGHT, dweight, dout, inp, BT, IC, OC, err, err_size);
 }
 #endif

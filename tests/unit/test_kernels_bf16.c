@@ -8,8 +8,8 @@
  * summation's: |computed − exact| ≤ K · u · Σ_k |a_k b_k| with u = 2^-24 (the standard bound for
  * a sum of K terms in any order, K · u well below 1 here). The reference is computed in double
  * from the same bf16 values, exactly enough (K · 2^-53) to be the exact sum for this bound.
- * Without oneDNN (or on a CPU whose oneDNN bf16 matmul is its reference code) the products must be
- * refused with a message that names the cause.
+ * Both paths are held to it: oneDNN's matmul where the CPU has bf16 products, and the widened
+ * products (fp32 products over the widened operands, K in slices) that a CPU without them runs.
  *
  * The producers of bf16 operands (kernels.h, "bf16 compute") must write exactly their fp32
  * twin's values rounded, and AdamW's bf16 twin must leave param, m and v with the fp32 kernel's
@@ -131,20 +131,12 @@ static void forward_against_exact(struct worst *wst, const float *got, const flo
     }
 }
 
-static void products_match_the_exact_sums(void)
+/* The four products on the path chosen now (oneDNN's, or widened), against the exact sums. */
+static void products_on_this_path(void)
 {
-  const char *impl;
   char err[256];
-  if (bf16_matmul_available(&impl, err, sizeof err)) {
-    printf("bf16 products not available: %s\n", err);
-    CHECK(strstr(err, "oneDNN") != NULL); /* refused, naming the cause */
-    float out[1];
-    bf16 one = bf16_from_float(1.0f);
-    CHECK(linear_bf16_forward(out, &one, &one, 1, 1, 1, err, sizeof err) != 0);
-    return;
-  }
-  printf("oneDNN bf16 matmul: %s\n", impl);
-  const int shapes[][3] = { { 1, 1, 1 }, { 7, 13, 5 }, { 64, 256, 688 }, { 130, 64, 96 }, { 1024, 256, 256 } };
+  const int shapes[][3] = { { 1, 1, 1 }, { 7, 13, 5 }, { 64, 256, 688 }, { 130, 64, 96 }, { 1024, 256, 256 },
+                          { 300, 600, 70 } };
   unsigned seed = 7;
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
     const int BT = shapes[s][0], IC = shapes[s][1], OC = shapes[s][2];
@@ -195,6 +187,35 @@ static void products_match_the_exact_sums(void)
     CHECK(bw.ratio <= 1.0);
     free(x), free(w), free(dy), free(out), free(out2), free(dx), free(dw), free(dw0);
   }
+}
+
+/* oneDNN's bf16 matmul where this CPU has it at speed, and the widened products (the path of a CPU
+ * without bf16 instructions, TYCHO_BF16=widen elsewhere) everywhere: both within the bound. The
+ * float64 build has no bf16 products: refused, saying so. */
+static void products_match_the_exact_sums(void)
+{
+  const char *impl;
+  char err[256];
+#if REAL_IS_DOUBLE
+  float out[1];
+  bf16 one = bf16_from_float(1.0f);
+  CHECK(linear_bf16_forward(out, &one, &one, 1, 1, 1, err, sizeof err) != 0);
+  CHECK_STR_CONTAINS(err, "float64");
+  (void)impl;
+  return;
+#endif
+  if (bf16_matmul_available(&impl, err, sizeof err)) {
+    printf("no bf16 products at speed (%s): the widened path only\n", err);
+  } else {
+    printf("oneDNN bf16 matmul: %s\n", impl);
+    products_on_this_path();
+  }
+  setenv("TYCHO_BF16", "widen", 1);
+  CHECK(bf16_widened_asked());
+  printf("widened (%s):\n", bf16_linear_path(err, sizeof err));
+  CHECK_STR_CONTAINS(err, "widened");
+  products_on_this_path();
+  unsetenv("TYCHO_BF16");
 }
 
 #if !REAL_IS_DOUBLE
@@ -265,10 +286,6 @@ static void producers_write_their_twins_rounded(void)
 static void backward_without_input_gradient_accumulates_only(void)
 {
   char err[256];
-  if (bf16_matmul_available(NULL, err, sizeof err)) { /* this CPU has none: refused, saying why */
-    CHECK_STR_CONTAINS(err, "oneDNN");
-    return;
-  }
   unsigned seed = 5;
   const int BT = 9, IC = 16, OC = 8;
   bf16 *x = random_bf16((size_t)BT * IC, &seed), *w = random_bf16((size_t)OC * IC, &seed);

@@ -22,6 +22,7 @@
 #include "runtime/state/ckpt.h"
 #include "runtime/state/manifest.h"
 #include "runtime/train/run_guard.h"
+#include "runtime/train/tensorboard.h"
 #include "runtime/train/threads.h"
 #include "runtime/train/threads_adapt.h"
 #include "runtime/train/train.h"
@@ -55,6 +56,11 @@ struct run_log {
   FILE *out;                 /* progress lines; may be NULL */
   FILE *metrics;             /* JSON lines; NULL when log.metrics is unset */
   const char *metrics_path;
+  /* log.tensorboard: the same lines as scalars (tensorboard.h), on rank 0 or, with
+   * tensorboard_ranks "all", on every rank: its step lines and its own memory record; the
+   * evaluation and the sparse layers' job-wide figures are rank 0's */
+  struct tb_log tb;
+  int rank, tb_all;
 };
 
 /* Rank 0, before anything else (trainer_open, any step): every path the run will write is tried
@@ -252,7 +258,7 @@ static int log_step(struct run_log *log, const struct plan *p, const struct trai
                     const struct train_moe *moe, long long tokens, double step_seconds, double elapsed,
                     char *err, size_t n)
 {
-  if (!log->metrics)
+  if (!log->metrics && log->tb.fd < 0)
     return 0;
   /* the sparse layers' object: per layer its figures and one count per expert */
   const size_t moe_size = moe->n ? (size_t)moe->n * (128 + 24 * (size_t)moe->E) + 256 : 1;
@@ -264,7 +270,8 @@ static int log_step(struct run_log *log, const struct plan *p, const struct trai
     return errf(err, n, "log.metrics: out of memory for a line");
   }
   part[0] = '\0';
-  train_moe_json(moe, part, moe_size);
+  if (log->rank == 0) /* gathered at rank 0 only */
+    train_moe_json(moe, part, moe_size);
   const double tokens_per_sec = (double)p->batch.global * p->batch.seq / step_seconds;
   /* %.17g: every digit of the double, so runs can be compared to 1e-10 (the float64 build) */
   snprintf(line, size, "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, "
@@ -272,6 +279,8 @@ static int log_step(struct run_log *log, const struct plan *p, const struct trai
            s->loss, s->lr, s->grad_norm, tokens, tokens_per_sec, elapsed, s->threads, s->skipped ? ", \"skipped\": true" : "",
            part);
   int rc = write_metrics_line(log, line, err, n);
+  if (!rc) /* at s + 1: the optimizer steps done, as evaluation counts them */
+    rc = tb_line(&log->tb, TB_TRAIN, s->step + 1, line, err, n);
   free(line);
   free(part);
   return rc;
@@ -330,7 +339,9 @@ static int log_eval(struct run_log *log, const struct train_eval_stats *e, char 
     fprintf(log->out, "%s\n", text);
     fflush(log->out);
   }
-  return write_metrics_line(log, line, err, n);
+  if (write_metrics_line(log, line, err, n))
+    return -1;
+  return log->rank == 0 ? tb_line(&log->tb, TB_EVAL, e->step, line, err, n) : 0;
 }
 
 static void print_header(FILE *out, const struct plan *p, const struct trainer *t)
@@ -357,17 +368,19 @@ static void print_header(FILE *out, const struct plan *p, const struct trainer *
   if (p->device != PLAN_DEVICE_CPU) /* where "auto" or "cuda" runs, and why */
     fprintf(out, "device: %s\n", t->device.text);
   if (t->model.bf16) {
-    const char *impl = "?";
-    char why[160];
-    bf16_matmul_available(&impl, why, sizeof why);
+    char lin[320];
+    if (!strcmp(t->model.k->name, "cpu"))
+      bf16_linear_path(lin, sizeof lin);
+    else
+      snprintf(lin, sizeof lin, "the %s table's", t->model.k->name);
     char attn[96];
     if (t->model.k->attention_forward_bf16)
       snprintf(attn, sizeof attn, "the attention's on tycho's %s kernel", attention_bf16_path());
     else
       snprintf(attn, sizeof attn, "the attention's in fp32 on this backend");
-    fprintf(out, "precision: bf16 products (the linears' on oneDNN %s, %s) on bf16 copies of the weights "
+    fprintf(out, "precision: bf16 products (the linears' on %s, %s) on bf16 copies of the weights "
             "and the linears' inputs; fp32 master weights, gradients, norms, softmax and residual stream\n",
-            impl, attn);
+            lin, attn);
   }
   fprintf(out, "data: %s; init: %s\n", t->data.description,
           p->init.from[0] ? p->init.from : "random (seeds.model)");
@@ -421,7 +434,9 @@ static int memory_record(struct run_log *log, int rank, const int64_t *peaks, co
     used += snprintf(line + used, sizeof line - (size_t)used, "%s\"%s\": %lld", c ? ", " : "",
                      alloc_category_name((enum alloc_category)c), (long long)held[c]);
   snprintf(line + used, sizeof line - (size_t)used, "}}\n");
-  return write_metrics_line(log, line, err, n);
+  if (write_metrics_line(log, line, err, n))
+    return -1;
+  return !log->tb_all || rank == log->rank ? tb_line(&log->tb, TB_MEMORY, -1, line, err, n) : 0;
 }
 
 /* Every rank's peaks on rank 0's output and metrics. */
@@ -444,14 +459,14 @@ static int print_peaks(struct comm_group *g, struct run_log *log, char *err, siz
     memcpy(all, send, sizeof send);
   else if (comm_all_gather(g, send, all, K, COMM_INT64, NULL))
     rc = errf(err, n, "gathering the memory bills: %s", comm_error());
-  for (int r = 0; out && !rc && r < size; r++) {
+  for (int r = 0; (out || log->tb.fd >= 0) && !rc && r < size; r++) { /* tb: a rank's own, tb_all */
     struct alloc_bill b = { 0 };
     for (int c = 0; c < ALLOC_N_CATEGORIES; c++)
       b.peak_bytes[c] = (size_t)all[(size_t)r * K + (size_t)c];
     b.total_peak_bytes = (size_t)all[(size_t)r * K + ALLOC_N_CATEGORIES];
-    if (size == 1) {
+    if (out && size == 1) {
       alloc_print_peaks(out);
-    } else {
+    } else if (out) {
       char label[64];
       snprintf(label, sizeof label, "memory peak, rank %d", r);
       alloc_print_bill_peaks(out, label, &b);
@@ -733,12 +748,17 @@ int train_run(const struct plan *p, struct comm_group *const *groups, FILE *out,
 {
   struct comm_group *all = groups ? comm_world() : NULL;
   const int rank0 = !all || all->rank == 0;
-  struct run_log log = { rank0 ? out : NULL, NULL, "" };
+  struct run_log log = { .out = rank0 ? out : NULL, .metrics_path = "" };
   struct run_locks locks = { { .fd = -1 }, { .fd = -1 }, { .fd = -1 } };
+  tb_init(&log.tb);
+  log.rank = all ? all->rank : 0;
+  log.tb_all = strcmp(p->log.tensorboard_ranks, "all") == 0;
   /* Everything the run will write, tried and locked, and what it will read, looked at, before
    * the trainer opens (exit 1; exit 2 for a path that is not a regular file). */
   err_class_reset();
   int rc = rank0 ? classed(prepare_outputs(p, &log, &locks, err, err_size)) : TRAIN_OK;
+  if (rc == TRAIN_OK && p->log.tensorboard[0] && (rank0 || log.tb_all)) /* a new event file */
+    rc = status_of(tb_open(&log.tb, p->log.tensorboard, log.rank, log.tb_all, err, err_size));
   rc = comm_agree_err(all, rc, err, err_size, COMM_AGREE_NAME_RANK_UNLESS_PLAN);
   struct trainer t;
   int opened = rc;
@@ -782,6 +802,12 @@ int train_run(const struct plan *p, struct comm_group *const *groups, FILE *out,
   }
   if (log.metrics)
     fclose(log.metrics);
+  char why[1024]; /* the records kept, written after a failure or a signal too */
+  if (tb_flush(&log.tb, 1, why, sizeof why) && rc == TRAIN_OK) {
+    errf(err, err_size, "%s", why);
+    rc = TRAIN_RUNTIME_ERROR;
+  }
+  tb_close(&log.tb);
   run_lock_release(&locks.export_);
   run_lock_release(&locks.metrics);
   run_lock_release(&locks.ckpt);

@@ -169,28 +169,64 @@ static int run(enum kind kind, float *dst, const bf16 *src, const bf16 *wei, int
   return 0;
 }
 
+/* oneDNN's bf16 matmul where it is fast (found once), else the widened products (bf16.h). */
+static int widened(void)
+{
+  static int fast = -1;
+  if (fast < 0) {
+    char why[256];
+    fast = bf16_matmul_available(NULL, why, sizeof why) == 0;
+  }
+  return !fast || bf16_widened_asked();
+}
+
+static int product(enum kind kind, float *dst, const bf16 *src, const bf16 *wei, int BT, int IC, int OC,
+                   char *err, size_t err_size)
+{
+  static const int widened_kind[] = { [FORWARD] = BF16_LINEAR_FORWARD,
+                                      [BACKWARD_INPUT] = BF16_LINEAR_BACKWARD_INPUT,
+                                      [BACKWARD_WEIGHT] = BF16_LINEAR_BACKWARD_WEIGHT,
+                                      [FORWARD_ACC] = BF16_LINEAR_FORWARD_ACC };
+  if (widened())
+    return linear_bf16_widened(widened_kind[kind], dst, src, wei, BT, IC, OC, err, err_size);
+  return run(kind, dst, src, wei, BT, IC, OC, err, err_size);
+}
+
 int linear_bf16_forward(float *out, const bf16 *inp, const bf16 *weight, int BT, int IC, int OC,
                         char *err, size_t err_size)
 {
-  return run(FORWARD, out, inp, weight, BT, IC, OC, err, err_size);
+  return product(FORWARD, out, inp, weight, BT, IC, OC, err, err_size);
 }
 
 int linear_bf16_forward_acc(float *out, const bf16 *inp, const bf16 *weight, int BT, int IC, int OC,
                             char *err, size_t err_size)
 {
-  return run(FORWARD_ACC, out, inp, weight, BT, IC, OC, err, err_size);
+  return product(FORWARD_ACC, out, inp, weight, BT, IC, OC, err, err_size);
 }
 
 int linear_bf16_backward_input(float *dinp, const bf16 *dout, const bf16 *weight, int BT, int IC,
                                int OC, char *err, size_t err_size)
 {
-  return run(BACKWARD_INPUT, dinp, dout, weight, BT, IC, OC, err, err_size);
+  return product(BACKWARD_INPUT, dinp, dout, weight, BT, IC, OC, err, err_size);
 }
 
 int linear_bf16_backward_weight(float *dweight, const bf16 *dout, const bf16 *inp, int BT, int IC,
                                 int OC, char *err, size_t err_size)
 {
-  return run(BACKWARD_WEIGHT, dweight, dout, inp, BT, IC, OC, err, err_size);
+  return product(BACKWARD_WEIGHT, dweight, dout, inp, BT, IC, OC, err, err_size);
+}
+
+const char *bf16_linear_path(char *buf, size_t n)
+{
+  const char *impl;
+  char why[256];
+  if (bf16_matmul_available(&impl, why, sizeof why))
+    snprintf(buf, n, "fp32 products over bf16 operands widened (this CPU has no bf16 products)");
+  else if (bf16_widened_asked())
+    snprintf(buf, n, "fp32 products over bf16 operands widened (TYCHO_BF16=widen; oneDNN has %s)", impl);
+  else
+    snprintf(buf, n, "oneDNN %s", impl);
+  return buf;
 }
 
 int bf16_matmul_available(const char **impl, char *err, size_t err_size)
@@ -203,8 +239,8 @@ int bf16_matmul_available(const char **impl, char *err, size_t err_size)
   if (impl)
     *impl = e->impl;
   if (strstr(e->impl, "ref")) {
-    snprintf(err, err_size, "oneDNN has only its reference bf16 matmul on this CPU (%s): bf16 needs "
-             "AVX-512 BF16 or AMX", e->impl);
+    snprintf(err, err_size, "oneDNN has only its reference bf16 matmul on this CPU (%s): bf16 products "
+             "at speed need AVX-512 BF16 or AMX", e->impl);
     return 1;
   }
   return 0;
