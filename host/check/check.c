@@ -754,6 +754,9 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
           p->log.metrics);
   if (p->log.trace[0])
     fprintf(f, ", trace %s (the first %d steps)", p->log.trace, p->log.trace_steps);
+  if (p->log.tensorboard[0])
+    fprintf(f, ", tensorboard %s%s", p->log.tensorboard,
+            strcmp(p->log.tensorboard_ranks, "all") == 0 ? " (every rank, in rank<N>/)" : "");
   fputc('\n', f);
 }
 

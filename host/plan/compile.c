@@ -395,7 +395,8 @@ static int read_simple_sections(struct reader *r, const struct tbl *root)
     lua_pop(r->L, 1);
   }
 
-  static const char *const log_known[] = { "every", "metrics", "trace", "trace_steps", NULL };
+  static const char *const log_known[] = { "every", "metrics", "trace", "trace_steps", "tensorboard",
+                                           "tensorboard_ranks", NULL };
   if (compile_open_section(r, root, "log", &t, &present))
     return -1;
   if (present) {

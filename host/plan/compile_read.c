@@ -255,15 +255,19 @@ static int check_str(lua_State *L, int idx, const char *path, char *out, size_t 
 static int check_enum(lua_State *L, int idx, const char *const *names, const char *path, const char *context, int *out,
                       char *err, size_t n)
 {
-  char v[96], list[768], mean[80] = "";
-  if (lua_type(L, idx) == LUA_TSTRING) {
-    const char *s = lua_tostring(L, idx);
+  char v[96], list[768], mean[80] = "", digits[32];
+  if (lua_type(L, idx) == LUA_TSTRING || lua_isinteger(L, idx)) { /* an integer: a name such as "0" */
+    const char *s = digits;
+    if (lua_type(L, idx) == LUA_TSTRING)
+      s = lua_tostring(L, idx);
+    else
+      snprintf(digits, sizeof digits, "%lld", (long long)lua_tointeger(L, idx));
     for (int i = 0; names[i]; i++)
       if (strcmp(names[i], s) == 0) {
         *out = i;
         return 0;
       }
-    const char *hint = closest(s, names);
+    const char *hint = s == digits ? NULL : closest(s, names);
     if (hint)
       snprintf(mean, sizeof mean, " (did you mean \"%s\"?)", hint);
   }

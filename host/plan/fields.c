@@ -28,6 +28,7 @@ static const char *const opt_kinds[] = { "adamw", NULL };
 static const char *const decays[] = { "constant", "cosine", "linear", NULL };
 static const char *const synthetic[] = { "addition", NULL };
 static const char *const export_formats[] = { "safetensors", "hf", NULL };
+static const char *const tb_ranks[] = { "0", "all", NULL };
 
 #define AT(member) offsetof(struct plan, member), sizeof(((struct plan *)0)->member)
 #define INF INFINITY
@@ -136,6 +137,8 @@ const struct plan_field plan_fields[] = {
   { "log.metrics", PLAN_FIELD_TEXT, AT(log.metrics), 0, 0, 0, NULL, 0, NULL, FREE },
   { "log.trace", PLAN_FIELD_TEXT, AT(log.trace), 0, 0, 0, NULL, 0, NULL, FREE },
   { "log.trace_steps", PLAN_FIELD_INT, AT(log.trace_steps), 1, 1 << 20, 0, NULL, 5, NULL, FREE },
+  { "log.tensorboard", PLAN_FIELD_TEXT, AT(log.tensorboard), 0, 0, 0, NULL, 0, NULL, FREE },
+  { "log.tensorboard_ranks", PLAN_FIELD_NAME, AT(log.tensorboard_ranks), 0, 0, 0, tb_ranks, 0, "0", FREE },
 };
 const int plan_n_fields = (int)(sizeof plan_fields / sizeof plan_fields[0]);
 

@@ -180,6 +180,8 @@ struct plan {
     int every;
     char metrics[PLAN_PATH_MAX], trace[PLAN_PATH_MAX];
     int trace_steps; /* the trace holds the run's first trace_steps steps */
+    char tensorboard[PLAN_PATH_MAX]; /* a folder of TensorBoard event files; "" none */
+    char tensorboard_ranks[8];       /* "0": rank 0 writes; "all": every rank, in DIR/rank<N>/ */
   } log;
 
   int n_locs, cap_locs;

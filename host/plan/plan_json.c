@@ -253,6 +253,10 @@ void plan_json(const struct plan *p, struct json *j)
   plan_field_json(plan_field_find("log.trace"), p, j);
   if (p->log.trace[0]) /* only with a trace: plans without one keep their hash */
     plan_field_json(plan_field_find("log.trace_steps"), p, j);
+  if (p->log.tensorboard[0]) { /* only when given: plans without it keep their hash */
+    plan_field_json(plan_field_find("log.tensorboard"), p, j);
+    plan_field_json(plan_field_find("log.tensorboard_ranks"), p, j);
+  }
   json_end_object(j);
   json_end_object(j);
 }
