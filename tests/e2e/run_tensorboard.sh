@@ -134,7 +134,7 @@ fi
 # (b) TensorBoard's own reader, from a venv of its own (skipped, saying why, where that fails)
 venv=${XDG_CACHE_HOME:-$HOME/.cache}/tycho-test-venv
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import tensorboard' 2>/dev/null; then
-  { /usr/bin/python3 -m venv --system-site-packages "$venv" && "$venv/bin/pip" install -q tensorboard; } \
+  { /usr/bin/python3 -m venv --system-site-packages "$venv" && "$venv/bin/pip" install -q --timeout 20 --retries 1 tensorboard; } \
     >"$tmp/pip.txt" 2>&1
 fi
 if ! "$venv/bin/python" -c 'from tensorboard.backend.event_processing import event_accumulator' 2>/dev/null; then
