@@ -160,6 +160,11 @@ int check_write_sbatch(const struct plan *p, const struct cluster *c, const stru
   fprintf(f, "# metrics: ");
   put_comment_text(f, p->log.metrics[0] ? p->log.metrics : "none (the plan sets no log.metrics)");
   fputc('\n', f);
+  if (p->log.tensorboard[0]) {
+    fprintf(f, "# tensorboard: ");
+    put_comment_text(f, p->log.tensorboard);
+    fputc('\n', f);
+  }
   if (p->export_.path[0]) {
     fprintf(f, "# export: ");
     put_comment_text(f, p->export_.path);

@@ -106,6 +106,9 @@ grep -q "log.tensorboard $tmp/none/tb: cannot make the folder: No such file or d
   "$tmp/err" || fail "a missing parent folder: no message"
 "$tycho" check plans/tiny.lua --set log.tensorboard="$tmp/x" >"$tmp/out" 2>"$tmp/err" || fail "check failed"
 grep -q "^log .*tensorboard $tmp/x" "$tmp/out" || fail "tycho check does not list the tensorboard folder"
+"$tycho" check plans/tiny.lua --world 1 --cluster tests/slurm/local4.lua --sbatch --set log.tensorboard="$tmp/x" \
+  >"$tmp/out" 2>"$tmp/err" || fail "check --sbatch failed"
+grep -qx "# tensorboard: $tmp/x" "$tmp/out" || fail "the batch script does not name the tensorboard folder"
 "$tycho" check plans/tiny.lua --set log.tensorboard="$tmp/x" --set log.tensorboard_ranks=0 >"$tmp/out" 2>"$tmp/err" ||
   fail "log.tensorboard_ranks=0 (an integer) refused"
 "$tycho" check plans/tiny.lua --set log.tensorboard="$tmp/x" --set log.tensorboard_ranks=2 >"$tmp/out" 2>"$tmp/err"
