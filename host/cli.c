@@ -132,6 +132,11 @@ void parse_args(lua_State *L, int argc, char **argv, struct cli *c)
       c->world = (int)parse_count(L, "--world", a + 8, 1, WORLD_MAX);
     } else if (strcmp(a, "--json") == 0) {
       c->json = 1;
+    } else if (strcmp(a, "--svg") == 0 && strcmp(c->command, "check") == 0) {
+      if (!next || !*next)
+        host_fail(L, EXIT_USAGE, "--svg needs a file to write, e.g. --svg step.svg");
+      c->svg = next;
+      i++;
     } else if (strcmp(a, "--sbatch") == 0 && strcmp(c->command, "check") == 0) {
       c->sbatch = 1;
     } else if (strcmp(a, "--cpus-per-task") == 0 && strcmp(c->command, "check") == 0) {

@@ -27,6 +27,7 @@ struct cli {
   int listen_public;  /* run --listen-public: ADDR may be reachable from other machines */
   int world, json, unsafe, top;
   int sbatch, cpus_per_task; /* check --sbatch [--cpus-per-task N] */
+  const char *svg;           /* check --svg FILE: the step and memory drawn, or NULL */
   double headroom;
   int headroom_given; /* --headroom 0 is 0%, not the default */
   size_t memory_limit;

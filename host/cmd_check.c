@@ -1,6 +1,6 @@
 /* `tycho check` (the plan's layout, memory bill and predicted step, as text, JSON or a batch
- * script) and `tycho tune` (the best layouts for a world and a cluster, the best written as a plan
- * file): the commands that read a plan without running it (host/check/). */
+ * script; --svg FILE draws the step and the memory besides) and `tycho tune` (the best layouts
+ * for a world and a cluster, the best written as a plan file): the commands that read a plan without running it (host/check/). */
 #define _POSIX_C_SOURCE 200809L /* getcwd */
 #include <lua.h>
 #include <errno.h>
@@ -10,6 +10,7 @@
 
 #include "check/check.h"
 #include "check/sbatch.h"
+#include "check/svg.h"
 #include "check/tune.h"
 #include "cli.h"
 #include "util/launch.h"
@@ -97,6 +98,12 @@ int cmd_check(lua_State *L, const struct cli *c)
                      "--cluster C.lua --sbatch --cpus-per-task N");
   struct plan *p = compile_or_fail(L, c, c->world);
   const struct cluster *cl = load_cluster(L, c);
+  if (c->svg) { /* first, so a bad path fails before anything is printed */
+    char err[5000];
+    const int rc = check_svg_write(p, cl, c->svg, err, sizeof err);
+    if (rc)
+      return host_fail(L, rc == 2 ? EXIT_USAGE : EXIT_RUNTIME, "%s", err);
+  }
   if (c->sbatch) {
     char self[4096], cwd[4096], err[1024];
     if (!getcwd(cwd, sizeof cwd))
@@ -118,6 +125,8 @@ int cmd_check(lua_State *L, const struct cli *c)
     sb_free(&b);
   } else {
     check_print_text(p, cl, stdout);
+    if (c->svg)
+      printf("svg        wrote %s (the step's schedule and each pipeline rank's memory, drawn)\n", c->svg);
   }
   if (fflush(stdout) != 0)
     return host_fail(L, EXIT_RUNTIME, "cannot write to stdout");

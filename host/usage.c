@@ -16,7 +16,7 @@ static const struct {
 } sections[] = {
   { "check",
     "  check PLAN.lua [--world N] [--json] [--cluster C.lua [--sbatch [--cpus-per-task N]]]\n"
-    "        [--set path=value ...]\n"
+    "        [--svg FILE] [--set path=value ...]\n"
     "        compile and validate a plan and print what it does: mesh and groups, stages,\n"
     "        per-module tensor-parallel splits and the collectives they insert, recompute,\n"
     "        schedule, the memory bill per rank (each category's peak, and the model states kept\n"
@@ -33,7 +33,12 @@ static const struct {
     "                    running tycho run of the same plan and --sets, the checkpoint and\n"
     "                    metrics paths, the memory and step-time summary as comments\n"
     "        --cpus-per-task N  the script's CPUs per rank, 1..4096 (default: 1 on a CPU\n"
-    "                    cluster; on a GPU one whole nodes, their CPUs shared out by srun)\n" },
+    "                    cluster; on a GPU one whole nodes, their CPUs shared out by srun)\n"
+    "        --svg FILE  also draw the step as one SVG picture (written whole, or not at all):\n"
+    "                    a lane per pipeline rank with each micro-batch's forward, backward and\n"
+    "                    recompute where the schedule simulator puts them, the bubble shaded, and\n"
+    "                    each pipeline rank's memory bill against the device memory (--cluster);\n"
+    "                    a link, a folder or a missing folder at FILE is refused (exit 2)\n" },
   { "tune",
     "  tune PLAN.lua --world N --cluster C.lua [--top K] [--headroom PCT] [--out FILE]\n"
     "        rank the layouts of the plan's model for N ranks of the cluster by predicted step\n"

@@ -10,6 +10,7 @@ packages=(
   libdnnl-dev
   libopenmpi-dev openmpi-bin
   libreadline-dev
+  libxml2-utils librsvg2-bin   # e2e.check_svg: xmllint reads, rsvg-convert renders check --svg's picture
 )
 
 missing=()
