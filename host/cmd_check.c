@@ -1,6 +1,7 @@
 /* `tycho check` (the plan's layout, memory bill and predicted step, as text, JSON or a batch
  * script; --svg FILE draws the step and the memory besides) and `tycho tune` (the best layouts
- * for a world and a cluster, the best written as a plan file): the commands that read a plan without running it (host/check/). */
+ * for a world and a cluster, the best written as a plan file): the commands that read a plan
+ * without running it (host/check/). */
 #define _POSIX_C_SOURCE 200809L /* getcwd */
 #include <lua.h>
 #include <errno.h>
