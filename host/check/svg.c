@@ -8,7 +8,8 @@
  * micro-batch, R the pipeline rank, C the chunk) on a line of its own, in each rank's instruction
  * order, so a program (tests/e2e/check_svg.sh) can read them back and compare them with the lists
  * of `check --json` (the enlarged start and end of a long step repeat blocks as class "zblk").
- * A lane's background is the idle colour: what no block covers is the bubble. The memory part is check's bill, category by category, per pipeline rank. */
+ * A lane's background is the idle colour: what no block covers is the bubble. The memory part is
+ * check's bill, category by category, per pipeline rank. */
 #define _POSIX_C_SOURCE 200809L /* lstat */
 #include "check/svg.h"
 
