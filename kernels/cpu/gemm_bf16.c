@@ -4,6 +4,7 @@
 #include "gemm_bf16.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <omp.h>
 
 #include "vec.h"
@@ -24,16 +25,33 @@ static int avx512_bf16(void)
   return cpu && vec_current() == VEC_AVX512;
 }
 
+/* The AVX2 path: the CPU's AVX2 and FMA, found once, and the vector layer at avx2 or above. */
+static int avx2(void)
+{
+  static int cpu = -1;
+  if (cpu < 0) {
+    int ok = 0;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+    cpu = ok;
+  }
+  return cpu && vec_current() >= VEC_AVX2;
+}
+
 const char *gemm_bf16_path(void)
 {
-  return avx512_bf16() ? "avx512_bf16" : "scalar";
+  return avx512_bf16() ? "avx512_bf16" : avx2() ? "avx2" : "scalar";
 }
 
 size_t gemm_bf16_pack_elems(int M, int N, int K)
 {
-  /* op(A) as 32-bit pairs: M rows of K2 pairs, or K2 rows of M16; op(B): K2 rows of N16 pairs */
+  /* AVX-512 BF16: op(A) as 32-bit pairs, M rows of K2 pairs or K2 rows of M16; op(B) K2 rows of
+   * N16 pairs. AVX2: op(A) M rows of K bf16, then, from the next 64 bytes, op(B) widened as K
+   * rows of N16 floats (two bf16 elements each). The larger of the two. */
   const size_t K2 = (size_t)(K + 1) / 2, M16 = ((size_t)M + 15) / 16 * 16, N16 = ((size_t)N + 15) / 16 * 16;
-  return 2 * K2 * (M16 + N16);
+  return 2 * K2 * (M16 + 2 * N16) + 32;
 }
 
 static float rounded(float x)
@@ -105,6 +123,26 @@ void gemm_bf16(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, i
   for (int i = 0; i < M; i++)
     for (int k = 0; k < K; k++)
       a[(size_t)i * K + k] = bf16_from_float(ta == CblasNoTrans ? A[(size_t)i * lda + k] : A[(size_t)k * lda + i]);
+  if (avx2()) { /* op(B) rounded and widened, K rows of N16 floats from the next 64-byte boundary */
+    const int N16 = (N + 15) / 16 * 16;
+    const size_t at = ((size_t)(uintptr_t)(a + (size_t)M * K) + 63) / 64 * 64;
+    float *bw = (float *)(uintptr_t)at;
+    for (int k = 0; k < K; k++) {
+      for (int j = 0; j < N; j++)
+        bw[(size_t)k * N16 + j] = bf16_to_float(
+          bf16_from_float(tb == CblasNoTrans ? B[(size_t)k * ldb + j] : B[(size_t)j * ldb + k]));
+      for (int j = N; j < N16; j++) bw[(size_t)k * N16 + j] = 0.0f;
+    }
+    const int blocks = (M + 15) / 16;
+    if (blocks > 1 && !omp_in_parallel() && omp_get_max_threads() > 1) {
+#pragma omp parallel for
+      for (int blk = 0; blk < blocks; blk++)
+        gemm_bf16_avx2_rows(blk * 16, blk * 16 + 16 < M ? blk * 16 + 16 : M, N, N16, K, alpha, a, bw, beta, C, ldc);
+    } else {
+      gemm_bf16_avx2_rows(0, M, N, N16, K, alpha, a, bw, beta, C, ldc);
+    }
+    return;
+  }
   for (int j = 0; j < N; j++)
     for (int k = 0; k < K; k++)
       b[(size_t)j * K + k] = bf16_from_float(tb == CblasNoTrans ? B[(size_t)k * ldb + j] : B[(size_t)j * ldb + k]);

@@ -3,7 +3,7 @@
  * packed; the products accumulate in fp32. oneDNN has no bf16 call of this form (its bf16
  * products are matmul primitives made per shape), and the attention's blocks are small and
  * many, called from its parallel tasks; so tycho has its own: an AVX-512 BF16 kernel
- * (vdpbf16ps) where the CPU has one, else a scalar loop of the same arithmetic.
+ * (vdpbf16ps) where the CPU has one, else an AVX2 one or a scalar loop of the same arithmetic.
  *
  * The arithmetic, whichever path computes it: with a = bf16(op(A)) and b = bf16(op(B)) (round
  * to nearest even; the process runs with denormals as zero), each C element is
@@ -38,9 +38,9 @@ void gemm_bf16_scalar(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, i
                       float alpha, const float *A, int lda, const float *B, int ldb, float beta,
                       float *C, int ldc);
 
-/* "avx512_bf16" where gemm_bf16 runs the vector kernel, else "scalar" (no AVX-512 BF16 on this
- * CPU, the vector layer below avx512 (TYCHO_SIMD, vec_select), or not x86-64): asked at each
- * call. */
+/* "avx512_bf16" where gemm_bf16 runs the AVX-512 BF16 kernel; else "avx2" where the CPU has AVX2
+ * and FMA and the vector layer is at avx2 or above (the scalar path's bits, eight lanes at a
+ * time); else "scalar" (TYCHO_SIMD=scalar, vec_select, or not x86-64): asked at each call. */
 const char *gemm_bf16_path(void);
 
 /* The vector kernel (gemm_bf16_avx512.c, built for AVX-512 BF16); gemm_bf16 calls it only where
@@ -48,5 +48,10 @@ const char *gemm_bf16_path(void);
 void gemm_bf16_avx512(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K,
                       float alpha, const float *A, int lda, const float *B, int ldb, float beta,
                       float *C, int ldc, bf16 *pack);
+
+/* The AVX2 path (gemm_bf16_avx2.c): rows [i0, i1) of C from op(A) packed rounded as M rows of K
+ * bf16 and op(B) rounded and widened as K rows of N16 floats (64-byte aligned). */
+void gemm_bf16_avx2_rows(int i0, int i1, int N, int N16, int K, float alpha, const bf16 *a,
+                         const float *bw, float beta, float *C, int ldc);
 
 #endif

@@ -1,8 +1,8 @@
 /* The attention's bf16-operand products (kernels/cpu/gemm_bf16.h): the operands really rounded to
  * bf16 (nearest, ties to even); every transpose, beta, tail and odd K within the fp32 summation
  * bound of a double reference on the rounded operands; the same bits at any thread count, inside
- * or outside a parallel region; beta 0 never reads C. The scalar path (TYCHO_SIMD below avx512, or
- * no AVX-512 BF16) gives the reference loop's bits; where the CPU has AVX-512 BF16 the vector
+ * or outside a parallel region; beta 0 never reads C. The scalar path (TYCHO_SIMD=scalar) and the
+ * AVX2 path (no AVX-512 BF16) give the reference loop's bits; where the CPU has AVX-512 BF16 the vector
  * kernel's agreement with it is counted and printed. */
 #include <float.h>
 #include <math.h>
@@ -79,6 +79,10 @@ static void one_case(int M, int N, int K, int ta, int tb, int acc, unsigned seed
               "threads) differs from the reference loop", M, N, K, ta, tb, acc, th);
   }
   vec_select(isa0);
+  /* the AVX2 path (no AVX-512 BF16): the reference loop's bits too, at every thread count above */
+  if (!strcmp(gemm_bf16_path(), "avx2"))
+    CHECK_MSG(memcmp(one, S, nc * sizeof *S) == 0, "M %d N %d K %d ta %d tb %d beta %d: the avx2 path differs "
+              "from the reference loop", M, N, K, ta, tb, acc);
   /* A sum of K exact products in fp32 is within (K − 1)·u·Σ|terms| of the exact sum (u = 2^-24,
    * first order); alpha·acc and the add of beta·C round once more each: (K + 2)·u of
    * |alpha|·Σ|a b| + |beta C|, with 1% for the second-order terms. */

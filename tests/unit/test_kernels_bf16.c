@@ -14,6 +14,7 @@
  * The producers of bf16 operands (kernels.h, "bf16 compute") must write exactly their fp32
  * twin's values rounded, and AdamW's bf16 twin must leave param, m and v with the fp32 kernel's
  * bits: compared bit for bit, on lengths that end inside a vector block and span several. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <stdint.h>
 #include <stdlib.h>
 
