@@ -133,7 +133,7 @@ endfunction()
 tycho_equiv_must_fail(broken_dropout_seed 2 --set seeds.dropout=5)
 
 # bf16 compute on the CPU (both runs bf16; the bounds are argued in mpi_dp_equiv.c at
-# bf16_bounds): data parallelism with ZeRO 0-2, pipeline stages, recompute; the bill against the
+# bf16_bounds): data parallelism with ZeRO 0-3, pipeline stages, recompute; the bill against the
 # peaks with the bf16 copies. The broken seed must still fail under the wider bounds.
 if(NOT TYCHO_FLOAT64)
   tycho_dp_equiv(bf16_dp2 2 --both precision.compute=bf16)
@@ -141,6 +141,30 @@ if(NOT TYCHO_FLOAT64)
   tycho_dp_equiv(bf16_dp2_zero1_tied 2 --both precision.compute=bf16 --set zero=1 --both model.tie_embeddings=true)
   tycho_dp_equiv(bf16_pp2_1f1b 2 --both precision.compute=bf16 --set mesh.pp=2)
   tycho_dp_equiv(bf16_recompute_full_dp2 2 --both precision.compute=bf16 --set recompute=full)
+  # ZeRO 3: each gathered unit's bf16 copies made once it arrives and freed with it (params peak)
+  tycho_dp_equiv(bf16_dp2_zero3 2 --both precision.compute=bf16 --set zero=3)
+  tycho_dp_equiv(bf16_dp2_zero3_tied 2 --both precision.compute=bf16 --set zero=3 --set batch.micro=1
+    --both model.tie_embeddings=true)
+  tycho_dp_equiv(bf16_dp2_zero3_step_micro2 2 --both precision.compute=bf16 --set zero=3
+    --set zero_every.grads=step --set zero_every.params=step --set batch.micro=2)
+  tycho_dp_equiv(bf16_pp2_dp2_zero3 4 --both precision.compute=bf16 --set mesh.pp=2 --set zero=3)
+  tycho_dp_equiv(bf16_pp2_dp2_zero3_micro_batch_tied 4 --both precision.compute=bf16 --set mesh.pp=2 --set zero=3
+    --set zero_every.grads=micro_batch --set zero_every.params=micro_batch --both model.tie_embeddings=true)
+  tycho_dp_equiv(bf16_dp4_zero3_8_layers 4 --both precision.compute=bf16 --set zero=3 --both model.n_layers=8
+    --both bucket_mb=25 --memory-falls)
+  tycho_dp_equiv(bf16_tp2_dp2_zero3 4 --both precision.compute=bf16 --set mesh.tp=2 --set zero=3)
+  # tensor parallelism (the fp32 conversions, each product on its input rounded): the default
+  # splits (vocab-parallel embedding and head), sequence parallel, a padded vocabulary with tied
+  # embeddings, every split choice per module (tp_mixed.lua), beside pipeline stages and ZeRO 1
+  tycho_dp_equiv(bf16_tp2 2 --both precision.compute=bf16 --set mesh.tp=2)
+  tycho_dp_equiv(bf16_tp2_sp 2 --both precision.compute=bf16 --set mesh.tp=2 --set sequence_parallel=true)
+  tycho_dp_equiv(bf16_tp2_vocab 2 --both precision.compute=bf16 --set mesh.tp=2 --set tp_split.embed=vocab
+    --set tp_split.head=vocab --both model.vocab=63 --both model.tie_embeddings=true)
+  tycho_mpi_test(mpi_dp_equiv.bf16_tp2_mixed_sp 2 COMMAND $<TARGET_FILE:mpi_dp_equiv>
+    ${PROJECT_SOURCE_DIR}/tests/plans/good/tp_mixed.lua --both precision.compute=bf16 --set mesh.tp=2
+    --set sequence_parallel=true)
+  tycho_dp_equiv(bf16_tp2_pp2 4 --both precision.compute=bf16 --set mesh.tp=2 --set mesh.pp=2)
+  tycho_dp_equiv(bf16_tp2_dp2_zero1 4 --both precision.compute=bf16 --set mesh.tp=2 --set zero=1)
   tycho_equiv_must_fail(bf16_broken_dropout_seed 2 --both precision.compute=bf16 --set seeds.dropout=5)
 endif()
 if(TYCHO_FLOAT64)
@@ -181,6 +205,16 @@ tycho_ep_equiv(tp2_ep2_dropless_zero1 4 --set mesh.tp=2 --set mesh.ep=2 --set ze
   --both model.moe.capacity_factor=0)
 tycho_ep_equiv(tp2_ep2_pp2_zero2 8 --set mesh.tp=2 --set mesh.ep=2 --set mesh.pp=2 --set zero=2
   ${ep_capacity_dropout})
+# bf16 compute with sparse layers (the router's and the experts' products on bf16 operands, both
+# runs bf16, the bf16 bounds, the routing within 1% of its assignments: bf16_bounds): every expert
+# on each of dp 2, ep 2, tp 2 beside ep 2. Dropless: at capacity a swapped near-tie displaces
+# other tokens from a full expert, and the runs drift past the weights' bound (1.25e-3 at ep 1).
+if(NOT TYCHO_FLOAT64)
+  tycho_ep_equiv(bf16_moe 2 --both precision.compute=bf16 --both model.moe.capacity_factor=0)
+  tycho_ep_equiv(bf16_moe_ep2 2 --both precision.compute=bf16 --set mesh.ep=2 --both model.moe.capacity_factor=0)
+  tycho_ep_equiv(bf16_moe_tp2_ep2 4 --both precision.compute=bf16 --set mesh.tp=2 --set mesh.ep=2
+    --both model.moe.capacity_factor=0)
+endif()
 
 # Sparse layers without expert parallelism (ep 1: every rank holds every expert) against the serial
 # run, on tests/plans/good/moe_small.lua (4 layers, 1 and 3 sparse: 4 experts, top 2, capacity

@@ -154,19 +154,23 @@ static int zero_grads_replay(const struct plan *p, const struct sched_list *list
 
 /* ZeRO-3 over a pipeline rank's list of the schedule, piece by piece as the executor runs it
  * (pieces_zero3_replay): the all-gathers of a step, the elements they move (of the buckets with
- * `expert` equal to this, or of all where it is −1), and the most parameter elements gathered at
- * once. 0, or nonzero with a message. */
+ * `expert` equal to this, or of all where it is −1), and the most bytes gathered at once: each
+ * unit's elements of elem_bytes and, with table t of a bf16 plan, its matmul weights' bf16
+ * copies, which the runtime rounds once the unit's gather completes and frees with it (t NULL:
+ * none). 0, or nonzero with a message. */
 static int zero3_replay(const struct plan *p, const struct sched_list *list, const struct dp_layout *l,
-                        int expert, unsigned long long *calls, unsigned long long *moved, size_t *peak,
-                        char *err, size_t err_size)
+                        const struct layout_params *t, size_t elem_bytes, int expert, unsigned long long *calls,
+                        unsigned long long *moved, size_t *peak, char *err, size_t err_size)
 {
   const int U = l->n_units;
   size_t *held = calloc((size_t)U, sizeof *held), *gathered = calloc((size_t)U, sizeof *gathered);
   int *n_calls = calloc((size_t)U, sizeof *n_calls);
   int rc = !held || !gathered || !n_calls ? errf(err, err_size, "out of memory") : 0;
   for (int u = 0; !rc && u < U; u++) {
-    held[u] = unit_elems(l, u);
     const struct dp_unit *k = &l->units[u];
+    size_t bf16_start;
+    held[u] = unit_elems(l, u) * elem_bytes +
+              (t ? pieces_unit_bf16(t, k->first_param, k->last_param, &bf16_start) * sizeof(bf16) : 0);
     for (int b = k->first_bucket; k->first_bucket >= 0 && b <= k->last_bucket; b++) {
       if (expert >= 0 && l->buckets[b].expert != expert)
         continue;
@@ -359,8 +363,15 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
   }
   free(per_stage);
 
-  /* elements (reals) as the runtime allocates them */
-  double params = 0, grads = 0, comm = 0, activations, workspace;
+  /* Every buffer is counted in the runtime's reals as it carves them (a bf16 model's bf16
+   * activations as half as many reals), its fp32 weights are the master, and a bf16 model adds
+   * its matmul weights' bf16 copies (model.h): the CPU's and the GPU's bf16 modes are one. The
+   * reals are this build's on the CPU (float64 in the proof build) and fp32 on a GPU. */
+  const int cpu = plan_on_cpu(p);
+  const double c = cpu ? (double)sizeof(real) : bill_element_bytes(p, PLAN_FP32);
+  /* elements (reals) as the runtime allocates them; zero 3's gathered units in bytes, their bf16
+   * copies with them (whole copies under zero 0-2) */
+  double params = 0, grads = 0, comm = 0, gathered = 0, activations, workspace;
   if (zero < 3)
     params = (double)r.l.n_elems;
   if (zero < 2)
@@ -370,14 +381,16 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
     unsigned long long calls, moved;
     struct zero_grads zg;
     if (zero_grads_replay(p, r.list, &r.l, p->zero_every.grads == PLAN_ZERO_EVERY_STEP, &zg, err, err_size) ||
-        (zero == 3 && zero3_replay(p, r.list, &r.l, -1, &calls, &moved, &pz, err, err_size))) {
+        (zero == 3 && zero3_replay(p, r.list, &r.l, &r.t, (size_t)c, -1, &calls, &moved, &pz, err, err_size))) {
       rank_view_free(&r);
       return 1;
     }
     grads = (double)(r.l.n_shard + zg.grads);
     comm = (double)zg.comm;
-    if (zero == 3)
-      params = (double)(r.l.n_shard + pz);
+    if (zero == 3) {
+      params = (double)r.l.n_shard;
+      gathered = (double)pz;
+    }
   }
   const double state = (double)(zero == 0 ? r.l.n_elems : r.l.n_shard);
   activations = (double)(acts[0] - acts[3]) + slot_floats + (double)acts[1];
@@ -389,16 +402,10 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
   /* the trainer's batch: inputs and targets (ints), each row's window index (8 bytes) */
   const double batch_bytes = 2.0 * micro * seq * sizeof(int) + (double)micro * sizeof(uint64_t);
 
-  /* Every buffer is counted in the runtime's reals as it carves them (a bf16 model's bf16
-   * activations as half as many reals), its fp32 weights are the master, and a bf16 model adds
-   * its matmul weights' bf16 copies (model.h): the CPU's and the GPU's bf16 modes are one. The
-   * reals are this build's on the CPU (float64 in the proof build) and fp32 on a GPU. */
-  const int cpu = plan_on_cpu(p);
-  const double c = cpu ? (double)sizeof(real) : bill_element_bytes(p, PLAN_FP32);
   const double g = bill_element_bytes(p, p->precision.grads);
   const double fp32 = bill_element_bytes(p, PLAN_FP32); /* AdamW's moments */
   const double copies = zero < 3 ? (double)r.t.n_bf16 * sizeof(bf16) : 0.0;
-  out->bytes[ALLOC_PARAMS] = params * c + copies;
+  out->bytes[ALLOC_PARAMS] = params * c + copies + gathered;
   out->bytes[ALLOC_GRADS] = grads * g;
   out->bytes[ALLOC_OPTIMIZER] = state * 2.0 * fp32;
   /* each slot's token and target ids: ints carved from this runtime's reals */
@@ -535,7 +542,7 @@ int traffic_predict_shared(const struct plan *p, const struct bill_shared *sh, i
     if (p->zero == 3) {
       unsigned long long calls = 0, elems = 0;
       size_t peak;
-      if (zero3_replay(p, r.list, &r.l, ep > 1 ? expert : -1, &calls, &elems, &peak, err, err_size)) {
+      if (zero3_replay(p, r.list, &r.l, NULL, 1, ep > 1 ? expert : -1, &calls, &elems, &peak, err, err_size)) {
         rank_view_free(&r);
         return 1;
       }

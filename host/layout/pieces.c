@@ -201,3 +201,20 @@ void pieces_stage_slots(const struct plan *p, const struct sched *s, int pp_rank
   free(used);
   free(now);
 }
+
+size_t pieces_unit_bf16(const struct layout_params *t, int first_param, int last_param, size_t *start)
+{
+  /* the copies are packed in table order: a unit's run from its first copy to the next unit's
+   * first (or the end), the padding after its last included */
+  int first = -1;
+  for (int i = first_param; i >= 0 && i <= last_param && first < 0; i++)
+    first = t->p[i].bf16_offset != LAYOUT_NO_BF16 ? i : -1;
+  *start = 0;
+  if (first < 0)
+    return 0;
+  size_t end = t->n_bf16;
+  for (int i = last_param + 1; i < t->n && end == t->n_bf16; i++)
+    end = t->p[i].bf16_offset != LAYOUT_NO_BF16 ? t->p[i].bf16_offset : end;
+  *start = t->p[first].bf16_offset;
+  return end - *start;
+}

@@ -15,6 +15,7 @@
 #include <stddef.h>
 
 #include "plan/plan.h"
+#include "layout/params.h"
 #include "sched/sched.h"
 
 enum piece_kind { PIECE_EMBED_FWD, PIECE_LAYER_FWD, PIECE_HEAD_FWD, PIECE_HEAD_BWD, PIECE_LAYER_BWD,
@@ -45,13 +46,19 @@ void pieces_last_backwards(const struct sched_list *list, int n_stages, int *las
  * piece's (the rest of the instruction, then pieces_follower's first) are started; after it,
  * every unit of the piece's stage that the next piece does not read is freed, except with
  * keep_for_step (zero_every.params = "step") before the stage's last backward, where nothing is.
- * unit_elems[u] is the elements a gather of unit u holds and unit_calls[u] the all-gathers it
- * takes (one per bucket), unit_gather_elems[u] the elements those all-gathers move. Sums the
- * calls and moved elements of a step and finds the most elements held at once. 0, or −1 out of
+ * unit_elems[u] is what a gather of unit u holds (elements; or bytes, a bf16 plan's copies with
+ * them: *peak_held is in the same measure) and unit_calls[u] the all-gathers it takes (one per
+ * bucket), unit_gather_elems[u] the elements those all-gathers move. Sums the calls and moved
+ * elements of a step and finds the most held at once. 0, or −1 out of
  * memory. */
 int pieces_zero3_replay(const struct plan *p, const struct sched_list *list, int keep_for_step,
                         const size_t *unit_elems, const int *unit_calls, const size_t *unit_gather_elems,
                         unsigned long long *calls, unsigned long long *moved, size_t *peak_held);
+/* A bf16 plan under ZeRO 3: the bf16 copies of the matmul weights among parameters first_param ..
+ * last_param of table t (a unit's), which the runtime allocates with the unit's gather and frees
+ * with it. Their elements, padding included (0: none), and in *start where the first copy starts
+ * among the copies as t lays them out (each parameter's bf16_offset is relative to it). */
+size_t pieces_unit_bf16(const struct layout_params *t, int first_param, int last_param, size_t *start);
 
 /* The executor's activation slots per stage of pipeline rank pp_rank under schedule s (its
  * peak micro-batches in flight, plus one while a given-back slot's send is still in flight):

@@ -29,17 +29,9 @@ static int bf16_refused(const struct plan *p, int cuda, char *err, size_t n)
   if (p->precision.grads != PLAN_FP32 || p->precision.master != PLAN_FP32)
     return errf(err, n, "%s: precision = { compute = \"bf16\", grads = \"%s\", master = \"%s\" }: on %s "
                 "gradients accumulate in fp32 and the master weights are fp32; set grads = \"fp32\", "
-                "master = \"fp32\"", plan_where(p, "precision.grads"), on, plan_dtype_name(p->precision.grads),
-                plan_dtype_name(p->precision.master));
-  if (p->mesh.tp > 1)
-    return errf(err, n, "%s: mesh.tp = %d with precision.compute = \"bf16\": %s's bf16 mode runs on "
-                "one tensor-parallel rank (its layout conversions are fp32 only); use mesh.tp = 1, or "
-                "compute = \"fp32\"", plan_where(p, "mesh.tp"), p->mesh.tp, on);
-  if (p->zero == 3)
-    return errf(err, n, "%s: zero = 3 with precision.compute = \"bf16\": %s's bf16 mode keeps whole "
-                "bf16 weight copies (ZeRO 0 to 2); use zero = 2, or compute = \"fp32\"",
-                plan_where(p, "zero"), on);
-  return 0;
+                "master = \"fp32\"", plan_where(p, "precision.grads"), plan_dtype_name(p->precision.grads),
+                plan_dtype_name(p->precision.master), on);
+  return 0; /* ZeRO 3 included: each gathered unit's copies are made as it arrives (dp_passes.c) */
 }
 
 int trainer_auto_device(char *why, size_t n)

@@ -9,9 +9,11 @@
 #    are the master): zero 0 16Ψ, 1 8Ψ + 8Ψ/N, 2 4Ψ + 12Ψ/N, 3 16Ψ/N, each part on its own too;
 #  - the bf16 mode (the plan's own precision, the CPU's and the GPU's): params 4Ψ of fp32 master
 #    plus 2Ψ of bf16 copies, both whole on every rank below ZeRO-3, grads 4Ψ, K = 8: zero 0 18Ψ,
-#    1 10Ψ + 8Ψ/N, 2 6Ψ + 12Ψ/N. The paper's mixed precision keeps 2Ψ + 2Ψ + 12Ψ with the master
-#    among the optimizer states, sharded from stage 1: tycho's bf16 mode keeps its master whole, so
-#    from stage 1 on it holds 4Ψ − 4Ψ/N more than the paper's 2Ψ + 2Ψ + 12Ψ/N;
+#    1 10Ψ + 8Ψ/N, 2 6Ψ + 12Ψ/N, 3 16Ψ/N (the fp32 shard only: a gathered unit's bf16 copies are
+#    transient, made with it and freed with it). The paper's mixed precision keeps 2Ψ + 2Ψ + 12Ψ
+#    with the master among the optimizer states, sharded from stage 1: tycho's bf16 mode keeps its
+#    master whole below stage 3, so at stages 1 and 2 it holds 4Ψ − 4Ψ/N more than the paper's
+#    2Ψ + 2Ψ + 12Ψ/N;
 #  - DeepSpeed's estimator for ZeRO-3 without offload, as its "Memory Requirements" page states it
 #    (https://deepspeed.readthedocs.io/en/latest/memory.html): 18Ψ/N = fp32 params, grads,
 #    momentum, variance (16) + fp16 params (2); tycho's fp32 run keeps the 16, so 16Ψ/N like for
@@ -60,10 +62,10 @@ fp32_params=("4*P" "4*P" "4*P" "4*P/N")
 fp32_grads=("4*P" "4*P" "4*P/N" "4*P/N")
 fp32_optimizer=("8*P" "8*P/N" "8*P/N" "8*P/N")
 fp32_total=("16*P" "8*P+8*P/N" "4*P+12*P/N" "16*P/N")
-bf16_params=("6*P" "6*P" "6*P")
-bf16_grads=("4*P" "4*P" "4*P/N")
-bf16_optimizer=("8*P" "8*P/N" "8*P/N")
-bf16_total=("18*P" "10*P+8*P/N" "6*P+12*P/N")
+bf16_params=("6*P" "6*P" "6*P" "4*P/N")
+bf16_grads=("4*P" "4*P" "4*P/N" "4*P/N")
+bf16_optimizer=("8*P" "8*P/N" "8*P/N" "8*P/N")
+bf16_total=("18*P" "10*P+8*P/N" "6*P+12*P/N" "16*P/N")
 stages() {
   local compute=$1 last=$2 z c want peak held t
   for z in $(seq 0 "$last"); do
@@ -81,7 +83,7 @@ stages() {
   done
 }
 stages fp32 3
-stages bf16 2 # the bf16 mode keeps whole bf16 copies: ZeRO 0 to 2
+stages bf16 3
 
 # zero 3's peaks are what a run measures, the gathered units and buckets in flight included: the
 # paper's 4Ψ/N is the model states, not the peak (the reason the two are printed apart)
@@ -93,6 +95,11 @@ dim=$(model dim) heads=$(model n_heads) kv=$(model n_kv_heads) hd=$(model head_d
 layer=$((dim * heads * hd * 2 + dim * kv * hd * 2 + 3 * dim * ffn + 2 * dim))
 near "zero 3 (gathered 4-byte params, two decoder layers of $layer) transient.params" \
   "$(field transient params)" "2*4*$layer"
+# the bf16 mode at zero 3: each gathered layer brings the 2-byte copies of its matmul weights (not
+# its 2 norms), and nothing whole stays between steps
+check 3 bf16
+near "zero 3 bf16 (gathered 4-byte params and their 2-byte matmul copies, two decoder layers) transient.params" \
+  "$(field transient params)" "2*(4*$layer+2*($layer-2*$dim))"
 
 # The text names the accounting, with rank 0's figures
 "$tycho" check $plan --set mesh.dp=$N --set mesh.tp=1 --set mesh.pp=1 --set zero=3 --set precision.compute=fp32 \

@@ -324,9 +324,10 @@ static void check_memory(const struct trainer *t)
   if (zero >= 2 && t->dp.grads_step)
     CHECK_MSG(b->peak_bytes[ALLOC_GRADS] == full + shard, "rank %d: gradient peak %zu, expected the whole %zu "
               "and the shard %zu (zero_every.grads = \"step\")", rank, b->peak_bytes[ALLOC_GRADS], full, shard);
-  if (zero == 3 && t->dp.params_step)
-    CHECK_MSG(b->peak_bytes[ALLOC_PARAMS] == full + shard, "rank %d: parameter peak %zu, expected the whole %zu "
-              "and the shard %zu (zero_every.params = \"step\")", rank, b->peak_bytes[ALLOC_PARAMS], full, shard);
+  if (zero == 3 && t->dp.params_step) /* a bf16 model's units bring their bf16 copies: all of them */
+    CHECK_MSG(b->peak_bytes[ALLOC_PARAMS] == full + shard + t->model.n_bf16 * sizeof(bf16), "rank %d: parameter "
+              "peak %zu, expected the whole %zu, the shard %zu and %zu bf16 copies (zero_every.params = \"step\")",
+              rank, b->peak_bytes[ALLOC_PARAMS], full, shard, t->model.n_bf16 * sizeof(bf16));
   if (memory_falls && zero >= 2 && !t->dp.grads_step)
     CHECK_MSG(b->peak_bytes[ALLOC_GRADS] < full * 3 / 4, "rank %d: gradient peak %zu of %zu", rank,
               b->peak_bytes[ALLOC_GRADS], full);
@@ -518,12 +519,19 @@ static double loss_tol = 1e-5, norm_tol = 1e-3, param_tol = 1e-5;
  * over 20 steps the final weights drift apart by about sqrt(20 · 3e-5) · 4e-3 ≈ 1e-4 relative L2
  * (measured 6.7e-5 for dp 2), the losses by a few 1e-6 (measured 5.5e-6). Held to 1e-3 for
  * weights, 1e-4 for losses and 1e-2 for the norm (10× the fp32 bounds and over 10× what was
- * measured); a layout bug (a dropped micro-batch, a wrong mask) still moves the loss by ≥ 1e-3. */
+ * measured); a layout bug (a dropped micro-batch, a wrong mask) still moves the loss by ≥ 1e-3.
+ * The routing of a sparse layer is discrete: a router logit read through a flipped weight moves
+ * by a bf16 ulp, and a token whose top-k logits lie that close swaps an expert (measured on
+ * ep_small.lua dropless: 36 to 44 expert counts moved of 12,288 assignments over the 12 steps,
+ * 0.3%, none before step 9). So bf16 holds the expert counts moved over the run to 1% of the
+ * assignments, and the losses and weights to the bounds above; a layout that routes wrong tokens
+ * moves far more than that. fp32 and float64 hold every assignment. */
+static double routing_tol = 0; /* of the routed assignments, how many may move (fp32, float64: 0) */
 static void bf16_bounds(const struct plan *p)
 {
 #if !REAL_IS_DOUBLE
   if (p->precision.compute == PLAN_BF16)
-    loss_tol = 1e-4, norm_tol = 1e-2, param_tol = 1e-3;
+    loss_tol = 1e-4, norm_tol = 1e-2, param_tol = 1e-3, routing_tol = 1e-2;
 #else
   (void)p;
 #endif
@@ -587,13 +595,17 @@ static void hold_to(const char *what, const struct train_step_stats *stats,
   double worst_loss = 0, worst_norm = 0;
   /* the routing first: a token on another expert is what moves a sparse model's loss */
   const int n_routing = routing_size(&parallel_plan), E = parallel_plan.model.moe.experts;
-  long long dropped = 0, routed = 0;
+  long long dropped = 0, routed = 0, moved = 0;
   int differ = 0;
   for (long long s = 0; s < ref->steps && n_routing; s++)
     for (int i = 0; i < n_routing; i++) {
       const int l = i / (E + 1), e = i % (E + 1) - 1;
       *(e < 0 ? &dropped : &routed) += ref->routing[s][i];
-      if (routing[s][i] != ref->routing[s][i]) {
+      if (routing[s][i] != ref->routing[s][i] && routing_tol > 0) { /* bf16: counted, held below */
+        moved += routing[s][i] > ref->routing[s][i] ? routing[s][i] - ref->routing[s][i]
+                                                    : ref->routing[s][i] - routing[s][i];
+        differ = 1;
+      } else if (routing[s][i] != ref->routing[s][i]) {
         char counted[48] = "assignments dropped";
         if (e >= 0)
           snprintf(counted, sizeof counted, "assignments to expert %d", e);
@@ -606,6 +618,12 @@ static void hold_to(const char *what, const struct train_step_stats *stats,
   if (n_routing && !differ)
     printf("%s: the routing of every step equal: %lld assignments routed, %lld of them dropped\n", what, routed,
            dropped);
+  if (n_routing && routing_tol > 0 && differ) {
+    printf("%s: routing: %lld expert counts moved over %lld assignments routed (bf16 near-ties)\n", what, moved,
+           routed);
+    CHECK_MSG(moved <= routing_tol * (double)routed, "%s: routing: %lld expert counts moved of %lld routed (> %g)",
+              what, moved, routed, routing_tol);
+  }
   for (long long s = 0; s < ref->steps; s++) {
     double el = rel(stats[s].loss, ref->stats[s].loss), en = rel(stats[s].grad_norm, ref->stats[s].grad_norm);
     worst_loss = el > worst_loss ? el : worst_loss;

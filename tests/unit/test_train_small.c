@@ -123,7 +123,6 @@ static void unsupported_plans_and_missing_data_are_refused(void)
       "the CPU backend computes in fp32 or bf16" },
     { { "precision.compute=bf16", "precision.grads=bf16" }, "--set precision.grads=bf16: ",
       "gradients accumulate in fp32" },
-    { { "precision.compute=bf16", "zero=3" }, "--set zero=3: ", "ZeRO 0 to 2" },
     { { "device=cuda", "precision.grads=fp32" }, "--set device=cuda: ",
       devices_cuda_built() ? "no CUDA device visible" : "no CUDA backend" },
   };

@@ -268,7 +268,25 @@ void model_free(struct model *m)
 
 bf16 *model_param_bf16(const struct model *m, const struct model_param *p, size_t at)
 {
-  return m->bf16_memory && p->bf16_offset != MODEL_NO_BF16 ? m->bf16_memory + p->bf16_offset + at : NULL;
+  (void)m;
+  return p->bf16_data ? p->bf16_data + at : NULL;
+}
+
+void model_bf16_bind(struct model *m, int first, int last, bf16 *base, size_t base_offset)
+{
+  for (int i = first; i >= 0 && i <= last; i++) {
+    struct model_param *p = &m->params[i];
+    p->bf16_data = base && p->bf16_offset != MODEL_NO_BF16 ? base + (p->bf16_offset - base_offset) : NULL;
+  }
+}
+
+void model_bf16_round(struct model *m, int first, int last)
+{
+  for (int i = first; i >= 0 && i <= last; i++) {
+    const struct model_param *p = &m->params[i];
+    if (p->bf16_data && p->data)
+      m->k->round_bf16(m->kctx, p->bf16_data, p->data, p->n_elems);
+  }
 }
 
 int model_bf16_alloc(struct model *m)
@@ -278,6 +296,7 @@ int model_bf16_alloc(struct model *m)
   m->bf16_memory = alloc_bytes_on(m->device, ALLOC_PARAMS, m->n_bf16 * sizeof(bf16));
   if (!m->bf16_memory)
     return -1;
+  model_bf16_bind(m, 0, m->n_params - 1, m->bf16_memory, 0);
   m->bf16_fresh = 0;
   model_bind_views(m);
   return 0;
@@ -285,14 +304,10 @@ int model_bf16_alloc(struct model *m)
 
 void model_bf16_sync(struct model *m)
 {
+  /* ZeRO 3 has no whole copies: each gathered unit's are rounded as it arrives (dp_passes.c) */
   if (!m->bf16_memory || m->bf16_fresh)
     return;
-  for (int i = 0; i < m->n_params; i++) {
-    const struct model_param *p = &m->params[i];
-    bf16 *b = model_param_bf16(m, p, 0);
-    if (b && p->data)
-      m->k->round_bf16(m->kctx, b, p->data, p->n_elems);
-  }
+  model_bf16_round(m, 0, m->n_params - 1);
   m->bf16_fresh = 1;
 }
 

@@ -67,6 +67,8 @@ struct model_param {
                              * float in both builds: initial weights are fp32 numbers */
   size_t bf16_offset;        /* where its bf16 compute copy starts in the model's bf16_memory, or
                               * MODEL_NO_BF16 (not a matmul weight, not held, or an fp32 model) */
+  bf16 *bf16_data;          /* its bf16 copy: in bf16_memory (ZeRO 0-2), or in its gathered
+                              * unit's copies while the unit is held (ZeRO 3); else NULL */
 };
 #define MODEL_NO_BF16 LAYOUT_NO_BF16
 
@@ -168,7 +170,9 @@ struct model {
    * bf16 copies of their weights and inputs (ops.h, "bf16 compute"); param_memory stays the fp32
    * master the optimizer updates, gradients are fp32. The copies of the matmul weights (q .. down,
    * the head, the embedding when tied) live in bf16_memory (billed "params"); AdamW writes them as
-   * it updates (adamw_update_bf16), and model_bf16_sync rounds them again after any other write. */
+   * it updates (adamw_update_bf16), and model_bf16_sync rounds them again after any other write.
+   * Under ZeRO 3 there is no bf16_memory: each gathered unit's copies are rounded once its
+   * gather completes and freed with it (runtime/parallel/dp_passes.c). */
   int bf16;
   int zero;                  /* the plan's ZeRO stage (0 for a model made without a plan) */
   size_t n_bf16;             /* elements of bf16_memory, padding included */
@@ -183,6 +187,11 @@ struct model {
 int model_bf16_alloc(struct model *m);
 /* The copies from the fp32 weights when they are not fresh (after init, a load, a ZeRO gather). */
 void model_bf16_sync(struct model *m);
+/* Points the copies of parameters first .. last at block `base`, whose first element is the
+ * copy at bf16_offset base_offset (base NULL: at nothing); the views follow at model_bind_views.
+ * Then model_bf16_round rounds those of them whose fp32 weights are bound. ZeRO 3's units. */
+void model_bf16_bind(struct model *m, int first, int last, bf16 *base, size_t base_offset);
+void model_bf16_round(struct model *m, int first, int last);
 /* The copy of parameter p at element `at` of it, or NULL (no copy). */
 bf16 *model_param_bf16(const struct model *m, const struct model_param *p, size_t at);
 
@@ -227,8 +236,9 @@ struct model_layer_acts {
   real *hidden;             /* (B, T, Fl) silu(gate) ⊙ up */
   real *down_in;            /* input of down_proj in the layout its split needs (hidden when equal) */
   real *mlp_mask;           /* (B, Th, C) dropout mask on the MLP branch, or NULL */
-  /* bf16 models: the linears' inputs as their producers write them (ln1, o_in, ln2, down_in
-   * stay NULL: no fp32 copy is kept; atty is, for the attention's backward) */
+  /* bf16 models on one TP rank: the linears' inputs as their producers write them (ln1, o_in,
+   * ln2, down_in stay NULL: no fp32 copy is kept; atty is, for the attention's backward). At
+   * tp > 1 these are NULL and the fp32 ones kept, each product rounding its input into in_b. */
   bf16 *ln1_b, *o_in_b, *ln2_b, *down_in_b;
   /* a sparse layer (model_moe.c): the router's outputs, the routing and the dispatched rows
    * (R rows, expert-major: kernels/ops.h). gate, up and hidden then hold (R, Fe) rows. */
@@ -298,9 +308,11 @@ struct model_acts {
    * the received rows' outputs and the two backward exchanges ((R_recv, C) each) */
   real *moe_pad, *moe_yr, *moe_dyr, *moe_dxr;
   int *moe_rows_memory;     /* host memory: every layer's moe_rows */
-  bf16 *head_in_b;          /* bf16 models: the head's input (lnf and head_in NULL) */
+  bf16 *head_in_b;          /* bf16 models on one TP rank: the head's input (lnf and head_in NULL) */
   bf16 *dout_b;             /* bf16 models, workspace: a product's output gradient, rounded once
                              * for both of its products ((B, T, max(C, F, Vl))) */
+  bf16 *in_b;               /* bf16 models at tp > 1, workspace: a product's fp32 input rounded
+                             * ((B, T, max(C, F, NH·HS))); NULL elsewhere (model_passes_bf16.c) */
   real *activation_memory;  /* the one block tokens .. rope_sin live in (billed "activations") */
   real *recompute_memory;   /* what recomputed parts write: one layer's worth, shared by every
                               * layer and every slot (billed "activations") */

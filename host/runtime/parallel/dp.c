@@ -120,8 +120,8 @@ int dp_open(struct dp *d, struct model *m, struct comm_group *group, struct comm
     ok = (m->param_memory = alloc_reals_on(m->device, ALLOC_PARAMS, l->n_elems)) != NULL;
   if (ok && zero < 2)
     ok = (m->grad_memory = alloc_reals_on(m->device, ALLOC_GRADS, l->n_elems)) != NULL;
-  if (ok && zero < 3)
-    ok = model_bf16_alloc(m) == 0; /* bf16 models: the compute copies of the matmul weights */
+  if (ok && zero < 3) /* bf16 models: the compute copies of the matmul weights (zero 3: each */
+    ok = model_bf16_alloc(m) == 0; /* gathered unit's, dp_passes.c) */
   if (ok && zero == 3)
     ok = (d->shard_params = alloc_reals_on(m->device, ALLOC_PARAMS, l->n_shard)) != NULL;
   if (ok && zero >= 2)
@@ -150,14 +150,18 @@ void dp_close(struct dp *d)
     const struct dp_unit *unit = &d->layout.units[u];
     if (d->units[u].reqs)
       comm_wait_all(d->units[u].reqs, unit->last_bucket - unit->first_bucket + 1);
-    if (d->zero == 3)
+    if (d->zero == 3) {
       alloc_free(d->units[u].params);
+      alloc_free(d->units[u].copies); /* a bf16 model's, of a unit still gathered */
+    }
     free(d->units[u].reqs);
   }
   struct model *m = d->model;
   alloc_free(m->param_memory);
   alloc_free(m->grad_memory);
   m->param_memory = m->grad_memory = NULL;
+  if (d->zero == 3) /* the units' copies went above */
+    model_bf16_bind(m, 0, m->n_params - 1, NULL, 0);
   model_bind_memory(m, NULL, NULL);
   alloc_free(d->shard_params);
   alloc_free(d->shard_grads);

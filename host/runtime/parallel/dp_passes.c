@@ -8,6 +8,7 @@
  * from the last to the first, the order backward finishes them); under zero 2 and 3 the unit's
  * own buckets, last first, in every backward (zero_every.grads = "micro_batch") or in the stage's
  * last ("step"). The same order on every rank of the group. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,14 +48,21 @@ static int piece_needs(const struct dp *d, const struct piece *pc, int u)
  * "rank R: out of memory for ...", and dp_pass_abort ends what is in flight; nothing was
  * entered alone. Allocation order and frees are as they were, so the peaks are the bill's. */
 
-static void *round_alloc(struct dp *d, enum alloc_category c, size_t n_elems, const char *what)
+/* n_elems elements of elem_size bytes (reals unless said) */
+static void *round_alloc_of(struct dp *d, enum alloc_category c, size_t n_elems, size_t elem_size,
+                            const char *what)
 {
-  real *p = alloc_reals_on(d->model->device, c, n_elems);
+  void *p = n_elems <= SIZE_MAX / elem_size ? alloc_bytes_on(d->model->device, c, n_elems * elem_size) : NULL;
   if (!p && !d->round_failed) {
     d->round_failed = 1;
     snprintf(d->round_what, sizeof d->round_what, "out of memory for %s (%zu elements)", what, n_elems);
   }
   return p;
+}
+
+static void *round_alloc(struct dp *d, enum alloc_category c, size_t n_elems, const char *what)
+{
+  return round_alloc_of(d, c, n_elems, sizeof(real), what);
 }
 
 /* The end of a round: 0 when every rank allocated everything, else −1 on every rank (the pass
@@ -72,9 +80,15 @@ static int round_end(struct dp *d)
   return -1;
 }
 
-/* ---- ZeRO-3 gathers (no-ops under 0-2, where every unit is always held) ---- */
+/* ---- ZeRO-3 gathers (no-ops under 0-2, where every unit is always held) ----
+ *
+ * A bf16 model's products read bf16 copies of the matmul weights. Under zero 3 there are no
+ * whole copies: a unit's are allocated with its gathered parameters, rounded from them once the
+ * gather completes (the same fp32 weights, so the same bits a zero-0 copy holds; the gathers
+ * move fp32) and freed with them. The bill counts them with the unit (layout/pieces.h). */
 
-/* Room for unit u's gathered parameters, when it is not held and has none. */
+/* Room for unit u's gathered parameters (and a bf16 model's copies), when it is not held and
+ * has none. */
 static void unit_alloc(struct dp *d, int u)
 {
   struct dp_unit_state *s = &d->units[u];
@@ -86,6 +100,27 @@ static void unit_alloc(struct dp *d, int u)
   char what[64];
   snprintf(what, sizeof what, "gathering the parameters of unit %d", u);
   s->params = round_alloc(d, ALLOC_PARAMS, last->start + last->n_elems - first->start, what);
+  const size_t n_bf16 = d->model->bf16 ? pieces_unit_bf16(&d->model->table, unit->first_param, unit->last_param,
+                                                          &s->copies_start) : 0;
+  if (n_bf16) {
+    snprintf(what, sizeof what, "the bf16 copies of unit %d", u);
+    s->copies = round_alloc_of(d, ALLOC_PARAMS, n_bf16, sizeof(bf16), what);
+  }
+}
+
+/* Unit u's gathered parameters and copies go (their gathers ended). */
+static void unit_free(struct dp *d, int u)
+{
+  struct dp_unit_state *s = &d->units[u];
+  const struct dp_unit *unit = &d->layout.units[u];
+  for (int b = unit->first_bucket; s->hold != DP_UNIT_FREE && b >= 0 && b <= unit->last_bucket; b++)
+    dp_bind_bucket(d, b, NULL, 0);
+  model_bf16_bind(d->model, unit->first_param, unit->last_param, NULL, 0);
+  alloc_free(s->params); /* a room a failed round made, or a gathered unit */
+  alloc_free(s->copies);
+  s->params = NULL;
+  s->copies = NULL;
+  s->hold = DP_UNIT_FREE;
 }
 
 /* Starts unit u's gathers into the room unit_alloc made (after the round agreed). */
@@ -114,6 +149,10 @@ static void unit_hold(struct dp *d, int u)
     if (comm_wait_all(s->reqs, unit->last_bucket - unit->first_bucket + 1))
       dp_fail(d, "parameter all-gather");
     s->hold = DP_UNIT_HELD;
+    if (s->copies) { /* a bf16 model: the copies from the gathered weights, once */
+      model_bf16_bind(d->model, unit->first_param, unit->last_param, s->copies, s->copies_start);
+      model_bf16_round(d->model, unit->first_param, unit->last_param);
+    }
   }
 }
 
@@ -123,12 +162,7 @@ static void unit_release(struct dp *d, int u)
   if (d->zero < 3 || s->hold == DP_UNIT_FREE)
     return;
   unit_hold(d, u); /* a gather in flight must end before its buffer goes */
-  const struct dp_unit *unit = &d->layout.units[u];
-  for (int b = unit->first_bucket; b <= unit->last_bucket; b++)
-    dp_bind_bucket(d, b, NULL, 0);
-  alloc_free(s->params);
-  s->params = NULL;
-  s->hold = DP_UNIT_FREE;
+  unit_free(d, u);
 }
 
 /* ---- gradient buckets ---- */
@@ -420,12 +454,7 @@ void dp_pass_abort(struct dp *d)
     const struct dp_unit *unit = &d->layout.units[u];
     if (s->hold == DP_UNIT_GATHERING)
       comm_wait_all(s->reqs, unit->last_bucket - unit->first_bucket + 1);
-    if (s->hold != DP_UNIT_FREE)
-      for (int b = unit->first_bucket; b <= unit->last_bucket; b++)
-        dp_bind_bucket(d, b, NULL, 0);
-    alloc_free(s->params); /* a room the failed round made, or a gathered unit */
-    s->params = NULL;
-    s->hold = DP_UNIT_FREE;
+    unit_free(d, u);
   }
   model_bind_views(d->model);
   d->reducing = 0;
