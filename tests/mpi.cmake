@@ -316,6 +316,7 @@ tycho_staged(pp2 2 dp_small.lua --set mesh.pp=2)
 tycho_staged(ep2 2 moe_small.lua --set mesh.ep=2)
 # the bf16 mode (no float64 form): its weight copies and bf16 activations on the untouchable table
 tycho_staged(dp2_zero2_bf16 2 dp_small.lua --set zero=2 --set precision.compute=bf16)
+tycho_staged(dp2_zero3_bf16 2 dp_small.lua --set zero=3 --set precision.compute=bf16)
 foreach(ranks 2 3 4)
   tycho_mpi_test(mpi_tp_convert.tp${ranks} ${ranks} COMMAND $<TARGET_FILE:mpi_tp_convert>)
 endforeach()
