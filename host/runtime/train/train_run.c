@@ -274,10 +274,14 @@ static int log_step(struct run_log *log, const struct plan *p, const struct trai
     train_moe_json(moe, part, moe_size);
   const double tokens_per_sec = (double)p->batch.global * p->batch.seq / step_seconds;
   /* %.17g: every digit of the double, so runs can be compared to 1e-10 (the float64 build) */
+  /* the model's FLOPs per second over the job, as check's MFU counts them (3 × the forward's per
+   * token, recompute not counted); MFU is this over world × the device's peak, which a run does
+   * not know (check --cluster prices it) */
+  const double model_tflops = 3.0 * plan_model_flops(p) * p->batch.global * p->batch.seq / step_seconds / 1e12;
   snprintf(line, size, "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, "
-           "\"tokens\": %lld, \"tokens_per_sec\": %.1f, \"elapsed_s\": %.3f, \"threads\": %d%s%s}\n", s->step,
-           s->loss, s->lr, s->grad_norm, tokens, tokens_per_sec, elapsed, s->threads, s->skipped ? ", \"skipped\": true" : "",
-           part);
+           "\"tokens\": %lld, \"tokens_per_sec\": %.1f, \"model_tflops\": %.6g, \"elapsed_s\": %.3f, "
+           "\"threads\": %d%s%s}\n", s->step, s->loss, s->lr, s->grad_norm, tokens, tokens_per_sec, model_tflops,
+           elapsed, s->threads, s->skipped ? ", \"skipped\": true" : "", part);
   int rc = write_metrics_line(log, line, err, n);
   if (!rc) /* at s + 1: the optimizer steps done, as evaluation counts them */
     rc = tb_line(&log->tb, TB_TRAIN, s->step + 1, line, err, n);
