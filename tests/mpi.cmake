@@ -412,6 +412,10 @@ tycho_bill(pp2_interleaved_dp2_zero2_micro_batch 4 dp_small.lua --set mesh.pp=2 
 tycho_bill(moe_dp2_zero3 2 moe_small.lua --set zero=3)
 tycho_bill(moe_pp2_gpipe_dp2_zero1 4 moe_small.lua --set mesh.pp=2 --set schedule.kind=gpipe --set zero=1)
 tycho_bill(moe_dropless_serial 1 moe_small.lua --set model.moe.capacity_factor=0)
+# bf16 under ZeRO 3: the gathered units' bf16 copies are transient params, nothing whole is held
+if(NOT TYCHO_FLOAT64)
+  tycho_bill(async_bf16_dp2_zero3 2 dp_small.lua --async-checkpoint --set zero=3 --set precision.compute=bf16)
+endif()
 
 # init.from read block by block and export put together under tensor and pipeline parallelism.
 foreach(config "tp2;2;--set;mesh.tp=2" "tp2_pp2;4;--set;mesh.tp=2;--set;mesh.pp=2"
