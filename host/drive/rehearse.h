@@ -15,9 +15,10 @@
  * to opts.seq (a multiple of tp when the plan's is), and the micro-batches per step per rank to
  * at most opts.micro_batches (default max(4, 2 · pp · virtual_stages): every phase of every
  * schedule — warm-up, steady state, cool-down — with the same count on every rank). Nothing grows:
- * a plan already smaller keeps its sizes. The rehearsal trains in this build's CPU element type
- * (fp32, or float64 in the proof build) on device "cpu" — a bf16 or GPU plan's layout is
- * rehearsed, not its precision — on the addition corpus, without init.from, export, checkpoints
+ * a plan already smaller keeps its sizes. The rehearsal trains on device "cpu" in the plan's
+ * precision — a bf16 plan in bf16 compute (products widened where the CPU has no bf16 ones,
+ * kernels/bf16.h), gradients and master in fp32; in float64 in the proof build, which has no
+ * bf16 — on the addition corpus, without init.from, export, checkpoints
  * or logs, and without learning-rate warm-up (so that a few steps move the weights enough for
  * the final weights to tell a layout bug from rounding).
  *
@@ -26,7 +27,8 @@
  *   - every step's loss and gradient norm, the evaluation and the final parameters against the
  *     serial run (one rank, zero 0, no tp or pp) within this build's bounds — those the
  *     equivalence tests argue (tests/mpi/mpi_dp_equiv.c): fp32 loss 1e-5 relative, gradient norm
- *     1e-3, final weights 1e-5 relative L2; float64 1e-10 for all; and the same bits on every rank;
+ *     1e-3, final weights 1e-5 relative L2; bf16 compute 1e-3, 1e-2 and 1e-3; float64 1e-10 for
+ *     all; and the same bits on every rank;
  *   - the comm layer's counters over the last step, on every group of every rank, equal to the
  *     calls and bytes `tycho check` predicts for the rehearsed plan (traffic_predict);
  *   - every rank's allocator peaks, by category, equal to the bill `tycho check` prints

@@ -56,6 +56,18 @@ layouts)
   has "^traffic .* equal tycho check's prediction on every rank .*: ok$" moe_pp2_dp2
   has "^memory .* equals tycho check's bill on every rank .*: ok$" moe_pp2_dp2
   has '^verdict +the layout holds$' moe_pp2_dp2
+  # a bf16 plan in bf16 compute: tensor parallel with sequence parallelism and ZeRO 3 (each
+  # gathered unit's bf16 copies), within the bf16 bounds, traffic and bill exact
+  if ! "$tycho" --version | grep -q "float64 kernels"; then
+    run bf16_tp2_dp2_zero3 0 "$tycho" rehearse plans/tiny.lua --world 4 --launcher "$launcher" --set mesh.tp=2 \
+      --set sequence_parallel=true --set zero=3 --set precision.compute=bf16
+    has "^ +bf16 compute on the CPU runtime \\(the linears' products: " bf16_tp2_dp2_zero3
+    has '^serial +initial parameters bitwise equal; .*bounds 0.001, 0.01, 0.001: ok$' bf16_tp2_dp2_zero3
+    has "^traffic .* equal tycho check's prediction on every rank .*: ok$" bf16_tp2_dp2_zero3
+    has "^memory .* equals tycho check's bill on every rank .*: ok$" bf16_tp2_dp2_zero3
+    has '^verdict +the layout holds$' bf16_tp2_dp2_zero3
+    grep '^serial' "$tmp/out"
+  fi
   # the shrink's own options: head size, sequence and micro-batches as given
   run options 0 "$tycho" rehearse plans/tiny.lua --world 2 --launcher "$launcher" --set mesh.tp=2 \
     --set sequence_parallel=true --head-dim 2 --seq 16 --micro-batches 2 --steps 1
@@ -111,6 +123,14 @@ refusals)
   plan=$case_
   run "$plan" 0 "$tycho" rehearse "$plan" --world "$ranks" --launcher "$launcher"
   has '^verdict +the layout holds$' "$plan"
+  # a bf16 plan is rehearsed in bf16 compute (the float64 build has no bf16: it says so)
+  if grep -q 'compute = "bf16"' "$plan"; then
+    if "$tycho" --version | grep -q "float64 kernels"; then
+      has "this build has no bf16" "$plan"
+    else
+      has "^ +bf16 compute on the CPU runtime \\(the linears' products: " "$plan"
+    fi
+  fi
   grep -E '^(layout|shrunk|serial|traffic|memory|rehearsed)' "$tmp/out"
   ;;
 esac
