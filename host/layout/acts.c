@@ -129,7 +129,10 @@ int layout_acts_build(struct acts_layout *a, const struct layout_rank *r, const 
   const size_t BTh = (size_t)B_max * layout_home_T(r, T_max);
   const size_t HS = (size_t)c->head_dim;
   const size_t Vl = (size_t)c->vocab_padded / (r->io.split[PLAN_MOD_HEAD] == PLAN_SPLIT_VOCAB ? r->tp_size : 1);
-  const int drop = c->dropout > 0.0, lowp = r->bf16;
+  /* lowp: a bf16 model on one TP rank, whose linears' inputs are written in bf16 by their producers
+   * and kept so; at tp > 1 a bf16 model keeps the fp32 inputs its conversions move and each
+   * product rounds its input into in_b (runtime/model/model_passes_bf16.c) */
+  const int drop = c->dropout > 0.0, lowp = r->bf16 && r->tp_size == 1;
   int NH_max = 1, any_fused = 0, any_sparse = 0;
   size_t qkv_max = 0; /* the widest fused q|k|v row */
   size_t rec_max = 0;
@@ -145,6 +148,7 @@ int layout_acts_build(struct acts_layout *a, const struct layout_rank *r, const 
     if (!IN_SCOPE(l)) /* left as the callers have them */
       continue;
     la->in_scope = 1;
+    const int lowl = lowp && !(r->moe && r->moe[l]); /* a sparse layer keeps fp32 inputs */
 #define NONE_(f) la->f = none;
     ACTS_LAYER_BUFFERS(NONE_)
 #undef NONE_
@@ -155,7 +159,7 @@ int layout_acts_build(struct acts_layout *a, const struct layout_rank *r, const 
 #define BUF(parts, n) (discarded(rc, (parts)) ? carve(rec, (n)) : carve(act, (n)))
     NH_max = d.NHl > NH_max ? d.NHl : NH_max;
 #define BUF_B(parts, n) (discarded(rc, (parts)) ? carve_bf16(rec, (n)) : carve_bf16(act, (n)))
-    if (lowp) /* the linears' inputs in bf16 only, as their producers write them */
+    if (lowl) /* the linears' inputs in bf16 only, as their producers write them */
       la->ln1_b = BUF_B(PLAN_RC_ATTN_NORM | PLAN_RC_ATTN, BTh * C);
     else
       la->ln1 = BUF(PLAN_RC_ATTN_NORM | PLAN_RC_ATTN, BTh * C);
@@ -175,7 +179,7 @@ int layout_acts_build(struct acts_layout *a, const struct layout_rank *r, const 
      * fp32 (a bf16 model's too: backward's Σ dout · out must see what the forward computed). */
     la->lse = BUF(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, (size_t)B_max * (size_t)d.NHl * T_max);
     la->atty = BUF(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, BT * (size_t)d.A);
-    if (lowp) {
+    if (lowl) {
       la->o_in_b = BUF_B(PLAN_RC_ATTN_CORE | PLAN_RC_ATTN, BT * (size_t)d.w_in[PLAN_MOD_O]);
     } else {
       la->o_in = r->layers[l].attn_sharded == (r->layers[l].split[PLAN_MOD_O] == PLAN_SPLIT_ROW)
@@ -183,7 +187,7 @@ int layout_acts_build(struct acts_layout *a, const struct layout_rank *r, const 
     }
     la->attn_mask = drop ? BUF(PLAN_RC_ATTN, BTh * C) : none;
     la->mid = BUF(PLAN_RC_ATTN, BTh * C);
-    if (lowp)
+    if (lowl)
       la->ln2_b = BUF_B(PLAN_RC_MLP_NORM | PLAN_RC_MLP, BTh * C);
     else
       la->ln2 = BUF(PLAN_RC_MLP_NORM | PLAN_RC_MLP, BTh * C);
@@ -218,7 +222,7 @@ int layout_acts_build(struct acts_layout *a, const struct layout_rank *r, const 
       la->gate = BUF(PLAN_RC_MLP, BT * (size_t)d.Fl);
       la->up = BUF(PLAN_RC_MLP, BT * (size_t)d.Fl);
     }
-    if (lowp) {
+    if (lowl) {
       la->down_in_b = BUF_B(PLAN_RC_MLP_ACT | PLAN_RC_MLP, BT * (size_t)d.w_in[PLAN_MOD_DOWN]);
     } else {
       la->hidden = BUF(PLAN_RC_MLP_ACT | PLAN_RC_MLP, BT * (size_t)d.Fl);
@@ -252,6 +256,7 @@ int layout_acts_build(struct acts_layout *a, const struct layout_rank *r, const 
 
   if (!shares) {
     size_t widest = C > F ? C : F;
+    const size_t widest_in = (size_t)c->n_heads * HS > F ? (size_t)c->n_heads * HS : F;
     widest = widest > (size_t)c->vocab_padded ? widest : (size_t)c->vocab_padded;
     a->dresidual = carve(work, BTh * C);
     a->work_c1 = carve(work, BT * C);
@@ -291,14 +296,24 @@ int layout_acts_build(struct acts_layout *a, const struct layout_rank *r, const 
       a->moe_aux = carve(work, (size_t)B_max);
     }
     /* the bf16 mode's attention packs its bf16 operands there too, where the backend has it */
-    a->attn_scratch = carve(work, (lowp && kt->attention_scratch_n_elems_bf16 ? kt->attention_scratch_n_elems_bf16
-                                                                              : kt->attention_scratch_n_elems)(
+    a->attn_scratch = carve(work, (r->bf16 && kt->attention_scratch_n_elems_bf16 ? kt->attention_scratch_n_elems_bf16
+                                                                                : kt->attention_scratch_n_elems)(
                                     kctx, B_max, T_max, NH_max, NH_max, (int)HS));
-    if (lowp) { /* the widest product output: a fused gate|up's is 2F */
+    /* a sparse layer's products: the router's (B·T rows, E out) and an expert's (at most every
+     * row its rank's experts receive, C or Fe wide in and out) */
+    const size_t E = any_sparse ? (size_t)c->moe.experts : 0, Fe = any_sparse ? (size_t)c->moe.ffn_dim : 0;
+    const size_t Rx = any_sparse ? layout_moe_rows_received(c, r->ep_size, B_max, T_max) : 0;
+    const size_t expert_n = Rx * (C > Fe ? C : Fe);
+    if (r->bf16 && (!lowp || any_sparse)) { /* the widest product input: C, F, o's NH·HS, an expert's */
+      const size_t in_n = BT * (widest_in > C ? widest_in : C);
+      a->in_b = carve_bf16(work, in_n > expert_n ? in_n : expert_n);
+    }
+    if (r->bf16) { /* the widest product output: a fused gate|up's is 2F */
       size_t out_max = widest > Vl ? widest : Vl;
       out_max = any_fused && 2 * F > out_max ? 2 * F : out_max;
       out_max = qkv_max > out_max ? qkv_max : out_max;
-      a->dout_b = carve_bf16(work, BT * out_max);
+      out_max = E > out_max ? E : out_max;
+      a->dout_b = carve_bf16(work, BT * out_max > expert_n ? BT * out_max : expert_n);
     }
   }
   a->n[ACTS_SAVED] = act->used;

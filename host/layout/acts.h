@@ -13,7 +13,8 @@
  * Element types, stated here only (every kernel table takes them so: ops.h): every buffer is
  * `real` (fp32: the CPU's and the CUDA kernels' float; the attention scratch too) but the bf16
  * ones of a bf16 plan — ln1_b, o_in_b, ln2_b, down_in_b, head_in_b (the linears' inputs, as their
- * producers write them) and dout_b (the products' output gradient) — and the ids (tokens,
+ * producers write them, on one tensor-parallel rank), in_b (a product's input rounded, at tp > 1)
+ * and dout_b (the products' output gradient) — and the ids (tokens,
  * targets, moe_topi, moe_slot, moe_counts, moe_routed: ints). The areas' sizes n[] are in reals
  * with those carved in, so the runtime allocates n[a] reals and the bill counts n[a] elements of
  * the runtime's real (on the CPU, and for an fp32 cuda plan). */
@@ -69,7 +70,7 @@ struct acts_at {
   X(tokens) X(dresidual) X(work_c1) X(work_c2) X(work_c3) X(work_c4) X(in_r) X(in_f) X(dq) X(dk)   \
   X(dv) X(dhidden) X(dgate) X(dup) X(work_f1) X(work_f2) X(pack) X(gains) X(attn_scratch)          \
   X(moe_dxe) X(moe_dye) X(moe_dgate) X(moe_dup) X(moe_dhid) X(moe_logits) X(moe_dtopw) X(moe_aux)  \
-  X(moe_pad) X(moe_yr) X(moe_dyr) X(moe_dxr) X(head_in_b) X(dout_b)
+  X(moe_pad) X(moe_yr) X(moe_dyr) X(moe_dxr) X(head_in_b) X(dout_b) X(in_b)
 
 struct acts_layer_layout {
   int in_scope;              /* 0: the layer is not laid out (every buffer ACTS_UNSET) */

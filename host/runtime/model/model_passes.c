@@ -7,7 +7,11 @@
  * Tensor parallelism follows layout/tp_layout.h: each linear computes on the layout its split
  * needs, and `convert` turns one layout into another with the collective the algebra names
  * (a group of one makes every conversion a copy). The order of conversions here is the order
- * tp_comm_list lists them in; mpi_tp_equiv holds the two together. */
+ * tp_comm_list lists them in; mpi_tp_equiv holds the two together.
+ *
+ * The products go through passes_lin_* (model_passes_bf16.c): fp32, or on a bf16 model over a
+ * tensor-parallel layout each on its input rounded to bf16 and its weight's bf16 copy, the
+ * conversions staying fp32; a bf16 model on one TP rank runs that file's block instead. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,14 +19,9 @@
 #include "comm/comm.h"
 #include "ops.h"
 #include "runtime/model/model.h"
+#include "runtime/model/model_passes_int.h"
 #include "runtime/model/hostview.h"
 #include "runtime/parallel/tp.h"
-
-static real *residual_at(const struct model_acts *a, const struct model *m, int index)
-{
-  (void)m;
-  return a->residual[index];
-}
 
 /* The conversion from → to is no work here (a group of one, or the same layout): the producer
  * can write straight into the consumer's buffer. */
@@ -31,45 +30,9 @@ static int no_conversion(const struct model *m, enum tp_layout from, enum tp_lay
   return m->tp.size == 1 || tp_convert_op(from, to) == TP_OP_NONE;
 }
 
-/* ---- bf16 compute (precision.compute = "bf16", model.h): the linears' products on bf16 copies,
- * the attention's on bf16 operands its kernels round where the backend has them (ops_list.h).
- * Tensor parallelism is refused for these models (train.c), so every conversion is no work and
- * each product reads its producer's buffer. A failed product is the step's error, as a failed
- * collective is. */
-
-static void bf16_failed(struct model *m, const char *e)
-{
-  fault_set(FAULT_OF(&m->tp), FAULT_LEVEL_MODEL, "bf16 product: %.241s", e);
-}
-
-static void lin_fwd_b(struct model *m, real *out, const bf16 *in, const bf16 *w, int N, int IC, int OC)
-{
-  char e[200];
-  if (m->k->linear_forward_bf16(m->kctx, out, in, w, N, IC, OC, e, sizeof e))
-    bf16_failed(m, e);
-}
-
-/* out += in · wᵀ (a residual add folded into the product). */
-static void lin_fwd_acc_b(struct model *m, real *out, const bf16 *in, const bf16 *w, int N, int IC, int OC)
-{
-  char e[200];
-  if (m->k->linear_forward_acc_bf16(m->kctx, out, in, w, N, IC, OC, e, sizeof e))
-    bf16_failed(m, e);
-}
-
-/* dinp (may be NULL), dweight += from dout (fp32, rounded once into the workspace's dout_b). */
-static void lin_bwd_b(struct model *m, struct model_acts *a, real *dinp, real *dweight, const real *dout,
-                      const bf16 *in, const bf16 *w, int N, int IC, int OC)
-{
-  char e[200];
-  m->k->round_bf16(m->kctx, a->dout_b, dout, (size_t)N * OC);
-  if (m->k->linear_backward_bf16(m->kctx, dinp, dweight, a->dout_b, in, w, N, IC, OC, e, sizeof e))
-    bf16_failed(m, e);
-}
-
 /* One mask per sample: the rank holds elements [first, first + per_sample) of the sample's
  * logical tensor. */
-static void draw_masks(const struct model *m, real *mask, size_t per_sample, uint64_t first,
+void passes_draw_masks(const struct model *m, real *mask, size_t per_sample, uint64_t first,
                        const struct model_dropout *d, int B, int layer, enum model_dropout_site site)
 {
   for (int b = 0; b < B; b++)
@@ -78,9 +41,9 @@ static void draw_masks(const struct model *m, real *mask, size_t per_sample, uin
 }
 
 /* The attention's dropout of layer `layer` for the kernels (no mask is kept: they draw it),
- * the numbers draw_masks would put in a (NH, T, T) mask per sample: this rank's heads start at
+ * the numbers passes_draw_masks would put in a (NH, T, T) mask per sample: this rank's heads start at
  * head rank · NHl when the attention is sharded. NULL when the forward has no dropout. */
-static const struct attention_dropout *attn_drop(const struct model *m, const struct model_acts *a,
+const struct attention_dropout *passes_attn_drop(const struct model *m, const struct model_acts *a,
                                                  struct attention_dropout *ad, int layer, int NHl, int T)
 {
   if (!a->dropout_on)
@@ -123,7 +86,7 @@ static void norm_inputs(struct model *m, struct model_acts *a, const struct tp_l
 /* The input gradients of linears first..last (dins[k], in the layout each arrives in) summed
  * per forward conversion, brought to the home layout and added: out (B, Th, C). The dins
  * buffers are overwritten. tmp: a (B, T, C) buffer. */
-static void norm_input_grads(struct model *m, struct model_acts *a, const struct tp_layer_layout *y,
+void passes_norm_input_grads(struct model *m, struct model_acts *a, const struct tp_layer_layout *y,
                              real *dins[PLAN_N_MODULES], int first, int last, real *out, real *tmp)
 {
   const int B = a->B, T = a->T, C = m->config.dim, tp = m->tp.size;
@@ -186,7 +149,7 @@ void model_embed_forward(const struct model *mc, struct model_acts *a, const int
   m->k->from_host(m->kctx, a->tokens, tokens, (size_t)N * sizeof(int));
   tokens = a->tokens; /* the kernels read the backend's copy */
   if (m->tp.size == 1) {
-    m->k->encoder_forward(m->kctx, residual_at(a, m, 0), tokens, m->wte, N, C);
+    m->k->encoder_forward(m->kctx, passes_residual(a, 0), tokens, m->wte, N, C);
     return;
   }
   const struct model_param *e = &m->params[0];
@@ -196,7 +159,7 @@ void model_embed_forward(const struct model *mc, struct model_acts *a, const int
                                 (int)e->local[0], N, C);
   else
     m->k->encoder_forward(m->kctx, a->work_c1, tokens, m->wte, N, C);
-  tp_convert(&m->tp, a->pack, residual_at(a, m, 0), a->work_c1, out, m->tp.io.home, B, T, C, a->work_c4);
+  tp_convert(&m->tp, a->pack, passes_residual(a, 0), a->work_c1, out, m->tp.io.home, B, T, C, a->work_c4);
 }
 
 void model_embed_backward(struct model *m, struct model_acts *a)
@@ -217,19 +180,6 @@ void model_embed_backward(struct model *m, struct model_acts *a)
 
 /* ---- one block ---- */
 
-/* The pieces of a block's forward, so a recompute can rerun some of them. */
-enum {
-  F_ATTN_NORM = 1 << 0, /* ln1 */
-  F_QKV = 1 << 1,       /* q, k, v brought to the attention, RoPE */
-  F_CORE = 1 << 2,      /* probability mask, attention, o's input */
-  F_ATTN_OUT = 1 << 3,  /* o, its branch, dropout, mid */
-  F_MLP_NORM = 1 << 4,  /* ln2 */
-  F_MLP_IN = 1 << 5,    /* gate and up brought to SwiGLU */
-  F_MLP_ACT = 1 << 6,   /* SwiGLU, down's input */
-  F_MLP_MASK = 1 << 7,  /* the MLP branch's dropout mask */
-  F_MLP_OUT = 1 << 8,   /* down, its branch, dropout, the block's output */
-  F_ALL = (1 << 9) - 1
-};
 
 /* The pieces that rebuild what recompute policy rc discarded (model.c lays them out). */
 static int recompute_pieces(uint8_t rc)
@@ -250,88 +200,6 @@ static int recompute_pieces(uint8_t rc)
   return f;
 }
 
-/* layer_forward_pieces for bf16 models (one TP rank): the same pieces and masks, with the linears'
- * inputs written in bf16 by their producers. */
-static void layer_forward_bf16(struct model *m, struct model_acts *a, int layer,
-                               const struct model_dropout *dropout, int pieces)
-{
-  const struct plan_model *c = &m->config;
-  struct model_layer_dims d;
-  model_layer_dims(m, layer, &d);
-  const int B = a->B, T = a->T, N = B * T, C = c->dim, HS = c->head_dim;
-  const size_t n_home = (size_t)N * C;
-  const struct model_layer_weights *w = &m->layers[layer];
-  const struct model_layer_weights_bf16 *wb = &m->layers_bf16[layer];
-  struct model_layer_acts *la = &a->layers[layer];
-  const real *x = residual_at(a, m, layer);
-  real *out = residual_at(a, m, layer + 1);
-  const real eps = (real)c->norm_eps;
-  const int drop = a->dropout_on;
-  real *branch = a->work_c2;
-
-  if (pieces & F_ATTN_NORM)
-    m->k->rmsnorm_forward_bf16(m->kctx, la->ln1_b, la->ln1_rstd, x, w->attn_norm, N, C, eps);
-  const int qkv_fused = model_qkv_fused(m, layer);
-  if ((pieces & F_QKV) && qkv_fused) {
-    lin_fwd_b(m, la->q, la->ln1_b, wb->wq, N, C, d.A + 2 * d.NKVl * HS);
-    m->k->rope_forward_qkv(m->kctx, la->q, a->rope_cos, a->rope_sin, B, T, d.NHl, d.NKVl, HS);
-  } else if (pieces & F_QKV) {
-    lin_fwd_b(m, la->q, la->ln1_b, wb->wq, N, d.w_in[PLAN_MOD_Q], d.w_out[PLAN_MOD_Q]);
-    lin_fwd_b(m, la->k, la->ln1_b, wb->wk, N, d.w_in[PLAN_MOD_K], d.w_out[PLAN_MOD_K]);
-    lin_fwd_b(m, la->v, la->ln1_b, wb->wv, N, d.w_in[PLAN_MOD_V], d.w_out[PLAN_MOD_V]);
-    m->k->rope_forward(m->kctx, la->q, la->q, a->rope_cos, a->rope_sin, B, T, d.NHl, HS);
-    m->k->rope_forward(m->kctx, la->k, la->k, a->rope_cos, a->rope_sin, B, T, d.NKVl, HS);
-  }
-  if (pieces & F_CORE) {
-    struct attention_dropout ad;
-    const struct attention_dropout *pd = attn_drop(m, a, &ad, layer, d.NHl, T);
-    /* the attention's products on bf16 operands where the backend has them (its sums, softmax
-     * and output in fp32, kept for its backward); o_proj's input is rounded once from it */
-    if (qkv_fused)
-      (m->k->attention_forward_qkv_bf16 ? m->k->attention_forward_qkv_bf16 : m->k->attention_forward_qkv)(
-        m->kctx, la->atty, la->lse, a->attn_scratch, la->q, pd, B, T, d.NHl, d.NKVl, HS);
-    else
-      (m->k->attention_forward_bf16 ? m->k->attention_forward_bf16 : m->k->attention_forward)(
-        m->kctx, la->atty, la->lse, a->attn_scratch, la->q, la->k, la->v, pd, B, T, d.NHl, d.NKVl, HS);
-    m->k->round_bf16(m->kctx, la->o_in_b, la->atty, (size_t)N * d.A);
-  }
-  if ((pieces & F_ATTN_OUT) && !drop) { /* mid = x + o(atty), the add in the product */
-    m->k->copy(m->kctx, la->mid, x, n_home * sizeof(real));
-    lin_fwd_acc_b(m, la->mid, la->o_in_b, wb->wo, N, d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
-  } else if (pieces & F_ATTN_OUT) {
-    lin_fwd_b(m, branch, la->o_in_b, wb->wo, N, d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
-    if (drop) {
-      draw_masks(m, la->attn_mask, (size_t)T * C, 0, dropout, B, layer, MODEL_DROP_ATTN_OUT);
-      m->k->dropout_forward(m->kctx, branch, branch, la->attn_mask, n_home);
-    }
-    m->k->vec_add(m->kctx, la->mid, x, branch, n_home);
-  }
-  if (pieces & F_MLP_NORM)
-    m->k->rmsnorm_forward_bf16(m->kctx, la->ln2_b, la->ln2_rstd, la->mid, w->mlp_norm, N, C, eps);
-  const int fused = model_gate_up_fused(m, layer);
-  if ((pieces & F_MLP_IN) && fused) {
-    lin_fwd_b(m, la->gate, la->ln2_b, wb->wgate, N, d.w_in[PLAN_MOD_GATE], 2 * d.w_out[PLAN_MOD_GATE]);
-  } else if (pieces & F_MLP_IN) {
-    lin_fwd_b(m, la->gate, la->ln2_b, wb->wgate, N, d.w_in[PLAN_MOD_GATE], d.w_out[PLAN_MOD_GATE]);
-    lin_fwd_b(m, la->up, la->ln2_b, wb->wup, N, d.w_in[PLAN_MOD_UP], d.w_out[PLAN_MOD_UP]);
-  }
-  if ((pieces & F_MLP_ACT) && fused)
-    m->k->swiglu_forward_rows_bf16(m->kctx, la->down_in_b, la->gate, N, d.Fl);
-  else if (pieces & F_MLP_ACT)
-    m->k->swiglu_forward_bf16(m->kctx, la->down_in_b, la->gate, la->up, (size_t)N * d.Fl);
-  if ((pieces & F_MLP_MASK) && drop)
-    draw_masks(m, la->mlp_mask, (size_t)T * C, 0, dropout, B, layer, MODEL_DROP_MLP_OUT);
-  if ((pieces & F_MLP_OUT) && !drop) {
-    m->k->copy(m->kctx, out, la->mid, n_home * sizeof(real));
-    lin_fwd_acc_b(m, out, la->down_in_b, wb->wdown, N, d.w_in[PLAN_MOD_DOWN], d.w_out[PLAN_MOD_DOWN]);
-  } else if (pieces & F_MLP_OUT) {
-    lin_fwd_b(m, branch, la->down_in_b, wb->wdown, N, d.w_in[PLAN_MOD_DOWN], d.w_out[PLAN_MOD_DOWN]);
-    if (drop)
-      m->k->dropout_forward(m->kctx, branch, branch, la->mlp_mask, n_home);
-    m->k->vec_add(m->kctx, out, la->mid, branch, n_home);
-  }
-}
-
 static void layer_forward_pieces(struct model *m, struct model_acts *a, int layer,
                                  const struct model_dropout *dropout, int pieces)
 {
@@ -344,16 +212,18 @@ static void layer_forward_pieces(struct model *m, struct model_acts *a, int laye
   const size_t n_home = (size_t)Nh * C;
   const struct model_layer_weights *w = &m->layers[layer];
   struct model_layer_acts *la = &a->layers[layer];
-  const real *x = residual_at(a, m, layer);
-  real *out = residual_at(a, m, layer + 1);
+  const real *x = passes_residual(a, layer);
+  real *out = passes_residual(a, layer + 1);
   const real eps = (real)c->norm_eps;
   const int drop = a->dropout_on;
   const enum tp_layout A = y->attn_sharded ? TP_FEAT : TP_R, M = y->mlp_sharded ? TP_FEAT : TP_R;
   const uint8_t *s = y->split;
   const real *in[PLAN_N_MODULES];
   real *branch = a->work_c2;
-  if (m->bf16) {
-    layer_forward_bf16(m, a, layer, dropout, pieces);
+  static const struct model_layer_weights_bf16 fp32_only; /* an fp32 model's: no copies */
+  const struct model_layer_weights_bf16 *wb = m->bf16 ? &m->layers_bf16[layer] : &fp32_only;
+  if (passes_bf16_direct_layer(m, layer)) {
+    passes_layer_forward_bf16(m, a, layer, dropout, pieces);
     return;
   }
 
@@ -363,18 +233,19 @@ static void layer_forward_pieces(struct model *m, struct model_acts *a, int laye
   const int qkv_fused = model_qkv_fused(m, layer);
   if ((pieces & F_QKV) && qkv_fused) { /* one product over [q; k; v], RoPE on its rows */
     norm_inputs(m, a, y, la->ln1, PLAN_MOD_Q, PLAN_MOD_V, in);
-    m->k->linear_forward(m->kctx, la->q, in[PLAN_MOD_Q], w->wq, N, C, d.A + 2 * d.NKVl * HS);
+    passes_lin_fwd(m, a, la->q, in[PLAN_MOD_Q], w->wq, wb->wq, N, C, d.A + 2 * d.NKVl * HS);
     m->k->rope_forward_qkv(m->kctx, la->q, a->rope_cos, a->rope_sin, B, T, d.NHl, d.NKVl, HS);
   } else if (pieces & F_QKV) {
     norm_inputs(m, a, y, la->ln1, PLAN_MOD_Q, PLAN_MOD_V, in);
     real *raw[3] = { a->work_c1, a->work_c2, a->work_c3 }, *att[3] = { la->q, la->k, la->v };
     const real *wqkv[3] = { w->wq, w->wk, w->wv };
+    const bf16 *bqkv[3] = { wb->wq, wb->wk, wb->wv };
     int direct[3];
     for (int j = 0; j < 3; j++) {
       enum tp_layout have = tp_split_output(s[PLAN_MOD_Q + j]), want = j == 0 ? A : y->kv;
       direct[j] = want != TP_KV && no_conversion(m, have, want);
-      m->k->linear_forward(m->kctx, direct[j] ? att[j] : raw[j], in[PLAN_MOD_Q + j], wqkv[j], N,
-                           d.w_in[PLAN_MOD_Q + j], d.w_out[PLAN_MOD_Q + j]);
+      passes_lin_fwd(m, a, direct[j] ? att[j] : raw[j], in[PLAN_MOD_Q + j], wqkv[j], bqkv[j], N,
+                     d.w_in[PLAN_MOD_Q + j], d.w_out[PLAN_MOD_Q + j]);
     }
     for (int j = 0; j < 3; j++) {
       enum tp_layout have = tp_split_output(s[PLAN_MOD_Q + j]), want = j == 0 ? A : y->kv;
@@ -393,29 +264,29 @@ static void layer_forward_pieces(struct model *m, struct model_acts *a, int laye
   }
   if (pieces & F_CORE) {
     struct attention_dropout ad;
-    const struct attention_dropout *pd = attn_drop(m, a, &ad, layer, d.NHl, T);
+    const struct attention_dropout *pd = passes_attn_drop(m, a, &ad, layer, d.NHl, T);
+    const int att_b = m->bf16; /* a bf16 model's attention products on bf16 operands */
     if (qkv_fused)
-      m->k->attention_forward_qkv(m->kctx, la->atty, la->lse, a->attn_scratch, la->q, pd, B, T,
-                                  d.NHl, d.NKVl, HS);
+      (att_b && m->k->attention_forward_qkv_bf16 ? m->k->attention_forward_qkv_bf16 : m->k->attention_forward_qkv)(
+        m->kctx, la->atty, la->lse, a->attn_scratch, la->q, pd, B, T, d.NHl, d.NKVl, HS);
     else
-      m->k->attention_forward(m->kctx, la->atty, la->lse, a->attn_scratch, la->q, la->k, la->v, pd,
-                              B, T, d.NHl, d.NKVl, HS);
+      (att_b && m->k->attention_forward_bf16 ? m->k->attention_forward_bf16 : m->k->attention_forward)(
+        m->kctx, la->atty, la->lse, a->attn_scratch, la->q, la->k, la->v, pd, B, T, d.NHl, d.NKVl, HS);
     tp_convert(&m->tp, a->pack, la->o_in, la->atty, A, tp_split_input(s[PLAN_MOD_O]), B, T, C, a->work_c4);
   }
   if ((pieces & F_ATTN_OUT) && !drop && no_conversion(m, tp_split_output(s[PLAN_MOD_O]), y->home)) {
     /* mid = x + o(atty): the residual add in the product (beta = 1) */
     m->k->copy(m->kctx, la->mid, x, n_home * sizeof(real));
-    m->k->linear_forward_acc(m->kctx, la->mid, la->o_in, w->wo, N, d.w_in[PLAN_MOD_O],
-                             d.w_out[PLAN_MOD_O]);
+    passes_lin_fwd_acc(m, a, la->mid, la->o_in, w->wo, wb->wo, N, d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
   } else if (pieces & F_ATTN_OUT) {
     const int o_direct = no_conversion(m, tp_split_output(s[PLAN_MOD_O]), y->home);
-    m->k->linear_forward(m->kctx, o_direct ? branch : a->work_c1, la->o_in, w->wo, N,
-                         d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
+    passes_lin_fwd(m, a, o_direct ? branch : a->work_c1, la->o_in, w->wo, wb->wo, N,
+                   d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
     if (!o_direct)
       tp_convert(&m->tp, a->pack, branch, a->work_c1, tp_split_output(s[PLAN_MOD_O]), y->home, B, T, C,
                  a->work_c3);
     if (drop) {
-      draw_masks(m, la->attn_mask, (size_t)Th * C, home_first(m, T), dropout, B, layer,
+      passes_draw_masks(m, la->attn_mask, (size_t)Th * C, home_first(m, T), dropout, B, layer,
                  MODEL_DROP_ATTN_OUT);
       m->k->dropout_forward(m->kctx, branch, branch, la->attn_mask, n_home);
     }
@@ -429,7 +300,7 @@ static void layer_forward_pieces(struct model *m, struct model_acts *a, int laye
     if (pieces & F_MLP_OUT) {
       model_moe_forward(m, a, layer, la->ln2, branch);
       if (drop) {
-        draw_masks(m, la->mlp_mask, (size_t)Th * C, home_first(m, T), dropout, B, layer,
+        passes_draw_masks(m, la->mlp_mask, (size_t)Th * C, home_first(m, T), dropout, B, layer,
                    MODEL_DROP_MLP_OUT);
         m->k->dropout_forward(m->kctx, branch, branch, la->mlp_mask, n_home);
       }
@@ -440,16 +311,16 @@ static void layer_forward_pieces(struct model *m, struct model_acts *a, int laye
   const int fused = model_gate_up_fused(m, layer);
   if ((pieces & F_MLP_IN) && fused) { /* one product over [gate; up] */
     norm_inputs(m, a, y, la->ln2, PLAN_MOD_GATE, PLAN_MOD_UP, in);
-    m->k->linear_forward(m->kctx, la->gate, in[PLAN_MOD_GATE], w->wgate, N, d.w_in[PLAN_MOD_GATE],
-                         2 * d.w_out[PLAN_MOD_GATE]);
+    passes_lin_fwd(m, a, la->gate, in[PLAN_MOD_GATE], w->wgate, wb->wgate, N, d.w_in[PLAN_MOD_GATE],
+                   2 * d.w_out[PLAN_MOD_GATE]);
   } else if (pieces & F_MLP_IN) {
     norm_inputs(m, a, y, la->ln2, PLAN_MOD_GATE, PLAN_MOD_UP, in);
     const int g_direct = no_conversion(m, tp_split_output(s[PLAN_MOD_GATE]), M);
     const int u_direct = no_conversion(m, tp_split_output(s[PLAN_MOD_UP]), M);
-    m->k->linear_forward(m->kctx, g_direct ? la->gate : a->work_f1, in[PLAN_MOD_GATE], w->wgate, N,
-                         d.w_in[PLAN_MOD_GATE], d.w_out[PLAN_MOD_GATE]);
-    m->k->linear_forward(m->kctx, u_direct ? la->up : a->work_f2, in[PLAN_MOD_UP], w->wup, N,
-                         d.w_in[PLAN_MOD_UP], d.w_out[PLAN_MOD_UP]);
+    passes_lin_fwd(m, a, g_direct ? la->gate : a->work_f1, in[PLAN_MOD_GATE], w->wgate, wb->wgate, N,
+                   d.w_in[PLAN_MOD_GATE], d.w_out[PLAN_MOD_GATE]);
+    passes_lin_fwd(m, a, u_direct ? la->up : a->work_f2, in[PLAN_MOD_UP], w->wup, wb->wup, N,
+                   d.w_in[PLAN_MOD_UP], d.w_out[PLAN_MOD_UP]);
     if (!g_direct)
       tp_convert(&m->tp, a->pack, la->gate, a->work_f1, tp_split_output(s[PLAN_MOD_GATE]), M, B, T, F, NULL);
     if (!u_direct)
@@ -463,16 +334,16 @@ static void layer_forward_pieces(struct model *m, struct model_acts *a, int laye
     tp_convert(&m->tp, a->pack, la->down_in, la->hidden, M, tp_split_input(s[PLAN_MOD_DOWN]), B, T, F, NULL);
   }
   if ((pieces & F_MLP_MASK) && drop)
-    draw_masks(m, la->mlp_mask, (size_t)Th * C, home_first(m, T), dropout, B, layer,
+    passes_draw_masks(m, la->mlp_mask, (size_t)Th * C, home_first(m, T), dropout, B, layer,
                MODEL_DROP_MLP_OUT);
   if ((pieces & F_MLP_OUT) && !drop && no_conversion(m, tp_split_output(s[PLAN_MOD_DOWN]), y->home)) {
     m->k->copy(m->kctx, out, la->mid, n_home * sizeof(real)); /* out = mid + down(hidden) */
-    m->k->linear_forward_acc(m->kctx, out, la->down_in, w->wdown, N, d.w_in[PLAN_MOD_DOWN],
-                             d.w_out[PLAN_MOD_DOWN]);
+    passes_lin_fwd_acc(m, a, out, la->down_in, w->wdown, wb->wdown, N, d.w_in[PLAN_MOD_DOWN],
+                       d.w_out[PLAN_MOD_DOWN]);
   } else if (pieces & F_MLP_OUT) {
     const int d_direct = no_conversion(m, tp_split_output(s[PLAN_MOD_DOWN]), y->home);
-    m->k->linear_forward(m->kctx, d_direct ? branch : a->work_c1, la->down_in, w->wdown, N,
-                         d.w_in[PLAN_MOD_DOWN], d.w_out[PLAN_MOD_DOWN]);
+    passes_lin_fwd(m, a, d_direct ? branch : a->work_c1, la->down_in, w->wdown, wb->wdown, N,
+                   d.w_in[PLAN_MOD_DOWN], d.w_out[PLAN_MOD_DOWN]);
     if (!d_direct)
       tp_convert(&m->tp, a->pack, branch, a->work_c1, tp_split_output(s[PLAN_MOD_DOWN]), y->home, B, T, C,
                  a->work_c3);
@@ -499,88 +370,6 @@ static void layer_recompute(struct model *m, struct model_acts *a, int layer)
   layer_forward_pieces(m, a, layer, a->dropout_on ? &d : NULL, recompute_pieces(rc));
 }
 
-/* model_layer_backward for bf16 models (one TP rank), after the recompute. */
-static void layer_backward_bf16(struct model *m, struct model_acts *a, int layer)
-{
-  const struct plan_model *c = &m->config;
-  const struct tp_layer_layout *y = &m->tp.layers[layer];
-  struct model_layer_dims d;
-  model_layer_dims(m, layer, &d);
-  const int B = a->B, T = a->T, N = B * T, C = c->dim, HS = c->head_dim;
-  const size_t n_home = (size_t)N * C;
-  const struct model_layer_weights *w = &m->layers[layer];
-  const struct model_layer_weights_bf16 *wb = &m->layers_bf16[layer];
-  struct model_layer_weights *g = &m->layer_grads[layer];
-  const struct model_layer_acts *la = &a->layers[layer];
-  const real *x = residual_at(a, m, layer);
-  real *dres = a->dresidual;
-  const int drop = a->dropout_on;
-  real *dins[PLAN_N_MODULES];
-
-  /* MLP branch */
-  real *dh = dres;
-  if (drop) {
-    dh = a->work_c1;
-    m->k->dropout_backward(m->kctx, dh, dres, la->mlp_mask, n_home);
-  }
-  lin_bwd_b(m, a, a->dhidden, g->wdown, dh, la->down_in_b, wb->wdown, N, d.w_in[PLAN_MOD_DOWN],
-            d.w_out[PLAN_MOD_DOWN]);
-  dins[PLAN_MOD_GATE] = a->dq;
-  dins[PLAN_MOD_UP] = a->dk;
-  if (model_gate_up_fused(m, layer)) { /* one product over [gate; up]: both input gradients summed */
-    m->k->swiglu_backward_rows(m->kctx, a->dgate, a->dhidden, la->gate, N, d.Fl);
-    lin_bwd_b(m, a, a->dq, g->wgate, a->dgate, la->ln2_b, wb->wgate, N, d.w_in[PLAN_MOD_GATE],
-              2 * d.w_out[PLAN_MOD_GATE]);
-    norm_input_grads(m, a, y, dins, PLAN_MOD_GATE, PLAN_MOD_GATE, a->work_c1, a->work_c2);
-  } else {
-    m->k->swiglu_backward(m->kctx, a->dgate, a->dup, a->dhidden, la->gate, la->up, (size_t)N * d.Fl);
-    lin_bwd_b(m, a, a->dq, g->wgate, a->dgate, la->ln2_b, wb->wgate, N, d.w_in[PLAN_MOD_GATE],
-              d.w_out[PLAN_MOD_GATE]);
-    lin_bwd_b(m, a, a->dk, g->wup, a->dup, la->ln2_b, wb->wup, N, d.w_in[PLAN_MOD_UP],
-              d.w_out[PLAN_MOD_UP]);
-    norm_input_grads(m, a, y, dins, PLAN_MOD_GATE, PLAN_MOD_UP, a->work_c1, a->work_c2);
-  }
-  m->k->rmsnorm_backward(m->kctx, a->work_c1, g->mlp_norm, a->work_c1, la->mid, w->mlp_norm,
-                         la->ln2_rstd, N, C);
-  m->k->vec_add(m->kctx, dres, dres, a->work_c1, n_home);
-
-  /* attention branch */
-  dh = dres;
-  if (drop) {
-    dh = a->work_c1;
-    m->k->dropout_backward(m->kctx, dh, dres, la->attn_mask, n_home);
-  }
-  lin_bwd_b(m, a, a->work_c3, g->wo, dh, la->o_in_b, wb->wo, N, d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
-  struct attention_dropout ad;
-  const struct attention_dropout *pd = attn_drop(m, a, &ad, layer, d.NHl, T);
-  if (model_qkv_fused(m, layer)) { /* [dq | dk | dv] rows into dq, one product: both gradients */
-    (m->k->attention_backward_qkv_bf16 ? m->k->attention_backward_qkv_bf16 : m->k->attention_backward_qkv)(
-      m->kctx, a->dq, a->attn_scratch, a->work_c3, la->q, la->atty, la->lse, pd, B, T, d.NHl, d.NKVl, HS);
-    m->k->rope_backward_qkv(m->kctx, a->dq, a->rope_cos, a->rope_sin, B, T, d.NHl, d.NKVl, HS);
-    dins[PLAN_MOD_Q] = a->dk;
-    lin_bwd_b(m, a, a->dk, g->wq, a->dq, la->ln1_b, wb->wq, N, C, d.A + 2 * d.NKVl * HS);
-    norm_input_grads(m, a, y, dins, PLAN_MOD_Q, PLAN_MOD_Q, a->work_c1, a->work_c2);
-  } else {
-    (m->k->attention_backward_bf16 ? m->k->attention_backward_bf16 : m->k->attention_backward)(
-      m->kctx, a->dq, a->dk, a->dv, a->attn_scratch, a->work_c3, la->q, la->k, la->v, la->atty,
-      la->lse, pd, B, T, d.NHl, d.NKVl, HS);
-    m->k->rope_backward(m->kctx, a->dq, a->dq, a->rope_cos, a->rope_sin, B, T, d.NHl, HS);
-    m->k->rope_backward(m->kctx, a->dk, a->dk, a->rope_cos, a->rope_sin, B, T, d.NKVl, HS);
-    real *datt_in[3] = { a->dq, a->dk, a->dv }, *wg[3] = { g->wq, g->wk, g->wv };
-    const bf16 *wt[3] = { wb->wq, wb->wk, wb->wv };
-    for (int j = 0; j < 3; j++) {
-      dins[PLAN_MOD_Q + j] = datt_in[j];
-      /* the output gradient is rounded (lin_bwd_b) before the input gradient overwrites it */
-      lin_bwd_b(m, a, datt_in[j], wg[j], datt_in[j], la->ln1_b, wt[j], N, d.w_in[PLAN_MOD_Q + j],
-                d.w_out[PLAN_MOD_Q + j]);
-    }
-    norm_input_grads(m, a, y, dins, PLAN_MOD_Q, PLAN_MOD_V, a->work_c1, a->work_c2);
-  }
-  m->k->rmsnorm_backward(m->kctx, a->work_c1, g->attn_norm, a->work_c1, x, w->attn_norm,
-                         la->ln1_rstd, N, C);
-  m->k->vec_add(m->kctx, dres, dres, a->work_c1, n_home);
-}
-
 void model_layer_backward(struct model *m, struct model_acts *a, int layer)
 {
   const struct plan_model *c = &m->config;
@@ -593,7 +382,7 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
   const struct model_layer_weights *w = &m->layers[layer];
   struct model_layer_weights *g = &m->layer_grads[layer];
   const struct model_layer_acts *la = &a->layers[layer];
-  const real *x = residual_at(a, m, layer);
+  const real *x = passes_residual(a, layer);
   real *dres = a->dresidual;
   const int drop = a->dropout_on, sp = y->home == TP_SEQ;
   const enum tp_layout A = y->attn_sharded ? TP_FEAT : TP_R, M = y->mlp_sharded ? TP_FEAT : TP_R;
@@ -601,10 +390,12 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
   const real *in[PLAN_N_MODULES];
   real *dins[PLAN_N_MODULES];
   layer_recompute(m, a, layer);
-  if (m->bf16) {
-    layer_backward_bf16(m, a, layer);
+  if (passes_bf16_direct_layer(m, layer)) {
+    passes_layer_backward_bf16(m, a, layer);
     return;
   }
+  static const struct model_layer_weights_bf16 fp32_only;
+  const struct model_layer_weights_bf16 *wb = m->bf16 ? &m->layers_bf16[layer] : &fp32_only;
   if (sp)
     m->k->zero(m->kctx, a->gains, 2 * (size_t)C * sizeof(real));
 
@@ -627,8 +418,8 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
   want = tp_dual(tp_split_output(s[PLAN_MOD_DOWN]));
   dout = no_conversion(m, y->home, want) ? dh
        : tp_convert(&m->tp, a->pack, a->work_c2, dh, y->home, want, B, T, C, a->work_c3);
-  m->k->linear_backward(m->kctx, a->dhidden, g->wdown, dout, la->down_in, w->wdown, N,
-                        d.w_in[PLAN_MOD_DOWN], d.w_out[PLAN_MOD_DOWN]);
+  passes_lin_bwd(m, a, a->dhidden, g->wdown, dout, la->down_in, w->wdown, wb->wdown, N,
+                 d.w_in[PLAN_MOD_DOWN], d.w_out[PLAN_MOD_DOWN]);
   arrival = tp_split_input_grad(s[PLAN_MOD_DOWN]);
   real *dhid = no_conversion(m, arrival, M) ? a->dhidden
               : tp_convert(&m->tp, a->pack, a->work_f1, a->dhidden, arrival, M, B, T, F, NULL);
@@ -637,9 +428,9 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
   if (model_gate_up_fused(m, layer)) { /* one product over [gate; up] (one TP rank: no conversion) */
     m->k->swiglu_backward_rows(m->kctx, a->dgate, dhid, la->gate, N, d.Fl);
     norm_inputs(m, a, y, la->ln2, PLAN_MOD_GATE, PLAN_MOD_UP, in);
-    m->k->linear_backward(m->kctx, a->dq, g->wgate, a->dgate, in[PLAN_MOD_GATE], w->wgate, N,
-                          d.w_in[PLAN_MOD_GATE], 2 * d.w_out[PLAN_MOD_GATE]);
-    norm_input_grads(m, a, y, dins, PLAN_MOD_GATE, PLAN_MOD_GATE, a->work_c1, a->work_c2);
+    passes_lin_bwd(m, a, a->dq, g->wgate, a->dgate, in[PLAN_MOD_GATE], w->wgate, wb->wgate, N,
+                   d.w_in[PLAN_MOD_GATE], 2 * d.w_out[PLAN_MOD_GATE]);
+    passes_norm_input_grads(m, a, y, dins, PLAN_MOD_GATE, PLAN_MOD_GATE, a->work_c1, a->work_c2);
   } else {
     m->k->swiglu_backward(m->kctx, a->dgate, a->dup, dhid, la->gate, la->up, (size_t)N * d.Fl);
     want = tp_dual(tp_split_output(s[PLAN_MOD_GATE]));
@@ -649,11 +440,11 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
     real *dup = no_conversion(m, M, want) ? a->dup
                : tp_convert(&m->tp, a->pack, a->work_f2, a->dup, M, want, B, T, F, NULL);
     norm_inputs(m, a, y, la->ln2, PLAN_MOD_GATE, PLAN_MOD_UP, in);
-    m->k->linear_backward(m->kctx, a->dq, g->wgate, dgate, in[PLAN_MOD_GATE], w->wgate, N,
-                          d.w_in[PLAN_MOD_GATE], d.w_out[PLAN_MOD_GATE]);
-    m->k->linear_backward(m->kctx, a->dk, g->wup, dup, in[PLAN_MOD_UP], w->wup, N,
-                          d.w_in[PLAN_MOD_UP], d.w_out[PLAN_MOD_UP]);
-    norm_input_grads(m, a, y, dins, PLAN_MOD_GATE, PLAN_MOD_UP, a->work_c1, a->work_c2);
+    passes_lin_bwd(m, a, a->dq, g->wgate, dgate, in[PLAN_MOD_GATE], w->wgate, wb->wgate, N,
+                   d.w_in[PLAN_MOD_GATE], d.w_out[PLAN_MOD_GATE]);
+    passes_lin_bwd(m, a, a->dk, g->wup, dup, in[PLAN_MOD_UP], w->wup, wb->wup, N,
+                   d.w_in[PLAN_MOD_UP], d.w_out[PLAN_MOD_UP]);
+    passes_norm_input_grads(m, a, y, dins, PLAN_MOD_GATE, PLAN_MOD_UP, a->work_c1, a->work_c2);
   }
   m->k->rmsnorm_backward(m->kctx, a->work_c1, sp ? a->gains + C : g->mlp_norm, a->work_c1, la->mid,
                          w->mlp_norm, la->ln2_rstd, Nh, C);
@@ -671,24 +462,25 @@ attention:
        : tp_convert(&m->tp, a->pack, a->work_c2, dh, y->home, want, B, T, C, a->work_c3);
   arrival = tp_split_input_grad(s[PLAN_MOD_O]);
   const int att_direct = no_conversion(m, arrival, A); /* attention_backward must not read dq */
-  m->k->linear_backward(m->kctx, att_direct ? a->work_c3 : a->dq, g->wo, dout, la->o_in, w->wo, N,
-                        d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
+  passes_lin_bwd(m, a, att_direct ? a->work_c3 : a->dq, g->wo, dout, la->o_in, w->wo, wb->wo, N,
+                 d.w_in[PLAN_MOD_O], d.w_out[PLAN_MOD_O]);
   real *datt = att_direct ? a->work_c3
               : tp_convert(&m->tp, a->pack, a->work_c3, a->dq, arrival, A, B, T, C, NULL);
   struct attention_dropout ad;
-  const struct attention_dropout *pd = attn_drop(m, a, &ad, layer, d.NHl, T);
+  const struct attention_dropout *pd = passes_attn_drop(m, a, &ad, layer, d.NHl, T);
   if (model_qkv_fused(m, layer)) { /* [dq | dk | dv] rows into dq, one product: both gradients */
-    m->k->attention_backward_qkv(m->kctx, a->dq, a->attn_scratch, datt, la->q, la->atty, la->lse,
-                                 pd, B, T, d.NHl, d.NKVl, HS);
+    (m->bf16 && m->k->attention_backward_qkv_bf16 ? m->k->attention_backward_qkv_bf16
+                                                  : m->k->attention_backward_qkv)(
+      m->kctx, a->dq, a->attn_scratch, datt, la->q, la->atty, la->lse, pd, B, T, d.NHl, d.NKVl, HS);
     m->k->rope_backward_qkv(m->kctx, a->dq, a->rope_cos, a->rope_sin, B, T, d.NHl, d.NKVl, HS);
     norm_inputs(m, a, y, la->ln1, PLAN_MOD_Q, PLAN_MOD_V, in);
     dins[PLAN_MOD_Q] = a->dk;
-    m->k->linear_backward(m->kctx, a->dk, g->wq, a->dq, in[PLAN_MOD_Q], w->wq, N, C,
-                          d.A + 2 * d.NKVl * HS);
-    norm_input_grads(m, a, y, dins, PLAN_MOD_Q, PLAN_MOD_Q, a->work_c1, a->work_c2);
+    passes_lin_bwd(m, a, a->dk, g->wq, a->dq, in[PLAN_MOD_Q], w->wq, wb->wq, N, C, d.A + 2 * d.NKVl * HS);
+    passes_norm_input_grads(m, a, y, dins, PLAN_MOD_Q, PLAN_MOD_Q, a->work_c1, a->work_c2);
   } else {
-    m->k->attention_backward(m->kctx, a->dq, a->dk, a->dv, a->attn_scratch, datt, la->q, la->k,
-                             la->v, la->atty, la->lse, pd, B, T, d.NHl, d.NKVl, HS);
+    (m->bf16 && m->k->attention_backward_bf16 ? m->k->attention_backward_bf16 : m->k->attention_backward)(
+      m->kctx, a->dq, a->dk, a->dv, a->attn_scratch, datt, la->q, la->k, la->v, la->atty, la->lse, pd,
+      B, T, d.NHl, d.NKVl, HS);
     m->k->rope_backward(m->kctx, a->dq, a->dq, a->rope_cos, a->rope_sin, B, T, d.NHl, HS);
     m->k->rope_backward(m->kctx, a->dk, a->dk, a->rope_cos, a->rope_sin, B, T, d.NKVl, HS);
     real *datt_in[3] = { a->dq, a->dk, a->dv }, *dqkv[3] = { a->work_c1, a->work_c2, a->work_c3 };
@@ -705,12 +497,13 @@ attention:
     norm_inputs(m, a, y, la->ln1, PLAN_MOD_Q, PLAN_MOD_V, in);
     real *wg[3] = { g->wq, g->wk, g->wv };
     const real *wt[3] = { w->wq, w->wk, w->wv };
+    const bf16 *bt[3] = { wb->wq, wb->wk, wb->wv };
     for (int j = 0; j < 3; j++) {
       dins[PLAN_MOD_Q + j] = datt_in[j];
-      m->k->linear_backward(m->kctx, datt_in[j], wg[j], dqkv[j], in[PLAN_MOD_Q + j], wt[j], N,
-                            d.w_in[PLAN_MOD_Q + j], d.w_out[PLAN_MOD_Q + j]);
+      passes_lin_bwd(m, a, datt_in[j], wg[j], dqkv[j], in[PLAN_MOD_Q + j], wt[j], bt[j], N,
+                     d.w_in[PLAN_MOD_Q + j], d.w_out[PLAN_MOD_Q + j]);
     }
-    norm_input_grads(m, a, y, dins, PLAN_MOD_Q, PLAN_MOD_V, a->work_c1, a->work_c2);
+    passes_norm_input_grads(m, a, y, dins, PLAN_MOD_Q, PLAN_MOD_V, a->work_c1, a->work_c2);
   }
   m->k->rmsnorm_backward(m->kctx, a->work_c1, sp ? a->gains : g->attn_norm, a->work_c1, x,
                          w->attn_norm, la->ln1_rstd, Nh, C);
@@ -747,15 +540,15 @@ double model_head_forward(const struct model *mc, struct model_acts *a, const in
   const int B = a->B, T = a->T, N = B * T, Nh = B * model_home_T(m, T), C = c->dim;
   int v0, Vl, Vvalid;
   head_columns(m, &v0, &Vl, &Vvalid);
-  if (m->bf16) {
-    m->k->rmsnorm_forward_bf16(m->kctx, a->head_in_b, a->lnf_rstd, residual_at(a, m, c->n_layers),
+  if (passes_bf16_direct(m)) {
+    m->k->rmsnorm_forward_bf16(m->kctx, a->head_in_b, a->lnf_rstd, passes_residual(a, c->n_layers),
                                m->final_norm, Nh, C, (real)c->norm_eps);
-    lin_fwd_b(m, a->logits, a->head_in_b, m->head_bf16, N, C, Vl);
+    passes_lin_fwd_b(m, a->logits, a->head_in_b, m->head_bf16, N, C, Vl);
   } else {
-    m->k->rmsnorm_forward(m->kctx, a->lnf, a->lnf_rstd, residual_at(a, m, c->n_layers), m->final_norm,
+    m->k->rmsnorm_forward(m->kctx, a->lnf, a->lnf_rstd, passes_residual(a, c->n_layers), m->final_norm,
                           Nh, C, (real)c->norm_eps);
     tp_convert(&m->tp, a->pack, a->head_in, a->lnf, m->tp.io.home, TP_R, B, T, C, NULL);
-    m->k->linear_forward(m->kctx, a->logits, a->head_in, m->head, N, C, Vl);
+    passes_lin_fwd(m, a, a->logits, a->head_in, m->head, m->head_bf16, N, C, Vl);
   }
   if (!targets)
     return 0.0;
@@ -789,16 +582,16 @@ void model_head_backward(struct model *m, struct model_acts *a, real loss_scale)
   else
     m->k->crossentropy_backward(m->kctx, a->logits, a->logits, targets, loss_scale, N, c->vocab,
                                 Vl);
-  if (m->bf16)
-    lin_bwd_b(m, a, a->work_c1, m->dhead, a->logits, a->head_in_b, m->head_bf16, N, C, Vl);
+  if (passes_bf16_direct(m))
+    passes_lin_bwd_b(m, a, a->work_c1, m->dhead, a->logits, a->head_in_b, m->head_bf16, N, C, Vl);
   else
-    m->k->linear_backward(m->kctx, a->work_c1, m->dhead, a->logits, a->head_in, m->head, N, C, Vl);
+    passes_lin_bwd(m, a, a->work_c1, m->dhead, a->logits, a->head_in, m->head, m->head_bf16, N, C, Vl);
   enum tp_layout arrival = m->tp.size > 1 ? tp_split_input_grad(m->tp.io.split[PLAN_MOD_HEAD]) : TP_R;
   real *dn = tp_convert(&m->tp, a->pack, a->work_c2, a->work_c1, arrival, m->tp.io.home, B, T, C, NULL);
   if (sp)
     m->k->zero(m->kctx, a->gains, (size_t)C * sizeof(real));
   m->k->rmsnorm_backward(m->kctx, a->dresidual, sp ? a->gains : m->dfinal_norm, dn,
-                         residual_at(a, m, c->n_layers), m->final_norm, a->lnf_rstd, Nh, C);
+                         passes_residual(a, c->n_layers), m->final_norm, a->lnf_rstd, Nh, C);
   if (sp) {
     tp_all_reduce(&m->tp, a->gains, (size_t)C, COMM_SUM);
     m->k->vec_add(m->kctx, m->dfinal_norm, m->dfinal_norm, a->gains, (size_t)C);
