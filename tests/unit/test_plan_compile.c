@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "plan_files.h"
 #include "check/check.h"
 #include "layout/supported.h"
 #include "lua/srcmap.h"
@@ -19,42 +20,6 @@
 /* The hash of the plan in test_hash_golden_value. */
 #define GOLDEN_PLAN_HASH 0x1b8d78e77922f5ebull
 
-static char source_dir[1024] = ".";
-static char tmp_dir[256];
-
-static void path_of(char *out, size_t n, const char *rel)
-{
-  snprintf(out, n, "%s/%s", source_dir, rel);
-}
-
-static int compile_with(const char *path, int world, const char *const *sets, int n_sets, struct plan *p,
-                        char *err, size_t n)
-{
-  struct plan_compile_options opt = { 0 };
-  opt.world = world;
-  opt.sets = sets;
-  opt.n_sets = n_sets;
-  return plan_compile(path, &opt, p, err, n);
-}
-
-static void write_file(const char *path, const char *text)
-{
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    perror(path);
-    exit(1);
-  }
-  fputs(text, f);
-  fclose(f);
-}
-
-static const char *tmp_plan(const char *name, const char *text)
-{
-  static char path[512];
-  snprintf(path, sizeof path, "%s/%s", tmp_dir, name);
-  write_file(path, text);
-  return path;
-}
 
 /* Shipped plans compile at several world sizes with the arithmetic a user would do by hand. */
 static void test_shipped_plans_at_world_sizes(void)
@@ -515,14 +480,8 @@ static void test_balanced_stages_follow_cost(void)
 
 int main(void)
 {
-  const char *src = getenv("TYCHO_SOURCE_DIR");
-  if (src)
-    snprintf(source_dir, sizeof source_dir, "%s", src);
-  snprintf(tmp_dir, sizeof tmp_dir, "/tmp/tycho-test-plan-XXXXXX");
-  if (!mkdtemp(tmp_dir)) {
-    perror("mkdtemp");
+  if (plan_files_setup("plan"))
     return 1;
-  }
   static const struct test_case tests[] = {
     TEST(test_shipped_plans_at_world_sizes),
     TEST(test_llama_parameter_counts),
@@ -537,10 +496,5 @@ int main(void)
     TEST(test_mesh_groups_partition_the_world),
     TEST(test_balanced_stages_follow_cost),
   };
-  int rc = test_run_all(tests, (int)(sizeof tests / sizeof tests[0]));
-  char cmd[400];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
-  if (system(cmd) != 0)
-    fprintf(stderr, "could not remove %s\n", tmp_dir);
-  return rc;
+  return plan_files_done(test_run_all(tests, (int)(sizeof tests / sizeof tests[0])));
 }
