@@ -417,10 +417,6 @@ static int validate_moe(struct plan *p, char *err, size_t n)
     if (p->layers[l].moe)
       p->layers[l].split[PLAN_MOD_GATE] = p->layers[l].split[PLAN_MOD_UP] = p->layers[l].split[PLAN_MOD_DOWN] =
         PLAN_SPLIT_REPLICATE;
-  if (p->precision.compute == PLAN_BF16 && plan_on_cpu(p))
-    return fail(err, n, p, "precision.compute", "precision.compute = \"bf16\" with model.moe (%s) on the CPU "
-                "runtime: its bf16 mode has no mixture-of-experts kernels; use precision.compute = \"fp32\" "
-                "on the CPU", moe_at);
   const uint8_t mlp_parts = PLAN_RC_MLP_NORM | PLAN_RC_MLP_ACT | PLAN_RC_MLP;
   for (int l = 0; l < p->model.n_layers; l++) {
     const uint8_t mask = p->layers[l].recompute;

@@ -9,46 +9,11 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "plan_files.h"
 #include "check/check.h"
 #include "plan/compile.h"
 #include "util/strbuf.h"
 
-static char source_dir[1024] = ".";
-static char tmp_dir[256];
-
-static void path_of(char *out, size_t n, const char *rel)
-{
-  snprintf(out, n, "%s/%s", source_dir, rel);
-}
-
-static int compile_with(const char *path, int world, const char *const *sets, int n_sets, struct plan *p,
-                        char *err, size_t n)
-{
-  struct plan_compile_options opt = { 0 };
-  opt.world = world;
-  opt.sets = sets;
-  opt.n_sets = n_sets;
-  return plan_compile(path, &opt, p, err, n);
-}
-
-static void write_file(const char *path, const char *text)
-{
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    perror(path);
-    exit(1);
-  }
-  fputs(text, f);
-  fclose(f);
-}
-
-static const char *tmp_plan(const char *name, const char *text)
-{
-  static char path[512];
-  snprintf(path, sizeof path, "%s/%s", tmp_dir, name);
-  write_file(path, text);
-  return path;
-}
 
 
 /* A 4-layer plan with `moe` as the model's moe field (line 4) and `extra` as more plan fields
@@ -277,8 +242,6 @@ static void test_moe_refusals(void)
       "moe_bad.lua:5: no (in the model.moe.layers function, called for layer 2)" },
     { "{ experts = 2, top_k = 1 }", "  mesh = { tp = 2 },\n  sequence_parallel = true,\n",
       "moe_bad.lua:7: sequence_parallel = true with model.moe (" },
-    { "{ experts = 2, top_k = 1 }", "  precision = { compute = \"bf16\" },\n",
-      "moe_bad.lua:6: precision.compute = \"bf16\" with model.moe (" },
     { "{ experts = 2, top_k = 1, layers = { 1 } }", "  recompute = \"full\",\n",
       "moe_bad.lua:6: recompute = \"full\": layer 1 is sparse (model.moe, " },
     { "{ experts = 2, top_k = 1, layers = { 2 } }",
@@ -293,7 +256,7 @@ static void test_moe_refusals(void)
     CHECK_MSG(rc != 0, "case %zu compiled", i);
     CHECK_MSG(strstr(err, cases[i].expect) != NULL, "case %zu: \"%s\" lacks \"%s\"", i, err, cases[i].expect);
   }
-  /* the whole text of the three combinations refused for now, each naming where model.moe is */
+  /* the whole text of the two combinations refused for now, each naming where model.moe is */
   char err[2048];
   struct plan p;
   CHECK(compile_moe("moe_bad.lua", "{ experts = 2, top_k = 1 }", "  mesh = { tp = 2 },\n  sequence_parallel = true,\n",
@@ -302,20 +265,16 @@ static void test_moe_refusals(void)
   CHECK_STR_CONTAINS(err, "moe_bad.lua:4) and mesh.tp = 2: a "
                           "sparse layer routes whole sequences (its capacity is per sequence), and sequence "
                           "parallelism leaves a tp rank part of each; set sequence_parallel = false");
-  CHECK(compile_moe("moe_bad.lua", "{ experts = 2, top_k = 1 }", "  precision = { compute = \"bf16\" },\n", 0, &p,
-                    err, sizeof err));
-  CHECK_STR_CONTAINS(err, "moe_bad.lua:6: precision.compute = \"bf16\" with model.moe (");
-  CHECK_STR_CONTAINS(err, "moe_bad.lua:4) on the CPU runtime: its bf16 mode has no mixture-of-experts kernels; use "
-                          "precision.compute = \"fp32\" on the CPU");
   CHECK(compile_moe("moe_bad.lua", "{ experts = 2, top_k = 1 }", "  recompute = { \"mlp_norm\" },\n", 0, &p, err,
                     sizeof err));
   CHECK_STR_CONTAINS(err, "moe_bad.lua:6: recompute = \"mlp_norm\": layer 0 is sparse (model.moe, ");
   CHECK_STR_CONTAINS(err, "moe_bad.lua:4), and recompute of the sparse MLP is not supported yet; recompute attention "
                           "parts only (\"attn_norm\", \"attn_core\", \"attn\") on sparse layers");
-  /* what stays allowed: bf16 for the GPU runtime, attention recompute on sparse layers, any recompute
-   * on dense ones, tp 2 for a dense model */
+  /* what stays allowed: bf16 for the GPU runtime and the CPU's, attention recompute on sparse
+   * layers, any recompute on dense ones, tp 2 for a dense model */
   static const struct { const char *moe, *extra; } fine[] = {
     { "{ experts = 2, top_k = 1 }", "  precision = { compute = \"bf16\" },\n  device = \"cuda\",\n" },
+    { "{ experts = 2, top_k = 1 }", "  precision = { compute = \"bf16\" },\n" },
     { "{ experts = 2, top_k = 1 }", "  recompute = { \"attn_norm\", \"attn_core\", \"attn\" },\n" },
     { "{ experts = 2, top_k = 1, layers = { 0 } }",
       "  recompute = function(layer) if layer > 0 then return \"full\" end return \"attn\" end,\n" },
@@ -484,14 +443,8 @@ static void test_mixtral_counts(void)
 
 int main(void)
 {
-  const char *src = getenv("TYCHO_SOURCE_DIR");
-  if (src)
-    snprintf(source_dir, sizeof source_dir, "%s", src);
-  snprintf(tmp_dir, sizeof tmp_dir, "/tmp/tycho-test-plan-moe-XXXXXX");
-  if (!mkdtemp(tmp_dir)) {
-    perror("mkdtemp");
+  if (plan_files_setup("plan-moe"))
     return 1;
-  }
   static const struct test_case tests[] = {
     TEST(test_moe_forms_and_defaults),
     TEST(test_moe_refusals),
@@ -500,10 +453,5 @@ int main(void)
     TEST(test_moe_resume_fields),
     TEST(test_mixtral_counts),
   };
-  int rc = test_run_all(tests, (int)(sizeof tests / sizeof tests[0]));
-  char cmd[400];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
-  if (system(cmd) != 0)
-    fprintf(stderr, "could not remove %s\n", tmp_dir);
-  return rc;
+  return plan_files_done(test_run_all(tests, (int)(sizeof tests / sizeof tests[0])));
 }

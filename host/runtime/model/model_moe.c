@@ -1,11 +1,14 @@
 /* The sparse MLP of a mixture-of-experts layer (model.moe, docs/moe.md): the router, the
  * routing, the experts' SwiGLU products on the dispatched rows, and the combine, forward and
  * backward, on the model's kernel table (kernels/ops.h, "mixture of experts"). The host reads one
- * small thing per forward: the kept rows per expert, which size the experts' products. */
+ * small thing per forward: the kept rows per expert, which size the experts' products. The
+ * router's and the experts' products go through passes_lin_* (model_passes_int.h): fp32, or on a
+ * bf16 model each on its input rounded and its weight's bf16 copy. */
 #include <stdio.h>
 #include <string.h>
 
 #include "runtime/model/model.h"
+#include "runtime/model/model_passes_int.h"
 #include "comm/comm.h"
 #include "runtime/parallel/dcomm.h"
 #include "runtime/model/hostview.h"
@@ -43,20 +46,37 @@ static void ints_to_host(const struct model *m, int *dst, const int *src, int n)
   hostview_close(m->k, m->kctx, (void *)src, v, (size_t)n * sizeof(int), 0);
 }
 
+/* The bf16 copy of layer `layer`'s weight of kind `kind` (of expert e, or −1), or NULL (an fp32
+ * model). The layer's parameters lie from its layer_param0 on (layout/params.h). */
+static const bf16 *weight_bf16(const struct model *m, int layer, enum model_param_kind kind, int e)
+{
+  if (!m->bf16)
+    return NULL;
+  for (int i = m->table.layer_param0[layer]; i < m->n_params; i++) {
+    const struct model_param *p = &m->params[i];
+    if (p->layer == layer && p->kind == kind && p->expert == e)
+      return model_param_bf16(m, p, 0);
+    if (p->layer > layer)
+      break;
+  }
+  return NULL;
+}
+
 /* Expert e's SwiGLU on n rows: out (n, C) = w2 · (silu(w1 · in) ⊙ (w3 · in)); its gate, up and
  * hidden kept at row `row` of the layer's expert buffers. */
-static void experts_forward(struct model *m, int layer, struct model_layer_acts *la, int e, int n,
+static void experts_forward(struct model *m, struct model_acts *a, int layer, int e, int n,
                             const real *in, real *out, size_t row)
 {
   if (n == 0)
     return;
   const int C = m->config.dim, Fe = m->config.moe.ffn_dim;
   const struct model_layer_weights *w = &m->layers[layer];
+  struct model_layer_acts *la = &a->layers[layer];
   real *g = la->gate + row * Fe, *u = la->up + row * Fe, *h = la->hidden + row * Fe;
-  m->k->linear_forward(m->kctx, g, in, w->w1[e], n, C, Fe);
-  m->k->linear_forward(m->kctx, u, in, w->w3[e], n, C, Fe);
+  passes_lin_fwd(m, a, g, in, w->w1[e], weight_bf16(m, layer, MODEL_EXPERT_W1, e), n, C, Fe);
+  passes_lin_fwd(m, a, u, in, w->w3[e], weight_bf16(m, layer, MODEL_EXPERT_W3, e), n, C, Fe);
   m->k->swiglu_forward(m->kctx, h, g, u, (size_t)n * Fe);
-  m->k->linear_forward(m->kctx, out, h, w->w2[e], n, Fe, C);
+  passes_lin_fwd(m, a, out, h, w->w2[e], weight_bf16(m, layer, MODEL_EXPERT_W2, e), n, Fe, C);
 }
 
 /* Its backward on the same rows: din (n, C) assigned; dout (n, C) is spent (the rows'
@@ -72,11 +92,14 @@ static void experts_backward(struct model *m, struct model_acts *a, int layer, i
   const struct kernel_ops *k = m->k;
   void *ctx = m->kctx;
   const size_t f = row * Fe;
-  k->linear_backward(ctx, a->moe_dhid + f, g->w2[e], dout, la->hidden + f, w->w2[e], n, Fe, C);
+  passes_lin_bwd(m, a, a->moe_dhid + f, g->w2[e], dout, la->hidden + f, w->w2[e],
+                 weight_bf16(m, layer, MODEL_EXPERT_W2, e), n, Fe, C);
   k->swiglu_backward(ctx, a->moe_dgate + f, a->moe_dup + f, a->moe_dhid + f, la->gate + f, la->up + f,
                      (size_t)n * Fe);
-  k->linear_backward(ctx, din, g->w1[e], a->moe_dgate + f, in, w->w1[e], n, C, Fe);
-  k->linear_backward(ctx, dout, g->w3[e], a->moe_dup + f, in, w->w3[e], n, C, Fe);
+  passes_lin_bwd(m, a, din, g->w1[e], a->moe_dgate + f, in, w->w1[e], weight_bf16(m, layer, MODEL_EXPERT_W1, e),
+                 n, C, Fe);
+  passes_lin_bwd(m, a, dout, g->w3[e], a->moe_dup + f, in, w->w3[e], weight_bf16(m, layer, MODEL_EXPERT_W3, e),
+                 n, C, Fe);
   k->vec_add(ctx, din, din, dout, (size_t)n * C);
 }
 
@@ -169,7 +192,7 @@ static void ep_experts_forward(struct model *m, struct model_acts *a, int layer,
   for (int s = 0; s < ep; s++)
     for (int j = 0; j < El; j++) {
       const int n = la->moe_rows[s * El + j];
-      experts_forward(m, layer, la, m->ep.rank * El + j, n, la->moe_xr + at * C, a->moe_yr + at * C, at);
+      experts_forward(m, a, layer, m->ep.rank * El + j, n, la->moe_xr + at * C, a->moe_yr + at * C, at);
       at += (size_t)n;
     }
   if (dcomm_all_to_all_v(DCOMM_OF(m), m->ep.group, a->moe_yr, recv_n, P > 0 ? a->moe_pad : la->moe_ye, send_n, COMM_REAL,
@@ -226,7 +249,7 @@ void model_moe_forward(struct model *m, struct model_acts *a, int layer, const r
   void *ctx = m->kctx;
   int counts[MODEL_MOE_MAX_EXPERTS];
 
-  k->linear_forward(ctx, a->moe_logits, x, w->router, N, C, E);
+  passes_lin_fwd(m, a, a->moe_logits, x, w->router, weight_bf16(m, layer, MODEL_ROUTER, -1), N, C, E);
   k->moe_router_forward(ctx, la->moe_probs, la->moe_topi, la->moe_topw, la->moe_lse, a->moe_logits,
                         N, E, K);
   k->moe_route(ctx, la->moe_slot, la->moe_counts, la->moe_routed, la->moe_topi, N, T, E, K,
@@ -240,7 +263,7 @@ void model_moe_forward(struct model *m, struct model_acts *a, int layer, const r
   } else {
     size_t at = 0;
     for (int e = 0; e < E; e++) {
-      experts_forward(m, layer, la, e, counts[e], la->moe_xe + at * C, la->moe_ye + at * C, at);
+      experts_forward(m, a, layer, e, counts[e], la->moe_xe + at * C, la->moe_ye + at * C, at);
       at += (size_t)counts[e];
     }
   }
@@ -295,6 +318,7 @@ void model_moe_backward(struct model *m, struct model_acts *a, int layer, const 
   const real z_scale = (real)(c->moe.z_loss * (double)a->loss_scale);
   k->moe_router_backward(ctx, a->moe_logits, a->moe_dtopw, la->moe_probs, la->moe_topi,
                          la->moe_topw, la->moe_lse, N, T, E, K, aux_scale, z_scale);
-  k->linear_backward(ctx, tmp, g->router, a->moe_logits, x, w->router, N, C, E);
+  passes_lin_bwd(m, a, tmp, g->router, a->moe_logits, x, w->router, weight_bf16(m, layer, MODEL_ROUTER, -1),
+                 N, C, E);
   k->vec_add(ctx, dx, dx, tmp, (size_t)N * C);
 }
