@@ -4,12 +4,13 @@
  *
  * Two forms. On one tensor-parallel rank (passes_bf16_direct) a block runs here: the producers of
  * the linears' inputs (the norms, SwiGLU, the attention's output rounded) write them in bf16 and
- * no fp32 copy is kept. On a tensor-parallel layout the block runs model_passes.c's pieces, with
- * their conversions and collectives in fp32 as they are, and each product rounds its fp32 input
- * into the workspace's in_b right before it (passes_lin_*), in backward again from the same fp32
- * values: each product sees the bf16 rounding of exactly what the fp32 path feeds it, which the
- * rounding producers above write too, so both forms compute the same products. A failed product
- * is the step's error, as a failed collective is. */
+ * no fp32 copy is kept. On a tensor-parallel layout, and in a sparse layer (model.moe: its router
+ * and experts, model_moe.c) on any, the block runs model_passes.c's pieces, their conversions and
+ * collectives in fp32 as they are, and each product rounds its fp32 input into the workspace's
+ * in_b right before it (passes_lin_*), in backward again from the same fp32 values: each sees
+ * the bf16 rounding of exactly what the fp32 path feeds it, which the rounding producers above
+ * write too, so both forms compute the same products. A failed product is the step's error, as a
+ * failed collective is. */
 #include <stdio.h>
 
 #include "ops.h"
