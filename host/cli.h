@@ -100,5 +100,7 @@ int cmd_repl_frontend(lua_State *L, int argc, char **argv);
 int repl_frontend_form(int argc, char **argv);
 int cmd_rehearse(lua_State *L, int argc, char **argv, int worker);
 int cmd_calibrate(lua_State *L, int argc, char **argv, int worker);
+/* `tycho generate` (cmd_generate.c): one rank, no MPI. */
+int cmd_generate(lua_State *L, int argc, char **argv);
 
 #endif

@@ -85,6 +85,8 @@ static int pmain(lua_State *L)
     return cmd_calibrate(L, argc, argv, mpi_worker(argc, argv, "calibrate"));
   if (strcmp(cmd, "rehearse") == 0)
     return cmd_rehearse(L, argc, argv, mpi_worker(argc, argv, "rehearse"));
+  if (strcmp(cmd, "generate") == 0)
+    return cmd_generate(L, argc, argv);
   if (strcmp(cmd, "ckpt") == 0) {
     if (argc != 4 || (strcmp(argv[2], "inspect") && strcmp(argv[2], "verify")))
       return host_fail(L, EXIT_USAGE, "usage: tycho ckpt inspect|verify DIR");

@@ -106,6 +106,22 @@ static const struct {
     "        bandwidth, cores, memory - and write a cluster file for check --cluster and tune\n"
     "        (a device = one core running one rank of one thread); --reps N: repetitions per\n"
     "        measurement, 1..1000 (default 10). docs/calibrate.md\n" },
+  { "generate",
+    "  generate PLAN.lua|HF_FOLDER (--prompt-ids I,J,K | --prompt TEXT) [--max-tokens N]\n"
+    "           [--temperature T] [--top-k K] [--top-p P] [--seed S] [--json] [--set ...]\n"
+    "        continue a prompt on one rank on the CPU (fp32; a bf16 plan's fp32 master weights)\n"
+    "        with a key/value cache, printing each token id as it comes: the weights of a\n"
+    "        Hugging Face model folder, or a plan's as `run` starts from them (the newest\n"
+    "        checkpoint in checkpoint.dir, else init.from, else seeds.model). Stops at the\n"
+    "        model's eos_token_id (config.json), after N tokens (1..1000000, default 64), or\n"
+    "        when the sequence reaches model.max_seq. Dense models only\n"
+    "        --temperature T  0 (the default): greedy, the largest logit (the lowest id on\n"
+    "                    ties); else softmax(logits / T) sampled, after --top-k K (0, the\n"
+    "                    default: all) and --top-p P (the smallest most probable set whose\n"
+    "                    probability reaches P; default 1: all), renormalised\n"
+    "        --seed S    the draws' seed (default 0): the same seed, the same tokens\n"
+    "        --json      one line {\"ids\": [...], \"text\": ...} at the end instead\n"
+    "        --no-cache  recompute the whole sequence at every token (slow; checks the cache)\n" },
   { "ckpt",
     "  ckpt inspect|verify DIR\n"
     "        a checkpoint (checkpoint.dir/step_N, or checkpoint.dir for its newest): inspect\n"

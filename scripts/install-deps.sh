@@ -11,6 +11,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libreadline-dev
   libxml2-utils librsvg2-bin   # e2e.check_svg: xmllint reads, rsvg-convert renders check --svg's picture
+  python3-venv python3-torch   # e2e.generate: transformers (pip, in a venv) over Debian's torch
 )
 
 missing=()

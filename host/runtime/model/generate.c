@@ -1,0 +1,242 @@
+/* Generation (generate.h): the model's forward over a per-layer key/value cache, the training
+ * forward recomputed over the whole sequence as its check, and the sampler.
+ *
+ * The cached forward uses the model's kernel table for everything but the attention, so the
+ * norms, products, RoPE and SwiGLU are the training's kernels on fewer rows. The attention of a
+ * new row reads every cached position up to its own (causal by construction: the cache holds
+ * nothing later), with the max subtracted before exp and the sums in `real` as the training
+ * kernel's online softmax keeps them; the two differ by rounding only. */
+#include "runtime/model/generate.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "philox.h"
+
+/* The low byte-string "gen" in the Philox counter's last word: generation's draws never meet
+ * dropout's or initialization's counters. */
+#define GEN_STREAM 0x67656e00u
+
+int gen_cache_open(struct gen_cache *c, const struct model *m, int max_T, int max_rows, char *err,
+                   size_t err_size)
+{
+  memset(c, 0, sizeof *c);
+  const struct plan_model *cfg = &m->config;
+  if (m->moe) {
+    for (int l = 0; l < cfg->n_layers; l++)
+      if (m->moe[l]) {
+        snprintf(err, err_size, "generation runs dense models only: layer %d is sparse (model.moe)", l);
+        return -1;
+      }
+  }
+  if (m->tp.size != 1 || !m->embed_here || !m->head_here) {
+    snprintf(err, err_size, "generation runs on one rank holding the whole model");
+    return -1;
+  }
+  if (!m->k->host_visible || !m->param_memory) {
+    snprintf(err, err_size, "generation needs the model's weights in host memory (the CPU, ZeRO below 3)");
+    return -1;
+  }
+  if (max_T < 1 || max_rows < 1 || max_rows > max_T) {
+    snprintf(err, err_size, "generation: bad cache size %d for %d rows", max_T, max_rows);
+    return -1;
+  }
+  c->m = m;
+  c->max_T = max_T;
+  c->max_rows = max_rows;
+  const size_t L = (size_t)cfg->n_layers, C = (size_t)cfg->dim, HS = (size_t)cfg->head_dim;
+  const size_t KVD = (size_t)cfg->n_kv_heads * HS, F = (size_t)cfg->ffn_dim, R = (size_t)max_rows;
+  const size_t QD = (size_t)cfg->n_heads * HS;
+  struct { real **p; size_t n; } bufs[] = {
+    { &c->k, L * (size_t)max_T * KVD }, { &c->v, L * (size_t)max_T * KVD },
+    { &c->x, R * C }, { &c->h, R * C }, { &c->q, R * QD }, { &c->kr, R * KVD }, { &c->vr, R * KVD },
+    { &c->att, R * QD }, { &c->gate, R * F }, { &c->up, R * F }, { &c->hid, R * F }, { &c->rstd, R },
+    { &c->cos, R * HS / 2 + 1 }, { &c->sin, R * HS / 2 + 1 }, { &c->scores, (size_t)max_T },
+    { &c->logits, (size_t)cfg->vocab_padded },
+  };
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+    *bufs[i].p = m->k->mem_alloc(m->kctx, bufs[i].n * sizeof(real));
+    if (!*bufs[i].p) {
+      gen_cache_close(c);
+      snprintf(err, err_size, "generation: out of memory for the key/value cache of %d positions", max_T);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+void gen_cache_close(struct gen_cache *c)
+{
+  if (!c->m)
+    return;
+  real *all[] = { c->k, c->v, c->x, c->h, c->q, c->kr, c->vr, c->att, c->gate, c->up, c->hid,
+                  c->rstd, c->cos, c->sin, c->scores, c->logits };
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (all[i])
+      c->m->k->mem_free(c->m->kctx, all[i]);
+  memset(c, 0, sizeof *c);
+}
+
+/* att (n, NH·HS) = softmax(q kᵀ / sqrt(HS)) v for rows at positions p0 .. p0 + n − 1 over the
+ * cached keys and values of one layer, K and V (max_T, NKV·HS). */
+static void attend(struct gen_cache *c, const real *K, const real *V, int p0, int n)
+{
+  const struct plan_model *cfg = &c->m->config;
+  const int NH = cfg->n_heads, NKV = cfg->n_kv_heads, HS = cfg->head_dim, KVD = NKV * HS;
+  const int group = NH / NKV;
+  const real scale = (real)(1.0 / sqrt((double)HS));
+  real *s = c->scores;
+  for (int i = 0; i < n; i++) {
+    const int last = p0 + i; /* keys 0 .. last */
+    for (int h = 0; h < NH; h++) {
+      const real *q = c->q + ((size_t)i * NH + h) * HS;
+      const size_t kv = (size_t)(h / group) * HS;
+      real mx = -INFINITY;
+      for (int j = 0; j <= last; j++) {
+        const real *k = K + (size_t)j * KVD + kv;
+        real dot = 0;
+        for (int d = 0; d < HS; d++) dot += q[d] * k[d];
+        s[j] = dot * scale;
+        if (s[j] > mx)
+          mx = s[j];
+      }
+      real sum = 0;
+      for (int j = 0; j <= last; j++) {
+        s[j] = (real)exp((double)(s[j] - mx));
+        sum += s[j];
+      }
+      real *out = c->att + ((size_t)i * NH + h) * HS;
+      for (int d = 0; d < HS; d++) out[d] = 0;
+      for (int j = 0; j <= last; j++) {
+        const real *v = V + (size_t)j * KVD + kv, w = s[j] / sum;
+        for (int d = 0; d < HS; d++) out[d] += w * v[d];
+      }
+    }
+  }
+}
+
+void gen_forward(struct gen_cache *c, const int *tokens, int n)
+{
+  const struct model *m = c->m;
+  const struct kernel_ops *k = m->k;
+  void *kc = m->kctx;
+  const struct plan_model *cfg = &m->config;
+  const int C = cfg->dim, HS = cfg->head_dim, NH = cfg->n_heads, NKV = cfg->n_kv_heads;
+  const int KVD = NKV * HS, QD = NH * HS, F = cfg->ffn_dim, p0 = c->n;
+  const real eps = (real)cfg->norm_eps;
+  const size_t layer_kv = (size_t)c->max_T * KVD;
+  /* the tokens' embeddings: the table's rows, read where they are (host memory) */
+  for (int i = 0; i < n; i++)
+    memcpy(c->x + (size_t)i * C, m->wte + (size_t)tokens[i] * C, (size_t)C * sizeof(real));
+  k->rope_table(kc, c->cos, c->sin, n, HS, cfg->rope_theta, p0);
+  for (int l = 0; l < cfg->n_layers; l++) {
+    const struct model_layer_weights *w = &m->layers[l];
+    real *K = c->k + (size_t)l * layer_kv, *V = c->v + (size_t)l * layer_kv;
+    k->rmsnorm_forward(kc, c->h, c->rstd, c->x, w->attn_norm, n, C, eps);
+    k->linear_forward(kc, c->q, c->h, w->wq, n, C, QD);
+    k->linear_forward(kc, c->kr, c->h, w->wk, n, C, KVD);
+    k->linear_forward(kc, c->vr, c->h, w->wv, n, C, KVD);
+    k->rope_forward(kc, c->q, c->q, c->cos, c->sin, 1, n, NH, HS);
+    k->rope_forward(kc, c->kr, c->kr, c->cos, c->sin, 1, n, NKV, HS);
+    memcpy(K + (size_t)p0 * KVD, c->kr, (size_t)n * KVD * sizeof(real));
+    memcpy(V + (size_t)p0 * KVD, c->vr, (size_t)n * KVD * sizeof(real));
+    attend(c, K, V, p0, n);
+    k->linear_forward_acc(kc, c->x, c->att, w->wo, n, QD, C); /* x += o(att) */
+    k->rmsnorm_forward(kc, c->h, c->rstd, c->x, w->mlp_norm, n, C, eps);
+    k->linear_forward(kc, c->gate, c->h, w->wgate, n, C, F);
+    k->linear_forward(kc, c->up, c->h, w->wup, n, C, F);
+    k->swiglu_forward(kc, c->hid, c->gate, c->up, (size_t)n * F);
+    k->linear_forward_acc(kc, c->x, c->hid, w->wdown, n, F, C); /* x += down(hidden) */
+  }
+  const real *last = c->x + (size_t)(n - 1) * C;
+  k->rmsnorm_forward(kc, c->h, c->rstd, last, m->final_norm, 1, C, eps);
+  k->linear_forward(kc, c->logits, c->h, m->head, 1, C, cfg->vocab_padded);
+  c->n += n;
+}
+
+void gen_forward_full(const struct model *m, struct model_acts *a, const int *tokens, int T, real *logits)
+{
+  model_embed_forward(m, a, tokens, NULL, 1, T);
+  for (int l = 0; l < m->config.n_layers; l++) model_layer_forward(m, a, l, NULL);
+  model_head_forward(m, a, NULL);
+  const size_t Vp = (size_t)m->config.vocab_padded;
+  m->k->to_host(m->kctx, logits, a->logits + (size_t)(T - 1) * Vp, Vp * sizeof(real));
+}
+
+/* ---- sampling ---- */
+
+size_t gen_sample_work_bytes(int V)
+{
+  return (size_t)V * (sizeof(double) + sizeof(int));
+}
+
+/* Descending probability, the lower id first among equals: the order is total, so the kept set
+ * does not depend on the sort's algorithm. */
+static const double *sort_probs;
+static int by_prob(const void *a, const void *b)
+{
+  const int i = *(const int *)a, j = *(const int *)b;
+  if (sort_probs[i] != sort_probs[j])
+    return sort_probs[i] > sort_probs[j] ? -1 : 1;
+  return (i > j) - (i < j);
+}
+
+/* A uniform double in [0, 1) with 53 bits, a function of (seed, position) only. */
+static double draw(uint64_t seed, long long position)
+{
+  const uint64_t p = (uint64_t)position;
+  const uint32_t ctr[4] = { (uint32_t)p, (uint32_t)(p >> 32), 0, GEN_STREAM };
+  const uint32_t key[2] = { (uint32_t)seed, (uint32_t)(seed >> 32) };
+  uint32_t out[4];
+  philox4x32_10(ctr, key, out);
+  const uint64_t bits = ((uint64_t)out[0] << 21) ^ (uint64_t)(out[1] >> 11);
+  return (double)(bits & ((1ULL << 53) - 1)) / 9007199254740992.0;
+}
+
+int gen_sample(const real *logits, int V, const struct gen_sampling *s, long long position, void *work)
+{
+  int best = 0;
+  for (int i = 1; i < V; i++)
+    if (logits[i] > logits[best])
+      best = i;
+  if (s->temperature <= 0)
+    return best;
+  double *p = work;
+  int *idx = (int *)(p + V);
+  const double mx = (double)logits[best];
+  double sum = 0;
+  for (int i = 0; i < V; i++) {
+    p[i] = exp(((double)logits[i] - mx) / s->temperature);
+    sum += p[i];
+    idx[i] = i;
+  }
+  for (int i = 0; i < V; i++) p[i] /= sum;
+  sort_probs = p;
+  qsort(idx, (size_t)V, sizeof *idx, by_prob);
+  int n = s->top_k > 0 && s->top_k < V ? s->top_k : V;
+  /* top-p over the top-k renormalised: the smallest prefix whose sum reaches top_p */
+  double kept = 0;
+  for (int i = 0; i < n; i++) kept += p[idx[i]];
+  if (s->top_p < 1) {
+    double acc = 0;
+    int m = 0;
+    while (m < n) {
+      acc += p[idx[m++]] / kept;
+      if (acc >= s->top_p)
+        break;
+    }
+    n = m;
+    kept = 0;
+    for (int i = 0; i < n; i++) kept += p[idx[i]];
+  }
+  const double u = draw(s->seed, position) * kept;
+  double acc = 0;
+  for (int i = 0; i < n; i++) {
+    acc += p[idx[i]];
+    if (u < acc)
+      return idx[i];
+  }
+  return idx[n - 1];
+}

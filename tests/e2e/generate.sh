@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# tycho generate: the key/value-cache decode gives the token ids of recomputing the training
+# forward over the whole sequence at every token (--no-cache), greedy and sampled, on tiny's
+# initial weights and on a checkpoint of a 3-step run (which generate loads: its ids differ from
+# the initial weights'); the same seed samples the same ids twice and another seed other ids;
+# top_k 1 is greedy; --json prints the ids as one line; bad input is refused with exit 2 naming
+# the option. Where a venv with transformers 4.40.2 over Debian's torch can be made, the greedy ids
+# on a random LlamaForCausalLM saved with save_pretrained equal transformers' generate(do_sample =
+# False), token for token, stopping at config.json's eos_token_id as it does (else: skipped, saying why). Its lm_head is scaled by 30 so
+# that the top two logits of every step lie far apart compared with the rounding of either side.
+# usage: generate.sh TYCHO   (run from the source folder)
+set -u
+tycho=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; [ -f "$tmp/err" ] && cat "$tmp/err"; exit 1; }
+gen() { "$tycho" generate "$@" 2>"$tmp/err"; }
+expect() { # expect CODE TEXT COMMAND...: exit code CODE and TEXT as the first stderr line
+  local code=$1 text=$2
+  shift 2
+  "$@" >/dev/null 2>"$tmp/err"
+  local rc=$?
+  [ "$rc" -eq "$code" ] || fail "$* exited $rc, expected $code"
+  [ "$(head -n 1 "$tmp/err")" = "$text" ] || fail "$*: '$(head -n 1 "$tmp/err")', expected '$text'"
+}
+plan=plans/tiny.lua
+prompt=49,50,43,51,52,61   # "12+34="
+
+# (1) the cache against the full forward, on the initial weights and on a checkpoint
+init=$(gen "$plan" --prompt-ids $prompt --max-tokens 24) || fail "generate"
+[ "$(echo "$init" | wc -w)" -eq 24 ] || fail "not 24 ids: $init"
+grep -q "weights: random (seeds.model); greedy" "$tmp/err" || fail "header: $(cat "$tmp/err")"
+full=$(gen "$plan" --prompt-ids $prompt --max-tokens 24 --no-cache) || fail "generate --no-cache"
+[ "$init" = "$full" ] || fail "initial weights: the cache gives '$init', the full forward '$full'"
+echo "ok: initial weights, cached = full forward: $init"
+
+"$tycho" run "$plan" --set train.steps=3 --set train.eval_every=0 --set checkpoint.dir="$tmp/ck" \
+  --set checkpoint.every=3 >/dev/null 2>"$tmp/err" || fail "the 3-step run"
+ck=(--set checkpoint.dir="$tmp/ck")
+trained=$(gen "$plan" "${ck[@]}" --prompt-ids $prompt --max-tokens 24) || fail "generate from the checkpoint"
+grep -q "weights: checkpoint $tmp/ck/step_00000003 (step 3)" "$tmp/err" || fail "header: $(cat "$tmp/err")"
+[ "$trained" != "$init" ] || fail "the checkpoint's ids are the initial weights'"
+full=$(gen "$plan" "${ck[@]}" --prompt-ids $prompt --max-tokens 24 --no-cache) || fail "--no-cache from the checkpoint"
+[ "$trained" = "$full" ] || fail "checkpoint: the cache gives '$trained', the full forward '$full'"
+echo "ok: checkpoint, cached = full forward: $trained"
+
+# (2) sampling
+s7=$(gen "$plan" "${ck[@]}" --prompt-ids $prompt --max-tokens 24 --temperature 1 --seed 7) || fail "sampled"
+s7b=$(gen "$plan" "${ck[@]}" --prompt-ids $prompt --max-tokens 24 --temperature 1 --seed 7) || fail "sampled again"
+s8=$(gen "$plan" "${ck[@]}" --prompt-ids $prompt --max-tokens 24 --temperature 1 --seed 8) || fail "seed 8"
+[ "$s7" = "$s7b" ] || fail "seed 7 twice: '$s7', '$s7b'"
+[ "$s7" != "$s8" ] || fail "seeds 7 and 8 give the same ids: $s7"
+[ "$s7" != "$trained" ] || fail "sampling at temperature 1 gave the greedy ids"
+s7f=$(gen "$plan" "${ck[@]}" --prompt-ids $prompt --max-tokens 24 --temperature 1 --seed 7 --no-cache) ||
+  fail "sampled --no-cache"
+[ "$s7" = "$s7f" ] || fail "sampled: the cache gives '$s7', the full forward '$s7f'"
+k1=$(gen "$plan" "${ck[@]}" --prompt-ids $prompt --max-tokens 24 --temperature 1.5 --top-k 1 --seed 3) || fail "top_k 1"
+[ "$k1" = "$trained" ] || fail "top_k 1 gives '$k1', greedy '$trained'"
+p0=$(gen "$plan" "${ck[@]}" --prompt-ids $prompt --max-tokens 24 --temperature 2 --top-p 1e-9 --seed 5) || fail "top_p"
+[ "$p0" = "$trained" ] || fail "top_p 1e-9 gives '$p0', greedy '$trained'"
+nk=$(gen "$plan" "${ck[@]}" --prompt-ids $prompt --max-tokens 24 --temperature 1 --top-k 5 --top-p 0.9 --seed 7) || fail "top_k 5 top_p 0.9"
+[ "$nk" != "$s7" ] || fail "top_k 5, top_p 0.9 changed nothing: $nk"
+json=$(gen "$plan" "${ck[@]}" --prompt-ids $prompt --max-tokens 24 --temperature 1 --seed 7 --json) || fail "--json"
+[ "$json" = "{\"ids\": [$(echo "$s7" | sed 's/ /, /g')], \"text\": null}" ] || fail "--json: $json"
+echo "ok: sampling: seed 7 twice '$s7', seed 8 '$s8'; top_k 1 and top_p 1e-9 are greedy; --json"
+
+# (3) refusals
+expect 2 "tycho: --prompt-ids: token id 64 is not below the model's vocabulary (64)" \
+  "$tycho" generate "$plan" --prompt-ids 1,64
+expect 2 "tycho: --prompt-ids: 129 tokens, longer than the model's max_seq (128)" \
+  "$tycho" generate "$plan" --prompt-ids "$(seq -s, 1 129 | sed 's/[0-9]*/1/g')"
+expect 2 "tycho: --prompt-ids 1,,2: not a comma list of token ids" "$tycho" generate "$plan" --prompt-ids 1,,2
+expect 2 "tycho: --temperature warm: not a number in [0, 1e+06]" \
+  "$tycho" generate "$plan" --prompt-ids 1 --temperature warm
+expect 2 "tycho: --top-p 0: must be above 0 (1: off)" "$tycho" generate "$plan" --prompt-ids 1 --top-p 0
+expect 2 "tycho: --top-p 1.5: not a number in [0, 1]" "$tycho" generate "$plan" --prompt-ids 1 --top-p 1.5
+expect 2 "tycho: --max-tokens needs an integer in 1..1000000 (got 0: out of range); see tycho --help" "$tycho" generate "$plan" --prompt-ids 1 --max-tokens 0
+expect 2 "tycho: generate needs one prompt: --prompt-ids I,J,K or --prompt TEXT" "$tycho" generate "$plan"
+expect 2 "tycho: tests/plans/good/moe_small.lua: model.moe (a mixture of experts): tycho generate runs dense models only" \
+  "$tycho" generate tests/plans/good/moe_small.lua --prompt-ids 1
+echo "ok: refusals"
+
+# (4) transformers' greedy generate on a random Llama, where a venv can have it
+venv=${XDG_CACHE_HOME:-$HOME/.cache}/tycho-test-venv-transformers
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch, transformers, safetensors' 2>/dev/null; then
+  { /usr/bin/python3 -m venv --system-site-packages "$venv" &&
+    "$venv/bin/pip" install -q --timeout 20 --retries 1 transformers==4.40.2 safetensors; } >"$tmp/pip.txt" 2>&1
+fi
+if ! why=$("$venv/bin/python" -c 'import torch, transformers, safetensors' 2>&1); then
+  echo "skipped: transformers' generate (no venv with torch and transformers 4.40.2: $(printf '%s' "$why" | tail -n 1; tail -n 1 "$tmp/pip.txt" 2>/dev/null))"
+  exit 0
+fi
+"$venv/bin/python" - "$tmp/hf" <<'EOF' >"$tmp/hf.txt" 2>"$tmp/err" || fail "transformers"
+import sys
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+torch.manual_seed(0)
+cfg = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                  rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+                  bos_token_id=1, eos_token_id=7, pad_token_id=0)
+model = LlamaForCausalLM(cfg).float().eval()
+with torch.no_grad():
+    model.lm_head.weight.mul_(30.0)  # logits far apart: argmax does not turn on rounding
+model.save_pretrained(sys.argv[1], safe_serialization=True)
+for prompt in ([5, 17, 42, 3, 88, 9, 60], [7], [2, 2, 31, 64, 11]):
+    x = torch.tensor([prompt])
+    with torch.no_grad():
+        out = model.generate(x, do_sample=False, max_new_tokens=40, attention_mask=torch.ones_like(x))
+    print(",".join(map(str, prompt)), " ".join(map(str, out[0, len(prompt):].tolist())))
+EOF
+n=0
+while read -r p ids; do
+  got=$(gen "$tmp/hf" --prompt-ids "$p" --max-tokens 40) || fail "generate from the saved model"
+  [ "$got" = "$ids" ] || fail "prompt $p: tycho '$got', transformers '$ids'"
+  n=$((n + 1))
+done <"$tmp/hf.txt"
+[ "$n" -eq 3 ] || fail "$n prompts compared"
+grep -q ' 7$' "$tmp/hf.txt" || fail "no reference output stops at the eos id 7: $(cat "$tmp/hf.txt")"
+echo "ok: transformers' greedy generate, token for token, on 3 prompts: $(cut -d' ' -f2- "$tmp/hf.txt" | head -n 1)"
