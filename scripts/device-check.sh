@@ -9,7 +9,7 @@
 #      serial run (tests/mpi/mpi_dp_equiv.c, tests/lib/build.sh): 1e-5 relative in fp32, 1e-4 in
 #      bf16 (mpi_dp_equiv.c's bf16_bounds);
 #   c. 2 ranks on the one GPU through the staged comm backend, tp 2 and dp 2 with ZeRO-3, against
-#      the same layouts on the CPU (1e-5);
+#      the same layouts on the CPU (1e-5), and tp 2 with sequence parallelism in bf16 (1e-4);
 #   d. 1 rank through NCCL against the CPU run (1e-5);
 #   e. tycho check's bill of the cuda plan against the GPU run's memory peaks (the printed figures
 #      equal, as tests/e2e/run_bf16.sh holds the CPU's);
@@ -318,7 +318,7 @@ if [ $dry -eq 1 ]; then
     *" tycho "*) run_step "dry: tycho on 2 ranks" 120 step_dry_tycho ;;
   esac
   for s in "a. ctest -L cuda" "b. tiny fp32 gpu/cpu" "b. tiny bf16 gpu/cpu" "c. staged tp2 gpu/cpu" \
-           "c. staged dp2 zero3" "d. nccl 1 rank" "e. gpu bill vs peaks" "f. bench_gpu"; do
+           "c. staged dp2 zero3" "c. staged tp2 sp bf16" "d. nccl 1 rank" "e. gpu bill vs peaks" "f. bench_gpu"; do
     row "$s" skipped 0 "dry run"
   done
   finish
@@ -393,7 +393,7 @@ step_tiny() { # PRECISION BOUND
     { echo "the device = cuda run did not say it ran the CUDA backend's kernels" >"$W/detail"; return 1; }
   compare "$W/gpu_$p.jsonl" "$W/cpu_$p.jsonl" "$tol" "$p"
 }
-step_staged() { # NAME SETS...
+step_staged() { # NAME SETS...   (TOL: the loss bound, 1e-5 unless set)
   gpu_path || return $?
   comm_value staged || return $?
   local name=$1; shift
@@ -404,7 +404,7 @@ step_staged() { # NAME SETS...
     $(run_args "$W/gpu_$name.jsonl") >"$W/gpu_$name.out" 2>&1 ||
     { tail -n 5 "$W/gpu_$name.out"; echo "the GPU run on 2 ranks failed: $(tail -n 1 "$W/gpu_$name.out" | cut -c1-140)" >"$W/detail"; return 1; }
   grep -E '^(kernels|device|mesh|data parallel)' "$W/gpu_$name.out"
-  compare "$W/gpu_$name.jsonl" "$W/cpu_$name.jsonl" 1e-5 "$name, 2 ranks on one GPU, staged"
+  compare "$W/gpu_$name.jsonl" "$W/cpu_$name.jsonl" "${TOL:-1e-5}" "$name, 2 ranks on one GPU, staged"
 }
 step_nccl() {
   gpu_path || return $?
@@ -460,6 +460,7 @@ run_step "b. tiny fp32 gpu/cpu" 60 "step_tiny fp32 1e-5"
 run_step "b. tiny bf16 gpu/cpu" 75 "step_tiny bf16 1e-4"
 run_step "c. staged tp2 gpu/cpu" 60 "step_staged tp2 --set mesh.tp=2"
 run_step "c. staged dp2 zero3" 60 "step_staged dp2_zero3 --set zero=3"
+run_step "c. staged tp2 sp bf16" 60 "TOL=1e-4 step_staged tp2_sp_bf16 --set mesh.tp=2 --set sequence_parallel=true --set precision.compute=bf16"
 run_step "d. nccl 1 rank" 45 step_nccl
 run_step "e. gpu bill vs peaks" 30 step_bill
 run_step "f. bench_gpu" 180 step_bench
