@@ -255,14 +255,6 @@ static int open_plan(lua_State *L, struct cli *c, struct gen_model *gm, char *er
   return 0;
 }
 
-static int is_eos(const struct gen_model *gm, int id)
-{
-  for (int i = 0; i < gm->n_eos; i++)
-    if (gm->eos[i] == id)
-      return 1;
-  return 0;
-}
-
 /* The prompt fits the model: 0, or an exit code with the message in err. */
 static int check_prompt(const struct model *m, const int *prompt, int P, char *err, size_t n)
 {
@@ -279,75 +271,38 @@ static int check_prompt(const struct model *m, const int *prompt, int P, char *e
   return 0;
 }
 
+/* Each token as it is chosen: printed and flushed. */
+static void emit_id(void *ctx, int id)
+{
+  int *first = ctx;
+  printf(*first ? "%d" : " %d", id);
+  *first = 0;
+  fflush(stdout);
+}
+
 /* Generates; 0, or an exit code with the message in err. */
 static int generate(const struct gen_args *g, struct gen_model *gm, const int *prompt, int P, char *err,
                     size_t n)
 {
-  const struct model *m = gm->m;
-  const int V = m->config.vocab, Vp = m->config.vocab_padded;
-  /* a token is fed back while the sequence fits max_seq */
-  long long budget = g->max_tokens;
-  if (budget > (long long)m->config.max_seq - P + 1)
-    budget = (long long)m->config.max_seq - P + 1;
-  const int T_max = P + (int)budget - 1 > P ? P + (int)budget - 1 : P;
-  struct gen_cache cache = { 0 };
-  struct model_acts acts;
-  int have_acts = 0, code = 0;
-  int *seq = malloc((size_t)T_max * sizeof *seq + 1);
-  int *out = malloc((size_t)budget * sizeof *out);
-  real *logits = malloc((size_t)Vp * sizeof *logits);
-  void *work = malloc(gen_sample_work_bytes(V));
-  if (!seq || !out || !logits || !work) {
+  int first = 1;
+  struct gen_request r = { prompt, P, g->max_tokens, g->s, gm->eos, gm->n_eos, g->no_cache,
+                           g->json ? NULL : emit_id, &first };
+  int *out = malloc((size_t)gen_budget(gm->m, P, g->max_tokens) * sizeof *out);
+  if (!out) {
     snprintf(err, n, "generate: out of memory");
-    code = EXIT_RUNTIME;
-    goto done;
+    return EXIT_RUNTIME;
   }
-  if (g->no_cache) {
-    if (model_acts_create(&acts, m, 1, T_max, err, n)) {
-      code = EXIT_RUNTIME;
-      goto done;
-    }
-    have_acts = 1;
-  } else if (gen_cache_open(&cache, m, T_max, P, err, n)) {
-    code = EXIT_USAGE;
-    goto done;
-  }
-  memcpy(seq, prompt, (size_t)P * sizeof *seq);
-  int T = P, n_out = 0;
-  while (n_out < budget) {
-    if (g->no_cache) {
-      gen_forward_full(m, &acts, seq, T, logits);
-    } else {
-      gen_forward(&cache, n_out ? &seq[T - 1] : seq, n_out ? 1 : P);
-      memcpy(logits, cache.logits, (size_t)Vp * sizeof *logits);
-    }
-    const int id = gen_sample(logits, V, &g->s, T, work);
-    out[n_out++] = id;
-    if (!g->json) {
-      printf(n_out > 1 ? " %d" : "%d", id);
-      fflush(stdout);
-    }
-    if (is_eos(gm, id) || n_out == budget)
-      break;
-    seq[T++] = id;
-  }
-  if (g->json) {
+  long long n_out = gen_run(gm->m, &r, out, err, n);
+  if (n_out >= 0 && g->json) {
     printf("{\"ids\": [");
-    for (int i = 0; i < n_out; i++) printf(i ? ", %d" : "%d", out[i]);
+    for (long long i = 0; i < n_out; i++) printf(i ? ", %d" : "%d", out[i]);
     printf("], \"text\": null}\n");
-  } else {
+  } else if (n_out >= 0) {
     printf("\n");
   }
   fflush(stdout);
-done:
-  if (have_acts)
-    model_acts_free(&acts);
-  gen_cache_close(&cache);
-  free(seq);
   free(out);
-  free(logits);
-  free(work);
-  return code;
+  return n_out < 0 ? EXIT_USAGE : 0;
 }
 
 int cmd_generate(lua_State *L, int argc, char **argv)

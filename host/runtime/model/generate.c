@@ -240,3 +240,68 @@ int gen_sample(const real *logits, int V, const struct gen_sampling *s, long lon
   }
   return idx[n - 1];
 }
+
+/* ---- a whole generation ---- */
+
+long long gen_budget(const struct model *m, int P, long long max_tokens)
+{
+  const long long fit = (long long)m->config.max_seq - P + 1; /* fed back while it fits */
+  return max_tokens < fit ? max_tokens : fit;
+}
+
+long long gen_run(const struct model *m, const struct gen_request *r, int *out, char *err, size_t err_size)
+{
+  const int V = m->config.vocab, Vp = m->config.vocab_padded, P = r->P;
+  const long long budget = gen_budget(m, P, r->max_tokens);
+  const int T_max = P + (int)budget - 1 > P ? P + (int)budget - 1 : P;
+  struct gen_cache cache = { 0 };
+  struct model_acts acts;
+  int have_acts = 0;
+  long long n_out = -1;
+  int *seq = malloc((size_t)T_max * sizeof *seq);
+  real *logits = malloc((size_t)Vp * sizeof *logits);
+  void *work = malloc(gen_sample_work_bytes(V));
+  if (!seq || !logits || !work) {
+    snprintf(err, err_size, "generation: out of memory");
+    goto done;
+  }
+  if (r->no_cache) {
+    if (!m->k->host_visible || m->tp.size != 1 || !m->embed_here || !m->head_here) {
+      snprintf(err, err_size, "generation runs on one rank holding the whole model, in host memory");
+      goto done;
+    }
+    if (model_acts_create(&acts, m, 1, T_max, err, err_size))
+      goto done;
+    have_acts = 1;
+  } else if (gen_cache_open(&cache, m, T_max, P, err, err_size)) {
+    goto done;
+  }
+  memcpy(seq, r->prompt, (size_t)P * sizeof *seq);
+  int T = P;
+  n_out = 0;
+  while (n_out < budget) {
+    if (r->no_cache) {
+      gen_forward_full(m, &acts, seq, T, logits);
+    } else {
+      gen_forward(&cache, n_out ? &seq[T - 1] : seq, n_out ? 1 : P);
+      memcpy(logits, cache.logits, (size_t)Vp * sizeof *logits);
+    }
+    const int id = gen_sample(logits, V, &r->s, T, work);
+    out[n_out++] = id;
+    if (r->emit)
+      r->emit(r->ctx, id);
+    int stop = n_out == budget;
+    for (int i = 0; i < r->n_eos; i++) stop |= r->eos[i] == id;
+    if (stop)
+      break;
+    seq[T++] = id;
+  }
+done:
+  if (have_acts)
+    model_acts_free(&acts);
+  gen_cache_close(&cache);
+  free(seq);
+  free(logits);
+  free(work);
+  return n_out;
+}

@@ -62,4 +62,25 @@ struct gen_sampling {
 size_t gen_sample_work_bytes(int V);
 int gen_sample(const real *logits, int V, const struct gen_sampling *s, long long position, void *work);
 
+/* A whole generation: the prompt (host memory, every id below the vocabulary, P ≤ max_seq), at
+ * most max_tokens new tokens, fewer where the sequence would pass model.max_seq
+ * (gen_budget), stopping after one of the eos ids; each token given to emit (may be NULL) as it is
+ * chosen and written to out (gen_budget entries). no_cache: the training forward over the whole
+ * sequence at every token (gen_forward_full). */
+struct gen_request {
+  const int *prompt;
+  int P;
+  long long max_tokens;
+  struct gen_sampling s;
+  const int *eos;
+  int n_eos;
+  int no_cache;
+  void (*emit)(void *ctx, int id);
+  void *ctx;
+};
+/* The most tokens a request can give: max_tokens, or max_seq − P + 1 when less. */
+long long gen_budget(const struct model *m, int P, long long max_tokens);
+/* The count of tokens written, or −1 with a message (gen_cache_open's refusals, out of memory). */
+long long gen_run(const struct model *m, const struct gen_request *r, int *out, char *err, size_t err_size);
+
 #endif
