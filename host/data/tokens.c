@@ -1,4 +1,4 @@
-/* Token files (llm.c and raw uint16), memory-mapped, and the window contract: which tokens
+/* Token files (llm.c, version 1 uint16 or 2 uint32, and raw uint16), memory-mapped, and the window contract: which tokens
  * window w holds, shuffled or not. The shuffle is a keyed permutation computed per window in
  * O(1) memory, so any rank can find any window without a shared index and a resumed run finds
  * the same windows from the step number alone. */
@@ -37,9 +37,10 @@ static int looks_like_llmc_header(const void *map, size_t n, const int32_t heade
 {
   if (n < TOKENS_HEADER_BYTES)
     return 0;
-  if (header[2] > 0 && (uint64_t)header[2] * 2 == n - TOKENS_HEADER_BYTES)
+  if (header[2] > 0 && (uint64_t)header[2] * (header[1] == TOKENS_VERSION_U32 ? 4 : 2) ==
+                       n - TOKENS_HEADER_BYTES)
     return 1;
-  if (header[1] != TOKENS_VERSION && header[1] != 2) /* llm.c's version 2 holds uint32 tokens */
+  if (header[1] != TOKENS_VERSION && header[1] != TOKENS_VERSION_U32)
     return 0;
   const unsigned char *b = map;
   for (size_t k = sizeof(int32_t) * 3; k < TOKENS_HEADER_BYTES; k++)
@@ -59,15 +60,19 @@ static int tokens_layout(struct tokens_file *tf, char *err, size_t err_size)
     if (n < TOKENS_HEADER_BYTES)
       return errf_input(err, err_size, "%s: %zu bytes, shorter than the %d-byte llm.c header",
                   tf->path, n, TOKENS_HEADER_BYTES);
-    if (header[1] != TOKENS_VERSION)
+    if (header[1] != TOKENS_VERSION && header[1] != TOKENS_VERSION_U32)
       return errf_input(err, err_size, "%s: llm.c header version %" PRId32 " (expected %d: uint16 "
-                  "tokens)", tf->path, header[1], TOKENS_VERSION);
-    uint64_t body = n - TOKENS_HEADER_BYTES;
-    if (header[2] < 0 || (uint64_t)header[2] * 2 != body)
+                  "tokens, or %d: uint32 tokens)", tf->path, header[1], TOKENS_VERSION,
+                  TOKENS_VERSION_U32);
+    const uint64_t width = header[1] == TOKENS_VERSION_U32 ? 4 : 2, body = n - TOKENS_HEADER_BYTES;
+    if (header[2] < 0 || (uint64_t)header[2] * width != body)
       return errf_input(err, err_size, "%s: header says %" PRId32 " tokens but the file holds %" PRIu64
-                  " bytes of tokens after the header (%" PRIu64 " tokens%s)", tf->path,
-                  header[2], body, body / 2, body % 2 ? " and a stray byte" : "");
-    tf->tokens = (const uint16_t *)((const char *)tf->map + TOKENS_HEADER_BYTES);
+                  " bytes of %s tokens after the header (%" PRIu64 " tokens%s)", tf->path,
+                  header[2], body, width == 4 ? "uint32" : "uint16", body / width,
+                  body % width ? " and stray bytes" : "");
+    const void *body_at = (const char *)tf->map + TOKENS_HEADER_BYTES;
+    if (width == 4) tf->tokens32 = body_at;
+    else tf->tokens = body_at;
     tf->n_tokens = (uint64_t)header[2];
   } else if (looks_like_llmc_header(tf->map, n, header)) {
     return errf_input(err, err_size, "%s: a bad llm.c header: magic %" PRId32 " where llm.c writes %d "
@@ -87,16 +92,22 @@ static int tokens_layout(struct tokens_file *tf, char *err, size_t err_size)
 /* Every token id must be < vocab: one pass for the maximum, a second only to name the culprit. */
 static int tokens_check_vocab(const struct tokens_file *tf, int vocab, char *err, size_t err_size)
 {
-  uint16_t max = 0;
-  if (vocab > 65535) return 0;
-  for (uint64_t k = 0; k < tf->n_tokens; k++)
-    if (tf->tokens[k] > max) max = tf->tokens[k];
-  if (max < vocab) return 0;
+  uint32_t max = 0;
+  if (tf->tokens32) {
+    for (uint64_t k = 0; k < tf->n_tokens; k++)
+      if (tf->tokens32[k] > max) max = tf->tokens32[k];
+  } else {
+    if (vocab > 65535) return 0;
+    for (uint64_t k = 0; k < tf->n_tokens; k++)
+      if (tf->tokens[k] > max) max = tf->tokens[k];
+  }
+  if (max < (uint32_t)vocab) return 0;
   uint64_t k = 0;
-  while (tf->tokens[k] < vocab) k++;
-  uint64_t offset = (uint64_t)((const char *)&tf->tokens[k] - (const char *)tf->map);
-  return errf_input(err, err_size, "%s: token %u at index %" PRIu64 " (byte offset %" PRIu64 ") is "
-              "not below vocab %d", tf->path, tf->tokens[k], k, offset, vocab);
+  while (tokens_at(tf, k) < (uint32_t)vocab) k++;
+  uint64_t offset = (uint64_t)(tf->tokens32 ? 1024 + 4 * k
+                                            : (uint64_t)((const char *)&tf->tokens[k] - (const char *)tf->map));
+  return errf_input(err, err_size, "%s: token %" PRIu32 " at index %" PRIu64 " (byte offset %" PRIu64 ") is "
+              "not below vocab %d", tf->path, tokens_at(tf, k), k, offset, vocab);
 }
 
 int tokens_open(struct tokens_file *tf, const char *path, int vocab, int seq_len,
@@ -183,10 +194,10 @@ uint64_t tokens_window_start(const struct tokens_file *tf, uint64_t window, bool
 void tokens_fill(const struct tokens_file *tf, uint64_t window, bool shuffle, uint64_t data_seed,
                  int *inputs, int *targets)
 {
-  const uint16_t *p = tf->tokens + tokens_window_start(tf, window, shuffle, data_seed);
-  for (int t = 0; t < tf->seq_len; t++) {
-    if (inputs) inputs[t] = p[t];
-    if (targets) targets[t] = p[t + 1];
+  const uint64_t o = tokens_window_start(tf, window, shuffle, data_seed);
+  for (int t = 0; t < tf->seq_len; t++) { /* ids below vocab (checked at open): they fit an int */
+    if (inputs) inputs[t] = (int)tokens_at(tf, o + (uint64_t)t);
+    if (targets) targets[t] = (int)tokens_at(tf, o + (uint64_t)t + 1);
   }
 }
 

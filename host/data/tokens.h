@@ -1,7 +1,8 @@
 /* Token files, memory-mapped (never read whole), and the window contract for the whole project.
  *
  * Formats, chosen by the first int32: llm.c (256 little-endian int32 of header: [0] magic
- * 20240520, [1] version 1, [2] token count; then uint16 tokens) or raw (the whole file is
+ * 20240520, [1] version 1, [2] token count; then uint16 tokens; or version 2 and uint32 tokens,
+ * as `tycho tokenize` writes for a tokenizer with more than 65536 ids) or raw (the whole file is
  * uint16 tokens, as nanoGPT writes). A raw file whose first two tokens happen to spell the magic
  * (tokens 55432 and 308 in that order) is read as llm.c and then refused for its header: an
  * accepted corner. A file without the magic whose first 1024 bytes are an llm.c header in all
@@ -23,7 +24,8 @@
 #include <stdint.h>
 
 #define TOKENS_MAGIC 20240520
-#define TOKENS_VERSION 1
+#define TOKENS_VERSION 1    /* uint16 tokens */
+#define TOKENS_VERSION_U32 2 /* uint32 tokens */
 #define TOKENS_HEADER_BYTES 1024 /* 256 int32 */
 
 enum tokens_format { TOKENS_LLMC, TOKENS_RAW };
@@ -33,7 +35,8 @@ struct tokens_file {
   void *map;                    /* the whole file, read-only */
   size_t map_bytes;
   enum tokens_format format;
-  const uint16_t *tokens;       /* (n_tokens) little-endian, into map */
+  const uint16_t *tokens;       /* (n_tokens) little-endian, into map; NULL for uint32 files */
+  const uint32_t *tokens32;     /* (n_tokens) of a version 2 file, else NULL */
   uint64_t n_tokens;
   int seq_len;                  /* S, checked at open: n_tokens >= S + 1 */
 };
@@ -44,6 +47,11 @@ struct tokens_file {
  * (util/path.h); other failures 1. */
 int tokens_open(struct tokens_file *tf, const char *path, int vocab, int seq_len,
                 char *err, size_t err_size);
+/* Token k of the file, either width. */
+static inline uint32_t tokens_at(const struct tokens_file *tf, uint64_t k)
+{
+  return tf->tokens32 ? tf->tokens32[k] : tf->tokens[k];
+}
 /* Release the mapping; safe on a zeroed or already-closed tokens_file. */
 void tokens_close(struct tokens_file *tf);
 /* W, the number of windows in one shuffled epoch: floor((n_tokens − 1) / S). */

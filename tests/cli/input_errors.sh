@@ -74,7 +74,7 @@ expect 2 "tycho: init.from: $tmp/hf_fifo/model-00002-of-00002.safetensors: is a 
 # empty file, one for data.val
 { head -c 8 tests/golden/llama_ref_tokens.bin; printf '\x88\x13\x00\x00'; tail -c +13 tests/golden/llama_ref_tokens.bin; } \
   >"$tmp/count.bin" # the header says 5000 tokens, 3000 follow
-expect 2 "tycho: data.train: $tmp/count.bin: header says 5000 tokens but the file holds 6000 bytes of tokens after the header (3000 tokens)" \
+expect 2 "tycho: data.train: $tmp/count.bin: header says 5000 tokens but the file holds 6000 bytes of uint16 tokens after the header (3000 tokens)" \
   run $plan --set data.train="$tmp/count.bin"
 head -c 7001 tests/golden/llama_ref_tokens.bin | tail -c 6001 >"$tmp/odd.bin"
 expect 2 "tycho: data.train: $tmp/odd.bin: 6001 bytes is odd and the magic 20240520 is absent" \

@@ -58,6 +58,44 @@ static void both_formats_read_the_same_tokens(void)
   free(t);
 }
 
+/* A version 2 file (uint32 tokens, as tycho tokenize writes for more than 65536 ids) reads the
+ * same windows, ids past 65535 included, and keeps the id < vocab check. */
+static void version_2_files_hold_uint32_tokens(void)
+{
+  uint32_t t[300];
+  for (int k = 0; k < 300; k++) t[k] = 70000u + (uint32_t)k;
+  char *path = strdup("/tmp/test_tokens.XXXXXX");
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  FILE *fp = fdopen(fd, "wb");
+  int32_t header[256] = { TOKENS_MAGIC, 2, 300 };
+  fwrite(header, sizeof header, 1, fp);
+  fwrite(t, 4, 300, fp);
+  fclose(fp);
+  struct tokens_file tf;
+  CHECK_MSG(tokens_open(&tf, path, 70300, 8, err, sizeof err) == 0, "%s", err);
+  CHECK(tf.format == TOKENS_LLMC && tf.n_tokens == 300 && tf.tokens32 && !tf.tokens);
+  int in[8], tg[8];
+  tokens_fill(&tf, 3, false, 0, in, tg); /* window 3 starts at 3 * 8 */
+  CHECK(in[0] == 70024 && tg[0] == 70025 && in[7] == 70031 && tg[7] == 70032);
+  CHECK(tokens_at(&tf, 299) == 70299);
+  tokens_close(&tf);
+  CHECK(tokens_open(&tf, path, 70299, 8, err, sizeof err) != 0);
+  CHECK_STR_CONTAINS(err, ": token 70299 at index 299 (byte offset 2220) is not below vocab 70299");
+  CHECK(tokens_open(&tf, path, 65536, 8, err, sizeof err) != 0);
+  CHECK_STR_CONTAINS(err, ": token 70000 at index 0 (byte offset 1024) is not below vocab 65536");
+  /* a count that does not fit the uint32 body */
+  fp = fopen(path, "r+b");
+  header[2] = 301;
+  fwrite(header, sizeof header, 1, fp);
+  fclose(fp);
+  CHECK(tokens_open(&tf, path, 80000, 8, err, sizeof err) != 0);
+  CHECK_STR_CONTAINS(err, ": header says 301 tokens but the file holds 1200 bytes of uint32 tokens "
+                     "after the header (300 tokens)");
+  unlink(path);
+  free(path);
+}
+
 static void unshuffled_windows_start_at_w_times_s_mod_n_minus_s_minus_1(void)
 {
   /* n = 1000, S = 16: starts are (w·16) mod 983. G = 4, so step 15, k = 1 is w = 61. */
@@ -218,16 +256,23 @@ static void bad_files_are_refused_with_their_cause(void)
   CHECK(tokens_open(&tf, "/nonexistent/train.bin", 100, 8, err, sizeof err) != 0);
   CHECK_STR_CONTAINS(err, "/nonexistent/train.bin: cannot open: No such file or directory");
 
-  path = write_file(t, 100, 2, 100);
+  path = write_file(t, 100, 3, 100);
   CHECK(tokens_open(&tf, path, 1000, 8, err, sizeof err) != 0);
   CHECK_STR_CONTAINS(err, path);
-  CHECK_STR_CONTAINS(err, ": llm.c header version 2 (expected 1");
+  CHECK_STR_CONTAINS(err, ": llm.c header version 3 (expected 1: uint16 tokens, or 2: uint32 tokens)");
+  unlink(path);
+  free(path);
+
+  path = write_file(t, 100, 2, 100); /* version 2 with uint16's bytes: the count does not fit */
+  CHECK(tokens_open(&tf, path, 1000, 8, err, sizeof err) != 0);
+  CHECK_STR_CONTAINS(err, ": header says 100 tokens but the file holds 200 bytes of uint32 tokens "
+                     "after the header (50 tokens)");
   unlink(path);
   free(path);
 
   path = write_file(t, 100, 1, 120);
   CHECK(tokens_open(&tf, path, 1000, 8, err, sizeof err) != 0);
-  CHECK_STR_CONTAINS(err, ": header says 120 tokens but the file holds 200 bytes of tokens "
+  CHECK_STR_CONTAINS(err, ": header says 120 tokens but the file holds 200 bytes of uint16 tokens "
                      "after the header (100 tokens)");
   unlink(path);
   free(path);
@@ -337,6 +382,7 @@ static void a_bad_llmc_magic_is_refused_as_a_bad_header(void)
 }
 
 TEST_MAIN(TEST(both_formats_read_the_same_tokens),
+          TEST(version_2_files_hold_uint32_tokens),
           TEST(unshuffled_windows_start_at_w_times_s_mod_n_minus_s_minus_1),
           TEST(targets_are_inputs_shifted_by_one),
           TEST(shuffled_windows_visit_every_start_once_per_epoch),
