@@ -87,6 +87,8 @@ static int pmain(lua_State *L)
     return cmd_rehearse(L, argc, argv, mpi_worker(argc, argv, "rehearse"));
   if (strcmp(cmd, "generate") == 0)
     return cmd_generate(L, argc, argv);
+  if (strcmp(cmd, "tokenize") == 0)
+    return cmd_tokenize(L, argc, argv);
   if (strcmp(cmd, "ckpt") == 0) {
     if (argc != 4 || (strcmp(argv[2], "inspect") && strcmp(argv[2], "verify")))
       return host_fail(L, EXIT_USAGE, "usage: tycho ckpt inspect|verify DIR");
@@ -100,7 +102,7 @@ static int pmain(lua_State *L)
       return host_fail(L, err_class_is_input() ? EXIT_USAGE : EXIT_RUNTIME, "%s", err);
     return 0;
   }
-  return host_fail(L, EXIT_USAGE, "unknown command '%s'; the commands are check, tune, run, repl, rehearse, calibrate and ckpt (tycho --help)", cmd);
+  return host_fail(L, EXIT_USAGE, "unknown command '%s'; the commands are check, tune, run, repl, rehearse, calibrate, tokenize and ckpt (tycho --help)", cmd);
 }
 
 int main(int argc, char **argv)

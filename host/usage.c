@@ -122,6 +122,16 @@ static const struct {
     "        --seed S    the draws' seed (default 0): the same seed, the same tokens\n"
     "        --json      one line {\"ids\": [...], \"text\": ...} at the end instead\n"
     "        --no-cache  recompute the whole sequence at every token (slow; checks the cache)\n" },
+  { "tokenize",
+    "  tokenize TOKENIZER FILE... --out OUT.bin [--no-eos] [--threads N]\n"
+    "        encode text with a Hugging Face tokenizer.json (the file, or a model folder that\n"
+    "        holds it) into an llm.c token file for data.train: the ids of the `tokenizers`\n"
+    "        library's encode(text, add_special_tokens=False); byte-level and SentencePiece-style\n"
+    "        BPE, anything else refused by name (exit 2). Each FILE is one document, or a .jsonl\n"
+    "        file one document a line (its \"text\"), invalid UTF-8 read as U+FFFD; each\n"
+    "        document followed by the tokenizer's eos id (--no-eos: not). Version 1 (uint16)\n"
+    "        where every id is below 65536, else version 2 (uint32); written whole or not at all,\n"
+    "        a link at OUT refused. --threads N: 1..256 (default: the CPUs online). docs/plans.md\n" },
   { "ckpt",
     "  ckpt inspect|verify DIR\n"
     "        a checkpoint (checkpoint.dir/step_N, or checkpoint.dir for its newest): inspect\n"

@@ -10,6 +10,7 @@ packages=(
   libdnnl-dev
   libopenmpi-dev openmpi-bin
   libreadline-dev
+  libpcre2-dev                 # host/text: the tokenizers' pre-tokenizer regular expressions
   libxml2-utils librsvg2-bin   # e2e.check_svg: xmllint reads, rsvg-convert renders check --svg's picture
   python3-venv python3-torch   # e2e.generate: transformers (pip, in a venv) over Debian's torch
 )
