@@ -634,6 +634,8 @@ static const struct tycho_entry trainer_entries[] = {
   { "comm", tycho_trainer_comm, "t:comm([n])", "the last n collectives of this rank and per-group counters" },
   { "plan", tycho_trainer_plan, "t:plan()", "the compiled plan as a table (tycho check --json's plan)" },
   { "schedule", tycho_trainer_schedule, "t:schedule([width])", "one step of the schedule as a per-rank timeline" },
+  { "generate", tycho_trainer_generate, "t:generate(ids [, opts])",
+    "continue a prompt from these weights (tycho generate): the new ids; opts max_tokens, temperature, top_k, top_p, seed, eos" },
   { "help", tycho_help, "t:help()", "this list" },
   { "close", trainer_close_method, "t:close()", "close the trainer and free its groups (collective)" },
   { NULL, NULL, NULL, NULL },

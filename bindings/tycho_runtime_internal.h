@@ -1,6 +1,6 @@
 /* What the trainer binding's files share (tycho_runtime.c: the module and the trainer object;
  * tycho_runtime_set.c: live settings; tycho_tensor.c: tensor objects; tycho_inspect.c: memory,
- * comm, plan and schedule; tycho_help.c: help()). */
+ * comm, plan and schedule; tycho_help.c: help(); tycho_generate.c: t:generate). */
 #ifndef TYCHO_RUNTIME_INTERNAL_H
 #define TYCHO_RUNTIME_INTERNAL_H
 #include <lauxlib.h>
@@ -71,5 +71,8 @@ int tycho_trainer_memory(lua_State *L);
 int tycho_trainer_comm(lua_State *L);
 int tycho_trainer_plan(lua_State *L);
 int tycho_trainer_schedule(lua_State *L);
+
+/* tycho_generate.c: t:generate(prompt_ids [, opts]). */
+int tycho_trainer_generate(lua_State *L);
 
 #endif

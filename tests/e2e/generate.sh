@@ -3,11 +3,13 @@
 # forward over the whole sequence at every token (--no-cache), greedy and sampled, on tiny's
 # initial weights and on a checkpoint of a 3-step run (which generate loads: its ids differ from
 # the initial weights'); the same seed samples the same ids twice and another seed other ids;
-# top_k 1 is greedy; --json prints the ids as one line; bad input is refused with exit 2 naming
+# top_k 1 is greedy; the REPL's t:generate on the live trainer after the same 3 steps gives the
+# checkpoint's ids; --json prints the ids as one line; bad input is refused with exit 2 naming
 # the option. Where a venv with transformers 4.40.2 over Debian's torch can be made, the greedy ids
 # on a random LlamaForCausalLM saved with save_pretrained equal transformers' generate(do_sample =
-# False), token for token, stopping at config.json's eos_token_id as it does (else: skipped, saying why). Its lm_head is scaled by 30 so
-# that the top two logits of every step lie far apart compared with the rounding of either side.
+# False), token for token, stopping at config.json's eos_token_id as it does (else: skipped,
+# saying why). Its lm_head is scaled by 30 so that the top two logits of every step lie far apart
+# compared with the rounding of either side.
 # usage: generate.sh TYCHO   (run from the source folder)
 set -u
 tycho=$1
@@ -63,6 +65,17 @@ nk=$(gen "$plan" "${ck[@]}" --prompt-ids $prompt --max-tokens 24 --temperature 1
 json=$(gen "$plan" "${ck[@]}" --prompt-ids $prompt --max-tokens 24 --temperature 1 --seed 7 --json) || fail "--json"
 [ "$json" = "{\"ids\": [$(echo "$s7" | sed 's/ /, /g')], \"text\": null}" ] || fail "--json: $json"
 echo "ok: sampling: seed 7 twice '$s7', seed 8 '$s8'; top_k 1 and top_p 1e-9 are greedy; --json"
+
+# the REPL's t:generate on the live trainer after the same 3 steps: the checkpoint's ids
+printf '%s\n' 't:step(3)' 'print("greedy", table.concat(t:generate({49,50,43,51,52,61}, {max_tokens=24}), " "))' \
+  'print("seed7", table.concat(t:generate({49,50,43,51,52,61}, {max_tokens=24, temperature=1, seed=7}), " "))' \
+  't:generate({1, 64})' |
+  "$tycho" repl "$plan" --set train.eval_every=0 >"$tmp/repl" 2>"$tmp/err"
+[ "$(sed -n 's/^greedy\t//p' "$tmp/repl")" = "$trained" ] || fail "t:generate: $(cat "$tmp/repl")"
+[ "$(sed -n 's/^seed7\t//p' "$tmp/repl")" = "$s7" ] || fail "t:generate sampled: $(cat "$tmp/repl")"
+grep -qF 'stdin:1: t:generate: prompt_ids[2] is not a token id below the vocabulary (64)' "$tmp/repl" ||
+  fail "t:generate's refusal: $(cat "$tmp/repl")"
+echo "ok: t:generate in the REPL gives the checkpoint's ids, greedy and sampled"
 
 # (3) refusals
 expect 2 "tycho: --prompt-ids: token id 64 is not below the model's vocabulary (64)" \
