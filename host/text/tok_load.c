@@ -75,7 +75,7 @@ static int compile(const struct ld *l, const char *pattern, int literal, pcre2_c
   int code;
   PCRE2_SIZE off;
   *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
-                      PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0), &code, &off, NULL);
+                      PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP), &code, &off, NULL);
   if (!*re) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(code, msg, sizeof msg);
