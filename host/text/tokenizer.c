@@ -217,6 +217,9 @@ struct cache_entry {
 struct tok_worker {
   const struct tokenizer *t;
   pcre2_match_data *md;
+  pcre2_match_context *mc;
+  pcre2_jit_stack *js;
+  int re_error;                  /* the PCRE2 code of a failed match, 0 when none */
   struct pieces a, b, c;
   struct buf norm, tmp, sub;
   uint32_t *sym;
@@ -236,7 +239,11 @@ struct tok_worker *tok_worker_new(const struct tokenizer *t)
   w->t = t;
   w->md = pcre2_match_data_create(16, NULL);
   w->cache = calloc(CACHE_SLOTS, sizeof *w->cache);
-  if (!w->md || !w->cache) {
+  /* a JIT stack that grows to 64 MiB: the default 32 KiB can fail on long runs of one class */
+  w->mc = pcre2_match_context_create(NULL);
+  w->js = pcre2_jit_stack_create(32 << 10, 64 << 20, NULL);
+  if (w->mc && w->js) pcre2_jit_stack_assign(w->mc, NULL, w->js);
+  if (!w->md || !w->cache || !w->mc || !w->js) {
     tok_worker_free(w);
     return NULL;
   }
@@ -247,6 +254,8 @@ void tok_worker_free(struct tok_worker *w)
 {
   if (!w) return;
   if (w->md) pcre2_match_data_free(w->md);
+  if (w->mc) pcre2_match_context_free(w->mc);
+  if (w->js) pcre2_jit_stack_free(w->js);
   free(w->a.text.s), free(w->a.off), free(w->a.len);
   free(w->b.text.s), free(w->b.off), free(w->b.len);
   free(w->c.text.s), free(w->c.off), free(w->c.len);
@@ -481,8 +490,13 @@ static int split_piece(struct tok_worker *w, const struct tok_pre *p, const char
       ms = (size_t)(f - s);
       me = ms + strlen(lit);
     } else {
-      int r = pcre2_match(p->re, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, w->md, NULL);
-      if (r < 0) break;
+      int r = pcre2_match(p->re, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, w->md, w->mc);
+      if (r == PCRE2_ERROR_NOMATCH) break;
+      if (r < 0) { /* a limit reached: never taken for "no more matches" */
+        w->re_error = r;
+        free(parts);
+        return -1;
+      }
       PCRE2_SIZE *ov = pcre2_get_ovector_pointer(w->md);
       ms = ov[0];
       me = ov[1];
@@ -673,6 +687,13 @@ int tok_encode(struct tok_worker *w, const char *text, size_t n, struct tok_ids 
     from = at + t->added[k].match_len;
   }
   if (!rc) rc = segment(w, text + from, n - from, from == 0, out);
+  if (rc && w->re_error) {
+    PCRE2_UCHAR m[256];
+    pcre2_get_error_message(w->re_error, m, sizeof m);
+    w->re_error = 0;
+    return errf(err, err_size, "%s: a pre-tokenizer's regex failed on this text: %s", t->path,
+                (const char *)m);
+  }
   return rc ? errf(err, err_size, "%s: out of memory while encoding", t->path) : 0;
 }
 
