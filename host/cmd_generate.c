@@ -9,7 +9,12 @@
  *
  * The prompt runs once through the model's cached forward (runtime/model/generate.h), then each
  * new token one position; --no-cache recomputes the training forward over the whole sequence at
- * every token instead (slow: a check of the cache). Tokens are printed as they come. */
+ * every token instead (slow: a check of the cache). Tokens are printed as they come.
+ *
+ * Text: with a tokenizer (--tokenizer, else a tokenizer.json in the model folder or the plan's
+ * init.from folder: text/tokenizer.h), --prompt TEXT is encoded as the tokenizers library's
+ * encode(text, add_special_tokens=False) and stdout streams the continuation's text (the ids go to
+ * stderr at the end); without one, stdout streams the ids and --prompt is refused (exit 2). */
 #include <lauxlib.h>
 #include <lua.h>
 #include <errno.h>
@@ -17,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "io/hf.h"
@@ -24,8 +30,10 @@
 #include "runtime/model/weights.h"
 #include "runtime/state/ckpt.h"
 #include "runtime/train/train.h"
+#include "text/tokenizer.h"
 #include "util/file.h"
 #include "util/json.h"
+#include "util/strbuf.h"
 
 #define GEN_MAX_TOKENS_LIMIT 1000000LL
 #define GEN_MAX_EOS 16
@@ -33,6 +41,7 @@
 struct gen_args {
   const char *source;        /* plan file or model folder */
   const char *prompt_ids, *prompt;
+  const char *tokenizer;     /* --tokenizer PATH, or NULL: the model folder's tokenizer.json */
   long long max_tokens;
   struct gen_sampling s;
   int json, no_cache;
@@ -118,6 +127,9 @@ static void parse_gen_args(lua_State *L, int argc, char **argv, struct cli *c, s
     } else if (strcmp(a, "--prompt") == 0 && next) {
       g->prompt = next;
       i++;
+    } else if (strcmp(a, "--tokenizer") == 0 && next) {
+      g->tokenizer = next;
+      i++;
     } else if (strcmp(a, "--max-tokens") == 0) {
       g->max_tokens = parse_count(L, "--max-tokens", next, 1, GEN_MAX_TOKENS_LIMIT);
       i++;
@@ -141,7 +153,7 @@ static void parse_gen_args(lua_State *L, int argc, char **argv, struct cli *c, s
       g->no_cache = 1;
     } else if (a[0] == '-' && a[1]) {
       host_fail(L, EXIT_USAGE, "%s '%s' for 'generate'; see tycho generate --help",
-                next || (strcmp(a, "--prompt-ids") && strcmp(a, "--prompt")) ? "unknown option" : "no value after", a);
+                next || (strcmp(a, "--prompt-ids") && strcmp(a, "--prompt") && strcmp(a, "--tokenizer")) ? "unknown option" : "no value after", a);
     } else if (!g->source) {
       g->source = a;
     } else {
@@ -153,9 +165,6 @@ static void parse_gen_args(lua_State *L, int argc, char **argv, struct cli *c, s
               "tycho generate plans/tiny.lua --prompt-ids 49,50");
   if (!g->prompt_ids == !g->prompt)
     host_fail(L, EXIT_USAGE, "generate needs one prompt: --prompt-ids I,J,K or --prompt TEXT");
-  if (g->prompt)
-    host_fail(L, EXIT_USAGE, "--prompt needs a tokenizer, which this build does not have; give the "
-              "token ids with --prompt-ids I,J,K");
   c->plan = g->source;
 }
 
@@ -168,6 +177,9 @@ struct gen_model {
   struct model *m;
   char from[4400];
   int eos[GEN_MAX_EOS], n_eos;
+  char tok_dir[4200];        /* where a tokenizer.json may be: the model folder, init.from's */
+  struct tokenizer *tok;     /* NULL: none */
+  int *prompt;               /* --prompt's ids (malloc'd) */
 };
 
 static void gen_model_close(struct gen_model *gm)
@@ -177,6 +189,11 @@ static void gen_model_close(struct gen_model *gm)
   if (gm->have_own)
     model_free(&gm->own);
   gm->have_trainer = gm->have_own = 0;
+  if (gm->tok)
+    tokenizer_free(gm->tok);
+  gm->tok = NULL;
+  free(gm->prompt);
+  gm->prompt = NULL;
 }
 
 /* A Hugging Face folder's model: 0, or an exit code with the message. */
@@ -211,6 +228,7 @@ static int open_folder(struct gen_model *gm, const char *dir, char *err, size_t 
   if (weights_load(gm->m, dir, err, n))
     return EXIT_USAGE;
   snprintf(gm->from, sizeof gm->from, "%s", dir);
+  snprintf(gm->tok_dir, sizeof gm->tok_dir, "%s", dir);
   gm->n_eos = read_eos(dir, gm->eos);
   return 0;
 }
@@ -250,25 +268,138 @@ static int open_plan(lua_State *L, struct cli *c, struct gen_model *gm, char *er
       snprintf(gm->from, sizeof gm->from, "checkpoint %s (step %lld)", path, step);
     }
   }
-  if (p->init.from[0] && hf_is_folder(p->init.from))
+  if (p->init.from[0] && hf_is_folder(p->init.from)) {
     gm->n_eos = read_eos(p->init.from, gm->eos);
+    snprintf(gm->tok_dir, sizeof gm->tok_dir, "%s", p->init.from);
+  }
   return 0;
 }
 
 /* The prompt fits the model: 0, or an exit code with the message in err. */
-static int check_prompt(const struct model *m, const int *prompt, int P, char *err, size_t n)
+static int check_prompt(const struct model *m, const char *opt, const int *prompt, int P, char *err,
+                        size_t n)
 {
   for (int i = 0; i < P; i++)
     if (prompt[i] >= m->config.vocab) {
-      snprintf(err, n, "--prompt-ids: token id %d is not below the model's vocabulary (%d)", prompt[i],
+      snprintf(err, n, "%s: token id %d is not below the model's vocabulary (%d)", opt, prompt[i],
                m->config.vocab);
       return EXIT_USAGE;
     }
   if (P > m->config.max_seq) {
-    snprintf(err, n, "--prompt-ids: %d tokens, longer than the model's max_seq (%d)", P, m->config.max_seq);
+    snprintf(err, n, "%s: %d tokens, longer than the model's max_seq (%d)", opt, P, m->config.max_seq);
+    return EXIT_USAGE;
+  }
+  if (P == 0) {
+    snprintf(err, n, "%s: the prompt has no tokens", opt);
     return EXIT_USAGE;
   }
   return 0;
+}
+
+/* The tokenizer (--tokenizer, else a tokenizer.json in the model's folder) and --prompt's ids.
+ * 0, or an exit code with the message. */
+static int open_tokenizer(const struct gen_args *g, struct gen_model *gm, int *P, char *err, size_t n)
+{
+  char path[4300];
+  const char *at = g->tokenizer;
+  if (!at && gm->tok_dir[0]) {
+    snprintf(path, sizeof path, "%s/tokenizer.json", gm->tok_dir);
+    if (access(path, F_OK) == 0)
+      at = path;
+  }
+  if (!at && g->prompt) {
+    snprintf(err, n, "--prompt needs a tokenizer, and %.2000s%s; give --tokenizer PATH (a tokenizer.json "
+             "or the folder holding it) or the ids with --prompt-ids I,J,K",
+             gm->tok_dir[0] ? gm->tok_dir : "the plan has no init.from folder",
+             gm->tok_dir[0] ? " holds no tokenizer.json" : " to find one in");
+    return EXIT_USAGE;
+  }
+  if (!at)
+    return 0;
+  char why[2048];
+  if (tokenizer_load(&gm->tok, at, why, sizeof why)) {
+    gm->tok = NULL;
+    snprintf(err, n, "%s%s", g->tokenizer ? "--tokenizer: " : "", why);
+    return EXIT_USAGE;
+  }
+  if (gm->n_eos == 0 && tokenizer_eos(gm->tok) >= 0)
+    gm->eos[gm->n_eos++] = (int)tokenizer_eos(gm->tok);
+  if (!g->prompt)
+    return 0;
+  char *text;
+  size_t len;
+  struct tok_ids ids = { 0 };
+  struct tok_worker *w = tok_worker_new(gm->tok);
+  int bad = !w || text_utf8_clean(g->prompt, strlen(g->prompt), &text, &len);
+  if (!bad) {
+    bad = tok_encode(w, text, len, &ids, why, sizeof why);
+    free(text);
+  } else {
+    snprintf(why, sizeof why, "out of memory");
+  }
+  if (w)
+    tok_worker_free(w);
+  if (!bad && !(gm->prompt = malloc((ids.n + 1) * sizeof *gm->prompt))) {
+    bad = 1;
+    snprintf(why, sizeof why, "out of memory");
+  }
+  for (size_t i = 0; !bad && i < ids.n; i++) gm->prompt[i] = ids.v[i] > 0x7fffffffu ? 0x7fffffff : (int)ids.v[i];
+  *P = (int)ids.n;
+  tok_ids_free(&ids);
+  if (bad) {
+    snprintf(err, n, "--prompt: %s", why);
+    return EXIT_RUNTIME;
+  }
+  return 0;
+}
+
+/* ids[0, n) through the tokenizer's decoder: malloc'd text (NUL-terminated), or NULL. */
+static char *decode(const struct tokenizer *tok, const int *ids, long long n, size_t *len)
+{
+  uint32_t *u = malloc((size_t)(n + 1) * sizeof *u);
+  char *text = NULL, why[256];
+  if (!u)
+    return NULL;
+  for (long long i = 0; i < n; i++) u[i] = (uint32_t)ids[i];
+  if (tok_decode(tok, u, (size_t)n, &text, len, why, sizeof why))
+    text = NULL;
+  free(u);
+  return text;
+}
+
+/* Streaming text: the continuation decoded again at each token, and the bytes past what is
+ * printed written when the text extends what is printed and does not end in U+FFFD (a byte-level
+ * token may hold part of a character, which decodes as U+FFFD until the rest comes). */
+struct text_stream {
+  const struct tokenizer *tok;
+  int *ids;
+  long long n;
+  char *shown;     /* what is printed (malloc'd), `printed` bytes */
+  size_t printed;
+};
+
+/* 1 when text[0, len) extends what ts printed. */
+static int extends(const struct text_stream *ts, const char *text, size_t len)
+{
+  return len >= ts->printed && (ts->printed == 0 || memcmp(text, ts->shown, ts->printed) == 0);
+}
+
+static void emit_text(void *ctx, int id)
+{
+  struct text_stream *ts = ctx;
+  ts->ids[ts->n++] = id;
+  size_t len = 0;
+  char *text = decode(ts->tok, ts->ids, ts->n, &len);
+  const int partial = !text || (len >= 3 && memcmp(text + len - 3, "\xef\xbf\xbd", 3) == 0);
+  if (!partial && len > ts->printed && text_utf8_valid(text, len) && extends(ts, text, len)) {
+    fwrite(text + ts->printed, 1, len - ts->printed, stdout);
+    fflush(stdout);
+    free(ts->shown);
+    ts->shown = text;
+    ts->printed = len;
+    return;
+  }
+  free(text);
 }
 
 /* Each token as it is chosen: printed and flushed. */
@@ -285,23 +416,50 @@ static int generate(const struct gen_args *g, struct gen_model *gm, const int *p
                     size_t n)
 {
   int first = 1;
+  const long long budget = gen_budget(gm->m, P, g->max_tokens);
+  int *out = malloc((size_t)budget * sizeof *out);
+  struct text_stream ts = { gm->tok, malloc((size_t)budget * sizeof(int)), 0, NULL, 0 };
   struct gen_request r = { prompt, P, g->max_tokens, g->s, gm->eos, gm->n_eos, g->no_cache,
-                           g->json ? NULL : emit_id, &first };
-  int *out = malloc((size_t)gen_budget(gm->m, P, g->max_tokens) * sizeof *out);
-  if (!out) {
+                           g->json ? NULL : gm->tok ? emit_text : emit_id, gm->tok ? (void *)&ts : &first };
+  if (!out || !ts.ids) {
+    free(out);
+    free(ts.ids);
     snprintf(err, n, "generate: out of memory");
     return EXIT_RUNTIME;
   }
   long long n_out = gen_run(gm->m, &r, out, err, n);
+  size_t len = 0;
+  char *text = n_out >= 0 && gm->tok ? decode(gm->tok, out, n_out, &len) : NULL;
   if (n_out >= 0 && g->json) {
+    struct strbuf b;
+    struct json j;
+    sb_init(&b);
+    json_init(&j, &b);
+    if (text)
+      json_string(&j, text);
+    else
+      json_null(&j);
     printf("{\"ids\": [");
     for (long long i = 0; i < n_out; i++) printf(i ? ", %d" : "%d", out[i]);
-    printf("], \"text\": null}\n");
+    printf("], \"text\": %.*s}\n", (int)b.n, b.s ? b.s : "null");
+    sb_free(&b);
+  } else if (n_out >= 0 && gm->tok) { /* the rest of the text, then the ids on stderr */
+    if (text && extends(&ts, text, len))
+      fwrite(text + ts.printed, 1, len - ts.printed, stdout);
+    else if (text) /* the decoder changed what it had given: the whole text again */
+      printf("\n%s", text);
+    printf("\n");
+    fputs("ids:", stderr);
+    for (long long i = 0; i < n_out; i++) fprintf(stderr, " %d", out[i]);
+    fputs("\n", stderr);
   } else if (n_out >= 0) {
     printf("\n");
   }
   fflush(stdout);
+  free(text);
   free(out);
+  free(ts.ids);
+  free(ts.shown);
   return n_out < 0 ? EXIT_USAGE : 0;
 }
 
@@ -310,15 +468,19 @@ int cmd_generate(lua_State *L, int argc, char **argv)
   struct cli c = { 0 };
   struct gen_args g = { 0 };
   parse_gen_args(L, argc, argv, &c, &g);
-  int P;
-  const int *prompt = parse_ids(L, g.prompt_ids, &P);
+  int P = 0;
+  const int *prompt = g.prompt_ids ? parse_ids(L, g.prompt_ids, &P) : NULL;
   struct gen_model *gm = lua_newuserdatauv(L, sizeof *gm, 0);
   memset(gm, 0, sizeof *gm);
   char err[4096];
   const int folder = hf_is_folder(g.source);
   int code = folder ? open_folder(gm, g.source, err, sizeof err) : open_plan(L, &c, gm, err, sizeof err);
   if (!code)
-    code = check_prompt(gm->m, prompt, P, err, sizeof err);
+    code = open_tokenizer(&g, gm, &P, err, sizeof err);
+  if (!code && g.prompt)
+    prompt = gm->prompt;
+  if (!code)
+    code = check_prompt(gm->m, g.prompt ? "--prompt" : "--prompt-ids", prompt, P, err, sizeof err);
   if (!code) {
     const struct plan_model *mc = &gm->m->config;
     char how[160];

@@ -4,12 +4,15 @@
 # initial weights and on a checkpoint of a 3-step run (which generate loads: its ids differ from
 # the initial weights'); the same seed samples the same ids twice and another seed other ids;
 # top_k 1 is greedy; the REPL's t:generate on the live trainer after the same 3 steps gives the
-# checkpoint's ids; --json prints the ids as one line; bad input is refused with exit 2 naming
-# the option. Where a venv with transformers 4.40.2 over Debian's torch can be made, the greedy ids
-# on a random LlamaForCausalLM saved with save_pretrained equal transformers' generate(do_sample =
-# False), token for token, stopping at config.json's eos_token_id as it does (else: skipped,
-# saying why). Its lm_head is scaled by 30 so that the top two logits of every step lie far apart
-# compared with the rounding of either side.
+# checkpoint's ids; --json prints the ids as one line; --prompt TEXT through a model folder's
+# tokenizer.json gives the ids of --prompt-ids of what `tycho tokenize` makes of the text, and
+# streams the --json text; bad input is refused with exit 2 naming the option. Where a venv with
+# transformers 4.40.2 over Debian's torch can be made, the greedy ids on a random LlamaForCausalLM
+# saved with save_pretrained equal transformers' generate(do_sample = False), token for token,
+# stopping at config.json's eos_token_id as it does, and --prompt's ids and text those of the
+# tokenizers library's encode and decode around it (else: skipped, saying why). Its lm_head is
+# scaled by 30 so that the top two logits of every step lie far apart compared with the rounding
+# of either side.
 # usage: generate.sh TYCHO   (run from the source folder)
 set -u
 tycho=$1
@@ -77,6 +80,30 @@ grep -qF 'stdin:1: t:generate: prompt_ids[2] is not a token id below the vocabul
   fail "t:generate's refusal: $(cat "$tmp/repl")"
 echo "ok: t:generate in the REPL gives the checkpoint's ids, greedy and sampled"
 
+# text: --prompt through the folder's tokenizer.json gives the ids of --prompt-ids of what
+# `tycho tokenize` makes of the same text, and the text streamed is the --json text
+"$tycho" run "$plan" --set model.vocab=1000 --set train.steps=1 --set train.eval_every=0 \
+  --set export.path="$tmp/B" --set export.format=hf >/dev/null 2>"$tmp/err" || fail "the vocab-1000 export"
+cp tests/golden/tokenizer/bytelevel.json "$tmp/B/tokenizer.json"
+text='Hello, wörld! 12+34='
+printf '%s' "$text" >"$tmp/prompt.txt"
+"$tycho" tokenize "$tmp/B" "$tmp/prompt.txt" --out "$tmp/prompt.bin" --no-eos >/dev/null 2>"$tmp/err" || fail "tokenize"
+ids=$(od -An -tu2 -j1024 -v "$tmp/prompt.bin" | xargs | tr ' ' ,)
+[ -n "$ids" ] || fail "no ids from tokenize"
+jt=$(gen "$tmp/B" --prompt "$text" --max-tokens 16 --json) || fail "--prompt --json"
+ji=$(gen "$tmp/B" --prompt-ids "$ids" --max-tokens 16 --json) || fail "--prompt-ids $ids --json"
+[ "$jt" = "$ji" ] || fail "--prompt gives '$jt', --prompt-ids $ids '$ji'"
+case $jt in *'"text": null'*|*'"text": ""'*) fail "no text: $jt" ;; esac
+streamed=$(gen "$tmp/B" --prompt "$text" --max-tokens 16) || fail "--prompt"
+[ "$(grep '^ids: ' "$tmp/err")" = "ids: $(echo "$jt" | sed 's/.*"ids": \[\([^]]*\)\].*/\1/; s/,//g')" ] ||
+  fail "the ids on stderr: $(cat "$tmp/err"), --json: $jt"
+jtext=$(printf '%s' "$jt" | sed 's/.*"text": "\(.*\)"}$/\1/')
+case $jtext in
+  *\\*) ;; # escapes in the JSON: the Python part compares the text
+  *) [ "$streamed" = "$jtext" ] || fail "streamed '$streamed', --json's text '$jtext'" ;;
+esac
+echo "ok: --prompt through tokenizer.json = --prompt-ids $ids; text: $jt"
+
 # (3) refusals
 expect 2 "tycho: --prompt-ids: token id 64 is not below the model's vocabulary (64)" \
   "$tycho" generate "$plan" --prompt-ids 1,64
@@ -91,6 +118,10 @@ expect 2 "tycho: --max-tokens needs an integer in 1..1000000 (got 0: out of rang
 expect 2 "tycho: generate needs one prompt: --prompt-ids I,J,K or --prompt TEXT" "$tycho" generate "$plan"
 expect 2 "tycho: tests/plans/good/moe_small.lua: model.moe (a mixture of experts): tycho generate runs dense models only" \
   "$tycho" generate tests/plans/good/moe_small.lua --prompt-ids 1
+expect 2 "tycho: --prompt needs a tokenizer, and the plan has no init.from folder to find one in; give --tokenizer PATH (a tokenizer.json or the folder holding it) or the ids with --prompt-ids I,J,K" \
+  "$tycho" generate "$plan" --prompt "12+34="
+expect 2 "tycho: --prompt: token id 69 is not below the model's vocabulary (64)" \
+  "$tycho" generate "$plan" --tokenizer "$tmp/B/tokenizer.json" --prompt "Hello"
 echo "ok: refusals"
 
 # (4) transformers' greedy generate on a random Llama, where a venv can have it
@@ -103,20 +134,31 @@ if ! why=$("$venv/bin/python" -c 'import torch, transformers, safetensors' 2>&1)
   echo "skipped: transformers' generate (no venv with torch and transformers 4.40.2: $(printf '%s' "$why" | tail -n 1; tail -n 1 "$tmp/pip.txt" 2>/dev/null))"
   exit 0
 fi
-"$venv/bin/python" - "$tmp/hf" <<'EOF' >"$tmp/hf.txt" 2>"$tmp/err" || fail "transformers"
-import sys
+"$venv/bin/python" - "$tmp/hf" "$text" <<'EOF' >"$tmp/hf.txt" 2>"$tmp/err" || fail "transformers"
+import json, sys
 import torch
+from tokenizers import Tokenizer
 from transformers import LlamaConfig, LlamaForCausalLM
 torch.manual_seed(0)
-cfg = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+cfg = LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                   rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
-                  bos_token_id=1, eos_token_id=7, pad_token_id=0)
+                  bos_token_id=1, eos_token_id=875, pad_token_id=0)
 model = LlamaForCausalLM(cfg).float().eval()
 with torch.no_grad():
     model.lm_head.weight.mul_(30.0)  # logits far apart: argmax does not turn on rounding
 model.save_pretrained(sys.argv[1], safe_serialization=True)
-for prompt in ([5, 17, 42, 3, 88, 9, 60], [7], [2, 2, 31, 64, 11]):
+# merges as "a b" strings, which the tokenizers that transformers 4.40.2 pins (0.19) reads too
+spec = json.load(open("tests/golden/tokenizer/bytelevel.json"))
+spec["model"]["merges"] = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
+json.dump(spec, open(sys.argv[1] + "/tokenizer.json", "w"), ensure_ascii=False)
+tok = Tokenizer.from_file(sys.argv[1] + "/tokenizer.json")
+x = torch.tensor([tok.encode(sys.argv[2], add_special_tokens=False).ids])
+with torch.no_grad():
+    out = model.generate(x, do_sample=False, max_new_tokens=40, attention_mask=torch.ones_like(x))[0, x.shape[1]:].tolist()
+with open(sys.argv[1] + "/../hf_text.json", "w") as f:
+    json.dump({"ids": out, "text": tok.decode(out, skip_special_tokens=False)}, f)
+for prompt in ([5, 17, 42, 3, 88, 9, 60], [7], [2, 2, 31, 640, 11]):
     x = torch.tensor([prompt])
     with torch.no_grad():
         out = model.generate(x, do_sample=False, max_new_tokens=40, attention_mask=torch.ones_like(x))
@@ -124,10 +166,18 @@ for prompt in ([5, 17, 42, 3, 88, 9, 60], [7], [2, 2, 31, 64, 11]):
 EOF
 n=0
 while read -r p ids; do
-  got=$(gen "$tmp/hf" --prompt-ids "$p" --max-tokens 40) || fail "generate from the saved model"
+  gen "$tmp/hf" --prompt-ids "$p" --max-tokens 40 >/dev/null || fail "generate from the saved model"
+  got=$(sed -n 's/^ids: //p' "$tmp/err") # stdout has the text: the folder has a tokenizer
   [ "$got" = "$ids" ] || fail "prompt $p: tycho '$got', transformers '$ids'"
   n=$((n + 1))
 done <"$tmp/hf.txt"
 [ "$n" -eq 3 ] || fail "$n prompts compared"
-grep -q ' 7$' "$tmp/hf.txt" || fail "no reference output stops at the eos id 7: $(cat "$tmp/hf.txt")"
+grep -q ' 875$' "$tmp/hf.txt" || fail "no reference output stops at the eos id 875: $(cat "$tmp/hf.txt")"
 echo "ok: transformers' greedy generate, token for token, on 3 prompts: $(cut -d' ' -f2- "$tmp/hf.txt" | head -n 1)"
+gen "$tmp/hf" --prompt "$text" --max-tokens 40 --json >"$tmp/tycho_text.json" || fail "--prompt on the saved model"
+"$venv/bin/python" - "$tmp/hf_text.json" "$tmp/tycho_text.json" <<'EOF' || fail "the text"
+import json, sys
+want, got = (json.load(open(f)) for f in sys.argv[1:])
+assert got == want, f"tycho {got}, transformers and tokenizers {want}"
+print("ok: --prompt's ids and text are tokenizers' encode, transformers' generate and tokenizers' decode:", got["text"][:60])
+EOF
