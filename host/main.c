@@ -102,7 +102,7 @@ static int pmain(lua_State *L)
       return host_fail(L, err_class_is_input() ? EXIT_USAGE : EXIT_RUNTIME, "%s", err);
     return 0;
   }
-  return host_fail(L, EXIT_USAGE, "unknown command '%s'; the commands are check, tune, run, repl, rehearse, calibrate, tokenize and ckpt (tycho --help)", cmd);
+  return host_fail(L, EXIT_USAGE, "unknown command '%s'; the commands are check, tune, run, repl, rehearse, calibrate, generate, tokenize and ckpt (tycho --help)", cmd);
 }
 
 int main(int argc, char **argv)
