@@ -4,8 +4,8 @@
  * failure, 2 usage or plan error). `run` starts the comm layer first (MPI: a world of one
  * without mpirun); its failures are agreed by every rank, so rank 0 alone reports them and
  * every rank exits with the same code. The commands themselves are beside it: cmd_check.c
- * (check, tune), cmd_run.c (run, repl), cmd_drive.c (rehearse, calibrate), on the helpers of
- * cli.c. */
+ * (check, tune), cmd_run.c (run, repl), cmd_drive.c (rehearse, calibrate), cmd_generate.c
+ * (generate), on the helpers of cli.c. */
 #define _POSIX_C_SOURCE 200809L /* access */
 #include <lauxlib.h>
 #include <lua.h>
