@@ -183,6 +183,8 @@ int cmd_tokenize(lua_State *L, int argc, char **argv)
       if (*end || end == argv[k] || v < 1 || v > 256)
         return host_fail(L, EXIT_USAGE, "--threads %s: give a whole number of threads, 1..256", argv[k]);
       threads = (int)v;
+    } else if (!strcmp(argv[k], "--out") || !strcmp(argv[k], "--threads")) {
+      return host_fail(L, EXIT_USAGE, "%s needs a value (tycho tokenize --help)", argv[k]);
     } else if (argv[k][0] == '-' && argv[k][1]) {
       return host_fail(L, EXIT_USAGE, "tokenize: unknown option '%s' (tycho tokenize --help)", argv[k]);
     } else if (!tokpath) {

@@ -31,6 +31,12 @@ expect unknown_option 2 "^tycho: unknown option '--wrold'" "$tycho" check plans/
 expect missing_plan_arg 2 "^tycho: 'check' needs a plan file" "$tycho" check
 expect bad_world 2 '^tycho: --world needs an integer' "$tycho" check plans/tiny.lua --world zero
 expect missing_file 2 '^tycho: plan error: nothere.lua: cannot open' "$tycho" check nothere.lua
+# tokenize: its usage and its options' values (the command itself: e2e.tokenize)
+expect tokenize_help 0 'tokenize TOKENIZER FILE\.\.\. --out OUT\.bin' "$tycho" tokenize --help
+expect tokenize_no_out 2 '^tycho: usage: tycho tokenize TOKENIZER FILE\.\.\. --out OUT\.bin' "$tycho" tokenize t.json a.txt
+expect tokenize_threads_value 2 '^tycho: --threads needs a value' "$tycho" tokenize t.json a.txt --out o.bin --threads
+expect tokenize_threads_range 2 '^tycho: --threads 0: give a whole number of threads, 1\.\.256' "$tycho" tokenize t.json a.txt --out o.bin --threads 0
+expect tokenize_unknown_option 2 "^tycho: tokenize: unknown option '--eos'" "$tycho" tokenize t.json a.txt --out o.bin --eos
 # --listen on an address other machines can reach only with --listen-public, and then with a warning
 expect listen_public_refused 2 '^tycho: --listen 0\.0\.0\.0:4711: not a loopback address, so other machines could connect; give --listen-public too' "$tycho" run plans/tiny.lua --listen 0.0.0.0:4711 --set train.steps=1
 expect listen_public_alone 2 '^tycho: --listen-public needs --listen HOST:PORT' "$tycho" run plans/tiny.lua --listen-public
