@@ -118,7 +118,7 @@ err=$("$tycho" tokenize "$tmp/nothing.json" $g/text.txt --out "$tmp/x.bin" 2>&1)
 # 5. the live check against the library, where a venv with it can be made
 venv=${XDG_CACHE_HOME:-$HOME/.cache}/tycho-test-venv
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import tokenizers' 2>/dev/null; then
-  { /usr/bin/python3 -m venv --system-site-packages "$venv" && "$venv/bin/pip" install -q tokenizers; } > "$tmp/pip.log" 2>&1
+  { /usr/bin/python3 -m venv --system-site-packages "$venv" && "$venv/bin/pip" install -q --timeout 20 --retries 1 tokenizers; } > "$tmp/pip.log" 2>&1
 fi
 if "$venv/bin/python" -c 'import tokenizers' 2>/dev/null; then
   "$venv/bin/python" tests/golden/tokenizer/live.py "$tmp" > "$tmp/live.log" 2>&1 || fail "live: $(tail -5 "$tmp/live.log")"
