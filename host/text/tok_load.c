@@ -70,6 +70,49 @@ static int flag_false(const struct ld *l, int obj, const char *key, const char *
   return bad(l, "%s", m);
 }
 
+/* The fields each component tycho runs may have: any other is refused rather than ignored (a
+ * newer library's field could change the ids). */
+static const struct { const char *what, *type, *keys; } known_fields[] = {
+  { "normalizer", "Sequence", ",type,normalizers," },
+  { "normalizer", "Prepend", ",type,prepend," },
+  { "normalizer", "Replace", ",type,pattern,content," },
+  { "pre_tokenizer", "Sequence", ",type,pretokenizers," },
+  { "pre_tokenizer", "ByteLevel", ",type,add_prefix_space,trim_offsets,use_regex," },
+  { "pre_tokenizer", "Split", ",type,pattern,behavior,invert," },
+  { "pre_tokenizer", "Metaspace", ",type,replacement,add_prefix_space,prepend_scheme,split,str_rep," },
+  { "decoder", "Sequence", ",type,decoders," },
+  { "decoder", "ByteLevel", ",type,add_prefix_space,trim_offsets,use_regex," },
+  { "decoder", "ByteFallback", ",type," },
+  { "decoder", "Fuse", ",type," },
+  { "decoder", "Replace", ",type,pattern,content," },
+  { "decoder", "Strip", ",type,content,start,stop," },
+  { "decoder", "Metaspace", ",type,replacement,add_prefix_space,prepend_scheme,split,str_rep," },
+  { "model", "BPE", ",type,dropout,unk_token,continuing_subword_prefix,end_of_word_suffix,fuse_unk,"
+                    "byte_fallback,ignore_merges,vocab,merges," },
+  { "post_processor", "Sequence", ",type,processors," },
+  { "post_processor", "TemplateProcessing", ",type,single,pair,special_tokens," },
+  { "post_processor", "ByteLevel", ",type,add_prefix_space,trim_offsets,use_regex," },
+  { "post_processor", "RobertaProcessing", ",type,sep,cls,trim_offsets,add_prefix_space," },
+  { "post_processor", "BertProcessing", ",type,sep,cls," },
+  { "added token", "", ",id,content,single_word,lstrip,rstrip,normalized,special," },
+};
+
+static int only_known(const struct ld *l, int id, const char *what, const char *type)
+{
+  if (id < 0 || N(l, id)->type != JSON_OBJECT) return 0;
+  for (size_t k = 0; k < sizeof known_fields / sizeof *known_fields; k++) {
+    if (strcmp(known_fields[k].what, what) || strcmp(known_fields[k].type, type ? type : "")) continue;
+    for (int c = N(l, id)->first; c >= 0; c = N(l, c)->next) {
+      char key[256];
+      snprintf(key, sizeof key, ",%s,", N(l, c)->key);
+      if (!strstr(known_fields[k].keys, key))
+        return errf_input(l->err, l->n, "%s: %s%s%s field \"%s\" is not read by tycho", l->path, what,
+                          *known_fields[k].type ? " " : "", known_fields[k].type, N(l, c)->key);
+    }
+  }
+  return 0;
+}
+
 static int compile(const struct ld *l, const char *pattern, int literal, pcre2_code **re)
 {
   int code;
@@ -125,6 +168,7 @@ static int read_normalizer(struct ld *l, int id)
   if (is_null(l, id)) return 0;
   struct tokenizer *t = l->t;
   const char *type = str_of(l, mem(l, id, "type"));
+  if (only_known(l, id, "normalizer", type)) return -1;
   if (type && !strcmp(type, "Sequence")) {
     int list = mem(l, id, "normalizers");
     if (list < 0 || N(l, list)->type != JSON_ARRAY) return bad(l, "normalizer Sequence without %s", "normalizers");
@@ -161,6 +205,7 @@ static int read_pre(struct ld *l, int id)
   if (is_null(l, id)) return 0;
   struct tokenizer *t = l->t;
   const char *type = str_of(l, mem(l, id, "type"));
+  if (only_known(l, id, "pre_tokenizer", type)) return -1;
   if (type && !strcmp(type, "Sequence")) {
     int list = mem(l, id, "pretokenizers");
     if (list < 0 || N(l, list)->type != JSON_ARRAY) return bad(l, "pre_tokenizer Sequence without %s", "pretokenizers");
@@ -209,6 +254,7 @@ static int read_decoder(struct ld *l, int id)
   if (is_null(l, id)) return 0;
   struct tokenizer *t = l->t;
   const char *type = str_of(l, mem(l, id, "type"));
+  if (only_known(l, id, "decoder", type)) return -1;
   t->has_decoder = 1;
   if (type && !strcmp(type, "Sequence")) {
     int list = mem(l, id, "decoders");
@@ -303,6 +349,7 @@ static int read_model(struct ld *l, int id)
   const char *type = str_of(l, mem(l, id, "type"));
   if (!type && mem(l, id, "merges") >= 0) type = "BPE"; /* older files leave the type out */
   if (!type || strcmp(type, "BPE")) return refuse(l, "model", type);
+  if (only_known(l, id, "model", type)) return -1;
   double dropout = 0;
   int d = mem(l, id, "dropout");
   if (!is_null(l, d) && (!json_double(l->j, d, &dropout) || dropout > 0))
@@ -407,6 +454,7 @@ static int read_added(struct ld *l, int list)
   if (!t->added) return errf(l->err, l->n, "%s: out of memory", l->path);
   for (int c = N(l, list)->first; c >= 0; c = N(l, c)->next) {
     struct tok_added *a = &t->added[t->n_added];
+    if (only_known(l, c, "added token", "")) return -1;
     a->content = (char *)str_of(l, mem(l, c, "content"));
     if (!a->content || !*a->content || read_id(l, mem(l, c, "id"), &a->id))
       return bad(l, "an added token without a content or an %s", "id");
@@ -465,6 +513,7 @@ static int read_post(struct ld *l, int id)
   if (is_null(l, id)) return 0;
   struct tokenizer *t = l->t;
   const char *type = str_of(l, mem(l, id, "type"));
+  if (only_known(l, id, "post_processor", type)) return -1;
   if (type && !strcmp(type, "Sequence")) {
     int list = mem(l, id, "processors");
     for (int c = list >= 0 ? N(l, list)->first : -1; c >= 0; c = N(l, c)->next)

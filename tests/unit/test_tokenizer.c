@@ -182,6 +182,9 @@ static void what_tycho_does_not_run_is_refused_by_name(void)
     { "{\"model\": {\"type\": \"BPE\", \"dropout\": 0.1, \"vocab\": {\"a\": 0}, \"merges\": []}}", "dropout > 0 is not read" },
     { "{%s, \"added_tokens\": [{\"id\": 1, \"content\": \"x\", \"lstrip\": true}]}", "added token lstrip true is not read by tycho" },
     { "{%s, \"truncation\": {\"max_length\": 5}}", "a truncation setting is not read by tycho" },
+    { "{%s, \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"mystery\": 1}}",
+      "pre_tokenizer ByteLevel field \"mystery\" is not read by tycho" },
+    { "{%s, \"added_tokens\": [{\"id\": 1, \"content\": \"x\", \"weight\": 2}]}", "added token field \"weight\" is not read by tycho" },
     { "{%s, \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": \"Contiguous\"}}", "Split behavior \"Contiguous\" is not read by tycho" },
   };
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
