@@ -6,8 +6,9 @@
  * whole or not at all (util/file.h, an atomic replacement); its header says version 1 (uint16
  * tokens) when every id of the tokenizer is below 65536, else version 2 (uint32). Bad inputs are
  * refused with exit 2 naming the file (and line). */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* sched_getaffinity */
 #include <errno.h>
+#include <sched.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -198,8 +199,9 @@ int cmd_tokenize(lua_State *L, int argc, char **argv)
   char err[2048];
   int rc = check_out(out, err, sizeof err);
   if (rc) return host_fail(L, rc, "%s", err);
-  if (!threads) {
-    long c = sysconf(_SC_NPROCESSORS_ONLN);
+  if (!threads) { /* the CPUs this process may run on (taskset, a launcher's binding) */
+    cpu_set_t set;
+    long c = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
     threads = c < 1 ? 1 : c > 64 ? 64 : (int)c;
   }
   err_class_reset();

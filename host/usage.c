@@ -136,7 +136,7 @@ static const struct {
     "        file one document a line (its \"text\"), invalid UTF-8 read as U+FFFD; each\n"
     "        document followed by the tokenizer's eos id (--no-eos: not). Version 1 (uint16)\n"
     "        where every id is below 65536, else version 2 (uint32); written whole or not at all,\n"
-    "        a link at OUT refused. --threads N: 1..256 (default: the CPUs online). docs/plans.md\n" },
+    "        a link at OUT refused. --threads N: 1..256 (default: the CPUs it may run on). docs/plans.md\n" },
   { "ckpt",
     "  ckpt inspect|verify DIR\n"
     "        a checkpoint (checkpoint.dir/step_N, or checkpoint.dir for its newest): inspect\n"
