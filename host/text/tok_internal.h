@@ -87,7 +87,7 @@ struct tokenizer {
   struct tok_added *added;          /* longest first */
   int n_added, any_raw_added, any_norm_added;
   unsigned char first_raw[256], first_norm[256]; /* a byte that starts an added token */
-  int64_t bos, eos;
+  int64_t bos, eos, pad;
 };
 
 /* The byte-level alphabet: byte b as a character of 1 or 2 UTF-8 bytes. */

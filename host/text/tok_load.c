@@ -551,9 +551,10 @@ static void read_configs(struct tokenizer *t, const char *dir)
     struct json_doc j = { 0 };
     if (json_parse(&j, text, len, p, 0, e, sizeof e) == 0 && j.nodes[0].type == JSON_OBJECT) {
       struct ld l = { t, &j, p, e, sizeof e };
-      const char *keys[2][2] = { { "bos_token_id", "eos_token_id" }, { "bos_token", "eos_token" } };
-      for (int w = 0; w < 2; w++) {
-        int64_t *slot = w ? &t->eos : &t->bos;
+      const char *keys[2][3] = { { "bos_token_id", "eos_token_id", "pad_token_id" },
+                                 { "bos_token", "eos_token", "pad_token" } };
+      for (int w = 0; w < 3; w++) {
+        int64_t *slot = w == 2 ? &t->pad : w ? &t->eos : &t->bos;
         int node = mem(&l, 0, keys[f][w]);
         if (node >= 0 && N(&l, node)->type == JSON_ARRAY) node = N(&l, node)->first;
         uint32_t v;
@@ -583,7 +584,7 @@ int tokenizer_load(struct tokenizer **out, const char *path, char *err, size_t e
     free(j);
     return errf(err, err_size, "%s: out of memory", path);
   }
-  t->bos = t->eos = -1;
+  t->bos = t->eos = t->pad = -1;
   t->json_doc = j;
   tok_bytelevel_init();
   if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
@@ -664,4 +665,5 @@ void tokenizer_free(struct tokenizer *t)
 uint32_t tokenizer_n_ids(const struct tokenizer *t) { return t->n_ids; }
 int64_t tokenizer_bos(const struct tokenizer *t) { return t->bos; }
 int64_t tokenizer_eos(const struct tokenizer *t) { return t->eos; }
+int64_t tokenizer_pad(const struct tokenizer *t) { return t->pad; }
 const char *tokenizer_path(const struct tokenizer *t) { return t->path; }

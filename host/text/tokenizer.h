@@ -28,7 +28,7 @@ struct tok_ids {
   size_t n, cap;
 };
 
-/* Loads PATH (tokenizer.json, or a folder holding tokenizer.json). The special ids come from, in
+/* Loads PATH (tokenizer.json, or a folder holding tokenizer.json). The bos and eos ids come from, in
  * order: config.json beside tokenizer.json (bos_token_id, eos_token_id: a number or the first of
  * a list), tokenizer_config.json there (bos_token, eos_token: a string or {"content": ...}), the
  * post_processor's single template (a special token before $A is bos, after it eos), and, for
@@ -40,6 +40,8 @@ uint32_t tokenizer_n_ids(const struct tokenizer *t);
 /* -1 where the tokenizer has none */
 int64_t tokenizer_bos(const struct tokenizer *t);
 int64_t tokenizer_eos(const struct tokenizer *t);
+/* pad: from config.json (pad_token_id) or tokenizer_config.json (pad_token) alone */
+int64_t tokenizer_pad(const struct tokenizer *t);
 /* The path read (tokenizer.json itself). */
 const char *tokenizer_path(const struct tokenizer *t);
 

@@ -153,10 +153,15 @@ static void merges_in_both_forms_and_special_ids(void)
   tokenizer_free(t);
   /* config.json beside it names the special ids */
   write_json(dir, "config.json", "{\"bos_token_id\": 0, \"eos_token_id\": [5, 1]}");
+  write_json(dir, "tokenizer_config.json", "{\"pad_token\": {\"content\": \"c\"}, \"eos_token\": \"b\"}");
   CHECK_MSG(tokenizer_load(&t, dir, err, sizeof err) == 0, "%s", err);
-  CHECK(tokenizer_bos(t) == 0 && tokenizer_eos(t) == 5);
+  CHECK(tokenizer_bos(t) == 0 && tokenizer_eos(t) == 5 && tokenizer_pad(t) == 2); /* config.json first */
   tokenizer_free(t);
   unlink(write_json(dir, "config.json", ""));
+  CHECK_MSG(tokenizer_load(&t, dir, err, sizeof err) == 0, "%s", err);
+  CHECK(tokenizer_bos(t) == -1 && tokenizer_eos(t) == 1 && tokenizer_pad(t) == 2);
+  tokenizer_free(t);
+  unlink(write_json(dir, "tokenizer_config.json", ""));
   unlink(write_json(dir, "tokenizer.json", ""));
   rmdir(dir);
   /* the golden ones: eos by name (<|endoftext|>; </s>), bos from sp.json's template */
