@@ -155,9 +155,12 @@ if(NOT TYCHO_FLOAT64)
   tycho_dp_equiv(bf16_tp2_dp2_zero3 4 --both precision.compute=bf16 --set mesh.tp=2 --set zero=3)
   # tensor parallelism (the fp32 conversions, each product on its input rounded): the default
   # splits (vocab-parallel embedding and head), sequence parallel, a padded vocabulary with tied
-  # embeddings, every split choice per module (tp_mixed.lua), beside pipeline stages and ZeRO 1
+  # embeddings, every split choice per module (tp_mixed.lua), recompute (the pieces rerun, their
+  # inputs rounded again), beside pipeline stages and ZeRO 1
   tycho_dp_equiv(bf16_tp2 2 --both precision.compute=bf16 --set mesh.tp=2)
   tycho_dp_equiv(bf16_tp2_sp 2 --both precision.compute=bf16 --set mesh.tp=2 --set sequence_parallel=true)
+  tycho_dp_equiv(bf16_tp2_sp_recompute_full 2 --both precision.compute=bf16 --set mesh.tp=2
+    --set sequence_parallel=true --set recompute=full)
   tycho_dp_equiv(bf16_tp2_vocab 2 --both precision.compute=bf16 --set mesh.tp=2 --set tp_split.embed=vocab
     --set tp_split.head=vocab --both model.vocab=63 --both model.tie_embeddings=true)
   tycho_mpi_test(mpi_dp_equiv.bf16_tp2_mixed_sp 2 COMMAND $<TARGET_FILE:mpi_dp_equiv>
