@@ -42,6 +42,8 @@ struct job {
   struct tok_ids *ids;
   size_t n_docs, next;
   pthread_mutex_t lock;
+  struct tok_worker **workers;  /* one a thread, kept over the batches (their word caches) */
+  int next_worker;
   int failed, input_error;
   size_t failed_doc;
   char err[1024];
@@ -80,7 +82,9 @@ static int doc_text(const struct job *jb, const struct doc *d, char **out, size_
 static void *worker(void *arg)
 {
   struct job *jb = arg;
-  struct tok_worker *w = tok_worker_new(jb->tok);
+  pthread_mutex_lock(&jb->lock);
+  struct tok_worker *w = jb->workers[jb->next_worker++];
+  pthread_mutex_unlock(&jb->lock);
   char err[1024];
   for (;;) {
     pthread_mutex_lock(&jb->lock);
@@ -107,7 +111,6 @@ static void *worker(void *arg)
       pthread_mutex_unlock(&jb->lock);
     }
   }
-  tok_worker_free(w);
   return NULL;
 }
 
@@ -141,29 +144,39 @@ struct run {
   struct file_atomic a;
   int open, version;
   uint64_t n_tokens;
-  void *buf;
-  size_t cap;
+  char *buf;           /* tokens not yet written: flushed at 1 MiB and at each batch's end */
+  size_t used, cap;
 };
+
+static int flush_ids(struct run *r, char *err, size_t n)
+{
+  int rc = r->used ? file_atomic_write(&r->a, r->buf, r->used, err, n) : 0;
+  r->used = 0;
+  return rc;
+}
 
 /* one document's ids (and eos) appended to the file */
 static int write_ids(struct run *r, const struct tok_ids *ids, int64_t eos, char *err, size_t n)
 {
   size_t count = ids->n + (eos >= 0), unit = r->version == 1 ? 2 : 4;
-  if (count * unit > r->cap) {
-    void *b = realloc(r->buf, count * unit);
+  if (r->used + count * unit > r->cap) {
+    size_t cap = r->cap ? r->cap : 1 << 20;
+    while (cap < r->used + count * unit) cap *= 2;
+    char *b = realloc(r->buf, cap);
     if (!b) return errf(err, n, "out of memory");
     r->buf = b;
-    r->cap = count * unit;
+    r->cap = cap;
   }
   for (size_t k = 0; k < count; k++) {
     uint32_t v = k < ids->n ? ids->v[k] : (uint32_t)eos;
-    if (unit == 2) ((uint16_t *)r->buf)[k] = (uint16_t)v;
-    else ((uint32_t *)r->buf)[k] = v;
+    if (unit == 2) memcpy(r->buf + r->used + 2 * k, &(uint16_t){ (uint16_t)v }, 2);
+    else memcpy(r->buf + r->used + 4 * k, &v, 4);
   }
+  r->used += count * unit;
   r->n_tokens += count;
   if (r->n_tokens > INT32_MAX)
     return errf(err, n, "more than %d tokens: the llm.c header counts them in an int32", INT32_MAX);
-  return file_atomic_write(&r->a, r->buf, count * unit, err, n);
+  return r->used >= (1u << 20) ? flush_ids(r, err, n) : 0;
 }
 
 int cmd_tokenize(lua_State *L, int argc, char **argv)
@@ -255,12 +268,19 @@ int cmd_tokenize(lua_State *L, int argc, char **argv)
   const int progress = isatty(2) && total > BATCH_BYTES;
   size_t done_bytes = 0;
   struct tok_ids *ids = calloc(BATCH_DOCS, sizeof *ids);
-  if (!ids && !rc) rc = EXIT_RUNTIME, snprintf(err, sizeof err, "out of memory");
+  struct tok_worker **workers = calloc((size_t)threads, sizeof *workers);
+  for (int k = 0; workers && k < threads; k++)
+    if (!(workers[k] = tok_worker_new(tok))) {
+      free(ids);
+      ids = NULL;
+    }
+  if ((!ids || !workers) && !rc) rc = EXIT_RUNTIME, snprintf(err, sizeof err, "out of memory");
   for (size_t first = 0; first < n_docs && !rc;) {
     size_t last = first, bytes = 0;
     while (last < n_docs && last - first < BATCH_DOCS && (bytes < BATCH_BYTES || last == first))
       bytes += docs[last++].len;
-    struct job jb = { .tok = tok, .files = files, .docs = docs + first, .ids = ids, .n_docs = last - first };
+    struct job jb = { .tok = tok, .files = files, .docs = docs + first, .ids = ids, .n_docs = last - first,
+                      .workers = workers };
     pthread_mutex_init(&jb.lock, NULL);
     int nt = threads < (int)jb.n_docs ? threads : (int)jb.n_docs;
     pthread_t th[256];
@@ -280,6 +300,7 @@ int cmd_tokenize(lua_State *L, int argc, char **argv)
       if (!rc && write_ids(&r, &ids[k], eos, err, sizeof err)) rc = EXIT_RUNTIME;
       tok_ids_free(&ids[k]);
     }
+    if (!rc && flush_ids(&r, err, sizeof err)) rc = EXIT_RUNTIME;
     done_bytes += bytes;
     first = last;
     if (progress)
@@ -306,6 +327,8 @@ int cmd_tokenize(lua_State *L, int argc, char **argv)
   free(maps);
   free(docs);
   free(ids);
+  for (int k = 0; workers && k < threads; k++) tok_worker_free(workers[k]);
+  free(workers);
   free(r.buf);
   free(files);
   tokenizer_free(tok);
