@@ -226,6 +226,7 @@ int cmd_tokenize(lua_State *L, int argc, char **argv)
   struct file_map *maps = calloc((size_t)n_files, sizeof *maps);
   struct doc *docs = NULL;
   size_t n_docs = 0, cap_docs = 0, total = 0;
+  if (!maps) rc = EXIT_RUNTIME, snprintf(err, sizeof err, "out of memory");
   for (int f = 0; f < n_files && !rc; f++) {
     err_class_reset();
     if (file_map("input", files[f], 0, &maps[f], err, sizeof err)) {
@@ -269,12 +270,10 @@ int cmd_tokenize(lua_State *L, int argc, char **argv)
   size_t done_bytes = 0;
   struct tok_ids *ids = calloc(BATCH_DOCS, sizeof *ids);
   struct tok_worker **workers = calloc((size_t)threads, sizeof *workers);
+  int oom = !ids || !workers;
   for (int k = 0; workers && k < threads; k++)
-    if (!(workers[k] = tok_worker_new(tok))) {
-      free(ids);
-      ids = NULL;
-    }
-  if ((!ids || !workers) && !rc) rc = EXIT_RUNTIME, snprintf(err, sizeof err, "out of memory");
+    if (!(workers[k] = tok_worker_new(tok))) oom = 1;
+  if (oom && !rc) rc = EXIT_RUNTIME, snprintf(err, sizeof err, "out of memory");
   for (size_t first = 0; first < n_docs && !rc;) {
     size_t last = first, bytes = 0;
     while (last < n_docs && last - first < BATCH_DOCS && (bytes < BATCH_BYTES || last == first))
