@@ -306,7 +306,9 @@ int cmd_tokenize(lua_State *L, int argc, char **argv)
       fprintf(stderr, "\rtokenize: %zu of %zu MiB, %" PRIu64 " tokens", done_bytes >> 20, total >> 20,
               r.n_tokens);
   }
-  if (progress) fputc('\n', stderr);
+  if (progress) /* the last line whole: the counts above leave out the lines' ends */
+    fprintf(stderr, "\rtokenize: %zu of %zu MiB, %" PRIu64 " tokens%s\n", rc ? done_bytes >> 20 : total >> 20,
+            total >> 20, r.n_tokens, rc ? ": stopped" : "");
   if (!rc) {
     header[0] = TOKENS_MAGIC;
     header[1] = r.version;
