@@ -14,6 +14,7 @@
 #include "check/check_ep.h"
 #include "check/check_internal.h"
 #include "comm/comm.h"
+#include "data/text_cache.h"
 #include "check/cost.h"
 #include "layout/tp_layout.h"
 #include "layout/bill.h"
@@ -522,6 +523,26 @@ static void print_cost(FILE *f, const struct plan *p, const struct cluster *c)
             "(host/check/cost.h)\n");
 }
 
+/* data.text: what `tycho run` will tokenize and where the tokens go (data/text_cache.h). A file
+ * that cannot be read is said here; the run refuses it. */
+static void print_text_data(FILE *f, const struct plan *p)
+{
+  fprintf(f, "data       text, %d file%s:", p->data.n_text, p->data.n_text == 1 ? "" : "s");
+  for (int k = 0; k < p->data.n_text && k < 4; k++)
+    fprintf(f, " %s%s", p->data.text[k], k + 1 < p->data.n_text ? "," : "");
+  if (p->data.n_text > 4)
+    fprintf(f, " ... (%d more)", p->data.n_text - 4);
+  struct text_cache_info info;
+  char why[2048];
+  if (text_cache_locate(p, &info, why, sizeof why))
+    fprintf(f, "; tokenizer %s; cannot be tokenized: %s\n", p->data.tokenizer, why);
+  else
+    fprintf(f, "; %llu bytes; tokenizer %s; cache %s (%s); the last %g of the tokens for validation%s\n",
+            (unsigned long long)info.text_bytes, info.tokenizer, info.path,
+            info.cached ? "already made" : "made by rank 0 at run start", p->data.val_fraction,
+            p->data.shuffle ? ", shuffled per epoch" : ", in order");
+}
+
 static const char *thousands(long long v, char *buf, size_t n)
 {
   char digits[32];
@@ -734,11 +755,13 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
   fputc('\n', f);
   if (p->data.synthetic[0])
     fprintf(f, "data       synthetic \"%s\"\n", p->data.synthetic);
+  else if (p->data.n_text)
+    print_text_data(f, p);
   else if (p->data.train[0] || p->data.val[0])
     fprintf(f, "data       train %s, val %s%s\n", p->data.train[0] ? p->data.train : "(none)",
             p->data.val[0] ? p->data.val : "(none)", p->data.shuffle ? ", shuffled per epoch" : ", in order");
   else
-    fprintf(f, "data       (none given: tycho run needs data.train or data.synthetic)\n");
+    fprintf(f, "data       (none given: tycho run needs data.train, data.text or data.synthetic)\n");
   fprintf(f, "train      %lld steps", p->train.steps);
   if (p->train.eval_every)
     fprintf(f, ", eval every %d steps (%d batches)", p->train.eval_every, p->train.eval_batches);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "data/addition.h"
+#include "data/text_cache.h"
 #include "util/err.h"
 
 /* ---- token files ---- */
@@ -61,7 +62,10 @@ static int check_eval_batches(const struct data_source *s, const struct plan *p,
     snprintf(set, sizeof set, "the synthetic addition's held-out set of %d problems", ADDITION_N_HELD_OUT);
   } else {
     windows = tokens_epoch_windows(&s->val);
-    snprintf(set, sizeof set, "data.val %s", s->val.path);
+    if (s->text.map)
+      snprintf(set, sizeof set, "the last %" PRIu64 " tokens of data.text (data.val_fraction)", s->val.n_tokens);
+    else
+      snprintf(set, sizeof set, "data.val %s", s->val.path);
   }
   const uint64_t most = (windows < problems ? windows : problems) / (uint64_t)G;
   if ((uint64_t)want <= most)
@@ -69,6 +73,51 @@ static int check_eval_batches(const struct data_source *s, const struct plan *p,
   return errf_input(err, n, "%s: train.eval_batches = %lld is more than the validation set holds: %s gives %" PRIu64
                     " windows of batch.seq + 1 = %d tokens, %lld (batch.global) to a batch; at most %" PRIu64,
                     plan_where(p, "train.eval_batches"), want, set, problems < windows ? problems : windows, S + 1, G, most);
+}
+
+/* data.text: the cache rank 0 made at run start (train_run), mapped and checked against
+ * model.vocab, its last data.val_fraction of tokens (rounded down) the validation set and the
+ * rest the training set, each at least one window of batch.seq + 1 tokens. */
+static int open_text(struct data_source *s, const struct plan *p, char *err, size_t n)
+{
+  struct text_cache_info info;
+  char why[1536];
+  if (text_cache_locate(p, &info, err, n))
+    return -1;
+  if (!info.cached)
+    return errf(err, n, "data.text: the token cache %s is not there (rank 0 makes it at the start of tycho run)",
+                info.path);
+  if (tokens_open(&s->text, info.path, p->model.vocab, p->batch.seq, why, sizeof why))
+    return errf(err, n, "data.text: %s", why);
+  const uint64_t all = s->text.n_tokens, nv = (uint64_t)((double)all * p->data.val_fraction),
+                 need = (uint64_t)p->batch.seq + 1;
+  if (all - nv < need || (nv && nv < need)) {
+    data_source_close(s);
+    return errf_input(err, n, "%s: data.text gives %" PRIu64 " tokens, %" PRIu64 " of them the validation set "
+                      "(data.val_fraction = %g); each set needs batch.seq + 1 = %" PRIu64 " tokens at least",
+                      plan_where(p, nv && nv < need ? "data.val_fraction" : "data.text"), all, nv,
+                      p->data.val_fraction, need);
+  }
+  s->train = s->text;
+  s->train.map = NULL;
+  s->train.path = NULL;
+  s->train.n_tokens = all - nv;
+  if (nv) {
+    s->val = s->train;
+    if (s->val.tokens32)
+      s->val.tokens32 += all - nv;
+    else
+      s->val.tokens += all - nv;
+    s->val.n_tokens = nv;
+  }
+  s->ops = nv ? &tokens_ops : &tokens_no_val_ops;
+  snprintf(s->description, sizeof s->description, "%s (data.text: %" PRIu64 " training, %" PRIu64
+           " validation tokens)", info.path, all - nv, nv);
+  if (check_eval_batches(s, p, err, n)) {
+    data_source_close(s);
+    return -1;
+  }
+  return 0;
 }
 
 int data_source_open(struct data_source *s, const struct plan *p, char *err, size_t n)
@@ -86,8 +135,10 @@ int data_source_open(struct data_source *s, const struct plan *p, char *err, siz
       return -1;
     return check_eval_batches(s, p, err, n);
   }
+  if (p->data.n_text)
+    return open_text(s, p, err, n);
   if (!p->data.train[0])
-    return errf(err, n, "%s: data: nothing to train on; give data.train (a token file) or "
+    return errf(err, n, "%s: data: nothing to train on; give data.train (a token file), data.text or "
                 "data.synthetic = \"addition\"", plan_where(p, "data"));
   char why[768];
   if (tokens_open(&s->train, p->data.train, p->model.vocab, p->batch.seq, why, sizeof why))
@@ -96,7 +147,7 @@ int data_source_open(struct data_source *s, const struct plan *p, char *err, siz
     data_source_close(s);
     return errf(err, n, "data.val: %s", why);
   }
-  s->ops = s->val.map ? &tokens_ops : &tokens_no_val_ops;
+  s->ops = s->val.n_tokens ? &tokens_ops : &tokens_no_val_ops;
   snprintf(s->description, sizeof s->description, "%s", p->data.train);
   if (check_eval_batches(s, p, err, n)) {
     data_source_close(s);
@@ -109,5 +160,6 @@ void data_source_close(struct data_source *s)
 {
   tokens_close(&s->train);
   tokens_close(&s->val);
+  tokens_close(&s->text);
   memset(s, 0, sizeof *s);
 }

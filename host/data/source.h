@@ -6,7 +6,8 @@
  *   - validation windows, when it has a validation set;
  *   - held-out problems for the greedy-decoding evaluator, when it has them: a prompt of
  *     prompt_tokens tokens and the answer_tokens a model should generate after it.
- * Sources: token files (data.train, data.val; tokens.h) and the synthetic addition corpus
+ * Sources: token files (data.train, data.val; tokens.h), text tokenized into a cached token file
+ * and split at data.val_fraction (data.text; text_cache.h), and the synthetic addition corpus
  * (data.synthetic = "addition"; addition.h). A new one is a `struct data_source_ops` and a line
  * in data_source_open. */
 #ifndef TYCHO_DATA_SOURCE_H
@@ -36,7 +37,9 @@ struct data_source {
   bool shuffle;
   uint64_t seed;                        /* seeds.data */
   int prompt_tokens, answer_tokens;     /* of eval_problem's problems; 0 without */
-  struct tokens_file train, val;        /* token files (val.map NULL when none) */
+  struct tokens_file train, val;        /* token files (val.n_tokens 0 when none) */
+  struct tokens_file text;              /* data.text's cache, whole: train and val are views into it
+                                           (their map NULL: text owns the mapping) */
 };
 
 /* Opens the source the plan names (data.train and data.val, or data.synthetic) for windows of

@@ -70,8 +70,8 @@ int trainer_plan_supported(const struct plan *p, char *err, size_t n)
   if (strcmp(p->optimizer.kind, "adamw") != 0)
     return errf(err, n, "%s: optimizer.kind = \"%s\": only \"adamw\" is implemented",
                 plan_where(p, "optimizer.kind"), p->optimizer.kind);
-  if (!p->data.train[0] && !p->data.synthetic[0])
-    return errf(err, n, "%s: data: nothing to train on; give data.train (a token file) or "
+  if (!p->data.train[0] && !p->data.synthetic[0] && !p->data.n_text)
+    return errf(err, n, "%s: data: nothing to train on; give data.train (a token file), data.text or "
                 "data.synthetic = \"addition\"", plan_where(p, "data"));
   return 0;
 }

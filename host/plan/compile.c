@@ -255,6 +255,67 @@ static int read_allow_changes(struct reader *r, const struct tbl *t)
   return 0;
 }
 
+/* One data.text entry at the stack's top (popped): a non-empty path. */
+static int text_one(struct reader *r, const char *path, const char *where)
+{
+  struct plan *p = r->p;
+  char v[96];
+  if (lua_type(r->L, -1) != LUA_TSTRING || !lua_rawlen(r->L, -1)) {
+    compile_describe(r->L, -1, v, sizeof v);
+    lua_pop(r->L, 1);
+    return compile_rfail(r, where, "%s = %s: must be the path of a text file", path, v);
+  }
+  size_t len;
+  const char *s = lua_tolstring(r->L, -1, &len);
+  if (p->data.n_text == PLAN_TEXT_FILES_MAX || len >= PLAN_PATH_MAX) {
+    lua_pop(r->L, 1);
+    return compile_rfail(r, where, "%s: %s (at most %d files of %d bytes)", path, len >= PLAN_PATH_MAX ?
+                         "the path is too long" : "too many files; join them into fewer", PLAN_TEXT_FILES_MAX,
+                         PLAN_PATH_MAX - 1);
+  }
+  if (len >= 6 && !strcmp(s + len - 6, ".jsonl")) { /* one document a file here, not one a line */
+    char shown[PLAN_PATH_MAX];
+    snprintf(shown, sizeof shown, "%s", s);
+    lua_pop(r->L, 1);
+    return compile_rfail(r, where, "%s = \"%s\": data.text reads each file as one document of plain text; "
+                         "make a token file of a .jsonl with tycho tokenize and give it as data.train", path, shown);
+  }
+  memcpy(p->data.text[p->data.n_text++], s, len + 1);
+  lua_pop(r->L, 1);
+  return 0;
+}
+
+/* data.text: a list of text files (each one document), or one path (--set data.text=PATH). */
+static int read_text_files(struct reader *r, const struct tbl *t)
+{
+  char path[128], where[PLAN_PATH_MAX + 32], v[96];
+  r->p->data.n_text = 0;
+  int type = compile_get(r, t, "text", path, sizeof path, where, sizeof where);
+  if (type == LUA_TNIL) {
+    lua_pop(r->L, 1);
+    return 0;
+  }
+  if (type == LUA_TSTRING)
+    return text_one(r, path, where);
+  if (type != LUA_TTABLE || !lua_rawlen(r->L, -1)) {
+    compile_describe(r->L, -1, v, sizeof v);
+    lua_pop(r->L, 1);
+    return compile_rfail(r, where, "%s = %s: must be a list of text files, e.g. { \"a.txt\", \"b.txt\" }", path, v);
+  }
+  int n = (int)lua_rawlen(r->L, -1);
+  for (int i = 1; i <= n; i++) {
+    char item[160], item_where[PLAN_PATH_MAX + 32];
+    snprintf(item, sizeof item, "%s[%d]", path, i);
+    if (!sandbox_where(r->L, lua_gettop(r->L), NULL, i, item_where, sizeof item_where))
+      snprintf(item_where, sizeof item_where, "%s", where);
+    lua_rawgeti(r->L, -1, i);
+    if (text_one(r, item, item_where))
+      return -1;
+  }
+  lua_pop(r->L, 1);
+  return 0;
+}
+
 static int read_simple_sections(struct reader *r, const struct tbl *root)
 {
   struct plan *p = r->p;
@@ -331,18 +392,29 @@ static int read_simple_sections(struct reader *r, const struct tbl *root)
     lua_pop(r->L, 1);
   }
 
-  static const char *const data_known[] = { "train", "val", "shuffle", "synthetic", NULL };
+  static const char *const data_known[] = { "train", "val", "shuffle", "synthetic", "text", "tokenizer",
+                                             "val_fraction", NULL };
   if (compile_open_section(r, root, "data", &t, &present))
     return -1;
   if (present) {
     int given;
     if (compile_check_fields(r, &t, data_known, "data") || compile_read_field(r, &t, "train", NULL) ||
         compile_read_field(r, &t, "val", NULL) || compile_read_field(r, &t, "shuffle", NULL) ||
-        compile_read_field(r, &t, "synthetic", &given))
+        compile_read_field(r, &t, "synthetic", &given) || compile_read_field(r, &t, "tokenizer", NULL) ||
+        compile_read_field(r, &t, "val_fraction", NULL) || read_text_files(r, &t))
       return -1;
     if (given && (p->data.train[0] || p->data.val[0]))
       return compile_rfail(r, plan_where(p, "data.synthetic"), "data.synthetic = \"%s\": a synthetic corpus replaces "
                            "data.train and data.val; give one or the other", p->data.synthetic);
+    if (p->data.n_text && (given || p->data.train[0] || p->data.val[0]))
+      return compile_rfail(r, plan_where(p, "data.text"), "data.text: text to tokenize replaces %s; give one or the other",
+                           given ? "data.synthetic" : "data.train and data.val");
+    if (p->data.n_text && !p->data.tokenizer[0])
+      return compile_rfail(r, plan_where(p, "data.text"), "data.text: no data.tokenizer; give the tokenizer.json "
+                           "(or its folder) to tokenize the text with");
+    if (!p->data.n_text && p->data.tokenizer[0])
+      return compile_rfail(r, plan_where(p, "data.tokenizer"), "data.tokenizer: given without data.text (the text "
+                           "files it tokenizes)");
     lua_pop(r->L, 1);
   }
 

@@ -11,6 +11,7 @@
 
 #define PLAN_NAME_MAX 128
 #define PLAN_PATH_MAX 1024
+#define PLAN_TEXT_FILES_MAX 32 /* data.text's files */
 
 enum plan_module {
   PLAN_MOD_EMBED, PLAN_MOD_Q, PLAN_MOD_K, PLAN_MOD_V, PLAN_MOD_O,
@@ -158,7 +159,14 @@ struct plan {
     long long value[PLAN_N_SEEDS];
     int derived[PLAN_N_SEEDS]; /* 1: derived from global and the purpose's name */
   } seeds;
-  struct { char train[PLAN_PATH_MAX], val[PLAN_PATH_MAX], synthetic[32]; int shuffle; } data;
+  struct {
+    char train[PLAN_PATH_MAX], val[PLAN_PATH_MAX], synthetic[32];
+    int shuffle;
+    /* data.text: text files tokenized at run start into a cached token file (data/text_cache.h) */
+    char text[PLAN_TEXT_FILES_MAX][PLAN_PATH_MAX], tokenizer[PLAN_PATH_MAX];
+    int n_text;
+    double val_fraction; /* the last this fraction of the text's tokens: the validation set */
+  } data;
   struct { char from[PLAN_PATH_MAX]; } init;
   struct {
     char path[PLAN_PATH_MAX];

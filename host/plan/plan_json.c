@@ -211,7 +211,19 @@ void plan_json(const struct plan *p, struct json *j)
 
   json_key(j, "data");
   json_begin_object(j);
-  plan_fields_json("data", p, j);
+  for (int i = 0; i < plan_n_fields; i++) { /* data.text's fields only when given: other plans keep their hash */
+    const char *path = plan_fields[i].path;
+    const int text_field = !strcmp(path, "data.tokenizer") || !strcmp(path, "data.val_fraction");
+    if (!strncmp(path, "data.", 5) && (p->data.n_text || !text_field))
+      plan_field_json(&plan_fields[i], p, j);
+  }
+  if (p->data.n_text) {
+    json_key(j, "text");
+    json_begin_array(j);
+    for (int i = 0; i < p->data.n_text; i++)
+      json_string(j, p->data.text[i]);
+    json_end_array(j);
+  }
   json_end_object(j);
   json_key(j, "init");
   json_begin_object(j);

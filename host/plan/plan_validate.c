@@ -387,6 +387,10 @@ static int validate_training(struct plan *p, char *err, size_t n)
     return fail(err, n, p, "train.eval_every", "train.eval_every = %d: evaluation needs a validation set, "
                 "and data.train = \"%s\" comes without data.val; give data.val (a held-out token file) "
                 "or set train.eval_every = 0", p->train.eval_every, p->data.train);
+  if (p->train.eval_every > 0 && p->train.eval_batches > 0 && p->data.n_text && p->data.val_fraction == 0)
+    return fail(err, n, p, "data.val_fraction", "data.val_fraction = 0: train.eval_every = %d asks for evaluation, "
+                "and data.text then has no validation set; give data.val_fraction > 0 (e.g. 0.05) or set "
+                "train.eval_every = 0", p->train.eval_every);
   if (p->train.max_loss_jump != 0 && p->train.max_loss_jump <= 1)
     return fail(err, n, p, "train.max_loss_jump", "train.max_loss_jump = %g: must be above 1 (a step whose "
                 "loss is more than this many times the mean of the recent steps is skipped), or 0 for off",

@@ -5,6 +5,7 @@
  * every rank stops at the same point with the same message. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <omp.h>
 #include <signal.h>
@@ -17,6 +18,8 @@
 
 #include "bf16.h"
 #include "comm/comm.h"
+#include "data/text_cache.h"
+#include "io/hf.h"
 #include "kernels.h"
 #include "runtime/model/alloc.h"
 #include "runtime/state/ckpt.h"
@@ -29,6 +32,7 @@
 #include "runtime/train/train_moe.h"
 #include "runtime/train/train_progress.h"
 #include "runtime/model/weights.h"
+#include "text/tokenizer.h"
 #include "util/err.h"
 #include "util/file.h"
 #include "util/path.h"
@@ -156,6 +160,26 @@ static int export_path(const char *given, char *out, size_t size, char *err, siz
   return 0;
 }
 
+/* data.text: rank 0 tokenizes the texts into their cache unless it is there (text_cache.h); the
+ * other ranks map it once the run's start is agreed. One line says which. */
+static int make_text_cache(const struct plan *p, FILE *out, char *err, size_t n)
+{
+  struct text_cache_info info;
+  int made;
+  uint64_t tokens;
+  if (text_cache_make(p, &info, &made, &tokens, err, n))
+    return TRAIN_RUNTIME_ERROR; /* an input error where it is one (classed) */
+  if (out && made)
+    fprintf(out, "data.text: %d file%s (%" PRIu64 " bytes) tokenized with %s into %s: %" PRIu64 " tokens\n",
+            p->data.n_text, p->data.n_text == 1 ? "" : "s", info.text_bytes, info.tokenizer, info.path, tokens);
+  else if (out)
+    fprintf(out, "data.text: %d file%s (%" PRIu64 " bytes) already tokenized with %s: %s\n", p->data.n_text,
+            p->data.n_text == 1 ? "" : "s", info.text_bytes, info.tokenizer, info.path);
+  if (out)
+    fflush(out);
+  return TRAIN_OK;
+}
+
 static int prepare_outputs(const struct plan *p, struct run_log *log, struct run_locks *locks, char *err, size_t n)
 {
   char lock[4200];
@@ -190,7 +214,9 @@ static int prepare_outputs(const struct plan *p, struct run_log *log, struct run
   }
   if ((rc = run_probe_replaced("log.trace", p->log.trace, err, n)) != 0)
     return status_of(rc);
-  return prepare_inputs(p, err, n);
+  if ((rc = prepare_inputs(p, err, n)) != 0 || !p->data.n_text)
+    return rc;
+  return make_text_cache(p, log->out, err, n);
 }
 
 /* One line appended whole or not at all: written with write() past short writes (no stdio
@@ -482,6 +508,30 @@ static int print_peaks(struct comm_group *g, struct run_log *log, char *err, siz
   return rc ? -1 : 0;
 }
 
+/* The tokenizer a Hugging Face export carries, so that the folder loads whole: init.from's, when
+ * it is a folder holding tokenizer.json, with its bos, eos and pad ids (the folder's config.json,
+ * then the tokenizer's own, as tokenizer_load finds them) for generation_config.json. A tokenizer
+ * tycho cannot read is still copied, its ids left out rather than guessed. */
+static void export_extras(const struct plan *p, struct hf_extras *x)
+{
+  char path[PLAN_PATH_MAX + 32], why[512];
+  struct stat st;
+  struct tokenizer *tok;
+  *x = (struct hf_extras){ .tokenizer_dir = "", .bos = -1, .eos = -1, .pad = -1 };
+  if (!hf_is_folder(p->init.from))
+    return;
+  snprintf(path, sizeof path, "%s/%s", p->init.from, HF_TOKENIZER);
+  if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+    return;
+  x->tokenizer_dir = p->init.from;
+  if (tokenizer_load(&tok, path, why, sizeof why) == 0) {
+    x->bos = tokenizer_bos(tok);
+    x->eos = tokenizer_eos(tok);
+    x->pad = tokenizer_pad(tok);
+    tokenizer_free(tok);
+  }
+}
+
 /* Collective (ZeRO-3 gathers); rank 0 writes. */
 static int export_weights(struct trainer *t, FILE *out, long long steps_done, char *err, size_t n)
 {
@@ -489,7 +539,11 @@ static int export_weights(struct trainer *t, FILE *out, long long steps_done, ch
   if (export_path(t->plan->export_.path, path, sizeof path, err, n))
     return -1;
   const int hf = strcmp(t->plan->export_.format, "hf") == 0;
-  if (dp_export(&t->dp, path, hf ? (uint64_t)(t->plan->export_.shard_mb * 1e6) : 0, why, sizeof why))
+  struct hf_extras extras;
+  if (hf)
+    export_extras(t->plan, &extras);
+  if (dp_export(&t->dp, path, hf ? (uint64_t)(t->plan->export_.shard_mb * 1e6) : 0, hf ? &extras : NULL, why,
+                sizeof why))
     return errf(err, n, "export.path %s: %s", path, why);
   if (out) {
     fprintf(out, "exported %s after step %lld\n", path, steps_done);

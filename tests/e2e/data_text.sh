@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# data.text: text files tokenized at run start into a cached token file. Proves: `tycho check`
+# names the files, their bytes, the tokenizer and the cache (to be made, then already made); the
+# first run makes the cache (the exact bytes `tycho tokenize` writes for the same files) and the
+# next runs, on 1 rank and on 2 (dp 2 under mpirun), reuse it unchanged; the losses and the
+# validation loss equal those of runs on data.train / data.val cut from `tycho tokenize`'s file at
+# the same place (the last data.val_fraction of the tokens); a changed text makes a new cache;
+# refusals with exit 2 naming the field: a missing file, no tokenizer, data.text with data.train,
+# a tokenizer with more ids than model.vocab, a tokenizer that is not there, a .jsonl file,
+# data.val_fraction = 0 with evaluation asked for.
+# usage: data_text.sh TYCHO   (run from the source folder; works in a folder of its own, where
+# the cache folder .tycho-cache is made)
+set -u
+tycho=$1
+case "$tycho" in /*) ;; *) tycho=$PWD/$tycho ;; esac
+tok=$PWD/tests/golden/tokenizer/bytelevel.json
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1
+failed=0
+fail() { echo "FAIL: $*"; failed=1; }
+ok() { echo "ok   $*"; }
+
+for i in $(seq 1 120); do echo "The quick brown fox $i jumps over the lazy dog number $((i * 7)), said the king."; done > a.txt
+for i in $(seq 1 80); do echo "To be or not to be, that is question $i; whether 'tis nobler in the mind."; done > b.txt
+plan() { # $1: the data table
+  cat <<LUA
+local tycho = require "tycho"
+return tycho.plan {
+  name = "text-small",
+  model = { family = "llama", n_layers = 2, dim = 32, n_heads = 4, n_kv_heads = 2, ffn_dim = 64,
+            vocab = 1024, max_seq = 16 },
+  mesh = { tp = 1, pp = 1, dp = "auto" },
+  batch = { global = 4, micro = 2, seq = 16 },
+  precision = { compute = "fp32", grads = "fp32", master = "fp32" },
+  optimizer = { kind = "adamw", lr = 3e-3, beta1 = 0.9, beta2 = 0.99, eps = 1e-8,
+                weight_decay = 0.1, grad_clip = 1.0 },
+  seeds = { global = 7 },
+  data = $1,
+  train = { steps = 3, eval_every = 3, eval_batches = 2 },
+  log = { every = 1 },
+}
+LUA
+}
+plan "{ text = { \"a.txt\", \"b.txt\" }, tokenizer = \"$tok\", val_fraction = 0.25 }" > text.lua
+plan "{ train = \"train.bin\", val = \"val.bin\" }" > files.lua
+losses() { grep -E '^(step [0-9]+/3 \| loss|eval at step)' "$1" | sed 's/ | grad norm.*//; s/ | lr .*//'; }
+
+# check before the cache exists
+"$tycho" check text.lua > check.out 2>&1 || fail "check: $(cat check.out)"
+grep -q "^data       text, 2 files: a.txt, b.txt; 14788 bytes; tokenizer $tok; cache .tycho-cache/text-[0-9a-f]*.bin (made by rank 0 at run start); the last 0.25 of the tokens for validation" check.out &&
+  ok "check names the files, bytes, tokenizer and cache" || fail "check: $(grep '^data' check.out)"
+
+# first run: the cache made, the bytes of tycho tokenize
+"$tycho" run text.lua > run1.out 2>&1 || fail "run 1: $(cat run1.out)"
+grep -q "^data.text: 2 files (14788 bytes) tokenized with $tok into .tycho-cache/text-" run1.out &&
+  ok "the first run tokenizes" || fail "run 1: $(head -3 run1.out)"
+cache=$(ls .tycho-cache/text-*.bin 2>/dev/null)
+[ "$(echo "$cache" | wc -w)" = 1 ] || fail "one cache file expected: $cache"
+"$tycho" tokenize "$tok" a.txt b.txt --out ref.bin > /dev/null || fail "tokenize"
+cmp -s ref.bin "$cache" && ok "the cache holds tycho tokenize's file" || fail "the cache differs from tycho tokenize's file"
+ls -l --time-style=+%s.%N "$cache" > stamp1
+grep -q "(already made)" <("$tycho" check text.lua 2>&1) && ok "check: already made" || fail "check after the run"
+
+# second run, and a run on 2 ranks: the cache reused untouched
+"$tycho" run text.lua > run2.out 2>&1 || fail "run 2: $(cat run2.out)"
+grep -q "^data.text: 2 files (14788 bytes) already tokenized with $tok: $cache" run2.out &&
+  ok "the second run reuses the cache" || fail "run 2: $(head -2 run2.out)"
+[ "$(losses run1.out)" = "$(losses run2.out)" ] || fail "runs 1 and 2 differ"
+mpirun -np 2 "$tycho" run text.lua > mpi.out 2>&1 || fail "mpirun: $(tail -5 mpi.out)"
+grep -q "already tokenized" mpi.out && grep -q "^eval at step 3: val loss" mpi.out && ok "2 ranks reuse the cache" ||
+  fail "mpirun: $(head -3 mpi.out)"
+ls -l --time-style=+%s.%N "$cache" | cmp -s - stamp1 && ok "the cache was not rewritten" || fail "the cache was rewritten"
+
+# the same tokens as data.train / data.val, cut at the last 0.25 of tycho tokenize's file
+le32() { printf "$(printf '\\%03o\\%03o\\%03o\\%03o' $(($1 & 255)) $((($1 >> 8) & 255)) $((($1 >> 16) & 255)) $((($1 >> 24) & 255)))"; }
+n=$(od -An -td4 -j8 -N4 ref.bin | tr -d ' ')
+nv=$((n / 4)) nt=$((n - n / 4))
+{ le32 20240520; le32 1; le32 $nt; head -c 1012 /dev/zero; tail -c +1025 ref.bin | head -c $((2 * nt)); } > train.bin
+{ le32 20240520; le32 1; le32 $nv; head -c 1012 /dev/zero; tail -c +$((1025 + 2 * nt)) ref.bin; } > val.bin
+"$tycho" run files.lua > files1.out 2>&1 || fail "data.train run: $(cat files1.out)"
+[ -n "$(losses run1.out)" ] && [ "$(losses run1.out)" = "$(losses files1.out)" ] &&
+  ok "1 rank: losses and val loss equal data.train/data.val's" || fail "1 rank: $(losses run1.out) vs $(losses files1.out)"
+mpirun -np 2 "$tycho" run files.lua > files2.out 2>&1 || fail "data.train mpirun: $(tail -5 files2.out)"
+[ -n "$(losses mpi.out)" ] && [ "$(losses mpi.out)" = "$(losses files2.out)" ] &&
+  ok "2 ranks: losses and val loss equal data.train/data.val's" || fail "2 ranks: $(losses mpi.out) vs $(losses files2.out)"
+
+# a changed text: a new cache
+echo "One more line." >> b.txt
+"$tycho" run text.lua > run3.out 2>&1 || fail "run 3: $(cat run3.out)"
+grep -q "^data.text: 2 files (14803 bytes) tokenized with" run3.out && [ "$(ls .tycho-cache/text-*.bin | wc -l)" = 2 ] &&
+  ok "a changed text is tokenized again" || fail "run 3: $(head -1 run3.out); $(ls .tycho-cache)"
+
+# refusals: exit 2, the field named
+refused() { # what, expected text, command...
+  local what=$1 want=$2; shift 2
+  "$@" > ref.out 2>&1
+  local rc=$?
+  [ $rc = 2 ] && grep -qF -- "$want" ref.out && ok "refused: $what" || fail "$what: exit $rc: $(cat ref.out)"
+}
+refused "a missing file" "data.text[1] nope.txt: No such file" "$tycho" run text.lua --set data.text=nope.txt
+refused "no tokenizer" "data.text: no data.tokenizer" "$tycho" run text.lua --set data.tokenizer=nil
+refused "text and train" "data.text: text to tokenize replaces data.train and data.val" \
+  "$tycho" run text.lua --set data.train=train.bin
+refused "a small model.vocab" "data.tokenizer $tok has 1000 ids, more than model.vocab = 512" \
+  "$tycho" run text.lua --set model.vocab=512
+refused "a missing tokenizer" "data.tokenizer nope.json: No such file" "$tycho" run text.lua --set data.tokenizer=nope.json
+refused "a .jsonl file" 'data.text = "d.jsonl": data.text reads each file as one document' \
+  "$tycho" run text.lua --set data.text=d.jsonl
+refused "no validation set to evaluate on" "data.val_fraction = 0: train.eval_every = 3 asks for evaluation" \
+  "$tycho" check text.lua --set data.val_fraction=0
+exit $failed
