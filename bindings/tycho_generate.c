@@ -1,14 +1,23 @@
 /* t:generate(prompt_ids [, opts]): tokens from the live trainer's weights, as `tycho generate`
- * chooses them (runtime/model/generate.h: the key/value cache, greedy or sampled). Local: each rank
- * that runs it generates on its own from the weights it holds, so it needs a rank holding the
- * whole model (one tensor-parallel rank, one pipeline stage, ZeRO below 3, on the CPU), and never
- * waits for another rank. Between steps, like every trainer call. */
+ * chooses them (runtime/model/generate.h: the key/value cache, greedy or sampled). Between steps,
+ * like every trainer call.
+ *
+ * On a trainer of one rank it generates from the weights the rank holds. On a job of several
+ * ranks it is collective over the trainer's world, whatever the layout (tensor and pipeline
+ * parallel, ZeRO 1-3): the whole model's parameters are gathered to the job's rank 0 in the
+ * serial model's order (trainer_gather_packed, the gather tycho rehearse compares with), a
+ * one-rank model is built there from them, it generates, and the ids are broadcast, so every rank
+ * returns the same list — the ids `tycho generate` gives from the same weights on one rank.
+ * Refused by name on part of the job (a chunk's selector) and for a mixture of experts. */
 #include <lauxlib.h>
 #include <lua.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "comm/comm.h"
 #include "runtime/model/generate.h"
+#include "runtime/train/packed.h"
 #include "runtime/train/train.h"
 #include "tycho_runtime_internal.h"
 
@@ -32,6 +41,9 @@ static double opt_number(lua_State *L, int opts, const char *key, double def, do
 /* Frees the buffers of one call when the call ends, even by an error. */
 struct gen_buffers {
   int *prompt, *out;
+  real *packed;     /* the gathered parameters (rank 0 of a job) */
+  struct model one; /* the one-rank model built from them */
+  int have_one;
 };
 
 static int buffers_gc(lua_State *L)
@@ -39,8 +51,52 @@ static int buffers_gc(lua_State *L)
   struct gen_buffers *b = lua_touserdata(L, 1);
   free(b->prompt);
   free(b->out);
+  free(b->packed);
+  if (b->have_one)
+    model_free(&b->one);
   b->prompt = b->out = NULL;
+  b->packed = NULL;
+  b->have_one = 0;
   return 0;
+}
+
+/* The job's generation: the parameters gathered to world rank 0, a one-rank model of them there
+ * generating, the count and the ids broadcast over the world. The count, or −1 with the message,
+ * the same on every rank. Collective over t's world. */
+static long long generate_gathered(struct trainer *t, const struct gen_request *r, struct gen_buffers *b,
+                                   long long budget, char *err, size_t err_size)
+{
+  struct comm_group *w = t->world;
+  if (comm_restricted_check(w, "generation", err, err_size))
+    return -1;
+  size_t n_packed = 0;
+  int rc = trainer_gather_packed(t, &b->packed, &n_packed, err, err_size);
+  if (comm_agree_err(w, rc, err, err_size, COMM_AGREE_NAME_RANK))
+    return -1;
+  long long n = 0;
+  if (w->rank == 0) {
+    if (!b->packed) {
+      rc = -1;
+      snprintf(err, err_size, "the gather left rank 0 without the parameters");
+    } else if (model_from_packed(&b->one, &t->model.config, b->packed, n_packed, err, err_size)) {
+      rc = -1;
+    } else {
+      b->have_one = 1;
+      free(b->packed);
+      b->packed = NULL;
+      n = gen_run(&b->one, r, b->out, err, err_size);
+      rc = n < 0 ? -1 : 0;
+    }
+  }
+  if (comm_agree_err(w, rc, err, err_size, COMM_AGREE_PLAIN))
+    return -1;
+  long long count = n;
+  if (comm_broadcast(w, &count, 1, COMM_INT64, 0, NULL) ||
+      (count > 0 && count <= budget && comm_broadcast(w, b->out, (size_t)count, COMM_INT32, 0, NULL))) {
+    snprintf(err, err_size, "broadcasting the ids: %s", comm_error());
+    return -1;
+  }
+  return count;
 }
 
 int tycho_trainer_generate(lua_State *L)
@@ -55,6 +111,9 @@ int tycho_trainer_generate(lua_State *L)
   if (P < 1 || P > m->config.max_seq)
     return luaL_error(L, "t:generate: the prompt has %d ids; 1 to model.max_seq (%d) are allowed", (int)P,
                       m->config.max_seq);
+  if (t->plan->model.moe.experts > 0)
+    return luaL_error(L, "t:generate: generation runs dense models only (model.moe: %d experts)",
+                      t->plan->model.moe.experts);
   struct gen_request r = { 0 };
   r.max_tokens = (long long)opt_number(L, opts, "max_tokens", 64, 1, 1e6);
   r.s.temperature = opt_number(L, opts, "temperature", 0, 0, 1e6);
@@ -67,7 +126,7 @@ int tycho_trainer_generate(lua_State *L)
   r.eos = &eos;
   r.n_eos = eos >= 0;
   struct gen_buffers *b = lua_newuserdatauv(L, sizeof *b, 0);
-  b->prompt = b->out = NULL;
+  memset(b, 0, sizeof *b);
   lua_newtable(L);
   lua_pushcfunction(L, buffers_gc);
   lua_setfield(L, -2, "__gc");
@@ -89,7 +148,8 @@ int tycho_trainer_generate(lua_State *L)
   r.prompt = b->prompt;
   r.P = (int)P;
   char err[ERR_MAX];
-  long long n = gen_run(m, &r, b->out, err, sizeof err);
+  long long n = t->world && t->world->size > 1 ? generate_gathered(t, &r, b, budget, err, sizeof err)
+                                               : gen_run(m, &r, b->out, err, sizeof err);
   if (n < 0)
     return luaL_error(L, "t:generate: %s", err);
   lua_createtable(L, (int)n, 0);

@@ -16,6 +16,7 @@
 #include "plan/compile.h"
 #include "runtime/model/alloc.h"
 #include "layout/bill.h"
+#include "runtime/train/packed.h"
 #include "runtime/train/train.h"
 #include "util/err.h"
 
@@ -250,62 +251,6 @@ int rehearse_launch(const struct rehearse_options *o, const char *self, char *er
   return code;
 }
 
-/* ---- gathering parameters -------------------------------------------------------------- */
-
-/* Elements of a parameter as Hugging Face has it (no padding rows). */
-static size_t logical_elems(const struct model_param *p)
-{
-  return p->n_dims == 2 ? (size_t)p->shape[0] * (size_t)p->shape[1] : (size_t)p->shape[0];
-}
-
-real *rehearse_packed(const struct model *m, size_t *n)
-{
-  size_t total = 0, at = 0;
-  for (int i = 0; i < m->n_params; i++) total += logical_elems(&m->params[i]);
-  real *out = malloc((total ? total : 1) * sizeof *out);
-  if (!out)
-    return NULL;
-  for (int i = 0; i < m->n_params; i++) {
-    memcpy(out + at, m->params[i].data, logical_elems(&m->params[i]) * sizeof(real));
-    at += logical_elems(&m->params[i]);
-  }
-  *n = total;
-  return out;
-}
-
-int rehearse_gather_packed(struct trainer *t, real **out, size_t *n, char *err, size_t err_size)
-{
-  *out = NULL;
-  *n = 0;
-  if (t->model.tp.size > 1 || t->plan->mesh.pp > 1 || t->model.ep.size > 1) {
-    struct model whole;
-    int have;
-    if (dp_gather_whole(&t->dp, &whole, &have, err, err_size))
-      return -1;
-    if (!have)
-      return 0;
-    *out = rehearse_packed(&whole, n);
-    model_free(&whole);
-    return *out ? 0 : errf(err, err_size, "out of memory packing the parameters");
-  }
-  real *full;
-  if (dp_gather_params(&t->dp, &full))
-    return errf(err, err_size, "%s", FAULT_OF(&t->dp)->msg);
-  if (!full)
-    return 0;
-  size_t total = 0, at = 0;
-  for (int i = 0; i < t->model.n_params; i++) total += logical_elems(&t->model.params[i]);
-  *out = malloc((total ? total : 1) * sizeof **out);
-  for (int i = 0; *out && i < t->model.n_params; i++) {
-    const struct model_param *p = &t->model.params[i];
-    memcpy(*out + at, full + p->offset, logical_elems(p) * sizeof(real));
-    at += logical_elems(p);
-  }
-  dp_gather_params_free(&t->dp, full);
-  *n = total;
-  return *out ? 0 : errf(err, err_size, "out of memory packing the parameters");
-}
-
 /* ---- the worker ------------------------------------------------------------------------ */
 
 /* What each rank found, gathered to rank 0. */
@@ -434,7 +379,7 @@ static int serial_run(const struct rehearse_options *o, const struct rehearse_sh
     return errf(err, err_size, "the serial run: %s", why);
   }
   int rc = 0;
-  *initial = rehearse_packed(&t.model, n);
+  *initial = model_packed(&t.model, n);
   for (int i = 0; i < steps && rc == 0; i++) {
     struct train_step_stats st;
     if (trainer_step(&t, &st, why, sizeof why))
@@ -442,7 +387,7 @@ static int serial_run(const struct rehearse_options *o, const struct rehearse_sh
     loss[i] = st.loss;
     norm[i] = st.grad_norm;
   }
-  *final = rehearse_packed(&t.model, n);
+  *final = model_packed(&t.model, n);
   trainer_close(&t);
   plan_free(&p);
   if (rc == 0 && (!*initial || !*final))
@@ -565,7 +510,7 @@ int rehearse_worker(const struct rehearse_options *o, FILE *out, char *err, size
     goto close;
   }
   me.pp_rank = t.exec.rank;
-  if (rehearse_gather_packed(&t, &initial, &n_par, why, sizeof why))
+  if (trainer_gather_packed(&t, &initial, &n_par, why, sizeof why))
     me.failed = 1, snprintf(me.msg, sizeof me.msg, "gathering the initial parameters: %s", why);
   alloc_reset_peaks(); /* the gathered copy is the rehearsal's, not the run's */
   struct comm_counter before[TRAFFIC_N_GROUPS][COMM_N_OPS];
@@ -590,7 +535,7 @@ int rehearse_worker(const struct rehearse_options *o, FILE *out, char *err, size
     me.traffic_bad = rehearse_traffic_check(&p, groups, &t, before, &me.calls, msg, sizeof msg) != 0;
     if (me.traffic_bad && !me.bill_bad)
       snprintf(me.msg, sizeof me.msg, "%s", msg);
-    if (rehearse_gather_packed(&t, &final, &n_par, why, sizeof why))
+    if (trainer_gather_packed(&t, &final, &n_par, why, sizeof why))
       me.failed = 1, snprintf(me.msg, sizeof me.msg, "gathering the final parameters: %s", why);
   }
 close:

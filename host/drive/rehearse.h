@@ -44,6 +44,7 @@
 #include "real.h"
 #include "plan/plan.h"
 #include "layout/bill.h"
+#include "runtime/train/packed.h"
 
 struct trainer;
 struct model;
@@ -93,12 +94,9 @@ int rehearse_launch(const struct rehearse_options *o, const char *self, char *er
  * said what), 2 for a plan error (message in err), identical on every rank. Collective. */
 int rehearse_worker(const struct rehearse_options *o, FILE *out, char *err, size_t err_size);
 
-/* The parameters of a trainer in the serial model's order, packed (padding rows of a split
- * vocabulary left out): on rank 0 of the job *out (malloc'd, *n elements), NULL elsewhere.
- * Collective over t's groups. 0 ok; nonzero with a message. */
-int rehearse_gather_packed(struct trainer *t, real **out, size_t *n, char *err, size_t err_size);
-/* The same of a one-rank model (its own memory). NULL when out of memory. */
-real *rehearse_packed(const struct model *m, size_t *n);
+/* The parameters compared against the serial run: trainer_gather_packed and model_packed
+ * (runtime/train/packed.h). */
+
 /* The comm layer's counters of t's groups (tp, dp, pp, the tied embedding's; enum
  * traffic_group), to hold a step to check's prediction. groups: the mesh groups t runs on. */
 void rehearse_counters(struct comm_group *const *groups, const struct trainer *t,

@@ -80,6 +80,57 @@ grep -qF 'stdin:1: t:generate: prompt_ids[2] is not a token id below the vocabul
   fail "t:generate's refusal: $(cat "$tmp/repl")"
 echo "ok: t:generate in the REPL gives the checkpoint's ids, greedy and sampled"
 
+# t:generate on a multi-rank trainer: collective, every rank returns the one-rank ids of the same
+# weights — the initial weights (bitwise those of one rank on every layout), greedy and sampled,
+# at tp 2, pp 2, dp 2 with ZeRO 3 and tp 2 × pp 2; after t:step(2) at tp 2, the ids `tycho
+# generate` gives from the checkpoint t:save wrote (the same weights, so no near-tie can differ)
+if command -v mpirun >/dev/null 2>&1; then
+  export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl=self,vader OMPI_MCA_mpi_yield_when_idle=1
+  si7=$(gen "$plan" --prompt-ids $prompt --max-tokens 24 --temperature 1 --seed 7) || fail "sampled, initial weights"
+  cat >"$tmp/gen.lua" <<'LUA'
+g = t:generate({49,50,43,51,52,61}, {max_tokens=24})
+s = t:generate({49,50,43,51,52,61}, {max_tokens=24, temperature=1, seed=7})
+io.write(string.format("rank%d greedy %s\nrank%d seed7 %s\n", t.rank, table.concat(g, " "), t.rank, table.concat(s, " ")))
+@0 t:generate({49})
+LUA
+  mrepl() { # mrepl NP SCRIPT SETS...: every rank's lines "rankR greedy|seed7 IDS"
+    local np=$1 script=$2
+    shift 2
+    mpirun -np "$np" "$tycho" repl "$plan" "$script" --set train.eval_every=0 "$@" >"$tmp/mrepl" 2>&1
+  }
+  mcheck() { # mcheck NP WHAT GREEDY SAMPLED: each of NP ranks printed those ids
+    for r in $(seq 0 $(($1 - 1))); do
+      [ "$(sed -n "s/.*rank$r greedy //p" "$tmp/mrepl")" = "$3" ] || fail "$2, rank $r greedy: $(cat "$tmp/mrepl")"
+      [ "$(sed -n "s/.*rank$r seed7 //p" "$tmp/mrepl")" = "$4" ] || fail "$2, rank $r seed 7: $(cat "$tmp/mrepl")"
+    done
+  }
+  for layout in "2 mesh.tp=2" "2 mesh.pp=2" "2 mesh.dp=2 zero=3" "4 mesh.tp=2 mesh.pp=2"; do
+    set -- $layout
+    np=$1
+    shift
+    sets=() # mesh.dp is the plan's "auto": the ranks the others leave
+    for s in "$@"; do sets+=(--set "$s"); done
+    mrepl "$np" "$tmp/gen.lua" "${sets[@]}"
+    mcheck "$np" "$*" "$init" "$si7"
+    grep -q 't:generate: generation on group world needs ranks .*, so it is refused' "$tmp/mrepl" ||
+      fail "$*: t:generate on part of the job was not refused by name: $(cat "$tmp/mrepl")"
+  done
+  sed -i '1i t:step(2)' "$tmp/gen.lua"
+  sed -i '$d' "$tmp/gen.lua"
+  echo "t:save('$tmp/mck')" >>"$tmp/gen.lua"
+  mrepl 2 "$tmp/gen.lua" --set mesh.tp=2
+  [ -d "$tmp/mck/step_00000002" ] || fail "t:save wrote no step 2: $(cat "$tmp/mrepl")"
+  sg=$(gen "$plan" --set checkpoint.dir="$tmp/mck" --prompt-ids $prompt --max-tokens 24) || fail "generate, tp 2 checkpoint"
+  ss=$(gen "$plan" --set checkpoint.dir="$tmp/mck" --prompt-ids $prompt --max-tokens 24 --temperature 1 --seed 7) ||
+    fail "generate sampled, tp 2 checkpoint"
+  [ "$sg" != "$init" ] || fail "two steps left the greedy ids those of the initial weights: $sg"
+  mcheck 2 "tp 2 after t:step(2)" "$sg" "$ss"
+  echo "ok: t:generate at tp 2, pp 2, dp 2 ZeRO 3, tp 2 × pp 2 = one rank's ids; after 2 steps at tp 2 = the checkpoint's"
+else
+  echo "skipped: t:generate on several ranks (no mpirun)"
+fi
+
 # text: --prompt through the folder's tokenizer.json gives the ids of --prompt-ids of what
 # `tycho tokenize` makes of the same text, and the text streamed is the --json text
 "$tycho" run "$plan" --set model.vocab=1000 --set train.steps=1 --set train.eval_every=0 \

@@ -91,7 +91,7 @@ static real *gather_packed(struct trainer *t)
 {
   real *out;
   size_t n;
-  CHECK_MSG(rehearse_gather_packed(t, &out, &n, err, sizeof err) == 0, "%s", err);
+  CHECK_MSG(trainer_gather_packed(t, &out, &n, err, sizeof err) == 0, "%s", err);
   CHECK(rank != 0 || n == n_logical);
   return out;
 }
@@ -99,7 +99,7 @@ static real *gather_packed(struct trainer *t)
 static real *packed_serial(const struct model *m)
 {
   size_t n;
-  real *out = rehearse_packed(m, &n);
+  real *out = model_packed(m, &n);
   CHECK(out && n == n_logical);
   return out;
 }
