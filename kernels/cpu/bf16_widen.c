@@ -12,9 +12,6 @@
  * under a lock): (rows of op(A) + columns of op(B)) × KB floats, outside the memory bill as
  * oneDNN's own scratch is. */
 #include "bf16.h"
-#include "real.h"
-
-#if !REAL_IS_DOUBLE
 
 #include <omp.h>
 #include <pthread.h>
@@ -23,6 +20,9 @@
 #include <string.h>
 
 #include "blas.h"
+#include "real.h"
+
+#if !REAL_IS_DOUBLE
 
 enum { KB = 256 };
 
