@@ -1,5 +1,6 @@
 /* Hugging Face model folders (hf.h): config.json in and out, the weights found in a folder, and
- * a folder written whole and put in place atomically. */
+ * a folder written whole (weights, config, the tokenizer files and generation config) and put in
+ * place atomically. */
 #define _GNU_SOURCE /* renameat2 */
 #include "io/hf.h"
 
@@ -329,11 +330,16 @@ int hf_weights_path(const char *dir, char *out, size_t n, char *err, size_t err_
   return 2;
 }
 
+/* The tokenizer's files an export copies from its source folder; the first must be there. */
+static const char *const tokenizer_files[] = { HF_TOKENIZER, "tokenizer_config.json", "special_tokens_map.json",
+                                               NULL };
+
 /* A name an export writes into its folder (a shard's or the index's leftover .tmp too). */
 static int export_name(const char *s)
 {
   const size_t n = strlen(s);
-  if (strcmp(s, HF_CONFIG) == 0 || strcmp(s, HF_INDEX) == 0 || strcmp(s, HF_SINGLE) == 0)
+  if (strcmp(s, HF_CONFIG) == 0 || strcmp(s, HF_INDEX) == 0 || strcmp(s, HF_SINGLE) == 0 ||
+      strcmp(s, HF_GENERATION) == 0 || in_list(s, tokenizer_files))
     return 1;
   if (n == 32 && strncmp(s, "model-", 6) == 0 && strncmp(s + 11, "-of-", 4) == 0 &&
       strcmp(s + 20, ".safetensors") == 0) { /* model-0000k-of-0000n.safetensors */
@@ -496,6 +502,57 @@ static int write_shards(const char *what, const char *tmp, const struct st_write
   return rc;
 }
 
+/* src/NAME copied byte for byte to tmp/NAME; a file other than tokenizer.json that is absent is
+ * skipped (transformers reads the folder without it). */
+static int copy_file(const char *what, const char *src, const char *tmp, const char *name, char *err,
+                     size_t err_size)
+{
+  char from[4300], to[4300];
+  struct stat st;
+  join(from, sizeof from, src, name);
+  join(to, sizeof to, tmp, name);
+  if (strcmp(name, HF_TOKENIZER) != 0 && stat(from, &st) != 0 && errno == ENOENT)
+    return 0;
+  struct file_map m;
+  char why[512];
+  if (file_map(NULL, from, 0, &m, why, sizeof why))
+    return errf(err, err_size, "%s %s: the tokenizer: %s", what, tmp, why);
+  int rc = file_write_synced(to, m.data ? m.data : "", m.bytes, err, err_size);
+  file_unmap(&m);
+  return rc;
+}
+
+/* generation_config.json as save_pretrained writes one made from the model's config: the token
+ * ids set, transformers_version, and _from_model_config (the settings are the defaults). */
+static int write_generation(const char *tmp, const struct hf_extras *x, char *err, size_t err_size)
+{
+  struct strbuf b;
+  struct json j;
+  sb_init(&b);
+  json_init(&j, &b);
+  json_begin_object(&j);
+  json_key(&j, "_from_model_config");
+  json_bool(&j, 1);
+  const struct { const char *key; long long v; } ids[] = {
+    { "bos_token_id", x->bos }, { "eos_token_id", x->eos }, { "pad_token_id", x->pad },
+  };
+  for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
+    if (ids[i].v >= 0) {
+      json_key(&j, ids[i].key);
+      json_int(&j, ids[i].v);
+    }
+  /* the version whose format this is (the generation config's keys as 4.40 writes them) */
+  json_key(&j, "transformers_version");
+  json_string(&j, "4.40.2");
+  json_end_object(&j);
+  sb_puts(&b, "\n");
+  char path[4300];
+  join(path, sizeof path, tmp, HF_GENERATION);
+  int rc = b.failed ? errf(err, err_size, "%s: out of memory", path) : file_write_synced(path, b.s, b.n, err, err_size);
+  sb_free(&b);
+  return rc;
+}
+
 /* The folder that holds `dir` ("." when it has no folder part). */
 static void parent_of(const char *dir, char *out, size_t n)
 {
@@ -514,7 +571,7 @@ static void parent_of(const char *dir, char *out, size_t n)
 
 int hf_write_folder(const char *what, const char *dir, const struct hf_config *c,
                     const struct st_write_tensor *tensors, int n_tensors, uint64_t shard_bytes,
-                    char *err, size_t err_size)
+                    const struct hf_extras *extras, char *err, size_t err_size)
 {
   char tmp[4200], old[4200], path[4300], parent[4200];
   size_t k = strlen(dir);
@@ -555,6 +612,11 @@ int hf_write_folder(const char *what, const char *dir, const struct hf_config *c
     rc = file_write_synced(path, config, n, err, err_size);
   }
   free(config);
+  const int tokenizer = extras && extras->tokenizer_dir && extras->tokenizer_dir[0];
+  for (int i = 0; tokenizer && !rc && tokenizer_files[i]; i++)
+    rc = copy_file(what, extras->tokenizer_dir, tmp, tokenizer_files[i], err, err_size);
+  if (tokenizer && !rc)
+    rc = write_generation(tmp, extras, err, err_size);
   if (!rc)
     rc = file_sync_folder(tmp, err, err_size);
   if (!rc)

@@ -66,17 +66,32 @@ int hf_is_folder(const char *path);
 int hf_weights_path(const char *dir, char *out, size_t n, char *err, size_t err_size);
 
 /* The folder `dir` may be written as an export: absent, or a folder (not a link to one) holding
- * only files an export writes (config.json, the index, model.safetensors, model-*-of-*.safetensors)
+ * only files an export writes (config.json, the index, model.safetensors, model-*-of-*.safetensors,
+ * the tokenizer files and generation_config.json)
  * so that replacing it loses nothing else. `what` starts the message ("export.path DIR: ..."). */
 int hf_check_output(const char *what, const char *dir, char *err, size_t err_size);
 
+/* Tokenizer files the export folder carries beside the weights, so that the folder is whole for
+ * a Hugging Face reader (AutoTokenizer, generate). */
+#define HF_TOKENIZER "tokenizer.json"
+#define HF_GENERATION "generation_config.json"
+struct hf_extras {
+  /* the folder whose tokenizer.json (and tokenizer_config.json, special_tokens_map.json when
+   * present) is copied byte for byte; "" for none, and then no generation_config.json either */
+  const char *tokenizer_dir;
+  /* generation_config.json's token ids, -1 where unknown (the key is left out) */
+  long long bos, eos, pad;
+};
+
 /* Writes the folder `dir`: tensors (in order) into shards model-0000k-of-0000n.safetensors of at
  * most shard_bytes each (header included; a tensor larger than that alone in its shard), their
- * index (metadata.total_size: the tensors' bytes) and config.json. Everything goes to DIR.tmp
+ * index (metadata.total_size: the tensors' bytes) and config.json; with extras (NULL: none) whose
+ * tokenizer_dir is set, that folder's tokenizer files and a generation_config.json with the ids
+ * known, as transformers' save_pretrained writes it. Everything goes to DIR.tmp
  * (made afresh), synced, then takes DIR's place in one rename; a DIR that was there (checked as
  * hf_check_output does, before and again just before the rename) is removed after. */
 int hf_write_folder(const char *what, const char *dir, const struct hf_config *c,
                     const struct st_write_tensor *tensors, int n_tensors, uint64_t shard_bytes,
-                    char *err, size_t err_size);
+                    const struct hf_extras *extras, char *err, size_t err_size);
 
 #endif

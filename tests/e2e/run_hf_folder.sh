@@ -5,8 +5,12 @@
 # plan whose model differs from config.json is refused (2) naming the field and both values;
 # tycho.models.from_hf of the written config.json compiles to the plan's own model; a config
 # with a field tycho lacks is refused by from_hf (2), naming it; an export path that is a link
-# is refused (2). Where python3 can import torch and transformers, transformers' from_pretrained
-# loads the folder and its loss on the reference batch equals tycho's (else: skipped, saying why).
+# is refused (2). A run from an init.from folder holding tokenizer.json exports its tokenizer files
+# byte for byte and a generation_config.json with its bos and eos ids; a run without one, neither.
+# Where python3 can import torch and transformers, transformers' from_pretrained loads the folder
+# and its loss on the reference batch equals tycho's; where the transformers venv can be had,
+# AutoTokenizer, AutoModelForCausalLM and GenerationConfig load the export with its tokenizer and
+# the tokenizer's ids are tycho tokenize's (else: skipped, saying why).
 # usage: run_hf_folder.sh TYCHO   (run from the source folder)
 set -u
 tycho=$1
@@ -72,6 +76,35 @@ TYCHO_PATH=tests/plans/good HF_DIR="$tmp/G" expect 2 \
   "$tycho" check "$tmp/from_hf.lua"
 echo "ok: tycho.models.from_hf"
 
+# an init.from folder with a tokenizer: the export carries its files byte for byte and a
+# generation_config.json with its ids; the export of a run without one has neither
+for f in tokenizer.json tokenizer_config.json special_tokens_map.json generation_config.json; do
+  [ ! -e "$tmp/F/$f" ] || fail "the export without a tokenizer holds $f"
+done
+run --set model.vocab=1000 --set train.steps=1 --set export.path="$tmp/I" --set export.format=hf || fail "vocab-1000 export"
+cp tests/golden/tokenizer/bytelevel.json "$tmp/I/tokenizer.json"
+printf '{"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "tokenizer_class": "PreTrainedTokenizerFast"}\n' \
+  >"$tmp/I/tokenizer_config.json"
+printf '{"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"}\n' >"$tmp/I/special_tokens_map.json"
+tokexport() { # tokexport FROM TO: two steps from the folder FROM, exported to the folder TO
+  run --set model.vocab=1000 --set train.steps=2 --set init.from="$1" --set export.path="$2" --set export.format=hf
+}
+tokexport "$tmp/I" "$tmp/E" || fail "export from a folder with a tokenizer"
+for f in tokenizer.json tokenizer_config.json special_tokens_map.json; do
+  cmp -s "$tmp/I/$f" "$tmp/E/$f" || fail "$f is not init.from's, byte for byte"
+done
+gen='{"_from_model_config":true,"bos_token_id":0,"eos_token_id":0,"transformers_version":"4.40.2"}'
+[ "$(cat "$tmp/E/generation_config.json")" = "$gen" ] || fail "generation_config.json: $(cat "$tmp/E/generation_config.json")"
+tokexport "$tmp/I" "$tmp/E" || fail "a second export over the first (its tokenizer files are an export's)"
+rm "$tmp/I/tokenizer_config.json" "$tmp/I/special_tokens_map.json"
+tokexport "$tmp/I" "$tmp/E" || fail "export from a folder with tokenizer.json alone"
+[ -f "$tmp/E/tokenizer.json" ] && [ ! -e "$tmp/E/tokenizer_config.json" ] && [ ! -e "$tmp/E/special_tokens_map.json" ] ||
+  fail "the export from tokenizer.json alone: $(ls "$tmp/E")"
+gen='{"_from_model_config":true,"eos_token_id":0,"transformers_version":"4.40.2"}' # no bos: none is known, none is said
+[ "$(cat "$tmp/E/generation_config.json")" = "$gen" ] ||
+  fail "generation_config.json (eos the tokenizer's <|endoftext|>): $(cat "$tmp/E/generation_config.json")"
+echo "ok: the export carries init.from's tokenizer files and a generation_config.json"
+
 # transformers, where it is there (nothing is installed for it)
 if why=$(python3 -c 'import torch, transformers' 2>&1); then
   ref=tests/golden/llama_ref_plan.lua
@@ -100,5 +133,45 @@ EOF
   echo "ok: transformers loads the folder; its loss is tycho's"
 else
   echo "skipped: transformers' from_pretrained check (python3 cannot import torch and transformers: $(printf '%s' "$why" | tail -n 1))"
+fi
+
+# the folder whole through transformers, in the venv e2e.generate makes (made here when missing)
+venv=${XDG_CACHE_HOME:-$HOME/.cache}/tycho-test-venv-transformers
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch, transformers, safetensors' 2>/dev/null; then
+  { /usr/bin/python3 -m venv --system-site-packages "$venv" &&
+    "$venv/bin/pip" install -q --timeout 20 --retries 1 transformers==4.40.2 safetensors; } >"$tmp/pip.txt" 2>&1
+fi
+if why=$("$venv/bin/python" -c 'import torch, transformers, safetensors' 2>&1); then
+  # merges as "a b" strings, which the tokenizers that transformers 4.40.2 pins (0.19) reads too
+  "$venv/bin/python" -c '
+import json, sys
+spec = json.load(open(sys.argv[1]))
+spec["model"]["merges"] = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
+json.dump(spec, open(sys.argv[1], "w"), ensure_ascii=False)' "$tmp/I/tokenizer.json" || fail "merges"
+  printf '{"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "tokenizer_class": "PreTrainedTokenizerFast"}\n' \
+    >"$tmp/I/tokenizer_config.json"
+  tokexport "$tmp/I" "$tmp/E" || fail "export for transformers"
+  printf 'Hello, world! 3.14159 of  spaces\n\tΚαλημέρα κόσμε, 日本語 <|endoftext|> naïve café\n' >"$tmp/t.txt"
+  "$tycho" tokenize "$tmp/E/tokenizer.json" "$tmp/t.txt" --out "$tmp/t.bin" --no-eos >/dev/null 2>"$tmp/err" ||
+    fail "tycho tokenize"
+  "$venv/bin/python" - "$tmp/E" "$tmp/t.bin" "$tmp/t.txt" <<'EOF' || fail "transformers on the export"
+import struct, sys
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+folder, ids = sys.argv[1], open(sys.argv[2], "rb").read()
+n = struct.unpack("<3i", ids[:12])[2]
+tycho = list(struct.unpack(f"<{n}H", ids[1024:1024 + 2 * n]))
+tok = AutoTokenizer.from_pretrained(folder)
+text = open(sys.argv[3], "rb").read().decode("utf-8")
+got = tok(text, add_special_tokens=False).input_ids
+assert got == tycho, f"AutoTokenizer's ids differ from tycho tokenize's ({len(got)} and {len(tycho)} ids)"
+model = AutoModelForCausalLM.from_pretrained(folder)
+g = GenerationConfig.from_pretrained(folder)
+assert (g.bos_token_id, g.eos_token_id) == (0, 0), (g.bos_token_id, g.eos_token_id)
+assert model.generation_config.eos_token_id == 0, model.generation_config
+print(f"ok: transformers loads the export whole: AutoTokenizer's {len(got)} ids are tycho tokenize's, "
+      f"the model, generation config bos {g.bos_token_id} eos {g.eos_token_id}")
+EOF
+else
+  echo "skipped: transformers on the export with its tokenizer (no venv with torch and transformers 4.40.2: $(printf '%s' "$why" | tail -n 1; tail -n 1 "$tmp/pip.txt" 2>/dev/null))"
 fi
 echo "ok: hf folders"

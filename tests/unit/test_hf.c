@@ -159,7 +159,7 @@ static void folder_round_trips_to_the_same_bits(void)
     CHECK(trainer_step(&a, &st, err, sizeof err) == 0);
   const uint64_t shard_bytes = 12000;
   const char *folder = temp_path("sub/hf");
-  CHECK_MSG(weights_export_hf(&a.model, folder, shard_bytes, err, sizeof err) == 0, "%s", err);
+  CHECK_MSG(weights_export_hf(&a.model, folder, shard_bytes, NULL, err, sizeof err) == 0, "%s", err);
   int n_shards = 0;
   check_index(folder, a.model.n_params, &n_shards, shard_bytes);
   CHECK_MSG(n_shards > 2, "%d shards", n_shards);
@@ -175,7 +175,7 @@ static void folder_round_trips_to_the_same_bits(void)
   CHECK(fixture_params_equal(&a.model, &b));
 #endif
   /* a second export replaces the first whole: one shard now, no shard of the first left */
-  CHECK_MSG(weights_export_hf(&a.model, folder, 0, err, sizeof err) == 0, "%s", err);
+  CHECK_MSG(weights_export_hf(&a.model, folder, 0, NULL, err, sizeof err) == 0, "%s", err);
   check_index(folder, a.model.n_params, &n_shards, HF_DEFAULT_SHARD_BYTES);
   CHECK(n_shards == 1);
   char gone[300];

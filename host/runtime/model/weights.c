@@ -313,7 +313,8 @@ static size_t export_bytes(const struct model_param *p)
 }
 
 /* One writer for both forms: hf_shard_bytes 0, one file; else a Hugging Face folder. */
-static int export_to(const struct model *m, const char *path, uint64_t hf_shard_bytes, char *err, size_t err_size)
+static int export_to(const struct model *m, const char *path, uint64_t hf_shard_bytes, const struct hf_extras *extras,
+                     char *err, size_t err_size)
 {
   struct hf_config c;
   if (hf_shard_bytes) {
@@ -346,7 +347,7 @@ static int export_to(const struct model *m, const char *path, uint64_t hf_shard_
     }
   }
   if (!rc && hf_shard_bytes)
-    rc = hf_write_folder("export.path", path, &c, w, m->n_params, hf_shard_bytes, err, err_size) ? -1 : 0;
+    rc = hf_write_folder("export.path", path, &c, w, m->n_params, hf_shard_bytes, extras, err, err_size) ? -1 : 0;
   else if (!rc)
     rc = st_write_f32(path, w, m->n_params, err, err_size);
   for (int i = 0; i < opened; i++)
@@ -357,10 +358,11 @@ static int export_to(const struct model *m, const char *path, uint64_t hf_shard_
 
 int weights_export(const struct model *m, const char *path, char *err, size_t err_size)
 {
-  return export_to(m, path, 0, err, err_size);
+  return export_to(m, path, 0, NULL, err, err_size);
 }
 
-int weights_export_hf(const struct model *m, const char *dir, uint64_t shard_bytes, char *err, size_t err_size)
+int weights_export_hf(const struct model *m, const char *dir, uint64_t shard_bytes, const struct hf_extras *extras,
+                      char *err, size_t err_size)
 {
-  return export_to(m, dir, shard_bytes ? shard_bytes : HF_DEFAULT_SHARD_BYTES, err, err_size);
+  return export_to(m, dir, shard_bytes ? shard_bytes : HF_DEFAULT_SHARD_BYTES, extras, err, err_size);
 }

@@ -26,8 +26,11 @@ int weights_export(const struct model *m, const char *path, char *err, size_t er
 
 /* Writes every parameter into the Hugging Face model folder `dir` (io/hf.h, hf_write_folder):
  * config.json from m->config, F32 shards of at most shard_bytes (0: the hub's 5 GB) and their
- * index, put in place atomically. */
-int weights_export_hf(const struct model *m, const char *dir, uint64_t shard_bytes, char *err, size_t err_size);
+ * index, the tokenizer files and generation config of extras (NULL: none), put in place
+ * atomically. */
+struct hf_extras;
+int weights_export_hf(const struct model *m, const char *dir, uint64_t shard_bytes, const struct hf_extras *extras,
+                      char *err, size_t err_size);
 
 /* The Hugging Face config of the plan's model; 2 with a message when the model has none (some
  * layers sparse and some dense). */

@@ -342,14 +342,15 @@ int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, siz
   return rc;
 }
 
-int dp_export(struct dp *d, const char *path, uint64_t hf_shard_bytes, char *err, size_t err_size)
+int dp_export(struct dp *d, const char *path, uint64_t hf_shard_bytes, const struct hf_extras *hf_extras, char *err,
+              size_t err_size)
 {
   if (d->model->tp.size > 1 || (d->pp_group && d->pp_group->size > 1) || d->layout.ep > 1) { /* put together first */
     struct model whole;
     int have;
     if (dp_gather_whole(d, &whole, &have, err, err_size))
       return -1;
-    int rc = !have ? 0 : hf_shard_bytes ? weights_export_hf(&whole, path, hf_shard_bytes, err, err_size)
+    int rc = !have ? 0 : hf_shard_bytes ? weights_export_hf(&whole, path, hf_shard_bytes, hf_extras, err, err_size)
                                         : weights_export(&whole, path, err, err_size);
     if (have)
       model_free(&whole);
@@ -370,7 +371,7 @@ int dp_export(struct dp *d, const char *path, uint64_t hf_shard_bytes, char *err
     saved[i] = m->params[i].data;
     m->params[i].data = full + m->params[i].offset;
   }
-  int rc = hf_shard_bytes ? weights_export_hf(m, path, hf_shard_bytes, err, err_size)
+  int rc = hf_shard_bytes ? weights_export_hf(m, path, hf_shard_bytes, hf_extras, err, err_size)
                           : weights_export(m, path, err, err_size);
   for (int i = 0; i < m->n_params; i++)
     m->params[i].data = saved[i];

@@ -204,8 +204,11 @@ void dp_gather_params_free(struct dp *d, real *full);
  * 0 ok; nonzero with a message. */
 int dp_gather_whole(struct dp *d, struct model *whole, int *have, char *err, size_t err_size);
 /* Collective: exports every parameter from rank 0 (weights_export; hf_shard_bytes > 0: a Hugging
- * Face folder, weights_export_hf). 0 ok; nonzero with a message on the rank that failed. */
-int dp_export(struct dp *d, const char *path, uint64_t hf_shard_bytes, char *err, size_t err_size);
+ * Face folder, weights_export_hf, with the tokenizer files and generation config of hf_extras).
+ * 0 ok; nonzero with a message on the rank that failed. */
+struct hf_extras;
+int dp_export(struct dp *d, const char *path, uint64_t hf_shard_bytes, const struct hf_extras *hf_extras, char *err,
+              size_t err_size);
 
 /* ---- inside the dp module ---- */
 /* Records the failed collective (comm_error()) in FAULT_OF(d), unless a failure is recorded
