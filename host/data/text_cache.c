@@ -37,7 +37,8 @@ static int map_text(const struct plan *p, int k, struct file_map *m, char *err, 
   snprintf(what, sizeof what, "data.text[%d]", k + 1);
   struct stat st;
   if (stat(p->data.text[k], &st) != 0)
-    return errf_input(err, n, "%s: %s %s: %s", plan_where(p, "data.text"), what, p->data.text[k], strerror(errno));
+    return errf_input(err, n, "%s: %s %s: %s%s%s%s", plan_where(p, "data.text"), what, p->data.text[k], strerror(errno),
+                      p->data.fetch[0] ? "; run " : "", p->data.fetch, p->data.fetch[0] ? " to fetch it (data.fetch)" : "");
   if (file_map(what, p->data.text[k], 0, m, err, n)) {
     if (S_ISREG(st.st_mode))
       return -1;

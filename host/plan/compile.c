@@ -393,7 +393,7 @@ static int read_simple_sections(struct reader *r, const struct tbl *root)
   }
 
   static const char *const data_known[] = { "train", "val", "shuffle", "synthetic", "text", "tokenizer",
-                                             "val_fraction", NULL };
+                                             "val_fraction", "fetch", NULL };
   if (compile_open_section(r, root, "data", &t, &present))
     return -1;
   if (present) {
@@ -401,7 +401,8 @@ static int read_simple_sections(struct reader *r, const struct tbl *root)
     if (compile_check_fields(r, &t, data_known, "data") || compile_read_field(r, &t, "train", NULL) ||
         compile_read_field(r, &t, "val", NULL) || compile_read_field(r, &t, "shuffle", NULL) ||
         compile_read_field(r, &t, "synthetic", &given) || compile_read_field(r, &t, "tokenizer", NULL) ||
-        compile_read_field(r, &t, "val_fraction", NULL) || read_text_files(r, &t))
+        compile_read_field(r, &t, "val_fraction", NULL) || compile_read_field(r, &t, "fetch", NULL) ||
+        read_text_files(r, &t))
       return -1;
     if (given && (p->data.train[0] || p->data.val[0]))
       return compile_rfail(r, plan_where(p, "data.synthetic"), "data.synthetic = \"%s\": a synthetic corpus replaces "

@@ -121,6 +121,7 @@ const struct plan_field plan_fields[] = {
   { "data.shuffle", PLAN_FIELD_BOOL, AT(data.shuffle), 0, 1, 0, NULL, 0, NULL, EQ(8) },
   /* data.text (a list of files) is read by compile.c; these two go with it */
   { "data.tokenizer", PLAN_FIELD_TEXT, AT(data.tokenizer), 0, 0, 0, NULL, 0, NULL, FREE },
+  { "data.fetch", PLAN_FIELD_TEXT, AT(data.fetch), 0, 0, 0, NULL, 0, NULL, FREE },
   { "data.val_fraction", PLAN_FIELD_NUMBER, AT(data.val_fraction), 0, 1, FIN | HO, NULL, 0.05, NULL, FREE },
   { "init.from", PLAN_FIELD_TEXT, AT(init.from), 0, 0, REQ, NULL, 0, NULL, FREE },
   { "export.path", PLAN_FIELD_TEXT, AT(export_.path), 0, 0, REQ, NULL, 0, NULL, FREE },

@@ -164,6 +164,7 @@ struct plan {
     int shuffle;
     /* data.text: text files tokenized at run start into a cached token file (data/text_cache.h) */
     char text[PLAN_TEXT_FILES_MAX][PLAN_PATH_MAX], tokenizer[PLAN_PATH_MAX];
+    char fetch[PLAN_PATH_MAX]; /* data.fetch: the command that makes missing texts, for the refusal */
     int n_text;
     double val_fraction; /* the last this fraction of the text's tokens: the validation set */
   } data;

@@ -213,7 +213,8 @@ void plan_json(const struct plan *p, struct json *j)
   json_begin_object(j);
   for (int i = 0; i < plan_n_fields; i++) { /* data.text's fields only when given: other plans keep their hash */
     const char *path = plan_fields[i].path;
-    const int text_field = !strcmp(path, "data.tokenizer") || !strcmp(path, "data.val_fraction");
+    const int text_field = !strcmp(path, "data.tokenizer") || !strcmp(path, "data.val_fraction") ||
+                           !strcmp(path, "data.fetch");
     if (!strncmp(path, "data.", 5) && (p->data.n_text || !text_field))
       plan_field_json(&plan_fields[i], p, j);
   }

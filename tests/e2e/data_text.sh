@@ -7,7 +7,8 @@
 # the same place (the last data.val_fraction of the tokens); a changed text makes a new cache;
 # refusals with exit 2 naming the field: a missing file, no tokenizer, data.text with data.train,
 # a tokenizer with more ids than model.vocab, a tokenizer that is not there, a .jsonl file,
-# data.val_fraction = 0 with evaluation asked for.
+# data.val_fraction = 0 with evaluation asked for. plans/shakespeare.lua checks and runs 2 shrunk
+# steps on a slice of text, and names its fetch script where its text is missing.
 # usage: data_text.sh TYCHO   (run from the source folder; works in a folder of its own, where
 # the cache folder .tycho-cache is made)
 set -u
@@ -110,4 +111,18 @@ refused "a .jsonl file" 'data.text = "d.jsonl": data.text reads each file as one
   "$tycho" run text.lua --set data.text=d.jsonl
 refused "no validation set to evaluate on" "data.val_fraction = 0: train.eval_every = 3 asks for evaluation" \
   "$tycho" check text.lua --set data.val_fraction=0
+
+# plans/shakespeare.lua without the network: it compiles and checks; 2 steps on a small slice of
+# text (a.txt) with its own tokenizer, shrunk by --set; a missing text names the fetch script
+src=$OLDPWD
+shk=(--set data.tokenizer="$src/plans/tokenizers/shakespeare.json")
+"$tycho" check "$src/plans/shakespeare.lua" "${shk[@]}" > shk.out 2>&1 &&
+  grep -q "^data       text, 1 file: data/shakespeare/shakespeare.txt" shk.out && ok "shakespeare: check" ||
+  fail "shakespeare check: $(grep '^data\|tycho:' shk.out)"
+"$tycho" run "$src/plans/shakespeare.lua" "${shk[@]}" --set data.text=a.txt --set train.steps=2 --set model.n_layers=2 \
+  --set batch.seq=64 --set batch.global=4 --set batch.micro=2 --set train.eval_batches=1 --set data.val_fraction=0.25 \
+  --set log.every=1 > shk.out 2>&1 && grep -q "^step 2/2 | loss" shk.out && grep -q "^eval at step 2: val loss" shk.out &&
+  ok "shakespeare: 2 steps on a slice" || fail "shakespeare run: $(tail -5 shk.out)"
+refused "shakespeare without its text" "No such file or directory; run scripts/fetch-shakespeare.sh to fetch it (data.fetch)" \
+  "$tycho" run "$src/plans/shakespeare.lua" "${shk[@]}"
 exit $failed
