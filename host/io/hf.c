@@ -502,16 +502,44 @@ static int write_shards(const char *what, const char *tmp, const struct st_write
   return rc;
 }
 
-/* src/NAME copied byte for byte to tmp/NAME; a file other than tokenizer.json that is absent is
- * skipped (transformers reads the folder without it). */
-static int copy_file(const char *what, const char *src, const char *tmp, const char *name, char *err,
-                     size_t err_size)
+/* The folder that holds `dir` ("." when it has no folder part). */
+static void parent_of(const char *dir, char *out, size_t n)
+{
+  snprintf(out, n, "%s", dir);
+  size_t k = strlen(out);
+  while (k > 1 && out[k - 1] == '/')
+    out[--k] = '\0';
+  char *slash = strrchr(out, '/');
+  if (!slash)
+    snprintf(out, n, ".");
+  else if (slash == out)
+    out[1] = '\0';
+  else
+    *slash = '\0';
+}
+
+/* The tokenizer file i of tokenizer_files for the tokenizer.json `tok`: tok itself for i 0, else
+ * the file of that name in tok's folder. */
+static void tokenizer_source(const char *tok, int i, char *out, size_t n)
+{
+  if (i == 0) {
+    snprintf(out, n, "%s", tok);
+    return;
+  }
+  char dir[4200];
+  parent_of(tok, dir, sizeof dir);
+  join(out, n, dir, tokenizer_files[i]);
+}
+
+/* The tokenizer's file i copied byte for byte to tmp/NAME; a file other than tokenizer.json that
+ * is absent is skipped (transformers reads the folder without it). */
+static int copy_file(const char *what, const char *tok, const char *tmp, int i, char *err, size_t err_size)
 {
   char from[4300], to[4300];
   struct stat st;
-  join(from, sizeof from, src, name);
-  join(to, sizeof to, tmp, name);
-  if (strcmp(name, HF_TOKENIZER) != 0 && stat(from, &st) != 0 && errno == ENOENT)
+  tokenizer_source(tok, i, from, sizeof from);
+  join(to, sizeof to, tmp, tokenizer_files[i]);
+  if (i > 0 && stat(from, &st) != 0 && errno == ENOENT)
     return 0;
   struct file_map m;
   char why[512];
@@ -551,22 +579,6 @@ static int write_generation(const char *tmp, const struct hf_extras *x, char *er
   int rc = b.failed ? errf(err, err_size, "%s: out of memory", path) : file_write_synced(path, b.s, b.n, err, err_size);
   sb_free(&b);
   return rc;
-}
-
-/* The folder that holds `dir` ("." when it has no folder part). */
-static void parent_of(const char *dir, char *out, size_t n)
-{
-  snprintf(out, n, "%s", dir);
-  size_t k = strlen(out);
-  while (k > 1 && out[k - 1] == '/')
-    out[--k] = '\0';
-  char *slash = strrchr(out, '/');
-  if (!slash)
-    snprintf(out, n, ".");
-  else if (slash == out)
-    out[1] = '\0';
-  else
-    *slash = '\0';
 }
 
 int hf_write_folder(const char *what, const char *dir, const struct hf_config *c,
@@ -612,9 +624,9 @@ int hf_write_folder(const char *what, const char *dir, const struct hf_config *c
     rc = file_write_synced(path, config, n, err, err_size);
   }
   free(config);
-  const int tokenizer = extras && extras->tokenizer_dir && extras->tokenizer_dir[0];
+  const int tokenizer = extras && extras->tokenizer && extras->tokenizer[0];
   for (int i = 0; tokenizer && !rc && tokenizer_files[i]; i++)
-    rc = copy_file(what, extras->tokenizer_dir, tmp, tokenizer_files[i], err, err_size);
+    rc = copy_file(what, extras->tokenizer, tmp, i, err, err_size);
   if (tokenizer && !rc)
     rc = write_generation(tmp, extras, err, err_size);
   if (!rc)

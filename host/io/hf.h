@@ -76,9 +76,10 @@ int hf_check_output(const char *what, const char *dir, char *err, size_t err_siz
 #define HF_TOKENIZER "tokenizer.json"
 #define HF_GENERATION "generation_config.json"
 struct hf_extras {
-  /* the folder whose tokenizer.json (and tokenizer_config.json, special_tokens_map.json when
-   * present) is copied byte for byte; "" for none, and then no generation_config.json either */
-  const char *tokenizer_dir;
+  /* the tokenizer.json (by any name) copied byte for byte as tokenizer.json, with the
+   * tokenizer_config.json and special_tokens_map.json beside it when present; "" for none, and
+   * then no generation_config.json either */
+  const char *tokenizer;
   /* generation_config.json's token ids, -1 where unknown (the key is left out) */
   long long bos, eos, pad;
 };
@@ -86,7 +87,7 @@ struct hf_extras {
 /* Writes the folder `dir`: tensors (in order) into shards model-0000k-of-0000n.safetensors of at
  * most shard_bytes each (header included; a tensor larger than that alone in its shard), their
  * index (metadata.total_size: the tensors' bytes) and config.json; with extras (NULL: none) whose
- * tokenizer_dir is set, that folder's tokenizer files and a generation_config.json with the ids
+ * tokenizer is set, its tokenizer files and a generation_config.json with the ids
  * known, as transformers' save_pretrained writes it. Everything goes to DIR.tmp
  * (made afresh), synced, then takes DIR's place in one rename; a DIR that was there (checked as
  * hf_check_output does, before and again just before the rename) is removed after. */

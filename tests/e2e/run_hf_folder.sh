@@ -6,7 +6,8 @@
 # tycho.models.from_hf of the written config.json compiles to the plan's own model; a config
 # with a field tycho lacks is refused by from_hf (2), naming it; an export path that is a link
 # is refused (2). A run from an init.from folder holding tokenizer.json exports its tokenizer files
-# byte for byte and a generation_config.json with its bos and eos ids; a run without one, neither.
+# byte for byte and a generation_config.json with its bos and eos ids, a data.text run its
+# data.tokenizer; a run without a tokenizer, neither.
 # Where python3 can import torch and transformers, transformers' from_pretrained loads the folder
 # and its loss on the reference batch equals tycho's; where the transformers venv can be had,
 # AutoTokenizer, AutoModelForCausalLM and GenerationConfig load the export with its tokenizer and
@@ -104,6 +105,19 @@ gen='{"_from_model_config":true,"eos_token_id":0,"transformers_version":"4.40.2"
 [ "$(cat "$tmp/E/generation_config.json")" = "$gen" ] ||
   fail "generation_config.json (eos the tokenizer's <|endoftext|>): $(cat "$tmp/E/generation_config.json")"
 echo "ok: the export carries init.from's tokenizer files and a generation_config.json"
+# data.tokenizer (a tokenizer.json by another name) is the one exported, over init.from's; the run
+# works in a folder of its own, where data.text's cache is made
+mkdir "$tmp/T"
+printf '{"bos_token": "<|endoftext|>"}\n' >"$tmp/E/tokenizer_config.json" # init.from's differs from data.tokenizer's
+for i in $(seq 1 240); do echo "The quick brown fox $i jumps over the lazy dog, said the king."; done >"$tmp/T/a.txt"
+sed -e 's/vocab = 64/vocab = 1000/' -e "s|synthetic = \"addition\"|text = { \"a.txt\" }, tokenizer = \"$PWD/tests/golden/tokenizer/bytelevel.json\"|" \
+  "$plan" >"$tmp/T/text.lua"
+(cd "$tmp/T" && "$tycho" run text.lua --set train.steps=2 --set train.eval_every=0 --set data.val_fraction=0.3 --set init.from="$tmp/E" \
+  --set export.path="$tmp/D" --set export.format=hf >"$tmp/out" 2>"$tmp/err") || fail "export of a data.text run"
+cmp -s tests/golden/tokenizer/bytelevel.json "$tmp/D/tokenizer.json" || fail "tokenizer.json is not data.tokenizer's"
+[ ! -e "$tmp/D/tokenizer_config.json" ] && [ "$(cat "$tmp/D/generation_config.json")" = "$gen" ] ||
+  fail "the data.tokenizer export: $(ls "$tmp/D"), $(cat "$tmp/D/generation_config.json")"
+echo "ok: a data.text run exports data.tokenizer"
 
 # transformers, where it is there (nothing is installed for it)
 if why=$(python3 -c 'import torch, transformers' 2>&1); then

@@ -508,22 +508,28 @@ static int print_peaks(struct comm_group *g, struct run_log *log, char *err, siz
   return rc ? -1 : 0;
 }
 
-/* The tokenizer a Hugging Face export carries, so that the folder loads whole: init.from's, when
- * it is a folder holding tokenizer.json, with its bos, eos and pad ids (the folder's config.json,
- * then the tokenizer's own, as tokenizer_load finds them) for generation_config.json. A tokenizer
- * tycho cannot read is still copied, its ids left out rather than guessed. */
-static void export_extras(const struct plan *p, struct hf_extras *x)
+/* The tokenizer a Hugging Face export carries, so that the folder loads whole: data.tokenizer (the
+ * one the run's text was tokenized with; a tokenizer.json by any name, or its folder), else
+ * init.from's when it is a folder holding tokenizer.json; with its bos, eos and pad ids (from the
+ * config.json beside it, then the tokenizer's own, as tokenizer_load finds them) for
+ * generation_config.json. A tokenizer tycho cannot read is still copied, its ids left out rather
+ * than guessed. `path` holds the tokenizer.json's path while x is used. */
+static void export_extras(const struct plan *p, struct hf_extras *x, char *path, size_t size)
 {
-  char path[PLAN_PATH_MAX + 32], why[512];
+  char why[512];
   struct stat st;
   struct tokenizer *tok;
-  *x = (struct hf_extras){ .tokenizer_dir = "", .bos = -1, .eos = -1, .pad = -1 };
-  if (!hf_is_folder(p->init.from))
+  *x = (struct hf_extras){ .tokenizer = "", .bos = -1, .eos = -1, .pad = -1 };
+  const char *from = p->data.tokenizer[0] ? p->data.tokenizer : hf_is_folder(p->init.from) ? p->init.from : NULL;
+  if (!from)
     return;
-  snprintf(path, sizeof path, "%s/%s", p->init.from, HF_TOKENIZER);
+  if (hf_is_folder(from))
+    snprintf(path, size, "%s/%s", from, HF_TOKENIZER);
+  else
+    snprintf(path, size, "%s", from);
   if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
     return;
-  x->tokenizer_dir = p->init.from;
+  x->tokenizer = path;
   if (tokenizer_load(&tok, path, why, sizeof why) == 0) {
     x->bos = tokenizer_bos(tok);
     x->eos = tokenizer_eos(tok);
@@ -540,8 +546,9 @@ static int export_weights(struct trainer *t, FILE *out, long long steps_done, ch
     return -1;
   const int hf = strcmp(t->plan->export_.format, "hf") == 0;
   struct hf_extras extras;
+  char tokenizer[PLAN_PATH_MAX + 32];
   if (hf)
-    export_extras(t->plan, &extras);
+    export_extras(t->plan, &extras, tokenizer, sizeof tokenizer);
   if (dp_export(&t->dp, path, hf ? (uint64_t)(t->plan->export_.shard_mb * 1e6) : 0, hf ? &extras : NULL, why,
                 sizeof why))
     return errf(err, n, "export.path %s: %s", path, why);
