@@ -221,7 +221,7 @@ static void export_paths_that_are_not_an_exports_folder_are_refused(void)
   CHECK(symlink(dir, link) == 0);
   char inside[300];
   CHECK(mkdir(foreign, 0755) == 0);
-  snprintf(inside, sizeof inside, "%s/tokenizer.json", foreign);
+  snprintf(inside, sizeof inside, "%s/vocab.txt", foreign); /* tokenizer.json is an export's now */
   f = fopen(inside, "w");
   CHECK(f && fclose(f) == 0);
   char want[600];
@@ -233,7 +233,7 @@ static void export_paths_that_are_not_an_exports_folder_are_refused(void)
            file);
   CHECK_MSG(strcmp(err, want) == 0, "%s", err);
   CHECK(hf_check_output("export.path", foreign, err, sizeof err) == 2);
-  snprintf(want, sizeof want, "export.path %s: holds 'tokenizer.json', which an export does not write; give a new "
+  snprintf(want, sizeof want, "export.path %s: holds 'vocab.txt', which an export does not write; give a new "
            "or empty folder, or one a previous export wrote", foreign);
   CHECK_MSG(strcmp(err, want) == 0, "%s", err);
   CHECK(access(inside, F_OK) == 0);
