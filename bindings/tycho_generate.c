@@ -14,11 +14,13 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm/comm.h"
 #include "runtime/model/generate.h"
 #include "runtime/train/packed.h"
 #include "runtime/train/train.h"
+#include "tycho_runtime.h"
 #include "tycho_runtime_internal.h"
 
 /* opts[key] as a number in [lo, hi], or def when absent. */
@@ -44,7 +46,15 @@ struct gen_buffers {
   real *packed;     /* the gathered parameters (rank 0 of a job) */
   struct model one; /* the one-rank model built from them */
   int have_one;
+  void *tok;        /* a text prompt's tokenizer (the codec's) */
 };
+
+static const struct tycho_text_codec *codec;
+
+void tycho_runtime_set_text_codec(const struct tycho_text_codec *c)
+{
+  codec = c;
+}
 
 static int buffers_gc(lua_State *L)
 {
@@ -57,6 +67,9 @@ static int buffers_gc(lua_State *L)
   b->prompt = b->out = NULL;
   b->packed = NULL;
   b->have_one = 0;
+  if (b->tok && codec)
+    codec->close(b->tok);
+  b->tok = NULL;
   return 0;
 }
 
@@ -99,18 +112,53 @@ static long long generate_gathered(struct trainer *t, const struct gen_request *
   return count;
 }
 
+/* A text prompt's ids into b->prompt (the tokenizer kept in b->tok for the decoding): the
+ * tokenizer is opts.tokenizer (a tokenizer.json or the folder holding it), else the plan's
+ * init.from folder's tokenizer.json. The count; a Lua error naming what is missing. */
+static lua_Integer encode_prompt(lua_State *L, const struct trainer *t, int opts, struct gen_buffers *b)
+{
+  const char *path = NULL;
+  if (opts) {
+    lua_getfield(L, opts, "tokenizer");
+    path = lua_isnil(L, -1) ? NULL : lua_tostring(L, -1);
+    if (!path && !lua_isnil(L, -1))
+      luaL_error(L, "t:generate: tokenizer must be a path (a tokenizer.json or the folder holding it)");
+    lua_pop(L, 1); /* the string stays in opts */
+  }
+  char at[4200];
+  const char *from = t->plan->init.from;
+  if (!path && from[0]) {
+    snprintf(at, sizeof at, "%s/tokenizer.json", from);
+    if (access(at, F_OK) == 0)
+      path = at;
+  }
+  if (!codec)
+    return luaL_error(L, "t:generate: text prompts need the tokenizers of the tycho command; give the ids");
+  if (!path)
+    return luaL_error(L, "t:generate: a text prompt needs a tokenizer, and %s; give opts.tokenizer (a "
+                      "tokenizer.json or the folder holding it) or the ids",
+                      from[0] ? "init.from's folder holds no tokenizer.json" : "the plan has no init.from folder");
+  char err[ERR_MAX];
+  if (!(b->tok = codec->load(path, err, sizeof err)))
+    return luaL_error(L, "t:generate: %s", err);
+  size_t len;
+  const char *text = lua_tolstring(L, 2, &len);
+  int n = 0;
+  if (codec->encode(b->tok, text, len, &b->prompt, &n, err, sizeof err))
+    return luaL_error(L, "t:generate: the prompt: %s", err);
+  return n;
+}
+
 int tycho_trainer_generate(lua_State *L)
 {
   struct trainer *t = tycho_check_trainer(L, 1)->t;
   const struct model *m = &t->model;
-  luaL_checktype(L, 2, LUA_TTABLE);
+  const int text = lua_type(L, 2) == LUA_TSTRING;
+  if (!text)
+    luaL_checktype(L, 2, LUA_TTABLE);
   const int opts = lua_isnoneornil(L, 3) ? 0 : 3;
   if (opts)
     luaL_checktype(L, 3, LUA_TTABLE);
-  const lua_Integer P = luaL_len(L, 2);
-  if (P < 1 || P > m->config.max_seq)
-    return luaL_error(L, "t:generate: the prompt has %d ids; 1 to model.max_seq (%d) are allowed", (int)P,
-                      m->config.max_seq);
   if (t->plan->model.moe.experts > 0)
     return luaL_error(L, "t:generate: generation runs dense models only (model.moe: %d experts)",
                       t->plan->model.moe.experts);
@@ -131,12 +179,21 @@ int tycho_trainer_generate(lua_State *L)
   lua_pushcfunction(L, buffers_gc);
   lua_setfield(L, -2, "__gc");
   lua_setmetatable(L, -2);
+  const lua_Integer P = text ? encode_prompt(L, t, opts, b) : luaL_len(L, 2);
+  if (P < 1 || P > m->config.max_seq)
+    return luaL_error(L, "t:generate: the prompt has %d %s; 1 to model.max_seq (%d) are allowed", (int)P,
+                      text ? "tokens" : "ids", m->config.max_seq);
   const long long budget = gen_budget(m, (int)P, r.max_tokens);
-  b->prompt = malloc((size_t)P * sizeof *b->prompt);
+  if (!text)
+    b->prompt = malloc((size_t)P * sizeof *b->prompt);
   b->out = malloc((size_t)budget * sizeof *b->out);
   if (!b->prompt || !b->out)
     return luaL_error(L, "t:generate: out of memory");
-  for (lua_Integer i = 1; i <= P; i++) {
+  for (lua_Integer i = 1; text && i <= P; i++)
+    if (b->prompt[i - 1] < 0 || b->prompt[i - 1] >= m->config.vocab)
+      return luaL_error(L, "t:generate: the prompt's token %d is id %d, not below the vocabulary (%d)", (int)i,
+                        b->prompt[i - 1], m->config.vocab);
+  for (lua_Integer i = 1; !text && i <= P; i++) {
     int ok;
     lua_Integer id = (lua_geti(L, 2, i), lua_tointegerx(L, -1, &ok));
     lua_pop(L, 1);
@@ -152,10 +209,18 @@ int tycho_trainer_generate(lua_State *L)
                                                : gen_run(m, &r, b->out, err, sizeof err);
   if (n < 0)
     return luaL_error(L, "t:generate: %s", err);
+  size_t len = 0;
+  char *decoded = text ? codec->decode(b->tok, b->out, n, &len) : NULL;
+  if (text && !decoded)
+    return luaL_error(L, "t:generate: the tokenizer could not decode the %lld ids", n);
+  if (text) {
+    lua_pushlstring(L, decoded, len);
+    free(decoded);
+  }
   lua_createtable(L, (int)n, 0);
   for (long long i = 0; i < n; i++) {
     lua_pushinteger(L, b->out[i]);
     lua_rawseti(L, -2, (lua_Integer)i + 1);
   }
-  return 1;
+  return text ? 2 : 1;
 }

@@ -20,6 +20,19 @@ int luaopen_tycho_runtime(lua_State *L);
  * (the default): never. */
 void tycho_runtime_set_stop_hook(int (*stop)(void *ctx), void *ctx);
 
+/* The tokenizer of t:generate's text prompts, given by the command layer (the tokenizers are
+ * above the bindings): load a tokenizer.json (or the folder holding one; NULL with the message),
+ * encode text as `tycho generate --prompt` does (malloc'd ids; 0, or −1 with the message),
+ * decode ids into malloc'd text (NULL when it cannot), close. NULL (the default): text prompts
+ * are refused. */
+struct tycho_text_codec {
+  void *(*load)(const char *path, char *err, size_t err_size);
+  int (*encode)(void *tok, const char *text, size_t len, int **ids, int *n, char *err, size_t err_size);
+  char *(*decode)(void *tok, const int *ids, long long n, size_t *len);
+  void (*close)(void *tok);
+};
+void tycho_runtime_set_text_codec(const struct tycho_text_codec *codec);
+
 /* Trainers the garbage collector finalized while peers exist are set aside, not closed (closing
  * is collective, and each rank collects at its own moment): their serial numbers (the n-th
  * tycho.open, the same on every rank) into serials (room for max); returns how many there are.

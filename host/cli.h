@@ -102,6 +102,8 @@ int cmd_rehearse(lua_State *L, int argc, char **argv, int worker);
 int cmd_calibrate(lua_State *L, int argc, char **argv, int worker);
 /* `tycho generate` (cmd_generate.c): one rank, no MPI. */
 int cmd_generate(lua_State *L, int argc, char **argv);
+/* Gives t:generate the tokenizers for text prompts (tycho_runtime_set_text_codec). */
+void generate_set_text_codec(void);
 /* `tycho tokenize` (cmd_tokenize.c): text through a Hugging Face tokenizer into a token file. */
 int cmd_tokenize(lua_State *L, int argc, char **argv);
 

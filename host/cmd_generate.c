@@ -31,6 +31,8 @@
 #include "runtime/state/ckpt.h"
 #include "runtime/train/train.h"
 #include "text/tokenizer.h"
+#include "tycho_runtime.h"
+#include "util/err.h"
 #include "util/file.h"
 #include "util/json.h"
 #include "util/strbuf.h"
@@ -409,6 +411,50 @@ static void emit_id(void *ctx, int id)
   printf(*first ? "%d" : " %d", id);
   *first = 0;
   fflush(stdout);
+}
+
+/* t:generate's text prompts (tycho_runtime.h): this command's tokenizer, encoding and decoding. */
+static void *codec_load(const char *path, char *err, size_t n)
+{
+  struct tokenizer *tok;
+  return tokenizer_load(&tok, path, err, n) ? NULL : tok;
+}
+
+static int codec_encode(void *tok, const char *text, size_t len, int **ids, int *n, char *err, size_t err_size)
+{
+  char *clean;
+  size_t clean_len;
+  struct tok_ids v = { 0 };
+  struct tok_worker *w = tok_worker_new(tok);
+  int rc = !w || text_utf8_clean(text, len, &clean, &clean_len) ? errf(err, err_size, "out of memory") : 0;
+  if (!rc) {
+    rc = tok_encode(w, clean, clean_len, &v, err, err_size) ? -1 : 0;
+    free(clean);
+  }
+  if (w)
+    tok_worker_free(w);
+  if (!rc && !(*ids = malloc((v.n + 1) * sizeof **ids)))
+    rc = errf(err, err_size, "out of memory");
+  for (size_t i = 0; !rc && i < v.n; i++) (*ids)[i] = v.v[i] > 0x7fffffffu ? 0x7fffffff : (int)v.v[i];
+  *n = rc ? 0 : (int)v.n;
+  tok_ids_free(&v);
+  return rc;
+}
+
+static char *codec_decode(void *tok, const int *ids, long long n, size_t *len)
+{
+  return decode(tok, ids, n, len);
+}
+
+static void codec_close(void *tok)
+{
+  tokenizer_free(tok);
+}
+
+void generate_set_text_codec(void)
+{
+  static const struct tycho_text_codec c = { codec_load, codec_encode, codec_decode, codec_close };
+  tycho_runtime_set_text_codec(&c);
 }
 
 /* Generates; 0, or an exit code with the message in err. */

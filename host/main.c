@@ -137,6 +137,7 @@ int main(int argc, char **argv)
   /* training (run, repl) follows the CPUs' load between steps; calibrate and rehearse keep theirs */
   if (argc >= 2 && (strcmp(argv[1], "run") == 0 || strcmp(argv[1], "repl") == 0))
     threads_adapt_start(threads, threads_adaptable());
+  generate_set_text_codec(); /* t:generate's text prompts: the tokenizers are above the bindings */
   lua_State *L = luaL_newstate();
   if (!L) {
     fprintf(stderr, "%s: cannot create a Lua state: not enough memory\n", progname);

@@ -155,6 +155,23 @@ case $jtext in
   *) [ "$streamed" = "$jtext" ] || fail "streamed '$streamed', --json's text '$jtext'" ;;
 esac
 echo "ok: --prompt through tokenizer.json = --prompt-ids $ids; text: $jt"
+# t:generate(text) at tp 2 on init.from's weights and tokenizer.json: --prompt's ids and text
+if command -v mpirun >/dev/null 2>&1; then
+  cat >"$tmp/text.lua" <<LUA
+x, y = t:generate("$text", {max_tokens=16})
+io.write(string.format("rank%d ids %s\n", t.rank, table.concat(y, ", ")))
+if t.rank == 0 then io.open("$tmp/text.out", "wb"):write(x) end
+LUA
+  mpirun -np 2 "$tycho" repl "$plan" "$tmp/text.lua" --set mesh.tp=2 --set model.vocab=1000 \
+    --set init.from="$tmp/B" --set train.eval_every=0 >"$tmp/mrepl" 2>&1
+  jids=$(echo "$jt" | sed 's/.*"ids": \[\([^]]*\)\].*/\1/')
+  for r in 0 1; do
+    [ "$(sed -n "s/.*rank$r ids //p" "$tmp/mrepl")" = "$jids" ] || fail "t:generate(text), rank $r: $(cat "$tmp/mrepl")"
+  done
+  [ -s "$tmp/text.out" ] && [ "$(cat "$tmp/text.out")" = "$streamed" ] ||
+    fail "t:generate(text) gave '$(cat "$tmp/text.out" 2>/dev/null)', generate --prompt '$streamed'"
+  echo "ok: t:generate(text) at tp 2 = generate --prompt: ids $jids"
+fi
 
 # (3) refusals
 expect 2 "tycho: --prompt-ids: token id 64 is not below the model's vocabulary (64)" \
