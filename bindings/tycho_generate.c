@@ -1,6 +1,8 @@
 /* t:generate(prompt_ids [, opts]): tokens from the live trainer's weights, as `tycho generate`
  * chooses them (runtime/model/generate.h: the key/value cache, greedy or sampled). Between steps,
- * like every trainer call.
+ * like every trainer call. t:generate(text [, opts]): the text through a tokenizer.json
+ * (opts.tokenizer, else init.from's; the codec the command layer gives, tycho_runtime.h), as
+ * `tycho generate --prompt` encodes it; returns the continuation's text, then its ids.
  *
  * On a trainer of one rank it generates from the weights the rank holds. On a job of several
  * ranks it is collective over the trainer's world, whatever the layout (tensor and pipeline

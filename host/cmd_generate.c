@@ -14,7 +14,8 @@
  * Text: with a tokenizer (--tokenizer, else a tokenizer.json in the model folder or the plan's
  * init.from folder: text/tokenizer.h), --prompt TEXT is encoded as the tokenizers library's
  * encode(text, add_special_tokens=False) and stdout streams the continuation's text (the ids go to
- * stderr at the end); without one, stdout streams the ids and --prompt is refused (exit 2). */
+ * stderr at the end); without one, stdout streams the ids and --prompt is refused (exit 2). The
+ * same encoding and decoding serve t:generate's text prompts (generate_set_text_codec). */
 #include <lauxlib.h>
 #include <lua.h>
 #include <errno.h>
