@@ -4,7 +4,7 @@
 -- The text is tokenized at run start by the plan's own byte-level BPE of 2048 ids
 -- (plans/tokenizers/shakespeare.json, made by scripts/make-shakespeare-tokenizer.py) into
 -- .tycho-cache/ (data.text, docs/plans.md "Text as data"): about 1.86M tokens, the last 5% held
--- out for the validation loss printed at each evaluation. Paths are relative to the repository
+-- out for the validation loss printed at each evaluation, with a sample (train.sample). Paths are relative to the repository
 -- root, where the run is started.
 local tycho = require "tycho"
 
@@ -35,6 +35,8 @@ return tycho.plan {
 
   data = { text = { "data/shakespeare/shakespeare.txt" }, tokenizer = "plans/tokenizers/shakespeare.json",
            val_fraction = 0.05, shuffle = true, fetch = "scripts/fetch-shakespeare.sh" },
-  train = { steps = 600, eval_every = 100, eval_batches = 8 },
+  train = { steps = 600, eval_every = 100, eval_batches = 8,
+            -- after each evaluation, rank 0 writes a few lines from the model as it is then
+            sample = { prompt = "Romeo.\n", max_tokens = 64, temperature = 0.8, top_k = 40, seed = 1 } },
   log = { every = 20 },
 }

@@ -316,6 +316,27 @@ static int read_text_files(struct reader *r, const struct tbl *t)
   return 0;
 }
 
+/* train.sample = { prompt = ..., max_tokens, temperature, top_k, seed }: the table's fields. */
+static int read_sample(struct reader *r, const struct tbl *train)
+{
+  static const char *const known[] = { "prompt", "max_tokens", "temperature", "top_k", "seed", NULL };
+  struct tbl t;
+  int present;
+  r->p->train.sample.given = 0;
+  if (compile_open_section(r, train, "sample", &t, &present))
+    return -1;
+  if (!present)
+    return 0;
+  if (compile_check_fields(r, &t, known, "train.sample"))
+    return -1;
+  for (int i = 0; known[i]; i++)
+    if (compile_read_field(r, &t, known[i], NULL))
+      return -1;
+  r->p->train.sample.given = 1;
+  lua_pop(r->L, 1);
+  return 0;
+}
+
 static int read_simple_sections(struct reader *r, const struct tbl *root)
 {
   struct plan *p = r->p;
@@ -445,14 +466,14 @@ static int read_simple_sections(struct reader *r, const struct tbl *root)
     lua_pop(r->L, 1);
   }
 
-  static const char *const train_known[] = { "steps", "eval_every", "eval_batches", "max_loss_jump", NULL };
+  static const char *const train_known[] = { "steps", "eval_every", "eval_batches", "max_loss_jump", "sample", NULL };
   if (compile_open_section(r, root, "train", &t, &present))
     return -1;
   if (present) {
     int rc = compile_check_fields(r, &t, train_known, "train");
-    for (int i = 0; train_known[i] && !rc; i++)
+    for (int i = 0; train_known[i] && strcmp(train_known[i], "sample") && !rc; i++)
       rc = compile_read_field(r, &t, train_known[i], NULL);
-    if (rc)
+    if (rc || read_sample(r, &t))
       return -1;
     lua_pop(r->L, 1);
   }

@@ -132,6 +132,13 @@ const struct plan_field plan_fields[] = {
     R_TRAIN_STEPS, -1, NULL },
   { "train.eval_every", PLAN_FIELD_INT, AT(train.eval_every), 0, 1 << 30, LIVE, NULL, 0, NULL, FREE },
   { "train.eval_batches", PLAN_FIELD_INT, AT(train.eval_batches), 0, 1 << 30, LIVE, NULL, 10, NULL, FREE },
+  /* train.sample, read by compile.c as a table of its own; not in the plan JSON (two dots) */
+  { "train.sample.prompt", PLAN_FIELD_TEXT, AT(train.sample.prompt), 0, 0, REQ, NULL, 0, NULL, FREE },
+  { "train.sample.max_tokens", PLAN_FIELD_INT, AT(train.sample.max_tokens), 1, 1 << 20, 0, NULL, 64, NULL, FREE },
+  { "train.sample.temperature", PLAN_FIELD_NUMBER, AT(train.sample.temperature), 0, 1e6, FIN, NULL, 0.8, NULL,
+    FREE },
+  { "train.sample.top_k", PLAN_FIELD_INT, AT(train.sample.top_k), 0, 1 << 30, 0, NULL, 40, NULL, FREE },
+  { "train.sample.seed", PLAN_FIELD_LONG, AT(train.sample.seed), 0, TWO53 - 1, 0, NULL, 0, NULL, FREE },
   { "train.max_loss_jump", PLAN_FIELD_NUMBER, AT(train.max_loss_jump), 0, INF, HO | FIN, NULL, 0, NULL, FREE },
   { "checkpoint.dir", PLAN_FIELD_TEXT, AT(checkpoint.dir), 0, 0, REQ | LIVE, NULL, 0, NULL, FREE },
   { "checkpoint.every", PLAN_FIELD_INT, AT(checkpoint.every), 0, 1 << 30, 0, NULL, 0, NULL, FREE },

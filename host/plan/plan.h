@@ -179,6 +179,12 @@ struct plan {
     long long steps;
     int eval_every, eval_batches;
     double max_loss_jump; /* 0: off; else a step whose loss exceeds it × the recent mean is skipped */
+    struct { /* train.sample: a generation from the prompt after each evaluation (train_run.c) */
+      char prompt[256];
+      int max_tokens, top_k, given;
+      double temperature;
+      long long seed;
+    } sample;
   } train;
   struct {
     char dir[PLAN_PATH_MAX];

@@ -8,7 +8,8 @@
 # refusals with exit 2 naming the field: a missing file, no tokenizer, data.text with data.train,
 # a tokenizer with more ids than model.vocab, a tokenizer that is not there, a .jsonl file,
 # data.val_fraction = 0 with evaluation asked for. plans/shakespeare.lua checks and runs 2 shrunk
-# steps on a slice of text, and names its fetch script where its text is missing.
+# steps on a slice of text with a sample (train.sample) after its evaluation, and names its fetch
+# script where its text is missing; train.sample is refused where rank 0 lacks the whole model.
 # usage: data_text.sh TYCHO   (run from the source folder; works in a folder of its own, where
 # the cache folder .tycho-cache is made)
 set -u
@@ -69,7 +70,10 @@ grep -q "(already made)" <("$tycho" check text.lua 2>&1) && ok "check: already m
 grep -q "^data.text: 2 files (14788 bytes) already tokenized with $tok: $cache" run2.out &&
   ok "the second run reuses the cache" || fail "run 2: $(head -2 run2.out)"
 [ "$(losses run1.out)" = "$(losses run2.out)" ] || fail "runs 1 and 2 differ"
-mpirun -np 2 "$tycho" run text.lua > mpi.out 2>&1 || fail "mpirun: $(tail -5 mpi.out)"
+mpirun -np 2 "$tycho" run text.lua --set 'train.sample={prompt="The", max_tokens=8}' > mpi.out 2>&1 ||
+  fail "mpirun: $(tail -5 mpi.out)"
+[ "$(grep -c '^sample at step 3 (train.sample):' mpi.out)" = 1 ] && ok "2 ranks: rank 0 prints one sample" ||
+  fail "2 ranks sample: $(grep -A1 '^sample' mpi.out)"
 grep -q "already tokenized" mpi.out && grep -q "^eval at step 3: val loss" mpi.out && ok "2 ranks reuse the cache" ||
   fail "mpirun: $(head -3 mpi.out)"
 ls -l --time-style=+%s.%N "$cache" | cmp -s - stamp1 && ok "the cache was not rewritten" || fail "the cache was rewritten"
@@ -123,6 +127,12 @@ shk=(--set data.tokenizer="$src/plans/tokenizers/shakespeare.json")
   --set batch.seq=64 --set batch.global=4 --set batch.micro=2 --set train.eval_batches=1 --set data.val_fraction=0.25 \
   --set log.every=1 > shk.out 2>&1 && grep -q "^step 2/2 | loss" shk.out && grep -q "^eval at step 2: val loss" shk.out &&
   ok "shakespeare: 2 steps on a slice" || fail "shakespeare run: $(tail -5 shk.out)"
+grep -A1 "^sample at step 2 (train.sample):" shk.out | tail -1 | grep -q "^Romeo\." && ok "shakespeare: a sample after the eval" ||
+  fail "shakespeare sample: $(grep -A2 '^sample' shk.out)"
+refused "train.sample where rank 0 lacks the whole model" "train.sample: rank 0 generates from the weights it holds" \
+  "$tycho" check "$src/plans/shakespeare.lua" "${shk[@]}" --set mesh.tp=2
+refused "train.sample without a tokenizer" "train.sample: the prompt is encoded with data.tokenizer" \
+  "$tycho" check "$src/plans/shakespeare.lua" --set data=nil --set data.synthetic=addition
 refused "shakespeare without its text" "No such file or directory; run scripts/fetch-shakespeare.sh to fetch it (data.fetch)" \
   "$tycho" run "$src/plans/shakespeare.lua" "${shk[@]}"
 exit $failed

@@ -31,6 +31,7 @@
 #include "runtime/train/train.h"
 #include "runtime/train/train_moe.h"
 #include "runtime/train/train_progress.h"
+#include "runtime/train/train_sample.h"
 #include "runtime/model/weights.h"
 #include "text/tokenizer.h"
 #include "util/err.h"
@@ -683,6 +684,8 @@ static int run_steps(struct trainer *t, struct run_log *log, struct train_moe *m
       char why[1024];
       if (log_eval(log, &ev, why, sizeof why) && !failed)
         failed = errf(err, n, "%s", why);
+      if (p->train.sample.given && log->rank == 0 && log->out && !ev.stopped)
+        train_sample_print(t, log->out, ev.step);
     }
     if (p->export_.path[0] && ((p->export_.every > 0 && (s + 1) % p->export_.every == 0) || last)) {
       char why[1024];
