@@ -11,10 +11,10 @@
 # tp 2 on that folder gives those ids and text; bad input is refused with exit 2 naming the
 # option. Where a venv with transformers 4.40.2 over Debian's torch can be made, the greedy ids
 # on a random LlamaForCausalLM saved with save_pretrained equal transformers'
-# generate(do_sample = False), token for token, stopping at config.json's eos_token_id as it does, and --prompt's ids and text those of the
-# tokenizers library's encode and decode around it (else: skipped, saying why). Its lm_head is
-# scaled by 30 so that the top two logits of every step lie far apart compared with the rounding
-# of either side.
+# generate(do_sample = False), token for token, stopping at config.json's eos_token_id as it
+# does, and --prompt's ids and text those of the tokenizers library's encode and decode around it
+# (else: skipped, saying why). Its lm_head is scaled by 30 so that the top two logits of every
+# step lie far apart compared with the rounding of either side.
 # usage: generate.sh TYCHO   (run from the source folder)
 set -u
 tycho=$1
