@@ -104,8 +104,16 @@ static int write_cache(const struct plan *p, const struct tokenizer *tok, const 
   struct tok_worker *w = tok_worker_new(tok);
   if (!w)
     return errf(err, n, "data.text: out of memory");
+  /* written as PATH.<pid> (itself atomically, through PATH.<pid>.tmp), then renamed over PATH:
+   * two runs making the same cache at once each write a file of their own, and PATH is always
+   * one of them whole */
+  char mine[4096];
+  if (snprintf(mine, sizeof mine, "%s.%ld", path, (long)getpid()) >= (int)sizeof mine) {
+    tok_worker_free(w);
+    return errf(err, n, "data.text: the cache path %s is too long", path);
+  }
   struct file_atomic a;
-  if (file_atomic_begin(&a, "data.text's token cache", path, err, n)) {
+  if (file_atomic_begin(&a, "data.text's token cache", mine, err, n)) {
     tok_worker_free(w);
     return -1;
   }
@@ -168,6 +176,10 @@ static int write_cache(const struct plan *p, const struct tokenizer *tok, const 
   }
   if (file_atomic_end(&a, !rc, err, n) && !rc)
     rc = -1;
+  if (!rc && rename(mine, path) != 0) {
+    rc = errf(err, n, "cannot rename %s to %s: %s", mine, path, strerror(errno));
+    unlink(mine);
+  }
   *n_tokens = count;
   return rc ? -1 : 0;
 }
