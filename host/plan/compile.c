@@ -208,6 +208,25 @@ static int read_mesh(struct reader *r, const struct tbl *root, int world)
   return 0;
 }
 
+
+/* Each item of the list at the stack's top through one(r, "path[i]", the item's place), the list
+ * popped after. */
+static int each_item(struct reader *r, const char *path, const char *where,
+                     int (*one)(struct reader *, const char *, const char *))
+{
+  int n = (int)lua_rawlen(r->L, -1);
+  for (int i = 1; i <= n; i++) {
+    char item[160], item_where[PLAN_PATH_MAX + 32];
+    snprintf(item, sizeof item, "%s[%d]", path, i);
+    if (!sandbox_where(r->L, lua_gettop(r->L), NULL, i, item_where, sizeof item_where))
+      snprintf(item_where, sizeof item_where, "%s", where);
+    lua_rawgeti(r->L, -1, i);
+    if (one(r, item, item_where))
+      return -1;
+  }
+  lua_pop(r->L, 1);
+  return 0;
+}
 /* The field name at the stack's top, one of the compared fields' (plan.h), into the plan's
  * checkpoint.allow_changes bits. */
 static int allow_one(struct reader *r, const char *path, const char *where)
@@ -241,18 +260,7 @@ static int read_allow_changes(struct reader *r, const struct tbl *t)
     return compile_rfail(r, where, "%s = %s: must be a list of field names, e.g. { \"train.steps\", "
                          "\"optimizer.lr\" }", path, v);
   }
-  int n = (int)lua_rawlen(r->L, -1);
-  for (int i = 1; i <= n; i++) {
-    char item[160], item_where[PLAN_PATH_MAX + 32];
-    snprintf(item, sizeof item, "%s[%d]", path, i);
-    if (!sandbox_where(r->L, lua_gettop(r->L), NULL, i, item_where, sizeof item_where))
-      snprintf(item_where, sizeof item_where, "%s", where);
-    lua_rawgeti(r->L, -1, i);
-    if (allow_one(r, item, item_where))
-      return -1;
-  }
-  lua_pop(r->L, 1);
-  return 0;
+  return each_item(r, path, where, allow_one);
 }
 
 /* One data.text entry at the stack's top (popped): a non-empty path. */
@@ -302,18 +310,7 @@ static int read_text_files(struct reader *r, const struct tbl *t)
     lua_pop(r->L, 1);
     return compile_rfail(r, where, "%s = %s: must be a list of text files, e.g. { \"a.txt\", \"b.txt\" }", path, v);
   }
-  int n = (int)lua_rawlen(r->L, -1);
-  for (int i = 1; i <= n; i++) {
-    char item[160], item_where[PLAN_PATH_MAX + 32];
-    snprintf(item, sizeof item, "%s[%d]", path, i);
-    if (!sandbox_where(r->L, lua_gettop(r->L), NULL, i, item_where, sizeof item_where))
-      snprintf(item_where, sizeof item_where, "%s", where);
-    lua_rawgeti(r->L, -1, i);
-    if (text_one(r, item, item_where))
-      return -1;
-  }
-  lua_pop(r->L, 1);
-  return 0;
+  return each_item(r, path, where, text_one);
 }
 
 /* train.sample = { prompt = ..., max_tokens, temperature, top_k, seed }: the table's fields. */
