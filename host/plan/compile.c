@@ -208,7 +208,6 @@ static int read_mesh(struct reader *r, const struct tbl *root, int world)
   return 0;
 }
 
-
 /* Each item of the list at the stack's top through one(r, "path[i]", the item's place), the list
  * popped after. */
 static int each_item(struct reader *r, const char *path, const char *where,
@@ -227,6 +226,7 @@ static int each_item(struct reader *r, const char *path, const char *where,
   lua_pop(r->L, 1);
   return 0;
 }
+
 /* The field name at the stack's top, one of the compared fields' (plan.h), into the plan's
  * checkpoint.allow_changes bits. */
 static int allow_one(struct reader *r, const char *path, const char *where)
