@@ -138,5 +138,35 @@ else
   echo "skipped: the live check against the tokenizers library (no venv with it: $(tail -1 "$tmp/pip.log" 2>/dev/null))"
 fi
 
+# 6. real vocabularies: Mistral 7B's SentencePiece model and Mistral NeMo's byte-level ranks, from
+# PyPI's mistral-common wheel (Apache 2.0), written as the hub's tokenizer.json files are
+# (tests/golden/tokenizer/real.py), against the library on the same lines
+wheels=${XDG_CACHE_HOME:-$HOME/.cache}/tycho-test-wheels
+wheel=$wheels/mistral_common-1.13.1-py3-none-any.whl
+if [ -s "$tmp/live.names" ]; then
+  [ -s "$wheel" ] || "$venv/bin/pip" download -q --no-deps --timeout 20 --retries 1 -d "$wheels" \
+    mistral-common==1.13.1 > "$tmp/pip-real.log" 2>&1
+  "$venv/bin/python" -c 'import sentencepiece' 2>/dev/null ||
+    "$venv/bin/pip" install -q --timeout 20 --retries 1 sentencepiece >> "$tmp/pip-real.log" 2>&1
+fi
+if [ -s "$tmp/live.names" ] && [ -s "$wheel" ] && "$venv/bin/python" -c 'import sentencepiece' 2>/dev/null; then
+  "$venv/bin/python" tests/golden/tokenizer/real.py "$wheel" "$tmp" > "$tmp/real.log" 2>&1 ||
+    fail "real: $(tail -5 "$tmp/real.log")"
+  for name in $(cat "$tmp/real.names" 2>/dev/null); do
+    "$tycho" tokenize "$tmp/$name.json" "$tmp/live.jsonl" --out "$tmp/$name.bin" --no-eos --threads 2 > /dev/null ||
+      { fail "real $name: tokenize failed"; continue; }
+    tokens "$tmp/$name.bin" > "$tmp/$name.got"
+    tr ' ' '\n' < "$tmp/$name.ids" | grep -v '^$' > "$tmp/$name.want"
+    if cmp -s "$tmp/$name.got" "$tmp/$name.want"; then
+      ok "real: $name, $(wc -l < "$tmp/$name.want") ids of $(wc -l < "$tmp/live.jsonl") lines equal the library's"
+    else
+      fail "real: $name differs from the library: $(diff "$tmp/$name.got" "$tmp/$name.want" | head -4 | tr '\n' ' ')"
+    fi
+  done
+  [ "$(wc -l < "$tmp/real.names" 2>/dev/null)" = 2 ] || fail "real: not both tokenizers written ($(tail -3 "$tmp/real.log"))"
+else
+  echo "skipped: the real vocabularies (no mistral-common wheel or sentencepiece: $(tail -1 "$tmp/pip-real.log" 2>/dev/null))"
+fi
+
 [ $failed = 0 ] && echo ok
 exit $failed

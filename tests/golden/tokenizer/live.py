@@ -60,7 +60,8 @@ for p in corpus + ["README.md", "tests/golden/tokenizer/text.txt"]:
     with open(p, encoding="utf-8", errors="replace") as f:
         lines += [l.rstrip("\n") for l in f]
 lines += ["Καλημέρα κόσμε 😀 日本語 مرحبا   \t x", "<|end_of_text|> and <|begin_of_text|>x", "tycho plan tycho planner", "</s> and <s>x <unk> y", "a<|endoftext|>b <|endoftext|> c",
-          "DON'T YOU'LL it's 1234567 x²³ ½ ٣٤٥", "  leading and trailing  ", "\u00a0nbsp\u2003em\u3000ideographic"]
+          "DON'T YOU'LL it's 1234567 x²³ ½ ٣٤٥", "  leading and trailing  ", "\u00a0nbsp\u2003em\u3000ideographic",
+          "\u01c5ungla \u01c8 Ǌ e\u0301cole नमस्ते 한국어 ÀÉÎ õ ÑANDÚ ﬁne Ⅻ ⓐ"]
 lines = [l for l in lines if l.strip()]
 with open(os.path.join(out, "live.jsonl"), "w", encoding="utf-8") as f:
     for l in lines:
