@@ -2,15 +2,17 @@
  * chooses them (runtime/model/generate.h: the key/value cache, greedy or sampled). Between steps,
  * like every trainer call. t:generate(text [, opts]): the text through a tokenizer.json
  * (opts.tokenizer, else init.from's; the codec the command layer gives, tycho_runtime.h), as
- * `tycho generate --prompt` encodes it; returns the continuation's text, then its ids.
+ * `tycho generate --prompt` encodes it; returns the continuation's text, then its ids; it stops
+ * after the tokenizer's eos id (opts.eos, when given, wins: -1 for no stop).
  *
  * On a trainer of one rank it generates from the weights the rank holds. On a job of several
  * ranks it is collective over the trainer's world, whatever the layout (tensor and pipeline
  * parallel, ZeRO 1-3): the whole model's parameters are gathered to the job's rank 0 in the
  * serial model's order (trainer_gather_packed, the gather tycho rehearse compares with), a
  * one-rank model is built there from them, it generates, and the ids are broadcast, so every rank
- * returns the same list — the ids `tycho generate` gives from the same weights on one rank.
- * Refused by name on part of the job (a chunk's selector) and for a mixture of experts. */
+ * returns the same list — the ids `tycho generate` gives from the same weights on one rank; with
+ * experts over ranks (mesh.ep) too, every expert gathered. Refused by name on part of the job (a
+ * chunk's selector). */
 #include <lauxlib.h>
 #include <lua.h>
 #include <stdint.h>
@@ -93,7 +95,8 @@ static long long generate_gathered(struct trainer *t, const struct gen_request *
     if (!b->packed) {
       rc = -1;
       snprintf(err, err_size, "the gather left rank 0 without the parameters");
-    } else if (model_from_packed(&b->one, &t->model.config, b->packed, n_packed, err, err_size)) {
+    } else if (model_from_packed_sparse(&b->one, &t->model.config, t->model.moe, b->packed, n_packed, err,
+                                        err_size)) {
       rc = -1;
     } else {
       b->have_one = 1;
@@ -161,9 +164,6 @@ int tycho_trainer_generate(lua_State *L)
   const int opts = lua_isnoneornil(L, 3) ? 0 : 3;
   if (opts)
     luaL_checktype(L, 3, LUA_TTABLE);
-  if (t->plan->model.moe.experts > 0)
-    return luaL_error(L, "t:generate: generation runs dense models only (model.moe: %d experts)",
-                      t->plan->model.moe.experts);
   struct gen_request r = { 0 };
   r.max_tokens = (long long)opt_number(L, opts, "max_tokens", 64, 1, 1e6);
   r.s.temperature = opt_number(L, opts, "temperature", 0, 0, 1e6);
@@ -172,7 +172,12 @@ int tycho_trainer_generate(lua_State *L)
   r.s.seed = (uint64_t)opt_number(L, opts, "seed", 0, 0, 9007199254740992.0);
   if (r.s.top_p <= 0)
     return luaL_error(L, "t:generate: top_p must be above 0 (1: off)");
-  int eos = (int)opt_number(L, opts, "eos", -1, -1, m->config.vocab - 1);
+  int eos = (int)opt_number(L, opts, "eos", -1, -1, m->config.vocab - 1), eos_given = 0;
+  if (opts) {
+    lua_getfield(L, opts, "eos");
+    eos_given = !lua_isnil(L, -1);
+    lua_pop(L, 1);
+  }
   r.eos = &eos;
   r.n_eos = eos >= 0;
   struct gen_buffers *b = lua_newuserdatauv(L, sizeof *b, 0);
@@ -182,6 +187,13 @@ int tycho_trainer_generate(lua_State *L)
   lua_setfield(L, -2, "__gc");
   lua_setmetatable(L, -2);
   const lua_Integer P = text ? encode_prompt(L, t, opts, b) : luaL_len(L, 2);
+  /* a text prompt stops at its tokenizer's eos, as `tycho generate --prompt` does; opts.eos wins
+   * (-1: no stop); an eos outside the vocabulary could never be chosen */
+  const long long tok_eos = text && !eos_given && codec->eos ? codec->eos(b->tok) : -1;
+  if (tok_eos >= 0 && tok_eos < m->config.vocab) {
+    eos = (int)tok_eos;
+    r.n_eos = 1;
+  }
   if (P < 1 || P > m->config.max_seq)
     return luaL_error(L, "t:generate: the prompt has %d %s; 1 to model.max_seq (%d) are allowed", (int)P,
                       text ? "tokens" : "ids", m->config.max_seq);

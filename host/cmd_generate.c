@@ -206,11 +206,6 @@ static int open_folder(struct gen_model *gm, const char *dir, char *err, size_t 
   int rc = hf_config_read(dir, &hc, err, n);
   if (rc)
     return rc == 2 ? EXIT_USAGE : EXIT_RUNTIME;
-  if (hc.experts > 0) {
-    snprintf(err, n, "%s: a mixture of experts (num_local_experts = %d): tycho generate runs dense "
-             "models only", dir, hc.experts);
-    return EXIT_USAGE;
-  }
   struct plan_model cfg;
   memset(&cfg, 0, sizeof cfg);
   snprintf(cfg.family, sizeof cfg.family, "llama");
@@ -224,6 +219,13 @@ static int open_folder(struct gen_model *gm, const char *dir, char *err, size_t 
   cfg.norm_eps = hc.norm_eps;
   cfg.rope_theta = hc.rope_theta;
   cfg.tie_embeddings = hc.tie_embeddings;
+  if (hc.experts > 0) { /* a Mixtral: every layer sparse (model_create's default), no capacity */
+    cfg.moe.experts = hc.experts;
+    cfg.moe.top_k = hc.top_k;
+    cfg.moe.ffn_dim = hc.ffn_dim;
+    cfg.moe.aux_loss = hc.aux_loss;
+    cfg.moe.n_layers = hc.n_layers;
+  }
   if (model_create(&gm->own, &cfg, err, n))
     return EXIT_RUNTIME;
   gm->have_own = 1;
@@ -246,10 +248,6 @@ static int open_plan(lua_State *L, struct cli *c, struct gen_model *gm, char *er
   char why[2048];
   if (compile_plan(L, c, 1, &p, why, sizeof why)) {
     snprintf(err, n, "plan error: %s", why);
-    return EXIT_USAGE;
-  }
-  if (p->model.moe.experts > 0) {
-    snprintf(err, n, "%s: model.moe (a mixture of experts): tycho generate runs dense models only", c->plan);
     return EXIT_USAGE;
   }
   int rc = trainer_open(&gm->t, p, NULL, err, n);
@@ -452,9 +450,15 @@ static void codec_close(void *tok)
   tokenizer_free(tok);
 }
 
+/* the tokenizer's eos (config.json beside it first, tokenizer.h): where a text prompt's generation stops */
+static long long codec_eos(void *tok)
+{
+  return (long long)tokenizer_eos(tok);
+}
+
 void generate_set_text_codec(void)
 {
-  static const struct tycho_text_codec c = { codec_load, codec_encode, codec_decode, codec_close };
+  static const struct tycho_text_codec c = { codec_load, codec_encode, codec_decode, codec_close, codec_eos };
   tycho_runtime_set_text_codec(&c);
 }
 
@@ -536,8 +540,14 @@ int cmd_generate(lua_State *L, int argc, char **argv)
                g.s.top_k, g.s.top_p, (unsigned long long)g.s.seed);
     else
       snprintf(how, sizeof how, "greedy");
-    fprintf(stderr, "generate: %d layers, dim %d, %d heads / %d kv, vocab %d, in %s on the CPU%s; weights: %s; "
-            "%s, at most %lld tokens%s\n", mc->n_layers, mc->dim, mc->n_heads, mc->n_kv_heads, mc->vocab,
+    char sparse[160] = "";
+    int n_sparse = 0;
+    for (int l = 0; gm->m->moe && l < mc->n_layers; l++) n_sparse += gm->m->moe[l];
+    if (n_sparse)
+      snprintf(sparse, sizeof sparse, " (%d sparse: %d experts, top %d, every assignment kept)", n_sparse,
+               mc->moe.experts, mc->moe.top_k);
+    fprintf(stderr, "generate: %d layers%s, dim %d, %d heads / %d kv, vocab %d, in %s on the CPU%s; weights: %s; "
+            "%s, at most %lld tokens%s\n", mc->n_layers, sparse, mc->dim, mc->n_heads, mc->n_kv_heads, mc->vocab,
             REAL_NAME, gm->have_trainer && gm->t.plan->precision.compute == PLAN_BF16
               ? " (the plan computes in bf16: its fp32 master weights)" : "",
             gm->from, how, g.max_tokens, g.no_cache ? " (no cache: the full forward at every token)" : "");

@@ -8,13 +8,16 @@
 # t:generate gives one rank's ids from the same weights (where mpirun is); --json prints the ids
 # as one line; --prompt TEXT through a model folder's tokenizer.json gives the ids of --prompt-ids
 # of what `tycho tokenize` makes of the text, and streams the --json text, and t:generate(text) at
-# tp 2 on that folder gives those ids and text; bad input is refused with exit 2 naming the
-# option. Where a venv with transformers 4.40.2 over Debian's torch can be made, the greedy ids
+# tp 2 on that folder gives those ids and text; on plans/tiny_moe.lua (a mixture of experts) the
+# cache gives the full forward's ids and t:generate --json's, on one rank and at mesh.ep = 2; bad
+# input is refused with exit 2 naming the option. Where a venv with transformers 4.40.2 over
+# Debian's torch can be made, the greedy ids
 # on a random LlamaForCausalLM saved with save_pretrained equal transformers'
 # generate(do_sample = False), token for token, stopping at config.json's eos_token_id as it
 # does, and --prompt's ids and text those of the tokenizers library's encode and decode around it
-# (else: skipped, saying why). Its lm_head is scaled by 30 so that the top two logits of every
-# step lie far apart compared with the rounding of either side.
+# (else: skipped, saying why), and so do those on a random MixtralForCausalLM. Their lm_heads are
+# scaled by 30 so that the top two logits of every step lie far apart compared with the rounding
+# of either side.
 # usage: generate.sh TYCHO   (run from the source folder)
 set -u
 tycho=$1
@@ -174,6 +177,40 @@ LUA
   echo "ok: t:generate(text) at tp 2 = generate --prompt: ids $jids"
 fi
 
+# a mixture of experts (plans/tiny_moe.lua: layers 1 and 3 sparse, 4 experts, top 2, capacity
+# factor 1.25): the cache gives the full forward's ids (both keep every assignment), greedy and
+# sampled; t:generate gives --json's ids on one rank and, where mpirun is, on both ranks at
+# mesh.ep = 2 (dp 2: each rank holds 2 of the 4 experts, all gathered to rank 0)
+moe=plans/tiny_moe.lua
+mj=$(gen "$moe" --prompt-ids $prompt --max-tokens 24 --json) || fail "generate $moe --json"
+mg=$(echo "$mj" | sed 's/.*"ids": \[\([^]]*\)\].*/\1/; s/,//g')
+[ "$(echo "$mg" | wc -w)" -eq 24 ] || fail "$moe: not 24 ids: $mj"
+grep -q "4 layers (2 sparse: 4 experts, top 2, every assignment kept)" "$tmp/err" || fail "header: $(cat "$tmp/err")"
+mf=$(gen "$moe" --prompt-ids $prompt --max-tokens 24 --no-cache) || fail "generate $moe --no-cache"
+[ "$mg" = "$mf" ] || fail "$moe: the cache gives '$mg', the full forward '$mf'"
+ms=$(gen "$moe" --prompt-ids $prompt --max-tokens 24 --temperature 1 --seed 7) || fail "generate $moe sampled"
+msf=$(gen "$moe" --prompt-ids $prompt --max-tokens 24 --temperature 1 --seed 7 --no-cache) ||
+  fail "generate $moe sampled --no-cache"
+[ "$ms" = "$msf" ] || fail "$moe sampled: the cache gives '$ms', the full forward '$msf'"
+cat >"$tmp/moe.lua" <<'LUA'
+g = t:generate({49,50,43,51,52,61}, {max_tokens=24})
+s = t:generate({49,50,43,51,52,61}, {max_tokens=24, temperature=1, seed=7})
+io.write(string.format("rank%d greedy %s\nrank%d seed7 %s\n", t.rank, table.concat(g, " "), t.rank, table.concat(s, " ")))
+LUA
+"$tycho" repl "$moe" "$tmp/moe.lua" --set train.eval_every=0 >"$tmp/mrepl" 2>&1
+[ "$(sed -n 's/.*rank0 greedy //p' "$tmp/mrepl")" = "$mg" ] || fail "$moe t:generate: $(cat "$tmp/mrepl")"
+[ "$(sed -n 's/.*rank0 seed7 //p' "$tmp/mrepl")" = "$ms" ] || fail "$moe t:generate sampled: $(cat "$tmp/mrepl")"
+if command -v mpirun >/dev/null 2>&1; then
+  mpirun -np 2 "$tycho" repl "$moe" "$tmp/moe.lua" --set train.eval_every=0 --set mesh.ep=2 >"$tmp/mrepl" 2>&1
+  for r in 0 1; do
+    [ "$(sed -n "s/.*rank$r greedy //p" "$tmp/mrepl")" = "$mg" ] || fail "$moe ep 2, rank $r: $(cat "$tmp/mrepl")"
+    [ "$(sed -n "s/.*rank$r seed7 //p" "$tmp/mrepl")" = "$ms" ] || fail "$moe ep 2, rank $r sampled: $(cat "$tmp/mrepl")"
+  done
+  echo "ok: $moe: cached = full forward, t:generate on one rank and at ep 2 = generate: $mg"
+else
+  echo "ok: $moe: cached = full forward, t:generate = generate: $mg (ep 2 skipped: no mpirun)"
+fi
+
 # (3) refusals
 expect 2 "tycho: --prompt-ids: token id 64 is not below the model's vocabulary (64)" \
   "$tycho" generate "$plan" --prompt-ids 1,64
@@ -186,8 +223,6 @@ expect 2 "tycho: --top-p 0: must be above 0 (1: off)" "$tycho" generate "$plan" 
 expect 2 "tycho: --top-p 1.5: not a number in [0, 1]" "$tycho" generate "$plan" --prompt-ids 1 --top-p 1.5
 expect 2 "tycho: --max-tokens needs an integer in 1..1000000 (got 0: out of range); see tycho --help" "$tycho" generate "$plan" --prompt-ids 1 --max-tokens 0
 expect 2 "tycho: generate needs one prompt: --prompt-ids I,J,K or --prompt TEXT" "$tycho" generate "$plan"
-expect 2 "tycho: tests/plans/good/moe_small.lua: model.moe (a mixture of experts): tycho generate runs dense models only" \
-  "$tycho" generate tests/plans/good/moe_small.lua --prompt-ids 1
 expect 2 "tycho: --prompt needs a tokenizer, and the plan has no init.from folder to find one in; give --tokenizer PATH (a tokenizer.json or the folder holding it) or the ids with --prompt-ids I,J,K" \
   "$tycho" generate "$plan" --prompt "12+34="
 expect 2 "tycho: --prompt: token id 69 is not below the model's vocabulary (64)" \
@@ -251,3 +286,38 @@ want, got = (json.load(open(f)) for f in sys.argv[1:])
 assert got == want, f"tycho {got}, transformers and tokenizers {want}"
 print("ok: --prompt's ids and text are tokenizers' encode, transformers' generate and tokenizers' decode:", got["text"][:60])
 EOF
+
+# transformers' greedy generate on a random MixtralForCausalLM (every layer sparse: 4 experts, top
+# 2; transformers keeps every assignment, as tycho's generation does), its lm_head scaled by 30 and
+# its routers by 10 so that neither the top two logits nor a token's choice of experts turns on
+# rounding
+"$venv/bin/python" - "$tmp/mx" <<'EOF' >"$tmp/mx.txt" 2>"$tmp/err" || fail "transformers' Mixtral"
+import sys
+import torch
+from transformers import MixtralConfig, MixtralForCausalLM
+torch.manual_seed(0)
+cfg = MixtralConfig(vocab_size=1000, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                    rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+                    num_local_experts=4, num_experts_per_tok=2, bos_token_id=1, eos_token_id=875,
+                    pad_token_id=0)
+model = MixtralForCausalLM(cfg).float().eval()
+with torch.no_grad():
+    model.lm_head.weight.mul_(30.0)
+    for layer in model.model.layers:
+        layer.block_sparse_moe.gate.weight.mul_(10.0)
+model.save_pretrained(sys.argv[1], safe_serialization=True)
+for prompt in ([5, 17, 42, 3, 88, 9, 60], [7], [2, 2, 31, 640, 11]):
+    x = torch.tensor([prompt])
+    with torch.no_grad():
+        out = model.generate(x, do_sample=False, max_new_tokens=40, attention_mask=torch.ones_like(x))
+    print(",".join(map(str, prompt)), " ".join(map(str, out[0, len(prompt):].tolist())))
+EOF
+n=0
+while read -r p ids; do
+  got=$(gen "$tmp/mx" --prompt-ids "$p" --max-tokens 40) || fail "generate from the saved Mixtral"
+  [ "$got" = "$ids" ] || fail "Mixtral, prompt $p: tycho '$got', transformers '$ids'"
+  n=$((n + 1))
+done <"$tmp/mx.txt"
+[ "$n" -eq 3 ] || fail "$n Mixtral prompts compared"
+echo "ok: transformers' greedy generate on a random Mixtral, token for token, on 3 prompts: $(cut -d' ' -f2- "$tmp/mx.txt" | head -n 1)"

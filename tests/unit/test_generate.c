@@ -1,10 +1,12 @@
 /* Generation (runtime/model/generate.h): the key/value-cache forward gives, at every position, the
  * logits of the training forward over the whole sequence (the prompt as one block, then one token
- * at a time, with grouped-query heads and a tied and an untied head); the sampler is greedy at
+ * at a time, with grouped-query heads and a tied and an untied head, and through sparse layers
+ * with every assignment kept); the sampler is greedy at
  * temperature 0 with ties to the lowest id, and otherwise draws from softmax(logits / T) cut by
  * top-k and then top-p (the smallest most probable prefix reaching p) in the stated proportions,
  * a function of (seed, position) alone. */
 #include "check.h"
+#include "runtime/model/alloc.h"
 #include "runtime/model/generate.h"
 #include "runtime/model/model.h"
 #include "runtime_fixture.h"
@@ -65,6 +67,66 @@ static void cache_equals_full_forward(int tied)
 
 static void cache_equals_full_forward_untied(void) { cache_equals_full_forward(0); }
 static void cache_equals_full_forward_tied(void) { cache_equals_full_forward(1); }
+
+/* The same on a mixture of experts: layers 0 and 2 of 3 sparse (4 experts of width 48, top 2),
+ * layer 1 dense, so the experts' outputs reach the next layers' cached keys and values. The
+ * capacity factor 0.5 keeps at most ceil(0.5 · t · 2 / 4) of a sequence's t·2 assignments per
+ * expert, so the training forward over the sequence drops some, and a token's output there
+ * depends on the tokens after it; generation keeps every assignment (gen_forward, and the full
+ * forward on gen_full_model's copy), and the two agree to the same bound as the dense model's
+ * (3 layers of sums of at most 64 terms: 1536·REAL_U). The plan's capacity applied to the full
+ * forward gives other logits: the copy's rule is not idle. */
+static void cache_equals_full_forward_moe(void)
+{
+  struct plan p;
+  fixture_plan(&p, (struct fixture_shape){ 3, 32, 4, 2, 64, 64, 16, 2, 2 });
+  p.model.moe = (struct plan_moe){ .experts = 4, .top_k = 2, .ffn_dim = 48, .capacity_factor = 0.5, .n_layers = 2 };
+  const uint8_t sparse[3] = { 1, 0, 1 };
+  struct model m, full;
+  CHECK(model_create_table_sparse(&m, &p.model, sparse, err, sizeof err) == 0);
+  m.param_memory = alloc_reals_on(m.device, ALLOC_PARAMS, m.n_elems);
+  m.grad_memory = alloc_reals_on(m.device, ALLOC_GRADS, m.n_elems);
+  CHECK(m.param_memory && m.grad_memory);
+  model_bind_memory(&m, m.param_memory, m.grad_memory);
+  CHECK(model_init(&m, 5, err, sizeof err) == 0);
+  for (size_t i = 0; i < m.n_elems; i++) m.param_memory[i] *= 20;
+  const int T = 12, P = 5, Vp = m.config.vocab_padded;
+  int tokens[12] = { 3, 17, 42, 5, 9, 60, 1, 33, 33, 7, 0, 63 };
+  struct gen_cache c;
+  struct model_acts a, capped;
+  CHECK(gen_cache_open(&c, &m, T, P, err, sizeof err) == 0);
+  gen_full_model(&full, &m);
+  CHECK(full.config.moe.capacity_factor == 0 && m.config.moe.capacity_factor == 0.5);
+  CHECK(model_acts_create(&a, &full, 1, T, err, sizeof err) == 0);
+  CHECK(model_acts_create(&capped, &m, 1, T, err, sizeof err) == 0);
+  real *want = malloc((size_t)Vp * sizeof *want), *drop = malloc((size_t)Vp * sizeof *drop);
+  double worst = 0, dropped = 0;
+  for (int t = P; t <= T; t++) {
+    gen_forward(&c, t == P ? tokens : &tokens[t - 1], t == P ? P : 1);
+    CHECK(c.n == t);
+    gen_forward_full(&full, &a, tokens, t, want);
+    gen_forward_full(&m, &capped, tokens, t, drop);
+    double mx = 0, d = 0, dd = 0;
+    for (int v = 0; v < m.config.vocab; v++) {
+      mx = fmax(mx, fabs((double)want[v]));
+      d = fmax(d, fabs((double)want[v] - (double)c.logits[v]));
+      dd = fmax(dd, fabs((double)want[v] - (double)drop[v]));
+    }
+    CHECK(mx > 0.1);
+    CHECK_MSG(d <= 1536 * REAL_U * mx, "position %d: %.3g apart, largest logit %.3g", t, d, mx);
+    worst = fmax(worst, d / mx);
+    dropped = fmax(dropped, dd / mx);
+  }
+  CHECK_MSG(dropped > 1e-2, "the plan's capacity changed the logits by %.3g only", dropped);
+  printf("  mixture of experts: the cache's logits within %.2g of the dropless full forward's (relative); "
+         "the plan's capacity moves them by %.2g\n", worst, dropped);
+  free(want);
+  free(drop);
+  model_acts_free(&a);
+  model_acts_free(&capped);
+  gen_cache_close(&c);
+  model_free(&m);
+}
 
 static void greedy_takes_the_lowest_id_on_ties(void)
 {
@@ -152,6 +214,7 @@ static void draws_are_a_function_of_seed_and_position(void)
 
 TEST_MAIN(TEST(cache_equals_full_forward_untied),
           TEST(cache_equals_full_forward_tied),
+          TEST(cache_equals_full_forward_moe),
           TEST(greedy_takes_the_lowest_id_on_ties),
           TEST(sampling_follows_temperature_top_k_and_top_p),
           TEST(draws_are_a_function_of_seed_and_position))

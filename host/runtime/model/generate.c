@@ -2,7 +2,8 @@
  * forward recomputed over the whole sequence as its check, and the sampler.
  *
  * The cached forward uses the model's kernel table for everything but the attention, so the
- * norms, products, RoPE and SwiGLU are the training's kernels on fewer rows. The attention of a
+ * norms, products, RoPE, SwiGLU and a sparse layer's routing are the training's kernels on fewer
+ * rows. The attention of a
  * new row reads every cached position up to its own (causal by construction: the cache holds
  * nothing later), with the max subtracted before exp and the sums in `real` as the training
  * kernel's online softmax keeps them; the two differ by rounding only. */
@@ -24,14 +25,9 @@ int gen_cache_open(struct gen_cache *c, const struct model *m, int max_T, int ma
 {
   memset(c, 0, sizeof *c);
   const struct plan_model *cfg = &m->config;
-  if (m->moe) {
-    for (int l = 0; l < cfg->n_layers; l++)
-      if (m->moe[l]) {
-        snprintf(err, err_size, "generation runs dense models only: layer %d is sparse (model.moe)", l);
-        return -1;
-      }
-  }
-  if (m->tp.size != 1 || !m->embed_here || !m->head_here) {
+  int sparse = 0;
+  for (int l = 0; m->moe && l < cfg->n_layers; l++) sparse |= m->moe[l];
+  if (m->tp.size != 1 || m->ep.size > 1 || !m->embed_here || !m->head_here) {
     snprintf(err, err_size, "generation runs on one rank holding the whole model");
     return -1;
   }
@@ -56,9 +52,27 @@ int gen_cache_open(struct gen_cache *c, const struct model *m, int max_T, int ma
     { &c->cos, R * HS / 2 + 1 }, { &c->sin, R * HS / 2 + 1 }, { &c->scores, (size_t)max_T },
     { &c->logits, (size_t)cfg->vocab_padded },
   };
-  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-    *bufs[i].p = m->k->mem_alloc(m->kctx, bufs[i].n * sizeof(real));
-    if (!*bufs[i].p) {
+  /* the sparse layers' routing and experts' rows: each of the R tokens sends K rows */
+  const size_t E = sparse ? (size_t)cfg->moe.experts : 0, K = sparse ? (size_t)cfg->moe.top_k : 0;
+  const size_t Fe = sparse ? (size_t)cfg->moe.ffn_dim : 0;
+  struct { real **p; size_t n; } moe_bufs[] = {
+    { &c->moe_logits, R * E }, { &c->moe_probs, R * E }, { &c->moe_topw, R * K }, { &c->moe_lse, R },
+    { &c->moe_xe, R * K * C }, { &c->moe_ye, R * K * C }, { &c->moe_gate, R * K * Fe },
+    { &c->moe_up, R * K * Fe }, { &c->moe_hid, R * K * Fe },
+  };
+  struct { int **p; size_t n; } moe_ints[] = {
+    { &c->moe_topi, R * K }, { &c->moe_slot, R * K }, { &c->moe_counts, E }, { &c->moe_routed, E },
+  };
+  const size_t n_bufs = sizeof bufs / sizeof bufs[0], n_moe = sparse ? sizeof moe_bufs / sizeof moe_bufs[0] : 0;
+  const size_t n_ints = sparse ? sizeof moe_ints / sizeof moe_ints[0] : 0;
+  for (size_t i = 0; i < n_bufs + n_moe + n_ints; i++) {
+    void **p = i < n_bufs ? (void **)bufs[i].p : i < n_bufs + n_moe ? (void **)moe_bufs[i - n_bufs].p
+                                                                    : (void **)moe_ints[i - n_bufs - n_moe].p;
+    const size_t bytes = i < n_bufs ? bufs[i].n * sizeof(real) : i < n_bufs + n_moe
+                                          ? moe_bufs[i - n_bufs].n * sizeof(real)
+                                          : moe_ints[i - n_bufs - n_moe].n * sizeof(int);
+    *p = m->k->mem_alloc(m->kctx, bytes);
+    if (!*p) {
       gen_cache_close(c);
       snprintf(err, err_size, "generation: out of memory for the key/value cache of %d positions", max_T);
       return -1;
@@ -71,8 +85,10 @@ void gen_cache_close(struct gen_cache *c)
 {
   if (!c->m)
     return;
-  real *all[] = { c->k, c->v, c->x, c->h, c->q, c->kr, c->vr, c->att, c->gate, c->up, c->hid,
-                  c->rstd, c->cos, c->sin, c->scores, c->logits };
+  void *all[] = { c->k, c->v, c->x, c->h, c->q, c->kr, c->vr, c->att, c->gate, c->up, c->hid,
+                  c->rstd, c->cos, c->sin, c->scores, c->logits, c->moe_logits, c->moe_probs,
+                  c->moe_topw, c->moe_lse, c->moe_xe, c->moe_ye, c->moe_gate, c->moe_up, c->moe_hid,
+                  c->moe_topi, c->moe_slot, c->moe_counts, c->moe_routed };
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (all[i])
       c->m->k->mem_free(c->m->kctx, all[i]);
@@ -117,6 +133,37 @@ static void attend(struct gen_cache *c, const real *K, const real *V, int p0, in
   }
 }
 
+/* x += moe(h) on n rows: the training's kernels (router, routing, dispatch, the experts' SwiGLU,
+ * combine) with each token a routing group of its own and no capacity, so every one of a token's
+ * top_k assignments is kept whatever model.moe.capacity_factor says: a token's output does not
+ * depend on the tokens beside it, which the cache needs (a capacity over the sequence would let a
+ * later token's choices drop an earlier token's, after its keys and values were cached). */
+static void moe_forward(struct gen_cache *c, const struct model_layer_weights *w, int n)
+{
+  const struct model *m = c->m;
+  const struct kernel_ops *k = m->k;
+  void *kc = m->kctx;
+  const int C = m->config.dim, E = m->config.moe.experts, K = m->config.moe.top_k, Fe = m->config.moe.ffn_dim;
+  k->linear_forward(kc, c->moe_logits, c->h, w->router, n, C, E);
+  k->moe_router_forward(kc, c->moe_probs, c->moe_topi, c->moe_topw, c->moe_lse, c->moe_logits, n, E, K);
+  k->moe_route(kc, c->moe_slot, c->moe_counts, c->moe_routed, c->moe_topi, n, 1, E, K, 0);
+  k->moe_dispatch(kc, c->moe_xe, c->h, c->moe_slot, n, K, C);
+  size_t at = 0; /* the expert's first row: counts are host memory (gen_cache_open) */
+  for (int e = 0; e < E; e++) {
+    const int rows = c->moe_counts[e];
+    if (rows == 0)
+      continue;
+    real *g = c->moe_gate + at * Fe, *u = c->moe_up + at * Fe, *h = c->moe_hid + at * Fe;
+    k->linear_forward(kc, g, c->moe_xe + at * C, w->w1[e], rows, C, Fe);
+    k->linear_forward(kc, u, c->moe_xe + at * C, w->w3[e], rows, C, Fe);
+    k->swiglu_forward(kc, h, g, u, (size_t)rows * Fe);
+    k->linear_forward(kc, c->moe_ye + at * C, h, w->w2[e], rows, Fe, C);
+    at += (size_t)rows;
+  }
+  k->moe_combine(kc, c->h, c->moe_ye, c->moe_slot, c->moe_topw, n, K, C);
+  k->vec_add(kc, c->x, c->x, c->h, (size_t)n * C);
+}
+
 void gen_forward(struct gen_cache *c, const int *tokens, int n)
 {
   const struct model *m = c->m;
@@ -145,6 +192,10 @@ void gen_forward(struct gen_cache *c, const int *tokens, int n)
     attend(c, K, V, p0, n);
     k->linear_forward_acc(kc, c->x, c->att, w->wo, n, QD, C); /* x += o(att) */
     k->rmsnorm_forward(kc, c->h, c->rstd, c->x, w->mlp_norm, n, C, eps);
+    if (m->moe && m->moe[l]) {
+      moe_forward(c, w, n);
+      continue;
+    }
     k->linear_forward(kc, c->gate, c->h, w->wgate, n, C, F);
     k->linear_forward(kc, c->up, c->h, w->wup, n, C, F);
     k->swiglu_forward(kc, c->hid, c->gate, c->up, (size_t)n * F);
@@ -154,6 +205,14 @@ void gen_forward(struct gen_cache *c, const int *tokens, int n)
   k->rmsnorm_forward(kc, c->h, c->rstd, last, m->final_norm, 1, C, eps);
   k->linear_forward(kc, c->logits, c->h, m->head, 1, C, cfg->vocab_padded);
   c->n += n;
+}
+
+void gen_full_model(struct model *view, const struct model *m)
+{
+  *view = *m;
+  view->config.moe.capacity_factor = 0;
+  view->rank.config.moe.capacity_factor = 0; /* what the activations' layout reads */
+  view->moe_collect = 0;
 }
 
 void gen_forward_full(const struct model *m, struct model_acts *a, const int *tokens, int T, real *logits)
@@ -256,6 +315,7 @@ long long gen_run(const struct model *m, const struct gen_request *r, int *out, 
   const int T_max = P + (int)budget - 1 > P ? P + (int)budget - 1 : P;
   struct gen_cache cache = { 0 };
   struct model_acts acts;
+  struct model full;
   int have_acts = 0;
   long long n_out = -1;
   int *seq = malloc((size_t)T_max * sizeof *seq);
@@ -270,7 +330,8 @@ long long gen_run(const struct model *m, const struct gen_request *r, int *out, 
       snprintf(err, err_size, "generation runs on one rank holding the whole model, in host memory");
       goto done;
     }
-    if (model_acts_create(&acts, m, 1, T_max, err, err_size))
+    gen_full_model(&full, m);
+    if (model_acts_create(&acts, &full, 1, T_max, err, err_size))
       goto done;
     have_acts = 1;
   } else if (gen_cache_open(&cache, m, T_max, P, err, err_size)) {
@@ -281,7 +342,7 @@ long long gen_run(const struct model *m, const struct gen_request *r, int *out, 
   n_out = 0;
   while (n_out < budget) {
     if (r->no_cache) {
-      gen_forward_full(m, &acts, seq, T, logits);
+      gen_forward_full(&full, &acts, seq, T, logits);
     } else {
       gen_forward(&cache, n_out ? &seq[T - 1] : seq, n_out ? 1 : P);
       memcpy(logits, cache.logits, (size_t)Vp * sizeof *logits);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/model/alloc.h"
 #include "runtime/model/model.h"
 #include "runtime/parallel/dp.h"
 #include "runtime/train/train.h"
@@ -67,11 +68,25 @@ int trainer_gather_packed(struct trainer *t, real **out, size_t *n, char *err, s
 int model_from_packed(struct model *m, const struct plan_model *cfg, const real *packed, size_t n, char *err,
                       size_t err_size)
 {
+  return model_from_packed_sparse(m, cfg, NULL, packed, n, err, err_size);
+}
+
+int model_from_packed_sparse(struct model *m, const struct plan_model *cfg, const uint8_t *sparse,
+                             const real *packed, size_t n, char *err, size_t err_size)
+{
   struct plan_model c = *cfg;
   c.vocab_padded = 0; /* one rank: no tensor-parallel padding (the sampler reads vocab logits) */
   memset(m, 0, sizeof *m);
-  if (model_create(m, &c, err, err_size))
+  if (model_create_table_sparse(m, &c, sparse, err, err_size)) /* the trainer's sparse layers */
     return -1;
+  m->param_memory = alloc_reals_on(m->device, ALLOC_PARAMS, m->n_elems);
+  m->grad_memory = alloc_reals_on(m->device, ALLOC_GRADS, m->n_elems);
+  if (!m->param_memory || !m->grad_memory) {
+    model_free(m);
+    memset(m, 0, sizeof *m);
+    return errf(err, err_size, "out of memory for the parameters of a %d-layer model of dim %d", c.n_layers, c.dim);
+  }
+  model_bind_memory(m, m->param_memory, m->grad_memory);
   size_t total = 0;
   for (int i = 0; i < m->n_params; i++) total += logical_elems(&m->params[i]);
   if (total != n) {

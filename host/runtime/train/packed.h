@@ -7,6 +7,7 @@
 #ifndef TYCHO_RUNTIME_PACKED_H
 #define TYCHO_RUNTIME_PACKED_H
 #include <stddef.h>
+#include <stdint.h>
 
 #include "real.h"
 #include "plan/plan.h"
@@ -25,5 +26,9 @@ real *model_packed(const struct model *m, size_t *n);
  * message (out of memory, a count that does not fit the model); m is then left empty. */
 int model_from_packed(struct model *m, const struct plan_model *cfg, const real *packed, size_t n, char *err,
                       size_t err_size);
+/* The same with the sparse layers of a model with experts given: sparse (L) flags, a trainer's
+ * model.moe (its m->moe); NULL: every layer sparse, as model_from_packed makes them. */
+int model_from_packed_sparse(struct model *m, const struct plan_model *cfg, const uint8_t *sparse,
+                             const real *packed, size_t n, char *err, size_t err_size);
 
 #endif
