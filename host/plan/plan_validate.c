@@ -394,11 +394,6 @@ static int validate_training(struct plan *p, char *err, size_t n)
   if (p->train.sample.given && !p->data.tokenizer[0])
     return fail(err, n, p, "train.sample", "train.sample: the prompt is encoded with data.tokenizer, and the plan "
                 "gives none (train.sample goes with data.text)");
-  if (p->train.sample.given && (p->mesh.tp > 1 || p->mesh.pp > 1 || p->zero >= 3 || p->model.moe.experts > 0))
-    return fail(err, n, p, "train.sample", "train.sample: rank 0 generates from the weights it holds, and this "
-                "layout does not hold the whole model there (mesh.tp = %d, mesh.pp = %d, zero = %d%s); sample with "
-                "tp 1, pp 1, zero 0-2 and a dense model", p->mesh.tp, p->mesh.pp, p->zero,
-                p->model.moe.experts > 0 ? ", model.moe" : "");
   if (p->train.max_loss_jump != 0 && p->train.max_loss_jump <= 1)
     return fail(err, n, p, "train.max_loss_jump", "train.max_loss_jump = %g: must be above 1 (a step whose "
                 "loss is more than this many times the mean of the recent steps is skipped), or 0 for off",
