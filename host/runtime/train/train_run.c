@@ -684,7 +684,7 @@ static int run_steps(struct trainer *t, struct run_log *log, struct train_moe *m
       char why[1024];
       if (log_eval(log, &ev, why, sizeof why) && !failed)
         failed = errf(err, n, "%s", why);
-      if (p->train.sample.given && log->rank == 0 && log->out && !ev.stopped)
+      if (p->train.sample.given && !ev.stopped) /* collective (the gather to rank 0); rank 0 prints */
         train_sample_print(t, log->out, ev.step);
     }
     if (p->export_.path[0] && ((p->export_.every > 0 && (s + 1) % p->export_.every == 0) || last)) {
