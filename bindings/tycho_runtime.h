@@ -23,13 +23,14 @@ void tycho_runtime_set_stop_hook(int (*stop)(void *ctx), void *ctx);
 /* The tokenizer of t:generate's text prompts, given by the command layer (the tokenizers are
  * above the bindings): load a tokenizer.json (or the folder holding one; NULL with the message),
  * encode text as `tycho generate --prompt` does (malloc'd ids; 0, or −1 with the message),
- * decode ids into malloc'd text (NULL when it cannot), close. NULL (the default): text prompts
- * are refused. */
+ * decode ids into malloc'd text (NULL when it cannot), close, and the eos id generation stops
+ * at (-1: none). NULL (the default): text prompts are refused. */
 struct tycho_text_codec {
   void *(*load)(const char *path, char *err, size_t err_size);
   int (*encode)(void *tok, const char *text, size_t len, int **ids, int *n, char *err, size_t err_size);
   char *(*decode)(void *tok, const int *ids, long long n, size_t *len);
   void (*close)(void *tok);
+  long long (*eos)(void *tok);
 };
 void tycho_runtime_set_text_codec(const struct tycho_text_codec *codec);
 

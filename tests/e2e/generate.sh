@@ -8,7 +8,8 @@
 # t:generate gives one rank's ids from the same weights (where mpirun is); --json prints the ids
 # as one line; --prompt TEXT through a model folder's tokenizer.json gives the ids of --prompt-ids
 # of what `tycho tokenize` makes of the text, and streams the --json text, and t:generate(text) at
-# tp 2 on that folder gives those ids and text; on plans/tiny_moe.lua (a mixture of experts) the
+# tp 2 on that folder gives those ids and text, and stops after its tokenizer's eos id (not with
+# opts.eos = -1); on plans/tiny_moe.lua (a mixture of experts) the
 # cache gives the full forward's ids and t:generate --json's, on one rank and at mesh.ep = 2; bad
 # input is refused with exit 2 naming the option. Where a venv with transformers 4.40.2 over
 # Debian's torch can be made, the greedy ids
@@ -159,22 +160,36 @@ case $jtext in
   *) [ "$streamed" = "$jtext" ] || fail "streamed '$streamed', --json's text '$jtext'" ;;
 esac
 echo "ok: --prompt through tokenizer.json = --prompt-ids $ids; text: $jt"
-# t:generate(text) at tp 2 on init.from's weights and tokenizer.json: --prompt's ids and text
+# t:generate(text) at tp 2 on init.from's weights and tokenizer.json: --prompt's ids and text;
+# through a tokenizer whose eos (its config.json's eos_token_id) is the 5th id of those, the ids
+# stop after that id's first place, and with opts.eos = -1 they do not
 if command -v mpirun >/dev/null 2>&1; then
+  jids=$(echo "$jt" | sed 's/.*"ids": \[\([^]]*\)\].*/\1/')
+  eos=$(echo "$jids" | tr -d , | cut -d' ' -f5)
+  to_eos=$(echo "$jids" | tr -d , | tr ' ' '\n' | sed "/^$eos\$/q" | paste -sd, | sed 's/,/, /g')
+  mkdir -p "$tmp/C" && cp tests/golden/tokenizer/bytelevel.json "$tmp/C/tokenizer.json" &&
+    echo "{\"eos_token_id\": $eos}" >"$tmp/C/config.json" || fail "the eos tokenizer folder"
   cat >"$tmp/text.lua" <<LUA
 x, y = t:generate("$text", {max_tokens=16})
 io.write(string.format("rank%d ids %s\n", t.rank, table.concat(y, ", ")))
 if t.rank == 0 then io.open("$tmp/text.out", "wb"):write(x) end
+x, y = t:generate("$text", {max_tokens=16, tokenizer="$tmp/C"})
+io.write(string.format("rank%d to_eos %s\n", t.rank, table.concat(y, ", ")))
+x, y = t:generate("$text", {max_tokens=16, tokenizer="$tmp/C", eos=-1})
+io.write(string.format("rank%d eos_off %s\n", t.rank, table.concat(y, ", ")))
 LUA
   mpirun -np 2 "$tycho" repl "$plan" "$tmp/text.lua" --set mesh.tp=2 --set model.vocab=1000 \
     --set init.from="$tmp/B" --set train.eval_every=0 >"$tmp/mrepl" 2>&1
-  jids=$(echo "$jt" | sed 's/.*"ids": \[\([^]]*\)\].*/\1/')
   for r in 0 1; do
     [ "$(sed -n "s/.*rank$r ids //p" "$tmp/mrepl")" = "$jids" ] || fail "t:generate(text), rank $r: $(cat "$tmp/mrepl")"
+    [ "$(sed -n "s/.*rank$r to_eos //p" "$tmp/mrepl")" = "$to_eos" ] ||
+      fail "t:generate(text) with eos $eos, rank $r: want $to_eos: $(cat "$tmp/mrepl")"
+    [ "$(sed -n "s/.*rank$r eos_off //p" "$tmp/mrepl")" = "$jids" ] ||
+      fail "t:generate(text) with opts.eos = -1, rank $r: $(cat "$tmp/mrepl")"
   done
   [ -s "$tmp/text.out" ] && [ "$(cat "$tmp/text.out")" = "$streamed" ] ||
     fail "t:generate(text) gave '$(cat "$tmp/text.out" 2>/dev/null)', generate --prompt '$streamed'"
-  echo "ok: t:generate(text) at tp 2 = generate --prompt: ids $jids"
+  echo "ok: t:generate(text) at tp 2 = generate --prompt: ids $jids; stops at the tokenizer's eos $eos: $to_eos"
 fi
 
 # a mixture of experts (plans/tiny_moe.lua: layers 1 and 3 sparse, 4 experts, top 2, capacity
