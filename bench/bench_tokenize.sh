@@ -4,11 +4,13 @@
 # equal (the script stops, exit 1, naming the tokenizer, where they differ), and a table of CPU
 # seconds and tokens per second per CPU second for each.
 #
-# usage: bash bench/bench_tokenize.sh [--mb M] [--rounds R]
+# usage: bash bench/bench_tokenize.sh [--mb M] [--rounds R] [--tokenizer FILE]...
 #   --mb M       corpus size in MB (default 8): paragraphs of the Python standard library's sources
 #                and of /usr/share/common-licenses (English prose and code), one document a
 #                paragraph, as .jsonl {"text": ...}; the golden text's lines mixed in
 #   --rounds R   runs of each (default 3); a cell is the median of its rounds
+#   --tokenizer FILE  a tokenizer.json to measure instead of the two golden ones (repeatable; the
+#                real vocabularies tests/golden/tokenizer/real.py writes, for example)
 #   TYCHO=PATH   the tycho binary (default build/tycho)
 #
 # One thread each: tycho --threads 1; tokenizers with RAYON_NUM_THREADS=1 and
@@ -21,11 +23,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mb=8 rounds=3
+toks=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --mb) mb=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    *) echo "usage: bench/bench_tokenize.sh [--mb M] [--rounds R]" >&2; exit 2 ;;
+    --tokenizer) toks+=("$2"); shift 2 ;;
+    *) echo "usage: bench/bench_tokenize.sh [--mb M] [--rounds R] [--tokenizer FILE]..." >&2; exit 2 ;;
   esac
 done
 tycho=${TYCHO:-build/tycho}
@@ -64,9 +68,10 @@ print(f"corpus: {docs} documents, {n / 1e6:.1f} MB of .jsonl", file=sys.stderr)
 EOF
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-printf '\n%-10s %10s %12s %16s %12s %16s %8s\n' tokenizer tokens "tycho CPU s" "tycho tok/s/core" "tokenizers s" "tokenizers tok/s" "ratio"
-for tok in bytelevel sp; do
-  json=tests/golden/tokenizer/$tok.json
+printf '\n%-14s %10s %12s %16s %12s %16s %8s\n' tokenizer tokens "tycho CPU s" "tycho tok/s/core" "tokenizers s" "tokenizers tok/s" "ratio"
+[ ${#toks[@]} -gt 0 ] || toks=(tests/golden/tokenizer/bytelevel.json tests/golden/tokenizer/sp.json)
+for json in "${toks[@]}"; do
+  tok=$(basename "$json" .json)
   : >"$tmp/tycho.s"
   : >"$tmp/lib.s"
   for r in $(seq 1 "$rounds"); do
@@ -95,7 +100,7 @@ EOF
   ts=$(median <"$tmp/tycho.s")
   ls=$(awk '{ print $1 }' "$tmp/lib.s" | median)
   awk -v t="$tok" -v n="$n" -v a="$ts" -v b="$ls" 'BEGIN {
-    printf "%-10s %10d %12.2f %16.0f %12.2f %16.0f %7.2fx\n", t, n, a, n / a, b, n / b, (n / a) / (n / b) }'
+    printf "%-14s %10d %12.2f %16.0f %12.2f %16.0f %7.2fx\n", t, n, a, n / a, b, n / b, (n / a) / (n / b) }'
 done
-echo "ids: equal for both tokenizers in every round; ratio: tycho's tokens/s per core over tokenizers'"
+echo "ids: equal for every tokenizer in every round; ratio: tycho's tokens/s per core over tokenizers'"
 echo "machine: $(getconf _NPROCESSORS_ONLN) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); load average $(cut -d' ' -f1-3 /proc/loadavg)"

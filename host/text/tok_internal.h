@@ -63,6 +63,17 @@ struct tok_mergemap {
   size_t cap;
 };
 
+/* A merge's first slot: both ids mixed into every bit (the splitmix64 finalizer), since the
+ * low bits of a plain multiplicative hash of left << 32 | right hold only the right id, and a
+ * large vocabulary's merges sharing a right symbol then probe long runs. */
+static inline size_t tok_merge_slot(const struct tok_mergemap *m, uint64_t key)
+{
+  uint64_t z = key + 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return (size_t)(z ^ (z >> 31)) & (m->cap - 1);
+}
+
 #define TOK_MAX_STEPS 16
 
 struct tokenizer {

@@ -332,7 +332,7 @@ static int read_id(const struct ld *l, int node, uint32_t *id)
 
 static int merge_put(struct tok_mergemap *m, uint64_t key, uint32_t rank, uint32_t id)
 {
-  size_t mask = m->cap - 1, h = (size_t)((key * 0x9e3779b97f4a7c15ull) >> 17) & mask;
+  size_t mask = m->cap - 1, h = tok_merge_slot(m, key);
   while (m->key[h] != ~0ull) {
     if (m->key[h] == key) return 0; /* a repeated merge: the first rank holds */
     h = (h + 1) & mask;

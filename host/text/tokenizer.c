@@ -143,7 +143,7 @@ int64_t tok_strmap_get(const struct tok_strmap *m, const char *key, size_t klen)
 static int merge_get(const struct tok_mergemap *m, uint32_t a, uint32_t b, uint32_t *rank, uint32_t *id)
 {
   uint64_t key = (uint64_t)a << 32 | b;
-  size_t mask = m->cap - 1, h = (size_t)((key * 0x9e3779b97f4a7c15ull) >> 17) & mask;
+  size_t mask = m->cap - 1, h = tok_merge_slot(m, key);
   while (m->key[h] != ~0ull) {
     if (m->key[h] == key) {
       *rank = m->rank[h];
