@@ -89,6 +89,25 @@ int text_cache_locate(const struct plan *p, struct text_cache_info *info, char *
   h = fnv(h, &bytes, sizeof bytes);
   h = fnv(h, m.data, m.bytes);
   file_unmap(&m);
+  /* the files beside it whose bos and eos ids the tokenizer takes (tokenizer.h): a changed eos
+   * changes what follows each document. Absent ones add nothing, so a lone tokenizer.json keeps
+   * its key. */
+  static const char *const beside[2] = { "config.json", "tokenizer_config.json" };
+  const char *slash = strrchr(info->tokenizer, '/');
+  for (int f = 0; f < 2; f++) {
+    char path[PLAN_PATH_MAX + 64];
+    struct stat cs;
+    snprintf(path, sizeof path, "%.*s%s", slash ? (int)(slash - info->tokenizer + 1) : 0, info->tokenizer, beside[f]);
+    if (stat(path, &cs) != 0 || !S_ISREG(cs.st_mode) || file_map(beside[f], path, 0, &m, err, n))
+      continue;
+    bytes = m.bytes;
+    h = fnv(h, beside[f], strlen(beside[f]) + 1);
+    h = fnv(h, &bytes, sizeof bytes);
+    h = fnv(h, m.data, m.bytes);
+    file_unmap(&m);
+  }
+  err_class_reset();
+  err[0] = 0;
   snprintf(info->path, sizeof info->path, "%s/text-%016" PRIx64 ".bin", TEXT_CACHE_DIR, h);
   struct stat st;
   info->cached = stat(info->path, &st) == 0 && S_ISREG(st.st_mode);

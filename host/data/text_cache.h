@@ -3,7 +3,8 @@
  *
  * The cache is .tycho-cache/text-KEY.bin in the current directory, where KEY is a hash of the
  * texts' contents (each file's size and bytes, in the plan's order), of the tokenizer.json's
- * bytes and of the encoding's version; the same texts and tokenizer give the same file, from any
+ * bytes (and of the config.json and tokenizer_config.json beside it, where its bos and eos ids
+ * may come from) and of the encoding's version; the same texts and tokenizer give the same file, from any
  * plan, and a changed byte in either gives a new one. Each file is one document, encoded as
  * `tycho tokenize TOKENIZER FILE...` encodes it (the tokenizer's eos id after each document where
  * it has one), so the cache holds exactly the tokens that command writes. Rank 0 makes it at run

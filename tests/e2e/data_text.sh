@@ -4,7 +4,8 @@
 # first run makes the cache (the exact bytes `tycho tokenize` writes for the same files) and the
 # next runs, on 1 rank and on 2 (dp 2 under mpirun), reuse it unchanged; the losses and the
 # validation loss equal those of runs on data.train / data.val cut from `tycho tokenize`'s file at
-# the same place (the last data.val_fraction of the tokens); a changed text makes a new cache;
+# the same place (the last data.val_fraction of the tokens); a changed text, or a changed config.json
+# beside the tokenizer (where its eos id can come from), makes a new cache;
 # refusals with exit 2 naming the field: a missing file, no tokenizer, data.text with data.train,
 # a tokenizer with more ids than model.vocab, a tokenizer that is not there, a .jsonl file,
 # data.val_fraction = 0 with evaluation asked for. plans/shakespeare.lua checks and runs 2 shrunk
@@ -120,6 +121,17 @@ echo "One more line." >> b.txt
 "$tycho" run text.lua > run3.out 2>&1 || fail "run 3: $(cat run3.out)"
 grep -q "^data.text: 2 files (14803 bytes) tokenized with" run3.out && [ "$(ls .tycho-cache/text-*.bin | wc -l)" = 2 ] &&
   ok "a changed text is tokenized again" || fail "run 3: $(head -1 run3.out); $(ls .tycho-cache)"
+
+# a changed config.json beside the tokenizer (its eos id follows each document): a new cache
+mkdir tk && cp "$tok" tk/tokenizer.json
+"$tycho" run text.lua --set data.tokenizer=tk > run4.out 2>&1 || fail "run 4: $(cat run4.out)"
+echo '{"eos_token_id": 5}' > tk/config.json
+"$tycho" run text.lua --set data.tokenizer=tk > run5.out 2>&1 || fail "run 5: $(cat run5.out)"
+c4=$(grep -o '^data.text: .*\.tycho-cache/text-[0-9a-f]*\.bin' run4.out | grep -o '\.tycho-cache/.*')
+c5=$(grep '^data.text: .* tokenized with' run5.out | grep -o '\.tycho-cache/text-[0-9a-f]*\.bin')
+[ -n "$c4" ] && [ -n "$c5" ] && [ "$c4" != "$c5" ] && ! cmp -s "$c4" "$c5" &&
+  ok "a changed config.json beside the tokenizer is tokenized again" ||
+  fail "config.json: $(head -1 run4.out); $(head -1 run5.out)"
 
 # refusals: exit 2, the field named
 refused() { # what, expected text, command...
