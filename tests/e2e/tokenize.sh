@@ -116,23 +116,29 @@ err=$("$tycho" tokenize "$tmp/nothing.json" $g/text.txt --out "$tmp/x.bin" 2>&1)
   fail "missing tokenizer: exit $rc: $err"
 
 # 5. the live check against the library, where a venv with it can be made
+# against_library WHAT: tycho tokenize's ids of live.jsonl under each tokenizer WHAT.names lists
+# (NAME.json, written with the library's ids of the same lines in NAME.ids) equal the library's
+against_library() {
+  local what=$1 name
+  for name in $(cat "$tmp/$what.names" 2>/dev/null); do
+    "$tycho" tokenize "$tmp/$name.json" "$tmp/live.jsonl" --out "$tmp/$name.bin" --no-eos --threads 2 > /dev/null ||
+      { fail "$what $name: tokenize failed"; continue; }
+    tokens "$tmp/$name.bin" > "$tmp/$name.got"
+    tr ' ' '\n' < "$tmp/$name.ids" | grep -v '^$' > "$tmp/$name.want"
+    if cmp -s "$tmp/$name.got" "$tmp/$name.want"; then
+      ok "$what: $name, $(wc -l < "$tmp/$name.want") ids of $(wc -l < "$tmp/live.jsonl") lines equal the library's"
+    else
+      fail "$what: $name differs from the library: $(diff "$tmp/$name.got" "$tmp/$name.want" | head -4 | tr '\n' ' ')"
+    fi
+  done
+}
 venv=${XDG_CACHE_HOME:-$HOME/.cache}/tycho-test-venv
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import tokenizers' 2>/dev/null; then
   { /usr/bin/python3 -m venv --system-site-packages "$venv" && "$venv/bin/pip" install -q --timeout 20 --retries 1 tokenizers; } > "$tmp/pip.log" 2>&1
 fi
 if "$venv/bin/python" -c 'import tokenizers' 2>/dev/null; then
   "$venv/bin/python" tests/golden/tokenizer/live.py "$tmp" > "$tmp/live.log" 2>&1 || fail "live: $(tail -5 "$tmp/live.log")"
-  for name in $(cat "$tmp/live.names" 2>/dev/null); do
-    "$tycho" tokenize "$tmp/$name.json" "$tmp/live.jsonl" --out "$tmp/$name.bin" --no-eos --threads 2 > /dev/null ||
-      { fail "live $name: tokenize failed"; continue; }
-    tokens "$tmp/$name.bin" > "$tmp/$name.got"
-    tr ' ' '\n' < "$tmp/$name.ids" | grep -v '^$' > "$tmp/$name.want"
-    if cmp -s "$tmp/$name.got" "$tmp/$name.want"; then
-      ok "live: $name, $(wc -l < "$tmp/$name.want") ids of $(wc -l < "$tmp/live.jsonl") lines equal the library's"
-    else
-      fail "live: $name differs from the library: $(diff "$tmp/$name.got" "$tmp/$name.want" | head -4 | tr '\n' ' ')"
-    fi
-  done
+  against_library live
   [ -s "$tmp/live.names" ] || fail "live: no tokenizers trained ($(tail -3 "$tmp/live.log"))"
 else
   echo "skipped: the live check against the tokenizers library (no venv with it: $(tail -1 "$tmp/pip.log" 2>/dev/null))"
@@ -152,17 +158,7 @@ fi
 if [ -s "$tmp/live.names" ] && [ -s "$wheel" ] && "$venv/bin/python" -c 'import sentencepiece' 2>/dev/null; then
   "$venv/bin/python" tests/golden/tokenizer/real.py "$wheel" "$tmp" > "$tmp/real.log" 2>&1 ||
     fail "real: $(tail -5 "$tmp/real.log")"
-  for name in $(cat "$tmp/real.names" 2>/dev/null); do
-    "$tycho" tokenize "$tmp/$name.json" "$tmp/live.jsonl" --out "$tmp/$name.bin" --no-eos --threads 2 > /dev/null ||
-      { fail "real $name: tokenize failed"; continue; }
-    tokens "$tmp/$name.bin" > "$tmp/$name.got"
-    tr ' ' '\n' < "$tmp/$name.ids" | grep -v '^$' > "$tmp/$name.want"
-    if cmp -s "$tmp/$name.got" "$tmp/$name.want"; then
-      ok "real: $name, $(wc -l < "$tmp/$name.want") ids of $(wc -l < "$tmp/live.jsonl") lines equal the library's"
-    else
-      fail "real: $name differs from the library: $(diff "$tmp/$name.got" "$tmp/$name.want" | head -4 | tr '\n' ' ')"
-    fi
-  done
+  against_library real
   [ "$(wc -l < "$tmp/real.names" 2>/dev/null)" = 2 ] || fail "real: not both tokenizers written ($(tail -3 "$tmp/real.log"))"
 else
   echo "skipped: the real vocabularies (no mistral-common wheel or sentencepiece: $(tail -1 "$tmp/pip-real.log" 2>/dev/null))"
