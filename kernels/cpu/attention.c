@@ -14,12 +14,16 @@
  * h / (NH / NKV); in backward several query heads add into the same dk, dv, so backward gives
  * each OpenMP task one (batch, KV head) and walks its query heads, and each head's blocks and
  * chunks, in a fixed order — no two threads write one element and the sum order is fixed, so a
- * (batch, head)'s results do not depend on B, NH or the thread count. */
+ * (batch, head)'s results do not depend on B, NH or the thread count. The walk is written once
+ * for a block of rows against a block of keys at global positions (attention_span.h): the
+ * entries here run it over the whole sequence, context parallelism's ring (attention_cp.c) over
+ * the blocks of a rank's chunks. */
 #include "blas.h"
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
+#include "attention_span.h"
 #include "gemm_bf16.h"
 #include "kernels.h"
 #include "philox.h"
@@ -129,6 +133,13 @@ static int chunk_keys(int T)
 static size_t task_scratch(int T)
 {
   const int rows = T < ATTENTION_BLOCK ? T : ATTENTION_BLOCK, keys = T < ATTENTION_KEYS ? T : ATTENTION_KEYS;
+  return (size_t)rows * (size_t)keys;
+}
+
+/* The same for a block of Tq rows against Tk keys (attention_span.h): task_scratch(T) at Tq = Tk = T. */
+static size_t span_scratch(int Tq, int Tk)
+{
+  const int rows = Tq < ATTENTION_BLOCK ? Tq : ATTENTION_BLOCK, keys = Tk < ATTENTION_KEYS ? Tk : ATTENTION_KEYS;
   return (size_t)rows * (size_t)keys;
 }
 
@@ -277,12 +288,19 @@ static void drop_row(real *m, const struct drop_at *x, const struct vec_ops *v, 
 
 /* q's token rows ldq apart, k's and v's ldkv apart (packed: NH · HS and NKV · HS; the fused
  * q|k|v product's rows: both (NH + 2 NKV) · HS); out packed (NH · HS). The output rows hold the
- * running Σ_j exp(s_ij − m_i) M_ij v_j until a block's keys are all seen. */
-static void forward_ld(real *out, real *lse, real *scratch, const real *q, const real *k,
-                       const real *v, int ldq, int ldkv, const struct attention_dropout *drop,
-                       int B, int T, int NH, int NKV, int HS, int lowp)
+ * running Σ_j exp(s_ij − m_i) M_ij v_j until a block's keys are all seen. The rows and keys are
+ * those of s (attention_span.h): the whole sequence for attention_forward; for a block of
+ * context parallelism's ring, rows and keys at global positions, a row seeing the keys at or
+ * before it. Only there can a row see no key of a chunk (keys starting after it): it adds
+ * nothing, and a row that sees no key of the block at all gets out 0 and lse −∞ (the merge's
+ * empty partial). */
+static void forward_span(real *out, real *lse, real *scratch, const real *q, const real *k,
+                         const real *v, int ldq, int ldkv, const struct attention_dropout *drop,
+                         int B, int NH, int NKV, int HS, int lowp, const struct attention_block *s)
 {
-  const int group = NH / NKV, ldo = NH * HS, BK = chunk_keys(T);
+  const int group = NH / NKV, ldo = NH * HS, BK = chunk_keys(s->Tk), Tq = s->Tq;
+  const int qoff = s->q0 - s->k0; /* row t's global position less the first key's */
+  const size_t stride = lowp ? task_stride_bf16(s->T, HS, 1) : span_scratch(Tq, s->Tk);
   const real scale = 1.0f / real_sqrt((real)HS);
   const struct drop_at dr = drop_resolve(drop);
   const struct vec_ops *vrows = VEC_FOR_REAL;
@@ -290,24 +308,30 @@ static void forward_ld(real *out, real *lse, real *scratch, const real *q, const
 #pragma omp parallel for if (parallel)
   for (int task = 0; task < B * NH; task++) {
     const int b = task / NH, h = task % NH, kvh = h / group;
-    const real *qb = q + (size_t)b * T * ldq + (size_t)h * HS;
-    const real *kb = k + (size_t)b * T * ldkv + (size_t)kvh * HS;
-    const real *vb = v + (size_t)b * T * ldkv + (size_t)kvh * HS;
-    real *ob = out + (size_t)b * T * ldo + (size_t)h * HS, *lb = lse + (size_t)task * T;
-    real *S = scratch + (size_t)task * (lowp ? task_stride_bf16(T, HS, 1) : task_scratch(T));
-    bf16 *pack = lowp ? (bf16 *)(S + line_up(task_scratch(T))) : NULL;
+    const real *qb = q + (size_t)b * s->q_rows * ldq + (size_t)h * HS;
+    const real *kb = k + (size_t)b * s->kv_rows * ldkv + (size_t)kvh * HS;
+    const real *vb = v + (size_t)b * s->kv_rows * ldkv + (size_t)kvh * HS;
+    real *ob = out + (size_t)b * s->q_rows * ldo + (size_t)h * HS, *lb = lse + (size_t)task * s->q_rows;
+    real *S = scratch + (size_t)task * stride;
+    bf16 *pack = lowp ? (bf16 *)(S + line_up(task_scratch(s->T))) : NULL;
     real rmax[ATTENTION_BLOCK];
     double rsum[ATTENTION_BLOCK];
-    for (int r0 = 0; r0 < T; r0 += ATTENTION_BLOCK) {
-      const int r1 = r0 + ATTENTION_BLOCK < T ? r0 + ATTENTION_BLOCK : T, m = r1 - r0;
+    for (int r0 = 0; r0 < Tq; r0 += ATTENTION_BLOCK) {
+      const int r1 = r0 + ATTENTION_BLOCK < Tq ? r0 + ATTENTION_BLOCK : Tq, m = r1 - r0;
+      const int kend = qoff + r1 < s->Tk ? qoff + r1 : s->Tk; /* keys at or before row r1 − 1 */
       real *ob0 = ob + (size_t)r0 * ldo;
-      for (int c0 = 0; c0 < r1; c0 += BK) {
-        const int c1 = c0 + BK < r1 ? c0 + BK : r1, n = c1 - c0;
+      for (int t = 0; t < m; t++) rmax[t] = -INFINITY, rsum[t] = 0.0;
+      for (int c0 = 0; c0 < kend; c0 += BK) {
+        const int c1 = c0 + BK < kend ? c0 + BK : kend, n = c1 - c0;
         product(pack, CblasNoTrans, CblasTrans, m, n, HS,
                 scale, qb + (size_t)r0 * ldq, ldq, kb + (size_t)c0 * ldkv, ldkv, 0.0f, S, n);
         for (int t = r0; t < r1; t++) {
           real *row = S + (size_t)(t - r0) * n;
-          const int nv = t + 1 < c1 ? t + 1 - c0 : n; /* keys c0 .. min(c1, t + 1) */
+          const int lim = qoff + t + 1, nv = lim < c1 ? lim - c0 : n; /* keys c0 .. min(c1, lim) */
+          if (nv <= 0) { /* the chunk's keys all after row t: nothing to add */
+            memset(row, 0, sizeof(real) * (size_t)n);
+            continue;
+          }
           const real cmax = row_max(row, nv), mold = c0 == 0 ? -INFINITY : rmax[t - r0];
           const real mnew = cmax > mold ? cmax : mold;
           double sum = 0.0;
@@ -332,7 +356,7 @@ static void forward_ld(real *out, real *lse, real *scratch, const real *q, const
           rmax[t - r0] = mnew;
           if (dr.d) {
             real mrow[ATTENTION_KEYS];
-            drop_row(mrow, &dr, vrows, b, h, t, c0, nv, T);
+            drop_row(mrow, &dr, vrows, b, h, s->q0 + t, s->k0 + c0, nv, s->T);
             if (vrows)
               vrows->mul((float *)row, (const float *)mrow, (size_t)nv);
             else
@@ -345,12 +369,32 @@ static void forward_ld(real *out, real *lse, real *scratch, const real *q, const
       }
       for (int t = r0; t < r1; t++) {
         real *orow = ob + (size_t)t * ldo;
+        if (rsum[t - r0] == 0.0) { /* no key of the block at or before row t */
+          memset(orow, 0, sizeof(real) * (size_t)HS);
+          lb[t] = -INFINITY;
+          continue;
+        }
         const real inv = (real)(1.0 / rsum[t - r0]);
         for (int d = 0; d < HS; d++) orow[d] *= inv;
         lb[t] = (real)((double)rmax[t - r0] + log(rsum[t - r0]));
       }
     }
   }
+}
+
+/* The whole sequence: rows and keys 0 .. T − 1. */
+static struct attention_block whole(int T)
+{
+  const struct attention_block s = { .T = T, .q0 = 0, .Tq = T, .k0 = 0, .Tk = T, .q_rows = T, .kv_rows = T };
+  return s;
+}
+
+static void forward_ld(real *out, real *lse, real *scratch, const real *q, const real *k,
+                       const real *v, int ldq, int ldkv, const struct attention_dropout *drop,
+                       int B, int T, int NH, int NKV, int HS, int lowp)
+{
+  const struct attention_block s = whole(T);
+  forward_span(out, lse, scratch, q, k, v, ldq, ldkv, drop, B, NH, NKV, HS, lowp, &s);
 }
 
 /* D[t] = Σ_d a_t,d · o_t,d in double for rows t < rows (ld apart): 8 rows side by side, each
@@ -373,13 +417,20 @@ static void row_dots(double *D, const real *a, const real *o, size_t ld, int row
   }
 }
 
-/* As forward_ld: q and dq rows ldq apart, k, v, dk and dv ldkv apart; out and dout packed. */
-static void backward_ld(real *dq, real *dk, real *dv, real *scratch, const real *dout,
-                        const real *q, const real *k, const real *v, int ldq, int ldkv,
-                        const real *out, const real *lse, const struct attention_dropout *drop,
-                        int B, int T, int NH, int NKV, int HS, int lowp)
+/* As forward_span: q and dq rows ldq apart, k, v, dk and dv ldkv apart; out and dout packed.
+ * Dgiven NULL (the whole sequence): dq, dk and dv assigned, D computed here from dout and out.
+ * Dgiven set (a block of the ring): D_t read from it ((B, NH, q_rows), computed once per row from
+ * the final out), out not read, and dq, dk, dv accumulated; a row sees the keys at or before it,
+ * so rows that see none of a chunk add nothing. */
+static void backward_span(real *dq, real *dk, real *dv, real *scratch, const real *dout,
+                          const real *q, const real *k, const real *v, int ldq, int ldkv,
+                          const real *out, const real *lse, const real *Dgiven,
+                          const struct attention_dropout *drop, int B, int NH, int NKV, int HS, int lowp,
+                          const struct attention_block *s)
 {
-  const int group = NH / NKV, ldo = NH * HS, BK = chunk_keys(T);
+  const int group = NH / NKV, ldo = NH * HS, BK = chunk_keys(s->Tk), Tq = s->Tq;
+  const int qoff = s->q0 - s->k0;
+  const size_t stride = lowp ? task_stride_bf16(s->T, HS, 2) : 2 * span_scratch(Tq, s->Tk);
   const real scale = 1.0f / real_sqrt((real)HS);
   const struct drop_at dr = drop_resolve(drop);
   const struct vec_ops *vrows = VEC_FOR_REAL;
@@ -387,30 +438,34 @@ static void backward_ld(real *dq, real *dk, real *dv, real *scratch, const real 
 #pragma omp parallel for if (parallel)
   for (int task = 0; task < B * NKV; task++) {
     const int b = task / NKV, kvh = task % NKV;
-    const real *kb = k + (size_t)b * T * ldkv + (size_t)kvh * HS;
-    const real *vb = v + (size_t)b * T * ldkv + (size_t)kvh * HS;
-    real *dkb = dk + (size_t)b * T * ldkv + (size_t)kvh * HS;
-    real *dvb = dv + (size_t)b * T * ldkv + (size_t)kvh * HS;
-    real *P = scratch + (size_t)task * (lowp ? task_stride_bf16(T, HS, 2) : 2 * task_scratch(T));
-    real *dS = P + task_scratch(T);
-    bf16 *pack = lowp ? (bf16 *)(P + line_up(2 * task_scratch(T))) : NULL;
+    const real *kb = k + (size_t)b * s->kv_rows * ldkv + (size_t)kvh * HS;
+    const real *vb = v + (size_t)b * s->kv_rows * ldkv + (size_t)kvh * HS;
+    real *dkb = dk + (size_t)b * s->kv_rows * ldkv + (size_t)kvh * HS;
+    real *dvb = dv + (size_t)b * s->kv_rows * ldkv + (size_t)kvh * HS;
+    real *P = scratch + (size_t)task * stride;
+    real *dS = P + span_scratch(Tq, s->Tk);
+    bf16 *pack = lowp ? (bf16 *)(P + line_up(2 * task_scratch(s->T))) : NULL;
     double D[ATTENTION_BLOCK];
-    for (int t = 0; t < T; t++) { /* every product below adds into dk and dv */
+    for (int t = 0; t < s->Tk && !Dgiven; t++) { /* every product below adds into dk and dv */
       memset(dkb + (size_t)t * ldkv, 0, sizeof(real) * (size_t)HS);
       memset(dvb + (size_t)t * ldkv, 0, sizeof(real) * (size_t)HS);
     }
     for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-      const real *qb = q + (size_t)b * T * ldq + (size_t)h * HS;
-      const real *dob = dout + (size_t)b * T * ldo + (size_t)h * HS;
-      const real *outb = out + (size_t)b * T * ldo + (size_t)h * HS;
-      const real *lb = lse + ((size_t)b * NH + h) * T;
-      real *dqb = dq + (size_t)b * T * ldq + (size_t)h * HS;
-      for (int r0 = 0; r0 < T; r0 += ATTENTION_BLOCK) {
-        const int r1 = r0 + ATTENTION_BLOCK < T ? r0 + ATTENTION_BLOCK : T, m = r1 - r0;
+      const real *qb = q + (size_t)b * s->q_rows * ldq + (size_t)h * HS;
+      const real *dob = dout + (size_t)b * s->q_rows * ldo + (size_t)h * HS;
+      const real *lb = lse + ((size_t)b * NH + h) * s->q_rows;
+      real *dqb = dq + (size_t)b * s->q_rows * ldq + (size_t)h * HS;
+      for (int r0 = 0; r0 < Tq; r0 += ATTENTION_BLOCK) {
+        const int r1 = r0 + ATTENTION_BLOCK < Tq ? r0 + ATTENTION_BLOCK : Tq, m = r1 - r0;
+        const int kend = qoff + r1 < s->Tk ? qoff + r1 : s->Tk;
         /* D_t = dout_t · out_t = Σ_j P_tj dP_tj */
-        row_dots(D, dob + (size_t)r0 * ldo, outb + (size_t)r0 * ldo, (size_t)ldo, m, HS);
-        for (int c0 = 0; c0 < r1; c0 += BK) {
-          const int c1 = c0 + BK < r1 ? c0 + BK : r1, n = c1 - c0;
+        if (Dgiven)
+          for (int t = 0; t < m; t++) D[t] = Dgiven[((size_t)b * NH + h) * s->q_rows + (size_t)(r0 + t)];
+        else
+          row_dots(D, dob + (size_t)r0 * ldo, out + (size_t)b * s->q_rows * ldo + (size_t)h * HS + (size_t)r0 * ldo,
+                   (size_t)ldo, m, HS);
+        for (int c0 = 0; c0 < kend; c0 += BK) {
+          const int c1 = c0 + BK < kend ? c0 + BK : kend, n = c1 - c0;
           product(pack, CblasNoTrans, CblasTrans, m, n, HS,
                   scale, qb + (size_t)r0 * ldq, ldq, kb + (size_t)c0 * ldkv, ldkv, 0.0f, P, n);
           product(pack, CblasNoTrans, CblasTrans, m, n, HS,
@@ -418,21 +473,24 @@ static void backward_ld(real *dq, real *dk, real *dv, real *scratch, const real 
           /* P = exp(s − lse); dP = (dout·vᵀ) ⊙ M; dS = P ⊙ (dP − D); P ⊙ M for dv. */
           for (int t = r0; t < r1; t++) {
             real *prow = P + (size_t)(t - r0) * n, *srow = dS + (size_t)(t - r0) * n;
-            const int nv = t + 1 < c1 ? t + 1 - c0 : n;
+            const int lim = qoff + t + 1, nv0 = lim < c1 ? lim - c0 : n, nv = nv0 > 0 ? nv0 : 0;
             const real Dt = (real)D[t - r0];
-            if (vrows)
+            if (nv == 0) {
+              /* the chunk's keys all after row t: zeroed below */
+            } else if (vrows) {
               vrows->exp_scale((float *)prow, (const float *)prow, (float)lb[t], 1.0f, (size_t)nv);
-            else
+            } else {
               for (int j = 0; j < nv; j++) prow[j] = real_exp(prow[j] - lb[t]);
-            if (dr.d && vrows) { /* the loop below in three passes: the same operations */
+            }
+            if (dr.d && vrows && nv) { /* the loop below in three passes: the same operations */
               real mrow[ATTENTION_KEYS];
-              drop_row(mrow, &dr, vrows, b, h, t, c0, nv, T);
+              drop_row(mrow, &dr, vrows, b, h, s->q0 + t, s->k0 + c0, nv, s->T);
               vrows->mul((float *)srow, (const float *)mrow, (size_t)nv);
               for (int j = 0; j < nv; j++) srow[j] = prow[j] * (srow[j] - Dt);
               vrows->mul((float *)prow, (const float *)mrow, (size_t)nv);
-            } else if (dr.d) {
+            } else if (dr.d && nv) {
               real mrow[ATTENTION_KEYS];
-              drop_row(mrow, &dr, vrows, b, h, t, c0, nv, T);
+              drop_row(mrow, &dr, vrows, b, h, s->q0 + t, s->k0 + c0, nv, s->T);
               for (int j = 0; j < nv; j++) {
                 const real mij = mrow[j];
                 srow[j] = prow[j] * (srow[j] * mij - Dt);
@@ -451,7 +509,7 @@ static void backward_ld(real *dq, real *dk, real *dv, real *scratch, const real 
           product(pack, CblasTrans, CblasNoTrans, n, HS, m,
                   1.0f, P, n, dob + (size_t)r0 * ldo, ldo, 1.0f, dvb + (size_t)c0 * ldkv, ldkv);
           product(pack, CblasNoTrans, CblasNoTrans, m, HS, n,
-                  scale, dS, n, kb + (size_t)c0 * ldkv, ldkv, c0 == 0 ? 0.0f : 1.0f,
+                  scale, dS, n, kb + (size_t)c0 * ldkv, ldkv, c0 == 0 && !Dgiven ? 0.0f : 1.0f,
                   dqb + (size_t)r0 * ldq, ldq);
           product(pack, CblasTrans, CblasNoTrans, n, HS, m,
                   scale, dS, n, qb + (size_t)r0 * ldq, ldq, 1.0f, dkb + (size_t)c0 * ldkv, ldkv);
@@ -459,6 +517,52 @@ static void backward_ld(real *dq, real *dk, real *dv, real *scratch, const real 
       }
     }
   }
+}
+
+static void backward_ld(real *dq, real *dk, real *dv, real *scratch, const real *dout,
+                        const real *q, const real *k, const real *v, int ldq, int ldkv,
+                        const real *out, const real *lse, const struct attention_dropout *drop,
+                        int B, int T, int NH, int NKV, int HS, int lowp)
+{
+  const struct attention_block s = whole(T);
+  backward_span(dq, dk, dv, scratch, dout, q, k, v, ldq, ldkv, out, lse, NULL, drop, B, NH, NKV, HS, lowp, &s);
+}
+
+/* The entries of attention_span.h. */
+size_t attention_span_scratch_n_elems(int B, int Tq, int Tk, int NH, int NKV)
+{
+  const size_t fwd = (size_t)NH, bwd = 2 * (size_t)NKV;
+  return (size_t)B * span_scratch(Tq, Tk) * (fwd > bwd ? fwd : bwd);
+}
+
+void attention_span_forward(real *out, real *lse, real *scratch, const real *q, const real *k, const real *v,
+                            const struct attention_dropout *drop, const struct attention_block *s, int B, int NH,
+                            int NKV, int HS)
+{
+  forward_span(out, lse, scratch, q, k, v, NH * HS, NKV * HS, drop, B, NH, NKV, HS, 0, s);
+}
+
+void attention_span_backward(real *dq, real *dk, real *dv, real *scratch, const real *dout, const real *q,
+                             const real *k, const real *v, const real *lse, const real *D,
+                             const struct attention_dropout *drop, const struct attention_block *s, int B, int NH,
+                             int NKV, int HS)
+{
+  backward_span(dq, dk, dv, scratch, dout, q, k, v, NH * HS, NKV * HS, NULL, lse, D, drop, B, NH, NKV, HS, 0, s);
+}
+
+void attention_span_row_dots(real *D, const real *dout, const real *out, int B, int Tq, int q_rows, int NH,
+                             int HS)
+{
+  const size_t ldo = (size_t)NH * HS;
+  double Db[ATTENTION_BLOCK];
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int r0 = 0; r0 < Tq; r0 += ATTENTION_BLOCK) {
+        const int m = r0 + ATTENTION_BLOCK < Tq ? ATTENTION_BLOCK : Tq - r0;
+        const size_t at = ((size_t)b * q_rows + (size_t)r0) * ldo + (size_t)h * HS;
+        row_dots(Db, dout + at, out + at, ldo, m, HS);
+        for (int t = 0; t < m; t++) D[((size_t)b * NH + h) * q_rows + (size_t)(r0 + t)] = (real)Db[t];
+      }
 }
 
 /* The fused layout's row stride and k's and v's offsets in a row: [q | k | v]. */
