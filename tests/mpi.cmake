@@ -19,7 +19,7 @@ set(TYCHO_MPI_ENV
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
   OMPI_MCA_btl=self,vader OMPI_MCA_mpi_yield_when_idle=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1)
 
-foreach(name mpi_collectives mpi_overlap mpi_errors mpi_watchdog mpi_dp_equiv mpi_tp_convert mpi_trace mpi_groups mpi_oom mpi_reopen mpi_replan mpi_lua_trainer mpi_staged)
+foreach(name mpi_collectives mpi_overlap mpi_errors mpi_watchdog mpi_dp_equiv mpi_tp_convert mpi_trace mpi_groups mpi_oom mpi_reopen mpi_replan mpi_lua_trainer mpi_staged mpi_cp_ring)
   add_executable(${name} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${name}.c)
   target_include_directories(${name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/unit ${CMAKE_CURRENT_SOURCE_DIR}/mpi)
   target_compile_options(${name} PRIVATE ${TYCHO_WARNINGS})
@@ -54,6 +54,10 @@ set_tests_properties(mpi_overlap PROPERTIES RUN_SERIAL TRUE)
 tycho_mpi_test(mpi_errors 4 COMMAND $<TARGET_FILE:mpi_errors>)
 # Mesh groups built, used and freed, and built again for another layout, in one process.
 tycho_mpi_test(mpi_groups 4 COMMAND $<TARGET_FILE:mpi_groups>)
+# Context parallelism's ring attention: each rank's out, lse, dq, dk, dv against the whole-sequence
+# kernels, and the ring's bytes against their formula, on rings of 2 and 4.
+tycho_mpi_test(mpi_cp_ring.cp2 2 COMMAND $<TARGET_FILE:mpi_cp_ring>)
+tycho_mpi_test(mpi_cp_ring.cp4 4 COMMAND $<TARGET_FILE:mpi_cp_ring>)
 # One process closes plan A (tp 2) and opens plan B (dp 2, zero 3) from A's checkpoint: the
 # losses of the serial run, and no block, group or thread left over.
 tycho_mpi_test(mpi_reopen 2 ENV TYCHO_SOURCE_DIR=${PROJECT_SOURCE_DIR} COMMAND $<TARGET_FILE:mpi_reopen>)

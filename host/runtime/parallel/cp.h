@@ -1,0 +1,57 @@
+/* Context parallelism's ring attention (cp.c): each of a cp group's ranks holds 2 of a
+ * sequence's 2·cp chunks — rank i chunks i and 2·cp − 1 − i (kernels.h: attention_cp_chunk), so
+ * every rank has an equal share of the causal square — of every sample, and the causal attention
+ * of those rows is computed by passing the ranks' k, v pairs around the group's ring.
+ * A building block: no plan field selects it yet and the model passes do not call it; it works
+ * on host buffers with the CPU kernels (attention_cp_*), which are not kernel-table entries yet.
+ *
+ * Layouts: a rank's q, out, dout, dq (B, Tl, NH·HS), k, v, dk, dv (B, Tl, NKV·HS), lse (B, NH,
+ * Tl), Tl = attention_cp_rank_tokens(T, cp, rank), the rows of its first chunk then its second.
+ * Dropout: struct attention_dropout as for the whole sequence (first at its head 0, row 0, key 0):
+ * the draws are the whole-sequence kernel's.
+ *
+ * Traffic (comm counters, COMM_SEND; COMM_RECV the same): forward, cp − 1 hops, each rank sending
+ * the k and v of the pair it holds to the next rank; backward, the same cp − 1 hops of k and v
+ * and cp hops of the dk, dv accumulators, which travel with their pair and end at its home rank.
+ * With T divisible by 2·cp a rank sends, per call, forward 2 (cp − 1) · B · (T / cp) · NKV · HS
+ * reals and backward 2 (cp − 1) + 2 cp times that share (cp_ring_send_bytes gives the exact
+ * count for any T). */
+#ifndef TYCHO_RUNTIME_CP_H
+#define TYCHO_RUNTIME_CP_H
+#include <stddef.h>
+
+#include "comm/comm.h"
+#include "kernels.h"
+
+struct cp_ring {
+  struct comm_group *g; /* the cp group: ring order is group rank order */
+  int B, T, NH, NKV, HS;
+  int Tl, maxTl;        /* this rank's tokens; the most any rank holds */
+  real *kv[2];          /* received k | v pairs, double-buffered */
+  real *acc[2];         /* backward: travelling dk | dv accumulators */
+  real *dloc;           /* backward: this step's dk | dv share */
+  real *pout, *plse;    /* forward: a block's partial before its merge */
+  real *D;              /* backward: Σ dout · out per row */
+  real *scratch;        /* the block kernels' */
+};
+
+/* Sizes and allocates the ring's buffers for B samples of T tokens on group g. Refuses (-1, the
+ * reason naming T and cp) a T shorter than 2·cp: every chunk holds at least one token. */
+int cp_ring_init(struct cp_ring *r, struct comm_group *g, int B, int T, int NH, int NKV, int HS,
+                 char *err, size_t err_size);
+void cp_ring_free(struct cp_ring *r);
+/* out, lse (this rank's rows) ← the causal attention of q against the whole sequence's keys. The
+ * next pair's transfer is started before each step's blocks are computed. Collective over g. */
+int cp_ring_forward(struct cp_ring *r, real *out, real *lse, const real *q, const real *k,
+                    const real *v, const struct attention_dropout *drop, char *err, size_t err_size);
+/* dq, dk, dv (this rank's rows and keys) assigned, from the forward's out and lse. The pairs
+ * travel as forward; each step's dk, dv share is computed while the travelling accumulator
+ * arrives, then added to it and sent on. Collective over g. */
+int cp_ring_backward(struct cp_ring *r, real *dq, real *dk, real *dv, const real *dout,
+                     const real *q, const real *k, const real *v, const real *out,
+                     const real *lse, const struct attention_dropout *drop, char *err,
+                     size_t err_size);
+/* Bytes this rank sends in one forward (backward 0) or backward (1) call. */
+size_t cp_ring_send_bytes(const struct cp_ring *r, int backward);
+
+#endif
