@@ -14,7 +14,7 @@
  * and backward adds dq over cp blocks and dk, dv over the ranks in ring order. Each side's error
  * against the exact result is what test_attention_blocks bounds at 64 units (HS · 16 + 2T + 30
  * worst case, a random walk in fact); the merges add ≤ 2·cp · (2 + 25) units. So fp32: (2 · 64 +
- * 8 · 27) · 2^-24 ≈ 2.1e-5 at cp 4, taken as 2^-15 = 3.1e-5 — the errors seen are ~10x lower
+ * 8 · 27) · 2^-24 ≈ 2.1e-5 at cp 4, taken as 2^-15 = 3.1e-5 — the errors seen are ~20x lower
  * (printed), while a fault (a block skipped or met twice, a key of the wrong chunk, a merge
  * weighting the wrong partial, a dropout draw at a local instead of a global index) moves an
  * output by a whole term, 1e-3 or more. Float64: 1e-10, which the same argument puts ~1e5 above

@@ -1,5 +1,5 @@
 /* Context parallelism's attention blocks (kernels/cpu/attention_cp.c) in one process: the ring
- * of cp = 2 and 4 ranks simulated — each virtual rank holds its chunk pair (chunks i and
+ * of cp = 2, 3 and 4 ranks simulated — each virtual rank holds its chunk pair (chunks i and
  * 2·cp − 1 − i), meets every rank's k, v pair in ring order (step s: rank r holds rank
  * (r − s) mod cp's), computes the blocks at or below the causal diagonal and merges them; then
  * backward from the merged out and lse, dq on the rank, dk and dv added into the travelling
