@@ -104,8 +104,8 @@ const char *plan_split_name(enum plan_split s)
 
 const char *plan_schedule_name(enum plan_schedule s)
 {
-  static const char *const names[] = { "gpipe", "1f1b", "interleaved" };
-  return (unsigned)s < 3 ? names[s] : "?";
+  static const char *const names[] = { "gpipe", "1f1b", "interleaved", "zb-h1" };
+  return (unsigned)s < 4 ? names[s] : "?";
 }
 
 const char *plan_zero_every_name(enum plan_zero_every e)

@@ -1,6 +1,7 @@
-/* The schedule generators (sched.h): each decides only the order of forwards and backwards on
- * every pipeline rank; one expansion then adds the messages, recomputes, gradient reductions
- * and the optimizer the same way for all of them, so the three cannot disagree on those. */
+/* The schedule generators (sched.h): each decides only the order of forwards and backwards
+ * (whole, or split into B and W) on every pipeline rank; one expansion then adds the messages,
+ * recomputes, gradient reductions and the optimizer the same way for all of them, so they
+ * cannot disagree on those. */
 #include "sched.h"
 
 #include <stdlib.h>
@@ -11,16 +12,17 @@
 /* Enough for pp 64 × v 8 × m 4096 with room to spare, small enough to allocate. */
 #define SCHED_MAX_COMPUTE (1LL << 24)
 
-const char *sched_op_name(enum sched_op op)
+const char *sched_op_name(int op)
 {
   static const char *const names[] = { "FWD", "BWD", "RECOMPUTE", "SEND_ACT", "RECV_ACT",
-                                       "SEND_GRAD", "RECV_GRAD", "REDUCE_GRADS", "OPTIMIZER" };
-  return (unsigned)op < SCHED_N_OPS ? names[op] : "?";
+                                       "SEND_GRAD", "RECV_GRAD", "REDUCE_GRADS", "OPTIMIZER",
+                                       "BWD_B", "BWD_W" };
+  return (unsigned)op < SCHED_N_ALL_OPS ? names[op] : "?";
 }
 
 const char *sched_instr_text(const struct sched_instr *in, char *buf, size_t n)
 {
-  const char *name = sched_op_name((enum sched_op)in->op);
+  const char *name = sched_op_name(in->op);
   switch (in->op) {
   case SCHED_SEND_ACT: case SCHED_SEND_GRAD:
     snprintf(buf, n, "%s(stage %d, mb %d) to rank %d", name, in->stage, in->mb, in->peer);
@@ -50,6 +52,7 @@ void sched_free(struct sched *s)
   free(s->costs.fwd);
   free(s->costs.bwd);
   free(s->costs.recompute);
+  free(s->costs.w_share);
   memset(s, 0, sizeof *s);
 }
 
@@ -93,7 +96,8 @@ static int sched_alloc(struct sched *s, enum plan_schedule kind, int pp, int m, 
   s->costs.fwd = malloc((size_t)S * sizeof(double));
   s->costs.bwd = malloc((size_t)S * sizeof(double));
   s->costs.recompute = malloc((size_t)S * sizeof(double));
-  if (!s->ranks || !s->recompute || !s->costs.fwd || !s->costs.bwd || !s->costs.recompute) {
+  s->costs.w_share = malloc((size_t)S * sizeof(double));
+  if (!s->ranks || !s->recompute || !s->costs.fwd || !s->costs.bwd || !s->costs.recompute || !s->costs.w_share) {
     errf(err, n, "schedule %s: out of memory", plan_schedule_name(kind));
     return SCHED_NOMEM;
   }
@@ -102,6 +106,7 @@ static int sched_alloc(struct sched *s, enum plan_schedule kind, int pp, int m, 
     s->costs.fwd[i] = 1;
     s->costs.bwd[i] = 2;
     s->costs.recompute[i] = 1;
+    s->costs.w_share[i] = 0.5;
   }
   return 0;
 }
@@ -110,7 +115,9 @@ static int sched_alloc(struct sched *s, enum plan_schedule kind, int pp, int m, 
  * compute that needs it (receives block, so none is posted earlier than it must be), the send
  * just after the compute that produced it, RECOMPUTE before the gradient's receive (it needs
  * only the stage's saved input, so it can run while the gradient travels), REDUCE_GRADS after
- * the stage's last backward, OPTIMIZER last. */
+ * the stage's last backward, OPTIMIZER last. A split list's B is expanded as a whole backward
+ * is (its gradient is what is sent); its W stands alone, and the stage's last W is what
+ * REDUCE_GRADS follows. */
 static int expand(struct sched *s, char *err, size_t n)
 {
   int pp = s->pp, S = s->n_stages;
@@ -122,17 +129,21 @@ static int expand(struct sched *s, char *err, size_t n)
     int fail = 0;
     for (int i = 0; i < order.n; i++) {
       int st = order.instr[i].stage, mb = order.instr[i].mb;
-      if (order.instr[i].op == SCHED_FWD) {
+      int op = order.instr[i].op;
+      if (op == SCHED_FWD) {
         fail |= st > 0 && pp > 1 && push(&out, SCHED_RECV_ACT, st - 1, mb, (st - 1) % pp);
         fail |= push(&out, SCHED_FWD, st, mb, -1);
         fail |= st < S - 1 && pp > 1 && push(&out, SCHED_SEND_ACT, st, mb, (st + 1) % pp);
-      } else {
+      } else if (op == SCHED_BWD || op == SCHED_BWD_B) {
         fail |= s->recompute[st] && push(&out, SCHED_RECOMPUTE, st, mb, -1);
         fail |= st < S - 1 && pp > 1 && push(&out, SCHED_RECV_GRAD, st + 1, mb, (st + 1) % pp);
-        fail |= push(&out, SCHED_BWD, st, mb, -1);
+        fail |= push(&out, (enum sched_op)op, st, mb, -1);
         fail |= st > 0 && pp > 1 && push(&out, SCHED_SEND_GRAD, st, mb, (st - 1) % pp);
-        fail |= ++bwd_done[st] == s->m && push(&out, SCHED_REDUCE_GRADS, st, -1, -1);
       }
+      if (op == SCHED_BWD_W)
+        fail |= push(&out, (enum sched_op)op, st, mb, -1);
+      if (op == (s->split ? SCHED_BWD_W : SCHED_BWD))
+        fail |= ++bwd_done[st] == s->m && push(&out, SCHED_REDUCE_GRADS, st, -1, -1);
     }
     fail |= push(&out, SCHED_OPTIMIZER, -1, -1, -1);
     free(order.instr);
@@ -149,9 +160,9 @@ nomem:
 }
 
 /* Pushes FWD or BWD of the given (stage, mb); the expansion completes the list. */
-static int compute(struct sched *s, int r, enum sched_op op, int stage, int mb)
+static int compute(struct sched *s, int r, int op, int stage, int mb)
 {
-  return push(&s->ranks[r], op, stage, mb, -1);
+  return push(&s->ranks[r], (enum sched_op)op, stage, mb, -1);
 }
 
 int sched_gpipe(struct sched *s, int pp, int m, int v, const uint8_t *recompute, char *err, size_t n)
@@ -250,6 +261,54 @@ int sched_interleaved(struct sched *s, int pp, int m, int v, const uint8_t *reco
   return expand(s, err, n);
 }
 
+/* ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", 2024): 1F1B's order of forwards with
+ * each backward's B where 1F1B runs the backward, so gradients travel upstream after B alone.
+ * Rank r holds back up to r of its W's (runs a W only when more than r are pending) and runs
+ * the rest after its last B: rank 0 holds none, the last rank pp − 1. A micro-batch is in
+ * flight until its W, so every rank's peak is pp, 1F1B's rank 0 count: the pipeline's peak
+ * memory stays 1F1B's (later ranks hold more than under 1F1B, never more than rank 0 does).
+ * The deferred W's fill the cool-down's waits: with equal stages the idle time per rank is
+ * (pp − 1)(F + B − W), the time until the first gradient comes back. */
+int sched_zb_h1(struct sched *s, int pp, int m, int v, const uint8_t *recompute, char *err, size_t n)
+{
+  int rc = sched_alloc(s, PLAN_SCHED_ZB_H1, pp, m, v, recompute, err, n);
+  if (rc)
+    return rc;
+  s->split = 1;
+  if (v != 1) {
+    errf(err, n, "schedule zb-h1: virtual stages = %d: ZB-H1 runs one stage per rank", v);
+    return SCHED_INVALID;
+  }
+  if (m < pp) {
+    errf(err, n, "schedule zb-h1: %d micro-batch%s for pp = %d: ZB-H1 needs at least pp micro-batches "
+         "(with fewer, 1F1B's steady state it fills does not exist; use 1f1b or gpipe)", m, m == 1 ? "" : "es", pp);
+    return SCHED_INVALID;
+  }
+  int fail = 0;
+  for (int r = 0; r < pp; r++) {
+    int warmup = pp - r - 1, w_done = 0, b_done = 0;
+    for (int i = 0; i < warmup; i++)
+      fail |= compute(s, r, SCHED_FWD, r, i);
+    for (int i = 0; i < m - warmup; i++) {
+      fail |= compute(s, r, SCHED_FWD, r, warmup + i);
+      fail |= compute(s, r, SCHED_BWD_B, r, b_done++);
+      if (b_done - w_done > r)
+        fail |= compute(s, r, SCHED_BWD_W, r, w_done++);
+    }
+    for (int i = m - warmup; i < m; i++) {
+      fail |= compute(s, r, SCHED_BWD_B, r, b_done++);
+      fail |= compute(s, r, SCHED_BWD_W, r, w_done++);
+    }
+    while (w_done < m)
+      fail |= compute(s, r, SCHED_BWD_W, r, w_done++);
+  }
+  if (fail) {
+    errf(err, n, "schedule zb-h1: out of memory");
+    return SCHED_NOMEM;
+  }
+  return expand(s, err, n);
+}
+
 int sched_build(struct sched *s, enum plan_schedule kind, int pp, int m, int v, const uint8_t *recompute,
                 char *err, size_t n)
 {
@@ -257,6 +316,7 @@ int sched_build(struct sched *s, enum plan_schedule kind, int pp, int m, int v, 
   case PLAN_SCHED_GPIPE: return sched_gpipe(s, pp, m, v, recompute, err, n);
   case PLAN_SCHED_1F1B: return sched_1f1b(s, pp, m, v, recompute, err, n);
   case PLAN_SCHED_INTERLEAVED: return sched_interleaved(s, pp, m, v, recompute, err, n);
+  case PLAN_SCHED_ZB_H1: return sched_zb_h1(s, pp, m, v, recompute, err, n);
   }
   memset(s, 0, sizeof *s);
   errf(err, n, "schedule: unknown kind %d", (int)kind);

@@ -2,7 +2,8 @@
  * the ordered list of instructions it runs in one training step: FWD / BWD / RECOMPUTE of a (stage,
  * micro-batch), the point-to-point SEND / RECV of activations and gradients between pipeline ranks,
  * REDUCE_GRADS once per stage after its last backward, and OPTIMIZER last. GPipe, 1F1B and
- * interleaved 1F1B are generators of such lists; `sched_check` proves a list complete,
+ * interleaved 1F1B are generators of such lists; so is ZB-H1, the zero-bubble schedule, whose
+ * lists split each backward in two (see "Split backward" below); `sched_check` proves a list complete,
  * `sched_simulate` runs all ranks' lists together under a cost model to prove them free of deadlock
  * and to measure the bubble. The executor runs the very same lists.
  *
@@ -16,6 +17,14 @@
  * where RECV_GRAD(s, mb) precedes BWD(s - 1, mb). With pp = 1 consecutive stages share the rank
  * and no messages exist. A (kind, stage, mb) names exactly one message, so sends and receives
  * match by name; `peer` repeats the other rank for the executor.
+ *
+ * Split backward (zero-bubble schedules, s->split): BWD_B(s, mb) computes the gradient of the
+ * stage's input, the only part the previous stage waits for, and SEND_GRAD follows it at once;
+ * BWD_W(s, mb) computes the stage's weight gradients, needed by nobody until REDUCE_GRADS, so it
+ * can run later to fill what would be idle time. W comes after B on the same rank; REDUCE_GRADS
+ * after the stage's last W; RECOMPUTE before B. A split list has no BWD, a whole one no B or W.
+ * A micro-batch stays in flight until its W ends: W needs the linears' inputs and the output
+ * gradients B leaves, so they are held until then.
  *
  * Pure C: no Lua, no MPI, never exits. Functions return 0 or an enum sched_status and write a
  * one-line message into err. */
@@ -35,6 +44,14 @@ enum sched_op {
   SCHED_OPTIMIZER,    /* last on every rank */
   SCHED_N_OPS
 };
+/* The split backward's two halves (zero-bubble lists only). Numbered after enum sched_op and
+ * kept out of it while the executor, whose switch covers every enum sched_op, runs whole
+ * backwards only (the plan check refuses to run a zero-bubble kind). */
+enum sched_split_op {
+  SCHED_BWD_B = SCHED_N_OPS, /* input gradient: the stage's input's, sent upstream at once */
+  SCHED_BWD_W,               /* weight gradient: free to run any time before REDUCE_GRADS */
+  SCHED_N_ALL_OPS
+};
 
 enum sched_status {
   SCHED_OK = 0,
@@ -45,7 +62,7 @@ enum sched_status {
 };
 
 struct sched_instr {
-  uint8_t op;  /* enum sched_op */
+  uint8_t op;  /* enum sched_op or enum sched_split_op */
   int stage;   /* global stage; -1 for OPTIMIZER */
   int mb;      /* micro-batch 0 .. m-1; -1 for REDUCE_GRADS and OPTIMIZER */
   int peer;    /* SEND_*: the rank sent to; RECV_*: the rank received from; else -1 */
@@ -61,6 +78,11 @@ struct sched_costs {
   double *fwd;       /* (S) default 1 */
   double *bwd;       /* (S) default 2 */
   double *recompute; /* (S) default = fwd; used where the stage recomputes */
+  double *w_share;   /* (S) the weight gradient's share of bwd: BWD_W costs bwd · w_share, BWD_B
+                      * the rest. Default 1/2: a linear's backward is two products of the
+                      * forward's size, one for the input gradient and one for the weights;
+                      * sched_from_plan counts it per stage (attention's core has no weights,
+                      * so its backward is all B) */
   double comm;       /* from a send to its message being receivable; default 0 */
   double reduce_grads, optimizer; /* per instruction; default 0 */
 };
@@ -71,6 +93,7 @@ struct sched {
   int v;                 /* virtual stages (chunks) per rank */
   int m;                 /* micro-batches per step */
   int n_stages;          /* pp · v */
+  int split;             /* 1: backwards are BWD_B + BWD_W (zero-bubble kinds), 0: BWD */
   uint8_t *recompute;    /* (S) 1: RECOMPUTE(s, mb) runs just before BWD(s, mb) */
   struct sched_list *ranks; /* (pp) */
   struct sched_costs costs;
@@ -78,9 +101,9 @@ struct sched {
 
 /* Result of a simulation. Times are in the cost model's units, from 0 at the step's start. */
 struct sched_sim_rank {
-  double busy;        /* time spent in FWD, BWD, RECOMPUTE, REDUCE_GRADS, OPTIMIZER */
+  double busy;        /* time spent in FWD, BWD (or B and W), RECOMPUTE, REDUCE_GRADS, OPTIMIZER */
   double finish;      /* when its last instruction ended */
-  int peak_inflight;  /* most (stage, mb) whose FWD ran and whose BWD has not finished */
+  int peak_inflight;  /* most (stage, mb) whose FWD ran and whose BWD (split: W) has not finished */
   int stuck_at;       /* after a deadlock: the index of its first stuck instruction, else -1 */
   double *start, *end; /* (n instructions of the rank); a RECV's span is its wait */
 };
@@ -104,10 +127,17 @@ struct sched_sim {
  *   the remaining backwards.
  * sched_interleaved: Megatron-LM's interleaved 1F1B (v ≥ 2, m a multiple of pp): micro-batches
  *   go through each chunk in groups of pp; warm-up of (pp − r − 1)·2 + (v − 1)·pp forwards capped
- *   at m·v (all of them when m = pp), then 1F1B, then the remaining backwards. */
+ *   at m·v (all of them when m = pp), then 1F1B, then the remaining backwards.
+ * sched_zb_h1: ZB-H1 of "Zero Bubble Pipeline Parallelism" (Qi et al., 2024) (v must be 1,
+ *   m ≥ pp): 1F1B's order with each backward split, B where 1F1B has its backward; rank r
+ *   holds back up to r of its W's and runs them after its last B, where 1F1B waits for
+ *   gradients. Every rank's peak in-flight count (W-held included) is pp, 1F1B's on rank 0, so
+ *   the pipeline's peak memory is 1F1B's. With equal stages the idle time per rank is
+ *   (pp − 1)(F + B − W) instead of 1F1B's (pp − 1)(F + B + W). */
 int sched_gpipe(struct sched *s, int pp, int m, int v, const uint8_t *recompute, char *err, size_t err_size);
 int sched_1f1b(struct sched *s, int pp, int m, int v, const uint8_t *recompute, char *err, size_t err_size);
 int sched_interleaved(struct sched *s, int pp, int m, int v, const uint8_t *recompute, char *err, size_t err_size);
+int sched_zb_h1(struct sched *s, int pp, int m, int v, const uint8_t *recompute, char *err, size_t err_size);
 /* The generator of `kind`. */
 int sched_build(struct sched *s, enum plan_schedule kind, int pp, int m, int v, const uint8_t *recompute,
                 char *err, size_t err_size);
@@ -148,7 +178,7 @@ void sched_print_timeline(FILE *f, const struct sched *s, const struct sched_sim
  * in-flight count and the ordered compute instructions with simulated start and end. */
 void sched_json(struct json *j, const struct sched *s, const struct sched_sim *r);
 
-const char *sched_op_name(enum sched_op op); /* "FWD", "SEND_ACT", ... */
+const char *sched_op_name(int op); /* "FWD", "SEND_ACT", "BWD_B", ... (enum sched_op, sched_split_op) */
 /* "RECV_GRAD(stage 1, mb 0) from rank 1", into buf. */
 const char *sched_instr_text(const struct sched_instr *in, char *buf, size_t n);
 

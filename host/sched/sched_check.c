@@ -1,7 +1,8 @@
 /* sched_check (sched.h): is every rank's list complete and in a legal order? Two passes: the
  * first places every instruction (refusing strangers and repeats), the second walks every
  * (stage, mb) and asks that its forward, backward, recompute and messages exist in the order
- * data flows. Whether the lists together can run (no deadlock) is the simulator's question. */
+ * data flows. In a split list the B half stands where a whole backward would (its gradient is
+ * what is sent) and W must follow it on the rank, REDUCE_GRADS following the stage's last W. Whether the lists together can run (no deadlock) is the simulator's question. */
 #include "sched.h"
 
 #include <stdlib.h>
@@ -11,7 +12,8 @@
 
 /* Where each instruction sits: its index on the rank that must run it, or -1. */
 struct places {
-  int *fwd, *bwd, *rc, *send_act, *recv_act, *send_grad, *recv_grad; /* (S · m) */
+  int *fwd, *bwd, *rc, *send_act, *recv_act, *send_grad, *recv_grad; /* (S · m); bwd: BWD or BWD_B */
+  int *bww;                                                          /* (S · m) BWD_W */
   int *reduce;                                                       /* (S) */
 };
 
@@ -19,7 +21,8 @@ static int *place_of(struct places *pl, int op)
 {
   switch (op) {
   case SCHED_FWD: return pl->fwd;
-  case SCHED_BWD: return pl->bwd;
+  case SCHED_BWD: case SCHED_BWD_B: return pl->bwd;
+  case SCHED_BWD_W: return pl->bww;
   case SCHED_RECOMPUTE: return pl->rc;
   case SCHED_SEND_ACT: return pl->send_act;
   case SCHED_RECV_ACT: return pl->recv_act;
@@ -74,10 +77,14 @@ static int place(const struct sched *s, struct places *pl, char *err, size_t n)
     for (int i = 0; i < l->n; i++) {
       const struct sched_instr *in = &l->instr[i];
       char why[160];
-      if (in->op >= SCHED_N_OPS) {
+      if (in->op >= SCHED_N_ALL_OPS) {
         errf(err, n, "schedule %s: rank %d #%d: unknown operation %d", plan_schedule_name(s->kind), r, i, in->op);
         return SCHED_INCOMPLETE;
       }
+      if (s->split && in->op == SCHED_BWD)
+        return fail(err, n, s, r, i, "a whole backward in a split (zero-bubble) list: it runs BWD_B and BWD_W", NULL);
+      if (!s->split && (in->op == SCHED_BWD_B || in->op == SCHED_BWD_W))
+        return fail(err, n, s, r, i, "a split backward in a list of whole backwards (only zero-bubble kinds split)", NULL);
       if (in->op == SCHED_OPTIMIZER) {
         if (i != l->n - 1)
           return fail(err, n, s, r, i, "must be the rank's last instruction", NULL);
@@ -140,6 +147,7 @@ static int need(char *err, size_t n, const struct sched *s, int rank, const char
 static int flow(const struct sched *s, struct places *pl, char *err, size_t n)
 {
   int S = s->n_stages, m = s->m, pp = s->pp;
+  const int bop = s->split ? SCHED_BWD_B : SCHED_BWD; /* the backward whose gradient is sent */
   for (int st = 0; st < S; st++)
     for (int mb = 0; mb < m; mb++) {
       int k = st * m + mb, f = pl->fwd[k], b = pl->bwd[k];
@@ -147,8 +155,12 @@ static int flow(const struct sched *s, struct places *pl, char *err, size_t n)
         return need(err, n, s, st % pp, "every micro-batch runs forward on every stage", SCHED_FWD, st, mb,
                     -1, "", 0, 0, 0);
       if (b < 0 || b < f)
-        return need(err, n, s, st % pp, "every micro-batch runs backward on every stage", SCHED_BWD, st, mb,
+        return need(err, n, s, st % pp, "every micro-batch runs backward on every stage", bop, st, mb,
                     b, "after", SCHED_FWD, st, f);
+      int w = pl->bww[k];
+      if (s->split && (w < 0 || w < b))
+        return need(err, n, s, st % pp, "every B is followed by its W", SCHED_BWD_W, st, mb, w, "after",
+                    SCHED_BWD_B, st, b);
     }
   for (int st = 0; st < S; st++) {
     int r = st % pp, last_bwd = -1;
@@ -157,14 +169,15 @@ static int flow(const struct sched *s, struct places *pl, char *err, size_t n)
       if (s->recompute[st] && (c < 0 || c < f))
         return need(err, n, s, r, "the stage recomputes", SCHED_RECOMPUTE, st, mb, c, "after", SCHED_FWD, st, f);
       if (s->recompute[st] && c > b)
-        return need(err, n, s, r, "", SCHED_RECOMPUTE, st, mb, c, "before", SCHED_BWD, st, b);
-      if (b > last_bwd)
-        last_bwd = b;
+        return need(err, n, s, r, "", SCHED_RECOMPUTE, st, mb, c, "before", bop, st, b);
+      int done = s->split ? pl->bww[k] : b; /* the stage's gradients are complete after W */
+      if (done > last_bwd)
+        last_bwd = done;
       if (pp == 1) {
         if (st + 1 < S && pl->fwd[k + m] < f)
           return need(err, n, s, r, "", SCHED_FWD, st + 1, mb, pl->fwd[k + m], "after", SCHED_FWD, st, f);
         if (st + 1 < S && pl->bwd[k + m] > b)
-          return need(err, n, s, r, "", SCHED_BWD, st + 1, mb, pl->bwd[k + m], "before", SCHED_BWD, st, b);
+          return need(err, n, s, r, "", bop, st + 1, mb, pl->bwd[k + m], "before", bop, st, b);
         continue;
       }
       if (st + 1 < S) {
@@ -178,10 +191,10 @@ static int flow(const struct sched *s, struct places *pl, char *err, size_t n)
       if (st > 0) {
         int send = pl->send_grad[k], recv = pl->recv_grad[k], prev = (st - 1) % pp;
         if (send < 0 || send < b)
-          return need(err, n, s, r, "the previous stage needs it", SCHED_SEND_GRAD, st, mb, send, "after", SCHED_BWD, st, b);
+          return need(err, n, s, r, "the previous stage needs it", SCHED_SEND_GRAD, st, mb, send, "after", bop, st, b);
         if (recv < 0 || recv > pl->bwd[k - m])
           return need(err, n, s, prev, "every send is received once", SCHED_RECV_GRAD, st, mb, recv,
-                      "before", SCHED_BWD, st - 1, pl->bwd[k - m]);
+                      "before", bop, st - 1, pl->bwd[k - m]);
       }
     }
     int red = pl->reduce[st];
@@ -210,16 +223,16 @@ int sched_check(const struct sched *s, char *err, size_t n)
   }
   size_t cells = (size_t)s->n_stages * (size_t)s->m;
   struct places pl;
-  int *all = malloc((7 * cells + (size_t)s->n_stages) * sizeof *all);
+  int *all = malloc((8 * cells + (size_t)s->n_stages) * sizeof *all);
   if (!all) {
     errf(err, n, "schedule %s: out of memory", plan_schedule_name(s->kind));
     return SCHED_NOMEM;
   }
-  memset(all, 0xff, (7 * cells + (size_t)s->n_stages) * sizeof *all); /* -1 everywhere */
-  int **slots[] = { &pl.fwd, &pl.bwd, &pl.rc, &pl.send_act, &pl.recv_act, &pl.send_grad, &pl.recv_grad };
-  for (int i = 0; i < 7; i++)
+  memset(all, 0xff, (8 * cells + (size_t)s->n_stages) * sizeof *all); /* -1 everywhere */
+  int **slots[] = { &pl.fwd, &pl.bwd, &pl.rc, &pl.send_act, &pl.recv_act, &pl.send_grad, &pl.recv_grad, &pl.bww };
+  for (int i = 0; i < 8; i++)
     *slots[i] = all + (size_t)i * cells;
-  pl.reduce = all + 7 * cells;
+  pl.reduce = all + 8 * cells;
   int rc = place(s, &pl, err, n);
   if (!rc)
     rc = flow(s, &pl, err, n);

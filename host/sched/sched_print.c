@@ -19,7 +19,7 @@ static int row_shown(int rank, int pp)
 static int is_compute(int op)
 {
   return op == SCHED_FWD || op == SCHED_BWD || op == SCHED_RECOMPUTE || op == SCHED_REDUCE_GRADS ||
-         op == SCHED_OPTIMIZER;
+         op == SCHED_OPTIMIZER || op == SCHED_BWD_B || op == SCHED_BWD_W;
 }
 
 /* Chunk c as a letter, "a" for chunk 0 ("c27" past the alphabet); nothing without virtual stages. */
@@ -33,10 +33,12 @@ static void chunk_name(const struct sched *s, int c, char *buf, size_t n)
     snprintf(buf, n, "c%d", c);
 }
 
-/* "F3", "B12", "R3"; with virtual stages the chunk follows: "F3b" (chunk 1). */
+/* "F3", "B12", "R3", "W3" (a split list's B is its input-gradient half, W the weight gradient);
+ * with virtual stages the chunk follows: "F3b" (chunk 1). */
 static void cell_label(const struct sched *s, const struct sched_instr *in, char *buf, size_t n)
 {
-  const char *op = in->op == SCHED_FWD ? "F" : in->op == SCHED_BWD ? "B" : in->op == SCHED_RECOMPUTE ? "R"
+  const char *op = in->op == SCHED_FWD ? "F" : in->op == SCHED_BWD || in->op == SCHED_BWD_B ? "B"
+                   : in->op == SCHED_BWD_W ? "W" : in->op == SCHED_RECOMPUTE ? "R"
                    : in->op == SCHED_REDUCE_GRADS ? "G" : "OPT";
   char chunk[16] = "";
   if (in->stage >= 0)
@@ -49,7 +51,7 @@ static void cell_label(const struct sched *s, const struct sched_instr *in, char
     snprintf(buf, n, "%s%d%s", op, in->mb, chunk);
 }
 
-/* The shortest forward or backward: each of them covers at least one column's middle (a
+/* The shortest forward or backward (or B, W): each of them covers at least one column's middle (a
  * shorter recompute or reduction may fall between two middles and not show). */
 static double quantum(const struct sched *s, const struct sched_sim *r)
 {
@@ -58,7 +60,7 @@ static double quantum(const struct sched *s, const struct sched_sim *r)
     for (int i = 0; i < s->ranks[rank].n; i++) {
       double d = r->ranks[rank].end[i] - r->ranks[rank].start[i];
       int op = s->ranks[rank].instr[i].op;
-      if ((op == SCHED_FWD || op == SCHED_BWD) && d > 0 && (q == 0 || d < q))
+      if ((op == SCHED_FWD || op == SCHED_BWD || op == SCHED_BWD_B || op == SCHED_BWD_W) && d > 0 && (q == 0 || d < q))
         q = d;
     }
   return q;
@@ -187,8 +189,8 @@ void sched_print_timeline(FILE *f, const struct sched *s, const struct sched_sim
   if (head < columns)
     fprintf(f, "(%d of %d columns shown: the first %d and the last %d; the middle repeats the steady "
             "state)\n", head + tail, columns, head, tail);
-  fprintf(f, "F<mb> forward, B<mb> backward, R<mb> recompute, -- still running, . idle%s%s\n",
-          s->costs.reduce_grads > 0 ? ", G gradient reduction" : "", s->costs.optimizer > 0 ? ", OPT optimizer" : "");
+  fprintf(f, "F<mb> forward, B<mb> backward%s, R<mb> recompute, -- still running, . idle%s%s\n",
+          s->split ? " (its input gradient), W<mb> weight gradient" : "", s->costs.reduce_grads > 0 ? ", G gradient reduction" : "", s->costs.optimizer > 0 ? ", OPT optimizer" : "");
   if (s->v > 1) {
     fprintf(f, "chunks:");
     for (int c = 0; c < s->v; c++) {
@@ -204,7 +206,8 @@ void sched_print_timeline(FILE *f, const struct sched *s, const struct sched_sim
   }
   fprintf(f, "makespan %.6g, bubble %.1f%% (idle / (pp × makespan)) = %.1f%% of the ideal time (idle / busy)\n",
           r->makespan, 100 * r->bubble_fraction, 100 * r->bubble_over_ideal);
-  fprintf(f, "peak in-flight %smicro-batches per rank:", s->v > 1 ? "chunk " : "");
+  fprintf(f, "peak in-flight %smicro-batches per rank%s:", s->v > 1 ? "chunk " : "",
+          s->split ? " (held until W)" : "");
   for (int rank = 0; rank < s->pp; rank++)
     if (row_shown(rank, s->pp))
       fprintf(f, " %d", r->ranks[rank].peak_inflight);
@@ -218,7 +221,7 @@ void sched_print_timeline(FILE *f, const struct sched *s, const struct sched_sim
 static void json_op(struct json *j, int op)
 {
   char name[32];
-  snprintf(name, sizeof name, "%s", sched_op_name((enum sched_op)op));
+  snprintf(name, sizeof name, "%s", sched_op_name(op));
   for (char *c = name; *c; c++)
     *c = (char)tolower((unsigned char)*c);
   json_string(j, name);
@@ -243,11 +246,14 @@ void sched_json(struct json *j, const struct sched *s, const struct sched_sim *r
   json_key(j, "pp"); json_int(j, s->pp);
   json_key(j, "virtual_stages"); json_int(j, s->v);
   json_key(j, "microbatches"); json_int(j, s->m);
+  json_key(j, "split_backward"); json_bool(j, s->split);
   json_key(j, "costs");
   json_begin_object(j);
   json_costs(j, "forward", s->costs.fwd, s->n_stages, NULL);
   json_costs(j, "backward", s->costs.bwd, s->n_stages, NULL);
   json_costs(j, "recompute", s->costs.recompute, s->n_stages, s->recompute);
+  if (s->split)
+    json_costs(j, "weight_gradient_share", s->costs.w_share, s->n_stages, NULL);
   json_key(j, "comm"); json_number(j, s->costs.comm);
   json_key(j, "reduce_grads"); json_number(j, s->costs.reduce_grads);
   json_key(j, "optimizer"); json_number(j, s->costs.optimizer);

@@ -26,6 +26,8 @@ static double cost_of(const struct sched *s, const struct sched_instr *in)
   switch (in->op) {
   case SCHED_FWD: return s->costs.fwd[in->stage];
   case SCHED_BWD: return s->costs.bwd[in->stage];
+  case SCHED_BWD_B: return s->costs.bwd[in->stage] * (1 - s->costs.w_share[in->stage]);
+  case SCHED_BWD_W: return s->costs.bwd[in->stage] * s->costs.w_share[in->stage];
   case SCHED_RECOMPUTE: return s->costs.recompute[in->stage];
   case SCHED_REDUCE_GRADS: return s->costs.reduce_grads;
   case SCHED_OPTIMIZER: return s->costs.optimizer;
@@ -113,7 +115,7 @@ int sched_simulate(const struct sched *s, struct sched_sim *out, char *err, size
           sr->busy += d;
           if (in->op == SCHED_FWD && ++inflight[r] > sr->peak_inflight)
             sr->peak_inflight = inflight[r];
-          if (in->op == SCHED_BWD)
+          if (in->op == SCHED_BWD || in->op == SCHED_BWD_W) /* W needs what the forward kept */
             inflight[r]--;
         }
         sr->start[pc[r]] = clock[r];

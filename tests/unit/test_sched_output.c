@@ -166,6 +166,15 @@ static void test_from_plan_costs_follow_layers_and_recompute(void)
   double head = 2.0 * 64 * 256, mean = (4 * 86016.0 + head) / 2;
   CHECK_NEAR(s.costs.fwd[1], (86016.0 + head) / mean, 1e-12);
   sched_free(&s);
+  /* zb-h1 splits each backward: W is the linears' share (the forward less the attention core,
+   * which has no weights), of a backward twice the forward */
+  p.schedule = PLAN_SCHED_ZB_H1;
+  p.batch.microbatches = 2;
+  CHECK_MSG(sched_from_plan(&p, &s, err, sizeof err) == 0, "%s", err);
+  CHECK(s.split == 1);
+  CHECK_NEAR(s.costs.w_share[0], (3 * 86016.0 - 3 * 4096.0) / (2 * 3 * 86016.0), 1e-12);
+  CHECK_NEAR(s.costs.w_share[1], (86016.0 + head - 4096.0) / (2 * (86016.0 + head)), 1e-12);
+  sched_free(&s);
   /* and a plan the generators cannot serve is refused, not crashed on */
   p.schedule = PLAN_SCHED_INTERLEAVED;
   p.virtual_stages = 1;
