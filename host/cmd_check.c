@@ -50,10 +50,11 @@ int cmd_tune(lua_State *L, const struct cli *c)
     char ep[24] = "";
     if (t->ep > 1)
       snprintf(ep, sizeof ep, " ep %d", t->ep);
-    printf("%2d. tp %d pp %d v %d dp %d%s, micro %d, zero %d%s, recompute %s, sequence parallel %s%s: "
+    printf("%2d. tp %d pp %d v %d dp %d%s, micro %d, zero %d%s, recompute %s, sequence parallel %s%s%s: "
            "%.3f s/step, %.0f tokens/s, MFU %.1f%%, %.1f GiB on the fullest rank (%.0f%% spare)\n", i + 1,
            t->tp, t->pp, t->v, t->dp, ep, t->micro, t->zero, every, plan_recompute_text(t->recompute, rc, sizeof rc),
-           t->sp ? "on" : "off", t->kv_replicate ? ", k and v replicated" : "", t->step, t->tokens_per_s,
+           t->sp ? "on" : "off", t->kv_replicate ? ", k and v replicated" : "",
+           t->zb ? ", schedule zb-h1 (check prices it; run refuses it for now)" : "", t->step, t->tokens_per_s,
            100.0 * t->mfu, t->max_bytes / (1024.0 * 1024.0 * 1024.0), 100.0 * t->headroom);
   }
   /* the best as a plan file, by default next to the model's */

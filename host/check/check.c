@@ -13,6 +13,7 @@
 #include "plan/plan_json.h"
 #include "check/check_ep.h"
 #include "check/check_internal.h"
+#include "check/check_zb.h"
 #include "comm/comm.h"
 #include "data/text_cache.h"
 #include "check/cost.h"
@@ -404,6 +405,7 @@ static void print_memory(FILE *f, const struct plan *p, const struct cluster *c)
     if (!plan_on_cpu(p))
       print_device_host_rows(f, p, &b[r]);
   }
+  check_zb_print(f, p, b, row_shown); /* a zero-bubble schedule's W-held memory, apart */
   fprintf(f, "           model states: the ZeRO paper's accounting, what a rank keeps between steps (shards "
           "under ZeRO);\n"
           "           transient: buffers a step allocates and frees on top of them, at their peaks (gathered "

@@ -4,7 +4,8 @@
  * The schedule part is the simulation `check` prints its timeline and bubble from (sched_from_plan,
  * then sched_simulate: per-stage costs from forward FLOPs, the mean stage's forward 1 unit), so the
  * blocks stand where that timeline puts them and the bubble is the figure check prints. Every
- * compute block is one <rect class="blk K mbM rR cC"> (K: F forward, B backward, R recompute; M the
+ * compute block is one <rect class="blk K mbM rR cC"> (K: F forward, B backward, R recompute, W weight
+ * gradient: a zero-bubble schedule's backward is B, its input gradient, and W; M the
  * micro-batch, R the pipeline rank, C the chunk) on a line of its own, in each rank's instruction
  * order, so a program (tests/e2e/check_svg.sh) can read them back and compare them with the lists
  * of `check --json` (the enlarged start and end of a long step repeat blocks as class "zblk").
@@ -31,9 +32,9 @@
 enum { WIDTH = 1200, LEFT = 150, RIGHT = 40, LANE_H = 26, LANE_GAP = 6, BAR_H = 22, BAR_GAP = 10 };
 #define PLOT_W ((double)(WIDTH - LEFT - RIGHT))
 
-static const char *const kind_fill[3] = { "#4c78a8", "#f58518", "#b279a2" }; /* F, B, R */
-static const char *const kind_name[3] = { "forward", "backward", "recompute" };
-static const char kind_letter[3] = { 'F', 'B', 'R' };
+static const char *const kind_fill[4] = { "#4c78a8", "#f58518", "#b279a2", "#54a24b" }; /* F, B, R, W */
+static const char *const kind_name[4] = { "forward", "backward", "recompute", "weight gradient" };
+static const char kind_letter[4] = { 'F', 'B', 'R', 'W' };
 /* The bill's categories, in check_bill_order (params .. checkpoint). */
 static const char *const category_fill[ALLOC_N_CATEGORIES] = { "#4c78a8", "#72b7b2", "#54a24b", "#f58518",
                                                                 "#e45756", "#b279a2", "#9d755d" };
@@ -115,7 +116,8 @@ static double tick_step(double span)
 
 static int kind_of(int op)
 {
-  return op == SCHED_FWD ? 0 : op == SCHED_BWD ? 1 : op == SCHED_RECOMPUTE ? 2 : -1;
+  return op == SCHED_FWD ? 0 : op == SCHED_BWD || op == SCHED_BWD_B ? 1 : op == SCHED_RECOMPUTE ? 2
+         : op == SCHED_BWD_W ? 3 : -1;
 }
 
 /* The legend entry: a swatch and its words, at (x, y); returns the x after it. */
@@ -211,13 +213,14 @@ static double draw_schedule(const struct plan *p, struct strbuf *b, double y)
   text_at(b, 20, y + 31, "font-size=\"13\"", line);
   y += 51;
   double x = LEFT;
-  for (int k = 0; k < 3; k++) {
-    int used = k < 2;
+  for (int k = 0; k < 4; k++) {
+    int used = k < 2 || (k == 3 && s.split);
     for (int st = 0; k == 2 && st < s.n_stages; st++)
       used |= s.recompute[st] != 0;
     if (used) {
       char words[64];
-      snprintf(words, sizeof words, "%c  %s of micro-batch n", kind_letter[k], kind_name[k]);
+      snprintf(words, sizeof words, "%c  %s%s of micro-batch n", kind_letter[k], kind_name[k],
+               k == 1 && s.split ? " (input gradient)" : "");
       x = legend_item(b, x, y, kind_fill[k], words);
     }
   }
@@ -371,8 +374,8 @@ void check_svg(const struct plan *p, const struct cluster *c, struct strbuf *b)
   sb_printf(b, "</title>\n<defs><pattern id=\"idle\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
           "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#eeeeee\"/>"
           "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#c8c8c8\" stroke-width=\"2\"/></pattern></defs>\n"
-          "<style>.F{fill:%s}.B{fill:%s}.R{fill:%s}</style>\n<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n",
-          kind_fill[0], kind_fill[1], kind_fill[2]);
+          "<style>.F{fill:%s}.B{fill:%s}.R{fill:%s}.W{fill:%s}</style>\n<rect width=\"100%%\" height=\"100%%\" "
+          "fill=\"#fff\"/>\n", kind_fill[0], kind_fill[1], kind_fill[2], kind_fill[3]);
   sb_put(b, body.s ? body.s : "", body.n);
   sb_puts(b, "</svg>\n");
   b->failed |= body.failed;

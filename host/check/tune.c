@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "check/check_zb.h"
 #include "check/cost.h"
 #include "lua/sandbox.h"
 #include "plan/compile.h"
@@ -53,7 +54,7 @@ static int try_one(const struct plan *base, int world, const struct cluster *c, 
   p.virtual_stages = ch->v;
   p.stages_kind = PLAN_STAGES_BALANCED;
   p.stages_is_function = 0;
-  p.schedule = ch->v > 1 ? PLAN_SCHED_INTERLEAVED : PLAN_SCHED_1F1B;
+  p.schedule = ch->v > 1 ? PLAN_SCHED_INTERLEAVED : ch->zb ? PLAN_SCHED_ZB_H1 : PLAN_SCHED_1F1B;
   p.batch.micro = ch->micro;
   p.zero = ch->zero;
   p.zero_every.grads_set = ch->zero >= 2; /* the base plan's choices are the search's now */
@@ -73,12 +74,19 @@ static int try_one(const struct plan *base, int world, const struct cluster *c, 
     r->n_valid++;
     double worst = 0;
     struct bill b;
+    /* zb-h1: what its deferred W's hold beyond the bill, as check prints it */
+    struct check_zb_held *zb = ch->zb ? calloc((size_t)p.mesh.pp, sizeof *zb) : NULL;
+    if (ch->zb && (!zb || check_zb_held(&p, NULL, zb, err, sizeof err)))
+      ok = 0;
     for (int k = 0; k < p.mesh.pp && ok; k++) {
       if (bill_predict(&p, k, &b, err, sizeof err))
         ok = 0;
-      else
-        worst = b.total - b.host_total > worst ? b.total - b.host_total : worst; /* the device's part */
+      else {
+        const double device = b.total - b.host_total + (zb ? check_zb_rank_bytes(&zb[k], &b) : 0);
+        worst = device > worst ? device : worst; /* the device's part */
+      }
     }
+    free(zb);
     struct cost cost;
     if (ok && worst <= c->device_memory * (1.0 - headroom) && cost_predict(&p, c, &cost, err, sizeof err) == 0) {
       r->n_fit++;
@@ -159,12 +167,14 @@ int tune_search(const struct plan *base, int world, const struct cluster *c, dou
             if (dp % ep || (ep > 1 && (m->moe.experts <= 0 || m->moe.experts % ep)))
               continue;
             for (int zero = 1; zero <= 3; zero++)
-              for (size_t ri = 0; ri < sizeof recomputes; ri++) {
-                struct tune_choice ch = { .tp = tp, .pp = pp, .v = v, .dp = dp, .micro = micro, .zero = zero,
-                                          .sp = tp > 1, .kv_replicate = tp > 1 && m->n_kv_heads % tp != 0,
-                                          .ep = ep, .moe = m->moe.experts > 0, .recompute = recomputes[ri] };
-                tune_zero_every(base, world, c, headroom, keep, &ch, out);
-              }
+              for (size_t ri = 0; ri < sizeof recomputes; ri++)
+                for (int zb = 0; zb <= (v == 1 && pp > 1); zb++) { /* zb-h1 beside 1F1B */
+                  struct tune_choice ch = { .tp = tp, .pp = pp, .v = v, .dp = dp, .micro = micro, .zero = zero,
+                                            .sp = tp > 1, .kv_replicate = tp > 1 && m->n_kv_heads % tp != 0,
+                                            .ep = ep, .moe = m->moe.experts > 0, .recompute = recomputes[ri],
+                                            .zb = zb };
+                  tune_zero_every(base, world, c, headroom, keep, &ch, out);
+                }
           }
         }
       }
@@ -286,7 +296,7 @@ int tune_write_plan(FILE *f, const char *plan_path, const char *out_path, int n_
     fprintf(f, "  mesh = { tp = %d, pp = %d, dp = \"auto\" },\n", t->tp, t->pp);
   fprintf(f, "  stages = \"balanced\",\n");
   fprintf(f, "  virtual_stages = %d,\n", t->v);
-  fprintf(f, "  schedule = { kind = \"%s\" },\n", t->v > 1 ? "interleaved" : "1f1b");
+  fprintf(f, "  schedule = { kind = \"%s\" },\n", t->v > 1 ? "interleaved" : t->zb ? "zb-h1" : "1f1b");
   fprintf(f, "  batch = { micro = %d },\n", t->micro);
   fprintf(f, "  zero = %d,\n", t->zero);
   if (t->zero == 2)

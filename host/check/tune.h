@@ -25,6 +25,7 @@ struct tune_choice {
   int moe;                 /* the model has model.moe: the written plan states mesh.ep, 1 included */
   int grads_step, params_step; /* zero_every.grads / .params = "step" (zero ≥ 2 / zero 3), else "micro_batch" */
   uint8_t recompute;       /* enum plan_recompute bits, the same for every layer */
+  int zb;                  /* 1: schedule zb-h1 (v 1, pp > 1), priced with its W-held memory; 0: 1F1B or interleaved */
   double step, mfu, tokens_per_s, max_bytes, headroom;
 };
 

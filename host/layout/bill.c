@@ -191,6 +191,10 @@ void bill_shared_open(struct bill_shared *sh, const struct plan *p)
 {
   memset(sh, 0, sizeof *sh);
   sh->failed = sched_from_plan(p, &sh->s, sh->err, sizeof sh->err) != 0;
+  /* a zero-bubble list as the runtime's layout knows it, whole backwards in the same order; what
+   * its W's hold beyond that `tycho check` bills apart (check_zb.c) */
+  if (!sh->failed && sh->s.split)
+    sh->failed = sched_merge_split(&sh->s, sh->err, sizeof sh->err) != 0;
 }
 
 void bill_shared_close(struct bill_shared *sh)

@@ -61,6 +61,9 @@ static int cuda_refused(const struct plan *p, char *err, size_t n)
 
 int trainer_plan_supported(const struct plan *p, char *err, size_t n)
 {
+  if (p->schedule == PLAN_SCHED_ZB_H1) /* the executor runs whole backwards only (sched.h) */
+    return errf(err, n, "%s: schedule.kind = \"zb-h1\": the runtime does not run split backward (B and W) "
+                "yet; check and tune price it", plan_where(p, "schedule.kind"));
   if (p->device == PLAN_DEVICE_CUDA) {
     if (cuda_refused(p, err, n))
       return -1;

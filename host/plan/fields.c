@@ -22,7 +22,7 @@
 static const char *const families[] = { "llama", NULL };
 static const char *const devices[] = { "auto", "cpu", "cuda", NULL };
 static const char *const comms[] = { "auto", "staged", "mpi", "nccl", NULL }; /* enum plan_comm */
-static const char *const schedules[] = { "gpipe", "1f1b", "interleaved", NULL };
+static const char *const schedules[] = { "gpipe", "1f1b", "interleaved", "zb-h1", NULL };
 static const char *const dtypes[] = { "fp32", "bf16", "fp16", NULL };
 static const char *const opt_kinds[] = { "adamw", NULL };
 static const char *const decays[] = { "constant", "cosine", "linear", NULL };

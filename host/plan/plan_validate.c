@@ -327,6 +327,10 @@ static int validate_schedule(struct plan *p, char *err, size_t n)
       return fail(err, n, p, "batch.global", "batch.global = %d: the interleaved schedule needs the "
                   "micro-batches per step (%d = global / (micro × dp)) to be a multiple of mesh.pp = %d",
                   p->batch.global, p->batch.microbatches, pp);
+  } else if (p->schedule == PLAN_SCHED_ZB_H1 && p->batch.microbatches < pp) {
+    return fail(err, n, p, "batch.global", "batch.global = %d: schedule.kind = \"zb-h1\" needs at least "
+                "mesh.pp = %d micro-batches per step (it has %d = global / (micro × dp)); use \"1f1b\" or "
+                "more micro-batches", p->batch.global, pp, p->batch.microbatches);
   } else if (vs > 1) {
     return fail(err, n, p, "virtual_stages", "virtual_stages = %d: only the \"interleaved\" schedule "
                 "runs virtual stages (schedule.kind is \"%s\"); set schedule = { kind = \"interleaved\" } "

@@ -309,6 +309,40 @@ int sched_zb_h1(struct sched *s, int pp, int m, int v, const uint8_t *recompute,
   return expand(s, err, n);
 }
 
+int sched_merge_split(struct sched *s, char *err, size_t n)
+{
+  if (!s->split)
+    return 0;
+  for (int r = 0; r < s->pp; r++) {
+    struct sched_list *l = &s->ranks[r];
+    int k = 0;
+    for (int i = 0; i < l->n; i++) {
+      struct sched_instr in = l->instr[i];
+      if (in.op == SCHED_BWD_W || in.op == SCHED_REDUCE_GRADS)
+        continue;
+      if (in.op == SCHED_BWD_B)
+        in.op = SCHED_BWD;
+      l->instr[k++] = in;
+    }
+    l->n = k;
+    /* REDUCE_GRADS back after each stage's last backward and its send (n stays ≤ the old n) */
+    for (int i = k - 1; i >= 0; i--) {
+      struct sched_instr in = l->instr[i];
+      int last = in.op == SCHED_BWD;
+      for (int j = i + 1; last && j < l->n; j++)
+        last = !(l->instr[j].op == SCHED_BWD && l->instr[j].stage == in.stage);
+      if (!last)
+        continue;
+      int at = i + 1 < l->n && l->instr[i + 1].op == SCHED_SEND_GRAD ? i + 2 : i + 1; /* as expand() */
+      memmove(&l->instr[at + 1], &l->instr[at], (size_t)(l->n - at) * sizeof in);
+      l->instr[at] = (struct sched_instr){ SCHED_REDUCE_GRADS, in.stage, -1, -1 };
+      l->n++;
+    }
+  }
+  s->split = 0;
+  return sched_check(s, err, n);
+}
+
 int sched_build(struct sched *s, enum plan_schedule kind, int pp, int m, int v, const uint8_t *recompute,
                 char *err, size_t n)
 {

@@ -152,6 +152,12 @@ int sched_from_plan(const struct plan *p, struct sched *out, char *err, size_t e
 
 void sched_free(struct sched *s);
 
+/* A split list as whole backwards, in the same order: each BWD_B becomes BWD, the W's go and
+ * REDUCE_GRADS moves to just after the stage's last backward (ZB-H1 becomes 1F1B). What the
+ * layout's memory bill walks while the executor runs whole backwards only; what W holds
+ * beyond it is billed apart (`tycho check`). A no-op on a whole list; 0 or sched_check's status. */
+int sched_merge_split(struct sched *s, char *err, size_t err_size);
+
 /* Every (stage, mb) forward once and backward once after it, RECOMPUTE (exactly where the
  * stage recomputes) between them, every message sent once after it was produced and received
  * once before it is used, by the right ranks, REDUCE_GRADS once per stage after its last

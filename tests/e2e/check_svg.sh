@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # `tycho check PLAN --svg FILE`: the picture of the step. For plans/llama2_70b.lua on 64 ranks (on
 # the H100 cluster file and without one) and a pp-2 plan with an uneven layer split under each
-# schedule kind (gpipe, 1f1b, interleaved with recompute): the file is well-formed XML (xmllint),
+# schedule kind (gpipe, 1f1b, interleaved with recompute, zb-h1): the file is well-formed XML (xmllint),
 # each pipeline rank's blocks (class "blk K mbM rR cC") come in the same count and order as the
-# simulator's compute lists of `check --json` (forward, backward, recompute), the bubble and the
+# simulator's compute lists of `check --json` (forward, backward, recompute; zb-h1's B and W), the bubble and the
 # makespan are the ones check prints, there is one memory bar per category check shows and pp
 # rank, and rsvg-convert renders it (where installed). A plan name with & < > " is escaped. A
 # symbolic link at FILE is refused with exit 2 and its target left as it was; so are a folder
-# and a missing folder; nothing is printed before the refusal.
+# and a missing folder; nothing is printed before the refusal. zb-h1 on the 70B plan prints a
+# smaller bubble than 1f1b's, its timeline and picture show W blocks, and the memory table adds its
+# W-held line.
 # usage: check_svg.sh TYCHO   (run from the source folder)
 set -u
 tycho=$(readlink -f "$1")
@@ -20,14 +22,14 @@ rsvg=$(command -v rsvg-convert || true)
 
 # "rR K<mb> cC" per compute block, in each rank's order: from check --json's schedule ...
 json_blocks() {
-  tr -d ' \n' | grep -o -E '"rank":[0-9]+,"busy"|"op":"(fwd|bwd|recompute)","stage":[0-9]+,"chunk":[0-9]+,"mb":[0-9]+' |
+  tr -d ' \n' | grep -o -E '"rank":[0-9]+,"busy"|"op":"(fwd|bwd|bwd_b|bwd_w|recompute)","stage":[0-9]+,"chunk":[0-9]+,"mb":[0-9]+' |
     awk -F'[:,"]+' '/busy/ { r = $3; next }
-      { k = $3 == "fwd" ? "F" : $3 == "bwd" ? "B" : "R"; print "r" r " " k $9 " c" $7 }'
+      { k = $3 == "fwd" ? "F" : $3 == "bwd" || $3 == "bwd_b" ? "B" : $3 == "bwd_w" ? "W" : "R"; print "r" r " " k $9 " c" $7 }'
 }
 # ... and from the picture's blocks
 svg_blocks() {
-  grep -o 'class="blk [FBR] mb[0-9]* r[0-9]* c[0-9]*"' "$1" |
-    sed -E 's/class="blk ([FBR]) mb([0-9]+) r([0-9]+) c([0-9]+)"/r\3 \1\2 c\4/'
+  grep -o 'class="blk [FBRW] mb[0-9]* r[0-9]* c[0-9]*"' "$1" |
+    sed -E 's/class="blk ([FBRW]) mb([0-9]+) r([0-9]+) c([0-9]+)"/r\3 \1\2 c\4/'
 }
 
 # one picture: PLAN, its name for messages, then check's arguments
@@ -78,6 +80,20 @@ picture interleaved "$uneven" --world 2 --set schedule.kind=interleaved --set vi
   --set "stages={{'embed',0},{1},{2},{3,4,'head'}}" --set recompute=full
 grep -q 'class="blk R ' "$tmp/interleaved.svg" || fail "recompute=full drew no recompute block"
 grep -q 'class="blk F mb[0-9]* r1 c1"' "$tmp/interleaved.svg" || fail "interleaved: no block of chunk 1"
+picture zb "$uneven" --world 2 --set schedule.kind=zb-h1
+grep -q 'class="blk W mb1 r1 c0"' "$tmp/zb.svg" || fail "zb-h1: no W block"
+grep -q '"op": *"bwd_w"' "$tmp/zb.json" || fail "zb-h1: check --json has no bwd_w"
+# zero-bubble on the 70B plan: a smaller bubble than 1F1B's, W in the timeline, the W-held memory
+picture llama70b_zb plans/llama2_70b.lua --world 64 --set schedule.kind=zb-h1
+pct() { grep -o -E '^makespan [0-9.]+, bubble [0-9.]+%' "$1" | grep -o -E '[0-9.]+%$' | tr -d %; }
+b1=$(pct "$tmp/llama70b.txt") bz=$(pct "$tmp/llama70b_zb.txt")
+awk -v a="$bz" -v b="$b1" 'BEGIN { exit !(a > 0 && a < b) }' || fail "70B: zb-h1 bubble $bz% is not below 1f1b's $b1%"
+grep -q '^F<mb> forward, B<mb> backward (its input gradient), W<mb> weight gradient' "$tmp/llama70b_zb.txt" ||
+  fail "70B zb-h1: the timeline has no W legend"
+grep -q '^   W-held   zb-h1: after B' "$tmp/llama70b_zb.txt" || fail "70B zb-h1: no W-held memory line"
+grep -q -E '^ +3  \+[0-9.]+ GiB: 3 more micro-batches in flight' "$tmp/llama70b_zb.txt" ||
+  fail "70B zb-h1: rank 3's W-held line: $(grep -A5 W-held "$tmp/llama70b_zb.txt")"
+grep -q 'W-held' "$tmp/llama70b.txt" && fail "a W-held line under 1f1b"
 grep -q '<title>a &amp; &lt;b&gt; &quot;c&quot;: tp 1 × pp 2' "$tmp/1f1b.svg" || fail "the plan's name is not escaped"
 # uneven: rank 1's forward (4 layers and the head) is longer than rank 0's (1 layer)
 w0=$(grep -o 'class="blk F mb0 r0 c0"[^>]*width="[0-9.]*"' "$tmp/1f1b.svg" | grep -o 'width="[0-9.]*"' | tr -dc '0-9.')

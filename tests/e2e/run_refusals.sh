@@ -2,7 +2,8 @@
 # `tycho run` refuses what it cannot do, with one clear first line and the documented exit
 # code: a plan for a CUDA device or fp16 compute (2, naming the field), a token file that is not
 # there (1, naming it), init.from a file that is not there (1, naming it), a log.trace that
-# cannot be written (1, before any step), --world that is not the MPI world (2).
+# cannot be written (1, before any step), --world that is not the MPI world (2), a zero-bubble
+# schedule (zb-h1: its split backward is priced by check and tune, not run; 2, by run and rehearse).
 # usage: run_refusals.sh TYCHO   (run from the source folder)
 set -u
 tycho=$1
@@ -33,4 +34,11 @@ expect 1 'tycho: log.trace /proc/nope/trace.json: cannot create the folder /proc
   --set log.trace=/proc/nope/trace.json
 expect 2 'tycho: --world 4: tycho run takes the world from MPI (1 rank here); start 4 ranks with mpirun -np 4' \
   tests/plans/good/train_small.lua --world 4
+zb='schedule.kind = "zb-h1": the runtime does not run split backward (B and W) yet; check and tune price it'
+expect 2 "tycho: plan error: --set schedule.kind=zb-h1: $zb" tests/plans/good/train_small.lua --set schedule.kind=zb-h1
+out=$("$tycho" rehearse tests/plans/good/train_small.lua --world 1 --set schedule.kind=zb-h1 2>&1)
+rc=$?
+[ "$rc" -eq 2 ] || { echo "FAIL: rehearse with zb-h1 exited $rc, expected 2: $out"; exit 1; }
+printf '%s\n' "$out" | grep -qF "tycho: --set schedule.kind=zb-h1: $zb" ||
+  { echo "FAIL: rehearse with zb-h1 does not say why: $out"; exit 1; }
 echo "ok: refusals"

@@ -22,8 +22,8 @@ grep -q 'n_layers = 2,' "$tmp/base/tiny.lua" || fail "the base plan's copy lacks
 sets=(--set train.steps=77 --set optimizer.lr=2e-3 --set 'log={every=7}' --set 'log.metrics=m "1".jsonl'
       --set lr_schedule.warmup=nil --set checkpoint.dir=ck --set checkpoint.allow_changes=optimizer.lr,batch.global)
 
-# The layout of tune's best line as --set overrides (tune's search: stages balanced, 1F1B or
-# interleaved, sequence parallel with tp > 1, one recompute for every layer).
+# The layout of tune's best line as --set overrides (tune's search: stages balanced, 1F1B,
+# zb-h1 (the line says so) or interleaved, sequence parallel with tp > 1, one recompute for every layer).
 layout_sets() {
   local line
   line=$(grep -m1 '^ 1\. tp' "$tmp/out") || fail "tune printed no best layout"
@@ -31,7 +31,8 @@ layout_sets() {
   [[ $line =~ $re ]] || fail "cannot read tune's best layout: $line"
   local v=${BASH_REMATCH[3]} every=${BASH_REMATCH[7]} params=${BASH_REMATCH[9]}
   layout=(--set mesh.tp="${BASH_REMATCH[1]}" --set mesh.pp="${BASH_REMATCH[2]}" --set virtual_stages="$v"
-          --set stages=balanced --set schedule.kind=$([ "$v" -gt 1 ] && echo interleaved || echo 1f1b)
+          --set stages=balanced --set schedule.kind=$([ "$v" -gt 1 ] && echo interleaved ||
+                                                     { [[ $line == *", schedule zb-h1"* ]] && echo zb-h1 || echo 1f1b; })
           --set batch.micro="${BASH_REMATCH[4]}" --set zero="${BASH_REMATCH[5]}"
           --set recompute="${BASH_REMATCH[10]}"
           --set sequence_parallel=$([ "${BASH_REMATCH[11]}" = on ] && echo true || echo false))
@@ -90,3 +91,15 @@ tune_and_compare_shipped() {
   echo "ok   a shipped plan written to another folder is loaded by require"
 }
 tune_and_compare_shipped
+
+# zb-h1 is searched beside 1F1B (priced with what its W's hold) and, when it is the fastest,
+# written as it was priced
+"$tycho" tune plans/tiny.lua --world 8 --cluster "$cluster" --top 40 --out "$tmp/elsewhere/zb.lua" >"$tmp/out" 2>"$tmp/err" ||
+  fail "zb: tune failed"
+grep -q '^ *[0-9]*\. tp [0-9]* pp [2-9].*, schedule zb-h1 (check prices it; run refuses it for now): ' "$tmp/out" ||
+  fail "zb: no zb-h1 layout among the 40 fastest"
+grep -q -E '^ *[0-9]+\. tp [0-9]+ pp [2-9].*sequence parallel (on|off): ' "$tmp/out" || fail "zb: no 1F1B layout among the 40 fastest"
+kind=$(sed -n 's/^  schedule = { kind = "\(.*\)" },$/\1/p' "$tmp/elsewhere/zb.lua")
+if grep -m1 '^ 1\. tp' "$tmp/out" | grep -q ', schedule zb-h1'; then want=zb-h1; else want=x; fi
+[ "$want" = x ] || [ "$kind" = zb-h1 ] || fail "zb: the best is zb-h1 but the written plan says $kind"
+echo "ok   zb-h1 searched beside 1f1b"

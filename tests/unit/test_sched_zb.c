@@ -165,6 +165,32 @@ static void test_w_share_splits_the_backward(void)
   sched_free(&s);
 }
 
+/* Merged back into whole backwards (what the memory bill walks), ZB-H1's list is 1F1B's,
+ * instruction for instruction, messages and reductions included. */
+static void test_merged_zb_h1_is_1f1b(void)
+{
+  for (int pp = 1; pp <= 6; pp++)
+    for (int m = pp; m <= 3 * pp; m++) {
+      struct sched z, o;
+      char err[512] = "";
+      uint8_t rcmp[6] = { 1, 0, 1, 0, 1, 0 };
+      CHECK(sched_zb_h1(&z, pp, m, 1, rcmp, err, sizeof err) == 0);
+      CHECK(sched_1f1b(&o, pp, m, 1, rcmp, err, sizeof err) == 0);
+      CHECK_MSG(sched_merge_split(&z, err, sizeof err) == 0, "pp %d m %d: %s", pp, m, err);
+      CHECK(z.split == 0);
+      for (int r = 0; r < pp; r++) {
+        int same = z.ranks[r].n == o.ranks[r].n;
+        for (int i = 0; same && i < o.ranks[r].n; i++) {
+          const struct sched_instr *a = &z.ranks[r].instr[i], *b = &o.ranks[r].instr[i];
+          same = a->op == b->op && a->stage == b->stage && a->mb == b->mb && a->peer == b->peer;
+        }
+        CHECK_MSG(same, "pp %d m %d rank %d: the merged list differs from 1F1B's", pp, m, r);
+      }
+      sched_free(&z);
+      sched_free(&o);
+    }
+}
+
 /* Shapes ZB-H1 cannot serve, and misplaced halves, are refused with the reason. */
 static void test_refusals_name_the_cause(void)
 {
@@ -213,4 +239,5 @@ TEST_MAIN(TEST(test_zb_h1_bubble_is_the_papers_formula),
           TEST(test_zb_h1_uneven_costs_and_recompute),
           TEST(test_zb_h1_order_matches_the_paper),
           TEST(test_w_share_splits_the_backward),
+          TEST(test_merged_zb_h1_is_1f1b),
           TEST(test_refusals_name_the_cause))
