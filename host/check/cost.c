@@ -101,10 +101,12 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   double *fwd = calloc((size_t)S, sizeof *fwd), *bwd = calloc((size_t)S, sizeof *bwd);
   double *rec = calloc((size_t)S, sizeof *rec), *tpc = calloc((size_t)S, sizeof *tpc);
   double *pw = calloc((size_t)S, sizeof *pw), *epc = calloc((size_t)S, sizeof *epc);
+  double *wgt = calloc((size_t)S, sizeof *wgt); /* the weight-gradient products: a split backward's W */
   int *stage_of_layer = calloc((size_t)L + 2, sizeof *stage_of_layer);
   int n_tp = tp_comm_list(p, p->batch.micro, p->batch.seq, NULL, 0);
   struct tp_comm *list = n_tp ? calloc((size_t)n_tp, sizeof *list) : NULL;
-  if (!fwd || !bwd || !rec || !tpc || !pw || !epc || !stage_of_layer || (n_tp && !list)) {
+  if (!fwd || !bwd || !rec || !tpc || !pw || !epc || !wgt || !stage_of_layer || (n_tp && !list)) {
+    free(wgt);
     free(fwd); free(bwd); free(rec); free(tpc); free(pw); free(epc); free(stage_of_layer); free(list);
     return errf(err, err_size, "out of memory for the cost model");
   }
@@ -133,6 +135,7 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
     const double pw_token = c->pointwise_s * cost_pointwise_elems(p) * tokens * share; /* per layer */
     fwd[s] = (f * tokens / tp / rate + f_att * tokens / tp / att_rate) * share;
     bwd[s] = 2 * fwd[s];
+    wgt[s] = f * tokens / tp / rate * share; /* every linear's product again, for its weights */
     rec[s] = (r * tokens / tp / rate + r_att * tokens / tp / att_rate) * share;
     fwd[s] += pw_token * n_layers / 3;
     bwd[s] += pw_token * n_layers * 2 / 3;
@@ -159,6 +162,7 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   struct sched_sim sim;
   if (sched_from_plan(p, &sch, err, err_size)) {
     sched_free(&sch);
+    free(wgt);
     free(fwd); free(bwd); free(rec); free(tpc); free(pw); free(epc); free(stage_of_layer); free(list);
     return 1;
   }
@@ -166,7 +170,11 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
     sch.costs.fwd[s] = fwd[s];
     sch.costs.bwd[s] = bwd[s];
     sch.costs.recompute[s] = rec[s];
+    /* a split backward's W: the weight products alone; the attention core's backward, pointwise
+     * work and the tp and ep collectives are B's (the input gradient waits for them) */
+    sch.costs.w_share[s] = bwd[s] > 0 ? wgt[s] / bwd[s] : 0;
   }
+  free(wgt);
   const double boundary = tokens / (tp > 1 && p->sequence_parallel ? tp : 1) * p->model.dim * eb;
   const struct cluster_link *ppl = link_of(c, out->pp.intra);
   sch.costs.comm = me->pp > 1 ? boundary / (ppl->bandwidth * c->comm_efficiency) + ppl->latency : 0.0;

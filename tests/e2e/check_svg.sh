@@ -94,6 +94,11 @@ grep -q '^   W-held   zb-h1: after B' "$tmp/llama70b_zb.txt" || fail "70B zb-h1:
 grep -q -E '^ +3  \+[0-9.]+ GiB: 3 more micro-batches in flight' "$tmp/llama70b_zb.txt" ||
   fail "70B zb-h1: rank 3's W-held line: $(grep -A5 W-held "$tmp/llama70b_zb.txt")"
 grep -q 'W-held' "$tmp/llama70b.txt" && fail "a W-held line under 1f1b"
+# on a cluster the step-time model prices it too: faster than 1F1B's step
+h100=plans/clusters/h100_80g_ib.lua
+secs() { "$tycho" check plans/llama2_70b.lua --world 64 --cluster $h100 "$@" | grep -o -E '[0-9.]+ s per step' | tr -dc '0-9.'; }
+s1=$(secs) sz=$(secs --set schedule.kind=zb-h1)
+awk -v a="$sz" -v b="$s1" 'BEGIN { exit !(a > 0 && a < b) }' || fail "70B on H100: zb-h1 step $sz s is not below 1f1b's $s1 s"
 grep -q '<title>a &amp; &lt;b&gt; &quot;c&quot;: tp 1 × pp 2' "$tmp/1f1b.svg" || fail "the plan's name is not escaped"
 # uneven: rank 1's forward (4 layers and the head) is longer than rank 0's (1 layer)
 w0=$(grep -o 'class="blk F mb0 r0 c0"[^>]*width="[0-9.]*"' "$tmp/1f1b.svg" | grep -o 'width="[0-9.]*"' | tr -dc '0-9.')
