@@ -24,6 +24,12 @@ static double now(void)
 
 static void insert(struct tune_result *r, int keep, const struct tune_choice *c)
 {
+  /* the fastest the runtime runs (zb-h1 is priced only), which the written plan takes */
+  if (!c->zb && (!r->have_runnable || c->step < r->runnable.step ||
+                 (c->step == r->runnable.step && c->max_bytes < r->runnable.max_bytes))) {
+    r->runnable = *c;
+    r->have_runnable = 1;
+  }
   int at = r->n_best; /* by step time; of two alike, the one with less memory first */
   while (at > 0 && (r->best[at - 1].step > c->step ||
                     (r->best[at - 1].step == c->step && r->best[at - 1].max_bytes > c->max_bytes)))
