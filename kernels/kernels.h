@@ -126,40 +126,23 @@ void attention_backward_qkv_bf16(real *dqkv, real *scratch, const real *dout, co
                                  int HS);
 
 /* ---- context parallelism's attention blocks (kernels/cpu/attention_cp.c) ------------------
- * Not entries of the table (ops_list.h) yet: the building blocks of the ring (host/runtime/
- * parallel/cp.h), which no plan selects so far. A cp rank holds 2 of the sequence's 2·cp
- * chunks; a block is query rows at global positions [q0, q0 + Tq) against keys [k0, k0 + Tk),
- * causal by global position (row i sees keys ≤ i), rows q_rows and keys kv_rows apart per
- * sample in their buffers (a chunk is a row range of a rank's pair: the pointers start at its
- * first row), dropout drawn with the global row, key and T (the whole-sequence kernel's draws).
- * Layouts as attention_forward's: q, out, dout (B, q_rows, NH·HS), k, v (B, kv_rows, NKV·HS),
- * lse and D (B, NH, q_rows). */
-struct attention_block {
-  int T;               /* the whole sequence's length */
-  int q0, Tq;          /* the query rows' global positions */
-  int k0, Tk;          /* the keys' */
-  int q_rows, kv_rows; /* rows per sample of the q/out/lse buffers and of the k/v buffers */
-};
+ * The entries attention_cp_* (ops_list.h: their contracts; struct attention_block, ops.h) and
+ * the chunks of the load-balanced layout (not entries: arithmetic on sizes). A cp rank holds 2
+ * of the sequence's 2·cp chunks. */
 /* Chunk c (0 .. 2·cp − 1) of a T-long sequence: [*start, *start + *len); T % (2·cp) chunks,
  * the first, hold one token more than T / (2·cp). cp rank i holds chunks i and 2·cp − 1 − i
  * (attention_cp_rank_tokens of them, in that order), so each rank has as much of the causal
  * square's work as another. */
 void attention_cp_chunk(int T, int cp, int c, int *start, int *len);
 int attention_cp_rank_tokens(int T, int cp, int rank);
-size_t attention_cp_scratch_n_elems(int B, int Tq, int Tk, int NH, int NKV);
-/* out, lse ← the block's partial: out softmax-normalised over the block's keys at or before
- * each row, lse their log-sum-exp (a row with none: out 0, lse −∞). A caller skips a block
- * whose keys all lie after its rows. */
+size_t attention_cp_scratch_n_elems(int B, int Tq, int Tk, int NH, int NKV, int HS);
 void attention_cp_forward(real *out, real *lse, real *scratch, const real *q, const real *k,
                           const real *v, const struct attention_dropout *drop,
                           const struct attention_block *blk, int B, int NH, int NKV, int HS);
-/* (out, lse) ← their log-sum-exp merge with (out_b, lse_b), Tq rows, both laid out with q_rows. */
 void attention_cp_merge(real *out, real *lse, const real *out_b, const real *lse_b, int B, int Tq,
                         int q_rows, int NH, int HS);
-/* D = Σ_d dout · out per row, from the final (merged) out: once per row for every block. */
 void attention_cp_row_dots(real *D, const real *dout, const real *out, int B, int Tq, int q_rows,
                            int NH, int HS);
-/* dq += the block's share, dk, dv (the block's keys) += theirs; lse the final one, D its rows'. */
 void attention_cp_backward(real *dq, real *dk, real *dv, real *scratch, const real *dout,
                            const real *q, const real *k, const real *v, const real *lse,
                            const real *D, const struct attention_dropout *drop,

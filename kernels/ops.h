@@ -68,6 +68,19 @@ struct attention_dropout {
   const uint32_t *samples;  /* (B) each sample's c2, host memory */
 };
 
+/* A block of context parallelism's ring attention (the attention_cp_* entries, ops_list.h): query
+ * rows at global positions [q0, q0 + Tq) against keys [k0, k0 + Tk) of a T-long sequence, causal
+ * by global position (row i sees keys ≤ i), dropout drawn with the global row, key and T (the
+ * whole-sequence kernel's draws). A chunk is a row range of a rank's buffers: q_rows and kv_rows
+ * are the rows per sample of the q/out/lse buffers and of the k/v buffers, and the pointers start
+ * at the block's first row. Host memory, as struct attention_dropout. */
+struct attention_block {
+  int T;               /* the whole sequence's length */
+  int q0, Tq;          /* the query rows' global positions */
+  int k0, Tk;          /* the keys' */
+  int q_rows, kv_rows; /* rows per sample of the q/out/lse buffers and of the k/v buffers */
+};
+
 struct kernel_ops {
   const char *name; /* "cpu", ... */
   /* The element type of every `real` buffer the entries take (real.h): a model refuses a table

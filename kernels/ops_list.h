@@ -237,6 +237,46 @@ KERNEL_OP_BF16_OPT(void, attention_backward_qkv_bf16,
                     int NKV, int HS),
                    (dqkv, scratch, dout, qkv, out, lse, drop, B, T, NH, NKV, HS))
 
+/* ---- context parallelism's ring attention: its blocks (host/runtime/parallel/cp.h) ----
+ * A block (blk, host memory: struct attention_block, ops.h) is query rows at global positions
+ * against keys at global positions; layouts as attention_forward's with q, out, dout, dq
+ * (B, q_rows, NH·HS), k, v, dk, dv (B, kv_rows, NKV·HS), lse and D (B, NH, q_rows), each pointer
+ * at the block's first row. Causal and dropout by global position, so a ring of blocks computes
+ * the whole-sequence kernels' draws and products; only the order of the sums differs.
+ * scratch: attention_cp_scratch_n_elems elements (a size only) for any block of at most Tq rows
+ * against Tk keys. */
+KERNEL_OP(size_t, attention_cp_scratch_n_elems, (int B, int Tq, int Tk, int NH, int NKV, int HS),
+          (B, Tq, Tk, NH, NKV, HS))
+/* out, lse (rows 0 .. Tq − 1) assigned: the block's partial, out softmax-normalised over the
+ * block's keys at or before each row, lse their log-sum-exp (a row with none: out 0, lse −∞).
+ * A caller skips a block whose keys all lie after its rows. */
+KERNEL_OP(void, attention_cp_forward,
+          (real *out, real *lse, real *scratch, const real *q, const real *k, const real *v,
+           const struct attention_dropout *drop, const struct attention_block *blk, int B, int NH,
+           int NKV, int HS),
+          (out, lse, scratch, q, k, v, drop, blk, B, NH, NKV, HS))
+/* (out, lse) ← their log-sum-exp merge with the partial (out_b, lse_b), Tq rows, both laid out
+ * with q_rows: m = max(la, lb), out = (e^(la − m)·out + e^(lb − m)·out_b) / (e^(la − m) +
+ * e^(lb − m)), lse = m + log of that sum, in double, rounded once; both −∞: left as is. */
+KERNEL_OP(void, attention_cp_merge,
+          (real *out, real *lse, const real *out_b, const real *lse_b, int B, int Tq, int q_rows,
+           int NH, int HS),
+          (out, lse, out_b, lse_b, B, Tq, q_rows, NH, HS))
+/* D (B, NH, q_rows) rows 0 .. Tq − 1 = Σ_d dout · out per row (the final, merged out), in
+ * double, rounded once: once per row for every block. */
+KERNEL_OP(void, attention_cp_row_dots,
+          (real *D, const real *dout, const real *out, int B, int Tq, int q_rows, int NH, int HS),
+          (D, dout, out, B, Tq, q_rows, NH, HS))
+/* dq (the block's rows) += its share, dk and dv (the block's keys) += theirs (the formulas of
+ * attention_backward, with lse the rows' final log-sum-exp over the whole sequence and D their
+ * attention_cp_row_dots). */
+KERNEL_OP(void, attention_cp_backward,
+          (real *dq, real *dk, real *dv, real *scratch, const real *dout, const real *q,
+           const real *k, const real *v, const real *lse, const real *D,
+           const struct attention_dropout *drop, const struct attention_block *blk, int B, int NH,
+           int NKV, int HS),
+          (dq, dk, dv, scratch, dout, q, k, v, lse, D, drop, blk, B, NH, NKV, HS))
+
 /* ---- SwiGLU ---- */
 /* out = silu(gate) ⊙ up, silu(x) = x · sigmoid(x). All n_elems (BT · F). */
 KERNEL_OP(void, swiglu_forward, (real *out, const real *gate, const real *up, size_t n_elems),

@@ -1,4 +1,4 @@
-/* Context parallelism's attention blocks (kernels.h, "context parallelism's attention blocks"):
+/* Context parallelism's attention blocks, the CPU's attention_cp_* entries (ops_list.h):
  * a block's forward and backward are the flash attention's own walk over a block of rows
  * against a block of keys (attention_span.h, in attention.c), so a ring of blocks draws the
  * whole-sequence kernel's dropout and computes its products; what differs is only the order of
@@ -27,8 +27,9 @@ int attention_cp_rank_tokens(int T, int cp, int rank)
   return a + b;
 }
 
-size_t attention_cp_scratch_n_elems(int B, int Tq, int Tk, int NH, int NKV)
+size_t attention_cp_scratch_n_elems(int B, int Tq, int Tk, int NH, int NKV, int HS)
 {
+  (void)HS;
   return attention_span_scratch_n_elems(B, Tq, Tk, NH, NKV);
 }
 

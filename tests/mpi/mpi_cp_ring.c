@@ -8,7 +8,9 @@
  * · NKV · HS reals (k and v of the pair it holds, cp − 1 hops) and backward (2 (cp − 1) + 2 cp)
  * times B · (T/cp) · NKV · HS (k and v again, and the dk, dv accumulators' cp hops home), and
  * receives as much; for any T, cp_ring_send_bytes. A sequence shorter than its 2·cp chunks is
- * refused by name. Run on 2 and 4 ranks. */
+ * refused by name, and so is a table whose memory the host cannot address. The ring runs on a
+ * table that wraps the CPU's and counts the block entries: every block is a call through the
+ * table it is given (none by name). Run on 2 and 4 ranks. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <string.h>
@@ -22,13 +24,43 @@ static int rank, cp;
 static struct comm_group *group;
 static char err[1024];
 
+/* kernel_ops_cpu with the block entries counted. */
+static struct kernel_ops counted;
+static int n_fwd, n_merge, n_dots, n_bwd;
+static void c_fwd(void *ctx, real *out, real *lse, real *scratch, const real *q, const real *k, const real *v,
+                  const struct attention_dropout *drop, const struct attention_block *blk, int B, int NH, int NKV,
+                  int HS)
+{
+  n_fwd++;
+  kernel_ops_cpu.attention_cp_forward(ctx, out, lse, scratch, q, k, v, drop, blk, B, NH, NKV, HS);
+}
+static void c_merge(void *ctx, real *out, real *lse, const real *out_b, const real *lse_b, int B, int Tq,
+                    int q_rows, int NH, int HS)
+{
+  n_merge++;
+  kernel_ops_cpu.attention_cp_merge(ctx, out, lse, out_b, lse_b, B, Tq, q_rows, NH, HS);
+}
+static void c_dots(void *ctx, real *D, const real *dout, const real *out, int B, int Tq, int q_rows, int NH, int HS)
+{
+  n_dots++;
+  kernel_ops_cpu.attention_cp_row_dots(ctx, D, dout, out, B, Tq, q_rows, NH, HS);
+}
+static void c_bwd(void *ctx, real *dq, real *dk, real *dv, real *scratch, const real *dout, const real *q,
+                  const real *k, const real *v, const real *lse, const real *D, const struct attention_dropout *drop,
+                  const struct attention_block *blk, int B, int NH, int NKV, int HS)
+{
+  n_bwd++;
+  kernel_ops_cpu.attention_cp_backward(ctx, dq, dk, dv, scratch, dout, q, k, v, lse, D, drop, blk, B, NH, NKV, HS);
+}
+
 static void ring_case(int B, int T, int NH, int NKV, int HS, float p, uint32_t seed)
 {
   struct cp_case c;
   cp_case_make(&c, B, T, NH, NKV, HS, p, seed);
   const struct attention_dropout *drop = p > 0 ? &c.d : NULL;
   struct cp_ring ring;
-  CHECK_MSG(cp_ring_init(&ring, group, B, T, NH, NKV, HS, err, sizeof err) == 0, "%s", err);
+  CHECK_MSG(cp_ring_init(&ring, &counted, NULL, group, B, T, NH, NKV, HS, err, sizeof err) == 0, "%s", err);
+  n_fwd = n_merge = n_dots = n_bwd = 0;
   const int Tl = ring.Tl, C = NH * HS, CK = NKV * HS;
   const size_t nq = (size_t)B * Tl * C, nkv = (size_t)B * Tl * CK, nl = (size_t)B * NH * Tl;
   real *q = malloc(nq * sizeof(real)), *dout = malloc(nq * sizeof(real));
@@ -44,6 +76,11 @@ static void ring_case(int B, int T, int NH, int NKV, int HS, float p, uint32_t s
   comm_counters_reset();
   CHECK_MSG(cp_ring_backward(&ring, dq, dk, dv, dout, q, k, v, out, lse, drop, err, sizeof err) == 0, "%s", err);
   const struct comm_counter bs = comm_counter_get(group, COMM_SEND), br = comm_counter_get(group, COMM_RECV);
+  /* 2·cp + 1 blocks a rank (three at step 0, two at each later one), each chunk's first
+   * assigning and every later one merged: 2·cp − 1 merges; D once */
+  CHECK_MSG(n_fwd == 2 * cp + 1 && n_merge == 2 * cp - 1 && n_dots == 1 && n_bwd == 2 * cp + 1,
+            "rank %d: the table saw %d forward blocks, %d merges, %d row dots, %d backward blocks", rank, n_fwd,
+            n_merge, n_dots, n_bwd);
 
   CHECK_MSG(fs.n_bytes == cp_ring_send_bytes(&ring, 0) && bs.n_bytes == cp_ring_send_bytes(&ring, 1),
             "rank %d T %d: sent %llu forward, %llu backward; the formula says %zu, %zu", rank, T,
@@ -93,10 +130,19 @@ static void short_sequence_is_refused(void)
 {
   struct cp_ring ring;
   const int T = 2 * cp - 1;
-  CHECK(cp_ring_init(&ring, group, 1, T, 2, 1, 16, err, sizeof err) == -1);
+  CHECK(cp_ring_init(&ring, &kernel_ops_cpu, NULL, group, 1, T, 2, 1, 16, err, sizeof err) == -1);
   char want[64];
   snprintf(want, sizeof want, "(T = %d) is shorter than its 2 · cp = %d chunks", T, 2 * cp);
   CHECK_STR_CONTAINS(err, want);
+}
+
+static void device_memory_table_is_refused(void)
+{
+  struct cp_ring ring;
+  struct kernel_ops dev = kernel_ops_cpu;
+  dev.name = "gpu-like", dev.host_visible = 0;
+  CHECK(cp_ring_init(&ring, &dev, NULL, group, 1, 4 * cp, 2, 1, 16, err, sizeof err) == -1);
+  CHECK_STR_CONTAINS(err, "the ring on the gpu-like kernel table (device memory) is not supported yet");
 }
 
 int main(int argc, char **argv)
@@ -104,6 +150,9 @@ int main(int argc, char **argv)
   if (comm_init(&argc, &argv, err, sizeof err))
     comm_fatal("%s", err);
   kernels_init_cpu(1);
+  counted = kernel_ops_cpu;
+  counted.attention_cp_forward = c_fwd, counted.attention_cp_merge = c_merge;
+  counted.attention_cp_row_dots = c_dots, counted.attention_cp_backward = c_bwd;
   rank = comm_world()->rank;
   cp = comm_world()->size;
   if (comm_group_split(comm_world(), 0, rank, "cp", &group, err, sizeof err))
@@ -112,6 +161,7 @@ int main(int argc, char **argv)
     TEST(ring_with_grouped_heads_and_dropout_matches_the_whole_sequence),
     TEST(ring_over_uneven_chunks_matches_the_whole_sequence),
     TEST(short_sequence_is_refused),
+    TEST(device_memory_table_is_refused),
   };
   int status = mpi_test_run_all(tests, (int)(sizeof tests / sizeof tests[0]));
   if (comm_group_free(group, err, sizeof err))

@@ -52,7 +52,7 @@ static void ring_case(int cp, int B, int T, int NH, int NKV, int HS, float p, ui
   int maxTl = 0;
   for (int r = 0; r < cp; r++) maxTl = Tl[r] > maxTl ? Tl[r] : maxTl;
   real *pout = malloc((size_t)B * maxTl * C * sizeof(real)), *plse = malloc((size_t)B * NH * maxTl * sizeof(real));
-  real *scratch = malloc(attention_cp_scratch_n_elems(B, maxTl, maxTl, NH, NKV) * sizeof(real));
+  real *scratch = malloc(attention_cp_scratch_n_elems(B, maxTl, maxTl, NH, NKV, HS) * sizeof(real));
 
   /* Forward: rank r at step s computes against rank (r − s) mod cp's pair; the first block of a
    * chunk is written in place, later ones merged. */
@@ -170,7 +170,7 @@ static void whole_sequence_block_is_the_whole_sequence_kernel(void)
     const size_t nq = (size_t)B * T * C, nkv = (size_t)B * T * CK, nl = (size_t)B * NH * T;
     real *out = malloc(nq * sizeof(real)), *lse = malloc(nl * sizeof(real)), *D = malloc(nl * sizeof(real));
     real *dq = calloc(nq, sizeof(real)), *dk = calloc(nkv, sizeof(real)), *dv = calloc(nkv, sizeof(real));
-    real *scratch = malloc(attention_cp_scratch_n_elems(B, T, T, NH, NKV) * sizeof(real));
+    real *scratch = malloc(attention_cp_scratch_n_elems(B, T, T, NH, NKV, HS) * sizeof(real));
     const struct attention_block blk = { T, 0, T, 0, T, T, T };
     attention_cp_forward(out, lse, scratch, c.q, c.k, c.v, drop, &blk, B, NH, NKV, HS);
     attention_cp_row_dots(D, c.dout, out, B, T, T, NH, HS);
@@ -197,7 +197,7 @@ static void rows_before_the_keys_are_empty_and_merge_as_nothing(void)
   /* rows 32 .. 63 against keys 48 .. 95: rows 32 .. 47 see none */
   const struct attention_block blk = { T, 32, 32, 48, 48, 32, 48 };
   real out[32 * 32], lse[2 * 32];
-  real *scratch = malloc(attention_cp_scratch_n_elems(B, 32, 48, NH, NKV) * sizeof(real));
+  real *scratch = malloc(attention_cp_scratch_n_elems(B, 32, 48, NH, NKV, HS) * sizeof(real));
   attention_cp_forward(out, lse, scratch, c.q + (size_t)32 * C, c.k + (size_t)48 * HS, c.v + (size_t)48 * HS, NULL,
                        &blk, B, NH, NKV, HS);
   int empty = 1, full = 1;

@@ -162,6 +162,8 @@ static int uncounted_entry(enum entry e, int lowp, int moe)
     return 1;
   if (e == ENTRY_mem_alloc || e == ENTRY_mem_free || e == ENTRY_copy_rows)
     return 1;
+  if (e >= ENTRY_attention_cp_scratch_n_elems && e <= ENTRY_attention_cp_backward)
+    return 1; /* context parallelism's ring only */
   return e == ENTRY_encoder_forward_shard || e == ENTRY_encoder_backward_shard ||
          e == ENTRY_crossentropy_shard_max || e == ENTRY_crossentropy_shard_sums ||
          e == ENTRY_crossentropy_shard_finish || e == ENTRY_crossentropy_shard_backward;

@@ -342,11 +342,12 @@ static void dev_arg(struct arena *a, enum entry e, const void *p) { dev(a, e, p)
 static void host_arg(struct arena *a, enum entry e, const void *p) { (void)a, (void)e, (void)p; }
 static void value_arg(struct arena *a, enum entry e, double v) { (void)a, (void)e, (void)v; }
 /* A pointer type not named here fails to compile (value_arg takes no pointer). The attention's
- * dropout settings are host memory by the contract (ops.h). */
+ * dropout settings and a cp block's positions are host memory by the contract (ops.h). */
 #define CHECK_ARG(x)                                                                              \
   _Generic((x), real *: dev_arg, const real *: dev_arg, int *: dev_arg, const int *: dev_arg,     \
            bf16 *: dev_arg, const bf16 *: dev_arg, char *: host_arg,                               \
-           const struct attention_dropout *: host_arg, default: value_arg)(ar_, e_, (x));
+           const struct attention_dropout *: host_arg, const struct attention_block *: host_arg,   \
+           default: value_arg)(ar_, e_, (x));
 #define EACH_CAT_(x, y) x##y
 #define EACH_CAT(x, y) EACH_CAT_(x, y)
 #define EACH_N(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, n, ...) n

@@ -11,7 +11,8 @@
  * per row; at each step the rank adds its blocks' dq into its own rows, and their dk, dv share
  * of the held pair into a zeroed buffer while the pair's accumulator arrives from the previous
  * rank (sent there after its step s − 1), then adds the share and sends the accumulator on; the
- * last hop brings each pair's accumulator home. */
+ * last hop brings each pair's accumulator home. Every block, sum and copy is a call of the ring's
+ * kernel table (cp.h), none by name. */
 #include "runtime/parallel/cp.h"
 
 #include <stdio.h>
@@ -47,37 +48,51 @@ static size_t kv_elems(const struct cp_ring *r, int rank)
 
 void cp_ring_free(struct cp_ring *r)
 {
-  for (int i = 0; i < 2; i++) free(r->kv[i]), free(r->acc[i]);
-  free(r->dloc), free(r->pout), free(r->plse), free(r->D), free(r->scratch);
+  real **bufs[] = { &r->kv[0], &r->kv[1], &r->acc[0], &r->acc[1], &r->dloc, &r->pout, &r->plse, &r->D, &r->scratch };
+  if (r->k)
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+      if (*bufs[i])
+        r->k->mem_free(r->kctx, *bufs[i]);
   memset(r, 0, sizeof *r);
 }
 
-int cp_ring_init(struct cp_ring *r, struct comm_group *g, int B, int T, int NH, int NKV, int HS,
-                 char *err, size_t err_size)
+static real *alloc_reals(struct cp_ring *r, size_t n)
+{
+  return r->k->mem_alloc(r->kctx, n * sizeof(real));
+}
+
+int cp_ring_init(struct cp_ring *r, const struct kernel_ops *k, void *kctx, struct comm_group *g, int B,
+                 int T, int NH, int NKV, int HS, char *err, size_t err_size)
 {
   memset(r, 0, sizeof *r);
   const int cp = g->size;
   if (T < 2 * cp)
     return errf(err, err_size, "context parallelism: the sequence (T = %d) is shorter than its 2 · cp = %d chunks",
                 T, 2 * cp);
+  /* the comm layer sends host memory; NCCL's device transfers for the ring are not written */
+  if (!k->host_visible)
+    return errf(err, err_size,
+                "context parallelism: the ring on the %s kernel table (device memory) is not supported yet: "
+                "its transfers run on host memory only", k->name);
+  r->k = k, r->kctx = kctx;
   r->g = g, r->B = B, r->T = T, r->NH = NH, r->NKV = NKV, r->HS = HS;
   r->Tl = tokens(r, g->rank);
   for (int i = 0; i < cp; i++) r->maxTl = tokens(r, i) > r->maxTl ? tokens(r, i) : r->maxTl;
   const size_t kv = (size_t)B * r->maxTl * NKV * HS, rows = (size_t)B * r->maxTl;
   for (int i = 0; i < 2; i++) {
-    r->kv[i] = malloc(2 * kv * sizeof(real));
-    r->acc[i] = malloc(2 * kv * sizeof(real));
+    r->kv[i] = alloc_reals(r, 2 * kv);
+    r->acc[i] = alloc_reals(r, 2 * kv);
   }
-  r->dloc = malloc(2 * kv * sizeof(real));
-  r->pout = malloc(rows * NH * HS * sizeof(real));
-  r->plse = malloc(rows * NH * sizeof(real));
-  r->D = malloc(rows * NH * sizeof(real));
-  r->scratch = malloc(attention_cp_scratch_n_elems(B, r->maxTl, r->maxTl, NH, NKV) * sizeof(real));
+  r->dloc = alloc_reals(r, 2 * kv);
+  r->pout = alloc_reals(r, rows * NH * HS);
+  r->plse = alloc_reals(r, rows * NH);
+  r->D = alloc_reals(r, rows * NH);
+  r->scratch = alloc_reals(r, k->attention_cp_scratch_n_elems(kctx, B, r->maxTl, r->maxTl, NH, NKV, HS));
   if (!r->kv[0] || !r->kv[1] || !r->acc[0] || !r->acc[1] || !r->dloc || !r->pout || !r->plse || !r->D ||
       !r->scratch) {
     cp_ring_free(r);
-    return errf(err, err_size, "context parallelism: out of host memory for the ring's buffers (%zu bytes)",
-                (7 * kv + rows * NH * (HS + 2)) * sizeof(real));
+    return errf(err, err_size, "context parallelism: out of the %s table's memory for the ring's buffers (%zu bytes)",
+                k->name, (7 * kv + rows * NH * (HS + 2)) * sizeof(real));
   }
   return 0;
 }
@@ -138,11 +153,12 @@ int cp_ring_forward(struct cp_ring *r, real *out, real *lse, const real *q, cons
           continue; /* every key after every row */
         const struct attention_block blk = { r->T, a.start, a.len, kb.start, kb.len, r->Tl, Tsrc };
         real *o = have[i] ? r->pout : out, *l = have[i] ? r->plse : lse;
-        attention_cp_forward(o + (size_t)a.row * C, l + a.row, r->scratch, q + (size_t)a.row * C,
-                             hk + (size_t)kb.row * CK, hv + (size_t)kb.row * CK, drop, &blk, B, NH, NKV, HS);
+        r->k->attention_cp_forward(r->kctx, o + (size_t)a.row * C, l + a.row, r->scratch, q + (size_t)a.row * C,
+                                   hk + (size_t)kb.row * CK, hv + (size_t)kb.row * CK, drop, &blk, B, NH, NKV,
+                                   HS);
         if (have[i])
-          attention_cp_merge(out + (size_t)a.row * C, lse + a.row, r->pout + (size_t)a.row * C, r->plse + a.row, B,
-                             a.len, r->Tl, NH, HS);
+          r->k->attention_cp_merge(r->kctx, out + (size_t)a.row * C, lse + a.row, r->pout + (size_t)a.row * C,
+                                   r->plse + a.row, B, a.len, r->Tl, NH, HS);
         have[i] = 1;
       }
     if (comm_wait_all(req, 4))
@@ -161,8 +177,9 @@ int cp_ring_backward(struct cp_ring *r, real *dq, real *dk, real *dv, const real
   const int cp = r->g->size, me = r->g->rank, B = r->B, NH = r->NH, NKV = r->NKV, HS = r->HS;
   const int next = (me + 1) % cp, prev = (me - 1 + cp) % cp;
   const size_t C = (size_t)NH * HS, CK = (size_t)NKV * HS;
-  attention_cp_row_dots(r->D, dout, out, B, r->Tl, r->Tl, NH, HS);
-  memset(dq, 0, (size_t)B * r->Tl * C * sizeof(real));
+  const struct kernel_ops *kt = r->k;
+  kt->attention_cp_row_dots(r->kctx, r->D, dout, out, B, r->Tl, r->Tl, NH, HS);
+  kt->zero(r->kctx, dq, (size_t)B * r->Tl * C * sizeof(real));
   const real *hk = k, *hv = v;
   /* acc_send: the accumulator sent at the last step (its buffer is free once that ends);
    * acc_recv: the one arriving for this step's pair. */
@@ -177,7 +194,7 @@ int cp_ring_backward(struct cp_ring *r, real *dq, real *dk, real *dv, const real
     /* this step's share: into the accumulator itself at s = 0 (the pair's first stop), else
      * into dloc while the accumulator arrives */
     real *share = s == 0 ? r->acc[0] : r->dloc;
-    memset(share, 0, 2 * nkv * sizeof(real));
+    kt->zero(r->kctx, share, 2 * nkv * sizeof(real));
     for (int i = 0; i < 2; i++)
       for (int j = 0; j < 2; j++) {
         const struct piece a = piece_of(r->T, cp, me, i), kb = piece_of(r->T, cp, src, j);
@@ -185,15 +202,15 @@ int cp_ring_backward(struct cp_ring *r, real *dq, real *dk, real *dv, const real
           continue;
         const struct attention_block blk = { r->T, a.start, a.len, kb.start, kb.len, r->Tl, Tsrc };
         const size_t ko = (size_t)kb.row * CK;
-        attention_cp_backward(dq + (size_t)a.row * C, share + ko, share + nkv + ko, r->scratch,
-                              dout + (size_t)a.row * C, q + (size_t)a.row * C, hk + ko, hv + ko, lse + a.row,
-                              r->D + a.row, drop, &blk, B, NH, NKV, HS);
+        kt->attention_cp_backward(r->kctx, dq + (size_t)a.row * C, share + ko, share + nkv + ko, r->scratch,
+                                  dout + (size_t)a.row * C, q + (size_t)a.row * C, hk + ko, hv + ko, lse + a.row,
+                                  r->D + a.row, drop, &blk, B, NH, NKV, HS);
       }
     real *acc = r->acc[s % 2];
     if (s > 0) {
       if (comm_wait(&acc_recv))
         goto fail;
-      for (size_t e = 0; e < 2 * nkv; e++) acc[e] += share[e];
+      kt->vec_add(r->kctx, acc, acc, share, 2 * nkv);
     }
     /* on with it; the next pair's accumulator (at s = cp − 1: this rank's own, home) into the
      * other buffer, free once the last step's send has ended */
@@ -224,7 +241,7 @@ int cp_ring_backward(struct cp_ring *r, real *dq, real *dk, real *dv, const real
     return errf(err, err_size, "context parallelism: ring backward, the accumulators' last hop: %s", comm_error());
   const real *home = r->acc[cp == 1 ? 0 : cp % 2]; /* cp 1: the share, never sent */
   const size_t mine = kv_elems(r, me);
-  memcpy(dk, home, mine * sizeof(real));
-  memcpy(dv, home + mine, mine * sizeof(real));
+  kt->copy(r->kctx, dk, home, mine * sizeof(real));
+  kt->copy(r->kctx, dv, home + mine, mine * sizeof(real));
   return 0;
 }

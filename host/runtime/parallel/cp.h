@@ -2,8 +2,11 @@
  * sequence's 2·cp chunks — rank i chunks i and 2·cp − 1 − i (kernels.h: attention_cp_chunk), so
  * every rank has an equal share of the causal square — of every sample, and the causal attention
  * of those rows is computed by passing the ranks' k, v pairs around the group's ring.
- * A building block: no plan field selects it yet and the model passes do not call it; it works
- * on host buffers with the CPU kernels (attention_cp_*), which are not kernel-table entries yet.
+ * A building block: no plan field selects it yet and the model passes do not call it. Its blocks
+ * run through the kernel table it is given (the attention_cp_* entries, ops_list.h, and zero,
+ * copy and vec_add for the accumulators), its buffers are that table's memory; the transfers are
+ * the comm layer's on host memory, so the table must be host-visible (the CPU's): a GPU's ring
+ * (NCCL send/recv on device buffers) is not done yet and cp_ring_init refuses it by name.
  *
  * Layouts: a rank's q, out, dout, dq (B, Tl, NH·HS), k, v, dk, dv (B, Tl, NKV·HS), lse (B, NH,
  * Tl), Tl = attention_cp_rank_tokens(T, cp, rank), the rows of its first chunk then its second.
@@ -25,6 +28,8 @@
 
 struct cp_ring {
   struct comm_group *g; /* the cp group: ring order is group rank order */
+  const struct kernel_ops *k; /* the table the blocks run on, and its context */
+  void *kctx;
   int B, T, NH, NKV, HS;
   int Tl, maxTl;        /* this rank's tokens; the most any rank holds */
   real *kv[2];          /* received k | v pairs, double-buffered */
@@ -35,10 +40,12 @@ struct cp_ring {
   real *scratch;        /* the block kernels' */
 };
 
-/* Sizes and allocates the ring's buffers for B samples of T tokens on group g. Refuses (-1, the
- * reason naming T and cp) a T shorter than 2·cp: every chunk holds at least one token. */
-int cp_ring_init(struct cp_ring *r, struct comm_group *g, int B, int T, int NH, int NKV, int HS,
-                 char *err, size_t err_size);
+/* Sizes and allocates the ring's buffers (table k's memory) for B samples of T tokens on group g;
+ * the blocks run on k with context kctx. Refuses (-1, the reason naming T and cp) a T shorter than
+ * 2·cp: every chunk holds at least one token; and (naming the table) a table that is not
+ * host-visible. The buffers given to forward and backward are k's memory too. */
+int cp_ring_init(struct cp_ring *r, const struct kernel_ops *k, void *kctx, struct comm_group *g, int B,
+                 int T, int NH, int NKV, int HS, char *err, size_t err_size);
 void cp_ring_free(struct cp_ring *r);
 /* out, lse (this rank's rows) ← the causal attention of q against the whole sequence's keys. The
  * next pair's transfer is started before each step's blocks are computed. Collective over g. */
