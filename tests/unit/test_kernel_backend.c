@@ -4,8 +4,9 @@
  * the very bits of the same plan on the CPU table (losses, norms, parameters), and sees a call
  * of every entry a one-rank run uses. A kernel the runtime called by name would still give the
  * same bits but leave its entry at 0 here. The vocabulary-shard entries (encoder_*_shard,
- * crossentropy_shard_*) and copy_rows run only under tensor parallelism and are left out of the
- * count, and so are mem_alloc and mem_free: the table is host-visible, so its memory is the host
+ * crossentropy_shard_*) and copy_rows run only under tensor parallelism and context
+ * parallelism's blocks (attention_cp_*) only in its ring, so they are left out of the count, and
+ * so are mem_alloc and mem_free: the table is host-visible, so its memory is the host
  * allocator's. The trainer keeps the table it opened with after the selection goes back to the CPU's. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp */
 #include <dirent.h>
