@@ -1,7 +1,7 @@
 /* t:generate(prompt_ids [, opts]): tokens from the live trainer's weights, as `tycho generate`
  * chooses them (runtime/model/generate.h: the key/value cache, greedy or sampled). Between steps,
  * like every trainer call. t:generate(text [, opts]): the text through a tokenizer.json
- * (opts.tokenizer, else init.from's; the codec the command layer gives, tycho_runtime.h), as
+ * (opts.tokenizer, else data.tokenizer, else init.from's; the codec the command layer gives, tycho_runtime.h), as
  * `tycho generate --prompt` encodes it; returns the continuation's text, then its ids; it stops
  * after the tokenizer's eos id (opts.eos, when given, wins: -1 for no stop).
  *
@@ -119,7 +119,7 @@ static long long generate_gathered(struct trainer *t, const struct gen_request *
 
 /* A text prompt's ids into b->prompt (the tokenizer kept in b->tok for the decoding): the
  * tokenizer is opts.tokenizer (a tokenizer.json or the folder holding it), else the plan's
- * init.from folder's tokenizer.json. The count; a Lua error naming what is missing. */
+ * data.tokenizer, else its init.from folder's tokenizer.json. The count; a Lua error naming what is missing. */
 static lua_Integer encode_prompt(lua_State *L, const struct trainer *t, int opts, struct gen_buffers *b)
 {
   const char *path = NULL;
@@ -132,6 +132,8 @@ static lua_Integer encode_prompt(lua_State *L, const struct trainer *t, int opts
   }
   char at[4200];
   const char *from = t->plan->init.from;
+  if (!path && t->plan->data.tokenizer[0])
+    path = t->plan->data.tokenizer; /* what the plan trains with */
   if (!path && from[0]) {
     snprintf(at, sizeof at, "%s/tokenizer.json", from);
     if (access(at, F_OK) == 0)
@@ -142,7 +144,8 @@ static lua_Integer encode_prompt(lua_State *L, const struct trainer *t, int opts
   if (!path)
     return luaL_error(L, "t:generate: a text prompt needs a tokenizer, and %s; give opts.tokenizer (a "
                       "tokenizer.json or the folder holding it) or the ids",
-                      from[0] ? "init.from's folder holds no tokenizer.json" : "the plan has no init.from folder");
+                      from[0] ? "init.from's folder holds no tokenizer.json"
+                              : "the plan has no data.tokenizer and no init.from folder");
   char err[ERR_MAX];
   if (!(b->tok = codec->load(path, err, sizeof err)))
     return luaL_error(L, "t:generate: %s", err);

@@ -358,6 +358,8 @@ static int tycho_open(lua_State *L)
   if (!t)
     snprintf(err, sizeof err, "out of memory for a trainer");
   rc = comm_agree_err(comm_world(), rc, err, sizeof err, COMM_AGREE_NAME_RANK_UNLESS_PLAN); /* opening builds groups: everyone or no one */
+  if (!rc) /* data.text: rank 0 makes the token cache as tycho run does */
+    rc = trainer_prepare_text(&p, comm_world(), stdout, err, sizeof err);
   if (!rc) {
     alloc_reset_peaks(); /* t:memory()'s measured peaks: from this open on */
     opened = rc = comm_world() ? trainer_open_on_world(t, &p, err, sizeof err)

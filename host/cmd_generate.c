@@ -11,8 +11,8 @@
  * new token one position; --no-cache recomputes the training forward over the whole sequence at
  * every token instead (slow: a check of the cache). Tokens are printed as they come.
  *
- * Text: with a tokenizer (--tokenizer, else a tokenizer.json in the model folder or the plan's
- * init.from folder: text/tokenizer.h), --prompt TEXT is encoded as the tokenizers library's
+ * Text: with a tokenizer (--tokenizer, else the plan's data.tokenizer, else a tokenizer.json in
+ * the model folder or the plan's init.from folder: text/tokenizer.h), --prompt TEXT is encoded as the tokenizers library's
  * encode(text, add_special_tokens=False) and stdout streams the continuation's text (the ids go to
  * stderr at the end); without one, stdout streams the ids and --prompt is refused (exit 2). The
  * same encoding and decoding serve t:generate's text prompts (generate_set_text_codec). */
@@ -31,6 +31,7 @@
 #include "runtime/model/weights.h"
 #include "runtime/state/ckpt.h"
 #include "runtime/train/train.h"
+#include "data/text_cache.h"
 #include "text/tokenizer.h"
 #include "tycho_runtime.h"
 #include "util/err.h"
@@ -180,6 +181,7 @@ struct gen_model {
   struct model *m;
   char from[4400];
   int eos[GEN_MAX_EOS], n_eos;
+  char tok_plan[4200];       /* the plan's data.tokenizer, or "" */
   char tok_dir[4200];        /* where a tokenizer.json may be: the model folder, init.from's */
   struct tokenizer *tok;     /* NULL: none */
   int *prompt;               /* --prompt's ids (malloc'd) */
@@ -250,6 +252,9 @@ static int open_plan(lua_State *L, struct cli *c, struct gen_model *gm, char *er
     snprintf(err, n, "plan error: %s", why);
     return EXIT_USAGE;
   }
+  err_class_reset();
+  if (p->data.n_text && text_cache_prepare(p, stderr, err, n)) /* the run's data, as tycho run sees it */
+    return err_class_is_input() ? EXIT_USAGE : EXIT_RUNTIME;
   int rc = trainer_open(&gm->t, p, NULL, err, n);
   if (rc)
     return rc == TRAIN_RUNTIME_ERROR ? EXIT_RUNTIME : EXIT_USAGE;
@@ -273,6 +278,7 @@ static int open_plan(lua_State *L, struct cli *c, struct gen_model *gm, char *er
     gm->n_eos = read_eos(p->init.from, gm->eos);
     snprintf(gm->tok_dir, sizeof gm->tok_dir, "%s", p->init.from);
   }
+  snprintf(gm->tok_plan, sizeof gm->tok_plan, "%s", p->data.tokenizer); /* what the plan trains with */
   return 0;
 }
 
@@ -297,12 +303,14 @@ static int check_prompt(const struct model *m, const char *opt, const int *promp
   return 0;
 }
 
-/* The tokenizer (--tokenizer, else a tokenizer.json in the model's folder) and --prompt's ids.
- * 0, or an exit code with the message. */
+/* The tokenizer (--tokenizer, else the plan's data.tokenizer, else a tokenizer.json in the model's
+ * folder) and --prompt's ids. 0, or an exit code with the message. */
 static int open_tokenizer(const struct gen_args *g, struct gen_model *gm, int *P, char *err, size_t n)
 {
   char path[4300];
   const char *at = g->tokenizer;
+  if (!at && gm->tok_plan[0])
+    at = gm->tok_plan;
   if (!at && gm->tok_dir[0]) {
     snprintf(path, sizeof path, "%s/tokenizer.json", gm->tok_dir);
     if (access(path, F_OK) == 0)
@@ -311,7 +319,7 @@ static int open_tokenizer(const struct gen_args *g, struct gen_model *gm, int *P
   if (!at && g->prompt) {
     snprintf(err, n, "--prompt needs a tokenizer, and %.2000s%s; give --tokenizer PATH (a tokenizer.json "
              "or the folder holding it) or the ids with --prompt-ids I,J,K",
-             gm->tok_dir[0] ? gm->tok_dir : "the plan has no init.from folder",
+             gm->tok_dir[0] ? gm->tok_dir : "the plan has no data.tokenizer and no init.from folder",
              gm->tok_dir[0] ? " holds no tokenizer.json" : " to find one in");
     return EXIT_USAGE;
   }

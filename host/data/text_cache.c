@@ -234,3 +234,21 @@ int text_cache_make(const struct plan *p, struct text_cache_info *info, int *mad
   tokenizer_free(tok);
   return rc;
 }
+
+int text_cache_prepare(const struct plan *p, FILE *out, char *err, size_t n)
+{
+  struct text_cache_info info;
+  int made;
+  uint64_t tokens;
+  if (text_cache_make(p, &info, &made, &tokens, err, n))
+    return -1;
+  if (out && made)
+    fprintf(out, "data.text: %d file%s (%" PRIu64 " bytes) tokenized with %s into %s: %" PRIu64 " tokens\n",
+            p->data.n_text, p->data.n_text == 1 ? "" : "s", info.text_bytes, info.tokenizer, info.path, tokens);
+  else if (out)
+    fprintf(out, "data.text: %d file%s (%" PRIu64 " bytes) already tokenized with %s: %s\n", p->data.n_text,
+            p->data.n_text == 1 ? "" : "s", info.text_bytes, info.tokenizer, info.path);
+  if (out)
+    fflush(out);
+  return 0;
+}

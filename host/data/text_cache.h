@@ -16,6 +16,7 @@
 #ifndef TYCHO_DATA_TEXT_CACHE_H
 #define TYCHO_DATA_TEXT_CACHE_H
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "plan/plan.h"
@@ -35,5 +36,8 @@ int text_cache_locate(const struct plan *p, struct text_cache_info *info, char *
  * is checked against model.vocab either way. *made: 1 when it was written now. */
 int text_cache_make(const struct plan *p, struct text_cache_info *info, int *made, uint64_t *n_tokens,
                     char *err, size_t err_size);
+/* text_cache_make for a command about to open p (run, the REPL's tycho.open, generate), then one
+ * line on out (NULL: none) saying whether the texts were tokenized now or already: 0 or -1. */
+int text_cache_prepare(const struct plan *p, FILE *out, char *err, size_t err_size);
 
 #endif

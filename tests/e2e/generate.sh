@@ -7,7 +7,9 @@
 # checkpoint's ids, and on 2 and 4 ranks (tp 2, pp 2, dp 2 ZeRO 3, tp 2 × pp 2) every rank's
 # t:generate gives one rank's ids from the same weights (where mpirun is); --json prints the ids
 # as one line; --prompt TEXT through a model folder's tokenizer.json gives the ids of --prompt-ids
-# of what `tycho tokenize` makes of the text, and streams the --json text, and t:generate(text) at
+# of what `tycho tokenize` makes of the text, and streams the --json text, and so does the plan's
+# data.tokenizer (command and t:generate, each making the plan's token cache where it is not yet
+# there, as tycho run does), and t:generate(text) at
 # tp 2 on that folder gives those ids and text, and stops after its tokenizer's eos id (not with
 # opts.eos = -1); on plans/tiny_moe.lua (a mixture of experts) the
 # cache gives the full forward's ids and t:generate --json's, on one rank and at mesh.ep = 2; bad
@@ -160,6 +162,16 @@ case $jtext in
   *) [ "$streamed" = "$jtext" ] || fail "streamed '$streamed', --json's text '$jtext'" ;;
 esac
 echo "ok: --prompt through tokenizer.json = --prompt-ids $ids; text: $jt"
+# a plan's own data.tokenizer serves --prompt (the weights from a folder without a tokenizer.json)
+mkdir -p "$tmp/D" && cp "$tmp/B"/*.json "$tmp/B"/*.safetensors "$tmp/D"/ 2>/dev/null; rm -f "$tmp/D/tokenizer.json"
+printf 'some text to train on\n' >"$tmp/D.txt"
+dt=(--set model.vocab=1000 --set init.from="$tmp/D" --set data.synthetic=nil --set "data.text={\"$tmp/D.txt\"}"
+    --set data.tokenizer="$PWD/tests/golden/tokenizer/bytelevel.json" --set data.val_fraction=0 --set train.eval_every=0
+    --set batch.seq=4)
+jd=$(cd "$tmp" && "$tycho" generate "$OLDPWD/$plan" "${dt[@]}" --prompt "$text" --max-tokens 16 --json 2>"$tmp/err") ||
+  fail "--prompt through data.tokenizer"
+[ "$jd" = "$jt" ] || fail "--prompt through data.tokenizer gives '$jd', through the folder's '$jt'"
+echo "ok: --prompt through the plan's data.tokenizer = through the folder's tokenizer.json"
 # t:generate(text) at tp 2 on init.from's weights and tokenizer.json: --prompt's ids and text;
 # through a tokenizer whose eos (its config.json's eos_token_id) is the 5th id of those, the ids
 # stop after that id's first place, and with opts.eos = -1 they do not
@@ -178,6 +190,13 @@ io.write(string.format("rank%d to_eos %s\n", t.rank, table.concat(y, ", ")))
 x, y = t:generate("$text", {max_tokens=16, tokenizer="$tmp/C", eos=-1})
 io.write(string.format("rank%d eos_off %s\n", t.rank, table.concat(y, ", ")))
 LUA
+  cat >"$tmp/text_dt.lua" <<LUA
+x, y = t:generate("$text", {max_tokens=16})
+io.write(string.format("rank%d dt %s\n", t.rank, table.concat(y, ", ")))
+LUA
+  # in a folder of its own: the REPL makes the token cache, as tycho run does
+  (mkdir -p "$tmp/R" && cd "$tmp/R" && mpirun -np 2 "$tycho" repl "$OLDPWD/$plan" "$tmp/text_dt.lua" --set mesh.tp=2 \
+    "${dt[@]}") >"$tmp/mrepl_dt" 2>&1
   mpirun -np 2 "$tycho" repl "$plan" "$tmp/text.lua" --set mesh.tp=2 --set model.vocab=1000 \
     --set init.from="$tmp/B" --set train.eval_every=0 >"$tmp/mrepl" 2>&1
   for r in 0 1; do
@@ -186,6 +205,8 @@ LUA
       fail "t:generate(text) with eos $eos, rank $r: want $to_eos: $(cat "$tmp/mrepl")"
     [ "$(sed -n "s/.*rank$r eos_off //p" "$tmp/mrepl")" = "$jids" ] ||
       fail "t:generate(text) with opts.eos = -1, rank $r: $(cat "$tmp/mrepl")"
+    [ "$(sed -n "s/.*rank$r dt //p" "$tmp/mrepl_dt")" = "$jids" ] ||
+      fail "t:generate(text) through the plan's data.tokenizer, rank $r: $(cat "$tmp/mrepl_dt")"
   done
   [ -s "$tmp/text.out" ] && [ "$(cat "$tmp/text.out")" = "$streamed" ] ||
     fail "t:generate(text) gave '$(cat "$tmp/text.out" 2>/dev/null)', generate --prompt '$streamed'"
@@ -238,7 +259,7 @@ expect 2 "tycho: --top-p 0: must be above 0 (1: off)" "$tycho" generate "$plan" 
 expect 2 "tycho: --top-p 1.5: not a number in [0, 1]" "$tycho" generate "$plan" --prompt-ids 1 --top-p 1.5
 expect 2 "tycho: --max-tokens needs an integer in 1..1000000 (got 0: out of range); see tycho --help" "$tycho" generate "$plan" --prompt-ids 1 --max-tokens 0
 expect 2 "tycho: generate needs one prompt: --prompt-ids I,J,K or --prompt TEXT" "$tycho" generate "$plan"
-expect 2 "tycho: --prompt needs a tokenizer, and the plan has no init.from folder to find one in; give --tokenizer PATH (a tokenizer.json or the folder holding it) or the ids with --prompt-ids I,J,K" \
+expect 2 "tycho: --prompt needs a tokenizer, and the plan has no data.tokenizer and no init.from folder to find one in; give --tokenizer PATH (a tokenizer.json or the folder holding it) or the ids with --prompt-ids I,J,K" \
   "$tycho" generate "$plan" --prompt "12+34="
 expect 2 "tycho: --prompt: token id 69 is not below the model's vocabulary (64)" \
   "$tycho" generate "$plan" --tokenizer "$tmp/B/tokenizer.json" --prompt "Hello"

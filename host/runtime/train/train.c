@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "data/text_cache.h"
 #include "mesh/mesh.h"
 #include "kernels.h"
 #include "ops.h"
@@ -236,6 +237,18 @@ int trainer_open_on_world(struct trainer *t, const struct plan *p, char *err, si
   }
   memcpy(t->own_groups, groups, sizeof groups);
   return TRAIN_OK;
+}
+
+int trainer_prepare_text(const struct plan *p, struct comm_group *w, FILE *out, char *err, size_t err_size)
+{
+  int rc = TRAIN_OK;
+  err[0] = '\0';
+  if (p->data.n_text && (!w || w->rank == 0)) {
+    err_class_reset();
+    if (text_cache_prepare(p, out, err, err_size))
+      rc = err_class_is_input() ? TRAIN_PLAN_ERROR : TRAIN_RUNTIME_ERROR;
+  }
+  return comm_agree_err(w, rc, err, err_size, COMM_AGREE_NAME_RANK);
 }
 
 /* ---- trainer_replan ----------------------------------------------------------------------- */

@@ -133,6 +133,11 @@ int trainer_open(struct trainer *t, const struct plan *p, struct comm_group *con
  * collective over the world too. So one process can close one plan and open another on the same
  * world with nothing left over (tests/mpi/mpi_reopen.c). */
 int trainer_open_on_world(struct trainer *t, const struct plan *p, char *err, size_t err_size);
+/* data.text (p->data.n_text): rank 0 of w (NULL: this process alone) tokenizes the texts into
+ * their cache unless it is there, saying which on out (NULL: nothing), before the trainer opens
+ * on p as tycho run does (data/text_cache.h). Collective over w and agreed: TRAIN_OK, or
+ * TRAIN_PLAN_ERROR for an input error (a missing text, a bad tokenizer), TRAIN_RUNTIME_ERROR. */
+int trainer_prepare_text(const struct plan *p, struct comm_group *w, FILE *out, char *err, size_t err_size);
 /* Frees everything trainer_open allocated (and the groups of trainer_open_on_world). */
 void trainer_close(struct trainer *t);
 /* Moves a live trainer to another layout of the same model, in memory: what a checkpoint saved

@@ -165,20 +165,7 @@ static int export_path(const char *given, char *out, size_t size, char *err, siz
  * other ranks map it once the run's start is agreed. One line says which. */
 static int make_text_cache(const struct plan *p, FILE *out, char *err, size_t n)
 {
-  struct text_cache_info info;
-  int made;
-  uint64_t tokens;
-  if (text_cache_make(p, &info, &made, &tokens, err, n))
-    return TRAIN_RUNTIME_ERROR; /* an input error where it is one (classed) */
-  if (out && made)
-    fprintf(out, "data.text: %d file%s (%" PRIu64 " bytes) tokenized with %s into %s: %" PRIu64 " tokens\n",
-            p->data.n_text, p->data.n_text == 1 ? "" : "s", info.text_bytes, info.tokenizer, info.path, tokens);
-  else if (out)
-    fprintf(out, "data.text: %d file%s (%" PRIu64 " bytes) already tokenized with %s: %s\n", p->data.n_text,
-            p->data.n_text == 1 ? "" : "s", info.text_bytes, info.tokenizer, info.path);
-  if (out)
-    fflush(out);
-  return TRAIN_OK;
+  return text_cache_prepare(p, out, err, n) ? TRAIN_RUNTIME_ERROR : TRAIN_OK; /* an input error is classed */
 }
 
 static int prepare_outputs(const struct plan *p, struct run_log *log, struct run_locks *locks, char *err, size_t n)
