@@ -154,8 +154,9 @@ if(NOT TYCHO_FLOAT64)
   tycho_dp_equiv(bf16_pp2_dp2_zero3 4 --both precision.compute=bf16 --set mesh.pp=2 --set zero=3)
   tycho_dp_equiv(bf16_pp2_dp2_zero3_micro_batch_tied 4 --both precision.compute=bf16 --set mesh.pp=2 --set zero=3
     --set zero_every.grads=micro_batch --set zero_every.params=micro_batch --both model.tie_embeddings=true)
+  # 16 steps: past 18 the 8-layer model's bf16 trajectories separate (mpi_dp_equiv.c, bf16_bounds)
   tycho_dp_equiv(bf16_dp4_zero3_8_layers 4 --both precision.compute=bf16 --set zero=3 --both model.n_layers=8
-    --both bucket_mb=25 --memory-falls)
+    --both bucket_mb=25 --both train.steps=16 --memory-falls)
   tycho_dp_equiv(bf16_tp2_dp2_zero3 4 --both precision.compute=bf16 --set mesh.tp=2 --set zero=3)
   # tensor parallelism (the fp32 conversions, each product on its input rounded): the default
   # splits (vocab-parallel embedding and head), sequence parallel, a padded vocabulary with tied
@@ -219,8 +220,9 @@ tycho_ep_equiv(tp2_ep2_pp2_zero2 8 --set mesh.tp=2 --set mesh.ep=2 --set mesh.pp
 if(NOT TYCHO_FLOAT64)
   tycho_ep_equiv(bf16_moe 2 --both precision.compute=bf16 --both model.moe.capacity_factor=0)
   tycho_ep_equiv(bf16_moe_ep2 2 --both precision.compute=bf16 --set mesh.ep=2 --both model.moe.capacity_factor=0)
+  # 6 steps: past them the routing's near-ties move more than 1% (mpi_dp_equiv.c, bf16_bounds)
   tycho_ep_equiv(bf16_moe_tp2_ep2 4 --both precision.compute=bf16 --set mesh.tp=2 --set mesh.ep=2
-    --both model.moe.capacity_factor=0)
+    --both model.moe.capacity_factor=0 --both train.steps=6)
 endif()
 
 # Sparse layers without expert parallelism (ep 1: every rank holds every expert) against the serial

@@ -275,6 +275,7 @@ int layout_acts_build(struct acts_layout *a, const struct layout_rank *r, const 
     a->work_f2 = carve(work, BT * F);
     a->pack = r->tp_size > 1 ? carve(work, BT * widest) : none;
     a->gains = carve(work, 2 * C);
+    a->gain_w = r->bf16 ? carve(work, C) : none; /* a bf16 model: a norm's gain widened from its copy */
     if (any_sparse) {
       const size_t E = (size_t)c->moe.experts, K = (size_t)c->moe.top_k, Fe = (size_t)c->moe.ffn_dim;
       const size_t R = layout_moe_rows(c, B_max, T_max);

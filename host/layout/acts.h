@@ -68,7 +68,7 @@ struct acts_at {
 #define ACTS_BUFFERS(X)                                                                            \
   X(lnf) X(lnf_rstd) X(head_in) X(logits) X(losses) X(targets) X(ce_stats) X(rope_cos) X(rope_sin) \
   X(tokens) X(dresidual) X(work_c1) X(work_c2) X(work_c3) X(work_c4) X(in_r) X(in_f) X(dq) X(dk)   \
-  X(dv) X(dhidden) X(dgate) X(dup) X(work_f1) X(work_f2) X(pack) X(gains) X(attn_scratch)          \
+  X(dv) X(dhidden) X(dgate) X(dup) X(work_f1) X(work_f2) X(pack) X(gains) X(gain_w) X(attn_scratch) \
   X(moe_dxe) X(moe_dye) X(moe_dgate) X(moe_dup) X(moe_dhid) X(moe_logits) X(moe_dtopw) X(moe_aux)  \
   X(moe_pad) X(moe_yr) X(moe_dyr) X(moe_dxr) X(head_in_b) X(dout_b) X(in_b)
 

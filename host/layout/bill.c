@@ -155,7 +155,7 @@ static int zero_grads_replay(const struct plan *p, const struct sched_list *list
 /* ZeRO-3 over a pipeline rank's list of the schedule, piece by piece as the executor runs it
  * (pieces_zero3_replay): the all-gathers of a step, the elements they move (of the buckets with
  * `expert` equal to this, or of all where it is −1), and the most bytes gathered at once: each
- * unit's elements of elem_bytes and, with table t of a bf16 plan, its matmul weights' bf16
+ * unit's elements of elem_bytes and, with table t of a bf16 plan, its parameters' bf16
  * copies, which the runtime rounds once the unit's gather completes and frees with it (t NULL:
  * none). 0, or nonzero with a message. */
 static int zero3_replay(const struct plan *p, const struct sched_list *list, const struct dp_layout *l,
@@ -369,7 +369,7 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
 
   /* Every buffer is counted in the runtime's reals as it carves them (a bf16 model's bf16
    * activations as half as many reals), its fp32 weights are the master, and a bf16 model adds
-   * its matmul weights' bf16 copies (model.h): the CPU's and the GPU's bf16 modes are one. The
+   * a bf16 copy of every parameter it holds (model.h): the CPU's and the GPU's bf16 modes are one. The
    * reals are this build's on the CPU (float64 in the proof build) and fp32 on a GPU. */
   const int cpu = plan_on_cpu(p);
   const double c = cpu ? (double)sizeof(real) : bill_element_bytes(p, PLAN_FP32);

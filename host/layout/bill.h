@@ -14,7 +14,7 @@
  * Element sizes are those of the runtime the plan runs on (plan_on_cpu). On the CPU, every buffer
  * is counted in the runtime's `real` as it carves it (4 bytes, 8 in the float64 proof build:
  * bill_element_bytes), a bf16 plan's bf16 activations as half as many reals, and a bf16 plan's
- * params are its fp32 weights (the master) plus the bf16 copies of its matmul weights (under
+ * params are its fp32 weights (the master) plus the bf16 copies of all of them (under
  * zero 3 each gathered unit's, held and freed with it: layout/pieces.h); this is
  * byte for byte what the allocator bills, and the tests hold runs to it. A device = "cuda" plan
  * is billed with its precision's sizes over the CPU's layout: params in precision.compute, grads

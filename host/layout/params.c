@@ -296,13 +296,13 @@ int layout_params_build(struct layout_params *t, struct layout_rank *r, char *er
     add_param(t, r, MODEL_HEAD, -1, outline ? NULL : "lm_head.weight", 2, V, C, Vp, std,
               split_dim(r->io.split[PLAN_MOD_HEAD]), r->head_here, &offset);
   t->n_elems = offset;
-  /* bf16 models: a copy of each matmul weight held here, packed in table order */
+  /* bf16 models: a copy of every parameter held here (the passes read no fp32 weight), packed in
+   * table order */
   t->n_bf16 = 0;
   for (int i = 0; i < t->n; i++) {
     struct layout_param *p = &t->p[i];
-    const int matmul = p->n_dims == 2 && (p->kind != MODEL_EMBED || c->tie_embeddings);
     p->bf16_offset = LAYOUT_NO_BF16;
-    if (r->bf16 && matmul && p->n_elems > 0) {
+    if (r->bf16 && p->n_elems > 0) {
       p->bf16_offset = t->n_bf16;
       t->n_bf16 += (p->n_elems + BF16_ALIGN - 1) / BF16_ALIGN * BF16_ALIGN;
     }

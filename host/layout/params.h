@@ -45,7 +45,7 @@ struct layout_rank {
   uint8_t *moe;                    /* (L) 1: layer l's MLP is sparse, or NULL (a dense model) */
   int ep_size, ep_rank;            /* mesh.ep and this rank's place in its ep group (1, 0 without) */
   int zero;                        /* the plan's ZeRO stage (0 without a plan) */
-  int bf16;                        /* 1: bf16 compute copies of the matmul weights (CPU, bf16 plan) */
+  int bf16;                        /* 1: bf16 compute copies of every parameter (bf16 plan) */
   int outline;                     /* see layout_rank_of_plan */
 };
 
@@ -88,7 +88,7 @@ struct layout_param {
   int weight_decay;          /* 1 for 2-D tensors (embedding, linear, head), 0 for norm gains */
   float init_std;            /* 0.02, scaled by 1/sqrt(2L) for o_proj and down_proj; 0: gain 1 */
   size_t bf16_offset;        /* where its bf16 compute copy starts among the copies, or
-                              * LAYOUT_NO_BF16 (not a matmul weight, not held, or an fp32 model) */
+                              * LAYOUT_NO_BF16 (not held here, or an fp32 model) */
 };
 
 struct layout_params {

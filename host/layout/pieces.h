@@ -54,7 +54,7 @@ void pieces_last_backwards(const struct sched_list *list, int n_stages, int *las
 int pieces_zero3_replay(const struct plan *p, const struct sched_list *list, int keep_for_step,
                         const size_t *unit_elems, const int *unit_calls, const size_t *unit_gather_elems,
                         unsigned long long *calls, unsigned long long *moved, size_t *peak_held);
-/* A bf16 plan under ZeRO 3: the bf16 copies of the matmul weights among parameters first_param ..
+/* A bf16 plan under ZeRO 3: the bf16 copies of the parameters first_param ..
  * last_param of table t (a unit's), which the runtime allocates with the unit's gather and frees
  * with it. Their elements, padding included (0: none), and in *start where the first copy starts
  * among the copies as t lays them out (each parameter's bf16_offset is relative to it). */

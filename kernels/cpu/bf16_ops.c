@@ -2,7 +2,8 @@
  * bf16 operand of the products that read it while the values are in cache, with the same fp32
  * values its fp32 twin writes, then rounded to nearest even (bf16.h). The products themselves are
  * kernels/cpu/dnnl/linear_bf16.c (oneDNN), or refused by name without it (bf16.c); RMSNorm's is
- * beside its twin in dense.c. The float64 build has none of this: bf16 plans are refused there. */
+ * beside its twin in dense.c. The widenings read a norm's gain and the embedding's rows from their
+ * bf16 copies (exact). The float64 build has none of this: bf16 plans are refused there. */
 #include "kernels.h"
 
 #if !REAL_IS_DOUBLE
@@ -12,6 +13,27 @@
 void round_bf16(bf16 *dst, const real *src, size_t n_elems)
 {
   bf16_round(dst, src, n_elems);
+}
+
+void widen_bf16(real *dst, const bf16 *src, size_t n_elems)
+{
+  for (size_t i = 0; i < n_elems; i++) dst[i] = bf16_to_float(src[i]);
+}
+
+/* encoder_forward_shard's rows, read from the bf16 copy (a bf16 is exact in fp32). */
+void encoder_forward_bf16(real *out, const int *tokens, const bf16 *wte, int v0, int Vl, int BT, int C)
+{
+#pragma omp parallel for if ((size_t)BT * C > VEC_BLOCK)
+  for (int bt = 0; bt < BT; bt++) {
+    const int row = tokens[bt] - v0;
+    real *o = out + (size_t)bt * C;
+    if (row < 0 || row >= Vl) {
+      for (int c = 0; c < C; c++) o[c] = 0.0f;
+      continue;
+    }
+    const bf16 *w = wte + (size_t)row * C;
+    for (int c = 0; c < C; c++) o[c] = bf16_to_float(w[c]);
+  }
 }
 
 int linear_forward_bf16(real *out, const bf16 *inp, const bf16 *weight, int BT, int IC, int OC,

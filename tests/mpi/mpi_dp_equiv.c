@@ -525,7 +525,14 @@ static double loss_tol = 1e-5, norm_tol = 1e-3, param_tol = 1e-5;
  * ep_small.lua dropless: 36 to 44 expert counts moved of 12,288 assignments over the 12 steps,
  * 0.3%, none before step 9). So bf16 holds the expert counts moved over the run to 1% of the
  * assignments, and the losses and weights to the bounds above; a layout that routes wrong tokens
- * moves far more than that. fp32 and float64 hold every assignment. */
+ * moves far more than that. fp32 and float64 hold every assignment.
+ * Every weight is read through its copy, the norms' gains and the embedding's rows too: a gain's
+ * flip scales a whole channel of every token's input by a bf16 ulp, so the trajectories part
+ * sooner than when only the products' weights flipped. Two runs are held over fewer steps for it
+ * (tests/mpi.cmake): the 8-layer dp 4 ZeRO-3 run to 16 of its 20 (at step 19 the parallel run's
+ * gradient norm jumps to 17.9 where the serial's is 0.65; before the gains were read in bf16
+ * the same run parted at step 29 of 40), and ep_small.lua at tp 2 × ep 2 to 6 of its 12 (484
+ * expert counts of 12,288 moved over 12 steps, 102 of 8,192 over 8, 32 of 6,144 over 6). */
 static double routing_tol = 0; /* of the routed assignments, how many may move (fp32, float64: 0) */
 static void bf16_bounds(const struct plan *p)
 {

@@ -13,7 +13,8 @@
  *
  * The producers of bf16 operands (kernels.h, "bf16 compute") must write exactly their fp32
  * twin's values rounded, and AdamW's bf16 twin must leave param, m and v with the fp32 kernel's
- * bits: compared bit for bit, on lengths that end inside a vector block and span several. */
+ * bits: compared bit for bit, on lengths that end inside a vector block and span several. The
+ * widenings (a norm's gain, the embedding's rows read from their copies) are exact. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <stdint.h>
 #include <stdlib.h>
@@ -280,7 +281,21 @@ static void producers_write_their_twins_rounded(void)
   bf16 *zb = malloc(sizeof(bf16) * 1000);
   round_bf16(zb, z, 1000);
   CHECK(rounded_mismatches(zb, z, 1000) == 0);
-  free(z), free(zb);
+
+  /* the widenings: a norm's gain, and the embedding's rows (a shard's: others zero) as the fp32
+   * lookup gives them from the table widened */
+  float *zw = malloc(sizeof(float) * 1000);
+  widen_bf16(zw, zb, 1000);
+  for (int i = 0; i < 1000; i++) CHECK(bits_of(zw[i]) == bits_of(bf16_to_float(zb[i])));
+  const int V = 10, EC = 100, ET = 7, tokens[7] = { 0, 9, 3, 3, 5, 2, 8 };
+  float ea[7 * 100], eb[7 * 100];
+  encoder_forward_shard(ea, tokens, zw, 2, 6, ET, EC); /* rows 2..7 of the 10 in zb's 1000 */
+  encoder_forward_bf16(eb, tokens, zb, 2, 6, ET, EC);
+  CHECK(!memcmp(ea, eb, sizeof ea));
+  encoder_forward(ea, tokens, zw, ET, EC);
+  encoder_forward_bf16(eb, tokens, zb, 0, V, ET, EC);
+  CHECK(!memcmp(ea, eb, sizeof ea));
+  free(z), free(zb), free(zw);
 }
 
 /* linear_backward_bf16 with dinp NULL: only the weight gradient, accumulated. */

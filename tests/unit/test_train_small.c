@@ -2,7 +2,8 @@
  * run` does) for its 60 steps on the addition corpus. The loss falls by a stated factor; two
  * runs with the same seeds give bitwise the same metrics and weights; changing only seeds.data
  * changes the data (first loss) but not the init, and changing seeds.model the reverse; the
- * evaluation reports a validation loss and an accuracy over 256 held-out problems; what the CPU
+ * evaluation reports a validation loss and an accuracy over 256 held-out problems; a bf16 step
+ * computes on the weights' bf16 copies, not on the fp32 master; what the CPU
  * build cannot run is refused as a plan error naming the field, a missing data file as a
  * runtime error naming the file. */
 #include "check.h"
@@ -167,6 +168,46 @@ static void unsupported_plans_and_missing_data_are_refused(void)
   plan_free(&q);
 }
 
+/* A bf16 step reads every weight from its bf16 copy: the fp32 master moved below bf16's
+ * resolution (each element x set to bf16(x)·(1 + 2^-12), which rounds back to bf16(x)) in the
+ * norms' gains and the embedding gives the same loss and gradient norm bit for bit; moved above
+ * it (the gains to 1 + 2^-6), the loss changes, so the copies are rounded again from the master. */
+static void bf16_step_reads_the_copies_not_the_master(void)
+{
+  if (REAL_IS_DOUBLE) {
+    printf("no bf16 compute in this build\n");
+    return;
+  }
+  struct plan p;
+  const char *sets[] = { "precision.compute=bf16" };
+  if (compile(&p, 1, sets))
+    return;
+  struct train_step_stats st[3];
+  for (int run = 0; run < 3; run++) { /* as initialized; moved below bf16's resolution; above */
+    struct trainer t;
+    if (trainer_open(&t, &p, NULL, err, sizeof err) != TRAIN_OK) {
+      CHECK_MSG(0, "%s", err);
+      break;
+    }
+    for (int i = 0; run > 0 && i < t.model.n_params; i++) {
+      struct model_param *q = &t.model.params[i];
+      const int gain = q->kind == MODEL_ATTN_NORM || q->kind == MODEL_MLP_NORM || q->kind == MODEL_FINAL_NORM;
+      if (!q->data || !(gain || q->kind == MODEL_EMBED))
+        continue;
+      for (size_t e = 0; e < q->n_elems; e++)
+        q->data[e] = run == 2 && gain ? 1.0f + 0x1p-6f : bf16_to_float(bf16_from_float(q->data[e])) * (1.0f + 0x1p-12f);
+    }
+    t.model.bf16_fresh = 0; /* the copies rounded again from the master before the forward */
+    CHECK_MSG(trainer_step(&t, &st[run], err, sizeof err) == 0, "%s", err);
+    trainer_close(&t);
+  }
+  printf("bf16 step 1: loss %.9g, moved below bf16: %.9g, above: %.9g\n", st[0].loss, st[1].loss, st[2].loss);
+  CHECK(st[1].loss == st[0].loss && st[1].grad_norm == st[0].grad_norm);
+  CHECK(st[2].loss != st[0].loss);
+  plan_free(&p);
+}
+
 TEST_MAIN(TEST(loss_falls_and_runs_repeat_bitwise),
+          TEST(bf16_step_reads_the_copies_not_the_master),
           TEST(data_seed_changes_data_not_init_and_model_seed_the_reverse),
           TEST(unsupported_plans_and_missing_data_are_refused))

@@ -227,7 +227,7 @@ void model_bind_views(struct model *m)
     default: break;
     }
   }
-  m->head_bf16 = NULL;
+  m->head_bf16 = m->wte_bf16 = m->final_norm_bf16 = NULL;
   for (int i = 0; m->layers_bf16 && i < m->n_params; i++) {
     const struct model_param *p = &m->params[i];
     const bf16 *b = model_param_bf16(m, p, 0);
@@ -240,11 +240,16 @@ void model_bind_views(struct model *m)
     case MODEL_GATE: w->wgate = b; break;
     case MODEL_UP: w->wup = b; break;
     case MODEL_DOWN: w->wdown = b; break;
-    case MODEL_HEAD: case MODEL_EMBED: m->head_bf16 = b; break; /* the embedding's only when tied */
+    case MODEL_ATTN_NORM: w->attn_norm = b; break;
+    case MODEL_MLP_NORM: w->mlp_norm = b; break;
+    case MODEL_FINAL_NORM: m->final_norm_bf16 = b; break;
+    case MODEL_EMBED: m->wte_bf16 = b; break;
+    case MODEL_HEAD: m->head_bf16 = b; break;
     default: break;
     }
   }
   if (m->config.tie_embeddings) {
+    m->head_bf16 = m->wte_bf16;
     m->head = m->wte; /* the head's gradient adds into the embedding's */
     m->dhead = m->dwte;
   }

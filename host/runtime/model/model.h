@@ -66,15 +66,16 @@ struct model_param {
   float init_std;           /* 0.02, scaled by 1/sqrt(2L) for o_proj and down_proj; 0: gain 1.
                              * float in both builds: initial weights are fp32 numbers */
   size_t bf16_offset;        /* where its bf16 compute copy starts in the model's bf16_memory, or
-                              * MODEL_NO_BF16 (not a matmul weight, not held, or an fp32 model) */
+                              * MODEL_NO_BF16 (not held here, or an fp32 model) */
   bf16 *bf16_data;          /* its bf16 copy: in bf16_memory (ZeRO 0-2), or in its gathered
                               * unit's copies while the unit is held (ZeRO 3); else NULL */
 };
 #define MODEL_NO_BF16 LAYOUT_NO_BF16
 
-/* The bf16 compute copies of a layer's matmul weights (precision.compute = "bf16"). */
+/* The bf16 compute copies of a layer's weights (precision.compute = "bf16"). */
 struct model_layer_weights_bf16 {
   const bf16 *wq, *wk, *wv, *wo, *wgate, *wup, *wdown;
+  const bf16 *attn_norm, *mlp_norm;
 };
 
 struct model_layer_weights {
@@ -166,10 +167,12 @@ struct model {
   real *wte, *dwte;         /* (Vp, C) */
   real *final_norm, *dfinal_norm; /* (C) */
   real *head, *dhead;       /* (Vp, C); the embedding's when tie_embeddings */
-  /* precision.compute = "bf16" (docs/design.md, "Kernels and backends"): the linears' products read
-   * bf16 copies of their weights and inputs (ops.h, "bf16 compute"); param_memory stays the fp32
-   * master the optimizer updates, gradients are fp32. The copies of the matmul weights (q .. down,
-   * the head, the embedding when tied) live in bf16_memory (billed "params"); AdamW writes them as
+  /* precision.compute = "bf16" (docs/design.md, "Kernels and backends"): the passes read every
+   * weight from its bf16 copy — the linears' products on bf16 operands (ops.h, "bf16 compute"),
+   * the norms' gains widened from theirs (acts' gain_w), the embedding's rows widened as they are
+   * looked up — so what a step computes depends on the copies only; param_memory stays the fp32
+   * master the optimizer updates, gradients are fp32. The copies of every parameter held here
+   * live in bf16_memory (billed "params"); AdamW writes them as
    * it updates (adamw_update_bf16), and model_bf16_sync rounds them again after any other write.
    * Under ZeRO 3 there is no bf16_memory: each gathered unit's copies are rounded once its
    * gather completes and freed with it (runtime/parallel/dp_passes.c). */
@@ -179,7 +182,9 @@ struct model {
   bf16 *bf16_memory;
   int bf16_fresh;            /* 1: the copies hold the fp32 weights rounded */
   struct model_layer_weights_bf16 *layers_bf16; /* (L) views into bf16_memory */
-  const bf16 *head_bf16;     /* (Vp, C) */
+  const bf16 *head_bf16;     /* (Vp, C); the embedding's when tied */
+  const bf16 *wte_bf16;      /* (Vp, C) the embedding's */
+  const bf16 *final_norm_bf16; /* (C) */
 };
 
 /* Allocates the bf16 copies (m->bf16, after the parameter memory is bound); 0, or nonzero out of
@@ -297,6 +302,7 @@ struct model_acts {
   real *work_f1, *work_f2;  /* (B, T, F) */
   real *pack;               /* (B, T, max(C, F, Vp)) staging for gathers and reduce-scatters */
   real *gains;              /* (2C) norm-gain gradients of sequence-parallel norms */
+  real *gain_w;             /* (C) bf16 models: the norm gain in use, widened from its bf16 copy */
   real *attn_scratch;       /* attention_scratch_n_elems(B_max, T_max, NH, NH, HS) */
   /* sparse layers' workspace (NULL in a dense model): R = model_moe_rows(B_max, T_max) */
   real *moe_dxe, *moe_dye;  /* (R, C) */

@@ -148,17 +148,18 @@ void model_embed_forward(const struct model *mc, struct model_acts *a, const int
   model_forward_begin(m, a, dropout, B, T);
   m->k->from_host(m->kctx, a->tokens, tokens, (size_t)N * sizeof(int));
   tokens = a->tokens; /* the kernels read the backend's copy */
-  if (m->tp.size == 1) {
-    m->k->encoder_forward(m->kctx, passes_residual(a, 0), tokens, m->wte, N, C);
-    return;
-  }
-  const struct model_param *e = &m->params[0];
-  enum tp_layout out = tp_embed_output(m->tp.io.split[PLAN_MOD_EMBED]);
-  if (e->tp_dim == 0)
-    m->k->encoder_forward_shard(m->kctx, a->work_c1, tokens, m->wte, (int)e->start[0],
-                                (int)e->local[0], N, C);
+  const struct model_param *e = &m->params[0]; /* the embedding */
+  real *rows = m->tp.size == 1 ? passes_residual(a, 0) : a->work_c1;
+  if (m->bf16 && m->wte_bf16 && m->k->encoder_forward_bf16) /* the rows from the bf16 copy */
+    m->k->encoder_forward_bf16(m->kctx, rows, tokens, m->wte_bf16, e->tp_dim == 0 ? (int)e->start[0] : 0,
+                               (int)e->local[0], N, C);
+  else if (e->tp_dim == 0)
+    m->k->encoder_forward_shard(m->kctx, rows, tokens, m->wte, (int)e->start[0], (int)e->local[0], N, C);
   else
-    m->k->encoder_forward(m->kctx, a->work_c1, tokens, m->wte, N, C);
+    m->k->encoder_forward(m->kctx, rows, tokens, m->wte, N, C);
+  if (m->tp.size == 1)
+    return;
+  enum tp_layout out = tp_embed_output(m->tp.io.split[PLAN_MOD_EMBED]);
   tp_convert(&m->tp, a->pack, passes_residual(a, 0), a->work_c1, out, m->tp.io.home, B, T, C, a->work_c4);
 }
 
@@ -229,7 +230,8 @@ static void layer_forward_pieces(struct model *m, struct model_acts *a, int laye
 
   /* attention */
   if (pieces & F_ATTN_NORM)
-    m->k->rmsnorm_forward(m->kctx, la->ln1, la->ln1_rstd, x, w->attn_norm, Nh, C, eps);
+    m->k->rmsnorm_forward(m->kctx, la->ln1, la->ln1_rstd, x, passes_gain(m, a, w->attn_norm, wb->attn_norm),
+                          Nh, C, eps);
   const int qkv_fused = model_qkv_fused(m, layer);
   if ((pieces & F_QKV) && qkv_fused) { /* one product over [q; k; v], RoPE on its rows */
     norm_inputs(m, a, y, la->ln1, PLAN_MOD_Q, PLAN_MOD_V, in);
@@ -295,7 +297,8 @@ static void layer_forward_pieces(struct model *m, struct model_acts *a, int laye
 
   /* MLP */
   if (pieces & F_MLP_NORM)
-    m->k->rmsnorm_forward(m->kctx, la->ln2, la->ln2_rstd, la->mid, w->mlp_norm, Nh, C, eps);
+    m->k->rmsnorm_forward(m->kctx, la->ln2, la->ln2_rstd, la->mid, passes_gain(m, a, w->mlp_norm, wb->mlp_norm),
+                          Nh, C, eps);
   if (m->moe && m->moe[layer]) { /* the sparse MLP (one TP rank): out = mid + drop(moe(ln2)) */
     if (pieces & F_MLP_OUT) {
       model_moe_forward(m, a, layer, la->ln2, branch);
@@ -410,8 +413,8 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
   real *dout;
   if (m->moe && m->moe[layer]) { /* the sparse MLP (one TP rank) */
     model_moe_backward(m, a, layer, la->ln2, dh, a->work_c2, a->work_c3);
-    m->k->rmsnorm_backward(m->kctx, a->work_c1, g->mlp_norm, a->work_c2, la->mid, w->mlp_norm,
-                           la->ln2_rstd, Nh, C);
+    m->k->rmsnorm_backward(m->kctx, a->work_c1, g->mlp_norm, a->work_c2, la->mid,
+                           passes_gain(m, a, w->mlp_norm, wb->mlp_norm), la->ln2_rstd, Nh, C);
     m->k->vec_add(m->kctx, dres, dres, a->work_c1, n_home);
     goto attention;
   }
@@ -447,7 +450,7 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
     passes_norm_input_grads(m, a, y, dins, PLAN_MOD_GATE, PLAN_MOD_UP, a->work_c1, a->work_c2);
   }
   m->k->rmsnorm_backward(m->kctx, a->work_c1, sp ? a->gains + C : g->mlp_norm, a->work_c1, la->mid,
-                         w->mlp_norm, la->ln2_rstd, Nh, C);
+                         passes_gain(m, a, w->mlp_norm, wb->mlp_norm), la->ln2_rstd, Nh, C);
   m->k->vec_add(m->kctx, dres, dres, a->work_c1, n_home);
 
 attention:
@@ -506,7 +509,7 @@ attention:
     passes_norm_input_grads(m, a, y, dins, PLAN_MOD_Q, PLAN_MOD_V, a->work_c1, a->work_c2);
   }
   m->k->rmsnorm_backward(m->kctx, a->work_c1, sp ? a->gains : g->attn_norm, a->work_c1, x,
-                         w->attn_norm, la->ln1_rstd, Nh, C);
+                         passes_gain(m, a, w->attn_norm, wb->attn_norm), la->ln1_rstd, Nh, C);
   m->k->vec_add(m->kctx, dres, dres, a->work_c1, n_home);
 
   if (sp) { /* each rank saw its positions only: the gains' gradients are partial sums */
@@ -542,11 +545,11 @@ double model_head_forward(const struct model *mc, struct model_acts *a, const in
   head_columns(m, &v0, &Vl, &Vvalid);
   if (passes_bf16_direct(m)) {
     m->k->rmsnorm_forward_bf16(m->kctx, a->head_in_b, a->lnf_rstd, passes_residual(a, c->n_layers),
-                               m->final_norm, Nh, C, (real)c->norm_eps);
+                               passes_gain(m, a, m->final_norm, m->final_norm_bf16), Nh, C, (real)c->norm_eps);
     passes_lin_fwd_b(m, a->logits, a->head_in_b, m->head_bf16, N, C, Vl);
   } else {
-    m->k->rmsnorm_forward(m->kctx, a->lnf, a->lnf_rstd, passes_residual(a, c->n_layers), m->final_norm,
-                          Nh, C, (real)c->norm_eps);
+    m->k->rmsnorm_forward(m->kctx, a->lnf, a->lnf_rstd, passes_residual(a, c->n_layers),
+                          passes_gain(m, a, m->final_norm, m->final_norm_bf16), Nh, C, (real)c->norm_eps);
     tp_convert(&m->tp, a->pack, a->head_in, a->lnf, m->tp.io.home, TP_R, B, T, C, NULL);
     passes_lin_fwd(m, a, a->logits, a->head_in, m->head, m->head_bf16, N, C, Vl);
   }
@@ -591,7 +594,8 @@ void model_head_backward(struct model *m, struct model_acts *a, real loss_scale)
   if (sp)
     m->k->zero(m->kctx, a->gains, (size_t)C * sizeof(real));
   m->k->rmsnorm_backward(m->kctx, a->dresidual, sp ? a->gains : m->dfinal_norm, dn,
-                         passes_residual(a, c->n_layers), m->final_norm, a->lnf_rstd, Nh, C);
+                         passes_residual(a, c->n_layers), passes_gain(m, a, m->final_norm, m->final_norm_bf16),
+                         a->lnf_rstd, Nh, C);
   if (sp) {
     tp_all_reduce(&m->tp, a->gains, (size_t)C, COMM_SUM);
     m->k->vec_add(m->kctx, m->dfinal_norm, m->dfinal_norm, a->gains, (size_t)C);

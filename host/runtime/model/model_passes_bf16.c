@@ -100,7 +100,8 @@ void passes_layer_forward_bf16(struct model *m, struct model_acts *a, int layer,
   real *branch = a->work_c2;
 
   if (pieces & F_ATTN_NORM)
-    m->k->rmsnorm_forward_bf16(m->kctx, la->ln1_b, la->ln1_rstd, x, w->attn_norm, N, C, eps);
+    m->k->rmsnorm_forward_bf16(m->kctx, la->ln1_b, la->ln1_rstd, x, passes_gain(m, a, w->attn_norm, wb->attn_norm),
+                               N, C, eps);
   const int qkv_fused = model_qkv_fused(m, layer);
   if ((pieces & F_QKV) && qkv_fused) {
     passes_lin_fwd_b(m, la->q, la->ln1_b, wb->wq, N, C, d.A + 2 * d.NKVl * HS);
@@ -137,7 +138,8 @@ void passes_layer_forward_bf16(struct model *m, struct model_acts *a, int layer,
     m->k->vec_add(m->kctx, la->mid, x, branch, n_home);
   }
   if (pieces & F_MLP_NORM)
-    m->k->rmsnorm_forward_bf16(m->kctx, la->ln2_b, la->ln2_rstd, la->mid, w->mlp_norm, N, C, eps);
+    m->k->rmsnorm_forward_bf16(m->kctx, la->ln2_b, la->ln2_rstd, la->mid,
+                               passes_gain(m, a, w->mlp_norm, wb->mlp_norm), N, C, eps);
   const int fused = model_gate_up_fused(m, layer);
   if ((pieces & F_MLP_IN) && fused) {
     passes_lin_fwd_b(m, la->gate, la->ln2_b, wb->wgate, N, d.w_in[PLAN_MOD_GATE], 2 * d.w_out[PLAN_MOD_GATE]);
@@ -203,8 +205,8 @@ void passes_layer_backward_bf16(struct model *m, struct model_acts *a, int layer
               d.w_out[PLAN_MOD_UP]);
     passes_norm_input_grads(m, a, y, dins, PLAN_MOD_GATE, PLAN_MOD_UP, a->work_c1, a->work_c2);
   }
-  m->k->rmsnorm_backward(m->kctx, a->work_c1, g->mlp_norm, a->work_c1, la->mid, w->mlp_norm,
-                         la->ln2_rstd, N, C);
+  m->k->rmsnorm_backward(m->kctx, a->work_c1, g->mlp_norm, a->work_c1, la->mid,
+                         passes_gain(m, a, w->mlp_norm, wb->mlp_norm), la->ln2_rstd, N, C);
   m->k->vec_add(m->kctx, dres, dres, a->work_c1, n_home);
 
   /* attention branch */
@@ -239,7 +241,7 @@ void passes_layer_backward_bf16(struct model *m, struct model_acts *a, int layer
     }
     passes_norm_input_grads(m, a, y, dins, PLAN_MOD_Q, PLAN_MOD_V, a->work_c1, a->work_c2);
   }
-  m->k->rmsnorm_backward(m->kctx, a->work_c1, g->attn_norm, a->work_c1, x, w->attn_norm,
-                         la->ln1_rstd, N, C);
+  m->k->rmsnorm_backward(m->kctx, a->work_c1, g->attn_norm, a->work_c1, x,
+                         passes_gain(m, a, w->attn_norm, wb->attn_norm), la->ln1_rstd, N, C);
   m->k->vec_add(m->kctx, dres, dres, a->work_c1, n_home);
 }

@@ -120,7 +120,7 @@ int dp_open(struct dp *d, struct model *m, struct comm_group *group, struct comm
     ok = (m->param_memory = alloc_reals_on(m->device, ALLOC_PARAMS, l->n_elems)) != NULL;
   if (ok && zero < 2)
     ok = (m->grad_memory = alloc_reals_on(m->device, ALLOC_GRADS, l->n_elems)) != NULL;
-  if (ok && zero < 3) /* bf16 models: the compute copies of the matmul weights (zero 3: each */
+  if (ok && zero < 3) /* bf16 models: the compute copies of the weights (zero 3: each */
     ok = model_bf16_alloc(m) == 0; /* gathered unit's, dp_passes.c) */
   if (ok && zero == 3)
     ok = (d->shard_params = alloc_reals_on(m->device, ALLOC_PARAMS, l->n_shard)) != NULL;

@@ -85,7 +85,7 @@ enum dp_unit_hold { DP_UNIT_FREE, DP_UNIT_GATHERING, DP_UNIT_HELD };
 struct dp_unit_state {
   enum dp_unit_hold hold;
   real *params;              /* zero 3: its buckets' parameters, gathered */
-  bf16 *copies;              /* zero 3, bf16 models: its matmul weights' bf16 copies, rounded once
+  bf16 *copies;              /* zero 3, bf16 models: its parameters' bf16 copies, rounded once
                               * the gather completes (pieces_unit_bf16's span), or NULL */
   size_t copies_start;       /* where they start among the layout's copies (bf16_offset's origin) */
   struct comm_request **reqs; /* (its buckets) gathers in flight */

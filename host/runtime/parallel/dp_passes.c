@@ -82,7 +82,7 @@ static int round_end(struct dp *d)
 
 /* ---- ZeRO-3 gathers (no-ops under 0-2, where every unit is always held) ----
  *
- * A bf16 model's products read bf16 copies of the matmul weights. Under zero 3 there are no
+ * A bf16 model's passes read bf16 copies of the weights. Under zero 3 there are no
  * whole copies: a unit's are allocated with its gathered parameters, rounded from them once the
  * gather completes (the same fp32 weights, so the same bits a zero-0 copy holds; the gathers
  * move fp32) and freed with them. The bill counts them with the unit (layout/pieces.h). */
