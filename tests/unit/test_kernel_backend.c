@@ -148,8 +148,11 @@ static int uncounted_entry(enum entry e, int lowp, int moe)
                          e == ENTRY_linear_backward_bf16 || e == ENTRY_rmsnorm_forward_bf16 ||
                          e == ENTRY_swiglu_forward_rows_bf16 || e == ENTRY_adamw_update_bf16 ||
                          e == ENTRY_attention_scratch_n_elems_bf16 || e == ENTRY_attention_forward_qkv_bf16 ||
-                         e == ENTRY_attention_backward_qkv_bf16;
-  const int fp32_only = e == ENTRY_linear_forward || e == ENTRY_linear_backward ||
+                         e == ENTRY_attention_backward_qkv_bf16 || e == ENTRY_widen_bf16 ||
+                         e == ENTRY_encoder_forward_bf16;
+  /* bf16: every weight read from its copy, every parameter's copy written by AdamW */
+  const int fp32_only = e == ENTRY_encoder_forward || e == ENTRY_adamw_update ||
+                        e == ENTRY_linear_forward || e == ENTRY_linear_backward ||
                         e == ENTRY_rmsnorm_forward || e == ENTRY_swiglu_forward_rows ||
                         e == ENTRY_attention_scratch_n_elems || e == ENTRY_attention_forward_qkv ||
                         e == ENTRY_attention_backward_qkv;
