@@ -30,12 +30,12 @@ return tycho.plan {
 
   optimizer = { kind = "adamw", lr = 2e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8,
                 weight_decay = 0.1, grad_clip = 1.0 },
-  lr_schedule = { warmup = 50, decay = "cosine", decay_steps = 600, min_lr = 2e-4 },
+  lr_schedule = { warmup = 40, decay = "cosine", decay_steps = 450, min_lr = 2e-4 },
   seeds = { global = 1234 },
 
   data = { text = { "data/shakespeare/shakespeare.txt" }, tokenizer = "plans/tokenizers/shakespeare.json",
            val_fraction = 0.05, shuffle = true, fetch = "scripts/fetch-shakespeare.sh" },
-  train = { steps = 600, eval_every = 100, eval_batches = 8,
+  train = { steps = 450, eval_every = 90, eval_batches = 8,
             -- after each evaluation, rank 0 writes a few lines from the model as it is then
             sample = { prompt = "Romeo.\n", max_tokens = 64, temperature = 0.8, top_k = 40, seed = 1 } },
   log = { every = 20 },
