@@ -111,15 +111,14 @@ KERNEL_OP(void, linear_forward_acc,
  * read by every product that uses it. NULL in a table without bf16 (the float64 build). */
 /* dst[i] = bf16 of src[i] (a gradient operand, once after its producer). */
 KERNEL_OP_BF16(void, round_bf16, (bf16 *dst, const real *src, size_t n_elems), (dst, src, n_elems))
-/* dst[i] = src[i] widened to real (exact): a norm's gain read from its bf16 copy. Where a backend
- * has none (NULL), the bf16 mode reads the norms' fp32 weights. */
-KERNEL_OP_BF16_OPT(void, widen_bf16, (real *dst, const bf16 *src, size_t n_elems), (dst, src, n_elems))
+/* dst[i] = src[i] widened to real (exact): a norm's gain read from its bf16 copy (the bf16 mode
+ * reads no fp32 weight: where the fp32 master is sharded a rank has no whole one). */
+KERNEL_OP_BF16(void, widen_bf16, (real *dst, const bf16 *src, size_t n_elems), (dst, src, n_elems))
 /* encoder_forward_shard on the embedding's bf16 copy: out[bt, :] = wte[tokens[bt] − v0, :]
- * widened, zeros for tokens outside the Vl rows (v0 = 0, Vl = Vp: the whole table). Where a
- * backend has none (NULL), the bf16 mode reads the fp32 embedding. */
-KERNEL_OP_BF16_OPT(void, encoder_forward_bf16,
-                   (real *out, const int *tokens, const bf16 *wte, int v0, int Vl, int BT, int C),
-                   (out, tokens, wte, v0, Vl, BT, C))
+ * widened, zeros for tokens outside the Vl rows (v0 = 0, Vl = Vp: the whole table). */
+KERNEL_OP_BF16(void, encoder_forward_bf16,
+               (real *out, const int *tokens, const bf16 *wte, int v0, int Vl, int BT, int C),
+               (out, tokens, wte, v0, Vl, BT, C))
 /* out (BT, OC) = inp · weightᵀ with bf16 operands; 0, or nonzero with a message in err. */
 KERNEL_OP_BF16(int, linear_forward_bf16,
                (real *out, const bf16 *inp, const bf16 *weight, int BT, int IC, int OC, char *err,

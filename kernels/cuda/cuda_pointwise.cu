@@ -83,6 +83,14 @@ __global__ void round_bf16_kernel(bf16 *dst, const real *src, size_t n)
   GRID_STRIDE(i, n) dst[i] = to_bf16(src[i]);
 }
 
+/* bf16_to_float (bf16.h): the 16 bits as the high half of an fp32, exact. */
+__device__ inline float from_bf16(bf16 b) { return __uint_as_float((uint32_t)b << 16); }
+
+__global__ void widen_bf16_kernel(real *dst, const bf16 *src, size_t n)
+{
+  GRID_STRIDE(i, n) dst[i] = from_bf16(src[i]);
+}
+
 __global__ void dropout_mask_kernel(real *mask, size_t n, float p, real keep_scale, uint64_t seed,
                                     uint32_t c1, uint32_t c2, uint32_t c3, uint64_t first_elem)
 {
@@ -315,6 +323,17 @@ __global__ void encoder_forward_kernel(real *out, const int *tokens, const real 
   {
     const int row = tokens[bt] - v0;
     out[(size_t)bt * C + c] = row >= 0 && row < Vl ? wte[(size_t)row * C + c] : 0.0f;
+  }
+}
+
+/* encoder_forward_kernel on the bf16 copy of the table, each element widened (exact). */
+__global__ void encoder_forward_bf16_kernel(real *out, const int *tokens, const bf16 *wte, int v0, int Vl,
+                                            int BT, int C)
+{
+  ROW_LOOP(bt, c, BT, C)
+  {
+    const int row = tokens[bt] - v0;
+    out[(size_t)bt * C + c] = row >= 0 && row < Vl ? from_bf16(wte[(size_t)row * C + c]) : 0.0f;
   }
 }
 
@@ -563,6 +582,26 @@ void cuda_round_bf16(void *ctx, bf16 *dst, const real *src, size_t n_elems)
   if (n_elems == 0)
     return;
   round_bf16_kernel<<<stride_blocks(n_elems), kThreads, 0, c->stream>>>(dst, src, n_elems);
+  CUDA_LAUNCHED(c);
+}
+
+void cuda_widen_bf16(void *ctx, real *dst, const bf16 *src, size_t n_elems)
+{
+  struct cuda_ctx *c = cuda_of(ctx);
+  if (n_elems == 0)
+    return;
+  widen_bf16_kernel<<<stride_blocks(n_elems), kThreads, 0, c->stream>>>(dst, src, n_elems);
+  CUDA_LAUNCHED(c);
+}
+
+void cuda_encoder_forward_bf16(void *ctx, real *out, const int *tokens, const bf16 *wte, int v0, int Vl,
+                               int BT, int C)
+{
+  struct cuda_ctx *c = cuda_of(ctx);
+  if (BT <= 0 || C <= 0)
+    return;
+  encoder_forward_bf16_kernel<<<row_grid(BT, C, kThreads), kThreads, 0, c->stream>>>(out, tokens, wte, v0, Vl,
+                                                                                    BT, C);
   CUDA_LAUNCHED(c);
 }
 

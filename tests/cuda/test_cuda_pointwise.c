@@ -2,7 +2,8 @@
  * (kernels/cuda/cuda_pointwise.cu) against the CPU table on the same inputs.
  *
  * Bit-identical by construction (compared with memcmp): vec_add, dropout (mask, forward,
- * backward), round_bf16, AdamW (both variants), the embedding's four entries. Those do the CPU's
+ * backward), round_bf16, AdamW (both variants), the embedding's four entries and its bf16 lookup,
+ * widen_bf16. Those do the CPU's
  * operations in the CPU's order, without contraction (the CUDA file uses __fmul_rn / __fadd_rn),
  * and the sum that the CPU runs sequentially (dwte in float) runs in the same sequence on the GPU.
  * RMSNorm's dweight is a blocked sum over rows: the same bits as rmsnorm_dweight_model below (its
@@ -463,6 +464,27 @@ static void test_encoder(void)
     kernel_ops_cuda.encoder_backward_shard(fixture_ctx, dgsh, ddy, dtok, v0, Vl, BT, C);
     dev_download(gw, dgsh, (size_t)Vl * C * sizeof(real));
     CHECK_MSG(same_bits(gw, gsh, (size_t)Vl * C * sizeof(real)), "backward shard BT %d C %d", BT, C);
+    /* the bf16 mode's lookup: the rows of the table's bf16 copy widened, the whole table and the
+     * shard (and widen_bf16 on the same copy) */
+    bf16 *wcopy = calloc(wn, sizeof *wcopy);
+    kernel_ops_cpu.round_bf16(NULL, wcopy, wte, wn);
+    bf16 *dwb = dev_upload(wcopy, wn * sizeof(bf16));
+    kernel_ops_cpu.encoder_forward_bf16(NULL, ref, tok, wcopy, 0, Vp, BT, C);
+    kernel_ops_cuda.encoder_forward_bf16(fixture_ctx, dout, dtok, dwb, 0, Vp, BT, C);
+    dev_download(got, dout, nb);
+    CHECK_MSG(same_bits(got, ref, nb), "forward bf16 BT %d C %d", BT, C);
+    kernel_ops_cpu.encoder_forward_bf16(NULL, ref, tok, wcopy + (size_t)v0 * C, v0, Vl, BT, C);
+    kernel_ops_cuda.encoder_forward_bf16(fixture_ctx, dout, dtok, dwb + (size_t)v0 * C, v0, Vl, BT, C);
+    dev_download(got, dout, nb);
+    CHECK_MSG(same_bits(got, ref, nb), "forward bf16 shard BT %d C %d", BT, C);
+    real *wide = host_alloc(wn), *dwide = dev_zeros(wb);
+    kernel_ops_cpu.widen_bf16(NULL, wide, wcopy, wn);
+    kernel_ops_cuda.widen_bf16(fixture_ctx, dwide, dwb, wn);
+    real *gwide = host_alloc(wn);
+    dev_download(gwide, dwide, wb);
+    CHECK_MSG(same_bits(gwide, wide, wb), "widen_bf16 of %zu", wn);
+    dev_free(dwb), dev_free(dwide);
+    free(wcopy), free(wide), free(gwide);
     CHECK_CUDA_OK();
     dev_free(dtok), dev_free(dwt), dev_free(ddy), dev_free(ddw), dev_free(dout), dev_free(dwsh);
     dev_free(dgsh);
