@@ -99,7 +99,7 @@ static void resolve(lua_State *L, int idx, const struct lua_tensor *x, struct vi
   const struct model_param *p = v->p;
   const struct dp *d = &t->dp;
   const int zero = d->zero;
-  v->sharded = x->kind == KIND_PARAM ? zero == 3 : zero >= 1;
+  v->sharded = x->kind == KIND_PARAM ? dp_master_sharded(d) : zero >= 1;
   if (!v->sharded) {
     v->first = 0;
     v->count = p->here ? p->n_elems : 0;

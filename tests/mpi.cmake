@@ -423,9 +423,13 @@ tycho_bill(pp2_interleaved_dp2_zero2_micro_batch 4 dp_small.lua --set mesh.pp=2 
 tycho_bill(moe_dp2_zero3 2 moe_small.lua --set zero=3)
 tycho_bill(moe_pp2_gpipe_dp2_zero1 4 moe_small.lua --set mesh.pp=2 --set schedule.kind=gpipe --set zero=1)
 tycho_bill(moe_dropless_serial 1 moe_small.lua --set model.moe.capacity_factor=0)
-# bf16 under ZeRO 3: the gathered units' bf16 copies are transient params, nothing whole is held
+# bf16: the fp32 master is optimizer state, sharded with the moments from ZeRO 1 on (the async
+# snapshot holds the shard), the whole bf16 copies are params under ZeRO 1 and 2; under ZeRO 3
+# only the shard's copies are held and each gathered unit's bf16 copies are transient params
 if(NOT TYCHO_FLOAT64)
   tycho_bill(async_bf16_dp2_zero3 2 dp_small.lua --async-checkpoint --set zero=3 --set precision.compute=bf16)
+  tycho_bill(async_bf16_dp2_zero1 2 dp_small.lua --async-checkpoint --set zero=1 --set precision.compute=bf16)
+  tycho_bill(bf16_tp2_dp2_zero2 4 dp_small.lua --set mesh.tp=2 --set zero=2 --set precision.compute=bf16)
 endif()
 
 # init.from read block by block and export put together under tensor and pipeline parallelism.
@@ -455,8 +459,15 @@ foreach(config "serial;1;1"
                # router cannot flip a routing decision (tests/mpi.cmake's ep cases say why)
                "ep2_zero1_to_serial;4;1;--plan;tests/plans/good/ep_small.lua;--both;model.dropout=0;--save;mesh.ep=2;--save;zero=1"
                "serial_to_ep4_zero3;1;4;--plan;tests/plans/good/ep_small.lua;--both;model.dropout=0;--load;mesh.ep=4;--load;zero=3"
-               "ep2_zero2_to_ep4_pp2;4;8;--plan;tests/plans/good/ep_small.lua;--both;model.dropout=0;--save;mesh.ep=2;--save;zero=2;--load;mesh.ep=4;--load;mesh.pp=2")
+               "ep2_zero2_to_ep4_pp2;4;8;--plan;tests/plans/good/ep_small.lua;--both;model.dropout=0;--save;mesh.ep=2;--save;zero=2;--load;mesh.ep=4;--load;mesh.pp=2"
+               # bf16: the fp32 master and moments saved from their dp shards (zero 1), resumed
+               # on a layout that shards them otherwise (tp 2, zero 3) and on one rank
+               "bf16_dp2_zero1_to_tp2_dp2_zero3;2;4;--tol;1e-4;--both;precision.compute=bf16;--save;zero=1;--load;mesh.tp=2;--load;zero=3"
+               "bf16_pp2_dp2_zero2_to_serial;4;1;--tol;1e-4;--both;precision.compute=bf16;--save;mesh.pp=2;--save;zero=2")
   list(GET config 0 name)
+  if(TYCHO_FLOAT64 AND name MATCHES "^bf16_") # the float64 build has no bf16 compute
+    continue()
+  endif()
   list(GET config 1 save_ranks)
   list(GET config 2 load_ranks)
   set(sets "")

@@ -243,8 +243,8 @@ const char *check_runtime_note(const struct plan *p, char *buf, size_t n)
   }
   snprintf(buf, n, "%sthe byte figures are the GPU runtime's: the CPU runtime's layout in fp32 elements%s; "
            "host memory billed apart", devices_cuda_built() ? "" : "no CUDA backend in this build: ",
-           p->precision.compute == PLAN_BF16 ? " (bf16 mode: fp32 master weights, gradients and AdamW m and v, "
-           "bf16 copies of the weights and the linears' inputs)" : "");
+           p->precision.compute == PLAN_BF16 ? " (bf16 mode: bf16 copies of the weights and the linears' inputs, "
+           "fp32 gradients, and the fp32 master weights with AdamW m and v as optimizer state)" : "");
   return buf;
 }
 
@@ -356,10 +356,10 @@ static void print_memory(FILE *f, const struct plan *p, const struct cluster *c)
     return;
   }
   if (p->precision.compute == PLAN_BF16) /* the bf16 mode, the CPU's and the GPU's (host/runtime/README.md) */
-    fprintf(f, "memory     per rank, the peak of each category as the runtime allocates it (params fp32 master "
-            "+ bf16 copies of the weights, grads %s, optimizer AdamW m and v; the linears' inputs in "
-            "%s; attention keeps O(T) per head: its output and each row's log-sum-exp)\n",
-            plan_dtype_name(p->precision.grads),
+    fprintf(f, "memory     per rank, the peak of each category as the runtime allocates it (params bf16 "
+            "copies of the weights, grads %s, optimizer the fp32 master and AdamW m and v%s; the linears' "
+            "inputs in %s; attention keeps O(T) per head: its output and each row's log-sum-exp)\n",
+            plan_dtype_name(p->precision.grads), p->zero >= 1 ? ", sharded over dp" : "",
             p->mesh.tp > 1 ? "fp32 as tensor parallelism moves them, each rounded to bf16 in the workspace for "
                              "its product"
             : p->model.moe.experts > 0 ? "bf16 (a sparse layer's in fp32, rounded per product)" : "bf16");

@@ -155,9 +155,9 @@ static int zero_grads_replay(const struct plan *p, const struct sched_list *list
 /* ZeRO-3 over a pipeline rank's list of the schedule, piece by piece as the executor runs it
  * (pieces_zero3_replay): the all-gathers of a step, the elements they move (of the buckets with
  * `expert` equal to this, or of all where it is −1), and the most bytes gathered at once: each
- * unit's elements of elem_bytes and, with table t of a bf16 plan, its parameters' bf16
- * copies, which the runtime rounds once the unit's gather completes and frees with it (t NULL:
- * none). 0, or nonzero with a message. */
+ * unit's elements of elem_bytes, or with table t of a bf16 plan its parameters' bf16 copies
+ * only, which the runtime gathers in place of the fp32 weights and frees with the unit (t NULL:
+ * elem_bytes). 0, or nonzero with a message. */
 static int zero3_replay(const struct plan *p, const struct sched_list *list, const struct dp_layout *l,
                         const struct layout_params *t, size_t elem_bytes, int expert, unsigned long long *calls,
                         unsigned long long *moved, size_t *peak, char *err, size_t err_size)
@@ -169,8 +169,8 @@ static int zero3_replay(const struct plan *p, const struct sched_list *list, con
   for (int u = 0; !rc && u < U; u++) {
     const struct dp_unit *k = &l->units[u];
     size_t bf16_start;
-    held[u] = unit_elems(l, u) * elem_bytes +
-              (t ? pieces_unit_bf16(t, k->first_param, k->last_param, &bf16_start) * sizeof(bf16) : 0);
+    held[u] = t && t->n_bf16 ? pieces_unit_bf16(t, k->first_param, k->last_param, &bf16_start) * sizeof(bf16)
+                             : unit_elems(l, u) * elem_bytes;
     for (int b = k->first_bucket; k->first_bucket >= 0 && b <= k->last_bucket; b++) {
       if (expert >= 0 && l->buckets[b].expert != expert)
         continue;
@@ -310,11 +310,14 @@ static int acts_count(const struct plan *p, const struct rank_view *r, int B, in
 static void bill_held_between_steps(const struct plan *p, const struct rank_view *r, double c, double g,
                                     double slot_grads, struct bill *out)
 {
-  const int zero = p->zero;
-  const double params = (double)(zero < 3 ? r->l.n_elems : r->l.n_shard); /* the flat layout, or the shard */
+  const int zero = p->zero, is_bf16 = r->t.n_bf16 > 0;
+  /* the fp32 weights: the flat layout, or the shard (dp_master_is_sharded); a bf16 model's are
+   * its master, optimizer state */
+  const double weights = (double)(dp_master_is_sharded(zero, is_bf16, p->mesh.dp) ? r->l.n_shard : r->l.n_elems);
   const double grads = (double)(zero < 2 ? r->l.n_elems : r->l.n_shard);
-  const double copies = zero < 3 ? (double)r->t.n_bf16 * sizeof(bf16) : 0.0; /* the CPU's bf16 copies */
-  out->held[ALLOC_PARAMS] = params * c + copies;
+  /* a bf16 model's copies: whole (zero 0-2), or the shard's (zero 3) */
+  const double copies = (double)(zero < 3 ? r->t.n_bf16 : is_bf16 ? r->l.n_shard : 0) * sizeof(bf16);
+  out->held[ALLOC_PARAMS] = (is_bf16 ? 0.0 : weights * c) + copies;
   out->held[ALLOC_GRADS] = grads * g;
   out->held[ALLOC_OPTIMIZER] = out->bytes[ALLOC_OPTIMIZER]; /* AdamW's m, v (and master): from open on */
   out->held[ALLOC_ACTIVATIONS] = out->bytes[ALLOC_ACTIVATIONS]; /* every slot allocated at open */
@@ -376,8 +379,11 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
   /* elements (reals) as the runtime allocates them; zero 3's gathered units in bytes, their bf16
    * copies with them (whole copies under zero 0-2) */
   double params = 0, grads = 0, comm = 0, gathered = 0, activations, workspace;
-  if (zero < 3)
-    params = (double)r.l.n_elems;
+  const int is_bf16 = r.t.n_bf16 > 0, sharded = dp_master_is_sharded(zero, is_bf16, p->mesh.dp);
+  /* the fp32 weights (a bf16 model's master: optimizer state), whole or the shard */
+  const double weights = (double)(sharded ? r.l.n_shard : r.l.n_elems);
+  if (!is_bf16)
+    params = weights;
   if (zero < 2)
     grads = (double)r.l.n_elems;
   if (zero >= 2) {
@@ -391,10 +397,8 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
     }
     grads = (double)(r.l.n_shard + zg.grads);
     comm = (double)zg.comm;
-    if (zero == 3) {
-      params = (double)r.l.n_shard;
+    if (zero == 3)
       gathered = (double)pz;
-    }
   }
   const double state = (double)(zero == 0 ? r.l.n_elems : r.l.n_shard);
   activations = (double)(acts[0] - acts[3]) + slot_floats + (double)acts[1];
@@ -408,17 +412,19 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
 
   const double g = bill_element_bytes(p, p->precision.grads);
   const double fp32 = bill_element_bytes(p, PLAN_FP32); /* AdamW's moments */
-  const double copies = zero < 3 ? (double)r.t.n_bf16 * sizeof(bf16) : 0.0;
+  /* a bf16 model's copies: whole (zero 0-2), or the shard's (zero 3; each gathered unit's in
+   * `gathered`) */
+  const double copies = (double)(zero < 3 ? r.t.n_bf16 : is_bf16 ? r.l.n_shard : 0) * sizeof(bf16);
   out->bytes[ALLOC_PARAMS] = params * c + copies + gathered;
   out->bytes[ALLOC_GRADS] = grads * g;
-  out->bytes[ALLOC_OPTIMIZER] = state * 2.0 * fp32;
+  out->bytes[ALLOC_OPTIMIZER] = state * 2.0 * fp32 + (is_bf16 ? weights * c : 0.0);
   /* each slot's token and target ids: ints carved from this runtime's reals */
   out->bytes[ALLOC_ACTIVATIONS] = activations * c + id_reals * (double)sizeof(real);
   out->bytes[ALLOC_COMM] = comm * c;
   out->bytes[ALLOC_WORKSPACE] = workspace * c + batch_bytes;
   /* checkpoint.async: the snapshot of the rank's parameters and moments (ckpt.h) */
   if (p->checkpoint.async && p->checkpoint.dir[0])
-    out->bytes[ALLOC_CHECKPOINT] = (double)dp_snapshot_elems(r.l.n_elems, r.l.n_shard, zero) * fp32;
+    out->bytes[ALLOC_CHECKPOINT] = (double)dp_snapshot_elems(r.l.n_elems, r.l.n_shard, zero, is_bf16, p->mesh.dp) * fp32;
   for (int k = 0; k < ALLOC_N_CATEGORIES; k++) out->total += out->bytes[k];
   if (!cpu) { /* a device of its own: what stays in host memory (bill.host) */
     out->host[ALLOC_WORKSPACE] = batch_bytes;
@@ -489,6 +495,9 @@ int traffic_predict_shared(const struct plan *p, const struct bill_shared *sh, i
    * precision.grads (on the CPU both the runtime's reals) */
   const unsigned long long eb = (unsigned long long)traffic_element_bytes(p, p->precision.compute);
   const unsigned long long egrad = (unsigned long long)traffic_element_bytes(p, p->precision.grads);
+  /* the weights' gathers after the update (zero 1, 2) and of ZeRO-3's units: a bf16 model's
+   * copies, in bf16 */
+  const unsigned long long ew = p->precision.compute == PLAN_BF16 ? sizeof(bf16) : eb;
   memset(out, 0, sizeof *out);
   struct rank_view r;
   if (rank_view(p, sh, pp_rank, &r, err, err_size))
@@ -542,7 +551,7 @@ int traffic_predict_shared(const struct plan *p, const struct bill_shared *sh, i
       count(out, grp, COMM_REDUCE_SCATTER, calls, elems * egrad);
     }
     if (p->zero == 1 || p->zero == 2)
-      count(out, grp, COMM_ALL_GATHER, nb, all * eb);
+      count(out, grp, COMM_ALL_GATHER, nb, all * ew);
     if (p->zero == 3) {
       unsigned long long calls = 0, elems = 0;
       size_t peak;
@@ -550,7 +559,7 @@ int traffic_predict_shared(const struct plan *p, const struct bill_shared *sh, i
         rank_view_free(&r);
         return 1;
       }
-      count(out, grp, COMM_ALL_GATHER, calls, elems * eb);
+      count(out, grp, COMM_ALL_GATHER, calls, elems * ew);
     }
   }
   if (dp > 1)

@@ -97,6 +97,18 @@ int dp_buckets_build(struct dp_layout *l, struct layout_params *t, int n_layers,
   l->n_elems = pos;
   l->n_shard = shard;
   t->n_elems = pos;
+  /* bf16 models: the copies lie at the same flat offsets (bf16 elements), padding included, so a
+   * rank's slice of a bucket is the same range of the copies: AdamW writes the copies of its
+   * shard and the all-gather after the step (or ZeRO-3's gather of a unit) moves them in bf16 */
+  int has_copies = 0;
+  for (int i = 0; i < n; i++) {
+    if (t->p[i].bf16_offset == LAYOUT_NO_BF16)
+      continue;
+    t->p[i].bf16_offset = t->p[i].offset;
+    has_copies = 1;
+  }
+  if (has_copies)
+    t->n_bf16 = pos;
 
   for (int u = 0; u < l->n_units; u++)
     l->units[u] = (struct dp_unit){ .first_param = -1, .first_bucket = -1 };
@@ -120,8 +132,14 @@ void dp_layout_free(struct dp_layout *l)
   memset(l, 0, sizeof *l);
 }
 
-size_t dp_snapshot_elems(size_t layout_elems, size_t shard_elems, int zero)
+int dp_master_is_sharded(int zero, int bf16, int dp_size)
 {
-  const size_t params = zero < 3 ? layout_elems : shard_elems, state = zero == 0 ? layout_elems : shard_elems;
+  return zero == 3 || (bf16 && zero >= 1 && dp_size > 1);
+}
+
+size_t dp_snapshot_elems(size_t layout_elems, size_t shard_elems, int zero, int bf16, int dp_size)
+{
+  const size_t params = dp_master_is_sharded(zero, bf16, dp_size) ? shard_elems : layout_elems;
+  const size_t state = zero == 0 ? layout_elems : shard_elems;
   return params + 2 * state;
 }

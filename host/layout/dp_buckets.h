@@ -46,13 +46,21 @@ struct dp_layout {
 
 /* Lays table t out in buckets for a group of `size` with ZeRO stage `zero` and buckets of
  * bucket_mb MiB (of this build's elements) under mesh.ep = ep_size; rewrites every t->p[i].offset
- * and t->n_elems to the bucketed layout. 0 ok; −1 (out of memory) with a message. */
+ * and t->n_elems to the bucketed layout, and a bf16 table's copies (bf16_offset, n_bf16) to the same
+ * offsets. 0 ok; −1 (out of memory) with a message. */
 int dp_buckets_build(struct dp_layout *l, struct layout_params *t, int n_layers, int ep_size, int size, int zero,
                      double bucket_mb, char *err, size_t err_size);
 void dp_layout_free(struct dp_layout *l);
 
-/* Elements in a rank's async checkpoint snapshot: its parameters (the shard under ZeRO 3) and
- * AdamW's two moments (the shard under ZeRO ≥ 1), from its data-parallel layout's sizes. */
-size_t dp_snapshot_elems(size_t layout_elems, size_t shard_elems, int zero);
+/* Whether a rank keeps only its shard of the fp32 parameters: under ZeRO 3, and for a bf16 model
+ * (bf16 = 1) from ZeRO 1 on over a dp group of more than one rank, where the fp32 weights are the
+ * master, optimizer state that the optimizer shards with its moments (the passes read the bf16
+ * copies; over one rank the shard is the whole layout, kept whole so that one rank's sampling and
+ * generation read it in place). */
+int dp_master_is_sharded(int zero, int bf16, int dp_size);
+/* Elements in a rank's async checkpoint snapshot: its fp32 parameters (the shard where
+ * dp_master_is_sharded) and AdamW's two moments (the shard under ZeRO ≥ 1), from its
+ * data-parallel layout's sizes. */
+size_t dp_snapshot_elems(size_t layout_elems, size_t shard_elems, int zero, int bf16, int dp_size);
 
 #endif

@@ -183,7 +183,7 @@ else bad tune_zero_with_stages "$out"; fi
 # even in the float64 build (its tp comm below), a CPU plan's are the build's reals.
 cuda_build= cuda_prefix='no CUDA backend in this build: '
 "$tycho" --version | grep -q ', with the CUDA backend)' && cuda_build=1 cuda_prefix=
-cuda_note="${cuda_prefix}the byte figures are the GPU runtime's: the CPU runtime's layout in fp32 elements \\(bf16 mode: fp32 master weights, gradients and AdamW m and v, bf16 copies of the weights and the linears' inputs\\); host memory billed apart"
+cuda_note="${cuda_prefix}the byte figures are the GPU runtime's: the CPU runtime's layout in fp32 elements \\(bf16 mode: bf16 copies of the weights and the linears' inputs, fp32 gradients, and the fp32 master weights with AdamW m and v as optimizer state\\); host memory billed apart"
 cpu_note="the byte figures are this build's CPU runtime's \\($REAL_NAME kernels\\): what it allocates and what its comm layer moves"
 out=$("$tycho" check plans/llama2_7b.lua --world 8 2>&1)
 if printf '%s\n' "$out" | grep -Eq '^device +cuda$' && printf '%s\n' "$out" | grep -Eq "^ +$cuda_note\$" &&

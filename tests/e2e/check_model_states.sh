@@ -7,13 +7,13 @@
 # (Ψ = the plan's parameter count, plan.model.params):
 #  - fp32 (precision.compute = "fp32"): params 4Ψ, grads 4Ψ, K = 8 (AdamW's m and v; the params
 #    are the master): zero 0 16Ψ, 1 8Ψ + 8Ψ/N, 2 4Ψ + 12Ψ/N, 3 16Ψ/N, each part on its own too;
-#  - the bf16 mode (the plan's own precision, the CPU's and the GPU's): params 4Ψ of fp32 master
-#    plus 2Ψ of bf16 copies, both whole on every rank below ZeRO-3, grads 4Ψ, K = 8: zero 0 18Ψ,
-#    1 10Ψ + 8Ψ/N, 2 6Ψ + 12Ψ/N, 3 16Ψ/N (the fp32 shard only: a gathered unit's bf16 copies are
-#    transient, made with it and freed with it). The paper's mixed precision keeps 2Ψ + 2Ψ + 12Ψ
-#    with the master among the optimizer states, sharded from stage 1: tycho's bf16 mode keeps its
-#    master whole below stage 3, so at stages 1 and 2 it holds 4Ψ − 4Ψ/N more than the paper's
-#    2Ψ + 2Ψ + 12Ψ/N;
+#  - the bf16 mode (the plan's own precision, the CPU's and the GPU's) with fp32 gradients
+#    (precision.grads = "fp32", Megatron's main grads): params 2Ψ of bf16 copies, grads 4Ψ, and
+#    the fp32 master with AdamW's m and v as optimizer state, K = 12, sharded from stage 1 with
+#    the moments: zero 0 18Ψ, 1 6Ψ + 12Ψ/N (Megatron's distributed optimizer with fp32 grads, as
+#    its documentation counts it: 2 + 4 bytes a parameter whole, 12 sharded), 2 2Ψ + 16Ψ/N,
+#    3 18Ψ/N (the paper's mixed-precision stages with 4-byte gradients in place of its 2-byte
+#    ones);
 #  - DeepSpeed's estimator for ZeRO-3 without offload, as its "Memory Requirements" page states it
 #    (https://deepspeed.readthedocs.io/en/latest/memory.html): 18Ψ/N = fp32 params, grads,
 #    momentum, variance (16) + fp16 params (2); tycho's fp32 run keeps the 16, so 16Ψ/N like for
@@ -62,10 +62,10 @@ fp32_params=("4*P" "4*P" "4*P" "4*P/N")
 fp32_grads=("4*P" "4*P" "4*P/N" "4*P/N")
 fp32_optimizer=("8*P" "8*P/N" "8*P/N" "8*P/N")
 fp32_total=("16*P" "8*P+8*P/N" "4*P+12*P/N" "16*P/N")
-bf16_params=("6*P" "6*P" "6*P" "4*P/N")
+bf16_params=("2*P" "2*P" "2*P" "2*P/N")
 bf16_grads=("4*P" "4*P" "4*P/N" "4*P/N")
-bf16_optimizer=("8*P" "8*P/N" "8*P/N" "8*P/N")
-bf16_total=("18*P" "10*P+8*P/N" "6*P+12*P/N" "16*P/N")
+bf16_optimizer=("12*P" "12*P/N" "12*P/N" "12*P/N")
+bf16_total=("18*P" "6*P+12*P/N" "2*P+16*P/N" "18*P/N")
 stages() {
   local compute=$1 last=$2 z c want peak held t
   for z in $(seq 0 "$last"); do
@@ -96,10 +96,10 @@ layer=$((dim * heads * hd * 2 + dim * kv * hd * 2 + 3 * dim * ffn + 2 * dim))
 near "zero 3 (gathered 4-byte params, two decoder layers of $layer) transient.params" \
   "$(field transient params)" "2*4*$layer"
 # the bf16 mode at zero 3: each gathered layer brings the 2-byte copies of its weights (its 2
-# norms' too), and nothing whole stays between steps
+# norms' too) and no fp32 weight, and nothing whole stays between steps
 check 3 bf16
-near "zero 3 bf16 (gathered 4-byte params and their 2-byte copies, two decoder layers) transient.params" \
-  "$(field transient params)" "2*(4*$layer+2*$layer)"
+near "zero 3 bf16 (gathered 2-byte copies, two decoder layers) transient.params" \
+  "$(field transient params)" "2*2*$layer"
 
 # The text names the accounting, with rank 0's figures
 "$tycho" check $plan --set mesh.dp=$N --set mesh.tp=1 --set mesh.pp=1 --set zero=3 --set precision.compute=fp32 \

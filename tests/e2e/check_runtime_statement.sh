@@ -6,7 +6,7 @@
 #    for a CPU plan in bf16 too, whose comm layer moves the runtime's reals (it once printed
 #    2-byte elements in the table and 4-byte ones in the traffic);
 #  - the element names of the memory line are the runtime's (the CPU's fp32 is this build's real:
-#    float64 in the proof build; the GPU's bf16 mode is the CPU's: fp32 master and bf16 copies,
+#    float64 in the proof build; the GPU's bf16 mode is the CPU's: bf16 copies as params (the fp32 master is optimizer state),
 #    its tensors moved as fp32);
 #  - no other line of the text makes a statement of its own about the runtime.
 # usage: check_runtime_statement.sh TYCHO   (run from the source folder)
@@ -54,8 +54,8 @@ case_() {
 
 small=tests/plans/good/dp_small.lua
 case_ "cpu fp32 tp 2" cpu $real_bytes $real $small --world 2 --set mesh.tp=2
-case_ "cpu bf16 tp 2" cpu $real_bytes "fp32 master" $small --world 2 --set mesh.tp=2 --set precision.compute=bf16
-case_ "cuda 7B tp 2" cuda 4 "fp32 master" plans/llama2_7b.lua --world 16
-case_ "cpu 7B tp 2" cpu $real_bytes "fp32 master" plans/llama2_7b.lua --world 16 --set device=cpu
+case_ "cpu bf16 tp 2" cpu $real_bytes "bf16 copies" $small --world 2 --set mesh.tp=2 --set precision.compute=bf16
+case_ "cuda 7B tp 2" cuda 4 "bf16 copies" plans/llama2_7b.lua --world 16
+case_ "cpu 7B tp 2" cpu $real_bytes "bf16 copies" plans/llama2_7b.lua --world 16 --set device=cpu
 [ $failed -eq 0 ] && echo "every byte figure agrees with the one statement of the runtime"
 exit $failed

@@ -53,7 +53,7 @@ grep -q '^precision: ' "$tmp/fp32.out" && fail "the fp32 run's header says bf16"
 # tycho check's bill of the bf16 plan on the CPU is the run's peaks (to the printed 0.1 MiB; the
 # equivalence runs mpi_dp_equiv.bf16_* hold them byte for byte)
 "$tycho" check "$plan" --set precision.compute=bf16 >"$tmp/check.out" 2>"$tmp/check.err" || fail "check failed"
-grep -q '^memory .*params fp32 master + bf16 copies of the weights' "$tmp/check.out" ||
+grep -q '^memory .*params bf16 copies of the weights, grads fp32, optimizer the fp32 master and AdamW m and v' "$tmp/check.out" ||
   fail "check does not describe the CPU's bf16 memory"
 billed=$(grep -A2 '^memory' "$tmp/check.out" | tail -n 1 | grep -oE '[0-9.]+ (B|KiB|MiB|GiB)' | tr '\n' ' ')
 peaks=$(grep '^memory peak:' "$tmp/bf16.out" | grep -oE '[0-9.]+ (B|KiB|MiB|GiB)' | tr '\n' ' ')

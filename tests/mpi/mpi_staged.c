@@ -109,8 +109,9 @@ static void train(struct run *r)
       r->traffic[g][o].calls -= before[g][o].calls;
       r->traffic[g][o].n_bytes -= before[g][o].n_bytes;
     }
-  real *mine = t.dp.zero == 3 ? t.dp.shard_params : t.model.param_memory;
-  r->n_params_bytes = (t.dp.zero == 3 ? t.dp.layout.n_shard : t.dp.layout.n_elems) * sizeof(real);
+  const int sharded = dp_master_sharded(&t.dp); /* zero 3; a bf16 model's master from zero 1 */
+  real *mine = sharded ? t.dp.shard_params : t.model.param_memory;
+  r->n_params_bytes = (sharded ? t.dp.layout.n_shard : t.dp.layout.n_elems) * sizeof(real);
   r->params = read_back(&t.model, mine, r->n_params_bytes);
   struct model whole;
   int have = 0;

@@ -9,7 +9,10 @@
 # --plan PATH runs another plan (tests/plans/good/ep_small.lua for the expert-parallel cases, whose
 # ranks hold only their ep rank's experts: each expert is written once, by one of the ranks holding
 # it, and read back by whichever ranks hold it in the resuming layout).
-# usage: run_ckpt.sh SAVE_RANKS LOAD_RANKS MPIEXEC NUMPROC_FLAG TYCHO [--plan PATH] [--both f=v]... [--save f=v]... [--load f=v]...
+# --tol X holds the losses to X in place of EQUIV_TOL: a bf16 run (--both precision.compute=bf16)
+# against its bf16 serial run, held to the bf16 equivalence tests' loss bound, 1e-4
+# (tests/mpi/mpi_dp_equiv.c, bf16_bounds, argues it).
+# usage: run_ckpt.sh SAVE_RANKS LOAD_RANKS MPIEXEC NUMPROC_FLAG TYCHO [--plan PATH] [--tol X] [--both f=v]... [--save f=v]... [--load f=v]...
 set -u
 save_ranks=$1 load_ranks=$2 mpiexec=$3 np=$4 tycho=$5
 shift 5
@@ -19,6 +22,7 @@ plan=tests/plans/good/dp_small.lua
 while [ $# -gt 0 ]; do
   case $1 in
     --plan) plan=$2 ;;
+    --tol) EQUIV_TOL=$2 ;;
     --both) both+=(--set "$2") ;;
     --save) save+=(--set "$2") ;;
     --load) load+=(--set "$2") ;;

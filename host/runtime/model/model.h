@@ -170,12 +170,14 @@ struct model {
   /* precision.compute = "bf16" (docs/design.md, "Kernels and backends"): the passes read every
    * weight from its bf16 copy — the linears' products on bf16 operands (ops.h, "bf16 compute"),
    * the norms' gains widened from theirs (acts' gain_w), the embedding's rows widened as they are
-   * looked up — so what a step computes depends on the copies only; param_memory stays the fp32
-   * master the optimizer updates, gradients are fp32. The copies of every parameter held here
-   * live in bf16_memory (billed "params"); AdamW writes them as
-   * it updates (adamw_update_bf16), and model_bf16_sync rounds them again after any other write.
-   * Under ZeRO 3 there is no bf16_memory: each gathered unit's copies are rounded once its
-   * gather completes and freed with it (runtime/parallel/dp_passes.c). */
+   * looked up — so what a step computes depends on the copies only; the fp32 weights are the
+   * master the optimizer updates (param_memory whole under ZeRO 0; from ZeRO 1 on only the dp
+   * shard, runtime/parallel/dp.h: dp_master_sharded, billed "optimizer"), gradients are fp32 or
+   * precision.grads. The copies lie at their fp32 weights' flat offsets in bf16_memory (billed
+   * "params"); AdamW writes the copies of what it updates (adamw_update_bf16), ZeRO 1 and 2
+   * all-gather them in bf16, and dp_bf16_refresh rounds them again after any other write.
+   * Under ZeRO 3 there is no bf16_memory: each gathered unit's copies arrive in bf16 from the
+   * ranks' shards' copies and are freed with it (runtime/parallel/dp_passes.c). */
   int bf16;
   int zero;                  /* the plan's ZeRO stage (0 for a model made without a plan) */
   size_t n_bf16;             /* elements of bf16_memory, padding included */
@@ -190,11 +192,12 @@ struct model {
 /* Allocates the bf16 copies (m->bf16, after the parameter memory is bound); 0, or nonzero out of
  * memory. A no-op for an fp32 model. */
 int model_bf16_alloc(struct model *m);
-/* The copies from the fp32 weights when they are not fresh (after init, a load, a ZeRO gather). */
+/* The copies from the whole fp32 weights when they are not fresh (after init, a load); a
+ * sharded master's are dp_bf16_refresh's. */
 void model_bf16_sync(struct model *m);
 /* Points the copies of parameters first .. last at block `base`, whose first element is the
  * copy at bf16_offset base_offset (base NULL: at nothing); the views follow at model_bind_views.
- * Then model_bf16_round rounds those of them whose fp32 weights are bound. ZeRO 3's units. */
+ * model_bf16_round rounds those of them whose fp32 weights are bound. ZeRO 3's units. */
 void model_bf16_bind(struct model *m, int first, int last, bf16 *base, size_t base_offset);
 void model_bf16_round(struct model *m, int first, int last);
 /* The copy of parameter p at element `at` of it, or NULL (no copy). */

@@ -52,7 +52,7 @@ static inline int passes_bf16_direct_layer(const struct model *m, int layer)
 }
 /* The gain a norm reads: on a bf16 model, its bf16 copy wb widened into the workspace's gain_w
  * (exact), so a step computes on the copies alone, the master's bits below bf16 unseen; else the
- * fp32 weight w (an fp32 model, or a backend without widen_bf16). */
+ * fp32 weight w (an fp32 model). */
 static inline const real *passes_gain(struct model *m, struct model_acts *a, const real *w, const bf16 *wb)
 {
   if (!m->bf16 || !wb || !a->gain_w || !m->k->widen_bf16)

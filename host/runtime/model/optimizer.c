@@ -73,12 +73,13 @@ double optimizer_clip_coef(double norm, double max_norm)
 
 void optimizer_update(struct optimizer *o, struct model *m, long long step, double lr)
 {
-  optimizer_update_range(o, m, 0, m->n_elems, m->param_memory, m->grad_memory, 0, step, lr, 1);
+  optimizer_update_range(o, m, 0, m->n_elems, m->param_memory, m->grad_memory, 0, step, lr, 1, NULL);
 }
 
 void optimizer_update_range(struct optimizer *o, const struct model *m, size_t flat,
                             size_t n_elems, real *params, const real *grads,
-                            size_t state_offset, long long step, double lr, real grad_scale)
+                            size_t state_offset, long long step, double lr, real grad_scale,
+                            bf16 *copies)
 {
   const size_t end = flat + n_elems;
   for (int i = 0; i < m->n_params; i++) {
@@ -90,7 +91,8 @@ void optimizer_update_range(struct optimizer *o, const struct model *m, size_t f
     size_t at = lo - flat;
     const double wd = p->weight_decay ? o->weight_decay : 0.0;
     /* bf16 models: AdamW writes the compute copy of what it updates in the model's memory */
-    bf16 *copy = params == m->param_memory + flat ? model_param_bf16(m, p, lo - p->offset) : NULL;
+    bf16 *copy = copies ? copies + at
+                 : params == m->param_memory + flat ? model_param_bf16(m, p, lo - p->offset) : NULL;
     if (copy)
       m->k->adamw_update_bf16(m->kctx, params + at, copy, grads + at, o->m + state_offset + at,
                               o->v + state_offset + at, hi - lo, lr, o->beta1, o->beta2, o->eps, wd,

@@ -46,9 +46,12 @@ void optimizer_update(struct optimizer *o, struct model *m, long long step, doub
  * that range's first element, the state at o->m + state_offset. Each parameter overlapping the
  * range is updated over the overlap with its own weight decay; gaps between parameters are
  * left alone. The gradients are read times grad_scale (clipping's coefficient rounded to real,
- * 1 when not clipping; adamw_update, ops.h), the memory left as it is. */
+ * 1 when not clipping; adamw_update, ops.h), the memory left as it is. A bf16 model's copies of
+ * what it updates are written too (adamw_update_bf16): at `copies`, parallel to params, when given;
+ * else, where params is the model's own memory, at each parameter's copy. */
 void optimizer_update_range(struct optimizer *o, const struct model *m, size_t flat,
                             size_t n_elems, real *params, const real *grads,
-                            size_t state_offset, long long step, double lr, real grad_scale);
+                            size_t state_offset, long long step, double lr, real grad_scale,
+                            bf16 *copies);
 
 #endif

@@ -71,6 +71,20 @@ int dp_reduce_scatter(struct dp *d, int b, const real *send, real *recv, size_t 
            ? dp_fail(d, "gradient reduce-scatter") : 0;
 }
 
+int dp_all_gather_bf16(struct dp *d, int b, const bf16 *send, bf16 *recv, size_t n_elems,
+                       struct comm_request **req)
+{
+  *req = NULL;
+  struct comm_group *g = dp_bucket_group(d, b);
+  if (!g || g->size == 1) {
+    if (send != recv)
+      d->model->k->copy(d->model->kctx, recv, send, n_elems * sizeof(bf16));
+    return 0;
+  }
+  return dcomm_all_gather(DCOMM_OF(d->model), g, send, recv, n_elems, COMM_BF16, req)
+           ? dp_fail(d, "bf16 weight all-gather") : 0;
+}
+
 void dp_bind_bucket(struct dp *d, int b, real *base, int grads)
 {
   const struct dp_bucket *k = &d->layout.buckets[b];
@@ -116,14 +130,20 @@ int dp_open(struct dp *d, struct model *m, struct comm_group *group, struct comm
                               sizeof *d->units[u].reqs);
     ok = d->units[u].reqs != NULL;
   }
-  if (ok && zero < 3)
-    ok = (m->param_memory = alloc_reals_on(m->device, ALLOC_PARAMS, l->n_elems)) != NULL;
+  /* a bf16 model's fp32 weights are the master, optimizer state (whole under zero 0, the shard
+   * from zero 1 on); an fp32 model's are its parameters (the shard under zero 3) */
+  const enum alloc_category master = m->bf16 ? ALLOC_OPTIMIZER : ALLOC_PARAMS;
+  const int sharded = dp_master_sharded(d);
+  if (ok && !sharded)
+    ok = (m->param_memory = alloc_reals_on(m->device, master, l->n_elems)) != NULL;
   if (ok && zero < 2)
     ok = (m->grad_memory = alloc_reals_on(m->device, ALLOC_GRADS, l->n_elems)) != NULL;
-  if (ok && zero < 3) /* bf16 models: the compute copies of the weights (zero 3: each */
-    ok = model_bf16_alloc(m) == 0; /* gathered unit's, dp_passes.c) */
-  if (ok && zero == 3)
-    ok = (d->shard_params = alloc_reals_on(m->device, ALLOC_PARAMS, l->n_shard)) != NULL;
+  if (ok && zero < 3) /* bf16 models: the compute copies of the weights at the flat layout's */
+    ok = model_bf16_alloc(m) == 0; /* offsets (zero 3: each gathered unit's, dp_passes.c) */
+  if (ok && sharded)
+    ok = (d->shard_params = alloc_reals_on(m->device, master, l->n_shard)) != NULL;
+  if (ok && zero == 3 && m->bf16)
+    ok = (d->shard_bf16 = alloc_bytes_on(m->device, ALLOC_PARAMS, l->n_shard * sizeof(bf16))) != NULL;
   if (ok && zero >= 2)
     ok = (d->shard_grads = alloc_reals_on(m->device, ALLOC_GRADS, l->n_shard)) != NULL;
   if (!ok) {
@@ -151,7 +171,7 @@ void dp_close(struct dp *d)
     if (d->units[u].reqs)
       comm_wait_all(d->units[u].reqs, unit->last_bucket - unit->first_bucket + 1);
     if (d->zero == 3) {
-      alloc_free(d->units[u].params);
+      alloc_free(d->units[u].params); /* an fp32 model's */
       alloc_free(d->units[u].copies); /* a bf16 model's, of a unit still gathered */
     }
     free(d->units[u].reqs);
@@ -164,6 +184,7 @@ void dp_close(struct dp *d)
     model_bf16_bind(m, 0, m->n_params - 1, NULL, 0);
   model_bind_memory(m, NULL, NULL);
   alloc_free(d->shard_params);
+  alloc_free(d->shard_bf16);
   alloc_free(d->shard_grads);
   alloc_free(d->step_grads); /* a step that never reached its reductions */
   free(d->buckets);
@@ -189,11 +210,15 @@ static int fill_params(struct model *m, const struct plan *p, char *err, size_t 
 
 int dp_init_params(struct dp *d, const struct plan *p, char *err, size_t err_size)
 {
-  if (d->zero < 3)
-    return fill_params(d->model, p, err, err_size);
-  /* ZeRO-3: one bucket at a time in a staging block, keeping this rank's share. */
+  if (!dp_master_sharded(d)) {
+    if (fill_params(d->model, p, err, err_size))
+      return -1;
+    return dp_bf16_refresh(d) ? errf(err, err_size, "%s", FAULT_OF(d)->msg) : 0;
+  }
+  /* A sharded master: one bucket at a time in a staging block, keeping this rank's share (the
+   * whole gradients of zero 1 stay bound; zero 2 and 3 have none). */
   int rc = 0;
-  model_bind_memory(d->model, NULL, NULL);
+  model_bind_memory(d->model, NULL, d->model->grad_memory);
   for (int b = 0; b < d->layout.n_buckets && !rc; b++) {
     const struct dp_bucket *k = &d->layout.buckets[b];
     real *staging = alloc_reals_on(d->model->device, ALLOC_PARAMS, k->n_elems);
@@ -207,7 +232,42 @@ int dp_init_params(struct dp *d, const struct plan *p, char *err, size_t err_siz
     alloc_free(staging);
   }
   model_bind_views(d->model);
+  d->model->bf16_fresh = 0; /* the copies from the shards (a bf16 model) */
+  if (!rc && dp_bf16_refresh(d))
+    rc = errf(err, err_size, "%s", FAULT_OF(d)->msg);
   return rc;
+}
+
+int dp_bf16_refresh(struct dp *d)
+{
+  struct model *m = d->model;
+  if (!m->bf16 || m->bf16_fresh)
+    return 0;
+  if (!dp_master_sharded(d)) {
+    model_bf16_sync(m);
+    return 0;
+  }
+  /* each rank rounds its shard: into its slice of the copies (zero 1, 2; the other ranks' slices
+   * come in the all-gather) or into the shard's copies (zero 3, gathered with each unit) */
+  const struct dp_layout *l = &d->layout;
+  for (int b = 0; b < l->n_buckets; b++) {
+    const struct dp_bucket *k = &l->buckets[b];
+    bf16 *to = d->zero == 3 ? d->shard_bf16 + k->shard_offset
+                            : m->bf16_memory + k->start + (size_t)dp_bucket_rank(d, b) * k->share;
+    m->k->round_bf16(m->kctx, to, d->shard_params + k->shard_offset, k->share);
+  }
+  if (d->zero < 3) {
+    struct comm_request **reqs = d->gather_reqs;
+    for (int b = 0; b < l->n_buckets; b++) {
+      const struct dp_bucket *k = &l->buckets[b];
+      bf16 *bucket = m->bf16_memory + k->start;
+      dp_all_gather_bf16(d, b, bucket + (size_t)dp_bucket_rank(d, b) * k->share, bucket, k->share, &reqs[b]);
+    }
+    if (comm_wait_all(reqs, l->n_buckets))
+      dp_fail(d, "bf16 weight all-gather");
+  }
+  m->bf16_fresh = !FAULT_OF(d)->set;
+  return FAULT_OF(d)->set ? -1 : 0;
 }
 
 /* The dp ranks that receive a whole copy of their layout in dp_gather_params: rank 0, and with
@@ -220,7 +280,7 @@ static int gathers_whole(const struct dp *d)
 int dp_gather_params(struct dp *d, real **full)
 {
   *full = NULL;
-  if (d->zero < 3) {
+  if (!dp_master_sharded(d)) {
     *full = gathers_whole(d) ? d->model->param_memory : NULL;
     return 0;
   }
@@ -252,7 +312,7 @@ int dp_gather_params(struct dp *d, real **full)
 
 void dp_gather_params_free(struct dp *d, real *full)
 {
-  if (d->zero == 3)
+  if (dp_master_sharded(d))
     alloc_free(full);
 }
 

@@ -102,7 +102,10 @@ struct dp {
                                * r with r mod ep equal; its rank r / ep), or NULL (one) */
   int edp_size, edp_rank;
   struct model *model;
-  real *shard_params;        /* (n_shard) zero 3: this rank's parameters, the fp32 master */
+  real *shard_params;        /* (n_shard) where dp_master_sharded: this rank's fp32 parameters, the
+                              * master (zero 3; a bf16 model's from zero 1 on, billed "optimizer") */
+  bf16 *shard_bf16;          /* (n_shard) zero 3, bf16 models: the bf16 copies of that shard, which
+                              * the units' gathers move */
   real *shard_grads;         /* (n_shard) zero 2, 3: this rank's summed gradients */
   int grads_step;             /* zero 2, 3: zero_every.grads = "step" (0: "micro_batch") */
   int params_step;            /* zero 3: zero_every.params = "step" (0: "micro_batch") */
@@ -128,6 +131,14 @@ struct dp {
   struct fault own_fault;
 };
 
+/* Whether this rank keeps only its shard of the fp32 weights (d->shard_params): ZeRO 3, and a bf16
+ * model from ZeRO 1 on over more than one dp rank (layout/dp_buckets.h). Everything that reads or writes the fp32 weights of
+ * the whole layout (init, checkpoints, export, views) takes the shard's path where it holds. */
+static inline int dp_master_sharded(const struct dp *d)
+{
+  return dp_master_is_sharded(d->zero, d->model->bf16, d->size);
+}
+
 /* Takes m from model_create_table, lays it out for the group (NULL: a group of one), allocates
  * what this rank keeps for `zero` and points the parameters there. 0 ok; nonzero with a message. */
 int dp_open(struct dp *d, struct model *m, struct comm_group *group, struct comm_group *edp, int zero,
@@ -138,6 +149,12 @@ void dp_close(struct dp *d);
  * one bucket at a time, keeping this rank's share. Every rank gets the values of a serial run,
  * bit for bit. 0 ok; nonzero with a message. */
 int dp_init_params(struct dp *d, const struct plan *p, char *err, size_t err_size);
+/* bf16 models: when the copies do not hold the fp32 weights rounded (m->bf16_fresh is 0: after
+ * init, a load, anything but AdamW wrote weights), rounds them again. Where the master is
+ * sharded each rank rounds its shard and the copies are all-gathered (bf16) over the group
+ * (zero 1, 2), or kept as the shard's (zero 3): collective over the dp group, every rank calling
+ * it at the same point. 0 ok; -1 (FAULT_OF(d)). */
+int dp_bf16_refresh(struct dp *d);
 /* AdamW state elements this rank keeps: the flat layout (zero 0) or the shard. */
 size_t dp_state_elems(const struct dp *d);
 
@@ -228,5 +245,8 @@ int dp_all_gather(struct dp *d, int b, const real *send, real *recv, size_t n_el
                   struct comm_request **req);
 int dp_reduce_scatter(struct dp *d, int b, const real *send, real *recv, size_t n_elems,
                       struct comm_request **req);
+/* dp_all_gather of bf16 elements (a bf16 model's copies). */
+int dp_all_gather_bf16(struct dp *d, int b, const bf16 *send, bf16 *recv, size_t n_elems,
+                       struct comm_request **req);
 
 #endif

@@ -1,6 +1,7 @@
 /* After backward under data parallelism (dp.h): sums of doubles over the group that come out
  * the same on every rank, the global gradient norm, clipping, and the AdamW update on the
- * elements this rank owns followed (zero 1, 2) by the parameter all-gather. Kernels go through
+ * elements this rank owns followed (zero 1, 2) by the all-gather of the new weights (a bf16
+ * model's copies, in bf16). Kernels go through
  * the model's table (d->model->k), as in optimizer.c. */
 #include <math.h>
 #include <stdio.h>
@@ -107,27 +108,37 @@ int dp_update(struct dp *d, struct optimizer *o, long long step, double lr, real
   struct model *m = d->model;
   if (d->zero == 0) {
     optimizer_update_range(o, m, 0, d->layout.n_elems, m->param_memory, m->grad_memory, 0, step, lr,
-                           grad_scale);
+                           grad_scale, m->bf16_memory);
     return FAULT_OF(d)->set ? -1 : 0;
   }
+  /* A bf16 model writes the copies of what it updates: its slice of the whole copies (zero 1, 2),
+   * or the shard's copies (zero 3) */
+  const int sharded = dp_master_sharded(d);
   for (int b = 0; b < d->layout.n_buckets; b++) {
     const struct dp_bucket *k = &d->layout.buckets[b];
     size_t flat = k->start + (size_t)dp_bucket_rank(d, b) * k->share;
-    real *params = d->zero == 3 ? d->shard_params + k->shard_offset : m->param_memory + flat;
+    real *params = sharded ? d->shard_params + k->shard_offset : m->param_memory + flat;
+    bf16 *copies = !m->bf16 ? NULL : d->zero == 3 ? d->shard_bf16 + k->shard_offset : m->bf16_memory + flat;
     optimizer_update_range(o, m, flat, k->share, params, share_grads(d, b), k->shard_offset, step, lr,
-                           grad_scale);
+                           grad_scale, copies);
   }
   if (d->zero == 3)
     return FAULT_OF(d)->set ? -1 : 0;
-  /* Zero 1, 2: every rank gets every bucket's new parameters, in place. */
+  /* Zero 1, 2: every rank gets every bucket's new weights, in place: a bf16 model's copies in
+   * bf16 (its fp32 master stays sharded), an fp32 model's parameters. */
   struct comm_request **reqs = d->gather_reqs;
   for (int b = 0; b < d->layout.n_buckets; b++) {
     const struct dp_bucket *k = &d->layout.buckets[b];
-    real *bucket = m->param_memory + k->start;
-    dp_all_gather(d, b, bucket + (size_t)dp_bucket_rank(d, b) * k->share, bucket, k->share, &reqs[b]);
+    const size_t mine = (size_t)dp_bucket_rank(d, b) * k->share;
+    if (m->bf16) {
+      bf16 *bucket = m->bf16_memory + k->start;
+      dp_all_gather_bf16(d, b, bucket + mine, bucket, k->share, &reqs[b]);
+    } else {
+      real *bucket = m->param_memory + k->start;
+      dp_all_gather(d, b, bucket + mine, bucket, k->share, &reqs[b]);
+    }
   }
   if (comm_wait_all(reqs, d->layout.n_buckets))
-    dp_fail(d, "parameter all-gather");
-  m->bf16_fresh = 0; /* the other ranks' shares arrived in fp32: rounded before the next forward */
+    dp_fail(d, m->bf16 ? "bf16 weight all-gather" : "parameter all-gather");
   return FAULT_OF(d)->set ? -1 : 0;
 }

@@ -82,30 +82,32 @@ static int round_end(struct dp *d)
 
 /* ---- ZeRO-3 gathers (no-ops under 0-2, where every unit is always held) ----
  *
- * A bf16 model's passes read bf16 copies of the weights. Under zero 3 there are no
- * whole copies: a unit's are allocated with its gathered parameters, rounded from them once the
- * gather completes (the same fp32 weights, so the same bits a zero-0 copy holds; the gathers
- * move fp32) and freed with them. The bill counts them with the unit (layout/pieces.h). */
+ * A bf16 model's passes read bf16 copies of the weights only, and its fp32 master stays sharded
+ * with the optimizer: a unit's gather moves the bf16 copies of the ranks' shards (rounded by
+ * AdamW as it updated them, so the same bits a zero-0 copy holds) into copies allocated for the
+ * unit and freed with it; no fp32 weight is gathered. The bill counts them with the unit
+ * (layout/pieces.h). */
 
-/* Room for unit u's gathered parameters (and a bf16 model's copies), when it is not held and
- * has none. */
+/* Room for unit u's gathered parameters (a bf16 model's copies), when it is not held and has
+ * none. */
 static void unit_alloc(struct dp *d, int u)
 {
   struct dp_unit_state *s = &d->units[u];
-  if (s->hold != DP_UNIT_FREE || s->params)
+  if (s->hold != DP_UNIT_FREE || s->params || s->copies)
     return;
   const struct dp_unit *unit = &d->layout.units[u];
   const struct dp_bucket *first = &d->layout.buckets[unit->first_bucket];
   const struct dp_bucket *last = &d->layout.buckets[unit->last_bucket];
+  const size_t n = last->start + last->n_elems - first->start;
   char what[64];
-  snprintf(what, sizeof what, "gathering the parameters of unit %d", u);
-  s->params = round_alloc(d, ALLOC_PARAMS, last->start + last->n_elems - first->start, what);
-  const size_t n_bf16 = d->model->bf16 ? pieces_unit_bf16(&d->model->table, unit->first_param, unit->last_param,
-                                                          &s->copies_start) : 0;
-  if (n_bf16) {
+  if (d->model->bf16) { /* the copies lie at the flat layout's offsets (dp_buckets.h) */
     snprintf(what, sizeof what, "the bf16 copies of unit %d", u);
-    s->copies = round_alloc_of(d, ALLOC_PARAMS, n_bf16, sizeof(bf16), what);
+    s->copies_start = first->start;
+    s->copies = round_alloc_of(d, ALLOC_PARAMS, n, sizeof(bf16), what);
+    return;
   }
+  snprintf(what, sizeof what, "gathering the parameters of unit %d", u);
+  s->params = round_alloc(d, ALLOC_PARAMS, n, what);
 }
 
 /* Unit u's gathered parameters and copies go (their gathers ended). */
@@ -133,6 +135,11 @@ static void unit_gather_start(struct dp *d, int u)
   const struct dp_bucket *first = &d->layout.buckets[unit->first_bucket];
   for (int b = unit->first_bucket; b <= unit->last_bucket; b++) {
     const struct dp_bucket *k = &d->layout.buckets[b];
+    if (s->copies) { /* a bf16 model: its copies, bound once they arrived (unit_hold) */
+      dp_all_gather_bf16(d, b, d->shard_bf16 + k->shard_offset, s->copies + (k->start - first->start), k->share,
+                         &s->reqs[b - unit->first_bucket]);
+      continue;
+    }
     real *at = s->params + (k->start - first->start);
     dp_all_gather(d, b, d->shard_params + k->shard_offset, at, k->share, &s->reqs[b - unit->first_bucket]);
     dp_bind_bucket(d, b, at, 0);
@@ -147,12 +154,10 @@ static void unit_hold(struct dp *d, int u)
   if (s->hold == DP_UNIT_GATHERING) {
     const struct dp_unit *unit = &d->layout.units[u];
     if (comm_wait_all(s->reqs, unit->last_bucket - unit->first_bucket + 1))
-      dp_fail(d, "parameter all-gather");
+      dp_fail(d, s->copies ? "bf16 weight all-gather" : "parameter all-gather");
     s->hold = DP_UNIT_HELD;
-    if (s->copies) { /* a bf16 model: the copies from the gathered weights, once */
+    if (s->copies) /* a bf16 model: the passes read the gathered copies */
       model_bf16_bind(d->model, unit->first_param, unit->last_param, s->copies, s->copies_start);
-      model_bf16_round(d->model, unit->first_param, unit->last_param);
-    }
   }
 }
 

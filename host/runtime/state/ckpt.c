@@ -55,7 +55,7 @@ int ckpt_for_each_piece(struct trainer *t, int owner_only, ckpt_piece_fn fn, voi
     const int64_t real_rows = p->shape[0] - r0 < rows ? p->shape[0] - r0 : rows;
     const size_t tensor_end = real_rows > 0 ? (size_t)(real_rows * cols) : 0;
     for (int kind = 0; kind < CKPT_N_KINDS; kind++) {
-      const int sharded = kind == CKPT_PARAM ? d->zero == 3 : d->zero >= 1;
+      const int sharded = kind == CKPT_PARAM ? dp_master_sharded(d) : d->zero >= 1;
       if (!sharded) {
         if (owner_only && dp_bucket_rank(d, d->layout.param_bucket[i]) != 0)
           continue; /* written by one rank of those holding it */

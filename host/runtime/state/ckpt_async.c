@@ -87,7 +87,7 @@ int ckpt_save_async(struct trainer *t, const char *dir, long long steps_done, in
   struct writer w = { .fd = -1, .path = a->file, .rank = rank, .count_only = 1, .err = err, .err_size = err_size };
   ckpt_for_each_piece(t, 1, ckpt_write_piece, &w);
   const size_t need = (size_t)w.offset,
-               billed = dp_snapshot_elems(t->dp.layout.n_elems, t->dp.layout.n_shard, t->dp.zero) * sizeof(real);
+               billed = dp_snapshot_elems(t->dp.layout.n_elems, t->dp.layout.n_shard, t->dp.zero, t->model.bf16, t->dp.size) * sizeof(real);
   a->bytes = need;
   a->snapshot = alloc_host_bytes(ALLOC_CHECKPOINT, need > billed ? need : billed);
   if (!a->snapshot)

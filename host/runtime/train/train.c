@@ -450,7 +450,7 @@ void trainer_micro_batch(struct trainer *t, int mb, int *inputs, int *targets, u
 /* A forward alone, stage after stage. */
 static double eval_forward(struct trainer *t, const int *tokens, const int *targets, int B, int T)
 {
-  model_bf16_sync(&t->model);
+  dp_bf16_refresh(&t->dp);
   return exec_forward(&t->exec, tokens, targets, B, T);
 }
 
@@ -465,7 +465,7 @@ static double global_loss(struct trainer *t, double loss_sum)
 double trainer_forward_backward(struct trainer *t)
 {
   kernels_compute_begin();
-  model_bf16_sync(&t->model);
+  dp_bf16_refresh(&t->dp);
   const double loss = global_loss(t, exec_step(&t->exec, NULL, NULL, NULL));
   kernels_compute_end();
   return backend_failed(t) ? NAN : loss;
@@ -569,7 +569,7 @@ static int step_once(struct trainer *t, struct train_step_stats *stats, char *er
   stats->threads = omp_get_max_threads();
   int rc = 0;
   model_moe_stats_reset(&t->model); /* the sparse layers' routing counts this step's forwards */
-  model_bf16_sync(&t->model); /* bf16 models: copies rounded after anything but AdamW wrote weights */
+  dp_bf16_refresh(&t->dp); /* bf16 models: copies rounded after anything but AdamW wrote weights */
   exec_step(&t->exec, update, &u, &rc);
   if (!rc && trainer_failed(t)) /* a failure the list stopped at, before its OPTIMIZER */
     rc = errf(err, err_size, "step %lld: %s", t->step + 1, trainer_failed(t));

@@ -81,7 +81,7 @@ void train_sample_print(struct trainer *t, FILE *out, long long step)
   char err[1536] = "";
   /* The same on every rank (the plan's layout): whether rank 0 lacks part of the parameters. */
   const int gather = world && world->size > 1 &&
-                     (t->model.tp.size > 1 || p->mesh.pp > 1 || p->zero >= 3 || t->model.ep.size > 1);
+                     (t->model.tp.size > 1 || p->mesh.pp > 1 || dp_master_sharded(&t->dp) || t->model.ep.size > 1);
   real *packed = NULL;
   size_t n_packed = 0;
   int rc = 0;
