@@ -92,7 +92,8 @@ KERNEL_OP(void, rmsnorm_backward,
 KERNEL_OP(void, linear_forward, (real *out, const real *inp, const real *weight, int BT, int IC, int OC),
           (out, inp, weight, BT, IC, OC))
 /* dinp (BT, IC) = dout · weight, assigned, skipped when dinp is NULL;
- * dweight (OC, IC) += doutᵀ · inp. */
+ * dweight (OC, IC) += doutᵀ · inp, skipped when dweight is NULL (a split backward's B: the same
+ * two products, each alone, as the whole call's). */
 KERNEL_OP(void, linear_backward,
           (real *dinp, real *dweight, const real *dout, const real *inp, const real *weight, int BT,
            int IC, int OC),
@@ -130,7 +131,8 @@ KERNEL_OP_BF16(int, linear_forward_acc_bf16,
                 size_t err_size),
                (out, inp, weight, BT, IC, OC, err, err_size))
 /* dinp (BT, IC) = dout · weight, assigned, skipped when dinp is NULL; dweight (OC, IC) +=
- * doutᵀ · inp (accumulated in fp32). 0, or nonzero with a message in err. */
+ * doutᵀ · inp (accumulated in fp32), skipped when dweight is NULL. 0, or nonzero with a message
+ * in err. */
 KERNEL_OP_BF16(int, linear_backward_bf16,
                (real *dinp, real *dweight, const bf16 *dout, const bf16 *inp, const bf16 *weight,
                 int BT, int IC, int OC, char *err, size_t err_size),

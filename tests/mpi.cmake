@@ -144,6 +144,10 @@ if(NOT TYCHO_FLOAT64)
   tycho_dp_equiv(bf16_dp2_zero2 2 --both precision.compute=bf16 --set zero=2)
   tycho_dp_equiv(bf16_dp2_zero1_tied 2 --both precision.compute=bf16 --set zero=1 --both model.tie_embeddings=true)
   tycho_dp_equiv(bf16_pp2_1f1b 2 --both precision.compute=bf16 --set mesh.pp=2)
+  # zero-bubble: W's products on the bf16 output gradients B held (the bill counts them in bf16)
+  tycho_dp_equiv(bf16_pp2_zb_h1 2 --both precision.compute=bf16 --set mesh.pp=2 --set schedule.kind=zb-h1)
+  tycho_dp_equiv(bf16_pp4_zb_h1_recompute_full 4 --both precision.compute=bf16 --set mesh.pp=4
+    --set schedule.kind=zb-h1 --both model.n_layers=4 --set recompute=full)
   tycho_dp_equiv(bf16_recompute_full_dp2 2 --both precision.compute=bf16 --set recompute=full)
   # ZeRO 3: each gathered unit's bf16 copies made once it arrives and freed with it (params peak)
   tycho_dp_equiv(bf16_dp2_zero3 2 --both precision.compute=bf16 --set zero=3)
@@ -387,6 +391,18 @@ tycho_tp_equiv(pp2_dp2_zero2_interleaved_v2_tied_micro_batch 4 dp_small.lua --se
 tycho_tp_equiv(pp2_dp2_zero3_interleaved_v2 4 dp_small.lua --set mesh.pp=2 --set virtual_stages=2 --set schedule.kind=interleaved --both model.n_layers=4 --set zero=3)
 tycho_tp_equiv(pp2_dp2_zero3_interleaved_v2_micro_batch 4 dp_small.lua --set mesh.pp=2 --set virtual_stages=2 --set schedule.kind=interleaved --both model.n_layers=4 --set zero=3 --set zero_every.grads=micro_batch --set zero_every.params=micro_batch)
 tycho_tp_equiv(tp2_pp2_dp2_zero1 8 dp_small.lua --set mesh.tp=2 --set mesh.pp=2 --set zero=1)
+# Zero-bubble ZB-H1 (split backwards: B, then each W later from the held output gradients) against
+# the serial run's whole backwards: pp 2 and 4, dp 2 under ZeRO 1, recompute (W recomputes what B
+# did), a tied embedding across the first and last stage; the bill holds the held areas and the
+# slots kept until W.
+tycho_tp_equiv(pp2_zb_h1 2 dp_small.lua --set mesh.pp=2 --set schedule.kind=zb-h1)
+tycho_tp_equiv(pp4_zb_h1 4 dp_small.lua --set mesh.pp=4 --set schedule.kind=zb-h1 --both model.n_layers=4)
+tycho_tp_equiv(pp2_dp2_zero1_zb_h1 4 dp_small.lua --set mesh.pp=2 --set schedule.kind=zb-h1 --set zero=1)
+tycho_tp_equiv(pp2_zb_h1_recompute_full 2 dp_small.lua --set mesh.pp=2 --set schedule.kind=zb-h1 --set recompute=full)
+tycho_tp_equiv(pp2_zb_h1_recompute_selective 2 dp_small.lua --set mesh.pp=2 --set schedule.kind=zb-h1
+  --set recompute=attn_core,mlp_act)
+tycho_tp_equiv(pp2_zb_h1_tied_micro2 2 dp_small.lua --set mesh.pp=2 --set schedule.kind=zb-h1 --set batch.micro=2
+  --both model.tie_embeddings=true)
 
 # log.trace of a tp 2 × pp 2 run (1F1B and interleaved): spans where the schedule says, the
 # first trace_steps steps only, every collective with its group, bytes and seq.
@@ -397,6 +413,9 @@ tycho_mpi_test(mpi_trace.pp2_interleaved_dp2 4 COMMAND $<TARGET_FILE:mpi_trace> 
   ${CMAKE_CURRENT_BINARY_DIR}/mpi_trace_pp2_interleaved.json --set mesh.pp=2 --set virtual_stages=2
   --set schedule.kind=interleaved --set model.n_layers=4 --set train.steps=3 --set log.trace_steps=2
   --set train.eval_every=1)
+tycho_mpi_test(mpi_trace.pp4_zb_h1 4 COMMAND $<TARGET_FILE:mpi_trace> ${PROJECT_SOURCE_DIR}/tests/plans/good/dp_small.lua
+  ${CMAKE_CURRENT_BINARY_DIR}/mpi_trace_pp4_zb_h1.json --set mesh.pp=4 --set schedule.kind=zb-h1
+  --set model.n_layers=4 --set train.steps=3 --set log.trace_steps=2 --set train.eval_every=1)
 tycho_mpi_test(mpi_trace.serial 1 COMMAND $<TARGET_FILE:mpi_trace> ${PROJECT_SOURCE_DIR}/tests/plans/good/dp_small.lua
   ${CMAKE_CURRENT_BINARY_DIR}/mpi_trace_serial.json --set train.steps=3 --set log.trace_steps=2 --set train.eval_every=1)
 
@@ -419,6 +438,8 @@ tycho_bill(async_tp2_dp2_zero3 4 dp_small.lua --async-checkpoint --set mesh.tp=2
 tycho_bill(pp2_dp2_zero3_step 4 dp_small.lua --set mesh.pp=2 --set zero=3 --set model.n_layers=6)
 tycho_bill(pp2_interleaved_dp2_zero2_micro_batch 4 dp_small.lua --set mesh.pp=2 --set virtual_stages=2
   --set schedule.kind=interleaved --set model.n_layers=4 --set zero=2 --set zero_every.grads=micro_batch)
+# zero-bubble: the split backward's held output gradients and the slots kept until each W
+tycho_bill(pp2_zb_h1_dp2_zero1 4 dp_small.lua --set mesh.pp=2 --set schedule.kind=zb-h1 --set zero=1)
 # sparse layers (ep 1): the experts' parameters and their rows' activations at capacity
 tycho_bill(moe_dp2_zero3 2 moe_small.lua --set zero=3)
 tycho_bill(moe_pp2_gpipe_dp2_zero1 4 moe_small.lua --set mesh.pp=2 --set schedule.kind=gpipe --set zero=1)

@@ -1,5 +1,7 @@
-/* check_zb (check_zb.h): the memory a zero-bubble schedule's deferred W's hold beyond the bill.
- * The in-flight counts are those of the schedule's own order (the simulator's peak_inflight
+/* check_zb (check_zb.h): the memory a zero-bubble schedule's deferred W's hold. Where the runtime
+ * splits its backwards (ZeRO 0 and 1: bill_split_runs) the bill walks the split list and counts
+ * it (the slots kept until W, the held areas), and this only says how much of it is W's; else
+ * it is what the W's hold beyond the bill. The in-flight counts are those of the schedule's own order (the simulator's peak_inflight
  * counts the same way): a micro-batch enters at its forward and leaves at its W, where the bill
  * lets it leave at its backward. What it holds in between is billed at two stated sizes, not
  * buffer by buffer: the extra micro-batches at the bill's activations per slot (every saved
@@ -13,29 +15,9 @@
 
 #include "check/check_ep.h"
 #include "check/check_internal.h"
+#include "layout/bill.h"
 #include "sched/sched.h"
 #include "util/err.h"
-
-/* Elements of the linears' outputs per token of stage st on one tp rank: column-split outputs
- * (q, k, v, gate, up; the head's vocab) are 1/tp, row-split ones (o, down) whole before their
- * reduction; a sparse layer's experts are whole on every tp rank, top_k of them per token. */
-static double dout_per_token(const struct plan *p, int st)
-{
-  const struct plan_model *c = &p->model;
-  const struct plan_stage *s = &p->stages[st];
-  const double tp = p->mesh.tp, hd = c->head_dim;
-  double e = 0;
-  for (int l = s->first_layer; s->first_layer >= 0 && l < s->first_layer + s->n_layers; l++) {
-    e += (c->n_heads * hd + 2.0 * c->n_kv_heads * hd) / tp + c->dim; /* q, k, v; o */
-    if (p->layers && p->layers[l].moe)
-      e += (double)c->moe.top_k * (2.0 * c->moe.ffn_dim + c->dim);
-    else
-      e += 2.0 * c->ffn_dim / tp + c->dim; /* gate, up; down */
-  }
-  if (s->has_head)
-    e += (double)(c->vocab_padded > 0 ? c->vocab_padded : c->vocab) / tp;
-  return e;
-}
 
 int check_zb_held(const struct plan *p, const struct bill *bills, struct check_zb_held *out, char *err, size_t n)
 {
@@ -45,7 +27,6 @@ int check_zb_held(const struct plan *p, const struct bill *bills, struct check_z
     sched_free(&s);
     return -1;
   }
-  const double tokens = (double)p->batch.micro * p->batch.seq, elem = plan_dtype_bytes(p->precision.compute);
   for (int r = 0; r < s.pp && s.split; r++) {
     const struct sched_list *l = &s.ranks[r];
     int held = 0, whole = 0, past_b = 0, peak_held = 0, peak_whole = 0;
@@ -59,8 +40,9 @@ int check_zb_held(const struct plan *p, const struct bill *bills, struct check_z
       out[r].pending = past_b > out[r].pending ? past_b : out[r].pending;
     }
     out[r].extra = peak_held - peak_whole;
-    for (int st = r; st < s.n_stages; st += s.pp)
-      out[r].dout_bytes += tokens * dout_per_token(p, st) * elem;
+    int areas;
+    out[r].dout_bytes = bill_split_held_bytes(p, l, r, &areas); /* as the executor sizes an area */
+    out[r].in_bill = bill_split_runs(p);
     check_zb_rank_bytes(&out[r], bills ? &bills[r] : NULL);
   }
   sched_free(&s);
@@ -70,7 +52,7 @@ int check_zb_held(const struct plan *p, const struct bill *bills, struct check_z
 double check_zb_rank_bytes(struct check_zb_held *h, const struct bill *b)
 {
   h->slot_bytes = b && b->n_slots > 0 ? b->bytes[ALLOC_ACTIVATIONS] / b->n_slots : 0;
-  h->bytes = h->extra * h->slot_bytes + h->pending * h->dout_bytes;
+  h->bytes = h->in_bill ? 0 : h->extra * h->slot_bytes + h->pending * h->dout_bytes;
   return h->bytes;
 }
 
@@ -85,9 +67,15 @@ void check_zb_print(FILE *f, const struct plan *p, const struct bill *bills, int
     free(h);
     return;
   }
-  fprintf(f, "   W-held   %s: after B a micro-batch waits for its W (weight gradient), holding more than "
-          "the bill above,\n             which counts whole backwards in the same order (1F1B's); not in its "
-          "totals:\n", plan_schedule_name(p->schedule));
+  const int in_bill = h[0].in_bill;
+  if (in_bill)
+    fprintf(f, "   W-held   %s: after B a micro-batch waits for its W (weight gradient), holding its slot and its "
+            "linears'\n             output gradients; in the bill above (activations), as the runtime's split "
+            "backward allocates them:\n", plan_schedule_name(p->schedule));
+  else
+    fprintf(f, "   W-held   %s: after B a micro-batch waits for its W (weight gradient), holding more than "
+            "the bill above,\n             which counts whole backwards in the same order (1F1B's); not in its "
+            "totals:\n", plan_schedule_name(p->schedule));
   for (int r = 0; r < p->mesh.pp; r++) {
     if (!shown(r, p->mesh.pp)) {
       if (r > 0 && shown(r - 1, p->mesh.pp))
@@ -95,6 +83,12 @@ void check_zb_print(FILE *f, const struct plan *p, const struct bill *bills, int
       continue;
     }
     char a[32], b[32], c[32], t[32];
+    if (in_bill) {
+      fprintf(f, "   %7d  %d more micro-batch%s in flight than 1F1B (their slots) + %d past B × %s (their linears' "
+              "output gradients)\n", r, h[r].extra, h[r].extra == 1 ? "" : "es", h[r].pending,
+              check_format_bytes(h[r].dout_bytes, c, sizeof c));
+      continue;
+    }
     fprintf(f, "   %7d  +%s: %d more micro-batch%s in flight × %s (the bill's activations per slot) + %d past B "
             "× %s (their linears' output gradients); total with it %s\n", r,
             check_format_bytes(h[r].bytes, a, sizeof a), h[r].extra, h[r].extra == 1 ? "" : "es",

@@ -1,8 +1,10 @@
-/* What a zero-bubble schedule holds beyond the memory bill (check_zb.c). The bill (layout/bill.h)
- * walks the schedule as whole backwards (sched_merge_split: ZB-H1 read as 1F1B), as the runtime
- * runs it; after a split B a micro-batch still waits for its W, which needs the linears' inputs
- * (saved activations) and their output gradients. This counts that, per pipeline rank, as a line
- * apart from the bill's categories. */
+/* What a zero-bubble schedule's W's hold (check_zb.c): after a split B a micro-batch still waits
+ * for its W, which needs the linears' inputs (saved activations, its slot) and their output
+ * gradients (a held area). Under ZeRO 0 and 1 the runtime runs the split backward and the bill
+ * (layout/bill.h) walks the split list, counting both (in_bill: bytes 0, nothing beyond it);
+ * under ZeRO 2 and 3, which the runtime refuses to split, the bill walks the schedule as whole
+ * backwards (sched_merge_split: ZB-H1 read as 1F1B) and this counts the W's part, per pipeline
+ * rank, as a line apart from the bill's categories. */
 #ifndef TYCHO_CHECK_ZB_H
 #define TYCHO_CHECK_ZB_H
 #include <stdio.h>
@@ -14,8 +16,10 @@ struct check_zb_held {
   int extra;         /* peak in flight until W, less the bill's (whole-backward) peak */
   int pending;       /* most micro-batches past B whose W has not run */
   double slot_bytes; /* the bill's activations per slot (bytes[activations] / n_slots) */
-  double dout_bytes; /* one micro-batch's linears' output gradients on this rank */
-  double bytes;      /* extra · slot_bytes + pending · dout_bytes */
+  double dout_bytes; /* one micro-batch's linears' output gradients on this rank (a held area:
+                      * bill_split_held_bytes) */
+  int in_bill;       /* 1: the bill counts all of it (bill_split_runs) */
+  double bytes;      /* beyond the bill: extra · slot_bytes + pending · dout_bytes, or 0 in_bill */
 };
 
 /* For every pipeline rank (out: mesh.pp entries) from the plan's schedule; bills: each rank's

@@ -24,8 +24,10 @@ static double now(void)
 
 static void insert(struct tune_result *r, int keep, const struct tune_choice *c)
 {
-  /* the fastest the runtime runs (zb-h1 is priced only), which the written plan takes */
-  if (!c->zb && (!r->have_runnable || c->step < r->runnable.step ||
+  /* the fastest the runtime runs (zb-h1 at tp 1 on dense layers under ZeRO 0 and 1, as
+   * trainer_plan_supported accepts it), which the written plan takes */
+  const int runs = !c->zb || (c->tp == 1 && !c->moe && c->zero < 2);
+  if (runs && (!r->have_runnable || c->step < r->runnable.step ||
                  (c->step == r->runnable.step && c->max_bytes < r->runnable.max_bytes))) {
     r->runnable = *c;
     r->have_runnable = 1;
@@ -80,7 +82,8 @@ static int try_one(const struct plan *base, int world, const struct cluster *c, 
     r->n_valid++;
     double worst = 0;
     struct bill b;
-    /* zb-h1: what its deferred W's hold beyond the bill, as check prints it */
+    /* zb-h1: what its deferred W's hold beyond the bill, as check prints it (0 where the bill
+     * counts it: ZeRO 0 and 1) */
     struct check_zb_held *zb = ch->zb ? calloc((size_t)p.mesh.pp, sizeof *zb) : NULL;
     if (ch->zb && (!zb || check_zb_held(&p, NULL, zb, err, sizeof err)))
       ok = 0;

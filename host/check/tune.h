@@ -33,7 +33,8 @@ struct tune_result {
   int n_tried, n_valid, n_fit;
   struct tune_choice *best; /* (n_best) the fastest that fit, fastest first */
   int n_best;
-  struct tune_choice runnable; /* the fastest that fit among those `tycho run` runs (not zb-h1), */
+  struct tune_choice runnable; /* the fastest that fit among those `tycho run` runs (zb-h1 only at
+                                * tp 1 on dense layers under ZeRO 0 and 1), */
   int have_runnable;           /* whether it is in best or not; 0: none fit */
   double seconds;          /* the search's own time */
 };

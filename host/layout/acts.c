@@ -323,3 +323,35 @@ int layout_acts_build(struct acts_layout *a, const struct layout_rank *r, const 
   a->ids = act->id_used;
   return 0;
 }
+
+/* The linears' output widths per token of stage st on one tp rank: column-split outputs (q, k, v,
+ * gate, up; the head's vocab) are 1/tp, row-split ones (o, down) whole before their reduction; a
+ * sparse layer's experts are whole on every tp rank, top_k of them per token. */
+static double dout_per_token(const struct plan *p, int st)
+{
+  const struct plan_model *c = &p->model;
+  const struct plan_stage *s = &p->stages[st];
+  const double tp = p->mesh.tp, hd = c->head_dim;
+  double e = 0;
+  for (int l = s->first_layer; s->first_layer >= 0 && l < s->first_layer + s->n_layers; l++) {
+    e += (c->n_heads * hd + 2.0 * c->n_kv_heads * hd) / tp + c->dim; /* q, k, v; o */
+    if (p->layers && p->layers[l].moe)
+      e += (double)c->moe.top_k * (2.0 * c->moe.ffn_dim + c->dim);
+    else
+      e += 2.0 * c->ffn_dim / tp + c->dim; /* gate, up; down */
+  }
+  if (s->has_head)
+    e += (double)(c->vocab_padded > 0 ? c->vocab_padded : c->vocab) / tp;
+  return e;
+}
+
+double layout_split_held_elems(const struct plan *p, int stage)
+{
+  return (double)p->batch.micro * p->batch.seq * dout_per_token(p, stage);
+}
+
+int layout_split_products(const struct plan *p, int stage)
+{
+  const struct plan_stage *s = &p->stages[stage];
+  return 7 * (s->first_layer >= 0 ? s->n_layers : 0) + s->has_head;
+}

@@ -96,4 +96,13 @@ int layout_acts_build(struct acts_layout *a, const struct layout_rank *r, const 
                       const struct model_acts_scope *scope, int shares);
 void layout_acts_free(struct acts_layout *a);
 
+/* A split backward (zero-bubble schedules): the elements a micro-batch of stage `stage` holds
+ * between its B and its W — every linear's output gradient (q, k, v, o, gate, up, down and the
+ * head: the other operand of its weight-gradient product), in the products' operand dtype
+ * (fp32, or bf16 on a bf16 plan) — and at most how many such products the stage has. The
+ * executor allocates one such area per micro-batch past B (model.h, struct model_split); the
+ * bill counts them. */
+double layout_split_held_elems(const struct plan *p, int stage);
+int layout_split_products(const struct plan *p, int stage);
+
 #endif

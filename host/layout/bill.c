@@ -187,13 +187,33 @@ static int zero3_replay(const struct plan *p, const struct sched_list *list, con
   return rc;
 }
 
+int bill_split_runs(const struct plan *p)
+{
+  return p->zero < 2;
+}
+
+double bill_split_held_bytes(const struct plan *p, const struct sched_list *list, int pp_rank, int *areas)
+{
+  double elems = 0;
+  for (int k = 0; k < p->n_stages; k++) {
+    const double e = p->stages[k].pp_rank == pp_rank ? layout_split_held_elems(p, k) : 0;
+    elems = e > elems ? e : elems;
+  }
+  const int cpu = plan_on_cpu(p);
+  const double elem = p->precision.compute == PLAN_BF16 ? (double)sizeof(bf16)
+                      : cpu ? (double)sizeof(real) : bill_element_bytes(p, PLAN_FP32);
+  *areas = pieces_split_held(list);
+  return elems * elem;
+}
+
 void bill_shared_open(struct bill_shared *sh, const struct plan *p)
 {
   memset(sh, 0, sizeof *sh);
   sh->failed = sched_from_plan(p, &sh->s, sh->err, sizeof sh->err) != 0;
-  /* a zero-bubble list as the runtime's layout knows it, whole backwards in the same order; what
-   * its W's hold beyond that `tycho check` bills apart (check_zb.c) */
-  if (!sh->failed && sh->s.split)
+  /* a zero-bubble list: walked as the executor runs it (split backwards) under ZeRO 0 and 1;
+   * under ZeRO 2 and 3, which the runtime does not split, as whole backwards in the same order,
+   * what its W's hold beyond that billed apart by `tycho check` (check_zb.c) */
+  if (!sh->failed && sh->s.split && !bill_split_runs(p))
     sh->failed = sched_merge_split(&sh->s, sh->err, sizeof sh->err) != 0;
 }
 
@@ -402,6 +422,14 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
   }
   const double state = (double)(zero == 0 ? r.l.n_elems : r.l.n_shard);
   activations = (double)(acts[0] - acts[3]) + slot_floats + (double)acts[1];
+  /* a split list's held areas (the executor's struct exec_split): the output gradients of each
+   * micro-batch past B, one area per micro-batch at once, allocated at open */
+  double split_bytes = 0;
+  if (r.s->split) {
+    int areas;
+    const double one = bill_split_held_bytes(p, r.list, pp_rank, &areas);
+    split_bytes = one * areas;
+  }
   workspace = (double)acts[2];
   const double boundary = (double)micro * (p->sequence_parallel && p->mesh.tp > 1 ? seq / p->mesh.tp : seq) *
                           p->model.dim;
@@ -419,7 +447,7 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
   out->bytes[ALLOC_GRADS] = grads * g;
   out->bytes[ALLOC_OPTIMIZER] = state * 2.0 * fp32 + (is_bf16 ? weights * c : 0.0);
   /* each slot's token and target ids: ints carved from this runtime's reals */
-  out->bytes[ALLOC_ACTIVATIONS] = activations * c + id_reals * (double)sizeof(real);
+  out->bytes[ALLOC_ACTIVATIONS] = activations * c + id_reals * (double)sizeof(real) + split_bytes;
   out->bytes[ALLOC_COMM] = comm * c;
   out->bytes[ALLOC_WORKSPACE] = workspace * c + batch_bytes;
   /* checkpoint.async: the snapshot of the rank's parameters and moments (ckpt.h) */

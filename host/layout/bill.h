@@ -61,6 +61,15 @@ struct bill {
   double host_total;
 };
 
+/* A zero-bubble (split) schedule: 1 where the runtime runs its split backwards and the bill
+ * walks the split list (ZeRO 0 and 1), 0 where the bill reads it as whole backwards
+ * (sched_merge_split) and `tycho check` prints what the W's hold apart (check/check_zb.c). */
+int bill_split_runs(const struct plan *p);
+/* The bytes of one held area of pipeline rank pp_rank (its largest stage's
+ * layout_split_held_elems in the products' operand dtype: bf16 on a bf16 plan, else the runtime's
+ * reals) and, in *areas, how many the executor allocates for `list` (pieces_split_held). */
+double bill_split_held_bytes(const struct plan *p, const struct sched_list *list, int pp_rank, int *areas);
+
 /* The collectives of one training step on a rank's groups, as the comm layer counts them (calls
  * and bytes per group and enum comm_op): tp (tp_comm_list per micro-batch on the stage's layers,
  * the norm's partial sums), dp (bucket reductions, ZeRO's gathers, the loss and norm sums), pp

@@ -39,7 +39,7 @@ int piece_units(struct piece pc, int n_layers, int tied, int units[2])
 
 static int is_compute(const struct sched_instr *in)
 {
-  return in->op == SCHED_FWD || in->op == SCHED_BWD;
+  return in->op == SCHED_FWD || in->op == SCHED_BWD || in->op == SCHED_BWD_B || in->op == SCHED_BWD_W;
 }
 
 const struct sched_instr *pieces_follower(const struct sched_list *list, int i)
@@ -57,7 +57,7 @@ struct piece pieces_first(const struct plan *p, const struct sched_instr *in)
 {
   const struct plan_stage *st = &p->stages[in->stage];
   const int layers = st->first_layer >= 0 && st->n_layers > 0;
-  if (in->op == SCHED_BWD) {
+  if (in->op != SCHED_FWD) { /* a backward, whole or either half of a split one */
     if (st->has_head)
       return (struct piece){ PIECE_HEAD_BWD, -1 };
     return layers ? (struct piece){ PIECE_LAYER_BWD, st->first_layer + st->n_layers - 1 }
@@ -119,7 +119,7 @@ int pieces_zero3_replay(const struct plan *p, const struct sched_list *list, int
     struct piece then;
     if (after)
       then = pieces_first(p, after);
-    const int n = pieces_of_stage(st, in->op == SCHED_BWD, pcs);
+    const int n = pieces_of_stage(st, in->op != SCHED_FWD, pcs);
     for (int k = 0; k < n; k++) {
       const struct piece *next = k + 1 < n ? &pcs[k + 1] : after ? &then : NULL;
       int u[4], nu = piece_units(pcs[k], L, tied, u);
@@ -179,8 +179,9 @@ void pieces_stage_slots(const struct plan *p, const struct sched *s, int pp_rank
     switch ((enum sched_op)in->op) {
     case SCHED_RECV_ACT: st = in->stage + 1; take = 1; break;
     case SCHED_FWD: st = in->stage; take = 1; break;
-    case SCHED_SEND_GRAD: st = in->stage; take = -1; break;
+    case SCHED_SEND_GRAD: st = in->stage; take = s->split ? 0 : -1; break;
     case SCHED_BWD: st = in->stage; take = p->stages[in->stage].has_embed ? -1 : 0; break;
+    case SCHED_BWD_W: st = in->stage; take = -1; break; /* W reads the slot's saved inputs */
     default: break;
     }
     if (st < 0 || !take)
@@ -200,6 +201,16 @@ void pieces_stage_slots(const struct plan *p, const struct sched *s, int pp_rank
       slots[k] += s->pp > 1; /* room while a given-back slot's send is still in flight */
   free(used);
   free(now);
+}
+
+int pieces_split_held(const struct sched_list *list)
+{
+  int past_b = 0, peak = 0;
+  for (int i = 0; i < list->n; i++) {
+    past_b += list->instr[i].op == SCHED_BWD_B ? 1 : list->instr[i].op == SCHED_BWD_W ? -1 : 0;
+    peak = past_b > peak ? past_b : peak;
+  }
+  return peak;
 }
 
 size_t pieces_unit_bf16(const struct layout_params *t, int first_param, int last_param, size_t *start)

@@ -61,9 +61,14 @@ int pieces_zero3_replay(const struct plan *p, const struct sched_list *list, int
 size_t pieces_unit_bf16(const struct layout_params *t, int first_param, int last_param, size_t *start);
 
 /* The executor's activation slots per stage of pipeline rank pp_rank under schedule s (its
- * peak micro-batches in flight, plus one while a given-back slot's send is still in flight):
+ * peak micro-batches in flight, plus one while a given-back slot's send is still in flight; on
+ * a split list a micro-batch is in flight until its BWD_W, which reads the slot):
  * (n_stages) entries, 0 for the stages elsewhere. The executor allocates them; the memory bill
  * counts them. */
 void pieces_stage_slots(const struct plan *p, const struct sched *s, int pp_rank, int *slots);
+/* A split list (zero-bubble): the most micro-batches past their BWD_B and before their BWD_W at
+ * once, each holding its linears' output gradients (the executor's struct exec_split; 0 on a
+ * whole list). */
+int pieces_split_held(const struct sched_list *list);
 
 #endif

@@ -59,11 +59,30 @@ static int cuda_refused(const struct plan *p, char *err, size_t n)
   return p->precision.compute != PLAN_FP32 && bf16_refused(p, 1, err, n) ? -1 : 0;
 }
 
+/* schedule.kind = "zb-h1": the executor splits each backward (model.h, struct model_split) of a
+ * dense model at tp = 1 under ZeRO 0 and 1; the rest is refused by name. */
+static int zb_refused(const struct plan *p, char *err, size_t n)
+{
+  const char *where = plan_where(p, "schedule.kind");
+  if (p->mesh.tp > 1)
+    return errf(err, n, "%s: schedule.kind = \"zb-h1\" with mesh.tp = %d: the split backward runs at tp = 1 "
+                "only (a product's input is the workspace's conversion there, gone by its W); use 1f1b",
+                where, p->mesh.tp);
+  for (int l = 0; p->layers && l < p->model.n_layers; l++)
+    if (p->layers[l].moe)
+      return errf(err, n, "%s: schedule.kind = \"zb-h1\" with model.moe (layer %d is sparse): the split "
+                  "backward runs dense layers only (the experts' products are not split); use 1f1b", where, l);
+  if (p->zero >= 2)
+    return errf(err, n, "%s: schedule.kind = \"zb-h1\" with zero = %d: the split backward runs under ZeRO 0 "
+                "and 1 only (ZeRO 2 and 3 hold gradient buckets and gathered units per backward, which W "
+                "does not yet); use zero = 1 or 1f1b", where, p->zero);
+  return 0;
+}
+
 int trainer_plan_supported(const struct plan *p, char *err, size_t n)
 {
-  if (p->schedule == PLAN_SCHED_ZB_H1) /* the executor runs whole backwards only (sched.h) */
-    return errf(err, n, "%s: schedule.kind = \"zb-h1\": the runtime does not run split backward (B and W) "
-                "yet; check and tune price it", plan_where(p, "schedule.kind"));
+  if (p->schedule == PLAN_SCHED_ZB_H1 && zb_refused(p, err, n))
+    return -1;
   if (p->device == PLAN_DEVICE_CUDA) {
     if (cuda_refused(p, err, n))
       return -1;

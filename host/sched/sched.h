@@ -42,14 +42,9 @@ enum sched_op {
   SCHED_SEND_ACT, SCHED_RECV_ACT, SCHED_SEND_GRAD, SCHED_RECV_GRAD,
   SCHED_REDUCE_GRADS, /* the stage's gradients are complete: data-parallel reduction (buckets later) */
   SCHED_OPTIMIZER,    /* last on every rank */
-  SCHED_N_OPS
-};
-/* The split backward's two halves (zero-bubble lists only). Numbered after enum sched_op and
- * kept out of it while the executor, whose switch covers every enum sched_op, runs whole
- * backwards only (the plan check refuses to run a zero-bubble kind). */
-enum sched_split_op {
-  SCHED_BWD_B = SCHED_N_OPS, /* input gradient: the stage's input's, sent upstream at once */
-  SCHED_BWD_W,               /* weight gradient: free to run any time before REDUCE_GRADS */
+  /* the split backward's two halves (zero-bubble lists only) */
+  SCHED_BWD_B,        /* input gradient: the stage's input's, sent upstream at once */
+  SCHED_BWD_W,        /* weight gradient: free to run any time before REDUCE_GRADS */
   SCHED_N_ALL_OPS
 };
 
@@ -62,7 +57,7 @@ enum sched_status {
 };
 
 struct sched_instr {
-  uint8_t op;  /* enum sched_op or enum sched_split_op */
+  uint8_t op;  /* enum sched_op */
   int stage;   /* global stage; -1 for OPTIMIZER */
   int mb;      /* micro-batch 0 .. m-1; -1 for REDUCE_GRADS and OPTIMIZER */
   int peer;    /* SEND_*: the rank sent to; RECV_*: the rank received from; else -1 */
@@ -154,8 +149,9 @@ void sched_free(struct sched *s);
 
 /* A split list as whole backwards, in the same order: each BWD_B becomes BWD, the W's go and
  * REDUCE_GRADS moves to just after the stage's last backward (ZB-H1 becomes 1F1B). What the
- * layout's memory bill walks while the executor runs whole backwards only; what W holds
- * beyond it is billed apart (`tycho check`). A no-op on a whole list; 0 or sched_check's status. */
+ * layout's memory bill walks under ZeRO 2 and 3, where the executor does not split backwards;
+ * what W holds beyond it is billed apart (`tycho check`). A no-op on a whole list; 0 or
+ * sched_check's status. */
 int sched_merge_split(struct sched *s, char *err, size_t err_size);
 
 /* Every (stage, mb) forward once and backward once after it, RECOMPUTE (exactly where the
@@ -184,7 +180,7 @@ void sched_print_timeline(FILE *f, const struct sched *s, const struct sched_sim
  * in-flight count and the ordered compute instructions with simulated start and end. */
 void sched_json(struct json *j, const struct sched *s, const struct sched_sim *r);
 
-const char *sched_op_name(int op); /* "FWD", "SEND_ACT", "BWD_B", ... (enum sched_op, sched_split_op) */
+const char *sched_op_name(int op); /* "FWD", "SEND_ACT", "BWD_B", ... (enum sched_op) */
 /* "RECV_GRAD(stage 1, mb 0) from rank 1", into buf. */
 const char *sched_instr_text(const struct sched_instr *in, char *buf, size_t n);
 

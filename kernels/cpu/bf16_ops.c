@@ -53,7 +53,8 @@ int linear_backward_bf16(real *dinp, real *dweight, const bf16 *dout, const bf16
 {
   if (dinp && linear_bf16_backward_input(dinp, dout, weight, BT, IC, OC, err, err_size))
     return 1;
-  return linear_bf16_backward_weight(dweight, dout, inp, BT, IC, OC, err, err_size);
+  /* dweight NULL: the input gradient alone (a split backward's B) */
+  return dweight ? linear_bf16_backward_weight(dweight, dout, inp, BT, IC, OC, err, err_size) : 0;
 }
 
 /* Both below run their fp32 twin on one block of at most VEC_BLOCK elements (one thread: an

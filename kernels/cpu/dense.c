@@ -217,7 +217,8 @@ void linear_backward(real *dinp, real *dweight, const real *dout, const real *in
   if (dinp)
     gemm_rows(CblasNoTrans, CblasNoTrans, BT, IC, OC,
               1.0f, dout, OC, weight, IC, 0.0f, dinp, IC);
-  gemm_rows(CblasTrans, CblasNoTrans, OC, IC, BT,
+  if (dweight) /* NULL: the input gradient alone (a split backward's B) */
+    gemm_rows(CblasTrans, CblasNoTrans, OC, IC, BT,
             1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
 }
 

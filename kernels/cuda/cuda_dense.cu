@@ -87,7 +87,7 @@ extern "C" void cuda_linear_backward(void *ctx, real *dinp, real *dweight, const
       return;
     }
   }
-  if (OC == 0)
+  if (OC == 0 || !dweight) /* dweight NULL: the input gradient alone (a split backward's B) */
     return;
   /* dWᵀ (IC, OC), ld IC += (x as (IC, BT), ld IC) · op_T(dout as (OC, BT), ld OC) */
   CUBLAS_CHECK(c, cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, BT, &one, inp, IC, dout, OC,
@@ -168,7 +168,7 @@ extern "C" int cuda_linear_backward_bf16(void *ctx, real *dinp, real *dweight, c
       return 1;
     }
   }
-  if (OC == 0)
+  if (OC == 0 || !dweight) /* dweight NULL: the input gradient alone (a split backward's B) */
     return 0;
   return gemm_bf16(c, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, BT, inp, IC, dout, OC, 1.0f, dweight, IC, err,
                    err_size);

@@ -3,7 +3,8 @@
 # code: a plan for a CUDA device or fp16 compute (2, naming the field), a token file that is not
 # there (1, naming it), init.from a file that is not there (1, naming it), a log.trace that
 # cannot be written (1, before any step), --world that is not the MPI world (2), a zero-bubble
-# schedule (zb-h1: its split backward is priced by check and tune, not run; 2, by run and rehearse).
+# schedule where the split backward does not run (zb-h1 with tp > 1, sparse layers, ZeRO 2 or 3;
+# 2, by run and rehearse).
 # usage: run_refusals.sh TYCHO   (run from the source folder)
 set -u
 tycho=$1
@@ -34,11 +35,21 @@ expect 1 'tycho: log.trace /proc/nope/trace.json: cannot create the folder /proc
   --set log.trace=/proc/nope/trace.json
 expect 2 'tycho: --world 4: tycho run takes the world from MPI (1 rank here); start 4 ranks with mpirun -np 4' \
   tests/plans/good/train_small.lua --world 4
-zb='schedule.kind = "zb-h1": the runtime does not run split backward (B and W) yet; check and tune price it'
-expect 2 "tycho: plan error: --set schedule.kind=zb-h1: $zb" tests/plans/good/train_small.lua --set schedule.kind=zb-h1
-out=$("$tycho" rehearse tests/plans/good/train_small.lua --world 1 --set schedule.kind=zb-h1 2>&1)
-rc=$?
-[ "$rc" -eq 2 ] || { echo "FAIL: rehearse with zb-h1 exited $rc, expected 2: $out"; exit 1; }
-printf '%s\n' "$out" | grep -qF "tycho: --set schedule.kind=zb-h1: $zb" ||
-  { echo "FAIL: rehearse with zb-h1 does not say why: $out"; exit 1; }
+# zb-h1 runs at tp 1 on dense layers under ZeRO 0 and 1; the rest is refused by name
+zb='schedule.kind = "zb-h1" with zero = 2: the split backward runs under ZeRO 0 and 1 only'
+expect 2 "tycho: plan error: --set schedule.kind=zb-h1: $zb" tests/plans/good/train_small.lua --set schedule.kind=zb-h1 \
+  --set zero=2
+rehearse_refuses() { # rehearse_refuses TEXT ARGS...: exit 2 and TEXT in what it prints
+  local text=$1 out rc
+  shift
+  out=$("$tycho" rehearse "$@" 2>&1)
+  rc=$?
+  [ "$rc" -eq 2 ] || { echo "FAIL: rehearse $* exited $rc, expected 2: $out"; exit 1; }
+  printf '%s\n' "$out" | grep -qF "$text" || { echo "FAIL: rehearse $* does not say why: $out"; exit 1; }
+}
+rehearse_refuses 'schedule.kind = "zb-h1" with mesh.tp = 2: the split backward runs at tp = 1 only' \
+  tests/plans/good/train_small.lua --world 4 --set mesh.tp=2 --set mesh.pp=2 --set schedule.kind=zb-h1
+rehearse_refuses 'schedule.kind = "zb-h1" with model.moe (layer 1 is sparse): the split backward runs dense layers only' \
+  tests/plans/good/moe_small.lua --world 2 --set mesh.pp=2 --set schedule.kind=zb-h1
+rehearse_refuses "${zb/zero = 2/zero = 3}" tests/plans/good/train_small.lua --world 2 --set mesh.pp=2 --set schedule.kind=zb-h1 --set zero=3
 echo "ok: refusals"

@@ -5,7 +5,8 @@
  *     duration ≥ 0; one process per rank, named "rank R";
  *   - only the first log.trace_steps steps are there (the run trains more);
  *   - per rank and step, the compute spans ("forward", "backward" with their stage and
- *     micro-batch) come in the order of that pipeline rank's instruction list (host/sched: the
+ *     micro-batch; a split backward's "backward B" and "backward W", each with its share of
+ *     the FLOPs) come in the order of that pipeline rank's instruction list (host/sched: the
  *     list the simulator checks and `tycho check` prints), each with the FLOPs of
  *     plan_stage_micro_batch_flops, and end before the step's one "optimizer" span begins;
  *   - each step's "evaluation" span (train.eval_every = 1) follows its optimizer;
@@ -133,21 +134,29 @@ static void check_rank(const struct json_doc *j, int events, int r, const struct
   }
   CHECK_MSG(seq_ok, "rank %d: a collective's seq does not grow along its group", r);
   for (long long s = 0; s < steps; s++) {
-    int k = spans_of(spans, n, s, step_spans), at = 0, want_send = 0, want_recv = 0, ok = 1;
+    int k = spans_of(spans, n, s, step_spans), at = 0, want_send = 0, want_recv = 0, ok = 1, n_split = 0;
     for (int i = 0; i < list->n; i++) {
       const struct sched_instr *in = &list->instr[i];
       want_send += in->op == SCHED_SEND_ACT || in->op == SCHED_SEND_GRAD;
       want_recv += in->op == SCHED_RECV_ACT || in->op == SCHED_RECV_GRAD;
-      if (in->op != SCHED_FWD && in->op != SCHED_BWD)
+      if (in->op != SCHED_FWD && in->op != SCHED_BWD && in->op != SCHED_BWD_B && in->op != SCHED_BWD_W)
         continue;
-      const int bwd = in->op == SCHED_BWD;
+      const int bwd = in->op != SCHED_FWD;
+      /* a split backward's halves: "backward B" with the backward's FLOPs less the weight
+       * gradient's share (the schedule's w_share), "backward W" with that share */
+      const char *want_name = !bwd ? "forward" : in->op == SCHED_BWD_B ? "backward B"
+                              : in->op == SCHED_BWD_W ? "backward W" : "backward";
       const struct span *sp = at < k ? &step_spans[at++] : NULL;
-      const int match = sp && !strcmp(sp->name, bwd ? "backward" : "forward") && sp->stage == in->stage &&
-                        sp->mb == in->mb;
+      const int match = sp && !strcmp(sp->name, want_name) && sp->stage == in->stage && sp->mb == in->mb;
       CHECK_MSG(match, "rank %d, step %lld: span %d is %s(stage %d, mb %d); the schedule says %s(stage %d, mb %d)",
                 r, s, at - 1, sp ? sp->name : "nothing", sp ? sp->stage : -1, sp ? sp->mb : -1,
-                bwd ? "backward" : "forward", in->stage, in->mb);
+                want_name, in->stage, in->mb);
       double want = plan_stage_micro_batch_flops(&plan, in->stage, bwd);
+      if (in->op == SCHED_BWD_B || in->op == SCHED_BWD_W) {
+        const double share = sc->costs.w_share[in->stage];
+        want *= in->op == SCHED_BWD_W ? share : 1 - share;
+        n_split += in->op == SCHED_BWD_W;
+      }
       CHECK_MSG(!sp || sp->flops == want, "rank %d: %s(stage %d) with %.17g FLOPs, expected %.17g", r,
                 sp ? sp->name : "", in->stage, sp ? sp->flops : 0, want);
       ok &= match;
@@ -169,8 +178,8 @@ static void check_rank(const struct json_doc *j, int events, int r, const struct
     CHECK_MSG(sends[s] == want_send && recvs[s] == want_recv, "rank %d, step %lld: %d sends and %d receives "
               "on pp, the schedule has %d and %d", r, s, sends[s], recvs[s], want_send, want_recv);
     if (r == 0 && s == 0 && ok)
-      printf("rank 0, step 0: %d compute spans in the schedule's order, then optimizer and evaluation; "
-             "%d sends, %d receives on pp\n", at, sends[s], recvs[s]);
+      printf("rank 0, step 0: %d compute spans in the schedule's order (%d split backwards: B and W apart), "
+             "then optimizer and evaluation; %d sends, %d receives on pp\n", at, n_split, sends[s], recvs[s]);
   }
   free(spans);
   free(step_spans);

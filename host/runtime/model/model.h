@@ -327,6 +327,32 @@ struct model_acts {
                               * layer and every slot (billed "activations") */
   real *workspace_memory;   /* the one block dresidual .. attn_scratch live in ("workspace") */
   int shares;                /* 1: recompute and workspace memory belong to another model_acts */
+  struct model_split *split; /* a split backward's half in progress (the executor sets it around
+                              * a BWD_B or BWD_W); NULL: whole backwards */
+};
+
+/* A split backward (zero-bubble schedules, exec.h): B computes every activation gradient and,
+ * for each linear's weight gradient, keeps the product's output gradient (in the product's
+ * operand dtype: the bf16 rounding on a bf16 model) in `held` and notes the product; W runs the
+ * noted products, the same kernel on the same operands (the linears' inputs stay in the
+ * micro-batch's slot, or are recomputed as B recomputed them), so B then W is the whole
+ * backward bit for bit. The norms' gains, the embedding and the attention core stay in B, as
+ * the cost model prices them (check/cost.c). One per micro-batch between its B and its W. */
+enum model_split_phase { MODEL_SPLIT_B = 1, MODEL_SPLIT_W };
+struct model_split_product {
+  int layer;                /* the block, or L for the head */
+  real *dweight;
+  const void *in, *w;       /* real, or bf16 on a bf16 product */
+  int bf16, N, IC, OC;
+  size_t at;                /* bytes into held */
+};
+struct model_split {
+  enum model_split_phase phase;
+  int layer;                /* the piece B is in (the products' owner) */
+  unsigned char *held;      /* runtime memory (ALLOC_ACTIVATIONS), cap bytes */
+  size_t cap, used;
+  struct model_split_product *products; /* host memory, cap_products */
+  int n_products, cap_products;
 };
 
 /* The dropout of one forward: masks are drawn from (seed, c1 = step, c2 = sample index (its low
@@ -445,6 +471,12 @@ void model_head_backward(struct model *m, struct model_acts *a, real loss_scale)
 void model_layer_backward(struct model *m, struct model_acts *a, int layer);
 /* Embedding gradient += dresidual at the forward's tokens. */
 void model_embed_backward(struct model *m, struct model_acts *a);
+/* Under a->split: B is model_head_backward .. model_embed_backward with phase MODEL_SPLIT_B; W is
+ * the same calls with phase MODEL_SPLIT_W (each runs the products its B noted; the embedding's
+ * does nothing), W's pieces in B's order. model_split_open: held of cap bytes (the category
+ * ALLOC_ACTIVATIONS, on m's device) and room for cap_products products; 0, or −1 out of memory. */
+int model_split_open(struct model_split *s, const struct model *m, size_t cap, int cap_products);
+void model_split_close(struct model_split *s);
 /* All of the above, after model_forward with targets. */
 void model_backward(struct model *m, struct model_acts *a, real loss_scale);
 

@@ -165,6 +165,8 @@ void model_embed_forward(const struct model *mc, struct model_acts *a, const int
 
 void model_embed_backward(struct model *m, struct model_acts *a)
 {
+  if (a->split && a->split->phase == MODEL_SPLIT_W) /* the embedding's gradient is B's */
+    return;
   const int B = a->B, T = a->T, C = m->config.dim, N = B * T;
   if (m->tp.size == 1) {
     m->k->encoder_backward(m->kctx, m->dwte, a->dresidual, a->tokens, N, C);
@@ -364,7 +366,7 @@ void model_layer_forward(const struct model *mc, struct model_acts *a, int layer
 
 /* Before layer `layer`'s backward: what its recompute policy discarded, computed again from what
  * was kept, with the forward's dropout masks (drawn again from the same coordinates). */
-static void layer_recompute(struct model *m, struct model_acts *a, int layer)
+void passes_layer_recompute(struct model *m, struct model_acts *a, int layer)
 {
   const uint8_t rc = m->recompute ? m->recompute[layer] : 0;
   if (!rc)
@@ -392,7 +394,11 @@ void model_layer_backward(struct model *m, struct model_acts *a, int layer)
   const uint8_t *s = y->split;
   const real *in[PLAN_N_MODULES];
   real *dins[PLAN_N_MODULES];
-  layer_recompute(m, a, layer);
+  if (passes_split_w(m, a, layer))
+    return;
+  if (a->split)
+    a->split->layer = layer;
+  passes_layer_recompute(m, a, layer);
   if (passes_bf16_direct_layer(m, layer)) {
     passes_layer_backward_bf16(m, a, layer);
     return;
@@ -575,6 +581,10 @@ void model_head_backward(struct model *m, struct model_acts *a, real loss_scale)
 {
   const int *targets = a->targets;
   const struct plan_model *c = &m->config;
+  if (passes_split_w(m, a, c->n_layers))
+    return;
+  if (a->split)
+    a->split->layer = c->n_layers;
   const int B = a->B, T = a->T, N = B * T, Nh = B * model_home_T(m, T), C = c->dim;
   const int sp = m->tp.io.home == TP_SEQ;
   int v0, Vl, Vvalid;

@@ -41,6 +41,8 @@ void passes_lin_bwd_b(struct model *m, struct model_acts *a, real *dinp, real *d
 {
   char e[200];
   m->k->round_bf16(m->kctx, a->dout_b, dout, (size_t)N * OC);
+  if (passes_split_keep(m, a, dweight, a->dout_b, 1, in, w, N, IC, OC)) /* B: the input gradient alone */
+    dweight = NULL;
   if (m->k->linear_backward_bf16(m->kctx, dinp, dweight, a->dout_b, in, w, N, IC, OC, e, sizeof e))
     bf16_failed(m, e);
 }
@@ -71,9 +73,14 @@ void passes_lin_bwd(struct model *m, struct model_acts *a, real *dinp, real *dwe
                     const real *in, const real *w, const bf16 *wb, int N, int IC, int OC)
 {
   if (!m->bf16) {
+    if (passes_split_keep(m, a, dweight, dout, 0, in, w, N, IC, OC)) /* B: the input gradient alone */
+      dweight = NULL;
     m->k->linear_backward(m->kctx, dinp, dweight, dout, in, w, N, IC, OC);
     return;
   }
+  if (a->split) /* the rounded input is the workspace's: gone by W (trainer_plan_supported refuses) */
+    fault_set(FAULT_OF(&m->tp), FAULT_LEVEL_MODEL, "split backward: a bf16 product on a rounded fp32 input "
+              "(tp > 1 or a sparse layer) is not split");
   /* the forward's rounding again, from the same fp32 input (dinp may be dout: passes_lin_bwd_b
    * rounds dout before the product writes dinp) */
   m->k->round_bf16(m->kctx, a->in_b, in, (size_t)N * IC);

@@ -36,6 +36,21 @@ const struct attention_dropout *passes_attn_drop(const struct model *m, const st
 void passes_norm_input_grads(struct model *m, struct model_acts *a, const struct tp_layer_layout *y,
                              real *dins[PLAN_N_MODULES], int first, int last, real *out, real *tmp);
 
+/* Rebuilds what layer `layer`'s recompute policy discarded (before its backward, and before a
+ * split backward's W). */
+void passes_layer_recompute(struct model *m, struct model_acts *a, int layer);
+
+/* ---- model_passes_w.c: the split backward (struct model_split) ---- */
+
+/* Under a->split's B: dout (N · OC reals, or bf16 for a bf16 product) copied into the held
+ * memory and the weight-gradient product dweight += doutᵀ · in noted for W; 1 (the caller runs
+ * the input gradient alone), else 0 (no B in progress: the whole product). */
+int passes_split_keep(struct model *m, struct model_acts *a, real *dweight, const void *dout, int bf16_product,
+                      const void *in, const void *w, int N, int IC, int OC);
+/* Under a->split's W: the products B noted for `layer` (L: the head), after the layer's
+ * recompute; 1, else 0 (no W in progress: the caller runs its backward). */
+int passes_split_w(struct model *m, struct model_acts *a, int layer);
+
 /* ---- model_passes_bf16.c ---- */
 
 /* 1: the bf16 mode on one tensor-parallel rank, where the producers of the linears' inputs write

@@ -9,6 +9,8 @@
 #include "runtime/model/alloc.h"
 #include "runtime/parallel/dp.h"
 #include "runtime/model/model.h"
+#include "layout/acts.h"
+#include "layout/bill.h"
 #include "layout/pieces.h"
 #include "util/err.h"
 
@@ -21,6 +23,45 @@ static void failed(struct exec *pp, const char *what)
 static size_t boundary_elems(const struct exec_env *t, int B, int T)
 {
   return (size_t)B * model_home_T(t->model, T) * t->model->config.dim;
+}
+
+/* A split list's held areas (struct exec_split): as many as micro-batches past B at once, each
+ * sized for the largest of this rank's stages, as the bill counts them (bill_split_held_bytes:
+ * layout_split_held_elems in the products' operand dtype). */
+static int split_open(struct exec *pp, const struct sched_list *list, char *err, size_t err_size)
+{
+  const struct plan *p = pp->env.plan;
+  const struct model *m = pp->env.model;
+  int products = 0;
+  for (int s = 0; s < p->n_stages; s++)
+    if (p->stages[s].pp_rank == pp->rank && layout_split_products(p, s) > products)
+      products = layout_split_products(p, s);
+  const size_t bytes = (size_t)bill_split_held_bytes(p, list, pp->rank, &pp->n_splits);
+  pp->splits = calloc((size_t)pp->n_splits + 1, sizeof *pp->splits);
+  if (!pp->splits)
+    return errf(err, err_size, "out of memory for the executor");
+  for (int k = 0; k < pp->n_splits; k++) {
+    pp->splits[k].stage = pp->splits[k].mb = -1;
+    if (model_split_open(&pp->splits[k].s, m, bytes, products))
+      return errf(err, err_size, "out of memory for a split backward's held output gradients (%zu bytes)", bytes);
+  }
+  return 0;
+}
+
+/* The held area of (stage, mb): a free one for its B (take), its own for its W. */
+static struct exec_split *split_of(struct exec *pp, int stage, int mb, int take)
+{
+  for (int k = 0; k < pp->n_splits; k++) {
+    struct exec_split *h = &pp->splits[k];
+    if (take ? h->stage < 0 : h->stage == stage && h->mb == mb) {
+      h->stage = stage;
+      h->mb = mb;
+      return h;
+    }
+  }
+  fault_set(FAULT_OF(pp), FAULT_LEVEL_EXEC, "executor: %s of stage %d at micro-batch %d",
+            take ? "every split backward's held area is in use" : "no held area for the W", stage, mb);
+  return NULL;
 }
 
 int exec_open(struct exec *pp, const struct exec_env *env, struct comm_group *group, char *err, size_t err_size)
@@ -44,9 +85,11 @@ int exec_open(struct exec *pp, const struct exec_env *env, struct comm_group *gr
   for (int s = 0; s < S; s++) pp->last_bwd[s] = -1;
   for (int i = 0; i < list->n; i++) {
     pp->n_reduce += list->instr[i].op == SCHED_REDUCE_GRADS;
-    if (list->instr[i].op == SCHED_BWD)
+    if (list->instr[i].op == SCHED_BWD || list->instr[i].op == SCHED_BWD_W) /* where gradients are final */
       pp->last_bwd[list->instr[i].stage] = list->instr[i].mb;
   }
+  if (pp->sched.split && split_open(pp, list, err, err_size))
+    return -1;
 
   pp->in_index = calloc((size_t)S, sizeof *pp->in_index);
   int *per_stage = calloc((size_t)S, sizeof *per_stage);
@@ -123,6 +166,8 @@ void exec_close(struct exec *pp)
     alloc_free(sl->grad);
   }
   free(pp->slots);
+  for (int k = 0; pp->splits && k < pp->n_splits; k++) model_split_close(&pp->splits[k].s);
+  free(pp->splits);
   free(pp->in_index);
   free(pp->flops);
   free(pp->last_bwd);
@@ -234,43 +279,66 @@ double exec_step(struct exec *pp, int (*optimizer)(void *ctx, double loss), void
     comm_set_step(step, in->mb);
     switch ((enum sched_op)in->op) {
     case SCHED_FWD:
-    case SCHED_BWD: {
-      const int bwd = in->op == SCHED_BWD;
+    case SCHED_BWD:
+    case SCHED_BWD_B:
+    case SCHED_BWD_W: {
+      /* a split backward's B is BWD's gradients less the weights', which its W computes later
+       * from what B held (struct model_split); W needs no gradient received or sent */
+      const int bwd = in->op != SCHED_FWD, w_half = in->op == SCHED_BWD_W;
       const struct plan_stage *st = &p->stages[in->stage];
       sl = slot_of(pp, in->stage, in->mb);
       if (!sl && (bwd || !(sl = slot_take(pp, in->stage, in->mb)))) {
         if (bwd) /* a list sched_check passed never does this */
-          fault_set(FAULT_OF(pp), FAULT_LEVEL_EXEC, "executor: BWD(stage %d, mb %d) has no activations", in->stage, in->mb);
+          fault_set(FAULT_OF(pp), FAULT_LEVEL_EXEC, "executor: %s(stage %d, mb %d) has no activations",
+                    sched_op_name(in->op), in->stage, in->mb);
         i = list->n; /* the list stops here; the step returns the failure */
         break;
       }
-      if (!bwd || !st->has_head)
+      struct exec_split *held = NULL;
+      if (in->op == SCHED_BWD_B || w_half) {
+        if (!(held = split_of(pp, in->stage, in->mb, !w_half))) {
+          i = list->n;
+          break;
+        }
+        held->s.phase = w_half ? MODEL_SPLIT_W : MODEL_SPLIT_B;
+        if (!w_half) {
+          held->s.used = 0;
+          held->s.n_products = 0;
+        }
+        sl->acts->split = &held->s;
+      }
+      if (!w_half && (!bwd || !st->has_head))
         slot_wait_recv(pp, sl);
       struct model_dropout dropout = { (real)p->model.dropout, t->dropout_seed, (uint32_t)step, t->samples };
       if (!bwd)
         t->micro_batch(t->ctx, in->mb, t->inputs, t->targets, t->samples);
-      else if (!st->has_head)
+      else if (!w_half && !st->has_head)
         m->k->copy(m->kctx, sl->acts->dresidual, sl->grad, n_boundary * sizeof(real));
       const struct sched_instr *after = pieces_follower(list, i);
       struct piece then;
       if (after)
         then = pieces_first(p, after);
+      /* the stage's gradients are final after its last BWD, or on a split list its last W */
+      const int last = (in->op == SCHED_BWD || w_half) && in->mb == pp->last_bwd[in->stage];
       const struct dp_pass pass = { st, bwd, sl->acts, t->inputs, st->has_head ? t->targets : NULL, &dropout, B, T, loss_scale,
-                                    bwd && in->mb == pp->last_bwd[in->stage], pp->embed != NULL, 1 };
+                                    last, pp->embed != NULL, 1 };
       const double t0 = comm_now();
       loss += dp_run_pass(t->dp, &pass, after ? &then : NULL);
+      sl->acts->split = NULL;
+      if (held && w_half)
+        held->stage = held->mb = -1;
       if (t->dp->aborted) { /* a round of the step's buffers failed, on every rank alike */
         i = list->n;
         break;
       }
-      if (bwd) {
-        if (st->has_embed)
-          sl->stage = sl->mb = -1; /* nothing to send back */
-        else
-          m->k->copy(m->kctx, sl->grad, sl->acts->dresidual, n_boundary * sizeof(real));
-      }
-      comm_trace_work(bwd ? "backward" : "forward", in->stage, in->mb, pp->flops[2 * in->stage + bwd], t0,
-                      comm_now());
+      if (w_half || (in->op == SCHED_BWD && st->has_embed))
+        sl->stage = sl->mb = -1; /* nothing to send back, or (W) sent by now */
+      else if (bwd && !st->has_embed)
+        m->k->copy(m->kctx, sl->grad, sl->acts->dresidual, n_boundary * sizeof(real));
+      const double share = pp->sched.costs.w_share ? pp->sched.costs.w_share[in->stage] : 0.5;
+      const double flops = pp->flops[2 * in->stage + bwd] * (w_half ? share : in->op == SCHED_BWD_B ? 1 - share : 1);
+      comm_trace_work(!bwd ? "forward" : w_half ? "backward W" : in->op == SCHED_BWD_B ? "backward B" : "backward",
+                      in->stage, in->mb, flops, t0, comm_now());
       break;
     }
     case SCHED_RECOMPUTE: /* done layer by layer inside the BWD that follows */
@@ -294,7 +362,8 @@ double exec_step(struct exec *pp, int (*optimizer)(void *ctx, double loss), void
       sl = slot_of(pp, in->stage, in->mb);
       if (dcomm_send(DCOMM_OF(m), pp->group, sl->grad, n_boundary, COMM_REAL, in->peer, &sl->send_grad))
         failed(pp, "send of gradients");
-      sl->stage = sl->mb = -1;
+      if (!pp->sched.split) /* a split backward's W still reads the slot, and frees it */
+        sl->stage = sl->mb = -1;
       break;
     case SCHED_RECV_GRAD:
       sl = slot_of(pp, in->stage - 1, in->mb);
@@ -318,7 +387,7 @@ double exec_step(struct exec *pp, int (*optimizer)(void *ctx, double loss), void
           *hook_rc = rc;
       }
       break;
-    case SCHED_N_OPS:
+    case SCHED_N_ALL_OPS:
       break;
     }
   }

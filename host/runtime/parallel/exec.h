@@ -41,6 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/model/model.h"
 #include "sched/sched.h"
 #include "real.h"
 #include "util/fault.h"
@@ -78,6 +79,13 @@ struct exec_slot {
   struct comm_request *recv, *send_act, *send_grad;
 };
 
+/* A split backward's held memory (model.h, struct model_split), one per micro-batch between its
+ * BWD_B and its BWD_W on this rank: taken by B, given back by W. */
+struct exec_split {
+  int stage, mb;               /* −1: free */
+  struct model_split s;
+};
+
 struct exec {
   struct exec_env env;
   struct comm_group *group;    /* the pp group, or NULL (one rank without the comm layer) */
@@ -89,7 +97,10 @@ struct exec {
   int *in_index;               /* (n_stages) the residual index a stage reads: its first layer */
   double *flops;               /* (n_stages · 2) a micro-batch's forward, backward FLOPs per stage */
   int peak_slots;              /* most slots in use at once in the last step */
-  int *last_bwd;               /* (n_stages) the micro-batch of each stage's last BWD on this rank */
+  int *last_bwd;               /* (n_stages) the micro-batch of each stage's last BWD (split: BWD_W)
+                                * on this rank */
+  int n_splits;                /* split lists: the most micro-batches past B at once (0: whole) */
+  struct exec_split *splits;
   struct fault *fault;         /* where a failure is recorded: the trainer's, or NULL for own_fault
                                 * (used on its own); read with FAULT_OF */
   struct fault own_fault;

@@ -1,0 +1,87 @@
+/* The split backward's two halves (struct model_split, model.h): what B keeps of each linear's
+ * weight-gradient product and how W runs it.
+ *
+ * A whole backward computes each linear's two gradients in one kernel call, linear_backward (or
+ * linear_backward_bf16): dinp = dout · w, then dweight += doutᵀ · in, two products the kernel
+ * runs one after the other. Under B the call runs with dweight NULL (the first product alone,
+ * the same call) after dout — the output gradient, which a workspace buffer holds only until
+ * the next product — is copied into the micro-batch's held memory; W later calls the kernel with
+ * dinp NULL on that copy, the same `in` (the linear's input, saved in the micro-batch's slot) and
+ * the same dweight (the second product alone). Same operands, same kernel, and each weight's
+ * gradient still gains one product per micro-batch in micro-batch order (W's order is B's), so
+ * the gradients are the whole backward's bit for bit.
+ *
+ * A layer whose recompute policy discarded a linear's input (it then lives in the recompute
+ * area every layer and slot share) recomputes it again before its W, as B did before its
+ * backward: the same forward pieces from the same saved inputs, so the same bits. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/model/alloc.h"
+#include "runtime/model/model_passes_int.h"
+
+int model_split_open(struct model_split *s, const struct model *m, size_t cap, int cap_products)
+{
+  memset(s, 0, sizeof *s);
+  s->held = cap ? alloc_bytes_on(m->device, ALLOC_ACTIVATIONS, cap) : NULL;
+  s->products = calloc(cap_products > 0 ? (size_t)cap_products : 1, sizeof *s->products);
+  if ((cap && !s->held) || !s->products) {
+    model_split_close(s);
+    return -1;
+  }
+  s->cap = cap;
+  s->cap_products = cap_products;
+  return 0;
+}
+
+void model_split_close(struct model_split *s)
+{
+  alloc_free(s->held);
+  free(s->products);
+  memset(s, 0, sizeof *s);
+}
+
+int passes_split_keep(struct model *m, struct model_acts *a, real *dweight, const void *dout, int bf16_product,
+                      const void *in, const void *w, int N, int IC, int OC)
+{
+  struct model_split *s = a->split;
+  if (!s || s->phase != MODEL_SPLIT_B)
+    return 0;
+  const size_t bytes = (size_t)N * OC * (bf16_product ? sizeof(bf16) : sizeof(real));
+  if (s->n_products >= s->cap_products || bytes > s->cap - s->used) { /* the layout's count is wrong */
+    fault_set(FAULT_OF(&m->tp), FAULT_LEVEL_MODEL, "split backward: the held output gradients of layer %d "
+              "exceed the %zu bytes counted for them", s->layer, s->cap);
+    return 1; /* the whole product, so the gradients stay right */
+  }
+  m->k->copy(m->kctx, s->held + s->used, dout, bytes);
+  s->products[s->n_products++] = (struct model_split_product){ s->layer, dweight, in, w, bf16_product, N, IC, OC,
+                                                               s->used };
+  s->used += bytes;
+  return 1;
+}
+
+int passes_split_w(struct model *m, struct model_acts *a, int layer)
+{
+  struct model_split *s = a->split;
+  if (!s || s->phase != MODEL_SPLIT_W)
+    return 0;
+  int recomputed = 0;
+  for (int i = 0; i < s->n_products; i++) {
+    const struct model_split_product *p = &s->products[i];
+    if (p->layer != layer)
+      continue;
+    if (!recomputed && layer < m->config.n_layers) { /* the inputs B saw, where they were discarded */
+      passes_layer_recompute(m, a, layer);
+      recomputed = 1;
+    }
+    const void *dout = s->held + p->at;
+    if (!p->bf16) {
+      m->k->linear_backward(m->kctx, NULL, p->dweight, dout, p->in, p->w, p->N, p->IC, p->OC);
+      continue;
+    }
+    char e[200];
+    if (m->k->linear_backward_bf16(m->kctx, NULL, p->dweight, dout, p->in, p->w, p->N, p->IC, p->OC, e, sizeof e))
+      fault_set(FAULT_OF(&m->tp), FAULT_LEVEL_MODEL, "bf16 product: %.241s", e);
+  }
+  return 1;
+}
