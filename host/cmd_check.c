@@ -25,14 +25,21 @@ static void print_choice(const char *label, const struct tune_choice *t)
   if (t->zero >= 2) /* zero_every: how often the step reduce-scatters (and gathers) */
     snprintf(every, sizeof every, " (grads every %s%s%s)", t->grads_step ? "step" : "micro-batch",
              t->zero == 3 ? ", params every " : "", t->zero == 3 ? (t->params_step ? "step" : "micro-batch") : "");
-  char ep[24] = "";
+  char ep[24] = "", zb[96] = "";
+  if (t->zb) { /* zb-h1, and why `tycho run` refuses it where it does (layout/supported.c) */
+    const char *why = t->tp > 1 ? "tp > 1" : t->moe ? "MoE" : t->zero == 2 ? "zero 2" : t->zero == 3 ? "zero 3" : NULL;
+    if (why)
+      snprintf(zb, sizeof zb, ", schedule zb-h1 (check prices it; run refuses it with %s)", why);
+    else
+      snprintf(zb, sizeof zb, ", schedule zb-h1");
+  }
   if (t->ep > 1)
     snprintf(ep, sizeof ep, " ep %d", t->ep);
   printf("%s tp %d pp %d v %d dp %d%s, micro %d, zero %d%s, recompute %s, sequence parallel %s%s%s: "
          "%.3f s/step, %.0f tokens/s, MFU %.1f%%, %.1f GiB on the fullest rank (%.0f%% spare)\n", label,
          t->tp, t->pp, t->v, t->dp, ep, t->micro, t->zero, every, plan_recompute_text(t->recompute, rc, sizeof rc),
          t->sp ? "on" : "off", t->kv_replicate ? ", k and v replicated" : "",
-         t->zb ? ", schedule zb-h1 (check prices it; run refuses it for now)" : "", t->step, t->tokens_per_s,
+         zb, t->step, t->tokens_per_s,
          100.0 * t->mfu, t->max_bytes / (1024.0 * 1024.0 * 1024.0), 100.0 * t->headroom);
 }
 
@@ -86,10 +93,13 @@ int cmd_tune(lua_State *L, const struct cli *c)
     return host_fail(L, opened == 2 ? EXIT_USAGE : EXIT_RUNTIME, "%s", why);
   }
   char werr[1400] = "";
-  /* the written plan is one `tycho run` runs: the fastest such, where a zb-h1 layout ranks first */
-  const struct tune_choice *w = r.best[0].zb && r.have_runnable ? &r.runnable : &r.best[0];
+  /* the written plan is one `tycho run` runs: the fastest such, where a zb-h1 layout it does not
+   * run (tune.c: tp > 1, MoE, ZeRO 2 and 3) ranks first */
+  const int best_runs = !r.best[0].zb || (r.best[0].tp == 1 && !r.best[0].moe && r.best[0].zero < 2);
+  const struct tune_choice *w = !best_runs && r.have_runnable ? &r.runnable : &r.best[0];
   if (w != &r.best[0]) /* the line again, as the written plan's */
-    print_choice("written (the fastest that tycho run runs; it does not run zb-h1 yet):", w);
+    print_choice("written (the fastest that tycho run runs; it runs zb-h1 at tp 1 on dense layers under ZeRO 0 "
+                 "and 1 only):", w);
   int bad = tune_write_plan(f, c->plan, path, c->n_sets, c->sets, w, command, werr, sizeof werr);
   if (fclose(f))
     bad = 1;
