@@ -146,6 +146,8 @@ if(NOT TYCHO_FLOAT64)
   tycho_dp_equiv(bf16_pp2_1f1b 2 --both precision.compute=bf16 --set mesh.pp=2)
   # zero-bubble: W's products on the bf16 output gradients B held (the bill counts them in bf16)
   tycho_dp_equiv(bf16_pp2_zb_h1 2 --both precision.compute=bf16 --set mesh.pp=2 --set schedule.kind=zb-h1)
+  tycho_dp_equiv(bf16_zb_h1_tied_one_rank 1 --both precision.compute=bf16 --set schedule.kind=zb-h1
+    --both model.tie_embeddings=true)
   tycho_dp_equiv(bf16_pp4_zb_h1_recompute_full 4 --both precision.compute=bf16 --set mesh.pp=4
     --set schedule.kind=zb-h1 --both model.n_layers=4 --set recompute=full)
   tycho_dp_equiv(bf16_recompute_full_dp2 2 --both precision.compute=bf16 --set recompute=full)
@@ -403,6 +405,9 @@ tycho_tp_equiv(pp2_zb_h1_recompute_selective 2 dp_small.lua --set mesh.pp=2 --se
   --set recompute=attn_core,mlp_act)
 tycho_tp_equiv(pp2_zb_h1_tied_micro2 2 dp_small.lua --set mesh.pp=2 --set schedule.kind=zb-h1 --set batch.micro=2
   --both model.tie_embeddings=true)
+# one rank: the tied embedding's rows wait for W behind the head's product (one gradient, the
+# whole backward's order), bit for bit the serial 1F1B run
+tycho_tp_equiv(zb_h1_tied_one_rank 1 dp_small.lua --set schedule.kind=zb-h1 --both model.tie_embeddings=true)
 
 # log.trace of a tp 2 × pp 2 run (1F1B and interleaved): spans where the schedule says, the
 # first trace_steps steps only, every collective with its group, bytes and seq.

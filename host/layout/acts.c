@@ -345,13 +345,28 @@ static double dout_per_token(const struct plan *p, int st)
   return e;
 }
 
+/* 1: stage's embedding is tied to a head on the same pipeline rank (one model: both add into one
+ * gradient, so the split backward's W adds the embedding's rows after the head's product) */
+static int tied_here(const struct plan *p, int stage)
+{
+  const struct plan_stage *s = &p->stages[stage];
+  if (!p->model.tie_embeddings || !s->has_embed || p->mesh.tp > 1)
+    return 0;
+  for (int k = 0; k < p->n_stages; k++)
+    if (p->stages[k].has_head && p->stages[k].pp_rank == s->pp_rank)
+      return 1;
+  return 0;
+}
+
 double layout_split_held_elems(const struct plan *p, int stage)
 {
-  return (double)p->batch.micro * p->batch.seq * dout_per_token(p, stage);
+  /* the embedding's input gradient is the runtime's reals (fp32 on a bf16 plan: two bf16's each) */
+  const double embed = tied_here(p, stage) ? p->model.dim * (p->precision.compute == PLAN_BF16 ? 2.0 : 1.0) : 0;
+  return (double)p->batch.micro * p->batch.seq * (dout_per_token(p, stage) + embed);
 }
 
 int layout_split_products(const struct plan *p, int stage)
 {
   const struct plan_stage *s = &p->stages[stage];
-  return 7 * (s->first_layer >= 0 ? s->n_layers : 0) + s->has_head;
+  return 7 * (s->first_layer >= 0 ? s->n_layers : 0) + s->has_head + tied_here(p, stage);
 }

@@ -99,7 +99,9 @@ void layout_acts_free(struct acts_layout *a);
 /* A split backward (zero-bubble schedules): the elements a micro-batch of stage `stage` holds
  * between its B and its W — every linear's output gradient (q, k, v, o, gate, up, down and the
  * head: the other operand of its weight-gradient product), in the products' operand dtype
- * (fp32, or bf16 on a bf16 plan) — and at most how many such products the stage has. The
+ * (fp32, or bf16 on a bf16 plan), plus, for an embedding tied to a head on the same pipeline
+ * rank, its input gradient (dim per token, which W adds after the head's product) — and at
+ * most how many such products the stage has. The
  * executor allocates one such area per micro-batch past B (model.h, struct model_split); the
  * bill counts them. */
 double layout_split_held_elems(const struct plan *p, int stage);

@@ -6,7 +6,8 @@
  * parameter's gradient and each micro-batch's input gradient (the embedding output's) equal to
  * the bit. After the B's alone the linears' weight gradients are still 0 (W computes them) and
  * the held output gradients fill exactly the bytes layout_split_held_elems counts. With no
- * recompute and with recompute = "full" (W recomputes the discarded inputs as B did). */
+ * recompute, with recompute = "full" (W recomputes the discarded inputs as B did), and with a
+ * tied embedding (its rows and the head's product into one gradient, in the whole's order). */
 #include "check.h"
 #include "philox.h"
 #include "runtime/model/model.h"
@@ -21,7 +22,7 @@ enum { B = 2, T = 6, N = B * T, L = 2, C = 16, FFN = 32, V = 20, HEADS = 4, KV =
  * (2 · FFN), down (C) per layer, and the head's (V): layout_split_held_elems's count */
 enum { HELD_PER_TOKEN = L * (C + 2 * KV * (C / HEADS) + C + 2 * FFN + C) + V, PRODUCTS = 7 * L + 1 };
 
-static struct plan_model tiny_config(void)
+static struct plan_model tiny_config(int tie)
 {
   struct plan_model c;
   memset(&c, 0, sizeof c);
@@ -35,6 +36,7 @@ static struct plan_model tiny_config(void)
   c.norm_eps = 1e-5;
   c.rope_theta = 10000.0;
   c.dropout = 0.1;
+  c.tie_embeddings = tie;
   return c;
 }
 
@@ -47,10 +49,10 @@ struct run {
   real *dres[2];             /* each micro-batch's input gradient after its (B or whole) backward */
 };
 
-static int run_open(struct run *r, uint8_t recompute)
+static int run_open(struct run *r, uint8_t recompute, int tie)
 {
   memset(r, 0, sizeof *r);
-  struct plan_model c = tiny_config();
+  struct plan_model c = tiny_config(tie);
   if (model_create(&r->m, &c, err, sizeof err))
     return -1;
   for (int l = 0; l < L; l++) r->recompute[l] = recompute;
@@ -109,12 +111,13 @@ static int same_grads(const struct model *x, const struct model *y)
   return 1;
 }
 
-/* 1 where the weight gradients of every linear (2-D parameters but the embedding) are all 0. */
-static int linears_untouched(const struct model *m)
+/* 1 where the weight gradients of every linear (2-D parameters but an untied embedding) are all
+ * 0 (a tied embedding's too: its rows wait for W with the head's product). */
+static int linears_untouched(const struct model *m, int tie)
 {
   for (int i = 0; i < m->n_params; i++) {
     const struct model_param *p = &m->params[i];
-    if (p->n_dims != 2 || p->kind == MODEL_EMBED)
+    if (p->n_dims != 2 || (p->kind == MODEL_EMBED && !tie))
       continue;
     for (size_t e = 0; e < p->n_elems; e++)
       if (p->grad[e] != 0) {
@@ -125,10 +128,10 @@ static int linears_untouched(const struct model *m)
   return 1;
 }
 
-static void split_equals_whole(uint8_t recompute, const char *what)
+static void split_equals_whole(uint8_t recompute, int tie, const char *what)
 {
   struct run whole, split;
-  CHECK_MSG(run_open(&whole, recompute) == 0 && run_open(&split, recompute) == 0, "%s", err);
+  CHECK_MSG(run_open(&whole, recompute, tie) == 0 && run_open(&split, recompute, tie) == 0, "%s", err);
   const real scale = (real)1 / N;
   double lw[2], ls[2];
   for (int k = 0; k < 2; k++) {
@@ -138,9 +141,11 @@ static void split_equals_whole(uint8_t recompute, const char *what)
   }
 
   struct model_split held[2];
-  const size_t cap = (size_t)N * HELD_PER_TOKEN * sizeof(real);
+  /* a tied embedding (its head on this model) also holds its input gradient, C per token */
+  const size_t cap = (size_t)N * (HELD_PER_TOKEN + (tie ? C : 0)) * sizeof(real);
+  const int products = PRODUCTS + tie;
   for (int k = 0; k < 2; k++) {
-    CHECK(model_split_open(&held[k], &split.m, cap, PRODUCTS) == 0);
+    CHECK(model_split_open(&held[k], &split.m, cap, products) == 0);
     ls[k] = forward(&split, k);
     held[k].phase = MODEL_SPLIT_B;
     split.a[k].split = &held[k];
@@ -149,11 +154,11 @@ static void split_equals_whole(uint8_t recompute, const char *what)
     keep_input_gradient(&split, k);
     /* every byte counted is used; the products are at most 7 a layer and the head's (fewer where
      * q, k, v or gate and up run as one product) */
-    CHECK_MSG(held[k].used == cap && held[k].n_products > 0 && held[k].n_products <= PRODUCTS, "%s: B held "
+    CHECK_MSG(held[k].used == cap && held[k].n_products > 0 && held[k].n_products <= products, "%s: B held "
               "%zu bytes in %d products, counted %zu in at most %d", what, held[k].used, held[k].n_products, cap,
-              PRODUCTS);
+              products);
   }
-  CHECK_MSG(linears_untouched(&split.m), "%s: B computed a weight gradient", what);
+  CHECK_MSG(linears_untouched(&split.m, tie), "%s: B computed a weight gradient", what);
   for (int k = 0; k < 2; k++) {
     held[k].phase = MODEL_SPLIT_W;
     split.a[k].split = &held[k];
@@ -176,12 +181,19 @@ static void split_equals_whole(uint8_t recompute, const char *what)
 
 static void split_backward_is_the_whole_backward(void)
 {
-  split_equals_whole(0, "no recompute");
+  split_equals_whole(0, 0, "no recompute");
 }
 
 static void split_backward_recomputes_as_b_did(void)
 {
-  split_equals_whole(PLAN_RC_FULL, "recompute full");
+  split_equals_whole(PLAN_RC_FULL, 0, "recompute full");
+}
+
+/* A tied embedding: the head's product and the embedding's rows add into one gradient, in the
+ * whole backward's order (head first) only if both wait for W. */
+static void split_backward_keeps_a_tied_embeddings_order(void)
+{
+  split_equals_whole(0, 1, "tied embedding");
 }
 
 /* The comparison sees a difference: W run twice adds its products twice (then every linear's
@@ -189,7 +201,7 @@ static void split_backward_recomputes_as_b_did(void)
 static void a_wrong_split_is_detected(void)
 {
   struct run whole, split;
-  CHECK_MSG(run_open(&whole, 0) == 0 && run_open(&split, 0) == 0, "%s", err);
+  CHECK_MSG(run_open(&whole, 0, 0) == 0 && run_open(&split, 0, 0) == 0, "%s", err);
   forward(&whole, 0);
   model_backward(&whole.m, &whole.a[0], (real)1 / N);
   struct model_split held;
@@ -210,4 +222,5 @@ static void a_wrong_split_is_detected(void)
 
 TEST_MAIN(TEST(split_backward_is_the_whole_backward),
           TEST(split_backward_recomputes_as_b_did),
+          TEST(split_backward_keeps_a_tied_embeddings_order),
           TEST(a_wrong_split_is_detected))

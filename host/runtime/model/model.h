@@ -337,10 +337,13 @@ struct model_acts {
  * noted products, the same kernel on the same operands (the linears' inputs stay in the
  * micro-batch's slot, or are recomputed as B recomputed them), so B then W is the whole
  * backward bit for bit. The norms' gains, the embedding and the attention core stay in B, as
- * the cost model prices them (check/cost.c). One per micro-batch between its B and its W. */
+ * the cost model prices them (check/cost.c), but for a tied embedding whose head is on the same
+ * model: its rows wait for W (after the head's product, into the same gradient), their input
+ * gradient held too. One per micro-batch between its B and its W. */
 enum model_split_phase { MODEL_SPLIT_B = 1, MODEL_SPLIT_W };
 struct model_split_product {
-  int layer;                /* the block, or L for the head */
+  int layer;                /* the block, L for the head, −1 for a tied embedding's rows (in: the
+                             * tokens, IC: dim) */
   real *dweight;
   const void *in, *w;       /* real, or bf16 on a bf16 product */
   int bf16, N, IC, OC;

@@ -165,7 +165,10 @@ void model_embed_forward(const struct model *mc, struct model_acts *a, const int
 
 void model_embed_backward(struct model *m, struct model_acts *a)
 {
-  if (a->split && a->split->phase == MODEL_SPLIT_W) /* the embedding's gradient is B's */
+  /* a split backward: the embedding's gradient is B's, unless the tied head's adds into the
+   * same gradient on this rank; then it waits for W with the head's product, kept in the whole
+   * backward's order (head, then embedding) */
+  if (passes_split_embed(m, a))
     return;
   const int B = a->B, T = a->T, C = m->config.dim, N = B * T;
   if (m->tp.size == 1) {

@@ -47,9 +47,13 @@ void passes_layer_recompute(struct model *m, struct model_acts *a, int layer);
  * the input gradient alone), else 0 (no B in progress: the whole product). */
 int passes_split_keep(struct model *m, struct model_acts *a, real *dweight, const void *dout, int bf16_product,
                       const void *in, const void *w, int N, int IC, int OC);
-/* Under a->split's W: the products B noted for `layer` (L: the head), after the layer's
- * recompute; 1, else 0 (no W in progress: the caller runs its backward). */
+/* Under a->split's W: the products B noted for `layer` (L: the head; −1: the embedding's),
+ * after the layer's recompute; 1, else 0 (no W in progress: the caller runs its backward). */
 int passes_split_w(struct model *m, struct model_acts *a, int layer);
+/* The embedding's backward under a->split: 1 where the caller skips it — B of a tied embedding
+ * whose head is on this model (dresidual kept for W, which adds it after the head's product),
+ * or any W (which runs what B kept) — else 0 (no split, or B of an untied one: run it now). */
+int passes_split_embed(struct model *m, struct model_acts *a);
 
 /* ---- model_passes_bf16.c ---- */
 

@@ -11,6 +11,12 @@
  * gradient still gains one product per micro-batch in micro-batch order (W's order is B's), so
  * the gradients are the whole backward's bit for bit.
  *
+ * A tied embedding whose head is on the same model (pipeline rank) gets two additions per
+ * micro-batch into one gradient, the head's product and then the embedding's rows; B then
+ * keeps the embedding's input gradient too (dresidual, as the rows' kernel reads it) and W adds
+ * it after the head's product, in the whole backward's order. An untied embedding's rows stay
+ * in B.
+ *
  * A layer whose recompute policy discarded a linear's input (it then lives in the recompute
  * area every layer and slot share) recomputes it again before its W, as B did before its
  * backward: the same forward pieces from the same saved inputs, so the same bits. */
@@ -70,11 +76,15 @@ int passes_split_w(struct model *m, struct model_acts *a, int layer)
     const struct model_split_product *p = &s->products[i];
     if (p->layer != layer)
       continue;
-    if (!recomputed && layer < m->config.n_layers) { /* the inputs B saw, where they were discarded */
+    if (!recomputed && layer >= 0 && layer < m->config.n_layers) { /* the inputs B saw, where discarded */
       passes_layer_recompute(m, a, layer);
       recomputed = 1;
     }
     const void *dout = s->held + p->at;
+    if (layer < 0) { /* the tied embedding's rows: dwte += dresidual at the tokens */
+      m->k->encoder_backward(m->kctx, p->dweight, dout, p->in, p->N, p->IC);
+      continue;
+    }
     if (!p->bf16) {
       m->k->linear_backward(m->kctx, NULL, p->dweight, dout, p->in, p->w, p->N, p->IC, p->OC);
       continue;
@@ -83,5 +93,27 @@ int passes_split_w(struct model *m, struct model_acts *a, int layer)
     if (m->k->linear_backward_bf16(m->kctx, NULL, p->dweight, dout, p->in, p->w, p->N, p->IC, p->OC, e, sizeof e))
       fault_set(FAULT_OF(&m->tp), FAULT_LEVEL_MODEL, "bf16 product: %.241s", e);
   }
+  return 1;
+}
+
+int passes_split_embed(struct model *m, struct model_acts *a)
+{
+  struct model_split *s = a->split;
+  if (!s)
+    return 0;
+  if (s->phase == MODEL_SPLIT_W)
+    return passes_split_w(m, a, -1);
+  if (!(m->config.tie_embeddings && m->embed_here && m->head_here && m->tp.size == 1))
+    return 0;
+  const int N = a->B * a->T, C = m->config.dim;
+  const size_t bytes = (size_t)N * C * sizeof(real);
+  if (s->n_products >= s->cap_products || bytes > s->cap - s->used) { /* the layout's count is wrong */
+    fault_set(FAULT_OF(&m->tp), FAULT_LEVEL_MODEL, "split backward: the tied embedding's held gradient "
+              "exceeds the %zu bytes counted", s->cap);
+    return 0; /* run it now, so the gradients stay right */
+  }
+  m->k->copy(m->kctx, s->held + s->used, a->dresidual, bytes);
+  s->products[s->n_products++] = (struct model_split_product){ -1, m->dwte, a->tokens, NULL, 0, N, C, 0, s->used };
+  s->used += bytes;
   return 1;
 }
