@@ -114,6 +114,20 @@ static void linear_case(int BT, int IC, int OC, uint64_t seed)
   scale_bound(mag, nw, 2.0); /* two accumulations, each bounded as above */
   download(g, dw_d, nw);
   CHECK(within(g, dw, mag, nw, "linear_backward dweight, dinp NULL, accumulated twice"));
+
+  /* dweight NULL (a split backward's B): dinp alone, assigned over what was there, the weight
+   * gradient left as it was */
+  real *dx2_d = dev_copy(x, nx), *dw_before = host_alloc(nw); /* dinp over nonzero contents */
+  download(dw_before, dw_d, nw);
+  kernel_ops_cuda.linear_backward(fixture_ctx, dx2_d, NULL, dy_d, x_d, w_d, BT, IC, OC);
+  magnitude(mag, dy, OC, 1, w, IC, 1, BT, IC, OC, NULL);
+  scale_bound(mag, nx, 2.0 * (OC + 2) * REAL_U);
+  download(g, dx2_d, nx);
+  CHECK(within(g, dx, mag, nx, "linear_backward dinp, dweight NULL"));
+  download(g, dw_d, nw);
+  CHECK_MSG(!memcmp(g, dw_before, sizeof(real) * nw), "linear_backward with dweight NULL wrote the weight gradient");
+  dev_free(dx2_d);
+  free(dw_before);
   CHECK_CUDA_OK();
 
   dev_free(x_d), dev_free(w_d), dev_free(dy_d), dev_free(y_d), dev_free(yacc_d), dev_free(dx_d), dev_free(dw_d);
