@@ -52,6 +52,9 @@ int cmd_tune(lua_State *L, const struct cli *c)
   if (!c->cluster)
     return host_fail(L, EXIT_USAGE, "tune needs --cluster C.lua (e.g. plans/clusters/h100_80g_ib.lua)");
   struct plan *p = compile_or_fail(L, c, 0); /* the model and batch; tune picks the mesh */
+  char cp_err[512];
+  if (check_cp_refused(p, "tune", cp_err, sizeof cp_err))
+    return host_fail(L, EXIT_USAGE, "%s", cp_err);
   const struct cluster *cl = load_cluster(L, c);
   const double headroom = c->headroom_given ? c->headroom : 0.10;
   const int top = c->top > 0 ? c->top : 5;
@@ -121,6 +124,9 @@ int cmd_check(lua_State *L, const struct cli *c)
     return host_fail(L, EXIT_USAGE, "--cpus-per-task is for the batch script: tycho check PLAN --world N "
                      "--cluster C.lua --sbatch --cpus-per-task N");
   struct plan *p = compile_or_fail(L, c, c->world);
+  char cp_err[512];
+  if (check_cp_refused(p, "check", cp_err, sizeof cp_err))
+    return host_fail(L, EXIT_USAGE, "%s", cp_err);
   const struct cluster *cl = load_cluster(L, c);
   if (c->svg) { /* first, so a bad path fails before anything is printed */
     char err[5000];

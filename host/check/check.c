@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "mesh/mesh.h"
+#include "util/err.h"
 #include "plan/plan_json.h"
 #include "check/check_ep.h"
 #include "check/check_internal.h"
@@ -70,8 +71,12 @@ static void print_rank_row(FILE *f, const struct plan *p, int rank)
   int c[PLAN_N_AXES];
   char stages[256];
   mesh_coords(&p->mesh, rank, c);
-  fprintf(f, "  %8d %5d %5d %5d   %s\n", rank, c[PLAN_AXIS_TP], c[PLAN_AXIS_DP], c[PLAN_AXIS_PP],
-          stage_list(p, rank, stages, sizeof stages));
+  if (p->mesh.cp > 1)
+    fprintf(f, "  %8d %5d %5d %5d %5d   %s\n", rank, c[PLAN_AXIS_TP], c[PLAN_AXIS_CP], c[PLAN_AXIS_DP],
+            c[PLAN_AXIS_PP], stage_list(p, rank, stages, sizeof stages));
+  else
+    fprintf(f, "  %8d %5d %5d %5d   %s\n", rank, c[PLAN_AXIS_TP], c[PLAN_AXIS_DP], c[PLAN_AXIS_PP],
+            stage_list(p, rank, stages, sizeof stages));
 }
 
 /* Long per-rank and per-stage tables show their first and last rows only (the rank table's rule,
@@ -648,9 +653,12 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
   char ep_text[64] = "";
   if (plan_ep(p) > 1)
     snprintf(ep_text, sizeof ep_text, ", ep %d inside dp", plan_ep(p));
-  fprintf(f, "mesh       %d ranks = tp %d × pp %d × dp %d%s%s; order %s, %s, %s (fastest-varying first)\n",
-          me->world, me->tp, me->pp, me->dp, me->dp_auto ? " (dp \"auto\")" : "", ep_text,
-          plan_axis_name(me->order[0]), plan_axis_name(me->order[1]), plan_axis_name(me->order[2]));
+  char order[64], cp_text[32] = "";
+  if (me->cp > 1) /* context parallelism: the axis is named where it is there */
+    snprintf(cp_text, sizeof cp_text, " × cp %d", me->cp);
+  fprintf(f, "mesh       %d ranks = tp %d%s × pp %d × dp %d%s%s; order %s (fastest-varying first)\n",
+          me->world, me->tp, cp_text, me->pp, me->dp, me->dp_auto ? " (dp \"auto\")" : "", ep_text,
+          plan_mesh_order_text(me, order, sizeof order));
   if (me->world_assumed)
     fprintf(f, "           (no --world given: dp \"auto\" is taken as %d%s; pass --world N for a real job)\n",
             me->dp, plan_ep(p) > 1 ? ", mesh.ep" : "");
@@ -667,11 +675,15 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
     fprintf(f, "0");
   fputc('\n', f);
   for (int ax = 0; ax < PLAN_N_AXES; ax++)
-    fprintf(f, "           %s groups: %d of %d rank%s, e.g. %s\n", plan_axis_name(ax),
-            mesh_group_count(me, ax), mesh_axis_size(me, ax), mesh_axis_size(me, ax) == 1 ? "" : "s",
-            group_text(me, ax, 0, buf, sizeof buf));
+    if (ax != PLAN_AXIS_CP || me->cp > 1)
+      fprintf(f, "           %s groups: %d of %d rank%s, e.g. %s\n", plan_axis_name(ax),
+              mesh_group_count(me, ax), mesh_axis_size(me, ax), mesh_axis_size(me, ax) == 1 ? "" : "s",
+              group_text(me, ax, 0, buf, sizeof buf));
   check_ep_print_groups(f, p);
-  fprintf(f, "  %8s %5s %5s %5s   %s\n", "rank", "tp", "dp", "pp", "stages");
+  if (me->cp > 1)
+    fprintf(f, "  %8s %5s %5s %5s %5s   %s\n", "rank", "tp", "cp", "dp", "pp", "stages");
+  else
+    fprintf(f, "  %8s %5s %5s %5s   %s\n", "rank", "tp", "dp", "pp", "stages");
   if (me->world <= ROWS_ALL) {
     for (int r = 0; r < me->world; r++)
       print_rank_row(f, p, r);
@@ -788,3 +800,11 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
   fputc('\n', f);
 }
 
+int check_cp_refused(const struct plan *p, const char *command, char *err, size_t n)
+{
+  if (p->mesh.cp <= 1)
+    return 0;
+  return errf(err, n, "%s: mesh.cp = %d: tycho %s does not price context parallelism yet (its memory bill and "
+              "traffic leave out the ring); tycho run trains it (mesh.cp with dp, ZeRO 0-3, dropout, recompute): "
+              "check the layout with mesh.cp = 1", plan_where(p, "mesh.cp"), p->mesh.cp, command);
+}

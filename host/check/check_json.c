@@ -261,6 +261,8 @@ void check_write_json(const struct plan *p, const struct cluster *cluster, struc
   json_key(&j, "groups");
   json_begin_object(&j);
   for (int ax = 0; ax < PLAN_N_AXES; ax++) {
+    if (ax == PLAN_AXIS_CP && me->cp <= 1)
+      continue; /* cp only where the plan has context parallelism */
     json_key(&j, plan_axis_name(ax));
     json_begin_array(&j);
     int size = mesh_axis_size(me, ax);
@@ -323,6 +325,9 @@ void check_write_json(const struct plan *p, const struct cluster *cluster, struc
     json_key(&j, "tp"); json_int(&j, c[PLAN_AXIS_TP]);
     json_key(&j, "dp"); json_int(&j, c[PLAN_AXIS_DP]);
     json_key(&j, "pp"); json_int(&j, c[PLAN_AXIS_PP]);
+    if (me->cp > 1) {
+      json_key(&j, "cp"); json_int(&j, c[PLAN_AXIS_CP]);
+    }
     json_key(&j, "stages");
     json_begin_array(&j);
     for (int k = at[c[PLAN_AXIS_PP]]; k < at[c[PLAN_AXIS_PP] + 1]; k++)
@@ -331,6 +336,8 @@ void check_write_json(const struct plan *p, const struct cluster *cluster, struc
     json_key(&j, "groups");
     json_begin_object(&j);
     for (int ax = 0; ax < PLAN_N_AXES; ax++) {
+      if (ax == PLAN_AXIS_CP && me->cp <= 1)
+        continue;
       json_key(&j, plan_axis_name(ax));
       json_int(&j, mesh_group_index(me, ax, r));
     }

@@ -7,6 +7,7 @@
 
 #include "layout/tp_layout.h"
 #include "layout/bill.h"
+#include "mesh/mesh.h"
 #include "sched/sched.h"
 #include "util/err.h"
 
@@ -14,10 +15,7 @@
  * product of the sizes of the axes before it in the mesh order. */
 static int group_intra(const struct plan_mesh *m, enum plan_axis a, int gpus_per_node)
 {
-  const int size[PLAN_N_AXES] = { m->tp, m->dp, m->pp };
-  long long stride = 1;
-  for (int k = 0; k < PLAN_N_AXES && m->order[k] != a; k++) stride *= size[m->order[k]];
-  return stride * size[a] <= gpus_per_node;
+  return (long long)mesh_axis_stride(m, a) * mesh_axis_size(m, a) <= gpus_per_node;
 }
 
 static const struct cluster_link *link_of(const struct cluster *c, int intra)
@@ -34,10 +32,7 @@ static double op_latency(const struct cluster_link *l, int comm)
 /* Whether an ep group fits in one node: ep consecutive dp ranks, dp's stride apart. */
 static int ep_group_intra(const struct plan_mesh *m, int gpus_per_node)
 {
-  const int size[PLAN_N_AXES] = { m->tp, m->dp, m->pp };
-  long long stride = 1;
-  for (int k = 0; k < PLAN_N_AXES && m->order[k] != PLAN_AXIS_DP; k++) stride *= size[m->order[k]];
-  return stride * (m->ep > 1 ? m->ep : 1) <= gpus_per_node;
+  return (long long)mesh_axis_stride(m, PLAN_AXIS_DP) * (m->ep > 1 ? m->ep : 1) <= gpus_per_node;
 }
 
 /* One all-to-all of `bytes` from each of n ranks (cost.h: nccl-tests' bus bandwidth for it). */

@@ -1,6 +1,7 @@
 /* tycho rehearse: a plan's layout at toy scale on CPU ranks against the serial run (rehearse.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "drive/rehearse.h"
+#include "check/check.h"
 
 #include "util/launch.h"
 
@@ -201,6 +202,11 @@ int rehearse_launch(const struct rehearse_options *o, const char *self, char *er
   struct plan big;
   char why[2048];
   if (compile(o, o->world, NULL, 0, &big, why, sizeof why)) {
+    errf(err, err_size, "plan error: %s", why);
+    return 2;
+  }
+  if (check_cp_refused(&big, "rehearse", why, sizeof why)) {
+    plan_free(&big);
     errf(err, err_size, "plan error: %s", why);
     return 2;
   }
@@ -416,9 +422,10 @@ static void print_header(FILE *out, const struct plan *big, const struct plan *p
   for (int l = 0; l < p->model.n_layers; l++) rc_layers += p->layers[l].recompute != 0;
   fprintf(out, "rehearse   %s (%s): its layout on %d CPU ranks, %d step%s\n", big->name, big->file,
           p->mesh.world, steps, steps == 1 ? "" : "s");
-  fprintf(out, "layout     tp %d × pp %d × dp %d (order %s, %s, %s); %d stage%s (virtual %d) under %s; zero %d; "
+  char order[64];
+  fprintf(out, "layout     tp %d × pp %d × dp %d (order %s); %d stage%s (virtual %d) under %s; zero %d; "
           "sequence parallel %s; recompute in %d of %d layers\n", p->mesh.tp, p->mesh.pp, p->mesh.dp,
-          plan_axis_name(p->mesh.order[0]), plan_axis_name(p->mesh.order[1]), plan_axis_name(p->mesh.order[2]),
+          plan_mesh_order_text(&p->mesh, order, sizeof order),
           p->n_stages, p->n_stages == 1 ? "" : "s", p->virtual_stages, plan_schedule_name(p->schedule), p->zero,
           on_off(p->sequence_parallel), rc_layers, p->model.n_layers);
   char small[32], full[32];

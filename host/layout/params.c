@@ -67,6 +67,7 @@ int layout_rank_of_plan(struct layout_rank *r, const struct plan *p, int tp_rank
   r->config = p->model;
   r->bf16 = p->precision.compute == PLAN_BF16; /* the CPU's and the GPU's bf16 mode alike */
   r->zero = p->zero;
+  r->cp_size = p->mesh.cp > 1 ? p->mesh.cp : 1;
   r->outline = outline;
   r->tp_size = p->mesh.tp;
   r->tp_rank = tp_rank;
@@ -314,6 +315,8 @@ int layout_params_adjacent(const struct layout_rank *r, const struct layout_para
                            enum model_param_kind first, enum model_param_kind last)
 {
   if (r->tp_size != 1 || r->zero > 1 || !r->layer_here[layer])
+    return 0;
+  if (first == MODEL_Q && r->cp_size > 1) /* the ring takes q, k and v apart (runtime/parallel/cp.h) */
     return 0;
   /* the layer's parameters, from layer_param0 (the embedding, then the layers); called for every
    * layer of every pass, so only those are looked at */

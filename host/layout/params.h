@@ -45,6 +45,7 @@ struct layout_rank {
   uint8_t *moe;                    /* (L) 1: layer l's MLP is sparse, or NULL (a dense model) */
   int ep_size, ep_rank;            /* mesh.ep and this rank's place in its ep group (1, 0 without) */
   int zero;                        /* the plan's ZeRO stage (0 without a plan) */
+  int cp_size;                     /* mesh.cp (0 or 1: none): q, k and v are never fused then */
   int bf16;                        /* 1: bf16 compute copies of every parameter (bf16 plan) */
   int outline;                     /* see layout_rank_of_plan */
 };

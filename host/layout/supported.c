@@ -79,8 +79,37 @@ static int zb_refused(const struct plan *p, char *err, size_t n)
   return 0;
 }
 
+/* mesh.cp > 1 (context parallelism, runtime/model/model_cp.c): what the ring's attention composes
+ * with so far, each other axis or mode refused by name. */
+static int cp_refused(const struct plan *p, char *err, size_t n)
+{
+  const int cp = p->mesh.cp;
+  const char *where = plan_where(p, "mesh.cp");
+  const char *not_yet = "context parallelism composes with dp (ZeRO 0-3), dropout and recompute so far";
+  if (p->mesh.tp > 1)
+    return errf(err, n, "%s: mesh.cp = %d with mesh.tp = %d: %s, not with tensor parallelism yet; set mesh.tp = 1 "
+                "or mesh.cp = 1", where, cp, p->mesh.tp, not_yet);
+  if (p->mesh.pp > 1)
+    return errf(err, n, "%s: mesh.cp = %d with mesh.pp = %d: %s, not with pipeline stages yet; set mesh.pp = 1 "
+                "or mesh.cp = 1", where, cp, p->mesh.pp, not_yet);
+  if (p->model.moe.experts > 0)
+    return errf(err, n, "%s: mesh.cp = %d with model.moe (%d experts): %s; the routing's capacity counts a rank's "
+                "tokens, so a sparse model is not run under it yet; set mesh.cp = 1", where, cp,
+                p->model.moe.experts, not_yet);
+  if (p->precision.compute != PLAN_FP32)
+    return errf(err, n, "%s: mesh.cp = %d with precision.compute = \"%s\": the ring's attention computes in fp32 "
+                "only; set precision.compute = \"fp32\" or mesh.cp = 1", where, cp,
+                plan_dtype_name(p->precision.compute));
+  if (p->device == PLAN_DEVICE_CUDA)
+    return errf(err, n, "%s: mesh.cp = %d with device = \"cuda\": the ring's transfers run on host memory only "
+                "(no NCCL ring yet); set device = \"cpu\" or mesh.cp = 1", where, cp);
+  return 0;
+}
+
 int trainer_plan_supported(const struct plan *p, char *err, size_t n)
 {
+  if (p->mesh.cp > 1 && cp_refused(p, err, n))
+    return -1;
   if (p->schedule == PLAN_SCHED_ZB_H1 && zb_refused(p, err, n))
     return -1;
   if (p->device == PLAN_DEVICE_CUDA) {

@@ -3,6 +3,8 @@
 
 int mesh_axis_size(const struct plan_mesh *m, enum plan_axis a)
 {
+  if (a == PLAN_AXIS_CP) /* 0 in a mesh written before the axis: one rank */
+    return m->cp > 1 ? m->cp : 1;
   return a == PLAN_AXIS_TP ? m->tp : a == PLAN_AXIS_DP ? m->dp : m->pp;
 }
 

@@ -1,7 +1,8 @@
-/* The mesh (docs/design.md, "The mesh"): rank ↔ (tp, pp, dp) coordinates and the process groups
+/* The mesh (docs/design.md, "The mesh"): rank ↔ (tp, cp, dp, pp) coordinates and the process groups
  * along each axis, as a pure function of the compiled plan's mesh. `mesh.order` lists the axes from
- * fastest-varying (inside a node) to slowest; with the default { tp, dp, pp } the ranks of a TP
- * group are consecutive and pipeline stages are outermost. Every rank computes the same groups in
+ * fastest-varying (inside a node) to slowest; with the default { tp, cp, dp, pp } the ranks of a TP
+ * group are consecutive, a cp group's next (its ring's hops cross tp groups only), and pipeline
+ * stages are outermost; with cp = 1 the cp axis changes no rank. Every rank computes the same groups in
  * the same order, so the comm layer can build them with MPI_Comm_split. */
 #ifndef TYCHO_MESH_H
 #define TYCHO_MESH_H
@@ -24,7 +25,7 @@ int mesh_group_members(const struct plan_mesh *m, enum plan_axis a, int rank, in
 int mesh_axis_stride(const struct plan_mesh *m, enum plan_axis a);
 
 struct comm_group;
-/* Builds this rank's tp, dp and pp groups (indexed by enum plan_axis) with the comm layer's
+/* Builds this rank's tp, dp, pp and cp groups (indexed by enum plan_axis) with the comm layer's
  * comm_group_split in the same order on every rank, and checks their members against
  * mesh_group_members. The mesh's world must equal the job's. Collective over the world
  * (mesh_groups.c). 0, or -1 with a message. */

@@ -46,11 +46,16 @@ int comm_build_mesh_groups(const struct plan_mesh *m, struct comm_group *groups[
   struct comm_group *world = comm_world();
   if (!world)
     return snprintf(err, n, "comm_build_mesh_groups: comm_init has not run"), -1;
-  if (!m || m->tp < 1 || m->dp < 1 || m->pp < 1 || (long long)m->tp * m->dp * m->pp != m->world)
-    return snprintf(err, n, "comm_build_mesh_groups: the mesh is not tp × dp × pp = world"), -1;
-  if (m->world != world->size)
-    return snprintf(err, n, "the plan's mesh is tp %d × dp %d × pp %d = %d ranks, but the job has %d",
-                    m->tp, m->dp, m->pp, m->world, world->size), -1;
+  const int cp = m ? mesh_axis_size(m, PLAN_AXIS_CP) : 1;
+  if (!m || m->tp < 1 || m->dp < 1 || m->pp < 1 || (long long)m->tp * cp * m->dp * m->pp != m->world)
+    return snprintf(err, n, "comm_build_mesh_groups: the mesh is not tp × cp × dp × pp = world"), -1;
+  if (m->world != world->size) {
+    char cps[32] = "";
+    if (cp > 1)
+      snprintf(cps, sizeof cps, " × cp %d", cp);
+    return snprintf(err, n, "the plan's mesh is tp %d%s × dp %d × pp %d = %d ranks, but the job has %d",
+                    m->tp, cps, m->dp, m->pp, m->world, world->size), -1;
+  }
   /* Every axis in the same order on every rank, even after a local failure: MPI_Comm_split is
    * collective. The first failure's message is kept. */
   int *members = malloc((size_t)m->world * sizeof *members), status = 0;

@@ -147,17 +147,53 @@ static int read_model(struct reader *r, const struct tbl *root)
   return rc ? -1 : 0;
 }
 
+/* mesh.order: the four axes fastest-varying first, or the three of a plan written before context
+ * parallelism, cp then placed right after tp (its default place); with cp = 1 its place changes
+ * no rank. */
+static int read_order(struct reader *r, struct plan_mesh *me, const char *path, const char *where)
+{
+  static const char *const axes[] = { "tp", "dp", "pp", "cp", NULL };
+  char v[96];
+  const int n = lua_type(r->L, -1) == LUA_TTABLE ? (int)lua_rawlen(r->L, -1) : 0;
+  if (n != PLAN_N_AXES && n != PLAN_N_AXES - 1) {
+    compile_describe(r->L, -1, v, sizeof v);
+    return compile_rfail(r, where, "%s = %s: must list the axes \"tp\", \"cp\", \"dp\", \"pp\" once each (\"cp\" "
+                         "may be left out: it then follows tp), fastest-varying first (default { \"tp\", \"cp\", "
+                         "\"dp\", \"pp\" })", path, v);
+  }
+  int seen[PLAN_N_AXES] = { 0 }, k = 0;
+  for (int i = 0; i < n; i++) {
+    lua_rawgeti(r->L, -1, i + 1);
+    int a;
+    char ipath[160];
+    snprintf(ipath, sizeof ipath, "%s[%d]", path, i + 1);
+    if (compile_match_enum(r, -1, axes, ipath, where, "", &a))
+      return -1;
+    lua_pop(r->L, 1);
+    if (seen[a]++)
+      return compile_rfail(r, where, "%s: axis \"%s\" appears twice; list \"tp\", \"cp\", \"dp\", \"pp\" once "
+                           "each", path, axes[a]);
+    me->order[k++] = (enum plan_axis)a;
+    if (a == PLAN_AXIS_TP && n == PLAN_N_AXES - 1)
+      me->order[k++] = PLAN_AXIS_CP;
+  }
+  if (k != PLAN_N_AXES) /* three names, cp among them: one of tp, dp, pp is missing */
+    return compile_rfail(r, where, "%s: lists three axes without \"tp\"; list \"tp\", \"cp\", \"dp\", \"pp\" "
+                         "once each", path);
+  return 0;
+}
+
 static int read_mesh(struct reader *r, const struct tbl *root, int world)
 {
-  static const char *const known[] = { "tp", "pp", "dp", "ep", "order", NULL };
-  static const char *const axes[] = { "tp", "dp", "pp", NULL };
+  static const char *const known[] = { "tp", "cp", "pp", "dp", "ep", "order", NULL };
   struct plan_mesh *me = &r->p->mesh;
-  me->tp = me->pp = me->ep = 1;
+  me->tp = me->pp = me->ep = me->cp = 1;
   me->dp_auto = 1;
   me->world = world;
   me->order[0] = PLAN_AXIS_TP;
-  me->order[1] = PLAN_AXIS_DP;
-  me->order[2] = PLAN_AXIS_PP;
+  me->order[1] = PLAN_AXIS_CP;
+  me->order[2] = PLAN_AXIS_DP;
+  me->order[3] = PLAN_AXIS_PP;
   struct tbl t;
   int present;
   if (compile_open_section(r, root, "mesh", &t, &present))
@@ -166,7 +202,8 @@ static int read_mesh(struct reader *r, const struct tbl *root, int world)
     return 0;
   /* ep: expert parallelism inside dp (plan.h); whether it divides dp and the experts is plan_validate's */
   if (compile_check_fields(r, &t, known, "mesh") || compile_read_field(r, &t, "tp", NULL) ||
-      compile_read_field(r, &t, "pp", NULL) || compile_read_field(r, &t, "ep", NULL))
+      compile_read_field(r, &t, "pp", NULL) || compile_read_field(r, &t, "ep", NULL) ||
+      compile_read_field(r, &t, "cp", NULL))
     return -1;
   char path[128], where[PLAN_PATH_MAX + 32], v[96];
   int type = compile_get(r, &t, "dp", path, sizeof path, where, sizeof where);
@@ -183,27 +220,8 @@ static int read_mesh(struct reader *r, const struct tbl *root, int world)
   }
   lua_pop(r->L, 1);
   type = compile_get(r, &t, "order", path, sizeof path, where, sizeof where);
-  if (type != LUA_TNIL) {
-    int seen[PLAN_N_AXES] = { 0 };
-    if (type != LUA_TTABLE || lua_rawlen(r->L, -1) != PLAN_N_AXES) {
-      compile_describe(r->L, -1, v, sizeof v);
-      return compile_rfail(r, where, "%s = %s: must list the three axes \"tp\", \"dp\", \"pp\" once each, "
-                           "fastest-varying first (default { \"tp\", \"dp\", \"pp\" })", path, v);
-    }
-    for (int i = 0; i < PLAN_N_AXES; i++) {
-      lua_rawgeti(r->L, -1, i + 1);
-      int a;
-      char ipath[160];
-      snprintf(ipath, sizeof ipath, "%s[%d]", path, i + 1);
-      if (compile_match_enum(r, -1, axes, ipath, where, "", &a))
-        return -1;
-      lua_pop(r->L, 1);
-      if (seen[a]++)
-        return compile_rfail(r, where, "%s: axis \"%s\" appears twice; list \"tp\", \"dp\", \"pp\" once each",
-                             path, axes[a]);
-      me->order[i] = (enum plan_axis)a;
-    }
-  }
+  if (type != LUA_TNIL && read_order(r, me, path, where))
+    return -1;
   lua_pop(r->L, 2);
   return 0;
 }

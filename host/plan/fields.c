@@ -75,6 +75,7 @@ const struct plan_field plan_fields[] = {
   { "mesh.tp", PLAN_FIELD_INT, AT(mesh.tp), 1, 1 << 20, 0, NULL, 1, NULL, LAYOUT },
   { "mesh.pp", PLAN_FIELD_INT, AT(mesh.pp), 1, 1 << 20, 0, NULL, 1, NULL, LAYOUT },
   { "mesh.ep", PLAN_FIELD_INT, AT(mesh.ep), 1, 1 << 20, 0, NULL, 1, NULL, LAYOUT },
+  { "mesh.cp", PLAN_FIELD_INT, AT(mesh.cp), 1, 1 << 20, 0, NULL, 1, NULL, LAYOUT },
   { "virtual_stages", PLAN_FIELD_INT, AT(virtual_stages), 1, 1 << 16, 0, NULL, 1, NULL, LAYOUT },
   { "sequence_parallel", PLAN_FIELD_BOOL, AT(sequence_parallel), 0, 1, 0, NULL, 0, NULL, LAYOUT },
   { "zero", PLAN_FIELD_INT, AT(zero), 0, 3, 0, NULL, 0, NULL, LAYOUT },

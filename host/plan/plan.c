@@ -128,8 +128,18 @@ const char *plan_decay_name(enum plan_decay d)
 
 const char *plan_axis_name(enum plan_axis a)
 {
-  static const char *const names[] = { "tp", "dp", "pp" };
+  static const char *const names[] = { "tp", "dp", "pp", "cp" };
   return (unsigned)a < PLAN_N_AXES ? names[a] : "?";
+}
+
+const char *plan_mesh_order_text(const struct plan_mesh *m, char *buf, size_t n)
+{
+  size_t used = 0;
+  buf[0] = 0;
+  for (int i = 0; i < PLAN_N_AXES && used < n; i++)
+    if (m->order[i] != PLAN_AXIS_CP || m->cp > 1)
+      used += (size_t)snprintf(buf + used, n - used, "%s%s", used ? ", " : "", plan_axis_name(m->order[i]));
+  return buf;
 }
 
 const char *plan_seed_name(enum plan_seed s)

@@ -38,7 +38,9 @@ enum plan_recompute {
 enum plan_schedule { PLAN_SCHED_GPIPE, PLAN_SCHED_1F1B, PLAN_SCHED_INTERLEAVED, PLAN_SCHED_ZB_H1 };
 enum plan_dtype { PLAN_FP32, PLAN_BF16, PLAN_FP16 };
 enum plan_decay { PLAN_DECAY_CONSTANT, PLAN_DECAY_COSINE, PLAN_DECAY_LINEAR };
-enum plan_axis { PLAN_AXIS_TP, PLAN_AXIS_DP, PLAN_AXIS_PP, PLAN_N_AXES };
+/* cp (context parallelism) comes last so the other axes keep their indexes; its place in the mesh
+ * is mesh.order's (default tp, cp, dp, pp). */
+enum plan_axis { PLAN_AXIS_TP, PLAN_AXIS_DP, PLAN_AXIS_PP, PLAN_AXIS_CP, PLAN_N_AXES };
 enum plan_stages_kind { PLAN_STAGES_EVEN, PLAN_STAGES_BALANCED, PLAN_STAGES_LIST, PLAN_STAGES_FUNCTION };
 enum plan_seed { PLAN_SEED_MODEL, PLAN_SEED_DATA, PLAN_SEED_DROPOUT, PLAN_N_SEEDS };
 /* Which runtime the plan runs on and `tycho check` describes: "auto" (the default) is CUDA
@@ -84,8 +86,11 @@ struct plan_model {
 };
 
 struct plan_mesh {
-  int world;        /* tp · pp · dp */
+  int world;        /* tp · cp · pp · dp */
   int tp, pp, dp;
+  /* context parallelism: each sequence's tokens over cp ranks, two balanced chunks on each
+   * (runtime/parallel/cp.h); 1: none */
+  int cp;
   int dp_auto;      /* dp was "auto": world / (tp · pp) */
   int world_assumed; /* no world size was given: dp "auto" became 1 */
   enum plan_axis order[PLAN_N_AXES]; /* fastest-varying first */
@@ -251,6 +256,8 @@ const char *plan_zero_every_name(enum plan_zero_every e); /* "micro_batch", "ste
 const char *plan_dtype_name(enum plan_dtype d);
 const char *plan_decay_name(enum plan_decay d);
 const char *plan_axis_name(enum plan_axis a);
+/* mesh.order as "tp, dp, pp": cp named only where mesh.cp > 1 (its place changes no rank else). */
+const char *plan_mesh_order_text(const struct plan_mesh *m, char *buf, size_t n);
 const char *plan_seed_name(enum plan_seed s);
 const char *plan_device_name(enum plan_device d);
 const char *plan_comm_name(enum plan_comm c);

@@ -103,10 +103,14 @@ void plan_json(const struct plan *p, struct json *j)
   if (plan_ep(p) > 1) { /* only with expert parallelism: other plans keep their hash */
     json_key(j, "ep"); json_int(j, plan_ep(p));
   }
+  if (p->mesh.cp > 1) { /* only with context parallelism: other plans keep their hash */
+    json_key(j, "cp"); json_int(j, p->mesh.cp);
+  }
   json_key(j, "order");
   json_begin_array(j);
   for (int i = 0; i < PLAN_N_AXES; i++)
-    json_string(j, plan_axis_name(p->mesh.order[i]));
+    if (p->mesh.order[i] != PLAN_AXIS_CP || p->mesh.cp > 1)
+      json_string(j, plan_axis_name(p->mesh.order[i]));
   json_end_array(j);
   json_end_object(j);
 

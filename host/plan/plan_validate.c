@@ -78,29 +78,42 @@ static int validate_model(struct plan *p, char *err, size_t n)
 static int validate_mesh(struct plan *p, char *err, size_t n)
 {
   struct plan_mesh *me = &p->mesh;
-  long long tp_pp = (long long)me->tp * me->pp;
+  /* the axes beside dp: tp × pp, or tp × cp × pp with context parallelism (named only then, so
+   * the messages of plans without it stay as they were) */
+  long long tp_pp = (long long)me->tp * me->cp * me->pp;
+  char axes[64], sizes[64], each[96];
+  if (me->cp > 1) {
+    snprintf(axes, sizeof axes, "tp × cp × pp");
+    snprintf(sizes, sizeof sizes, "%d × %d × %d", me->tp, me->cp, me->pp);
+    snprintf(each, sizeof each, "tp %d × cp %d × pp %d", me->tp, me->cp, me->pp);
+  } else {
+    snprintf(axes, sizeof axes, "tp × pp");
+    snprintf(sizes, sizeof sizes, "%d × %d", me->tp, me->pp);
+    snprintf(each, sizeof each, "tp %d × pp %d", me->tp, me->pp);
+  }
   if (me->dp_auto) {
     if (me->world <= 0) { /* no world given: the smallest one, dp = 1, or mesh.ep (check says so) */
       me->world = (int)tp_pp * plan_ep(p);
       me->world_assumed = 1;
     }
     if (me->world % tp_pp)
-      return fail(err, n, p, "mesh", "mesh: a world of %d ranks is not a multiple of tp × pp = %d × %d "
-                  "= %lld; use a world that is, or change tp or pp", me->world, me->tp, me->pp, tp_pp);
+      return fail(err, n, p, "mesh", "mesh: a world of %d ranks is not a multiple of %s = %s "
+                  "= %lld; use a world that is, or change %s", me->world, axes, sizes, tp_pp,
+                  me->cp > 1 ? "tp, cp or pp" : "tp or pp");
     me->dp = (int)(me->world / tp_pp);
   } else {
     long long product = tp_pp * me->dp;
     if (me->world > 0 && product != me->world) {
       if (me->world % tp_pp == 0)
-        return fail(err, n, p, "mesh.dp", "mesh.dp = %d: tp %d × pp %d × dp %d = %lld ranks, but the "
-                    "world has %d; set dp = %lld or dp = \"auto\"", me->dp, me->tp, me->pp, me->dp,
+        return fail(err, n, p, "mesh.dp", "mesh.dp = %d: %s × dp %d = %lld ranks, but the "
+                    "world has %d; set dp = %lld or dp = \"auto\"", me->dp, each, me->dp,
                     product, me->world, me->world / tp_pp);
-      return fail(err, n, p, "mesh", "mesh: tp %d × pp %d × dp %d = %lld ranks, but the world has %d, "
-                  "which is not a multiple of tp × pp = %lld", me->tp, me->pp, me->dp, product,
-                  me->world, tp_pp);
+      return fail(err, n, p, "mesh", "mesh: %s × dp %d = %lld ranks, but the world has %d, "
+                  "which is not a multiple of %s = %lld", each, me->dp, product,
+                  me->world, axes, tp_pp);
     }
     if (product > 1 << 30)
-      return fail(err, n, p, "mesh", "mesh: tp × pp × dp = %lld ranks is too many", product);
+      return fail(err, n, p, "mesh", "mesh: %s × dp = %lld ranks is too many", axes, product);
     me->world = (int)product;
   }
   return 0;
@@ -301,6 +314,12 @@ static int validate_batch(struct plan *p, char *err, size_t n)
   if (p->batch.seq > p->model.max_seq)
     return fail(err, n, p, "batch.seq", "batch.seq = %d: longer than model.max_seq = %d",
                 p->batch.seq, p->model.max_seq);
+  /* context parallelism cuts each sequence into 2·cp chunks (two per cp rank, runtime/parallel/
+   * cp.h), each of at least one token */
+  if (p->mesh.cp > 1 && p->batch.seq < 2 * p->mesh.cp)
+    return fail(err, n, p, "mesh.cp", "mesh.cp = %d: batch.seq = %d is shorter than the 2 × cp = %d chunks "
+                "context parallelism cuts each sequence into (each of at least one token); use cp ≤ %d",
+                p->mesh.cp, p->batch.seq, 2 * p->mesh.cp, p->batch.seq / 2);
   if (p->batch.global % per_step)
     return fail(err, n, p, "batch.global", "batch.global = %d: not a multiple of batch.micro × dp = "
                 "%d × %d = %lld; use a multiple of %lld (e.g. %lld) or change batch.micro",

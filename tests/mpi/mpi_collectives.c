@@ -365,7 +365,10 @@ static int parse_order(const char *s, enum plan_axis order[PLAN_N_AXES])
   char buf[32];
   snprintf(buf, sizeof buf, "%s", s);
   for (char *t = strtok(buf, ","); t && n < PLAN_N_AXES; t = strtok(NULL, ","))
-    order[n++] = !strcmp(t, "tp") ? PLAN_AXIS_TP : !strcmp(t, "dp") ? PLAN_AXIS_DP : PLAN_AXIS_PP;
+    order[n++] = !strcmp(t, "tp") ? PLAN_AXIS_TP : !strcmp(t, "dp") ? PLAN_AXIS_DP
+               : !strcmp(t, "cp") ? PLAN_AXIS_CP : PLAN_AXIS_PP;
+  if (n == PLAN_N_AXES - 1)
+    order[n++] = PLAN_AXIS_CP; /* cp of one rank, anywhere */
   return n == PLAN_N_AXES ? 0 : -1;
 }
 
@@ -380,7 +383,7 @@ int main(int argc, char **argv)
   mesh.dp = argc > 2 ? atoi(argv[2]) : world;
   mesh.pp = argc > 3 ? atoi(argv[3]) : 1;
   mesh.world = mesh.tp * mesh.dp * mesh.pp;
-  enum plan_axis order[PLAN_N_AXES] = { PLAN_AXIS_TP, PLAN_AXIS_DP, PLAN_AXIS_PP };
+  enum plan_axis order[PLAN_N_AXES] = { PLAN_AXIS_TP, PLAN_AXIS_DP, PLAN_AXIS_PP, PLAN_AXIS_CP };
   if (argc > 4 && parse_order(argv[4], order))
     comm_fatal("bad order %s", argv[4]);
   memcpy(mesh.order, order, sizeof order);

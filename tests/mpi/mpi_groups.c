@@ -25,6 +25,7 @@ static struct plan_mesh mesh_of(int tp, int pp)
   m.order[0] = PLAN_AXIS_TP;
   m.order[1] = PLAN_AXIS_DP;
   m.order[2] = PLAN_AXIS_PP;
+  m.order[3] = PLAN_AXIS_CP; /* m.cp 0: one rank */
   return m;
 }
 

@@ -49,14 +49,14 @@ static void test_init_gives_a_world_of_one(void)
 
 static void test_mesh_groups_of_size_one(void)
 {
-  struct plan_mesh m = { .world = 1, .tp = 1, .pp = 1, .dp = 1, .order = { PLAN_AXIS_TP, PLAN_AXIS_DP, PLAN_AXIS_PP } };
+  struct plan_mesh m = { .world = 1, .tp = 1, .pp = 1, .dp = 1, .order = { PLAN_AXIS_TP, PLAN_AXIS_DP, PLAN_AXIS_PP, PLAN_AXIS_CP } };
   char err[512] = "";
   CHECK_MSG(comm_build_mesh_groups(&m, mesh_groups, err, sizeof err) == 0, "%s", err);
   for (int a = 0; a < PLAN_N_AXES; a++) {
     CHECK(mesh_groups[a] && mesh_groups[a]->size == 1 && mesh_groups[a]->rank == 0);
     CHECK(mesh_groups[a] && !strcmp(mesh_groups[a]->name, plan_axis_name((enum plan_axis)a)));
   }
-  struct plan_mesh two = { .world = 2, .tp = 2, .pp = 1, .dp = 1, .order = { PLAN_AXIS_TP, PLAN_AXIS_DP, PLAN_AXIS_PP } };
+  struct plan_mesh two = { .world = 2, .tp = 2, .pp = 1, .dp = 1, .order = { PLAN_AXIS_TP, PLAN_AXIS_DP, PLAN_AXIS_PP, PLAN_AXIS_CP } };
   struct comm_group *g[PLAN_N_AXES];
   CHECK(comm_build_mesh_groups(&two, g, err, sizeof err) == -1);
   CHECK_STR_CONTAINS(err, "the plan's mesh is tp 2 × dp 1 × pp 1 = 2 ranks, but the job has 1");

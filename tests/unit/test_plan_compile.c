@@ -414,13 +414,14 @@ static void test_mesh_groups_partition_the_world(void)
   m.tp = 2;
   m.pp = 3;
   m.dp = 4;
-  m.world = 24;
-  enum plan_axis orders[2][3] = { { PLAN_AXIS_TP, PLAN_AXIS_DP, PLAN_AXIS_PP },
-                                  { PLAN_AXIS_PP, PLAN_AXIS_TP, PLAN_AXIS_DP } };
+  m.cp = 2;
+  m.world = 48;
+  enum plan_axis orders[2][PLAN_N_AXES] = { { PLAN_AXIS_TP, PLAN_AXIS_DP, PLAN_AXIS_PP, PLAN_AXIS_CP },
+                                            { PLAN_AXIS_PP, PLAN_AXIS_CP, PLAN_AXIS_TP, PLAN_AXIS_DP } };
   for (int o = 0; o < 2; o++) {
     memcpy(m.order, orders[o], sizeof m.order);
     for (int ax = 0; ax < PLAN_N_AXES; ax++) {
-      int seen[24] = { 0 };
+      int seen[48] = { 0 };
       for (int r = 0; r < m.world; r++) {
         int c[PLAN_N_AXES], members[8];
         mesh_coords(&m, r, c);
@@ -452,6 +453,59 @@ static void test_mesh_groups_partition_the_world(void)
   CHECK(members[0] == 4 && members[1] == 5);
   mesh_group_members(&m, PLAN_AXIS_PP, 1, members);
   CHECK(members[0] == 1 && members[1] == 9 && members[2] == 17);
+}
+
+/* mesh.cp: the fourth axis, after tp by default; a three-axis order (a plan written before it)
+ * places cp right after tp; four axes are taken as listed. */
+static void test_mesh_cp_axis(void)
+{
+  const char *const orders[] = { NULL, "{ \"dp\", \"tp\", \"pp\" }", "{ \"cp\", \"tp\", \"dp\", \"pp\" }" };
+  /* per order: the cp group and the tp group of rank 0 (world 8 = tp 2 × cp 2 × dp 2) */
+  const int cp_members[][2] = { { 0, 2 }, { 0, 4 }, { 0, 1 } }, tp_members[][2] = { { 0, 1 }, { 0, 2 }, { 0, 2 } };
+  for (int o = 0; o < 3; o++) {
+    char text[1024], err[2048];
+    snprintf(text, sizeof text,
+             "local tycho = require \"tycho\"\n"
+             "return tycho.plan {\n"
+             "  model = { n_layers = 2, dim = 64, n_heads = 4, n_kv_heads = 2, ffn_dim = 128, vocab = 64, max_seq = 64 },\n"
+             "  mesh = { tp = 2, cp = 2%s%s },\n"
+             "  batch = { global = 8, micro = 2, seq = 32 },\n"
+             "}\n", orders[o] ? ", order = " : "", orders[o] ? orders[o] : "");
+    struct plan p;
+    int rc = compile_with(tmp_plan("cp.lua", text), 8, NULL, 0, &p, err, sizeof err);
+    CHECK_MSG(rc == 0, "order %d: %s", o, err);
+    if (rc)
+      continue;
+    CHECK(p.mesh.cp == 2 && p.mesh.tp == 2 && p.mesh.dp == 2 && p.mesh.world == 8);
+    int members[8];
+    CHECK(mesh_group_members(&p.mesh, PLAN_AXIS_CP, 0, members) == 2);
+    CHECK_MSG(members[0] == cp_members[o][0] && members[1] == cp_members[o][1], "order %d: cp group {%d, %d}", o,
+              members[0], members[1]);
+    CHECK(mesh_group_members(&p.mesh, PLAN_AXIS_TP, 0, members) == 2);
+    CHECK_MSG(members[0] == tp_members[o][0] && members[1] == tp_members[o][1], "order %d: tp group {%d, %d}", o,
+              members[0], members[1]);
+    char buf[64];
+    CHECK_STR_CONTAINS(plan_mesh_order_text(&p.mesh, buf, sizeof buf),
+                       o == 0 ? "tp, cp, dp, pp" : o == 1 ? "dp, tp, cp, pp" : "cp, tp, dp, pp");
+    plan_free(&p);
+  }
+  /* cp = 1: the axis is left out of the order's text (and the plan's JSON: the hash golden value) */
+  struct plan p;
+  char err[2048];
+  const char *sets[] = { "mesh.tp=2" };
+  int rc = compile_with(tmp_plan("nocp.lua",
+                                 "local tycho = require \"tycho\"\n"
+                                 "return tycho.plan {\n"
+                                 "  model = { n_layers = 2, dim = 64, n_heads = 4, ffn_dim = 128, vocab = 64, max_seq = 64 },\n"
+                                 "  batch = { global = 8, micro = 2, seq = 32 },\n"
+                                 "}\n"), 4, sets, 1, &p, err, sizeof err);
+  CHECK_MSG(rc == 0, "%s", err);
+  if (rc)
+    return;
+  char buf[64];
+  CHECK_STR_CONTAINS(plan_mesh_order_text(&p.mesh, buf, sizeof buf), "tp, dp, pp");
+  CHECK(p.mesh.cp == 1 && strcmp(buf, "tp, dp, pp") == 0);
+  plan_free(&p);
 }
 
 static void test_balanced_stages_follow_cost(void)
@@ -494,6 +548,7 @@ int main(void)
     TEST(test_hash_golden_value),
     TEST(test_srcmap_keeps_lines_and_finds_keys),
     TEST(test_mesh_groups_partition_the_world),
+    TEST(test_mesh_cp_axis),
     TEST(test_balanced_stages_follow_cost),
   };
   return plan_files_done(test_run_all(tests, (int)(sizeof tests / sizeof tests[0])));

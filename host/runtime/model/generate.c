@@ -213,6 +213,7 @@ void gen_full_model(struct model *view, const struct model *m)
   view->config.moe.capacity_factor = 0;
   view->rank.config.moe.capacity_factor = 0; /* what the activations' layout reads */
   view->moe_collect = 0;
+  memset(&view->cp, 0, sizeof view->cp); /* one rank, the whole sequence: no context parallelism */
 }
 
 void gen_forward_full(const struct model *m, struct model_acts *a, const int *tokens, int T, real *logits)

@@ -35,6 +35,7 @@
 #define MODEL_ALIGN_FLOATS LAYOUT_ALIGN
 
 struct comm_group;
+struct cp_ring;
 
 /* The parameter kinds (enum model_param_kind) are the layout's (layout/params.h). */
 
@@ -157,6 +158,20 @@ struct model {
     struct comm_group *group;
     int size, rank;
   } ep;
+  /* context parallelism (mesh.cp, runtime/parallel/cp.h; model_cp.c): this rank holds 2 of each
+   * sequence's 2·size chunks, its rows chunk `rank` then chunk 2·size − 1 − rank. The passes take
+   * the whole sequence's T and token ids and compute on the rank's Tl = attention_cp_rank_tokens
+   * rows (model_acts.T is Tl, seq_T the whole T): RoPE at the rows' global positions, the
+   * attention through the ring, dropout drawn at the global positions; every other op is per
+   * token. size 1 (group NULL): none. The trainer sets group and opens the ring
+   * (model_cp_open). */
+  struct model_cp {
+    struct comm_group *group;
+    int size, rank;
+    struct cp_ring *ring;    /* B_max × T_max's buffers; reshaped for a shorter forward */
+    int *ids;                /* host: a forward's ids cut to this rank's rows (B_max × Tl_max) */
+    int seq_T, Tl;           /* of the last forward begun: the whole T, this rank's rows */
+  } cp;
   int n_params;
   struct model_param *params; /* (n_params) in Hugging Face order: embedding, layers, norm, head */
   size_t n_elems;            /* floats in the flat layout, padding included */
@@ -266,7 +281,10 @@ struct model_layer_acts {
 
 struct model_acts {
   int B_max, T_max;
-  int B, T;                  /* of the last forward */
+  int B, T;                  /* of the last forward (T: this rank's rows under mesh.cp) */
+  int seq_T;                 /* the whole sequence's T of the last forward (T without mesh.cp) */
+  int cp_rope_T;             /* mesh.cp: the whole T rope_cos, rope_sin hold this rank's rows of
+                              * (model_cp.c); 0: positions 0 … T_max − 1 (model_acts_create's) */
   int moe_in_step;           /* the forward belongs to a training step (dp_run_pass sets it): every
                               * rank of an ep group then runs batch.micro sequences */
   real loss_scale;           /* d(objective)/d(each token's loss), 1/(global · T): set by the

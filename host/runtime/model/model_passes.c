@@ -20,6 +20,7 @@
 #include "ops.h"
 #include "runtime/model/model.h"
 #include "runtime/model/model_passes_int.h"
+#include "runtime/model/model_cp.h"
 #include "runtime/model/hostview.h"
 #include "runtime/parallel/tp.h"
 
@@ -35,6 +36,8 @@ static int no_conversion(const struct model *m, enum tp_layout from, enum tp_lay
 void passes_draw_masks(const struct model *m, real *mask, size_t per_sample, uint64_t first,
                        const struct model_dropout *d, int B, int layer, enum model_dropout_site site)
 {
+  if (model_cp_draw_masks(m, mask, per_sample, first, d, B, layer, site)) /* mesh.cp: two chunks a sample */
+    return;
   for (int b = 0; b < B; b++)
     m->k->dropout_mask(m->kctx, mask + (size_t)b * per_sample, per_sample, d->p, d->seed, d->step,
                        (uint32_t)d->samples[b], ((uint32_t)layer << 8) | (uint32_t)site, first);
@@ -48,6 +51,8 @@ const struct attention_dropout *passes_attn_drop(const struct model *m, const st
 {
   if (!a->dropout_on)
     return NULL;
+  if (m->cp.size > 1) /* the ring draws at the whole sequence's positions */
+    T = a->seq_T;
   const int sharded = m->tp.layers[layer].attn_sharded;
   ad->p = (float)a->drop.p;
   ad->seed = a->drop.seed;
@@ -130,6 +135,7 @@ void model_forward_begin(const struct model *m, struct model_acts *a,
 {
   a->B = B;
   a->T = T;
+  model_cp_begin((struct model *)m, a, B, T); /* mesh.cp: T becomes this rank's rows */
   a->dropout_on = dropout && dropout->p > 0.0f && m->config.dropout > 0.0;
   if (a->dropout_on) {
     a->drop.p = dropout->p;
@@ -144,8 +150,9 @@ void model_embed_forward(const struct model *mc, struct model_acts *a, const int
                          const struct model_dropout *dropout, int B, int T)
 {
   struct model *m = (struct model *)mc; /* the TP state records failures */
-  const int C = m->config.dim, N = B * T;
   model_forward_begin(m, a, dropout, B, T);
+  tokens = model_cp_rows(m, a, tokens); /* mesh.cp: this rank's rows of each sample */
+  const int C = m->config.dim, N = B * a->T;
   m->k->from_host(m->kctx, a->tokens, tokens, (size_t)N * sizeof(int));
   tokens = a->tokens; /* the kernels read the backend's copy */
   const struct model_param *e = &m->params[0]; /* the embedding */
@@ -273,7 +280,9 @@ static void layer_forward_pieces(struct model *m, struct model_acts *a, int laye
     struct attention_dropout ad;
     const struct attention_dropout *pd = passes_attn_drop(m, a, &ad, layer, d.NHl, T);
     const int att_b = m->bf16; /* a bf16 model's attention products on bf16 operands */
-    if (qkv_fused)
+    if (m->cp.size > 1) /* mesh.cp: against every rank's keys, through the ring */
+      model_cp_attention_forward(m, a, la, pd);
+    else if (qkv_fused)
       (att_b && m->k->attention_forward_qkv_bf16 ? m->k->attention_forward_qkv_bf16 : m->k->attention_forward_qkv)(
         m->kctx, la->atty, la->lse, a->attn_scratch, la->q, pd, B, T, d.NHl, d.NKVl, HS);
     else
@@ -490,9 +499,12 @@ attention:
     passes_lin_bwd(m, a, a->dk, g->wq, a->dq, in[PLAN_MOD_Q], w->wq, wb->wq, N, C, d.A + 2 * d.NKVl * HS);
     passes_norm_input_grads(m, a, y, dins, PLAN_MOD_Q, PLAN_MOD_Q, a->work_c1, a->work_c2);
   } else {
-    (m->bf16 && m->k->attention_backward_bf16 ? m->k->attention_backward_bf16 : m->k->attention_backward)(
-      m->kctx, a->dq, a->dk, a->dv, a->attn_scratch, datt, la->q, la->k, la->v, la->atty, la->lse, pd,
-      B, T, d.NHl, d.NKVl, HS);
+    if (m->cp.size > 1) /* mesh.cp: the ring (q, k and v are never fused there) */
+      model_cp_attention_backward(m, a, la, datt, pd);
+    else
+      (m->bf16 && m->k->attention_backward_bf16 ? m->k->attention_backward_bf16 : m->k->attention_backward)(
+        m->kctx, a->dq, a->dk, a->dv, a->attn_scratch, datt, la->q, la->k, la->v, la->atty, la->lse, pd,
+        B, T, d.NHl, d.NKVl, HS);
     m->k->rope_backward(m->kctx, a->dq, a->dq, a->rope_cos, a->rope_sin, B, T, d.NHl, HS);
     m->k->rope_backward(m->kctx, a->dk, a->dk, a->rope_cos, a->rope_sin, B, T, d.NKVl, HS);
     real *datt_in[3] = { a->dq, a->dk, a->dv }, *dqkv[3] = { a->work_c1, a->work_c2, a->work_c3 };
@@ -564,6 +576,7 @@ double model_head_forward(const struct model *mc, struct model_acts *a, const in
   }
   if (!targets)
     return 0.0;
+  targets = model_cp_rows(m, a, targets); /* mesh.cp: this rank's rows */
   m->k->from_host(m->kctx, a->targets, targets, (size_t)N * sizeof(int));
   targets = a->targets; /* the backend's copy, which backward reads too */
   if (head_sharded(m)) {
@@ -615,7 +628,7 @@ void model_head_backward(struct model *m, struct model_acts *a, real loss_scale)
   }
 }
 
-void model_head_argmax(struct model *m, struct model_acts *a, const int *rows, int n, int *out)
+static void head_argmax(struct model *m, struct model_acts *a, const int *rows, int n, int *out)
 {
   int v0, Vl, Vvalid;
   head_columns(m, &v0, &Vl, &Vvalid);
@@ -673,4 +686,12 @@ void model_backward(struct model *m, struct model_acts *a, real loss_scale)
   model_head_backward(m, a, loss_scale);
   for (int l = m->config.n_layers - 1; l >= 0; l--) model_layer_backward(m, a, l);
   model_embed_backward(m, a);
+}
+
+void model_head_argmax(struct model *m, struct model_acts *a, const int *rows, int n, int *out)
+{
+  if (m->cp.size > 1) /* mesh.cp: each row's logits are on the cp rank holding its position */
+    model_cp_head_argmax(m, a, rows, n, out, head_argmax);
+  else
+    head_argmax(m, a, rows, n, out);
 }

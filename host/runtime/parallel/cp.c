@@ -61,6 +61,27 @@ static real *alloc_reals(struct cp_ring *r, size_t n)
   return r->k->mem_alloc(r->kctx, n * sizeof(real));
 }
 
+static int max_tokens(int T, int cp)
+{
+  int m = 0;
+  for (int i = 0; i < cp; i++) m = attention_cp_rank_tokens(T, cp, i) > m ? attention_cp_rank_tokens(T, cp, i) : m;
+  return m;
+}
+
+int cp_ring_reshape(struct cp_ring *r, int B, int T, char *err, size_t err_size)
+{
+  const int cp = r->g->size, maxTl = max_tokens(T, cp);
+  if (T < 2 * cp)
+    return errf(err, err_size, "context parallelism: the sequence (T = %d) is shorter than its 2 · cp = %d chunks",
+                T, 2 * cp);
+  if ((size_t)B * maxTl > r->cap_rows ||
+      r->k->attention_cp_scratch_n_elems(r->kctx, B, maxTl, maxTl, r->NH, r->NKV, r->HS) > r->cap_scratch)
+    return errf(err, err_size, "context parallelism: %d × %d tokens do not fit the ring's buffers (sized for %zu rows)",
+                B, T, r->cap_rows);
+  r->B = B, r->T = T, r->Tl = tokens(r, r->g->rank), r->maxTl = maxTl;
+  return 0;
+}
+
 int cp_ring_init(struct cp_ring *r, const struct kernel_ops *k, void *kctx, struct comm_group *g, int B,
                  int T, int NH, int NKV, int HS, char *err, size_t err_size)
 {
@@ -87,12 +108,14 @@ int cp_ring_init(struct cp_ring *r, const struct kernel_ops *k, void *kctx, stru
   r->pout = alloc_reals(r, rows * NH * HS);
   r->plse = alloc_reals(r, rows * NH);
   r->D = alloc_reals(r, rows * NH);
-  r->scratch = alloc_reals(r, k->attention_cp_scratch_n_elems(kctx, B, r->maxTl, r->maxTl, NH, NKV, HS));
+  r->cap_rows = rows;
+  r->cap_scratch = k->attention_cp_scratch_n_elems(kctx, B, r->maxTl, r->maxTl, NH, NKV, HS);
+  r->scratch = alloc_reals(r, r->cap_scratch);
   if (!r->kv[0] || !r->kv[1] || !r->acc[0] || !r->acc[1] || !r->dloc || !r->pout || !r->plse || !r->D ||
       !r->scratch) {
     cp_ring_free(r);
     return errf(err, err_size, "context parallelism: out of the %s table's memory for the ring's buffers (%zu bytes)",
-                k->name, (7 * kv + rows * NH * (HS + 2)) * sizeof(real));
+                k->name, (10 * kv + rows * NH * (HS + 2)) * sizeof(real));
   }
   return 0;
 }

@@ -2,7 +2,7 @@
  * sequence's 2·cp chunks — rank i chunks i and 2·cp − 1 − i (kernels.h: attention_cp_chunk), so
  * every rank has an equal share of the causal square — of every sample, and the causal attention
  * of those rows is computed by passing the ranks' k, v pairs around the group's ring.
- * A building block: no plan field selects it yet and the model passes do not call it. Its blocks
+ * mesh.cp selects it: the model's attention runs through it (runtime/model/model_cp.c). Its blocks
  * run through the kernel table it is given (the attention_cp_* entries, ops_list.h, and zero,
  * copy and vec_add for the accumulators), its buffers are that table's memory; the transfers are
  * the comm layer's on host memory, so the table must be host-visible (the CPU's): a GPU's ring
@@ -38,6 +38,7 @@ struct cp_ring {
   real *pout, *plse;    /* forward: a block's partial before its merge */
   real *D;              /* backward: Σ dout · out per row */
   real *scratch;        /* the block kernels' */
+  size_t cap_rows, cap_scratch; /* what the buffers were sized for: B · maxTl rows, scratch elements */
 };
 
 /* Sizes and allocates the ring's buffers (table k's memory) for B samples of T tokens on group g;
@@ -58,6 +59,10 @@ int cp_ring_backward(struct cp_ring *r, real *dq, real *dk, real *dv, const real
                      const real *q, const real *k, const real *v, const real *out,
                      const real *lse, const struct attention_dropout *drop, char *err,
                      size_t err_size);
+/* The ring's buffers for B samples of T tokens from now on (an evaluation's shorter forward):
+ * refuses (-1, naming T) a T shorter than 2·cp, and a shape whose rows or scratch the buffers
+ * sized at init cannot hold. */
+int cp_ring_reshape(struct cp_ring *r, int B, int T, char *err, size_t err_size);
 /* Bytes this rank sends in one forward (backward 0) or backward (1) call. */
 size_t cp_ring_send_bytes(const struct cp_ring *r, int backward);
 

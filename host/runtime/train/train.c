@@ -21,6 +21,7 @@
 #include "layout/bill.h"
 #include "runtime/state/ckpt.h"
 #include "runtime/train/threads_adapt.h"
+#include "runtime/model/model_cp.h"
 #include "runtime/model/weights.h"
 #include "runtime/parallel/dcomm.h"
 #include "util/err.h"
@@ -102,13 +103,15 @@ static int open_on_device(struct trainer *t, const struct plan *p, struct comm_g
   struct comm_group *dp = groups ? groups[PLAN_AXIS_DP] : NULL;
   struct comm_group *tp = groups ? groups[PLAN_AXIS_TP] : NULL;
   struct comm_group *pp = groups ? groups[PLAN_AXIS_PP] : NULL;
+  struct comm_group *cp = groups ? groups[PLAN_AXIS_CP] : NULL;
   t->world = groups ? comm_world() : NULL;
   t->dropout_seed = (uint64_t)p->seeds.value[PLAN_SEED_DROPOUT];
   const int micro = p->batch.micro, S = p->batch.seq;
   /* refusals of the plan: what this build cannot run, groups that are not the plan's mesh */
-  static const char *const axis_what[PLAN_N_AXES] = { "tensor-parallel", "data-parallel", "pipeline" };
-  const int have[PLAN_N_AXES] = { tp ? tp->size : 1, dp ? dp->size : 1, pp ? pp->size : 1 };
-  const int want[PLAN_N_AXES] = { p->mesh.tp, p->mesh.dp, p->mesh.pp };
+  static const char *const axis_what[PLAN_N_AXES] = { "tensor-parallel", "data-parallel", "pipeline",
+                                                       "context-parallel" };
+  const int have[PLAN_N_AXES] = { tp ? tp->size : 1, dp ? dp->size : 1, pp ? pp->size : 1, cp ? cp->size : 1 };
+  const int want[PLAN_N_AXES] = { p->mesh.tp, p->mesh.dp, p->mesh.pp, p->mesh.cp > 1 ? p->mesh.cp : 1 };
   int refused = trainer_plan_supported(p, err, err_size);
   if (!refused && runtime_device_open(&t->device, p->device, runtime_local_rank(), err, err_size)) {
     plan_free(&t->own_plan);
@@ -122,7 +125,7 @@ static int open_on_device(struct trainer *t, const struct plan *p, struct comm_g
   if (!refused && choose_comm(t, p, &comm_mode, err, err_size))
     refused = 1;
   for (int a = 0; a < PLAN_N_AXES && !refused; a++) {
-    static const int order[PLAN_N_AXES] = { PLAN_AXIS_DP, PLAN_AXIS_TP, PLAN_AXIS_PP };
+    static const int order[PLAN_N_AXES] = { PLAN_AXIS_DP, PLAN_AXIS_TP, PLAN_AXIS_PP, PLAN_AXIS_CP };
     const int x = order[a];
     char field[16];
     snprintf(field, sizeof field, "mesh.%s", plan_axis_name((enum plan_axis)x));
@@ -160,11 +163,24 @@ static int open_on_device(struct trainer *t, const struct plan *p, struct comm_g
     if (comm_mode == DCOMM_NCCL && (open_nccl(t, t->ep, err, err_size) || open_nccl(t, t->edp, err, err_size)))
       goto fail;
   }
-  if (dp_open(&t->dp, &t->model, dp, t->edp, p->zero, p->bucket_mb, err, err_size))
+  /* context parallelism: the gradients of a dp rank's cp ranks are summed as those of its dp
+   * peers, so the dp layer's group is dp × cp (each parameter's tp and pp coordinates) */
+  t->data_rank = dp ? dp->rank : 0;
+  t->data_size = dp ? dp->size : 1;
+  if (cp && cp->size > 1) {
+    int c[PLAN_N_AXES];
+    mesh_coords(&p->mesh, t->world->rank, c);
+    if (comm_group_split(t->world, c[PLAN_AXIS_TP] + p->mesh.tp * c[PLAN_AXIS_PP], t->world->rank, "dpcp", &t->dpcp,
+                         err, err_size))
+      goto fail;
+  }
+  if (dp_open(&t->dp, &t->model, t->dpcp ? t->dpcp : dp, t->edp, p->zero, p->bucket_mb, err, err_size))
     goto fail;
   t->dp.fault = &t->fault;
   if (dp_init_params(&t->dp, p, err, err_size) ||
-      model_acts_create(&t->acts, &t->model, micro, S, err, err_size) ||
+      model_acts_create(&t->acts, &t->model, micro, cp && cp->size > 1 ? model_cp_max_rows(S, cp->size) : S, err,
+                        err_size) ||
+      model_cp_open(&t->model, cp, micro, S, err, err_size) ||
       optimizer_create_sized(&t->opt, p, dp_state_elems(&t->dp), err, err_size) ||
       data_source_open(&t->data, p, err, err_size))
     goto fail;
@@ -418,6 +434,7 @@ void trainer_close(struct trainer *t)
   data_source_close(&t->data);
   optimizer_free(&t->opt);
   model_acts_free(&t->acts);
+  model_cp_close(&t->model);
   dp_close(&t->dp);
   model_free(&t->model);
   plan_free(&t->own_plan);
@@ -425,6 +442,7 @@ void trainer_close(struct trainer *t)
   comm_group_free(t->stage, why, sizeof why); /* NULL: none */
   comm_group_free(t->ep, why, sizeof why);
   comm_group_free(t->edp, why, sizeof why);
+  comm_group_free(t->dpcp, why, sizeof why);
   comm_free_mesh_groups(t->own_groups, why, sizeof why); /* NULL entries: not trainer_open_on_world's */
   runtime_device_close(&t->device); /* after every block on it is freed */
   dcomm_release(); /* the staging buffers no operation holds: a later trainer makes its own */
@@ -440,7 +458,7 @@ void trainer_micro_batch(struct trainer *t, int mb, int *inputs, int *targets, u
 {
   const struct plan *p = t->plan;
   const int G = p->batch.global, micro = p->batch.micro, S = p->batch.seq;
-  const int first = t->dp.rank * (G / t->dp.size); /* this rank's slice of the step's windows */
+  const int first = t->data_rank * (G / t->data_size); /* this rank's slice of the step's windows */
   for (int b = 0; b < micro; b++) {
     samples[b] = (uint64_t)t->step * (uint64_t)G + (uint64_t)(first + mb * micro + b);
     fill_train_window(t, samples[b], inputs + (size_t)b * S, targets + (size_t)b * S);
@@ -585,13 +603,13 @@ static int step_once(struct trainer *t, struct train_step_stats *stats, char *er
  * repeats chunk 0 and drops the result, so every rank runs as many forwards). */
 static long long chunk_of_round(const struct trainer *t, long long k, long long n_chunks)
 {
-  long long c = k * t->dp.size + t->dp.rank;
+  long long c = k * t->data_size + t->data_rank;
   return c < n_chunks ? c : -1;
 }
 
 static long long rounds(const struct trainer *t, long long n_chunks)
 {
-  return (n_chunks + t->dp.size - 1) / t->dp.size;
+  return (n_chunks + t->data_size - 1) / t->data_size;
 }
 
 /* Whether the evaluation stops here: every rank of the world says whether it caught a signal
@@ -640,9 +658,11 @@ static int solve_problems(struct trainer *t, uint64_t first, int B)
   /* Under sequence parallelism the forward needs whole shards: the sequence is padded at the end
    * (the causal mask keeps padding out of the positions read). */
   const int tp = t->model.tp.size, sp = t->model.tp.io.home == TP_SEQ;
+  /* Under context parallelism, at least the 2 · cp chunks of one token each. */
+  const int T_min = 2 * t->model.cp.size;
   int rows[TRAIN_MIN_EVAL_PROBLEMS], best[TRAIN_MIN_EVAL_PROBLEMS];
   for (int g = 0; g < A; g++) {
-    const int T = P + g, Tr = sp ? (T + tp - 1) / tp * tp : T;
+    const int T = P + g, Tp = T < T_min ? T_min : T, Tr = sp ? (Tp + tp - 1) / tp * tp : Tp;
     for (int b = 0; b < B; b++) {
       memcpy(t->inputs + (size_t)b * Tr, text[b], (size_t)T * sizeof(int));
       for (int i = T; i < Tr; i++) t->inputs[(size_t)b * Tr + i] = 0;
@@ -699,7 +719,8 @@ static void eval_once(struct trainer *t, struct train_eval_stats *stats, const v
     long long first = (c < 0 ? 0 : c) * chunk;
     int B = n - first < chunk ? (int)(n - first) : chunk;
     int right = solve_problems(t, (uint64_t)first, B);
-    sums[1] += c < 0 ? 0 : right;
+    /* the cp ranks of a dp rank solve the same problems (the sum runs over dp × cp): one counts */
+    sums[1] += c < 0 || t->model.cp.rank != 0 ? 0 : right;
   }
   t->model.moe_collect = collect;
   if (stopped) { /* agreed: every rank leaves here, without the sums */

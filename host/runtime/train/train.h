@@ -69,6 +69,13 @@ struct trainer {
   struct comm_group *world;  /* every rank of the job (agreements, the memory bill), or NULL */
   struct comm_group *ep;     /* mesh.ep > 1: this rank's expert-parallel group (dp ranks), or NULL */
   struct comm_group *edp;    /* mesh.ep > 1: the dp ranks holding this rank's experts, or NULL */
+  /* mesh.cp > 1: the dp × cp ranks holding the same parameters (this rank's tp and pp
+   * coordinates), over which the gradients, the loss and the evaluation's sums are summed — the
+   * dp layer's group (its shards span it); the cp ranks of a dp rank share its samples, each
+   * computing its chunks of them. NULL without context parallelism (the dp group is the dp
+   * layer's). */
+  struct comm_group *dpcp;
+  int data_rank, data_size;  /* this rank's dp coordinate and mesh.dp: its slice of the windows */
   struct comm_group *stage;  /* pp > 1 with zero ≥ 2: the ranks running this rank's schedule list
                               * (its pipeline rank's tp × dp ranks), where the step's allocation
                               * rounds are agreed (dp_passes.c); else NULL */

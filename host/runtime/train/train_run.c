@@ -29,6 +29,7 @@
 #include "runtime/train/threads.h"
 #include "runtime/train/threads_adapt.h"
 #include "runtime/train/train.h"
+#include "runtime/model/model_cp.h"
 #include "runtime/train/train_moe.h"
 #include "runtime/train/train_progress.h"
 #include "runtime/train/train_sample.h"
@@ -420,6 +421,10 @@ static void print_header(FILE *out, const struct plan *p, const struct trainer *
     fputc('\n', out);
   }
   const struct dp_layout *l = &t->dp.layout;
+  if (t->model.cp.size > 1) /* the dp layer's group is dp × cp: the gradients are summed over both */
+    fprintf(out, "context parallel: %d ranks a sequence (%d tokens each of a %d-token window, the ring's attention); "
+            "gradients summed over dp %d × cp %d\n", t->model.cp.size, model_cp_max_rows(p->batch.seq, t->model.cp.size),
+            p->batch.seq, p->mesh.dp, t->model.cp.size);
   if (t->dp.size > 1 || t->dp.zero > 0)
     fprintf(out, "data parallel: %d rank%s, zero %d, %d bucket%s (bucket_mb %g), %.2f MiB of "
             "parameters, shard %.2f MiB per rank\n", t->dp.size, t->dp.size == 1 ? "" : "s",

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# mesh.cp (context parallelism): what it does not compose with yet is refused by name, exit code 2,
+# before any step — by `tycho run` under mpirun (tp, pp, bf16 compute, a sparse model), and by
+# `tycho check`, `tune` and `rehearse`, which do not price the ring yet.
+# usage: run_cp_refusals.sh MPIEXEC NUMPROC_FLAG TYCHO   (run from the source folder)
+set -u
+mpiexec=$1 np=$2 tycho=$3
+plan=tests/plans/good/dp_small.lua
+tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
+composes='context parallelism composes with dp (ZeRO 0-3), dropout and recompute so far'
+expect() { # expect RANKS TEXT ARGS...: `tycho run` on RANKS ranks exits 2 with TEXT on stderr, no step
+  local ranks=$1 text=$2
+  shift 2
+  timeout 240 "$mpiexec" "$np" "$ranks" "$tycho" run "$plan" --set train.steps=2 "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  [ "$rc" -eq 2 ] || { cat "$tmp/out" "$tmp/err"; echo "FAIL: run $* on $ranks ranks exited $rc, expected 2"; exit 1; }
+  grep -qF -- "$text" "$tmp/err" || { cat "$tmp/err"; echo "FAIL: run $*: stderr lacks '$text'"; exit 1; }
+  ! grep -q '^step ' "$tmp/out" || { echo "FAIL: run $* trained a step"; exit 1; }
+}
+expect 4 "tycho: plan error: --set mesh.cp=2: mesh.cp = 2 with mesh.tp = 2: $composes, not with tensor parallelism yet; set mesh.tp = 1 or mesh.cp = 1" \
+  --set mesh.cp=2 --set mesh.tp=2
+expect 4 "tycho: plan error: --set mesh.cp=2: mesh.cp = 2 with mesh.pp = 2: $composes, not with pipeline stages yet; set mesh.pp = 1 or mesh.cp = 1" \
+  --set mesh.cp=2 --set mesh.pp=2
+expect 2 'tycho: plan error: --set mesh.cp=2: mesh.cp = 2 with precision.compute = "bf16": the ring'"'"'s attention computes in fp32 only; set precision.compute = "fp32" or mesh.cp = 1' \
+  --set mesh.cp=2 --set precision.compute=bf16
+expect 2 "mesh.cp = 2 with model.moe (4 experts): $composes; the routing's capacity counts a rank's tokens" \
+  --set mesh.cp=2 --set model.moe.experts=4 --set model.moe.top_k=2 --set model.moe.ffn_dim=32
+# a sequence shorter than its 2 · cp chunks: the plan error names the largest cp that fits
+expect 2 "mesh.cp = 2: batch.seq = 3 is shorter than the 2 × cp = 4 chunks context parallelism cuts each sequence into (each of at least one token); use cp ≤ 1" \
+  --set mesh.cp=2 --set batch.seq=3
+for cmd in check tune rehearse; do
+  case $cmd in
+    check) args=(--world 2) ;;
+    tune) args=(--world 2 --cluster plans/clusters/h100_80g_ib.lua) ;;
+    rehearse) args=(--world 2) ;;
+  esac
+  "$tycho" "$cmd" "$plan" --set mesh.cp=2 "${args[@]}" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  [ "$rc" -eq 2 ] || { cat "$tmp/out" "$tmp/err"; echo "FAIL: $cmd with mesh.cp=2 exited $rc, expected 2"; exit 1; }
+  grep -qF "mesh.cp = 2: tycho $cmd does not price context parallelism yet (its memory bill and traffic leave out the ring)" "$tmp/err" ||
+    { cat "$tmp/err"; echo "FAIL: $cmd with mesh.cp=2 does not say why"; exit 1; }
+done
+echo "ok: cp refusals"
