@@ -116,20 +116,21 @@ int model_cp_draw_masks(const struct model *m, real *mask, size_t per_sample, ui
   return 1;
 }
 
-void model_cp_attention_forward(struct model *m, struct model_acts *a, struct model_layer_acts *la,
-                                const struct attention_dropout *drop)
+void model_cp_attention_forward(struct model *m, struct model_layer_acts *la, const struct attention_dropout *drop,
+                                int NH, int NKV)
 {
-  (void)a;
   char why[512];
-  if (cp_ring_forward(m->cp.ring, la->atty, la->lse, la->q, la->k, la->v, drop, why, sizeof why))
+  if (cp_ring_heads(m->cp.ring, NH, NKV, why, sizeof why) ||
+      cp_ring_forward(m->cp.ring, la->atty, la->lse, la->q, la->k, la->v, drop, why, sizeof why))
     fault_set(FAULT_OF(&m->tp), FAULT_LEVEL_MODEL, "%s", why);
 }
 
 void model_cp_attention_backward(struct model *m, struct model_acts *a, const struct model_layer_acts *la,
-                                 const real *datt, const struct attention_dropout *drop)
+                                 const real *datt, const struct attention_dropout *drop, int NH, int NKV)
 {
   char why[512];
-  if (cp_ring_backward(m->cp.ring, a->dq, a->dk, a->dv, datt, la->q, la->k, la->v, la->atty, la->lse, drop, why,
+  if (cp_ring_heads(m->cp.ring, NH, NKV, why, sizeof why) ||
+      cp_ring_backward(m->cp.ring, a->dq, a->dk, a->dv, datt, la->q, la->k, la->v, la->atty, la->lse, drop, why,
                        sizeof why))
     fault_set(FAULT_OF(&m->tp), FAULT_LEVEL_MODEL, "%s", why);
 }

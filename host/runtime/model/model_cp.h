@@ -20,12 +20,13 @@ const int *model_cp_rows(struct model *m, const struct model_acts *a, const int 
  * without, 0 (nothing drawn). */
 int model_cp_draw_masks(const struct model *m, real *mask, size_t per_sample, uint64_t first,
                         const struct model_dropout *d, int B, int layer, enum model_dropout_site site);
-/* The layer's attention through the ring: atty and lse from q, k, v; backward dq, dk, dv (a's
- * workspace) from datt. A failed transfer is recorded in the model's fault. */
-void model_cp_attention_forward(struct model *m, struct model_acts *a, struct model_layer_acts *la,
-                                const struct attention_dropout *drop);
+/* The layer's attention through the ring, on this rank's NH query and NKV key/value heads (its
+ * tensor-parallel share): atty and lse from q, k, v; backward dq, dk, dv (a's workspace) from
+ * datt. A failed transfer is recorded in the model's fault. */
+void model_cp_attention_forward(struct model *m, struct model_layer_acts *la, const struct attention_dropout *drop,
+                                int NH, int NKV);
 void model_cp_attention_backward(struct model *m, struct model_acts *a, const struct model_layer_acts *la,
-                                 const real *datt, const struct attention_dropout *drop);
+                                 const real *datt, const struct attention_dropout *drop, int NH, int NKV);
 /* model_head_argmax under mesh.cp: rows index the whole sequences (b · seq_T + position) of the
  * last forward; each is decoded (by `rows_argmax` on this rank's rows) on the cp rank holding its
  * position and shared over the cp group, so every rank returns the same out. */

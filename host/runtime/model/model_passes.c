@@ -281,7 +281,7 @@ static void layer_forward_pieces(struct model *m, struct model_acts *a, int laye
     const struct attention_dropout *pd = passes_attn_drop(m, a, &ad, layer, d.NHl, T);
     const int att_b = m->bf16; /* a bf16 model's attention products on bf16 operands */
     if (m->cp.size > 1) /* mesh.cp: against every rank's keys, through the ring */
-      model_cp_attention_forward(m, a, la, pd);
+      model_cp_attention_forward(m, la, pd, d.NHl, d.NKVl);
     else if (qkv_fused)
       (att_b && m->k->attention_forward_qkv_bf16 ? m->k->attention_forward_qkv_bf16 : m->k->attention_forward_qkv)(
         m->kctx, la->atty, la->lse, a->attn_scratch, la->q, pd, B, T, d.NHl, d.NKVl, HS);
@@ -500,7 +500,7 @@ attention:
     passes_norm_input_grads(m, a, y, dins, PLAN_MOD_Q, PLAN_MOD_Q, a->work_c1, a->work_c2);
   } else {
     if (m->cp.size > 1) /* mesh.cp: the ring (q, k and v are never fused there) */
-      model_cp_attention_backward(m, a, la, datt, pd);
+      model_cp_attention_backward(m, a, la, datt, pd, d.NHl, d.NKVl);
     else
       (m->bf16 && m->k->attention_backward_bf16 ? m->k->attention_backward_bf16 : m->k->attention_backward)(
         m->kctx, a->dq, a->dk, a->dv, a->attn_scratch, datt, la->q, la->k, la->v, la->atty, la->lse, pd,

@@ -82,6 +82,15 @@ int cp_ring_reshape(struct cp_ring *r, int B, int T, char *err, size_t err_size)
   return 0;
 }
 
+int cp_ring_heads(struct cp_ring *r, int NH, int NKV, char *err, size_t err_size)
+{
+  if (NH < 1 || NKV < 1 || NH > r->cap_NH || NKV > r->cap_NKV || NH % NKV)
+    return errf(err, err_size, "context parallelism: %d query and %d key/value heads do not fit the ring's buffers "
+                "(sized for %d and %d)", NH, NKV, r->cap_NH, r->cap_NKV);
+  r->NH = NH, r->NKV = NKV;
+  return 0;
+}
+
 int cp_ring_init(struct cp_ring *r, const struct kernel_ops *k, void *kctx, struct comm_group *g, int B,
                  int T, int NH, int NKV, int HS, char *err, size_t err_size)
 {
@@ -109,6 +118,7 @@ int cp_ring_init(struct cp_ring *r, const struct kernel_ops *k, void *kctx, stru
   r->plse = alloc_reals(r, rows * NH);
   r->D = alloc_reals(r, rows * NH);
   r->cap_rows = rows;
+  r->cap_NH = NH, r->cap_NKV = NKV;
   r->cap_scratch = k->attention_cp_scratch_n_elems(kctx, B, r->maxTl, r->maxTl, NH, NKV, HS);
   r->scratch = alloc_reals(r, r->cap_scratch);
   if (!r->kv[0] || !r->kv[1] || !r->acc[0] || !r->acc[1] || !r->dloc || !r->pout || !r->plse || !r->D ||

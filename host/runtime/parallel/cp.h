@@ -39,6 +39,7 @@ struct cp_ring {
   real *D;              /* backward: Σ dout · out per row */
   real *scratch;        /* the block kernels' */
   size_t cap_rows, cap_scratch; /* what the buffers were sized for: B · maxTl rows, scratch elements */
+  int cap_NH, cap_NKV;  /* the heads they were sized for (cp_ring_heads takes fewer) */
 };
 
 /* Sizes and allocates the ring's buffers (table k's memory) for B samples of T tokens on group g;
@@ -63,6 +64,10 @@ int cp_ring_backward(struct cp_ring *r, real *dq, real *dk, real *dv, const real
  * refuses (-1, naming T) a T shorter than 2·cp, and a shape whose rows or scratch the buffers
  * sized at init cannot hold. */
 int cp_ring_reshape(struct cp_ring *r, int B, int T, char *err, size_t err_size);
+/* The query and key/value heads of the calls from now on (a tensor-parallel rank's share of a
+ * layer's heads, which may differ from layer to layer): at most those cp_ring_init sized the
+ * buffers for, else -1 with the reason. */
+int cp_ring_heads(struct cp_ring *r, int NH, int NKV, char *err, size_t err_size);
 /* Bytes this rank sends in one forward (backward 0) or backward (1) call. */
 size_t cp_ring_send_bytes(const struct cp_ring *r, int backward);
 
