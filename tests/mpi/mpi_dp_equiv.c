@@ -420,6 +420,27 @@ static void check_expert_shards(const struct trainer *t)
   plan_free(&q);
 }
 
+/* mesh.cp: the evaluation's greedy decoding (exec_argmax: each position decoded on the cp rank
+ * holding it, the answer shared over the cp group) at every position of two fixed sequences, one
+ * at a time, on the initial parameters: the parallel run's must equal the serial run's token for
+ * token. */
+#define DECODE_MAX 4096
+static int parallel_decoded[DECODE_MAX], serial_decoded[DECODE_MAX];
+
+static int decode_every_position(struct trainer *t, int *out)
+{
+  const int T = t->plan->batch.seq, V = t->plan->model.vocab, n_seqs = 2;
+  int tokens[DECODE_MAX / 2], n = 0;
+  if (n_seqs * T > DECODE_MAX || T > DECODE_MAX / 2)
+    return 0;
+  for (int s = 0; s < n_seqs; s++) {
+    for (int i = 0; i < T; i++) tokens[i] = (int)(((unsigned)(s * T + i) * 7u + 3u) % (unsigned)V);
+    exec_forward(&t->exec, tokens, NULL, 1, T);
+    for (int pos = 0; pos < T; pos++) exec_argmax(&t->exec, &pos, 1, &out[n++]);
+  }
+  return n;
+}
+
 static void test_parallel_run(void)
 {
   if (compile(&parallel_plan, world, all_sets, n_all))
@@ -435,6 +456,8 @@ static void test_parallel_run(void)
     n_logical += logical_elems(&t.model.params[i]);
   check_expert_shards(&t);
   initial = gather_packed(&t);
+  if (parallel_plan.mesh.cp > 1)
+    CHECK(decode_every_position(&t, parallel_decoded) > 0);
   alloc_reset_peaks(); /* the gather's copy is the test's, not the run's */
   struct comm_counter before[TRAFFIC_N_GROUPS][COMM_N_OPS];
   const int n_routing = routing_size(&parallel_plan);
@@ -601,6 +624,8 @@ static int serial_train(int micro, struct serial_run *out)
   out->micro = p.batch.micro;
   out->steps = p.train.steps;
   out->initial = packed_serial(&t.model);
+  if (micro == 0 && parallel_plan.mesh.cp > 1)
+    decode_every_position(&t, serial_decoded);
   const int n_routing = routing_size(&p);
   for (long long s = 0; s < p.train.steps; s++) {
     CHECK_MSG(trainer_step(&t, &out->stats[s], err, sizeof err) == 0, "%s", err);
@@ -692,6 +717,13 @@ static void test_serial_run_agrees(void)
   CHECK_MSG(memcmp(serial.initial, initial, n_logical * sizeof(real)) == 0,
             "initial parameters differ from the serial run's");
   printf("initial parameters bitwise equal to the serial run's\n");
+  if (parallel_plan.mesh.cp > 1) {
+    int differ = 0, n = 2 * parallel_plan.batch.seq;
+    for (int i = 0; i < n; i++) differ += parallel_decoded[i] != serial_decoded[i];
+    CHECK_MSG(differ == 0, "greedy decoding: %d of %d positions decode to another token than the serial run's",
+              differ, n);
+    printf("greedy decoding: %d positions, every token the serial run's\n", n);
+  }
   bf16_bounds(&parallel_plan);
   hold_to("parallel run against the serial run", parallel_stats, parallel_routing, &parallel_eval, final, &serial);
   /* float64: the serial run with another micro-batch size (1, or 2 when the plan's is 1) agrees
