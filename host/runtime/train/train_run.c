@@ -413,6 +413,8 @@ static void print_header(FILE *out, const struct plan *p, const struct trainer *
   const struct plan_mesh *me = &p->mesh;
   if (me->tp > 1 || me->pp > 1) {
     fprintf(out, "mesh: tp %d × pp %d × dp %d", me->tp, me->pp, me->dp);
+    if (me->cp > 1)
+      fprintf(out, " × cp %d", me->cp);
     if (me->tp > 1)
       fprintf(out, "; tensor parallel%s", p->sequence_parallel ? " with sequence parallelism" : "");
     if (me->pp > 1)
@@ -422,12 +424,13 @@ static void print_header(FILE *out, const struct plan *p, const struct trainer *
   }
   const struct dp_layout *l = &t->dp.layout;
   if (t->model.cp.size > 1) /* the dp layer's group is dp × cp: the gradients are summed over both */
-    fprintf(out, "context parallel: %d ranks a sequence (%d tokens each of a %d-token window, the ring's attention); "
+    fprintf(out, "context parallel: cp %d, each rank up to %d of a window's %d tokens (ring attention); "
             "gradients summed over dp %d × cp %d\n", t->model.cp.size, model_cp_max_rows(p->batch.seq, t->model.cp.size),
             p->batch.seq, p->mesh.dp, t->model.cp.size);
   if (t->dp.size > 1 || t->dp.zero > 0)
-    fprintf(out, "data parallel: %d rank%s, zero %d, %d bucket%s (bucket_mb %g), %.2f MiB of "
-            "parameters, shard %.2f MiB per rank\n", t->dp.size, t->dp.size == 1 ? "" : "s",
+    fprintf(out, "data parallel%s: %d rank%s, zero %d, %d bucket%s (bucket_mb %g), %.2f MiB of "
+            "parameters, shard %.2f MiB per rank\n", t->model.cp.size > 1 ? " (dp × cp)" : "", t->dp.size,
+            t->dp.size == 1 ? "" : "s",
             t->dp.zero, l->n_buckets, l->n_buckets == 1 ? "" : "s", p->bucket_mb,
             (double)l->n_elems * sizeof(real) / 1048576.0,
             (double)l->n_shard * sizeof(real) / 1048576.0);
