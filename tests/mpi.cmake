@@ -134,6 +134,11 @@ tycho_dp_equiv(cp2_zero3 2 --set mesh.cp=2 --set zero=3)
 tycho_dp_equiv(cp2_recompute 2 --set mesh.cp=2 --set recompute=full)
 tycho_dp_equiv(cp2_seq30 2 --set mesh.cp=2 --both batch.seq=30)  # chunks of 7 and 8 tokens
 tycho_dp_equiv(cp2_tp2 4 --set mesh.cp=2 --set mesh.tp=2)  # the ring on each tp rank's 2 heads
+# with pipeline stages: each boundary carries the rank's rows; ZeRO 3 across stages; GPipe with
+# the tied embedding's sum between the first and last stage
+tycho_dp_equiv(cp2_pp2 4 --set mesh.cp=2 --set mesh.pp=2)
+tycho_dp_equiv(cp2_pp2_zero3_micro2 4 --set mesh.cp=2 --set mesh.pp=2 --set zero=3 --set batch.micro=2)
+tycho_dp_equiv(cp2_pp2_gpipe_tied 4 --set mesh.cp=2 --set mesh.pp=2 --set schedule.kind=gpipe --both model.tie_embeddings=true)
 # what it does not compose with yet, refused by name by run, check, tune and rehearse
 add_test(NAME mpi_run_cp_refusals COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_cp_refusals.sh
   ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} $<TARGET_FILE:tycho> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})

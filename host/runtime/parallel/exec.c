@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels.h" /* attention_cp_rank_tokens */
 #include "comm/comm.h"
 #include "runtime/parallel/dcomm.h"
 #include "runtime/model/alloc.h"
@@ -19,10 +20,14 @@ static void failed(struct exec *pp, const char *what)
   fault_set(FAULT_OF(pp), FAULT_LEVEL_EXEC, "pipeline %s: %s", what, comm_error());
 }
 
-/* Floats of a stage boundary's activation (or its gradient): B × Th × C. */
+/* Floats of a stage boundary's activation (or its gradient): B × Th × C, Th the home rows of this
+ * rank's tokens (under mesh.cp its chunks of the T-long sequence). */
 static size_t boundary_elems(const struct exec_env *t, int B, int T)
 {
-  return (size_t)B * model_home_T(t->model, T) * t->model->config.dim;
+  const struct model *m = t->model;
+  if (m->cp.size > 1)
+    T = attention_cp_rank_tokens(T, m->cp.size, m->cp.rank); /* a pp peer has the same cp rank */
+  return (size_t)B * model_home_T(m, T) * m->config.dim;
 }
 
 /* A split list's held areas (struct exec_split): as many as micro-batches past B at once, each
