@@ -134,6 +134,7 @@ tycho_dp_equiv(cp2_zero3 2 --set mesh.cp=2 --set zero=3)
 tycho_dp_equiv(cp2_recompute 2 --set mesh.cp=2 --set recompute=full)
 tycho_dp_equiv(cp2_seq30 2 --set mesh.cp=2 --both batch.seq=30)  # chunks of 7 and 8 tokens
 tycho_dp_equiv(cp2_tp2 4 --set mesh.cp=2 --set mesh.tp=2)  # the ring on each tp rank's 2 heads
+tycho_dp_equiv(cp2_tp2_sp 4 --set mesh.cp=2 --set mesh.tp=2 --set sequence_parallel=true)  # 8 rows a tp rank
 # with pipeline stages: each boundary carries the rank's rows; ZeRO 3 across stages; GPipe with
 # the tied embedding's sum between the first and last stage
 tycho_dp_equiv(cp2_pp2 4 --set mesh.cp=2 --set mesh.pp=2)

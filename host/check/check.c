@@ -805,7 +805,7 @@ int check_cp_refused(const struct plan *p, const char *command, char *err, size_
   if (p->mesh.cp <= 1)
     return 0;
   return errf(err, n, "%s: mesh.cp = %d: tycho %s does not price context parallelism yet (its memory bill and "
-              "traffic leave out the ring); tycho run trains it (with dp, ZeRO 0-3, tp without sequence parallelism, "
-              "pp, dropout, recompute): "
+              "traffic leave out the ring); tycho run trains it (with dp, ZeRO 0-3, tp, sequence parallelism, pp, "
+              "dropout, recompute): "
               "check the layout with mesh.cp = 1", plan_where(p, "mesh.cp"), p->mesh.cp, command);
 }

@@ -85,12 +85,8 @@ static int cp_refused(const struct plan *p, char *err, size_t n)
 {
   const int cp = p->mesh.cp;
   const char *where = plan_where(p, "mesh.cp");
-  const char *not_yet = "context parallelism composes with dp (ZeRO 0-3), tp without sequence parallelism, pp, dropout and recompute "
-                        "so far";
-  if (p->mesh.tp > 1 && p->sequence_parallel)
-    return errf(err, n, "%s: mesh.cp = %d with sequence_parallel = true (mesh.tp = %d): %s, not with sequence "
-                "parallelism yet (a tp rank's share of the rows would cut across the cp chunks); set "
-                "sequence_parallel = false or mesh.cp = 1", where, cp, p->mesh.tp, not_yet);
+  const char *not_yet = "context parallelism composes with dp (ZeRO 0-3), tp (with sequence parallelism), pp, dropout and "
+                        "recompute so far";
   if (p->model.moe.experts > 0)
     return errf(err, n, "%s: mesh.cp = %d with model.moe (%d experts): %s; the routing's capacity counts a rank's "
                 "tokens, so a sparse model is not run under it yet; set mesh.cp = 1", where, cp,

@@ -329,6 +329,14 @@ static int validate_batch(struct plan *p, char *err, size_t n)
   if (p->sequence_parallel && p->batch.seq % p->mesh.tp)
     return fail(err, n, p, "sequence_parallel", "sequence_parallel = true: batch.seq = %d is not a "
                 "multiple of mesh.tp = %d (each rank holds seq / tp positions)", p->batch.seq, p->mesh.tp);
+  /* with context parallelism a tp rank holds tp-th of its cp rank's two chunks: equal chunks of a
+   * multiple of tp tokens each, so every cp rank's rows split evenly */
+  const long long sp_cp = 2LL * p->mesh.cp * p->mesh.tp;
+  if (p->sequence_parallel && p->mesh.tp > 1 && p->mesh.cp > 1 && p->batch.seq % sp_cp)
+    return fail(err, n, p, "sequence_parallel", "sequence_parallel = true with mesh.cp = %d: batch.seq = %d is "
+                "not a multiple of 2 × cp × tp = %lld (each of the 2 × cp chunks splits over the %d tp ranks); "
+                "use a multiple of %lld or sequence_parallel = false", p->mesh.cp, p->batch.seq, sp_cp, p->mesh.tp,
+                sp_cp);
   return 0;
 }
 

@@ -103,16 +103,24 @@ int model_cp_draw_masks(const struct model *m, real *mask, size_t per_sample, ui
 {
   if (m->cp.size <= 1)
     return 0;
-  const int T = m->cp.seq_T, Tl = m->cp.Tl;
-  const size_t per_token = per_sample / (size_t)Tl;
-  int s[2], n[2];
-  chunk(m, T, 0, &s[0], &n[0]);
-  chunk(m, T, 1, &s[1], &n[1]);
+  /* the masks are on the residual stream, (T, C) a sample: this rank holds its rows [r0, r0 + n)
+   * of the cp rank's rows (all of them, or a tp rank's share under sequence parallelism), which
+   * are chunk one's positions, then chunk two's */
+  const int T = m->cp.seq_T;
+  const size_t C = (size_t)m->config.dim, r0 = (size_t)(first / C), n = per_sample / C;
+  int s[2], len[2];
+  chunk(m, T, 0, &s[0], &len[0]);
+  chunk(m, T, 1, &s[1], &len[1]);
   for (int b = 0; b < B; b++)
-    for (int i = 0, row = 0; i < 2; row += n[i], i++)
-      m->k->dropout_mask(m->kctx, mask + (size_t)b * per_sample + (size_t)row * per_token, (size_t)n[i] * per_token,
-                         d->p, d->seed, d->step, (uint32_t)d->samples[b], ((uint32_t)layer << 8) | (uint32_t)site,
-                         first + (uint64_t)s[i] * per_token);
+    for (int i = 0, row = 0; i < 2; row += len[i], i++) {
+      const size_t lo = r0 > (size_t)row ? r0 : (size_t)row;
+      const size_t hi = r0 + n < (size_t)(row + len[i]) ? r0 + n : (size_t)(row + len[i]);
+      if (lo >= hi)
+        continue;
+      m->k->dropout_mask(m->kctx, mask + (size_t)b * per_sample + (lo - r0) * C, (hi - lo) * C, d->p, d->seed,
+                         d->step, (uint32_t)d->samples[b], ((uint32_t)layer << 8) | (uint32_t)site,
+                         (uint64_t)(s[i] + (lo - (size_t)row)) * C);
+    }
   return 1;
 }
 

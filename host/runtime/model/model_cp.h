@@ -15,9 +15,9 @@ void model_cp_close(struct model *m);
 void model_cp_begin(struct model *m, struct model_acts *a, int B, int T);
 /* ids (B, seq_T) cut to this rank's rows (B, T), in host memory of m's; ids itself without cp. */
 const int *model_cp_rows(struct model *m, const struct model_acts *a, const int *ids);
-/* With cp: the masks of passes_draw_masks at the rows' global positions (per_sample elements a
- * sample, first its offset in the logical row; the shape of the last forward begun), and 1;
- * without, 0 (nothing drawn). */
+/* With cp: the masks of passes_draw_masks (on the residual stream: per_sample elements a sample,
+ * first the offset of this rank's first in the cp rank's rows; the shape of the last forward
+ * begun) drawn at the rows' global positions, and 1; without, 0 (nothing drawn). */
 int model_cp_draw_masks(const struct model *m, real *mask, size_t per_sample, uint64_t first,
                         const struct model_dropout *d, int B, int layer, enum model_dropout_site site);
 /* The layer's attention through the ring, on this rank's NH query and NKV key/value heads (its

@@ -167,7 +167,7 @@ void model_embed_forward(const struct model *mc, struct model_acts *a, const int
   if (m->tp.size == 1)
     return;
   enum tp_layout out = tp_embed_output(m->tp.io.split[PLAN_MOD_EMBED]);
-  tp_convert(&m->tp, a->pack, passes_residual(a, 0), a->work_c1, out, m->tp.io.home, B, T, C, a->work_c4);
+  tp_convert(&m->tp, a->pack, passes_residual(a, 0), a->work_c1, out, m->tp.io.home, B, a->T, C, a->work_c4);
 }
 
 void model_embed_backward(struct model *m, struct model_acts *a)

@@ -658,11 +658,13 @@ static int solve_problems(struct trainer *t, uint64_t first, int B)
   /* Under sequence parallelism the forward needs whole shards: the sequence is padded at the end
    * (the causal mask keeps padding out of the positions read). */
   const int tp = t->model.tp.size, sp = t->model.tp.io.home == TP_SEQ;
-  /* Under context parallelism, at least the 2 · cp chunks of one token each. */
-  const int T_min = 2 * t->model.cp.size;
+  /* Under context parallelism, at least the 2 · cp chunks of one token each; with sequence
+   * parallelism too, 2 · cp equal chunks of whole tp shards (plan_validate's rule for batch.seq). */
+  const int cp = t->model.cp.size > 1 ? t->model.cp.size : 1, T_min = cp > 1 ? 2 * cp : 1;
+  const int multiple = sp ? (cp > 1 ? 2 * cp * tp : tp) : 1;
   int rows[TRAIN_MIN_EVAL_PROBLEMS], best[TRAIN_MIN_EVAL_PROBLEMS];
   for (int g = 0; g < A; g++) {
-    const int T = P + g, Tp = T < T_min ? T_min : T, Tr = sp ? (Tp + tp - 1) / tp * tp : Tp;
+    const int T = P + g, Tp = T < T_min ? T_min : T, Tr = (Tp + multiple - 1) / multiple * multiple;
     for (int b = 0; b < B; b++) {
       memcpy(t->inputs + (size_t)b * Tr, text[b], (size_t)T * sizeof(int));
       for (int i = T; i < Tr; i++) t->inputs[(size_t)b * Tr + i] = 0;
