@@ -135,6 +135,12 @@ tycho_dp_equiv(cp2_recompute 2 --set mesh.cp=2 --set recompute=full)
 tycho_dp_equiv(cp2_seq30 2 --set mesh.cp=2 --both batch.seq=30)  # chunks of 7 and 8 tokens
 tycho_dp_equiv(cp2_tp2 4 --set mesh.cp=2 --set mesh.tp=2)  # the ring on each tp rank's 2 heads
 tycho_dp_equiv(cp2_tp2_sp 4 --set mesh.cp=2 --set mesh.tp=2 --set sequence_parallel=true)  # 8 rows a tp rank
+# every layer's own splits (tp_mixed.lua: attention on all heads in one layer, k replicated in
+# another): the ring on each layer's heads
+tycho_mpi_test(mpi_dp_equiv.cp2_tp2_mixed_sp 4 COMMAND $<TARGET_FILE:mpi_dp_equiv>
+  ${PROJECT_SOURCE_DIR}/tests/plans/good/tp_mixed.lua --set mesh.tp=2 --set mesh.cp=2 --set sequence_parallel=true)
+tycho_dp_equiv(cp4 4 --set mesh.cp=4)
+tycho_dp_equiv(cp4_seq29_zero2 4 --set mesh.cp=4 --both batch.seq=29 --set zero=2)  # chunks of 3 and 4 tokens
 # with pipeline stages: each boundary carries the rank's rows; ZeRO 3 across stages; GPipe with
 # the tied embedding's sum between the first and last stage
 tycho_dp_equiv(cp2_pp2 4 --set mesh.cp=2 --set mesh.pp=2)
