@@ -122,6 +122,7 @@ static int acts_create(struct model_acts *a, const struct model *m, int B_max, i
   layout_acts_free(&y);
   m->k->rope_table(m->kctx, a->rope_cos, a->rope_sin, T_max, m->config.head_dim,
                    m->config.rope_theta, 0);
+  a->cp_rope_T = 0; /* positions 0 … T_max − 1, whatever a slot's first held (model_cp_begin) */
   return 0;
 
 out_of_memory:
