@@ -12,15 +12,16 @@
 -- capacity, 8 × 1280 per sequence, where dropless they could be all 8 × 4096 of its group's
 -- tokens. Recompute of the whole attention block (the sparse MLP is never recomputed).
 -- `tycho check plans/mixtral_8x7b.lua --world 256 --cluster plans/clusters/h200_141g_ib.lua`:
--- 89.1 GiB on the fullest rank (stage 0, whose activations are 74.1 GiB: 32 micro-batches in
+-- 88.4 GiB on the fullest rank (stage 0, whose activations are 74.1 GiB: 32 micro-batches in
 -- flight, in the bf16 mode's element sizes — fp32, a sparse layer's inputs rounded per product;
--- the async snapshot's 2.2 GiB of it is host memory), 34% headroom on 141 GB (131.3 GiB) for the 86.9 GiB
+-- the async snapshot's 2.2 GiB of it is host memory), 34% headroom on 141 GB (131.3 GiB) for the 86.2 GiB
 -- on the GPU; 4.2 s per step, MFU 31.4%. On 80 GB GPUs (h100_80g_ib.lua) the first stages do
 -- not fit, and `tycho tune` finds no layout that does: the activations are the limit. The same
 -- layout at ep 1 is 3.9 s and 79.6 GiB (its activations hold fewer rows; its gathers bring all
 -- 8 experts): where the model fits either way the cost model sees ep's exchange and not its
--- larger expert products; on 64 H200s the best layouts shard the experts (tune's best: pp 4 ×
--- dp 16, ep 8, ZeRO-3, 116.5 GiB).
+-- larger expert products; on 64 H200s, with the fp32 master sharded with the optimizer, tune's
+-- best is pp 8 × dp 8 with the experts whole (ZeRO 1, 117.3 GiB), layouts sharding them over
+-- ep 2 close behind.
 -- Global batch 4M tokens.
 local tycho = require "tycho"
 local mixtral = require "models.mixtral"

@@ -98,6 +98,10 @@ static int cp_refused(const struct plan *p, char *err, size_t n)
   if (p->device == PLAN_DEVICE_CUDA)
     return errf(err, n, "%s: mesh.cp = %d with device = \"cuda\": the ring's transfers run on host memory only "
                 "(no NCCL ring yet); set device = \"cpu\" or mesh.cp = 1", where, cp);
+  if (p->schedule == PLAN_SCHED_ZB_H1)
+    return errf(err, n, "%s: mesh.cp = %d with schedule.kind = \"zb-h1\": %s, under whole backwards (the split "
+                "backward is not run with the ring yet); use schedule.kind = \"1f1b\" or mesh.cp = 1", where, cp,
+                not_yet);
   return 0;
 }
 

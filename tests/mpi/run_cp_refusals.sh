@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # mesh.cp (context parallelism): what it does not compose with yet is refused by name, exit code 2,
-# before any step — by `tycho run` under mpirun (bf16 compute, a sparse model), and by `tycho check`,
+# before any step — by `tycho run` under mpirun (bf16 compute, a sparse model, zb-h1), and by `tycho check`,
 # `tune` and `rehearse`, which do not price the ring yet.
 # usage: run_cp_refusals.sh MPIEXEC NUMPROC_FLAG TYCHO   (run from the source folder)
 set -u
@@ -21,6 +21,8 @@ expect 2 'tycho: plan error: --set mesh.cp=2: mesh.cp = 2 with precision.compute
   --set mesh.cp=2 --set precision.compute=bf16
 expect 2 "mesh.cp = 2 with model.moe (4 experts): $composes; the routing's capacity counts a rank's tokens" \
   --set mesh.cp=2 --set model.moe.experts=4 --set model.moe.top_k=2 --set model.moe.ffn_dim=32
+expect 4 "mesh.cp = 2 with schedule.kind = \"zb-h1\": $composes, under whole backwards" \
+  --set mesh.cp=2 --set mesh.pp=2 --set schedule.kind=zb-h1 --set batch.micro=1
 # a sequence shorter than its 2 · cp chunks: the plan error names the largest cp that fits
 expect 2 "mesh.cp = 2: batch.seq = 3 is shorter than the 2 × cp = 4 chunks context parallelism cuts each sequence into (each of at least one token); use cp ≤ 1" \
   --set mesh.cp=2 --set batch.seq=3
