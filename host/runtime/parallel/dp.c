@@ -44,18 +44,25 @@ int dp_all_reduce(struct dp *d, int b, real *buf, size_t n_elems, struct comm_re
            ? dp_fail(d, "gradient all-reduce") : 0;
 }
 
-int dp_all_gather(struct dp *d, int b, const real *send, real *recv, size_t n_elems,
-                  struct comm_request **req)
+/* An all-gather of bucket b's shares of elem_size-byte elements of comm type `type`, in place or
+ * not; a group of one copies. */
+static int all_gather_typed(struct dp *d, int b, const void *send, void *recv, size_t n_elems, size_t elem_size,
+                            enum comm_dtype type, const char *what, struct comm_request **req)
 {
   *req = NULL;
   struct comm_group *g = dp_bucket_group(d, b);
   if (!g || g->size == 1) {
     if (send != recv)
-      d->model->k->copy(d->model->kctx, recv, send, n_elems * sizeof(real));
+      d->model->k->copy(d->model->kctx, recv, send, n_elems * elem_size);
     return 0;
   }
-  return dcomm_all_gather(DCOMM_OF(d->model), g, send, recv, n_elems, COMM_REAL, req)
-           ? dp_fail(d, "parameter all-gather") : 0;
+  return dcomm_all_gather(DCOMM_OF(d->model), g, send, recv, n_elems, type, req) ? dp_fail(d, what) : 0;
+}
+
+int dp_all_gather(struct dp *d, int b, const real *send, real *recv, size_t n_elems,
+                  struct comm_request **req)
+{
+  return all_gather_typed(d, b, send, recv, n_elems, sizeof(real), COMM_REAL, "parameter all-gather", req);
 }
 
 int dp_reduce_scatter(struct dp *d, int b, const real *send, real *recv, size_t n_elems,
@@ -74,15 +81,7 @@ int dp_reduce_scatter(struct dp *d, int b, const real *send, real *recv, size_t 
 int dp_all_gather_bf16(struct dp *d, int b, const bf16 *send, bf16 *recv, size_t n_elems,
                        struct comm_request **req)
 {
-  *req = NULL;
-  struct comm_group *g = dp_bucket_group(d, b);
-  if (!g || g->size == 1) {
-    if (send != recv)
-      d->model->k->copy(d->model->kctx, recv, send, n_elems * sizeof(bf16));
-    return 0;
-  }
-  return dcomm_all_gather(DCOMM_OF(d->model), g, send, recv, n_elems, COMM_BF16, req)
-           ? dp_fail(d, "bf16 weight all-gather") : 0;
+  return all_gather_typed(d, b, send, recv, n_elems, sizeof(bf16), COMM_BF16, "bf16 weight all-gather", req);
 }
 
 void dp_bind_bucket(struct dp *d, int b, real *base, int grads)
