@@ -185,7 +185,7 @@ int main(int argc, char **argv)
     comm_fatal("%s", err);
   rank = comm_world()->rank;
   struct plan_mesh mesh = { .world = 4, .tp = 2, .dp = 2, .pp = 1,
-                            .order = { PLAN_AXIS_TP, PLAN_AXIS_DP, PLAN_AXIS_PP } };
+                            .order = { PLAN_AXIS_TP, PLAN_AXIS_DP, PLAN_AXIS_PP, PLAN_AXIS_CP } };
   if (comm_world()->size != 4)
     comm_fatal("mpi_errors runs on 4 ranks");
   if (comm_build_mesh_groups(&mesh, groups, err, sizeof err))
