@@ -63,6 +63,7 @@ void linear_forward_acc(real *out, const real *inp, const real *weight, int BT, 
 #if !REAL_IS_DOUBLE
 void round_bf16(bf16 *dst, const real *src, size_t n_elems);
 void widen_bf16(real *dst, const bf16 *src, size_t n_elems);
+void accumulate_bf16(bf16 *acc, const bf16 *x, size_t n_elems);
 void encoder_forward_bf16(real *out, const int *tokens, const bf16 *wte, int v0, int Vl, int BT, int C);
 int linear_forward_bf16(real *out, const bf16 *inp, const bf16 *weight, int BT, int IC, int OC,
                         char *err, size_t err_size);

@@ -115,6 +115,10 @@ KERNEL_OP_BF16(void, round_bf16, (bf16 *dst, const real *src, size_t n_elems), (
 /* dst[i] = src[i] widened to real (exact): a norm's gain read from its bf16 copy (the bf16 mode
  * reads no fp32 weight: where the fp32 master is sharded a rank has no whole one). */
 KERNEL_OP_BF16(void, widen_bf16, (real *dst, const bf16 *src, size_t n_elems), (dst, src, n_elems))
+/* acc[i] = bf16 of (acc[i] + x[i]), the sum in fp32 (exact: two bf16 values), rounded to
+ * nearest even once: precision.grads = "bf16" adds a reduce-scatter's share into the gradient
+ * shard this way (runtime/parallel/dp_passes.c). */
+KERNEL_OP_BF16(void, accumulate_bf16, (bf16 *acc, const bf16 *x, size_t n_elems), (acc, x, n_elems))
 /* encoder_forward_shard on the embedding's bf16 copy: out[bt, :] = wte[tokens[bt] − v0, :]
  * widened, zeros for tokens outside the Vl rows (v0 = 0, Vl = Vp: the whole table). */
 KERNEL_OP_BF16(void, encoder_forward_bf16,

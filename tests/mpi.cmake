@@ -208,6 +208,17 @@ if(NOT TYCHO_FLOAT64)
   tycho_dp_equiv(bf16_tp2_pp2 4 --both precision.compute=bf16 --set mesh.tp=2 --set mesh.pp=2)
   tycho_dp_equiv(bf16_tp2_dp2_zero1 4 --both precision.compute=bf16 --set mesh.tp=2 --set zero=1)
   tycho_equiv_must_fail(bf16_broken_dropout_seed 2 --both precision.compute=bf16 --set seeds.dropout=5)
+  # precision.grads = "bf16": the ZeRO-2/3 gradient shard in bf16, reduce-scattered in bf16 (the
+  # serial run keeps its gradients so too: zero 2 over one rank); every category of the bill to the
+  # byte, the bf16 reductions' bytes in the comm counters
+  tycho_dp_equiv(bf16_grads_dp2_zero2 2 --both precision.compute=bf16 --both precision.grads=bf16 --set zero=2)
+  tycho_dp_equiv(bf16_grads_dp2_zero3 2 --both precision.compute=bf16 --both precision.grads=bf16 --set zero=3)
+  tycho_dp_equiv(bf16_grads_pp2_dp2_zero2_tied 4 --both precision.compute=bf16 --both precision.grads=bf16
+    --set mesh.pp=2 --set zero=2 --set zero_every.grads=micro_batch --both model.tie_embeddings=true)
+  tycho_dp_equiv(bf16_grads_tp2_dp2_zero3 4 --both precision.compute=bf16 --both precision.grads=bf16
+    --set mesh.tp=2 --set zero=3)
+  tycho_equiv_must_fail(bf16_grads_broken_dropout_seed 2 --both precision.compute=bf16 --both precision.grads=bf16
+    --set zero=2 --set seeds.dropout=5)
 endif()
 if(TYCHO_FLOAT64)
   tycho_equiv_must_fail(broken_lr_1e-6 2 --set optimizer.lr=0.003000003)
@@ -254,6 +265,10 @@ tycho_ep_equiv(tp2_ep2_pp2_zero2 8 --set mesh.tp=2 --set mesh.ep=2 --set mesh.pp
 if(NOT TYCHO_FLOAT64)
   tycho_ep_equiv(bf16_moe 2 --both precision.compute=bf16 --both model.moe.capacity_factor=0)
   tycho_ep_equiv(bf16_moe_ep2 2 --both precision.compute=bf16 --set mesh.ep=2 --both model.moe.capacity_factor=0)
+  # precision.grads = "bf16": the expert buckets' shards reduce-scatter in bf16 over the edp group;
+  # 6 steps: each step's bf16 gradients move near-ties sooner (12 steps: 2.8% of the routing moved)
+  tycho_ep_equiv(bf16_grads_moe_ep2_zero2 2 --both precision.compute=bf16 --both precision.grads=bf16 --set mesh.ep=2
+    --set zero=2 --both model.moe.capacity_factor=0 --both train.steps=6)
   # 6 steps: past them the routing's near-ties move more than 1% (mpi_dp_equiv.c, bf16_bounds)
   tycho_ep_equiv(bf16_moe_tp2_ep2 4 --both precision.compute=bf16 --set mesh.tp=2 --set mesh.ep=2
     --both model.moe.capacity_factor=0 --both train.steps=6)
@@ -484,6 +499,11 @@ if(NOT TYCHO_FLOAT64)
   tycho_bill(async_bf16_dp2_zero3 2 dp_small.lua --async-checkpoint --set zero=3 --set precision.compute=bf16)
   tycho_bill(async_bf16_dp2_zero1 2 dp_small.lua --async-checkpoint --set zero=1 --set precision.compute=bf16)
   tycho_bill(bf16_tp2_dp2_zero2 4 dp_small.lua --set mesh.tp=2 --set zero=2 --set precision.compute=bf16)
+  # bf16 gradients: the bf16 shard, each bucket's fp32 sums with their bf16 image, the bf16
+  # reduce-scatter outputs and bytes, the widened share of the norm and AdamW
+  tycho_bill(bf16_grads_pp2_dp2_zero3_tied 4 dp_small.lua --set mesh.pp=2 --set zero=3 --set precision.compute=bf16
+    --set precision.grads=bf16 --set zero_every.grads=micro_batch --set zero_every.params=micro_batch
+    --set model.tie_embeddings=true)
 endif()
 
 # init.from read block by block and export put together under tensor and pipeline parallelism.

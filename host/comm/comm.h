@@ -41,6 +41,9 @@ enum comm_dtype {
 };
 /* The runtime's tensors move as `real` (kernels/real.h): fp32, or fp64 in the float64 build. */
 #define COMM_REAL (REAL_IS_DOUBLE ? COMM_FP64 : COMM_FP32)
+/* Reductions: every type but fp16 sums (bf16 sums only, on the MPI backend); a bf16 sum widens each pair,
+ * adds in fp32 and rounds to nearest even once per combination (NCCL's, and the MPI backend's own
+ * operation). */
 enum comm_reduce { COMM_SUM, COMM_MAX, COMM_N_REDUCES };
 enum comm_op {
   COMM_ALL_REDUCE, COMM_ALL_GATHER, COMM_REDUCE_SCATTER, COMM_BROADCAST,

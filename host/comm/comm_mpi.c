@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bf16.h"
 #include "comm_internal.h"
 #include "util/launch.h"
 
@@ -103,6 +104,26 @@ static void singleton_env_clear(void)
 #endif
 }
 
+/* bf16 sums (precision.grads = "bf16": the gradient reductions move 2-byte elements): MPI has no
+ * bf16 type, so the elements move as 16-bit words and this operation adds them: each pair widened
+ * (exact), added in fp32 and rounded to nearest even, once per combination, as NCCL's bf16 sum
+ * does. Created with the first group, freed at finalize. */
+static MPI_Op bf16_sum_op = MPI_OP_NULL;
+
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+  (void)type;
+  const uint16_t *a = in;
+  uint16_t *b = inout;
+  for (int i = 0; i < *len; i++) {
+    uint32_t x = (uint32_t)a[i] << 16, y = (uint32_t)b[i] << 16;
+    float fx, fy;
+    memcpy(&fx, &x, 4);
+    memcpy(&fy, &y, 4);
+    b[i] = bf16_from_float(fx + fy);
+  }
+}
+
 int comm_mpi_init(int *argc, char ***argv, char *err, size_t n)
 {
   int initialized = 0, finalized = 0, provided = MPI_THREAD_SINGLE;
@@ -128,6 +149,8 @@ int comm_mpi_init(int *argc, char ***argv, char *err, size_t n)
                     "thread calls MPI while the caller computes)", ctx.rank, thread_level_name(provided)), -1;
   if (find_local_rank(err, n))
     return -1;
+  if (bf16_sum_op == MPI_OP_NULL)
+    MPI_CHECK(MPI_Op_create(bf16_sum, 1, &bf16_sum_op), err, n);
   MPI_Comm ctl;
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &ctl), err, n);
   if (comm_mpi_group_new(ctl, "world", &ctx.world, err, n))
@@ -317,6 +340,8 @@ int comm_mpi_finalize(char *err, size_t n)
   if (watch_created)
     MPI_Comm_free(&ctx.watch);
   watch_created = 0;
+  if (bf16_sum_op != MPI_OP_NULL)
+    MPI_Op_free(&bf16_sum_op);
   if (ctx.mpi_owned) {
     ctx.mpi_owned = 0;
     MPI_CHECK(MPI_Finalize(), err, n);
@@ -358,8 +383,8 @@ static MPI_Datatype mpi_type(enum comm_dtype dtype)
 static int mpi_validate(const struct comm_request *r, char *err, size_t n)
 {
   if ((r->op == COMM_ALL_REDUCE || r->op == COMM_REDUCE_SCATTER) &&
-      (r->dtype == COMM_BF16 || r->dtype == COMM_FP16))
-    return snprintf(err, n, "comm %s on %s: the MPI backend does not reduce %s (CPU buffers are " REAL_NAME ")",
+      (r->dtype == COMM_FP16 || (r->dtype == COMM_BF16 && r->reduce != COMM_SUM)))
+    return snprintf(err, n, "comm %s on %s: the MPI backend reduces %s by sum only (fp16 not at all)",
                     comm_op_name(r->op), r->group->name, comm_dtype_name(r->dtype)), -1;
   if (r->counts) { /* MPI_Ialltoallv's counts and displacements are ints: every block's end fits */
     size_t total[2] = { 0, 0 };
@@ -411,7 +436,7 @@ static int post(struct comm_request *r)
   MPI_Comm comm = *(MPI_Comm *)r->group->state->data;
   int count = (int)r->n_elems;
   MPI_Datatype type = mpi_type(r->dtype);
-  MPI_Op op = r->reduce == COMM_MAX ? MPI_MAX : MPI_SUM;
+  MPI_Op op = r->dtype == COMM_BF16 ? bf16_sum_op : r->reduce == COMM_MAX ? MPI_MAX : MPI_SUM;
   size_t one = r->n_elems * comm_dtype_size(r->dtype);
   char *err = r->err;
   size_t n = sizeof r->err;

@@ -399,6 +399,7 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
   /* elements (reals) as the runtime allocates them; zero 3's gathered units in bytes, their bf16
    * copies with them (whole copies under zero 0-2) */
   double params = 0, grads = 0, comm = 0, gathered = 0, activations, workspace;
+  double grads_bytes = -1, comm_grads_bytes = 0; /* grads bf16 (zero 2, 3): bytes, not elements */
   const int is_bf16 = r.t.n_bf16 > 0, sharded = dp_master_is_sharded(zero, is_bf16, p->mesh.dp);
   /* the fp32 weights (a bf16 model's master: optimizer state), whole or the shard */
   const double weights = (double)(sharded ? r.l.n_shard : r.l.n_elems);
@@ -417,6 +418,17 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
     }
     grads = (double)(r.l.n_shard + zg.grads);
     comm = (double)zg.comm;
+    if (bill_grads_bf16(p)) { /* bf16 gradients: the shard and the reduce-scatter outputs in bf16, each bucket's
+                               * fp32 sums with their bf16 image, or later the norm's and AdamW's widened
+                               * share (the largest), in bytes */
+      size_t most = 0;
+      for (int b = 0; b < r.l.n_buckets; b++)
+        most = r.l.buckets[b].share > most ? r.l.buckets[b].share : most;
+      const double fill = (double)zg.grads * (c + sizeof(bf16)), widen = (double)most * c;
+      grads_bytes = (double)r.l.n_shard * sizeof(bf16) + (fill > widen ? fill : widen);
+      comm_grads_bytes = (double)zg.comm * sizeof(bf16);
+      comm = 0;
+    }
     if (zero == 3)
       gathered = (double)pz;
   }
@@ -444,11 +456,11 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
    * `gathered`) */
   const double copies = (double)(zero < 3 ? r.t.n_bf16 : is_bf16 ? r.l.n_shard : 0) * sizeof(bf16);
   out->bytes[ALLOC_PARAMS] = params * c + copies + gathered;
-  out->bytes[ALLOC_GRADS] = grads * g;
+  out->bytes[ALLOC_GRADS] = grads_bytes >= 0 ? grads_bytes : grads * g;
   out->bytes[ALLOC_OPTIMIZER] = state * 2.0 * fp32 + (is_bf16 ? weights * c : 0.0);
   /* each slot's token and target ids: ints carved from this runtime's reals */
   out->bytes[ALLOC_ACTIVATIONS] = activations * c + id_reals * (double)sizeof(real) + split_bytes;
-  out->bytes[ALLOC_COMM] = comm * c;
+  out->bytes[ALLOC_COMM] = comm * c + comm_grads_bytes;
   out->bytes[ALLOC_WORKSPACE] = workspace * c + batch_bytes;
   /* checkpoint.async: the snapshot of the rank's parameters and moments (ckpt.h) */
   if (p->checkpoint.async && p->checkpoint.dir[0])
@@ -498,6 +510,11 @@ int bill_rank_params(const struct plan *p, int pp_rank, double *n_elems, double 
   return 0;
 }
 
+int bill_grads_bf16(const struct plan *p)
+{
+  return p->precision.compute == PLAN_BF16 && p->precision.grads == PLAN_BF16;
+}
+
 double bill_element_bytes(const struct plan *p, enum plan_dtype d)
 {
   const int this_runtime = plan_on_cpu(p); /* the CPU's reals; a cuda plan's sizes as written */
@@ -522,7 +539,8 @@ int traffic_predict_shared(const struct plan *p, const struct bill_shared *sh, i
   /* traffic_element_bytes: activations and parameters in precision.compute, gradients in
    * precision.grads (on the CPU both the runtime's reals) */
   const unsigned long long eb = (unsigned long long)traffic_element_bytes(p, p->precision.compute);
-  const unsigned long long egrad = (unsigned long long)traffic_element_bytes(p, p->precision.grads);
+  const unsigned long long egrad = bill_grads_bf16(p) ? sizeof(bf16)
+                                                     : (unsigned long long)traffic_element_bytes(p, p->precision.grads);
   /* the weights' gathers after the update (zero 1, 2) and of ZeRO-3's units: a bf16 model's
    * copies, in bf16 */
   const unsigned long long ew = p->precision.compute == PLAN_BF16 ? sizeof(bf16) : eb;

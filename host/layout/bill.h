@@ -108,6 +108,11 @@ double bill_element_bytes(const struct plan *p, enum plan_dtype d);
  * computes in, a bf16 plan's included; the GPU runtime's move fp32 (its reals) likewise. */
 double traffic_element_bytes(const struct plan *p, enum plan_dtype d);
 
+/* precision = { compute = "bf16", grads = "bf16" }: the gradients a rank keeps are bf16 and the
+ * data-parallel gradient reductions (and a tied embedding's sum between the stages) move bf16
+ * (the runtime's dp.h, ZeRO 2 and 3); each backward's per-unit sums are still fp32. */
+int bill_grads_bf16(const struct plan *p);
+
 /* The bill of pipeline rank pp_rank (every tp and dp rank of a stage gets the same one: shards
  * are equal by construction). 0 ok; nonzero with a message. */
 int bill_predict(const struct plan *p, int pp_rank, struct bill *out, char *err, size_t err_size);

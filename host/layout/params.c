@@ -66,6 +66,7 @@ int layout_rank_of_plan(struct layout_rank *r, const struct plan *p, int tp_rank
   memset(r, 0, sizeof *r);
   r->config = p->model;
   r->bf16 = p->precision.compute == PLAN_BF16; /* the CPU's and the GPU's bf16 mode alike */
+  r->grads_bf16 = r->bf16 && p->precision.grads == PLAN_BF16;
   r->zero = p->zero;
   r->cp_size = p->mesh.cp > 1 ? p->mesh.cp : 1;
   r->outline = outline;

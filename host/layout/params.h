@@ -47,6 +47,7 @@ struct layout_rank {
   int zero;                        /* the plan's ZeRO stage (0 without a plan) */
   int cp_size;                     /* mesh.cp (0 or 1: none): q, k and v are never fused then */
   int bf16;                        /* 1: bf16 compute copies of every parameter (bf16 plan) */
+  int grads_bf16;                  /* 1: precision.grads = "bf16" (a bf16 plan's gradient shard) */
   int outline;                     /* see layout_rank_of_plan */
 };
 

@@ -20,6 +20,13 @@ void widen_bf16(real *dst, const bf16 *src, size_t n_elems)
   for (size_t i = 0; i < n_elems; i++) dst[i] = bf16_to_float(src[i]);
 }
 
+/* acc ← bf16(acc + x): the fp32 sum of two bf16 values, rounded once (bf16.h's rounding). */
+void accumulate_bf16(bf16 *acc, const bf16 *x, size_t n_elems)
+{
+#pragma omp parallel for if (n_elems > VEC_BLOCK)
+  for (size_t i = 0; i < n_elems; i++) acc[i] = bf16_from_float(bf16_to_float(acc[i]) + bf16_to_float(x[i]));
+}
+
 /* encoder_forward_shard's rows, read from the bf16 copy (a bf16 is exact in fp32). */
 void encoder_forward_bf16(real *out, const int *tokens, const bf16 *wte, int v0, int Vl, int BT, int C)
 {

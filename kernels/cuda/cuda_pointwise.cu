@@ -91,6 +91,11 @@ __global__ void widen_bf16_kernel(real *dst, const bf16 *src, size_t n)
   GRID_STRIDE(i, n) dst[i] = from_bf16(src[i]);
 }
 
+__global__ void accumulate_bf16_kernel(bf16 *acc, const bf16 *x, size_t n)
+{
+  GRID_STRIDE(i, n) acc[i] = to_bf16(from_bf16(acc[i]) + from_bf16(x[i]));
+}
+
 __global__ void dropout_mask_kernel(real *mask, size_t n, float p, real keep_scale, uint64_t seed,
                                     uint32_t c1, uint32_t c2, uint32_t c3, uint64_t first_elem)
 {
@@ -591,6 +596,15 @@ void cuda_widen_bf16(void *ctx, real *dst, const bf16 *src, size_t n_elems)
   if (n_elems == 0)
     return;
   widen_bf16_kernel<<<stride_blocks(n_elems), kThreads, 0, c->stream>>>(dst, src, n_elems);
+  CUDA_LAUNCHED(c);
+}
+
+void cuda_accumulate_bf16(void *ctx, bf16 *acc, const bf16 *x, size_t n_elems)
+{
+  struct cuda_ctx *c = cuda_of(ctx);
+  if (n_elems == 0)
+    return;
+  accumulate_bf16_kernel<<<stride_blocks(n_elems), kThreads, 0, c->stream>>>(acc, x, n_elems);
   CUDA_LAUNCHED(c);
 }
 

@@ -3,7 +3,7 @@
  *
  * Bit-identical by construction (compared with memcmp): vec_add, dropout (mask, forward,
  * backward), round_bf16, AdamW (both variants), the embedding's four entries and its bf16 lookup,
- * widen_bf16. Those do the CPU's
+ * widen_bf16, accumulate_bf16. Those do the CPU's
  * operations in the CPU's order, without contraction (the CUDA file uses __fmul_rn / __fadd_rn),
  * and the sum that the CPU runs sequentially (dwte in float) runs in the same sequence on the GPU.
  * RMSNorm's dweight is a blocked sum over rows: the same bits as rmsnorm_dweight_model below (its
@@ -300,6 +300,25 @@ static void test_round_bf16(void)
   free(x), free(rb), free(gb);
 }
 
+/* ---- accumulate_bf16: the CPU's bits (one fp32 add, one rounding), on sums near ties ---- */
+
+static void test_accumulate_bf16(void)
+{
+  const size_t n = 70001;
+  real *x = host_uniform(n, 103, 10.0), *y = host_uniform(n, 107, 10.0);
+  bf16 *a = calloc(n, sizeof *a), *b = calloc(n, sizeof *b), *ga = calloc(n, sizeof *ga);
+  kernel_ops_cpu.round_bf16(NULL, a, x, n);
+  kernel_ops_cpu.round_bf16(NULL, b, y, n);
+  bf16 *da = dev_upload(a, n * sizeof(bf16)), *dbb = dev_upload(b, n * sizeof(bf16));
+  kernel_ops_cpu.accumulate_bf16(NULL, a, b, n);
+  kernel_ops_cuda.accumulate_bf16(fixture_ctx, da, dbb, n);
+  dev_download(ga, da, n * sizeof(bf16));
+  CHECK(same_bits(ga, a, n * sizeof(bf16)));
+  CHECK_CUDA_OK();
+  dev_free(da), dev_free(dbb);
+  free(x), free(y), free(a), free(b), free(ga);
+}
+
 /* ---- RMSNorm ----
  * rstd: Σx² in double in another order (relative difference ≤ 2C · 2^-53), then 1/sqrt in
  * double rounded to float: equal, or one float rounding apart: |Δ| ≤ 2u · rstd.
@@ -497,7 +516,7 @@ int main(void)
   cuda_test_open();
   static const struct test_case t[] = {
     TEST(test_vec_add), TEST(test_swiglu), TEST(test_swiglu_rows), TEST(test_dropout),
-    TEST(test_sumsq), TEST(test_adamw), TEST(test_round_bf16), TEST(test_rmsnorm),
+    TEST(test_sumsq), TEST(test_adamw), TEST(test_round_bf16), TEST(test_accumulate_bf16), TEST(test_rmsnorm),
     TEST(test_encoder),
   };
   return test_run_all(t, (int)(sizeof t / sizeof t[0]));

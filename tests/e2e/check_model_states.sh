@@ -14,6 +14,10 @@
 #    its documentation counts it: 2 + 4 bytes a parameter whole, 12 sharded), 2 2Ψ + 16Ψ/N,
 #    3 18Ψ/N (the paper's mixed-precision stages with 4-byte gradients in place of its 2-byte
 #    ones);
+#  - the bf16 mode with bf16 gradients (precision.grads = "bf16"): the paper's own mixed precision,
+#    params 2Ψ, grads 2Ψ, K = 12: zero 0 16Ψ, 1 4Ψ + 12Ψ/N, 2 2Ψ + 14Ψ/N, 3 16Ψ/N (tycho run keeps
+#    bf16 gradients as the ZeRO-2/3 shard; it refuses them by name under ZeRO 0 and 1, which check
+#    bills as the plan states them and says run refuses);
 #  - DeepSpeed's estimator for ZeRO-3 without offload, as its "Memory Requirements" page states it
 #    (https://deepspeed.readthedocs.io/en/latest/memory.html): 18Ψ/N = fp32 params, grads,
 #    momentum, variance (16) + fp16 params (2); tycho's fp32 run keeps the 16, so 16Ψ/N like for
@@ -30,10 +34,10 @@ trap 'rm -rf "$tmp"' EXIT
 failed=0
 fail() { echo "FAIL: $*"; failed=1; }
 
-# check ZERO COMPUTE: the JSON of the 7B plan at dp 64, tp 1, pp 1
+# check ZERO COMPUTE [GRADS]: the JSON of the 7B plan at dp 64, tp 1, pp 1 (grads fp32 unless given)
 check() {
   "$tycho" check $plan --set mesh.dp=$N --set mesh.tp=1 --set mesh.pp=1 --set zero="$1" \
-    --set precision.compute="$2" --json >"$tmp/c.json" 2>"$tmp/err" || { cat "$tmp/err"; return 1; }
+    --set precision.compute="$2" --set precision.grads="${3:-fp32}" --json >"$tmp/c.json" 2>"$tmp/err" || { cat "$tmp/err"; return 1; }
 }
 # field OBJECT KEY: the integer KEY of rank 0's OBJECT ("memory", "model_states", "transient")
 field() {
@@ -66,10 +70,15 @@ bf16_params=("2*P" "2*P" "2*P" "2*P/N")
 bf16_grads=("4*P" "4*P" "4*P/N" "4*P/N")
 bf16_optimizer=("12*P" "12*P/N" "12*P/N" "12*P/N")
 bf16_total=("18*P" "6*P+12*P/N" "2*P+16*P/N" "18*P/N")
+bf16g_params=("${bf16_params[@]}")
+bf16g_grads=("2*P" "2*P" "2*P/N" "2*P/N")
+bf16g_optimizer=("${bf16_optimizer[@]}")
+bf16g_total=("16*P" "4*P+12*P/N" "2*P+14*P/N" "16*P/N")
 stages() {
-  local compute=$1 last=$2 z c want peak held t
+  local compute=$1 last=$2 z c want peak held t grads=fp32
   for z in $(seq 0 "$last"); do
-    check "$z" "$compute" || { fail "tycho check zero $z $compute failed"; continue; }
+    [ "$compute" = bf16g ] && grads=bf16
+    check "$z" "${compute%g}" $grads || { fail "tycho check zero $z $compute failed"; continue; }
     for c in params grads optimizer; do
       eval "want=\${${compute}_$c[$z]}"
       near "zero $z $compute (paper) model_states.$c" "$(field model_states $c)" "$want"
@@ -84,6 +93,7 @@ stages() {
 }
 stages fp32 3
 stages bf16 3
+stages bf16g 3
 
 # zero 3's peaks are what a run measures, the gathered units and buckets in flight included: the
 # paper's 4Ψ/N is the model states, not the peak (the reason the two are printed apart)

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "comm/comm.h"
 #include "mesh/mesh.h"
 #include "mpi_check.h"
@@ -339,6 +340,40 @@ static void test_real_all_reduce_and_all_gather_carry_the_build_type(void)
   }
 }
 
+/* bf16 sums (precision.grads = "bf16"'s reductions), 2 bytes an element on every group: small
+ * integers, whose sums are exact in bf16 in any order, so the comparisons are bitwise; and on a
+ * group of two the one rounding of a tie, to even: 1 + 2^-8 gives 1, 1 + 3·2^-8 gives 1 + 2^-6. */
+static void test_bf16_all_reduce_and_reduce_scatter_sum(void)
+{
+  for (int k = 0; k < 4; k++) {
+    struct comm_group *g = group_at(k);
+    const size_t n = (size_t)g->size * N;
+    bf16 *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y), share[N];
+    for (size_t i = 0; i < n; i++) x[i] = bf16_from_float((float)(i % 16 + (size_t)g->rank));
+    CHECK(comm_all_reduce(g, x, y, n, COMM_BF16, COMM_SUM, NULL) == 0);
+    CHECK(comm_reduce_scatter(g, x, share, N, COMM_BF16, COMM_SUM, NULL) == 0);
+    expect(k, COMM_ALL_REDUCE, n * sizeof(bf16));
+    expect(k, COMM_REDUCE_SCATTER, n * sizeof(bf16));
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+      float want = 0;
+      for (int j = 0; j < g->size; j++) want += (float)(i % 16 + (size_t)j);
+      bad += bf16_to_float(y[i]) != want;
+      if (i / N == (size_t)g->rank)
+        bad += bf16_to_float(share[i % N]) != want;
+    }
+    CHECK_MSG(bad == 0, "rank %d %s: %d bf16 sums differ", rank, g->name, bad);
+    if (g->size == 2) {
+      bf16 tie[2] = { bf16_from_float(g->rank ? 0x1p-8f : 1.0f), bf16_from_float(g->rank ? 0x3p-8f : 1.0f) }, got[2];
+      CHECK(comm_all_reduce(g, tie, got, 2, COMM_BF16, COMM_SUM, NULL) == 0);
+      expect(k, COMM_ALL_REDUCE, sizeof tie);
+      CHECK(bf16_to_float(got[0]) == 1.0f && bf16_to_float(got[1]) == 1.015625f);
+    }
+    free(x);
+    free(y);
+  }
+}
+
 static void test_counters_are_exact(void)
 {
   for (int k = 0; k < 4; k++)
@@ -395,7 +430,7 @@ int main(int argc, char **argv)
     TEST(test_mesh_groups_equal_mesh_members), TEST(test_all_reduce_matches_hand_table),
     TEST(test_every_op_on_every_group_blocking), TEST(test_every_op_on_every_group_non_blocking),
     TEST(test_many_in_flight_across_groups), TEST(test_real_all_reduce_and_all_gather_carry_the_build_type),
-    TEST(test_counters_are_exact),
+    TEST(test_bf16_all_reduce_and_reduce_scatter_sum), TEST(test_counters_are_exact),
   };
   struct test_case tests[sizeof all / sizeof all[0]];
   int n = 0;

@@ -168,6 +168,8 @@ static int uncounted_entry(enum entry e, int lowp, int moe)
     return 1;
   if (e >= ENTRY_attention_cp_scratch_n_elems && e <= ENTRY_attention_cp_backward)
     return 1; /* context parallelism's ring only */
+  if (e == ENTRY_accumulate_bf16)
+    return 1; /* precision.grads = "bf16" under ZeRO 2 and 3 only (mpi_dp_equiv.bf16_grads_*) */
   return e == ENTRY_encoder_forward_shard || e == ENTRY_encoder_backward_shard ||
          e == ENTRY_crossentropy_shard_max || e == ENTRY_crossentropy_shard_sums ||
          e == ENTRY_crossentropy_shard_finish || e == ENTRY_crossentropy_shard_backward;

@@ -295,6 +295,25 @@ static void producers_write_their_twins_rounded(void)
   encoder_forward(ea, tokens, zw, ET, EC);
   encoder_forward_bf16(eb, tokens, zb, 0, V, ET, EC);
   CHECK(!memcmp(ea, eb, sizeof ea));
+  /* accumulate_bf16: the fp32 sum of two bf16 values rounded to bf16 (a gradient shard's share
+   * added); ties to even (bf16's ulp at 1 is 2^-7) */
+  bf16 *za = malloc(sizeof(bf16) * 1000), *want = malloc(sizeof(bf16) * 1000);
+  float *zsum = malloc(sizeof(float) * 1000);
+  for (int i = 0; i < 1000; i++) {
+    za[i] = zb[999 - i];
+    zsum[i] = bf16_to_float(za[i]) + bf16_to_float(zb[i]);
+  }
+  round_bf16(want, zsum, 1000);
+  accumulate_bf16(za, zb, 1000);
+  CHECK(!memcmp(za, want, sizeof(bf16) * 1000));
+  bf16 one = bf16_from_float(1.0f), half_ulp = bf16_from_float(0.00390625f), three = bf16_from_float(0.01171875f);
+  bf16 acc = one;
+  accumulate_bf16(&acc, &half_ulp, 1);
+  CHECK(bits_of(bf16_to_float(acc)) == bits_of(1.0f)); /* 1 + 2^-8, halfway: to even 1 */
+  acc = one;
+  accumulate_bf16(&acc, &three, 1);
+  CHECK(bits_of(bf16_to_float(acc)) == bits_of(1.015625f)); /* 1 + 3·2^-8, halfway: to even 1 + 2^-6 */
+  free(za), free(want), free(zsum);
   free(z), free(zb), free(zw);
 }
 

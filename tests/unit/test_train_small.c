@@ -123,7 +123,7 @@ static void unsupported_plans_and_missing_data_are_refused(void)
     { { "precision.compute=fp16", "precision.grads=fp32" }, "--set precision.compute=fp16: ",
       "the CPU backend computes in fp32 or bf16" },
     { { "precision.compute=bf16", "precision.grads=bf16" }, "--set precision.grads=bf16: ",
-      "gradients accumulate in fp32" },
+      "under ZeRO 0 and 1 the whole gradients stay fp32" },
     { { "device=cuda", "precision.grads=fp32" }, "--set device=cuda: ",
       devices_cuda_built() ? "no CUDA device visible" : "no CUDA backend" },
   };

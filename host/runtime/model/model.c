@@ -63,6 +63,7 @@ static int create_table(struct model *m, char *err, size_t err_size)
   m->ep.rank = r->ep_rank;
   m->zero = r->zero;
   m->bf16 = r->bf16;
+  m->grads_bf16 = r->grads_bf16;
   m->config = r->config;
   m->k = kernels_active();
   m->kctx = kernels_active_context();

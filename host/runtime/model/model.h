@@ -194,6 +194,9 @@ struct model {
    * Under ZeRO 3 there is no bf16_memory: each gathered unit's copies arrive in bf16 from the
    * ranks' shards' copies and are freed with it (runtime/parallel/dp_passes.c). */
   int bf16;
+  int grads_bf16;            /* precision.grads = "bf16" (ZeRO 2, 3): the gradients a rank keeps
+                              * between micro-batches, its shard, are bf16 and reduce-scatter in
+                              * bf16; each backward still sums a unit's in fp32 (dp.h) */
   int zero;                  /* the plan's ZeRO stage (0 for a model made without a plan) */
   size_t n_bf16;             /* elements of bf16_memory, padding included */
   bf16 *bf16_memory;

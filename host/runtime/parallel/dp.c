@@ -78,6 +78,19 @@ int dp_reduce_scatter(struct dp *d, int b, const real *send, real *recv, size_t 
            ? dp_fail(d, "gradient reduce-scatter") : 0;
 }
 
+int dp_reduce_scatter_bf16(struct dp *d, int b, const bf16 *send, bf16 *recv, size_t n_elems,
+                           struct comm_request **req)
+{
+  *req = NULL;
+  struct comm_group *g = dp_bucket_group(d, b);
+  if (!g || g->size == 1) {
+    d->model->k->copy(d->model->kctx, recv, send, n_elems * sizeof(bf16));
+    return 0;
+  }
+  return dcomm_reduce_scatter(DCOMM_OF(d->model), g, send, recv, n_elems, COMM_BF16, COMM_SUM, req)
+           ? dp_fail(d, "gradient reduce-scatter (bf16)") : 0;
+}
+
 int dp_all_gather_bf16(struct dp *d, int b, const bf16 *send, bf16 *recv, size_t n_elems,
                        struct comm_request **req)
 {
@@ -143,7 +156,9 @@ int dp_open(struct dp *d, struct model *m, struct comm_group *group, struct comm
     ok = (d->shard_params = alloc_reals_on(m->device, master, l->n_shard)) != NULL;
   if (ok && zero == 3 && m->bf16)
     ok = (d->shard_bf16 = alloc_bytes_on(m->device, ALLOC_PARAMS, l->n_shard * sizeof(bf16))) != NULL;
-  if (ok && zero >= 2)
+  if (ok && zero >= 2 && m->grads_bf16)
+    ok = (d->shard_gbf16 = alloc_bytes_on(m->device, ALLOC_GRADS, l->n_shard * sizeof(bf16))) != NULL;
+  else if (ok && zero >= 2)
     ok = (d->shard_grads = alloc_reals_on(m->device, ALLOC_GRADS, l->n_shard)) != NULL;
   if (!ok) {
     const size_t n_elems = l->n_elems; /* dp_close clears the layout */
@@ -185,6 +200,7 @@ void dp_close(struct dp *d)
   alloc_free(d->shard_params);
   alloc_free(d->shard_bf16);
   alloc_free(d->shard_grads);
+  alloc_free(d->shard_gbf16);
   alloc_free(d->step_grads); /* a step that never reached its reductions */
   free(d->buckets);
   free(d->units);

@@ -74,8 +74,9 @@ int dp_layout_build(struct dp_layout *l, struct model *m, int size, int zero, do
 
 /* A bucket during a step. */
 struct dp_bucket_state {
-  real *grads;               /* zero 2, 3: its full gradients while it fills and reduces */
-  real *recv;                /* zero 2, 3: its reduce-scatter output */
+  real *grads;               /* zero 2, 3: its full gradients while it fills and reduces (grads
+                              * bf16: followed by their bf16 image, n_elems more bf16) */
+  real *recv;                /* zero 2, 3: its reduce-scatter output (grads bf16: bf16 elements) */
   struct comm_request *req;   /* its reduction in flight */
 };
 
@@ -106,7 +107,14 @@ struct dp {
                               * master (zero 3; a bf16 model's from zero 1 on, billed "optimizer") */
   bf16 *shard_bf16;          /* (n_shard) zero 3, bf16 models: the bf16 copies of that shard, which
                               * the units' gathers move */
-  real *shard_grads;         /* (n_shard) zero 2, 3: this rank's summed gradients */
+  real *shard_grads;         /* (n_shard) zero 2, 3: this rank's summed gradients (fp32 grads) */
+  bf16 *shard_gbf16;         /* (n_shard) zero 2, 3 with precision.grads = "bf16" (m->grads_bf16):
+                              * the same in bf16. Each unit's backward still sums its micro-batch's
+                              * gradients in fp32 (the bucket); the bucket is rounded to bf16 (an
+                              * image beside it, in the same block), reduce-scattered in bf16 and
+                              * the share added into this shard (accumulate_bf16: one rounding);
+                              * the gradient norm and AdamW widen one bucket's share at a time into
+                              * a scratch of the largest share (billed "grads" while they run) */
   int grads_step;             /* zero 2, 3: zero_every.grads = "step" (0: "micro_batch") */
   int params_step;            /* zero 3: zero_every.params = "step" (0: "micro_batch") */
   real *step_grads;           /* (n_elems) grads_step: the whole gradients during a step, or NULL */
@@ -248,5 +256,8 @@ int dp_reduce_scatter(struct dp *d, int b, const real *send, real *recv, size_t 
 /* dp_all_gather of bf16 elements (a bf16 model's copies). */
 int dp_all_gather_bf16(struct dp *d, int b, const bf16 *send, bf16 *recv, size_t n_elems,
                        struct comm_request **req);
+/* dp_reduce_scatter of bf16 elements (precision.grads = "bf16"), summed as comm.h's bf16 sum. */
+int dp_reduce_scatter_bf16(struct dp *d, int b, const bf16 *send, bf16 *recv, size_t n_elems,
+                           struct comm_request **req);
 
 #endif

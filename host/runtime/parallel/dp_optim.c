@@ -10,6 +10,7 @@
 
 #include "comm/comm.h"
 #include "ops.h"
+#include "runtime/model/alloc.h"
 #include "runtime/parallel/dp.h"
 
 /* out = Σ over group g of local, in rank order (the same bits everywhere). */
@@ -53,30 +54,53 @@ static int ordered_sum(struct dp *d, struct comm_group *g, const double *local, 
   return 0;
 }
 
-/* This rank's share of bucket b's gradients (valid after dp_reduce_rest). */
-static real *share_grads(struct dp *d, int b)
+/* This rank's share of bucket b's gradients (valid after dp_reduce_rest); precision.grads =
+ * "bf16": the bf16 shard's share widened (exact) into `scratch`. */
+static real *share_grads(struct dp *d, int b, real *scratch)
 {
   const struct dp_bucket *k = &d->layout.buckets[b];
+  if (d->shard_gbf16) {
+    d->model->k->widen_bf16(d->model->kctx, scratch, d->shard_gbf16 + k->shard_offset, k->share);
+    return scratch;
+  }
   if (d->zero >= 2)
     return d->shard_grads + k->shard_offset;
   return d->model->grad_memory + k->start + (size_t)dp_bucket_rank(d, b) * k->share;
+}
+
+/* precision.grads = "bf16": room for the largest share widened (billed "grads" while the norm or
+ * the update runs), else NULL. 0, or -1 (FAULT_OF(d)) when there is none. */
+static int widen_scratch(struct dp *d, real **scratch)
+{
+  *scratch = NULL;
+  if (!d->shard_gbf16)
+    return 0;
+  size_t most = 0;
+  for (int b = 0; b < d->layout.n_buckets; b++)
+    most = d->layout.buckets[b].share > most ? d->layout.buckets[b].share : most;
+  *scratch = alloc_reals_on(d->model->device, ALLOC_GRADS, most);
+  return *scratch ? 0 : fault_set(FAULT_OF(d), FAULT_LEVEL_DP, "out of memory widening a bf16 gradient share "
+                                  "(%zu elements)", most);
 }
 
 double dp_grad_norm(struct dp *d)
 {
   double local = 0.0, total;
   const struct model *m = d->model;
+  real *scratch;
+  if (widen_scratch(d, &scratch))
+    return -1.0;
   const int pp = d->pp_group ? d->pp_group->size : 1;
   if (m->tp.size == 1 && pp == 1) {
     for (int b = 0; b < d->layout.n_buckets; b++) /* the padding holds zeros */
-      local += m->k->sumsq(m->kctx, share_grads(d, b), d->layout.buckets[b].share);
+      local += m->k->sumsq(m->kctx, share_grads(d, b, scratch), d->layout.buckets[b].share);
   } else {
     /* Split parameters count on every TP rank, whole ones on TP rank 0 only; a tied embedding
      * held by the last pipeline stage as its head counts on the first stage only. */
     for (int b = 0; b < d->layout.n_buckets; b++) {
       const struct dp_bucket *k = &d->layout.buckets[b];
       const size_t s0 = k->start + (size_t)dp_bucket_rank(d, b) * k->share, s1 = s0 + k->share;
-      const real *g = share_grads(d, b);
+      const real *g = share_grads(d, b, scratch);
       for (int i = k->first_param; i <= k->last_param; i++) {
         const struct model_param *p = &m->params[i];
         if ((p->tp_dim < 0 && m->tp.rank != 0) || (p->kind == MODEL_EMBED && !m->embed_here))
@@ -88,6 +112,7 @@ double dp_grad_norm(struct dp *d)
       }
     }
   }
+  alloc_free(scratch);
   if (dp_sum(d, &local, &total, 1))
     return -1.0;
   if (m->tp.size > 1) {
@@ -114,14 +139,18 @@ int dp_update(struct dp *d, struct optimizer *o, long long step, double lr, real
   /* A bf16 model writes the copies of what it updates: its slice of the whole copies (zero 1, 2),
    * or the shard's copies (zero 3) */
   const int sharded = dp_master_sharded(d);
+  real *scratch;
+  if (widen_scratch(d, &scratch))
+    return -1;
   for (int b = 0; b < d->layout.n_buckets; b++) {
     const struct dp_bucket *k = &d->layout.buckets[b];
     size_t flat = k->start + (size_t)dp_bucket_rank(d, b) * k->share;
     real *params = sharded ? d->shard_params + k->shard_offset : m->param_memory + flat;
     bf16 *copies = !m->bf16 ? NULL : d->zero == 3 ? d->shard_bf16 + k->shard_offset : m->bf16_memory + flat;
-    optimizer_update_range(o, m, flat, k->share, params, share_grads(d, b), k->shard_offset, step, lr,
+    optimizer_update_range(o, m, flat, k->share, params, share_grads(d, b, scratch), k->shard_offset, step, lr,
                            grad_scale, copies);
   }
+  alloc_free(scratch);
   if (d->zero == 3)
     return FAULT_OF(d)->set ? -1 : 0;
   /* Zero 1, 2: every rank gets every bucket's new weights, in place: a bf16 model's copies in

@@ -182,7 +182,9 @@ static void bucket_finish(struct dp *d, int b)
   if (d->zero < 2 || d->grads_step) /* "step": reduce-scattered into the shard itself */
     return;
   const struct dp_bucket *k = &d->layout.buckets[b];
-  if (s->recv) {
+  if (s->recv && d->shard_gbf16) /* precision.grads = "bf16": one rounding per reduction */
+    d->model->k->accumulate_bf16(d->model->kctx, d->shard_gbf16 + k->shard_offset, (const bf16 *)s->recv, k->share);
+  else if (s->recv) {
     real *shard = d->shard_grads + k->shard_offset;
     d->model->k->vec_add(d->model->kctx, shard, shard, s->recv, k->share);
   }
@@ -231,7 +233,9 @@ static void buckets_ready_for(struct dp *d, int u)
       }
     if (s->grads)
       continue; /* already filling in this backward */
-    s->grads = round_alloc(d, ALLOC_GRADS, d->layout.buckets[b].n_elems, "a gradient bucket");
+    /* precision.grads = "bf16": the fp32 sums and, after them, their bf16 image (bucket_start) */
+    s->grads = round_alloc_of(d, ALLOC_GRADS, d->layout.buckets[b].n_elems,
+                              d->shard_gbf16 ? sizeof(real) + sizeof(bf16) : sizeof(real), "a gradient bucket");
     if (s->grads)
       dp_bind_bucket(d, b, s->grads, 1);
   }
@@ -247,7 +251,11 @@ static void bucket_start(struct dp *d, int b)
     dp_all_reduce(d, b, d->model->grad_memory + k->start, k->n_elems, &s->req);
   else if (d->grads_step)
     dp_reduce_scatter(d, b, d->step_grads + k->start, d->shard_grads + k->shard_offset, k->share, &s->req);
-  else
+  else if (d->shard_gbf16) { /* the bucket's sums rounded once, into the image after them */
+    bf16 *image = (bf16 *)(s->grads + k->n_elems);
+    d->model->k->round_bf16(d->model->kctx, image, s->grads, k->n_elems);
+    dp_reduce_scatter_bf16(d, b, image, (bf16 *)s->recv, k->share, &s->req);
+  } else
     dp_reduce_scatter(d, b, s->grads, s->recv, k->share, &s->req);
   d->inflight[d->n_inflight++] = b;
 }
@@ -269,7 +277,8 @@ static int units_final(struct dp *d, const struct dp_pass *ps, const int *units,
       inflight_finish_oldest(d);
     for (int i = 0; i < n; i++)
       for (int b = l->units[units[i]].first_bucket; b >= 0 && b <= l->units[units[i]].last_bucket; b++)
-        d->buckets[b].recv = round_alloc(d, ALLOC_COMM, l->buckets[b].share, "a reduce-scatter output");
+        d->buckets[b].recv = round_alloc_of(d, ALLOC_COMM, l->buckets[b].share,
+                                            d->shard_gbf16 ? sizeof(bf16) : sizeof(real), "a reduce-scatter output");
     if (round_end(d))
       return -1;
   }
@@ -365,6 +374,8 @@ void dp_step_begin(struct dp *d, long long step)
     m->k->zero(m->kctx, m->grad_memory, d->layout.n_elems * sizeof(real));
   if (d->shard_grads)
     m->k->zero(m->kctx, d->shard_grads, d->layout.n_shard * sizeof(real));
+  if (d->shard_gbf16)
+    m->k->zero(m->kctx, d->shard_gbf16, d->layout.n_shard * sizeof(bf16));
   d->reducing = 0;
   d->next_bucket = d->layout.n_buckets - 1;
 }
@@ -475,14 +486,16 @@ static int embed_sum(struct dp *d, struct comm_group *embed)
   if (!embed)
     return 0;
   const struct model_param *e = &d->model->params[0];
-  real *at = e->grad;
+  void *at = e->grad;
   size_t n = e->n_elems;
+  enum comm_dtype type = COMM_REAL;
   if (d->zero >= 2) {
     const struct dp_bucket *k = &d->layout.buckets[d->layout.param_bucket[0]];
-    at = d->shard_grads + k->shard_offset;
+    at = d->shard_gbf16 ? (void *)(d->shard_gbf16 + k->shard_offset) : (void *)(d->shard_grads + k->shard_offset);
+    type = d->shard_gbf16 ? COMM_BF16 : COMM_REAL;
     n = k->share;
   }
-  if (dcomm_all_reduce(DCOMM_OF(d->model), embed, at, at, n, COMM_REAL, COMM_SUM, NULL))
+  if (dcomm_all_reduce(DCOMM_OF(d->model), embed, at, at, n, type, COMM_SUM, NULL))
     return dp_fail(d, "all-reduce of the tied embedding's gradient");
   return 0;
 }
