@@ -208,9 +208,17 @@ if(NOT TYCHO_FLOAT64)
   tycho_dp_equiv(bf16_tp2_pp2 4 --both precision.compute=bf16 --set mesh.tp=2 --set mesh.pp=2)
   tycho_dp_equiv(bf16_tp2_dp2_zero1 4 --both precision.compute=bf16 --set mesh.tp=2 --set zero=1)
   tycho_equiv_must_fail(bf16_broken_dropout_seed 2 --both precision.compute=bf16 --set seeds.dropout=5)
-  # precision.grads = "bf16": the ZeRO-2/3 gradient shard in bf16, reduce-scattered in bf16 (the
-  # serial run keeps its gradients so too: zero 2 over one rank); every category of the bill to the
-  # byte, the bf16 reductions' bytes in the comm counters
+  # precision.grads = "bf16": the whole gradients in bf16 (ZeRO 0, 1; each unit's fp32 sums added
+  # in once it is final, all-reduced in bf16), or the ZeRO-2/3 shard in bf16, reduce-scattered in
+  # bf16; the serial run's gradients bf16 too; every category of the bill to the byte, the bf16
+  # reductions' bytes in the comm counters
+  tycho_dp_equiv(bf16_grads_dp2 2 --both precision.compute=bf16 --both precision.grads=bf16)
+  tycho_dp_equiv(bf16_grads_dp2_zero1_tied 2 --both precision.compute=bf16 --both precision.grads=bf16 --set zero=1
+    --both model.tie_embeddings=true)
+  tycho_dp_equiv(bf16_grads_pp2_dp2_zero1 4 --both precision.compute=bf16 --both precision.grads=bf16 --set mesh.pp=2
+    --set zero=1)
+  tycho_dp_equiv(bf16_grads_pp2_dp2_zero3_step 4 --both precision.compute=bf16 --both precision.grads=bf16
+    --set mesh.pp=2 --set zero=3 --set zero_every.grads=step --set zero_every.params=step)
   tycho_dp_equiv(bf16_grads_dp2_zero2 2 --both precision.compute=bf16 --both precision.grads=bf16 --set zero=2)
   tycho_dp_equiv(bf16_grads_dp2_zero3 2 --both precision.compute=bf16 --both precision.grads=bf16 --set zero=3)
   tycho_dp_equiv(bf16_grads_pp2_dp2_zero2_tied 4 --both precision.compute=bf16 --both precision.grads=bf16
@@ -501,6 +509,10 @@ if(NOT TYCHO_FLOAT64)
   tycho_bill(bf16_tp2_dp2_zero2 4 dp_small.lua --set mesh.tp=2 --set zero=2 --set precision.compute=bf16)
   # bf16 gradients: the bf16 shard, each bucket's fp32 sums with their bf16 image, the bf16
   # reduce-scatter outputs and bytes, the widened share of the norm and AdamW
+  tycho_bill(bf16_grads_pp2_dp2_zero2_step 4 dp_small.lua --set mesh.pp=2 --set zero=2 --set zero_every.grads=step
+    --set precision.compute=bf16 --set precision.grads=bf16)
+  tycho_bill(bf16_grads_dp2_zero1_tied 2 dp_small.lua --set zero=1 --set precision.compute=bf16
+    --set precision.grads=bf16 --set model.tie_embeddings=true)
   tycho_bill(bf16_grads_pp2_dp2_zero3_tied 4 dp_small.lua --set mesh.pp=2 --set zero=3 --set precision.compute=bf16
     --set precision.grads=bf16 --set zero_every.grads=micro_batch --set zero_every.params=micro_batch
     --set model.tie_embeddings=true)

@@ -235,6 +235,42 @@ struct rank_view {
   const struct sched_list *list;
 };
 
+/* precision.grads = "bf16" under ZeRO 0 and 1: the most unit areas (fp32 elements) alive at once,
+ * as the runtime's backward pieces hold them (dp_passes.c, unit_grads_ready / unit_grads_fold):
+ * the piece's unit, and a tied embedding's from the head's backward to the embedding's when one
+ * stage has both (else it is final with the head). Passes run one at a time; -1 out of memory. */
+static long long fold_peak(const struct plan *p, const struct rank_view *r, int pp_rank)
+{
+  const int L = p->model.n_layers, tied = p->model.tie_embeddings;
+  struct piece *pcs = malloc((size_t)(L + 2) * sizeof *pcs);
+  if (!pcs)
+    return -1;
+  size_t peak = 0, start;
+  const size_t embed = dp_unit_span(&r->l, &r->t, 0, &start), head = dp_unit_span(&r->l, &r->t, L + 1, &start);
+  for (int s = 0; s < p->n_stages; s++) {
+    const struct plan_stage *st = &p->stages[s];
+    if (st->pp_rank != pp_rank)
+      continue;
+    const int n = pieces_of_stage(st, 1, pcs);
+    size_t held0 = 0; /* the tied embedding's area, alive past the head's backward */
+    for (int k = 0; k < n; k++) {
+      size_t now = 0;
+      if (pcs[k].kind == PIECE_HEAD_BWD) {
+        now = head + (tied ? embed : 0);
+        held0 = tied && st->has_embed ? embed : 0;
+      } else if (pcs[k].kind == PIECE_LAYER_BWD) {
+        now = dp_unit_span(&r->l, &r->t, 1 + pcs[k].layer, &start) + held0;
+      } else if (pcs[k].kind == PIECE_EMBED_BWD) {
+        now = embed;
+        held0 = 0;
+      }
+      peak = now > peak ? now : peak;
+    }
+  }
+  free(pcs);
+  return (long long)peak;
+}
+
 static void rank_view_free(struct rank_view *r)
 {
   bill_shared_close(&r->own);
@@ -407,6 +443,21 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
     params = weights;
   if (zero < 2)
     grads = (double)r.l.n_elems;
+  if (zero < 2 && bill_grads_bf16(p)) { /* the whole gradients in bf16; each unit's fp32 sums with their
+                                         * bf16 image, or later the widened bucket or share, in bytes */
+    const long long areas = fold_peak(p, &r, pp_rank);
+    if (areas < 0) {
+      rank_view_free(&r);
+      return errf(err, err_size, "out of memory");
+    }
+    size_t most = 0;
+    for (int b = 0; b < r.l.n_buckets; b++) {
+      const size_t n = zero == 0 ? r.l.buckets[b].n_elems : r.l.buckets[b].share;
+      most = n > most ? n : most;
+    }
+    const double fill = (double)areas * (c + sizeof(bf16)), widen = (double)most * c;
+    grads_bytes = (double)r.l.n_elems * sizeof(bf16) + (fill > widen ? fill : widen);
+  }
   if (zero >= 2) {
     size_t pz = 0;
     unsigned long long calls, moved;
@@ -424,7 +475,18 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
       size_t most = 0;
       for (int b = 0; b < r.l.n_buckets; b++)
         most = r.l.buckets[b].share > most ? r.l.buckets[b].share : most;
-      const double fill = (double)zg.grads * (c + sizeof(bf16)), widen = (double)most * c;
+      /* "step": the step's whole gradients in bf16 and the backward's unit areas (fp32 with their
+       * image) above them; "micro_batch": the buckets in flight */
+      double fill = (double)zg.grads * (c + sizeof(bf16));
+      if (p->zero_every.grads == PLAN_ZERO_EVERY_STEP) {
+        const long long areas = fold_peak(p, &r, pp_rank);
+        if (areas < 0) {
+          rank_view_free(&r);
+          return errf(err, err_size, "out of memory");
+        }
+        fill = (double)r.l.n_elems * sizeof(bf16) + (double)areas * (c + sizeof(bf16));
+      }
+      const double widen = (double)most * c;
       grads_bytes = (double)r.l.n_shard * sizeof(bf16) + (fill > widen ? fill : widen);
       comm_grads_bytes = (double)zg.comm * sizeof(bf16);
       comm = 0;

@@ -124,6 +124,17 @@ int dp_buckets_build(struct dp_layout *l, struct layout_params *t, int n_layers,
   return 0;
 }
 
+size_t dp_unit_span(const struct dp_layout *l, const struct layout_params *t, int u, size_t *start)
+{
+  const struct dp_unit *unit = &l->units[u];
+  *start = 0;
+  if (unit->first_param < 0)
+    return 0;
+  const struct layout_param *a = &t->p[unit->first_param], *b = &t->p[unit->last_param];
+  *start = a->offset;
+  return align_up(b->offset + b->n_elems - a->offset, ALIGN_FLOATS);
+}
+
 void dp_layout_free(struct dp_layout *l)
 {
   free(l->buckets);

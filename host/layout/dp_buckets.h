@@ -51,6 +51,10 @@ struct dp_layout {
 int dp_buckets_build(struct dp_layout *l, struct layout_params *t, int n_layers, int ep_size, int size, int zero,
                      double bucket_mb, char *err, size_t err_size);
 void dp_layout_free(struct dp_layout *l);
+/* Unit u's parameters as one flat range of the layout t was laid out in: *start and the length,
+ * padded to the alignment (0 for a unit with no parameters). precision.grads = "bf16" under ZeRO 0
+ * and 1 sums a unit's gradients in an fp32 area of this size (the runtime's dp.h). */
+size_t dp_unit_span(const struct dp_layout *l, const struct layout_params *t, int u, size_t *start);
 
 /* Whether a rank keeps only its shard of the fp32 parameters: under ZeRO 3, and for a bf16 model
  * (bf16 = 1) from ZeRO 1 on over a dp group of more than one rank, where the fp32 weights are the

@@ -32,17 +32,7 @@ static int bf16_refused(const struct plan *p, int cuda, char *err, size_t n)
   if (p->precision.grads != PLAN_FP32 && p->precision.grads != PLAN_BF16)
     return errf(err, n, "%s: precision.grads = \"%s\": gradients are kept in fp32 or bf16 on %s; set grads = "
                 "\"bf16\" or \"fp32\"", plan_where(p, "precision.grads"), plan_dtype_name(p->precision.grads), on);
-  /* grads bf16: the shard a rank keeps is bf16 and reduce-scatters in bf16 after each backward
-   * (runtime/parallel/dp.h); whole gradients (ZeRO 0, 1; ZeRO 2, 3 reducing once a step) are not
-   * kept in bf16 yet */
-  if (p->precision.grads == PLAN_BF16 && p->zero < 2)
-    return errf(err, n, "%s: precision.grads = \"bf16\" with zero = %d: bf16 gradients are kept as the ZeRO-2/3 "
-                "shard (reduce-scattered in bf16 after each backward); under ZeRO 0 and 1 the whole gradients "
-                "stay fp32: set zero = 2 (or 3), or grads = \"fp32\"", plan_where(p, "precision.grads"), p->zero);
-  if (p->precision.grads == PLAN_BF16 && p->zero_every.grads == PLAN_ZERO_EVERY_STEP)
-    return errf(err, n, "%s: precision.grads = \"bf16\" with zero_every.grads = \"step\": bf16 gradients are "
-                "reduce-scattered after each backward; the step's whole gradients stay fp32: set "
-                "zero_every.grads = \"micro_batch\", or grads = \"fp32\"", plan_where(p, "precision.grads"));
+  /* grads bf16 (runtime/parallel/dp.h) runs under every ZeRO stage and zero_every.grads */
   return 0; /* ZeRO 3 included: each gathered unit's copies are made as it arrives (dp_passes.c) */
 }
 

@@ -105,11 +105,11 @@ expect set_table_nesting 2 "^tycho: plan error: --set model\\.x=\\{+\\.\\.\\. \\
 expect set_table_nesting_strings 2 "^tycho: plan error: --set stages=.*: stages: 2 entries, but pp 1" \
   "$tycho" check plans/tiny.lua --set "stages={\"$(printf '%300s' '' | tr ' ' '{')\", [[((((]]}"
 # check says when this build's run would refuse a CPU plan it describes, and only then
-expect run_refusal 0 'tycho run refuses this plan on this build: .*(precision.grads = "bf16" with zero = 0: bf16 gradients are kept as the ZeRO-2/3 shard|precision.compute = "bf16": this build)' \
-  "$tycho" check plans/tiny.lua --set precision.compute=bf16 --set precision.grads=bf16 --world 2
+expect run_refusal 0 'tycho run refuses this plan on this build: .*(precision.grads = "fp16": gradients are kept in fp32 or bf16|precision.compute = "bf16": this build)' \
+  "$tycho" check plans/tiny.lua --set precision.compute=bf16 --set precision.grads=fp16 --world 2
 if "$tycho" check plans/tiny.lua | grep -q 'refuses'; then bad run_refusal_none "a plan run accepts"; else ok run_refusal_none; fi
-expect run_refusal_json 0 '"run_refusal":"([^"\\]|\\.)*(the whole gradients stay fp32|kernels have no bf16 compute)' \
-  "$tycho" check plans/tiny.lua --set precision.compute=bf16 --set precision.grads=bf16 --world 2 --json
+expect run_refusal_json 0 '"run_refusal":"([^"\\]|\\.)*(gradients are kept in fp32 or bf16|kernels have no bf16 compute)' \
+  "$tycho" check plans/tiny.lua --set precision.compute=bf16 --set precision.grads=fp16 --world 2 --json
 # a bf16 plan over tensor parallelism runs (where the build has bf16 kernels)
 if "$tycho" check plans/tiny.lua --set precision.compute=bf16 --set mesh.tp=2 --world 2 | grep 'refuses' |
    grep -qv 'kernels have no bf16 compute'; then bad run_refusal_none_bf16_tp2 "a bf16 tp 2 plan is refused"

@@ -319,15 +319,22 @@ static void check_memory(const struct trainer *t)
   CHECK_MSG(b->peak_bytes[ALLOC_OPTIMIZER] == 2 * (zero ? shard : full) + master, "rank %d: optimizer peak %zu, "
             "expected %zu (AdamW's m and v) + %zu (the fp32 master)", rank, b->peak_bytes[ALLOC_OPTIMIZER],
             2 * (zero ? shard : full), master);
-  if (zero < 2)
+  /* bf16 gradients: the whole of them in bf16, and above that the units' fp32 areas (the bill's,
+   * held to the byte with the other categories) */
+  if (zero < 2 && !t->dp.grads_gbf16)
     CHECK(b->peak_bytes[ALLOC_GRADS] == full);
+  if (zero < 2 && t->dp.grads_gbf16)
+    CHECK(b->peak_bytes[ALLOC_GRADS] > t->dp.layout.n_elems * sizeof(bf16));
   if (zero < 3)
     CHECK_MSG(b->peak_bytes[ALLOC_PARAMS] == (bf16m ? copies : full), "rank %d: params peak %zu, expected %zu "
               "(%s)", rank, b->peak_bytes[ALLOC_PARAMS], bf16m ? copies : full,
               bf16m ? "the bf16 copies" : "the fp32 weights");
   /* zero_every = "step": the whole gradients (parameters) of this rank's stages are held during
    * the step beside the shard; "micro_batch": with --memory-falls, much less than the whole */
-  if (zero >= 2 && t->dp.grads_step)
+  if (zero >= 2 && t->dp.grads_step && t->model.grads_bf16) /* bf16: both in bf16, with the unit areas */
+    CHECK_MSG(b->peak_bytes[ALLOC_GRADS] > (t->dp.layout.n_elems + t->dp.layout.n_shard) * sizeof(bf16), "rank %d: "
+              "gradient peak %zu, not above the whole bf16 gradients and the bf16 shard", rank, b->peak_bytes[ALLOC_GRADS]);
+  else if (zero >= 2 && t->dp.grads_step)
     CHECK_MSG(b->peak_bytes[ALLOC_GRADS] == full + shard, "rank %d: gradient peak %zu, expected the whole %zu "
               "and the shard %zu (zero_every.grads = \"step\")", rank, b->peak_bytes[ALLOC_GRADS], full, shard);
   if (zero == 3 && t->dp.params_step) { /* every unit gathered: a bf16 model's as bf16 copies */
@@ -576,9 +583,9 @@ static double loss_tol = 1e-5, norm_tol = 1e-3, param_tol = 1e-5;
  * gives 17.9 at step 19 as well (11.6 in fp32, whose own serial trajectory bumps to 0.80 at step
  * 17): a steep region that two bf16 trajectories a few ulps apart reach differently. And ep_small.lua at tp 2 × ep 2 to 6 of its 12 (484
  * expert counts of 12,288 moved over 12 steps, 102 of 8,192 over 8, 32 of 6,144 over 6).
- * bf16 gradients (--both precision.grads=bf16, ZeRO 2 and 3): each step's gradient is rounded to
- * bf16 where it is kept, the serial run's once per micro-batch, a dp 2 layout's once per rank and
- * once more where the reduce-scatter adds the two; so two layouts' gradients differ by about one
+ * bf16 gradients (--both precision.grads=bf16): each step's gradient is rounded to bf16 where it
+ * is kept, the serial run's as each micro-batch's unit sums are added in, a dp 2 layout's so on
+ * each rank and once more where the reduction adds the two; so two layouts' gradients differ by about one
  * bf16 ulp (2^-8 relative) in every element, not 1e-7. AdamW normalises each element, so its
  * update (up to lr = 3e-3) differs by up to 2^-8 of itself: over 20 steps, as independent signs,
  * sqrt(20) · 3e-3 · 4e-3 ≈ 5e-5 absolute, 1e-3 to 3e-3 of the weights' RMS (0.02 to 0.05). Held
@@ -606,10 +613,8 @@ struct serial_run {
   int micro;
 };
 
-/* Rank 0 trains the plan alone: one rank, zero 0 (zero 2 where --both sets precision.grads =
- * "bf16", which keeps bf16 gradients as the ZeRO-2/3 shard only: over one rank the whole of them,
- * each micro-batch's rounded once as every layout's are), no tp or pp, the --both overrides, and
- * the plan's own batch.micro (micro 0) or the one given. */
+/* Rank 0 trains the plan alone: one rank, zero 0, no tp or pp, the --both overrides, and the
+ * plan's own batch.micro (micro 0) or the one given. */
 static int serial_train(int micro, struct serial_run *out)
 {
   struct plan p;
@@ -621,9 +626,6 @@ static int serial_train(int micro, struct serial_run *out)
   int n = 0;
   for (int i = 0; i < n_both; i++) sets[n++] = both[i];
   for (int i = 0; i < n_serial; i++) sets[n++] = serial[i];
-  for (int i = 0; i < n_both; i++)
-    if (!strcmp(both[i], "precision.grads=bf16"))
-      sets[n_both] = "zero=2"; /* in place of serial[0], "zero=0" */
   if (micro > 0) {
     snprintf(micro_set, sizeof micro_set, "batch.micro=%d", micro);
     sets[n++] = micro_set;

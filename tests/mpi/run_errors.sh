@@ -4,8 +4,8 @@
 #   world_mismatch  --set mesh.dp=4 on 2 ranks: the plan error naming the world size (exit 2)
 #   hash_mismatch   two ranks compiled with different --set: the plan-hash error naming both (2)
 #   rank_dependent  a plan whose seed comes from os.getenv(rank): the same error, naming the cause (2)
-#   bf16_refused    --set precision.compute=bf16 with precision.grads = "bf16" at zero 0: bf16
-#                   gradients are the ZeRO-2/3 shard only, said by name on one line (2)
+#   bf16_refused    --set precision.compute=bf16 with precision.grads = "fp16": the bf16 mode keeps
+#                   gradients in fp32 or bf16, said by name on one line (2)
 #   data_one_rank   data.train is relative and only rank 0's working folder has it: every rank
 #                   stops after set-up with "rank 1: data.train: ..." (1)
 #   export_fails    export.path cannot be written (in /proc; export.every 5, zero 3): tried before
@@ -35,7 +35,7 @@ case $mode in
       "$plan" >"$tmp/rank_plan.lua"
     timeout 240 "$mpiexec" "$np" 2 "$tycho" run --unsafe "$tmp/rank_plan.lua" ;;
   bf16_refused)
-    timeout 240 "$mpiexec" "$np" 2 "$tycho" run "$plan" --set precision.compute=bf16 --set precision.grads=bf16 ;;
+    timeout 240 "$mpiexec" "$np" 2 "$tycho" run "$plan" --set precision.compute=bf16 --set precision.grads=fp16 ;;
   data_one_rank)
     mkdir -p "$tmp/a" "$tmp/b" && cp tests/golden/llama_ref_tokens.bin "$tmp/a/train.bin"
     sets=(--set data.train=train.bin --set init.from="$src/tests/golden/llama_ref_init.safetensors"
@@ -88,7 +88,7 @@ case $mode in
       # the float64 build has no bf16 kernels: bf16 itself is refused, before the finer reason
       expect_first 'tycho: plan error: --set precision.compute=bf16: precision.compute = "bf16": this build'
     else
-      expect_first 'tycho: plan error: --set precision.grads=bf16: precision.grads = "bf16" with zero = 0: bf16 gradients are kept as the ZeRO-2/3 shard'
+      expect_first 'tycho: plan error: --set precision.grads=fp16: precision.grads = "fp16": gradients are kept in fp32 or bf16 on the CPU'
     fi ;;
   data_one_rank)
     expect_rc 1

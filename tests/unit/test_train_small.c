@@ -122,8 +122,8 @@ static void unsupported_plans_and_missing_data_are_refused(void)
   const struct { const char *sets[2]; const char *where, *says; } refused[] = {
     { { "precision.compute=fp16", "precision.grads=fp32" }, "--set precision.compute=fp16: ",
       "the CPU backend computes in fp32 or bf16" },
-    { { "precision.compute=bf16", "precision.grads=bf16" }, "--set precision.grads=bf16: ",
-      "under ZeRO 0 and 1 the whole gradients stay fp32" },
+    { { "precision.compute=bf16", "precision.grads=fp16" }, "--set precision.grads=fp16: ",
+      "gradients are kept in fp32 or bf16" },
     { { "device=cuda", "precision.grads=fp32" }, "--set device=cuda: ",
       devices_cuda_built() ? "no CUDA device visible" : "no CUDA backend" },
   };

@@ -78,6 +78,16 @@ int dp_reduce_scatter(struct dp *d, int b, const real *send, real *recv, size_t 
            ? dp_fail(d, "gradient reduce-scatter") : 0;
 }
 
+int dp_all_reduce_bf16(struct dp *d, int b, bf16 *buf, size_t n_elems, struct comm_request **req)
+{
+  *req = NULL;
+  struct comm_group *g = dp_bucket_group(d, b);
+  if (!g || g->size == 1)
+    return 0;
+  return dcomm_all_reduce(DCOMM_OF(d->model), g, buf, buf, n_elems, COMM_BF16, COMM_SUM, req)
+           ? dp_fail(d, "gradient all-reduce (bf16)") : 0;
+}
+
 int dp_reduce_scatter_bf16(struct dp *d, int b, const bf16 *send, bf16 *recv, size_t n_elems,
                            struct comm_request **req)
 {
@@ -148,7 +158,11 @@ int dp_open(struct dp *d, struct model *m, struct comm_group *group, struct comm
   const int sharded = dp_master_sharded(d);
   if (ok && !sharded)
     ok = (m->param_memory = alloc_reals_on(m->device, master, l->n_elems)) != NULL;
-  if (ok && zero < 2)
+  if (ok && m->grads_bf16) /* bf16 gradients kept whole are summed per unit (dp_passes.c) */
+    ok = (d->unit_grads = calloc((size_t)l->n_units, sizeof *d->unit_grads)) != NULL;
+  if (ok && zero < 2 && m->grads_bf16)
+    ok = (d->grads_gbf16 = alloc_bytes_on(m->device, ALLOC_GRADS, l->n_elems * sizeof(bf16))) != NULL;
+  else if (ok && zero < 2)
     ok = (m->grad_memory = alloc_reals_on(m->device, ALLOC_GRADS, l->n_elems)) != NULL;
   if (ok && zero < 3) /* bf16 models: the compute copies of the weights at the flat layout's */
     ok = model_bf16_alloc(m) == 0; /* offsets (zero 3: each gathered unit's, dp_passes.c) */
@@ -189,6 +203,8 @@ void dp_close(struct dp *d)
       alloc_free(d->units[u].copies); /* a bf16 model's, of a unit still gathered */
     }
     free(d->units[u].reqs);
+    if (d->unit_grads)
+      alloc_free(d->unit_grads[u]);
   }
   struct model *m = d->model;
   alloc_free(m->param_memory);
@@ -201,7 +217,10 @@ void dp_close(struct dp *d)
   alloc_free(d->shard_bf16);
   alloc_free(d->shard_grads);
   alloc_free(d->shard_gbf16);
+  alloc_free(d->grads_gbf16);
+  free(d->unit_grads);
   alloc_free(d->step_grads); /* a step that never reached its reductions */
+  alloc_free(d->step_gbf16);
   free(d->buckets);
   free(d->units);
   free(d->inflight);

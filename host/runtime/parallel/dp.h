@@ -108,6 +108,17 @@ struct dp {
   bf16 *shard_bf16;          /* (n_shard) zero 3, bf16 models: the bf16 copies of that shard, which
                               * the units' gathers move */
   real *shard_grads;         /* (n_shard) zero 2, 3: this rank's summed gradients (fp32 grads) */
+  bf16 *grads_gbf16;         /* (n_elems) zero 0, 1 with precision.grads = "bf16": the whole
+                              * gradients in bf16 (in place of the model's grad_memory). Each unit's
+                              * backward sums its micro-batch's gradients in an fp32 area of its own
+                              * (unit_grads, with a bf16 image after it); once the unit is final
+                              * for the pass the area is rounded into the image and added in
+                              * (accumulate_bf16), the same two roundings a ZeRO-2 bucket gets over
+                              * one rank; the stage's last backward all-reduces the buckets in bf16 */
+  real **unit_grads;         /* (n_units) bf16 gradients kept whole (zero 0, 1; zero 2, 3 with
+                              * zero_every.grads = "step"): the areas of the units
+                              * whose backward is running (a tied embedding's from the head's
+                              * backward to the embedding's), else NULL */
   bf16 *shard_gbf16;         /* (n_shard) zero 2, 3 with precision.grads = "bf16" (m->grads_bf16):
                               * the same in bf16. Each unit's backward still sums its micro-batch's
                               * gradients in fp32 (the bucket); the bucket is rounded to bf16 (an
@@ -118,6 +129,9 @@ struct dp {
   int grads_step;             /* zero 2, 3: zero_every.grads = "step" (0: "micro_batch") */
   int params_step;            /* zero 3: zero_every.params = "step" (0: "micro_batch") */
   real *step_grads;           /* (n_elems) grads_step: the whole gradients during a step, or NULL */
+  bf16 *step_gbf16;           /* (n_elems) grads_step with bf16 gradients: the same in bf16, summed
+                               * unit by unit as grads_gbf16 is (unit_grads), then reduce-scattered
+                               * in bf16 into the bf16 shard */
   struct dp_bucket_state *buckets;
   struct dp_unit_state *units;
   int reducing;               /* this backward reduces its buckets as they become final */
@@ -256,7 +270,9 @@ int dp_reduce_scatter(struct dp *d, int b, const real *send, real *recv, size_t 
 /* dp_all_gather of bf16 elements (a bf16 model's copies). */
 int dp_all_gather_bf16(struct dp *d, int b, const bf16 *send, bf16 *recv, size_t n_elems,
                        struct comm_request **req);
-/* dp_reduce_scatter of bf16 elements (precision.grads = "bf16"), summed as comm.h's bf16 sum. */
+/* dp_all_reduce and dp_reduce_scatter of bf16 elements (precision.grads = "bf16"), summed as
+ * comm.h's bf16 sum. */
+int dp_all_reduce_bf16(struct dp *d, int b, bf16 *buf, size_t n_elems, struct comm_request **req);
 int dp_reduce_scatter_bf16(struct dp *d, int b, const bf16 *send, bf16 *recv, size_t n_elems,
                            struct comm_request **req);
 

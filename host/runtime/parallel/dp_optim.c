@@ -63,21 +63,29 @@ static real *share_grads(struct dp *d, int b, real *scratch)
     d->model->k->widen_bf16(d->model->kctx, scratch, d->shard_gbf16 + k->shard_offset, k->share);
     return scratch;
   }
+  if (d->grads_gbf16) {
+    const size_t at = k->start + (size_t)dp_bucket_rank(d, b) * k->share;
+    d->model->k->widen_bf16(d->model->kctx, scratch, d->grads_gbf16 + at, k->share);
+    return scratch;
+  }
   if (d->zero >= 2)
     return d->shard_grads + k->shard_offset;
   return d->model->grad_memory + k->start + (size_t)dp_bucket_rank(d, b) * k->share;
 }
 
-/* precision.grads = "bf16": room for the largest share widened (billed "grads" while the norm or
- * the update runs), else NULL. 0, or -1 (FAULT_OF(d)) when there is none. */
+/* precision.grads = "bf16": room for the largest share widened (zero 0: the largest bucket, which
+ * AdamW updates whole), billed "grads" while the norm or the update runs; else NULL. 0, or -1
+ * (FAULT_OF(d)) when there is none. */
 static int widen_scratch(struct dp *d, real **scratch)
 {
   *scratch = NULL;
-  if (!d->shard_gbf16)
+  if (!d->shard_gbf16 && !d->grads_gbf16)
     return 0;
   size_t most = 0;
-  for (int b = 0; b < d->layout.n_buckets; b++)
-    most = d->layout.buckets[b].share > most ? d->layout.buckets[b].share : most;
+  for (int b = 0; b < d->layout.n_buckets; b++) {
+    const size_t n = d->zero == 0 ? d->layout.buckets[b].n_elems : d->layout.buckets[b].share;
+    most = n > most ? n : most;
+  }
   *scratch = alloc_reals_on(d->model->device, ALLOC_GRADS, most);
   return *scratch ? 0 : fault_set(FAULT_OF(d), FAULT_LEVEL_DP, "out of memory widening a bf16 gradient share "
                                   "(%zu elements)", most);
@@ -131,6 +139,19 @@ double dp_grad_norm(struct dp *d)
 int dp_update(struct dp *d, struct optimizer *o, long long step, double lr, real grad_scale)
 {
   struct model *m = d->model;
+  if (d->zero == 0 && d->grads_gbf16) { /* bucket by bucket, each one's bf16 gradients widened */
+    real *scratch;
+    if (widen_scratch(d, &scratch))
+      return -1;
+    for (int b = 0; b < d->layout.n_buckets; b++) {
+      const struct dp_bucket *k = &d->layout.buckets[b];
+      m->k->widen_bf16(m->kctx, scratch, d->grads_gbf16 + k->start, k->n_elems);
+      optimizer_update_range(o, m, k->start, k->n_elems, m->param_memory + k->start, scratch, k->start, step, lr,
+                             grad_scale, m->bf16_memory ? m->bf16_memory + k->start : NULL);
+    }
+    alloc_free(scratch);
+    return FAULT_OF(d)->set ? -1 : 0;
+  }
   if (d->zero == 0) {
     optimizer_update_range(o, m, 0, d->layout.n_elems, m->param_memory, m->grad_memory, 0, step, lr,
                            grad_scale, m->bf16_memory);

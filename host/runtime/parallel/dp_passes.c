@@ -205,8 +205,12 @@ static void inflight_finish_oldest(struct dp *d)
  * backward (in that piece's round), every bucket's gradients pointed there. */
 static void step_grads_ready(struct dp *d)
 {
-  if (d->step_grads)
+  if (d->step_grads || d->step_gbf16)
     return;
+  if (d->shard_gbf16) { /* bf16 gradients: the whole of them in bf16, summed unit by unit */
+    d->step_gbf16 = round_alloc_of(d, ALLOC_GRADS, d->layout.n_elems, sizeof(bf16), "the step's gradients");
+    return;
+  }
   d->step_grads = round_alloc(d, ALLOC_GRADS, d->layout.n_elems, "the step's gradients");
   for (int b = 0; d->step_grads && b < d->layout.n_buckets; b++)
     dp_bind_bucket(d, b, d->step_grads + d->layout.buckets[b].start, 1);
@@ -241,14 +245,58 @@ static void buckets_ready_for(struct dp *d, int u)
   }
 }
 
+/* ---- bf16 gradients kept whole (zero 0, 1 with precision.grads = "bf16": dp.h grads_gbf16) ---- */
+
+/* Points unit u's parameters' gradients at `area` (its span's first element), or NULL. */
+static void unit_bind_grads(struct dp *d, int u, real *area, size_t start)
+{
+  const struct dp_unit *unit = &d->layout.units[u];
+  for (int i = unit->first_param; unit->first_param >= 0 && i <= unit->last_param; i++) {
+    struct model_param *p = &d->model->params[i];
+    p->grad = area ? area + (p->offset - start) : NULL;
+  }
+}
+
+/* Unit u's fp32 area, zeroed (the allocator's), with room for its bf16 image after it, unless it
+ * has one already (a tied embedding's, from the head's backward on). In the piece's round. */
+static void unit_grads_ready(struct dp *d, int u)
+{
+  if (d->unit_grads[u])
+    return;
+  size_t start, n = dp_unit_span(&d->layout, &d->model->table, u, &start);
+  d->unit_grads[u] = round_alloc_of(d, ALLOC_GRADS, n, sizeof(real) + sizeof(bf16), "a unit's gradients");
+  if (d->unit_grads[u])
+    unit_bind_grads(d, u, d->unit_grads[u], start);
+}
+
+/* Unit u's gradients are final for this pass: its sums rounded into the image, added into the
+ * whole bf16 gradients (accumulate_bf16), the area freed. */
+static void unit_grads_fold(struct dp *d, int u)
+{
+  real *area = d->unit_grads[u];
+  if (!area)
+    return;
+  size_t start, n = dp_unit_span(&d->layout, &d->model->table, u, &start);
+  bf16 *image = (bf16 *)(area + n), *whole = d->grads_gbf16 ? d->grads_gbf16 : d->step_gbf16;
+  d->model->k->round_bf16(d->model->kctx, image, area, n);
+  d->model->k->accumulate_bf16(d->model->kctx, whole + start, image, n);
+  unit_bind_grads(d, u, NULL, 0);
+  alloc_free(area);
+  d->unit_grads[u] = NULL;
+}
+
 /* Starts bucket b's reduction; under zero 2, 3 into the output units_final made, or with
  * zero_every.grads = "step" into the shard (written once a step). */
 static void bucket_start(struct dp *d, int b)
 {
   const struct dp_bucket *k = &d->layout.buckets[b];
   struct dp_bucket_state *s = &d->buckets[b];
-  if (d->zero < 2)
+  if (d->zero < 2 && d->grads_gbf16)
+    dp_all_reduce_bf16(d, b, d->grads_gbf16 + k->start, k->n_elems, &s->req);
+  else if (d->zero < 2)
     dp_all_reduce(d, b, d->model->grad_memory + k->start, k->n_elems, &s->req);
+  else if (d->grads_step && d->step_gbf16)
+    dp_reduce_scatter_bf16(d, b, d->step_gbf16 + k->start, d->shard_gbf16 + k->shard_offset, k->share, &s->req);
   else if (d->grads_step)
     dp_reduce_scatter(d, b, d->step_grads + k->start, d->shard_grads + k->shard_offset, k->share, &s->req);
   else if (d->shard_gbf16) { /* the bucket's sums rounded once, into the image after them */
@@ -312,7 +360,9 @@ static int compute(struct dp *d, struct piece pc, const struct dp_pass *ps, doub
   const int tied = m->config.tie_embeddings;
   /* zero ≥ 2: the round of this piece's gradient buffers (none once a "step" buffer exists: the
    * same on every rank, which all allocated it at the same piece) */
-  const int round = d->zero >= 2 && !(d->grads_step && d->step_grads);
+  /* bf16 gradients kept whole (zero 0, 1; zero 2, 3 once a step): per-unit fp32 areas */
+  const int fold = d->grads_gbf16 || (d->grads_step && d->shard_gbf16);
+  const int round = (d->zero >= 2 && !(d->grads_step && d->step_grads)) || fold;
   switch (pc.kind) {
   case PIECE_EMBED_FWD: model_embed_forward(m, ps->a, ps->tokens, ps->dropout, ps->B, ps->T); break;
   case PIECE_LAYER_FWD: model_layer_forward(m, ps->a, pc.layer, ps->dropout); break;
@@ -323,10 +373,20 @@ static int compute(struct dp *d, struct piece pc, const struct dp_pass *ps, doub
     buckets_ready_for(d, head);
     if (tied)
       buckets_ready_for(d, 0);
+    if (fold) {
+      unit_grads_ready(d, head);
+      if (tied)
+        unit_grads_ready(d, 0);
+    }
     if (round && round_end(d))
       return -1;
     model_bind_views(m);
     model_head_backward(m, ps->a, ps->loss_scale);
+    if (fold) {
+      unit_grads_fold(d, head);
+      if (tied && !ps->stage->has_embed)
+        unit_grads_fold(d, 0);
+    }
     if (d->zero < 2)
       return grads_final_from(d, u->first_param);
     /* a tied embedding's gradient is final here on a last stage without the embedding */
@@ -336,20 +396,28 @@ static int compute(struct dp *d, struct piece pc, const struct dp_pass *ps, doub
   case PIECE_LAYER_BWD: {
     const int unit = 1 + pc.layer;
     buckets_ready_for(d, unit);
+    if (fold)
+      unit_grads_ready(d, unit);
     if (round && round_end(d))
       return -1;
     model_bind_views(m);
     ps->a->loss_scale = ps->loss_scale;
     model_layer_backward(m, ps->a, pc.layer);
+    if (fold)
+      unit_grads_fold(d, unit);
     return d->zero < 2 ? grads_final_from(d, l->units[unit].first_param) : units_final(d, ps, &unit, 1);
   }
   case PIECE_EMBED_BWD: {
     const int unit = 0;
     buckets_ready_for(d, unit);
+    if (fold)
+      unit_grads_ready(d, unit);
     if (round && round_end(d))
       return -1;
     model_bind_views(m);
     model_embed_backward(m, ps->a);
+    if (fold)
+      unit_grads_fold(d, unit);
     if (d->zero >= 2)
       return units_final(d, ps, &unit, 1);
     if (!ps->embed_waits) /* zero 0, 1: a tied embedding is summed between the stages first */
@@ -376,6 +444,8 @@ void dp_step_begin(struct dp *d, long long step)
     m->k->zero(m->kctx, d->shard_grads, d->layout.n_shard * sizeof(real));
   if (d->shard_gbf16)
     m->k->zero(m->kctx, d->shard_gbf16, d->layout.n_shard * sizeof(bf16));
+  if (d->grads_gbf16)
+    m->k->zero(m->kctx, d->grads_gbf16, d->layout.n_elems * sizeof(bf16));
   d->reducing = 0;
   d->next_bucket = d->layout.n_buckets - 1;
 }
@@ -440,6 +510,8 @@ double dp_run_pass(struct dp *d, const struct dp_pass *ps, const struct piece *t
 /* Zero 2, 3 with zero_every.grads = "step": the step's whole gradients go (their reductions ended). */
 static void step_grads_free(struct dp *d)
 {
+  alloc_free(d->step_gbf16);
+  d->step_gbf16 = NULL;
   if (!d->step_grads)
     return;
   for (int b = 0; b < d->layout.n_buckets; b++)
@@ -465,6 +537,12 @@ void dp_pass_abort(struct dp *d)
     alloc_free(s->recv);
     s->grads = s->recv = NULL;
   }
+  for (int u = 0; u < d->layout.n_units && d->unit_grads; u++) { /* bf16 gradients' areas */
+    if (d->unit_grads[u])
+      unit_bind_grads(d, u, NULL, 0);
+    alloc_free(d->unit_grads[u]);
+    d->unit_grads[u] = NULL;
+  }
   for (int u = 0; u < d->layout.n_units && d->zero == 3; u++) {
     struct dp_unit_state *s = &d->units[u];
     const struct dp_unit *unit = &d->layout.units[u];
@@ -486,9 +564,9 @@ static int embed_sum(struct dp *d, struct comm_group *embed)
   if (!embed)
     return 0;
   const struct model_param *e = &d->model->params[0];
-  void *at = e->grad;
+  void *at = d->grads_gbf16 ? (void *)(d->grads_gbf16 + e->offset) : (void *)e->grad;
   size_t n = e->n_elems;
-  enum comm_dtype type = COMM_REAL;
+  enum comm_dtype type = d->grads_gbf16 ? COMM_BF16 : COMM_REAL;
   if (d->zero >= 2) {
     const struct dp_bucket *k = &d->layout.buckets[d->layout.param_bucket[0]];
     at = d->shard_gbf16 ? (void *)(d->shard_gbf16 + k->shard_offset) : (void *)(d->shard_grads + k->shard_offset);

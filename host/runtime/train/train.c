@@ -194,9 +194,10 @@ static int open_on_device(struct trainer *t, const struct plan *p, struct comm_g
   t->dp.params_step = p->zero == 3 && p->zero_every.params == PLAN_ZERO_EVERY_STEP;
   /* The step's allocation rounds (dp_passes.c) span the ranks that run the same list: every rank
    * with one pipeline rank; with more, that rank's tp × dp ranks (pipeline ranks reach their
-   * rounds at different times, waiting for each other's activations in between). */
+   * rounds at different times, waiting for each other's activations in between). ZeRO 2, 3 and
+   * bf16 gradients (each backward piece's unit areas) have rounds. */
   t->dp.agree = t->world;
-  if (pp && pp->size > 1 && p->zero >= 2) {
+  if (pp && pp->size > 1 && (p->zero >= 2 || t->model.grads_bf16)) {
     if (comm_group_split(t->world, pp->rank, t->world->rank, "stage", &t->stage, err, err_size))
       goto fail;
     t->dp.agree = t->stage;
