@@ -275,10 +275,11 @@ static struct comm_group *traffic_group(struct comm_group *const *groups, const 
 {
   switch (g) {
   case TRAFFIC_TP: return groups[PLAN_AXIS_TP];
-  case TRAFFIC_DP: return groups[PLAN_AXIS_DP];
+  case TRAFFIC_DP: return t->dpcp ? t->dpcp : groups[PLAN_AXIS_DP]; /* under mesh.cp the dp layer's dp × cp */
   case TRAFFIC_PP: return groups[PLAN_AXIS_PP];
   case TRAFFIC_EP: return t->ep;
   case TRAFFIC_EDP: return t->edp;
+  case TRAFFIC_CP: return groups[PLAN_AXIS_CP];
   default: return t->exec.embed;
   }
 }
@@ -300,7 +301,7 @@ int rehearse_traffic_check(const struct plan *p, struct comm_group *const *group
   struct traffic want;
   char why[512];
   *calls = 0;
-  if (traffic_predict(p, t->exec.rank, &want, why, sizeof why))
+  if (traffic_predict_cp(p, NULL, t->exec.rank, t->model.cp.rank, &want, why, sizeof why))
     return snprintf(msg, msg_size, "no traffic prediction: %s", why), -1;
   int bad = 0;
   for (int g = 0; g < TRAFFIC_N_GROUPS; g++) {

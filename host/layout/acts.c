@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels.h"
 #include "ops.h"
 #include "real.h"
 
@@ -28,6 +29,41 @@ void layout_layer_dims(const struct layout_rank *r, int layer, struct model_laye
   d->Fl = y->mlp_sharded ? c->ffn_dim / tp : c->ffn_dim;
   if (r->moe && r->moe[layer])
     d->Fl = c->moe.ffn_dim; /* the experts are whole on every TP rank (replicated over tp) */
+}
+
+int layout_cp_rows(int T, int cp)
+{
+  if (cp <= 1)
+    return T;
+  int most = 0;
+  for (int i = 0; i < cp; i++) {
+    const int n = attention_cp_rank_tokens(T, cp, i);
+    most = n > most ? n : most;
+  }
+  return most;
+}
+
+void layout_cp_heads(const struct layout_rank *r, int *NH, int *NKV)
+{
+  *NH = *NKV = 1;
+  for (int l = 0; l < r->config.n_layers; l++) {
+    struct model_layer_dims d;
+    layout_layer_dims(r, l, &d);
+    *NH = d.NHl > *NH ? d.NHl : *NH;
+    *NKV = d.NKVl > *NKV ? d.NKVl : *NKV;
+  }
+}
+
+void layout_cp_ring(struct layout_cp_ring *out, const struct kernel_ops *k, void *kctx, int B, int T, int cp, int NH,
+                    int NKV, int HS)
+{
+  memset(out, 0, sizeof *out);
+  out->maxTl = layout_cp_rows(T, cp);
+  out->rows = (size_t)B * out->maxTl;
+  out->kv = 2 * out->rows * NKV * HS;
+  out->scratch = k->attention_cp_scratch_n_elems(kctx, B, out->maxTl, out->maxTl, NH, NKV, HS);
+  out->comm = 4 * out->kv;
+  out->work = out->kv + out->rows * NH * HS + 2 * out->rows * NH + out->scratch;
 }
 
 int layout_home_T(const struct layout_rank *r, int T)

@@ -107,4 +107,29 @@ void layout_acts_free(struct acts_layout *a);
 double layout_split_held_elems(const struct plan *p, int stage);
 int layout_split_products(const struct plan *p, int stage);
 
+/* Context parallelism (mesh.cp; runtime/parallel/cp.h). layout_cp_rows: the most rows any of cp
+ * ranks holds of a T-long sequence (its two chunks, kernels.h: attention_cp_rank_tokens), T at
+ * cp ≤ 1: the rows every cp rank's activations, slot gradients and token ids are sized for, so
+ * every cp rank allocates the same. layout_cp_heads: the most query and key/value heads any of
+ * rank r's layers runs its attention on (layout_layer_dims: its tensor-parallel share), which the
+ * ring's buffers are sized for. */
+int layout_cp_rows(int T, int cp);
+void layout_cp_heads(const struct layout_rank *r, int *NH, int *NKV);
+/* The ring's buffers for B samples of T tokens over cp ranks, NH query and NKV key/value heads of
+ * HS (elements of the runtime's real): kv, the k | v pair one rank holds (2 · B · maxTl · NKV ·
+ * HS); rows, B · maxTl; scratch, the block kernels' (table k's attention_cp_scratch_n_elems). The
+ * runtime (cp_ring_init) allocates from these, and the bill counts them: comm, the transfers'
+ * buffers (two received pairs and two travelling dk | dv accumulators: 4 · kv, billed as comm:
+ * they are what the ring's sends and receives read and write, as the pipeline's slot gradients
+ * and the reduce-scatter outputs are); work, what the blocks compute in (a step's dk | dv share,
+ * kv; a block's partial out, rows · NH · HS, and lse, rows · NH; Σ dout · out per row, rows · NH;
+ * the scratch), billed as workspace. */
+struct layout_cp_ring {
+  int maxTl;
+  size_t kv, rows, scratch;
+  size_t comm, work;
+};
+void layout_cp_ring(struct layout_cp_ring *out, const struct kernel_ops *k, void *kctx, int B, int T, int cp, int NH,
+                    int NKV, int HS);
+
 #endif

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels.h"
 #include "ops.h"
 #include "real.h"
 #include "comm/comm.h"
@@ -18,6 +19,14 @@
 #ifdef TYCHO_HAVE_CUDA_BACKEND
 #include "cuda/cuda_backend.h"
 #endif
+
+/* The ranks the data-parallel layer reduces and shards over: dp, times cp under context
+ * parallelism (the cp ranks of a dp rank hold the same parameters and sum their gradients as its
+ * dp peers do: the runtime's "dpcp" group, train.c). */
+static int dp_ranks(const struct plan *p)
+{
+  return p->mesh.dp * (p->mesh.cp > 1 ? p->mesh.cp : 1);
+}
 
 /* Floats of unit u's buckets. */
 static size_t unit_elems(const struct dp_layout *l, int u)
@@ -302,7 +311,7 @@ static int rank_view(const struct plan *p, const struct bill_shared *sh, int pp_
   memset(r, 0, sizeof *r);
   if (outline_table(p, pp_rank, &r->rank, &r->t, err, err_size))
     return 1;
-  if (dp_buckets_build(&r->l, &r->t, r->rank.config.n_layers, r->rank.ep_size, p->mesh.dp, p->zero, p->bucket_mb,
+  if (dp_buckets_build(&r->l, &r->t, r->rank.config.n_layers, r->rank.ep_size, dp_ranks(p), p->zero, p->bucket_mb,
                        err, err_size)) {
     rank_view_free(r);
     return 1;
@@ -361,15 +370,16 @@ static int acts_count(const struct plan *p, const struct rank_view *r, int B, in
 
 /* bill.held: what dp_open allocates for the parameters and gradients and what the optimizer and
  * the executor allocate at open, in the element sizes of bill_predict (c the compute type's, g the
- * gradients'); slot_grads the pipeline's slot gradients in compute elements. Zero 3's gathered
+ * gradients'); held_comm the comm buffers allocated at open (the pipeline's slot gradients, the
+ * cp ring's transfer buffers) in compute elements. Zero 3's gathered
  * units, zero ≥ 2's buckets and reduce-scatter outputs are freed inside each step (dp_passes.c). */
 static void bill_held_between_steps(const struct plan *p, const struct rank_view *r, double c, double g,
-                                    double slot_grads, struct bill *out)
+                                    double held_comm, struct bill *out)
 {
   const int zero = p->zero, is_bf16 = r->t.n_bf16 > 0;
   /* the fp32 weights: the flat layout, or the shard (dp_master_is_sharded); a bf16 model's are
    * its master, optimizer state */
-  const double weights = (double)(dp_master_is_sharded(zero, is_bf16, p->mesh.dp) ? r->l.n_shard : r->l.n_elems);
+  const double weights = (double)(dp_master_is_sharded(zero, is_bf16, dp_ranks(p)) ? r->l.n_shard : r->l.n_elems);
   const double grads = (double)(zero < 2 ? r->l.n_elems : r->l.n_shard);
   /* a bf16 model's copies: whole (zero 0-2), or the shard's (zero 3) */
   const double copies = (double)(zero < 3 ? r->t.n_bf16 : is_bf16 ? r->l.n_shard : 0) * sizeof(bf16);
@@ -378,7 +388,7 @@ static void bill_held_between_steps(const struct plan *p, const struct rank_view
   out->held[ALLOC_OPTIMIZER] = out->bytes[ALLOC_OPTIMIZER]; /* AdamW's m, v (and master): from open on */
   out->held[ALLOC_ACTIVATIONS] = out->bytes[ALLOC_ACTIVATIONS]; /* every slot allocated at open */
   out->held[ALLOC_WORKSPACE] = out->bytes[ALLOC_WORKSPACE];
-  out->held[ALLOC_COMM] = slot_grads * c;
+  out->held[ALLOC_COMM] = held_comm * c;
   out->held[ALLOC_CHECKPOINT] = 0;
 }
 
@@ -394,7 +404,9 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
   struct rank_view r;
   if (rank_view(p, sh, pp_rank, &r, err, err_size))
     return 1;
-  const int micro = p->batch.micro, seq = p->batch.seq, zero = p->zero;
+  const int micro = p->batch.micro, zero = p->zero, cp = p->mesh.cp > 1 ? p->mesh.cp : 1;
+  /* a cp rank's rows: the most any holds (layout_cp_rows), as the runtime sizes its activations */
+  const int seq = layout_cp_rows(p->batch.seq, cp);
   size_t acts[4];
   int *per_stage = calloc((size_t)p->n_stages, sizeof *per_stage);
   if (!per_stage || acts_count(p, &r, micro, seq, NULL, acts)) {
@@ -435,8 +447,8 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
   /* elements (reals) as the runtime allocates them; zero 3's gathered units in bytes, their bf16
    * copies with them (whole copies under zero 0-2) */
   double params = 0, grads = 0, comm = 0, gathered = 0, activations, workspace;
-  double grads_bytes = -1, comm_grads_bytes = 0; /* grads bf16 (zero 2, 3): bytes, not elements */
-  const int is_bf16 = r.t.n_bf16 > 0, sharded = dp_master_is_sharded(zero, is_bf16, p->mesh.dp);
+  double grads_bytes = -1, comm_grads_bytes = 0; /* bf16 gradients: bytes, not elements */
+  const int is_bf16 = r.t.n_bf16 > 0, sharded = dp_master_is_sharded(zero, is_bf16, dp_ranks(p));
   /* the fp32 weights (a bf16 model's master: optimizer state), whole or the shard */
   const double weights = (double)(sharded ? r.l.n_shard : r.l.n_elems);
   if (!is_bf16)
@@ -509,8 +521,25 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
                           p->model.dim;
   const double slot_grads = p->n_stages > 1 ? boundary * slots : 0.0; /* a gradient buffer per slot */
   comm += slot_grads;
-  /* the trainer's batch: inputs and targets (ints), each row's window index (8 bytes) */
-  const double batch_bytes = 2.0 * micro * seq * sizeof(int) + (double)micro * sizeof(uint64_t);
+  /* the trainer's batch: inputs and targets (ints) of whole sequences, each row's window index (8
+   * bytes) */
+  double batch_bytes = 2.0 * micro * p->batch.seq * sizeof(int) + (double)micro * sizeof(uint64_t);
+  /* context parallelism: the ring's buffers (layout_cp_ring: the transfers' as comm, the blocks'
+   * as workspace, sized for the most heads a layer runs on here) and the ids of the rank's rows
+   * cut from the batch (host memory, with the batch) */
+  double ring_comm = 0;
+  if (cp > 1) {
+    void *kctx;
+    const struct kernel_ops *kt = sizing_table(p, &kctx);
+    struct layout_cp_ring z;
+    int NH, NKV;
+    layout_cp_heads(&r.rank, &NH, &NKV);
+    layout_cp_ring(&z, kt, kctx, micro, p->batch.seq, cp, NH, NKV, r.rank.config.head_dim);
+    ring_comm = (double)z.comm;
+    comm += ring_comm;
+    workspace += (double)z.work;
+    batch_bytes += (double)z.rows * sizeof(int);
+  }
 
   const double g = bill_element_bytes(p, p->precision.grads);
   const double fp32 = bill_element_bytes(p, PLAN_FP32); /* AdamW's moments */
@@ -526,14 +555,14 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
   out->bytes[ALLOC_WORKSPACE] = workspace * c + batch_bytes;
   /* checkpoint.async: the snapshot of the rank's parameters and moments (ckpt.h) */
   if (p->checkpoint.async && p->checkpoint.dir[0])
-    out->bytes[ALLOC_CHECKPOINT] = (double)dp_snapshot_elems(r.l.n_elems, r.l.n_shard, zero, is_bf16, p->mesh.dp) * fp32;
+    out->bytes[ALLOC_CHECKPOINT] = (double)dp_snapshot_elems(r.l.n_elems, r.l.n_shard, zero, is_bf16, dp_ranks(p)) * fp32;
   for (int k = 0; k < ALLOC_N_CATEGORIES; k++) out->total += out->bytes[k];
   if (!cpu) { /* a device of its own: what stays in host memory (bill.host) */
     out->host[ALLOC_WORKSPACE] = batch_bytes;
     out->host[ALLOC_CHECKPOINT] = out->bytes[ALLOC_CHECKPOINT];
     for (int k = 0; k < ALLOC_N_CATEGORIES; k++) out->host_total += out->host[k];
   }
-  bill_held_between_steps(p, &r, c, g, slot_grads, out);
+  bill_held_between_steps(p, &r, c, g, slot_grads + ring_comm, out);
   out->n_slots = slots;
   for (int i = 0; i < r.t.n; i++) out->n_params += (long long)r.t.p[i].n_elems;
   rank_view_free(&r);
@@ -544,7 +573,7 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
 
 const char *traffic_group_name(enum traffic_group g)
 {
-  static const char *const names[] = { "tp", "dp", "pp", "embed", "ep", "edp" };
+  static const char *const names[] = { "tp", "dp", "pp", "embed", "ep", "edp", "cp" };
   return g < TRAFFIC_N_GROUPS ? names[g] : "?";
 }
 
@@ -598,6 +627,35 @@ int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char
 int traffic_predict_shared(const struct plan *p, const struct bill_shared *sh, int pp_rank, struct traffic *out,
                            char *err, size_t err_size)
 {
+  return traffic_predict_cp(p, sh, pp_rank, 0, out, err, err_size);
+}
+
+/* The ring attention's messages of one layer's forward (backward 0) or backward (1) on cp rank
+ * me (runtime/parallel/cp.c): cp − 1 hops, each sending the k and v of the pair held (rank
+ * me − s's) and receiving the next (rank me − s − 1's); backward, besides, cp hops of the dk | dv
+ * accumulator, one message each way. kv(x): B · (rank x's tokens) · NKV · HS elements. */
+static void ring_traffic(struct traffic *t, int B, int T, int cp, int me, int NKV, int HS, unsigned long long eb,
+                         int backward)
+{
+  for (int s = 0; s < cp; s++) {
+    const unsigned long long held = (unsigned long long)B * attention_cp_rank_tokens(T, cp, (me - s + cp) % cp) *
+                                    NKV * HS * eb;
+    const unsigned long long next = (unsigned long long)B *
+                                    attention_cp_rank_tokens(T, cp, (me - s - 1 + cp) % cp) * NKV * HS * eb;
+    if (s < cp - 1) {
+      count(t, TRAFFIC_CP, COMM_SEND, 2, 2 * held);
+      count(t, TRAFFIC_CP, COMM_RECV, 2, 2 * next);
+    }
+    if (backward) {
+      count(t, TRAFFIC_CP, COMM_SEND, 1, 2 * held);
+      count(t, TRAFFIC_CP, COMM_RECV, 1, 2 * next);
+    }
+  }
+}
+
+int traffic_predict_cp(const struct plan *p, const struct bill_shared *sh, int pp_rank, int cp_rank,
+                       struct traffic *out, char *err, size_t err_size)
+{
   /* traffic_element_bytes: activations and parameters in precision.compute, gradients in
    * precision.grads (on the CPU both the runtime's reals) */
   const unsigned long long eb = (unsigned long long)traffic_element_bytes(p, p->precision.compute);
@@ -610,17 +668,19 @@ int traffic_predict_shared(const struct plan *p, const struct bill_shared *sh, i
   struct rank_view r;
   if (rank_view(p, sh, pp_rank, &r, err, err_size))
     return 1;
-  const int tp = p->mesh.tp, dp = p->mesh.dp, pp = p->mesh.pp, M = p->batch.microbatches;
-  const int L = p->model.n_layers;
+  const int tp = p->mesh.tp, dp = dp_ranks(p), pp = p->mesh.pp, M = p->batch.microbatches;
+  const int L = p->model.n_layers, cp = p->mesh.cp > 1 ? p->mesh.cp : 1;
+  /* this cp rank's tokens of each sequence (its two chunks), every token without cp */
+  const int T = cp > 1 ? attention_cp_rank_tokens(p->batch.seq, cp, cp_rank) : p->batch.seq;
   /* tp: the conversions of this rank's layers, per micro-batch; the norm's partial sums */
   if (tp > 1) {
-    int n = tp_comm_list(p, p->batch.micro, p->batch.seq, NULL, 0);
+    int n = tp_comm_list(p, p->batch.micro, T, NULL, 0);
     struct tp_comm *list = calloc((size_t)n, sizeof *list);
     if (!list) {
       rank_view_free(&r);
       return errf(err, err_size, "out of memory");
     }
-    tp_comm_list(p, p->batch.micro, p->batch.seq, list, n);
+    tp_comm_list(p, p->batch.micro, T, list, n);
     for (int i = 0; i < n; i++) {
       int ly = list[i].layer;
       if (ly < 0 ? !r.rank.embed_here : ly >= L ? !r.rank.head_here : !r.rank.layer_here[ly])
@@ -675,7 +735,7 @@ int traffic_predict_shared(const struct plan *p, const struct bill_shared *sh, i
   /* pp: the schedule's messages, the loss from the last stage, the norm's sums */
   if (pp > 1) {
     const unsigned long long boundary = (unsigned long long)p->batch.micro *
-      (unsigned long long)(tp > 1 && p->sequence_parallel ? p->batch.seq / tp : p->batch.seq) *
+      (unsigned long long)(tp > 1 && p->sequence_parallel ? T / tp : T) *
       (unsigned long long)p->model.dim * eb;
     const struct sched_list *list = r.list;
     for (int i = 0; i < list->n; i++) {
@@ -694,6 +754,24 @@ int traffic_predict_shared(const struct plan *p, const struct bill_shared *sh, i
     if (p->model.tie_embeddings && (pp_rank == first || pp_rank == last))
       count(out, TRAFFIC_EMBED, COMM_ALL_REDUCE, 1, tied * egrad);
   }
+  /* cp: the ring of every layer here, per micro-batch: its forward, again in backward where the
+   * layer's recompute discards the attention's core (recompute_pieces, model_passes.c), and its
+   * backward. With T % (2 · cp) ≠ 0 the cp ranks hold different counts of tokens, and each is
+   * predicted for its own (cp_rank). */
+  if (cp > 1)
+    for (int l = 0; l < L; l++) {
+      if (!r.rank.layer_here[l])
+        continue;
+      struct model_layer_dims d;
+      layout_layer_dims(&r.rank, l, &d);
+      const uint8_t rc = p->layers[l].recompute;
+      const int forwards = 1 + ((rc & (PLAN_RC_ATTN | PLAN_RC_ATTN_CORE)) != 0);
+      for (int m = 0; m < M; m++) {
+        for (int f = 0; f < forwards; f++)
+          ring_traffic(out, p->batch.micro, p->batch.seq, cp, cp_rank, d.NKVl, r.rank.config.head_dim, eb, 0);
+        ring_traffic(out, p->batch.micro, p->batch.seq, cp, cp_rank, d.NKVl, r.rank.config.head_dim, eb, 1);
+      }
+    }
   /* ep: the sparse layers' all-to-alls (the runtime's model_moe.c), the row-count exchange included */
   unsigned long long ep_calls, ep_bytes;
   plan_ep_step_traffic(p, pp_rank, (double)eb, &ep_calls, &ep_bytes);

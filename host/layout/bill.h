@@ -76,9 +76,15 @@ double bill_split_held_bytes(const struct plan *p, const struct sched_list *list
  * (the schedule's sends and receives, the loss broadcast, the norm's sums), the tied
  * embedding's group (its gradient), the expert-parallel group (the sparse layers' all-to-alls,
  * plan_ep_step_traffic) and the expert-data-parallel group (the dp ranks holding the same
- * experts: their buckets' reductions and gathers, which then leave the dp group's). Groups of one
- * move nothing. Evaluation is not in a step. */
-enum traffic_group { TRAFFIC_TP, TRAFFIC_DP, TRAFFIC_PP, TRAFFIC_EMBED, TRAFFIC_EP, TRAFFIC_EDP, TRAFFIC_N_GROUPS };
+ * experts: their buckets' reductions and gathers, which then leave the dp group's) and the cp
+ * group (context parallelism's ring: each layer's k, v pairs forward and, in backward, the pairs
+ * and the dk, dv accumulators; its sends and receives as messages). Under mesh.cp the dp group is
+ * the dp layer's dp × cp ranks ("dpcp", which sums the gradients of a dp rank's cp ranks too),
+ * and the tp and pp messages carry a cp rank's tokens. Groups of one move nothing. Evaluation is
+ * not in a step. */
+enum traffic_group {
+  TRAFFIC_TP, TRAFFIC_DP, TRAFFIC_PP, TRAFFIC_EMBED, TRAFFIC_EP, TRAFFIC_EDP, TRAFFIC_CP, TRAFFIC_N_GROUPS
+};
 #define TRAFFIC_N_OPS COMM_N_OPS /* enum comm_op */
 struct traffic {
   unsigned long long calls[TRAFFIC_N_GROUPS][TRAFFIC_N_OPS];
@@ -89,7 +95,9 @@ struct traffic {
   unsigned char summed_only[TRAFFIC_N_GROUPS];
 };
 const char *traffic_group_name(enum traffic_group g);
-/* The traffic of pipeline rank pp_rank (dp and tp ranks alike). 0 ok; nonzero with a message. */
+/* The traffic of pipeline rank pp_rank (dp and tp ranks alike; under mesh.cp, cp rank 0's: with
+ * batch.seq % (2 · cp) ≠ 0 the cp ranks hold different counts of tokens and move different bytes,
+ * traffic_predict_cp gives each). 0 ok; nonzero with a message. */
 int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char *err, size_t err_size);
 
 /* Parameter elements pipeline rank pp_rank holds (its stages' blocks, vocabulary padding
@@ -134,5 +142,8 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
                         char *err, size_t err_size);
 int traffic_predict_shared(const struct plan *p, const struct bill_shared *sh, int pp_rank, struct traffic *out,
                            char *err, size_t err_size);
+/* The same for cp rank cp_rank of pipeline rank pp_rank (sh may be NULL). */
+int traffic_predict_cp(const struct plan *p, const struct bill_shared *sh, int pp_rank, int cp_rank,
+                       struct traffic *out, char *err, size_t err_size);
 
 #endif

@@ -18,6 +18,7 @@
 #include "comm/comm.h"
 #include "mpi_check.h"
 #include "cp_fixture.h"
+#include "runtime/model/alloc.h"
 #include "runtime/parallel/cp.h"
 
 static int rank, cp;
@@ -59,7 +60,7 @@ static void ring_case(int B, int T, int NH, int NKV, int HS, float p, uint32_t s
   cp_case_make(&c, B, T, NH, NKV, HS, p, seed);
   const struct attention_dropout *drop = p > 0 ? &c.d : NULL;
   struct cp_ring ring;
-  CHECK_MSG(cp_ring_init(&ring, &counted, NULL, group, B, T, NH, NKV, HS, err, sizeof err) == 0, "%s", err);
+  CHECK_MSG(cp_ring_init(&ring, &counted, NULL, ALLOC_HOST, group, B, T, NH, NKV, HS, err, sizeof err) == 0, "%s", err);
   n_fwd = n_merge = n_dots = n_bwd = 0;
   const int Tl = ring.Tl, C = NH * HS, CK = NKV * HS;
   const size_t nq = (size_t)B * Tl * C, nkv = (size_t)B * Tl * CK, nl = (size_t)B * NH * Tl;
@@ -130,7 +131,7 @@ static void short_sequence_is_refused(void)
 {
   struct cp_ring ring;
   const int T = 2 * cp - 1;
-  CHECK(cp_ring_init(&ring, &kernel_ops_cpu, NULL, group, 1, T, 2, 1, 16, err, sizeof err) == -1);
+  CHECK(cp_ring_init(&ring, &kernel_ops_cpu, NULL, ALLOC_HOST, group, 1, T, 2, 1, 16, err, sizeof err) == -1);
   char want[64];
   snprintf(want, sizeof want, "(T = %d) is shorter than its 2 · cp = %d chunks", T, 2 * cp);
   CHECK_STR_CONTAINS(err, want);
@@ -141,7 +142,7 @@ static void device_memory_table_is_refused(void)
   struct cp_ring ring;
   struct kernel_ops dev = kernel_ops_cpu;
   dev.name = "gpu-like", dev.host_visible = 0;
-  CHECK(cp_ring_init(&ring, &dev, NULL, group, 1, 4 * cp, 2, 1, 16, err, sizeof err) == -1);
+  CHECK(cp_ring_init(&ring, &dev, NULL, ALLOC_HOST, group, 1, 4 * cp, 2, 1, 16, err, sizeof err) == -1);
   CHECK_STR_CONTAINS(err, "the ring on the gpu-like kernel table (device memory) is not supported yet");
 }
 

@@ -479,14 +479,9 @@ static void test_parallel_run(void)
       MPI_Reduce(mine, parallel_routing[s], n_routing, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
     }
   }
-  /* mesh.cp: tycho check refuses context parallelism (check_cp_refused: its bill and traffic leave
-   * out the ring), so there are no figures to hold this run's peaks and counters to; the
-   * reductions, the parameters and every loss are held as for any layout */
-  if (parallel_plan.mesh.cp <= 1)
-    check_bill(&t);
+  check_bill(&t);
   check_reductions(&t, parallel_plan.train.steps - 1);
-  if (parallel_plan.mesh.cp <= 1)
-    check_traffic(&t, before);
+  check_traffic(&t, before);
   if (parallel_plan.mesh.pp > 1) { /* activations in flight follow the schedule: GPipe all m, 1F1B pp − rank */
     const int pr = t.exec.rank, pp = parallel_plan.mesh.pp, M = parallel_plan.batch.microbatches;
     const int v = parallel_plan.virtual_stages;

@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "layout/acts.h"
+#include "runtime/model/alloc.h"
 #include "runtime/parallel/cp.h"
 #include "util/err.h"
 
@@ -20,12 +22,16 @@ int model_cp_open(struct model *m, struct comm_group *g, int B_max, int T, char 
     return 0;
   const struct plan_model *c = &m->config;
   m->cp.ring = calloc(1, sizeof *m->cp.ring);
-  m->cp.ids = malloc((size_t)B_max * model_cp_max_rows(T, m->cp.size) * sizeof(int));
+  /* the rows' ids: host memory the trainer's batch is cut into, workspace on the bill */
+  m->cp.ids = alloc_host_bytes(ALLOC_WORKSPACE, (size_t)B_max * model_cp_max_rows(T, m->cp.size) * sizeof(int));
+  /* the buffers sized for the most heads any layer's attention runs on here (its tp share) */
+  int NH, NKV;
+  layout_cp_heads(&m->rank, &NH, &NKV);
   if (!m->cp.ring || !m->cp.ids) {
     model_cp_close(m);
     return errf(err, err_size, "context parallelism: out of host memory for the ring");
   }
-  if (cp_ring_init(m->cp.ring, m->k, m->kctx, g, B_max, T, c->n_heads, c->n_kv_heads, c->head_dim, err, err_size)) {
+  if (cp_ring_init(m->cp.ring, m->k, m->kctx, m->device, g, B_max, T, NH, NKV, c->head_dim, err, err_size)) {
     free(m->cp.ring);
     m->cp.ring = NULL;
     model_cp_close(m);
@@ -40,18 +46,13 @@ void model_cp_close(struct model *m)
     cp_ring_free(m->cp.ring);
     free(m->cp.ring);
   }
-  free(m->cp.ids);
+  alloc_free(m->cp.ids);
   memset(&m->cp, 0, sizeof m->cp);
 }
 
 int model_cp_max_rows(int T, int cp)
 {
-  int most = 0;
-  for (int i = 0; i < cp; i++) {
-    const int n = attention_cp_rank_tokens(T, cp, i);
-    most = n > most ? n : most;
-  }
-  return most;
+  return layout_cp_rows(T, cp);
 }
 
 /* This rank's chunk i (0, 1) of a T-long sequence: its first position and length. */

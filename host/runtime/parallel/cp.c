@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layout/acts.h"
+#include "runtime/model/alloc.h"
 #include "util/err.h"
 
 /* A rank's chunk i (0: chunk rank, 1: chunk 2·cp − 1 − rank): id, start, length, first row. */
@@ -49,28 +51,13 @@ static size_t kv_elems(const struct cp_ring *r, int rank)
 void cp_ring_free(struct cp_ring *r)
 {
   real **bufs[] = { &r->kv[0], &r->kv[1], &r->acc[0], &r->acc[1], &r->dloc, &r->pout, &r->plse, &r->D, &r->scratch };
-  if (r->k)
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-      if (*bufs[i])
-        r->k->mem_free(r->kctx, *bufs[i]);
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) alloc_free(*bufs[i]);
   memset(r, 0, sizeof *r);
-}
-
-static real *alloc_reals(struct cp_ring *r, size_t n)
-{
-  return r->k->mem_alloc(r->kctx, n * sizeof(real));
-}
-
-static int max_tokens(int T, int cp)
-{
-  int m = 0;
-  for (int i = 0; i < cp; i++) m = attention_cp_rank_tokens(T, cp, i) > m ? attention_cp_rank_tokens(T, cp, i) : m;
-  return m;
 }
 
 int cp_ring_reshape(struct cp_ring *r, int B, int T, char *err, size_t err_size)
 {
-  const int cp = r->g->size, maxTl = max_tokens(T, cp);
+  const int cp = r->g->size, maxTl = layout_cp_rows(T, cp);
   if (T < 2 * cp)
     return errf(err, err_size, "context parallelism: the sequence (T = %d) is shorter than its 2 · cp = %d chunks",
                 T, 2 * cp);
@@ -91,8 +78,8 @@ int cp_ring_heads(struct cp_ring *r, int NH, int NKV, char *err, size_t err_size
   return 0;
 }
 
-int cp_ring_init(struct cp_ring *r, const struct kernel_ops *k, void *kctx, struct comm_group *g, int B,
-                 int T, int NH, int NKV, int HS, char *err, size_t err_size)
+int cp_ring_init(struct cp_ring *r, const struct kernel_ops *k, void *kctx, int device, struct comm_group *g,
+                 int B, int T, int NH, int NKV, int HS, char *err, size_t err_size)
 {
   memset(r, 0, sizeof *r);
   const int cp = g->size;
@@ -107,25 +94,28 @@ int cp_ring_init(struct cp_ring *r, const struct kernel_ops *k, void *kctx, stru
   r->k = k, r->kctx = kctx;
   r->g = g, r->B = B, r->T = T, r->NH = NH, r->NKV = NKV, r->HS = HS;
   r->Tl = tokens(r, g->rank);
-  for (int i = 0; i < cp; i++) r->maxTl = tokens(r, i) > r->maxTl ? tokens(r, i) : r->maxTl;
-  const size_t kv = (size_t)B * r->maxTl * NKV * HS, rows = (size_t)B * r->maxTl;
+  /* the sizes the bill counts (layout_cp_ring): the transfers' buffers as comm, the blocks' as
+   * workspace */
+  struct layout_cp_ring z;
+  layout_cp_ring(&z, k, kctx, B, T, cp, NH, NKV, HS);
+  r->maxTl = z.maxTl;
   for (int i = 0; i < 2; i++) {
-    r->kv[i] = alloc_reals(r, 2 * kv);
-    r->acc[i] = alloc_reals(r, 2 * kv);
+    r->kv[i] = alloc_reals_on(device, ALLOC_COMM, z.kv);
+    r->acc[i] = alloc_reals_on(device, ALLOC_COMM, z.kv);
   }
-  r->dloc = alloc_reals(r, 2 * kv);
-  r->pout = alloc_reals(r, rows * NH * HS);
-  r->plse = alloc_reals(r, rows * NH);
-  r->D = alloc_reals(r, rows * NH);
-  r->cap_rows = rows;
+  r->dloc = alloc_reals_on(device, ALLOC_WORKSPACE, z.kv);
+  r->pout = alloc_reals_on(device, ALLOC_WORKSPACE, z.rows * NH * HS);
+  r->plse = alloc_reals_on(device, ALLOC_WORKSPACE, z.rows * NH);
+  r->D = alloc_reals_on(device, ALLOC_WORKSPACE, z.rows * NH);
+  r->cap_rows = z.rows;
   r->cap_NH = NH, r->cap_NKV = NKV;
-  r->cap_scratch = k->attention_cp_scratch_n_elems(kctx, B, r->maxTl, r->maxTl, NH, NKV, HS);
-  r->scratch = alloc_reals(r, r->cap_scratch);
+  r->cap_scratch = z.scratch;
+  r->scratch = alloc_reals_on(device, ALLOC_WORKSPACE, r->cap_scratch);
   if (!r->kv[0] || !r->kv[1] || !r->acc[0] || !r->acc[1] || !r->dloc || !r->pout || !r->plse || !r->D ||
       !r->scratch) {
     cp_ring_free(r);
     return errf(err, err_size, "context parallelism: out of the %s table's memory for the ring's buffers (%zu bytes)",
-                k->name, (10 * kv + rows * NH * (HS + 2)) * sizeof(real));
+                k->name, (z.comm + z.work) * sizeof(real));
   }
   return 0;
 }

@@ -4,7 +4,8 @@
  * of those rows is computed by passing the ranks' k, v pairs around the group's ring.
  * mesh.cp selects it: the model's attention runs through it (runtime/model/model_cp.c). Its blocks
  * run through the kernel table it is given (the attention_cp_* entries, ops_list.h, and zero,
- * copy and vec_add for the accumulators), its buffers are that table's memory; the transfers are
+ * copy and vec_add for the accumulators), its buffers are that table's memory (the runtime's
+ * allocator's blocks on the table's device); the transfers are
  * the comm layer's on host memory, so the table must be host-visible (the CPU's): a GPU's ring
  * (NCCL send/recv on device buffers) is not done yet and cp_ring_init refuses it by name.
  *
@@ -42,12 +43,14 @@ struct cp_ring {
   int cap_NH, cap_NKV;  /* the heads they were sized for (cp_ring_heads takes fewer) */
 };
 
-/* Sizes and allocates the ring's buffers (table k's memory) for B samples of T tokens on group g;
- * the blocks run on k with context kctx. Refuses (-1, the reason naming T and cp) a T shorter than
+/* Sizes (layout_cp_ring) and allocates the ring's buffers for B samples of T tokens on group g
+ * from the runtime's allocator on its device `device` (alloc.h; the table's memory): the
+ * transfers' buffers billed as comm, the blocks' as workspace; the blocks run on k with context
+ * kctx. Refuses (-1, the reason naming T and cp) a T shorter than
  * 2·cp: every chunk holds at least one token; and (naming the table) a table that is not
  * host-visible. The buffers given to forward and backward are k's memory too. */
-int cp_ring_init(struct cp_ring *r, const struct kernel_ops *k, void *kctx, struct comm_group *g, int B,
-                 int T, int NH, int NKV, int HS, char *err, size_t err_size);
+int cp_ring_init(struct cp_ring *r, const struct kernel_ops *k, void *kctx, int device, struct comm_group *g,
+                 int B, int T, int NH, int NKV, int HS, char *err, size_t err_size);
 void cp_ring_free(struct cp_ring *r);
 /* out, lse (this rank's rows) ← the causal attention of q against the whole sequence's keys. The
  * next pair's transfer is started before each step's blocks are computed. Collective over g. */

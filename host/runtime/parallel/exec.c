@@ -139,7 +139,12 @@ int exec_open(struct exec *pp, const struct exec_env *env, struct comm_group *gr
           return err[0] ? -1 : errf(err, err_size, "out of memory for an activation slot");
         }
       }
-      sl->grad = S > 1 ? alloc_reals_on(t->model->device, ALLOC_COMM, boundary_elems(t, micro, seq)) : NULL;
+      /* sized for the most rows a cp rank holds (layout_cp_rows), as the activations are: every
+       * cp rank allocates the same, the bill's figure */
+      sl->grad = S > 1 ? alloc_reals_on(t->model->device, ALLOC_COMM,
+                                        (size_t)micro * model_home_T(t->model, layout_cp_rows(seq, t->model->cp.size)) *
+                                          t->model->config.dim)
+                       : NULL;
       if (S > 1 && !sl->grad) {
         free(per_stage);
         return errf(err, err_size, "out of memory for an activation slot");
