@@ -25,7 +25,7 @@ static void print_choice(const char *label, const struct tune_choice *t)
   if (t->zero >= 2) /* zero_every: how often the step reduce-scatters (and gathers) */
     snprintf(every, sizeof every, " (grads every %s%s%s)", t->grads_step ? "step" : "micro-batch",
              t->zero == 3 ? ", params every " : "", t->zero == 3 ? (t->params_step ? "step" : "micro-batch") : "");
-  char ep[24] = "", zb[96] = "";
+  char ep[40] = "", zb[96] = "";
   if (t->zb) { /* zb-h1, and why `tycho run` refuses it where it does (layout/supported.c) */
     const char *why = t->tp > 1 ? "tp > 1" : t->moe ? "MoE" : t->zero == 2 ? "zero 2" : t->zero == 3 ? "zero 3" : NULL;
     if (why)
@@ -35,6 +35,8 @@ static void print_choice(const char *label, const struct tune_choice *t)
   }
   if (t->ep > 1)
     snprintf(ep, sizeof ep, " ep %d", t->ep);
+  if (t->cp > 1)
+    snprintf(ep + strlen(ep), sizeof ep - strlen(ep), " cp %d", t->cp);
   printf("%s tp %d pp %d v %d dp %d%s, micro %d, zero %d%s, recompute %s, sequence parallel %s%s%s: "
          "%.3f s/step, %.0f tokens/s, MFU %.1f%%, %.1f GiB on the fullest rank (%.0f%% spare)\n", label,
          t->tp, t->pp, t->v, t->dp, ep, t->micro, t->zero, every, plan_recompute_text(t->recompute, rc, sizeof rc),
@@ -52,9 +54,6 @@ int cmd_tune(lua_State *L, const struct cli *c)
   if (!c->cluster)
     return host_fail(L, EXIT_USAGE, "tune needs --cluster C.lua (e.g. plans/clusters/h100_80g_ib.lua)");
   struct plan *p = compile_or_fail(L, c, 0); /* the model and batch; tune picks the mesh */
-  char cp_err[512];
-  if (check_cp_refused(p, "tune", cp_err, sizeof cp_err))
-    return host_fail(L, EXIT_USAGE, "%s", cp_err);
   const struct cluster *cl = load_cluster(L, c);
   const double headroom = c->headroom_given ? c->headroom : 0.10;
   const int top = c->top > 0 ? c->top : 5;

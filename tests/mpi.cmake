@@ -127,6 +127,8 @@ tycho_dp_equiv(dp2_zero3_step_micro2 2 --set zero=3 --set zero_every.grads=step 
 # Context parallelism (mesh.cp): each sequence's 32 tokens over 2 ranks, two balanced chunks
 # each, attention through the ring (runtime/parallel/cp.h); dropout 0.1 drawn at the global
 # positions. The same bounds: the ring changes only the order of the attention's sums.
+# Each case holds its allocator peaks and comm counters (the ring on the cp group, the dp layer on
+# dp × cp) to `tycho check`'s bill and traffic, to the byte.
 tycho_dp_equiv(cp2 2 --set mesh.cp=2)
 tycho_dp_equiv(cp2_dp2 4 --set mesh.cp=2 --set mesh.dp=2)
 tycho_dp_equiv(cp2_zero1_micro2 2 --set mesh.cp=2 --set zero=1 --set batch.micro=2)
@@ -146,7 +148,8 @@ tycho_dp_equiv(cp4_seq29_zero2 4 --set mesh.cp=4 --both batch.seq=29 --set zero=
 tycho_dp_equiv(cp2_pp2 4 --set mesh.cp=2 --set mesh.pp=2)
 tycho_dp_equiv(cp2_pp2_zero3_micro2 4 --set mesh.cp=2 --set mesh.pp=2 --set zero=3 --set batch.micro=2)
 tycho_dp_equiv(cp2_pp2_gpipe_tied 4 --set mesh.cp=2 --set mesh.pp=2 --set schedule.kind=gpipe --both model.tie_embeddings=true)
-# what it does not compose with yet, refused by name by run, check, tune and rehearse
+# what it does not compose with yet, refused by name by run, check and rehearse; check's figures for
+# what it runs
 add_test(NAME mpi_run_cp_refusals COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/run_cp_refusals.sh
   ${TYCHO_MPIEXEC} ${TYCHO_NP_FLAG} $<TARGET_FILE:tycho> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 tycho_mpi_env(mpi_run_cp_refusals env)
@@ -496,6 +499,13 @@ tycho_bill(pp2_interleaved_dp2_zero2_micro_batch 4 dp_small.lua --set mesh.pp=2 
   --set schedule.kind=interleaved --set model.n_layers=4 --set zero=2 --set zero_every.grads=micro_batch)
 # zero-bubble: the split backward's held output gradients and the slots kept until each W
 tycho_bill(pp2_zb_h1_dp2_zero1 4 dp_small.lua --set mesh.pp=2 --set schedule.kind=zb-h1 --set zero=1)
+# context parallelism: activations of a cp rank's rows, the ring's buffers (comm: its transfers';
+# workspace: its blocks' and the rows' ids), the dp layer's shards over dp × cp
+tycho_bill(cp2 2 dp_small.lua --set mesh.cp=2)
+tycho_bill(cp2_dp2_zero1 4 dp_small.lua --set mesh.cp=2 --set mesh.dp=2 --set zero=1)
+tycho_bill(cp2_dp2_zero3 4 dp_small.lua --set mesh.cp=2 --set mesh.dp=2 --set zero=3)
+tycho_bill(cp2_tp2_sp 4 dp_small.lua --set mesh.cp=2 --set mesh.tp=2 --set sequence_parallel=true)
+tycho_bill(cp2_pp2 4 dp_small.lua --set mesh.cp=2 --set mesh.pp=2)
 # sparse layers (ep 1): the experts' parameters and their rows' activations at capacity
 tycho_bill(moe_dp2_zero3 2 moe_small.lua --set zero=3)
 tycho_bill(moe_pp2_gpipe_dp2_zero1 4 moe_small.lua --set mesh.pp=2 --set schedule.kind=gpipe --set zero=1)

@@ -20,6 +20,7 @@
 #include "check/cost.h"
 #include "layout/tp_layout.h"
 #include "layout/bill.h"
+#include "kernels.h" /* attention_cp_rank_tokens */
 #include "layout/supported.h"
 #include "sched/sched.h"
 #include "util/devices.h"
@@ -151,16 +152,23 @@ const char *check_format_bytes(double v, char *buf, size_t n)
   return buf;
 }
 
+/* The tokens of a sequence one rank's tp group holds: all of them, or under mesh.cp cp rank 0's
+ * two chunks (the most any cp rank holds). */
+static int tp_group_tokens(const struct plan *p)
+{
+  return p->mesh.cp > 1 ? attention_cp_rank_tokens(p->batch.seq, p->mesh.cp, 0) : p->batch.seq;
+}
+
 /* The collectives of one micro-batch (tp_comm_list), or NULL with *n = 0 (tp = 1, no memory). */
 struct tp_comm *check_tp_comms(const struct plan *p, int *n)
 {
-  *n = tp_comm_list(p, p->batch.micro, p->batch.seq, NULL, 0);
+  *n = tp_comm_list(p, p->batch.micro, tp_group_tokens(p), NULL, 0);
   struct tp_comm *list = *n ? malloc((size_t)*n * sizeof *list) : NULL;
   if (!list) {
     *n = 0;
     return NULL;
   }
-  tp_comm_list(p, p->batch.micro, p->batch.seq, list, *n);
+  tp_comm_list(p, p->batch.micro, tp_group_tokens(p), list, *n);
   return list;
 }
 
@@ -214,8 +222,9 @@ static void print_tp_comms(FILE *f, const struct plan *p)
     bytes[list[i].backward] += (double)list[i].n_elems * eb;
   }
   char fb[32], bb[32];
-  fprintf(f, "tp comm    per micro-batch of %d × %d tokens on each tp group (%d-byte elements): "
-          "forward %d collectives, %s; backward %d, %s\n", p->batch.micro, p->batch.seq, eb,
+  fprintf(f, "tp comm    per micro-batch of %d × %d tokens%s on each tp group (%d-byte elements): "
+          "forward %d collectives, %s; backward %d, %s\n", p->batch.micro, tp_group_tokens(p),
+          p->mesh.cp > 1 ? " (cp rank 0's of each sequence)" : "", eb,
           calls[0], check_format_bytes(bytes[0], fb, sizeof fb), calls[1], check_format_bytes(bytes[1], bb, sizeof bb));
   print_unit_comms(f, list, n, -1, "embedding", eb);
   for (int l = 0; l < L;) {
@@ -416,7 +425,8 @@ static void print_memory(FILE *f, const struct plan *p, const struct cluster *c)
           "           transient: buffers a step allocates and frees on top of them, at their peaks (gathered "
           "ZeRO-3\n             units, gradient buckets in flight and the tied embedding's, reduce-scatter "
           "outputs).\n           A params or grads peak is its model states + transient; activations, workspace "
-          "and the\n             pipeline's slot buffers (comm) stay allocated between steps\n");
+          "and the\n             pipeline's slot buffers (comm) stay allocated between steps%s\n",
+          p->mesh.cp > 1 ? "; so do the cp ring's buffers (its\n             transfers' as comm, its blocks' as workspace)" : "");
   if (!plan_on_cpu(p))
     fprintf(f, "           on host: the part of each peak in host memory (the batch's token ids and targets, the "
             "async\n             checkpoint's snapshot); on device: the rest, what the device's memory must hold\n");
@@ -498,6 +508,9 @@ static void print_cost(FILE *f, const struct plan *p, const struct cluster *c)
   if (plan_ep(p) > 1)
     fprintf(f, "           ep comm %.3f s exposed (all-to-all on the %s link, not overlapped)\n", k.ep.exposed,
             k.ep.intra ? "intra-node" : "inter-node");
+  if (p->mesh.cp > 1)
+    fprintf(f, "           cp ring %.3f s exposed of %.3f s of transfers (%s link, overlapped with the attention's "
+            "blocks)\n", k.cp.exposed, k.cp.total, k.cp.intra ? "intra-node" : "inter-node");
   fprintf(f, "           pipeline bubble %.3f s (stage sends on the %s link inside it)\n", k.bubble,
           k.pp.intra ? "intra-node" : "inter-node");
   fprintf(f, "           dp comm %.3f s exposed of %.3f s (%s link)\n", k.dp.exposed, k.dp.total,
@@ -516,6 +529,9 @@ static void print_cost(FILE *f, const struct plan *p, const struct cluster *c)
   if (plan_ep(p) > 1)
     fprintf(f, "             each all-to-all (n−1)/n × its bytes / bandwidth + (n−1) × latency (nccl-tests' bus "
             "bandwidth), the ep group intra-node when its span (dp's stride × ep) fits in a node;\n");
+  if (p->mesh.cp > 1)
+    fprintf(f, "             the cp ring: each hop's k, v pair (backward: and the dk, dv accumulator) travels while "
+            "the attention's block on the pair held runs, exposed where longer;\n");
   if (c->no_overlap)
     fprintf(f, "             no collective hides behind compute (the cluster's overlap = false);\n");
   else
@@ -802,10 +818,8 @@ void check_print_text(const struct plan *p, const struct cluster *cluster, FILE 
 
 int check_cp_refused(const struct plan *p, const char *command, char *err, size_t n)
 {
-  if (p->mesh.cp <= 1)
+  char why[1024];
+  if (!plan_cp_refused(p, why, sizeof why))
     return 0;
-  return errf(err, n, "%s: mesh.cp = %d: tycho %s does not price context parallelism yet (its memory bill and "
-              "traffic leave out the ring); tycho run trains it (with dp, ZeRO 0-3, tp, sequence parallelism, pp, "
-              "dropout, recompute): "
-              "check the layout with mesh.cp = 1", plan_where(p, "mesh.cp"), p->mesh.cp, command);
+  return errf(err, n, "tycho %s: %s", command, why);
 }

@@ -15,6 +15,7 @@
 #include "check/cost.h"
 #include "layout/tp_layout.h"
 #include "layout/bill.h"
+#include "kernels.h" /* attention_cp_rank_tokens */
 #include "layout/supported.h"
 #include "sched/sched.h"
 
@@ -26,6 +27,9 @@ static void write_tp_comms_json(struct json *j, const struct plan *p)
   json_begin_object(j);
   json_key(j, "micro_batch"); json_int(j, p->batch.micro);
   json_key(j, "seq"); json_int(j, p->batch.seq);
+  if (p->mesh.cp > 1) { /* the tokens of each sequence the list is for: cp rank 0's two chunks */
+    json_key(j, "cp_rank_tokens"); json_int(j, attention_cp_rank_tokens(p->batch.seq, p->mesh.cp, 0));
+  }
   json_key(j, "bytes_per_element"); json_int(j, eb);
   long long calls[2] = { 0, 0 }, bytes[2] = { 0, 0 };
   for (int i = 0; i < n; i++) {
@@ -171,9 +175,9 @@ static void write_cost_json(struct json *j, const struct plan *p, const struct c
   json_key(j, "pointwise_seconds"); json_number(j, k.pointwise);
   json_key(j, "optimizer_seconds"); json_number(j, k.optimizer);
   json_key(j, "ranks_per_device"); json_number(j, k.share);
-  static const char *const names[4] = { "tp", "dp", "pp", "ep" };
-  const struct cost_group *g[4] = { &k.tp, &k.dp, &k.pp, &k.ep };
-  for (int i = 0; i < 4; i++) {
+  static const char *const names[5] = { "tp", "dp", "pp", "ep", "cp" };
+  const struct cost_group *g[5] = { &k.tp, &k.dp, &k.pp, &k.ep, &k.cp };
+  for (int i = 0; i < 5; i++) {
     json_key(j, names[i]);
     json_begin_object(j);
     json_key(j, "intra_node"); json_bool(j, g[i]->intra);

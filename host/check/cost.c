@@ -69,7 +69,10 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   memset(out, 0, sizeof *out);
   const struct plan_mesh *me = &p->mesh;
   const int S = p->n_stages, L = p->model.n_layers, M = p->batch.microbatches, tp = me->tp;
-  const double tokens = (double)p->batch.micro * p->batch.seq; /* per micro-batch */
+  const int cp = me->cp > 1 ? me->cp : 1;
+  /* per micro-batch and rank: a cp rank's share of each sequence (its two balanced chunks, so
+   * also a 1/cp share of the causal attention's work) */
+  const double tokens = (double)p->batch.micro * p->batch.seq / cp;
   const double rate = c->peak_flops * c->compute_efficiency;
   const double att_rate = c->attention_flops > 0 ? c->attention_flops : rate;
   /* devices shared: more ranks than the stated nodes hold devices */
@@ -83,6 +86,7 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   out->dp.intra = group_intra(me, PLAN_AXIS_DP, per_node);
   out->pp.intra = group_intra(me, PLAN_AXIS_PP, per_node);
   out->ep.intra = ep_group_intra(me, per_node);
+  out->cp.intra = group_intra(me, PLAN_AXIS_CP, per_node);
   /* expert parallelism: one sparse layer's all-to-alls per micro-batch, forward and backward */
   const int ep = plan_ep(p);
   const struct plan_ep_exchange x = plan_ep_exchange(p);
@@ -97,15 +101,40 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   double *rec = calloc((size_t)S, sizeof *rec), *tpc = calloc((size_t)S, sizeof *tpc);
   double *pw = calloc((size_t)S, sizeof *pw), *epc = calloc((size_t)S, sizeof *epc);
   double *wgt = calloc((size_t)S, sizeof *wgt); /* the weight-gradient products: a split backward's W */
+  double *cpc = calloc((size_t)S, sizeof *cpc), *cpx = calloc((size_t)S, sizeof *cpx); /* the ring: exposed, all */
   int *stage_of_layer = calloc((size_t)L + 2, sizeof *stage_of_layer);
-  int n_tp = tp_comm_list(p, p->batch.micro, p->batch.seq, NULL, 0);
+  const int rows = p->batch.seq / cp; /* a cp rank's tokens of a sequence (T % (2 · cp) = 0 assumed) */
+  int n_tp = tp_comm_list(p, p->batch.micro, rows, NULL, 0);
   struct tp_comm *list = n_tp ? calloc((size_t)n_tp, sizeof *list) : NULL;
-  if (!fwd || !bwd || !rec || !tpc || !pw || !epc || !wgt || !stage_of_layer || (n_tp && !list)) {
+  if (!fwd || !bwd || !rec || !tpc || !pw || !epc || !wgt || !cpc || !cpx || !stage_of_layer || (n_tp && !list)) {
     free(wgt);
     free(fwd); free(bwd); free(rec); free(tpc); free(pw); free(epc); free(stage_of_layer); free(list);
+    free(cpc); free(cpx);
     return errf(err, err_size, "out of memory for the cost model");
   }
-  tp_comm_list(p, p->batch.micro, p->batch.seq, list, n_tp);
+  tp_comm_list(p, p->batch.micro, rows, list, n_tp);
+  /* context parallelism's ring (runtime/parallel/cp.c), per layer and micro-batch: cp steps, each
+   * computing the rank's blocks against the k, v pair held (a 1/cp share of its attention core)
+   * while the next pair travels (one message of 2 · micro · rows · NKV · HS elements to the next
+   * rank, NKV the rank's tp share of the kv heads). A step takes the longer of the two: the
+   * forward exposes Σ over its cp − 1 hops of max(0, transfer − block); the backward computes
+   * twice the block and sends the pair and the dk, dv accumulator (twice the bytes) a step,
+   * exposing max(0, 2 · transfer − 2 · block) per hop and the accumulators' last hop home whole.
+   * ring_fwd and ring_bwd: those exposed seconds of one layer (its blocks' time is the core's, in
+   * compute already); cp.total every transfer's time. */
+  double ring_fwd = 0, ring_bwd = 0, ring_xfer = 0;
+  if (cp > 1) {
+    const int nkv = p->model.n_kv_heads % tp == 0 ? p->model.n_kv_heads / tp : p->model.n_heads / tp;
+    const double pair = 2.0 * p->batch.micro * rows * (nkv > 0 ? nkv : 1) * p->model.head_dim * eb;
+    const struct cluster_link *cpl = link_of(c, out->cp.intra);
+    const double t_pair = pair / (cpl->bandwidth * c->comm_efficiency) + cpl->latency;
+    const double block = plan_layer_flops(p).attn_core * tokens / tp / att_rate * share / cp;
+    const double hop_f = c->no_overlap ? t_pair : fmax(0.0, t_pair - block);
+    const double hop_b = c->no_overlap ? 2 * t_pair : fmax(0.0, 2 * t_pair - 2 * block);
+    ring_fwd = (cp - 1) * hop_f;
+    ring_bwd = (cp - 1) * hop_b + t_pair;
+    ring_xfer = t_pair; /* per hop; counted below */
+  }
   const struct plan_layer_flops lf = plan_layer_flops(p);
   double model_fwd_per_token = plan_model_flops(p); /* with model.moe: the active experts */
   for (int s = 0; s < S; s++) {
@@ -136,6 +165,16 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
     bwd[s] += pw_token * n_layers * 2 / 3;
     rec[s] += pw_token * n_rc / 3;
     pw[s] = pw_token * (n_layers + n_rc / 3);
+    double n_here = 0, n_rc_core = 0; /* layers here; of them those whose recompute reruns the core */
+    for (int l = st->first_layer; st->first_layer >= 0 && l < st->first_layer + st->n_layers; l++) {
+      n_here++;
+      n_rc_core += p->layers && p->layers[l].recompute & (PLAN_RC_ATTN | PLAN_RC_ATTN_CORE) ? 1 : 0;
+    }
+    fwd[s] += n_here * ring_fwd;
+    bwd[s] += n_here * ring_bwd;
+    rec[s] += n_rc_core * ring_fwd;
+    cpc[s] = n_here * ring_fwd + n_here * ring_bwd + n_rc_core * ring_fwd;
+    cpx[s] = (n_here + n_rc_core) * (cp - 1) * ring_xfer + n_here * (2.0 * cp - 1) * ring_xfer;
     fwd[s] += n_sparse * ep_fwd; /* blocking, as the tp collectives */
     bwd[s] += n_sparse * ep_bwd;
     epc[s] = n_sparse * (ep_fwd + ep_bwd);
@@ -159,6 +198,7 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
     sched_free(&sch);
     free(wgt);
     free(fwd); free(bwd); free(rec); free(tpc); free(pw); free(epc); free(stage_of_layer); free(list);
+    free(cpc); free(cpx);
     return 1;
   }
   for (int s = 0; s < S; s++) {
@@ -176,9 +216,10 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   if (sched_simulate(&sch, &sim, err, err_size)) {
     sched_free(&sch);
     free(fwd); free(bwd); free(rec); free(tpc); free(pw); free(epc); free(stage_of_layer); free(list);
+    free(cpc); free(cpx);
     return 1;
   }
-  double busiest = 0, makespan = sim.makespan, tp_time = 0, ep_time = 0;
+  double busiest = 0, makespan = sim.makespan, tp_time = 0, ep_time = 0, cp_time = 0;
   int busy_rank = 0;
   for (int r = 0; r < me->pp; r++)
     if (sim.ranks[r].busy > busiest) {
@@ -189,6 +230,8 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
     if (p->stages[s].pp_rank == busy_rank) {
       tp_time += tpc[s] * M;
       ep_time += epc[s] * M;
+      cp_time += cpc[s] * M;
+      out->cp.total += cpx[s] * M;
       out->pointwise += pw[s] * M;
     }
   out->tp.total = out->tp.exposed = tp_time;
@@ -198,7 +241,14 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
     plan_ep_step_traffic(p, busy_rank, eb, &ep_calls, &ep_bytes);
     out->ep.bytes = (double)(ep - 1) / ep * (double)ep_bytes;
   }
-  out->compute = busiest - tp_time - ep_time;
+  out->cp.exposed = cp_time;
+  if (cp > 1) { /* what leaves the busiest rank: its ring messages of a step (bill.h's traffic) */
+    struct traffic tr;
+    char why[256];
+    if (!traffic_predict(p, busy_rank, &tr, why, sizeof why))
+      out->cp.bytes = (double)tr.bytes[TRAFFIC_CP][COMM_SEND];
+  }
+  out->compute = busiest - tp_time - ep_time - cp_time;
   out->bubble = makespan - busiest;
   out->pp.bytes = me->pp > 1 ? 2.0 * boundary * M : 0.0; /* activations out, gradients back */
   out->pp.total = me->pp > 1 ? 2.0 * M * sch.costs.comm : 0.0;
@@ -219,7 +269,8 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
       n_expert = ne;
     }
   }
-  const int dp = me->dp, edp = ep > 1 ? dp / ep : dp;
+  /* under mesh.cp the dp layer reduces and shards over dp × cp ranks (the "dpcp" group) */
+  const int dp = me->dp * cp, edp = ep > 1 ? dp / ep : dp;
   const struct cluster_link *dpl = link_of(c, out->dp.intra);
   const double bwd_mb = busiest > 0 ? 2.0 / 3.0 * (out->compute / M) : 0.0; /* one micro-batch's backward */
   const double part_elems[2] = { ep > 1 ? n_local - n_expert : n_local, ep > 1 ? n_expert : 0.0 };
@@ -267,5 +318,6 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   out->tokens_per_s = out->step > 0 ? global_tokens / out->step : 0;
   out->mfu = out->step > 0 ? out->model_flops / (out->step * me->world * c->peak_flops) : 0;
   free(fwd); free(bwd); free(rec); free(tpc); free(pw); free(epc); free(stage_of_layer); free(list);
+    free(cpc); free(cpx);
   return 0;
 }

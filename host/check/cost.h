@@ -63,7 +63,8 @@ struct cost {
   double pointwise;     /* of compute: the non-matmul work (overheads.pointwise_ns), per step */
   double optimizer;     /* the optimizer step (overheads.optimizer_ns), after the makespan */
   double share;         /* ranks per device: 1, or more where the job oversubscribes (nodes) */
-  struct cost_group tp, dp, pp, ep; /* ep.bytes: (n−1)/n of the all-to-alls' send buffers, what leaves the rank */
+  struct cost_group tp, dp, pp, ep, cp; /* cp: the ring attention's transfers (exposed: past its blocks) */
+  /* ep.bytes: (n−1)/n of the all-to-alls' send buffers, what leaves the rank */
   double step;          /* predicted seconds per step */
   double tokens_per_s;
   double model_flops;   /* per step, the whole job */

@@ -12,6 +12,7 @@
 #include "lua/sandbox.h"
 #include "plan/compile.h"
 #include "layout/bill.h"
+#include "layout/supported.h"
 #include "util/err.h"
 #include "util/path.h"
 
@@ -56,6 +57,7 @@ static int try_one(const struct plan *base, int world, const struct cluster *c, 
   p.mesh.pp = ch->pp;
   p.mesh.dp = ch->dp;
   p.mesh.ep = ch->ep;
+  p.mesh.cp = ch->cp;
   p.mesh.world = world;
   p.mesh.dp_auto = 0;
   p.mesh.world_assumed = 0;
@@ -158,13 +160,26 @@ int tune_search(const struct plan *base, int world, const struct cluster *c, dou
   const struct plan_model *m = &base->model;
   static const uint8_t recomputes[] = { 0, PLAN_RC_ATTN_CORE, PLAN_RC_FULL };
   static const int micros[] = { 1, 2, 4, 8 };
+  /* cp 1; then, where nothing fit, each cp the runtime runs with this plan (tune.h) */
+  for (int cp = 1; cp <= world; cp++) {
+    if (cp > 1) {
+      struct plan q;
+      char why[512];
+      if (out->n_fit || world % cp || base->batch.seq % (2 * cp) || plan_copy(&q, base))
+        continue;
+      q.mesh.cp = cp;
+      const int refused = plan_cp_refused(&q, why, sizeof why) != 0;
+      plan_free(&q);
+      if (refused)
+        break;
+    }
   for (int tp = 1; tp <= c->gpus_per_node && tp <= m->n_heads; tp++) {
-    if (m->n_heads % tp || world % tp)
+    if (m->n_heads % tp || world % (tp * cp))
       continue;
     for (int pp = 1; pp <= m->n_layers; pp++) {
-      if (m->n_layers % pp || world % (tp * pp))
+      if (m->n_layers % pp || world % (tp * cp * pp))
         continue;
-      const int dp = world / (tp * pp);
+      const int dp = world / (tp * cp * pp);
       for (int v = 1; v <= 2; v++) {
         if (v > 1 && (pp == 1 || (m->n_layers / pp) % v))
           continue;
@@ -177,17 +192,18 @@ int tune_search(const struct plan *base, int world, const struct cluster *c, dou
               continue;
             for (int zero = 1; zero <= 3; zero++)
               for (size_t ri = 0; ri < sizeof recomputes; ri++)
-                for (int zb = 0; zb <= (v == 1 && pp > 1); zb++) { /* zb-h1 beside 1F1B */
+                for (int zb = 0; zb <= (v == 1 && pp > 1 && cp == 1); zb++) { /* zb-h1 beside 1F1B (not with cp) */
                   struct tune_choice ch = { .tp = tp, .pp = pp, .v = v, .dp = dp, .micro = micro, .zero = zero,
                                             .sp = tp > 1, .kv_replicate = tp > 1 && m->n_kv_heads % tp != 0,
                                             .ep = ep, .moe = m->moe.experts > 0, .recompute = recomputes[ri],
-                                            .zb = zb };
+                                            .zb = zb, .cp = cp };
                   tune_zero_every(base, world, c, headroom, keep, &ch, out);
                 }
           }
         }
       }
     }
+  }
   }
   out->seconds = now() - start;
   return 0;
@@ -299,10 +315,13 @@ int tune_write_plan(FILE *f, const char *plan_path, const char *out_path, int n_
   }
   fputs("\n", f);
   fprintf(f, "return tycho.extend(plan, {\n");
+  char cp[32] = "";
+  if (t->cp > 1)
+    snprintf(cp, sizeof cp, ", cp = %d", t->cp);
   if (t->ep > 1 || t->moe) /* ep written for a MoE model even at 1: the base plan may set another */
-    fprintf(f, "  mesh = { tp = %d, pp = %d, dp = \"auto\", ep = %d },\n", t->tp, t->pp, t->ep > 1 ? t->ep : 1);
+    fprintf(f, "  mesh = { tp = %d, pp = %d, dp = \"auto\", ep = %d%s },\n", t->tp, t->pp, t->ep > 1 ? t->ep : 1, cp);
   else
-    fprintf(f, "  mesh = { tp = %d, pp = %d, dp = \"auto\" },\n", t->tp, t->pp);
+    fprintf(f, "  mesh = { tp = %d, pp = %d, dp = \"auto\"%s },\n", t->tp, t->pp, cp);
   fprintf(f, "  stages = \"balanced\",\n");
   fprintf(f, "  virtual_stages = %d,\n", t->v);
   fprintf(f, "  schedule = { kind = \"%s\" },\n", t->v > 1 ? "interleaved" : t->zb ? "zb-h1" : "1f1b");

@@ -7,7 +7,11 @@
  *   a step), recompute none / attn_core / full,
  *   mesh.ep over the divisors of dp that divide model.moe.experts (a MoE plan; 1 for a dense one),
  *   sequence parallelism on whenever tp > 1 (the same bytes as without, less memory), key/value
- *   heads replicated when tp exceeds n_kv_heads, stages "balanced"
+ *   heads replicated when tp exceeds n_kv_heads, stages "balanced", mesh.cp 1
+ * and, only when none of those fits (a sequence too long for a rank's activations) and the
+ * runtime runs context parallelism with the plan (plan_cp_refused), the same search again with
+ * mesh.cp over the divisors of the world above 1 whose 2 · cp chunks divide batch.seq (dp =
+ * world / (tp·cp·pp)),
  * that compiles (plan_validate) is billed (bill_predict, every pipeline rank) and priced
  * (cost_predict); those whose every rank fits the device with the asked headroom are ranked by
  * step time. */
@@ -22,6 +26,7 @@
 struct tune_choice {
   int tp, pp, v, dp, micro, zero, sp, kv_replicate;
   int ep;                  /* mesh.ep (1: none) */
+  int cp;                  /* mesh.cp (1: none) */
   int moe;                 /* the model has model.moe: the written plan states mesh.ep, 1 included */
   int grads_step, params_step; /* zero_every.grads / .params = "step" (zero ≥ 2 / zero 3), else "micro_batch" */
   uint8_t recompute;       /* enum plan_recompute bits, the same for every layer */

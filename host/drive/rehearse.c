@@ -1,7 +1,6 @@
 /* tycho rehearse: a plan's layout at toy scale on CPU ranks against the serial run (rehearse.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "drive/rehearse.h"
-#include "check/check.h"
 
 #include "util/launch.h"
 
@@ -128,12 +127,19 @@ int rehearse_shrink(const struct plan *big, const struct rehearse_options *o, st
     return errf(err, err_size, "model.vocab = %d: the rehearsal trains on the addition corpus's %d byte "
                 "tokens; rehearse a plan whose vocabulary has at least %d", m->vocab, CORPUS_VOCAB, CORPUS_VOCAB);
   }
-  /* the sequence: a multiple of tp when the plan's is (sequence parallelism splits it) */
+  /* the sequence: a multiple of tp when the plan's is (sequence parallelism splits it); under
+   * context parallelism at least its 2 · cp chunks, and a multiple of 2 · cp (times tp with
+   * sequence parallelism: plan_validate's rule) when the plan's is */
   int seq = big->batch.seq, want = o->seq > 0 ? o->seq : DEFAULT_SEQ;
+  const int cp = big->mesh.cp > 1 ? big->mesh.cp : 1;
   if (want < seq) {
     seq = want;
     if (big->batch.seq % tp == 0)
       seq = round_up(seq, tp);
+    if (cp > 1) {
+      const int unit = 2 * cp * (big->sequence_parallel && tp > 1 ? tp : 1);
+      seq = big->batch.seq % unit == 0 ? round_up(seq, unit) : seq > 2 * cp ? seq : 2 * cp;
+    }
     seq = min_int(seq, big->batch.seq);
   }
   /* micro-batches per step per rank: every phase of the schedule */
@@ -202,11 +208,6 @@ int rehearse_launch(const struct rehearse_options *o, const char *self, char *er
   struct plan big;
   char why[2048];
   if (compile(o, o->world, NULL, 0, &big, why, sizeof why)) {
-    errf(err, err_size, "plan error: %s", why);
-    return 2;
-  }
-  if (check_cp_refused(&big, "rehearse", why, sizeof why)) {
-    plan_free(&big);
     errf(err, err_size, "plan error: %s", why);
     return 2;
   }
@@ -371,7 +372,7 @@ static int serial_run(const struct rehearse_options *o, const struct rehearse_sh
 {
   static const char *const serial[] = { "zero=0", "mesh.tp=1", "mesh.pp=1", "mesh.dp=1", "virtual_stages=1",
                                         "stages=even", "schedule.kind=1f1b", "sequence_parallel=false",
-                                        "zero_every=nil", "mesh.ep=1" };
+                                        "zero_every=nil", "mesh.ep=1", "mesh.cp=1" };
   const char *extra[40];
   int k = 0;
   for (int i = 0; i < s->n_sets; i++) extra[k++] = s->sets[i];
@@ -424,8 +425,11 @@ static void print_header(FILE *out, const struct plan *big, const struct plan *p
   fprintf(out, "rehearse   %s (%s): its layout on %d CPU ranks, %d step%s\n", big->name, big->file,
           p->mesh.world, steps, steps == 1 ? "" : "s");
   char order[64];
-  fprintf(out, "layout     tp %d × pp %d × dp %d (order %s); %d stage%s (virtual %d) under %s; zero %d; "
-          "sequence parallel %s; recompute in %d of %d layers\n", p->mesh.tp, p->mesh.pp, p->mesh.dp,
+  char cp[32] = ""; /* context parallelism: the axis named where it is there */
+  if (p->mesh.cp > 1)
+    snprintf(cp, sizeof cp, " × cp %d", p->mesh.cp);
+  fprintf(out, "layout     tp %d%s × pp %d × dp %d (order %s); %d stage%s (virtual %d) under %s; zero %d; "
+          "sequence parallel %s; recompute in %d of %d layers\n", p->mesh.tp, cp, p->mesh.pp, p->mesh.dp,
           plan_mesh_order_text(&p->mesh, order, sizeof order),
           p->n_stages, p->n_stages == 1 ? "" : "s", p->virtual_stages, plan_schedule_name(p->schedule), p->zero,
           on_off(p->sequence_parallel), rc_layers, p->model.n_layers);

@@ -107,6 +107,11 @@ static int cp_refused(const struct plan *p, char *err, size_t n)
   return 0;
 }
 
+int plan_cp_refused(const struct plan *p, char *err, size_t n)
+{
+  return p->mesh.cp > 1 && cp_refused(p, err, n) ? -1 : 0;
+}
+
 int trainer_plan_supported(const struct plan *p, char *err, size_t n)
 {
   if (p->mesh.cp > 1 && cp_refused(p, err, n))

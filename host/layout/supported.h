@@ -11,6 +11,10 @@
  * device; the precision; the optimizer; a data source); else nonzero with the plan error
  * trainer_open gives. */
 int trainer_plan_supported(const struct plan *p, char *err, size_t err_size);
+/* mesh.cp > 1 with what context parallelism does not compose with yet (a sparse model, bf16
+ * compute, device = "cuda", schedule.kind = "zb-h1"): nonzero with the plan error naming the
+ * field (trainer_plan_supported's for it); else 0. */
+int plan_cp_refused(const struct plan *p, char *err, size_t err_size);
 /* Where device = "auto" runs here: 1 for CUDA (this build has the backend and the driver sees a
  * device), 0 for the CPU; why says which holds ("no CUDA backend in this build", "no CUDA device
  * visible", "8 CUDA devices visible"). */

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `tycho rehearse`: a plan's layout at toy scale on CPU ranks against the serial run of the same
 # shrunk model. CASE is one of
-#   layouts  tiny.lua as tp 2 × pp 2 × dp 2 with sequence parallelism and ZeRO-1 (8 ranks), and
+#   layouts  tiny.lua as tp 2 × pp 2 × dp 2 with sequence parallelism and ZeRO-1 (8 ranks), as
+#            cp 2 × tp 2 with sequence parallelism (4 ranks), and
 #            interleaved 1F1B on pp 2 × 2 virtual stages × dp 2 with dropout 0.1 (4 ranks), and
 #            tiny_moe.lua's sparse layers at ep 2 and at pp 2 × dp 2 (ZeRO 2, dropout): all hold,
 #            and the account names what was kept and shrunk (the experts' width with dim);
@@ -36,6 +37,16 @@ layouts)
   has "^memory .* equals tycho check's bill on every rank .*: ok$" tp2_pp2_dp2
   has '^verdict +the layout holds$' tp2_pp2_dp2
   grep '^serial' "$tmp/out"
+  # context parallelism: each sequence over 2 cp ranks (the ring attention) with tp 2 and
+  # sequence parallelism; the ring's messages on the cp group and its buffers in comm and
+  # workspace are in the traffic and memory checks
+  run cp2_tp2_sp 0 "$tycho" rehearse plans/tiny.lua --world 4 --launcher "$launcher" --set mesh.cp=2 \
+    --set mesh.tp=2 --set sequence_parallel=true --set zero=1
+  has '^layout +tp 2 × cp 2 × pp 1 × dp 1 \(order tp, cp, dp, pp\)' cp2_tp2_sp
+  has '^serial +initial parameters bitwise equal; worst relative difference: .*: ok$' cp2_tp2_sp
+  has "^traffic .* equal tycho check's prediction on every rank .*: ok$" cp2_tp2_sp
+  has "^memory .* equals tycho check's bill on every rank .*: ok$" cp2_tp2_sp
+  has '^verdict +the layout holds$' cp2_tp2_sp
   # sparse layers with expert parallelism: the experts shrink with dim, the serial run has no ep,
   # and the ep group's all-to-alls are in the traffic check, as are the experts' reductions and
   # gathers over the edp group (the 2 dp ranks holding the same experts): 20 on rank 0 = dp 3

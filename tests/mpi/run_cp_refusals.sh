@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # mesh.cp (context parallelism): what it does not compose with yet is refused by name, exit code 2,
-# before any step — by `tycho run` under mpirun (bf16 compute, a sparse model, zb-h1), and by `tycho check`,
-# `tune` and `rehearse`, which do not price the ring yet.
+# before any step — by `tycho run` under mpirun (bf16 compute, a sparse model, zb-h1), and, with run's
+# reason, by `tycho check` and `rehearse`, which price and run every cp layout run trains (check's
+# figures for one are printed: the axis, the ring's traffic, its overlap in the step time).
 # usage: run_cp_refusals.sh MPIEXEC NUMPROC_FLAG TYCHO   (run from the source folder)
 set -u
 mpiexec=$1 np=$2 tycho=$3
@@ -26,16 +27,22 @@ expect 4 "mesh.cp = 2 with schedule.kind = \"zb-h1\": $composes, under whole bac
 # a sequence shorter than its 2 · cp chunks: the plan error names the largest cp that fits
 expect 2 "mesh.cp = 2: batch.seq = 3 is shorter than the 2 × cp = 4 chunks context parallelism cuts each sequence into (each of at least one token); use cp ≤ 1" \
   --set mesh.cp=2 --set batch.seq=3
-for cmd in check tune rehearse; do
-  case $cmd in
-    check) args=(--world 2) ;;
-    tune) args=(--world 2 --cluster plans/clusters/h100_80g_ib.lua) ;;
-    rehearse) args=(--world 2) ;;
-  esac
-  "$tycho" "$cmd" "$plan" --set mesh.cp=2 "${args[@]}" >"$tmp/out" 2>"$tmp/err"
-  rc=$?
-  [ "$rc" -eq 2 ] || { cat "$tmp/out" "$tmp/err"; echo "FAIL: $cmd with mesh.cp=2 exited $rc, expected 2"; exit 1; }
-  grep -qF "mesh.cp = 2: tycho $cmd does not price context parallelism yet (its memory bill and traffic leave out the ring)" "$tmp/err" ||
-    { cat "$tmp/err"; echo "FAIL: $cmd with mesh.cp=2 does not say why"; exit 1; }
+# check and rehearse: what run refuses under cp, refused by name with run's own reason, exit 2
+bf16='mesh.cp = 2 with precision.compute = "bf16": the ring'"'"'s attention computes in fp32 only; set precision.compute = "fp32" or mesh.cp = 1'
+"$tycho" check "$plan" --world 2 --set mesh.cp=2 --set precision.compute=bf16 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ "$rc" -eq 2 ] || { cat "$tmp/out" "$tmp/err"; echo "FAIL: check with mesh.cp=2 and bf16 exited $rc, expected 2"; exit 1; }
+grep -qF "tycho check: --set mesh.cp=2: $bf16" "$tmp/err" || { cat "$tmp/err"; echo "FAIL: check with mesh.cp=2 and bf16 does not say why"; exit 1; }
+"$tycho" rehearse "$plan" --world 2 --launcher "$mpiexec --oversubscribe $np {n}" --set mesh.cp=2 \
+  --set precision.compute=bf16 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ "$rc" -eq 2 ] || { cat "$tmp/out" "$tmp/err"; echo "FAIL: rehearse with mesh.cp=2 and bf16 exited $rc, expected 2"; exit 1; }
+grep -qF "$bf16" "$tmp/err" "$tmp/out" || { cat "$tmp/out" "$tmp/err"; echo "FAIL: rehearse with mesh.cp=2 and bf16 does not say why"; exit 1; }
+# and what run trains, check prices: the cp axis, the ring's traffic and its overlap
+"$tycho" check "$plan" --world 2 --set mesh.cp=2 --cluster plans/clusters/h100_80g_ib.lua >"$tmp/out" 2>"$tmp/err" ||
+  { cat "$tmp/out" "$tmp/err"; echo "FAIL: check with mesh.cp=2 failed"; exit 1; }
+for want in '^mesh +2 ranks = tp 1 × cp 2 × pp 1 × dp 1' '^ +pp rank 0, cp +[0-9]+ send [0-9.]+ KiB; [0-9]+ recv' \
+            '^ +cp ring [0-9.]+ s exposed of [0-9.]+ s of transfers'; do
+  grep -Eq -- "$want" "$tmp/out" || { cat "$tmp/out"; echo "FAIL: check with mesh.cp=2: no line matching /$want/"; exit 1; }
 done
 echo "ok: cp refusals"

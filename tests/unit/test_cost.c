@@ -390,12 +390,59 @@ static void test_tune_considers_ep(void)
   plan_free(&p);
 }
 
+/* tune searches mesh.cp only where no layout without it fits: with the device's memory ample, no
+ * layout it keeps has cp; with it just short of the leanest cp-less layout's peak (so none fits with
+ * 10% headroom), the layouts it keeps all have cp (2 or 4: the divisors of the world whose 2 · cp
+ * chunks divide batch.seq = 32), each fitting, dp = world / (tp · cp · pp), and the plan it writes
+ * states mesh.cp. */
+static void test_tune_searches_cp(void)
+{
+  struct plan p;
+  if (compile(&p, 4, NULL, 0))
+    return;
+  struct cluster c = easy();
+  struct tune_result r;
+  char err[256];
+  CHECK(tune_search(&p, 4, &c, 0.10, 400, &r, err, sizeof err) == 0 && r.n_best > 0);
+  double leanest = 0;
+  for (int i = 0; i < r.n_best; i++) {
+    CHECK_MSG(r.best[i].cp <= 1, "layout %d has cp %d though layouts without it fit", i, r.best[i].cp);
+    leanest = i == 0 || r.best[i].max_bytes < leanest ? r.best[i].max_bytes : leanest;
+  }
+  const int tried = r.n_tried;
+  tune_result_free(&r);
+  c.device_memory = leanest / 0.9 * 0.999;
+  CHECK(tune_search(&p, 4, &c, 0.10, 400, &r, err, sizeof err) == 0);
+  CHECK_MSG(r.n_best > 0 && r.n_tried > tried, "%d layouts fit, %d tried (%d without cp)", r.n_best, r.n_tried, tried);
+  for (int i = 0; i < r.n_best; i++) {
+    const struct tune_choice *t = &r.best[i];
+    CHECK_MSG((t->cp == 2 || t->cp == 4) && t->tp * t->cp * t->pp * t->dp == 4 && !t->zb &&
+                t->max_bytes <= 0.9 * c.device_memory,
+              "layout %d: tp %d cp %d pp %d dp %d, %.0f B", i, t->tp, t->cp, t->pp, t->dp, t->max_bytes);
+  }
+  if (r.n_best > 0) {
+    char text[4096] = "", out[sizeof plan_path + 16], line[96];
+    snprintf(out, sizeof out, "%s", plan_path);
+    snprintf(strrchr(out, '/') ? strrchr(out, '/') + 1 : out, 16, "tuned.lua");
+    FILE *f = fmemopen(text, sizeof text, "w");
+    CHECK(f && tune_write_plan(f, plan_path, out, 0, NULL, &r.best[0], "tune", err, sizeof err) == 0);
+    if (f)
+      fclose(f);
+    snprintf(line, sizeof line, "  mesh = { tp = %d, pp = %d, dp = \"auto\", cp = %d },\n", r.best[0].tp, r.best[0].pp,
+             r.best[0].cp);
+    CHECK_STR_CONTAINS(text, line);
+  }
+  tune_result_free(&r);
+  plan_free(&p);
+}
+
 int main(void)
 {
   const char *src = getenv("TYCHO_SOURCE_DIR");
   snprintf(plan_path, sizeof plan_path, "%s/tests/plans/good/dp_small.lua", src ? src : ".");
   static const struct test_case tests[] = { TEST(test_one_rank_is_three_forwards), TEST(test_pipeline_bubble),
                                             TEST(test_data_parallel_reduction), TEST(test_overheads),
-                                            TEST(test_expert_parallel_all_to_all), TEST(test_tune_considers_ep) };
-  return test_run_all(tests, 6);
+                                            TEST(test_expert_parallel_all_to_all), TEST(test_tune_considers_ep),
+                                            TEST(test_tune_searches_cp) };
+  return test_run_all(tests, 7);
 }
