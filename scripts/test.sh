@@ -9,7 +9,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh || exit 1
-element_independent='^(bad_plan|crash_plan|fuzz_plan|e2e\.cli_numbers|e2e\.cluster_refusals|e2e\.data_refusals|e2e\.run_outputs|e2e\.special_files|e2e\.run_signals|e2e\.run_resume_changes|e2e\.run_ckpt_links|mpi_run_signals|e2e\.repl_|e2e\.examples_repl|mpi_watchdog|mpi_run_errors|mpi_overlap|mpi_errors|fuzz_safetensors|test_sched_|test_plan_compile|test_plan_fields|test_tokens|test_addition|test_cost|test_comm_world_of_one|test_srcmap|e2e\.check_many_stages|e2e\.check_attention_linear|test_json|test_file|test_repl_value|e2e\.names_utf8|e2e\.tune_written_plan|e2e\.layering|e2e\.run_hf_folder|test_device_choice|test_threads|e2e\.run_threads|e2e\.run_device|e2e\.check_sbatch|slurm\.)'
+element_independent='^(bad_plan|crash_plan|fuzz_plan|e2e\.cli_numbers|e2e\.cluster_refusals|e2e\.data_refusals|e2e\.run_outputs|e2e\.special_files|e2e\.run_signals|e2e\.run_resume_changes|e2e\.run_ckpt_links|mpi_run_signals|e2e\.repl_|e2e\.examples_repl|mpi_watchdog|mpi_run_errors|mpi_overlap|mpi_errors|fuzz_safetensors|test_sched_|test_plan_compile|test_plan_fields|test_tokens|test_addition|test_cost|test_comm_world_of_one|test_srcmap|e2e\.check_many_stages|e2e\.check_long_context|e2e\.check_attention_linear|test_json|test_file|test_repl_value|e2e\.names_utf8|e2e\.tune_written_plan|e2e\.layering|e2e\.run_hf_folder|test_device_choice|test_threads|e2e\.run_threads|e2e\.run_device|e2e\.check_sbatch|slurm\.)'
 rc=0
 for build in build build-f64; do
   flags=(-DTYCHO_WERROR=ON -DTYCHO_FLOAT64=OFF)

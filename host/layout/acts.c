@@ -332,10 +332,12 @@ int layout_acts_build(struct acts_layout *a, const struct layout_rank *r, const 
       a->moe_dtopw = carve(work, BT * K);
       a->moe_aux = carve(work, (size_t)B_max);
     }
-    /* the bf16 mode's attention packs its bf16 operands there too, where the backend has it */
-    a->attn_scratch = carve(work, (r->bf16 && kt->attention_scratch_n_elems_bf16 ? kt->attention_scratch_n_elems_bf16
-                                                                                : kt->attention_scratch_n_elems)(
-                                    kctx, B_max, T_max, NH_max, NH_max, (int)HS));
+    /* the bf16 mode's attention packs its bf16 operands there too, where the backend has it; under
+     * context parallelism the ring runs every attention, in scratch of its own (layout_cp_ring) */
+    a->attn_scratch = carve(work, r->cp_size > 1 ? 0
+                                  : (r->bf16 && kt->attention_scratch_n_elems_bf16 ? kt->attention_scratch_n_elems_bf16
+                                                                                  : kt->attention_scratch_n_elems)(
+                                      kctx, B_max, T_max, NH_max, NH_max, (int)HS));
     /* a sparse layer's products: the router's (B·T rows, E out) and an expert's (at most every
      * row its rank's experts receive, C or Fe wide in and out) */
     const size_t E = any_sparse ? (size_t)c->moe.experts : 0, Fe = any_sparse ? (size_t)c->moe.ffn_dim : 0;
