@@ -83,7 +83,8 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   /* what the comm layer moves (traffic_element_bytes): on the CPU its reals, whatever the plan computes in */
   const double eb = traffic_element_bytes(p, p->precision.compute), gb = traffic_element_bytes(p, p->precision.grads);
   out->tp.intra = group_intra(me, PLAN_AXIS_TP, per_node);
-  out->dp.intra = group_intra(me, PLAN_AXIS_DP, per_node);
+  /* under mesh.cp the dp layer's group is dp × cp: on the intra-node link when both spans fit */
+  out->dp.intra = group_intra(me, PLAN_AXIS_DP, per_node) && (cp <= 1 || group_intra(me, PLAN_AXIS_CP, per_node));
   out->pp.intra = group_intra(me, PLAN_AXIS_PP, per_node);
   out->ep.intra = ep_group_intra(me, per_node);
   out->cp.intra = group_intra(me, PLAN_AXIS_CP, per_node);

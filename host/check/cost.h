@@ -20,6 +20,15 @@
  *     node, else the inter-node one; not overlapped (the sparse layer waits for its rows). The
  *     experts' FLOPs are not divided by ep: a rank computes its experts for its ep group's tokens,
  *     on average (balanced routing) the work it would do for its own tokens on all experts;
+ *   - context parallelism (mesh.cp): a rank computes, sends to its tp group and across stage
+ *     boundaries its seq/cp tokens of each sequence (its two balanced chunks: a 1/cp share of the
+ *     causal core too); the ring, per layer and micro-batch, hides each hop's transfer of a k, v
+ *     pair (2 · micro · seq/cp · NKV/tp · HS elements at the cp group's link: t = bytes / (bw ×
+ *     efficiency.comm) + latency) behind the attention block on the pair held (b, the layer's
+ *     core / (tp · cp)): forward (cp − 1) · max(0, t − b) exposed, backward (a pair and an
+ *     accumulator a hop, twice the compute) (cp − 1) · max(0, 2t − 2b) plus the accumulators'
+ *     last hop t, a layer whose recompute reruns the core its forward's again, in the stage's
+ *     time; overlap = false exposes every transfer. The dp layer's group is dp × cp;
  *   - pipeline: the schedule simulator runs the rank lists with these per-stage times and each
  *     stage boundary's send at its link's cost: makespan = compute + TP comm + bubble;
  *   - data parallel: the gradient all-reduce (zero 0, 1) or reduce-scatters (zero 2, 3) of a

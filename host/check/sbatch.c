@@ -125,7 +125,10 @@ int check_write_sbatch(const struct plan *p, const struct cluster *c, const stru
   fprintf(f, " (");
   put_comment_text(f, o->cluster_path);
   fprintf(f, ")\n");
-  fprintf(f, "# layout: tp %d x pp %d x dp %d, zero %d; %d node%s of %d %s\n", p->mesh.tp, p->mesh.pp, p->mesh.dp,
+  char cp[32] = ""; /* context parallelism: named where it is there */
+  if (p->mesh.cp > 1)
+    snprintf(cp, sizeof cp, " x cp %d", p->mesh.cp);
+  fprintf(f, "# layout: tp %d%s x pp %d x dp %d, zero %d; %d node%s of %d %s\n", p->mesh.tp, cp, p->mesh.pp, p->mesh.dp,
           p->zero, nodes, nodes == 1 ? "" : "s", c->gpus_per_node, cpu_cluster ? "cores (one rank each)" : "GPUs");
   const double head = 1.0 - fullest / c->device_memory;
   fprintf(f, "# memory: the fullest rank (pp rank %d) holds %s of %s per device: ", fullest_rank,

@@ -343,6 +343,8 @@ void check_svg(const struct plan *p, const struct cluster *c, struct strbuf *b)
   sb_init(&body);
   char title[PLAN_PATH_MAX + 2048], mesh[256], err[512];
   int used = snprintf(mesh, sizeof mesh, "tp %d × pp %d × dp %d", p->mesh.tp, p->mesh.pp, p->mesh.dp);
+  if (p->mesh.cp > 1) /* context parallelism: named where it is there */
+    used += snprintf(mesh + used, sizeof mesh - (size_t)used, " × cp %d", p->mesh.cp);
   if (plan_ep(p) > 1)
     used += snprintf(mesh + used, sizeof mesh - (size_t)used, " (ep %d)", plan_ep(p));
   snprintf(mesh + used, sizeof mesh - (size_t)used, " = %d rank%s", p->mesh.world, p->mesh.world == 1 ? "" : "s");

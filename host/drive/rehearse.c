@@ -496,7 +496,8 @@ int rehearse_worker(const struct rehearse_options *o, FILE *out, char *err, size
       have_run = 1;
     else
       code = 2;
-    if (!code && (run.mesh.tp != p.mesh.tp || run.mesh.pp != p.mesh.pp || run.mesh.dp != p.mesh.dp))
+    if (!code && (run.mesh.tp != p.mesh.tp || run.mesh.pp != p.mesh.pp || run.mesh.dp != p.mesh.dp ||
+                  run.mesh.cp != p.mesh.cp))
       code = 2, snprintf(why, sizeof why, "a --fault may not change the mesh (the ranks run the plan's groups)");
   }
   if (!code && steps > REHEARSE_MAX_STEPS)

@@ -33,11 +33,13 @@ bf16='mesh.cp = 2 with precision.compute = "bf16": the ring'"'"'s attention comp
 rc=$?
 [ "$rc" -eq 2 ] || { cat "$tmp/out" "$tmp/err"; echo "FAIL: check with mesh.cp=2 and bf16 exited $rc, expected 2"; exit 1; }
 grep -qF "tycho check: --set mesh.cp=2: $bf16" "$tmp/err" || { cat "$tmp/err"; echo "FAIL: check with mesh.cp=2 and bf16 does not say why"; exit 1; }
+# (rehearse takes a sparse model: a bf16 plan it rehearses in fp32 in the float64 build, which runs)
 "$tycho" rehearse "$plan" --world 2 --launcher "$mpiexec --oversubscribe $np {n}" --set mesh.cp=2 \
-  --set precision.compute=bf16 >"$tmp/out" 2>"$tmp/err"
+  --set model.moe.experts=4 --set model.moe.top_k=2 --set model.moe.ffn_dim=32 >"$tmp/out" 2>"$tmp/err"
 rc=$?
-[ "$rc" -eq 2 ] || { cat "$tmp/out" "$tmp/err"; echo "FAIL: rehearse with mesh.cp=2 and bf16 exited $rc, expected 2"; exit 1; }
-grep -qF "$bf16" "$tmp/err" "$tmp/out" || { cat "$tmp/out" "$tmp/err"; echo "FAIL: rehearse with mesh.cp=2 and bf16 does not say why"; exit 1; }
+[ "$rc" -eq 2 ] || { cat "$tmp/out" "$tmp/err"; echo "FAIL: rehearse with mesh.cp=2 and model.moe exited $rc, expected 2"; exit 1; }
+grep -qF "mesh.cp = 2 with model.moe (4 experts): $composes; the routing's capacity counts a rank's tokens" "$tmp/err" "$tmp/out" ||
+  { cat "$tmp/out" "$tmp/err"; echo "FAIL: rehearse with mesh.cp=2 and model.moe does not say why"; exit 1; }
 # and what run trains, check prices: the cp axis, the ring's traffic and its overlap
 "$tycho" check "$plan" --world 2 --set mesh.cp=2 --cluster plans/clusters/h100_80g_ib.lua >"$tmp/out" 2>"$tmp/err" ||
   { cat "$tmp/out" "$tmp/err"; echo "FAIL: check with mesh.cp=2 failed"; exit 1; }
