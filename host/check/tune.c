@@ -161,11 +161,14 @@ int tune_search(const struct plan *base, int world, const struct cluster *c, dou
   static const uint8_t recomputes[] = { 0, PLAN_RC_ATTN_CORE, PLAN_RC_FULL };
   static const int micros[] = { 1, 2, 4, 8 };
   /* cp 1; then, where nothing fit, each cp the runtime runs with this plan (tune.h) */
+  int fit_without_cp = 0;
   for (int cp = 1; cp <= world; cp++) {
+    if (cp == 2)
+      fit_without_cp = out->n_fit > 0;
     if (cp > 1) {
       struct plan q;
       char why[512];
-      if (out->n_fit || world % cp || base->batch.seq % (2 * cp) || plan_copy(&q, base))
+      if (fit_without_cp || world % cp || base->batch.seq % (2 * cp) || plan_copy(&q, base))
         continue;
       q.mesh.cp = cp;
       const int refused = plan_cp_refused(&q, why, sizeof why) != 0;

@@ -13,7 +13,9 @@
 #    tp rank's 8 / 8 = 1 kv head, and the backward 2 (cp − 1) of them again plus cp accumulators
 #    (dk | dv) of twice that; receives as many; over the 20 layers of pp rank 0 and the step's
 #    micro-batches (schedule.microbatches);
-#  - the ring is priced overlapped: its exposed seconds less than its transfers' seconds.
+#  - the ring is priced overlapped: its exposed seconds less than its transfers' seconds;
+#  - `tycho tune` for 512 ranks, finding no layout without cp that fits, searches cp and writes
+#    a cp layout that fits.
 # The fp32 runtime's figures: the float64 proof build (8-byte reals) leaves the test out (scripts/test.sh)
 # and, run there, it skips (exit 77).
 # usage: check_long_context.sh TYCHO   (run from the source folder)
@@ -67,4 +69,13 @@ exposed=$(printf '%s' "$cost" | grep -o '"exposed_seconds":[0-9.e]*' | cut -d: -
 [ -n "$total" ] && [ -n "$exposed" ] && awk -v t="$total" -v e="$exposed" 'BEGIN { exit !(t > 0 && e < t) }' &&
   echo "ok   the ring's transfers $total s a step, $exposed s of them exposed past the attention blocks" ||
   fail "the ring's cost: transfers '$total' s, exposed '$exposed' s"
+
+# tune: no layout without cp fits 512 ranks, so it searches cp; its best has cp > 1, and the plan
+# it writes checks as fitting
+"$tycho" tune plans/llama2_70b.lua --world 512 "${sets[@]}" --out "$tmp/tuned.lua" >"$tmp/tune.txt" 2>"$tmp/err" ||
+  { cat "$tmp/tune.txt" "$tmp/err"; echo "FAIL: tycho tune failed"; exit 1; }
+grep -E '^ 1\. ' "$tmp/tune.txt"
+grep -Eq '^ 1\. tp [0-9]+ pp [0-9]+ v [12] dp [0-9]+ cp [0-9]+,' "$tmp/tune.txt" && grep -q 'cp = ' "$tmp/tuned.lua" &&
+  "$tycho" check "$tmp/tuned.lua" --world 512 --cluster plans/clusters/h100_80g_ib.lua | grep -q 'every rank fits' &&
+  echo "ok   tune: its best layout has cp, and the plan it wrote fits" || fail "tune did not pick a fitting cp layout"
 exit $failed
