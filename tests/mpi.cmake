@@ -181,6 +181,9 @@ if(NOT TYCHO_FLOAT64)
     --both model.tie_embeddings=true)
   tycho_dp_equiv(bf16_pp4_zb_h1_recompute_full 4 --both precision.compute=bf16 --set mesh.pp=4
     --set schedule.kind=zb-h1 --both model.n_layers=4 --set recompute=full)
+  # under ZeRO 3: the units' gathered bf16 copies held to the stage's last W
+  tycho_dp_equiv(bf16_pp2_dp2_zero3_zb_h1 4 --both precision.compute=bf16 --set mesh.pp=2
+    --set schedule.kind=zb-h1 --set zero=3 --set batch.micro=2)
   tycho_dp_equiv(bf16_recompute_full_dp2 2 --both precision.compute=bf16 --set recompute=full)
   # ZeRO 3: each gathered unit's bf16 copies made once it arrives and freed with it (params peak)
   tycho_dp_equiv(bf16_dp2_zero3 2 --both precision.compute=bf16 --set zero=3)
@@ -462,6 +465,16 @@ tycho_tp_equiv(pp2_zb_h1_tied_micro2 2 dp_small.lua --set mesh.pp=2 --set schedu
 # one rank: the tied embedding's rows wait for W behind the head's product (one gradient, the
 # whole backward's order), bit for bit the serial 1F1B run
 tycho_tp_equiv(zb_h1_tied_one_rank 1 dp_small.lua --set schedule.kind=zb-h1 --both model.tie_embeddings=true)
+# ZB-H1 under ZeRO 2 and 3 (zero_every "step", the default with stages): the whole gradients
+# through the step, the stage's last W (not its last B) reduce-scatters them and, under ZeRO 3,
+# frees the units gathered once a step; 4 micro-batches a rank (several W's pending at once), a
+# tied embedding summed between the stages after the shards' reductions, recompute in W
+tycho_tp_equiv(pp2_dp2_zero2_zb_h1 4 dp_small.lua --set mesh.pp=2 --set schedule.kind=zb-h1 --set zero=2
+  --set batch.micro=2)
+tycho_tp_equiv(pp2_dp2_zero3_zb_h1 4 dp_small.lua --set mesh.pp=2 --set schedule.kind=zb-h1 --set zero=3
+  --set batch.micro=2 --both model.n_layers=4)
+tycho_tp_equiv(pp2_dp2_zero3_zb_h1_tied_recompute 4 dp_small.lua --set mesh.pp=2 --set schedule.kind=zb-h1
+  --set zero=3 --set batch.micro=2 --both model.tie_embeddings=true --set recompute=full)
 
 # log.trace of a tp 2 × pp 2 run (1F1B and interleaved): spans where the schedule says, the
 # first trace_steps steps only, every collective with its group, bytes and seq.
@@ -499,6 +512,9 @@ tycho_bill(pp2_interleaved_dp2_zero2_micro_batch 4 dp_small.lua --set mesh.pp=2 
   --set schedule.kind=interleaved --set model.n_layers=4 --set zero=2 --set zero_every.grads=micro_batch)
 # zero-bubble: the split backward's held output gradients and the slots kept until each W
 tycho_bill(pp2_zb_h1_dp2_zero1 4 dp_small.lua --set mesh.pp=2 --set schedule.kind=zb-h1 --set zero=1)
+tycho_bill(pp2_zb_h1_dp2_zero2 4 dp_small.lua --set mesh.pp=2 --set schedule.kind=zb-h1 --set zero=2 --set batch.micro=2)
+tycho_bill(pp2_zb_h1_dp2_zero3 4 dp_small.lua --set mesh.pp=2 --set schedule.kind=zb-h1 --set zero=3 --set batch.micro=2
+  --set model.n_layers=4)
 # context parallelism: activations of a cp rank's rows, the ring's buffers (comm: its transfers';
 # workspace: its blocks' and the rows' ids), the dp layer's shards over dp × cp
 tycho_bill(cp2 2 dp_small.lua --set mesh.cp=2)

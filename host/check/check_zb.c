@@ -1,5 +1,5 @@
 /* check_zb (check_zb.h): the memory a zero-bubble schedule's deferred W's hold. Where the runtime
- * splits its backwards (ZeRO 0 and 1: bill_split_runs) the bill walks the split list and counts
+ * splits its backwards (bill_split_runs: ZeRO 0 and 1, ZeRO 2 and 3 with zero_every "step") the bill walks the split list and counts
  * it (the slots kept until W, the held areas), and this only says how much of it is W's; else
  * it is what the W's hold beyond the bill. The in-flight counts are those of the schedule's own order (the simulator's peak_inflight
  * counts the same way): a micro-batch enters at its forward and leaves at its W, where the bill

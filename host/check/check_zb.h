@@ -1,10 +1,11 @@
 /* What a zero-bubble schedule's W's hold (check_zb.c): after a split B a micro-batch still waits
  * for its W, which needs the linears' inputs (saved activations, its slot) and their output
- * gradients (a held area). Under ZeRO 0 and 1 the runtime runs the split backward and the bill
- * (layout/bill.h) walks the split list, counting both (in_bill: bytes 0, nothing beyond it);
- * under ZeRO 2 and 3, which the runtime refuses to split, the bill walks the schedule as whole
- * backwards (sched_merge_split: ZB-H1 read as 1F1B) and this counts the W's part, per pipeline
- * rank, as a line apart from the bill's categories. */
+ * gradients (a held area). Where the runtime runs the split backward (bill_split_runs: ZeRO 0
+ * and 1, ZeRO 2 and 3 with zero_every "step") the bill (layout/bill.h) walks the split list,
+ * counting both (in_bill: bytes 0, nothing beyond it); under ZeRO 2 and 3 with "micro_batch",
+ * which the runtime refuses to split, the bill walks the schedule as whole backwards
+ * (sched_merge_split: ZB-H1 read as 1F1B) and this counts the W's part, per pipeline rank, as a
+ * line apart from the bill's categories. */
 #ifndef TYCHO_CHECK_ZB_H
 #define TYCHO_CHECK_ZB_H
 #include <stdio.h>

@@ -23,11 +23,15 @@ static double now(void)
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+int tune_choice_runs(const struct tune_choice *c)
+{
+  return !c->zb || (c->tp == 1 && !c->moe && bill_split_runs_zero(c->zero, c->grads_step, c->params_step));
+}
+
 static void insert(struct tune_result *r, int keep, const struct tune_choice *c)
 {
-  /* the fastest the runtime runs (zb-h1 at tp 1 on dense layers under ZeRO 0 and 1, as
-   * trainer_plan_supported accepts it), which the written plan takes */
-  const int runs = !c->zb || (c->tp == 1 && !c->moe && c->zero < 2);
+  /* the fastest the runtime runs (tune_choice_runs), which the written plan takes */
+  const int runs = tune_choice_runs(c);
   if (runs && (!r->have_runnable || c->step < r->runnable.step ||
                  (c->step == r->runnable.step && c->max_bytes < r->runnable.max_bytes))) {
     r->runnable = *c;
@@ -85,7 +89,7 @@ static int try_one(const struct plan *base, int world, const struct cluster *c, 
     double worst = 0;
     struct bill b;
     /* zb-h1: what its deferred W's hold beyond the bill, as check prints it (0 where the bill
-     * counts it: ZeRO 0 and 1) */
+     * counts it: bill_split_runs) */
     struct check_zb_held *zb = ch->zb ? calloc((size_t)p.mesh.pp, sizeof *zb) : NULL;
     if (ch->zb && (!zb || check_zb_held(&p, NULL, zb, err, sizeof err)))
       ok = 0;

@@ -38,11 +38,16 @@ struct tune_result {
   int n_tried, n_valid, n_fit;
   struct tune_choice *best; /* (n_best) the fastest that fit, fastest first */
   int n_best;
-  struct tune_choice runnable; /* the fastest that fit among those `tycho run` runs (zb-h1 only at
-                                * tp 1 on dense layers under ZeRO 0 and 1), */
+  struct tune_choice runnable; /* the fastest that fit among those `tycho run` runs
+                                * (tune_choice_runs), */
   int have_runnable;           /* whether it is in best or not; 0: none fit */
   double seconds;          /* the search's own time */
 };
+
+/* Whether `tycho run` runs choice c (layout/supported.c): zb-h1 at tp 1 on dense layers under
+ * the ZeRO stages and zero_every choices the split backward runs under (bill_split_runs_zero:
+ * ZeRO 0 and 1, ZeRO 2 and 3 with "step"); every other layout. */
+int tune_choice_runs(const struct tune_choice *c);
 
 /* Searches the layouts of `base` for `world` ranks on `c`, keeping the `keep` fastest that fit
  * with at least `headroom` (a fraction of device memory) to spare. 0 ok; nonzero with a message. */

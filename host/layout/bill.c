@@ -99,7 +99,9 @@ static int zero_grads_replay(const struct plan *p, const struct sched_list *list
       zero_finish(l, inflight, &n_in, has, &g, &c, n_in);
       continue;
     }
-    if (in->op != SCHED_BWD)
+    /* a split list's B and W (only under "step", bill_split_runs) each run the stage's backward
+     * pieces; the stage's last W is where its gradients are final */
+    if (in->op != SCHED_BWD && in->op != SCHED_BWD_B && in->op != SCHED_BWD_W)
       continue;
     const struct plan_stage *st = &p->stages[in->stage];
     const int last = last_bwd[in->stage] == i;
@@ -196,9 +198,15 @@ static int zero3_replay(const struct plan *p, const struct sched_list *list, con
   return rc;
 }
 
+int bill_split_runs_zero(int zero, int grads_step, int params_step)
+{
+  return zero < 2 || (grads_step && (zero < 3 || params_step));
+}
+
 int bill_split_runs(const struct plan *p)
 {
-  return p->zero < 2;
+  return bill_split_runs_zero(p->zero, p->zero_every.grads == PLAN_ZERO_EVERY_STEP,
+                              p->zero_every.params == PLAN_ZERO_EVERY_STEP);
 }
 
 double bill_split_held_bytes(const struct plan *p, const struct sched_list *list, int pp_rank, int *areas)
@@ -219,9 +227,10 @@ void bill_shared_open(struct bill_shared *sh, const struct plan *p)
 {
   memset(sh, 0, sizeof *sh);
   sh->failed = sched_from_plan(p, &sh->s, sh->err, sizeof sh->err) != 0;
-  /* a zero-bubble list: walked as the executor runs it (split backwards) under ZeRO 0 and 1;
-   * under ZeRO 2 and 3, which the runtime does not split, as whole backwards in the same order,
-   * what its W's hold beyond that billed apart by `tycho check` (check_zb.c) */
+  /* a zero-bubble list: walked as the executor runs it (split backwards) where it runs them
+   * (bill_split_runs); under ZeRO 2 and 3 with zero_every "micro_batch", which the runtime does
+   * not split, as whole backwards in the same order, what its W's hold beyond that billed apart
+   * by `tycho check` (check_zb.c) */
   if (!sh->failed && sh->s.split && !bill_split_runs(p))
     sh->failed = sched_merge_split(&sh->s, sh->err, sizeof sh->err) != 0;
 }

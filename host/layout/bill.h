@@ -62,9 +62,16 @@ struct bill {
 };
 
 /* A zero-bubble (split) schedule: 1 where the runtime runs its split backwards and the bill
- * walks the split list (ZeRO 0 and 1), 0 where the bill reads it as whole backwards
+ * walks the split list (bill_split_runs_zero), 0 where the bill reads it as whole backwards
  * (sched_merge_split) and `tycho check` prints what the W's hold apart (check/check_zb.c). */
 int bill_split_runs(const struct plan *p);
+/* The ZeRO stages the split backward runs under, with grads_step / params_step 1 for
+ * zero_every.grads / .params = "step": ZeRO 0 and 1; ZeRO 2 with the gradients whole through the
+ * step (each stage's last W reduces them, once a step); ZeRO 3 with the parameters gathered once
+ * a step too (held to the stage's last W). Under "micro_batch" a micro-batch's buckets are
+ * reduced and freed within its backward, while a W comes micro-batches after its B, and a W
+ * would gather its units again (layout/supported.c refuses both). */
+int bill_split_runs_zero(int zero, int grads_step, int params_step);
 /* The bytes of one held area of pipeline rank pp_rank (its largest stage's
  * layout_split_held_elems in the products' operand dtype: bf16 on a bf16 plan, else the runtime's
  * reals) and, in *areas, how many the executor allocates for `list` (pieces_split_held). */

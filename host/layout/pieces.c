@@ -83,7 +83,7 @@ void pieces_last_backwards(const struct sched_list *list, int n_stages, int *las
 {
   for (int s = 0; s < n_stages; s++) last[s] = -1;
   for (int i = 0; i < list->n; i++)
-    if (list->instr[i].op == SCHED_BWD)
+    if (list->instr[i].op == SCHED_BWD || list->instr[i].op == SCHED_BWD_W)
       last[list->instr[i].stage] = i;
 }
 
@@ -114,7 +114,7 @@ int pieces_zero3_replay(const struct plan *p, const struct sched_list *list, int
     if (!is_compute(in))
       continue;
     const struct plan_stage *st = &p->stages[in->stage];
-    const int keep = keep_for_step && !(in->op == SCHED_BWD && last[in->stage] == i);
+    const int keep = keep_for_step && !(in->op != SCHED_FWD && last[in->stage] == i);
     const struct sched_instr *after = pieces_follower(list, i);
     struct piece then;
     if (after)

@@ -38,9 +38,9 @@ const struct sched_instr *pieces_follower(const struct sched_list *list, int i);
 /* The first piece of instruction in (FWD or BWD of p's stage in->stage). */
 struct piece pieces_first(const struct plan *p, const struct sched_instr *in);
 
-/* last[s] = the index in list of stage s's last BWD (−1: none), for the n_stages stages: the
- * backward after which its gradients are complete and, under zero_every.params = "step", its
- * gathered units are freed. */
+/* last[s] = the index in list of stage s's last BWD, or on a split list its last BWD_W (−1:
+ * none), for the n_stages stages: the backward after which its gradients are complete and,
+ * under zero_every.params = "step", its gathered units are freed. */
 void pieces_last_backwards(const struct sched_list *list, int n_stages, int *last);
 /* ZeRO-3 over rank's list: before each piece its units are gathered unless held and the next
  * piece's (the rest of the instruction, then pieces_follower's first) are started; after it,

@@ -62,7 +62,9 @@ static int cuda_refused(const struct plan *p, char *err, size_t n)
 }
 
 /* schedule.kind = "zb-h1": the executor splits each backward (model.h, struct model_split) of a
- * dense model at tp = 1 under ZeRO 0 and 1; the rest is refused by name. */
+ * dense model at tp = 1 under ZeRO 0 and 1, and under ZeRO 2 and 3 where the step keeps the
+ * whole gradients (and ZeRO 3 the gathered parameters) until the stage's last W
+ * (bill_split_runs_zero); the rest is refused by name. */
 static int zb_refused(const struct plan *p, char *err, size_t n)
 {
   const char *where = plan_where(p, "schedule.kind");
@@ -74,10 +76,16 @@ static int zb_refused(const struct plan *p, char *err, size_t n)
     if (p->layers[l].moe)
       return errf(err, n, "%s: schedule.kind = \"zb-h1\" with model.moe (layer %d is sparse): the split "
                   "backward runs dense layers only (the experts' products are not split); use 1f1b", where, l);
-  if (p->zero >= 2)
-    return errf(err, n, "%s: schedule.kind = \"zb-h1\" with zero = %d: the split backward runs under ZeRO 0 "
-                "and 1 only (ZeRO 2 and 3 hold gradient buckets and gathered units per backward, which W "
-                "does not yet); use zero = 1 or 1f1b", where, p->zero);
+  if (p->zero >= 2 && p->zero_every.grads != PLAN_ZERO_EVERY_STEP)
+    return errf(err, n, "%s: schedule.kind = \"zb-h1\" with zero = %d and zero_every.grads = \"micro_batch\": "
+                "a unit's gradients are final only after its W, micro-batches after its B, and a "
+                "micro-batch's buckets are reduced and freed within its backward; set zero_every.grads = "
+                "\"step\" (the default with pipeline stages), or use 1f1b", where, p->zero);
+  if (p->zero == 3 && p->zero_every.params != PLAN_ZERO_EVERY_STEP)
+    return errf(err, n, "%s: schedule.kind = \"zb-h1\" with zero = 3 and zero_every.params = \"micro_batch\": "
+                "every piece gathers the units it reads, so each W would gather its stage's parameters "
+                "again, though its products read none; set zero_every.params = \"step\" (the default "
+                "with pipeline stages), or use 1f1b", where);
   return 0;
 }
 

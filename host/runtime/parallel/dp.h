@@ -191,9 +191,10 @@ struct dp_pass {
   const struct model_dropout *dropout; /* NULL: none (evaluation) */
   int B, T;
   real loss_scale;                   /* backward: the head's gradient scale */
-  int last;        /* backward: the stage's last of the step (its buckets reduce there as their
-                    * gradients become final under zero 0, 1 and zero_every.grads = "step";
-                    * zero_every.params = "step" frees the stage's gathered units there) */
+  int last;        /* backward: the stage's last of the step, on a split list its last W (its
+                    * buckets reduce there as their gradients become final under zero 0, 1 and
+                    * zero_every.grads = "step"; zero_every.params = "step" frees the stage's
+                    * gathered units there) */
   int embed_waits; /* backward: a tied embedding's gradient is summed between the stages (in
                     * dp_reduce_rest); under zero 0, 1 before its bucket may reduce */
   int in_step;     /* a pass of a training step's list (0: evaluation, which keeps nothing) */
