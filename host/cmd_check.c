@@ -27,8 +27,7 @@ static void print_choice(const char *label, const struct tune_choice *t)
              t->zero == 3 ? ", params every " : "", t->zero == 3 ? (t->params_step ? "step" : "micro-batch") : "");
   char ep[40] = "", zb[96] = "";
   if (t->zb) { /* zb-h1, and why `tycho run` refuses it where it does (layout/supported.c) */
-    const char *why = t->tp > 1             ? "tp > 1"
-                      : t->moe              ? "MoE"
+    const char *why = t->moe              ? "MoE"
                       : tune_choice_runs(t) ? NULL
                       : !t->grads_step      ? "grads every micro-batch"
                                             : "params every micro-batch";
@@ -100,12 +99,12 @@ int cmd_tune(lua_State *L, const struct cli *c)
   }
   char werr[1400] = "";
   /* the written plan is one `tycho run` runs: the fastest such, where a zb-h1 layout it does not
-   * run (tune_choice_runs: tp > 1, MoE, ZeRO 2 and 3 with zero_every "micro_batch") ranks first */
+   * run (tune_choice_runs: MoE, ZeRO 2 and 3 with zero_every "micro_batch") ranks first */
   const int best_runs = tune_choice_runs(&r.best[0]);
   const struct tune_choice *w = !best_runs && r.have_runnable ? &r.runnable : &r.best[0];
   if (w != &r.best[0]) /* the line again, as the written plan's */
-    print_choice("written (the fastest that tycho run runs; it runs zb-h1 at tp 1 on dense layers, under ZeRO 2 "
-                 "and 3 with zero_every \"step\" only):", w);
+    print_choice("written (the fastest that tycho run runs; it runs zb-h1 on dense layers, under ZeRO 2 and 3 "
+                 "with zero_every \"step\" only):", w);
   int bad = tune_write_plan(f, c->plan, path, c->n_sets, c->sets, w, command, werr, sizeof werr);
   if (fclose(f))
     bad = 1;

@@ -184,6 +184,9 @@ if(NOT TYCHO_FLOAT64)
   # under ZeRO 3: the units' gathered bf16 copies held to the stage's last W
   tycho_dp_equiv(bf16_pp2_dp2_zero3_zb_h1 4 --both precision.compute=bf16 --set mesh.pp=2
     --set schedule.kind=zb-h1 --set zero=3 --set batch.micro=2)
+  # at tp 2: the rounded bf16 inputs (in_b, the workspace's) held for W
+  tycho_dp_equiv(bf16_tp2_pp2_zb_h1_sp 4 --both precision.compute=bf16 --set mesh.tp=2 --set mesh.pp=2
+    --set schedule.kind=zb-h1 --set sequence_parallel=true)
   tycho_dp_equiv(bf16_recompute_full_dp2 2 --both precision.compute=bf16 --set recompute=full)
   # ZeRO 3: each gathered unit's bf16 copies made once it arrives and freed with it (params peak)
   tycho_dp_equiv(bf16_dp2_zero3 2 --both precision.compute=bf16 --set zero=3)
@@ -475,6 +478,17 @@ tycho_tp_equiv(pp2_dp2_zero3_zb_h1 4 dp_small.lua --set mesh.pp=2 --set schedule
   --set batch.micro=2 --both model.n_layers=4)
 tycho_tp_equiv(pp2_dp2_zero3_zb_h1_tied_recompute 4 dp_small.lua --set mesh.pp=2 --set schedule.kind=zb-h1
   --set zero=3 --set batch.micro=2 --both model.tie_embeddings=true --set recompute=full)
+# ZB-H1 at tp 2: B holds every product's input beside its output gradient (at tp > 1 the
+# workspace's: gathered norm outputs, conversions), W recomputes nothing and runs no collective;
+# with sequence parallelism and recompute, every layer's own splits (tp_mixed.lua), and on one
+# pipeline rank a tied embedding (its rows added in B, before the head's W)
+tycho_tp_equiv(tp2_pp2_zb_h1 4 dp_small.lua --set mesh.tp=2 --set mesh.pp=2 --set schedule.kind=zb-h1)
+tycho_tp_equiv(tp2_pp2_zb_h1_sp_recompute 4 dp_small.lua --set mesh.tp=2 --set mesh.pp=2 --set schedule.kind=zb-h1
+  --set sequence_parallel=true --set recompute=full)
+tycho_tp_equiv(tp2_pp2_zb_h1_mixed_sp 4 tp_mixed.lua --set mesh.tp=2 --set mesh.pp=2 --set schedule.kind=zb-h1
+  --set sequence_parallel=true)
+tycho_tp_equiv(tp2_zb_h1_tied_one_rank 2 dp_small.lua --set mesh.tp=2 --set schedule.kind=zb-h1
+  --both model.tie_embeddings=true)
 
 # log.trace of a tp 2 × pp 2 run (1F1B and interleaved): spans where the schedule says, the
 # first trace_steps steps only, every collective with its group, bytes and seq.
@@ -515,6 +529,8 @@ tycho_bill(pp2_zb_h1_dp2_zero1 4 dp_small.lua --set mesh.pp=2 --set schedule.kin
 tycho_bill(pp2_zb_h1_dp2_zero2 4 dp_small.lua --set mesh.pp=2 --set schedule.kind=zb-h1 --set zero=2 --set batch.micro=2)
 tycho_bill(pp2_zb_h1_dp2_zero3 4 dp_small.lua --set mesh.pp=2 --set schedule.kind=zb-h1 --set zero=3 --set batch.micro=2
   --set model.n_layers=4)
+tycho_bill(tp2_pp2_zb_h1_sp 4 dp_small.lua --set mesh.tp=2 --set mesh.pp=2 --set schedule.kind=zb-h1
+  --set sequence_parallel=true)
 # context parallelism: activations of a cp rank's rows, the ring's buffers (comm: its transfers';
 # workspace: its blocks' and the rows' ids), the dp layer's shards over dp × cp
 tycho_bill(cp2 2 dp_small.lua --set mesh.cp=2)

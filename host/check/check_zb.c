@@ -42,6 +42,10 @@ int check_zb_held(const struct plan *p, const struct bill *bills, struct check_z
     out[r].extra = peak_held - peak_whole;
     int areas;
     out[r].dout_bytes = bill_split_held_bytes(p, l, r, &areas); /* as the executor sizes an area */
+    if (out[r].dout_bytes < 0) {
+      sched_free(&s);
+      return errf(err, n, "out of memory");
+    }
     out[r].in_bill = bill_split_runs(p);
     check_zb_rank_bytes(&out[r], bills ? &bills[r] : NULL);
   }

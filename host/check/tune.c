@@ -25,7 +25,7 @@ static double now(void)
 
 int tune_choice_runs(const struct tune_choice *c)
 {
-  return !c->zb || (c->tp == 1 && !c->moe && bill_split_runs_zero(c->zero, c->grads_step, c->params_step));
+  return !c->zb || (!c->moe && bill_split_runs_zero(c->zero, c->grads_step, c->params_step));
 }
 
 static void insert(struct tune_result *r, int keep, const struct tune_choice *c)

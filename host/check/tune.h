@@ -44,8 +44,8 @@ struct tune_result {
   double seconds;          /* the search's own time */
 };
 
-/* Whether `tycho run` runs choice c (layout/supported.c): zb-h1 at tp 1 on dense layers under
- * the ZeRO stages and zero_every choices the split backward runs under (bill_split_runs_zero:
+/* Whether `tycho run` runs choice c (layout/supported.c): zb-h1 on dense layers under the ZeRO
+ * stages and zero_every choices the split backward runs under (bill_split_runs_zero:
  * ZeRO 0 and 1, ZeRO 2 and 3 with "step"); every other layout. */
 int tune_choice_runs(const struct tune_choice *c);
 

@@ -396,11 +396,33 @@ static int tied_here(const struct plan *p, int stage)
   return 0;
 }
 
-double layout_split_held_elems(const struct plan *p, int stage)
+/* At tp > 1, where no products are fused (layout_params_adjacent): each linear's output and
+ * input widths per token on rank r's layouts (q, k, v, o, gate, up, down, each split its own
+ * way), and the head's (its columns here, the final norm's output whole). */
+static double products_per_token_tp(const struct plan *p, const struct layout_rank *r, int st)
 {
+  const struct plan_stage *s = &p->stages[st];
+  double e = 0;
+  for (int l = s->first_layer; s->first_layer >= 0 && l < s->first_layer + s->n_layers; l++) {
+    struct model_layer_dims d;
+    layout_layer_dims(r, l, &d);
+    for (int k = PLAN_MOD_Q; k <= PLAN_MOD_DOWN; k++) e += d.w_out[k] + d.w_in[k];
+  }
+  if (s->has_head) {
+    const double Vp = p->model.vocab_padded > 0 ? p->model.vocab_padded : p->model.vocab;
+    e += (r->io.split[PLAN_MOD_HEAD] == PLAN_SPLIT_VOCAB ? Vp / r->tp_size : Vp) + p->model.dim;
+  }
+  return e;
+}
+
+double layout_split_held_elems(const struct plan *p, int stage, const struct layout_rank *r)
+{
+  const double rows = (double)p->batch.micro * p->batch.seq;
+  if (p->mesh.tp > 1)
+    return rows * products_per_token_tp(p, r, stage);
   /* the embedding's input gradient is the runtime's reals (fp32 on a bf16 plan: two bf16's each) */
   const double embed = tied_here(p, stage) ? p->model.dim * (p->precision.compute == PLAN_BF16 ? 2.0 : 1.0) : 0;
-  return (double)p->batch.micro * p->batch.seq * (dout_per_token(p, stage) + embed);
+  return rows * (dout_per_token(p, stage) + embed);
 }
 
 int layout_split_products(const struct plan *p, int stage)

@@ -100,11 +100,12 @@ void layout_acts_free(struct acts_layout *a);
  * between its B and its W — every linear's output gradient (q, k, v, o, gate, up, down and the
  * head: the other operand of its weight-gradient product), in the products' operand dtype
  * (fp32, or bf16 on a bf16 plan), plus, for an embedding tied to a head on the same pipeline
- * rank, its input gradient (dim per token, which W adds after the head's product) — and at
- * most how many such products the stage has. The
- * executor allocates one such area per micro-batch past B (model.h, struct model_split); the
- * bill counts them. */
-double layout_split_held_elems(const struct plan *p, int stage);
+ * rank, its input gradient (dim per token, which W adds after the head's product); at tp > 1
+ * every product's input too, whatever each linear's split makes its widths on r, the layouts of
+ * a tp rank of the stage's pipeline rank (layout_rank_of_plan; read only at tp > 1) — and at
+ * most how many such products the stage has. The executor allocates one such area per
+ * micro-batch past B (model.h, struct model_split); the bill counts them. */
+double layout_split_held_elems(const struct plan *p, int stage, const struct layout_rank *r);
 int layout_split_products(const struct plan *p, int stage);
 
 /* Context parallelism (mesh.cp; runtime/parallel/cp.h). layout_cp_rows: the most rows any of cp

@@ -209,12 +209,29 @@ int bill_split_runs(const struct plan *p)
                               p->zero_every.params == PLAN_ZERO_EVERY_STEP);
 }
 
+static int outline_table(const struct plan *p, int pp_rank, struct layout_rank *rank, struct layout_params *t,
+                         char *err, size_t err_size);
+
 double bill_split_held_bytes(const struct plan *p, const struct sched_list *list, int pp_rank, int *areas)
 {
+  /* at tp > 1 the widths come from the layouts of the pipeline rank's layers (tp rank 0's: every
+   * tp rank's are the same) */
+  struct layout_rank rank;
+  struct layout_params t;
+  char err[256];
+  const int outline = p->mesh.tp > 1;
+  if (outline && outline_table(p, pp_rank, &rank, &t, err, sizeof err)) {
+    *areas = 0;
+    return -1;
+  }
   double elems = 0;
   for (int k = 0; k < p->n_stages; k++) {
-    const double e = p->stages[k].pp_rank == pp_rank ? layout_split_held_elems(p, k) : 0;
+    const double e = p->stages[k].pp_rank == pp_rank ? layout_split_held_elems(p, k, outline ? &rank : NULL) : 0;
     elems = e > elems ? e : elems;
+  }
+  if (outline) {
+    layout_params_free(&t);
+    layout_rank_free(&rank);
   }
   const int cpu = plan_on_cpu(p);
   const double elem = p->precision.compute == PLAN_BF16 ? (double)sizeof(bf16)
@@ -523,6 +540,10 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
   if (r.s->split) {
     int areas;
     const double one = bill_split_held_bytes(p, r.list, pp_rank, &areas);
+    if (one < 0) {
+      rank_view_free(&r);
+      return errf(err, err_size, "out of memory counting the split backward's held areas");
+    }
     split_bytes = one * areas;
   }
   workspace = (double)acts[2];

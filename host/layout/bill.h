@@ -74,7 +74,8 @@ int bill_split_runs(const struct plan *p);
 int bill_split_runs_zero(int zero, int grads_step, int params_step);
 /* The bytes of one held area of pipeline rank pp_rank (its largest stage's
  * layout_split_held_elems in the products' operand dtype: bf16 on a bf16 plan, else the runtime's
- * reals) and, in *areas, how many the executor allocates for `list` (pieces_split_held). */
+ * reals) and, in *areas, how many the executor allocates for `list` (pieces_split_held); −1
+ * (*areas 0) when there was no memory to lay the rank out (tp > 1). */
 double bill_split_held_bytes(const struct plan *p, const struct sched_list *list, int pp_rank, int *areas);
 
 /* The collectives of one training step on a rank's groups, as the comm layer counts them (calls

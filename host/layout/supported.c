@@ -62,16 +62,13 @@ static int cuda_refused(const struct plan *p, char *err, size_t n)
 }
 
 /* schedule.kind = "zb-h1": the executor splits each backward (model.h, struct model_split) of a
- * dense model at tp = 1 under ZeRO 0 and 1, and under ZeRO 2 and 3 where the step keeps the
+ * dense model (at tp > 1 holding the products' inputs too) under ZeRO 0 and 1, and under ZeRO 2
+ * and 3 where the step keeps the
  * whole gradients (and ZeRO 3 the gathered parameters) until the stage's last W
  * (bill_split_runs_zero); the rest is refused by name. */
 static int zb_refused(const struct plan *p, char *err, size_t n)
 {
   const char *where = plan_where(p, "schedule.kind");
-  if (p->mesh.tp > 1)
-    return errf(err, n, "%s: schedule.kind = \"zb-h1\" with mesh.tp = %d: the split backward runs at tp = 1 "
-                "only (a product's input is the workspace's conversion there, gone by its W); use 1f1b",
-                where, p->mesh.tp);
   for (int l = 0; p->layers && l < p->model.n_layers; l++)
     if (p->layers[l].moe)
       return errf(err, n, "%s: schedule.kind = \"zb-h1\" with model.moe (layer %d is sparse): the split "

@@ -3,8 +3,8 @@
 # code: a plan for a CUDA device or fp16 compute (2, naming the field), a token file that is not
 # there (1, naming it), init.from a file that is not there (1, naming it), a log.trace that
 # cannot be written (1, before any step), --world that is not the MPI world (2), a zero-bubble
-# schedule where the split backward does not run (zb-h1 with tp > 1, sparse layers, ZeRO 2 or 3
-# with zero_every "micro_batch"; 2, by run and rehearse).
+# schedule where the split backward does not run (zb-h1 with sparse layers, ZeRO 2 or 3 with
+# zero_every "micro_batch"; 2, by run and rehearse).
 # usage: run_refusals.sh TYCHO   (run from the source folder)
 set -u
 tycho=$1
@@ -35,8 +35,8 @@ expect 1 'tycho: log.trace /proc/nope/trace.json: cannot create the folder /proc
   --set log.trace=/proc/nope/trace.json
 expect 2 'tycho: --world 4: tycho run takes the world from MPI (1 rank here); start 4 ranks with mpirun -np 4' \
   tests/plans/good/train_small.lua --world 4
-# zb-h1 runs at tp 1 on dense layers, under ZeRO 2 and 3 with zero_every "step" (the default with
-# stages; one stage defaults to "micro_batch"); the rest is refused by name
+# zb-h1 runs on dense layers, under ZeRO 2 and 3 with zero_every "step" (the default with stages;
+# one stage defaults to "micro_batch"); the rest is refused by name
 zb='schedule.kind = "zb-h1" with zero = 2 and zero_every.grads = "micro_batch": a unit'"'"'s gradients are final only after its W'
 expect 2 "tycho: plan error: --set schedule.kind=zb-h1: $zb" tests/plans/good/train_small.lua --set schedule.kind=zb-h1 \
   --set zero=2
@@ -48,8 +48,6 @@ rehearse_refuses() { # rehearse_refuses TEXT ARGS...: exit 2 and TEXT in what it
   [ "$rc" -eq 2 ] || { echo "FAIL: rehearse $* exited $rc, expected 2: $out"; exit 1; }
   printf '%s\n' "$out" | grep -qF "$text" || { echo "FAIL: rehearse $* does not say why: $out"; exit 1; }
 }
-rehearse_refuses 'schedule.kind = "zb-h1" with mesh.tp = 2: the split backward runs at tp = 1 only' \
-  tests/plans/good/train_small.lua --world 4 --set mesh.tp=2 --set mesh.pp=2 --set schedule.kind=zb-h1
 rehearse_refuses 'schedule.kind = "zb-h1" with model.moe (layer 1 is sparse): the split backward runs dense layers only' \
   tests/plans/good/moe_small.lua --world 2 --set mesh.pp=2 --set schedule.kind=zb-h1
 rehearse_refuses 'schedule.kind = "zb-h1" with zero = 3 and zero_every.params = "micro_batch": every piece gathers the units it reads' \

@@ -356,8 +356,8 @@ struct model_acts {
  * for each linear's weight gradient, keeps the product's output gradient (in the product's
  * operand dtype: the bf16 rounding on a bf16 model) in `held` and notes the product; W runs the
  * noted products, the same kernel on the same operands (the linears' inputs stay in the
- * micro-batch's slot, or are recomputed as B recomputed them), so B then W is the whole
- * backward bit for bit. The norms' gains, the embedding and the attention core stay in B, as
+ * micro-batch's slot, or are recomputed as B recomputed them; at tp > 1, where they are the
+ * workspace's, B holds copies of them too), so B then W is the whole backward bit for bit. The norms' gains, the embedding and the attention core stay in B, as
  * the cost model prices them (check/cost.c), but for a tied embedding whose head is on the same
  * model: its rows wait for W (after the head's product, into the same gradient), their input
  * gradient held too. One per micro-batch between its B and its W. */

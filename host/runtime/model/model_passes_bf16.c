@@ -78,9 +78,10 @@ void passes_lin_bwd(struct model *m, struct model_acts *a, real *dinp, real *dwe
     m->k->linear_backward(m->kctx, dinp, dweight, dout, in, w, N, IC, OC);
     return;
   }
-  if (a->split) /* the rounded input is the workspace's: gone by W (trainer_plan_supported refuses) */
+  if (a->split && m->tp.size == 1) /* a sparse layer's (trainer_plan_supported refuses it); at tp > 1
+                                    * B holds the rounded input (passes_split_keep) */
     fault_set(FAULT_OF(&m->tp), FAULT_LEVEL_MODEL, "split backward: a bf16 product on a rounded fp32 input "
-              "(tp > 1 or a sparse layer) is not split");
+              "(a sparse layer) is not split");
   /* the forward's rounding again, from the same fp32 input (dinp may be dout: passes_lin_bwd_b
    * rounds dout before the product writes dinp) */
   m->k->round_bf16(m->kctx, a->in_b, in, (size_t)N * IC);

@@ -43,8 +43,9 @@ void passes_layer_recompute(struct model *m, struct model_acts *a, int layer);
 /* ---- model_passes_w.c: the split backward (struct model_split) ---- */
 
 /* Under a->split's B: dout (N · OC reals, or bf16 for a bf16 product) copied into the held
- * memory and the weight-gradient product dweight += doutᵀ · in noted for W; 1 (the caller runs
- * the input gradient alone), else 0 (no B in progress: the whole product). */
+ * memory, at tp > 1 with `in` (N · IC) after it, and the weight-gradient product dweight +=
+ * doutᵀ · in noted for W; 1 (the caller runs the input gradient alone), else 0 (no B in
+ * progress, or the held memory is full, a fault: the whole product). */
 int passes_split_keep(struct model *m, struct model_acts *a, real *dweight, const void *dout, int bf16_product,
                       const void *in, const void *w, int N, int IC, int OC);
 /* Under a->split's W: the products B noted for `layer` (L: the head; −1: the embedding's),

@@ -15,11 +15,18 @@
  * micro-batch into one gradient, the head's product and then the embedding's rows; B then
  * keeps the embedding's input gradient too (dresidual, as the rows' kernel reads it) and W adds
  * it after the head's product, in the whole backward's order. An untied embedding's rows stay
- * in B.
+ * in B, and so do a tied one's at tp > 1 (before the head's W product: the same sum in another
+ * order).
  *
  * A layer whose recompute policy discarded a linear's input (it then lives in the recompute
  * area every layer and slot share) recomputes it again before its W, as B did before its
- * backward: the same forward pieces from the same saved inputs, so the same bits. */
+ * backward: the same forward pieces from the same saved inputs, so the same bits.
+ *
+ * At tp > 1 a product's input is often the workspace's (a norm output gathered under sequence
+ * parallelism, a conversion between the tp layouts, a bf16 model's rounding in in_b), which the
+ * next product overwrites: B holds a copy of every product's input beside its output gradient
+ * (the bill counts both, layout_split_held_elems), and W reads the copies and recomputes
+ * nothing, so it runs no collective. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,16 +60,24 @@ int passes_split_keep(struct model *m, struct model_acts *a, real *dweight, cons
   struct model_split *s = a->split;
   if (!s || s->phase != MODEL_SPLIT_B)
     return 0;
-  const size_t bytes = (size_t)N * OC * (bf16_product ? sizeof(bf16) : sizeof(real));
-  if (s->n_products >= s->cap_products || bytes > s->cap - s->used) { /* the layout's count is wrong */
+  const size_t elem = bf16_product ? sizeof(bf16) : sizeof(real);
+  const size_t bytes = (size_t)N * OC * elem;
+  /* at tp > 1 the input too: there it is the workspace's (a conversion, a gathered norm output,
+   * a rounding), gone by W */
+  const size_t in_bytes = m->tp.size > 1 ? (size_t)N * IC * elem : 0;
+  if (s->n_products >= s->cap_products || bytes + in_bytes > s->cap - s->used) { /* the layout's count is wrong */
     fault_set(FAULT_OF(&m->tp), FAULT_LEVEL_MODEL, "split backward: the held output gradients of layer %d "
               "exceed the %zu bytes counted for them", s->layer, s->cap);
-    return 1; /* the whole product, so the gradients stay right */
+    return 0; /* the whole product now, so the gradients stay right */
   }
   m->k->copy(m->kctx, s->held + s->used, dout, bytes);
+  if (in_bytes) {
+    m->k->copy(m->kctx, s->held + s->used + bytes, in, in_bytes);
+    in = s->held + s->used + bytes;
+  }
   s->products[s->n_products++] = (struct model_split_product){ s->layer, dweight, in, w, bf16_product, N, IC, OC,
                                                                s->used };
-  s->used += bytes;
+  s->used += bytes + in_bytes;
   return 1;
 }
 
@@ -76,7 +91,8 @@ int passes_split_w(struct model *m, struct model_acts *a, int layer)
     const struct model_split_product *p = &s->products[i];
     if (p->layer != layer)
       continue;
-    if (!recomputed && layer >= 0 && layer < m->config.n_layers) { /* the inputs B saw, where discarded */
+    /* the inputs B saw, where discarded (at tp > 1 B held them: no recompute, no collective) */
+    if (!recomputed && m->tp.size == 1 && layer >= 0 && layer < m->config.n_layers) {
       passes_layer_recompute(m, a, layer);
       recomputed = 1;
     }

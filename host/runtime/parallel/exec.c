@@ -41,7 +41,10 @@ static int split_open(struct exec *pp, const struct sched_list *list, char *err,
   for (int s = 0; s < p->n_stages; s++)
     if (p->stages[s].pp_rank == pp->rank && layout_split_products(p, s) > products)
       products = layout_split_products(p, s);
-  const size_t bytes = (size_t)bill_split_held_bytes(p, list, pp->rank, &pp->n_splits);
+  const double held = bill_split_held_bytes(p, list, pp->rank, &pp->n_splits);
+  if (held < 0)
+    return errf(err, err_size, "out of memory for the executor");
+  const size_t bytes = (size_t)held;
   pp->splits = calloc((size_t)pp->n_splits + 1, sizeof *pp->splits);
   if (!pp->splits)
     return errf(err, err_size, "out of memory for the executor");
