@@ -489,6 +489,10 @@ tycho_tp_equiv(tp2_pp2_zb_h1_mixed_sp 4 tp_mixed.lua --set mesh.tp=2 --set mesh.
   --set sequence_parallel=true)
 tycho_tp_equiv(tp2_zb_h1_tied_one_rank 2 dp_small.lua --set mesh.tp=2 --set schedule.kind=zb-h1
   --both model.tie_embeddings=true)
+# tp 2 × pp 2 × dp 2 under ZeRO 3 with sequence parallelism: the held inputs beside the units
+# gathered once a step, the last W reduce-scattering
+tycho_tp_equiv(tp2_pp2_dp2_zero3_zb_h1_sp 8 dp_small.lua --set mesh.tp=2 --set mesh.pp=2 --set schedule.kind=zb-h1
+  --set zero=3 --set sequence_parallel=true --set batch.micro=2)
 
 # log.trace of a tp 2 × pp 2 run (1F1B and interleaved): spans where the schedule says, the
 # first trace_steps steps only, every collective with its group, bytes and seq.
