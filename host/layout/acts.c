@@ -396,9 +396,11 @@ static int tied_here(const struct plan *p, int stage)
   return 0;
 }
 
-/* At tp > 1, where no products are fused (layout_params_adjacent): each linear's output and
- * input widths per token on rank r's layouts (q, k, v, o, gate, up, down, each split its own
- * way), and the head's (its columns here, the final norm's output whole). */
+/* At tp > 1, where no products are fused (layout_params_adjacent): each linear's output width
+ * per token on rank r's layouts (q, k, v, o, gate, up, down, each split its own way), and its
+ * input's: o's and down's each, and of q, k, v (of gate, up) one per layout their splits read
+ * the norm's output in (tp_split_input: whole or by features), which those products share; and
+ * the head's (its columns here, the final norm's output whole). */
 static double products_per_token_tp(const struct plan *p, const struct layout_rank *r, int st)
 {
   const struct plan_stage *s = &p->stages[st];
@@ -406,7 +408,20 @@ static double products_per_token_tp(const struct plan *p, const struct layout_ra
   for (int l = s->first_layer; s->first_layer >= 0 && l < s->first_layer + s->n_layers; l++) {
     struct model_layer_dims d;
     layout_layer_dims(r, l, &d);
-    for (int k = PLAN_MOD_Q; k <= PLAN_MOD_DOWN; k++) e += d.w_out[k] + d.w_in[k];
+    const uint8_t *split = r->layers[l].split;
+    static const int groups[4][2] = { { PLAN_MOD_Q, PLAN_MOD_V }, { PLAN_MOD_O, PLAN_MOD_O },
+                                      { PLAN_MOD_GATE, PLAN_MOD_UP }, { PLAN_MOD_DOWN, PLAN_MOD_DOWN } };
+    for (int g = 0; g < 4; g++) {
+      int seen_r = 0, seen_f = 0;
+      for (int k = groups[g][0]; k <= groups[g][1]; k++) {
+        e += d.w_out[k];
+        const int whole = tp_split_input((enum plan_split)split[k]) == TP_R;
+        if (groups[g][0] == groups[g][1] || (whole ? !seen_r : !seen_f))
+          e += d.w_in[k];
+        seen_r |= whole;
+        seen_f |= !whole;
+      }
+    }
   }
   if (s->has_head) {
     const double Vp = p->model.vocab_padded > 0 ? p->model.vocab_padded : p->model.vocab;

@@ -369,10 +369,15 @@ struct model_split_product {
   const void *in, *w;       /* real, or bf16 on a bf16 product */
   int bf16, N, IC, OC;
   size_t at;                /* bytes into held */
+  const void *key;          /* tp > 1: the input B read (the fp32 one a bf16 product rounded) */
+  int group;                /* tp > 1: the norm_inputs call its input came from */
 };
 struct model_split {
   enum model_split_phase phase;
   int layer;                /* the piece B is in (the products' owner) */
+  int group;                /* counts the norm outputs' conversions (norm_inputs): products of one
+                             * group reading the same input share its held copy */
+  const void *in_src;       /* set around a bf16 product at tp > 1: the fp32 input it rounds */
   unsigned char *held;      /* runtime memory (ALLOC_ACTIVATIONS), cap bytes */
   size_t cap, used;
   struct model_split_product *products; /* host memory, cap_products */

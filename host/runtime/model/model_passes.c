@@ -81,6 +81,8 @@ static void norm_inputs(struct model *m, struct model_acts *a, const struct tp_l
     need_f |= tp_split_input(y->split[k]) == TP_FEAT;
   }
   real *r = y->home == TP_R ? n : a->in_r;
+  if (a->split) /* a split backward's products of this call share their inputs' held copies */
+    a->split->group++;
   if (need_r)
     tp_convert(&m->tp, a->pack, r, n, y->home, TP_R, B, T, C, a->work_c4);
   if (need_f)

@@ -85,7 +85,11 @@ void passes_lin_bwd(struct model *m, struct model_acts *a, real *dinp, real *dwe
   /* the forward's rounding again, from the same fp32 input (dinp may be dout: passes_lin_bwd_b
    * rounds dout before the product writes dinp) */
   m->k->round_bf16(m->kctx, a->in_b, in, (size_t)N * IC);
+  if (a->split) /* what the held copy of in_b is of (passes_split_keep) */
+    a->split->in_src = in;
   passes_lin_bwd_b(m, a, dinp, dweight, dout, a->in_b, wb, N, IC, OC);
+  if (a->split)
+    a->split->in_src = NULL;
 }
 
 /* layer_forward_pieces for bf16 models (one TP rank): the same pieces and masks, with the linears'

@@ -63,8 +63,18 @@ int passes_split_keep(struct model *m, struct model_acts *a, real *dweight, cons
   const size_t elem = bf16_product ? sizeof(bf16) : sizeof(real);
   const size_t bytes = (size_t)N * OC * elem;
   /* at tp > 1 the input too: there it is the workspace's (a conversion, a gathered norm output,
-   * a rounding), gone by W */
-  const size_t in_bytes = m->tp.size > 1 ? (size_t)N * IC * elem : 0;
+   * a rounding), gone by W; once for the products of one norm output that read it in the same
+   * layout (q, k and v; gate and up), as layout_split_held_elems counts it */
+  const void *key = s->in_src ? s->in_src : in;
+  size_t in_bytes = m->tp.size > 1 ? (size_t)N * IC * elem : 0;
+  for (int i = s->n_products - 1; in_bytes && i >= 0 && s->products[i].layer == s->layer &&
+                                  s->products[i].group == s->group; i--) {
+    const struct model_split_product *q = &s->products[i];
+    if (q->key == key && q->N == N && q->IC == IC && q->bf16 == bf16_product) {
+      in = q->in;
+      in_bytes = 0;
+    }
+  }
   if (s->n_products >= s->cap_products || bytes + in_bytes > s->cap - s->used) { /* the layout's count is wrong */
     fault_set(FAULT_OF(&m->tp), FAULT_LEVEL_MODEL, "split backward: the held output gradients of layer %d "
               "exceed the %zu bytes counted for them", s->layer, s->cap);
@@ -76,7 +86,7 @@ int passes_split_keep(struct model *m, struct model_acts *a, real *dweight, cons
     in = s->held + s->used + bytes;
   }
   s->products[s->n_products++] = (struct model_split_product){ s->layer, dweight, in, w, bf16_product, N, IC, OC,
-                                                               s->used };
+                                                               s->used, key, s->group };
   s->used += bytes + in_bytes;
   return 1;
 }
@@ -129,7 +139,8 @@ int passes_split_embed(struct model *m, struct model_acts *a)
     return 0; /* run it now, so the gradients stay right */
   }
   m->k->copy(m->kctx, s->held + s->used, a->dresidual, bytes);
-  s->products[s->n_products++] = (struct model_split_product){ -1, m->dwte, a->tokens, NULL, 0, N, C, 0, s->used };
+  s->products[s->n_products++] = (struct model_split_product){ -1, m->dwte, a->tokens, NULL, 0, N, C, 0, s->used,
+                                                               NULL, 0 };
   s->used += bytes;
   return 1;
 }
