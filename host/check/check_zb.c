@@ -89,15 +89,15 @@ void check_zb_print(FILE *f, const struct plan *p, const struct bill *bills, int
     char a[32], b[32], c[32], t[32];
     if (in_bill) {
       fprintf(f, "   %7d  %d more micro-batch%s in flight than 1F1B (their slots) + %d past B × %s (their linears' "
-              "output gradients)\n", r, h[r].extra, h[r].extra == 1 ? "" : "es", h[r].pending,
-              check_format_bytes(h[r].dout_bytes, c, sizeof c));
+              "output gradients%s)\n", r, h[r].extra, h[r].extra == 1 ? "" : "es", h[r].pending,
+              check_format_bytes(h[r].dout_bytes, c, sizeof c), p->mesh.tp > 1 ? " and inputs" : "");
       continue;
     }
     fprintf(f, "   %7d  +%s: %d more micro-batch%s in flight × %s (the bill's activations per slot) + %d past B "
-            "× %s (their linears' output gradients); total with it %s\n", r,
+            "× %s (their linears' output gradients%s); total with it %s\n", r,
             check_format_bytes(h[r].bytes, a, sizeof a), h[r].extra, h[r].extra == 1 ? "" : "es",
             check_format_bytes(h[r].slot_bytes, b, sizeof b), h[r].pending,
-            check_format_bytes(h[r].dout_bytes, c, sizeof c), check_format_bytes(bills[r].total + h[r].bytes, t, sizeof t));
+            check_format_bytes(h[r].dout_bytes, c, sizeof c), p->mesh.tp > 1 ? " and inputs" : "", check_format_bytes(bills[r].total + h[r].bytes, t, sizeof t));
   }
   free(h);
 }

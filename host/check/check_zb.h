@@ -17,8 +17,8 @@ struct check_zb_held {
   int extra;         /* peak in flight until W, less the bill's (whole-backward) peak */
   int pending;       /* most micro-batches past B whose W has not run */
   double slot_bytes; /* the bill's activations per slot (bytes[activations] / n_slots) */
-  double dout_bytes; /* one micro-batch's linears' output gradients on this rank (a held area:
-                      * bill_split_held_bytes) */
+  double dout_bytes; /* one micro-batch's linears' output gradients on this rank, at tp > 1 with
+                      * their inputs (a held area: bill_split_held_bytes) */
   int in_bill;       /* 1: the bill counts all of it (bill_split_runs) */
   double bytes;      /* beyond the bill: extra · slot_bytes + pending · dout_bytes, or 0 in_bill */
 };
