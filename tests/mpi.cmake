@@ -478,6 +478,9 @@ tycho_tp_equiv(pp2_dp2_zero3_zb_h1 4 dp_small.lua --set mesh.pp=2 --set schedule
   --set batch.micro=2 --both model.n_layers=4)
 tycho_tp_equiv(pp2_dp2_zero3_zb_h1_tied_recompute 4 dp_small.lua --set mesh.pp=2 --set schedule.kind=zb-h1
   --set zero=3 --set batch.micro=2 --both model.tie_embeddings=true --set recompute=full)
+# one pipeline rank (dp 2) under ZeRO 3 with "step" set (its default there is "micro_batch")
+tycho_tp_equiv(dp2_zero3_step_zb_h1 2 dp_small.lua --set schedule.kind=zb-h1 --set zero=3 --set zero_every.grads=step
+  --set zero_every.params=step)
 # ZB-H1 at tp 2: B holds every product's input beside its output gradient (at tp > 1 the
 # workspace's: gathered norm outputs, conversions), W recomputes nothing and runs no collective;
 # with sequence parallelism and recompute, every layer's own splits (tp_mixed.lua), and on one
