@@ -63,9 +63,8 @@ static int cuda_refused(const struct plan *p, char *err, size_t n)
 
 /* schedule.kind = "zb-h1": the executor splits each backward (model.h, struct model_split) of a
  * dense model (at tp > 1 holding the products' inputs too) under ZeRO 0 and 1, and under ZeRO 2
- * and 3 where the step keeps the
- * whole gradients (and ZeRO 3 the gathered parameters) until the stage's last W
- * (bill_split_runs_zero); the rest is refused by name. */
+ * and 3 where the step keeps the whole gradients (and ZeRO 3 the gathered parameters) until the
+ * stage's last W (bill_split_runs_zero); the rest is refused by name. */
 static int zb_refused(const struct plan *p, char *err, size_t n)
 {
   const char *where = plan_where(p, "schedule.kind");
