@@ -382,10 +382,12 @@ static MPI_Datatype mpi_type(enum comm_dtype dtype)
 
 static int mpi_validate(const struct comm_request *r, char *err, size_t n)
 {
-  if ((r->op == COMM_ALL_REDUCE || r->op == COMM_REDUCE_SCATTER) &&
-      (r->dtype == COMM_FP16 || (r->dtype == COMM_BF16 && r->reduce != COMM_SUM)))
-    return snprintf(err, n, "comm %s on %s: the MPI backend reduces %s by sum only (fp16 not at all)",
-                    comm_op_name(r->op), r->group->name, comm_dtype_name(r->dtype)), -1;
+  if ((r->op == COMM_ALL_REDUCE || r->op == COMM_REDUCE_SCATTER) && r->dtype == COMM_FP16)
+    return snprintf(err, n, "comm %s on %s: the MPI backend does not reduce fp16", comm_op_name(r->op),
+                    r->group->name), -1;
+  if ((r->op == COMM_ALL_REDUCE || r->op == COMM_REDUCE_SCATTER) && r->dtype == COMM_BF16 && r->reduce != COMM_SUM)
+    return snprintf(err, n, "comm %s on %s: the MPI backend reduces bf16 by sum only (not %s)", comm_op_name(r->op),
+                    r->group->name, comm_reduce_name(r->reduce)), -1;
   if (r->counts) { /* MPI_Ialltoallv's counts and displacements are ints: every block's end fits */
     size_t total[2] = { 0, 0 };
     for (int j = 0; j < 2 * r->group->size; j++)

@@ -155,8 +155,10 @@ static void test_bad_arguments_are_refused_with_a_message(void)
   CHECK_STR_CONTAINS(comm_error(), "send and recv buffers overlap");
   CHECK(comm_reduce_scatter(w, x, x, N, COMM_FP32, COMM_SUM, NULL) == -1);
   CHECK_STR_CONTAINS(comm_error(), "overlap");
-  CHECK(comm_all_reduce(w, h, h, N, COMM_BF16, COMM_SUM, NULL) == -1);
-  CHECK_STR_CONTAINS(comm_error(), "does not reduce bf16");
+  CHECK(comm_all_reduce(w, h, h, N, COMM_FP16, COMM_SUM, NULL) == -1);
+  CHECK_STR_CONTAINS(comm_error(), "does not reduce fp16");
+  CHECK(comm_all_reduce(w, h, h, N, COMM_BF16, COMM_MAX, NULL) == -1);
+  CHECK_STR_CONTAINS(comm_error(), "reduces bf16 by sum only (not max)");
   CHECK(comm_all_gather(w, h, x, N / 2, COMM_BF16, NULL) == 0); /* moving bf16 is fine */
   CHECK(comm_all_reduce(w, NULL, x, N, COMM_FP32, COMM_SUM, NULL) == -1);
   CHECK_STR_CONTAINS(comm_error(), "NULL buffer");
@@ -170,6 +172,7 @@ static void test_bad_arguments_are_refused_with_a_message(void)
   CHECK(comm_all_reduce(w, x, x + 1, N, COMM_FP32, COMM_SUM, &req) == -1 && req == NULL);
   struct comm_counter after = comm_counter_get(w, COMM_ALL_REDUCE);
   CHECK(after.calls == before.calls && after.n_bytes == before.n_bytes); /* refused calls are not traffic */
+  CHECK(comm_all_reduce(w, h, h, N, COMM_BF16, COMM_SUM, NULL) == 0); /* bf16 sums (bf16 gradients) */
 }
 
 static void test_check_mode_and_plan_hash_pass_alone(void)
