@@ -228,6 +228,14 @@ if(NOT TYCHO_FLOAT64)
     --set zero=1)
   tycho_dp_equiv(bf16_grads_pp2_dp2_zero3_step 4 --both precision.compute=bf16 --both precision.grads=bf16
     --set mesh.pp=2 --set zero=3 --set zero_every.grads=step --set zero_every.params=step)
+  # zero-bubble with bf16 gradients: B's and W's passes each sum their unit's gradients in an area
+  # of its own and add it in (W writes each product's at its parameter's place in W's area)
+  tycho_dp_equiv(bf16_grads_pp2_zb_h1_tied 2 --both precision.compute=bf16 --both precision.grads=bf16 --set mesh.pp=2
+    --set schedule.kind=zb-h1 --both model.tie_embeddings=true)
+  tycho_dp_equiv(bf16_grads_zb_h1_tied_one_rank 1 --both precision.compute=bf16 --both precision.grads=bf16
+    --set schedule.kind=zb-h1 --both model.tie_embeddings=true)
+  tycho_dp_equiv(bf16_grads_pp2_dp2_zero3_zb_h1 4 --both precision.compute=bf16 --both precision.grads=bf16
+    --set mesh.pp=2 --set zero=3 --set schedule.kind=zb-h1 --set batch.micro=2)
   tycho_dp_equiv(bf16_grads_dp2_zero2 2 --both precision.compute=bf16 --both precision.grads=bf16 --set zero=2)
   tycho_dp_equiv(bf16_grads_dp2_zero3 2 --both precision.compute=bf16 --both precision.grads=bf16 --set zero=3)
   tycho_dp_equiv(bf16_grads_pp2_dp2_zero2_tied 4 --both precision.compute=bf16 --both precision.grads=bf16
@@ -559,6 +567,8 @@ if(NOT TYCHO_FLOAT64)
   # bf16 gradients: the bf16 shard, each bucket's fp32 sums with their bf16 image, the bf16
   # reduce-scatter outputs and bytes, the widened share of the norm and AdamW
   tycho_bill(bf16_grads_pp2_dp2_zero2_step 4 dp_small.lua --set mesh.pp=2 --set zero=2 --set zero_every.grads=step
+    --set precision.compute=bf16 --set precision.grads=bf16)
+  tycho_bill(bf16_grads_pp2_zb_h1_dp2_zero1 4 dp_small.lua --set mesh.pp=2 --set schedule.kind=zb-h1 --set zero=1
     --set precision.compute=bf16 --set precision.grads=bf16)
   tycho_bill(bf16_grads_dp2_zero1_tied 2 dp_small.lua --set zero=1 --set precision.compute=bf16
     --set precision.grads=bf16 --set model.tie_embeddings=true)

@@ -72,10 +72,6 @@ static int zb_refused(const struct plan *p, char *err, size_t n)
     if (p->layers[l].moe)
       return errf(err, n, "%s: schedule.kind = \"zb-h1\" with model.moe (layer %d is sparse): the split "
                   "backward runs dense layers only (the experts' products are not split); use 1f1b", where, l);
-  if (p->precision.compute == PLAN_BF16 && p->precision.grads == PLAN_BF16)
-    return errf(err, n, "%s: schedule.kind = \"zb-h1\" with precision.grads = \"bf16\": bf16 gradients are summed "
-                "unit by unit in fp32 areas that live through a unit's backward, and W writes its products' weight "
-                "gradients where B found them; set precision.grads = \"fp32\", or use 1f1b", where);
   if (p->zero >= 2 && p->zero_every.grads != PLAN_ZERO_EVERY_STEP)
     return errf(err, n, "%s: schedule.kind = \"zb-h1\" with zero = %d and zero_every.grads = \"micro_batch\": "
                 "a unit's gradients are final only after its W, micro-batches after its B, and a "

@@ -365,7 +365,12 @@ enum model_split_phase { MODEL_SPLIT_B = 1, MODEL_SPLIT_W };
 struct model_split_product {
   int layer;                /* the block, L for the head, −1 for a tied embedding's rows (in: the
                              * tokens, IC: dim) */
-  real *dweight;
+  real *dweight;            /* where B found the weight gradient; W writes at the same place of
+                             * `param`'s gradient as it is bound then (bf16 gradients sum each
+                             * pass's in an area of its own: runtime/parallel/dp.h) */
+  int param;                /* the parameter whose gradient holds dweight, at element `off`; −1:
+                             * none (W writes at dweight) */
+  size_t off;
   const void *in, *w;       /* real, or bf16 on a bf16 product */
   int bf16, N, IC, OC;
   size_t at;                /* bytes into held */

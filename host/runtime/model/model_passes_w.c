@@ -54,6 +54,26 @@ void model_split_close(struct model_split *s)
   memset(s, 0, sizeof *s);
 }
 
+/* The parameter whose gradient holds dw (and where), so W finds it as the gradients are bound then. */
+static int grad_home(const struct model *m, const real *dw, size_t *off)
+{
+  for (int i = 0; dw && i < m->n_params; i++) {
+    const struct model_param *p = &m->params[i];
+    if (p->grad && dw >= p->grad && dw < p->grad + p->n_elems) {
+      *off = (size_t)(dw - p->grad);
+      return i;
+    }
+  }
+  *off = 0;
+  return -1;
+}
+
+/* Where W writes product p's weight gradient. */
+static real *grad_now(const struct model *m, const struct model_split_product *p)
+{
+  return p->param >= 0 && m->params[p->param].grad ? m->params[p->param].grad + p->off : p->dweight;
+}
+
 int passes_split_keep(struct model *m, struct model_acts *a, real *dweight, const void *dout, int bf16_product,
                       const void *in, const void *w, int N, int IC, int OC)
 {
@@ -85,8 +105,10 @@ int passes_split_keep(struct model *m, struct model_acts *a, real *dweight, cons
     m->k->copy(m->kctx, s->held + s->used + bytes, in, in_bytes);
     in = s->held + s->used + bytes;
   }
-  s->products[s->n_products++] = (struct model_split_product){ s->layer, dweight, in, w, bf16_product, N, IC, OC,
-                                                               s->used, key, s->group };
+  size_t off;
+  const int param = grad_home(m, dweight, &off);
+  s->products[s->n_products++] = (struct model_split_product){ s->layer, dweight, param, off, in, w, bf16_product, N,
+                                                               IC, OC, s->used, key, s->group };
   s->used += bytes + in_bytes;
   return 1;
 }
@@ -108,15 +130,15 @@ int passes_split_w(struct model *m, struct model_acts *a, int layer)
     }
     const void *dout = s->held + p->at;
     if (layer < 0) { /* the tied embedding's rows: dwte += dresidual at the tokens */
-      m->k->encoder_backward(m->kctx, p->dweight, dout, p->in, p->N, p->IC);
+      m->k->encoder_backward(m->kctx, grad_now(m, p), dout, p->in, p->N, p->IC);
       continue;
     }
     if (!p->bf16) {
-      m->k->linear_backward(m->kctx, NULL, p->dweight, dout, p->in, p->w, p->N, p->IC, p->OC);
+      m->k->linear_backward(m->kctx, NULL, grad_now(m, p), dout, p->in, p->w, p->N, p->IC, p->OC);
       continue;
     }
     char e[200];
-    if (m->k->linear_backward_bf16(m->kctx, NULL, p->dweight, dout, p->in, p->w, p->N, p->IC, p->OC, e, sizeof e))
+    if (m->k->linear_backward_bf16(m->kctx, NULL, grad_now(m, p), dout, p->in, p->w, p->N, p->IC, p->OC, e, sizeof e))
       fault_set(FAULT_OF(&m->tp), FAULT_LEVEL_MODEL, "bf16 product: %.241s", e);
   }
   return 1;
@@ -139,8 +161,10 @@ int passes_split_embed(struct model *m, struct model_acts *a)
     return 0; /* run it now, so the gradients stay right */
   }
   m->k->copy(m->kctx, s->held + s->used, a->dresidual, bytes);
-  s->products[s->n_products++] = (struct model_split_product){ -1, m->dwte, a->tokens, NULL, 0, N, C, 0, s->used,
-                                                               NULL, 0 };
+  size_t off;
+  const int param = grad_home(m, m->dwte, &off);
+  s->products[s->n_products++] = (struct model_split_product){ -1, m->dwte, param, off, a->tokens, NULL, 0, N, C, 0,
+                                                               s->used, NULL, 0 };
   s->used += bytes;
   return 1;
 }
