@@ -34,14 +34,47 @@ int dp_bucket_rank(const struct dp *d, int b)
   return d->layout.buckets[b].expert ? d->edp_rank : d->rank;
 }
 
-int dp_all_reduce(struct dp *d, int b, real *buf, size_t n_elems, struct comm_request **req)
+/* Bucket b's gradient sums of elem_size-byte elements of comm type `type` (fp32 or, for bf16
+ * gradients, bf16): an all-reduce of recv in place (all = 1) or a reduce-scatter of send's shares
+ * into recv; a group of one moves nothing, or copies. */
+static int reduce_typed(struct dp *d, int b, const void *send, void *recv, size_t n_elems, size_t elem_size,
+                        enum comm_dtype type, int all, struct comm_request **req)
 {
   *req = NULL;
   struct comm_group *g = dp_bucket_group(d, b);
-  if (!g || g->size == 1) /* a group of one: nothing to move */
+  if (!g || g->size == 1) { /* a group of one: nothing to move */
+    if (!all)
+      d->model->k->copy(d->model->kctx, recv, send, n_elems * elem_size);
     return 0;
-  return dcomm_all_reduce(DCOMM_OF(d->model), g, buf, buf, n_elems, COMM_REAL, COMM_SUM, req)
-           ? dp_fail(d, "gradient all-reduce") : 0;
+  }
+  const int bf = type == COMM_BF16;
+  if (all)
+    return dcomm_all_reduce(DCOMM_OF(d->model), g, recv, recv, n_elems, type, COMM_SUM, req)
+             ? dp_fail(d, bf ? "gradient all-reduce (bf16)" : "gradient all-reduce") : 0;
+  return dcomm_reduce_scatter(DCOMM_OF(d->model), g, send, recv, n_elems, type, COMM_SUM, req)
+           ? dp_fail(d, bf ? "gradient reduce-scatter (bf16)" : "gradient reduce-scatter") : 0;
+}
+
+int dp_all_reduce(struct dp *d, int b, real *buf, size_t n_elems, struct comm_request **req)
+{
+  return reduce_typed(d, b, NULL, buf, n_elems, sizeof(real), COMM_REAL, 1, req);
+}
+
+int dp_all_reduce_bf16(struct dp *d, int b, bf16 *buf, size_t n_elems, struct comm_request **req)
+{
+  return reduce_typed(d, b, NULL, buf, n_elems, sizeof(bf16), COMM_BF16, 1, req);
+}
+
+int dp_reduce_scatter(struct dp *d, int b, const real *send, real *recv, size_t n_elems,
+                      struct comm_request **req)
+{
+  return reduce_typed(d, b, send, recv, n_elems, sizeof(real), COMM_REAL, 0, req);
+}
+
+int dp_reduce_scatter_bf16(struct dp *d, int b, const bf16 *send, bf16 *recv, size_t n_elems,
+                           struct comm_request **req)
+{
+  return reduce_typed(d, b, send, recv, n_elems, sizeof(bf16), COMM_BF16, 0, req);
 }
 
 /* An all-gather of bucket b's shares of elem_size-byte elements of comm type `type`, in place or
@@ -63,42 +96,6 @@ int dp_all_gather(struct dp *d, int b, const real *send, real *recv, size_t n_el
                   struct comm_request **req)
 {
   return all_gather_typed(d, b, send, recv, n_elems, sizeof(real), COMM_REAL, "parameter all-gather", req);
-}
-
-int dp_reduce_scatter(struct dp *d, int b, const real *send, real *recv, size_t n_elems,
-                      struct comm_request **req)
-{
-  *req = NULL;
-  struct comm_group *g = dp_bucket_group(d, b);
-  if (!g || g->size == 1) {
-    d->model->k->copy(d->model->kctx, recv, send, n_elems * sizeof(real));
-    return 0;
-  }
-  return dcomm_reduce_scatter(DCOMM_OF(d->model), g, send, recv, n_elems, COMM_REAL, COMM_SUM, req)
-           ? dp_fail(d, "gradient reduce-scatter") : 0;
-}
-
-int dp_all_reduce_bf16(struct dp *d, int b, bf16 *buf, size_t n_elems, struct comm_request **req)
-{
-  *req = NULL;
-  struct comm_group *g = dp_bucket_group(d, b);
-  if (!g || g->size == 1)
-    return 0;
-  return dcomm_all_reduce(DCOMM_OF(d->model), g, buf, buf, n_elems, COMM_BF16, COMM_SUM, req)
-           ? dp_fail(d, "gradient all-reduce (bf16)") : 0;
-}
-
-int dp_reduce_scatter_bf16(struct dp *d, int b, const bf16 *send, bf16 *recv, size_t n_elems,
-                           struct comm_request **req)
-{
-  *req = NULL;
-  struct comm_group *g = dp_bucket_group(d, b);
-  if (!g || g->size == 1) {
-    d->model->k->copy(d->model->kctx, recv, send, n_elems * sizeof(bf16));
-    return 0;
-  }
-  return dcomm_reduce_scatter(DCOMM_OF(d->model), g, send, recv, n_elems, COMM_BF16, COMM_SUM, req)
-           ? dp_fail(d, "gradient reduce-scatter (bf16)") : 0;
 }
 
 int dp_all_gather_bf16(struct dp *d, int b, const bf16 *send, bf16 *recv, size_t n_elems,
