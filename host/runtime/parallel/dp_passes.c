@@ -245,7 +245,8 @@ static void buckets_ready_for(struct dp *d, int u)
   }
 }
 
-/* ---- bf16 gradients kept whole (zero 0, 1 with precision.grads = "bf16": dp.h grads_gbf16) ---- */
+/* ---- bf16 gradients kept whole (precision.grads = "bf16": dp.h grads_gbf16 under zero 0 and 1,
+ * step_gbf16 under zero 2 and 3 with zero_every.grads = "step") ---- */
 
 /* Points unit u's parameters' gradients at `area` (its span's first element), or NULL. */
 static void unit_bind_grads(struct dp *d, int u, real *area, size_t start)
