@@ -189,8 +189,8 @@ static int same_layer_comms(const struct tp_comm *list, int n, int a, int b)
   }
 }
 
-static void print_unit_comms(FILE *f, const struct tp_comm *list, int n, int layer, const char *label,
-                             int bytes_per_elem)
+static void print_unit_comms(FILE *f, const struct plan *p, const struct tp_comm *list, int n, int layer,
+                             const char *label)
 {
   int first = 1;
   for (int dir = 0; dir < 2; dir++)
@@ -200,7 +200,8 @@ static void print_unit_comms(FILE *f, const struct tp_comm *list, int n, int lay
       char size[32];
       fprintf(f, "           %-17s %s  %-15s %10s  %s\n", first ? label : "", dir ? "bwd" : "fwd",
               check_comm_op_names[list[i].comm],
-              check_format_bytes((double)list[i].n_elems * bytes_per_elem, size, sizeof size), list[i].what);
+              check_format_bytes((double)list[i].n_elems * traffic_tp_element_bytes(p, &list[i]), size, sizeof size),
+              list[i].what);
       first = 0;
     }
   if (first)
@@ -214,19 +215,22 @@ static void print_tp_comms(FILE *f, const struct plan *p)
   struct tp_comm *list = check_tp_comms(p, &n);
   if (!list)
     return;
-  const int eb = (int)traffic_element_bytes(p, p->precision.compute), L = p->model.n_layers;
+  /* the activations' element: a bf16 model's conversions move bf16 (the loss's statistics and the
+   * gains' sums stay in the runtime's reals, each line its own bytes) */
+  const int eb = (int)traffic_wire_element_bytes(p);
+  const int L = p->model.n_layers;
   double bytes[2] = { 0, 0 };
   int calls[2] = { 0, 0 };
   for (int i = 0; i < n; i++) {
     calls[list[i].backward]++;
-    bytes[list[i].backward] += (double)list[i].n_elems * eb;
+    bytes[list[i].backward] += (double)list[i].n_elems * traffic_tp_element_bytes(p, &list[i]);
   }
   char fb[32], bb[32];
-  fprintf(f, "tp comm    per micro-batch of %d × %d tokens%s on each tp group (%d-byte elements): "
+  fprintf(f, "tp comm    per micro-batch of %d × %d tokens%s on each tp group (activations in %d-byte elements): "
           "forward %d collectives, %s; backward %d, %s\n", p->batch.micro, tp_group_tokens(p),
           p->mesh.cp > 1 ? " (cp rank 0's of each sequence)" : "", eb,
           calls[0], check_format_bytes(bytes[0], fb, sizeof fb), calls[1], check_format_bytes(bytes[1], bb, sizeof bb));
-  print_unit_comms(f, list, n, -1, "embedding", eb);
+  print_unit_comms(f, p, list, n, -1, "embedding");
   for (int l = 0; l < L;) {
     int e = l + 1;
     while (e < L && same_layer_comms(list, n, l, e)) e++;
@@ -235,10 +239,10 @@ static void print_tp_comms(FILE *f, const struct plan *p)
       snprintf(range, sizeof range, "layers %d-%d, each", l, e - 1);
     else
       snprintf(range, sizeof range, "layer %d", l);
-    print_unit_comms(f, list, n, l, range, eb);
+    print_unit_comms(f, p, list, n, l, range);
     l = e;
   }
-  print_unit_comms(f, list, n, L, "head", eb);
+  print_unit_comms(f, p, list, n, L, "head");
   free(list);
 }
 

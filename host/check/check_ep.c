@@ -131,7 +131,7 @@ void check_ep_print_exchange(FILE *f, const struct plan *p)
   if (x.row_calls == 0)
     return;
   const struct plan_model *m = &p->model;
-  const int ep = plan_ep(p), eb = (int)traffic_element_bytes(p, p->precision.compute);
+  const int ep = plan_ep(p), eb = (int)traffic_wire_element_bytes(p);
   const int cap = plan_moe_capacity(m, p->batch.seq);
   const double row_bytes = (double)x.row_elems * eb;
   char layers[256], v[32], what[192];
@@ -171,7 +171,7 @@ void check_ep_write_exchange_json(struct json *j, const struct plan *p)
     json_null(j);
     return;
   }
-  const long long eb = (long long)traffic_element_bytes(p, p->precision.compute);
+  const long long eb = (long long)traffic_wire_element_bytes(p);
   const long long per_layer = x.row_calls * x.row_elems * eb + x.count_bytes;
   json_begin_object(j);
   json_key(j, "ep"); json_int(j, plan_ep(p));

@@ -23,7 +23,8 @@ static void write_tp_comms_json(struct json *j, const struct plan *p)
 {
   int n;
   struct tp_comm *list = check_tp_comms(p, &n);
-  const int eb = (int)traffic_element_bytes(p, p->precision.compute);
+  /* the activations' element (a bf16 model's conversions move bf16); each entry's bytes are its own */
+  const int eb = (int)traffic_wire_element_bytes(p);
   json_begin_object(j);
   json_key(j, "micro_batch"); json_int(j, p->batch.micro);
   json_key(j, "seq"); json_int(j, p->batch.seq);
@@ -34,7 +35,7 @@ static void write_tp_comms_json(struct json *j, const struct plan *p)
   long long calls[2] = { 0, 0 }, bytes[2] = { 0, 0 };
   for (int i = 0; i < n; i++) {
     calls[list[i].backward]++;
-    bytes[list[i].backward] += list[i].n_elems * eb;
+    bytes[list[i].backward] += list[i].n_elems * (long long)traffic_tp_element_bytes(p, &list[i]);
   }
   static const char *const dir[2] = { "forward", "backward" };
   for (int d = 0; d < 2; d++) {
@@ -59,7 +60,8 @@ static void write_tp_comms_json(struct json *j, const struct plan *p)
     json_key(j, "direction"); json_string(j, dir[list[i].backward]);
     json_key(j, "op"); json_string(j, check_comm_op_names[list[i].comm]);
     json_key(j, "elements"); json_int(j, list[i].n_elems);
-    json_key(j, "bytes"); json_int(j, list[i].n_elems * eb);
+    json_key(j, "element_bytes"); json_int(j, (long long)traffic_tp_element_bytes(p, &list[i]));
+    json_key(j, "bytes"); json_int(j, list[i].n_elems * (long long)traffic_tp_element_bytes(p, &list[i]));
     json_end_object(j);
   }
   json_end_array(j);

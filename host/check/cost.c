@@ -92,7 +92,7 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   const int ep = plan_ep(p);
   const struct plan_ep_exchange x = plan_ep_exchange(p);
   const struct cluster_link *epl = link_of(c, out->ep.intra);
-  const double a2a = all_to_all((double)x.row_elems * eb, ep, epl, c->comm_efficiency);
+  const double a2a = all_to_all((double)x.row_elems * traffic_wire_element_bytes(p), ep, epl, c->comm_efficiency);
   const double ep_fwd = x.row_calls / 2 * a2a + x.count_calls * all_to_all((double)x.count_bytes, ep, epl,
                                                                              c->comm_efficiency);
   const double ep_bwd = x.row_calls / 2 * a2a;
@@ -183,7 +183,7 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   const struct cluster_link *tpl = link_of(c, out->tp.intra);
   for (int i = 0; i < n_tp; i++) {
     int s = stage_of_layer[list[i].layer + 1];
-    double bytes = (double)list[i].n_elems * eb, t = ring(list[i].comm, bytes, tp, tpl, c->comm_efficiency);
+    double bytes = (double)list[i].n_elems * traffic_tp_element_bytes(p, &list[i]), t = ring(list[i].comm, bytes, tp, tpl, c->comm_efficiency);
     if (list[i].backward)
       bwd[s] += t;
     else
@@ -239,7 +239,7 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   out->ep.total = out->ep.exposed = ep_time;
   if (ep > 1) { /* what leaves the busiest rank: its send buffers less its own blocks */
     unsigned long long ep_calls, ep_bytes;
-    plan_ep_step_traffic(p, busy_rank, eb, &ep_calls, &ep_bytes);
+    plan_ep_step_traffic(p, busy_rank, traffic_wire_element_bytes(p), &ep_calls, &ep_bytes);
     out->ep.bytes = (double)(ep - 1) / ep * (double)ep_bytes;
   }
   out->cp.exposed = cp_time;

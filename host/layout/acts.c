@@ -327,6 +327,11 @@ int layout_acts_build(struct acts_layout *a, const struct layout_rank *r, const 
         a->moe_yr = carve(work, Rx * C);
         a->moe_dyr = carve(work, Rx * C);
         a->moe_dxr = carve(work, Rx * C);
+        /* a bf16 model's rows travel in bf16 (model_moe.c, ep_exchange): what a rank sends,
+         * rounded, and what it receives, each the larger of the two directions' row counts */
+        const size_t sent = cap > 0 ? E * (size_t)B_max * (size_t)cap : R, wire = (sent > Rx ? sent : Rx) * C;
+        a->moe_wire_out = r->bf16 ? carve_bf16(work, wire) : none;
+        a->moe_wire_in = r->bf16 ? carve_bf16(work, wire) : none;
       }
       a->moe_logits = carve(work, BT * E);
       a->moe_dtopw = carve(work, BT * K);

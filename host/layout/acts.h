@@ -70,7 +70,8 @@ struct acts_at {
   X(tokens) X(dresidual) X(work_c1) X(work_c2) X(work_c3) X(work_c4) X(in_r) X(in_f) X(dq) X(dk)   \
   X(dv) X(dhidden) X(dgate) X(dup) X(work_f1) X(work_f2) X(pack) X(gains) X(gain_w) X(attn_scratch) \
   X(moe_dxe) X(moe_dye) X(moe_dgate) X(moe_dup) X(moe_dhid) X(moe_logits) X(moe_dtopw) X(moe_aux)  \
-  X(moe_pad) X(moe_yr) X(moe_dyr) X(moe_dxr) X(head_in_b) X(dout_b) X(in_b)
+  X(moe_pad) X(moe_yr) X(moe_dyr) X(moe_dxr) X(moe_wire_out) X(moe_wire_in) X(head_in_b) X(dout_b) \
+  X(in_b)
 
 struct acts_layer_layout {
   int in_scope;              /* 0: the layer is not laid out (every buffer ACTS_UNSET) */

@@ -649,6 +649,16 @@ double traffic_element_bytes(const struct plan *p, enum plan_dtype d)
   return plan_on_cpu(p) ? (double)sizeof(real) : plan_dtype_bytes(PLAN_FP32);
 }
 
+double traffic_wire_element_bytes(const struct plan *p)
+{
+  return p->precision.compute == PLAN_BF16 ? (double)sizeof(bf16) : traffic_element_bytes(p, p->precision.compute);
+}
+
+double traffic_tp_element_bytes(const struct plan *p, const struct tp_comm *c)
+{
+  return c->act ? traffic_wire_element_bytes(p) : traffic_element_bytes(p, p->precision.compute);
+}
+
 int traffic_predict(const struct plan *p, int pp_rank, struct traffic *out, char *err, size_t err_size)
 {
   return traffic_predict_shared(p, NULL, pp_rank, out, err, err_size);
@@ -716,7 +726,8 @@ int traffic_predict_cp(const struct plan *p, const struct bill_shared *sh, int p
       if (ly < 0 ? !r.rank.embed_here : ly >= L ? !r.rank.head_here : !r.rank.layer_here[ly])
         continue;
       count(out, TRAFFIC_TP, (enum comm_op)list[i].comm, (unsigned long long)M,
-            (unsigned long long)M * (unsigned long long)list[i].n_elems * eb);
+            (unsigned long long)M * (unsigned long long)list[i].n_elems *
+              (unsigned long long)traffic_tp_element_bytes(p, &list[i]));
     }
     free(list);
     count(out, TRAFFIC_TP, COMM_ALL_GATHER, 1, 8u * (unsigned long long)tp);
@@ -804,7 +815,7 @@ int traffic_predict_cp(const struct plan *p, const struct bill_shared *sh, int p
     }
   /* ep: the sparse layers' all-to-alls (the runtime's model_moe.c), the row-count exchange included */
   unsigned long long ep_calls, ep_bytes;
-  plan_ep_step_traffic(p, pp_rank, (double)eb, &ep_calls, &ep_bytes);
+  plan_ep_step_traffic(p, pp_rank, traffic_wire_element_bytes(p), &ep_calls, &ep_bytes);
   if (ep_calls) {
     count(out, TRAFFIC_EP, COMM_ALL_TO_ALL, ep_calls, ep_bytes);
     out->summed_only[TRAFFIC_EP] = !plan_ep_exchange(p).padded;

@@ -123,6 +123,15 @@ double bill_element_bytes(const struct plan *p, enum plan_dtype d);
  * tp table): the CPU runtime's comm layer moves reals (COMM_REAL: sizeof(real)) whatever the plan
  * computes in, a bf16 plan's included; the GPU runtime's move fp32 (its reals) likewise. */
 double traffic_element_bytes(const struct plan *p, enum plan_dtype d);
+/* The bytes of an activation's element on the wire between tp ranks and between ep ranks: a
+ * bf16 model's move bf16 (runtime/parallel/tp.c, runtime/model/model_moe.c); else as
+ * traffic_element_bytes. */
+double traffic_wire_element_bytes(const struct plan *p);
+/* The bytes of one element of a tensor-parallel collective (tp_comm_list): a conversion of an
+ * activation or its gradient moves bf16 in a bf16 model (runtime/parallel/tp.c); the
+ * cross-entropy's statistics and the gains' partial gradients move as traffic_element_bytes. */
+struct tp_comm;
+double traffic_tp_element_bytes(const struct plan *p, const struct tp_comm *c);
 
 /* precision = { compute = "bf16", grads = "bf16" }: the gradients a rank keeps are bf16 and the
  * data-parallel gradient reductions (and a tied embedding's sum between the stages) move bf16

@@ -126,7 +126,7 @@ struct lister {
   int max, n, layer, backward;
 };
 
-static void add(struct lister *ls, const char *what, enum tp_op op, long long n_elems)
+static void add_entry(struct lister *ls, const char *what, enum tp_op op, long long n_elems, int act)
 {
   int comm = tp_op_comm(op);
   if (comm < 0)
@@ -139,14 +139,21 @@ static void add(struct lister *ls, const char *what, enum tp_op op, long long n_
     c->op = op;
     c->comm = comm;
     c->n_elems = n_elems;
+    c->act = act;
   }
   ls->n++;
+}
+
+/* A sum of statistics or of the gains' gradients: in the runtime's reals. */
+static void add(struct lister *ls, const char *what, enum tp_op op, long long n_elems)
+{
+  add_entry(ls, what, op, n_elems, 0);
 }
 
 static void conv(struct lister *ls, const char *what, enum tp_layout from, enum tp_layout to,
                  long long n_elems)
 {
-  add(ls, what, tp_convert_op(from, to), n_elems);
+  add_entry(ls, what, tp_convert_op(from, to), n_elems, 1);
 }
 
 /* A norm output feeding linears: the forward conversion to each layout they need (R first). */

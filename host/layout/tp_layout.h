@@ -90,6 +90,9 @@ struct tp_comm {
   int comm;             /* enum comm_op of the collective */
   long long n_elems;    /* the logical elements the comm layer counts: the whole tensor for
                          * all-gather and reduce-scatter, the buffer for all-reduce */
+  int act;              /* 1: a layout conversion of an activation or its gradient, which a bf16
+                         * model moves in bf16 (tp_act_bytes); 0: the cross-entropy's statistics
+                         * or the norm gains' partial gradients, in the runtime's reals */
 };
 
 /* The collectives of one micro-batch (forward and backward, in issue order per direction) for

@@ -135,7 +135,7 @@ if [ "$fwd_ar" -eq 2 ] && [ "$bwd_ar" -eq 2 ] && [ "$(printf '%s\n' "$layer" | g
    printf '%s\n' "$layer" | grep -Eq "fwd  all-reduce +$act KiB  o -> residual" &&
    printf '%s\n' "$layer" | grep -Eq "fwd  all-reduce +$act KiB  down -> residual"; then ok tp_comm_megatron_pairing
 else bad "tp_comm_megatron_pairing (fwd $fwd_ar, bwd $bwd_ar all-reduces per layer)" "$out"; fi
-expect tp_comm_total 0 "tp comm +per micro-batch of 8 × 32 tokens on each tp group \\($REAL_BYTES-byte elements\\): forward 11 collectives" \
+expect tp_comm_total 0 "tp comm +per micro-batch of 8 × 32 tokens on each tp group \\(activations in $REAL_BYTES-byte elements\\): forward 11 collectives" \
   "$tycho" check plans/tiny.lua --set mesh.tp=2 --world 2
 expect tp_comm_sp 0 "fwd  reduce-scatter +$act KiB  o -> residual" "$tycho" check plans/tiny.lua --set mesh.tp=2 --set sequence_parallel=true --world 2
 expect tp_comm_none 0 '^seeds' "$tycho" check plans/tiny.lua
@@ -207,7 +207,7 @@ if "$tycho" check plans/tiny.lua --json | grep -q '"device"'; then bad "device_j
 else ok device_json_absent_when_auto; fi
 expect device_set_bad 2 '^tycho: plan error: --set device=gpu: device = "gpu": must be one of "auto", "cpu", "cuda" \(did you mean "cuda"\?' \
   "$tycho" check plans/tiny.lua --set device=gpu
-expect device_cuda_tp_comm 0 'tp comm +per micro-batch of 8 × 32 tokens on each tp group \(4-byte elements\)' \
+expect device_cuda_tp_comm 0 'tp comm +per micro-batch of 8 × 32 tokens on each tp group \(activations in 4-byte elements\)' \
   "$tycho" check plans/tiny.lua --set mesh.tp=2 --set device=cuda --world 2
 expect device_cuda_tp_comm_json 0 '"tp_comm":\{"micro_batch":8,"seq":32,"bytes_per_element":4,' \
   "$tycho" check plans/tiny.lua --set mesh.tp=2 --set device=cuda --world 2 --json

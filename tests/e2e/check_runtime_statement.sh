@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # `tycho check` says once which runtime its byte figures describe (the `device` line, the JSON's
 # runtime/runtime_note), and every figure agrees with that one statement:
-#  - the tp table's element size is the one the traffic moves: Σ of tp_comm's collectives × the
+#  - the tp table's element sizes are the ones the traffic moves: Σ of tp_comm's collectives × the
 #    micro-batches + the norm's all-gather (8·tp bytes) = the step's tp traffic, byte for byte —
-#    for a CPU plan in bf16 too, whose comm layer moves the runtime's reals (it once printed
-#    2-byte elements in the table and 4-byte ones in the traffic);
+#    for a plan in bf16 too, whose conversions move bf16 and whose loss statistics and gains' sums
+#    move the runtime's reals (it once printed 2-byte elements in the table and 4-byte ones in the
+#    traffic);
 #  - the element names of the memory line are the runtime's (the CPU's fp32 is this build's real:
 #    float64 in the proof build; the GPU's bf16 mode is the CPU's: bf16 copies as params (the fp32 master is optimizer state),
 #    its tensors moved as fp32);
@@ -30,8 +31,11 @@ case_() {
     local $/; my $d = decode_json(<STDIN>);
     my $t = $d->{tp_comm}; my $sum = 0;
     $sum += $_->{bytes} for @{$t->{collectives}};
-    for (@{$t->{collectives}}) { die "bytes != elements x bytes_per_element\n"
-      if $_->{bytes} != $_->{elements} * $t->{bytes_per_element} }
+    for (@{$t->{collectives}}) { die "bytes != elements x element_bytes\n"
+      if $_->{bytes} != $_->{elements} * $_->{element_bytes};
+      # the conversions move the activations element; the loss statistics and gains sums are reals
+      die "$_->{what}: $_->{element_bytes}-byte elements, the activations are $t->{bytes_per_element}\n"
+        if $_->{what} !~ /^(cross-entropy|norm gains|final_norm gain)/ && $_->{element_bytes} != $t->{bytes_per_element} }
     my $tp = $d->{plan}{mesh}{tp}; my $m = $d->{plan}{schedule}{microbatches};
     my $traffic = 0; $traffic += $_->{bytes} for values %{$d->{traffic_per_step}[0]{tp}};
     my $want = $tp > 1 ? $sum * $m + 8 * $tp : 0;
@@ -42,7 +46,8 @@ case_() {
   [ "$2" = "$eb" ] || fail "$name: tp_comm.bytes_per_element $2, expected $eb"
   [ "$3" = "$4" ] && [ "$3" != 0 ] && echo "ok   $name: tp table ($2-byte elements) × micro-batches = tp traffic ($3 B)" ||
     fail "$name: the tp traffic moves $3 B, the tp table × micro-batches + the norm's gather $4 B"
-  grep -q "^tp comm .*($eb-byte elements)" "$tmp/c.txt" || fail "$name: the text's tp comm line lacks ($eb-byte elements)"
+  grep -q "^tp comm .*(activations in $eb-byte elements)" "$tmp/c.txt" ||
+    fail "$name: the text's tp comm line lacks (activations in $eb-byte elements)"
   grep -q "^memory     per rank, .*(params $params" "$tmp/c.txt" && echo "ok   $name: memory line says params $params" ||
     fail "$name: the memory line does not say params $params: $(grep '^memory' "$tmp/c.txt")"
   # the runtime is named on the line after "device" only
@@ -54,8 +59,8 @@ case_() {
 
 small=tests/plans/good/dp_small.lua
 case_ "cpu fp32 tp 2" cpu $real_bytes $real $small --world 2 --set mesh.tp=2
-case_ "cpu bf16 tp 2" cpu $real_bytes "bf16 copies" $small --world 2 --set mesh.tp=2 --set precision.compute=bf16
-case_ "cuda 7B tp 2" cuda 4 "bf16 copies" plans/llama2_7b.lua --world 16
-case_ "cpu 7B tp 2" cpu $real_bytes "bf16 copies" plans/llama2_7b.lua --world 16 --set device=cpu
+case_ "cpu bf16 tp 2" cpu 2 "bf16 copies" $small --world 2 --set mesh.tp=2 --set precision.compute=bf16
+case_ "cuda 7B tp 2" cuda 2 "bf16 copies" plans/llama2_7b.lua --world 16
+case_ "cpu 7B tp 2" cpu 2 "bf16 copies" plans/llama2_7b.lua --world 16 --set device=cpu
 [ $failed -eq 0 ] && echo "every byte figure agrees with the one statement of the runtime"
 exit $failed

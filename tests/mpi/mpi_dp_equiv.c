@@ -587,13 +587,28 @@ static double loss_tol = 1e-5, norm_tol = 1e-3, param_tol = 1e-5;
  * to 5e-3 relative L2 (measured 4.1e-4 at dp 2 with ZeRO 2 or 3 and at tp 2 × dp 2, 6.3e-4 at
  * pp 2 × dp 2 with a tied embedding, 1.2e-3 on ep_small.lua at ep 2 over 6 steps, where 26 of
  * 6,144 expert counts moved); the losses and norm keep the bounds above (measured ≤ 4.1e-5 and
- * 5.8e-4), so a layout bug still fails on the loss (mpi_dp_equiv.bf16_grads_broken_dropout_seed). */
+ * 5.8e-4), so a layout bug still fails on the loss (mpi_dp_equiv.bf16_grads_broken_dropout_seed).
+ * The bf16 wire (runtime/parallel/tp.c): on a tensor-parallel layout a bf16 model's conversions
+ * move bf16, so each row-parallel output and each input gradient summed over the tp group is
+ * rounded to bf16 (2^-9 relative) where the serial run keeps fp32, and the activation gradients,
+ * hence the weight gradients, differ by a bf16 rounding per element as bf16 gradients do: the same
+ * argument gives the same 5e-3 for the weights at tp > 1 (measured 5.6e-4 at tp 2, with sp, pp 2
+ * and dp 2; 7.2e-4 with the vocab-parallel embedding, 1.03e-3 on tp_mixed.lua, 2.7e-3 on
+ * ep_small.lua at tp 2 × ep 2 over 6 steps); the losses stay within 1e-4 (measured ≤ 4.7e-5).
+ * Under expert parallelism the rows move in bf16 too (model_moe.c, ep_exchange): the experts'
+ * outputs come home rounded, so the next layer's router reads logits a rounding apart and more
+ * near-ties swap: with a wire that rounds (tp > 1 or ep > 1) the routing is held to 2% of its
+ * assignments (measured 1.07% over 12 steps at ep 2, 1.04% over 6 with bf16 gradients, 0.94% at
+ * tp 2 × ep 2 over 6) and the weights to 5e-3 (measured 3.5e-3 at ep 2 over 12 steps). */
 static double routing_tol = 0; /* of the routed assignments, how many may move (fp32, float64: 0) */
 static void bf16_bounds(const struct plan *p)
 {
 #if !REAL_IS_DOUBLE
-  if (p->precision.compute == PLAN_BF16)
-    loss_tol = 1e-4, norm_tol = 1e-2, param_tol = p->precision.grads == PLAN_BF16 ? 5e-3 : 1e-3, routing_tol = 1e-2;
+  if (p->precision.compute == PLAN_BF16) {
+    const int wire = p->mesh.tp > 1 || (p->model.moe.experts > 0 && plan_ep(p) > 1); /* a bf16 wire rounds */
+    loss_tol = 1e-4, norm_tol = 1e-2, routing_tol = wire ? 2e-2 : 1e-2;
+    param_tol = p->precision.grads == PLAN_BF16 || wire ? 5e-3 : 1e-3;
+  }
 #else
   (void)p;
 #endif

@@ -10,12 +10,20 @@
  * tp_op_comm names (the counters move by one call of it and nothing else): what `tycho check`
  * bills is what runs. The KV-head expansion is checked against the whole tensor and against its
  * adjoint: Σ_r ⟨expand(x), y_r⟩ = ⟨x, Σ_r expand_backward(y_r)⟩.
+ * The bf16 wire (a bf16 model's: wire_bf16) runs every conversion again: the values are bf16's
+ * too (at most 6 significant bits), so each must again give the target's form bit for bit, with
+ * the same calls and half the bytes of the real wire (2-byte elements; the real wire moves the
+ * runtime's reals). A tensor bf16 cannot hold then shows what the wire does to it: every rank
+ * ends with the same values, each the bf16 rounding of the target's (a gather), or within one
+ * bf16 rounding of the sum of the ranks' rounded parts (a reduction, which adds in fp32 and
+ * rounds each combination once).
  *
  * Usage: mpi_tp_convert   (any number of ranks ≥ 2: they form one TP group) */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 
 #include "comm/comm.h"
 #include "mpi_check.h"
@@ -63,8 +71,19 @@ static void form(real *out, enum tp_layout l)
   }
 }
 
-static void test_every_conversion(void)
+/* The bytes the comm layer counted since `before`, over every op. */
+static uint64_t bytes_since(const struct comm_counter before[COMM_N_OPS])
 {
+  uint64_t b = 0;
+  for (int k = 0; k < COMM_N_OPS; k++) b += comm_counter_get(group.group, (enum comm_op)k).n_bytes - before[k].n_bytes;
+  return b;
+}
+
+static uint64_t real_bytes[4][4]; /* each pair's bytes on the real wire */
+
+static void every_conversion(int wire_bf16)
+{
+  group.wire_bf16 = wire_bf16;
   const size_t n = (size_t)B * T * X;
   real *in = malloc(n * sizeof *in), *out = malloc(n * sizeof *out), *want = malloc(n * sizeof *want);
   real *pack = malloc(n * sizeof *pack), *tmp = malloc(n * sizeof *tmp);
@@ -83,6 +102,17 @@ static void test_every_conversion(void)
       for (int k = 0; k < COMM_N_OPS; k++) before[k] = comm_counter_get(group.group, (enum comm_op)k);
       tp_convert(&group, pack, out, in, from, to, B, T, X, tmp);
       CHECK_MSG(!group.own_fault.set, "%s", group.own_fault.msg);
+      /* the comm layer's bytes: the real wire's are the runtime's reals; the bf16 wire moves the
+       * same elements in 2 bytes each */
+      const uint64_t moved = bytes_since(before);
+      if (!wire_bf16)
+        real_bytes[a][c] = moved;
+      else
+        CHECK_MSG(moved * sizeof(real) == real_bytes[a][c] * sizeof(bf16), "%s -> %s: %llu bytes on the bf16 wire, "
+                  "the real wire's %llu", tp_layout_name(from), tp_layout_name(to), (unsigned long long)moved,
+                  (unsigned long long)real_bytes[a][c]);
+      CHECK_MSG((moved > 0) == (tp_op_comm(op) >= 0), "%s -> %s: %llu bytes moved", tp_layout_name(from),
+                tp_layout_name(to), (unsigned long long)moved);
       if (op == TP_OP_KEEP_RANK0) {
         if (rank == 0)
           form(want, TP_R);
@@ -111,12 +141,101 @@ static void test_every_conversion(void)
     }
   CHECK(tried == 14); /* 16 pairs less S(seq) → P and S(feat) → P */
   if (rank == 0)
-    printf("%d conversions on %d ranks, each equal to the target layout's form bit for bit\n", tried, tp);
+    printf("%d conversions on %d ranks on the %s wire, each equal to the target layout's form bit for bit\n",
+           tried, tp, wire_bf16 ? "bf16" : "real");
   free(in);
   free(out);
   free(want);
   free(pack);
   free(tmp);
+}
+
+static void test_every_conversion(void)
+{
+  every_conversion(0);
+}
+
+static void test_every_conversion_bf16_wire(void)
+{
+  every_conversion(1);
+  group.wire_bf16 = 0;
+}
+
+/* Values bf16 cannot hold (1 + k · 2^-12 and the like: 13 significant bits) through the bf16 wire:
+ * a gather gives every rank the bf16 rounding of the whole; an all-reduce and a reduce-scatter the
+ * sum of the ranks' rounded parts, within one rounding per combination (tp − 1 of them; on two
+ * ranks the sum of two such bf16 values is exact in fp32, so exactly its rounding) — the same bits
+ * on every rank. */
+static real odd(size_t i) { return (real)(1.0 + (double)(i % 13 + 1) / 4096.0) * (i % 3 == 0 ? -1 : 1); }
+static real odd_part(size_t i, int r) { return odd(i * 5 + (size_t)r * 7) * (real)(r + 1); }
+
+static void test_bf16_wire_rounds(void)
+{
+  const size_t n = (size_t)B * T * X;
+  real *in = malloc(n * sizeof *in), *out = malloc(n * sizeof *out), *pack = malloc(n * sizeof *pack);
+  real *all = malloc((size_t)tp * n * sizeof *all);
+  bf16 *b = malloc(n * sizeof *b);
+  real *r1 = malloc(n * sizeof *r1), *sum = malloc(n * sizeof *sum);
+  group.wire_bf16 = 1;
+  /* S(feat) → R: all-gather */
+  const int Xl = X / tp;
+  for (size_t bt = 0; bt < (size_t)B * T; bt++)
+    for (int x = 0; x < Xl; x++) in[bt * Xl + x] = odd(bt * X + (size_t)(rank * Xl + x));
+  tp_convert(&group, pack, out, in, TP_FEAT, TP_R, B, T, X, NULL);
+  for (size_t i = 0; i < n; i++) r1[i] = odd(i);
+  kernel_ops_cpu.round_bf16(NULL, b, r1, n);
+  kernel_ops_cpu.widen_bf16(NULL, r1, b, n);
+  CHECK_MSG(memcmp(out, r1, n * sizeof *out) == 0, "rank %d: the gathered tensor is not the bf16 rounding of the whole",
+            rank);
+  size_t changed = 0;
+  for (size_t i = 0; i < n; i++) changed += r1[i] != odd(i);
+  CHECK(changed > n / 2); /* the rounding shows: most values moved */
+  /* P → R: all-reduce; P → S(seq): reduce-scatter */
+  for (size_t i = 0; i < n; i++) in[i] = odd_part(i, rank);
+  tp_convert(&group, pack, out, in, TP_P, TP_R, B, T, X, NULL);
+  MPI_Allgather(out, (int)(n * sizeof *out), MPI_BYTE, all, (int)(n * sizeof *out), MPI_BYTE, MPI_COMM_WORLD);
+  for (int r = 1; r < tp; r++)
+    CHECK_MSG(memcmp(all, all + (size_t)r * n, n * sizeof *all) == 0, "the all-reduce's bits differ on rank %d", r);
+  for (size_t i = 0; i < n; i++) sum[i] = 0;
+  for (int r = 0; r < tp; r++) {
+    for (size_t i = 0; i < n; i++) r1[i] = odd_part(i, r);
+    kernel_ops_cpu.round_bf16(NULL, b, r1, n);
+    kernel_ops_cpu.widen_bf16(NULL, r1, b, n);
+    for (size_t i = 0; i < n; i++) sum[i] += r1[i];
+  }
+  if (tp == 2) {
+    kernel_ops_cpu.round_bf16(NULL, b, sum, n);
+    kernel_ops_cpu.widen_bf16(NULL, r1, b, n);
+    CHECK_MSG(memcmp(out, r1, n * sizeof *out) == 0, "two ranks: the all-reduce is not the rounded sum");
+  }
+  /* each combination rounds once, by at most 2^-9 of its value (round to nearest), and no partial
+   * sum exceeds Σ |part|: so within (tp − 1) · 2^-9 of Σ |part| */
+  int bound_ok = 1;
+  double worst = 0; /* the largest |out − sum| / Σ |part| */
+  for (size_t i = 0; i < n; i++) {
+    double mag = 0;
+    for (int r = 0; r < tp; r++) mag += fabs((double)odd_part(i, r));
+    double e = fabs((double)out[i] - (double)sum[i]) / mag;
+    worst = e > worst ? e : worst;
+    if (e > (tp - 1) / 512.0)
+      bound_ok = 0;
+  }
+  CHECK_MSG(bound_ok, "the all-reduce is further than one bf16 rounding per combination from the sum");
+  const int Tl = T / tp;
+  tp_convert(&group, pack, out, in, TP_P, TP_SEQ, B, T, X, NULL);
+  for (int bb = 0; bb < B; bb++)
+    for (int t = 0; t < Tl; t++)
+      for (int x = 0; x < X; x++) {
+        size_t from = ((size_t)bb * T + (size_t)(rank * Tl + t)) * X + x, to = ((size_t)bb * Tl + t) * X + x;
+        CHECK_MSG(out[to] == all[from], "rank %d: the reduce-scatter's element (%d, %d, %d) is not the all-reduce's",
+                  rank, bb, rank * Tl + t, x);
+      }
+  CHECK(!group.own_fault.set);
+  group.wire_bf16 = 0;
+  if (rank == 0)
+    printf("bf16 wire: gathers round once, sums within %.2g of the rounded parts' sum (tp %d), every rank's bits "
+           "equal\n", worst, tp);
+  free(in); free(out); free(pack); free(all); free(b); free(r1); free(sum);
 }
 
 static void test_kv_expansion_and_its_adjoint(void)
@@ -176,9 +295,9 @@ int main(int argc, char **argv)
   group.k = &kernel_ops_cpu;
   T = 3 * tp;
   X = 2 * tp;
-  static const struct test_case tests[] = { TEST(test_every_conversion),
-                                            TEST(test_kv_expansion_and_its_adjoint) };
-  int rc = mpi_test_run_all(tests, 2);
+  static const struct test_case tests[] = { TEST(test_every_conversion), TEST(test_every_conversion_bf16_wire),
+                                            TEST(test_bf16_wire_rounds), TEST(test_kv_expansion_and_its_adjoint) };
+  int rc = mpi_test_run_all(tests, 4);
   comm_finalize(err, sizeof err);
   return rc;
 }

@@ -69,13 +69,14 @@ layouts)
   has '^verdict +the layout holds$' moe_pp2_dp2
   # a bf16 plan in bf16 compute with bf16 gradients (the plan's own): tensor parallel with
   # sequence parallelism and ZeRO 3 (each gathered unit's bf16 copies, the bf16 gradient shard),
-  # within the bf16 bounds (5e-3 for weights with bf16 gradients), traffic and bill exact (the
-  # gradient reduce-scatters in 2-byte elements)
+  # within the bf16 bounds (5e-3 for weights with bf16 gradients, 3e-2 for the norm at tp > 1, whose
+  # conversions move bf16), traffic and bill exact (the gradient reduce-scatters and the tp
+  # conversions in 2-byte elements)
   if ! "$tycho" --version | grep -q "float64 kernels"; then
     run bf16_tp2_dp2_zero3 0 "$tycho" rehearse plans/tiny.lua --world 4 --launcher "$launcher" --set mesh.tp=2 \
       --set sequence_parallel=true --set zero=3 --set precision.compute=bf16 --set precision.grads=bf16
     has "^ +bf16 compute on the CPU runtime \\(the linears' products: .*, gradients in bf16, master in fp32" bf16_tp2_dp2_zero3
-    has '^serial +initial parameters bitwise equal; .*bounds 0.001, 0.01, 0.005: ok$' bf16_tp2_dp2_zero3
+    has '^serial +initial parameters bitwise equal; .*bounds 0.001, 0.03, 0.005: ok$' bf16_tp2_dp2_zero3
     has "^traffic .* equal tycho check's prediction on every rank .*: ok$" bf16_tp2_dp2_zero3
     has "^memory .* equals tycho check's bill on every rank .*: ok$" bf16_tp2_dp2_zero3
     has '^verdict +the layout holds$' bf16_tp2_dp2_zero3

@@ -70,6 +70,7 @@ static int create_table(struct model *m, char *err, size_t err_size)
   m->device = alloc_current_device();
   m->tp.k = m->k;
   m->tp.kctx = m->kctx;
+  m->tp.wire_bf16 = m->bf16;
   if (m->k->compute_dtype != REAL_TENSOR_DTYPE)
     return errf(err, err_size, "the %s kernel table computes in %s; this build's tensors are %s (%s)",
                 m->k->name, tensor_dtype_name(m->k->compute_dtype), tensor_dtype_name(REAL_TENSOR_DTYPE),

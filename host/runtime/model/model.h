@@ -104,6 +104,8 @@ struct model_tp {
   const struct kernel_ops *k; /* the model's kernel table and context: staging copies */
   void *kctx;
   int comm_mode;             /* the model's: how its collectives travel (enum dcomm_mode, dcomm.h) */
+  int wire_bf16;             /* a bf16 model's: the conversions move activations and their gradients
+                              * in bf16 (tp.c), the loss's statistics and gains' sums stay reals */
   void *comm_stream;         /* the model's: the CUDA stream NCCL operations go on (comm_mode nccl) */
   struct tp_layer_layout *layers; /* (L) */
   struct tp_layer_layout io;      /* embedding and head splits, home layout */
@@ -337,6 +339,8 @@ struct model_acts {
   /* expert parallelism: the capacity-padded send buffer ((E · B · capacity, C); NULL dropless),
    * the received rows' outputs and the two backward exchanges ((R_recv, C) each) */
   real *moe_pad, *moe_yr, *moe_dyr, *moe_dxr;
+  bf16 *moe_wire_out, *moe_wire_in; /* bf16 models under expert parallelism: the rows an exchange
+                                     * sends, rounded, and receives ((max(R_sent, R_recv), C) each) */
   int *moe_rows_memory;     /* host memory: every layer's moe_rows */
   bf16 *head_in_b;          /* bf16 models on one TP rank: the head's input (lnf and head_in NULL) */
   bf16 *dout_b;             /* bf16 models, workspace: a product's output gradient, rounded once

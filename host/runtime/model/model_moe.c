@@ -162,6 +162,26 @@ static int ep_sent(const struct model *m, const struct model_acts *a, const int 
   return cap > 0 ? a->B * cap : 0;
 }
 
+/* One exchange of rows over the ep group: send_n[r] elements of send to rank r, recv_n[r] from it
+ * into recv. A bf16 model moves them in bf16 (the ep wire, as the tp conversions move theirs):
+ * rounded once into moe_wire_out, received in moe_wire_in, widened into recv. 0 on success. */
+static int ep_exchange(struct model *m, struct model_acts *a, const real *send, const size_t *send_n, real *recv,
+                       const size_t *recv_n)
+{
+  if (!m->bf16)
+    return dcomm_all_to_all_v(DCOMM_OF(m), m->ep.group, send, send_n, recv, recv_n, COMM_REAL, NULL);
+  size_t n_send = 0, n_recv = 0;
+  for (int r = 0; r < m->ep.size; r++) {
+    n_send += send_n[r];
+    n_recv += recv_n[r];
+  }
+  m->k->round_bf16(m->kctx, a->moe_wire_out, send, n_send);
+  if (dcomm_all_to_all_v(DCOMM_OF(m), m->ep.group, a->moe_wire_out, send_n, a->moe_wire_in, recv_n, COMM_BF16, NULL))
+    return 1;
+  m->k->widen_bf16(m->kctx, recv, a->moe_wire_in, n_recv);
+  return 0;
+}
+
 static void ep_experts_forward(struct model *m, struct model_acts *a, int layer, const int *counts)
 {
   const int C = m->config.dim, E = m->config.moe.experts, ep = m->ep.size, El = E / ep;
@@ -184,7 +204,7 @@ static void ep_experts_forward(struct model *m, struct model_acts *a, int layer,
     return;
   }
   ep_sizes(m, sent, la->moe_rows, send_n, recv_n);
-  if (dcomm_all_to_all_v(DCOMM_OF(m), m->ep.group, send, send_n, la->moe_xr, recv_n, COMM_REAL, NULL)) {
+  if (ep_exchange(m, a, send, send_n, la->moe_xr, recv_n)) {
     ep_failed(m, "the dispatch");
     return;
   }
@@ -195,8 +215,7 @@ static void ep_experts_forward(struct model *m, struct model_acts *a, int layer,
       experts_forward(m, a, layer, m->ep.rank * El + j, n, la->moe_xr + at * C, a->moe_yr + at * C, at);
       at += (size_t)n;
     }
-  if (dcomm_all_to_all_v(DCOMM_OF(m), m->ep.group, a->moe_yr, recv_n, P > 0 ? a->moe_pad : la->moe_ye, send_n, COMM_REAL,
-                        NULL)) {
+  if (ep_exchange(m, a, a->moe_yr, recv_n, P > 0 ? a->moe_pad : la->moe_ye, send_n)) {
     ep_failed(m, "the combine");
     return;
   }
@@ -217,7 +236,7 @@ static void ep_experts_backward(struct model *m, struct model_acts *a, int layer
     pad_rows(m, a->moe_pad, a->moe_dye, counts, P, 0);
     send = a->moe_pad;
   }
-  if (dcomm_all_to_all_v(DCOMM_OF(m), m->ep.group, send, send_n, a->moe_dyr, recv_n, COMM_REAL, NULL)) {
+  if (ep_exchange(m, a, send, send_n, a->moe_dyr, recv_n)) {
     ep_failed(m, "the combine's backward");
     return;
   }
@@ -229,8 +248,7 @@ static void ep_experts_backward(struct model *m, struct model_acts *a, int layer
                        la->moe_xr + at * C, at);
       at += (size_t)n;
     }
-  if (dcomm_all_to_all_v(DCOMM_OF(m), m->ep.group, a->moe_dxr, recv_n, P > 0 ? a->moe_pad : a->moe_dxe, send_n, COMM_REAL,
-                        NULL)) {
+  if (ep_exchange(m, a, a->moe_dxr, recv_n, P > 0 ? a->moe_pad : a->moe_dxe, send_n)) {
     ep_failed(m, "the dispatch's backward");
     return;
   }

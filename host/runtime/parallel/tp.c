@@ -56,8 +56,7 @@ static void take_chunk(const struct model_tp *t, real *part, const real *full, s
 }
 
 /* Every rank's part → full (outer, tp, inner), through the staging buffer. */
-static void all_gather_chunks(struct model_tp *t, real *full, const real *part, struct chunks c,
-                              real *pack)
+static void all_gather_real(struct model_tp *t, real *full, const real *part, struct chunks c, real *pack)
 {
   const int tp = t->size;
   if (dcomm_all_gather(DCOMM_OF(t), t->group, part, pack, c.outer * c.inner, COMM_REAL, NULL))
@@ -68,8 +67,7 @@ static void all_gather_chunks(struct model_tp *t, real *full, const real *part, 
                     row, row, c.outer);
 }
 
-static void reduce_scatter_chunks(struct model_tp *t, real *part, const real *full,
-                                  struct chunks c, real *pack)
+static void reduce_scatter_real(struct model_tp *t, real *part, const real *full, struct chunks c, real *pack)
 {
   const int tp = t->size;
   const size_t row = c.inner * sizeof(real);
@@ -78,6 +76,66 @@ static void reduce_scatter_chunks(struct model_tp *t, real *part, const real *fu
                     (size_t)tp * row, row, c.outer);
   if (dcomm_reduce_scatter(DCOMM_OF(t), t->group, pack, part, c.outer * c.inner, COMM_REAL, COMM_SUM, NULL))
     tp_failed(t, "reduce-scatter");
+}
+
+/* The bf16 wire (wire_bf16): what a rank sends is its tensor rounded to bf16 once (round to
+ * nearest even, the kernel table's round_bf16), what arrives is widened back, so every rank ends
+ * with the same values, its own part rounded as the others' are. A reduction adds in fp32 and
+ * rounds each combination once (the comm layer's bf16 sum: NCCL's, or the MPI backend's own op).
+ * The staging buffer (n reals for n = the whole tensor's elements, at least 4n bytes) holds two
+ * bf16 tensors of n: lo = pack, hi = lo + n. */
+static void all_gather_bf16(struct model_tp *t, real *full, const real *part, struct chunks c, real *pack)
+{
+  const int tp = t->size;
+  const size_t n_part = c.outer * c.inner, n = n_part * (size_t)tp, row = c.inner * sizeof(bf16);
+  bf16 *lo = (bf16 *)pack, *hi = lo + n;
+  t->k->round_bf16(t->kctx, hi, part, n_part);
+  if (dcomm_all_gather(DCOMM_OF(t), t->group, hi, lo, n_part, COMM_BF16, NULL))
+    tp_failed(t, "all-gather");
+  for (int r = 0; r < tp; r++) /* (tp, outer, inner) → (outer, tp, inner) */
+    t->k->copy_rows(t->kctx, hi + (size_t)r * c.inner, (size_t)tp * row, lo + (size_t)r * n_part, row, row,
+                    c.outer);
+  t->k->widen_bf16(t->kctx, full, hi, n);
+}
+
+static void reduce_scatter_bf16(struct model_tp *t, real *part, const real *full, struct chunks c, real *pack)
+{
+  const int tp = t->size;
+  const size_t n_part = c.outer * c.inner, n = n_part * (size_t)tp, row = c.inner * sizeof(bf16);
+  bf16 *lo = (bf16 *)pack, *hi = lo + n;
+  t->k->round_bf16(t->kctx, hi, full, n);
+  for (int r = 0; r < tp; r++) /* (outer, tp, inner) → (tp, outer, inner) */
+    t->k->copy_rows(t->kctx, lo + (size_t)r * n_part, row, hi + (size_t)r * c.inner, (size_t)tp * row, row,
+                    c.outer);
+  if (dcomm_reduce_scatter(DCOMM_OF(t), t->group, lo, hi, n_part, COMM_BF16, COMM_SUM, NULL))
+    tp_failed(t, "reduce-scatter");
+  t->k->widen_bf16(t->kctx, part, hi, n_part);
+}
+
+static void all_gather_chunks(struct model_tp *t, real *full, const real *part, struct chunks c, real *pack)
+{
+  (t->wire_bf16 ? all_gather_bf16 : all_gather_real)(t, full, part, c, pack);
+}
+
+static void reduce_scatter_chunks(struct model_tp *t, real *part, const real *full, struct chunks c, real *pack)
+{
+  (t->wire_bf16 ? reduce_scatter_bf16 : reduce_scatter_real)(t, part, full, c, pack);
+}
+
+/* out ← the sum of every rank's in (n elements): in reals, or on the bf16 wire through pack. */
+static void all_reduce_act(struct model_tp *t, real *out, const real *in, size_t n, real *pack)
+{
+  if (!t->wire_bf16) {
+    if (out != in)
+      t->k->copy(t->kctx, out, in, n * sizeof(real));
+    tp_all_reduce(t, out, n, COMM_SUM);
+    return;
+  }
+  bf16 *lo = (bf16 *)pack;
+  t->k->round_bf16(t->kctx, lo, in, n);
+  if (dcomm_all_reduce(DCOMM_OF(t), t->group, lo, lo, n, COMM_BF16, COMM_SUM, NULL))
+    tp_failed(t, "all-reduce");
+  t->k->widen_bf16(t->kctx, out, lo, n);
 }
 
 size_t tp_local_elems(enum tp_layout l, int B, int T, int X, int tp)
@@ -99,9 +157,7 @@ real *tp_convert(struct model_tp *t, real *pack, real *out, real *in, enum tp_la
     take_chunk(t, out, in, chunks_of(to, B, T, X, tp), tp, rank);
     break;
   case TP_OP_ALL_REDUCE:
-    if (out != in)
-      t->k->copy(t->kctx, out, in, (size_t)B * T * X * sizeof(real));
-    tp_all_reduce(t, out, (size_t)B * T * X, COMM_SUM);
+    all_reduce_act(t, out, in, (size_t)B * T * X, pack);
     break;
   case TP_OP_ALL_GATHER:
     all_gather_chunks(t, out, in, chunks_of(from, B, T, X, tp), pack);
