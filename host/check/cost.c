@@ -211,7 +211,7 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
     sch.costs.w_share[s] = bwd[s] > 0 ? wgt[s] / bwd[s] : 0;
   }
   free(wgt);
-  const double boundary = tokens / (tp > 1 && p->sequence_parallel ? tp : 1) * p->model.dim * eb;
+  const double boundary = tokens / (tp > 1 && p->sequence_parallel ? tp : 1) * p->model.dim * traffic_wire_element_bytes(p);
   const struct cluster_link *ppl = link_of(c, out->pp.intra);
   sch.costs.comm = me->pp > 1 ? boundary / (ppl->bandwidth * c->comm_efficiency) + ppl->latency : 0.0;
   if (sched_simulate(&sch, &sim, err, err_size)) {

@@ -31,7 +31,7 @@ enum { DEFAULT_STEPS = 3, DEFAULT_HEAD_DIM = 4, DEFAULT_SEQ = 32, CORPUS_VOCAB =
  * within 3e-5 of the serial run's — a layout bug moves those by far more than 1e-3. With bf16
  * gradients the weights' bound is mpi_dp_equiv's for them, 5e-3 (each step's gradients one bf16
  * rounding apart between layouts, which AdamW passes to every element's update). At tp > 1 the
- * bf16 wire (runtime/parallel/tp.c) rounds each activation and activation gradient summed over
+ * bf16 wire (runtime/parallel/tp.c; at pp > 1 exec.c's, each stage boundary) rounds each activation and activation gradient summed over
  * the tp group at each of its tp − 1 combinations (2^-9 relative each), four sums a layer each
  * way, where the serial run keeps fp32: like the inputs' flips these compound over the depth,
  * in the backward's gradients as in the forward's loss, so the norm's bound there is three times
@@ -46,7 +46,8 @@ static struct bounds bounds_of(const struct plan *p)
   return (struct bounds){ 1e-10, 1e-10, 1e-10 };
 #else
   if (p->precision.compute == PLAN_BF16)
-    return (struct bounds){ 1e-3, p->mesh.tp > 1 ? 3e-2 : 1e-2, p->precision.grads == PLAN_BF16 ? 5e-3 : 1e-3 };
+    return (struct bounds){ 1e-3, p->mesh.tp > 1 || p->mesh.pp > 1 ? 3e-2 : 1e-2,
+                            p->precision.grads == PLAN_BF16 ? 5e-3 : 1e-3 };
   return (struct bounds){ 1e-5, 1e-3, 1e-5 };
 #endif
 }

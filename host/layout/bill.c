@@ -551,6 +551,11 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
                           p->model.dim;
   const double slot_grads = p->n_stages > 1 ? boundary * slots : 0.0; /* a gradient buffer per slot */
   comm += slot_grads;
+  /* a bf16 model's pp wire (exec.c): per slot a send image and a receive image of the boundary in
+   * bf16, counted in this runtime's elements (c bytes each) like the rest of comm */
+  const double slot_wire = p->n_stages > 1 && p->precision.compute == PLAN_BF16
+                           ? 2.0 * boundary * slots * (double)sizeof(bf16) / (double)c : 0.0;
+  comm += slot_wire;
   /* the trainer's batch: inputs and targets (ints) of whole sequences, each row's window index (8
    * bytes) */
   double batch_bytes = 2.0 * micro * p->batch.seq * sizeof(int) + (double)micro * sizeof(uint64_t);
@@ -592,7 +597,7 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
     out->host[ALLOC_CHECKPOINT] = out->bytes[ALLOC_CHECKPOINT];
     for (int k = 0; k < ALLOC_N_CATEGORIES; k++) out->host_total += out->host[k];
   }
-  bill_held_between_steps(p, &r, c, g, slot_grads + ring_comm, out);
+  bill_held_between_steps(p, &r, c, g, slot_grads + slot_wire + ring_comm, out);
   out->n_slots = slots;
   for (int i = 0; i < r.t.n; i++) out->n_params += (long long)r.t.p[i].n_elems;
   rank_view_free(&r);
@@ -777,7 +782,7 @@ int traffic_predict_cp(const struct plan *p, const struct bill_shared *sh, int p
   if (pp > 1) {
     const unsigned long long boundary = (unsigned long long)p->batch.micro *
       (unsigned long long)(tp > 1 && p->sequence_parallel ? T / tp : T) *
-      (unsigned long long)p->model.dim * eb;
+      (unsigned long long)p->model.dim * (unsigned long long)traffic_wire_element_bytes(p);
     const struct sched_list *list = r.list;
     for (int i = 0; i < list->n; i++) {
       int op = list->instr[i].op;

@@ -123,8 +123,8 @@ double bill_element_bytes(const struct plan *p, enum plan_dtype d);
  * tp table): the CPU runtime's comm layer moves reals (COMM_REAL: sizeof(real)) whatever the plan
  * computes in, a bf16 plan's included; the GPU runtime's move fp32 (its reals) likewise. */
 double traffic_element_bytes(const struct plan *p, enum plan_dtype d);
-/* The bytes of an activation's element on the wire between tp ranks and between ep ranks: a
- * bf16 model's move bf16 (runtime/parallel/tp.c, runtime/model/model_moe.c); else as
+/* The bytes of an activation's element on the wire between tp, ep and pp ranks: a bf16 model's
+ * move bf16 (runtime/parallel/tp.c, runtime/model/model_moe.c, runtime/parallel/exec.c); else as
  * traffic_element_bytes. */
 double traffic_wire_element_bytes(const struct plan *p);
 /* The bytes of one element of a tensor-parallel collective (tp_comm_list): a conversion of an

@@ -6,6 +6,8 @@
 #    for a plan in bf16 too, whose conversions move bf16 and whose loss statistics and gains' sums
 #    move the runtime's reals (it once printed 2-byte elements in the table and 4-byte ones in the
 #    traffic);
+#  - a stage boundary moves the activations' element between pipeline stages (bf16 in a bf16
+#    plan, the runtime's real in fp32);
 #  - the element names of the memory line are the runtime's (the CPU's fp32 is this build's real:
 #    float64 in the proof build; the GPU's bf16 mode is the CPU's: bf16 copies as params (the fp32 master is optimizer state),
 #    its tensors moved as fp32);
@@ -62,5 +64,20 @@ case_ "cpu fp32 tp 2" cpu $real_bytes $real $small --world 2 --set mesh.tp=2
 case_ "cpu bf16 tp 2" cpu 2 "bf16 copies" $small --world 2 --set mesh.tp=2 --set precision.compute=bf16
 case_ "cuda 7B tp 2" cuda 2 "bf16 copies" plans/llama2_7b.lua --world 16
 case_ "cpu 7B tp 2" cpu 2 "bf16 copies" plans/llama2_7b.lua --world 16 --set device=cpu
+# pp_case NAME ELEMENT_BYTES ARGS...: a stage boundary (micro × seq × dim) moves ELEMENT_BYTES an
+# element between stages: a bf16 plan's in bf16 (exec.c's pp wire), an fp32 plan's as reals
+pp_case() {
+  local name=$1 eb=$2 got
+  shift 2
+  got=$("$tycho" check "$@" --json | perl -MJSON::PP -e 'local $/; my $d = decode_json(<STDIN>);
+    my $s = $d->{traffic_per_step}[0]{pp}{send}; my $b = $d->{plan}{batch};
+    printf "%d %d\n", $s->{bytes} / $s->{calls}, $b->{micro} * $b->{seq} * $d->{plan}{model}{dim}') ||
+    { fail "$name: check --json"; return; }
+  set -- $got
+  [ "$1" = "$(($2 * eb))" ] && echo "ok   $name: a stage boundary of $2 elements moves $1 B" ||
+    fail "$name: a stage boundary of $2 elements moves $1 B, expected $(($2 * eb))"
+}
+pp_case "cpu fp32 pp 2" $real_bytes $small --world 2 --set mesh.pp=2
+pp_case "cpu bf16 pp 2" 2 $small --world 2 --set mesh.pp=2 --set precision.compute=bf16
 [ $failed -eq 0 ] && echo "every byte figure agrees with the one statement of the runtime"
 exit $failed

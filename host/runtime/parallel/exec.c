@@ -152,6 +152,14 @@ int exec_open(struct exec *pp, const struct exec_env *env, struct comm_group *gr
         free(per_stage);
         return errf(err, err_size, "out of memory for an activation slot");
       }
+      if (S > 1 && t->model->bf16) { /* the pp wire: a send's bf16 image and a receive's */
+        const size_t n = (size_t)micro * model_home_T(t->model, layout_cp_rows(seq, t->model->cp.size)) *
+                         t->model->config.dim;
+        if (!(sl->wire = alloc_bytes_on(t->model->device, ALLOC_COMM, 2 * n * sizeof(bf16)))) {
+          free(per_stage);
+          return errf(err, err_size, "out of memory for an activation slot");
+        }
+      }
     }
   free(per_stage);
 
@@ -177,6 +185,7 @@ void exec_close(struct exec *pp)
       free(sl->acts);
     }
     alloc_free(sl->grad);
+    alloc_free(sl->wire);
   }
   free(pp->slots);
   for (int k = 0; pp->splits && k < pp->n_splits; k++) model_split_close(&pp->splits[k].s);
@@ -237,6 +246,38 @@ static void slot_wait_recv(struct exec *pp, struct exec_slot *sl)
 {
   if (sl->recv && comm_wait(&sl->recv))
     failed(pp, "receive");
+  if (sl->recv_to) { /* the pp wire: what arrived, widened where the receive was for */
+    const struct model *m = pp->env.model;
+    m->k->widen_bf16(m->kctx, sl->recv_to, sl->wire + sl->recv_n, sl->recv_n);
+    sl->recv_to = NULL;
+  }
+}
+
+/* A boundary tensor of n elements sent from the slot: as it is, or on the pp wire (a bf16 model)
+ * rounded to bf16 once into the slot's send image, whose previous send must be done first. */
+static int slot_send(struct exec *pp, struct exec_slot *sl, const real *x, size_t n, int peer,
+                     struct comm_request **req)
+{
+  const struct model *m = pp->env.model;
+  if (!sl->wire)
+    return dcomm_send(DCOMM_OF(m), pp->group, x, n, COMM_REAL, peer, req);
+  struct comm_request **other = req == &sl->send_act ? &sl->send_grad : &sl->send_act;
+  if (*other && comm_wait(other))
+    failed(pp, "send");
+  m->k->round_bf16(m->kctx, sl->wire, x, n);
+  return dcomm_send(DCOMM_OF(m), pp->group, sl->wire, n, COMM_BF16, peer, req);
+}
+
+/* A boundary tensor of n elements received into x: directly, or on the pp wire into the slot's
+ * receive image, widened into x by slot_wait_recv. */
+static int slot_recv(struct exec *pp, struct exec_slot *sl, real *x, size_t n, int peer)
+{
+  const struct model *m = pp->env.model;
+  if (!sl->wire)
+    return dcomm_recv(DCOMM_OF(m), pp->group, x, n, COMM_REAL, peer, &sl->recv);
+  sl->recv_to = x;
+  sl->recv_n = n;
+  return dcomm_recv(DCOMM_OF(m), pp->group, sl->wire + n, n, COMM_BF16, peer, &sl->recv);
 }
 
 /* Ends every send and receive in flight and frees the slots. */
@@ -248,6 +289,7 @@ static void drain(struct exec *pp)
         (sl->recv && comm_wait(&sl->recv)))
       failed(pp, "send or receive");
     sl->stage = sl->mb = -1;
+    sl->recv_to = NULL;
   }
 }
 
@@ -358,8 +400,8 @@ double exec_step(struct exec *pp, int (*optimizer)(void *ctx, double loss), void
       break;
     case SCHED_SEND_ACT:
       sl = slot_of(pp, in->stage, in->mb);
-      if (dcomm_send(DCOMM_OF(m), pp->group, sl->acts->residual[pp->in_index[in->stage] + p->stages[in->stage].n_layers],
-                    n_boundary, COMM_REAL, in->peer, &sl->send_act))
+      if (slot_send(pp, sl, sl->acts->residual[pp->in_index[in->stage] + p->stages[in->stage].n_layers], n_boundary,
+                    in->peer, &sl->send_act))
         failed(pp, "send of activations");
       break;
     case SCHED_RECV_ACT:
@@ -367,20 +409,19 @@ double exec_step(struct exec *pp, int (*optimizer)(void *ctx, double loss), void
         i = list->n;
         break;
       }
-      if (dcomm_recv(DCOMM_OF(m), pp->group, sl->acts->residual[pp->in_index[in->stage + 1]], n_boundary, COMM_REAL,
-                    in->peer, &sl->recv))
+      if (slot_recv(pp, sl, sl->acts->residual[pp->in_index[in->stage + 1]], n_boundary, in->peer))
         failed(pp, "receive of activations");
       break;
     case SCHED_SEND_GRAD:
       sl = slot_of(pp, in->stage, in->mb);
-      if (dcomm_send(DCOMM_OF(m), pp->group, sl->grad, n_boundary, COMM_REAL, in->peer, &sl->send_grad))
+      if (slot_send(pp, sl, sl->grad, n_boundary, in->peer, &sl->send_grad))
         failed(pp, "send of gradients");
       if (!pp->sched.split) /* a split backward's W still reads the slot, and frees it */
         sl->stage = sl->mb = -1;
       break;
     case SCHED_RECV_GRAD:
       sl = slot_of(pp, in->stage - 1, in->mb);
-      if (dcomm_recv(DCOMM_OF(m), pp->group, sl->grad, n_boundary, COMM_REAL, in->peer, &sl->recv))
+      if (slot_recv(pp, sl, sl->grad, n_boundary, in->peer))
         failed(pp, "receive of gradients");
       break;
     case SCHED_REDUCE_GRADS:

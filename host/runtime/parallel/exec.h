@@ -77,6 +77,11 @@ struct exec_slot {
   real *grad;                  /* (micro · Th · C) the gradient received before, and sent after,
                                 * BWD; NULL on a one-stage plan */
   struct comm_request *recv, *send_act, *send_grad;
+  bf16 *wire;                  /* a bf16 model's (2 · micro · Th · C): what the slot sends, rounded to
+                                * bf16, then what it receives, widened once it has arrived (the pp
+                                * wire); NULL in fp32 or on one stage */
+  real *recv_to;               /* where the receive in flight is widened into (wire only) */
+  size_t recv_n;
 };
 
 /* A split backward's held memory (model.h, struct model_split), one per micro-batch between its
