@@ -162,6 +162,8 @@ static int has_bf16_wire(void)
 {
   if (kernel_ops_cpu.round_bf16 && kernel_ops_cpu.widen_bf16)
     return 1;
+  /* only the float64 build may lack them */
+  CHECK_MSG(REAL_IS_DOUBLE, "this fp32 build's kernel table has no round_bf16 or widen_bf16");
   if (rank == 0)
     printf("no bf16 entries in this build's kernel table (no bf16 mode): the bf16 wire is never used\n");
   return 0;
