@@ -183,7 +183,8 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
   const struct cluster_link *tpl = link_of(c, out->tp.intra);
   for (int i = 0; i < n_tp; i++) {
     int s = stage_of_layer[list[i].layer + 1];
-    double bytes = (double)list[i].n_elems * traffic_tp_element_bytes(p, &list[i]), t = ring(list[i].comm, bytes, tp, tpl, c->comm_efficiency);
+    const double bytes = (double)list[i].n_elems * traffic_tp_element_bytes(p, &list[i]);
+    const double t = ring(list[i].comm, bytes, tp, tpl, c->comm_efficiency);
     if (list[i].backward)
       bwd[s] += t;
     else
@@ -211,7 +212,8 @@ int cost_predict(const struct plan *p, const struct cluster *c, struct cost *out
     sch.costs.w_share[s] = bwd[s] > 0 ? wgt[s] / bwd[s] : 0;
   }
   free(wgt);
-  const double boundary = tokens / (tp > 1 && p->sequence_parallel ? tp : 1) * p->model.dim * traffic_wire_element_bytes(p);
+  const double boundary = tokens / (tp > 1 && p->sequence_parallel ? tp : 1) * p->model.dim *
+                          traffic_wire_element_bytes(p);
   const struct cluster_link *ppl = link_of(c, out->pp.intra);
   sch.costs.comm = me->pp > 1 ? boundary / (ppl->bandwidth * c->comm_efficiency) + ppl->latency : 0.0;
   if (sched_simulate(&sch, &sim, err, err_size)) {

@@ -31,13 +31,14 @@ enum { DEFAULT_STEPS = 3, DEFAULT_HEAD_DIM = 4, DEFAULT_SEQ = 32, CORPUS_VOCAB =
  * within 3e-5 of the serial run's — a layout bug moves those by far more than 1e-3. With bf16
  * gradients the weights' bound is mpi_dp_equiv's for them, 5e-3 (each step's gradients one bf16
  * rounding apart between layouts, which AdamW passes to every element's update). At tp > 1 the
- * bf16 wire (runtime/parallel/tp.c; at pp > 1 exec.c's, each stage boundary) rounds each activation and activation gradient summed over
+ * bf16 wire (runtime/parallel/tp.c) rounds each activation and activation gradient summed over
  * the tp group at each of its tp − 1 combinations (2^-9 relative each), four sums a layer each
- * way, where the serial run keeps fp32: like the inputs' flips these compound over the depth,
- * in the backward's gradients as in the forward's loss, so the norm's bound there is three times
- * mpi_dp_equiv's, 3e-2 (measured 1.39e-2 on the 70B plan's 80 layers at
- * tp 8 × pp 4 over 3 steps, with both wires, 3.3e-4 in the loss and 4.9e-5 in the final weights); a micro-batch
- * dropped or counted twice moves the norm by 1/M, above 10% for the rehearsals' 8. */
+ * way, and at pp > 1 exec.c's rounds each stage boundary, where the serial run keeps fp32: like
+ * the inputs' flips these compound over the depth, in the backward's gradients as in the
+ * forward's loss, so the norm's bound there is three times mpi_dp_equiv's, 3e-2 (measured
+ * 1.39e-2 on the 70B plan's 80 layers at tp 8 × pp 4 over 3 steps, with both wires, 3.3e-4 in
+ * the loss and 4.9e-5 in the final weights); a micro-batch dropped or counted twice moves the
+ * norm by 1/M, above 10% for the rehearsals' 8. */
 struct bounds { double loss, norm, param; };
 static struct bounds bounds_of(const struct plan *p)
 {

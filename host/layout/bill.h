@@ -119,9 +119,10 @@ int bill_rank_params(const struct plan *p, int pp_rank, double *n_elems, double 
  * (a bf16 plan's fp32 gradients and AdamW state are 4 bytes whatever this build computes in). */
 double bill_element_bytes(const struct plan *p, enum plan_dtype d);
 
-/* Bytes of one element of dtype d as the plan's runtime moves it between ranks (the traffic, the
- * tp table): the CPU runtime's comm layer moves reals (COMM_REAL: sizeof(real)) whatever the plan
- * computes in, a bf16 plan's included; the GPU runtime's move fp32 (its reals) likewise. */
+/* Bytes of one element of dtype d as the plan's runtime moves it between ranks where no bf16 wire
+ * applies (the gradient reductions in fp32, the loss's statistics, the context-parallel ring):
+ * the CPU runtime's comm layer moves reals (COMM_REAL: sizeof(real)), the GPU runtime's fp32 (its
+ * reals). */
 double traffic_element_bytes(const struct plan *p, enum plan_dtype d);
 /* The bytes of an activation's element on the wire between tp, ep and pp ranks: a bf16 model's
  * move bf16 (runtime/parallel/tp.c, runtime/model/model_moe.c, runtime/parallel/exec.c); else as

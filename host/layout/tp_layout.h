@@ -91,7 +91,7 @@ struct tp_comm {
   long long n_elems;    /* the logical elements the comm layer counts: the whole tensor for
                          * all-gather and reduce-scatter, the buffer for all-reduce */
   int act;              /* 1: a layout conversion of an activation or its gradient, which a bf16
-                         * model moves in bf16 (tp_act_bytes); 0: the cross-entropy's statistics
+                         * model moves in bf16 (traffic_tp_element_bytes); 0: the cross-entropy's statistics
                          * or the norm gains' partial gradients, in the runtime's reals */
 };
 

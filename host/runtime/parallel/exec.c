@@ -142,23 +142,17 @@ int exec_open(struct exec *pp, const struct exec_env *env, struct comm_group *gr
           return err[0] ? -1 : errf(err, err_size, "out of memory for an activation slot");
         }
       }
-      /* sized for the most rows a cp rank holds (layout_cp_rows), as the activations are: every
-       * cp rank allocates the same, the bill's figure */
-      sl->grad = S > 1 ? alloc_reals_on(t->model->device, ALLOC_COMM,
-                                        (size_t)micro * model_home_T(t->model, layout_cp_rows(seq, t->model->cp.size)) *
-                                          t->model->config.dim)
-                       : NULL;
-      if (S > 1 && !sl->grad) {
+      /* the boundary, sized for the most rows a cp rank holds (layout_cp_rows), as the activations
+       * are: every cp rank allocates the same, the bill's figure; its gradient, and a bf16 model's
+       * send and receive images of it (the pp wire) */
+      const size_t n = (size_t)micro * model_home_T(t->model, layout_cp_rows(seq, t->model->cp.size)) *
+                       t->model->config.dim;
+      sl->grad = S > 1 ? alloc_reals_on(t->model->device, ALLOC_COMM, n) : NULL;
+      if (S > 1 && t->model->bf16)
+        sl->wire = alloc_bytes_on(t->model->device, ALLOC_COMM, 2 * n * sizeof(bf16));
+      if (S > 1 && (!sl->grad || (t->model->bf16 && !sl->wire))) {
         free(per_stage);
         return errf(err, err_size, "out of memory for an activation slot");
-      }
-      if (S > 1 && t->model->bf16) { /* the pp wire: a send's bf16 image and a receive's */
-        const size_t n = (size_t)micro * model_home_T(t->model, layout_cp_rows(seq, t->model->cp.size)) *
-                         t->model->config.dim;
-        if (!(sl->wire = alloc_bytes_on(t->model->device, ALLOC_COMM, 2 * n * sizeof(bf16)))) {
-          free(per_stage);
-          return errf(err, err_size, "out of memory for an activation slot");
-        }
       }
     }
   free(per_stage);

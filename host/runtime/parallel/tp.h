@@ -15,7 +15,8 @@ void tp_all_reduce(struct model_tp *t, real *buf, size_t n, enum comm_reduce op)
 size_t tp_local_elems(enum tp_layout l, int B, int T, int X, int tp);
 /* out ← in converted from `from` to `to` (tp_convert_op; not KV, see tp_expand_kv). out may
  * equal in only when the conversion keeps the size (none, all-reduce, keep-rank0). pack: a
- * (B, T, X) staging buffer for gathers and reduce-scatters; tmp: another, for SEQ ↔ FEAT.
+ * (B, T, X) staging buffer for gathers and reduce-scatters, and for all-reduces on the bf16 wire
+ * (wire_bf16); tmp: another, for SEQ ↔ FEAT.
  * Returns out. */
 real *tp_convert(struct model_tp *t, real *pack, real *out, real *in, enum tp_layout from,
                   enum tp_layout to, int B, int T, int X, real *tmp);
