@@ -295,7 +295,8 @@ KERNEL_OP(void, attention_cp_backward,
 /* out = silu(gate) ⊙ up, silu(x) = x · sigmoid(x). All n_elems (BT · F). */
 KERNEL_OP(void, swiglu_forward, (real *out, const real *gate, const real *up, size_t n_elems),
           (out, gate, up, n_elems))
-/* dgate, dup assigned. */
+/* dgate, dup assigned. In place too: dgate may be gate and dup may be up (each element's inputs
+ * are read before its outputs are written). */
 KERNEL_OP(void, swiglu_backward,
           (real *dgate, real *dup, const real *dout, const real *gate, const real *up,
            size_t n_elems),

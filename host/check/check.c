@@ -376,11 +376,13 @@ static void print_memory(FILE *f, const struct plan *p, const struct cluster *c)
   if (p->precision.compute == PLAN_BF16) /* the bf16 mode, the CPU's and the GPU's (host/runtime/README.md) */
     fprintf(f, "memory     per rank, the peak of each category as the runtime allocates it (params bf16 "
             "copies of the weights, grads %s, optimizer the fp32 master and AdamW m and v%s; the linears' "
-            "inputs in %s; attention keeps O(T) per head: its output and each row's log-sum-exp)\n",
+            "inputs in %s%s; attention keeps O(T) per head: its output and each row's log-sum-exp)\n",
             plan_dtype_name(p->precision.grads), p->zero >= 1 ? ", sharded over dp" : "",
             p->mesh.tp > 1 ? "fp32 at tensor parallelism (moved between ranks in bf16), each rounded to bf16 in "
                              "the workspace for its product"
-            : p->model.moe.experts > 0 ? "bf16 (a sparse layer's in fp32, rounded per product)" : "bf16");
+            : p->model.moe.experts > 0 ? "bf16 (a sparse layer's router's in fp32, rounded for its product)" : "bf16",
+            p->model.moe.experts > 0 ? "; a sparse layer's expert rows (inputs, gate, up, SwiGLU's output, "
+                                       "outputs) in bf16" : "");
   else /* the CPU's fp32 elements are its reals (float64 in the proof build) */
     fprintf(f, "memory     per rank, the peak of each category as the runtime allocates it (params %s, "
             "grads %s, optimizer AdamW m and v%s; attention keeps O(T) per head: its output and "

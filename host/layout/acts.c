@@ -239,12 +239,21 @@ int layout_acts_build(struct acts_layout *a, const struct layout_rank *r, const 
       la->moe_slot = carve_bytes(act, BT * K * sizeof(int));
       la->moe_counts = carve_bytes(act, E * sizeof(int));
       la->moe_routed = carve_bytes(act, E * sizeof(int));
-      la->moe_xe = carve(act, R * C);
-      la->moe_xr = r->ep_size > 1 ? carve(act, Rx * C) : none;
-      la->gate = carve(act, Rx * Fe);
-      la->up = carve(act, Rx * Fe);
-      la->hidden = carve(act, Rx * Fe);
-      la->moe_ye = carve(act, R * C);
+      if (r->bf16) { /* the experts' rows in bf16 (model_moe.c): what their products read and
+                      * what backward needs, the fp32 ones in the workspace's moe_xw */
+        la->moe_x_b = carve_bf16(act, (r->ep_size > 1 ? Rx : R) * C);
+        la->gate_b = carve_bf16(act, Rx * Fe);
+        la->up_b = carve_bf16(act, Rx * Fe);
+        la->hidden_b = carve_bf16(act, Rx * Fe);
+        la->moe_ye_b = carve_bf16(act, R * C);
+      } else {
+        la->moe_xe = carve(act, R * C);
+        la->moe_xr = r->ep_size > 1 ? carve(act, Rx * C) : none;
+        la->gate = carve(act, Rx * Fe);
+        la->up = carve(act, Rx * Fe);
+        la->hidden = carve(act, Rx * Fe);
+        la->moe_ye = carve(act, R * C);
+      }
       la->mlp_mask = drop ? carve(act, BTh * C) : none;
       any_sparse = 1;
       rec_max = rec->used - rec_start > rec_max ? rec->used - rec_start : rec_max;
@@ -316,6 +325,7 @@ int layout_acts_build(struct acts_layout *a, const struct layout_rank *r, const 
       const size_t E = (size_t)c->moe.experts, K = (size_t)c->moe.top_k, Fe = (size_t)c->moe.ffn_dim;
       const size_t R = layout_moe_rows(c, B_max, T_max);
       const size_t Rx = layout_moe_rows_received(c, r->ep_size, B_max, T_max);
+      a->moe_xw = r->bf16 ? carve(work, R * C) : none;
       a->moe_dxe = carve(work, R * C);
       a->moe_dye = carve(work, R * C);
       a->moe_dgate = carve(work, Rx * Fe);

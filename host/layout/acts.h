@@ -13,8 +13,9 @@
  * Element types, stated here only (every kernel table takes them so: ops.h): every buffer is
  * `real` (fp32: the CPU's and the CUDA kernels' float; the attention scratch too) but the bf16
  * ones of a bf16 plan — ln1_b, o_in_b, ln2_b, down_in_b, head_in_b (the linears' inputs, as their
- * producers write them, on one tensor-parallel rank), in_b (a product's input rounded, at tp > 1)
- * and dout_b (the products' output gradient) — and the ids (tokens,
+ * producers write them, on one tensor-parallel rank), a sparse layer's expert rows (moe_x_b,
+ * gate_b, up_b, hidden_b, moe_ye_b: what its backward keeps, on any layout), in_b (a product's
+ * input rounded, at tp > 1) and dout_b (the products' output gradient) — and the ids (tokens,
  * targets, moe_topi, moe_slot, moe_counts, moe_routed: ints). The areas' sizes n[] are in reals
  * with those carved in, so the runtime allocates n[a] reals and the bill counts n[a] elements of
  * the runtime's real (on the CPU, and for an fp32 cuda plan). */
@@ -63,7 +64,7 @@ struct acts_at {
   X(ln1) X(ln1_rstd) X(q) X(k) X(v) X(lse) X(atty) X(o_in) X(attn_mask) X(mid)                    \
   X(ln2) X(ln2_rstd) X(gate) X(up) X(hidden) X(down_in) X(mlp_mask) X(ln1_b) X(o_in_b) X(ln2_b)   \
   X(down_in_b) X(moe_probs) X(moe_topw) X(moe_lse) X(moe_topi) X(moe_slot) X(moe_counts)          \
-  X(moe_routed) X(moe_xe) X(moe_ye) X(moe_xr)
+  X(moe_routed) X(moe_xe) X(moe_ye) X(moe_xr) X(gate_b) X(up_b) X(hidden_b) X(moe_x_b) X(moe_ye_b)
 /* The buffers outside the layers (struct model_acts names them the same). */
 #define ACTS_BUFFERS(X)                                                                            \
   X(lnf) X(lnf_rstd) X(head_in) X(logits) X(losses) X(targets) X(ce_stats) X(rope_cos) X(rope_sin) \
@@ -71,7 +72,7 @@ struct acts_at {
   X(dv) X(dhidden) X(dgate) X(dup) X(work_f1) X(work_f2) X(pack) X(gains) X(gain_w) X(attn_scratch) \
   X(moe_dxe) X(moe_dye) X(moe_dgate) X(moe_dup) X(moe_dhid) X(moe_logits) X(moe_dtopw) X(moe_aux)  \
   X(moe_pad) X(moe_yr) X(moe_dyr) X(moe_dxr) X(moe_wire_out) X(moe_wire_in) X(head_in_b) X(dout_b) \
-  X(in_b)
+  X(in_b) X(moe_xw)
 
 struct acts_layer_layout {
   int in_scope;              /* 0: the layer is not laid out (every buffer ACTS_UNSET) */

@@ -135,6 +135,14 @@ static void test_swiglu(void)
     kernel_ops_cuda.swiglu_forward_bf16(fixture_ctx, db16, dgt, dup_, n);
     dev_download(gb, db16, n * sizeof(bf16));
     CHECK_MSG(bf16_close(gb, rb, n), "n %zu", n);
+    /* last, as it writes over gate and up: in place (dgate on gate, dup on up: a bf16
+     * model's experts, model_moe.c): the same bits */
+    kernel_ops_cuda.swiglu_backward(fixture_ctx, dgt, dup_, dd, dgt, dup_, n);
+    real *idg = calloc(n, sizeof *idg), *idu = calloc(n, sizeof *idu);
+    dev_download(idg, dgt, nb);
+    dev_download(idu, dup_, nb);
+    CHECK_MSG(!memcmp(idg, gdg, nb) && !memcmp(idu, gdu, nb), "in place, n %zu", n);
+    free(idg), free(idu);
     CHECK_CUDA_OK();
     dev_free(dgt), dev_free(dup_), dev_free(dd), dev_free(dout), dev_free(ddg), dev_free(ddu);
     dev_free(db16);

@@ -599,7 +599,12 @@ static double loss_tol = 1e-5, norm_tol = 1e-3, param_tol = 1e-5;
  * outputs come home rounded, so the next layer's router reads logits a rounding apart and more
  * near-ties swap: with a wire that rounds (tp > 1 or ep > 1) the routing is held to 2% of its
  * assignments (measured 1.07% over 12 steps at ep 2, 1.04% over 6 with bf16 gradients, 0.94% at
- * tp 2 × ep 2 over 6) and the weights to 5e-3 (measured 3.5e-3 at ep 2 over 12 steps).
+ * tp 2 × ep 2 over 6) and the weights to 5e-3 (measured 3.5e-3 at ep 2 over 12 steps). Since a
+ * bf16 model's experts keep their rows in bf16 (model_moe.c: gate and up rounded once more, the
+ * experts' outputs rounded at ep 1 too) the count is as chaotic as before but lands elsewhere:
+ * ep_small.lua at ep 2 moves 0.4% to 3.3% of its routing over 12 steps across seeds.global 2, 3,
+ * 4 and 99 (the code before moved 0.8% to 8.5% with the same seeds set on the command line), at
+ * most 0.7% over 6 steps across those and 5 (weights 2.4e-4 to 1.8e-3): that run is held over 6.
  * Between pipeline stages the boundary moves in bf16 as well (exec.c, the pp wire): the receiving
  * stage reads the residual stream rounded once, and the sending stage's next backward the
  * gradient rounded once, where the serial run keeps both in fp32 — one rounding of the whole

@@ -305,6 +305,17 @@ static void swiglu_paths_match_the_scalar_path(void)
         CHECK(memcmp(out_first, out, n * sizeof(real)) == 0);
         CHECK(memcmp(dg_first, dg, n * sizeof(real)) == 0);
       }
+      /* in place (ops_list.h: dgate may be gate, dup may be up; a bf16 model's experts run it
+       * so, model_moe.c): the same bits */
+      {
+        real *gi = malloc((n + 1) * sizeof(real)), *ui = malloc((n + 1) * sizeof(real));
+        memcpy(gi, g, n * sizeof(real));
+        memcpy(ui, u, n * sizeof(real));
+        swiglu_backward(gi, ui, d, gi, ui, n);
+        CHECK_MSG(memcmp(gi, dg, n * sizeof(real)) == 0 && memcmp(ui, dup, n * sizeof(real)) == 0,
+                  "%s swiglu_backward in place n %zu", vec_isa_name(isa), n);
+        free(gi), free(ui);
+      }
       /* an element's result does not depend on where it is: the tensor from element 5 on */
       if (n > 5) {
         real *out5 = malloc(n * sizeof(real));

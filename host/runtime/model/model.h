@@ -282,6 +282,11 @@ struct model_layer_acts {
    * (host memory, ep · E/ep) */
   real *moe_xr;
   int *moe_rows;
+  /* a bf16 model's sparse layer keeps its experts' rows in bf16 (moe_xe, moe_ye, moe_xr, gate, up
+   * and hidden NULL; model_moe.c): moe_x_b the experts' inputs ((R, C) at ep 1, (R_recv, C) as
+   * received under ep), gate_b, up_b and hidden_b ((R_recv, Fe): the w1 and w3 products' outputs
+   * rounded, SwiGLU's output), moe_ye_b the experts' outputs back home ((R, C)) */
+  bf16 *moe_x_b, *gate_b, *up_b, *hidden_b, *moe_ye_b;
 };
 
 struct model_acts {
@@ -347,6 +352,9 @@ struct model_acts {
                              * for both of its products ((B, T, max(C, F, Vl))) */
   bf16 *in_b;               /* bf16 models at tp > 1, workspace: a product's fp32 input rounded
                              * ((B, T, max(C, F, NH·HS))); NULL elsewhere (model_passes_bf16.c) */
+  real *moe_xw;             /* bf16 models with sparse layers, workspace ((R, C)): the dispatched
+                             * rows before they are rounded, then the experts' outputs the combine
+                             * reads (widened from moe_ye_b) */
   real *activation_memory;  /* the one block tokens .. rope_sin live in (billed "activations") */
   real *recompute_memory;   /* what recomputed parts write: one layer's worth, shared by every
                               * layer and every slot (billed "activations") */

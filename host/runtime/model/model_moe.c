@@ -63,26 +63,46 @@ static const bf16 *weight_bf16(const struct model *m, int layer, enum model_para
 }
 
 /* Expert e's SwiGLU on n rows: out (n, C) = w2 · (silu(w1 · in) ⊙ (w3 · in)); its gate, up and
- * hidden kept at row `row` of the layer's expert buffers. */
+ * hidden kept at row `row` of the layer's expert buffers. On a bf16 model (in_b: its input rows in
+ * bf16, in unused) the rows are kept in bf16, as Megatron-LM's bf16 experts keep theirs: the w1
+ * and w3 products write fp32 into the workspace's moe_dgate and moe_dup (free in forward), rounded
+ * once into gate_b and up_b and widened back, so SwiGLU and its backward see the same values;
+ * SwiGLU writes hidden_b, w2's input. */
 static void experts_forward(struct model *m, struct model_acts *a, int layer, int e, int n,
-                            const real *in, real *out, size_t row)
+                            const real *in, const bf16 *in_b, real *out, size_t row)
 {
   if (n == 0)
     return;
   const int C = m->config.dim, Fe = m->config.moe.ffn_dim;
   const struct model_layer_weights *w = &m->layers[layer];
   struct model_layer_acts *la = &a->layers[layer];
-  real *g = la->gate + row * Fe, *u = la->up + row * Fe, *h = la->hidden + row * Fe;
-  passes_lin_fwd(m, a, g, in, w->w1[e], weight_bf16(m, layer, MODEL_EXPERT_W1, e), n, C, Fe);
-  passes_lin_fwd(m, a, u, in, w->w3[e], weight_bf16(m, layer, MODEL_EXPERT_W3, e), n, C, Fe);
-  m->k->swiglu_forward(m->kctx, h, g, u, (size_t)n * Fe);
-  passes_lin_fwd(m, a, out, h, w->w2[e], weight_bf16(m, layer, MODEL_EXPERT_W2, e), n, Fe, C);
+  const size_t f = row * Fe, nf = (size_t)n * Fe;
+  if (m->bf16) {
+    const struct kernel_ops *k = m->k;
+    real *g = a->moe_dgate + f, *u = a->moe_dup + f;
+    passes_lin_fwd_b(m, g, in_b, weight_bf16(m, layer, MODEL_EXPERT_W1, e), n, C, Fe);
+    passes_lin_fwd_b(m, u, in_b, weight_bf16(m, layer, MODEL_EXPERT_W3, e), n, C, Fe);
+    k->round_bf16(m->kctx, la->gate_b + f, g, nf);
+    k->round_bf16(m->kctx, la->up_b + f, u, nf);
+    k->widen_bf16(m->kctx, g, la->gate_b + f, nf);
+    k->widen_bf16(m->kctx, u, la->up_b + f, nf);
+    k->swiglu_forward_bf16(m->kctx, la->hidden_b + f, g, u, nf);
+    passes_lin_fwd_b(m, out, la->hidden_b + f, weight_bf16(m, layer, MODEL_EXPERT_W2, e), n, Fe, C);
+    return;
+  }
+  real *g = la->gate + f, *u = la->up + f, *h = la->hidden + f;
+  passes_lin_fwd(m, a, g, in, w->w1[e], NULL, n, C, Fe);
+  passes_lin_fwd(m, a, u, in, w->w3[e], NULL, n, C, Fe);
+  m->k->swiglu_forward(m->kctx, h, g, u, nf);
+  passes_lin_fwd(m, a, out, h, w->w2[e], NULL, n, Fe, C);
 }
 
 /* Its backward on the same rows: din (n, C) assigned; dout (n, C) is spent (the rows'
- * up-projection input gradient goes there first); the expert's gradients accumulate. */
+ * up-projection input gradient goes there first); the expert's gradients accumulate. A bf16
+ * model's SwiGLU backward runs on gate_b and up_b widened into the gradients' own buffers
+ * (swiglu_backward in place: ops_list.h). */
 static void experts_backward(struct model *m, struct model_acts *a, int layer, int e, int n, real *dout,
-                             real *din, const real *in, size_t row)
+                             real *din, const real *in, const bf16 *in_b, size_t row)
 {
   if (n == 0)
     return;
@@ -91,15 +111,22 @@ static void experts_backward(struct model *m, struct model_acts *a, int layer, i
   const struct model_layer_acts *la = &a->layers[layer];
   const struct kernel_ops *k = m->k;
   void *ctx = m->kctx;
-  const size_t f = row * Fe;
-  passes_lin_bwd(m, a, a->moe_dhid + f, g->w2[e], dout, la->hidden + f, w->w2[e],
-                 weight_bf16(m, layer, MODEL_EXPERT_W2, e), n, Fe, C);
-  k->swiglu_backward(ctx, a->moe_dgate + f, a->moe_dup + f, a->moe_dhid + f, la->gate + f, la->up + f,
-                     (size_t)n * Fe);
-  passes_lin_bwd(m, a, din, g->w1[e], a->moe_dgate + f, in, w->w1[e], weight_bf16(m, layer, MODEL_EXPERT_W1, e),
-                 n, C, Fe);
-  passes_lin_bwd(m, a, dout, g->w3[e], a->moe_dup + f, in, w->w3[e], weight_bf16(m, layer, MODEL_EXPERT_W3, e),
-                 n, C, Fe);
+  const size_t f = row * Fe, nf = (size_t)n * Fe;
+  real *dgate = a->moe_dgate + f, *dup = a->moe_dup + f, *dhid = a->moe_dhid + f;
+  if (m->bf16) {
+    passes_lin_bwd_b(m, a, dhid, g->w2[e], dout, la->hidden_b + f, weight_bf16(m, layer, MODEL_EXPERT_W2, e), n,
+                     Fe, C);
+    k->widen_bf16(ctx, dgate, la->gate_b + f, nf);
+    k->widen_bf16(ctx, dup, la->up_b + f, nf);
+    k->swiglu_backward(ctx, dgate, dup, dhid, dgate, dup, nf);
+    passes_lin_bwd_b(m, a, din, g->w1[e], dgate, in_b, weight_bf16(m, layer, MODEL_EXPERT_W1, e), n, C, Fe);
+    passes_lin_bwd_b(m, a, dout, g->w3[e], dup, in_b, weight_bf16(m, layer, MODEL_EXPERT_W3, e), n, C, Fe);
+  } else {
+    passes_lin_bwd(m, a, dhid, g->w2[e], dout, la->hidden + f, w->w2[e], NULL, n, Fe, C);
+    k->swiglu_backward(ctx, dgate, dup, dhid, la->gate + f, la->up + f, nf);
+    passes_lin_bwd(m, a, din, g->w1[e], dgate, in, w->w1[e], NULL, n, C, Fe);
+    passes_lin_bwd(m, a, dout, g->w3[e], dup, in, w->w3[e], NULL, n, C, Fe);
+  }
   k->vec_add(ctx, din, din, dout, (size_t)n * C);
 }
 
@@ -164,9 +191,10 @@ static int ep_sent(const struct model *m, const struct model_acts *a, const int 
 
 /* One exchange of rows over the ep group: send_n[r] elements of send to rank r, recv_n[r] from it
  * into recv. A bf16 model moves them in bf16 (the ep wire, as the tp conversions move theirs):
- * rounded once into moe_wire_out, received in moe_wire_in, widened into recv. 0 on success. */
+ * rounded once into moe_wire_out, received in recv_b where given (the dispatch: the experts' bf16
+ * inputs, kept so), else in moe_wire_in and widened into recv. 0 on success. */
 static int ep_exchange(struct model *m, struct model_acts *a, const real *send, const size_t *send_n, real *recv,
-                       const size_t *recv_n)
+                       bf16 *recv_b, const size_t *recv_n)
 {
   if (!m->bf16)
     return dcomm_all_to_all_v(DCOMM_OF(m), m->ep.group, send, send_n, recv, recv_n, COMM_REAL, NULL);
@@ -176,22 +204,27 @@ static int ep_exchange(struct model *m, struct model_acts *a, const real *send, 
     n_recv += recv_n[r];
   }
   m->k->round_bf16(m->kctx, a->moe_wire_out, send, n_send);
-  if (dcomm_all_to_all_v(DCOMM_OF(m), m->ep.group, a->moe_wire_out, send_n, a->moe_wire_in, recv_n, COMM_BF16, NULL))
+  bf16 *in = recv_b ? recv_b : a->moe_wire_in;
+  if (dcomm_all_to_all_v(DCOMM_OF(m), m->ep.group, a->moe_wire_out, send_n, in, recv_n, COMM_BF16, NULL))
     return 1;
-  m->k->widen_bf16(m->kctx, recv, a->moe_wire_in, n_recv);
+  if (!recv_b)
+    m->k->widen_bf16(m->kctx, recv, in, n_recv);
   return 0;
 }
 
-static void ep_experts_forward(struct model *m, struct model_acts *a, int layer, const int *counts)
+/* The experts' rows under ep: xe, this rank's dispatched rows (the layer's moe_xe, or a bf16
+ * model's workspace moe_xw), out to ye (moe_ye, or moe_xw: the combine's input). */
+static void ep_experts_forward(struct model *m, struct model_acts *a, int layer, const int *counts, const real *xe,
+                               real *ye)
 {
   const int C = m->config.dim, E = m->config.moe.experts, ep = m->ep.size, El = E / ep;
   struct model_layer_acts *la = &a->layers[layer];
   int sent[MODEL_MOE_MAX_EXPERTS];
   size_t send_n[MODEL_MOE_MAX_EXPERTS], recv_n[MODEL_MOE_MAX_EXPERTS];
   const int P = ep_sent(m, a, counts, sent);
-  const real *send = la->moe_xe;
+  const real *send = xe;
   if (P > 0) {
-    pad_rows(m, a->moe_pad, la->moe_xe, counts, P, 0);
+    pad_rows(m, a->moe_pad, xe, counts, P, 0);
     send = a->moe_pad;
   }
   /* A training step's forwards all have the plan's micro-batch, so at capacity every block's size
@@ -204,7 +237,7 @@ static void ep_experts_forward(struct model *m, struct model_acts *a, int layer,
     return;
   }
   ep_sizes(m, sent, la->moe_rows, send_n, recv_n);
-  if (ep_exchange(m, a, send, send_n, la->moe_xr, recv_n)) {
+  if (ep_exchange(m, a, send, send_n, la->moe_xr, la->moe_x_b, recv_n)) {
     ep_failed(m, "the dispatch");
     return;
   }
@@ -212,15 +245,16 @@ static void ep_experts_forward(struct model *m, struct model_acts *a, int layer,
   for (int s = 0; s < ep; s++)
     for (int j = 0; j < El; j++) {
       const int n = la->moe_rows[s * El + j];
-      experts_forward(m, a, layer, m->ep.rank * El + j, n, la->moe_xr + at * C, a->moe_yr + at * C, at);
+      experts_forward(m, a, layer, m->ep.rank * El + j, n, la->moe_xr ? la->moe_xr + at * C : NULL,
+                      la->moe_x_b ? la->moe_x_b + at * C : NULL, a->moe_yr + at * C, at);
       at += (size_t)n;
     }
-  if (ep_exchange(m, a, a->moe_yr, recv_n, P > 0 ? a->moe_pad : la->moe_ye, send_n)) {
+  if (ep_exchange(m, a, a->moe_yr, recv_n, P > 0 ? a->moe_pad : ye, NULL, send_n)) {
     ep_failed(m, "the combine");
     return;
   }
   if (P > 0)
-    pad_rows(m, la->moe_ye, a->moe_pad, counts, P, 1);
+    pad_rows(m, ye, a->moe_pad, counts, P, 1);
 }
 
 static void ep_experts_backward(struct model *m, struct model_acts *a, int layer, const int *counts)
@@ -236,7 +270,7 @@ static void ep_experts_backward(struct model *m, struct model_acts *a, int layer
     pad_rows(m, a->moe_pad, a->moe_dye, counts, P, 0);
     send = a->moe_pad;
   }
-  if (ep_exchange(m, a, send, send_n, a->moe_dyr, recv_n)) {
+  if (ep_exchange(m, a, send, send_n, a->moe_dyr, NULL, recv_n)) {
     ep_failed(m, "the combine's backward");
     return;
   }
@@ -245,10 +279,10 @@ static void ep_experts_backward(struct model *m, struct model_acts *a, int layer
     for (int j = 0; j < El; j++) {
       const int n = la->moe_rows[s * El + j];
       experts_backward(m, a, layer, m->ep.rank * El + j, n, a->moe_dyr + at * C, a->moe_dxr + at * C,
-                       la->moe_xr + at * C, at);
+                       la->moe_xr ? la->moe_xr + at * C : NULL, la->moe_x_b ? la->moe_x_b + at * C : NULL, at);
       at += (size_t)n;
     }
-  if (ep_exchange(m, a, a->moe_dxr, recv_n, P > 0 ? a->moe_pad : a->moe_dxe, send_n)) {
+  if (ep_exchange(m, a, a->moe_dxr, recv_n, P > 0 ? a->moe_pad : a->moe_dxe, NULL, send_n)) {
     ep_failed(m, "the dispatch's backward");
     return;
   }
@@ -273,19 +307,30 @@ void model_moe_forward(struct model *m, struct model_acts *a, int layer, const r
   k->moe_route(ctx, la->moe_slot, la->moe_counts, la->moe_routed, la->moe_topi, N, T, E, K,
                plan_moe_capacity(c, T));
   ints_to_host(m, counts, la->moe_counts, E);
-  k->moe_dispatch(ctx, la->moe_xe, x, la->moe_slot, N, K, C);
+  /* a bf16 model dispatches into the workspace and keeps the rows' bf16 rounding (at ep 1; under
+   * ep the dispatch's exchange delivers them in bf16), and its combine reads the experts' outputs
+   * as kept, moe_ye_b widened, so its backward sees what the forward combined */
+  real *xe = m->bf16 ? a->moe_xw : la->moe_xe, *ye = m->bf16 ? a->moe_xw : la->moe_ye;
+  k->moe_dispatch(ctx, xe, x, la->moe_slot, N, K, C);
   size_t off = 0; /* kept rows here */
   for (int e = 0; e < E; e++) off += (size_t)counts[e];
   if (m->ep.size > 1) {
-    ep_experts_forward(m, a, layer, counts);
+    ep_experts_forward(m, a, layer, counts, xe, ye);
   } else {
+    if (m->bf16)
+      k->round_bf16(ctx, la->moe_x_b, xe, off * C);
     size_t at = 0;
     for (int e = 0; e < E; e++) {
-      experts_forward(m, a, layer, e, counts[e], la->moe_xe + at * C, la->moe_ye + at * C, at);
+      experts_forward(m, a, layer, e, counts[e], m->bf16 ? NULL : xe + at * C,
+                      m->bf16 ? la->moe_x_b + at * C : NULL, ye + at * C, at);
       at += (size_t)counts[e];
     }
   }
-  k->moe_combine(ctx, out, la->moe_ye, la->moe_slot, la->moe_topw, N, K, C);
+  if (m->bf16) {
+    k->round_bf16(ctx, la->moe_ye_b, ye, off * C);
+    k->widen_bf16(ctx, ye, la->moe_ye_b, off * C);
+  }
+  k->moe_combine(ctx, out, ye, la->moe_slot, la->moe_topw, N, K, C);
 
   if (m->moe_collect && m->moe_stat) {
     struct model_moe_stat *s = &m->moe_stat[layer];
@@ -317,15 +362,21 @@ void model_moe_backward(struct model *m, struct model_acts *a, int layer, const 
   (void)B;
 
   ints_to_host(m, counts, la->moe_counts, E);
-  k->moe_combine_backward(ctx, a->moe_dye, a->moe_dtopw, dout, la->moe_ye, la->moe_slot,
-                          la->moe_topw, N, K, C);
+  const real *ye = la->moe_ye;
+  if (m->bf16) { /* the outputs the forward combined */
+    size_t off = 0;
+    for (int e = 0; e < E; e++) off += (size_t)counts[e];
+    k->widen_bf16(ctx, a->moe_xw, la->moe_ye_b, off * C);
+    ye = a->moe_xw;
+  }
+  k->moe_combine_backward(ctx, a->moe_dye, a->moe_dtopw, dout, ye, la->moe_slot, la->moe_topw, N, K, C);
   if (m->ep.size > 1) {
     ep_experts_backward(m, a, layer, counts);
   } else {
     size_t at = 0;
     for (int e = 0; e < E; e++) {
       experts_backward(m, a, layer, e, counts[e], a->moe_dye + at * C, a->moe_dxe + at * C,
-                       la->moe_xe + at * C, at);
+                       m->bf16 ? NULL : la->moe_xe + at * C, m->bf16 ? la->moe_x_b + at * C : NULL, at);
       at += (size_t)counts[e];
     }
   }
