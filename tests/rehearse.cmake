@@ -17,5 +17,7 @@ tycho_rehearse_test(refusals 2 120 refusals)
 # selective recompute), 70B on 64 (tp 8 × pp 4 × dp 2, 1F1B, 80 layers): about 10 s and 90 s on
 # 2 cores. The 64 ranks take the machine: run alone.
 tycho_rehearse_test(llama2_7b 8 300 plans/llama2_7b.lua)
+# Mixtral 8x7B's layout at pp 4 (16 ranks; rehearse.sh says why not its 64): about 30 s on 2 cores
+tycho_rehearse_test(mixtral_8x7b 16 300 mixtral)
 tycho_rehearse_test(llama2_70b 64 900 plans/llama2_70b.lua)
 set_tests_properties(mpi_rehearse.llama2_70b PROPERTIES RUN_SERIAL TRUE)
