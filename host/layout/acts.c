@@ -98,7 +98,8 @@ size_t layout_moe_rows_received(const struct plan_model *c, int ep_size, int B, 
 struct carve {
   enum acts_area area;
   size_t used;
-  size_t id_used; /* of used: what carve_bytes handed out (ids, not compute elements) */
+  size_t id_used;    /* of used: what carve_bytes handed out (ids, not compute elements) */
+  size_t elem_bytes; /* one compute element's bytes where the area lives (carve_bf16) */
 };
 
 static struct acts_at carve(struct carve *c, size_t n_elems)
@@ -108,10 +109,12 @@ static struct acts_at carve(struct carve *c, size_t n_elems)
   return at;
 }
 
-/* n bf16 elements, carved as whole reals (billed as compute elements: bytes, not reals, count). */
+/* n bf16 elements, carved as whole compute elements (billed as such: bytes, not reals, count) of
+ * the area's element size: this build's real, or the GPU's fp32 where a float64 build bills a GPU
+ * plan. */
 static struct acts_at carve_bf16(struct carve *c, size_t n)
 {
-  return carve(c, (n * sizeof(bf16) + sizeof(real) - 1) / sizeof(real));
+  return carve(c, (n * sizeof(bf16) + c->elem_bytes - 1) / c->elem_bytes);
 }
 
 /* n_bytes of another type (token ids, sample indices) carved as whole reals. */
@@ -148,7 +151,7 @@ void layout_acts_free(struct acts_layout *a)
 
 int layout_acts_build(struct acts_layout *a, const struct layout_rank *r, const struct layout_params *t,
                       const struct kernel_ops *kt, void *kctx, int B_max, int T_max,
-                      const struct model_acts_scope *sc, int shares)
+                      const struct model_acts_scope *sc, int shares, size_t elem_bytes)
 {
   memset(a, 0, sizeof *a);
   const struct plan_model *c = &r->config;
@@ -159,7 +162,8 @@ int layout_acts_build(struct acts_layout *a, const struct layout_rank *r, const 
     layout_acts_free(a);
     return -1;
   }
-  struct carve act_ = { ACTS_SAVED, 0, 0 }, rec_ = { ACTS_RECOMPUTE, 0, 0 }, work_ = { ACTS_WORK, 0, 0 };
+  const size_t eb = elem_bytes ? elem_bytes : sizeof(real);
+  struct carve act_ = { ACTS_SAVED, 0, 0, eb }, rec_ = { ACTS_RECOMPUTE, 0, 0, eb }, work_ = { ACTS_WORK, 0, 0, eb };
   struct carve *act = &act_, *rec = &rec_, *work = &work_;
   const size_t BT = (size_t)B_max * T_max, C = (size_t)c->dim, F = (size_t)c->ffn_dim;
   const size_t BTh = (size_t)B_max * layout_home_T(r, T_max);

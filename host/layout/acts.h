@@ -92,10 +92,12 @@ struct acts_layout {
 /* The layout of rank r (its table t: which layers' q|k|v and gate|up are fused) for B_max ×
  * T_max tokens over `scope` (NULL: all). shares 1: a slot that shares another's recompute area
  * and workspace (the workspace is not laid out). k, kctx: the kernel table whose attention
- * scratch the workspace holds. 0, or −1 out of memory. */
+ * scratch the workspace holds. elem_bytes: the bytes of one compute element where the areas
+ * live, which sets how many a bf16 buffer takes — 0 for this build's real (the runtime's), 4
+ * where a float64 build bills a GPU plan (the GPU runtime's fp32). 0, or −1 out of memory. */
 int layout_acts_build(struct acts_layout *a, const struct layout_rank *r, const struct layout_params *t,
                       const struct kernel_ops *k, void *kctx, int B_max, int T_max,
-                      const struct model_acts_scope *scope, int shares);
+                      const struct model_acts_scope *scope, int shares, size_t elem_bytes);
 void layout_acts_free(struct acts_layout *a);
 
 /* A split backward (zero-bubble schedules): the elements a micro-batch of stage `stage` holds

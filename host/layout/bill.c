@@ -384,7 +384,9 @@ static int acts_count(const struct plan *p, const struct rank_view *r, int B, in
   void *kctx;
   /* the workspace holds the attention scratch of the kernel table the runtime would select */
   const struct kernel_ops *kt = sizing_table(p, &kctx);
-  if (layout_acts_build(&y, &r->rank, &r->t, kt, kctx, B, T, scope, 0))
+  /* the elements the bill counts them in (bill_predict's c): a GPU plan's are the GPU's fp32 */
+  const size_t c = plan_on_cpu(p) ? sizeof(real) : (size_t)bill_element_bytes(p, PLAN_FP32);
+  if (layout_acts_build(&y, &r->rank, &r->t, kt, kctx, B, T, scope, 0, c))
     return -1;
   counts[0] = y.n[ACTS_SAVED];
   counts[1] = y.n[ACTS_RECOMPUTE];

@@ -113,14 +113,12 @@ grep -q '^tycho: plan error: plans/mixtral_8x7b.lua:[0-9]*: mesh.ep = 4 does not
 # expert rows in bf16 — a one-layer slot's 10,240 received rows × (4096 + 3 × 14336: the inputs,
 # gate, up, SwiGLU's output) and 8,192 outputs × 4096 at 2 bytes, 1.03 GB of its 1.24 GB — so pp
 # rank 0's 56 slots (each stage's most in flight) bill 72.8 GiB, 141.2 GiB with those rows in fp32
-# (the float64 build carves bf16 buffers as halves of its 8-byte reals, so its bill of a GPU
-# plan's bf16 buffers is half the GPU's: the figure is the fp32 build's)
+# (the float64 build bills the GPU plan's bf16 buffers at the GPU's 2 bytes too, not as halves of
+# its own 8-byte reals: the same figure)
 "$tycho" check plans/mixtral_8x7b.lua --set schedule.kind=interleaved --set virtual_stages=8 --set mesh.ep=8 \
   --set mesh.pp=4 --set 'recompute={"attn"}' >"$tmp/nemo.txt" 2>&1 || fail "mixtral at NeMo's layout: $(cat "$tmp/nemo.txt")"
-if ! "$tycho" --version | grep -q "float64 kernels"; then
-  grep -Eq '^         0  0,4,8,12,16,20,24,28 +3\.5 GiB +7\.0 GiB +16\.4 GiB +72\.8 GiB ' "$tmp/nemo.txt" ||
-    fail "mixtral at NeMo's layout, pp rank 0: $(grep '^         0  ' "$tmp/nemo.txt")"
-fi
+grep -Eq '^         0  0,4,8,12,16,20,24,28 +3\.5 GiB +7\.0 GiB +16\.4 GiB +72\.8 GiB ' "$tmp/nemo.txt" ||
+  fail "mixtral at NeMo's layout, pp rank 0: $(grep '^         0  ' "$tmp/nemo.txt")"
 grep -q "a sparse layer's expert rows (inputs, gate, up, SwiGLU's output, outputs) in bf16" "$tmp/nemo.txt" ||
   fail "mixtral at NeMo's layout: the bill does not say the expert rows are bf16"
 

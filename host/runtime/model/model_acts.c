@@ -78,7 +78,7 @@ static int acts_create(struct model_acts *a, const struct model *m, int B_max, i
   uint64_t *samples = calloc((size_t)B_max, sizeof *samples + sizeof(uint32_t));
   int *moe_rows = m->moe_stat ? calloc((size_t)L * (size_t)m->config.moe.experts, sizeof *moe_rows) : NULL;
   if (!a->layers || !a->residual || !samples || (m->moe_stat && !moe_rows) ||
-      layout_acts_build(&y, &m->rank, &m->table, m->k, m->kctx, B_max, T_max, scope, first != NULL)) {
+      layout_acts_build(&y, &m->rank, &m->table, m->k, m->kctx, B_max, T_max, scope, first != NULL, 0)) {
     free(samples);
     free(moe_rows);
     goto out_of_memory;
