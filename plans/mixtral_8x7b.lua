@@ -12,10 +12,10 @@
 -- sparse MLP never is); a sparse layer keeps its experts' rows in bf16.
 -- The layout is `tycho tune`'s fastest that fits on plans/clusters/h100_80g_ib.lua (7 of 2,968
 -- valid layouts fit with 10% headroom). `tycho check plans/mixtral_8x7b.lua --world 64 --cluster
--- plans/clusters/h100_80g_ib.lua`: 66.4 GiB on the GPU of the fullest rank (stage 0, whose
+-- plans/clusters/h100_80g_ib.lua`: 66.1 GiB on the GPU of the fullest rank (stage 0, whose
 -- activations are 45.5 GiB: 16 micro-batches in flight; the async snapshot's 8.5 GiB is host
 -- memory), 11% headroom on 80 GB (74.5 GiB); 12.1 s per step, MFU 43.5%. NeMo's published
--- example lays the model out as tp 1, pp 4 (virtual 8), ep 8: here that layout bills 111.7 GiB
+-- example lays the model out as tp 1, pp 4 (virtual 8), ep 8: here that layout bills 111.5 GiB
 -- on its first stage, 72.8 GiB of it activations — the executor keeps room for each virtual
 -- stage's most micro-batches in flight (56 one-layer slots on pp rank 0) where at most 35 are
 -- in flight at once.

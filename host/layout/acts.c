@@ -362,10 +362,10 @@ int layout_acts_build(struct acts_layout *a, const struct layout_rank *r, const 
     const size_t E = any_sparse ? (size_t)c->moe.experts : 0, Fe = any_sparse ? (size_t)c->moe.ffn_dim : 0;
     const size_t Rx = any_sparse ? layout_moe_rows_received(c, r->ep_size, B_max, T_max) : 0;
     const size_t expert_n = Rx * (C > Fe ? C : Fe);
-    if (r->bf16 && (!lowp || any_sparse)) { /* the widest product input: C, F, o's NH·HS, an expert's */
-      const size_t in_n = BT * (widest_in > C ? widest_in : C);
-      a->in_b = carve_bf16(work, in_n > expert_n ? in_n : expert_n);
-    }
+    /* a product's fp32 input rounded: at tp > 1 any linear's (the widest: C, F, o's NH·HS), on
+     * one tp rank only a router's (C); the experts read their kept bf16 rows (model_moe.c) */
+    if (r->bf16 && (!lowp || any_sparse))
+      a->in_b = carve_bf16(work, BT * (lowp || widest_in < C ? C : widest_in));
     if (r->bf16) { /* the widest product output: a fused gate|up's is 2F */
       size_t out_max = widest > Vl ? widest : Vl;
       out_max = any_fused && 2 * F > out_max ? 2 * F : out_max;

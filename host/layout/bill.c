@@ -377,6 +377,13 @@ static const struct kernel_ops *sizing_table(const struct plan *p, void **ctx)
   return kernels_active();
 }
 
+/* The bytes of one of the bill's compute elements: the runtime's real on the CPU (float64 in the
+ * proof build), the GPU runtime's fp32 for a GPU plan. */
+static double compute_elem_bytes(const struct plan *p)
+{
+  return plan_on_cpu(p) ? (double)sizeof(real) : bill_element_bytes(p, PLAN_FP32);
+}
+
 static int acts_count(const struct plan *p, const struct rank_view *r, int B, int T,
                       const struct model_acts_scope *scope, size_t counts[4])
 {
@@ -384,9 +391,7 @@ static int acts_count(const struct plan *p, const struct rank_view *r, int B, in
   void *kctx;
   /* the workspace holds the attention scratch of the kernel table the runtime would select */
   const struct kernel_ops *kt = sizing_table(p, &kctx);
-  /* the elements the bill counts them in (bill_predict's c): a GPU plan's are the GPU's fp32 */
-  const size_t c = plan_on_cpu(p) ? sizeof(real) : (size_t)bill_element_bytes(p, PLAN_FP32);
-  if (layout_acts_build(&y, &r->rank, &r->t, kt, kctx, B, T, scope, 0, c))
+  if (layout_acts_build(&y, &r->rank, &r->t, kt, kctx, B, T, scope, 0, (size_t)compute_elem_bytes(p)))
     return -1;
   counts[0] = y.n[ACTS_SAVED];
   counts[1] = y.n[ACTS_RECOMPUTE];
@@ -471,7 +476,7 @@ int bill_predict_shared(const struct plan *p, const struct bill_shared *sh, int 
    * a bf16 copy of every parameter it holds (model.h): the CPU's and the GPU's bf16 modes are one. The
    * reals are this build's on the CPU (float64 in the proof build) and fp32 on a GPU. */
   const int cpu = plan_on_cpu(p);
-  const double c = cpu ? (double)sizeof(real) : bill_element_bytes(p, PLAN_FP32);
+  const double c = compute_elem_bytes(p);
   /* elements (reals) as the runtime allocates them; zero 3's gathered units in bytes, their bf16
    * copies with them (whole copies under zero 0-2) */
   double params = 0, grads = 0, comm = 0, gathered = 0, activations, workspace;

@@ -351,7 +351,8 @@ struct model_acts {
   bf16 *dout_b;             /* bf16 models, workspace: a product's output gradient, rounded once
                              * for both of its products ((B, T, max(C, F, Vl))) */
   bf16 *in_b;               /* bf16 models at tp > 1, workspace: a product's fp32 input rounded
-                             * ((B, T, max(C, F, NH·HS))); NULL elsewhere (model_passes_bf16.c) */
+                             * ((B, T, max(C, F, NH·HS))); on one tp rank a sparse model's router's
+                             * ((B, T, C)); NULL elsewhere (model_passes_bf16.c) */
   real *moe_xw;             /* bf16 models with sparse layers, workspace ((R, C)): the dispatched
                              * rows before they are rounded, then the experts' outputs the combine
                              * reads (widened from moe_ye_b) */
